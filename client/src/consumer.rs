@@ -1,0 +1,723 @@
+//! Consumers: each with its own sequence, delivering published runs in batches.
+//!
+//! `poll_once` is the step (seed 001's `pollOnce`): it finds the contiguous run of
+//! published slots from the consumer's `next` (up to the batch cap), hands each to the
+//! handler with the end-of-batch edge on the last, and commits `next` once for the batch.
+//!
+//! - A **required** consumer gates producers, so the slots it reads cannot be overwritten
+//!   until it commits: the handler gets the payload in place, zero-copy.
+//! - An **optional** consumer may be lapped, so it copies each payload out and re-checks the
+//!   stamp afterwards (a seqlock read). It delivers one event behind, so the last event it
+//!   could validate still carries the end-of-batch edge. A lap is seen from a stamp beyond
+//!   the awaited sequence; the consumer jumps to the head and counts what it lost.
+//!
+//! A handler that panics: events before the panicking one are committed; the consumer is
+//! marked FAILED in the table, keeps its position at the failing event (a durable consumer
+//! that re-attaches resumes there), and this handle returns errors from then on. The ring is
+//! untouched: the producers and every other consumer carry on.
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use shmring_layout::{
+    consumer_flags, consumer_state, ConsumerEntry, RingState, NAME_LEN, SLOT_FLAG_TOMBSTONE,
+    STAMP_EMPTY, STAMP_WRITING,
+};
+
+use crate::segment::Segment;
+use crate::wait::Idler;
+use crate::{gating, process, AttachError, Event, PollError, Ring, WaitStrategy};
+
+/// Default number of events one `poll_once` delivers at most.
+pub const DEFAULT_BATCH_CAP: usize = 1024;
+
+/// How to attach a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerOptions {
+    name: Option<String>,
+    required: bool,
+    batch_cap: usize,
+    wait: WaitStrategy,
+}
+
+impl ConsumerOptions {
+    /// An anonymous required consumer: starts at the head, its entry is freed on drop.
+    pub fn anonymous() -> Self {
+        Self {
+            name: None,
+            required: true,
+            batch_cap: DEFAULT_BATCH_CAP,
+            wait: WaitStrategy::default(),
+        }
+    }
+
+    /// A durable required consumer: the first attach starts at the head; a later attach
+    /// under the same name (after a detach, a crash or a handler failure) resumes from the
+    /// last committed sequence.
+    pub fn durable(name: impl Into<String>) -> Self {
+        Self {
+            name: Some(name.into()),
+            ..Self::anonymous()
+        }
+    }
+
+    /// Make it optional: it gates producers only within the ring's slack, and may be lapped
+    /// (it then counts what it lost in `dropped_behind`).
+    pub fn optional(mut self) -> Self {
+        self.required = false;
+        self
+    }
+
+    /// Events per `poll_once` at most (clamped to `1..=capacity`).
+    pub fn batch_cap(mut self, cap: usize) -> Self {
+        self.batch_cap = cap;
+        self
+    }
+
+    /// The wait strategy of `run` (and of `wait` in later releases).
+    pub fn wait(mut self, wait: WaitStrategy) -> Self {
+        self.wait = wait;
+        self
+    }
+}
+
+/// A consumer's counters (from its table entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConsumerStats {
+    /// Events handed to the handler.
+    pub delivered: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Tombstones skipped.
+    pub skipped: u64,
+    /// Events lost to lapping (optional consumers) or to a release from gating.
+    pub dropped_behind: u64,
+    /// Corrupt lengths clamped to the slot.
+    pub clamped: u64,
+    /// Handler failures.
+    pub failures: u64,
+}
+
+/// Why `run` returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunExit {
+    /// The stop predicate said so.
+    Stopped,
+    /// The ring is closed and everything published was consumed.
+    Closed,
+}
+
+/// A consumer attached to one ring. `Send` but not `Sync`: one thread steps it at a time.
+pub struct Consumer {
+    seg: Arc<Segment>,
+    entry: u32,
+    next: u64,
+    required: bool,
+    durable: bool,
+    batch_cap: u64,
+    max_payload: usize,
+    idler: Idler,
+    failed: bool,
+    scratch: [Vec<u8>; 2],
+    stats: ConsumerStats,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
+    if name.is_empty() || name.len() > NAME_LEN || name.contains('\0') {
+        return Err(AttachError::BadName(name.to_owned()));
+    }
+    let mut bytes = [0u8; NAME_LEN];
+    bytes[..name.len()].copy_from_slice(name.as_bytes());
+    let mut words = [0u64; NAME_LEN / 8];
+    for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *w = u64::from_ne_bytes(b);
+    }
+    Ok(words)
+}
+
+/// The name stored in an entry (lossy for corrupt bytes).
+pub(crate) fn entry_name(e: &ConsumerEntry) -> String {
+    let mut bytes = Vec::with_capacity(NAME_LEN);
+    for w in &e.cold.name {
+        bytes.extend_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
+    e.cold
+        .name
+        .iter()
+        .zip(words)
+        .all(|(a, b)| a.load(Ordering::Relaxed) == *b)
+}
+
+impl Ring {
+    /// Attach a consumer.
+    pub fn consumer(&self, options: ConsumerOptions) -> Result<Consumer, AttachError> {
+        Consumer::attach(self.seg.clone(), options)
+    }
+}
+
+enum Found {
+    /// Attached to entry `.0`, starting at `.1`.
+    Attached(u32, u64),
+    /// Lost a race; scan again.
+    Retry,
+}
+
+impl Consumer {
+    fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
+        if RingState::from_u32(seg.header().state.load(Ordering::Acquire))
+            == Some(RingState::Deleted)
+        {
+            return Err(AttachError::Deleted);
+        }
+        let words = opts.name.as_deref().map(pack_name).transpose()?;
+        let flags = if opts.required {
+            consumer_flags::REQUIRED
+        } else {
+            0
+        } | if words.is_some() {
+            consumer_flags::DURABLE
+        } else {
+            0
+        };
+        let mut dropped = 0;
+        let (entry, next) = loop {
+            let found = match &words {
+                Some(w) => match Self::resume(&seg, w, flags, opts.name.as_deref())? {
+                    Some((f, lost)) => {
+                        dropped = lost;
+                        f
+                    }
+                    None => Self::fresh(&seg, Some(w), flags, &opts)?,
+                },
+                None => Self::fresh(&seg, None, flags, &opts)?,
+            };
+            match found {
+                Found::Attached(i, next) => break (i, next),
+                Found::Retry => std::thread::yield_now(),
+            }
+        };
+        let geo = seg.geometry();
+        let mut c = Consumer {
+            entry,
+            next,
+            required: opts.required,
+            durable: words.is_some(),
+            batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
+            max_payload: geo.max_payload(),
+            idler: Idler::new(opts.wait),
+            failed: false,
+            scratch: [Vec::new(), Vec::new()],
+            stats: ConsumerStats::default(),
+            seg,
+            _not_sync: PhantomData,
+        };
+        c.load_stats();
+        if dropped > 0 {
+            c.stats.dropped_behind += dropped;
+            c.store_stats();
+        }
+        Ok(c)
+    }
+
+    fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
+        let me = process::current();
+        e.cold.pid.store(me.pid, Ordering::Relaxed);
+        e.cold.start_time.store(me.start_time, Ordering::Relaxed);
+        e.cold
+            .wait_kind
+            .store(opts.wait.kind_code(), Ordering::Relaxed);
+        e.cold
+            .wait_param
+            .store(opts.wait.param_ns(), Ordering::Relaxed);
+        e.cold.parked.store(0, Ordering::Relaxed);
+        e.cold.attaches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take over the durable entry named `words`, if there is one. Returns the outcome and
+    /// the events lost while it was released from gating.
+    fn resume(
+        seg: &Segment,
+        words: &[u64; NAME_LEN / 8],
+        flags: u32,
+        name: Option<&str>,
+    ) -> Result<Option<(Found, u64)>, AttachError> {
+        let geo = seg.geometry();
+        for i in 0..geo.max_consumers {
+            let Some(e) = seg.consumer(i) else { break };
+            // Acquire: the name and pid below were written before the state was published.
+            let state = e.hot.state.load(Ordering::Acquire);
+            if matches!(state, consumer_state::FREE | consumer_state::CLAIMED)
+                || e.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE == 0
+                || !name_is(e, words)
+            {
+                continue;
+            }
+            let pid = e.cold.pid.load(Ordering::Relaxed);
+            let start = e.cold.start_time.load(Ordering::Relaxed);
+            if matches!(state, consumer_state::ACTIVE | consumer_state::RESUMING)
+                && process::is_alive(pid, start)
+            {
+                return Err(AttachError::NameInUse {
+                    name: name.unwrap_or_default().to_owned(),
+                    pid,
+                });
+            }
+            // SeqCst: the takeover is a gating state change in the attach protocol's total
+            // order (see `gating`); RESUMING keeps gating at the old position throughout,
+            // and the CAS makes this process the entry's only new owner.
+            if e.hot
+                .state
+                .compare_exchange(
+                    state,
+                    consumer_state::RESUMING,
+                    Ordering::SeqCst,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                return Ok(Some((Found::Retry, 0)));
+            }
+            let opts = ConsumerOptions {
+                name: name.map(str::to_owned),
+                required: flags & consumer_flags::REQUIRED != 0,
+                batch_cap: 0,
+                wait: WaitStrategy::default(),
+            };
+            Self::fill_cold(e, &opts);
+            e.hot.flags.store(flags, Ordering::SeqCst);
+            let mut next = e.hot.next.load(Ordering::Acquire);
+            let mut lost = 0;
+            if state == consumer_state::RELEASED && flags & consumer_flags::REQUIRED != 0 {
+                // It stopped gating while released: what was published meanwhile may be
+                // overwritten. Start at the head (read after the SeqCst RESUMING store, as a
+                // fresh attach does) and count the gap.
+                let head = gating::head(seg);
+                lost = head.saturating_sub(next);
+                next = head;
+                // Release: pairs with the producers' Acquire scan.
+                e.hot.next.store(next, Ordering::Release);
+            }
+            // SeqCst: as above.
+            e.hot.state.store(consumer_state::ACTIVE, Ordering::SeqCst);
+            return Ok(Some((Found::Attached(i, next), lost)));
+        }
+        Ok(None)
+    }
+
+    /// Attach to a free entry, starting at the head.
+    fn fresh(
+        seg: &Segment,
+        words: Option<&[u64; NAME_LEN / 8]>,
+        flags: u32,
+        opts: &ConsumerOptions,
+    ) -> Result<Found, AttachError> {
+        let geo = seg.geometry();
+        let mut taken = None;
+        for i in 0..geo.max_consumers {
+            let Some(e) = seg.consumer(i) else { break };
+            // AcqRel: exclusive ownership of a free entry (not gating while CLAIMED).
+            if e.hot
+                .state
+                .compare_exchange(
+                    consumer_state::FREE,
+                    consumer_state::CLAIMED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                taken = Some((i, e));
+                break;
+            }
+        }
+        let Some((i, e)) = taken else {
+            return Err(AttachError::TableFull {
+                what: "consumer",
+                max: geo.max_consumers,
+            });
+        };
+        let zero = [0u64; NAME_LEN / 8];
+        for (w, v) in e.cold.name.iter().zip(words.unwrap_or(&zero)) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        Self::fill_cold(e, opts);
+        let c = &e.cold.counters;
+        for ctr in [
+            &c.delivered,
+            &c.batches,
+            &c.skipped,
+            &c.dropped_behind,
+            &c.clamped,
+            &c.wakeups,
+            &c.net_wakeups,
+            &c.failures,
+        ] {
+            ctr.store(0, Ordering::Relaxed);
+        }
+        e.hot.flags.store(flags, Ordering::Relaxed);
+        e.hot.next.store(gating::head(seg), Ordering::Relaxed);
+        // SeqCst store, then SeqCst load of the claim counter: the attach protocol (see
+        // `gating`). Every field above is published by this store.
+        e.hot.state.store(consumer_state::ACTIVE, Ordering::SeqCst);
+        let start = seg.lines().claim.value.load(Ordering::SeqCst) & shmring_layout::CLAIM_SEQ_MASK;
+        // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
+        e.hot.next.store(start, Ordering::Release);
+
+        if let Some(w) = words {
+            // Two processes creating the same new durable name at once: the later of the two
+            // ACTIVE stores always sees the earlier one here, so at most one keeps its entry.
+            let dup = (0..geo.max_consumers).any(|j| {
+                j != i
+                    && seg.consumer(j).is_some_and(|o| {
+                        let st = o.hot.state.load(Ordering::SeqCst);
+                        consumer_state::gates(st) && name_is(o, w)
+                    })
+            });
+            if dup {
+                e.hot.state.store(consumer_state::FREE, Ordering::SeqCst);
+                return Ok(Found::Retry);
+            }
+        }
+        Ok(Found::Attached(i, start))
+    }
+
+    fn entry(&self) -> &ConsumerEntry {
+        self.seg
+            .consumer(self.entry)
+            .unwrap_or_else(|| unreachable!("consumer entry index checked at attach"))
+    }
+
+    fn load_stats(&mut self) {
+        let c = &self.entry().cold.counters;
+        self.stats = ConsumerStats {
+            delivered: c.delivered.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            dropped_behind: c.dropped_behind.load(Ordering::Relaxed),
+            clamped: c.clamped.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+        };
+    }
+
+    fn store_stats(&self) {
+        let c = &self.entry().cold.counters;
+        let s = &self.stats;
+        // Relaxed: counters only this consumer writes; readers want a recent number.
+        c.delivered.store(s.delivered, Ordering::Relaxed);
+        c.batches.store(s.batches, Ordering::Relaxed);
+        c.skipped.store(s.skipped, Ordering::Relaxed);
+        c.dropped_behind.store(s.dropped_behind, Ordering::Relaxed);
+        c.clamped.store(s.clamped, Ordering::Relaxed);
+        c.failures.store(s.failures, Ordering::Relaxed);
+    }
+
+    /// The next sequence this consumer will read.
+    pub fn next_sequence(&self) -> u64 {
+        self.next
+    }
+
+    /// Whether it gates producers unconditionally.
+    pub fn is_required(&self) -> bool {
+        self.required
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> ConsumerStats {
+        self.stats
+    }
+
+    /// Its index in the consumer table.
+    pub fn index(&self) -> u32 {
+        self.entry
+    }
+
+    /// Whether an event (or a lap) is waiting: the last look before parking.
+    pub fn has_pending(&self) -> bool {
+        let stamp = self
+            .seg
+            .slot(self.next)
+            .header
+            .stamp
+            .load(Ordering::Acquire);
+        stamp == self.next || (stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > self.next)
+    }
+
+    /// Deliver the contiguous published run from this consumer's position, up to the batch
+    /// cap, then commit the position once. Returns the number of events handed to the
+    /// handler (0: nothing was published; tombstones are skipped and counted, not handed).
+    pub fn poll_once<F>(&mut self, mut handler: F) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>),
+    {
+        if self.failed {
+            return Err(PollError::Failed);
+        }
+        let start = self.next;
+        let mut n = 0u64;
+        let mut lapped = false;
+        while n < self.batch_cap {
+            let seq = start + n;
+            // Acquire: SYNC POINT with the producer's Release stamp store; the payload, len
+            // and flags of every slot in the run are visible after this.
+            let stamp = self.seg.slot(seq).header.stamp.load(Ordering::Acquire);
+            if stamp == seq {
+                n += 1;
+            } else {
+                lapped = stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > seq;
+                break;
+            }
+        }
+        if n == 0 {
+            return self.idle_checks(lapped);
+        }
+        if self.required {
+            self.deliver_in_place(start, n, &mut handler)
+        } else {
+            self.deliver_copied(start, n, &mut handler)
+        }
+    }
+
+    /// Nothing to deliver: handle a lap, a release by the broker, a deleted ring.
+    #[cold]
+    fn idle_checks(&mut self, lapped: bool) -> Result<usize, PollError> {
+        let state = self.entry().hot.state.load(Ordering::Acquire);
+        if lapped || state == consumer_state::RELEASED {
+            self.jump_to_head();
+        }
+        // Acquire: pairs with the Release in `Ring::remove`.
+        if self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32 {
+            return Err(PollError::Deleted);
+        }
+        Ok(0)
+    }
+
+    /// Lapped (or released): skip to the head and count the gap.
+    fn jump_to_head(&mut self) {
+        let state = &self.entry().hot.state;
+        if state.load(Ordering::Acquire) == consumer_state::RELEASED {
+            // Gate again, by the attach protocol: SeqCst state store, then read the head.
+            state.store(consumer_state::ACTIVE, Ordering::SeqCst);
+        }
+        let head = gating::head(&self.seg);
+        if head > self.next {
+            self.stats.dropped_behind += head - self.next;
+            self.next = head;
+            // Release: pairs with the producers' Acquire scan.
+            self.entry().hot.next.store(head, Ordering::Release);
+            self.store_stats();
+        }
+    }
+
+    fn commit(&mut self, next: u64, delivered: u64, skipped: u64, clamped: u64) {
+        self.next = next;
+        // Release: SYNC POINT with the Acquire load of `next` in the producers' gate scan;
+        // this consumer's reads of every slot below `next` happen-before their reuse.
+        self.entry().hot.next.store(next, Ordering::Release);
+        self.stats.delivered += delivered;
+        self.stats.skipped += skipped;
+        self.stats.clamped += clamped;
+        self.stats.batches += u64::from(delivered > 0);
+        self.store_stats();
+    }
+
+    fn fail(&mut self, at: u64, delivered: u64, skipped: u64, clamped: u64) -> PollError {
+        self.commit(at, delivered, skipped, clamped);
+        self.failed = true;
+        self.stats.failures += 1;
+        self.store_stats();
+        // Release: the committed position and counters are visible with the state.
+        self.entry()
+            .hot
+            .state
+            .store(consumer_state::FAILED, Ordering::Release);
+        PollError::HandlerPanicked { sequence: at }
+    }
+
+    fn deliver_in_place<F>(
+        &mut self,
+        start: u64,
+        n: u64,
+        handler: &mut F,
+    ) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>),
+    {
+        let seg = &*self.seg;
+        let max = self.max_payload;
+        let end = start + n;
+        let last_event = (start..end)
+            .rev()
+            .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0);
+        let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            while at < end {
+                let slot = seg.slot(at);
+                // Relaxed: ordered by the Acquire stamp load in `poll_once`.
+                if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+                    skipped += 1;
+                    at += 1;
+                    continue;
+                }
+                let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
+                if len > max {
+                    len = max;
+                    clamped += 1;
+                }
+                // SAFETY: the stamp equalled `at` (Acquire) and this required consumer has
+                // not committed past `at`, so producers cannot reach this slot again until
+                // after the handler returns.
+                let bytes = unsafe { slot.payload(len) };
+                handler(Event {
+                    seq: at,
+                    bytes,
+                    end_of_batch: Some(at) == last_event,
+                });
+                delivered += 1;
+                at += 1;
+            }
+        }));
+        match outcome {
+            Ok(()) => {
+                self.commit(end, delivered, skipped, clamped);
+                Ok(delivered as usize)
+            }
+            Err(_) => Err(self.fail(at, delivered, skipped, clamped)),
+        }
+    }
+
+    fn deliver_copied<F>(&mut self, start: u64, n: u64, handler: &mut F) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>),
+    {
+        let seg = &*self.seg;
+        let max = self.max_payload;
+        let end = start + n;
+        let [buf_a, buf_b] = &mut self.scratch;
+        let mut bufs = [buf_a, buf_b];
+        let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
+        // The validated event not yet delivered: (sequence, scratch index).
+        let mut pending: Option<(u64, usize)> = None;
+        let mut cur = 0usize;
+        let mut lapped = false;
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            while at < end {
+                let slot = seg.slot(at);
+                let flags = slot.header.flags.load(Ordering::Relaxed);
+                let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
+                let was_clamped = len > max;
+                if was_clamped {
+                    len = max;
+                }
+                slot.copy_racy(len, bufs[cur]);
+                // Acquire fence: pairs with the producer's Release fence after its WRITING
+                // stamp; if the copy saw any byte of a newer write, the stamp read below
+                // sees that write's WRITING stamp (seqlock).
+                fence(Ordering::Acquire);
+                if slot.header.stamp.load(Ordering::Relaxed) != at {
+                    lapped = true;
+                    break;
+                }
+                clamped += u64::from(was_clamped);
+                if flags & SLOT_FLAG_TOMBSTONE != 0 {
+                    skipped += 1;
+                    at += 1;
+                    continue;
+                }
+                if let Some((seq, b)) = pending.take() {
+                    handler(Event {
+                        seq,
+                        bytes: bufs[b].as_slice(),
+                        end_of_batch: false,
+                    });
+                    delivered += 1;
+                }
+                pending = Some((at, cur));
+                cur ^= 1;
+                at += 1;
+            }
+            if let Some((seq, b)) = pending.take() {
+                handler(Event {
+                    seq,
+                    bytes: bufs[b].as_slice(),
+                    end_of_batch: true,
+                });
+                delivered += 1;
+            }
+        }));
+        match outcome {
+            Ok(()) => {
+                self.commit(at, delivered, skipped, clamped);
+                if lapped {
+                    self.jump_to_head();
+                }
+                Ok(delivered as usize)
+            }
+            // The panicking event is `pending`'s (or the one before `at`): resume there.
+            Err(_) => {
+                let failed_at = pending.map_or(at, |(seq, _)| seq);
+                Err(self.fail(failed_at, delivered, skipped, clamped))
+            }
+        }
+    }
+
+    /// Poll until `stop` returns true or the ring is closed and drained, waiting between
+    /// empty polls with this consumer's wait strategy.
+    pub fn run<F, S>(&mut self, mut handler: F, mut stop: S) -> Result<RunExit, PollError>
+    where
+        F: FnMut(Event<'_>),
+        S: FnMut() -> bool,
+    {
+        loop {
+            if stop() {
+                return Ok(RunExit::Stopped);
+            }
+            let before = self.next;
+            self.poll_once(&mut handler)?;
+            if self.next != before {
+                self.idler.reset();
+                continue;
+            }
+            if gating::is_closed(&self.seg) && self.next >= gating::head(&self.seg) {
+                return Ok(RunExit::Closed);
+            }
+            self.idler.idle();
+        }
+    }
+
+    /// Detach and free the entry, even a durable one: the name is forgotten and the
+    /// consumer no longer gates anything.
+    pub fn unsubscribe(mut self) {
+        self.durable = false;
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let e = self.entry();
+        let state = if !self.durable {
+            consumer_state::FREE
+        } else if self.failed {
+            consumer_state::FAILED
+        } else if self.required {
+            consumer_state::DETACHED
+        } else {
+            consumer_state::RELEASED
+        };
+        if state == consumer_state::FREE {
+            e.cold.pid.store(0, Ordering::Relaxed);
+        }
+        // Release: the final position and counters are visible with the state.
+        e.hot.state.store(state, Ordering::Release);
+    }
+}

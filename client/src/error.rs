@@ -1,0 +1,206 @@
+//! Typed errors, one per operation. Hot-path errors carry plain numbers: no allocation,
+//! no logging.
+
+use std::path::PathBuf;
+
+use shmring_layout::LayoutError;
+
+/// Creating, opening or removing a ring.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A namespace or ring name with characters outside `[A-Za-z0-9_.-]`, empty, too long,
+    /// or starting with a dot.
+    #[error("invalid {what} name {name:?}: use 1 to 64 characters of [A-Za-z0-9_.-], not starting with '.'")]
+    InvalidName {
+        /// "namespace" or "ring".
+        what: &'static str,
+        /// The name given.
+        name: String,
+    },
+    /// The requested configuration is not a valid ring.
+    #[error("invalid ring configuration: {0}")]
+    Config(#[source] LayoutError),
+    /// No such ring.
+    #[error("ring {name:?} does not exist in namespace {namespace:?} (no file {path}): create it first, or start the broker that creates it")]
+    NotFound {
+        /// Namespace.
+        namespace: String,
+        /// Ring name.
+        name: String,
+        /// The segment path looked for.
+        path: PathBuf,
+    },
+    /// `create` found the ring already there.
+    #[error("ring {name:?} already exists at {path}: open it, or remove it first")]
+    AlreadyExists {
+        /// Ring name.
+        name: String,
+        /// Its path.
+        path: PathBuf,
+    },
+    /// The file's permissions exclude this process.
+    #[error("permission denied on {path} ({op}): the segment's mode and owner do not give this user read+write; run as its owner or a member of its group, or create the ring with a group mode")]
+    PermissionDenied {
+        /// The path.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+    },
+    /// The segment exists but is not a ring this client can use.
+    #[error("segment {path} is unusable: {source}")]
+    Layout {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: LayoutError,
+    },
+    /// `open_or_create` found a ring whose shape differs from the requested one.
+    #[error("ring {name:?} exists with {found}, but {requested} was requested: open it as it is, or remove it first")]
+    ConfigMismatch {
+        /// Ring name.
+        name: String,
+        /// What exists.
+        found: String,
+        /// What was asked for.
+        requested: String,
+    },
+    /// Any other I/O failure.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl OpenError {
+    pub(crate) fn io(op: &'static str, path: &std::path::Path, e: std::io::Error) -> Self {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            OpenError::PermissionDenied {
+                path: path.to_owned(),
+                op,
+            }
+        } else {
+            OpenError::Io {
+                op,
+                path: path.to_owned(),
+                source: e,
+            }
+        }
+    }
+}
+
+/// Attaching a producer or a consumer to a ring.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttachError {
+    /// Every table entry is taken.
+    #[error(
+        "all {max} {what} entries of the ring are taken: detach one, or create the ring with more"
+    )]
+    TableFull {
+        /// "consumer" or "producer".
+        what: &'static str,
+        /// Table size.
+        max: u32,
+    },
+    /// A single-producer ring already has its producer.
+    #[error("ring is single-producer and pid {pid} already produces into it")]
+    SingleProducerTaken {
+        /// That producer's pid.
+        pid: u32,
+    },
+    /// A durable consumer of that name is attached by a live process.
+    #[error("consumer {name:?} is attached by live pid {pid}: one process per durable consumer")]
+    NameInUse {
+        /// The name.
+        name: String,
+        /// The process holding it.
+        pid: u32,
+    },
+    /// A consumer name that does not fit.
+    #[error("consumer name {0:?} is empty, longer than 48 bytes, or contains NUL")]
+    BadName(String),
+    /// The ring was deleted.
+    #[error("ring was deleted")]
+    Deleted,
+}
+
+/// `publish`, `publish_batch` and `claim`: the forms that wait for room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    /// The payload does not fit in a slot.
+    #[error(
+        "payload of {len} bytes exceeds the slot's {max}: create the ring with a larger slot size"
+    )]
+    TooLarge {
+        /// Payload length.
+        len: usize,
+        /// Largest payload.
+        max: usize,
+    },
+    /// A batch outside `1..=capacity/2`.
+    #[error("batch of {len} events is outside 1..={max}; nothing was published")]
+    BatchSize {
+        /// Events in the batch.
+        len: usize,
+        /// Largest batch.
+        max: usize,
+    },
+    /// The ring is stopped: the claim was refused and nothing was published.
+    #[error("ring is stopped: publish refused")]
+    Closed,
+    /// The ring was deleted while waiting.
+    #[error("ring was deleted")]
+    Deleted,
+}
+
+/// `try_publish` and `publish_timeout`: the forms that do not wait, or wait until a deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TryPublishError {
+    /// No room (try), or no room before the deadline (timeout). No sequence was spent.
+    #[error("ring is full")]
+    Full,
+    /// No room before the deadline. No sequence was spent.
+    #[error("no room before the deadline")]
+    Timeout,
+    /// As [`PublishError::TooLarge`].
+    #[error(
+        "payload of {len} bytes exceeds the slot's {max}: create the ring with a larger slot size"
+    )]
+    TooLarge {
+        /// Payload length.
+        len: usize,
+        /// Largest payload.
+        max: usize,
+    },
+    /// As [`PublishError::Closed`].
+    #[error("ring is stopped: publish refused")]
+    Closed,
+    /// The ring was deleted.
+    #[error("ring was deleted")]
+    Deleted,
+}
+
+/// `Consumer::poll_once` and `Consumer::run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PollError {
+    /// The handler panicked at `sequence`. Events before it were committed; the consumer is
+    /// FAILED in the table and keeps its position there (a durable consumer that re-attaches
+    /// starts again at `sequence`); this handle delivers nothing more.
+    #[error("handler panicked at sequence {sequence}; consumer marked FAILED")]
+    HandlerPanicked {
+        /// The sequence whose handler call panicked.
+        sequence: u64,
+    },
+    /// An earlier handler failure made this consumer FAILED.
+    #[error("consumer is FAILED after a handler panic; re-attach to resume")]
+    Failed,
+    /// The ring was deleted.
+    #[error("ring was deleted")]
+    Deleted,
+}

@@ -1,0 +1,94 @@
+//! The wrap gate: how far producers may run ahead of consumers.
+//!
+//! A producer may write sequence `s` once `s < gate + capacity`, where `gate` is the
+//! lowest `next` of every gating consumer. Computing `gate` scans the consumer table, so it
+//! is cached twice: in the producer (`Producer::cached_gate`) and in the segment's shared
+//! gating line, which any producer raises with `fetch_max` after a scan. Both caches are
+//! lower bounds: consumers only move forward, and a consumer that attaches starts at or
+//! after every gate computed without it (see below).
+//!
+//! ## Attaching while producers run
+//!
+//! A new consumer publishes its entry as ACTIVE (SeqCst), then reads the claim counter
+//! (SeqCst) and starts there. A scan reads the claim counter first (SeqCst), then the
+//! entries (SeqCst). In the single total order of SeqCst operations, either the scan's load
+//! of the entry follows the consumer's ACTIVE store (the scan sees the consumer), or it
+//! precedes it, and then the scan's earlier claim-counter load precedes the consumer's, so
+//! the gate it computes is at most the consumer's start. Either way no producer can lap the
+//! new consumer's first slot: it never reads a slot being overwritten.
+//!
+//! ## Optional consumers
+//!
+//! An optional consumer gates only while it is at most `optional_slack` events behind the
+//! slowest required consumer (or the head, when there is none). Beyond that producers stop
+//! waiting for it; if lapped it notices from the slot stamps, jumps ahead and counts the
+//! events it lost (`dropped_behind`).
+
+use std::sync::atomic::Ordering;
+
+use shmring_layout::{consumer_flags, consumer_state, CLAIM_CLOSED, CLAIM_SEQ_MASK};
+
+use crate::segment::Segment;
+
+/// Next sequence to claim.
+pub(crate) fn head(seg: &Segment) -> u64 {
+    // Acquire: pairs with the claims' RMWs; callers only read the number.
+    seg.lines().claim.value.load(Ordering::Acquire) & CLAIM_SEQ_MASK
+}
+
+/// Whether the CLOSED bit is set.
+pub(crate) fn is_closed(seg: &Segment) -> bool {
+    seg.lines().claim.value.load(Ordering::Acquire) & CLAIM_CLOSED != 0
+}
+
+/// Scan the consumer table for the current gate (see the module comment).
+pub(crate) fn scan(seg: &Segment) -> u64 {
+    // SeqCst: the claim counter is read before the entries, in the single total order the
+    // attach protocol relies on (module comment).
+    let head = seg.lines().claim.value.load(Ordering::SeqCst) & CLAIM_SEQ_MASK;
+    let geo = seg.geometry();
+    let mut required = head;
+    for i in 0..geo.max_consumers {
+        let Some(c) = seg.consumer(i) else { break };
+        // SeqCst: pairs with the SeqCst ACTIVE store of an attaching consumer.
+        let state = c.hot.state.load(Ordering::SeqCst);
+        if consumer_state::gates(state)
+            && c.hot.flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED != 0
+        {
+            // Acquire: pairs with the consumer's Release commit, so its reads of the slots
+            // below `next` happen before this producer overwrites them.
+            required = required.min(c.hot.next.load(Ordering::Acquire));
+        }
+    }
+    let mut gate = required;
+    let slack = geo.optional_slack;
+    for i in 0..geo.max_consumers {
+        let Some(c) = seg.consumer(i) else { break };
+        let state = c.hot.state.load(Ordering::SeqCst);
+        if consumer_state::gates(state)
+            && c.hot.flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED == 0
+        {
+            // Acquire: as above.
+            let next = c.hot.next.load(Ordering::Acquire);
+            if required.saturating_sub(next) <= slack {
+                gate = gate.min(next);
+            }
+        }
+    }
+    gate
+}
+
+/// The gate, from the shared cache if it already allows `need`, else by a scan whose result
+/// raises the shared cache.
+pub(crate) fn refresh(seg: &Segment, need: u64) -> u64 {
+    let shared = &seg.lines().gating.value;
+    // Acquire: pairs with the AcqRel fetch_max below (another producer's scan result).
+    let cached = shared.load(Ordering::Acquire);
+    if cached >= need {
+        return cached;
+    }
+    let gate = scan(seg);
+    // AcqRel: publishes this scan to the other producers and orders it after theirs.
+    shared.fetch_max(gate, Ordering::AcqRel);
+    gate
+}

@@ -1,0 +1,136 @@
+//! A read-only snapshot of a ring's tables, for status displays and tests.
+
+use std::sync::atomic::Ordering;
+
+use shmring_layout::{consumer_flags, consumer_state, producer_state, RingState};
+
+use crate::consumer::entry_name;
+use crate::segment::Segment;
+use crate::{ConsumerStats, ProducerStats, WaitStrategy};
+
+/// One consumer entry as seen from outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerInfo {
+    /// Index in the table.
+    pub index: u32,
+    /// Name (empty for anonymous consumers).
+    pub name: String,
+    /// Process that attached it last.
+    pub pid: u32,
+    /// Start time of that process (see [`crate::process::ProcessId`]).
+    pub start_time: u64,
+    /// State name (ACTIVE, DETACHED, FAILED, ...).
+    pub state: &'static str,
+    /// State code (see `shmring_layout::consumer_state`).
+    pub state_code: u32,
+    /// Gates producers unconditionally.
+    pub required: bool,
+    /// Has a durable name.
+    pub durable: bool,
+    /// Next sequence it will read.
+    pub next: u64,
+    /// Events published beyond its position.
+    pub lag: u64,
+    /// Wait strategy name.
+    pub wait: &'static str,
+    /// Counters.
+    pub stats: ConsumerStats,
+}
+
+/// One producer entry as seen from outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerInfo {
+    /// Index in the table.
+    pub index: u32,
+    /// Its process.
+    pub pid: u32,
+    /// Start time of that process.
+    pub start_time: u64,
+    /// First sequence of the claim it holds, if any.
+    pub in_flight: Option<u64>,
+    /// Counters.
+    pub stats: ProducerStats,
+}
+
+/// A snapshot of a ring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingInfo {
+    /// Lifecycle state (`None` if corrupt).
+    pub state: Option<RingState>,
+    /// Run counter.
+    pub run: u64,
+    /// Next sequence to claim.
+    pub head: u64,
+    /// Whether claims are refused.
+    pub closed: bool,
+    /// Attached (non-free) consumers.
+    pub consumers: Vec<ConsumerInfo>,
+    /// Attached producers.
+    pub producers: Vec<ProducerInfo>,
+}
+
+pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
+    let geo = seg.geometry();
+    let h = seg.header();
+    let head = crate::gating::head(seg);
+    let mut consumers = Vec::new();
+    for i in 0..geo.max_consumers {
+        let Some(e) = seg.consumer(i) else { break };
+        // Acquire: the fields below were written before the state.
+        let code = e.hot.state.load(Ordering::Acquire);
+        if code == consumer_state::FREE {
+            continue;
+        }
+        let flags = e.hot.flags.load(Ordering::Relaxed);
+        let next = e.hot.next.load(Ordering::Acquire);
+        let c = &e.cold.counters;
+        consumers.push(ConsumerInfo {
+            index: i,
+            name: entry_name(e),
+            pid: e.cold.pid.load(Ordering::Relaxed),
+            start_time: e.cold.start_time.load(Ordering::Relaxed),
+            state: consumer_state::name(code),
+            state_code: code,
+            required: flags & consumer_flags::REQUIRED != 0,
+            durable: flags & consumer_flags::DURABLE != 0,
+            next,
+            lag: head.saturating_sub(next),
+            wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
+            stats: ConsumerStats {
+                delivered: c.delivered.load(Ordering::Relaxed),
+                batches: c.batches.load(Ordering::Relaxed),
+                skipped: c.skipped.load(Ordering::Relaxed),
+                dropped_behind: c.dropped_behind.load(Ordering::Relaxed),
+                clamped: c.clamped.load(Ordering::Relaxed),
+                failures: c.failures.load(Ordering::Relaxed),
+            },
+        });
+    }
+    let mut producers = Vec::new();
+    for i in 0..geo.max_producers {
+        let Some(e) = seg.producer(i) else { break };
+        if e.state.load(Ordering::Acquire) != producer_state::ACTIVE {
+            continue;
+        }
+        let in_flight = e.in_flight.load(Ordering::Relaxed);
+        producers.push(ProducerInfo {
+            index: i,
+            pid: e.pid.load(Ordering::Relaxed),
+            start_time: e.start_time.load(Ordering::Relaxed),
+            in_flight: in_flight.checked_sub(1),
+            stats: ProducerStats {
+                published: e.published.load(Ordering::Relaxed),
+                refused: e.refused.load(Ordering::Relaxed),
+                tombstoned: e.tombstoned.load(Ordering::Relaxed),
+            },
+        });
+    }
+    RingInfo {
+        state: RingState::from_u32(h.state.load(Ordering::Acquire)),
+        run: h.run.load(Ordering::Relaxed),
+        head,
+        closed: crate::gating::is_closed(seg),
+        consumers,
+        producers,
+    }
+}

@@ -1,0 +1,66 @@
+//! Where segments live: one directory per namespace under the shared-memory root.
+
+use std::path::PathBuf;
+
+use crate::OpenError;
+
+/// Environment variable that moves the root away from `/dev/shm` (tests, containers).
+pub const ROOT_ENV: &str = "SHMRING_ROOT";
+/// Environment variable that names the default namespace.
+pub const NAMESPACE_ENV: &str = "SHMRING_NAMESPACE";
+/// File name suffix of ring segments in a namespace directory.
+pub const RING_SUFFIX: &str = ".ring";
+
+/// The shared-memory root (`$SHMRING_ROOT` or `/dev/shm`).
+pub fn root() -> PathBuf {
+    std::env::var_os(ROOT_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+}
+
+/// The namespace from `$SHMRING_NAMESPACE`, or `default`.
+pub fn default_namespace() -> String {
+    std::env::var(NAMESPACE_ENV).unwrap_or_else(|_| "default".to_owned())
+}
+
+pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), OpenError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(OpenError::InvalidName {
+            what,
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// The directory of a namespace: `<root>/shmring.<namespace>`.
+pub fn namespace_dir(namespace: &str) -> Result<PathBuf, OpenError> {
+    check_name("namespace", namespace)?;
+    Ok(root().join(format!("shmring.{namespace}")))
+}
+
+/// The segment file of a ring: `<root>/shmring.<namespace>/<name>.ring`.
+pub fn ring_path(namespace: &str, name: &str) -> Result<PathBuf, OpenError> {
+    check_name("ring", name)?;
+    Ok(namespace_dir(namespace)?.join(format!("{name}{RING_SUFFIX}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("ring", "orders-1.v2_x").is_ok());
+        for bad in ["", ".hidden", "a/b", "a b", &"x".repeat(65), "é"] {
+            assert!(check_name("ring", bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

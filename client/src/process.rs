@@ -1,0 +1,61 @@
+//! Process identity: pid plus start time, so that a reused pid is never mistaken for the
+//! process that wrote an entry. Nothing here signals a process.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Pid and start time of a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessId {
+    /// The pid.
+    pub pid: u32,
+    /// Start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+    pub start_time: u64,
+}
+
+/// Read a process's start time, or `None` if there is no such process.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    // After ')' come fields 3.. ; start time is field 22, i.e. the 20th here.
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process that wrote `(pid, start_time)` still runs.
+pub fn is_alive(pid: u32, start: u64) -> bool {
+    pid != 0 && start_time(pid) == Some(start)
+}
+
+// The pid the cache was filled for, and its start time: recomputed after fork.
+static CACHED_PID: AtomicU64 = AtomicU64::new(0);
+static CACHED_START: AtomicU64 = AtomicU64::new(0);
+
+/// This process.
+pub fn current() -> ProcessId {
+    let pid = std::process::id();
+    // Acquire: pairs with the Release below, so the start time read is the one stored.
+    if CACHED_PID.load(Ordering::Acquire) == u64::from(pid) {
+        return ProcessId {
+            pid,
+            start_time: CACHED_START.load(Ordering::Relaxed),
+        };
+    }
+    let start_time = start_time(pid).unwrap_or(0);
+    CACHED_START.store(start_time, Ordering::Relaxed);
+    CACHED_PID.store(u64::from(pid), Ordering::Release);
+    ProcessId { pid, start_time }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_is_alive_and_wrong_start_is_not() {
+        let me = current();
+        assert!(me.start_time > 0);
+        assert!(is_alive(me.pid, me.start_time));
+        assert!(!is_alive(me.pid, me.start_time + 1));
+        assert!(!is_alive(0, 0));
+    }
+}

@@ -1,0 +1,547 @@
+//! Producers: claim a sequence, pass the wrap gate, write the slot, stamp it.
+//!
+//! Three forms, as in crossbeam's channels:
+//!
+//! - [`Producer::publish`] takes its sequence first (`fetch_add` on the claim counter), then
+//!   waits at the wrap gate. It never gives its sequence back.
+//! - [`Producer::try_publish`] and [`Producer::publish_timeout`] wait for room first and take
+//!   their sequence last with a CAS, so a refusal or a timeout spends no sequence.
+//! - [`Producer::claim`] returns a [`Claim`] guard for zero-copy writes; a guard dropped or
+//!   unwound without `commit` publishes a tombstone, so no claimed sequence is a hole.
+//!
+//! ## Publishing a slot (the SYNC POINT with `Consumer::poll_once`)
+//!
+//! ```text
+//! producer                                   consumer waiting for s
+//! stamp = s | WRITING   (Relaxed)
+//! fence(Release)        (seqlock: WRITING before payload, for optional readers)
+//! payload, len, flags   (plain / Relaxed)
+//! stamp = s             (Release) ---------> stamp == s (Acquire), then read payload
+//! ```
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shmring_layout::{
+    producer_state, ProducerEntry, ProducerMode, RingState, CLAIM_CLOSED, SLOT_FLAG_TOMBSTONE,
+    STAMP_WRITING,
+};
+
+use crate::gating;
+use crate::process;
+use crate::segment::Segment;
+use crate::wait::producer_backoff;
+use crate::{AttachError, PublishError, Ring, TryPublishError};
+
+/// A producer attached to one ring. `Send` (move it to another thread) but not `Sync`:
+/// one thread publishes through it at a time.
+pub struct Producer {
+    seg: Arc<Segment>,
+    entry: u32,
+    /// A lower bound of the wrap gate (lowest `next` of the gating consumers).
+    cached_gate: u64,
+    capacity: u64,
+    max_payload: usize,
+    published: u64,
+    refused: u64,
+    tombstoned: u64,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+/// A producer's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProducerStats {
+    /// Events published (tombstones excluded).
+    pub published: u64,
+    /// Publishes refused: full (try), timed out, closed, too large, bad batch.
+    pub refused: u64,
+    /// Claims dropped without commit, published as tombstones.
+    pub tombstoned: u64,
+}
+
+impl Ring {
+    /// Attach a producer. On a single-producer ring a second live producer is refused.
+    pub fn producer(&self) -> Result<Producer, AttachError> {
+        Producer::attach(self.seg.clone())
+    }
+}
+
+impl Producer {
+    fn attach(seg: Arc<Segment>) -> Result<Self, AttachError> {
+        if RingState::from_u32(seg.header().state.load(Ordering::Acquire))
+            == Some(RingState::Deleted)
+        {
+            return Err(AttachError::Deleted);
+        }
+        let geo = *seg.geometry();
+        let me = process::current();
+        let take = |e: &ProducerEntry| {
+            e.pid.store(me.pid, Ordering::Relaxed);
+            e.start_time.store(me.start_time, Ordering::Relaxed);
+            e.in_flight.store(0, Ordering::Relaxed);
+            e.in_flight_len.store(0, Ordering::Relaxed);
+            for c in [
+                &e.published,
+                &e.refused,
+                &e.tombstoned,
+                &e.repaired,
+                &e.parks,
+            ] {
+                c.store(0, Ordering::Relaxed);
+            }
+            // Release: the fields above are visible to whoever reads ACTIVE (the broker).
+            e.state.store(producer_state::ACTIVE, Ordering::Release);
+        };
+        let mut found = None;
+        for i in 0..geo.max_producers {
+            let Some(e) = seg.producer(i) else { break };
+            // AcqRel: exclusive ownership of the entry; Acquire sees the previous owner's
+            // last writes before it freed it.
+            if e.state
+                .compare_exchange(
+                    producer_state::FREE,
+                    producer_state::ATTACHING,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                take(e);
+                found = Some(i);
+                break;
+            }
+        }
+        if found.is_none() {
+            // Reclaim an entry whose process is gone and that holds no claim (a held claim
+            // is the broker's to repair).
+            for i in 0..geo.max_producers {
+                let Some(e) = seg.producer(i) else { break };
+                let pid = e.pid.load(Ordering::Acquire);
+                let alive = process::is_alive(pid, e.start_time.load(Ordering::Relaxed));
+                if e.state.load(Ordering::Acquire) == producer_state::ACTIVE
+                    && !alive
+                    && e.in_flight.load(Ordering::Acquire) == 0
+                    && e.state
+                        .compare_exchange(
+                            producer_state::ACTIVE,
+                            producer_state::ATTACHING,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                {
+                    take(e);
+                    found = Some(i);
+                    break;
+                }
+            }
+        }
+        let Some(entry) = found else {
+            return Err(match (geo.producer_mode, seg.producer(0)) {
+                (ProducerMode::Single, Some(e)) => AttachError::SingleProducerTaken {
+                    pid: e.pid.load(Ordering::Relaxed),
+                },
+                _ => AttachError::TableFull {
+                    what: "producer",
+                    max: geo.max_producers,
+                },
+            });
+        };
+        Ok(Producer {
+            cached_gate: gating::refresh(&seg, 0),
+            capacity: geo.capacity,
+            max_payload: geo.max_payload(),
+            seg,
+            entry,
+            published: 0,
+            refused: 0,
+            tombstoned: 0,
+            _not_sync: PhantomData,
+        })
+    }
+
+    fn entry(&self) -> &ProducerEntry {
+        // The index was bounds-checked at attach; the table cannot shrink.
+        self.seg
+            .producer(self.entry)
+            .unwrap_or_else(|| unreachable!("producer entry index checked at attach"))
+    }
+
+    /// Largest payload of one event.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// This producer's counters.
+    pub fn stats(&self) -> ProducerStats {
+        ProducerStats {
+            published: self.published,
+            refused: self.refused,
+            tombstoned: self.tombstoned,
+        }
+    }
+
+    fn refuse(&mut self) {
+        self.refused += 1;
+        // Relaxed: a counter only this producer writes.
+        self.entry().refused.store(self.refused, Ordering::Relaxed);
+    }
+
+    fn deleted(&self) -> bool {
+        // Acquire: pairs with the Release store in `Ring::remove`.
+        self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32
+    }
+
+    /// Whether `last` (the last sequence of a claim) may be written now, refreshing the
+    /// cached gate if needed.
+    #[inline]
+    fn has_room(&mut self, last: u64) -> bool {
+        let need = (last + 1).saturating_sub(self.capacity);
+        if self.cached_gate >= need {
+            return true;
+        }
+        self.cached_gate = self.cached_gate.max(gating::refresh(&self.seg, need));
+        self.cached_gate >= need
+    }
+
+    /// Take `n` sequences (`fetch_add`) and wait at the wrap gate for the last of them.
+    fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
+        // SeqCst: the claim is an RMW in the total order the attach protocol relies on (see
+        // `gating`); on x86_64 every locked RMW costs the same.
+        let c = self.seg.lines().claim.value.fetch_add(n, Ordering::SeqCst);
+        if c & CLAIM_CLOSED != 0 {
+            // The stop recorded the claim count when it set CLOSED; this increment of the low
+            // bits is discarded when the ring starts again.
+            self.refuse();
+            return Err(PublishError::Closed);
+        }
+        self.mark_in_flight(c, n);
+        let last = c + n - 1;
+        if !self.has_room(last) {
+            let mut idle = producer_backoff();
+            while !self.has_room(last) {
+                if self.deleted() {
+                    return Err(PublishError::Deleted);
+                }
+                idle.idle();
+            }
+        }
+        Ok(c)
+    }
+
+    /// Take `n` sequences with a CAS once there is room: a refusal spends no sequence.
+    fn claim_if_room(&mut self, n: u64) -> Result<u64, TryPublishError> {
+        loop {
+            // Acquire: pairs with other claims' RMWs (only the number is used).
+            let c = self.seg.lines().claim.value.load(Ordering::Acquire);
+            if c & CLAIM_CLOSED != 0 {
+                return Err(if self.deleted() {
+                    TryPublishError::Deleted
+                } else {
+                    TryPublishError::Closed
+                });
+            }
+            if !self.has_room(c + n - 1) {
+                return Err(TryPublishError::Full);
+            }
+            // SeqCst: as in `claim_blocking`.
+            if self
+                .seg
+                .lines()
+                .claim
+                .value
+                .compare_exchange_weak(c, c + n, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.mark_in_flight(c, n);
+                return Ok(c);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    #[inline]
+    fn mark_in_flight(&self, first: u64, n: u64) {
+        let e = self.entry();
+        // Relaxed: read by the broker only to attribute a hole after this process died;
+        // the claim counter already says the sequence is taken.
+        e.in_flight_len.store(n, Ordering::Relaxed);
+        e.in_flight.store(first + 1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn clear_in_flight(&self) {
+        // Relaxed: see `mark_in_flight`.
+        self.entry().in_flight.store(0, Ordering::Relaxed);
+    }
+
+    /// Mark slot `seq` as being written (seqlock for optional readers).
+    #[inline]
+    fn begin_write(&self, seq: u64) {
+        let slot = self.seg.slot(seq);
+        slot.header
+            .stamp
+            .store(seq | STAMP_WRITING, Ordering::Relaxed);
+        // Release fence: an optional consumer that reads any payload byte written after this
+        // point and then issues its Acquire fence also sees the WRITING stamp, and discards
+        // its copy (`Consumer::poll_once`, optional path).
+        fence(Ordering::Release);
+    }
+
+    #[inline]
+    fn fill(&self, seq: u64, bytes: &[u8], flags: u32) {
+        let slot = self.seg.slot(seq);
+        // SAFETY: this producer claimed `seq` and passed the wrap gate for it, so it owns
+        // the slot until it stamps it; the length was checked against the slot.
+        unsafe { slot.write(bytes) };
+        // Relaxed: published by the Release stamp store in `stamp`.
+        slot.header.len.store(bytes.len() as u32, Ordering::Relaxed);
+        slot.header.flags.store(flags, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn stamp(&self, seq: u64) {
+        // Release: SYNC POINT with the Acquire stamp load in `Consumer::poll_once`; the
+        // payload, len and flags above happen-before the consumer's read of them.
+        self.seg
+            .slot(seq)
+            .header
+            .stamp
+            .store(seq, Ordering::Release);
+    }
+
+    #[inline]
+    fn count_published(&mut self, n: u64) {
+        self.published += n;
+        // Relaxed: a counter only this producer writes.
+        self.entry()
+            .published
+            .store(self.published, Ordering::Relaxed);
+    }
+
+    fn check_len(&mut self, len: usize) -> Result<(), (usize, usize)> {
+        if len > self.max_payload {
+            self.refuse();
+            return Err((len, self.max_payload));
+        }
+        Ok(())
+    }
+
+    /// Publish one event, waiting for room. Returns its sequence.
+    pub fn publish(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
+        self.check_len(bytes.len())
+            .map_err(|(len, max)| PublishError::TooLarge { len, max })?;
+        let seq = self.claim_blocking(1)?;
+        self.begin_write(seq);
+        self.fill(seq, bytes, 0);
+        self.stamp(seq);
+        self.clear_in_flight();
+        self.count_published(1);
+        Ok(seq)
+    }
+
+    /// Publish one event if there is room now; never waits. A refusal spends no sequence.
+    pub fn try_publish(&mut self, bytes: &[u8]) -> Result<u64, TryPublishError> {
+        self.check_len(bytes.len())
+            .map_err(|(len, max)| TryPublishError::TooLarge { len, max })?;
+        match self.claim_if_room(1) {
+            Ok(seq) => {
+                self.begin_write(seq);
+                self.fill(seq, bytes, 0);
+                self.stamp(seq);
+                self.clear_in_flight();
+                self.count_published(1);
+                Ok(seq)
+            }
+            Err(e) => {
+                self.refuse();
+                Err(e)
+            }
+        }
+    }
+
+    /// Publish one event, waiting for room at most `timeout`. A timeout spends no
+    /// sequence: the next accepted publish takes the sequence this one would have had.
+    pub fn publish_timeout(
+        &mut self,
+        bytes: &[u8],
+        timeout: Duration,
+    ) -> Result<u64, TryPublishError> {
+        self.publish_deadline(bytes, Instant::now() + timeout)
+    }
+
+    /// As [`Producer::publish_timeout`], with a deadline on the monotonic clock.
+    pub fn publish_deadline(
+        &mut self,
+        bytes: &[u8],
+        deadline: Instant,
+    ) -> Result<u64, TryPublishError> {
+        self.check_len(bytes.len())
+            .map_err(|(len, max)| TryPublishError::TooLarge { len, max })?;
+        let mut idle = producer_backoff();
+        loop {
+            match self.claim_if_room(1) {
+                Ok(seq) => {
+                    self.begin_write(seq);
+                    self.fill(seq, bytes, 0);
+                    self.stamp(seq);
+                    self.clear_in_flight();
+                    self.count_published(1);
+                    return Ok(seq);
+                }
+                Err(TryPublishError::Full) if Instant::now() < deadline => idle.idle(),
+                Err(TryPublishError::Full) => {
+                    self.refuse();
+                    return Err(TryPublishError::Timeout);
+                }
+                Err(e) => {
+                    self.refuse();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Publish `events` in one claim of `events.len()` consecutive sequences, waiting for
+    /// room. The count must be in `1..=capacity/2`; outside it, or if any event is too
+    /// large, nothing is published. Every payload is written before any is stamped.
+    /// Returns the first sequence.
+    pub fn publish_batch<B: AsRef<[u8]>>(&mut self, events: &[B]) -> Result<u64, PublishError> {
+        let max = (self.capacity / 2) as usize;
+        if events.is_empty() || events.len() > max {
+            self.refuse();
+            return Err(PublishError::BatchSize {
+                len: events.len(),
+                max,
+            });
+        }
+        for e in events {
+            self.check_len(e.as_ref().len())
+                .map_err(|(len, max)| PublishError::TooLarge { len, max })?;
+        }
+        let n = events.len() as u64;
+        let first = self.claim_blocking(n)?;
+        for (i, e) in events.iter().enumerate() {
+            let seq = first + i as u64;
+            self.begin_write(seq);
+            self.fill(seq, e.as_ref(), 0);
+        }
+        for i in 0..n {
+            self.stamp(first + i);
+        }
+        self.clear_in_flight();
+        self.count_published(n);
+        Ok(first)
+    }
+
+    /// Publish a plain-old-data value as the event's bytes.
+    pub fn publish_value<T: bytemuck::NoUninit>(&mut self, value: &T) -> Result<u64, PublishError> {
+        self.publish(bytemuck::bytes_of(value))
+    }
+
+    /// Claim the next sequence for a zero-copy write, waiting for room. Write into
+    /// [`Claim::payload_mut`] (or [`Claim::write`]), then [`Claim::commit`]. Dropped without
+    /// commit (or unwound by a panic), the claim publishes a tombstone that consumers skip
+    /// and count.
+    pub fn claim(&mut self) -> Result<Claim<'_>, PublishError> {
+        let seq = self.claim_blocking(1)?;
+        self.begin_write(seq);
+        Ok(Claim {
+            producer: self,
+            seq,
+            len: 0,
+            done: false,
+        })
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let e = self.entry();
+        e.pid.store(0, Ordering::Relaxed);
+        // Release: the counters above are final before the entry can be reused.
+        e.state.store(producer_state::FREE, Ordering::Release);
+    }
+}
+
+/// A claimed slot being written in place. Commit it, or drop it to publish a tombstone.
+pub struct Claim<'p> {
+    producer: &'p mut Producer,
+    seq: u64,
+    len: usize,
+    done: bool,
+}
+
+impl Claim<'_> {
+    /// The claimed sequence.
+    pub fn sequence(&self) -> u64 {
+        self.seq
+    }
+
+    /// The whole payload area of the slot (its length is the ring's max payload). Set the
+    /// event's length with [`Claim::set_len`].
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        // SAFETY: this claim owns the slot (claimed and past the wrap gate) until it is
+        // stamped in `commit` or `drop`, and the borrow is tied to `&mut self`.
+        unsafe { self.producer.seg.slot(self.seq).payload_mut() }
+    }
+
+    /// Set the event's length (bytes of the payload area that are the event).
+    pub fn set_len(&mut self, len: usize) -> Result<(), PublishError> {
+        let max = self.producer.max_payload;
+        if len > max {
+            return Err(PublishError::TooLarge { len, max });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Copy `bytes` in and set the length.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), PublishError> {
+        self.set_len(bytes.len())?;
+        self.payload_mut()[..bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    /// Write a plain-old-data value and set the length.
+    pub fn write_value<T: bytemuck::NoUninit>(&mut self, value: &T) -> Result<(), PublishError> {
+        self.write(bytemuck::bytes_of(value))
+    }
+
+    /// Publish the event. Returns its sequence.
+    pub fn commit(mut self) -> u64 {
+        self.finish(0);
+        self.seq
+    }
+
+    fn finish(&mut self, flags: u32) {
+        self.done = true;
+        let seq = self.seq;
+        let len = if flags == 0 { self.len } else { 0 };
+        let slot = self.producer.seg.slot(seq);
+        // Relaxed: published by the Release stamp store below.
+        slot.header.len.store(len as u32, Ordering::Relaxed);
+        slot.header.flags.store(flags, Ordering::Relaxed);
+        self.producer.stamp(seq);
+        self.producer.clear_in_flight();
+        if flags == 0 {
+            self.producer.count_published(1);
+        } else {
+            self.producer.tombstoned += 1;
+            let t = self.producer.tombstoned;
+            // Relaxed: a counter only this producer writes.
+            self.producer.entry().tombstoned.store(t, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish(SLOT_FLAG_TOMBSTONE);
+        }
+    }
+}

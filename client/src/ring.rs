@@ -1,0 +1,384 @@
+//! Creating, opening and removing rings; attaching producers and consumers.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{Gid, Mode};
+use shmring_layout::{
+    config_checksum, validate, FenceMode, Geometry, ProducerMode, RingState, FINGERPRINT,
+    HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, STAMP_EMPTY,
+};
+
+use crate::names::{namespace_dir, ring_path};
+use crate::segment::Segment;
+use crate::{OpenError, RingInfo};
+
+/// The shape and access rights of a ring, given at creation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Slots, a power of two (default 1024).
+    pub capacity: u64,
+    /// Bytes per slot including its 16-byte header, a multiple of 64 (default 128).
+    pub slot_size: u32,
+    /// Consumer table size (default 16).
+    pub max_consumers: u32,
+    /// Producer table size (default 16).
+    pub max_producers: u32,
+    /// One producer or many (default many).
+    pub producer_mode: ProducerMode,
+    /// How far (in events) an optional consumer may hold producers back beyond the slowest
+    /// required consumer before producers stop waiting for it and may lap it. `None`: half
+    /// the capacity.
+    pub optional_slack: Option<u64>,
+    /// File mode of the segment (default 0o600; 0o660 with `group`). Set with `fchmod`, so
+    /// the umask does not change it.
+    pub mode: u32,
+    /// Group that owns the segment (and the namespace directory when this call creates it).
+    pub group: Option<u32>,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 1024,
+            slot_size: 128,
+            max_consumers: 16,
+            max_producers: 16,
+            producer_mode: ProducerMode::Multi,
+            optional_slack: None,
+            mode: 0o600,
+            group: None,
+        }
+    }
+}
+
+impl RingConfig {
+    /// Check the configuration and lay it out.
+    pub fn geometry(&self) -> Result<Geometry, OpenError> {
+        let max_producers = match self.producer_mode {
+            ProducerMode::Single => 1,
+            ProducerMode::Multi => self.max_producers,
+        };
+        Geometry::new(
+            self.capacity,
+            self.slot_size,
+            self.max_consumers,
+            max_producers,
+            self.producer_mode,
+            self.optional_slack.unwrap_or(self.capacity / 2),
+        )
+        .map_err(OpenError::Config)
+    }
+}
+
+fn describe(g: &Geometry) -> String {
+    format!(
+        "capacity {}, slot size {}, {} consumers, {} producers, {:?} producer",
+        g.capacity, g.slot_size, g.max_consumers, g.max_producers, g.producer_mode
+    )
+}
+
+/// A ring in shared memory. Cheap to clone; every producer and consumer attached through it
+/// keeps the mapping alive.
+#[derive(Clone)]
+pub struct Ring {
+    pub(crate) seg: Arc<Segment>,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("path", &self.seg.path())
+            .field("geometry", self.seg.geometry())
+            .finish()
+    }
+}
+
+impl Ring {
+    /// Create ring `name` in `namespace`. Fails with [`OpenError::AlreadyExists`] if it is
+    /// there: a live segment is never replaced (a waiter on the old file would never wake).
+    ///
+    /// The segment is built under a temporary name and renamed into place (no-replace), with
+    /// its magic written last: no process can open a half-built ring.
+    pub fn create(namespace: &str, name: &str, config: &RingConfig) -> Result<Ring, OpenError> {
+        let geo = config.geometry()?;
+        let path = ring_path(namespace, name)?;
+        let dir = namespace_dir(namespace)?;
+        ensure_dir(&dir, config)?;
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let tmp = dir.join(format!(".{name}.{}.{created}.tmp", std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(config.mode)
+            .open(&tmp)
+            .map_err(|e| OpenError::io("create", &tmp, e))?;
+        let result = build(file, geo, config, created, &tmp, &path, namespace, name);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Open an existing ring, validating its segment.
+    pub fn open(namespace: &str, name: &str) -> Result<Ring, OpenError> {
+        let path = ring_path(namespace, name)?;
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(OpenError::NotFound {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                    path,
+                })
+            }
+            Err(e) => return Err(OpenError::io("open", &path, e)),
+        };
+        Self::from_file(file, &path, namespace, name)
+    }
+
+    /// Open an already opened segment file (the broker adopts segments this way).
+    pub(crate) fn from_file(
+        file: File,
+        path: &Path,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Ring, OpenError> {
+        let len = file
+            .metadata()
+            .map_err(|e| OpenError::io("stat", path, e))?
+            .len();
+        let layout = |source| OpenError::Layout {
+            path: path.to_owned(),
+            source,
+        };
+        if len < HEADER_SIZE as u64 {
+            return Err(layout(shmring_layout::LayoutError::TooShortForHeader {
+                len,
+            }));
+        }
+        if len > MAX_SEGMENT_SIZE {
+            return Err(layout(shmring_layout::LayoutError::TooLarge(len)));
+        }
+        let snapshot =
+            Segment::header_snapshot(&file).map_err(|e| OpenError::io("map", path, e))?;
+        let checked = validate(&snapshot, len).map_err(layout)?;
+        let seg = Segment::map(file, checked.geometry, path, namespace, name)
+            .map_err(|e| OpenError::io("map", path, e))?;
+        Ok(Ring { seg: Arc::new(seg) })
+    }
+
+    /// Open the ring if it exists (its shape must match `config`), else create it. Safe to
+    /// race: of two processes creating at once, one creates and the other opens.
+    pub fn open_or_create(
+        namespace: &str,
+        name: &str,
+        config: &RingConfig,
+    ) -> Result<Ring, OpenError> {
+        let want = config.geometry()?;
+        loop {
+            match Self::open(namespace, name) {
+                Ok(ring) => {
+                    let have = *ring.seg.geometry();
+                    if have != want {
+                        return Err(OpenError::ConfigMismatch {
+                            name: name.to_owned(),
+                            found: describe(&have),
+                            requested: describe(&want),
+                        });
+                    }
+                    return Ok(ring);
+                }
+                Err(OpenError::NotFound { .. }) => match Self::create(namespace, name, config) {
+                    Err(OpenError::AlreadyExists { .. }) => continue,
+                    other => return other,
+                },
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Remove ring `name`: mark it deleted (attached clients get [`crate::PublishError::Deleted`]
+    /// and friends instead of hanging) and unlink its file. A segment that fails validation
+    /// is unlinked all the same.
+    pub fn remove(namespace: &str, name: &str) -> Result<(), OpenError> {
+        let path = ring_path(namespace, name)?;
+        match Self::open(namespace, name) {
+            Ok(ring) => ring.mark_deleted(),
+            Err(OpenError::Layout { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        std::fs::remove_file(&path).map_err(|e| match e.kind() {
+            ErrorKind::NotFound => OpenError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                path: path.clone(),
+            },
+            _ => OpenError::io("remove", &path, e),
+        })
+    }
+
+    fn mark_deleted(&self) {
+        // Release: pairs with the Acquire in `Ring::state`, read by waiting clients.
+        self.seg
+            .header()
+            .state
+            .store(RingState::Deleted as u32, Ordering::Release);
+        // Close the sequence line too, so no claim after this point is accepted.
+        self.seg
+            .lines()
+            .claim
+            .value
+            .fetch_or(shmring_layout::CLAIM_CLOSED, Ordering::SeqCst);
+    }
+
+    /// The ring's name.
+    pub fn name(&self) -> &str {
+        self.seg.name()
+    }
+    /// The ring's namespace.
+    pub fn namespace(&self) -> &str {
+        self.seg.namespace()
+    }
+    /// The segment file.
+    pub fn path(&self) -> &Path {
+        self.seg.path()
+    }
+    /// The ring's validated shape.
+    pub fn geometry(&self) -> &Geometry {
+        self.seg.geometry()
+    }
+    /// Slots in the ring.
+    pub fn capacity(&self) -> u64 {
+        self.seg.geometry().capacity
+    }
+    /// Largest payload one event carries.
+    pub fn max_payload(&self) -> usize {
+        self.seg.geometry().max_payload()
+    }
+    /// The lifecycle state (`None` if the word is corrupt).
+    pub fn state(&self) -> Option<RingState> {
+        // Acquire: pairs with the Release of whoever changed the state.
+        RingState::from_u32(self.seg.header().state.load(Ordering::Acquire))
+    }
+    /// Next sequence a producer will claim (the number of claims so far).
+    pub fn head(&self) -> u64 {
+        crate::gating::head(&self.seg)
+    }
+    /// Whether the sequence line is closed (claims are refused).
+    pub fn is_closed(&self) -> bool {
+        crate::gating::is_closed(&self.seg)
+    }
+    /// A consistent-enough snapshot of the ring's tables, for status displays.
+    pub fn info(&self) -> RingInfo {
+        crate::info::snapshot(&self.seg)
+    }
+}
+
+fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mode = if config.group.is_some() {
+        0o2770
+    } else {
+        0o700
+    };
+    match DirBuilder::new().recursive(true).mode(mode).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(OpenError::io("create directory", dir, e)),
+    }
+    // The umask may have removed bits (and DirBuilder does not set setgid): set them.
+    rustix::fs::chmod(dir, Mode::from_raw_mode(mode))
+        .map_err(|e| OpenError::io("chmod directory", dir, e.into()))?;
+    if let Some(g) = config.group {
+        rustix::fs::chown(dir, None, Some(gid(g)))
+            .map_err(|e| OpenError::io("chown directory", dir, e.into()))?;
+    }
+    Ok(())
+}
+
+fn gid(g: u32) -> Gid {
+    Gid::from_raw(g)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    file: File,
+    geo: Geometry,
+    config: &RingConfig,
+    created: u64,
+    tmp: &Path,
+    path: &Path,
+    namespace: &str,
+    name: &str,
+) -> Result<Ring, OpenError> {
+    // Explicit mode and group: the umask would turn a requested 0660 into 0640.
+    rustix::fs::fchmod(&file, Mode::from_raw_mode(config.mode))
+        .map_err(|e| OpenError::io("chmod", tmp, e.into()))?;
+    if let Some(g) = config.group {
+        rustix::fs::fchown(&file, None, Some(gid(g)))
+            .map_err(|e| OpenError::io("chown", tmp, e.into()))?;
+    }
+    file.set_len(geo.total_size)
+        .map_err(|e| OpenError::io("size", tmp, e))?;
+    let seg =
+        Segment::map(file, geo, path, namespace, name).map_err(|e| OpenError::io("map", tmp, e))?;
+    let h = seg.header();
+    // Nobody else can see the file yet (it has a temporary name): Relaxed stores, published
+    // by the Release store of the magic below and by the rename.
+    h.producer_mode
+        .store(geo.producer_mode as u32, Ordering::Relaxed);
+    h.fingerprint.store(FINGERPRINT, Ordering::Relaxed);
+    h.capacity.store(geo.capacity, Ordering::Relaxed);
+    h.slot_size.store(geo.slot_size, Ordering::Relaxed);
+    h.max_consumers.store(geo.max_consumers, Ordering::Relaxed);
+    h.max_producers.store(geo.max_producers, Ordering::Relaxed);
+    h.file_mode.store(config.mode, Ordering::Relaxed);
+    h.optional_slack
+        .store(geo.optional_slack, Ordering::Relaxed);
+    h.created_unix_ns.store(created, Ordering::Relaxed);
+    h.total_size.store(geo.total_size, Ordering::Relaxed);
+    h.config_checksum.store(
+        config_checksum(&geo.config_words(config.mode, created)),
+        Ordering::Relaxed,
+    );
+    h.state.store(RingState::Running as u32, Ordering::Relaxed);
+    h.fence_mode
+        .store(FenceMode::Unset as u32, Ordering::Relaxed);
+    h.run.store(1, Ordering::Relaxed);
+    for seq in 0..geo.capacity {
+        seg.slot(seq)
+            .header
+            .stamp
+            .store(STAMP_EMPTY, Ordering::Relaxed);
+    }
+    h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+    // Release, last: pairs with the Acquire load of the magic in `header_snapshot`; a reader
+    // that sees the magic sees every field above.
+    h.magic.store(MAGIC, Ordering::Release);
+
+    match rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        tmp,
+        rustix::fs::CWD,
+        path,
+        rustix::fs::RenameFlags::NOREPLACE,
+    ) {
+        Ok(()) => Ok(Ring { seg: Arc::new(seg) }),
+        Err(rustix::io::Errno::EXIST) => Err(OpenError::AlreadyExists {
+            name: name.to_owned(),
+            path: path.to_owned(),
+        }),
+        Err(e) => Err(OpenError::io("rename", path, e.into())),
+    }
+}

@@ -1,0 +1,210 @@
+//! The mapped segment: the one place that turns mapped bytes into typed references.
+//!
+//! Every offset comes from a [`Geometry`] that [`shmring_layout::validate`] produced (or that
+//! the creator computed), and every region is checked to lie inside the mapping when the
+//! segment is built, so the accessors below are safe to call.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+use shmring_layout::{
+    ConsumerEntry, Geometry, Header, ProducerEntry, SequenceLines, SlotHeader, HEADER_SIZE,
+    SEQ_LINES_OFFSET, SLOT_HEADER_SIZE,
+};
+
+/// A mapped, validated segment.
+pub(crate) struct Segment {
+    map: MmapRaw,
+    geo: Geometry,
+    path: PathBuf,
+    namespace: String,
+    name: String,
+    // Keeps the file open: fchmod/fchown and the broker's identity checks use it.
+    _file: File,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics (and through slot
+// payloads whose exclusive ownership the ring protocol hands out); the raw pointer inside
+// `MmapRaw` is what makes it !Send/!Sync by default, not any thread-local state.
+unsafe impl Send for Segment {}
+// SAFETY: as above; every shared access goes through atomic types.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Map `file` (already sized to `geo.total_size`).
+    pub(crate) fn map(
+        file: File,
+        geo: Geometry,
+        path: &Path,
+        namespace: &str,
+        name: &str,
+    ) -> std::io::Result<Self> {
+        let map = MmapOptions::new()
+            .len(geo.total_size as usize)
+            .populate()
+            .map_raw(&file)?;
+        // The mapping is page aligned, so every 128-byte aligned offset is 128 aligned.
+        debug_assert_eq!(map.as_ptr() as usize % 4096, 0);
+        Ok(Self {
+            map,
+            geo,
+            path: path.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            _file: file,
+        })
+    }
+
+    /// Copy the header out of a mapping of `len` bytes of `file`, for validation.
+    pub(crate) fn header_snapshot(file: &File) -> std::io::Result<[u8; HEADER_SIZE]> {
+        let map = MmapOptions::new()
+            .len(HEADER_SIZE)
+            .map_raw_read_only(file)?;
+        let words = map.as_ptr() as *const AtomicU64;
+        let mut out = [0u8; HEADER_SIZE];
+        for i in 0..HEADER_SIZE / 8 {
+            // SAFETY: the mapping is HEADER_SIZE bytes, page aligned; word i is inside it and
+            // 8-byte aligned. Atomic loads, because another process may be writing.
+            let w = unsafe { &*words.add(i) };
+            // Acquire on word 0 (the magic): pairs with the creator's Release store of the
+            // magic, so the configuration words read after it are the creator's.
+            let order = if i == 0 {
+                Ordering::Acquire
+            } else {
+                Ordering::Relaxed
+            };
+            out[i * 8..i * 8 + 8].copy_from_slice(&w.load(order).to_ne_bytes());
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn base(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// The header.
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: offset 0 of a page-aligned mapping of at least `total_size` >= HEADER_SIZE
+        // bytes; Header is 128-aligned and made of atomics only.
+        unsafe { &*(self.base() as *const Header) }
+    }
+
+    /// The ring-wide sequence lines.
+    pub(crate) fn lines(&self) -> &SequenceLines {
+        // SAFETY: SEQ_LINES_OFFSET is 128-aligned and the lines end before the consumer
+        // table (checked by `Geometry`); SequenceLines is made of atomics only.
+        unsafe { &*(self.base().add(SEQ_LINES_OFFSET) as *const SequenceLines) }
+    }
+
+    /// Consumer entry `i`, or `None` past the table.
+    pub(crate) fn consumer(&self, i: u32) -> Option<&ConsumerEntry> {
+        let off = self.geo.consumer_offset(i)?;
+        debug_assert!(off + std::mem::size_of::<ConsumerEntry>() as u64 <= self.geo.total_size);
+        // SAFETY: `consumer_offset` bounds i by the table size, the table lies inside the
+        // mapping, entries are 128-aligned and made of atomics only.
+        Some(unsafe { &*(self.base().add(off as usize) as *const ConsumerEntry) })
+    }
+
+    /// Producer entry `i`, or `None` past the table.
+    pub(crate) fn producer(&self, i: u32) -> Option<&ProducerEntry> {
+        let off = self.geo.producer_offset(i)?;
+        debug_assert!(off + std::mem::size_of::<ProducerEntry>() as u64 <= self.geo.total_size);
+        // SAFETY: as for `consumer`.
+        Some(unsafe { &*(self.base().add(off as usize) as *const ProducerEntry) })
+    }
+
+    /// The slot that carries sequence `seq`.
+    #[inline]
+    pub(crate) fn slot(&self, seq: u64) -> Slot<'_> {
+        let off = self.geo.slot_offset(seq) as usize;
+        debug_assert!(off + self.geo.slot_size as usize <= self.geo.total_size as usize);
+        // SAFETY: `slot_offset` masks seq into 0..capacity, so the slot lies inside the
+        // mapping; slots are 64-aligned and start with an all-atomic SlotHeader.
+        unsafe {
+            let p = self.base().add(off);
+            Slot {
+                header: &*(p as *const SlotHeader),
+                payload: p.add(SLOT_HEADER_SIZE),
+                capacity: self.geo.max_payload(),
+            }
+        }
+    }
+}
+
+/// One slot: its header and a pointer to its payload bytes.
+#[derive(Clone, Copy)]
+pub(crate) struct Slot<'a> {
+    pub(crate) header: &'a SlotHeader,
+    payload: *mut u8,
+    capacity: usize,
+}
+
+impl<'a> Slot<'a> {
+    /// Write `bytes` into the payload.
+    ///
+    /// # Safety
+    /// The caller owns the slot's current claim (it claimed the sequence and passed the wrap
+    /// gate), so no consumer reads these bytes and no other producer writes them.
+    #[inline]
+    pub(crate) unsafe fn write(&self, bytes: &[u8]) {
+        debug_assert!(bytes.len() <= self.capacity);
+        let n = bytes.len().min(self.capacity);
+        // SAFETY: n <= capacity bytes inside the slot; exclusive by the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.payload, n) };
+    }
+
+    /// The whole payload area, writable.
+    ///
+    /// # Safety
+    /// As for [`Slot::write`], and the returned borrow ends before the claim is published.
+    #[inline]
+    pub(crate) unsafe fn payload_mut(&self) -> &'a mut [u8] {
+        // SAFETY: capacity bytes inside the slot; exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.payload, self.capacity) }
+    }
+
+    /// The first `len` payload bytes (clamped to the slot).
+    ///
+    /// # Safety
+    /// The caller has seen this slot's stamp equal its sequence (Acquire) and holds the
+    /// producers off it (its committed sequence gates them) for as long as the borrow lives.
+    #[inline]
+    pub(crate) unsafe fn payload(&self, len: usize) -> &'a [u8] {
+        // SAFETY: at most capacity bytes inside the slot; no writer by the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.payload, len.min(self.capacity)) }
+    }
+
+    /// Copy the first `len` payload bytes into `dst` with atomic word loads, for a reader
+    /// that does not hold the producers off this slot (an optional consumer): a producer may
+    /// be overwriting it, so the caller re-checks the stamp afterwards and discards the copy
+    /// if it moved (seqlock). Returns the number of bytes copied.
+    pub(crate) fn copy_racy(&self, len: usize, dst: &mut Vec<u8>) -> usize {
+        let n = len.min(self.capacity);
+        dst.clear();
+        let words = n.div_ceil(8);
+        dst.reserve(words * 8);
+        for i in 0..words {
+            // SAFETY: payload is 16 bytes past a 64-aligned slot, so 8-aligned; word i ends at
+            // or before capacity (capacity is a multiple of 16). Atomic load: may race a writer.
+            let w = unsafe { &*(self.payload.add(i * 8) as *const AtomicU64) };
+            dst.extend_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+        dst.truncate(n);
+        n
+    }
+}

@@ -1,0 +1,209 @@
+//! The consumer table, the producer table and the slot header.
+
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::{LINE, NAME_LEN, SLOT_HEADER_SIZE};
+
+/// What a consumer table entry holds.
+///
+/// | state      | gates producers | meaning |
+/// |------------|-----------------|---------|
+/// | `FREE`     | no  | unused; taken by CAS FREE -> CLAIMED |
+/// | `CLAIMED`  | no  | a new consumer filling in its entry (flags, name, start) |
+/// | `RESUMING` | yes | a durable consumer being taken over by a new process; keeps its position |
+/// | `ACTIVE`   | yes | attached and consuming |
+/// | `DETACHED` | yes | a durable required consumer that detached: its events wait for it |
+/// | `FAILED`   | yes | its handler failed; a restart resumes at that event |
+/// | `RELEASED` | no  | not gating (an optional durable consumer that detached, or broker policy) |
+///
+/// "Gates" means the entry's `next` holds producers at the wrap gate: always for a
+/// required consumer, within the ring's slack for an optional one.
+pub mod consumer_state {
+    /// Unused entry.
+    pub const FREE: u32 = 0;
+    /// Being filled in by a newly attaching process (not gating yet).
+    pub const CLAIMED: u32 = 1;
+    /// Attached and consuming.
+    pub const ACTIVE: u32 = 2;
+    /// A durable consumer that detached; it keeps its position.
+    pub const DETACHED: u32 = 3;
+    /// Its handler failed; it keeps its position at the failing event.
+    pub const FAILED: u32 = 4;
+    /// Not gating; on re-attach a required consumer resumes at the head.
+    pub const RELEASED: u32 = 5;
+    /// A durable consumer being taken over (gating, position kept).
+    pub const RESUMING: u32 = 6;
+
+    /// Whether an entry in `state` holds producers at the wrap gate.
+    pub const fn gates(state: u32) -> bool {
+        matches!(state, RESUMING | ACTIVE | DETACHED | FAILED)
+    }
+
+    /// A display name for a state code.
+    pub const fn name(state: u32) -> &'static str {
+        match state {
+            FREE => "FREE",
+            CLAIMED => "ATTACHING",
+            ACTIVE => "ACTIVE",
+            DETACHED => "DETACHED",
+            FAILED => "FAILED",
+            RELEASED => "RELEASED",
+            RESUMING => "ATTACHING",
+            _ => "CORRUPT",
+        }
+    }
+}
+
+/// Consumer flags ([`ConsumerHot::flags`]).
+pub mod consumer_flags {
+    /// Gates producers and never loses an event.
+    pub const REQUIRED: u32 = 1;
+    /// Has a name and resumes from its position on re-attach.
+    pub const DURABLE: u32 = 2;
+}
+
+/// The part of a consumer entry that producers read: its position and whether it gates.
+#[repr(C, align(128))]
+#[derive(Debug, Default)]
+pub struct ConsumerHot {
+    /// The next sequence this consumer will read. Written once per batch (Release).
+    pub next: AtomicU64,
+    /// A [`consumer_state`] value.
+    pub state: AtomicU32,
+    /// [`consumer_flags`] bits.
+    pub flags: AtomicU32,
+}
+
+/// Per-consumer counters, written by the consumer once per batch and read by the broker.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ConsumerCounters {
+    /// Events handed to the handler.
+    pub delivered: AtomicU64,
+    /// Batches (calls of `poll_once` that delivered something).
+    pub batches: AtomicU64,
+    /// Tombstoned slots skipped.
+    pub skipped: AtomicU64,
+    /// Events lost to lapping (optional consumers only).
+    pub dropped_behind: AtomicU64,
+    /// Slots whose length field exceeded the slot and was clamped.
+    pub clamped: AtomicU64,
+    /// Times this consumer woke from a park.
+    pub wakeups: AtomicU64,
+    /// Wake-ups that came by the timed net while an event was pending.
+    pub net_wakeups: AtomicU64,
+    /// Handler failures.
+    pub failures: AtomicU64,
+}
+
+/// The part of a consumer entry that only the consumer and the broker touch.
+#[repr(C, align(128))]
+#[derive(Debug, Default)]
+pub struct ConsumerCold {
+    /// Process id of the attached process (0 when none).
+    pub pid: AtomicU32,
+    /// Wait strategy kind, for display.
+    pub wait_kind: AtomicU32,
+    /// Start time of that process (clock ticks since boot, from `/proc/<pid>/stat`), so a
+    /// reused pid is told apart.
+    pub start_time: AtomicU64,
+    /// Wait strategy parameter (nanoseconds), for display.
+    pub wait_param: AtomicU64,
+    /// Monotonic nanoseconds of the last batch or heartbeat.
+    pub heartbeat_ns: AtomicU64,
+    /// Name, UTF-8, NUL padded (empty for anonymous consumers).
+    pub name: [AtomicU64; NAME_LEN / 8],
+    /// Times this entry was attached.
+    pub attaches: AtomicU64,
+    /// Whether the consumer is parked right now (1) or not (0).
+    pub parked: AtomicU32,
+    _reserved0: AtomicU32,
+    /// The counters.
+    pub counters: ConsumerCounters,
+}
+
+/// One consumer table entry: a hot line and a cold part.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ConsumerEntry {
+    /// Read by producers at the wrap gate.
+    pub hot: ConsumerHot,
+    /// Read by the broker.
+    pub cold: ConsumerCold,
+}
+
+/// Size of [`ConsumerEntry`].
+pub const CONSUMER_ENTRY_SIZE: usize = 3 * LINE;
+const _: () = assert!(size_of::<ConsumerHot>() == LINE);
+const _: () = assert!(size_of::<ConsumerCold>() == 2 * LINE);
+const _: () = assert!(size_of::<ConsumerEntry>() == CONSUMER_ENTRY_SIZE);
+const _: () = assert!(offset_of!(ConsumerEntry, cold) == LINE);
+const _: () = assert!(offset_of!(ConsumerHot, next) == 0);
+const _: () = assert!(offset_of!(ConsumerHot, state) == 8);
+const _: () = assert!(offset_of!(ConsumerCold, name) == 32);
+const _: () = assert!(offset_of!(ConsumerCold, counters) == 96);
+
+/// Producer table entry states.
+pub mod producer_state {
+    /// Unused entry.
+    pub const FREE: u32 = 0;
+    /// Being filled in.
+    pub const ATTACHING: u32 = 1;
+    /// Attached.
+    pub const ACTIVE: u32 = 2;
+}
+
+/// One producer table entry, written only by its producer (and the broker on repair).
+#[repr(C, align(128))]
+#[derive(Debug, Default)]
+pub struct ProducerEntry {
+    /// A [`producer_state`] value.
+    pub state: AtomicU32,
+    /// Process id.
+    pub pid: AtomicU32,
+    /// Process start time (see [`ConsumerCold::start_time`]).
+    pub start_time: AtomicU64,
+    /// First sequence of the claim this producer holds, plus one (0: none).
+    pub in_flight: AtomicU64,
+    /// Number of sequences in that claim.
+    pub in_flight_len: AtomicU64,
+    /// Events published.
+    pub published: AtomicU64,
+    /// Publishes refused (ring full on try, timed out, closed, too large).
+    pub refused: AtomicU64,
+    /// Claims dropped without commit (published as tombstones).
+    pub tombstoned: AtomicU64,
+    /// Claims of this producer repaired by the broker after it died.
+    pub repaired: AtomicU64,
+    /// Times this producer parked waiting for room.
+    pub parks: AtomicU64,
+}
+
+/// Size of [`ProducerEntry`].
+pub const PRODUCER_ENTRY_SIZE: usize = LINE;
+const _: () = assert!(size_of::<ProducerEntry>() == PRODUCER_ENTRY_SIZE);
+const _: () = assert!(offset_of!(ProducerEntry, in_flight) == 16);
+const _: () = assert!(offset_of!(ProducerEntry, published) == 32);
+
+/// The header of every slot. The payload follows it.
+///
+/// `stamp` is the protocol: a producer that owns sequence `s` for this slot stores
+/// `s | STAMP_WRITING` (Relaxed) before touching the payload and `s` (Release) after; a
+/// consumer waiting for `s` loads `stamp` (Acquire) and reads the payload once it equals
+/// `s`. A stamp above `s` (writing bit aside) means the consumer was lapped.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct SlotHeader {
+    /// Sequence last published into the slot (see above).
+    pub stamp: AtomicU64,
+    /// Payload length in bytes.
+    pub len: AtomicU32,
+    /// [`crate::SLOT_FLAG_TOMBSTONE`] or 0.
+    pub flags: AtomicU32,
+}
+
+const _: () = assert!(size_of::<SlotHeader>() == SLOT_HEADER_SIZE);
+const _: () = assert!(offset_of!(SlotHeader, stamp) == 0);
+const _: () = assert!(offset_of!(SlotHeader, len) == 8);
+const _: () = assert!(offset_of!(SlotHeader, flags) == 12);

@@ -1,0 +1,234 @@
+//! The segment header and the ring-wide sequence lines.
+
+use core::mem::{offset_of, size_of};
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use crate::LINE;
+
+/// One value alone on a 128-byte line (explicit, unlike `CachePadded`, whose alignment
+/// changes per target).
+#[repr(C, align(128))]
+#[derive(Debug, Default)]
+pub struct Padded<T> {
+    /// The value.
+    pub value: T,
+}
+
+/// The segment header at offset 0.
+///
+/// The configuration fields (`capacity` to `config_checksum`) are written once by the
+/// creator before `magic` and never again; every reader copies them through [`crate::validate`]
+/// and uses the copy. The fields after them change while the ring lives.
+#[repr(C, align(128))]
+#[derive(Debug, Default)]
+pub struct Header {
+    /// [`crate::MAGIC`] once initialised; written last (Release).
+    pub magic: AtomicU64,
+    /// [`crate::LAYOUT_VERSION`] of the creator.
+    pub version: AtomicU32,
+    /// [`ProducerMode`] as a number.
+    pub producer_mode: AtomicU32,
+    /// [`crate::FINGERPRINT`] of the creator.
+    pub fingerprint: AtomicU64,
+    /// Slots in the ring, a power of two.
+    pub capacity: AtomicU64,
+    /// Bytes per slot including the slot header, a multiple of 64.
+    pub slot_size: AtomicU32,
+    /// Entries in the consumer table.
+    pub max_consumers: AtomicU32,
+    /// Entries in the producer table.
+    pub max_producers: AtomicU32,
+    /// File mode the creator asked for (for display).
+    pub file_mode: AtomicU32,
+    /// How many events an optional consumer may hold producers back, beyond the slowest
+    /// required consumer, before producers stop waiting for it.
+    pub optional_slack: AtomicU64,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_unix_ns: AtomicU64,
+    /// Total bytes of the segment.
+    pub total_size: AtomicU64,
+    /// Checksum over the configuration fields above ([`config_checksum`]).
+    pub config_checksum: AtomicU64,
+    /// [`RingState`] as a number.
+    pub state: AtomicU32,
+    /// How a producer orders its publish against a parking consumer ([`FenceMode`]).
+    pub fence_mode: AtomicU32,
+    /// Incremented on every start of the ring (the first run is 1).
+    pub run: AtomicU64,
+    /// Incremented by every broker that adopts the segment.
+    pub broker_epoch: AtomicU64,
+    /// Pid of the broker that last adopted the segment (0: none).
+    pub broker_pid: AtomicU32,
+    _reserved0: AtomicU32,
+    _reserved: [AtomicU64; 18],
+}
+
+/// Size of [`Header`].
+pub const HEADER_SIZE: usize = 256;
+const _: () = assert!(size_of::<Header>() == HEADER_SIZE);
+const _: () = assert!(offset_of!(Header, magic) == 0);
+const _: () = assert!(offset_of!(Header, version) == 8);
+const _: () = assert!(offset_of!(Header, producer_mode) == 12);
+const _: () = assert!(offset_of!(Header, fingerprint) == 16);
+const _: () = assert!(offset_of!(Header, capacity) == 24);
+const _: () = assert!(offset_of!(Header, slot_size) == 32);
+const _: () = assert!(offset_of!(Header, max_consumers) == 36);
+const _: () = assert!(offset_of!(Header, max_producers) == 40);
+const _: () = assert!(offset_of!(Header, file_mode) == 44);
+const _: () = assert!(offset_of!(Header, optional_slack) == 48);
+const _: () = assert!(offset_of!(Header, created_unix_ns) == 56);
+const _: () = assert!(offset_of!(Header, total_size) == 64);
+const _: () = assert!(offset_of!(Header, config_checksum) == 72);
+const _: () = assert!(offset_of!(Header, state) == 80);
+const _: () = assert!(offset_of!(Header, run) == 88);
+
+/// The configuration words covered by [`Header::config_checksum`], in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigWords {
+    /// See [`Header::producer_mode`].
+    pub producer_mode: u32,
+    /// See [`Header::capacity`].
+    pub capacity: u64,
+    /// See [`Header::slot_size`].
+    pub slot_size: u32,
+    /// See [`Header::max_consumers`].
+    pub max_consumers: u32,
+    /// See [`Header::max_producers`].
+    pub max_producers: u32,
+    /// See [`Header::file_mode`].
+    pub file_mode: u32,
+    /// See [`Header::optional_slack`].
+    pub optional_slack: u64,
+    /// See [`Header::created_unix_ns`].
+    pub created_unix_ns: u64,
+    /// See [`Header::total_size`].
+    pub total_size: u64,
+}
+
+/// The checksum stored in [`Header::config_checksum`]: a bit flip in any configuration field
+/// is caught by validation rather than read as a different ring.
+pub const fn config_checksum(w: &ConfigWords) -> u64 {
+    crate::fnv1a(&[
+        w.producer_mode as u64,
+        w.capacity,
+        w.slot_size as u64,
+        w.max_consumers as u64,
+        w.max_producers as u64,
+        w.file_mode as u64,
+        w.optional_slack,
+        w.created_unix_ns,
+        w.total_size,
+        crate::FINGERPRINT,
+    ])
+}
+
+/// Whether one or many producers may publish into the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u32)]
+pub enum ProducerMode {
+    /// One producer at a time (others are refused at attach).
+    Single = 1,
+    /// Any number of producers up to the table size.
+    #[default]
+    Multi = 2,
+}
+
+impl ProducerMode {
+    /// Decode the header word.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Single),
+            2 => Some(Self::Multi),
+            _ => None,
+        }
+    }
+}
+
+/// The ring's lifecycle state ([`Header::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RingState {
+    /// Publishing and consuming.
+    Running = 1,
+    /// Closed: claims are refused (the claim counter's CLOSED bit is set).
+    Stopped = 2,
+    /// Closed, consumers finishing what was published.
+    Draining = 3,
+    /// Being removed: every client gets an error.
+    Deleted = 4,
+}
+
+impl RingState {
+    /// Decode the header word.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            1 => Some(Self::Running),
+            2 => Some(Self::Stopped),
+            3 => Some(Self::Draining),
+            4 => Some(Self::Deleted),
+            _ => None,
+        }
+    }
+}
+
+/// How a producer's publish is ordered against a consumer that is about to park.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum FenceMode {
+    /// Not decided yet (no parking consumer attached so far).
+    Unset = 0,
+    /// Parking side issues `membarrier(GLOBAL_EXPEDITED)`; publish is a plain load.
+    Membarrier = 1,
+    /// Publish issues a `SeqCst` fence (kernel lacks membarrier).
+    SeqCstFence = 2,
+}
+
+impl FenceMode {
+    /// Decode the header word.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        match v {
+            0 => Some(Self::Unset),
+            1 => Some(Self::Membarrier),
+            2 => Some(Self::SeqCstFence),
+            _ => None,
+        }
+    }
+}
+
+/// A waiter count and a 32-bit futex word, on one line.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct WakeLine {
+    /// Processes parked (or about to park) on `word`.
+    pub waiters: AtomicU32,
+    /// The futex word: bumped by a waker, waited on by a parker. 32-bit: the kernel has no
+    /// 64-bit futex, and mixed-size access to one atomic is undefined.
+    pub word: AtomicU32,
+}
+
+/// The ring-wide sequences, each alone on its line.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct SequenceLines {
+    /// The claim counter: next sequence to hand out, with [`crate::CLAIM_CLOSED`] in bit 63.
+    pub claim: Padded<AtomicU64>,
+    /// A lower bound of every gating consumer's next sequence, shared by producers so that
+    /// one scan of the consumer table serves them all.
+    pub gating: Padded<AtomicU64>,
+    /// Consumers parked waiting for events.
+    pub consumer_wake: Padded<WakeLine>,
+    /// Producers parked waiting for room.
+    pub producer_wake: Padded<WakeLine>,
+}
+
+/// Offset of [`SequenceLines`] in the segment.
+pub const SEQ_LINES_OFFSET: usize = HEADER_SIZE;
+/// Size of [`SequenceLines`].
+pub const SEQ_LINES_SIZE: usize = 4 * LINE;
+const _: () = assert!(size_of::<Padded<AtomicU64>>() == LINE);
+const _: () = assert!(size_of::<SequenceLines>() == SEQ_LINES_SIZE);
+const _: () = assert!(offset_of!(SequenceLines, claim) == 0);
+const _: () = assert!(offset_of!(SequenceLines, gating) == LINE);
+const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 2 * LINE);
+const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 3 * LINE);
+const _: () = assert!(offset_of!(WakeLine, word) == 4);
