@@ -216,7 +216,11 @@ impl Producer {
             // The stop recorded the claim count when it set CLOSED; this increment of the low
             // bits is discarded when the ring starts again.
             self.refuse();
-            return Err(PublishError::Closed);
+            return Err(if self.deleted() {
+                PublishError::Deleted
+            } else {
+                PublishError::Closed
+            });
         }
         self.mark_in_flight(c, n);
         let last = c + n - 1;

@@ -1,0 +1,317 @@
+//! In-process behaviour of one ring: lifecycle of entries, failures, edges. The
+//! cross-process guarantees are in the `shmring-tests` package.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use shmring::{
+    AttachError, ConsumerOptions, OpenError, PollError, ProducerMode, PublishError, Ring,
+    RingConfig, RingState, TryPublishError,
+};
+
+/// A namespace of its own, removed with everything in it on drop (also on panic).
+struct Ns(String);
+
+impl Ns {
+    fn new(test: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        Ns(format!("ct-{}-{test}-{n}", std::process::id()))
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        if let Ok(dir) = shmring::names::namespace_dir(&self.0) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn small(capacity: u64) -> RingConfig {
+    RingConfig {
+        capacity,
+        slot_size: 64,
+        max_consumers: 4,
+        max_producers: 4,
+        ..RingConfig::default()
+    }
+}
+
+fn drain(c: &mut shmring::Consumer) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while c
+        .poll_once(|ev| seen.push(u64::from_le_bytes(ev.bytes().try_into().unwrap())))
+        .unwrap()
+        > 0
+    {}
+    seen
+}
+
+#[test]
+fn handler_panic_fails_the_consumer_and_a_durable_restart_resumes_at_the_failing_event() {
+    let ns = Ns::new("panic");
+    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    for i in 0..5u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    let mut seen = Vec::new();
+    let r = c.poll_once(|ev| {
+        let v = u64::from_le_bytes(ev.bytes().try_into().unwrap());
+        assert!(v != 3, "handler fails on 3");
+        seen.push(v);
+    });
+    assert_eq!(r, Err(PollError::HandlerPanicked { sequence: 3 }));
+    assert_eq!(seen, vec![0, 1, 2]);
+    assert_eq!(c.poll_once(|_| {}), Err(PollError::Failed));
+    let info = ring.info();
+    assert_eq!(info.consumers[0].state, "FAILED");
+    assert_eq!(info.consumers[0].stats.failures, 1);
+    assert_eq!(info.consumers[0].next, 3);
+    // A FAILED required consumer still gates: the producers cannot lap event 3.
+    drop(c);
+    for i in 5..19u64 {
+        p.try_publish(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(p.try_publish(&[0; 8]), Err(TryPublishError::Full));
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    assert_eq!(c.next_sequence(), 3);
+    assert_eq!(drain(&mut c), (3..19).collect::<Vec<_>>());
+}
+
+#[test]
+fn durable_required_consumer_holds_its_events_while_detached() {
+    let ns = Ns::new("detach");
+    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let c = ring.consumer(ConsumerOptions::durable("keep")).unwrap();
+    drop(c);
+    assert_eq!(ring.info().consumers[0].state, "DETACHED");
+    for i in 0..8u64 {
+        p.try_publish(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(p.try_publish(&[0; 8]), Err(TryPublishError::Full));
+    let mut c = ring.consumer(ConsumerOptions::durable("keep")).unwrap();
+    assert_eq!(drain(&mut c), (0..8).collect::<Vec<_>>());
+    // unsubscribe forgets the name: the next attach starts at the head.
+    c.unsubscribe();
+    assert!(ring.info().consumers.is_empty());
+    p.publish(&8u64.to_le_bytes()).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("keep")).unwrap();
+    assert_eq!(c.next_sequence(), 9);
+    assert!(drain(&mut c).is_empty());
+}
+
+#[test]
+fn one_live_process_per_durable_name() {
+    let ns = Ns::new("inuse");
+    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let _c = ring.consumer(ConsumerOptions::durable("x")).unwrap();
+    match ring.consumer(ConsumerOptions::durable("x")) {
+        Err(AttachError::NameInUse { pid, .. }) => assert_eq!(pid, std::process::id()),
+        other => panic!("expected NameInUse, got {:?}", other.map(|c| c.index())),
+    }
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::durable("")),
+        Err(AttachError::BadName(_))
+    ));
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::durable("n".repeat(49))),
+        Err(AttachError::BadName(_))
+    ));
+}
+
+#[test]
+fn single_producer_ring_refuses_a_second_producer() {
+    let ns = Ns::new("sp");
+    let cfg = RingConfig {
+        producer_mode: ProducerMode::Single,
+        ..small(8)
+    };
+    let ring = Ring::create(&ns.0, "r", &cfg).unwrap();
+    let p = ring.producer().unwrap();
+    let err = ring.producer().err().unwrap();
+    assert_eq!(
+        err,
+        AttachError::SingleProducerTaken {
+            pid: std::process::id()
+        }
+    );
+    assert!(err.to_string().contains("single-producer"));
+    drop(p);
+    ring.producer().unwrap();
+}
+
+#[test]
+fn table_full_says_so() {
+    let ns = Ns::new("full");
+    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let held: Vec<_> = (0..4)
+        .map(|_| ring.consumer(ConsumerOptions::anonymous()).unwrap())
+        .collect();
+    let err = ring.consumer(ConsumerOptions::anonymous()).err().unwrap();
+    assert_eq!(
+        err,
+        AttachError::TableFull {
+            what: "consumer",
+            max: 4
+        }
+    );
+    drop(held);
+    ring.consumer(ConsumerOptions::anonymous()).unwrap();
+}
+
+#[test]
+fn create_open_and_open_or_create() {
+    let ns = Ns::new("open");
+    assert!(matches!(
+        Ring::open(&ns.0, "nope"),
+        Err(OpenError::NotFound { .. })
+    ));
+    let a = Ring::open_or_create(&ns.0, "r", &small(8)).unwrap();
+    let b = Ring::open_or_create(&ns.0, "r", &small(8)).unwrap();
+    assert_eq!(a.geometry(), b.geometry());
+    assert!(matches!(
+        Ring::create(&ns.0, "r", &small(8)),
+        Err(OpenError::AlreadyExists { .. })
+    ));
+    let err = Ring::open_or_create(&ns.0, "r", &small(16)).unwrap_err();
+    assert!(matches!(err, OpenError::ConfigMismatch { .. }));
+    assert!(err.to_string().contains("capacity 8"), "{err}");
+    assert!(matches!(
+        Ring::create(&ns.0, "../escape", &small(8)),
+        Err(OpenError::InvalidName { .. })
+    ));
+    assert!(matches!(
+        Ring::create(&ns.0, "r2", &small(12)),
+        Err(OpenError::Config(_))
+    ));
+    // Mode is exact whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(a.path()).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[test]
+fn remove_gives_attached_clients_a_clear_error() {
+    let ns = Ns::new("remove");
+    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    Ring::remove(&ns.0, "r").unwrap();
+    assert_eq!(ring.state(), Some(RingState::Deleted));
+    assert_eq!(p.publish(&[1]), Err(PublishError::Deleted));
+    assert_eq!(p.try_publish(&[1]), Err(TryPublishError::Deleted));
+    assert_eq!(c.poll_once(|_| {}), Err(PollError::Deleted));
+    assert!(matches!(
+        Ring::open(&ns.0, "r"),
+        Err(OpenError::NotFound { .. })
+    ));
+    assert!(matches!(
+        Ring::remove(&ns.0, "r"),
+        Err(OpenError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn end_of_batch_lands_on_the_last_event_when_a_tombstone_ends_the_run() {
+    let ns = Ns::new("eob");
+    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    p.publish(&[1]).unwrap();
+    p.publish(&[2]).unwrap();
+    let claim = p.claim().unwrap();
+    drop(claim);
+    let mut edges = Vec::new();
+    c.poll_once(|ev| edges.push((ev.bytes()[0], ev.is_end_of_batch())))
+        .unwrap();
+    assert_eq!(edges, vec![(1, false), (2, true)]);
+    assert_eq!(c.stats().skipped, 1);
+    assert_eq!(p.stats().tombstoned, 1);
+}
+
+#[test]
+fn batch_cap_bounds_a_poll() {
+    let ns = Ns::new("cap");
+    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().batch_cap(3))
+        .unwrap();
+    for i in 0..7u8 {
+        p.publish(&[i]).unwrap();
+    }
+    let mut sizes = Vec::new();
+    loop {
+        let mut edges = 0;
+        let n = c
+            .poll_once(|ev| edges += usize::from(ev.is_end_of_batch()))
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        assert_eq!(edges, 1, "one end-of-batch edge per batch");
+        sizes.push(n);
+    }
+    assert_eq!(sizes, vec![3, 3, 1]);
+    assert_eq!(c.stats().batches, 3);
+}
+
+#[test]
+fn typed_events_round_trip() {
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+    struct Trade {
+        id: u64,
+        price: f64,
+        qty: u32,
+        side: u32,
+    }
+    let ns = Ns::new("typed");
+    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let t = Trade {
+        id: 7,
+        price: 42.5,
+        qty: 100,
+        side: 1,
+    };
+    p.publish_value(&t).unwrap();
+    let mut claim = p.claim().unwrap();
+    claim.write_value(&Trade { id: 8, ..t }).unwrap();
+    claim.commit();
+    let mut got = Vec::new();
+    c.poll_once(|ev| {
+        assert_eq!(ev.view::<Trade>().copied(), ev.read::<Trade>());
+        assert!(ev.read::<u64>().is_none(), "length must match");
+        got.push(ev.read::<Trade>().unwrap());
+    })
+    .unwrap();
+    assert_eq!(got, vec![t, Trade { id: 8, ..t }]);
+}
+
+#[test]
+fn publish_timeout_waits_then_gives_up_without_spending_a_sequence() {
+    let ns = Ns::new("timeout");
+    let ring = Ring::create(&ns.0, "r", &small(4)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    for i in 0..4u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    assert_eq!(
+        p.publish_timeout(&[9; 8], Duration::from_millis(5)),
+        Err(TryPublishError::Timeout)
+    );
+    assert_eq!(ring.head(), 4);
+    assert_eq!(drain(&mut c), vec![0, 1, 2, 3]);
+    assert_eq!(
+        p.publish_timeout(&4u64.to_le_bytes(), Duration::from_millis(5)),
+        Ok(4)
+    );
+    assert_eq!(p.stats().refused, 1);
+}
