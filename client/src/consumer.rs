@@ -21,15 +21,17 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use shmring_layout::{
     consumer_flags, consumer_state, ConsumerEntry, RingState, NAME_LEN, SLOT_FLAG_TOMBSTONE,
     STAMP_EMPTY, STAMP_WRITING,
 };
 
+use crate::park::{self, Parked, PARK_NET};
 use crate::segment::Segment;
-use crate::wait::Idler;
-use crate::{gating, process, AttachError, Event, PollError, Ring, WaitStrategy};
+use crate::wait::{Idler, Step};
+use crate::{fence, gating, process, AttachError, Event, PollError, Ring, WaitStrategy};
 
 /// Default number of events one `poll_once` delivers at most.
 pub const DEFAULT_BATCH_CAP: usize = 1024;
@@ -99,6 +101,22 @@ pub struct ConsumerStats {
     pub clamped: u64,
     /// Handler failures.
     pub failures: u64,
+    /// Returns from a futex park.
+    pub wakeups: u64,
+    /// Returns from a park by the timed net while an event was already waiting: a wake-up
+    /// the protocol lost. Zero unless something is wrong.
+    pub net_wakeups: u64,
+}
+
+/// How `Consumer::wait` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// An event (or a lap to recover from) is waiting: call `poll_once`.
+    Ready,
+    /// A `TimeoutBlocking` consumer waited its timeout without an event.
+    TimedOut,
+    /// The ring is closed and this consumer has consumed everything published.
+    Closed,
 }
 
 /// Why `run` returned.
@@ -120,6 +138,11 @@ pub struct Consumer {
     batch_cap: u64,
     max_payload: usize,
     idler: Idler,
+    wait: WaitStrategy,
+    /// Since when `wait` has found nothing (for `TimeoutBlocking`).
+    idle_since: Option<Instant>,
+    /// Whether this process uses the asymmetric (membarrier) fence; see `fence`.
+    membarrier: bool,
     failed: bool,
     scratch: [Vec<u8>; 2],
     stats: ConsumerStats,
@@ -193,7 +216,7 @@ impl Consumer {
         let mut dropped = 0;
         let (entry, next) = loop {
             let found = match &words {
-                Some(w) => match Self::resume(&seg, w, flags, opts.name.as_deref())? {
+                Some(w) => match Self::resume(&seg, w, flags, &opts)? {
                     Some((f, lost)) => {
                         dropped = lost;
                         f
@@ -208,7 +231,15 @@ impl Consumer {
             }
         };
         let geo = seg.geometry();
+        let mode = fence::mode();
+        // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
+        seg.header()
+            .fence_mode
+            .fetch_max(mode as u32, Ordering::Relaxed);
         let mut c = Consumer {
+            wait: opts.wait,
+            idle_since: None,
+            membarrier: mode == shmring_layout::FenceMode::Membarrier,
             entry,
             next,
             required: opts.required,
@@ -250,8 +281,9 @@ impl Consumer {
         seg: &Segment,
         words: &[u64; NAME_LEN / 8],
         flags: u32,
-        name: Option<&str>,
+        opts: &ConsumerOptions,
     ) -> Result<Option<(Found, u64)>, AttachError> {
+        let name = opts.name.as_deref();
         let geo = seg.geometry();
         for i in 0..geo.max_consumers {
             let Some(e) = seg.consumer(i) else { break };
@@ -288,13 +320,7 @@ impl Consumer {
             {
                 return Ok(Some((Found::Retry, 0)));
             }
-            let opts = ConsumerOptions {
-                name: name.map(str::to_owned),
-                required: flags & consumer_flags::REQUIRED != 0,
-                batch_cap: 0,
-                wait: WaitStrategy::default(),
-            };
-            Self::fill_cold(e, &opts);
+            Self::fill_cold(e, opts);
             e.hot.flags.store(flags, Ordering::SeqCst);
             let mut next = e.hot.next.load(Ordering::Acquire);
             let mut lost = 0;
@@ -407,6 +433,8 @@ impl Consumer {
             dropped_behind: c.dropped_behind.load(Ordering::Relaxed),
             clamped: c.clamped.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
+            wakeups: c.wakeups.load(Ordering::Relaxed),
+            net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
         };
     }
 
@@ -420,6 +448,12 @@ impl Consumer {
         c.dropped_behind.store(s.dropped_behind, Ordering::Relaxed);
         c.clamped.store(s.clamped, Ordering::Relaxed);
         c.failures.store(s.failures, Ordering::Relaxed);
+        c.wakeups.store(s.wakeups, Ordering::Relaxed);
+        c.net_wakeups.store(s.net_wakeups, Ordering::Relaxed);
+    }
+
+    pub(crate) fn segment(&self) -> &Arc<Segment> {
+        &self.seg
     }
 
     /// The next sequence this consumer will read.
@@ -524,6 +558,8 @@ impl Consumer {
         // Release: SYNC POINT with the Acquire load of `next` in the producers' gate scan;
         // this consumer's reads of every slot below `next` happen-before their reuse.
         self.entry().hot.next.store(next, Ordering::Release);
+        // A producer may be parked waiting for this room.
+        park::notify(&self.seg.lines().producer_wake.value, self.membarrier);
         self.stats.delivered += delivered;
         self.stats.skipped += skipped;
         self.stats.clamped += clamped;
@@ -672,7 +708,9 @@ impl Consumer {
     }
 
     /// Poll until `stop` returns true or the ring is closed and drained, waiting between
-    /// empty polls with this consumer's wait strategy.
+    /// empty polls with this consumer's wait strategy. `stop` is checked after every batch
+    /// and every idle step (a park lasts at most the 50 ms net, or the `TimeoutBlocking`
+    /// timeout).
     pub fn run<F, S>(&mut self, mut handler: F, mut stop: S) -> Result<RunExit, PollError>
     where
         F: FnMut(Event<'_>),
@@ -686,13 +724,93 @@ impl Consumer {
             self.poll_once(&mut handler)?;
             if self.next != before {
                 self.idler.reset();
+                self.idle_since = None;
                 continue;
             }
-            if gating::is_closed(&self.seg) && self.next >= gating::head(&self.seg) {
+            if self.idle_step()? == Some(WaitOutcome::Closed) {
                 return Ok(RunExit::Closed);
             }
-            self.idler.idle();
         }
+    }
+
+    /// Wait, with this consumer's strategy, until an event is waiting, the ring is closed
+    /// and drained, or (`TimeoutBlocking` only) the timeout passes.
+    pub fn wait(&mut self) -> Result<WaitOutcome, PollError> {
+        loop {
+            if let Some(outcome) = self.idle_step()? {
+                if outcome != WaitOutcome::Ready {
+                    return Ok(outcome);
+                }
+            }
+            if self.has_pending() {
+                self.idler.reset();
+                self.idle_since = None;
+                return Ok(WaitOutcome::Ready);
+            }
+        }
+    }
+
+    fn closed_and_drained(&self) -> bool {
+        gating::is_closed(&self.seg) && self.next >= gating::head(&self.seg)
+    }
+
+    /// One idle step of the wait strategy. `Some` when it can say how waiting ends.
+    fn idle_step(&mut self) -> Result<Option<WaitOutcome>, PollError> {
+        if self.failed {
+            return Err(PollError::Failed);
+        }
+        if self.has_pending() {
+            return Ok(Some(WaitOutcome::Ready));
+        }
+        if self.closed_and_drained() {
+            // Acquire: pairs with the Release in `Ring::remove`.
+            if self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32 {
+                return Err(PollError::Deleted);
+            }
+            return Ok(Some(WaitOutcome::Closed));
+        }
+        let timeout = match self.wait {
+            WaitStrategy::TimeoutBlocking { timeout } => {
+                let since = *self.idle_since.get_or_insert_with(Instant::now);
+                let left = timeout.saturating_sub(since.elapsed());
+                if left.is_zero() {
+                    self.idle_since = None;
+                    return Ok(Some(WaitOutcome::TimedOut));
+                }
+                Some(left)
+            }
+            _ => None,
+        };
+        match self.idler.next() {
+            Step::Spin => std::hint::spin_loop(),
+            Step::Yield => std::thread::yield_now(),
+            Step::Sleep(d) => std::thread::sleep(d),
+            Step::Park => self.park(timeout.map_or(PARK_NET, |t| t.min(PARK_NET))),
+        }
+        Ok(None)
+    }
+
+    /// Park on the ring's consumer wake line (see `park` for the protocol).
+    #[cold]
+    fn park(&mut self, net: std::time::Duration) {
+        let entry = self.entry();
+        // Relaxed: display only.
+        entry.cold.parked.store(1, Ordering::Relaxed);
+        let parked = park::park(&self.seg.lines().consumer_wake.value, net, || {
+            self.has_pending() || self.closed_and_drained()
+        });
+        self.entry().cold.parked.store(0, Ordering::Relaxed);
+        match parked {
+            Parked::Ready => return,
+            Parked::Woken => {}
+            Parked::TimedOut => {
+                if self.has_pending() {
+                    self.stats.net_wakeups += 1;
+                }
+            }
+        }
+        self.stats.wakeups += 1;
+        self.store_stats();
     }
 
     /// Detach and free the entry, even a durable one: the name is forgotten and the

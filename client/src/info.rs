@@ -33,6 +33,8 @@ pub struct ConsumerInfo {
     pub lag: u64,
     /// Wait strategy name.
     pub wait: &'static str,
+    /// Whether it is parked on the ring's futex right now.
+    pub parked: bool,
     /// Counters.
     pub stats: ConsumerStats,
 }
@@ -55,6 +57,8 @@ pub struct ProducerInfo {
 /// A snapshot of a ring.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RingInfo {
+    /// How publishes are ordered against parking consumers (`None` if corrupt).
+    pub fence_mode: Option<shmring_layout::FenceMode>,
     /// Lifecycle state (`None` if corrupt).
     pub state: Option<RingState>,
     /// Run counter.
@@ -96,6 +100,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             next,
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
+            parked: e.cold.parked.load(Ordering::Relaxed) != 0,
             stats: ConsumerStats {
                 delivered: c.delivered.load(Ordering::Relaxed),
                 batches: c.batches.load(Ordering::Relaxed),
@@ -103,6 +108,8 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 dropped_behind: c.dropped_behind.load(Ordering::Relaxed),
                 clamped: c.clamped.load(Ordering::Relaxed),
                 failures: c.failures.load(Ordering::Relaxed),
+                wakeups: c.wakeups.load(Ordering::Relaxed),
+                net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
             },
         });
     }
@@ -122,10 +129,12 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 published: e.published.load(Ordering::Relaxed),
                 refused: e.refused.load(Ordering::Relaxed),
                 tombstoned: e.tombstoned.load(Ordering::Relaxed),
+                parks: e.parks.load(Ordering::Relaxed),
             },
         });
     }
     RingInfo {
+        fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),
         state: RingState::from_u32(h.state.load(Ordering::Acquire)),
         run: h.run.load(Ordering::Relaxed),
         head,

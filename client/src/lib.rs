@@ -32,20 +32,29 @@
 mod consumer;
 mod error;
 mod event;
+mod fence;
+mod futex;
 mod gating;
 mod info;
 pub mod names;
+mod park;
 pub mod process;
 mod producer;
 mod ring;
 mod segment;
 mod wait;
+mod wake_set;
 
-pub use consumer::{Consumer, ConsumerOptions, ConsumerStats, RunExit, DEFAULT_BATCH_CAP};
+pub use consumer::{
+    Consumer, ConsumerOptions, ConsumerStats, RunExit, WaitOutcome, DEFAULT_BATCH_CAP,
+};
 pub use error::{AttachError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;
 pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
+pub use park::PARK_NET;
 pub use producer::{Claim, Producer, ProducerStats};
 pub use ring::{Ring, RingConfig};
+pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
-pub use wait::WaitStrategy;
+pub use wait::{Fallback, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
+pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};

@@ -30,10 +30,10 @@ use shmring_layout::{
     STAMP_WRITING,
 };
 
-use crate::gating;
-use crate::process;
+use crate::park::{self, Parked, PARK_NET};
 use crate::segment::Segment;
-use crate::wait::producer_backoff;
+use crate::wait::{producer_backoff, Step};
+use crate::{fence, gating, process};
 use crate::{AttachError, PublishError, Ring, TryPublishError};
 
 /// A producer attached to one ring. `Send` (move it to another thread) but not `Sync`:
@@ -48,6 +48,9 @@ pub struct Producer {
     published: u64,
     refused: u64,
     tombstoned: u64,
+    parks: u64,
+    /// Whether this process uses the asymmetric (membarrier) fence; see `fence`.
+    membarrier: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -60,6 +63,8 @@ pub struct ProducerStats {
     pub refused: u64,
     /// Claims dropped without commit, published as tombstones.
     pub tombstoned: u64,
+    /// Times it parked waiting for room.
+    pub parks: u64,
 }
 
 impl Ring {
@@ -150,7 +155,14 @@ impl Producer {
                 },
             });
         };
+        let mode = fence::mode();
+        // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
+        seg.header()
+            .fence_mode
+            .fetch_max(mode as u32, Ordering::Relaxed);
         Ok(Producer {
+            membarrier: mode == shmring_layout::FenceMode::Membarrier,
+            parks: 0,
             cached_gate: gating::refresh(&seg, 0),
             capacity: geo.capacity,
             max_payload: geo.max_payload(),
@@ -181,6 +193,7 @@ impl Producer {
             published: self.published,
             refused: self.refused,
             tombstoned: self.tombstoned,
+            parks: self.parks,
         }
     }
 
@@ -224,16 +237,44 @@ impl Producer {
         }
         self.mark_in_flight(c, n);
         let last = c + n - 1;
-        if !self.has_room(last) {
-            let mut idle = producer_backoff();
-            while !self.has_room(last) {
-                if self.deleted() {
-                    return Err(PublishError::Deleted);
-                }
-                idle.idle();
-            }
+        if !self.has_room(last) && !self.wait_for_room(last, None) {
+            return Err(PublishError::Deleted);
         }
         Ok(c)
+    }
+
+    /// Wait until `last` may be written: spin, yield, then park on the producer wake line
+    /// until a consumer commits. Returns false if the ring was deleted, or if `deadline`
+    /// passed first.
+    #[cold]
+    fn wait_for_room(&mut self, last: u64, deadline: Option<Instant>) -> bool {
+        let mut idle = producer_backoff();
+        let need = (last + 1).saturating_sub(self.capacity);
+        while !self.has_room(last) {
+            if self.deleted() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            match idle.next() {
+                Step::Spin => std::hint::spin_loop(),
+                Step::Yield => std::thread::yield_now(),
+                Step::Sleep(d) => std::thread::sleep(d),
+                Step::Park => {
+                    let net = deadline.map_or(PARK_NET, |d| {
+                        d.saturating_duration_since(Instant::now()).min(PARK_NET)
+                    });
+                    let seg = &*self.seg;
+                    let parked = park::park(&seg.lines().producer_wake.value, net, || {
+                        gating::refresh(seg, need) >= need || self.deleted()
+                    });
+                    if parked != Parked::Ready {
+                        self.parks += 1;
+                        // Relaxed: a counter only this producer writes.
+                        self.entry().parks.store(self.parks, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        true
     }
 
     /// Take `n` sequences with a CAS once there is room: a refusal spends no sequence.
@@ -317,6 +358,12 @@ impl Producer {
             .store(seq, Ordering::Release);
     }
 
+    /// Wake parked consumers, if any: one load when nobody parks.
+    #[inline(always)]
+    fn notify(&self) {
+        park::notify(&self.seg.lines().consumer_wake.value, self.membarrier);
+    }
+
     #[inline]
     fn count_published(&mut self, n: u64) {
         self.published += n;
@@ -342,6 +389,7 @@ impl Producer {
         self.begin_write(seq);
         self.fill(seq, bytes, 0);
         self.stamp(seq);
+        self.notify();
         self.clear_in_flight();
         self.count_published(1);
         Ok(seq)
@@ -356,6 +404,7 @@ impl Producer {
                 self.begin_write(seq);
                 self.fill(seq, bytes, 0);
                 self.stamp(seq);
+                self.notify();
                 self.clear_in_flight();
                 self.count_published(1);
                 Ok(seq)
@@ -385,18 +434,23 @@ impl Producer {
     ) -> Result<u64, TryPublishError> {
         self.check_len(bytes.len())
             .map_err(|(len, max)| TryPublishError::TooLarge { len, max })?;
-        let mut idle = producer_backoff();
         loop {
             match self.claim_if_room(1) {
                 Ok(seq) => {
                     self.begin_write(seq);
                     self.fill(seq, bytes, 0);
                     self.stamp(seq);
+                    self.notify();
                     self.clear_in_flight();
                     self.count_published(1);
                     return Ok(seq);
                 }
-                Err(TryPublishError::Full) if Instant::now() < deadline => idle.idle(),
+                Err(TryPublishError::Full) if Instant::now() < deadline => {
+                    // Wait for room for the sequence a claim would take now; the claim is
+                    // taken (by CAS) only once there is room, so no sequence is spent.
+                    let next = gating::head(&self.seg);
+                    self.wait_for_room(next, Some(deadline));
+                }
                 Err(TryPublishError::Full) => {
                     self.refuse();
                     return Err(TryPublishError::Timeout);
@@ -436,6 +490,7 @@ impl Producer {
         for i in 0..n {
             self.stamp(first + i);
         }
+        self.notify();
         self.clear_in_flight();
         self.count_published(n);
         Ok(first)
@@ -530,6 +585,7 @@ impl Claim<'_> {
         slot.header.len.store(len as u32, Ordering::Relaxed);
         slot.header.flags.store(flags, Ordering::Relaxed);
         self.producer.stamp(seq);
+        self.producer.notify();
         self.producer.clear_in_flight();
         if flags == 0 {
             self.producer.count_published(1);

@@ -238,6 +238,9 @@ impl Ring {
             .claim
             .value
             .fetch_or(shmring_layout::CLAIM_CLOSED, Ordering::SeqCst);
+        // Parked consumers and producers wake, see the state and return Deleted.
+        crate::park::wake(&self.seg.lines().consumer_wake.value);
+        crate::park::wake(&self.seg.lines().producer_wake.value);
     }
 
     /// The ring's name.
@@ -272,6 +275,12 @@ impl Ring {
     /// Next sequence a producer will claim (the number of claims so far).
     pub fn head(&self) -> u64 {
         crate::gating::head(&self.seg)
+    }
+    /// How publishes are ordered against parking consumers on this ring: the asymmetric
+    /// membarrier fence, or a `SeqCst` fence on publish where the kernel lacks it (the
+    /// weaker mode wins once any attached process uses it).
+    pub fn fence_mode(&self) -> Option<FenceMode> {
+        FenceMode::from_u32(self.seg.header().fence_mode.load(Ordering::Relaxed))
     }
     /// Whether the sequence line is closed (claims are refused).
     pub fn is_closed(&self) -> bool {

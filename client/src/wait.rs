@@ -2,13 +2,22 @@
 //!
 //! The strategy belongs to one consumer in one process. It decides only how that consumer
 //! spends its own idle time; it is recorded in the consumer's table entry for display and
-//! changes nothing a producer or another consumer pays.
+//! changes nothing a producer or another consumer pays: a producer pays one load of the
+//! waiter count per publish, and a `futex_wake` only while somebody is actually parked.
 
 use std::time::Duration;
 
-/// How a consumer waits for events.
+/// What a strategy does once its spin and yield budgets are spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
+pub enum Fallback {
+    /// Park on the ring's futex until a producer wakes it.
+    Park,
+    /// Sleep this long between looks (no producer involvement at all).
+    Sleep(Duration),
+}
+
+/// How a consumer waits for events. The default is [`WaitStrategy::Adaptive`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WaitStrategy {
     /// Spin on the ring with the CPU's spin-loop hint. Lowest latency; burns its core.
     BusySpin,
@@ -26,14 +35,32 @@ pub enum WaitStrategy {
         /// Sleep between looks once idle.
         sleep: Duration,
     },
+    /// Spin `spins` times, yield `yields` times, then fall back to parking or sleeping.
+    PhasedBackoff {
+        /// Spins before yielding.
+        spins: u32,
+        /// Yields before the fallback.
+        yields: u32,
+        /// Park or sleep once both budgets are spent.
+        fallback: Fallback,
+    },
+    /// Park on the ring's futex as soon as the ring is empty (after one last look).
+    Blocking,
+    /// As `Blocking`, but give control back to the caller after `timeout` without events
+    /// (`Consumer::wait` returns `WaitOutcome::TimedOut`; `run` checks its stop predicate).
+    TimeoutBlocking {
+        /// Longest wait before returning control.
+        timeout: Duration,
+    },
+    /// The default: 128 spins (~a few µs, catches bursts), 16 yields, then park.
+    #[default]
+    Adaptive,
 }
 
-impl Default for WaitStrategy {
-    /// Yielding after 100 spins: low latency without monopolising a core on a busy machine.
-    fn default() -> Self {
-        WaitStrategy::Yielding { spins: 100 }
-    }
-}
+/// Spins of [`WaitStrategy::Adaptive`].
+pub const ADAPTIVE_SPINS: u32 = 128;
+/// Yields of [`WaitStrategy::Adaptive`].
+pub const ADAPTIVE_YIELDS: u32 = 16;
 
 impl WaitStrategy {
     /// Sleeping with 100 spins, 10 yields and 100 µs sleeps.
@@ -51,13 +78,22 @@ impl WaitStrategy {
             WaitStrategy::BusySpin => 1,
             WaitStrategy::Yielding { .. } => 2,
             WaitStrategy::Sleeping { .. } => 3,
+            WaitStrategy::PhasedBackoff { .. } => 4,
+            WaitStrategy::Blocking => 5,
+            WaitStrategy::TimeoutBlocking { .. } => 6,
+            WaitStrategy::Adaptive => 7,
         }
     }
 
-    /// The parameter recorded beside the code (nanoseconds of sleep, or 0).
+    /// The parameter recorded beside the code (nanoseconds of sleep or timeout, or 0).
     pub fn param_ns(&self) -> u64 {
         match self {
-            WaitStrategy::Sleeping { sleep, .. } => sleep.as_nanos() as u64,
+            WaitStrategy::Sleeping { sleep, .. }
+            | WaitStrategy::PhasedBackoff {
+                fallback: Fallback::Sleep(sleep),
+                ..
+            } => sleep.as_nanos() as u64,
+            WaitStrategy::TimeoutBlocking { timeout } => timeout.as_nanos() as u64,
             _ => 0,
         }
     }
@@ -68,23 +104,81 @@ impl WaitStrategy {
             1 => "busy-spin",
             2 => "yielding",
             3 => "sleeping",
+            4 => "phased-backoff",
+            5 => "blocking",
+            6 => "timeout-blocking",
+            7 => "adaptive",
             _ => "unknown",
+        }
+    }
+
+    /// Whether this strategy ever parks on the futex.
+    pub fn parks(&self) -> bool {
+        matches!(
+            self,
+            WaitStrategy::Blocking
+                | WaitStrategy::TimeoutBlocking { .. }
+                | WaitStrategy::Adaptive
+                | WaitStrategy::PhasedBackoff {
+                    fallback: Fallback::Park,
+                    ..
+                }
+        )
+    }
+
+    fn phases(&self) -> (u32, u32, Step) {
+        match *self {
+            WaitStrategy::BusySpin => (u32::MAX, 0, Step::Spin),
+            WaitStrategy::Yielding { spins } => (spins, u32::MAX, Step::Yield),
+            WaitStrategy::Sleeping {
+                spins,
+                yields,
+                sleep,
+            } => (spins, yields, Step::Sleep(sleep)),
+            WaitStrategy::PhasedBackoff {
+                spins,
+                yields,
+                fallback,
+            } => (
+                spins,
+                yields,
+                match fallback {
+                    Fallback::Park => Step::Park,
+                    Fallback::Sleep(d) => Step::Sleep(d),
+                },
+            ),
+            WaitStrategy::Blocking | WaitStrategy::TimeoutBlocking { .. } => (0, 0, Step::Park),
+            WaitStrategy::Adaptive => (ADAPTIVE_SPINS, ADAPTIVE_YIELDS, Step::Park),
         }
     }
 }
 
-/// The back-off state of one waiter: call [`Idler::idle`] after every empty look and
+/// One idle step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Spin,
+    Yield,
+    Sleep(Duration),
+    Park,
+}
+
+/// The back-off state of one waiter: ask [`Idler::next`] after every empty look and
 /// [`Idler::reset`] after progress.
 #[derive(Debug, Clone)]
 pub(crate) struct Idler {
-    strategy: WaitStrategy,
-    rounds: u32,
+    spins: u32,
+    yields: u32,
+    last: Step,
+    rounds: u64,
 }
 
 impl Idler {
     pub(crate) fn new(strategy: WaitStrategy) -> Self {
+        let (spins, yields, last) = strategy.phases();
         Self {
-            strategy,
+            spins,
+            yields,
+            last,
             rounds: 0,
         }
     }
@@ -94,42 +188,26 @@ impl Idler {
         self.rounds = 0;
     }
 
-    /// Spend one idle step.
+    /// The next step to take.
     #[inline]
-    pub(crate) fn idle(&mut self) {
-        self.rounds = self.rounds.saturating_add(1);
-        match self.strategy {
-            WaitStrategy::BusySpin => std::hint::spin_loop(),
-            WaitStrategy::Yielding { spins } => {
-                if self.rounds <= spins {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            WaitStrategy::Sleeping {
-                spins,
-                yields,
-                sleep,
-            } => {
-                if self.rounds <= spins {
-                    std::hint::spin_loop();
-                } else if self.rounds <= spins.saturating_add(yields) {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(sleep);
-                }
-            }
+    pub(crate) fn next(&mut self) -> Step {
+        self.rounds += 1;
+        if self.rounds <= u64::from(self.spins) {
+            Step::Spin
+        } else if self.rounds <= u64::from(self.spins) + u64::from(self.yields) {
+            Step::Yield
+        } else {
+            self.last
         }
     }
 }
 
-/// The back-off a producer uses while it waits for room: a short spin, then yields, then
-/// sleeps of 50 µs, so a full ring does not keep a core at 100%.
+/// The back-off of a producer waiting for room: 64 spins, 16 yields, then park until a
+/// consumer moves, so a full ring does not keep a core at 100%.
 pub(crate) fn producer_backoff() -> Idler {
-    Idler::new(WaitStrategy::Sleeping {
+    Idler::new(WaitStrategy::PhasedBackoff {
         spins: 64,
-        yields: 64,
-        sleep: Duration::from_micros(50),
+        yields: 16,
+        fallback: Fallback::Park,
     })
 }

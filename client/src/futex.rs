@@ -1,0 +1,80 @@
+//! Shared futexes on 32-bit words in the segment.
+//!
+//! Never `FUTEX_PRIVATE_FLAG`: a private futex is keyed by the process's address space, so a
+//! wake from another process would never reach a waiter. Shared futexes are keyed by the
+//! mapped file and offset, which every process mapping the segment agrees on.
+
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+use rustix::thread::futex;
+use rustix::time::{ClockId, Timespec};
+
+/// Why a futex wait returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// Woken (or the word had already changed, or a signal interrupted: all mean "look").
+    Woken,
+    /// The timeout passed.
+    TimedOut,
+}
+
+fn timespec(d: Duration) -> Timespec {
+    Timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(d.subsec_nanos()),
+    }
+}
+
+/// Sleep while `*word == expected`, at most `timeout`.
+pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Woke {
+    match futex::wait(
+        word,
+        futex::Flags::empty(),
+        expected,
+        Some(&timespec(timeout)),
+    ) {
+        Err(Errno::TIMEDOUT) => Woke::TimedOut,
+        // Ok: woken. AGAIN: the word moved before we slept. INTR: a signal. Anything else
+        // (EFAULT cannot happen on a live mapping): look again rather than fail.
+        _ => Woke::Woken,
+    }
+}
+
+/// Wake every waiter on `word`. Returns how many were woken.
+pub(crate) fn wake_all(word: &AtomicU32) -> usize {
+    futex::wake(word, futex::Flags::empty(), i32::MAX as u32).unwrap_or(0)
+}
+
+/// Most words one `waitv` can wait on (the kernel's FUTEX_WAITV_MAX).
+pub(crate) const WAITV_MAX: usize = 128;
+
+/// Sleep while every `(word, expected)` holds, until `deadline` (monotonic clock).
+pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Woke {
+    debug_assert!(!words.is_empty() && words.len() <= WAITV_MAX);
+    let mut waits = [futex::Wait::new(); WAITV_MAX];
+    for (w, (word, expected)) in waits.iter_mut().zip(words) {
+        w.val = u64::from(*expected);
+        w.uaddr = futex::WaitPtr::new(word.as_ptr().cast());
+        w.flags = futex::WaitFlags::SIZE_U32;
+    }
+    // futex_waitv takes an absolute time on the given clock; `Instant` is CLOCK_MONOTONIC.
+    let now = rustix::time::clock_gettime(ClockId::Monotonic);
+    let left = deadline.saturating_duration_since(Instant::now());
+    let abs_ns =
+        (now.tv_sec as i128 * 1_000_000_000 + now.tv_nsec as i128) + left.as_nanos() as i128;
+    let abs = Timespec {
+        tv_sec: (abs_ns / 1_000_000_000) as i64,
+        tv_nsec: (abs_ns % 1_000_000_000) as i64,
+    };
+    match futex::waitv(
+        &waits[..words.len()],
+        futex::WaitvFlags::empty(),
+        Some(&abs),
+        ClockId::Monotonic,
+    ) {
+        Err(Errno::TIMEDOUT) => Woke::TimedOut,
+        _ => Woke::Woken,
+    }
+}

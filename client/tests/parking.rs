@@ -1,0 +1,217 @@
+//! Parking, in one process with threads: blocking consumers, producers parked on a full
+//! ring, and the WakeSet. Cross-process versions live in the `shmring-tests` package.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use shmring::{
+    ConsumerOptions, Fallback, Ring, RingConfig, RunExit, WaitOutcome, WaitStrategy, WakeReason,
+    WakeSet,
+};
+
+struct Ns(String);
+
+impl Ns {
+    fn new(test: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        Ns(format!("cp-{}-{test}-{n}", std::process::id()))
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        if let Ok(dir) = shmring::names::namespace_dir(&self.0) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+fn cfg(capacity: u64) -> RingConfig {
+    RingConfig {
+        capacity,
+        slot_size: 64,
+        max_consumers: 4,
+        max_producers: 4,
+        ..RingConfig::default()
+    }
+}
+
+/// Wait for `cond` with a deadline; the watchdog of every wait in these tests.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn every_strategy_delivers_everything_with_no_lost_wakeups() {
+    let strategies = [
+        WaitStrategy::Blocking,
+        WaitStrategy::Adaptive,
+        WaitStrategy::TimeoutBlocking {
+            timeout: Duration::from_millis(5),
+        },
+        WaitStrategy::PhasedBackoff {
+            spins: 10,
+            yields: 2,
+            fallback: Fallback::Park,
+        },
+        WaitStrategy::PhasedBackoff {
+            spins: 10,
+            yields: 2,
+            fallback: Fallback::Sleep(Duration::from_micros(50)),
+        },
+        WaitStrategy::sleeping(),
+        WaitStrategy::Yielding { spins: 10 },
+    ];
+    for wait in strategies {
+        let ns = Ns::new("strategies");
+        let ring = Ring::create(&ns.0, "r", &cfg(8)).unwrap();
+        let mut c = ring
+            .consumer(ConsumerOptions::anonymous().wait(wait))
+            .unwrap();
+        let n = 2_000u64;
+        let consumer = thread::spawn(move || {
+            let expect = std::cell::Cell::new(0u64);
+            let exit = c
+                .run(
+                    |ev| {
+                        assert_eq!(ev.read::<u64>(), Some(expect.get()));
+                        expect.set(expect.get() + 1);
+                    },
+                    || expect.get() == n,
+                )
+                .unwrap();
+            assert_eq!(exit, RunExit::Stopped);
+            (expect.get(), c.stats())
+        });
+        let mut p = ring.producer().unwrap();
+        for i in 0..n {
+            p.publish(&i.to_le_bytes()).unwrap();
+            if i % 97 == 0 {
+                // Let the consumer go idle (and park) now and then.
+                thread::sleep(Duration::from_micros(200));
+            }
+        }
+        drop(p);
+        let (got, stats) = consumer.join().unwrap();
+        assert_eq!(got, n, "{wait:?}");
+        assert_eq!(stats.net_wakeups, 0, "{wait:?} lost a wake-up");
+        if matches!(wait, WaitStrategy::Blocking) {
+            assert!(stats.wakeups > 0, "a blocking consumer that never parked");
+        }
+    }
+}
+
+#[test]
+fn timeout_blocking_returns_control() {
+    let ns = Ns::new("timeout");
+    let ring = Ring::create(&ns.0, "r", &cfg(8)).unwrap();
+    let mut c = ring
+        .consumer(
+            ConsumerOptions::anonymous().wait(WaitStrategy::TimeoutBlocking {
+                timeout: Duration::from_millis(2),
+            }),
+        )
+        .unwrap();
+    assert_eq!(c.wait().unwrap(), WaitOutcome::TimedOut);
+    let mut p = ring.producer().unwrap();
+    p.publish(&[1]).unwrap();
+    assert_eq!(c.wait().unwrap(), WaitOutcome::Ready);
+}
+
+#[test]
+fn a_producer_on_a_full_ring_parks_and_resumes() {
+    let ns = Ns::new("fullpark");
+    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let r2 = ring.clone();
+    let producer = thread::spawn(move || {
+        let mut p = r2.producer().unwrap();
+        for i in 0..40u64 {
+            p.publish(&i.to_le_bytes()).unwrap();
+        }
+        p.stats()
+    });
+    eventually("the producer to park", || {
+        ring.info()
+            .producers
+            .first()
+            .is_some_and(|p| p.stats.parks > 0)
+    });
+    let mut got = Vec::new();
+    eventually("all events", || {
+        c.poll_once(|ev| got.push(ev.read::<u64>().unwrap()))
+            .unwrap();
+        got.len() == 40
+    });
+    assert_eq!(got, (0..40).collect::<Vec<_>>());
+    let stats = producer.join().unwrap();
+    assert!(stats.parks > 0);
+}
+
+#[test]
+fn wakeset_over_64_rings_wakes_on_any_publish() {
+    let ns = Ns::new("wakeset");
+    let rings: Vec<Ring> = (0..64)
+        .map(|i| Ring::create(&ns.0, &format!("r{i}"), &cfg(4)).unwrap())
+        .collect();
+    let mut consumers: Vec<_> = rings
+        .iter()
+        .map(|r| r.consumer(ConsumerOptions::anonymous()).unwrap())
+        .collect();
+    let parked = Arc::new(AtomicBool::new(false));
+    let parked2 = parked.clone();
+    let stepper = thread::spawn(move || {
+        let mut set = WakeSet::new();
+        for c in &consumers {
+            set.add(c).unwrap();
+        }
+        assert_eq!(set.len(), 64);
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            let mut any = false;
+            for (i, c) in consumers.iter_mut().enumerate() {
+                any |= c.poll_once(|ev| got.push((i, ev.bytes()[0]))).unwrap() > 0;
+            }
+            if !any {
+                parked2.store(true, Ordering::SeqCst);
+                set.park_unless(|| consumers.iter().any(|c| c.has_pending()));
+            }
+        }
+        (got, set.stats())
+    });
+    let mut producers: Vec<_> = rings.iter().map(|r| r.producer().unwrap()).collect();
+    for (k, ring) in [(5usize, 1u8), (63, 2), (0, 3)] {
+        eventually("the stepper to park", || parked.load(Ordering::SeqCst));
+        parked.store(false, Ordering::SeqCst);
+        producers[k].publish(&[ring]).unwrap();
+    }
+    let (got, stats) = stepper.join().unwrap();
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    assert_eq!(got_sorted, vec![(0, 3), (5, 1), (63, 2)]);
+    assert_eq!(stats.net_wakeups, 0);
+}
+
+#[test]
+fn park_until_a_past_deadline_returns_at_once() {
+    let ns = Ns::new("deadline");
+    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let mut set = WakeSet::new();
+    set.add_ring(&ring).unwrap();
+    set.add_ring(&ring).unwrap();
+    assert_eq!(set.len(), 1, "a ring is added once");
+    let past = Instant::now();
+    assert_eq!(set.park_until(past, || false), WakeReason::Deadline);
+    assert_eq!(set.park_until(past, || true), WakeReason::Ready);
+    assert_eq!(
+        set.park_until(Instant::now() + Duration::from_millis(1), || false),
+        WakeReason::Deadline
+    );
+}
