@@ -751,7 +751,7 @@ impl Consumer {
     }
 
     fn closed_and_drained(&self) -> bool {
-        gating::is_closed(&self.seg) && self.next >= gating::head(&self.seg)
+        gating::stop_seq(&self.seg).is_some_and(|stop| self.next >= stop)
     }
 
     /// One idle step of the wait strategy. `Some` when it can say how waiting ends.

@@ -30,10 +30,27 @@ use shmring_layout::{consumer_flags, consumer_state, CLAIM_CLOSED, CLAIM_SEQ_MAS
 
 use crate::segment::Segment;
 
-/// Next sequence to claim.
+/// Next sequence to claim. While the line is closed that is the stop sequence: claims
+/// refused after the close still bumped the counter's low bits, and the next start
+/// discards those bumps.
 pub(crate) fn head(seg: &Segment) -> u64 {
     // Acquire: pairs with the claims' RMWs; callers only read the number.
-    seg.lines().claim.value.load(Ordering::Acquire) & CLAIM_SEQ_MASK
+    let c = seg.lines().claim.value.load(Ordering::Acquire);
+    if c & CLAIM_CLOSED != 0 {
+        if let Some(stop) = stop_seq(seg) {
+            return stop.min(c & CLAIM_SEQ_MASK);
+        }
+    }
+    c & CLAIM_SEQ_MASK
+}
+
+/// The stop sequence, once the ring's state says the line was closed.
+pub(crate) fn stop_seq(seg: &Segment) -> Option<u64> {
+    let h = seg.header();
+    // Acquire: pairs with the Release state store that follows the stop_seq store in
+    // `Ring::stop`, so a non-Running state comes with its stop sequence.
+    let state = h.state.load(Ordering::Acquire);
+    (state != shmring_layout::RingState::Running as u32).then(|| h.stop_seq.load(Ordering::Relaxed))
 }
 
 /// Whether the CLOSED bit is set.

@@ -29,6 +29,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+mod admin;
 mod consumer;
 mod error;
 mod event;
@@ -45,6 +46,7 @@ mod segment;
 mod wait;
 mod wake_set;
 
+pub use admin::{LifecycleError, Repair};
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStats, RunExit, WaitOutcome, DEFAULT_BATCH_CAP,
 };

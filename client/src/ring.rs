@@ -227,17 +227,12 @@ impl Ring {
     }
 
     fn mark_deleted(&self) {
+        self.close_line();
         // Release: pairs with the Acquire in `Ring::state`, read by waiting clients.
         self.seg
             .header()
             .state
             .store(RingState::Deleted as u32, Ordering::Release);
-        // Close the sequence line too, so no claim after this point is accepted.
-        self.seg
-            .lines()
-            .claim
-            .value
-            .fetch_or(shmring_layout::CLAIM_CLOSED, Ordering::SeqCst);
         // Parked consumers and producers wake, see the state and return Deleted.
         crate::park::wake(&self.seg.lines().consumer_wake.value);
         crate::park::wake(&self.seg.lines().producer_wake.value);

@@ -60,7 +60,12 @@ pub struct Header {
     /// Pid of the broker that last adopted the segment (0: none).
     pub broker_pid: AtomicU32,
     _reserved0: AtomicU32,
-    _reserved: [AtomicU64; 18],
+    /// The claim count when the sequence line was last closed (valid while `state` is not
+    /// Running): the first sequence of the next run.
+    pub stop_seq: AtomicU64,
+    /// Monotonic nanoseconds of the broker's last sweep over this ring.
+    pub last_sweep_ns: AtomicU64,
+    _reserved: [AtomicU64; 16],
 }
 
 /// Size of [`Header`].
@@ -81,6 +86,7 @@ const _: () = assert!(offset_of!(Header, total_size) == 64);
 const _: () = assert!(offset_of!(Header, config_checksum) == 72);
 const _: () = assert!(offset_of!(Header, state) == 80);
 const _: () = assert!(offset_of!(Header, run) == 88);
+const _: () = assert!(offset_of!(Header, stop_seq) == 112);
 
 /// The configuration words covered by [`Header::config_checksum`], in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

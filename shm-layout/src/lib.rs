@@ -109,6 +109,7 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     SLOT_HEADER_SIZE as u64,
     core::mem::offset_of!(Header, capacity) as u64,
     core::mem::offset_of!(Header, state) as u64,
+    core::mem::offset_of!(Header, stop_seq) as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
