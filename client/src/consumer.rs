@@ -407,7 +407,11 @@ impl Consumer {
                 j != i
                     && seg.consumer(j).is_some_and(|o| {
                         let st = o.hot.state.load(Ordering::SeqCst);
-                        consumer_state::gates(st) && name_is(o, w)
+                        // The same test `resume` uses to find a durable entry, so that a
+                        // retry always finds what made this attach give way.
+                        consumer_state::gates(st)
+                            && o.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE != 0
+                            && name_is(o, w)
                     })
             });
             if dup {
