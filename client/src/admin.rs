@@ -24,8 +24,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    consumer_state, producer_state, RingState, CLAIM_CLOSED, CLAIM_SEQ_MASK, SLOT_FLAG_TOMBSTONE,
-    STAMP_WRITING,
+    consumer_state, producer_state, RingState, CLAIM_CLOSED, CLAIM_SEQ_MASK, IN_FLIGHT_CLAIMING,
+    SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
 use crate::{gating, park, process, Ring};
@@ -228,43 +228,80 @@ impl Ring {
     }
 
     /// Stop consumer `index` from gating producers (it may be lapped; a required consumer
-    /// that re-attaches resumes at the head and counts the gap). Only if the entry still
-    /// belongs to process `(pid, start_time)`. Returns whether it was released.
+    /// that re-attaches resumes at the head and counts the gap). Only an ACTIVE, FAILED or
+    /// DETACHED entry that still belongs to process `(pid, start_time)`: an entry being
+    /// attached or taken over is never touched. Returns whether it was released.
     pub fn release_consumer(&self, index: u32, pid: u32, start_time: u64) -> bool {
-        self.consumer_cas(index, pid, start_time, consumer_state::RELEASED)
+        self.consumer_cas(
+            index,
+            pid,
+            start_time,
+            &[
+                consumer_state::ACTIVE,
+                consumer_state::FAILED,
+                consumer_state::DETACHED,
+            ],
+            consumer_state::RELEASED,
+        )
     }
 
-    /// Free consumer `index` (an anonymous consumer whose process died). Only if the entry
-    /// still belongs to process `(pid, start_time)`.
+    /// Free consumer `index` (an anonymous consumer whose process died), if it still
+    /// belongs to process `(pid, start_time)`. Also frees an entry left CLAIMED by a process
+    /// that died while attaching: the caller must have seen it CLAIMED by that dead process
+    /// for longer than an attach takes (the pid of a fresh CLAIMED entry may still be the
+    /// previous owner's for a moment).
     pub fn free_consumer(&self, index: u32, pid: u32, start_time: u64) -> bool {
-        self.consumer_cas(index, pid, start_time, consumer_state::FREE)
+        self.consumer_cas(
+            index,
+            pid,
+            start_time,
+            &[
+                consumer_state::ACTIVE,
+                consumer_state::FAILED,
+                consumer_state::DETACHED,
+                consumer_state::RELEASED,
+                consumer_state::CLAIMED,
+            ],
+            consumer_state::FREE,
+        )
     }
 
-    fn consumer_cas(&self, index: u32, pid: u32, start_time: u64, to: u32) -> bool {
+    fn consumer_cas(&self, index: u32, pid: u32, start_time: u64, from: &[u32], to: u32) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;
         };
         let state = e.hot.state.load(Ordering::Acquire);
-        if state == consumer_state::FREE
+        if !from.contains(&state)
             || e.cold.pid.load(Ordering::Relaxed) != pid
             || e.cold.start_time.load(Ordering::Relaxed) != start_time
         {
             return false;
         }
         // SeqCst: a gating change, in the total order of the attach protocol (`gating`).
-        e.hot
+        let done = e
+            .hot
             .state
             .compare_exchange(state, to, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
-            && {
-                park::wake(&self.seg.lines().producer_wake.value);
-                true
-            }
+            .is_ok();
+        if done {
+            park::wake(&self.seg.lines().producer_wake.value);
+        }
+        done
+    }
+
+    /// Monotonic nanoseconds of the broker's last sweep over this ring (0: never).
+    pub fn last_sweep_ns(&self) -> u64 {
+        self.seg.header().last_sweep_ns.load(Ordering::Relaxed)
     }
 
     /// Publish tombstones for the claim held by producer `index`, whose process
     /// `(pid, start_time)` must be dead. A slot whose previous event is still unread is left
     /// for a later call (counted in `waiting`). Frees the entry once the claim is repaired.
+    ///
+    /// A producer that died between announcing a claim and learning its sequence (see
+    /// `IN_FLIGHT_CLAIMING`) left a hole nobody can name: every unpublished sequence below
+    /// the head that no live producer holds is then tombstoned. Call this only after the
+    /// unblock timeout, so that a live producer has long since recorded its claim.
     pub fn repair_dead_producer(&self, index: u32, pid: u32, start_time: u64) -> Repair {
         let mut repair = Repair::default();
         let Some(e) = self.seg.producer(index) else {
@@ -276,29 +313,73 @@ impl Ring {
         {
             return repair;
         }
-        let first = e.in_flight.load(Ordering::Acquire);
-        if first != 0 {
-            let first = first - 1;
+        let held = e.in_flight.load(Ordering::Acquire);
+        if held == IN_FLIGHT_CLAIMING {
+            repair = self.repair_unattributed(index);
+        } else if held != 0 {
+            let first = held - 1;
             // A claim is at most capacity/2 sequences; a larger length is corruption.
             let len = e
                 .in_flight_len
                 .load(Ordering::Relaxed)
                 .clamp(1, self.capacity() / 2);
-            for seq in first..first + len {
+            for seq in first..first.saturating_add(len) {
                 match self.tombstone(seq) {
                     Some(true) => repair.tombstoned += 1,
                     Some(false) => {}
                     None => repair.waiting += 1,
                 }
             }
-            if repair.waiting > 0 {
-                return repair;
-            }
-            e.repaired.fetch_add(repair.tombstoned, Ordering::Relaxed);
-            e.in_flight.store(0, Ordering::Release);
         }
+        if repair.waiting > 0 {
+            return repair;
+        }
+        e.repaired.fetch_add(repair.tombstoned, Ordering::Relaxed);
+        e.in_flight.store(0, Ordering::Release);
         e.pid.store(0, Ordering::Relaxed);
         e.state.store(producer_state::FREE, Ordering::Release);
+        repair
+    }
+
+    /// Tombstone every unpublished sequence from the slowest consumer to the head that no
+    /// other attached producer holds (`skip` is the dead producer's entry). If another
+    /// producer is itself between announcing and recording a claim, nothing is done now.
+    fn repair_unattributed(&self, skip: u32) -> Repair {
+        let mut repair = Repair::default();
+        let geo = self.seg.geometry();
+        let mut held: Vec<(u64, u64)> = Vec::new();
+        for i in (0..geo.max_producers).filter(|&i| i != skip) {
+            let Some(p) = self.seg.producer(i) else { break };
+            if p.state.load(Ordering::Acquire) != producer_state::ACTIVE {
+                continue;
+            }
+            match p.in_flight.load(Ordering::Acquire) {
+                0 => {}
+                IN_FLIGHT_CLAIMING => {
+                    repair.waiting += 1;
+                    return repair;
+                }
+                first => held.push((first - 1, p.in_flight_len.load(Ordering::Relaxed))),
+            }
+        }
+        let head = gating::head(&self.seg);
+        // Holes lie at or after the slowest gating consumer; a live producer's claim can be
+        // at most max_producers claims of capacity/2 ahead of it, so this range is bounded.
+        let from = gating::scan(&self.seg)
+            .max(head.saturating_sub(u64::from(geo.max_producers) * geo.capacity));
+        for seq in from..head {
+            if held
+                .iter()
+                .any(|&(f, n)| seq >= f && seq < f.saturating_add(n))
+            {
+                continue;
+            }
+            match self.tombstone(seq) {
+                Some(true) => repair.tombstoned += 1,
+                Some(false) => {}
+                None => repair.waiting += 1,
+            }
+        }
         repair
     }
 

@@ -576,11 +576,14 @@ impl Consumer {
         self.failed = true;
         self.stats.failures += 1;
         self.store_stats();
-        // Release: the committed position and counters are visible with the state.
-        self.entry()
-            .hot
-            .state
-            .store(consumer_state::FAILED, Ordering::Release);
+        // Release: the committed position and counters are visible with the state. A CAS
+        // from ACTIVE: a broker's RELEASED is never overwritten.
+        let _ = self.entry().hot.state.compare_exchange(
+            consumer_state::ACTIVE,
+            consumer_state::FAILED,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
         PollError::HandlerPanicked { sequence: at }
     }
 
@@ -827,8 +830,20 @@ impl Consumer {
 impl Drop for Consumer {
     fn drop(&mut self) {
         let e = self.entry();
-        let state = if !self.durable {
+        let released = e.hot.state.load(Ordering::Acquire) == consumer_state::RELEASED;
+        let from = if released {
+            consumer_state::RELEASED
+        } else if self.failed {
+            consumer_state::FAILED
+        } else {
+            consumer_state::ACTIVE
+        };
+        let to = if !self.durable {
             consumer_state::FREE
+        } else if released {
+            // The broker released it: it stays released (not gating), whatever this handle
+            // last knew, and resumes at the head on re-attach.
+            consumer_state::RELEASED
         } else if self.failed {
             consumer_state::FAILED
         } else if self.required {
@@ -836,10 +851,24 @@ impl Drop for Consumer {
         } else {
             consumer_state::RELEASED
         };
-        if state == consumer_state::FREE {
+        if to == consumer_state::FREE {
             e.cold.pid.store(0, Ordering::Relaxed);
         }
-        // Release: the final position and counters are visible with the state.
-        e.hot.state.store(state, Ordering::Release);
+        // Release: the final position and counters are visible with the state. A CAS from
+        // the state this handle (or the broker) set, so a concurrent release is not undone.
+        if e.hot
+            .state
+            .compare_exchange(from, to, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+            && to == consumer_state::FREE
+        {
+            // Released by the broker in between: an anonymous entry is freed all the same.
+            let _ = e.hot.state.compare_exchange(
+                consumer_state::RELEASED,
+                consumer_state::FREE,
+                Ordering::Release,
+                Ordering::Relaxed,
+            );
+        }
     }
 }

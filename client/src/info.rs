@@ -48,8 +48,12 @@ pub struct ProducerInfo {
     pub pid: u32,
     /// Start time of that process.
     pub start_time: u64,
-    /// First sequence of the claim it holds, if any.
+    /// First sequence of the claim it holds, if any (and known: see `claiming`).
     pub in_flight: Option<u64>,
+    /// Taking a claim whose sequence it does not know yet.
+    pub claiming: bool,
+    /// Sequences of its claims the broker tombstoned after it died.
+    pub repaired: u64,
     /// Counters.
     pub stats: ProducerStats,
 }
@@ -124,7 +128,11 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             index: i,
             pid: e.pid.load(Ordering::Relaxed),
             start_time: e.start_time.load(Ordering::Relaxed),
-            in_flight: in_flight.checked_sub(1),
+            in_flight: (in_flight != shmring_layout::IN_FLIGHT_CLAIMING)
+                .then(|| in_flight.checked_sub(1))
+                .flatten(),
+            claiming: in_flight == shmring_layout::IN_FLIGHT_CLAIMING,
+            repaired: e.repaired.load(Ordering::Relaxed),
             stats: ProducerStats {
                 published: e.published.load(Ordering::Relaxed),
                 refused: e.refused.load(Ordering::Relaxed),

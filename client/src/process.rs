@@ -12,13 +12,18 @@ pub struct ProcessId {
     pub start_time: u64,
 }
 
-/// Read a process's start time, or `None` if there is no such process.
+/// Read a process's start time, or `None` if there is no such process or it has exited
+/// (a zombie waiting to be reaped, or a dead task, is not running anything).
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    let after = &stat[stat.rfind(')')? + 1..];
-    // After ')' come fields 3.. ; start time is field 22, i.e. the 20th here.
-    after.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    // Field 3 is the state; Z (zombie) and X (dead) mean it has exited.
+    if matches!(fields.next()?, "Z" | "X") {
+        return None;
+    }
+    // Start time is field 22, i.e. the 19th after the state.
+    fields.nth(18)?.parse().ok()
 }
 
 /// Whether the process that wrote `(pid, start_time)` still runs.
@@ -57,5 +62,23 @@ mod tests {
         assert!(is_alive(me.pid, me.start_time));
         assert!(!is_alive(me.pid, me.start_time + 1));
         assert!(!is_alive(0, 0));
+    }
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: the child is a zombie once it exits. Wait for that state through
+        // /proc (bounded), without reaping it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+        {
+            assert!(std::time::Instant::now() < deadline, "child never exited");
+            std::thread::yield_now();
+        }
+        assert_eq!(start_time(pid), None);
+        child.wait().unwrap();
     }
 }

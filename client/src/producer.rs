@@ -26,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    producer_state, ProducerEntry, ProducerMode, RingState, CLAIM_CLOSED, SLOT_FLAG_TOMBSTONE,
-    STAMP_WRITING,
+    producer_state, ProducerEntry, ProducerMode, RingState, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
+    SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
 use crate::park::{self, Parked, PARK_NET};
@@ -222,10 +222,18 @@ impl Producer {
 
     /// Take `n` sequences (`fetch_add`) and wait at the wrap gate for the last of them.
     fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
+        // Announce the claim before taking it: a producer that dies between the two leaves
+        // a hole the broker can then find (see `Ring::repair_dead_producer`).
+        // Relaxed: the locked RMW below orders it on x86_64, and the broker reads it only
+        // after this process is dead.
+        self.entry()
+            .in_flight
+            .store(IN_FLIGHT_CLAIMING, Ordering::Relaxed);
         // SeqCst: the claim is an RMW in the total order the attach protocol relies on (see
         // `gating`); on x86_64 every locked RMW costs the same.
         let c = self.seg.lines().claim.value.fetch_add(n, Ordering::SeqCst);
         if c & CLAIM_CLOSED != 0 {
+            self.clear_in_flight();
             // The stop recorded the claim count when it set CLOSED; this increment of the low
             // bits is discarded when the ring starts again.
             self.refuse();
@@ -293,6 +301,9 @@ impl Producer {
                 return Err(TryPublishError::Full);
             }
             // SeqCst: as in `claim_blocking`.
+            self.entry()
+                .in_flight
+                .store(IN_FLIGHT_CLAIMING, Ordering::Relaxed);
             if self
                 .seg
                 .lines()
@@ -304,6 +315,7 @@ impl Producer {
                 self.mark_in_flight(c, n);
                 return Ok(c);
             }
+            self.clear_in_flight();
             std::hint::spin_loop();
         }
     }

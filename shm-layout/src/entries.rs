@@ -164,7 +164,8 @@ pub struct ProducerEntry {
     pub pid: AtomicU32,
     /// Process start time (see [`ConsumerCold::start_time`]).
     pub start_time: AtomicU64,
-    /// First sequence of the claim this producer holds, plus one (0: none).
+    /// First sequence of the claim this producer holds, plus one (0: none;
+    /// [`crate::IN_FLIGHT_CLAIMING`]: taking a claim, sequence not known yet).
     pub in_flight: AtomicU64,
     /// Number of sequences in that claim.
     pub in_flight_len: AtomicU64,

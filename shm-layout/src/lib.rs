@@ -58,6 +58,10 @@ pub const CLAIM_SEQ_MASK: u64 = CLAIM_CLOSED - 1;
 /// bit never collide with a real sequence. At 10^9 events/s that is 146 years.
 pub const MAX_SEQUENCE: u64 = 1 << 62;
 
+/// [`ProducerEntry::in_flight`] while a producer is taking a claim and does not know its
+/// sequence yet: if it dies there, the hole it leaves can only be found by looking.
+pub const IN_FLIGHT_CLAIMING: u64 = u64::MAX;
+
 /// Size of the slot header that precedes every payload.
 pub const SLOT_HEADER_SIZE: usize = 16;
 
