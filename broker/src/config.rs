@@ -1,0 +1,274 @@
+//! The broker's TOML configuration: which rings to create, their shape, access and health
+//! settings, and what to do when a consumer dies. `default.toml` is embedded and is what
+//! `broker run` uses without `--config`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use shmring::{ProducerMode, RingConfig};
+
+use crate::group::{resolve_group, with_origin, GroupSpec};
+use crate::human::serde_duration;
+
+/// The embedded default configuration (one ring, `default`).
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML, or fields of the wrong type.
+    #[error("config {origin} is not valid: {message}")]
+    Parse {
+        /// File name or "embedded default".
+        origin: String,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// A value out of range.
+    #[error("config {origin}: ring {ring:?}: {message}")]
+    Invalid {
+        /// File name or "embedded default".
+        origin: String,
+        /// The ring.
+        ring: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// A group name that is not in /etc/group.
+    #[error("config {origin}: group {name:?} is not in /etc/group: use an existing group name or a numeric gid")]
+    UnknownGroup {
+        /// File name or "embedded default".
+        origin: String,
+        /// The group.
+        name: String,
+    },
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Broker-wide settings.
+    #[serde(default)]
+    pub broker: BrokerSection,
+    /// Rings by name.
+    #[serde(default)]
+    pub rings: BTreeMap<String, RingSpec>,
+}
+
+/// `[broker]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerSection {
+    /// Group allowed on the control socket (and default group of the rings).
+    pub group: Option<GroupSpec>,
+}
+
+/// What the broker does when a consumer dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Log and keep its gating: its events wait for its restart.
+    #[default]
+    Alert,
+    /// Stop its gating: producers move on; it resumes at the head on re-attach.
+    Release,
+    /// Stop the ring.
+    StopRing,
+}
+
+impl Policy {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Alert => "alert",
+            Policy::Release => "release",
+            Policy::StopRing => "stop-ring",
+        }
+    }
+}
+
+/// `[rings.NAME]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RingSpec {
+    /// Slots, a power of two.
+    pub capacity: u64,
+    /// Bytes per slot including its header.
+    pub slot_size: u32,
+    /// Consumer table size.
+    pub max_consumers: u32,
+    /// Producer table size.
+    pub max_producers: u32,
+    /// "single" or "multi".
+    pub producer_mode: ModeSpec,
+    /// Slack of optional consumers (default capacity/2).
+    pub optional_slack: Option<u64>,
+    /// Segment file mode (default 0o600, 0o660 with a group).
+    pub mode: Option<u32>,
+    /// Group owning the segment.
+    pub group: Option<GroupSpec>,
+    /// Pending and unmoved this long: STALLED.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub stall_threshold: Duration,
+    /// A dead producer's claim is repaired after this long.
+    #[serde(deserialize_with = "serde_duration::deserialize")]
+    pub unblock_timeout: Duration,
+    /// Policy for dead consumers not named in `policies`.
+    pub dead_policy: Policy,
+    /// Policy per consumer name.
+    pub policies: BTreeMap<String, Policy>,
+}
+
+/// Producer mode as written in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeSpec {
+    /// One producer.
+    Single,
+    /// Many producers.
+    #[default]
+    Multi,
+}
+
+impl Default for RingSpec {
+    fn default() -> Self {
+        let ring = RingConfig::default();
+        Self {
+            capacity: ring.capacity,
+            slot_size: ring.slot_size,
+            max_consumers: ring.max_consumers,
+            max_producers: ring.max_producers,
+            producer_mode: ModeSpec::Multi,
+            optional_slack: None,
+            mode: None,
+            group: None,
+            stall_threshold: Duration::from_millis(500),
+            unblock_timeout: Duration::from_secs(1),
+            dead_policy: Policy::Alert,
+            policies: BTreeMap::new(),
+        }
+    }
+}
+
+impl RingSpec {
+    /// The policy for a consumer named `name`.
+    pub fn policy_for(&self, name: &str) -> Policy {
+        self.policies.get(name).copied().unwrap_or(self.dead_policy)
+    }
+
+    /// The sweep period this ring asks for: half the stall threshold, at least 1 ms.
+    pub fn sweep_period(&self) -> Duration {
+        (self.stall_threshold / 2).max(Duration::from_millis(1))
+    }
+
+    /// The client-crate configuration, with the broker's group as the fallback group.
+    pub fn ring_config(&self, broker_group: Option<u32>) -> Result<RingConfig, ConfigError> {
+        let group = match &self.group {
+            Some(g) => Some(resolve_group(g, "ring")?),
+            None => broker_group,
+        };
+        let default_mode = if group.is_some() { 0o660 } else { 0o600 };
+        Ok(RingConfig {
+            capacity: self.capacity,
+            slot_size: self.slot_size,
+            max_consumers: self.max_consumers,
+            max_producers: self.max_producers,
+            producer_mode: match self.producer_mode {
+                ModeSpec::Single => ProducerMode::Single,
+                ModeSpec::Multi => ProducerMode::Multi,
+            },
+            optional_slack: self.optional_slack,
+            mode: self.mode.unwrap_or(default_mode),
+            group,
+        })
+    }
+}
+
+impl Config {
+    /// The embedded default.
+    pub fn embedded() -> Result<Config, ConfigError> {
+        Self::parse(DEFAULT_CONFIG, "embedded default")
+    }
+
+    /// Read and check a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parse and check config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        config.check(origin)?;
+        Ok(config)
+    }
+
+    fn check(&self, origin: &str) -> Result<(), ConfigError> {
+        let invalid = |ring: &str, message: String| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            ring: ring.to_owned(),
+            message,
+        };
+        let broker_group = self.broker_gid().map_err(|e| with_origin(e, origin))?;
+        for (name, spec) in &self.rings {
+            shmring::names::ring_path("check", name).map_err(|e| invalid(name, e.to_string()))?;
+            let ring = spec
+                .ring_config(broker_group)
+                .map_err(|e| with_origin(e, origin))?;
+            ring.geometry().map_err(|e| invalid(name, e.to_string()))?;
+            if spec.stall_threshold.is_zero() || spec.unblock_timeout.is_zero() {
+                return Err(invalid(
+                    name,
+                    "stall_threshold and unblock_timeout must be above zero".into(),
+                ));
+            }
+            if let Some(c) = spec.policies.keys().find(|c| c.is_empty() || c.len() > 48) {
+                return Err(invalid(
+                    name,
+                    format!("consumer name {c:?} in policies must be 1 to 48 bytes"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The broker's group, resolved.
+    pub fn broker_gid(&self) -> Result<Option<u32>, ConfigError> {
+        self.broker
+            .group
+            .as_ref()
+            .map(|g| resolve_group(g, "broker"))
+            .transpose()
+    }
+
+    /// The sweep period: the shortest any ring asks for (1 s with no rings).
+    pub fn sweep_period(&self) -> Duration {
+        self.rings
+            .values()
+            .map(RingSpec::sweep_period)
+            .min()
+            .unwrap_or(Duration::from_secs(1))
+    }
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

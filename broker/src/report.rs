@@ -1,0 +1,248 @@
+//! The status report: what `broker status --json` prints and what the control socket's
+//! `status` request returns. **This is a stable schema** (`schema: 1`): fields are only
+//! ever added, never renamed or removed; a change that would break a reader bumps
+//! `schema`. See broker/README.md for a field-by-field description.
+//!
+//! Every consumer's `sequence` and `idle_ms` come from the same sweep.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of this schema.
+pub const SCHEMA: u32 = 1;
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// Schema version ([`SCHEMA`]).
+    pub schema: u32,
+    /// The namespace.
+    pub namespace: String,
+    /// The broker, or `running: false` when it could not be reached.
+    pub broker: BrokerReport,
+    /// Rings, by name.
+    pub rings: Vec<RingReport>,
+    /// Segment files that failed validation (left alone).
+    pub unreadable: Vec<Unreadable>,
+    /// True when no consumer is STALLED, DEAD or FAILED and every segment is readable.
+    pub healthy: bool,
+}
+
+/// The broker process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerReport {
+    /// Whether a broker answered.
+    pub running: bool,
+    /// Its pid (when down: the pid recorded in the segments by the last broker, if any).
+    pub pid: Option<u32>,
+    /// How many brokers have held this namespace (this one included).
+    pub epoch: Option<u64>,
+    /// Milliseconds since it started.
+    pub uptime_ms: Option<u64>,
+    /// Milliseconds since its last sweep.
+    pub last_sweep_ms: Option<u64>,
+    /// Sweep period, microseconds.
+    pub sweep_period_us: Option<u64>,
+    /// Sweeps so far.
+    pub sweeps: Option<u64>,
+    /// Client processes watched with a pidfd.
+    pub watched_processes: Option<u64>,
+}
+
+/// One ring.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RingReport {
+    /// Name.
+    pub name: String,
+    /// RUNNING, STOPPED, DRAINING, DELETED or CORRUPT.
+    pub state: String,
+    /// Run counter (1 for the first run, +1 per start).
+    pub run: u64,
+    /// Broker epoch of the segment (+1 each time a broker adopts it).
+    pub epoch: u64,
+    /// Slots.
+    pub capacity: u64,
+    /// Bytes per slot (with its 16-byte header).
+    pub slot_size: u32,
+    /// "single" or "multi".
+    pub producer_mode: String,
+    /// Next sequence to claim.
+    pub head: u64,
+    /// Slots producers may still claim before waiting for the slowest gating consumer.
+    pub free: u64,
+    /// Whether claims are refused.
+    pub closed: bool,
+    /// The gating consumer furthest behind.
+    pub slowest: Option<Slowest>,
+    /// Health settings and counters.
+    pub health: RingHealth,
+    /// Attached consumers (and durable ones that detached).
+    pub consumers: Vec<ConsumerReport>,
+    /// Attached producers.
+    pub producers: Vec<ProducerReport>,
+}
+
+/// The slowest gating consumer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Slowest {
+    /// Table index.
+    pub index: u32,
+    /// Name ("" for anonymous).
+    pub name: String,
+    /// Its sequence.
+    pub sequence: u64,
+    /// Events it is behind.
+    pub lag: u64,
+}
+
+/// Health settings and edge counters of a ring (since this broker started).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RingHealth {
+    /// Stall threshold, milliseconds.
+    pub stall_threshold_ms: u64,
+    /// Unblock timeout for dead producers' claims, milliseconds.
+    pub unblock_timeout_ms: u64,
+    /// HEALTHY -> STALLED edges.
+    pub stalls: u64,
+    /// STALLED -> HEALTHY edges.
+    pub recoveries: u64,
+    /// Consumers seen dying (process gone or handler failed).
+    pub deaths: u64,
+    /// Dead consumers released from gating by policy.
+    pub releases: u64,
+    /// Dead anonymous consumers whose entries were freed.
+    pub freed: u64,
+    /// Times the ring was stopped by a stop-ring policy.
+    pub policy_stops: u64,
+    /// Claims of dead producers repaired.
+    pub repaired_claims: u64,
+    /// Sequences tombstoned by those repairs.
+    pub tombstoned: u64,
+}
+
+/// Consumer states as the broker reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ConsumerState {
+    /// Attached, alive, keeping up (or nothing pending).
+    Healthy,
+    /// Pending events and no progress for the stall threshold.
+    Stalled,
+    /// Attached but its process is gone.
+    Dead,
+    /// A durable required consumer that detached: its events wait for it.
+    Detached,
+    /// Its handler failed; it keeps its position for a restart.
+    Failed,
+    /// Not gating (released by policy, or an optional consumer that detached).
+    Released,
+    /// Attaching right now.
+    Attaching,
+}
+
+impl ConsumerState {
+    /// Upper-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsumerState::Healthy => "HEALTHY",
+            ConsumerState::Stalled => "STALLED",
+            ConsumerState::Dead => "DEAD",
+            ConsumerState::Detached => "DETACHED",
+            ConsumerState::Failed => "FAILED",
+            ConsumerState::Released => "RELEASED",
+            ConsumerState::Attaching => "ATTACHING",
+        }
+    }
+    /// Whether this state makes the report unhealthy.
+    pub fn is_unhealthy(self) -> bool {
+        matches!(
+            self,
+            ConsumerState::Stalled | ConsumerState::Dead | ConsumerState::Failed
+        )
+    }
+}
+
+/// One consumer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerReport {
+    /// Table index.
+    pub index: u32,
+    /// Name ("" for anonymous).
+    pub name: String,
+    /// Process that attached it last.
+    pub pid: u32,
+    /// Broker state.
+    pub state: ConsumerState,
+    /// Gates producers unconditionally (else optional).
+    pub required: bool,
+    /// Durable (resumes by name).
+    pub durable: bool,
+    /// Policy applied if it dies: alert, release, stop-ring, or free (anonymous consumers,
+    /// whose entry is freed); empty when the broker is down.
+    pub policy: String,
+    /// Wait strategy.
+    pub wait: String,
+    /// Parked on the ring's futex (only ever true for a live HEALTHY or STALLED consumer).
+    pub parked: bool,
+    /// Next sequence it will read (as of the sweep).
+    pub sequence: u64,
+    /// Events behind the head.
+    pub lag: u64,
+    /// Milliseconds it had not moved at that sweep (`None`: not tracked, broker down).
+    pub idle_ms: Option<u64>,
+    /// Events handed to its handler.
+    pub delivered: u64,
+    /// Tombstones skipped.
+    pub skipped: u64,
+    /// Events lost to lapping or to a release.
+    pub dropped_behind: u64,
+    /// Returns from a park.
+    pub wakeups: u64,
+    /// Of those, by the timed net with an event waiting (lost wake-ups; should be 0).
+    pub net_wakeups: u64,
+    /// Handler failures.
+    pub failures: u64,
+}
+
+/// One producer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProducerReport {
+    /// Table index.
+    pub index: u32,
+    /// Its process.
+    pub pid: u32,
+    /// Whether that process is alive.
+    pub alive: bool,
+    /// First sequence of the claim it holds.
+    pub in_flight: Option<u64>,
+    /// Events published.
+    pub published: u64,
+    /// Publishes refused (full, timed out, stopped, too large).
+    pub refused: u64,
+    /// Claims it dropped unwritten (tombstones).
+    pub tombstoned: u64,
+    /// Sequences of its claims the broker repaired after it died.
+    pub repaired: u64,
+    /// Times it parked waiting for room.
+    pub parks: u64,
+}
+
+/// A segment that could not be opened as a ring.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unreadable {
+    /// The file.
+    pub path: String,
+    /// Why.
+    pub error: String,
+}
+
+impl StatusReport {
+    /// Recompute `healthy` from the rings.
+    pub fn compute_healthy(&mut self) {
+        self.healthy = self.unreadable.is_empty()
+            && self
+                .rings
+                .iter()
+                .flat_map(|r| &r.consumers)
+                .all(|c| !c.state.is_unhealthy());
+    }
+}

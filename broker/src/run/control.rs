@@ -1,0 +1,188 @@
+//! The control socket: `<namespace dir>/broker.sock`, mode 0600 (0660 with the broker
+//! group). Each connection's peer is checked with `SO_PEERCRED`: only the broker's uid,
+//! root, or the configured group may send requests. One thread accepts; each connection
+//! gets a thread of its own (at most `MAX_CONNECTIONS` at once), reads newline-delimited
+//! JSON requests of bounded size with a timeout, and answers each one. Nothing a peer
+//! sends can take the broker down: a bad request gets an error reply.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::fs::{Gid, Mode};
+use tracing::{debug, warn};
+
+use super::ops;
+use super::registry::Broker;
+use crate::protocol::{Reply, Request, MAX_REQUEST};
+
+/// Connections served at once; more are answered "busy" and closed.
+const MAX_CONNECTIONS: usize = 16;
+/// How long a peer may take to send a request line.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Who may send requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Access {
+    /// The broker's effective uid.
+    pub uid: u32,
+    /// The configured group.
+    pub gid: Option<u32>,
+}
+
+impl Access {
+    fn allows(&self, uid: u32, gid: u32) -> bool {
+        uid == 0 || uid == self.uid || self.gid == Some(gid)
+    }
+}
+
+/// Bind the socket (replacing a stale one: the caller holds the namespace lock) and set
+/// its mode and group explicitly (the umask would change a requested mode).
+pub fn bind(path: &Path, gid: Option<u32>) -> std::io::Result<UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => debug!(path = %path.display(), "removed a stale control socket"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    let mode = if gid.is_some() { 0o660 } else { 0o600 };
+    rustix::fs::chmod(path, Mode::from_raw_mode(mode))?;
+    if let Some(g) = gid {
+        rustix::fs::chown(path, None, Some(Gid::from_raw(g)))?;
+    }
+    Ok(listener)
+}
+
+/// Serve connections until the process exits.
+pub fn serve(listener: UnixListener, shared: Arc<Mutex<Broker>>, access: Access) {
+    let active = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                warn!("control socket accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::AcqRel);
+            let _ = reply(
+                &stream,
+                &Reply::error("broker busy: too many control connections, try again"),
+            );
+            continue;
+        }
+        let shared = shared.clone();
+        let done = active.clone();
+        let spawned = std::thread::Builder::new()
+            .name("control".into())
+            .spawn(move || {
+                connection(stream, &shared, access);
+                done.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            active.fetch_sub(1, Ordering::AcqRel);
+            warn!("cannot start a control thread: {e}");
+        }
+    }
+}
+
+fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
+    let peer = match rustix::net::sockopt::socket_peercred(&stream) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = reply(
+                &stream,
+                &Reply::error(format!("cannot identify the peer: {e}")),
+            );
+            return;
+        }
+    };
+    let (uid, gid) = (peer.uid.as_raw(), peer.gid.as_raw());
+    if !access.allows(uid, gid) {
+        warn!(
+            uid,
+            gid,
+            pid = peer.pid.as_raw_nonzero().get(),
+            "refused a control connection"
+        );
+        // Take the request line first (briefly, bounded), so the refusal is its reply and
+        // not a reset the peer sees as a broken pipe.
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+        let _ = BufReader::new(&stream)
+            .take(MAX_REQUEST as u64)
+            .read_until(b'\n', &mut Vec::new());
+        let group = access.gid.map_or(String::new(), |g| format!(", group {g}"));
+        let owner = if access.uid == 0 {
+            String::new()
+        } else {
+            format!("uid {}, ", access.uid)
+        };
+        let _ = reply(&stream, &Reply::error(format!(
+            "permission denied: uid {uid} (gid {gid}) may not control this broker; allowed: {owner}root{group}"
+        )));
+        return;
+    }
+    if stream.set_read_timeout(Some(READ_TIMEOUT)).is_err()
+        || stream.set_write_timeout(Some(READ_TIMEOUT)).is_err()
+    {
+        return;
+    }
+    let mut reader = BufReader::new(&stream);
+    loop {
+        let mut line = Vec::new();
+        let n = match (&mut reader)
+            .take(MAX_REQUEST as u64 + 1)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(n) => n,
+            Err(e) => {
+                debug!("control connection: {e}");
+                return;
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        if line.len() > MAX_REQUEST {
+            let _ = reply(
+                &stream,
+                &Reply::error(format!("request longer than {MAX_REQUEST} bytes refused")),
+            );
+            return;
+        }
+        let answer = match parse(&line) {
+            Ok(req) => {
+                debug!(?req, uid, "control request");
+                ops::execute(shared, req)
+            }
+            Err(message) => Reply::error(message),
+        };
+        if reply(&stream, &answer).is_err() {
+            return;
+        }
+    }
+}
+
+/// A request line, or an error message saying what was expected.
+pub fn parse(line: &[u8]) -> Result<Request, String> {
+    let text = std::str::from_utf8(line).map_err(|_| "malformed request: not UTF-8".to_owned())?;
+    serde_json::from_str(text.trim_end()).map_err(|e| {
+        format!("malformed request ({e}): send one JSON object per line, e.g. {{\"op\":\"status\"}}; ops: ping, status, create, stop, start, drain, delete")
+    })
+}
+
+fn reply(mut stream: &UnixStream, reply: &Reply) -> std::io::Result<()> {
+    let mut out = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
+    out.push(b'\n');
+    stream.write_all(&out)
+}
+
+/// The socket path of a namespace directory.
+pub fn socket_path(dir: &Path) -> PathBuf {
+    dir.join(crate::protocol::SOCKET_NAME)
+}

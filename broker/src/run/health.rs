@@ -1,0 +1,174 @@
+//! Per-consumer health, tracked across sweeps: HEALTHY, STALLED, DEAD, ...
+//!
+//! A consumer is STALLED when it has pending events and its sequence has not moved for the
+//! stall threshold, and HEALTHY again as soon as it moves. The sequence and the instant it
+//! last moved are updated together, in the same sweep, so a report never pairs a sequence
+//! from one sweep with an instant from another. Deaths and handler failures are edges too:
+//! each is reported (and its policy applied) once per attached process.
+
+use std::time::{Duration, Instant};
+
+use shmring::ConsumerInfo;
+use shmring_layout::consumer_state;
+
+use crate::report::ConsumerState;
+
+/// What one sweep saw of a consumer, beyond its table entry.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen {
+    /// Its process is alive.
+    pub alive: bool,
+    /// An event (or a lap) waits at its position.
+    pub pending: bool,
+    /// The sweep's instant.
+    pub now: Instant,
+    /// The ring's stall threshold.
+    pub threshold: Duration,
+}
+
+/// A change a sweep found, to log, count and act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// HEALTHY -> STALLED.
+    Stalled,
+    /// STALLED -> HEALTHY.
+    Recovered,
+    /// Its process is gone while it was attached.
+    Died,
+    /// Its handler failed.
+    Failed,
+    /// An anonymous consumer whose process is gone: free the entry.
+    Orphaned,
+}
+
+/// The broker's record of one consumer entry, for one attached process.
+#[derive(Debug, Clone)]
+pub struct ConsumerHealth {
+    pid: u32,
+    start_time: u64,
+    /// The sequence at the sweep that last saw it move, and that instant.
+    pub sequence: u64,
+    /// When `sequence` was first seen.
+    pub last_moved: Instant,
+    /// Since when it has had pending events at `sequence`.
+    pending_since: Option<Instant>,
+    /// The instant of the last sweep that looked at it.
+    pub swept: Instant,
+    /// Current state.
+    pub state: ConsumerState,
+    /// Death or failure already reported for this process.
+    death_reported: bool,
+}
+
+impl ConsumerHealth {
+    /// A record for `info`, first seen at `now`.
+    pub fn new(info: &ConsumerInfo, now: Instant) -> Self {
+        Self {
+            pid: info.pid,
+            start_time: info.start_time,
+            sequence: info.next,
+            last_moved: now,
+            pending_since: None,
+            swept: now,
+            state: ConsumerState::Healthy,
+            death_reported: false,
+        }
+    }
+
+    /// Whether this record is about the process now in `info`'s entry.
+    pub fn same_process(&self, info: &ConsumerInfo) -> bool {
+        self.pid == info.pid && self.start_time == info.start_time
+    }
+
+    /// Milliseconds it had not moved at the last sweep.
+    pub fn idle_ms(&self) -> u64 {
+        self.swept.duration_since(self.last_moved).as_millis() as u64
+    }
+
+    /// Fold in one sweep's view of the entry; returns the edge crossed, if any.
+    pub fn observe(&mut self, info: &ConsumerInfo, seen: Seen) -> Option<Edge> {
+        self.swept = seen.now;
+        if info.next != self.sequence {
+            self.sequence = info.next;
+            self.last_moved = seen.now;
+            self.pending_since = None;
+        }
+        let (state, edge) = match info.state_code {
+            consumer_state::ACTIVE if !seen.alive => self.death(ConsumerState::Dead, Edge::Died),
+            // Half-attached (CLAIMED) or being taken over (RESUMING): the pid in the entry
+            // may still be the previous owner's, so a dead pid proves nothing here.
+            consumer_state::CLAIMED | consumer_state::RESUMING => (ConsumerState::Attaching, None),
+            consumer_state::FAILED if !info.durable && !seen.alive => {
+                (ConsumerState::Failed, Some(Edge::Orphaned))
+            }
+            consumer_state::FAILED => self.death(ConsumerState::Failed, Edge::Failed),
+            consumer_state::DETACHED => (ConsumerState::Detached, None),
+            consumer_state::RELEASED if !info.durable && !seen.alive => {
+                (ConsumerState::Released, Some(Edge::Orphaned))
+            }
+            consumer_state::RELEASED => (ConsumerState::Released, None),
+            _ => self.stall_check(seen),
+        };
+        self.state = state;
+        edge
+    }
+
+    fn death(&mut self, state: ConsumerState, edge: Edge) -> (ConsumerState, Option<Edge>) {
+        let first = !self.death_reported;
+        self.death_reported = true;
+        (state, first.then_some(edge))
+    }
+
+    fn stall_check(&mut self, seen: Seen) -> (ConsumerState, Option<Edge>) {
+        if !seen.pending {
+            self.pending_since = None;
+        } else if self.pending_since.is_none() {
+            self.pending_since = Some(seen.now);
+        }
+        let waited = self
+            .pending_since
+            .map(|since| seen.now.duration_since(since.max(self.last_moved)));
+        let stalled = waited.is_some_and(|w| w >= seen.threshold);
+        match (self.state == ConsumerState::Stalled, stalled) {
+            (false, true) => (ConsumerState::Stalled, Some(Edge::Stalled)),
+            (true, false) => (ConsumerState::Healthy, Some(Edge::Recovered)),
+            (true, true) => (ConsumerState::Stalled, None),
+            (false, false) => (ConsumerState::Healthy, None),
+        }
+    }
+}
+
+/// The broker's record of one producer entry, for one attached process.
+#[derive(Debug, Clone)]
+pub struct ProducerHealth {
+    pid: u32,
+    start_time: u64,
+    /// When its death was first seen.
+    pub dead_since: Option<Instant>,
+    /// Sequences of its claims repaired so far.
+    pub repaired: u64,
+    /// A stuck repair was already logged.
+    pub warned: bool,
+}
+
+impl ProducerHealth {
+    /// A record for process `(pid, start_time)`.
+    pub fn new(pid: u32, start_time: u64) -> Self {
+        Self {
+            pid,
+            start_time,
+            dead_since: None,
+            repaired: 0,
+            warned: false,
+        }
+    }
+
+    /// Whether this record is about process `(pid, start_time)`.
+    pub fn same_process(&self, pid: u32, start_time: u64) -> bool {
+        self.pid == pid && self.start_time == start_time
+    }
+}
+
+#[cfg(test)]
+#[path = "health_tests.rs"]
+mod tests;

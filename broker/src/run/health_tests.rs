@@ -1,0 +1,116 @@
+//! The health state machine, without processes: stalls, recoveries and deaths as edges.
+
+use std::time::{Duration, Instant};
+
+use shmring::{ConsumerInfo, ConsumerStats};
+use shmring_layout::consumer_state;
+
+use super::{ConsumerHealth, Edge, Seen};
+use crate::report::ConsumerState;
+
+fn info(next: u64, state_code: u32) -> ConsumerInfo {
+    ConsumerInfo {
+        index: 0,
+        name: "c".into(),
+        pid: 42,
+        start_time: 7,
+        state: "",
+        state_code,
+        required: true,
+        durable: true,
+        next,
+        lag: 0,
+        wait: "blocking",
+        parked: false,
+        stats: ConsumerStats::default(),
+    }
+}
+
+const T: Duration = Duration::from_millis(100);
+
+fn seen(now: Instant, pending: bool) -> Seen {
+    Seen {
+        alive: true,
+        pending,
+        now,
+        threshold: T,
+    }
+}
+
+#[test]
+fn pending_without_progress_stalls_once_and_recovers_on_progress() {
+    let t0 = Instant::now();
+    let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
+    let active = |n| info(n, consumer_state::ACTIVE);
+    assert_eq!(h.observe(&active(5), seen(t0, true)), None);
+    assert_eq!(h.observe(&active(5), seen(t0 + T / 2, true)), None);
+    assert_eq!(
+        h.observe(&active(5), seen(t0 + T, true)),
+        Some(Edge::Stalled)
+    );
+    assert_eq!(h.state, ConsumerState::Stalled);
+    assert_eq!(
+        h.observe(&active(5), seen(t0 + 3 * T, true)),
+        None,
+        "edge-triggered"
+    );
+    assert_eq!(h.idle_ms(), 300);
+    assert_eq!(
+        h.observe(&active(9), seen(t0 + 4 * T, true)),
+        Some(Edge::Recovered)
+    );
+    assert_eq!(
+        (h.sequence, h.idle_ms()),
+        (9, 0),
+        "sequence and instant from one sweep"
+    );
+}
+
+#[test]
+fn idle_without_pending_events_is_healthy() {
+    let t0 = Instant::now();
+    let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
+    let active = info(5, consumer_state::ACTIVE);
+    assert_eq!(h.observe(&active, seen(t0 + 10 * T, false)), None);
+    // An event arrives after a long idle spell: the threshold counts from then.
+    assert_eq!(h.observe(&active, seen(t0 + 11 * T, true)), None);
+    assert_eq!(h.state, ConsumerState::Healthy);
+    assert_eq!(
+        h.observe(&active, seen(t0 + 12 * T, true)),
+        Some(Edge::Stalled)
+    );
+}
+
+#[test]
+fn death_and_failure_are_reported_once() {
+    let t0 = Instant::now();
+    let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
+    let dead = Seen {
+        alive: false,
+        ..seen(t0, true)
+    };
+    let active = info(5, consumer_state::ACTIVE);
+    assert_eq!(h.observe(&active, dead), Some(Edge::Died));
+    assert_eq!(h.observe(&active, dead), None);
+    assert_eq!(h.state, ConsumerState::Dead);
+    let mut f = ConsumerHealth::new(&active, t0);
+    let failed = info(5, consumer_state::FAILED);
+    assert_eq!(f.observe(&failed, seen(t0, true)), Some(Edge::Failed));
+    assert_eq!(f.observe(&failed, seen(t0, true)), None);
+    assert_eq!(f.state, ConsumerState::Failed);
+}
+
+#[test]
+fn half_attached_entries_are_left_alone() {
+    let t0 = Instant::now();
+    for code in [consumer_state::CLAIMED, consumer_state::RESUMING] {
+        let i = info(0, code);
+        let mut h = ConsumerHealth::new(&i, t0);
+        let dead = Seen {
+            alive: false,
+            ..seen(t0, true)
+        };
+        assert_eq!(h.observe(&i, dead), None);
+        assert_eq!(h.state, ConsumerState::Attaching);
+    }
+}

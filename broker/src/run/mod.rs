@@ -1,0 +1,160 @@
+//! `broker run`: the daemon.
+//!
+//! ```text
+//! take the namespace lock ──> open/create configured rings, adopt every other segment
+//!        │                     (epoch + 1 each), bind the control socket
+//!        ▼
+//! loop: epoll_wait(pidfds + signal pipe, timeout = sweep period)
+//!        ├─ a pidfd fired: that client died -> sweep now (DEAD within one wake-up)
+//!        ├─ SIGTERM/SIGINT: stop sweeping, remove the socket, exit 0 (rings stay)
+//!        └─ timeout: sweep (stalls, deaths, repairs, report)
+//! ```
+//!
+//! The broker is never on the data path: kill it at any moment and producers and
+//! consumers carry on; the next `broker run` adopts the rings as they are.
+
+mod control;
+mod health;
+mod lock;
+mod ops;
+mod policy;
+mod registry;
+mod repair;
+mod sweep;
+mod watch;
+
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use rustix::event::epoll;
+use tracing::{info, warn};
+
+use crate::config::Config;
+use registry::Broker;
+use watch::Watches;
+
+/// Epoll token of the signal pipe.
+const SIGNAL_TOKEN: u64 = 1;
+
+/// Options of `broker run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Config file (else the embedded default).
+    pub config: Option<PathBuf>,
+    /// Namespace.
+    pub namespace: String,
+}
+
+/// Run the broker until SIGTERM or SIGINT.
+pub fn run(opts: RunOptions) -> anyhow::Result<()> {
+    init_logging();
+    let config = match &opts.config {
+        Some(path) => Config::load(path)?,
+        None => Config::embedded()?,
+    };
+    let gid = config.broker_gid()?;
+    let ns = opts.namespace;
+    let dir = shmring::names::namespace_dir(&ns)?;
+    lock::ensure_dir(&dir, gid)
+        .with_context(|| format!("cannot create the namespace directory {}", dir.display()))?;
+    let held = lock::acquire(&ns, &dir)?;
+
+    let epfd: Arc<OwnedFd> =
+        Arc::new(epoll::create(epoll::CreateFlags::CLOEXEC).context("epoll_create")?);
+    let (sig_read, sig_write) = UnixStream::pair().context("signal pipe")?;
+    sig_read.set_nonblocking(true)?;
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::low_level::pipe::register(sig, sig_write.try_clone()?)
+            .context("installing signal handlers")?;
+    }
+    epoll::add(
+        &*epfd,
+        sig_read.as_fd(),
+        epoll::EventData::new_u64(SIGNAL_TOKEN),
+        epoll::EventFlags::IN,
+    )
+    .context("epoll_ctl")?;
+
+    let mut broker = Broker::new(
+        ns.clone(),
+        config,
+        gid,
+        held.epoch,
+        Watches::new(epfd.clone()),
+    );
+    broker.open_configured();
+    broker.rescan(true);
+    sweep::sweep(&mut broker);
+    let period = broker.period;
+    let rings = broker.rings.len();
+    let shared = Arc::new(Mutex::new(broker));
+
+    let sock = control::socket_path(&dir);
+    let listener = control::bind(&sock, gid)
+        .with_context(|| format!("cannot bind the control socket {}", sock.display()))?;
+    let access = control::Access {
+        uid: rustix::process::geteuid().as_raw(),
+        gid,
+    };
+    let serving = shared.clone();
+    std::thread::Builder::new()
+        .name("control-accept".into())
+        .spawn(move || control::serve(listener, serving, access))
+        .context("starting the control thread")?;
+    info!(namespace = %ns, pid = std::process::id(), epoch = held.epoch, rings,
+        period = ?period, socket = %sock.display(), "broker ready");
+
+    sweep_loop(&shared, &epfd, &sig_read)?;
+    info!(namespace = %ns, "stopping on signal: sweeps end, rings stay");
+    let _ = std::fs::remove_file(&sock);
+    drop(held);
+    Ok(())
+}
+
+/// Wait for deaths, signals or the period; sweep after each wake-up. Returns on a signal.
+fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &UnixStream) -> anyhow::Result<()> {
+    let empty = epoll::Event {
+        flags: epoll::EventFlags::empty(),
+        data: epoll::EventData::new_u64(0),
+    };
+    let mut events = [empty; 32];
+    loop {
+        let period = ops::lock(shared).period;
+        let timeout = rustix::event::Timespec::try_from(period).context("sweep period")?;
+        let n = match epoll::wait(epfd, &mut events[..], Some(&timeout)) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e).context("epoll_wait"),
+        };
+        let mut broker = ops::lock(shared);
+        for ev in &events[..n] {
+            let token = ev.data.u64();
+            if token == SIGNAL_TOKEN {
+                let mut buf = [0u8; 64];
+                let _ = (&*signals).read(&mut buf);
+                return Ok(());
+            }
+            if let Some((pid, _)) = broker.watches.exited(token) {
+                info!(pid, "client process exited");
+            } else {
+                warn!(token, "unknown epoll token");
+            }
+        }
+        sweep::sweep(&mut broker);
+    }
+}
+
+fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init();
+}

@@ -1,0 +1,195 @@
+//! Executing control requests against the broker's state. One mutex orders them with the
+//! sweeps; the long one (drain) runs outside it so sweeps go on meanwhile.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use shmring::Ring;
+use tracing::info;
+
+use super::registry::Broker;
+use crate::protocol::{Reply, Request};
+use crate::report::{BrokerReport, StatusReport, Unreadable, SCHEMA};
+
+/// Default drain timeout.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Lock the shared state; a panic elsewhere does not make it unusable.
+pub fn lock(shared: &Mutex<Broker>) -> std::sync::MutexGuard<'_, Broker> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Carry out one request. A lifecycle request is followed by a sweep, so that the next
+/// status shows its effect.
+pub fn execute(shared: &Mutex<Broker>, req: Request) -> Reply {
+    let lifecycle = !matches!(req, Request::Ping | Request::Status { .. });
+    let reply = dispatch(shared, req);
+    if lifecycle {
+        super::sweep::sweep(&mut lock(shared));
+    }
+    reply
+}
+
+fn dispatch(shared: &Mutex<Broker>, req: Request) -> Reply {
+    match req {
+        Request::Ping => {
+            let b = lock(shared);
+            Reply::Pong {
+                pid: b.pid,
+                namespace: b.namespace.clone(),
+            }
+        }
+        Request::Status { ring } => status(&mut lock(shared), ring.as_deref()),
+        Request::Create {
+            ring,
+            capacity,
+            slot_size,
+        } => create(&mut lock(shared), &ring, capacity, slot_size),
+        Request::Stop { ring } => with_ring(shared, &ring, |r| {
+            r.stop().map(|seq| Reply::Done {
+                message: format!("ring {ring:?} stopped at sequence {seq}: publishes are refused, consumers finish what was published"),
+                sequence: Some(seq),
+                run: None,
+            })
+        }),
+        Request::Start { ring } => with_ring(shared, &ring, |r| {
+            r.start().map(|run| Reply::Done {
+                message: format!(
+                    "ring {ring:?} started: run {run}, publishing continues at sequence {}",
+                    r.head()
+                ),
+                sequence: None,
+                run: Some(run),
+            })
+        }),
+        Request::Drain { ring, timeout_ms } => {
+            let timeout = timeout_ms.map_or(DRAIN_TIMEOUT, Duration::from_millis);
+            with_ring(shared, &ring, |r| {
+                r.drain(timeout).map(|seq| Reply::Done {
+                    message: format!("ring {ring:?} stopped and drained: every gating consumer reached sequence {seq}"),
+                    sequence: Some(seq),
+                    run: None,
+                })
+            })
+        }
+        Request::Delete { ring } => delete(shared, &ring),
+    }
+}
+
+fn unknown(b: &Broker, ring: &str) -> Reply {
+    let known: Vec<&str> = b.rings.keys().map(String::as_str).collect();
+    Reply::error(format!(
+        "no ring named {ring:?} in namespace {:?} (rings: {}): create it with `broker create {ring}`",
+        b.namespace,
+        if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+    ))
+}
+
+/// Run `op` on a clone of ring `name`, outside the lock.
+fn with_ring<F>(shared: &Mutex<Broker>, name: &str, op: F) -> Reply
+where
+    F: FnOnce(&Ring) -> Result<Reply, shmring::LifecycleError>,
+{
+    let ring = {
+        let mut b = lock(shared);
+        b.rescan(true);
+        match b.rings.get(name) {
+            Some(t) => t.ring.clone(),
+            None => return unknown(&b, name),
+        }
+    };
+    let reply = op(&ring).unwrap_or_else(|e| Reply::error(format!("ring {name:?}: {e}")));
+    if let Reply::Done { message, .. } = &reply {
+        info!(ring = name, "{message}");
+    }
+    reply
+}
+
+fn create(b: &mut Broker, name: &str, capacity: Option<u64>, slot_size: Option<u32>) -> Reply {
+    let mut spec = b.spec_for(name);
+    spec.capacity = capacity.unwrap_or(spec.capacity);
+    spec.slot_size = slot_size.unwrap_or(spec.slot_size);
+    let config = match spec.ring_config(b.gid) {
+        Ok(c) => c,
+        Err(e) => return Reply::error(e.to_string()),
+    };
+    match Ring::create(&b.namespace, name, &config) {
+        Ok(ring) => {
+            let g = *ring.geometry();
+            b.track(name.to_owned(), ring, spec);
+            Reply::Done {
+                message: format!(
+                    "ring {name:?} created: capacity {}, slot size {}",
+                    g.capacity, g.slot_size
+                ),
+                sequence: None,
+                run: None,
+            }
+        }
+        Err(e) => Reply::error(e.to_string()),
+    }
+}
+
+fn delete(shared: &Mutex<Broker>, name: &str) -> Reply {
+    let mut b = lock(shared);
+    b.rescan(true);
+    if !b.rings.contains_key(name) {
+        return unknown(&b, name);
+    }
+    match Ring::remove(&b.namespace, name) {
+        Ok(()) => {
+            b.rings.remove(name);
+            info!(
+                ring = name,
+                "ring deleted: attached clients get a Deleted error"
+            );
+            Reply::Done {
+                message: format!("ring {name:?} deleted: attached producers and consumers get a Deleted error, the segment is unlinked"),
+                sequence: None,
+                run: None,
+            }
+        }
+        Err(e) => Reply::error(e.to_string()),
+    }
+}
+
+/// The report of the last sweep (every consumer's sequence and idle time from one sweep).
+pub fn status(b: &mut Broker, only: Option<&str>) -> Reply {
+    if let Some(name) = only {
+        if !b.rings.contains_key(name) {
+            return unknown(b, name);
+        }
+    }
+    let rings = b
+        .rings
+        .iter()
+        .filter(|(n, _)| only.is_none_or(|o| o == n.as_str()))
+        .filter_map(|(_, t)| t.last.clone())
+        .collect();
+    let mut report = StatusReport {
+        schema: SCHEMA,
+        namespace: b.namespace.clone(),
+        broker: BrokerReport {
+            running: true,
+            pid: Some(b.pid),
+            epoch: Some(b.epoch),
+            uptime_ms: Some(b.started.elapsed().as_millis() as u64),
+            last_sweep_ms: b.last_sweep.map(|t| t.elapsed().as_millis() as u64),
+            sweep_period_us: Some(b.period.as_micros() as u64),
+            sweeps: Some(b.sweeps),
+            watched_processes: Some(b.watches.live_count() as u64),
+        },
+        rings,
+        unreadable: b
+            .unreadable
+            .iter()
+            .map(|(p, e)| Unreadable {
+                path: p.display().to_string(),
+                error: e.clone(),
+            })
+            .collect(),
+        healthy: false,
+    };
+    report.compute_healthy();
+    Reply::Status(Box::new(report))
+}

@@ -1,0 +1,114 @@
+//! What the broker does about a consumer's health edges: log and count them, and apply the
+//! dead-consumer policy (alert, release, stop-ring; anonymous consumers are freed).
+
+use shmring::ConsumerInfo;
+use tracing::{info, warn};
+
+use super::health::Edge;
+use super::registry::Tracked;
+use crate::config::Policy;
+use crate::report::ConsumerState;
+
+fn who(c: &ConsumerInfo) -> String {
+    if c.name.is_empty() {
+        format!("anonymous consumer #{} (pid {})", c.index, c.pid)
+    } else {
+        format!("consumer {:?} #{} (pid {})", c.name, c.index, c.pid)
+    }
+}
+
+pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
+    let threshold = t.spec.stall_threshold;
+    match edge {
+        Edge::Stalled => {
+            t.counters.stalls += 1;
+            warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next,
+                "STALLED: {} has pending events and has not moved for {threshold:?}", who(c));
+        }
+        Edge::Recovered => {
+            t.counters.recoveries += 1;
+            info!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next,
+                "HEALTHY: {} moves again", who(c));
+        }
+        Edge::Orphaned => {
+            if t.ring.free_consumer(c.index, c.pid, c.start_time) {
+                t.counters.freed += 1;
+                info!(
+                    ring,
+                    index = c.index,
+                    pid = c.pid,
+                    "freed the entry of {}: its process is gone and it can never resume",
+                    who(c)
+                );
+            }
+        }
+        Edge::Died | Edge::Failed => {
+            t.counters.deaths += 1;
+            let why = if edge == Edge::Died {
+                "its process is gone"
+            } else {
+                "its handler failed"
+            };
+            if !c.durable {
+                if edge == Edge::Died && t.ring.free_consumer(c.index, c.pid, c.start_time) {
+                    t.counters.freed += 1;
+                }
+                warn!(
+                    ring,
+                    index = c.index,
+                    pid = c.pid,
+                    "DEAD: {} ({why}); anonymous, so its entry is freed",
+                    who(c)
+                );
+                return;
+            }
+            apply_policy(ring, t, c, why);
+        }
+    }
+}
+
+/// A dead or failed durable consumer under `release` that gates again: release it again,
+/// so producers are not held by it. The client never puts a released entry back to gating
+/// on its own (its drop keeps RELEASED); this covers a segment written by an older client
+/// or by hand.
+pub fn release_again(ring: &str, t: &mut Tracked, c: &ConsumerInfo, state: ConsumerState) {
+    if matches!(state, ConsumerState::Dead | ConsumerState::Failed)
+        && c.durable
+        && t.spec.policy_for(&c.name) == Policy::Release
+        && t.ring.release_consumer(c.index, c.pid, c.start_time)
+    {
+        t.counters.releases += 1;
+        info!(ring, consumer = %c.name, index = c.index, pid = c.pid,
+            "released {} again: its entry was gating again", who(c));
+    }
+}
+
+fn apply_policy(ring: &str, t: &mut Tracked, c: &ConsumerInfo, why: &str) {
+    let policy = t.spec.policy_for(&c.name);
+    match policy {
+        Policy::Alert => {
+            warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next,
+                "DEAD: {} ({why}); policy alert: it keeps gating, its events wait for its restart", who(c));
+        }
+        Policy::Release => {
+            let released = t.ring.release_consumer(c.index, c.pid, c.start_time);
+            if released {
+                t.counters.releases += 1;
+            }
+            warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next, released,
+                "DEAD: {} ({why}); policy release: it no longer gates producers and resumes at the head on re-attach", who(c));
+        }
+        Policy::StopRing => match t.ring.stop() {
+            Ok(stop) => {
+                t.counters.policy_stops += 1;
+                warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, stop_sequence = stop,
+                    "DEAD: {} ({why}); policy stop-ring: ring stopped at sequence {stop}", who(c));
+            }
+            Err(e) => warn!(
+                ring,
+                "DEAD: {} ({why}); policy stop-ring failed: {e}",
+                who(c)
+            ),
+        },
+    }
+}

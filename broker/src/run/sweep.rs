@@ -1,0 +1,117 @@
+//! One health sweep over every ring: who is alive, who moved, who is stuck; the policies
+//! for dead consumers and the repair of dead producers' claims; and the report.
+
+use std::time::Instant;
+
+use shmring::{ConsumerInfo, RingState};
+use tracing::info;
+
+use super::health::{ConsumerHealth, Seen};
+use super::policy::{on_edge, release_again};
+use super::registry::{Broker, Tracked};
+use super::repair::repair_producers;
+use super::watch::Watches;
+use crate::report::{ConsumerReport, ConsumerState};
+
+/// Sweep every ring once.
+pub fn sweep(broker: &mut Broker) {
+    broker.rescan(false);
+    let now = Instant::now();
+    broker.watches.begin_sweep();
+    let mut deleted = Vec::new();
+    for (name, tracked) in broker.rings.iter_mut() {
+        if tracked.ring.state() == Some(RingState::Deleted) {
+            deleted.push(name.clone());
+            continue;
+        }
+        sweep_ring(name, tracked, &mut broker.watches, now);
+        tracked.ring.mark_sweep(monotonic_ns());
+    }
+    broker.watches.end_sweep();
+    for name in deleted {
+        info!(ring = %name, "ring was deleted; no longer watching it");
+        broker.rings.remove(&name);
+    }
+    broker.sweeps += 1;
+    broker.last_sweep = Some(now);
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (what `Ring::mark_sweep` records).
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) {
+    let info = t.ring.info();
+    let capacity = t.ring.capacity();
+    let threshold = t.spec.stall_threshold;
+    t.consumers
+        .retain(|i, _| info.consumers.iter().any(|c| c.index == *i));
+    let mut consumers = Vec::with_capacity(info.consumers.len());
+    for c in &info.consumers {
+        let alive = watches.alive(c.pid, c.start_time);
+        // Pending: the slot at its position is published, or it has been lapped.
+        let pending = t.ring.is_published(c.next) || info.head >= c.next.saturating_add(capacity);
+        let seen = Seen {
+            alive,
+            pending,
+            now,
+            threshold,
+        };
+        let rec = t
+            .consumers
+            .entry(c.index)
+            .and_modify(|r| {
+                if !r.same_process(c) {
+                    *r = ConsumerHealth::new(c, now);
+                }
+            })
+            .or_insert_with(|| ConsumerHealth::new(c, now));
+        let edge = rec.observe(c, seen);
+        let (state, idle_ms) = (rec.state, rec.idle_ms());
+        let sequence = rec.sequence;
+        match edge {
+            Some(edge) => on_edge(name, t, c, edge),
+            None => release_again(name, t, c, state),
+        }
+        consumers.push(consumer_report(t, c, state, sequence, idle_ms, info.head));
+    }
+    repair_producers(name, t, &info, watches, now);
+    let producers = info
+        .producers
+        .iter()
+        .map(|p| {
+            let repaired = t.producers.get(&p.index).map_or(0, |r| r.repaired);
+            crate::summary::producer_report(p, watches.alive(p.pid, p.start_time), repaired)
+        })
+        .collect();
+    t.last = Some(crate::summary::ring_report(
+        name,
+        &t.ring,
+        &info,
+        consumers,
+        producers,
+        t.counters.clone(),
+    ));
+}
+
+fn consumer_report(
+    t: &Tracked,
+    c: &ConsumerInfo,
+    state: ConsumerState,
+    sequence: u64,
+    idle_ms: u64,
+    head: u64,
+) -> ConsumerReport {
+    let mut r = crate::summary::consumer_report(c, state, head);
+    r.sequence = sequence;
+    r.lag = head.saturating_sub(sequence);
+    r.idle_ms = Some(idle_ms);
+    r.policy = if c.durable {
+        t.spec.policy_for(&c.name).as_str().to_owned()
+    } else {
+        "free".to_owned()
+    };
+    r
+}

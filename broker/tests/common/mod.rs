@@ -1,0 +1,160 @@
+//! Test support: a namespace per test, the broker and child processes under watchdogs,
+//! and the status report read as JSON. Every wait has a deadline; every guard kills and
+//! reaps its process and the namespace directory goes away even when a test fails.
+
+#![allow(dead_code)]
+
+pub mod proc;
+pub mod roles;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+#[allow(unused_imports)]
+pub use proc::{BrokerProc, Proc};
+use serde_json::Value;
+
+/// The deadline of every wait in these tests.
+pub const WAIT: Duration = Duration::from_secs(30);
+/// How often a condition is polled (a watchdog poll, not a synchronisation sleep).
+pub const POLL: Duration = Duration::from_millis(5);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Run one test of this binary at a time: each starts a broker and clients, and this
+/// machine has two cores.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A namespace of its own; its directory is removed on drop.
+pub struct Ns {
+    /// The namespace name.
+    pub name: String,
+}
+
+impl Ns {
+    /// A fresh namespace for test `tag`.
+    pub fn new(tag: &str) -> Ns {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "bt-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let ns = Ns { name };
+        let _ = std::fs::remove_dir_all(ns.dir());
+        ns
+    }
+
+    /// Its directory.
+    pub fn dir(&self) -> PathBuf {
+        shmring::names::namespace_dir(&self.name).expect("valid namespace")
+    }
+
+    /// Write a config file for this namespace and return its path.
+    pub fn config(&self, text: &str) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("{}.toml", self.name));
+        std::fs::write(&path, text).expect("writing the config");
+        path
+    }
+
+    /// Start a broker on this namespace (with `config` text, or the embedded default).
+    pub fn broker(&self, config: Option<&str>) -> BrokerProc {
+        let path = config.map(|c| self.config(c));
+        BrokerProc::start(&self.name, path.as_deref())
+    }
+
+    /// Run a broker CLI command to completion.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_broker"))
+            .arg("--namespace")
+            .arg(&self.name)
+            .args(args)
+            .output()
+            .expect("running the broker CLI")
+    }
+
+    /// `broker status --json`: the report and the exit code.
+    pub fn status(&self) -> (Value, i32) {
+        let out = self.cli(&["status", "--json"]);
+        let code = out.status.code().unwrap_or(-1);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "status --json printed no JSON ({e}): {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (v, code)
+    }
+
+    /// Poll the status until `f` says yes; panics after [`WAIT`] with the last report.
+    pub fn wait_status<T>(&self, what: &str, f: impl FnMut(&Value, i32) -> Option<T>) -> T {
+        self.wait_status_for(what, WAIT, f)
+    }
+
+    /// As [`Ns::wait_status`] with a deadline of `limit`.
+    pub fn wait_status_for<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut f: impl FnMut(&Value, i32) -> Option<T>,
+    ) -> T {
+        let deadline = Instant::now() + limit;
+        loop {
+            let (v, code) = self.status();
+            if let Some(t) = f(&v, code) {
+                return t;
+            }
+            if Instant::now() >= deadline {
+                panic!("timed out after {limit:?} waiting for {what}; last status (exit {code}):\n{v:#}");
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.dir());
+        let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{}.toml", self.name)));
+    }
+}
+
+/// Ring `name` in a report.
+pub fn ring<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    v["rings"].as_array()?.iter().find(|r| r["name"] == name)
+}
+
+/// Consumer `name` of ring `ring` in a report.
+pub fn consumer<'a>(v: &'a Value, ring_name: &str, name: &str) -> Option<&'a Value> {
+    ring(v, ring_name)?["consumers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == name)
+}
+
+/// A number field.
+pub fn num(v: &Value, field: &str) -> u64 {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no number {field:?} in {v:#}"))
+}
+
+/// Wait until `f` says yes, polling; panics after [`WAIT`].
+pub fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {WAIT:?} waiting for {what}");
+        }
+        std::thread::sleep(POLL);
+    }
+}

@@ -1,0 +1,119 @@
+//! The control socket refuses what it should, with clear errors, and stays up: a
+//! malformed request, an oversized one, an unknown ring, and a peer of another uid.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+
+use common::{ring, Ns, Proc};
+use serde_json::Value;
+
+#[test]
+fn role() {
+    common::roles::run_if_child();
+}
+
+fn exchange(ns: &Ns, bytes: &[u8]) -> Value {
+    let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+    s.set_read_timeout(Some(common::WAIT)).expect("timeout");
+    // The broker may refuse (and close) before an oversized request is all written.
+    if let Err(e) = s.write_all(bytes) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "send: {e}");
+    }
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).expect("reply");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply {line:?} is not JSON: {e}"))
+}
+
+fn error_of(v: &Value) -> &str {
+    assert_eq!(v["reply"], "error", "{v}");
+    v["message"].as_str().expect("message")
+}
+
+#[test]
+fn malformed_oversized_and_unknown_requests_are_refused_and_the_broker_stays_up() {
+    let _serial = common::serial();
+    let ns = Ns::new("ctl");
+    let broker = ns.broker(None);
+
+    let v = exchange(&ns, b"this is not json\n");
+    assert!(error_of(&v).contains("malformed request"), "{v}");
+    let v = exchange(&ns, b"{\"op\":\"launch\",\"ring\":\"default\"}\n");
+    assert!(error_of(&v).contains("malformed request"), "{v}");
+    let v = exchange(&ns, b"{\"op\":\"stop\"}\n");
+    assert!(error_of(&v).contains("missing field `ring`"), "{v}");
+    let v = exchange(&ns, &[0xff, 0xfe, b'\n']);
+    assert!(error_of(&v).contains("not UTF-8"), "{v}");
+    let mut huge = vec![b' '; 100 * 1024];
+    huge.push(b'\n');
+    let v = exchange(&ns, &huge);
+    assert!(error_of(&v).contains("longer than"), "{v}");
+    // A peer that connects and says nothing, and one that hangs up mid-line.
+    drop(UnixStream::connect(ns.dir().join("broker.sock")).expect("connect"));
+    {
+        let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+        s.write_all(b"{\"op\":").expect("half a request");
+    }
+
+    let v = exchange(&ns, b"{\"op\":\"stop\",\"ring\":\"nosuch\"}\n");
+    let msg = error_of(&v);
+    assert!(
+        msg.contains("no ring named \"nosuch\"") && msg.contains("default"),
+        "{msg}"
+    );
+    let out = ns.cli(&["drain", "nosuch"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no ring named \"nosuch\""));
+    let out = ns.cli(&["status", "nosuch"]);
+    assert_eq!(out.status.code(), Some(1));
+
+    // Still up, still serving, nothing changed.
+    let v = exchange(&ns, b"{\"op\":\"ping\"}\n");
+    assert_eq!(v["reply"], "pong");
+    assert_eq!(v["pid"], broker.pid());
+    let (v, code) = ns.status();
+    assert_eq!(code, 0);
+    assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
+}
+
+#[test]
+fn a_peer_of_another_uid_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a child as another uid");
+        return;
+    }
+    let _serial = common::serial();
+    let ns = Ns::new("uid");
+    let _broker = ns.broker(None);
+    // Open the file permissions wide, so that only the broker's SO_PEERCRED check stands
+    // between uid 65534 and the broker.
+    let sock = ns.dir().join("broker.sock");
+    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod dir");
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
+
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
+        .env(common::proc::ROLE_ENV, "foreign")
+        .env(shmring::names::NAMESPACE_ENV, &ns.name)
+        .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
+        .current_dir("/")
+        .uid(65534)
+        .gid(65534);
+    let mut child = Proc::spawn("foreign", cmd);
+    let reply = child.expect("@reply");
+    eprintln!("reply to uid 65534: {reply}");
+    assert!(
+        reply.contains("permission denied") && reply.contains("uid 65534"),
+        "{reply}"
+    );
+    let (v, _) = ns.status();
+    assert_eq!(
+        ring(&v, "default").expect("default")["state"],
+        "RUNNING",
+        "the request had no effect"
+    );
+}

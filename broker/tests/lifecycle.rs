@@ -1,0 +1,191 @@
+//! Lifecycle through the broker under load: stop racing four publishing processes loses
+//! nothing (every accepted publish is delivered, every refused one was never accepted) and
+//! start lets publishing continue; delete while attached gives every client a clear error.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{wait_until, Ns, Proc};
+use shmring::{ConsumerOptions, PollError, Ring, WaitOutcome, WaitStrategy};
+
+#[test]
+fn role() {
+    common::roles::run_if_child();
+}
+
+const RACERS: u64 = 4;
+const ROUNDS: u64 = 20;
+
+#[test]
+fn stop_racing_four_publishers_loses_nothing_and_start_continues() {
+    let _serial = common::serial();
+    let ns = Ns::new("race");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 1024\n"));
+    let ring = Ring::open(&ns.name, "r").expect("open");
+    let mut sink = ring
+        .consumer(
+            ConsumerOptions::durable("sink").wait(WaitStrategy::TimeoutBlocking {
+                timeout: Duration::from_millis(10),
+            }),
+        )
+        .expect("consumer");
+    let done = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(AtomicU64::new(0));
+    let (d, r) = (done.clone(), received.clone());
+    // The consumer: every racer's counter must arrive in order, with no gap and no repeat.
+    let checker = std::thread::spawn(move || {
+        let mut next = [0u64; RACERS as usize];
+        while !d.load(Ordering::SeqCst) {
+            let polled = sink.poll_once(|ev| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&ev.bytes()[..8]);
+                let v = u64::from_le_bytes(b);
+                let (id, counter) = ((v >> 32) as usize, v & 0xffff_ffff);
+                if id == u32::MAX as usize {
+                    return; // the test's own event after the last start
+                }
+                assert!(id < next.len(), "unknown racer {id}");
+                assert_eq!(counter, next[id], "racer {id}: lost or repeated event");
+                next[id] += 1;
+                r.fetch_add(1, Ordering::SeqCst);
+            });
+            match polled {
+                Ok(0) => {
+                    if let Ok(WaitOutcome::Closed) = sink.wait() {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                Ok(_) => {}
+                Err(PollError::Deleted) => break,
+                Err(e) => panic!("consumer: {e}"),
+            }
+        }
+        next
+    });
+
+    let mut racers: Vec<Proc> = (0..RACERS)
+        .map(|id| {
+            Proc::role(
+                "racer",
+                &ns.name,
+                &[
+                    ("ROLE_RING", "r".to_owned()),
+                    ("ROLE_ID", id.to_string()),
+                    ("ROLE_PACE_US", "100".to_owned()),
+                ],
+            )
+        })
+        .collect();
+    for r in &mut racers {
+        r.expect("@ready");
+    }
+    let mut per_racer = [0u64; RACERS as usize];
+    let mut total = 0u64;
+    for round in 1..=ROUNDS {
+        for r in &mut racers {
+            r.send("go");
+        }
+        wait_until("publishing to get going", || {
+            (ring.head() >= total + 400).then_some(())
+        });
+        let out = ns.cli(&["stop", "r"]);
+        assert!(
+            out.status.success(),
+            "stop: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for (i, r) in racers.iter_mut().enumerate() {
+            let n: u64 = r.expect("@accepted").parse().expect("a count");
+            per_racer[i] += n;
+            total += n;
+        }
+        assert_eq!(
+            ring.head(),
+            total,
+            "round {round}: the stop sequence is the accepted count"
+        );
+        wait_until("the consumer to get every accepted event", || {
+            (received.load(Ordering::SeqCst) >= total).then_some(())
+        });
+        assert_eq!(
+            received.load(Ordering::SeqCst),
+            total,
+            "round {round}: delivered == accepted"
+        );
+        let out = ns.cli(&["start", "r"]);
+        assert!(
+            out.status.success(),
+            "start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("run {}", round + 1)));
+    }
+    // Started again: publishing continues where it stopped.
+    let mut p = ring.producer().expect("producer");
+    let seq = p.publish(&(u64::from(u32::MAX) << 32).to_le_bytes());
+    assert_eq!(seq, Ok(total), "publishing continues at the stop sequence");
+    for r in &mut racers {
+        r.close_stdin();
+        assert!(r.wait().success());
+    }
+    done.store(true, Ordering::SeqCst);
+    let next = checker.join().expect("the consumer found no loss");
+    assert_eq!(next, per_racer, "per racer: delivered == accepted");
+}
+
+#[test]
+fn delete_while_attached_gives_clients_a_clear_error() {
+    let _serial = common::serial();
+    let ns = Ns::new("delete");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let env = |pairs: &[(&'static str, &str)]| {
+        let mut e = vec![("ROLE_RING", "r".to_owned())];
+        e.extend(pairs.iter().map(|(k, v)| (*k, (*v).to_owned())));
+        e
+    };
+    let mut c = Proc::role("consumer", &ns.name, &env(&[("ROLE_NAME", "c")]));
+    c.expect("@ready");
+    // A second consumer that never polls: the producer ends up parked at the wrap gate.
+    let mut stuck = Proc::role(
+        "consumer",
+        &ns.name,
+        &env(&[("ROLE_NAME", "stuck"), ("ROLE_PAUSED", "1")]),
+    );
+    stuck.expect("@ready");
+    let mut p = Proc::role(
+        "producer",
+        &ns.name,
+        &env(&[("ROLE_PACE_US", "100"), ("ROLE_PROGRESS", "64")]),
+    );
+    p.expect("@ready");
+    p.expect("@progress");
+    ns.wait_status("the producer to be held at the wrap gate", |v, _| {
+        let r = common::ring(v, "r")?;
+        (common::num(r, "free") == 0).then_some(())
+    });
+
+    let out = ns.cli(&["delete", "r"]);
+    assert!(
+        out.status.success(),
+        "delete: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(p.expect("@deleted").starts_with("published="));
+    assert!(c.expect("@deleted").starts_with("count="));
+    // The paused one learns on its next poll.
+    stuck.send("resume");
+    assert!(stuck.expect("@deleted").starts_with("count="));
+    for proc in [&mut p, &mut c, &mut stuck] {
+        assert_eq!(proc.wait().code(), Some(3), "exited with the Deleted error");
+    }
+    assert!(!ns.dir().join("r.ring").exists());
+    let (v, code) = ns.status();
+    assert!(common::ring(&v, "r").is_none(), "{v:#}");
+    assert_eq!(code, 0);
+    // Opening it again says it is gone.
+    let err = Ring::open(&ns.name, "r").expect_err("deleted");
+    assert!(err.to_string().contains("does not exist"), "{err}");
+}

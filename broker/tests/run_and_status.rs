@@ -1,0 +1,187 @@
+//! `broker run` with the embedded default and with a config file; `broker status` with the
+//! broker up and down; SIGTERM leaves the rings in place.
+
+mod common;
+
+use common::{num, ring, Ns};
+
+#[test]
+fn role() {
+    common::roles::run_if_child();
+}
+
+#[test]
+fn default_config_shows_the_default_ring() {
+    let _serial = common::serial();
+    let ns = Ns::new("default");
+    let _broker = ns.broker(None);
+    let (v, code) = ns.status();
+    assert_eq!(code, 0, "healthy status exits 0: {v:#}");
+    assert_eq!(v["schema"], 1);
+    assert_eq!(v["broker"]["running"], true);
+    assert_eq!(v["broker"]["epoch"], 1);
+    let r = ring(&v, "default").expect("ring default listed");
+    assert_eq!(r["state"], "RUNNING");
+    assert_eq!(num(r, "capacity"), 1024);
+    assert_eq!(num(r, "slot_size"), 128);
+    assert_eq!(num(r, "free"), 1024);
+    assert_eq!(num(r, "epoch"), 1);
+    assert!(ns.dir().join("default.ring").exists());
+
+    let text = ns.cli(&["status"]);
+    let screen = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        screen.contains("ring \"default\"") && screen.contains("all healthy"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn config_with_two_rings_shows_both() {
+    let _serial = common::serial();
+    let ns = Ns::new("two");
+    let _broker = ns.broker(Some(
+        "[rings.orders]\ncapacity = 64\nslot_size = 256\n\n[rings.quotes]\ncapacity = 4096\nproducer_mode = \"single\"\nstall_threshold = \"40ms\"\n",
+    ));
+    let (v, code) = ns.status();
+    assert_eq!(code, 0, "{v:#}");
+    let names: Vec<&str> = v["rings"]
+        .as_array()
+        .expect("rings")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert_eq!(names, ["orders", "quotes"]);
+    let orders = ring(&v, "orders").expect("orders");
+    assert_eq!(
+        (num(orders, "capacity"), num(orders, "slot_size")),
+        (64, 256)
+    );
+    let quotes = ring(&v, "quotes").expect("quotes");
+    assert_eq!(num(quotes, "capacity"), 4096);
+    assert_eq!(quotes["producer_mode"], "single");
+    assert_eq!(num(&quotes["health"], "stall_threshold_ms"), 40);
+    // The sweep runs at half the shortest stall threshold.
+    assert_eq!(num(&v["broker"], "sweep_period_us"), 20_000);
+}
+
+#[test]
+fn status_without_a_broker_reads_the_segments_and_exits_2() {
+    let _serial = common::serial();
+    let ns = Ns::new("down");
+    let mut broker = ns.broker(None);
+    let status = broker.terminate();
+    assert!(status.success(), "SIGTERM exits cleanly: {status:?}");
+    assert!(
+        ns.dir().join("default.ring").exists(),
+        "rings stay after the broker exits"
+    );
+    assert!(
+        !ns.dir().join("broker.sock").exists(),
+        "the socket is removed on exit"
+    );
+    let (v, code) = ns.status();
+    assert_eq!(code, 2, "{v:#}");
+    assert_eq!(v["broker"]["running"], false);
+    assert!(ring(&v, "default").is_some(), "{v:#}");
+    let out = ns.cli(&["stop", "default"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no broker is running"));
+}
+
+#[test]
+fn one_broker_per_namespace() {
+    let _serial = common::serial();
+    let ns = Ns::new("lock");
+    let _broker = ns.broker(None);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_broker"))
+        .args(["run", "--namespace", &ns.name])
+        .output()
+        .expect("second broker");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another broker already runs"), "{err}");
+}
+
+#[test]
+fn create_stop_start_drain_delete_through_the_broker() {
+    let _serial = common::serial();
+    let ns = Ns::new("cli");
+    let _broker = ns.broker(None);
+    let ok = |args: &[&str]| {
+        let out = ns.cli(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(&["create", "extra", "--capacity", "128"]);
+    let (v, _) = ns.status();
+    assert_eq!(num(ring(&v, "extra").expect("created"), "capacity"), 128);
+    let again = ns.cli(&["create", "extra"]);
+    assert_eq!(again.status.code(), Some(1), "creating twice is refused");
+    assert!(ok(&["stop", "extra"]).contains("stopped at sequence 0"));
+    assert_eq!(
+        ring(&ns.status().0, "extra").expect("extra")["state"],
+        "STOPPED"
+    );
+    assert!(ok(&["start", "extra"]).contains("run 2"));
+    assert!(ok(&["drain", "extra", "--timeout", "5s"]).contains("drained"));
+    ok(&["start", "extra"]);
+    ok(&["delete", "extra"]);
+    assert!(ring(&ns.status().0, "extra").is_none());
+    assert!(!ns.dir().join("extra.ring").exists());
+}
+
+#[test]
+fn a_segment_that_fails_validation_is_reported_and_left_alone() {
+    let _serial = common::serial();
+    let ns = Ns::new("bad");
+    std::fs::create_dir_all(ns.dir()).expect("dir");
+    let bad = ns.dir().join("junk.ring");
+    let junk = vec![0x5a_u8; 4096];
+    std::fs::write(&bad, &junk).expect("write junk");
+    let _broker = ns.broker(None);
+    let (v, code) = ns.status();
+    assert_eq!(code, 1, "an unreadable segment is unhealthy: {v:#}");
+    let unreadable = v["unreadable"].as_array().expect("unreadable");
+    assert_eq!(unreadable.len(), 1, "{v:#}");
+    assert!(unreadable[0]["path"]
+        .as_str()
+        .is_some_and(|p| p.ends_with("junk.ring")));
+    assert!(
+        ring(&v, "default").is_some(),
+        "the good ring is still served"
+    );
+    assert_eq!(
+        std::fs::read(&bad).expect("still there"),
+        junk,
+        "left alone, byte for byte"
+    );
+}
+
+#[test]
+fn the_printed_default_config_is_valid() {
+    let ns = Ns::new("cfg");
+    let out = ns.cli(&["config", "--print-default"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("[rings.default]") && text.contains("dead_policy"),
+        "{text}"
+    );
+    let path = ns.config(&text);
+    let check = ns.cli(&["config", "--check", path.to_str().expect("utf-8 path")]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert!(String::from_utf8_lossy(&check.stdout).contains("ring default: capacity 1024"));
+    let bad = ns.config("[rings.x]\ncapacity = 3\n");
+    let check = ns.cli(&["config", "--check", bad.to_str().expect("utf-8 path")]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&check.stderr).contains("ring \"x\""));
+}
