@@ -394,14 +394,31 @@ impl Producer {
     }
 
     /// Publish one event, waiting for room. Returns its sequence.
+    #[inline]
     pub fn publish(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
+        self.publish_with::<true>(bytes)
+    }
+
+    /// `publish` without the parked-consumer check: the baseline the benchmarks compare the
+    /// real publish against ("parking compiled out"). A consumer parked on this ring is
+    /// not woken by it; never use it outside a benchmark.
+    #[cfg(feature = "bench-internals")]
+    #[inline]
+    pub fn publish_without_wake_check(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
+        self.publish_with::<false>(bytes)
+    }
+
+    #[inline(always)]
+    fn publish_with<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
         self.check_len(bytes.len())
             .map_err(|(len, max)| PublishError::TooLarge { len, max })?;
         let seq = self.claim_blocking(1)?;
         self.begin_write(seq);
         self.fill(seq, bytes, 0);
         self.stamp(seq);
-        self.notify();
+        if WAKE {
+            self.notify();
+        }
         self.clear_in_flight();
         self.count_published(1);
         Ok(seq)

@@ -1,0 +1,158 @@
+//! Quickstart, terminal 2: publish events into the ring "quickstart".
+//!
+//! ```text
+//! cargo run --release -p shmring --example consumer                  # terminal 1, first
+//! cargo run --release -p shmring --example producer                  # terminal 2
+//! cargo run --release -p shmring --example producer -- 5000000 100   # 5 M events, batches of 100
+//! cargo run --release -p shmring --example producer -- --remove      # delete the ring
+//! ```
+//!
+//! Arguments: `[COUNT] [BATCH]` (default 1,000,000 events, one `publish` each), or `--remove`.
+//! The count can also come from `$QUICKSTART_COUNT`. The ring lives in the default namespace
+//! (`$SHMRING_NAMESPACE`, else `default`): `/dev/shm/shmring.<namespace>/quickstart.ring`.
+//! Producer and consumer both `open_or_create` it with the same configuration, so either
+//! may start first; start the consumer first, or it misses what was published before it.
+
+use std::error::Error;
+use std::time::Instant;
+
+use shmring::{names, ProducerMode, Ring, RingConfig};
+
+/// The event: plain old data, copied into the slot as its bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Tick {
+    /// 0, 1, 2, ... in publish order.
+    id: u64,
+    /// Nanoseconds since the producer started (refreshed every 1024 events).
+    timestamp_ns: u64,
+    price: f64,
+    qty: u32,
+    /// `FLAG_LAST` on the last event of a run.
+    flags: u32,
+}
+
+const FLAG_LAST: u32 = 1;
+const RING: &str = "quickstart";
+const DEFAULT_COUNT: u64 = 1_000_000;
+const USAGE: &str = "usage: producer [COUNT] [BATCH]   or   producer --remove";
+
+/// The ring's shape; the consumer example uses the same (`open_or_create` checks it).
+fn ring_config() -> RingConfig {
+    RingConfig {
+        capacity: 1 << 16,
+        slot_size: 64,
+        producer_mode: ProducerMode::Multi,
+        ..RingConfig::default()
+    }
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let namespace = names::default_namespace();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "--remove") {
+        Ring::remove(&namespace, RING)?;
+        println!("removed ring {RING:?} from namespace {namespace:?}");
+        return Ok(());
+    }
+    let env_count = std::env::var("QUICKSTART_COUNT").ok();
+    let count = match args.first().or(env_count.as_ref()) {
+        Some(s) => parse_number(s, "COUNT")?,
+        None => DEFAULT_COUNT,
+    };
+    let batch = match args.get(1) {
+        Some(s) => parse_number(s, "BATCH")?.max(1),
+        None => 1,
+    };
+
+    let ring = Ring::open_or_create(&namespace, RING, &ring_config())?;
+    if batch > ring.capacity() / 2 {
+        return Err(format!(
+            "BATCH {batch} is above the ring's limit of {}",
+            ring.capacity() / 2
+        )
+        .into());
+    }
+    let mut producer = ring.producer()?;
+    explain_consumers(&ring);
+    println!(
+        "publishing {count} events of {} bytes into {} (batch {batch})",
+        std::mem::size_of::<Tick>(),
+        ring.path().display(),
+    );
+
+    let start = Instant::now();
+    let mut buf: Vec<Tick> = Vec::with_capacity(batch as usize);
+    let mut id = 0u64;
+    let (mut timestamp_ns, mut next_clock_read) = (0u64, 0u64);
+    while id < count {
+        let n = batch.min(count - id);
+        // A clock read costs about as much as a publish: refresh the timestamp every 1024
+        // events rather than on every one.
+        if id >= next_clock_read {
+            timestamp_ns = start.elapsed().as_nanos() as u64;
+            next_clock_read = id + 1024;
+        }
+        buf.clear();
+        buf.extend((id..id + n).map(|i| Tick {
+            id: i,
+            timestamp_ns,
+            price: 100.0 + (i % 1000) as f64 * 0.01,
+            qty: (i % 100) as u32 + 1,
+            flags: if i + 1 == count { FLAG_LAST } else { 0 },
+        }));
+        if n == 1 {
+            producer.publish_value(&buf[0])?;
+        } else {
+            // `publish_batch` takes byte slices: view the Ticks as [u8; 32] arrays.
+            let bytes: &[[u8; std::mem::size_of::<Tick>()]] = bytemuck::cast_slice(&buf);
+            producer.publish_batch(bytes)?;
+        }
+        id += n;
+    }
+    let elapsed = start.elapsed();
+
+    let stats = producer.stats();
+    println!(
+        "published {} events in {:.3} s: {:.1} M events/s",
+        stats.published,
+        elapsed.as_secs_f64(),
+        stats.published as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6,
+    );
+    Ok(())
+}
+
+/// Tell the user what will happen to the events, from who is attached.
+fn explain_consumers(ring: &Ring) {
+    let info = ring.info();
+    if info.consumers.is_empty() {
+        println!(
+            "note: no consumer is attached, so nobody receives these events; start \
+             `cargo run --release -p shmring --example consumer` first"
+        );
+    }
+    for c in info.consumers.iter().filter(|c| c.state != "ACTIVE") {
+        println!(
+            "note: consumer {:?} is {} with {} events waiting for it{}",
+            c.name,
+            c.state,
+            c.lag,
+            if c.required {
+                ": it is required, so once the ring is full this producer waits until it \
+                 re-attaches (start the consumer example)"
+            } else {
+                ""
+            },
+        );
+    }
+}
+
+fn parse_number(s: &str, what: &str) -> Result<u64, String> {
+    s.replace('_', "")
+        .parse()
+        .map_err(|_| format!("{what} must be a whole number, got {s:?}\n{USAGE}"))
+}
