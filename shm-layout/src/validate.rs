@@ -13,7 +13,7 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LayoutError {
     /// Fewer bytes than a header.
-    #[error("segment is truncated: {len} bytes, a header needs {HEADER_SIZE}")]
+    #[error("segment is truncated: {len} bytes, a header needs {HEADER_SIZE}: remove the file and create the ring again")]
     TooShortForHeader {
         /// Bytes available.
         len: u64,
@@ -22,7 +22,7 @@ pub enum LayoutError {
     #[error("segment is not initialised (creator still running or died while creating): remove it and create the ring again")]
     NotInitialised,
     /// Magic is something else.
-    #[error("not a shmring segment (magic {found:#018x})")]
+    #[error("not a shmring segment (magic {found:#018x}): remove the file or use another ring name")]
     BadMagic {
         /// The magic found.
         found: u64,
@@ -40,7 +40,7 @@ pub enum LayoutError {
         found: u64,
     },
     /// A configuration field fails its checksum.
-    #[error("segment header checksum mismatch: the header is corrupted")]
+    #[error("segment header checksum mismatch: the header is corrupted; remove the segment and create the ring again")]
     BadChecksum,
     /// Capacity is not a power of two in range.
     #[error("capacity {0} is not a power of two in {MIN_CAPACITY}..={MAX_CAPACITY}")]
@@ -69,7 +69,7 @@ pub enum LayoutError {
     #[error("segment of {0} bytes exceeds the {MAX_SEGMENT_SIZE}-byte limit")]
     TooLarge(u64),
     /// The header says one size, the file has another.
-    #[error("segment is {actual} bytes but its header says {expected}: truncated or grown")]
+    #[error("segment is {actual} bytes but its header says {expected}: it was truncated or grown; remove it and create the ring again")]
     SizeMismatch {
         /// Size computed from the header.
         expected: u64,

@@ -1,1 +1,55 @@
-fn main() {}
+//! `shmring-testkit`: the child processes of the multi-process integration tests.
+//!
+//! Each subcommand is one role (`produce`, `consume`, `attach-loop`), in its own module
+//! under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
+//! `ready` once attached (the parent waits for it instead of sleeping), `done ...` with its
+//! counters at the end. A violation of an ordering or integrity rule is printed on stderr
+//! and exits with status 1; a panic exits with 101.
+//!
+//! Children never outlive their test: they ask the kernel for SIGKILL when the thread that
+//! spawned them exits (`PR_SET_PDEATHSIG`), and a watchdog thread ends them after
+//! `--timeout-secs` whatever happens.
+
+mod roles;
+
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Child roles for shmring's multi-process tests")]
+struct Cli {
+    /// Exit with status 3 after this many seconds, whatever the role is doing.
+    #[arg(long, global = true, default_value_t = 120)]
+    timeout_secs: u64,
+    #[command(subcommand)]
+    role: Role,
+}
+
+#[derive(Subcommand)]
+enum Role {
+    /// Publish self-checking events with per-producer sequence numbers.
+    Produce(roles::produce::Args),
+    /// Attach a consumer, check every event's order and checksum, report counters.
+    Consume(roles::consume::Args),
+    /// Attach and detach a consumer repeatedly while a producer runs.
+    AttachLoop(roles::attach_loop::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    // Die with the parent test: SIGKILL when the spawning thread exits.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+    let cli = Cli::parse();
+    let limit = Duration::from_secs(cli.timeout_secs);
+    std::thread::spawn(move || {
+        // A watchdog, not synchronisation: the parent's own deadlines are shorter.
+        std::thread::sleep(limit);
+        eprintln!("testkit watchdog: still running after {limit:?}, exiting");
+        std::process::exit(3);
+    });
+    match cli.role {
+        Role::Produce(a) => roles::produce::run(a),
+        Role::Consume(a) => roles::consume::run(a),
+        Role::AttachLoop(a) => roles::attach_loop::run(a),
+    }
+}

@@ -1,0 +1,207 @@
+//! `produce`: publish `--count` self-checking events as producer `--producer-id`.
+//!
+//! Events carry the producer's own sequence 0, 1, 2, ... (see `shmring_tests::payload`).
+//! `--mode` picks the publishing form; `mixed` cycles through all of them, so one stream
+//! exercises `publish`, `publish_batch`, the claim guard, `publish_timeout` and
+//! `try_publish` in turn. Every form that waits for room backs off with sleeps inside the
+//! client, so a gated producer does not keep a core busy.
+//!
+//! `--tombstone-every K` drops every K-th claim without committing it (a tombstone); the
+//! producer sequence is not advanced for it, so consumers still see 0, 1, 2, ...
+//!
+//! `--count 0` publishes until the ring is stopped or removed, then exits 0.
+//!
+//! Prints `ready` after attaching, `started` after the first publish, and at the end
+//! `done published=N tombstones=T refused=R`.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use shmring::{Producer, PublishError, TryPublishError};
+use shmring_tests::payload::{encode, encode_into, Origin};
+
+use super::{RingArgs, Size};
+
+/// How to publish.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `publish`, one event at a time.
+    Publish,
+    /// `publish_batch` with batch sizes in 1..=capacity/2.
+    Batch,
+    /// `claim`, write in place, `commit`.
+    Claim,
+    /// `publish_timeout` with a 1 ms timeout, retried.
+    Timeout,
+    /// `try_publish`, falling back to `publish` when full.
+    Try,
+    /// All of the above in turn.
+    Mixed,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    ring: RingArgs,
+    /// This producer's id (carried in every event).
+    #[arg(long, default_value_t = 0)]
+    producer_id: u32,
+    /// Events to publish; 0 = until the ring is stopped or removed.
+    #[arg(long)]
+    count: u64,
+    /// Event size in bytes (8, or 16 and more), or `max` for a full slot.
+    #[arg(long, default_value = "8")]
+    size: Size,
+    #[arg(long, value_enum, default_value_t = Mode::Mixed)]
+    mode: Mode,
+    /// Drop every K-th claim without commit (0: never).
+    #[arg(long, default_value_t = 0)]
+    tombstone_every: u64,
+}
+
+/// A refused publish: `Ok(0)` (nothing published, stop) if the ring was stopped or removed,
+/// the normal end of `--count 0`; any other refusal is an error.
+fn closed(e: PublishError) -> anyhow::Result<u64> {
+    match e {
+        PublishError::Closed | PublishError::Deleted => Ok(0),
+        e => Err(e.into()),
+    }
+}
+
+/// As [`closed`], for the bounded forms.
+fn try_closed(e: TryPublishError) -> anyhow::Result<u64> {
+    match e {
+        TryPublishError::Closed | TryPublishError::Deleted => Ok(0),
+        e => Err(e.into()),
+    }
+}
+
+/// A small deterministic generator for batch sizes.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let ring = a.ring.open()?;
+    let mut p = ring.producer().context("attaching the producer")?;
+    let len = a.size.resolve(&ring);
+    let half = ring.capacity() / 2;
+    println!("ready pid={}", std::process::id());
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d ^ u64::from(a.producer_id + 1));
+    let mut buf = vec![0u8; len];
+    let (mut seq, mut claims, mut tombstones) = (0u64, 0u64, 0u64);
+    let mut started = false;
+    let forever = a.count == 0;
+    while forever || seq < a.count {
+        claims += 1;
+        if a.tombstone_every > 0 && claims % a.tombstone_every == 0 {
+            match p.claim() {
+                Ok(mut c) => {
+                    // Half-written, never committed: dropped, it must publish a tombstone.
+                    c.payload_mut()[..4].copy_from_slice(b"junk");
+                    drop(c);
+                    tombstones += 1;
+                    continue;
+                }
+                Err(e) => {
+                    closed(e)?;
+                    break;
+                }
+            }
+        }
+        let mode = match a.mode {
+            Mode::Mixed => [
+                Mode::Publish,
+                Mode::Batch,
+                Mode::Claim,
+                Mode::Timeout,
+                Mode::Try,
+            ][(claims % 5) as usize],
+            m => m,
+        };
+        let origin = Origin {
+            producer: a.producer_id,
+            seq,
+        };
+        let outcome = match mode {
+            Mode::Batch => {
+                let mut k = 1 + rng.next() % half;
+                if !forever {
+                    k = k.min(a.count - seq);
+                }
+                let events: Vec<Vec<u8>> = (0..k)
+                    .map(|i| {
+                        encode(
+                            Origin {
+                                producer: a.producer_id,
+                                seq: seq + i,
+                            },
+                            len,
+                        )
+                    })
+                    .collect();
+                p.publish_batch(&events).map(|_| k).or_else(closed)
+            }
+            Mode::Claim => match p.claim() {
+                Ok(mut c) => {
+                    encode_into(&mut c.payload_mut()[..len], origin);
+                    c.set_len(len)?;
+                    c.commit();
+                    Ok(1)
+                }
+                Err(e) => closed(e),
+            },
+            Mode::Timeout => {
+                encode_into(&mut buf, origin);
+                publish_timeout(&mut p, &buf)
+            }
+            Mode::Try => {
+                encode_into(&mut buf, origin);
+                match p.try_publish(&buf) {
+                    Ok(_) => Ok(1),
+                    Err(TryPublishError::Full) => p.publish(&buf).map(|_| 1).or_else(closed),
+                    Err(e) => try_closed(e),
+                }
+            }
+            Mode::Publish | Mode::Mixed => {
+                encode_into(&mut buf, origin);
+                p.publish(&buf).map(|_| 1).or_else(closed)
+            }
+        }?;
+        if outcome == 0 {
+            break;
+        }
+        seq += outcome;
+        if !started {
+            started = true;
+            println!("started");
+        }
+    }
+    if !forever && seq != a.count {
+        bail!("ring closed after {seq} of {} events", a.count);
+    }
+    let s = p.stats();
+    println!(
+        "done published={seq} tombstones={tombstones} refused={} stats_published={} stats_tombstoned={}",
+        s.refused, s.published, s.tombstoned
+    );
+    Ok(())
+}
+
+/// `publish_timeout` until it publishes: 1 if published, 0 if the ring closed.
+fn publish_timeout(p: &mut Producer, bytes: &[u8]) -> anyhow::Result<u64> {
+    loop {
+        match p.publish_timeout(bytes, Duration::from_millis(1)) {
+            Ok(_) => return Ok(1),
+            Err(TryPublishError::Timeout | TryPublishError::Full) => continue,
+            Err(e) => return try_closed(e),
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! An optional consumer that is lapped detects it from the slot stamps, jumps ahead, and
+//! counts exactly what it skipped: `delivered + skipped + dropped_behind` equals the number
+//! of sequences it walked past, always.
+//!
+//! First in one process, step by step, so the counts are known in advance; then across
+//! processes, with a producer process running free and an optional consumer process lapped
+//! as often as the scheduler makes it, checking the same identity, that sequences only move
+//! forward, and that no event it is handed is torn.
+
+use shmring::{ConsumerOptions, Ring, RingConfig};
+use shmring_tests::payload::{decode, encode, Origin};
+use shmring_tests::report::{line, num};
+use shmring_tests::{testkit, Namespace};
+
+fn ev(seq: u64) -> Vec<u8> {
+    encode(Origin { producer: 0, seq }, 8)
+}
+
+/// One `poll_once`, recording the ring sequence of every event handed out.
+fn poll(c: &mut shmring::Consumer, seen: &mut Vec<u64>) -> usize {
+    c.poll_once(|e| {
+        let o = decode(e.bytes()).expect("intact event");
+        assert_eq!(o.seq, e.sequence());
+        seen.push(e.sequence());
+    })
+    .expect("poll")
+}
+
+#[test]
+fn a_lapped_optional_consumer_counts_exactly_what_it_skipped() {
+    let ns = Namespace::new("lapped_exact");
+    let config = RingConfig {
+        capacity: 16,
+        optional_slack: Some(0),
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("watcher").optional())
+        .unwrap();
+    assert!(!c.is_required());
+    let mut p = ring.producer().unwrap();
+    let mut seen = Vec::new();
+
+    // Phase 1: within reach, everything is delivered.
+    for s in 0..10 {
+        p.publish(&ev(s)).unwrap();
+    }
+    assert_eq!(poll(&mut c, &mut seen), 10);
+    assert_eq!(c.next_sequence(), 10);
+
+    // Phase 2: no required consumer and no slack: the producer never waits for it and laps
+    // it more than six times.
+    for s in 10..110 {
+        assert_eq!(
+            p.try_publish(&ev(s)),
+            Ok(s),
+            "the optional consumer held the producer"
+        );
+    }
+    assert!(c.has_pending(), "a lap is something to act on");
+    assert_eq!(poll(&mut c, &mut seen), 0, "a lapped slot was delivered");
+    assert_eq!(c.next_sequence(), 110, "did not jump to the head");
+    assert_eq!(c.stats().dropped_behind, 100);
+
+    // Phase 3: caught up again; a tombstone among the events is skipped and counted.
+    for s in 110..113 {
+        p.publish(&ev(s)).unwrap();
+    }
+    drop(p.claim().unwrap());
+    p.publish(&ev(114)).unwrap();
+    assert_eq!(poll(&mut c, &mut seen), 4);
+
+    // Phase 4: lapped by less than one ring's worth past its own position.
+    for s in 115..140 {
+        p.publish(&ev(s)).unwrap();
+    }
+    assert_eq!(poll(&mut c, &mut seen), 0);
+    assert_eq!(c.next_sequence(), 140);
+
+    let s = c.stats();
+    assert_eq!(
+        seen,
+        [(0..10).collect::<Vec<_>>(), vec![110, 111, 112, 114]].concat()
+    );
+    assert_eq!(s.delivered, 14);
+    assert_eq!(s.skipped, 1);
+    assert_eq!(s.dropped_behind, 100 + 25);
+    assert_eq!(
+        s.delivered + s.skipped + s.dropped_behind,
+        c.next_sequence()
+    );
+    // The table says the same.
+    let info = ring.info();
+    let w = info.consumers.iter().find(|x| x.name == "watcher").unwrap();
+    assert!(!w.required);
+    assert_eq!(w.stats, s);
+    assert_eq!(w.next, 140);
+}
+
+fn lapped_across_processes(test: &str, slack: u64, size: &str) {
+    let ns = Namespace::new(test);
+    let config = RingConfig {
+        capacity: 16,
+        optional_slack: Some(slack),
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let count = 20_000;
+    let mut c = testkit!(
+        "optional consumer",
+        "consume --ns {ns} --ring r --optional --per-producer {count} --until-stdin \
+         --size {size}"
+    );
+    assert_eq!(num(&c.expect_line("ready"), "start"), 0);
+    let p = testkit!(
+        "producer",
+        "produce --ns {ns} --ring r --count {count} --size {size} --mode mixed \
+         --tombstone-every 97"
+    );
+    let tombstones = num(line(&p.wait_ok(), "done"), "tombstones");
+    // Only now is the end known: every event and every tombstone.
+    c.send_line(&format!("until {}", count + tombstones));
+    let out = c.wait_ok();
+    let done = line(&out, "done");
+    let (delivered, skipped, dropped) = (
+        num(done, "delivered"),
+        num(done, "skipped"),
+        num(done, "dropped"),
+    );
+    let walked = num(done, "next") - num(done, "start");
+    assert_eq!(walked, count + tombstones, "{done}");
+    assert_eq!(delivered + skipped + dropped, walked, "{done}");
+    assert_eq!(num(done, "stats_delivered"), delivered, "{done}");
+    assert!(skipped <= tombstones, "{done}");
+    assert_eq!(ring.head(), count + tombstones);
+}
+
+#[test]
+fn lapped_across_processes_without_slack_8_byte() {
+    lapped_across_processes("lapped_procs_slack0_8", 0, "8");
+}
+
+#[test]
+fn lapped_across_processes_with_slack_full_slot() {
+    lapped_across_processes("lapped_procs_slack4_full", 4, "max");
+}
