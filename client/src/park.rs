@@ -62,6 +62,9 @@ pub(crate) fn park(line: &WakeLine, timeout: Duration, ready: impl FnOnce() -> b
     line.waiters.fetch_sub(1, Ordering::Relaxed);
     match woke {
         Woke::Woken => Parked::Woken,
+        // A waker that bumped the word as the timer expired did its part: not the net.
+        // Acquire: as (a).
+        Woke::TimedOut if line.word.load(Ordering::Acquire) != seen => Parked::Woken,
         Woke::TimedOut => Parked::TimedOut,
     }
 }

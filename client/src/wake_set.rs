@@ -161,12 +161,19 @@ impl WakeSet {
             WakeReason::Ready
         } else {
             self.stats.parks += 1;
-            match futex::waitv(&words, until) {
-                Woke::Woken => {
-                    self.stats.wakeups += 1;
-                    WakeReason::Woken
-                }
-                Woke::TimedOut => WakeReason::Deadline,
+            let woke = match futex::waitv(&words, until) {
+                Woke::Woken => true,
+                // A waker that bumped a word as the timer expired did its part: not the net.
+                // Acquire: as the loads of `seen` above.
+                Woke::TimedOut => words
+                    .iter()
+                    .any(|(word, seen)| word.load(Ordering::Acquire) != *seen),
+            };
+            if woke {
+                self.stats.wakeups += 1;
+                WakeReason::Woken
+            } else {
+                WakeReason::Deadline
             }
         };
         for seg in &self.rings {
