@@ -10,14 +10,18 @@
 //! - [`Child`]: a spawned testkit process. Readiness comes from lines it prints on stdout;
 //!   every wait has a deadline (a watchdog), and `Drop` SIGKILLs and reaps it.
 //! - [`report`]: parsing the `key=value` summary lines the children print.
+//! - [`procfs`]: a child's CPU time and the system call it is blocked in, for the parking
+//!   tests; [`eventually`], the bounded poll of a condition.
 
 pub mod child;
 pub mod namespace;
 pub mod payload;
+pub mod procfs;
 pub mod report;
 
 pub use child::{Child, WAIT};
 pub use namespace::Namespace;
+pub use procfs::eventually;
 
 /// Spawn the testkit binary: `testkit!("label", "consume --ns {ns} --ring r --per-producer
 /// {n}")`. The command line is a `format!` string split at whitespace (every argument the

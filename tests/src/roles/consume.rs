@@ -18,6 +18,12 @@
 //! handler, so a parent that SIGKILLs this process knows everything it was handed.
 //! `--hang-after N` blocks forever inside the handler of the N-th event (after printing
 //! `hang delivered=N ring_seq=R`): that batch is never committed.
+//!
+//! `--hold` attaches, prints `ready`, then reads nothing from the ring until the parent
+//! writes `resume` to stdin (a blocking read: the process uses no CPU meanwhile), so a
+//! producer fills the ring and has to wait for room. The `done` line also carries the
+//! consumer's `wakeups` (returns from a futex park) and `net_wakeups` (returns by the 50 ms
+//! net while an event was waiting: lost wake-ups).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -57,6 +63,9 @@ pub struct Args {
     /// stdin as `until N` (when the end is only known after the producers finished).
     #[arg(long, conflicts_with = "until_seq")]
     until_stdin: bool,
+    /// After `ready`, read nothing until the parent writes `resume` to stdin.
+    #[arg(long, conflicts_with = "until_stdin")]
+    hold: bool,
     /// Accept any first sequence per producer (a resuming durable consumer).
     #[arg(long)]
     resume: bool,
@@ -202,6 +211,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut c = ring.consumer(opts).context("attaching the consumer")?;
     let start = c.next_sequence();
     println!("ready start={start} index={}", c.index());
+    if a.hold {
+        let mut l = String::new();
+        std::io::stdin()
+            .read_line(&mut l)
+            .context("reading `resume`")?;
+        if l.trim() != "resume" {
+            bail!("held: expected `resume` on stdin, got {l:?}");
+        }
+        println!("resumed");
+    }
 
     let checker = RefCell::new(Checker {
         producers: a.producers,
@@ -286,7 +305,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     println!(
         "done delivered={} stats_delivered={} skipped={} dropped={} clamped={} batches={} \
-         start={start} next={} first_ring={} last_ring={} firsts={} lasts={}",
+         start={start} next={} first_ring={} last_ring={} firsts={} lasts={} wakeups={} \
+         net_wakeups={}",
         ch.delivered,
         s.delivered,
         s.skipped,
@@ -298,6 +318,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ch.last_ring.map_or("-".to_owned(), |r| r.to_string()),
         format_per_producer(&ch.firsts),
         format_per_producer(&ch.lasts),
+        s.wakeups,
+        s.net_wakeups,
     );
     Ok(())
 }

@@ -3,12 +3,15 @@
 
 pub mod attach_loop;
 pub mod consume;
+pub mod ping_pong;
 pub mod produce;
+pub mod wake_set;
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use anyhow::Context;
-use shmring::{Ring, WaitStrategy};
+use shmring::{Fallback, Ring, WaitStrategy};
 
 /// Which ring to attach to.
 #[derive(clap::Args, Debug, Clone)]
@@ -58,7 +61,7 @@ impl Size {
     }
 }
 
-/// A consumer wait strategy, by name.
+/// A consumer wait strategy, by name: every `WaitStrategy` the client offers.
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
 pub enum Wait {
     /// `BusySpin`.
@@ -67,8 +70,14 @@ pub enum Wait {
     Yield,
     /// `Sleeping`: 100 spins, 10 yields, then 100 µs sleeps.
     Sleep,
+    /// `PhasedBackoff`: 100 spins, 10 yields, then park on the futex.
+    PhasedPark,
+    /// `PhasedBackoff`: 100 spins, 10 yields, then 50 µs sleeps.
+    PhasedSleep,
     /// `Blocking`: park on the futex as soon as the ring is empty.
     Block,
+    /// `TimeoutBlocking` with a 5 ms timeout: park, and give control back every 5 ms.
+    TimeoutBlock,
     /// `Adaptive` (the client's default): spin, yield, then park.
     Adaptive,
 }
@@ -79,7 +88,20 @@ impl Wait {
             Wait::Spin => WaitStrategy::BusySpin,
             Wait::Yield => WaitStrategy::Yielding { spins: 100 },
             Wait::Sleep => WaitStrategy::sleeping(),
+            Wait::PhasedPark => WaitStrategy::PhasedBackoff {
+                spins: 100,
+                yields: 10,
+                fallback: Fallback::Park,
+            },
+            Wait::PhasedSleep => WaitStrategy::PhasedBackoff {
+                spins: 100,
+                yields: 10,
+                fallback: Fallback::Sleep(Duration::from_micros(50)),
+            },
             Wait::Block => WaitStrategy::Blocking,
+            Wait::TimeoutBlock => WaitStrategy::TimeoutBlocking {
+                timeout: Duration::from_millis(5),
+            },
             Wait::Adaptive => WaitStrategy::Adaptive,
         }
     }

@@ -3,18 +3,26 @@
 //! Events carry the producer's own sequence 0, 1, 2, ... (see `shmring_tests::payload`).
 //! `--mode` picks the publishing form; `mixed` cycles through all of them, so one stream
 //! exercises `publish`, `publish_batch`, the claim guard, `publish_timeout` and
-//! `try_publish` in turn. Every form that waits for room backs off with sleeps inside the
-//! client, so a gated producer does not keep a core busy.
+//! `try_publish` in turn. Every form that waits for room backs off inside the client (a
+//! few spins and yields, then a park on the futex), so a gated producer does not keep a
+//! core busy.
 //!
 //! `--tombstone-every K` drops every K-th claim without committing it (a tombstone); the
 //! producer sequence is not advanced for it, so consumers still see 0, 1, 2, ...
 //!
 //! `--count 0` publishes until the ring is stopped or removed, then exits 0.
 //!
+//! `--idle-every K` lets consumers go idle every K events: the producer waits (bounded)
+//! until every consumer in the ring has caught up with the head and at least
+//! `--await-parked N` of them show as parked in the consumer table, then pauses
+//! `--pause-us` (pacing, so that spinning, yielding and sleeping consumers also reach their
+//! last phase); the next publish then has to wake whoever parked.
+//!
 //! Prints `ready` after attaching, `started` after the first publish, and at the end
-//! `done published=N tombstones=T refused=R`.
+//! `done published=N tombstones=T refused=R stats_published=N stats_tombstoned=T parks=P
+//! idles=I` (`parks`: times it parked waiting for room).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{Producer, PublishError, TryPublishError};
@@ -57,6 +65,34 @@ pub struct Args {
     /// Drop every K-th claim without commit (0: never).
     #[arg(long, default_value_t = 0)]
     tombstone_every: u64,
+    /// Every K events, wait for the consumers to catch up (and park): 0 = never.
+    #[arg(long, default_value_t = 0)]
+    idle_every: u64,
+    /// At each idle point, also wait until this many consumers show as parked.
+    #[arg(long, default_value_t = 0)]
+    await_parked: usize,
+    /// At each idle point, then pause this long (µs).
+    #[arg(long, default_value_t = 0)]
+    pause_us: u64,
+}
+
+/// Wait until every consumer of `ring` caught up with the head and at least `parked` of them
+/// are parked, looking every 50 µs, for at most 50 s (shorter than the parent's 60 s
+/// watchdog, so the parent sees this error rather than a kill).
+fn await_idle(ring: &shmring::Ring, parked: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(50);
+    loop {
+        let info = ring.info();
+        let caught_up = info.consumers.iter().all(|c| c.next >= info.head);
+        let parked_now = info.consumers.iter().filter(|c| c.parked).count();
+        if caught_up && parked_now >= parked {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("consumers never went idle ({parked_now} of {parked} parked): {info:#?}");
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
 }
 
 /// A refused publish: `Ok(0)` (nothing published, stop) if the ring was stopped or removed,
@@ -99,6 +135,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (mut seq, mut claims, mut tombstones) = (0u64, 0u64, 0u64);
     let mut started = false;
     let forever = a.count == 0;
+    let (mut next_idle, mut idles) = (a.idle_every, 0u64);
     while forever || seq < a.count {
         claims += 1;
         if a.tombstone_every > 0 && claims % a.tombstone_every == 0 {
@@ -183,14 +220,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             started = true;
             println!("started");
         }
+        if a.idle_every > 0 && seq >= next_idle && (forever || seq < a.count) {
+            await_idle(&ring, a.await_parked)?;
+            if a.pause_us > 0 {
+                std::thread::sleep(Duration::from_micros(a.pause_us));
+            }
+            idles += 1;
+            while next_idle <= seq {
+                next_idle += a.idle_every;
+            }
+        }
     }
     if !forever && seq != a.count {
         bail!("ring closed after {seq} of {} events", a.count);
     }
     let s = p.stats();
     println!(
-        "done published={seq} tombstones={tombstones} refused={} stats_published={} stats_tombstoned={}",
-        s.refused, s.published, s.tombstoned
+        "done published={seq} tombstones={tombstones} refused={} stats_published={} \
+         stats_tombstoned={} parks={} idles={idles}",
+        s.refused, s.published, s.tombstoned, s.parks
     );
     Ok(())
 }
