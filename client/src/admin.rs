@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    consumer_state, producer_state, RingState, CLAIM_CLOSED, CLAIM_SEQ_MASK, IN_FLIGHT_CLAIMING,
+    consumer_state, producer_state, RingState, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
     SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
@@ -104,24 +104,31 @@ impl Ring {
         Ok(stop)
     }
 
-    /// Set the CLOSED bit and record the stop sequence (the state is the caller's).
+    /// Record the stop sequence, then set the CLOSED bit (the state is the caller's).
+    ///
+    /// Recording first makes a stopper that dies half-way harmless: the header already
+    /// holds the count the line closed at, so a later `stop` (the broker finishes a
+    /// half-done one) and `start` use the right sequence. The CAS closes the line only at
+    /// the count just recorded; if a claim moved it meanwhile, record again and retry.
+    /// `fetch_max` is right because open claim counts only grow over a segment's life.
     pub(crate) fn close_line(&self) -> u64 {
         let h = self.seg.header();
-        // SeqCst: one point in the order of every claim; claims before it are below `stop`.
-        let c = self
-            .seg
-            .lines()
-            .claim
-            .value
-            .fetch_or(CLAIM_CLOSED, Ordering::SeqCst);
-        if c & CLAIM_CLOSED != 0 {
-            // Closed before: the recorded stop sequence stands.
-            return h.stop_seq.load(Ordering::Relaxed);
+        let claim = &self.seg.lines().claim.value;
+        // SeqCst: the close is one point in the order of every claim; claims before it are
+        // below the returned sequence.
+        let mut c = claim.load(Ordering::SeqCst);
+        loop {
+            if c & CLAIM_CLOSED != 0 {
+                // Closed before (perhaps by a stopper that died): its record stands.
+                return h.stop_seq.load(Ordering::SeqCst);
+            }
+            // SeqCst: ordered before the CAS that closes the line.
+            h.stop_seq.fetch_max(c, Ordering::SeqCst);
+            match claim.compare_exchange(c, c | CLAIM_CLOSED, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return c,
+                Err(now) => c = now,
+            }
         }
-        let stop = c & CLAIM_SEQ_MASK;
-        // Relaxed: published by the caller's Release store of the state.
-        h.stop_seq.store(stop, Ordering::Relaxed);
-        stop
     }
 
     /// Stop (if running) and wait until every gating consumer has consumed everything
@@ -182,7 +189,7 @@ impl Ring {
             }
         }
         let stop = h.stop_seq.load(Ordering::Relaxed);
-        let run = h.run.fetch_add(1, Ordering::AcqRel) + 1;
+        let run = h.run.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         // Running first, then reopen the line: a claim that succeeds sees Running.
         h.state.store(RingState::Running as u32, Ordering::Release);
         // SeqCst: reopens at the stop sequence, discarding the low-bit bumps of claims
@@ -206,7 +213,9 @@ impl Ring {
     pub fn adopt(&self, pid: u32) -> u64 {
         let h = self.seg.header();
         h.broker_pid.store(pid, Ordering::Relaxed);
-        h.broker_epoch.fetch_add(1, Ordering::AcqRel) + 1
+        h.broker_epoch
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1)
     }
 
     /// Pid of the broker that last adopted the ring (0: none).
@@ -347,6 +356,11 @@ impl Ring {
     fn repair_unattributed(&self, skip: u32) -> Repair {
         let mut repair = Repair::default();
         let geo = self.seg.geometry();
+        // The head first, then the producer table: a live producer that claims after this
+        // load holds a sequence at or above `head`, outside the range repaired below; one
+        // that claimed before it has announced its claim (or recorded it, with a Release
+        // clear only after publishing), which the scan sees.
+        let head = gating::head(&self.seg);
         let mut held: Vec<(u64, u64)> = Vec::new();
         for i in (0..geo.max_producers).filter(|&i| i != skip) {
             let Some(p) = self.seg.producer(i) else { break };
@@ -362,7 +376,6 @@ impl Ring {
                 first => held.push((first - 1, p.in_flight_len.load(Ordering::Relaxed))),
             }
         }
-        let head = gating::head(&self.seg);
         // Holes lie at or after the slowest gating consumer; a live producer's claim can be
         // at most max_producers claims of capacity/2 ahead of it, so this range is bounded.
         let from = gating::scan(&self.seg)

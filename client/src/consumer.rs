@@ -255,7 +255,7 @@ impl Consumer {
         };
         c.load_stats();
         if dropped > 0 {
-            c.stats.dropped_behind += dropped;
+            c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
             c.store_stats();
         }
         Ok(c)
@@ -324,6 +324,14 @@ impl Consumer {
             e.hot.flags.store(flags, Ordering::SeqCst);
             let mut next = e.hot.next.load(Ordering::Acquire);
             let mut lost = 0;
+            let head = gating::head(seg);
+            if next > head {
+                // A stored position beyond anything claimed is corrupt: start at the head
+                // rather than wait for sequences that may be handed out again.
+                next = head;
+                // Release: pairs with the producers' Acquire scan.
+                e.hot.next.store(next, Ordering::Release);
+            }
             if state == consumer_state::RELEASED && flags & consumer_flags::REQUIRED != 0 {
                 // It stopped gating while released: what was published meanwhile may be
                 // overwritten. Start at the head (read after the SeqCst RESUMING store, as a
@@ -549,7 +557,7 @@ impl Consumer {
         }
         let head = gating::head(&self.seg);
         if head > self.next {
-            self.stats.dropped_behind += head - self.next;
+            self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(head - self.next);
             self.next = head;
             // Release: pairs with the producers' Acquire scan.
             self.entry().hot.next.store(head, Ordering::Release);
@@ -564,17 +572,19 @@ impl Consumer {
         self.entry().hot.next.store(next, Ordering::Release);
         // A producer may be parked waiting for this room.
         park::notify(&self.seg.lines().producer_wake.value, self.membarrier);
-        self.stats.delivered += delivered;
-        self.stats.skipped += skipped;
-        self.stats.clamped += clamped;
-        self.stats.batches += u64::from(delivered > 0);
+        // Wrapping: the counters were loaded from shared memory, which may hold anything.
+        let s = &mut self.stats;
+        s.delivered = s.delivered.wrapping_add(delivered);
+        s.skipped = s.skipped.wrapping_add(skipped);
+        s.clamped = s.clamped.wrapping_add(clamped);
+        s.batches = s.batches.wrapping_add(u64::from(delivered > 0));
         self.store_stats();
     }
 
     fn fail(&mut self, at: u64, delivered: u64, skipped: u64, clamped: u64) -> PollError {
         self.commit(at, delivered, skipped, clamped);
         self.failed = true;
-        self.stats.failures += 1;
+        self.stats.failures = self.stats.failures.wrapping_add(1);
         self.store_stats();
         // Release: the committed position and counters are visible with the state. A CAS
         // from ACTIVE: a broker's RELEASED is never overwritten.
@@ -812,11 +822,11 @@ impl Consumer {
             Parked::Woken => {}
             Parked::TimedOut => {
                 if self.has_pending() {
-                    self.stats.net_wakeups += 1;
+                    self.stats.net_wakeups = self.stats.net_wakeups.wrapping_add(1);
                 }
             }
         }
-        self.stats.wakeups += 1;
+        self.stats.wakeups = self.stats.wakeups.wrapping_add(1);
         self.store_stats();
     }
 

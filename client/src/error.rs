@@ -38,13 +38,15 @@ pub enum OpenError {
         /// Its path.
         path: PathBuf,
     },
-    /// The file's permissions exclude this process.
-    #[error("permission denied on {path} ({op}): the segment's mode and owner do not give this user read+write; run as its owner or a member of its group, or create the ring with a group mode")]
+    /// The file's permissions (or its directory's) exclude this process.
+    #[error("permission denied on {path} ({op}): {detail}; run as the owner or a member of the group, or create the ring with a group mode (see docs/DEPLOYMENT.md)")]
     PermissionDenied {
         /// The path.
         path: PathBuf,
         /// What was being done.
         op: &'static str,
+        /// Who was refused, by which path, and which right is missing.
+        detail: String,
     },
     /// The segment exists but is not a ring this client can use.
     #[error("segment {path} is unusable: {source}")]
@@ -65,6 +67,14 @@ pub enum OpenError {
         /// What was asked for.
         requested: String,
     },
+    /// The shared-memory filesystem has no room for the segment.
+    #[error("no space for ring segment {path} ({size} bytes): the filesystem holding it (/dev/shm, or $SHMRING_ROOT) is full; free space, make it larger (containers: --shm-size), or create a smaller ring")]
+    NoSpace {
+        /// The segment path.
+        path: PathBuf,
+        /// Bytes the segment needs.
+        size: u64,
+    },
     /// Any other I/O failure.
     #[error("{op} {path}: {source}")]
     Io {
@@ -84,6 +94,7 @@ impl OpenError {
             OpenError::PermissionDenied {
                 path: path.to_owned(),
                 op,
+                detail: crate::access::explain_denied(path),
             }
         } else {
             OpenError::Io {

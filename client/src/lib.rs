@@ -29,6 +29,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+mod access;
 mod admin;
 mod consumer;
 mod error;

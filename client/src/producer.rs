@@ -331,8 +331,9 @@ impl Producer {
 
     #[inline]
     fn clear_in_flight(&self) {
-        // Relaxed: see `mark_in_flight`.
-        self.entry().in_flight.store(0, Ordering::Relaxed);
+        // Release: a broker that reads 0 here (Acquire, in `Ring::repair_dead_producer`)
+        // also sees this claim's stamps, so it never takes a published claim for a hole.
+        self.entry().in_flight.store(0, Ordering::Release);
     }
 
     /// Mark slot `seq` as being written (seqlock for optional readers).

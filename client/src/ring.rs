@@ -333,8 +333,27 @@ fn build(
         rustix::fs::fchown(&file, None, Some(gid(g)))
             .map_err(|e| OpenError::io("chown", tmp, e.into()))?;
     }
-    file.set_len(geo.total_size)
-        .map_err(|e| OpenError::io("size", tmp, e))?;
+    // Reserve every page now: on a full /dev/shm a sparse file would map fine and then
+    // kill the first process that touches a missing page with SIGBUS.
+    match rustix::fs::fallocate(
+        &file,
+        rustix::fs::FallocateFlags::empty(),
+        0,
+        geo.total_size,
+    ) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::NOSPC) => {
+            return Err(OpenError::NoSpace {
+                path: path.to_owned(),
+                size: geo.total_size,
+            })
+        }
+        // A filesystem without fallocate: size it the sparse way.
+        Err(rustix::io::Errno::OPNOTSUPP) => file
+            .set_len(geo.total_size)
+            .map_err(|e| OpenError::io("size", tmp, e))?,
+        Err(e) => return Err(OpenError::io("reserve", tmp, e.into())),
+    }
     let seg =
         Segment::map(file, geo, path, namespace, name).map_err(|e| OpenError::io("map", tmp, e))?;
     let h = seg.header();

@@ -22,7 +22,9 @@ pub enum LayoutError {
     #[error("segment is not initialised (creator still running or died while creating): remove it and create the ring again")]
     NotInitialised,
     /// Magic is something else.
-    #[error("not a shmring segment (magic {found:#018x}): remove the file or use another ring name")]
+    #[error(
+        "not a shmring segment (magic {found:#018x}): remove the file or use another ring name"
+    )]
     BadMagic {
         /// The magic found.
         found: u64,

@@ -1,0 +1,374 @@
+//! File permissions are the data plane's access control: a segment is mode 0600 in a 0700
+//! namespace directory by default, or exactly 0660 with a configured group in a setgid
+//! 02770 directory, whatever the creating process's umask; a process of another uid is
+//! refused with `OpenError::PermissionDenied`; a process of another uid in the ring's
+//! group attaches and publishes.
+//!
+//! The umask is per process, so creations under a given umask run in a child: this test
+//! binary re-executed with `PERM_ROLE` set (the `role` test below dispatches on it). The
+//! other-uid cases run the child as uid/gid 65534 (`nobody`/`nogroup`), which needs root;
+//! without root they print why they are skipped and pass.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rustix::fs::Mode;
+use shmring::{ConsumerOptions, OpenError, Ring, RingConfig};
+
+/// Selects the child's role (see `role`).
+const ROLE_ENV: &str = "PERM_ROLE";
+/// Every child line the parent reads starts with this.
+const MARK: &str = "@perm ";
+/// The uid and gid of the foreign process (`nobody` / `nogroup`).
+const NOBODY: u32 = 65534;
+/// The deadline of every child (a watchdog: the children do a few syscalls).
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Ns(String);
+
+impl Ns {
+    fn new(test: &str) -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        Ns(format!("cperm-{}-{test}-{n}", std::process::id()))
+    }
+
+    fn dir(&self) -> PathBuf {
+        shmring::names::namespace_dir(&self.0).expect("valid namespace")
+    }
+
+    fn ring(&self, name: &str) -> PathBuf {
+        shmring::names::ring_path(&self.0, name).expect("valid ring name")
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.dir());
+    }
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Permission bits including setgid (`st_mode & 0o7777`), owner uid and group.
+fn stat(path: &Path) -> (u32, u32, u32) {
+    let m = std::fs::metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+    (m.mode() & 0o7777, m.uid(), m.gid())
+}
+
+/// A group other than this process's own, that this process may give files to: any group
+/// from /etc/group for root, a supplementary group otherwise (or, lacking one, its own gid,
+/// which still checks the mode but not the `fchown`).
+fn other_group() -> u32 {
+    let egid = rustix::process::getegid().as_raw();
+    if is_root() {
+        let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+        let listed = groups
+            .lines()
+            .filter_map(|l| l.split(':').nth(2)?.parse::<u32>().ok())
+            .find(|&g| g != egid && g != NOBODY);
+        return listed.unwrap_or(100);
+    }
+    let sup = rustix::process::getgroups().unwrap_or_default();
+    match sup.iter().map(|g| g.as_raw()).find(|&g| g != egid) {
+        Some(g) => g,
+        None => {
+            eprintln!("note: no supplementary group; the group test uses the own gid {egid}");
+            egid
+        }
+    }
+}
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+fn octal(name: &str) -> u32 {
+    u32::from_str_radix(&var(name), 8).unwrap_or_else(|_| panic!("{name} is not octal"))
+}
+
+/// In a child: run the role named by `PERM_ROLE`, print its result and exit. In the test
+/// run itself: nothing.
+#[test]
+fn role() {
+    let Ok(role) = std::env::var(ROLE_ENV) else {
+        return;
+    };
+    let ns = var("PERM_NS");
+    let ring = var("PERM_RING");
+    match role.as_str() {
+        // Create a ring under umask PERM_UMASK with mode PERM_MODE and group PERM_GROUP.
+        "create" => {
+            rustix::process::umask(Mode::from_raw_mode(octal("PERM_UMASK")));
+            let config = RingConfig {
+                mode: octal("PERM_MODE"),
+                group: var("PERM_GROUP").parse().ok(),
+                ..RingConfig::default()
+            };
+            match Ring::create(&ns, &ring, &config) {
+                Ok(_) => println!("{MARK}created"),
+                Err(e) => println!("{MARK}error {e}"),
+            }
+        }
+        // Open the ring, attach a producer and publish one event.
+        "publish" => match Ring::open(&ns, &ring) {
+            Ok(r) => match r.producer() {
+                Ok(mut p) => match p.try_publish(b"from another uid") {
+                    Ok(seq) => println!("{MARK}published {seq}"),
+                    Err(e) => println!("{MARK}error publish: {e}"),
+                },
+                Err(e) => println!("{MARK}error attach: {e}"),
+            },
+            Err(e) => {
+                let kind = match &e {
+                    OpenError::PermissionDenied { .. } => "PermissionDenied",
+                    _ => "Other",
+                };
+                println!("{MARK}refused {kind} {e}");
+            }
+        },
+        other => println!("{MARK}error unknown role {other}"),
+    }
+    std::process::exit(0);
+}
+
+/// Run this test binary as role `role` (as uid/gid 65534 if `foreign`) and return the
+/// text after `@perm ` of its one result line.
+fn child(role: &str, env: &[(&str, String)], foreign: bool) -> String {
+    let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
+    cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
+        .env(ROLE_ENV, role)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if foreign {
+        cmd.uid(NOBODY).gid(NOBODY);
+    }
+    let mut proc = cmd.spawn().expect("spawning the role");
+    let mut out = proc.stdout.take().expect("stdout piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    let text = match rx.recv_timeout(WAIT) {
+        Ok(t) => t,
+        Err(_) => {
+            let _ = proc.kill();
+            let _ = proc.wait();
+            panic!("role {role} did not finish within {WAIT:?}");
+        }
+    };
+    let status = proc.wait().expect("reaping the role");
+    // The test harness may print on the same line before the role does.
+    let line = text.lines().find_map(|l| {
+        l.find(MARK)
+            .map(|at| l[at + MARK.len()..].trim().to_owned())
+    });
+    line.unwrap_or_else(|| panic!("role {role} ({status}) printed no result: {text:?}"))
+}
+
+fn create_in_child(ns: &Ns, ring: &str, umask: u32, mode: u32, group: Option<u32>) {
+    let out = child(
+        "create",
+        &[
+            ("PERM_NS", ns.0.clone()),
+            ("PERM_RING", ring.to_owned()),
+            ("PERM_UMASK", format!("{umask:o}")),
+            ("PERM_MODE", format!("{mode:o}")),
+            ("PERM_GROUP", group.map_or(String::new(), |g| g.to_string())),
+        ],
+        false,
+    );
+    assert_eq!(out, "created", "umask {umask:03o}");
+}
+
+fn publish_as_nobody(ns: &Ns, ring: &str) -> String {
+    child(
+        "publish",
+        &[("PERM_NS", ns.0.clone()), ("PERM_RING", ring.to_owned())],
+        true,
+    )
+}
+
+#[test]
+fn the_default_is_a_0600_segment_in_a_0700_directory() {
+    let ns = Ns::new("default");
+    let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+    let me = rustix::process::geteuid().as_raw();
+    let egid = rustix::process::getegid().as_raw();
+    assert_eq!(stat(ring.path()), (0o600, me, egid));
+    assert_eq!(stat(&ns.dir()), (0o700, me, egid));
+}
+
+/// The umask never widens or narrows what was asked for: the file's mode is set with
+/// `fchmod` and the directory's with `chmod` after creation.
+#[test]
+fn modes_are_exact_whatever_the_umask() {
+    let group = other_group();
+    for umask in [0o000, 0o022, 0o027, 0o077] {
+        let ns = Ns::new("umask_default");
+        create_in_child(&ns, "r", umask, 0o600, None);
+        let (file_mode, _, _) = stat(&ns.ring("r"));
+        let (dir_mode, _, _) = stat(&ns.dir());
+        assert_eq!(
+            (file_mode, dir_mode),
+            (0o600, 0o700),
+            "default modes under umask {umask:03o}"
+        );
+
+        let ns = Ns::new("umask_group");
+        create_in_child(&ns, "r", umask, 0o660, Some(group));
+        assert_eq!(
+            stat(&ns.ring("r")).0,
+            0o660,
+            "group file mode under umask {umask:03o}"
+        );
+        assert_eq!(stat(&ns.ring("r")).2, group, "file group");
+        assert_eq!(
+            stat(&ns.dir()).0,
+            0o2770,
+            "setgid group directory under umask {umask:03o}"
+        );
+        assert_eq!(stat(&ns.dir()).2, group, "directory group");
+    }
+}
+
+/// A ring created without a group in a setgid directory of group `g` belongs to `g`: the
+/// kernel's setgid-directory rule, which is what lets every client process create rings
+/// its group can open.
+#[test]
+fn a_segment_in_a_setgid_directory_inherits_its_group() {
+    let group = other_group();
+    let ns = Ns::new("setgid");
+    let first = RingConfig {
+        mode: 0o660,
+        group: Some(group),
+        ..RingConfig::default()
+    };
+    Ring::create(&ns.0, "a", &first).expect("create with a group");
+    assert_eq!(stat(&ns.dir()).0, 0o2770);
+    let second = RingConfig {
+        mode: 0o660,
+        group: None,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(&ns.0, "b", &second).expect("create in the setgid directory");
+    let (mode, _, gid) = stat(ring.path());
+    assert_eq!((mode, gid), (0o660, group));
+}
+
+fn skip_unless_root(test: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    eprintln!("skipped {test}: needs root to run a child as uid {NOBODY}");
+    true
+}
+
+/// Another uid is refused on a default ring: by the 0700 directory, and with the directory
+/// opened up, by the 0600 file; a process in the ring's group is refused write on 0640.
+/// Each refusal is `OpenError::PermissionDenied` naming the segment.
+#[test]
+fn another_uid_is_refused_with_permission_denied() {
+    if skip_unless_root("another_uid_is_refused_with_permission_denied") {
+        return;
+    }
+    let ns = Ns::new("foreign");
+    let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+    let path = ring.path().display().to_string();
+
+    let by_dir = publish_as_nobody(&ns, "r");
+    eprintln!("0700 directory, 0600 file: {by_dir}");
+    assert!(by_dir.starts_with("refused PermissionDenied"), "{by_dir}");
+    assert!(by_dir.contains(&path), "{by_dir}");
+
+    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let by_file = publish_as_nobody(&ns, "r");
+    eprintln!("0711 directory, 0600 file: {by_file}");
+    assert!(by_file.starts_with("refused PermissionDenied"), "{by_file}");
+    assert!(by_file.contains(&path), "{by_file}");
+
+    rustix::fs::chown(ring.path(), None, Some(rustix::fs::Gid::from_raw(NOBODY))).expect("chown");
+    std::fs::set_permissions(ring.path(), std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let read_only = publish_as_nobody(&ns, "r");
+    eprintln!("0640 file of group {NOBODY}: {read_only}");
+    assert!(
+        read_only.starts_with("refused PermissionDenied"),
+        "{read_only}"
+    );
+
+    // Nothing was published by the refused processes.
+    assert_eq!(ring.head(), 0);
+    assert!(ring.info().producers.is_empty());
+}
+
+/// The deployment the group mode is for: a process of another uid in the ring's group
+/// opens the ring, attaches a producer and publishes to a consumer of the creating user.
+#[test]
+fn a_process_of_another_uid_in_the_ring_group_publishes() {
+    if skip_unless_root("a_process_of_another_uid_in_the_ring_group_publishes") {
+        return;
+    }
+    let ns = Ns::new("group_member");
+    let config = RingConfig {
+        mode: 0o660,
+        group: Some(NOBODY),
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(&ns.0, "r", &config).expect("create");
+    let mut consumer = ring.consumer(ConsumerOptions::anonymous()).expect("attach");
+    let out = publish_as_nobody(&ns, "r");
+    assert_eq!(out, "published 0");
+    let mut got = Vec::new();
+    consumer
+        .poll_once(|e| got.push(e.bytes().to_vec()))
+        .expect("poll");
+    assert_eq!(got, vec![b"from another uid".to_vec()]);
+}
+
+/// What the refusals should say: which right is missing on which path, for whom. Today
+/// every refusal is the same sentence ("the segment's mode and owner do not give this user
+/// read+write"), which blames the file even when the directory is what refuses, and does not
+/// name the uid, the modes or the owners.
+#[test]
+fn the_refusal_says_which_permission_is_missing() {
+    if skip_unless_root("the_refusal_says_which_permission_is_missing") {
+        return;
+    }
+    let ns = Ns::new("which");
+    let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+    let dir = ns.dir().display().to_string();
+
+    let by_dir = publish_as_nobody(&ns, "r");
+    for want in [&*dir, "uid 65534", "0700", "search"] {
+        assert!(by_dir.contains(want), "{by_dir:?} does not say {want:?}");
+    }
+
+    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let by_file = publish_as_nobody(&ns, "r");
+    for want in ["uid 65534", "0600", "owner uid 0", "read"] {
+        assert!(by_file.contains(want), "{by_file:?} does not say {want:?}");
+    }
+
+    rustix::fs::chown(ring.path(), None, Some(rustix::fs::Gid::from_raw(NOBODY))).expect("chown");
+    std::fs::set_permissions(ring.path(), std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let read_only = publish_as_nobody(&ns, "r");
+    for want in ["0640", "group 65534", "write"] {
+        assert!(
+            read_only.contains(want),
+            "{read_only:?} does not say {want:?}"
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! A shared-memory file system too small for the ring (a container's 64 MiB `/dev/shm`, say)
+//! must make `Ring::create` fail with an error, not kill the process.
+//!
+//! Each case runs this test binary again (`FULL_ROLE` selects the `role` test) inside a
+//! private mount namespace (`unshare --mount`) with a 256 KiB tmpfs as `SHMRING_ROOT`: the
+//! mount disappears with the child. Needs root and util-linux `unshare`; without either the
+//! tests print why they are skipped and pass.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use shmring::{Ring, RingConfig};
+
+const ROLE_ENV: &str = "FULL_ROLE";
+const MARK: &str = "@full ";
+const WAIT: Duration = Duration::from_secs(30);
+/// Size of the tmpfs the child creates its ring in.
+const TMPFS: &str = "256k";
+
+/// In a child: create a ring of `FULL_CAPACITY` 128-byte slots and print the outcome.
+#[test]
+fn role() {
+    if std::env::var(ROLE_ENV).is_err() {
+        return;
+    }
+    let capacity = std::env::var("FULL_CAPACITY")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(64);
+    let config = RingConfig {
+        capacity,
+        slot_size: 128,
+        ..RingConfig::default()
+    };
+    match Ring::create("full", "r", &config) {
+        Ok(r) => println!("{MARK}created {}", r.geometry().total_size),
+        Err(e) => println!("{MARK}error {e}"),
+    }
+    std::process::exit(0);
+}
+
+/// What happened to the child: its result line (None if it printed none) and its exit code
+/// (None if a signal ended it). `Err` says why the case cannot run here.
+fn create_in_small_tmpfs(capacity: u64) -> Result<(Option<String>, Option<i32>), String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err("needs root to mount a tmpfs".into());
+    }
+    let dir = std::env::temp_dir().join(format!("shmring-full-{}-{capacity}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let script = format!(
+        "mount -t tmpfs -o size={TMPFS} tmpfs \"$1\" || {{ echo '{MARK}nomount'; exit 0; }}; \
+         exec \"$2\" --exact role --nocapture --test-threads 1"
+    );
+    let spawned = Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ])
+        .arg(&dir)
+        .arg(&exe)
+        .env(ROLE_ENV, "create")
+        .env("FULL_CAPACITY", capacity.to_string())
+        .env(shmring::names::ROOT_ENV, &dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!("cannot run unshare: {e}"));
+        }
+    };
+    let mut out = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    let text = match rx.recv_timeout(WAIT) {
+        Ok(t) => t,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child did not finish within {WAIT:?}");
+        }
+    };
+    let status = child.wait().expect("reaping the child");
+    let _ = std::fs::remove_dir(&dir);
+    let line = text.lines().find_map(|l| {
+        l.find(MARK)
+            .map(|at| l[at + MARK.len()..].trim().to_owned())
+    });
+    if line.as_deref() == Some("nomount") {
+        return Err("mount -t tmpfs is not permitted here".into());
+    }
+    Ok((line, status.code()))
+}
+
+#[test]
+fn a_ring_that_fits_a_small_shm_is_created() {
+    match create_in_small_tmpfs(64) {
+        Err(why) => eprintln!("skipped: {why}"),
+        Ok((line, code)) => {
+            let line = line.unwrap_or_else(|| panic!("no result (exit {code:?})"));
+            assert!(line.starts_with("created"), "{line}");
+            assert_eq!(code, Some(0));
+        }
+    }
+}
+
+#[test]
+fn a_ring_larger_than_the_shm_file_system_is_an_error() {
+    // 4096 slots of 128 bytes: about 530 KB, twice the tmpfs.
+    match create_in_small_tmpfs(4096) {
+        Err(why) => eprintln!("skipped: {why}"),
+        Ok((line, code)) => {
+            assert_eq!(
+                code,
+                Some(0),
+                "the creating process was killed (a signal: SIGBUS is 135 from a shell); \
+                 printed {line:?}"
+            );
+            let line = line.expect("a result line");
+            assert!(line.starts_with("error"), "{line}");
+            assert!(
+                line.contains("space"),
+                "{line} does not say it is out of space"
+            );
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Absurd configurations that pass the checksum: a header written by a buggy or hostile
+//! creator, whose configuration words are consistent with their checksum but not with any
+//! ring. `validate` must refuse them with the matching error, or accept only a geometry
+//! whose every region lies inside the file (the client maps `total_size` bytes and trusts
+//! every offset `Geometry` gives). The same oracle runs in `fuzz/fuzz_targets/validate.rs`.
+
+use std::mem::offset_of;
+
+use proptest::prelude::*;
+use shmring_layout::{
+    config_checksum, header_image, validate, ConfigWords, Geometry, Header, LayoutError,
+    ProducerMode, CONSUMER_ENTRY_SIZE, HEADER_SIZE, LINE, MAX_CAPACITY, MAX_CONSUMERS,
+    MAX_PRODUCERS, MAX_SEGMENT_SIZE, MAX_SLOT_SIZE, PRODUCER_ENTRY_SIZE,
+};
+
+/// A header carrying `w` with a checksum that matches it.
+fn header_with(w: &ConfigWords) -> [u8; HEADER_SIZE] {
+    let valid = Geometry::new(16, 64, 1, 1, ProducerMode::Multi, 0).unwrap();
+    let mut b = header_image(&valid, 0o600, 0);
+    let mut put32 = |off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    put32(offset_of!(Header, producer_mode), w.producer_mode);
+    put32(offset_of!(Header, slot_size), w.slot_size);
+    put32(offset_of!(Header, max_consumers), w.max_consumers);
+    put32(offset_of!(Header, max_producers), w.max_producers);
+    put32(offset_of!(Header, file_mode), w.file_mode);
+    let mut put64 = |off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    put64(offset_of!(Header, capacity), w.capacity);
+    put64(offset_of!(Header, optional_slack), w.optional_slack);
+    put64(offset_of!(Header, created_unix_ns), w.created_unix_ns);
+    put64(offset_of!(Header, total_size), w.total_size);
+    put64(offset_of!(Header, config_checksum), config_checksum(w));
+    b
+}
+
+fn words(capacity: u64, slot_size: u32, consumers: u32, producers: u32) -> ConfigWords {
+    ConfigWords {
+        producer_mode: ProducerMode::Multi as u32,
+        capacity,
+        slot_size,
+        max_consumers: consumers,
+        max_producers: producers,
+        file_mode: 0o600,
+        optional_slack: 0,
+        created_unix_ns: 1,
+        total_size: 1 << 20,
+    }
+}
+
+/// The invariants of an accepted header.
+fn check_accepted(v: &shmring_layout::Validated, len: u64) {
+    let g = v.geometry;
+    assert_eq!(g.total_size, len);
+    assert!(g.total_size <= MAX_SEGMENT_SIZE);
+    assert!(g.capacity.is_power_of_two() && g.capacity <= MAX_CAPACITY);
+    assert!(g.slot_size <= MAX_SLOT_SIZE && g.slot_size.is_multiple_of(64));
+    assert!((1..=MAX_CONSUMERS).contains(&g.max_consumers));
+    assert!((1..=MAX_PRODUCERS).contains(&g.max_producers));
+    let last_c = g.consumer_offset(g.max_consumers - 1).unwrap();
+    assert!(last_c + CONSUMER_ENTRY_SIZE as u64 <= g.producers_offset);
+    let last_p = g.producer_offset(g.max_producers - 1).unwrap();
+    assert!(last_p + PRODUCER_ENTRY_SIZE as u64 <= g.slots_offset);
+    assert_eq!(g.slots_offset % LINE as u64, 0);
+    for seq in [0, g.capacity - 1, u64::MAX] {
+        assert!(g.slot_offset(seq) + u64::from(g.slot_size) <= g.total_size);
+    }
+}
+
+#[test]
+fn absurd_capacities_are_refused_even_with_a_valid_checksum() {
+    for capacity in [
+        0,
+        1,
+        3,
+        MAX_CAPACITY * 2,
+        1 << 40,
+        1 << 62,
+        1 << 63,
+        u64::MAX,
+        u64::MAX - 1,
+    ] {
+        let img = header_with(&words(capacity, 64, 1, 1));
+        assert_eq!(
+            validate(&img, 1 << 20),
+            Err(LayoutError::BadCapacity(capacity)),
+            "capacity {capacity}"
+        );
+    }
+    for slot in [0, 1, 63, 65, MAX_SLOT_SIZE + 64, u32::MAX - 63, u32::MAX] {
+        let img = header_with(&words(16, slot, 1, 1));
+        assert_eq!(validate(&img, 1 << 20), Err(LayoutError::BadSlotSize(slot)));
+    }
+    for n in [0, MAX_CONSUMERS + 1, u32::MAX] {
+        let img = header_with(&words(16, 64, n, 1));
+        assert_eq!(
+            validate(&img, 1 << 20),
+            Err(LayoutError::BadMaxConsumers(n))
+        );
+        let img = header_with(&words(16, 64, 1, n));
+        assert_eq!(
+            validate(&img, 1 << 20),
+            Err(LayoutError::BadMaxProducers(n))
+        );
+    }
+    // Each bound on its own is fine; together they exceed the segment limit.
+    let img = header_with(&words(MAX_CAPACITY, MAX_SLOT_SIZE, 1, 1));
+    assert!(matches!(
+        validate(&img, u64::MAX),
+        Err(LayoutError::TooLarge(_))
+    ));
+    let mut w = words(16, 64, 1, 1);
+    w.producer_mode = 7;
+    assert_eq!(
+        validate(&header_with(&w), 1 << 20),
+        Err(LayoutError::BadProducerMode(7))
+    );
+    let mut w = words(16, 64, 1, 1);
+    w.optional_slack = 17;
+    assert_eq!(
+        validate(&header_with(&w), 1 << 20),
+        Err(LayoutError::BadSlack {
+            slack: 17,
+            capacity: 16
+        })
+    );
+}
+
+#[test]
+fn a_header_that_disagrees_with_its_file_size_is_refused() {
+    let g = Geometry::new(16, 64, 4, 2, ProducerMode::Multi, 0).unwrap();
+    let mut w = g.config_words(0o600, 1);
+    // The stored total size lies, consistently with the checksum.
+    w.total_size = g.total_size + 4096;
+    let img = header_with(&w);
+    for len in [g.total_size, g.total_size + 4096] {
+        assert_eq!(
+            validate(&img, len),
+            Err(LayoutError::SizeMismatch {
+                expected: g.total_size,
+                actual: len
+            })
+        );
+    }
+    // Truncated and grown files under an honest header.
+    let img = header_image(&g, 0o600, 1);
+    for len in [
+        HEADER_SIZE as u64,
+        g.total_size - 1,
+        g.total_size + 1,
+        u64::MAX,
+    ] {
+        assert!(matches!(
+            validate(&img, len),
+            Err(LayoutError::SizeMismatch { .. })
+        ));
+    }
+    assert!(validate(&img, g.total_size).is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+    /// Any configuration words with a matching checksum: refused, or a geometry inside the
+    /// file. The length is either what the words ask for or anything.
+    #[test]
+    fn checksummed_configurations_are_refused_or_in_bounds(
+        producer_mode in prop_oneof![Just(1u32), Just(2u32), any::<u32>()],
+        capacity in prop_oneof![(0u32..64).prop_map(|s| 1u64 << s), any::<u64>()],
+        slot_size in prop_oneof![(0u32..=300).prop_map(|l| l * 64), any::<u32>()],
+        max_consumers in prop_oneof![0u32..=300, any::<u32>()],
+        max_producers in prop_oneof![0u32..=300, any::<u32>()],
+        slack in any::<u64>(),
+        honest_len in any::<bool>(),
+        len in any::<u64>(),
+    ) {
+        let mut w = ConfigWords {
+            producer_mode,
+            capacity,
+            slot_size,
+            max_consumers,
+            max_producers,
+            file_mode: 0o660,
+            optional_slack: slack % capacity.saturating_add(2).max(1),
+            created_unix_ns: 9,
+            total_size: 0,
+        };
+        let mode = ProducerMode::from_u32(producer_mode).unwrap_or(ProducerMode::Multi);
+        let size = Geometry::new(capacity, slot_size, max_consumers, max_producers, mode, w.optional_slack)
+            .map_or(len, |g| g.total_size);
+        w.total_size = if honest_len { size } else { len };
+        let len = if honest_len { size } else { len };
+        let img = header_with(&w);
+        if let Ok(v) = validate(&img, len) {
+            check_accepted(&v, len);
+        }
+    }
+}
