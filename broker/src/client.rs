@@ -18,6 +18,16 @@ pub enum ClientError {
         /// The socket path.
         path: PathBuf,
     },
+    /// The socket exists but refuses this user: the broker may well be running.
+    #[error("permission denied connecting to {path} as uid {uid}: {detail}; the broker may be running: use its user, or a member of its configured group")]
+    PermissionDenied {
+        /// The socket path.
+        path: PathBuf,
+        /// This process's effective uid.
+        uid: u32,
+        /// The socket's (or its directory's) mode and owners, when readable.
+        detail: String,
+    },
     /// The namespace name is not valid.
     #[error(transparent)]
     Name(#[from] shmring::OpenError),
@@ -65,6 +75,13 @@ pub fn request(namespace: &str, req: &Request, timeout: Duration) -> Result<Repl
                 path,
             })
         }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Err(ClientError::PermissionDenied {
+                uid: rustix::process::geteuid().as_raw(),
+                detail: describe_access(&path),
+                path,
+            })
+        }
         Err(e) => return Err(io(e)),
     };
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
@@ -93,4 +110,25 @@ pub fn request(namespace: &str, req: &Request, timeout: Duration) -> Result<Repl
         path,
         message: e.to_string(),
     })
+}
+
+/// The mode and owners of the socket, or of its directory when the socket cannot be seen.
+fn describe_access(path: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let show = |what: &str, p: &std::path::Path, m: &std::fs::Metadata| {
+        format!(
+            "{what} {} is mode {:04o}, owner uid {}, group {}",
+            p.display(),
+            m.mode() & 0o7777,
+            m.uid(),
+            m.gid()
+        )
+    };
+    match std::fs::metadata(path) {
+        Ok(m) => show("socket", path, &m),
+        Err(_) => match path.parent().map(|d| (d, std::fs::metadata(d))) {
+            Some((d, Ok(m))) => show("directory", d, &m),
+            _ => "its mode and owner cannot be read either".to_owned(),
+        },
+    }
 }

@@ -43,9 +43,11 @@ pub fn fetch(
         Ok(Reply::Status(report)) => Ok((*report, None)),
         Ok(Reply::Error { message }) => anyhow::bail!("{message}"),
         Ok(other) => anyhow::bail!("unexpected reply from the broker: {other:?}"),
-        Err(e @ (ClientError::NotRunning { .. } | ClientError::Io { .. })) => {
-            Ok((crate::offline::report(namespace, ring), Some(e.to_string())))
-        }
+        Err(
+            e @ (ClientError::NotRunning { .. }
+            | ClientError::Io { .. }
+            | ClientError::PermissionDenied { .. }),
+        ) => Ok((crate::offline::report(namespace, ring), Some(e.to_string()))),
         Err(e) => Err(e.into()),
     }
 }

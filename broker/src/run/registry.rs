@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shmring::{OpenError, Ring};
+use shmring::{OpenError, Ring, RingState};
 use tracing::{info, warn};
 
 use super::health::{ConsumerHealth, ProducerHealth};
@@ -130,6 +130,7 @@ impl Broker {
     /// Adopt `ring` and watch it.
     pub fn track(&mut self, name: String, ring: Ring, spec: RingSpec) {
         let epoch = ring.adopt(self.pid);
+        finish_half_done(&name, &ring);
         let period = spec.sweep_period();
         if period < self.period {
             self.period = period;
@@ -218,5 +219,24 @@ impl Broker {
                 }
             }
         }
+    }
+}
+
+/// A ring whose last lifecycle operation did not finish (its stopper or drainer died):
+/// a line closed while the state says RUNNING is a stop that closed but never recorded its
+/// state; a DRAINING ring has nobody waiting for its drain any more. Either is finished as
+/// a stop (the line stays closed at the recorded stop sequence, every accepted event stays
+/// for the consumers); `broker start` reopens it.
+fn finish_half_done(name: &str, ring: &Ring) {
+    let half_stopped = ring.is_closed() && ring.state() == Some(RingState::Running);
+    let draining = ring.state() == Some(RingState::Draining);
+    if !(half_stopped || draining) {
+        return;
+    }
+    match ring.stop() {
+        Ok(stop) => warn!(ring = %name, stop,
+            "finished a {} left by a process that died: ring STOPPED at sequence {stop}; `broker start {name}` reopens it",
+            if draining { "drain" } else { "stop" }),
+        Err(e) => warn!(ring = %name, "could not finish a half-done stop: {e}"),
     }
 }

@@ -34,19 +34,27 @@ pub fn repair_producers(
             continue;
         }
         let dead_since = *rec.dead_since.get_or_insert(now);
-        if p.in_flight.is_some() && now.duration_since(dead_since) < t.spec.unblock_timeout {
+        // A claim whose sequence is not recorded yet (`claiming`) waits out the timeout
+        // too: its repair searches for the hole, which is only safe once every live
+        // producer has long since recorded its own claim.
+        let holds = p.in_flight.is_some() || p.claiming;
+        if holds && now.duration_since(dead_since) < t.spec.unblock_timeout {
             continue;
         }
         let r = t.ring.repair_dead_producer(p.index, p.pid, p.start_time);
-        if r.tombstoned > 0 {
-            rec.repaired += r.tombstoned;
+        rec.repaired += r.tombstoned;
+        t.counters.tombstoned += r.tombstoned;
+        if r.waiting == 0 && rec.repaired > 0 {
+            // The claim is whole again (the entry is freed now, so this counts it once,
+            // however many sweeps its slots took).
             t.counters.repaired_claims += 1;
-            t.counters.tombstoned += r.tombstoned;
+        }
+        if r.tombstoned > 0 {
             warn!(ring, index = p.index, pid = p.pid, first = p.in_flight, tombstoned = r.tombstoned,
                 "repaired the claim of dead producer pid {}: {} sequence(s) tombstoned, consumers skip them",
                 p.pid, r.tombstoned);
         }
-        if p.in_flight.is_some() && r.tombstoned == 0 && !rec.warned {
+        if holds && r.tombstoned == 0 && !rec.warned {
             rec.warned = true;
             if r.waiting > 0 {
                 info!(ring, index = p.index, pid = p.pid,
