@@ -10,13 +10,18 @@
 //! - [`Child`]: a spawned testkit process. Readiness comes from lines it prints on stdout;
 //!   every wait has a deadline (a watchdog), and `Drop` SIGKILLs and reaps it.
 //! - [`report`]: parsing the `key=value` summary lines the children print.
+//! - [`fault`]: the seeded randomness of the fault-injection tests (`SHMRING_FAULT_SEED`).
+//! - [`raw`]: raw words of a segment at `shmring_layout` offsets, to read the wake lines and
+//!   to lay down the state a process killed at one exact instruction leaves.
 //! - [`procfs`]: a child's CPU time and the system call it is blocked in, for the parking
 //!   tests; [`eventually`], the bounded poll of a condition.
 
 pub mod child;
+pub mod fault;
 pub mod namespace;
 pub mod payload;
 pub mod procfs;
+pub mod raw;
 pub mod report;
 
 pub use child::{Child, WAIT};

@@ -113,10 +113,9 @@ fn a_publish_that_skips_the_wake_is_counted_as_a_net_wakeup() {
         num(pong_done, "net_wakeups") >= 1,
         "a wake-up skipped on purpose was not counted: {pong_done}"
     );
-    // The echoes were published normally: ping was woken every time.
-    assert_eq!(
-        num(line(&ping_out, "done"), "net_wakeups"),
-        0,
-        "{ping_out:?}"
-    );
+    // Ping's own count is not checked here: ping parks right after publishing and pong
+    // wakes only by its 50 ms net, so the two nets expire almost together and ping may time
+    // out while pong's echo is on its way. The 100,000-cycle test above checks both sides
+    // with every wake in place.
+    let _ = ping_out;
 }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod fault;
 pub mod proc;
 pub mod roles;
 

@@ -141,6 +141,73 @@ impl Proc {
             self.status = self.child.wait().ok();
         }
     }
+
+    /// The label given at spawn.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Wait at most `limit` for a stdout line containing `prefix` (lines before it are read
+    /// past); returns the rest of it, or `None` if the time ran out or stdout closed.
+    pub fn expect_within(&mut self, prefix: &str, limit: std::time::Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if let Some(at) = line.find(prefix) {
+                        return Some(line[at + prefix.len()..].trim().to_owned());
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every stdout line read so far, oldest first.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
+    /// Every stdout line that has arrived and not been read yet, without waiting.
+    pub fn try_lines(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line.clone());
+            out.push(line);
+        }
+        out
+    }
+
+    /// After the exit (or a kill): the lines not read yet, up to the end of stdout
+    /// (bounded by [`WAIT`]).
+    pub fn rest(&mut self) -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    out.push(line);
+                }
+                Err(RecvTimeoutError::Disconnected) => return out,
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "{}: stdout still open {WAIT:?} after the exit; saw {:?}",
+                    self.label, self.seen
+                ),
+            }
+        }
+    }
+
+    /// Whether the child has exited (reaping it if so), without waiting.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().ok().flatten();
+        }
+        self.status
+    }
 }
 
 impl Drop for Proc {

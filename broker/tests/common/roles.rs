@@ -38,6 +38,8 @@ pub fn run_if_child() {
         "claimer" => claimer(),
         "racer" => racer(),
         "foreign" => foreign(),
+        "fproducer" => super::fault::fproducer(),
+        "fconsumer" => super::fault::fconsumer(),
         other => println!("@error unknown role {other}"),
     }
     std::process::exit(0);

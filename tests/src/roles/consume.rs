@@ -5,7 +5,7 @@
 //! sequence of that producer (a required consumer) or a later one (an optional consumer,
 //! which may be lapped); ring sequences strictly increase. The first event of each producer
 //! must be its sequence 0, unless `--resume` (a durable consumer taking over where a dead
-//! one committed).
+//! one committed: any first sequence) or `--resume-from p:s,..` (exactly those).
 //!
 //! Ends when every producer's last event (`--per-producer` - 1) arrived, or, with
 //! `--until-seq N` (or `until N` on stdin with `--until-stdin`), once the consumer's
@@ -69,6 +69,11 @@ pub struct Args {
     /// Accept any first sequence per producer (a resuming durable consumer).
     #[arg(long)]
     resume: bool,
+    /// Resume with exactly these next sequences per producer (`p:s,p:s`, producers not
+    /// listed start at 0): a durable consumer taking over where a dead one committed, when
+    /// the parent knows what was committed. Stricter than `--resume`.
+    #[arg(long, conflicts_with = "resume")]
+    resume_from: Option<String>,
     #[arg(long, default_value_t = DEFAULT_BATCH_CAP)]
     batch_cap: usize,
     #[arg(long, value_enum, default_value_t = Wait::Yield)]
@@ -86,6 +91,19 @@ pub struct Args {
     /// watchdog, so the parent sees this error rather than a kill).
     #[arg(long, default_value_t = 50)]
     deadline_secs: u64,
+}
+
+/// Parse `p:s,p:s` (or `-`, none).
+fn parse_per_producer(v: &str) -> anyhow::Result<Vec<(u32, u64)>> {
+    if v == "-" {
+        return Ok(Vec::new());
+    }
+    v.split(',')
+        .map(|kv| {
+            let (p, s) = kv.split_once(':').context("expected p:s")?;
+            Ok((p.parse()?, s.parse()?))
+        })
+        .collect()
 }
 
 /// What the handler has seen so far.
@@ -222,15 +240,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         println!("resumed");
     }
 
+    let mut next = vec![None; a.producers as usize];
+    if let Some(from) = &a.resume_from {
+        next = vec![Some(0); a.producers as usize];
+        for (p, s) in parse_per_producer(from)? {
+            let slot = next
+                .get_mut(p as usize)
+                .with_context(|| format!("--resume-from names producer {p}"))?;
+            *slot = Some(s);
+        }
+    }
+    let resume = a.resume || a.resume_from.is_some();
     let checker = RefCell::new(Checker {
         producers: a.producers,
         per_producer: a.per_producer,
-        resume: a.resume,
+        resume,
         optional: a.optional,
         len: a.size.map(|s| s.resolve(&ring)),
         print_events: a.print_events,
         hang_after: a.hang_after,
-        next: vec![None; a.producers as usize],
+        next,
         firsts: BTreeMap::new(),
         lasts: BTreeMap::new(),
         delivered: 0,
@@ -296,7 +325,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     // A resumed durable consumer's counters continue from its previous incarnation's
     // committed ones: the parent checks those.
-    if !a.resume && s.delivered != ch.delivered {
+    if !resume && s.delivered != ch.delivered {
         bail!(
             "stats().delivered {} but the handler saw {}",
             s.delivered,

@@ -5,6 +5,7 @@ pub mod attach_loop;
 pub mod consume;
 pub mod ping_pong;
 pub mod produce;
+pub mod run_closed;
 pub mod wake_set;
 
 use std::str::FromStr;

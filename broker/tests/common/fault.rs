@@ -1,0 +1,827 @@
+//! The fault-injection roles, and the parent's side of them: spawning, reading their
+//! reports, and the end-of-run invariant. Shared by `fault_*.rs` and `soak.rs`.
+//!
+//! Two roles, selected like those of `roles.rs` (`SHMRING_ROLE`, parameters in `ROLE_*`):
+//!
+//! - `fproducer`: publishes self-checking events (`shmring_tests::payload`: producer id,
+//!   that producer's own sequence 0, 1, 2, ..., a checksum over every byte) with every
+//!   publishing form in turn: `publish`, `publish_batch`, the claim guard, `try_publish`,
+//!   `publish_timeout`. Prints `@acc N` every `ROLE_PROGRESS` accepted events (N: accepted so
+//!   far, so a producer killed after printing `@acc N` had accepted at least N), and with
+//!   `ROLE_DWELL_US` sometimes holds a claim open for a while between claim and commit,
+//!   printing `@dwell seq=S` first. On a stopped ring it ends (`@done published=N`) or, with
+//!   `ROLE_ON_CLOSED=retry`, waits for the ring to run again and retries the same event
+//!   (until `finish` arrives on stdin: then a stopped ring ends it).
+//! - `fconsumer`: attaches a consumer (durable `ROLE_NAME` or anonymous, `ROLE_OPTIONAL`,
+//!   `ROLE_WAIT`, `ROLE_BATCH`) and checks every event: it decodes (no torn or stale slot),
+//!   ring sequences increase, and per producer the sequences are contiguous (required) or
+//!   increasing (optional), starting at 0 with `ROLE_FROM_ZERO`. Its wait strategy runs
+//!   (`Consumer::run`); every 50 ms it prints `@prog` with its counters. It ends when `run`
+//!   returns `Closed` (the ring stopped and it consumed everything), printing `@done` with
+//!   its counters and per-producer first and last sequences; with `ROLE_ON_CLOSED=again` it
+//!   waits for the ring to start again instead, until `finish` arrives on stdin.
+//!   `ROLE_EXIT_AFTER=N` detaches cleanly after N events (`@done ... detached=1`);
+//!   `ROLE_SLOW_US` sleeps that long in the handler of every event (a slow consumer).
+//!
+//! Any violation is printed as `@violation ...` and the role exits with status 1.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shmring::{
+    ConsumerOptions, Event, Fallback, PollError, Producer, PublishError, Ring, RingState, RunExit,
+    TryPublishError, WaitStrategy,
+};
+use shmring_tests::fault::Rng;
+use shmring_tests::payload::{decode, encode, encode_into, Origin};
+use shmring_tests::report::{format_per_producer, num, per_producer};
+
+use super::Proc;
+
+fn var(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+fn var_u64(name: &str, default: u64) -> u64 {
+    var(name).parse().unwrap_or(default)
+}
+
+fn open() -> Ring {
+    let ns = shmring::names::default_namespace();
+    Ring::open(&ns, &var("ROLE_RING")).unwrap_or_else(|e| {
+        println!("@error open: {e}");
+        std::process::exit(2)
+    })
+}
+
+fn fail(what: &str) -> ! {
+    println!("@violation {what}");
+    std::process::exit(1)
+}
+
+/// A wait strategy by the name the testkit uses (`--wait`).
+pub fn wait_strategy(name: &str) -> WaitStrategy {
+    match name {
+        "spin" => WaitStrategy::BusySpin,
+        "yield" => WaitStrategy::Yielding { spins: 100 },
+        "sleep" => WaitStrategy::sleeping(),
+        "phased-park" => WaitStrategy::PhasedBackoff {
+            spins: 100,
+            yields: 10,
+            fallback: Fallback::Park,
+        },
+        "phased-sleep" => WaitStrategy::PhasedBackoff {
+            spins: 100,
+            yields: 10,
+            fallback: Fallback::Sleep(Duration::from_micros(50)),
+        },
+        "block" => WaitStrategy::Blocking,
+        "timeout-block" => WaitStrategy::TimeoutBlocking {
+            timeout: Duration::from_millis(5),
+        },
+        _ => WaitStrategy::Adaptive,
+    }
+}
+
+/// Whether a consumer waiting with `wait` must show no wake-up by the net.
+///
+/// Not a `timeout-block` consumer: it parks for its 5 ms timeout rather than the 50 ms net,
+/// and when a producer is preempted between its stamp and its wake for longer than that (a
+/// loaded two-core machine), the client counts the timeout with an event waiting as a net
+/// wake-up, though the wake was only late, not lost.
+pub fn asserts_no_net(wait: &str) -> bool {
+    wait != "timeout-block"
+}
+
+/// How long a parent waits for a producer to say it holds a claim open (`@dwell`) before
+/// it kills it anyway (a producer held at the wrap gate publishes nothing meanwhile).
+pub const DWELL_WAIT: Duration = Duration::from_millis(500);
+
+/// The strategies a fault test may pick: none spins (two cores, many processes).
+pub const WAITS: [&str; 6] = [
+    "yield",
+    "sleep",
+    "phased-park",
+    "block",
+    "timeout-block",
+    "adaptive",
+];
+
+// ---------------------------------------------------------------------------------------
+// fproducer
+
+/// Why a publish did not go through.
+enum Refused {
+    Closed,
+    Deleted,
+    Other(String),
+}
+
+impl From<PublishError> for Refused {
+    fn from(e: PublishError) -> Self {
+        match e {
+            PublishError::Closed => Refused::Closed,
+            PublishError::Deleted => Refused::Deleted,
+            e => Refused::Other(e.to_string()),
+        }
+    }
+}
+
+impl From<TryPublishError> for Refused {
+    fn from(e: TryPublishError) -> Self {
+        match e {
+            TryPublishError::Closed => Refused::Closed,
+            TryPublishError::Deleted => Refused::Deleted,
+            e => Refused::Other(e.to_string()),
+        }
+    }
+}
+
+struct Publisher {
+    p: Producer,
+    id: u32,
+    len: usize,
+    half: u64,
+    rng: Rng,
+    dwell_us: u64,
+    dwell_every: u64,
+    buf: Vec<u8>,
+}
+
+impl Publisher {
+    fn origin(&self, seq: u64) -> Origin {
+        Origin {
+            producer: self.id,
+            seq,
+        }
+    }
+
+    /// Publish the event(s) starting at producer sequence `seq` with form `form`, at most
+    /// `room` events; returns how many were accepted.
+    fn step(&mut self, form: u64, seq: u64, room: u64) -> Result<u64, Refused> {
+        match form {
+            0 => {
+                let origin = self.origin(seq);
+                encode_into(&mut self.buf, origin);
+                self.p.publish(&self.buf)?;
+                Ok(1)
+            }
+            1 => {
+                let k = self.rng.range(1..=self.half).min(room);
+                let events: Vec<Vec<u8>> = (0..k)
+                    .map(|i| encode(self.origin(seq + i), self.len))
+                    .collect();
+                self.p.publish_batch(&events)?;
+                Ok(k)
+            }
+            2 => {
+                let dwell = self.dwell_us > 0 && self.rng.chance(1, self.dwell_every);
+                let pause = Duration::from_micros(self.rng.range(1..=self.dwell_us.max(1)));
+                let origin = self.origin(seq);
+                let len = self.len;
+                let mut c = self.p.claim()?;
+                encode_into(&mut c.payload_mut()[..len], origin);
+                c.set_len(len).map_err(Refused::from)?;
+                if dwell {
+                    // Between claim and commit: the window the fault tests aim at.
+                    println!("@dwell seq={}", c.sequence());
+                    std::thread::sleep(pause);
+                }
+                c.commit();
+                Ok(1)
+            }
+            3 => {
+                let origin = self.origin(seq);
+                encode_into(&mut self.buf, origin);
+                match self.p.try_publish(&self.buf) {
+                    Ok(_) => Ok(1),
+                    Err(TryPublishError::Full) => {
+                        self.p.publish(&self.buf)?;
+                        Ok(1)
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            _ => {
+                let origin = self.origin(seq);
+                encode_into(&mut self.buf, origin);
+                loop {
+                    match self.p.publish_timeout(&self.buf, Duration::from_millis(1)) {
+                        Ok(_) => return Ok(1),
+                        Err(TryPublishError::Timeout | TryPublishError::Full) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Set once `finish` arrives on stdin (read on a thread of its own).
+fn finish_flag() -> Arc<AtomicBool> {
+    let finish = Arc::new(AtomicBool::new(false));
+    let f = finish.clone();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            if line.is_ok_and(|l| l.trim() == "finish") {
+                f.store(true, Ordering::SeqCst);
+            }
+        }
+    });
+    finish
+}
+
+/// Wait until `ring` runs again after a stop (bounded by `deadline`). False if `finish`
+/// was set first.
+fn await_running(ring: &Ring, deadline: Instant, finish: &AtomicBool) -> bool {
+    loop {
+        if finish.load(Ordering::SeqCst) {
+            return false;
+        }
+        match ring.state() {
+            Some(RingState::Running) if !ring.is_closed() => return true,
+            Some(RingState::Deleted) => {
+                println!("@deleted");
+                std::process::exit(3)
+            }
+            _ => {}
+        }
+        if Instant::now() > deadline {
+            println!("@error the ring never ran again");
+            std::process::exit(4)
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The `fproducer` role (see the module comment). Env: `ROLE_ID`, `ROLE_COUNT` (0:
+/// forever), `ROLE_SIZE` (bytes, 0: a full slot), `ROLE_MODE` (`mixed`, `batch`, `claim`,
+/// `publish`), `ROLE_SEED`, `ROLE_PROGRESS`, `ROLE_DWELL_US`, `ROLE_DWELL_EVERY`,
+/// `ROLE_PACE_US`, `ROLE_ON_CLOSED`, `ROLE_DEADLINE_SECS`.
+pub fn fproducer() {
+    let ring = open();
+    let id = var_u64("ROLE_ID", 0) as u32;
+    let count = var_u64("ROLE_COUNT", 0);
+    let size = var_u64("ROLE_SIZE", 8) as usize;
+    let len = if size == 0 { ring.max_payload() } else { size };
+    let progress = var_u64("ROLE_PROGRESS", 64).max(1);
+    let pace_us = var_u64("ROLE_PACE_US", 0);
+    let retry = var("ROLE_ON_CLOSED") == "retry";
+    let mode = var("ROLE_MODE");
+    let deadline = Instant::now() + Duration::from_secs(var_u64("ROLE_DEADLINE_SECS", 100));
+    let p = ring.producer().unwrap_or_else(|e| {
+        println!("@error attach: {e}");
+        std::process::exit(2)
+    });
+    let mut rng = Rng::new(var_u64("ROLE_SEED", 1) ^ (u64::from(id) << 40));
+    let mut w = Publisher {
+        p,
+        id,
+        len,
+        half: ring.capacity() / 2,
+        rng: Rng::new(rng.fork()),
+        dwell_us: var_u64("ROLE_DWELL_US", 0),
+        dwell_every: var_u64("ROLE_DWELL_EVERY", 8).max(1),
+        buf: vec![0; len],
+    };
+    let finish = finish_flag();
+    println!("@ready pid={}", std::process::id());
+    let (mut seq, mut next_report) = (0u64, progress);
+    while count == 0 || seq < count {
+        if Instant::now() > deadline {
+            println!("@error still publishing at the deadline ({seq} published)");
+            std::process::exit(4)
+        }
+        let form = match mode.as_str() {
+            "publish" => 0,
+            "batch" => 1,
+            "claim" => 2,
+            _ => rng.below(5),
+        };
+        let room = if count == 0 { u64::MAX } else { count - seq };
+        match w.step(form, seq, room) {
+            Ok(n) => seq += n,
+            Err(Refused::Closed) if retry => {
+                if await_running(&ring, deadline, &finish) {
+                    continue;
+                }
+                break;
+            }
+            Err(Refused::Closed) => break,
+            Err(Refused::Deleted) => {
+                println!("@deleted published={seq}");
+                std::process::exit(3)
+            }
+            Err(Refused::Other(e)) => {
+                println!("@error publish: {e}");
+                std::process::exit(4)
+            }
+        }
+        if seq >= next_report {
+            println!("@acc {seq}");
+            next_report = (seq / progress + 1) * progress;
+        }
+        if pace_us > 0 {
+            std::thread::sleep(Duration::from_micros(rng.range(0..=2 * pace_us)));
+        }
+    }
+    let s = w.p.stats();
+    println!(
+        "@done published={seq} stats_published={} refused={} parks={}",
+        s.published, s.refused, s.parks
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// fconsumer
+
+#[derive(Default)]
+struct Check {
+    optional: bool,
+    from_zero: bool,
+    next: BTreeMap<u32, u64>,
+    firsts: BTreeMap<u32, u64>,
+    lasts: BTreeMap<u32, u64>,
+    delivered: u64,
+    last_ring: Option<u64>,
+    violation: Option<String>,
+}
+
+impl Check {
+    fn on_event(&mut self, ev: Event<'_>) {
+        if self.violation.is_some() {
+            return;
+        }
+        if let Err(v) = self.check(&ev) {
+            self.violation = Some(v);
+        }
+    }
+
+    fn check(&mut self, ev: &Event<'_>) -> Result<(), String> {
+        let r = ev.sequence();
+        if self.last_ring.is_some_and(|l| r <= l) {
+            return Err(format!(
+                "ring sequence went from {:?} to {r}",
+                self.last_ring
+            ));
+        }
+        self.last_ring = Some(r);
+        let o = decode(ev.bytes()).map_err(|e| format!("ring sequence {r}: {e}"))?;
+        match self.next.get(&o.producer) {
+            None if self.from_zero && !self.optional && o.seq != 0 => {
+                return Err(format!(
+                    "ring sequence {r}: the first event of producer {} is its seq {}, not 0",
+                    o.producer, o.seq
+                ))
+            }
+            Some(&want) if o.seq < want || (o.seq > want && !self.optional) => {
+                return Err(format!(
+                    "ring sequence {r}: producer {} seq {}, expected {want} ({})",
+                    o.producer,
+                    o.seq,
+                    if o.seq < want {
+                        "duplicate or reordered"
+                    } else {
+                        "gap: events lost"
+                    }
+                ))
+            }
+            _ => {}
+        }
+        self.next.insert(o.producer, o.seq + 1);
+        self.firsts.entry(o.producer).or_insert(o.seq);
+        self.lasts.insert(o.producer, o.seq);
+        self.delivered += 1;
+        Ok(())
+    }
+}
+
+/// The `fconsumer` role (see the module comment). Env: `ROLE_NAME`, `ROLE_OPTIONAL`,
+/// `ROLE_FROM_ZERO`, `ROLE_WAIT`, `ROLE_BATCH`, `ROLE_EXIT_AFTER`, `ROLE_ON_CLOSED`,
+/// `ROLE_SLOW_US`, `ROLE_DEADLINE_SECS`.
+pub fn fconsumer() {
+    let ring = open();
+    let name = var("ROLE_NAME");
+    let optional = var("ROLE_OPTIONAL") == "1";
+    let mut opts = if name.is_empty() {
+        ConsumerOptions::anonymous()
+    } else {
+        ConsumerOptions::durable(name)
+    }
+    .wait(wait_strategy(&var("ROLE_WAIT")))
+    .batch_cap(var_u64("ROLE_BATCH", shmring::DEFAULT_BATCH_CAP as u64) as usize);
+    if optional {
+        opts = opts.optional();
+    }
+    let exit_after = var_u64("ROLE_EXIT_AFTER", 0);
+    let again = var("ROLE_ON_CLOSED") == "again";
+    let deadline = Instant::now() + Duration::from_secs(var_u64("ROLE_DEADLINE_SECS", 100));
+    let slow = Duration::from_micros(var_u64("ROLE_SLOW_US", 0));
+    let finish = finish_flag();
+    let mut c = match ring.consumer(opts) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("@error attach: {e}");
+            std::process::exit(2)
+        }
+    };
+    let s0 = c.stats();
+    let start = c.next_sequence();
+    println!(
+        "@ready index={} start={start} pid={} run={}",
+        c.index(),
+        std::process::id(),
+        ring.run_number()
+    );
+    let check = RefCell::new(Check {
+        optional,
+        from_zero: var("ROLE_FROM_ZERO") == "1",
+        ..Check::default()
+    });
+    let mut last_prog = Instant::now();
+    let mut detached = false;
+    loop {
+        let exit = c.run(
+            |ev| {
+                check.borrow_mut().on_event(ev);
+                if !slow.is_zero() {
+                    std::thread::sleep(slow);
+                }
+            },
+            || {
+                let ch = check.borrow();
+                ch.violation.is_some()
+                    || (exit_after > 0 && ch.delivered >= exit_after)
+                    || last_prog.elapsed() >= Duration::from_millis(50)
+                    || Instant::now() > deadline
+            },
+        );
+        if let Some(v) = check.borrow().violation.clone() {
+            fail(&v);
+        }
+        match exit {
+            Ok(RunExit::Stopped) => {
+                let s = c.stats();
+                println!(
+                    "@prog delivered={} next={} net={} wakeups={}",
+                    check.borrow().delivered,
+                    c.next_sequence(),
+                    s.net_wakeups,
+                    s.wakeups
+                );
+                last_prog = Instant::now();
+                if exit_after > 0 && check.borrow().delivered >= exit_after {
+                    detached = true;
+                    break;
+                }
+                if Instant::now() > deadline {
+                    println!("@error still consuming at the deadline");
+                    std::process::exit(4)
+                }
+            }
+            Ok(RunExit::Closed) => {
+                if !again {
+                    break;
+                }
+                let run = ring.run_number();
+                println!("@closed next={} run={run}", c.next_sequence());
+                // Wait for the next start, or for `finish`.
+                loop {
+                    if finish.load(Ordering::SeqCst) && ring.state() != Some(RingState::Running) {
+                        break;
+                    }
+                    if ring.state() == Some(RingState::Running) && ring.run_number() > run {
+                        println!(
+                            "@reopened run={} next={}",
+                            ring.run_number(),
+                            c.next_sequence()
+                        );
+                        break;
+                    }
+                    if Instant::now() > deadline {
+                        println!("@error the ring never ran again");
+                        std::process::exit(4)
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if finish.load(Ordering::SeqCst) && ring.state() != Some(RingState::Running) {
+                    break;
+                }
+            }
+            Err(PollError::Deleted) => {
+                println!("@deleted delivered={}", check.borrow().delivered);
+                std::process::exit(3)
+            }
+            Err(e) => {
+                println!("@error poll: {e}");
+                std::process::exit(4)
+            }
+        }
+    }
+    let ch = check.into_inner();
+    let s = c.stats();
+    let (delivered, skipped, dropped) = (
+        s.delivered - s0.delivered,
+        s.skipped - s0.skipped,
+        s.dropped_behind - s0.dropped_behind,
+    );
+    if delivered != ch.delivered {
+        fail(&format!(
+            "stats say {delivered} delivered, the handler saw {}",
+            ch.delivered
+        ));
+    }
+    let walked = c.next_sequence() - start;
+    if delivered + skipped + dropped != walked {
+        fail(&format!(
+            "delivered {delivered} + skipped {skipped} + dropped {dropped} != {walked} \
+             sequences walked ({start}..{})",
+            c.next_sequence()
+        ));
+    }
+    println!(
+        "@done delivered={delivered} skipped={skipped} dropped={dropped} start={start} next={} \
+         net={} wakeups={} total_delivered={} total_skipped={} total_dropped={} detached={} \
+         firsts={} lasts={}",
+        c.next_sequence(),
+        s.net_wakeups,
+        s.wakeups,
+        s.delivered,
+        s.skipped,
+        s.dropped_behind,
+        u8::from(detached),
+        format_per_producer(&ch.firsts),
+        format_per_producer(&ch.lasts),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent's side.
+
+/// The env of a fault role on ring `ring`.
+pub fn env(ring: &str, pairs: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut v = vec![("ROLE_RING", ring.to_owned())];
+    v.extend(pairs.iter().cloned());
+    v
+}
+
+/// What a consumer's `@done` line says.
+#[derive(Debug, Clone)]
+pub struct Done {
+    /// The whole line after `@done`.
+    pub line: String,
+    /// Events delivered by this incarnation.
+    pub delivered: u64,
+    /// Tombstones skipped by this incarnation.
+    pub skipped: u64,
+    /// Sequences lost to lapping or a release, by this incarnation.
+    pub dropped: u64,
+    /// Where it started and ended.
+    pub start: u64,
+    /// Next sequence at the end.
+    pub next: u64,
+    /// Wake-ups by the net with an event waiting (over every incarnation of a durable one).
+    pub net: u64,
+    /// It detached after its `ROLE_EXIT_AFTER` events (rather than draining to a stop).
+    pub detached: bool,
+    /// Per producer: first and last producer sequence seen.
+    pub firsts: BTreeMap<u32, u64>,
+    /// See `firsts`.
+    pub lasts: BTreeMap<u32, u64>,
+}
+
+impl Done {
+    /// Parse the rest of an `@done` line.
+    pub fn parse(line: &str) -> Done {
+        Done {
+            line: line.to_owned(),
+            delivered: num(line, "delivered"),
+            skipped: num(line, "skipped"),
+            dropped: num(line, "dropped"),
+            start: num(line, "start"),
+            next: num(line, "next"),
+            net: num(line, "net"),
+            detached: num(line, "detached") == 1,
+            firsts: per_producer(line, "firsts"),
+            lasts: per_producer(line, "lasts"),
+        }
+    }
+
+    /// Events of producer `p` delivered, for a consumer that got them all from 0.
+    pub fn count_of(&self, p: u32) -> u64 {
+        self.lasts.get(&p).map_or(0, |l| l + 1)
+    }
+}
+
+/// What is known of how many events a producer had accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// It ended cleanly and said so.
+    Exactly(u64),
+    /// It was killed after reporting `reported`; up to `slack` more may have been accepted
+    /// before the kill (the events since its last report, and one claim in flight).
+    Between {
+        /// The last `@acc` it printed.
+        reported: u64,
+        /// How many more it may have accepted.
+        slack: u64,
+    },
+}
+
+/// The `published=N` of a producer's `@done` line.
+pub fn published(done: &str) -> u64 {
+    num(done, "published")
+}
+
+/// The last `@acc N` among `lines` (0 if none).
+pub fn last_acc(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .filter_map(|l| l.find("@acc ").map(|at| &l[at + 5..]))
+        .filter_map(|n| n.trim().parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// The end-of-run invariant for one consumer that was attached before any publish and
+/// never killed: every event a producer accepted was delivered to it exactly once and in
+/// order (its role checked order and contiguity from 0 per producer), and every sequence it
+/// walked past is a delivered event or a counted tombstone. Returns the total accepted.
+pub fn check_delivered_all(who: &str, done: &Done, producers: &BTreeMap<u32, Accepted>) -> u64 {
+    let mut total = 0;
+    for (p, acc) in producers {
+        let got = done.count_of(*p);
+        match *acc {
+            Accepted::Exactly(n) => assert_eq!(
+                got, n,
+                "{who}: producer {p} accepted {n} events, {got} delivered: {}",
+                done.line
+            ),
+            Accepted::Between { reported, slack } => assert!(
+                got >= reported && got <= reported + slack,
+                "{who}: producer {p} was killed after accepting {reported} (+ at most {slack}), \
+                 {got} delivered: {}",
+                done.line
+            ),
+        }
+        if got > 0 {
+            assert_eq!(done.firsts.get(p), Some(&0), "{who}: {}", done.line);
+        }
+        total += got;
+    }
+    assert!(
+        done.lasts.keys().all(|p| producers.contains_key(p)),
+        "{who}: events of an unknown producer: {}",
+        done.line
+    );
+    assert_eq!(done.delivered, total, "{who}: {}", done.line);
+    assert_eq!(
+        done.dropped, 0,
+        "{who}: a required consumer lost events: {}",
+        done.line
+    );
+    assert_eq!(
+        done.delivered + done.skipped,
+        done.next - done.start,
+        "{who}: {}",
+        done.line
+    );
+    total
+}
+
+/// Wait (bounded) for `proc`'s `@done` line and parse it.
+pub fn expect_done(proc: &mut Proc) -> Done {
+    Done::parse(&proc.expect("@done"))
+}
+
+/// What the kernel says each thread of `pid` is doing (state, system call, kernel stack):
+/// attached to a failure when a child does not get ready in time.
+pub fn diagnose(pid: u32) -> String {
+    let mut out = String::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("pid {pid} is gone");
+    };
+    for t in tasks.flatten() {
+        let p = t.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        out.push_str(&format!(
+            "task {} ({}) state {:?} syscall {:?} wchan {:?}\n{}",
+            t.file_name().to_string_lossy(),
+            read("comm").trim(),
+            state,
+            read("syscall").trim(),
+            read("wchan").trim(),
+            read("stack")
+        ));
+    }
+    out
+}
+
+/// How long a child may take to attach. Attaching registers the process for expedited
+/// membarriers (`fence::register`), which in a multi-threaded process waits for an RCU
+/// grace period: ~10 ms here when idle, but on this 2-vCPU machine saturated by a soak
+/// and two CPU hogs a grace period has been seen to take over 30 s (the RCU kthread is an
+/// ordinary task competing for the CPUs).
+pub const READY_WAIT: Duration = Duration::from_secs(120);
+
+/// Wait for `proc`'s `line` (bounded by [`READY_WAIT`]); on a timeout, fail with what its
+/// threads are doing.
+fn expect_or_diagnose(proc: &mut Proc, line: &str) -> String {
+    match proc.expect_within(line, READY_WAIT) {
+        Some(rest) => rest,
+        None => panic!(
+            "{} (pid {}): no {line:?} within {READY_WAIT:?}; saw {:?}\n{}",
+            proc.label(),
+            proc.pid(),
+            proc.seen(),
+            diagnose(proc.pid())
+        ),
+    }
+}
+
+/// Spawn an `fproducer` on ring `ring` as producer `id` and wait for `@ready`.
+pub fn spawn_producer(
+    ns: &super::Ns,
+    ring: &str,
+    id: u32,
+    seed: u64,
+    extra: &[(&'static str, String)],
+) -> Proc {
+    let mut pairs = vec![("ROLE_ID", id.to_string()), ("ROLE_SEED", seed.to_string())];
+    pairs.extend(extra.iter().cloned());
+    let mut p = Proc::role("fproducer", &ns.name, &env(ring, &pairs));
+    expect_or_diagnose(&mut p, "@ready");
+    p
+}
+
+/// Spawn an `fconsumer` on ring `ring` and wait for `@ready`; returns it and its start.
+pub fn spawn_consumer(ns: &super::Ns, ring: &str, pairs: &[(&'static str, String)]) -> (Proc, u64) {
+    let mut c = Proc::role("fconsumer", &ns.name, &env(ring, pairs));
+    let ready = expect_or_diagnose(&mut c, "@ready");
+    let start = num(&ready, "start");
+    (c, start)
+}
+
+/// Start a broker CLI command without waiting for it.
+pub fn cli_spawn(ns: &super::Ns, args: &[&str]) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_broker"))
+        .arg("--namespace")
+        .arg(&ns.name)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawning the broker CLI")
+}
+
+/// Wait (bounded by [`super::WAIT`]) for a CLI command started by [`cli_spawn`]; returns
+/// whether it succeeded and what it printed (stdout, then stderr).
+pub fn cli_finish(mut child: std::process::Child) -> (bool, String) {
+    let deadline = Instant::now() + super::WAIT;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(super::POLL),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the broker CLI did not finish within {:?}", super::WAIT);
+            }
+        }
+    }
+    let out = child.wait_with_output().expect("CLI output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text.trim().to_owned())
+}
+
+/// Entries of `ring` that belong to a process that is gone: what a broker still has to
+/// free, release or repair.
+pub fn dead_entries(ring: &Ring) -> usize {
+    let info = ring.info();
+    let alive = |pid, start| shmring::process::is_alive(pid, start);
+    info.consumers
+        .iter()
+        .filter(|c| {
+            c.state_code == shmring_layout::consumer_state::ACTIVE && !alive(c.pid, c.start_time)
+        })
+        .count()
+        + info
+            .producers
+            .iter()
+            .filter(|p| !alive(p.pid, p.start_time))
+            .count()
+}

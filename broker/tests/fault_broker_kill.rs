@@ -1,0 +1,529 @@
+//! Fault injection: the broker SIGKILLed during its sweeps, during a stop and during a
+//! drain. The broker is never on the data path: producers and consumers carry on without
+//! it, and the next broker adopts the ring (epoch + 1) and finishes what a dead process
+//! left (frees a dead anonymous consumer's entry, tombstones a dead producer's claim).
+//!
+//! Producers and consumers are the `fproducer` / `fconsumer` roles (`common::fault`):
+//! self-checking events with per-producer sequence numbers, checked by every consumer. A
+//! consumer attached before the first publish (`audit`) must, at the end, have been handed
+//! every event every producer accepted, once and in order; whatever else it walked past is
+//! a tombstone it counted. Every decision (what to kill, when) comes from a seeded
+//! generator whose seed is printed; `SHMRING_FAULT_SEED` replays it.
+//!
+//! Three more tests lay down the exact state a kill between two particular instructions of
+//! a stop leaves (a window of nanoseconds no random kill hits in a test run), or a drain
+//! abandoned by its broker, and check what the next broker and the CLI make of it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::fault::{
+    asserts_no_net, check_delivered_all, cli_finish, cli_spawn, dead_entries, expect_done,
+    last_acc, published, spawn_consumer, spawn_producer, Accepted, DWELL_WAIT, WAITS,
+};
+use common::{num, ring, BrokerProc, Ns, Proc};
+use shmring::{Ring, RingState};
+use shmring_tests::fault::Rng;
+use shmring_tests::raw::RawSegment;
+
+#[test]
+fn role() {
+    common::roles::run_if_child();
+}
+
+const PROGRESS: u64 = 16;
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+/// `@acc` from every live producer, read past whatever they printed before: events flow.
+fn publishing_goes_on(producers: &mut [(u32, Proc)]) {
+    for (_, p) in producers.iter_mut() {
+        p.try_lines();
+        p.expect("@acc");
+    }
+}
+
+/// Send `finish` to every child and stop the ring through the running broker; the
+/// producers' `@done` lines say exactly what each accepted.
+fn finish_and_stop(
+    ns: &Ns,
+    producers: &mut [(u32, Proc)],
+    consumers: &mut [&mut Proc],
+    accepted: &mut BTreeMap<u32, Accepted>,
+) {
+    for (_, p) in producers.iter_mut() {
+        p.send("finish");
+    }
+    for c in consumers.iter_mut() {
+        c.send("finish");
+    }
+    let out = ns.cli(&["stop", "r"]);
+    assert!(
+        out.status.success(),
+        "stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (id, p) in producers.iter_mut() {
+        accepted.insert(*id, Accepted::Exactly(published(&p.expect("@done"))));
+    }
+}
+
+/// The ring as a stop left it: running and open, or stopped with the line closed at its
+/// recorded stop sequence. Anything else is a half-done stop.
+fn stop_outcome(handle: &Ring, raw: &RawSegment) -> &'static str {
+    let (state, closed) = (handle.state(), handle.is_closed());
+    match (state, closed) {
+        (Some(RingState::Running), false) => "not stopped",
+        (Some(RingState::Stopped), true) if raw.stop_seq() == handle.head() => "stopped",
+        _ => panic!(
+            "a half-done stop: state {state:?}, closed {closed}, stop sequence {}, head {}",
+            raw.stop_seq(),
+            handle.head()
+        ),
+    }
+}
+
+#[test]
+fn the_broker_killed_at_random_points_of_its_sweeps_leaves_the_data_path_alone() {
+    let _serial = common::serial();
+    let mut rng = Rng::for_test("broker_killed_in_sweeps");
+    let ns = Ns::new("fbsweep");
+    // A 4 ms stall threshold: a sweep every 2 ms, so a kill often lands inside one.
+    let config = "[rings.r]\ncapacity = 32\nslot_size = 128\nstall_threshold = \"4ms\"\n\
+                  unblock_timeout = \"20ms\"\n";
+    let mut broker = ns.broker(Some(config));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let producer_env = [
+        ("ROLE_PROGRESS", s(PROGRESS)),
+        ("ROLE_DWELL_US", s(2000)),
+        ("ROLE_DWELL_EVERY", s(4)),
+        ("ROLE_PACE_US", s(20)),
+    ];
+    let (mut audit, _) = spawn_consumer(
+        &ns,
+        "r",
+        &[
+            ("ROLE_NAME", s("audit")),
+            ("ROLE_FROM_ZERO", s(1)),
+            ("ROLE_WAIT", s("block")),
+            ("ROLE_BATCH", s(rng.range(1..=32))),
+        ],
+    );
+    let anon_env = |rng: &mut Rng| {
+        vec![
+            ("ROLE_WAIT", s(rng.pick(&WAITS))),
+            ("ROLE_BATCH", s(rng.range(1..=32))),
+        ]
+    };
+    let (mut anon, _) = spawn_consumer(&ns, "r", &anon_env(&mut rng));
+    let mut accepted: BTreeMap<u32, Accepted> = BTreeMap::new();
+    let mut producers: Vec<(u32, Proc)> = Vec::new();
+    let mut next_id = 0u32;
+    for _ in 0..2 {
+        producers.push((
+            next_id,
+            spawn_producer(&ns, "r", next_id, rng.fork(), &producer_env),
+        ));
+        next_id += 1;
+    }
+    let brokers = rng.range(4..=7);
+    let (mut producer_kills, mut consumer_kills, mut flowing) = (0, 0, 0);
+    for b in 0..brokers {
+        // Work for this broker: a dead producer (maybe holding a claim) or a dead
+        // anonymous consumer, or nothing.
+        match rng.below(3) {
+            0 => {
+                let i = rng.below(producers.len() as u64) as usize;
+                let (id, victim) = &mut producers[i];
+                if rng.chance(1, 2) {
+                    victim.try_lines();
+                    victim.expect_within("@dwell", DWELL_WAIT);
+                } else {
+                    std::thread::sleep(Duration::from_millis(rng.range(0..=10)));
+                }
+                victim.kill();
+                victim.rest();
+                let reported = last_acc(victim.seen());
+                accepted.insert(
+                    *id,
+                    Accepted::Between {
+                        reported,
+                        slack: PROGRESS + 16,
+                    },
+                );
+                producers[i] = (
+                    next_id,
+                    spawn_producer(&ns, "r", next_id, rng.fork(), &producer_env),
+                );
+                next_id += 1;
+                producer_kills += 1;
+            }
+            1 => {
+                anon.kill();
+                anon = spawn_consumer(&ns, "r", &anon_env(&mut rng)).0;
+                consumer_kills += 1;
+            }
+            _ => {}
+        }
+        // Kill the broker wherever it is: sweeping, repairing, freeing, or asleep.
+        std::thread::sleep(Duration::from_millis(rng.range(0..=30)));
+        let nothing_pending = dead_entries(&handle) == 0;
+        broker.kill();
+        if nothing_pending {
+            // Nothing for a broker to do: the data path goes on without one.
+            publishing_goes_on(&mut producers);
+            flowing += 1;
+        }
+        broker = ns.broker(Some(config));
+        let (v, _) = ns.status();
+        assert_eq!(
+            num(ring(&v, "r").expect("r"), "epoch"),
+            b + 2,
+            "adopted once more: {v:#}"
+        );
+    }
+    // The last broker finishes what the others left: dead entries freed or repaired.
+    common::wait_until("every dead process's entry to be freed or repaired", || {
+        (dead_entries(&handle) == 0).then_some(())
+    });
+    publishing_goes_on(&mut producers);
+    finish_and_stop(
+        &ns,
+        &mut producers,
+        &mut [&mut audit, &mut anon],
+        &mut accepted,
+    );
+    let a = expect_done(&mut audit);
+    let total = check_delivered_all("audit", &a, &accepted);
+    expect_done(&mut anon);
+    assert_eq!(a.next, handle.head());
+    assert_eq!(a.net, 0, "wake-ups by the net: {a:?}");
+    let (v, _) = ns.status();
+    assert_eq!(num(&v["broker"], "epoch"), brokers + 1, "{v:#}");
+    println!(
+        "brokers killed: {brokers} ({flowing} with the data path checked while brokerless); \
+         producer kills {producer_kills}, consumer kills {consumer_kills}; events {total}, \
+         tombstones skipped {}",
+        a.skipped
+    );
+}
+
+#[test]
+fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
+    let _serial = common::serial();
+    let mut rng = Rng::for_test("broker_killed_during_stop");
+    let ns = Ns::new("fbstop");
+    let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
+    let mut broker = ns.broker(Some(config));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let consumer = |name: &str, wait: &str| {
+        let mut pairs = vec![
+            ("ROLE_FROM_ZERO", s(1)),
+            ("ROLE_WAIT", s(wait)),
+            ("ROLE_ON_CLOSED", s("again")),
+        ];
+        if !name.is_empty() {
+            pairs.push(("ROLE_NAME", s(name)));
+        }
+        spawn_consumer(&ns, "r", &pairs).0
+    };
+    let mut audit = consumer("audit", "block");
+    let wait = rng.pick(&WAITS).to_string();
+    let mut second = consumer("", &wait);
+    let mut producers: Vec<(u32, Proc)> = (0..2)
+        .map(|id| {
+            let env = [
+                ("ROLE_PROGRESS", s(PROGRESS)),
+                ("ROLE_PACE_US", s(20)),
+                ("ROLE_ON_CLOSED", s("retry")),
+            ];
+            (id, spawn_producer(&ns, "r", id, rng.fork(), &env))
+        })
+        .collect();
+    let rounds = rng.range(5..=8);
+    let mut outcomes = Vec::new();
+    for round in 0..rounds {
+        publishing_goes_on(&mut producers);
+        let cli = cli_spawn(&ns, &["stop", "r"]);
+        std::thread::sleep(Duration::from_micros(rng.range(0..=8000)));
+        broker.kill();
+        let (ok, said) = cli_finish(cli);
+        let outcome = stop_outcome(&handle, &raw);
+        outcomes.push(format!("{outcome} (CLI ok={ok})"));
+        if outcome == "stopped" {
+            let stop = handle.head();
+            for c in [&mut audit, &mut second] {
+                let closed = c.expect("@closed");
+                assert_eq!(
+                    shmring_tests::report::num(&closed, "next"),
+                    stop,
+                    "drained to the stop: {closed}"
+                );
+            }
+        } else {
+            assert!(!ok, "the CLI says it stopped the ring, but it runs: {said}");
+        }
+        broker = ns.broker(Some(config));
+        if outcome == "stopped" {
+            let out = ns.cli(&["start", "r"]);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for c in [&mut audit, &mut second] {
+                c.expect("@reopened");
+            }
+        }
+        assert_eq!(handle.state(), Some(RingState::Running), "round {round}");
+    }
+    let mut accepted = BTreeMap::new();
+    finish_and_stop(
+        &ns,
+        &mut producers,
+        &mut [&mut audit, &mut second],
+        &mut accepted,
+    );
+    let a = expect_done(&mut audit);
+    let b = expect_done(&mut second);
+    let total = check_delivered_all("audit", &a, &accepted);
+    check_delivered_all(&format!("anonymous {wait}"), &b, &accepted);
+    assert_eq!(
+        (a.skipped, b.skipped),
+        (0, 0),
+        "no tombstones: nobody died holding a claim"
+    );
+    assert_eq!(a.net, 0, "{a:?}");
+    if asserts_no_net(&wait) {
+        assert_eq!(b.net, 0, "{b:?}");
+    }
+    println!(
+        "broker kills during a stop: {rounds}; events {total}; outcomes: {}",
+        outcomes.join(", ")
+    );
+}
+
+#[test]
+fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_restartable() {
+    let _serial = common::serial();
+    let mut rng = Rng::for_test("broker_killed_during_drain");
+    let ns = Ns::new("fbdrain");
+    let config = "[rings.r]\ncapacity = 32\nstall_threshold = \"1s\"\n";
+    let mut broker = ns.broker(Some(config));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let (mut audit, _) = spawn_consumer(
+        &ns,
+        "r",
+        &[
+            ("ROLE_NAME", s("audit")),
+            ("ROLE_FROM_ZERO", s(1)),
+            ("ROLE_WAIT", s("block")),
+            ("ROLE_ON_CLOSED", s("again")),
+        ],
+    );
+    // A slow consumer: the drain has to wait for it.
+    let (mut slow, _) = spawn_consumer(
+        &ns,
+        "r",
+        &[
+            ("ROLE_NAME", s("slow")),
+            ("ROLE_FROM_ZERO", s(1)),
+            ("ROLE_WAIT", s(rng.pick(&WAITS))),
+            ("ROLE_BATCH", s(1)),
+            ("ROLE_SLOW_US", s(rng.range(2000..=5000))),
+            ("ROLE_ON_CLOSED", s("again")),
+        ],
+    );
+    let mut producers: Vec<(u32, Proc)> = (0..2)
+        .map(|id| {
+            let env = [
+                ("ROLE_PROGRESS", s(PROGRESS)),
+                ("ROLE_ON_CLOSED", s("retry")),
+            ];
+            (id, spawn_producer(&ns, "r", id, rng.fork(), &env))
+        })
+        .collect();
+    publishing_goes_on(&mut producers);
+    let cli = cli_spawn(&ns, &["drain", "r", "--timeout", "30s"]);
+    // Begun (DRAINING), or, if the slow consumer was not far behind, already over.
+    common::wait_until("the drain to begin", || handle.is_closed().then_some(()));
+    std::thread::sleep(Duration::from_millis(rng.range(0..=30)));
+    broker.kill();
+    let left = handle.state();
+    let (ok, said) = cli_finish(cli);
+    let stop = handle.head();
+    assert!(handle.is_closed());
+    // The data path: both consumers drain to the stop sequence without any broker, and
+    // `run` returns Closed at the end of the run.
+    for c in [&mut audit, &mut slow] {
+        let closed = c.expect("@closed");
+        assert_eq!(
+            shmring_tests::report::num(&closed, "next"),
+            stop,
+            "{closed}"
+        );
+    }
+    let mut broker = ns.broker(Some(config));
+    let out = ns.cli(&["start", "r"]);
+    assert!(
+        out.status.success(),
+        "start after an interrupted drain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for c in [&mut audit, &mut slow] {
+        c.expect("@reopened");
+    }
+    publishing_goes_on(&mut producers);
+    let mut accepted = BTreeMap::new();
+    finish_and_stop(
+        &ns,
+        &mut producers,
+        &mut [&mut audit, &mut slow],
+        &mut accepted,
+    );
+    let a = expect_done(&mut audit);
+    let b = expect_done(&mut slow);
+    let total = check_delivered_all("audit", &a, &accepted);
+    check_delivered_all("slow", &b, &accepted);
+    broker.kill();
+    println!(
+        "broker killed during a drain: ring left {left:?} at stop sequence {stop}; the drain \
+         CLI said (ok={ok}) {said:?}; events {total}"
+    );
+}
+
+/// The ring as a broker killed inside `Ring::stop` leaves it after closing the line and
+/// before storing the state: the claim counter is closed at the recorded stop sequence,
+/// but the state still says RUNNING. Returns the ring's head (40) and the handles.
+fn stop_cut_short(ns: &Ns, config: &str) -> (Ring, shmring::Consumer, shmring::Producer) {
+    let mut broker = ns.broker(Some(config));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let mut consumer = handle
+        .consumer(shmring::ConsumerOptions::durable("c"))
+        .expect("consumer");
+    let mut producer = handle.producer().expect("producer");
+    for i in 0..40u64 {
+        producer.publish(&i.to_le_bytes()).expect("publish");
+    }
+    while consumer.poll_once(|_| {}).expect("poll") > 0 {}
+    assert_eq!(consumer.next_sequence(), 40);
+    broker.kill();
+    raw.set_stop_seq(40);
+    raw.set_claim_word(raw.claim_word() | shmring_layout::CLAIM_CLOSED);
+    assert_eq!(handle.state(), Some(RingState::Running));
+    assert_eq!(
+        producer.publish(&40u64.to_le_bytes()),
+        Err(shmring::PublishError::Closed),
+        "the closed line refuses publishes"
+    );
+    (handle, consumer, producer)
+}
+
+/// After a stop cut short between closing the line and storing the state, the way out
+/// (`broker stop`, then `broker start`) finishes the stop at the recorded sequence and
+/// reopens the line there: no sequence is handed out twice, and the consumer gets what is
+/// published next.
+#[test]
+fn after_a_stop_cut_short_stop_and_start_recover_without_reusing_a_sequence() {
+    let _serial = common::serial();
+    let ns = Ns::new("fbstopcut");
+    let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
+    let (handle, mut consumer, mut producer) = stop_cut_short(&ns, config);
+    let _broker: BrokerProc = ns.broker(Some(config));
+    let out = ns.cli(&["stop", "r"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && said.contains("sequence 40"),
+        "stop after the cut-short one: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ns.cli(&["start", "r"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(handle.head(), 40, "reopened at the stop sequence");
+    let seq = producer
+        .publish(&40u64.to_le_bytes())
+        .expect("publish after the start");
+    assert_eq!(seq, 40, "no sequence handed out twice");
+    let mut got = Vec::new();
+    common::wait_until("the consumer to get the new event", || {
+        consumer
+            .poll_once(|ev| got.push(ev.sequence()))
+            .expect("poll");
+        (!got.is_empty()).then_some(())
+    });
+    assert_eq!(got, vec![40]);
+}
+
+/// The same cut-short stop, seen by the next broker: a ring whose line is closed while its
+/// state says RUNNING refuses every publish, and `broker start` refuses it ("already
+/// running"). The broker should finish the stop (STOPPED at the recorded sequence) or at
+/// least report the ring as closed while running.
+#[test]
+fn a_stop_cut_short_is_finished_or_reported_by_the_next_broker() {
+    let _serial = common::serial();
+    let ns = Ns::new("fbstopcut");
+    let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
+    let (_handle, _consumer, _producer) = stop_cut_short(&ns, config);
+    let next = ns.broker(Some(config));
+    let v = ns.wait_status("three sweeps of the new broker", |v, _| {
+        (num(&v["broker"], "sweeps") >= 3).then(|| v.clone())
+    });
+    let r = ring(&v, "r").expect("r");
+    let finished = r["state"] == "STOPPED" && num(r, "head") == 40;
+    let reported =
+        !v["healthy"].as_bool().unwrap_or(true) || next.logged("closed") || next.logged("CLOSED");
+    assert!(
+        finished || reported,
+        "the new broker left the ring {} with its line closed and said nothing: {v:#}\n{}",
+        r["state"],
+        next.log_text()
+    );
+}
+
+/// A drain whose broker was killed while it waited: the ring is left DRAINING with nobody
+/// draining it. Once every gating consumer has reached the stop sequence, the next broker
+/// should finish it (STOPPED), or at least say that it found an abandoned drain.
+#[test]
+fn an_abandoned_drain_is_finished_or_reported_by_the_next_broker() {
+    let _serial = common::serial();
+    let ns = Ns::new("fbleft");
+    let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
+    let mut broker = ns.broker(Some(config));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let mut consumer = handle
+        .consumer(shmring::ConsumerOptions::durable("c"))
+        .expect("consumer");
+    let mut producer = handle.producer().expect("producer");
+    for i in 0..10u64 {
+        producer.publish(&i.to_le_bytes()).expect("publish");
+    }
+    let cli = cli_spawn(&ns, &["drain", "r", "--timeout", "30s"]);
+    common::wait_until("the drain to begin", || {
+        (handle.state() == Some(RingState::Draining)).then_some(())
+    });
+    broker.kill();
+    let _ = cli_finish(cli);
+    while consumer.poll_once(|_| {}).expect("poll") > 0 {}
+    assert_eq!(consumer.next_sequence(), 10, "drained without a broker");
+
+    let next = ns.broker(Some(config));
+    let v = ns.wait_status("two sweeps of the new broker", |v, _| {
+        (num(&v["broker"], "sweeps") >= 3).then(|| v.clone())
+    });
+    let state = ring(&v, "r").expect("r")["state"].clone();
+    assert!(
+        state == "STOPPED" || next.logged("drain") || next.logged("DRAIN"),
+        "the new broker left the abandoned drain as {state} and said nothing about it: {v:#}\n{}",
+        next.log_text()
+    );
+}

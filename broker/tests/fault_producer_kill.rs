@@ -1,0 +1,279 @@
+//! Fault injection: producers SIGKILLed at random points, including between claim and
+//! commit and inside `publish_batch`, while a broker with a short unblock timeout runs.
+//!
+//! Two producer processes publish self-checking events with every publishing form (see
+//! `common::fault`); two consumer processes attached before the first publish (a durable
+//! one parking on the futex, an anonymous one with a randomly chosen strategy) check every
+//! event. Then, several times: pick a live producer, kill it after a random number of its
+//! `@acc` progress lines, after a random short delay, or as soon as it says it holds a claim
+//! open (`@dwell`: between claim and commit), and start a replacement with a new producer
+//! id. A producer killed at the wrap gate inside `publish_batch` dies holding the whole
+//! batch; one killed in the stamping loop leaves half a batch published. After the unblock
+//! timeout the broker tombstones what a dead producer held, and consumers skip it.
+//!
+//! At the end the ring is stopped; consumers finish at the stop sequence. The invariant:
+//! every event a producer accepted (exactly, for the producers that ended; between its
+//! last report and one claim more, for the killed ones) was delivered to both consumers,
+//! in order, intact, once; every other sequence is a tombstone the consumers counted, and
+//! the broker's `tombstoned` counter accounts for every one of them. The seed is printed
+//! (`SHMRING_FAULT_SEED` reruns the same schedule).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::fault::{
+    asserts_no_net, check_delivered_all, env, expect_done, last_acc, published, Accepted,
+    DWELL_WAIT, WAITS,
+};
+use common::{num, ring, Ns, Proc};
+use shmring::Ring;
+use shmring_layout::IN_FLIGHT_CLAIMING;
+use shmring_tests::fault::Rng;
+use shmring_tests::raw::{Line, RawSegment};
+
+#[test]
+fn role() {
+    common::roles::run_if_child();
+}
+
+/// `@acc` lines every this many accepted events.
+const PROGRESS: u64 = 16;
+
+fn spawn_producer(ns: &Ns, id: u32, seed: u64, size: &str) -> Proc {
+    let mut p = Proc::role(
+        "fproducer",
+        &ns.name,
+        &env(
+            "r",
+            &[
+                ("ROLE_ID", id.to_string()),
+                ("ROLE_SEED", seed.to_string()),
+                ("ROLE_SIZE", size.to_owned()),
+                ("ROLE_PROGRESS", PROGRESS.to_string()),
+                ("ROLE_DWELL_US", "2000".to_owned()),
+                ("ROLE_DWELL_EVERY", "4".to_owned()),
+            ],
+        ),
+    );
+    p.expect("@ready");
+    p
+}
+
+/// What the dead producer's entry held right after the kill (the broker repairs it only
+/// after the unblock timeout).
+fn held_claim(ring: &Ring, raw: &RawSegment, pid: u32) -> String {
+    let info = ring.info();
+    let Some(p) = info.producers.iter().find(|p| p.pid == pid) else {
+        return "none".to_owned();
+    };
+    match raw.producer_in_flight(p.index) {
+        0 => "none".to_owned(),
+        IN_FLIGHT_CLAIMING => "claiming".to_owned(),
+        first => format!("{}@{}", raw.producer_in_flight_len(p.index), first - 1),
+    }
+}
+
+#[test]
+fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
+    let _serial = common::serial();
+    let mut rng = Rng::for_test("producers_killed_between_claim_and_commit");
+    let ns = Ns::new("fprod");
+    let capacity = *rng.pick(&[16u64, 32, 64]);
+    let config = format!(
+        "[rings.r]\ncapacity = {capacity}\nslot_size = 128\nstall_threshold = \"50ms\"\n\
+         unblock_timeout = \"100ms\"\n"
+    );
+    let _broker = ns.broker(Some(&config));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let size = *rng.pick(&["8", "48", "0"]);
+    let batch = |rng: &mut Rng| rng.range(1..=capacity).to_string();
+
+    let mut audit = Proc::role(
+        "fconsumer",
+        &ns.name,
+        &env(
+            "r",
+            &[
+                ("ROLE_NAME", "audit".to_owned()),
+                ("ROLE_FROM_ZERO", "1".to_owned()),
+                ("ROLE_WAIT", "block".to_owned()),
+                ("ROLE_BATCH", batch(&mut rng)),
+            ],
+        ),
+    );
+    audit.expect("@ready");
+    let wait = rng.pick(&WAITS).to_string();
+    let mut second = Proc::role(
+        "fconsumer",
+        &ns.name,
+        &env(
+            "r",
+            &[
+                ("ROLE_FROM_ZERO", "1".to_owned()),
+                ("ROLE_WAIT", wait.clone()),
+                ("ROLE_BATCH", batch(&mut rng)),
+            ],
+        ),
+    );
+    second.expect("@ready");
+
+    let mut accepted: BTreeMap<u32, Accepted> = BTreeMap::new();
+    let mut live: Vec<(u32, Proc)> = Vec::new();
+    let mut next_id = 0u32;
+    for _ in 0..2 {
+        live.push((next_id, spawn_producer(&ns, next_id, rng.fork(), size)));
+        next_id += 1;
+    }
+    let kills = rng.range(6..=10);
+    let mut outcomes: Vec<String> = Vec::new();
+    for _ in 0..kills {
+        let i = rng.below(live.len() as u64) as usize;
+        let (id, victim) = &mut live[i];
+        let how = match rng.below(3) {
+            0 => {
+                let n = rng.range(1..=4);
+                for _ in 0..n {
+                    victim.expect("@acc");
+                }
+                format!("after {n} reports")
+            }
+            1 => {
+                let ms = rng.range(0..=20);
+                std::thread::sleep(Duration::from_millis(ms));
+                format!("after {ms} ms")
+            }
+            _ => {
+                // Aim at a fresh dwell, not one reported long ago.
+                victim.try_lines();
+                match victim.expect_within("@dwell", DWELL_WAIT) {
+                    Some(_) => "holding a claim".to_owned(),
+                    None => format!("after waiting {DWELL_WAIT:?} for a claim held open"),
+                }
+            }
+        };
+        let pid = victim.pid();
+        victim.kill();
+        let held = held_claim(&handle, &raw, pid);
+        victim.rest();
+        let reported = last_acc(victim.seen());
+        accepted.insert(
+            *id,
+            Accepted::Between {
+                reported,
+                slack: PROGRESS + capacity / 2,
+            },
+        );
+        outcomes.push(format!("producer {id} {how}: held {held}"));
+        live[i] = (next_id, spawn_producer(&ns, next_id, rng.fork(), size));
+        next_id += 1;
+    }
+    // The replacements publish for a while, then the ring is stopped.
+    for (_, p) in &mut live {
+        p.expect("@acc");
+    }
+    let out = ns.cli(&["stop", "r"]);
+    assert!(
+        out.status.success(),
+        "stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (id, p) in &mut live {
+        let n: u64 = published(&p.expect("@done"));
+        accepted.insert(*id, Accepted::Exactly(n));
+    }
+    let a = expect_done(&mut audit);
+    let b = expect_done(&mut second);
+    let total = check_delivered_all("audit", &a, &accepted);
+    check_delivered_all(&format!("anonymous {wait}"), &b, &accepted);
+    assert_eq!((a.skipped, a.next), (b.skipped, b.next));
+    assert_eq!(
+        a.next,
+        handle.head(),
+        "both consumers reached the stop sequence"
+    );
+    assert_eq!(a.net, 0, "wake-ups by the net: {a:?}");
+    if asserts_no_net(&wait) {
+        assert_eq!(b.net, 0, "wake-ups by the net: {b:?}");
+    }
+
+    let v = ns.wait_status("the last sweep to see the consumers at the end", |v, _| {
+        let r = ring(v, "r")?;
+        let done = r["consumers"]
+            .as_array()?
+            .iter()
+            .all(|c| num(c, "sequence") == a.next);
+        done.then(|| v.clone())
+    });
+    let h = &ring(&v, "r").expect("r")["health"];
+    assert_eq!(
+        num(h, "tombstoned"),
+        a.skipped,
+        "every skipped sequence is a tombstone the broker wrote for a dead producer: {v:#}"
+    );
+    // A producer killed while parked at the wrap gate leaves the producer wake line's waiter
+    // count raised for good: every commit of a consumer then pays a futex wake.
+    let leaked = raw.waiters(Line::Producer);
+    assert!(
+        u64::from(leaked) <= kills,
+        "{leaked} waiters left after {kills} kills"
+    );
+    println!("producer wake line: waiter count left raised by {leaked} kill(s) in a park");
+    println!(
+        "producer kills: {kills} (capacity {capacity}, size {size}, second consumer {wait}); \
+         events {total}; holes repaired {} ({} sequences tombstoned)\n  {}",
+        num(h, "repaired_claims"),
+        num(h, "tombstoned"),
+        outcomes.join("\n  ")
+    );
+}
+
+/// A producer killed at the wrap gate inside `publish_batch` holds a claim of several
+/// sequences, some of whose slots still hold events a consumer has not read. The broker
+/// tombstones what it can, sweep after sweep; it is still one dead claim, and the ring's
+/// `repaired_claims` counter must say 1 (the sequences are counted in `tombstoned`).
+///
+/// The dead producer is laid down in the segment as the kill leaves it (its entry holding
+/// the batch, the claim counter past it): a random kill lands there only sometimes.
+#[test]
+fn a_claim_repaired_over_several_sweeps_counts_as_one_repaired_claim() {
+    let _serial = common::serial();
+    let ns = Ns::new("fprodcount");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 16\nstall_threshold = \"20ms\"\nunblock_timeout = \"50ms\"\n",
+    ));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let mut consumer = handle
+        .consumer(shmring::ConsumerOptions::durable("c").batch_cap(4))
+        .expect("consumer");
+    let mut producer = handle.producer().expect("producer");
+    for i in 0..16u64 {
+        producer.publish(&i.to_le_bytes()).expect("publish");
+    }
+    // Killed inside publish_batch of 8: it took 16..24 and waited for room.
+    let (pid, start) = shmring_tests::fault::dead_process();
+    raw.set_claim_word(24);
+    raw.fabricate_dead_producer(1, pid, start, 16 + 1, 8);
+    assert_eq!(consumer.poll_once(|_| {}).expect("poll"), 4);
+    // Room for 16..20 only: the broker tombstones those four and waits for the rest.
+    let tombstoned = |v: &serde_json::Value| -> Option<u64> {
+        Some(num(&ring(v, "r")?["health"], "tombstoned"))
+    };
+    ns.wait_status("the first part of the repair", |v, _| {
+        tombstoned(v).filter(|&t| t >= 4)
+    });
+    common::wait_until("the consumer to pass the hole", || {
+        consumer.poll_once(|_| {}).expect("poll");
+        (consumer.next_sequence() == 24).then_some(())
+    });
+    let v = ns.wait_status("the whole claim repaired", |v, _| {
+        let r = ring(v, "r")?;
+        (tombstoned(v)? == 8 && r["producers"].as_array()?.len() == 1).then(|| v.clone())
+    });
+    assert_eq!(consumer.stats().skipped, 8);
+    let h = &ring(&v, "r").expect("r")["health"];
+    assert_eq!(num(h, "repaired_claims"), 1, "one dead claim: {v:#}");
+}

@@ -1,0 +1,165 @@
+//! Raw words of a segment, read and written through its file at offsets taken from
+//! `shmring_layout` (`offset_of!` on its `#[repr(C)]` types, the validated `Geometry`),
+//! never hard-coded.
+//!
+//! For the fault tests: to read what the client keeps to itself (the waiter count and the
+//! wake word of a wake line, a claim's length), and to lay down exactly the state a process
+//! killed at one particular instruction leaves behind (a claim in flight of a dead
+//! producer, a CLOSED bit whose stop was never recorded), where a SIGKILL at a random time
+//! would hit that instruction once in a million runs. `pread`/`pwrite` on the tmpfs file
+//! reach the same pages every mapping of the segment sees.
+
+use std::fs::{File, OpenOptions};
+use std::mem::offset_of;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::AtomicU64;
+
+use shmring::Ring;
+use shmring_layout::{
+    producer_state, Geometry, Header, Padded, ProducerEntry, SequenceLines, WakeLine,
+    SEQ_LINES_OFFSET,
+};
+
+/// A segment file opened for raw access.
+pub struct RawSegment {
+    file: File,
+    geo: Geometry,
+}
+
+/// Which of the ring's two wake lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// Consumers parked waiting for events (producers wake it).
+    Consumer,
+    /// Producers parked waiting for room (consumers wake it).
+    Producer,
+}
+
+impl RawSegment {
+    /// Open `ring`'s segment file.
+    pub fn open(ring: &Ring) -> RawSegment {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(ring.path())
+            .unwrap_or_else(|e| panic!("opening {}: {e}", ring.path().display()));
+        RawSegment {
+            file,
+            geo: *ring.geometry(),
+        }
+    }
+
+    /// The ring's geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    /// The native-endian u32 at `offset`.
+    pub fn read_u32(&self, offset: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.file.read_exact_at(&mut b, offset).expect("pread");
+        u32::from_ne_bytes(b)
+    }
+
+    /// The native-endian u64 at `offset`.
+    pub fn read_u64(&self, offset: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.file.read_exact_at(&mut b, offset).expect("pread");
+        u64::from_ne_bytes(b)
+    }
+
+    /// Write a native-endian u32 at `offset`.
+    pub fn write_u32(&self, offset: u64, v: u32) {
+        self.file
+            .write_all_at(&v.to_ne_bytes(), offset)
+            .expect("pwrite");
+    }
+
+    /// Write a native-endian u64 at `offset`.
+    pub fn write_u64(&self, offset: u64, v: u64) {
+        self.file
+            .write_all_at(&v.to_ne_bytes(), offset)
+            .expect("pwrite");
+    }
+
+    fn wake_line(line: Line) -> u64 {
+        let field = match line {
+            Line::Consumer => offset_of!(SequenceLines, consumer_wake),
+            Line::Producer => offset_of!(SequenceLines, producer_wake),
+        };
+        (SEQ_LINES_OFFSET + field + offset_of!(Padded<WakeLine>, value)) as u64
+    }
+
+    /// The waiter count of a wake line: parkers between raising and lowering it.
+    pub fn waiters(&self, line: Line) -> u32 {
+        self.read_u32(Self::wake_line(line) + offset_of!(WakeLine, waiters) as u64)
+    }
+
+    /// The futex word of a wake line: bumped once by every wake.
+    pub fn wake_word(&self, line: Line) -> u32 {
+        self.read_u32(Self::wake_line(line) + offset_of!(WakeLine, word) as u64)
+    }
+
+    /// Offset of the claim counter (sequence, with `CLAIM_CLOSED` in bit 63).
+    pub fn claim_offset() -> u64 {
+        (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(Padded<AtomicU64>, value))
+            as u64
+    }
+
+    /// The raw claim counter.
+    pub fn claim_word(&self) -> u64 {
+        self.read_u64(Self::claim_offset())
+    }
+
+    /// Overwrite the raw claim counter.
+    pub fn set_claim_word(&self, v: u64) {
+        self.write_u64(Self::claim_offset(), v);
+    }
+
+    /// The header's recorded stop sequence.
+    pub fn stop_seq(&self) -> u64 {
+        self.read_u64(offset_of!(Header, stop_seq) as u64)
+    }
+
+    /// Overwrite the header's recorded stop sequence.
+    pub fn set_stop_seq(&self, v: u64) {
+        self.write_u64(offset_of!(Header, stop_seq) as u64, v);
+    }
+
+    fn producer_field(&self, index: u32, field: usize) -> u64 {
+        self.geo
+            .producer_offset(index)
+            .unwrap_or_else(|| panic!("producer index {index} out of range"))
+            + field as u64
+    }
+
+    /// Length of the claim producer entry `index` holds (meaningful while it holds one).
+    pub fn producer_in_flight_len(&self, index: u32) -> u64 {
+        self.read_u64(self.producer_field(index, offset_of!(ProducerEntry, in_flight_len)))
+    }
+
+    /// The raw in-flight word of producer entry `index` (0: none; first + 1; or
+    /// `IN_FLIGHT_CLAIMING`).
+    pub fn producer_in_flight(&self, index: u32) -> u64 {
+        self.read_u64(self.producer_field(index, offset_of!(ProducerEntry, in_flight)))
+    }
+
+    /// Lay down producer entry `index` as a process `(pid, start_time)` that attached and
+    /// died holding `in_flight` (raw word) of `len` sequences, as a SIGKILL would leave it.
+    /// The entry must be free (nobody else writes it meanwhile).
+    pub fn fabricate_dead_producer(
+        &self,
+        index: u32,
+        pid: u32,
+        start_time: u64,
+        in_flight: u64,
+        len: u64,
+    ) {
+        let f = |field| self.producer_field(index, field);
+        self.write_u32(f(offset_of!(ProducerEntry, pid)), pid);
+        self.write_u64(f(offset_of!(ProducerEntry, start_time)), start_time);
+        self.write_u64(f(offset_of!(ProducerEntry, in_flight)), in_flight);
+        self.write_u64(f(offset_of!(ProducerEntry, in_flight_len)), len);
+        self.write_u32(f(offset_of!(ProducerEntry, state)), producer_state::ACTIVE);
+    }
+}
