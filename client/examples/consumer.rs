@@ -18,7 +18,7 @@
 
 use std::cell::Cell;
 use std::error::Error;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use shmring::{names, ConsumerOptions, PollError, ProducerMode, Ring, RingConfig, RunExit};
 
@@ -37,6 +37,8 @@ const FLAG_LAST: u32 = 1;
 const RING: &str = "quickstart";
 const READER: &str = "quickstart-reader";
 const DEFAULT_COUNT: u64 = 1_000_000;
+/// Idle this long at a claimed but unpublished sequence before saying so.
+const STUCK_HINT: Duration = Duration::from_secs(2);
 const USAGE: &str = "usage: consumer [EXPECTED]";
 
 /// The same shape as the producer's: whichever starts first creates the ring.
@@ -110,7 +112,22 @@ fn main() -> Result<(), Box<dyn Error>> {
             last_at.set(Some(Instant::now()));
         }
     };
-    let stop = || received.get() >= expected || saw_last.get();
+    // `run` calls this after every batch and every idle step. Besides stopping, it notices
+    // a consumer stuck at a sequence that was claimed but never published (the clock is
+    // read only while idle, where it costs nothing).
+    let (mut idle_since, mut last_count, mut hinted) = (None::<Instant>, 0u64, false);
+    let stop = || {
+        let n = received.get();
+        if n >= expected || saw_last.get() {
+            return true;
+        }
+        if n != last_count {
+            (last_count, idle_since) = (n, None);
+        } else if !hinted && idle_since.get_or_insert_with(Instant::now).elapsed() > STUCK_HINT {
+            hinted = hint_if_stuck(&ring);
+        }
+        false
+    };
 
     let why = match consumer.run(handler, stop) {
         Ok(RunExit::Stopped) if saw_last.get() => "the producer's last event arrived",
@@ -149,4 +166,31 @@ fn main() -> Result<(), Box<dyn Error>> {
     );
     // Dropping the consumer detaches it; being durable, its entry keeps its position.
     Ok(())
+}
+
+/// If this consumer waits at a sequence that a producer claimed but never published, say
+/// why and what repairs it. Returns whether it said so.
+fn hint_if_stuck(ring: &Ring) -> bool {
+    let head = ring.head();
+    let info = ring.info();
+    let Some(me) = info.consumers.iter().find(|c| c.name == READER) else {
+        return false;
+    };
+    if me.next >= head {
+        return false; // nothing claimed beyond us: just no producer right now
+    }
+    let dead = info
+        .producers
+        .iter()
+        .filter(|p| !shmring::process::is_alive(p.pid, p.start_time))
+        .count();
+    eprintln!(
+        "waiting at sequence {}: it was claimed (the head is at {head}) but has not been \
+         published for {} s. Its producer probably died mid-publish ({dead} dead producer \
+         entries). The broker repairs such holes: run `cargo run --release -p shmring-broker \
+         -- run` and this consumer skips the hole (counted as tombstones skipped).",
+        me.next,
+        STUCK_HINT.as_secs(),
+    );
+    true
 }

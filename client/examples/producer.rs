@@ -7,16 +7,23 @@
 //! cargo run --release -p shmring --example producer -- --remove      # delete the ring
 //! ```
 //!
-//! Arguments: `[COUNT] [BATCH]` (default 1,000,000 events, one `publish` each), or `--remove`.
-//! The count can also come from `$QUICKSTART_COUNT`. The ring lives in the default namespace
+//! Arguments: `[COUNT] [BATCH]` (default 1,000,000 events, one publish each), or `--remove`.
+//! The count can also come from `$QUICKSTART_COUNT`.
+//!
+//! A full ring makes the producer wait: the consumer's entry is durable and required, so
+//! its events are kept for it even while it is not running. One event at a time, the
+//! producer waits with `publish_deadline`, which takes no sequence until there is room, so
+//! stopping it then (Ctrl-C) leaves nothing behind. `publish_batch` takes its sequences
+//! first: stopped while it waits, it leaves a hole that consumers cannot pass until it is
+//! repaired (`cargo run --release -p shmring-broker -- run` does that). The ring lives in the default namespace
 //! (`$SHMRING_NAMESPACE`, else `default`): `/dev/shm/shmring.<namespace>/quickstart.ring`.
 //! Producer and consumer both `open_or_create` it with the same configuration, so either
 //! may start first; start the consumer first, or it misses what was published before it.
 
 use std::error::Error;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use shmring::{names, ProducerMode, Ring, RingConfig};
+use shmring::{names, ProducerMode, Ring, RingConfig, TryPublishError};
 
 /// The event: plain old data, copied into the slot as its bytes.
 #[repr(C)]
@@ -35,6 +42,8 @@ struct Tick {
 const FLAG_LAST: u32 = 1;
 const RING: &str = "quickstart";
 const DEFAULT_COUNT: u64 = 1_000_000;
+/// How long a publish waits on a full ring before the producer says why it is waiting.
+const FULL_NOTICE: Duration = Duration::from_secs(1);
 const USAGE: &str = "usage: producer [COUNT] [BATCH]   or   producer --remove";
 
 /// The ring's shape; the consumer example uses the same (`open_or_create` checks it).
@@ -88,13 +97,16 @@ fn main() -> Result<(), Box<dyn Error>> {
     let start = Instant::now();
     let mut buf: Vec<Tick> = Vec::with_capacity(batch as usize);
     let mut id = 0u64;
-    let (mut timestamp_ns, mut next_clock_read) = (0u64, 0u64);
+    // A clock read costs about as much as a publish: read it once every 1024 events, for
+    // the timestamp and for the deadline of the bounded publish below.
+    let (mut timestamp_ns, mut deadline, mut next_clock_read) = (0u64, start, 0u64);
+    let mut told_full = false;
     while id < count {
         let n = batch.min(count - id);
-        // A clock read costs about as much as a publish: refresh the timestamp every 1024
-        // events rather than on every one.
         if id >= next_clock_read {
-            timestamp_ns = start.elapsed().as_nanos() as u64;
+            let now = Instant::now();
+            timestamp_ns = (now - start).as_nanos() as u64;
+            deadline = now + FULL_NOTICE;
             next_clock_read = id + 1024;
         }
         buf.clear();
@@ -106,9 +118,29 @@ fn main() -> Result<(), Box<dyn Error>> {
             flags: if i + 1 == count { FLAG_LAST } else { 0 },
         }));
         if n == 1 {
-            producer.publish_value(&buf[0])?;
+            // A bounded publish waits for room *before* it takes a sequence, so a producer
+            // stopped while the ring is full (Ctrl-C) leaves nothing half-published.
+            let bytes = bytemuck::bytes_of(&buf[0]);
+            loop {
+                match producer.publish_deadline(bytes, deadline) {
+                    Ok(_) => break,
+                    Err(TryPublishError::Timeout) => {
+                        if !told_full {
+                            eprintln!(
+                                "the ring is full: waiting for its required consumers \
+                                 (start the consumer example if it is not running)"
+                            );
+                            told_full = true;
+                        }
+                        deadline = Instant::now() + FULL_NOTICE;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
         } else {
-            // `publish_batch` takes byte slices: view the Ticks as [u8; 32] arrays.
+            // `publish_batch` takes byte slices: view the Ticks as [u8; 32] arrays. It takes
+            // its sequences first and then waits for room: stopped while it waits, it leaves
+            // a hole that consumers cannot pass until it is repaired (`broker run` does).
             let bytes: &[[u8; std::mem::size_of::<Tick>()]] = bytemuck::cast_slice(&buf);
             producer.publish_batch(bytes)?;
         }
