@@ -571,7 +571,11 @@ impl Consumer {
         // this consumer's reads of every slot below `next` happen-before their reuse.
         self.entry().hot.next.store(next, Ordering::Release);
         // A producer may be parked waiting for this room.
-        park::notify(&self.seg.lines().producer_wake.value, self.membarrier);
+        park::notify(
+            &self.seg.lines().producer_wake.value,
+            self.seg.header(),
+            self.membarrier,
+        );
         // Wrapping: the counters were loaded from shared memory, which may hold anything.
         let s = &mut self.stats;
         s.delivered = s.delivered.wrapping_add(delivered);

@@ -374,7 +374,11 @@ impl Producer {
     /// Wake parked consumers, if any: one load when nobody parks.
     #[inline(always)]
     fn notify(&self) {
-        park::notify(&self.seg.lines().consumer_wake.value, self.membarrier);
+        park::notify(
+            &self.seg.lines().consumer_wake.value,
+            self.seg.header(),
+            self.membarrier,
+        );
     }
 
     #[inline]

@@ -140,10 +140,40 @@ fn role() {
     std::process::exit(0);
 }
 
+/// A copy of this test binary that uid 65534 can run: the checkout (and so the binary) may
+/// sit under a directory other users cannot search, such as `/root`. The copy lives in its
+/// own 0755 directory under the temp dir and is removed when the guard drops.
+struct ExeForNobody {
+    dir: std::path::PathBuf,
+    exe: std::path::PathBuf,
+}
+
+impl ExeForNobody {
+    fn new() -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("shmring-exe-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("exe dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let exe = dir.join("role");
+        std::fs::copy(std::env::current_exe().expect("current_exe"), &exe).expect("copy exe");
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Self { dir, exe }
+    }
+}
+
+impl Drop for ExeForNobody {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// Run this test binary as role `role` (as uid/gid 65534 if `foreign`) and return the
 /// text after `@perm ` of its one result line.
 fn child(role: &str, env: &[(&str, String)], foreign: bool) -> String {
-    let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
+    let copy = ExeForNobody::new();
+    let mut cmd = Command::new(&copy.exe);
     cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
         .env(ROLE_ENV, role)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
