@@ -1,0 +1,135 @@
+//! Suite `latency`: one-way hand-off, publish to handler entry, for every wait strategy
+//! (seed 000's first table), back-to-back ping-pong over two rings, and the wake-up after
+//! 2 ms of quiet (seed 001), each with the consumer's CPU share.
+//!
+//! The producer writes the send time into the event: for paced rows the *intended* send
+//! time, so coordinated omission is charged (see `shmring_peers::kit::Pacer`).
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::floor;
+use crate::roles::{parks, STRATEGIES};
+use crate::row::{Kind, Row};
+use crate::run::{Ctx, IDLE_GAP, PACE};
+use crate::shm::{self, kv, Setup};
+
+pub const SUITE: &str = "latency";
+pub const PACED: &str = "paced 100 µs, one-way (from the intended send time)";
+pub const PINGPONG: &str = "back-to-back ping-pong over two rings, one-way";
+pub const IDLE: &str = "after 2 ms idle (seed 001), one-way";
+
+/// Rows this suite adds.
+pub fn rows() -> u64 {
+    3 * STRATEGIES.len() as u64
+}
+
+/// Measure every strategy in every shape.
+pub fn run(ctx: &mut Ctx) -> Result<()> {
+    let s = ctx.sizes;
+    for wait in STRATEGIES {
+        let row = paced(ctx, PACED, wait, s.paced, s.warmup, PACE);
+        ctx.push(row);
+    }
+    for wait in STRATEGIES {
+        // A sleeping consumer sleeps on every hop: fewer round trips keep the row short.
+        let count = if wait == "sleeping" {
+            s.pingpong / 10
+        } else {
+            s.pingpong
+        };
+        let row = pingpong(ctx, wait, count);
+        ctx.push(row);
+    }
+    for wait in STRATEGIES {
+        let row = paced(ctx, IDLE, wait, s.idle, s.warmup, IDLE_GAP);
+        ctx.push(row);
+    }
+    Ok(())
+}
+
+/// The floor a strategy is compared with: the futex floor if it parks, else the spin one.
+pub fn floor_for(wait: &str, group: &str) -> &'static str {
+    match (parks(wait), group) {
+        (true, PINGPONG) => floor::FUTEX_PINGPONG,
+        (true, IDLE) => floor::FUTEX_IDLE,
+        (true, _) => floor::FUTEX_PACED,
+        (false, PINGPONG) => floor::SPIN_PINGPONG,
+        (false, IDLE) => floor::SPIN_IDLE,
+        (false, _) => floor::SPIN_PACED,
+    }
+}
+
+fn finish(ctx: &Ctx, mut row: Row, wait: &str) -> Row {
+    if let Some(f) = floor::get(&ctx.rows, floor_for(wait, &row.group)) {
+        row.against(f);
+    }
+    row
+}
+
+fn paced(ctx: &mut Ctx, group: &str, wait: &str, count: u64, warmup: u64, gap: Duration) -> Row {
+    ctx.bar.set_message(format!("latency: {wait}, {group}"));
+    let setup = Setup::one_to_one(
+        vec![
+            kv("wait", wait),
+            kv("mode", "latency"),
+            kv("warmup", warmup),
+        ],
+        vec![
+            kv("mode", "paced"),
+            kv("count", count),
+            kv("warmup", warmup),
+            kv("interval_ns", gap.as_nanos()),
+        ],
+        ctx.timeout(count, gap),
+    );
+    let row = Row::new(SUITE, group, wait, Kind::Latency);
+    let row = match shm::run(ctx, "lat", setup) {
+        Ok(p) => {
+            let c = &p.consumers[0];
+            let mut r = row.with(c);
+            r.consumer_cpu = c.get("cpu_share");
+            r.producer_cpu = p.producers[0].get("cpu_share");
+            for k in ["pacer_late_p99_ns", "pacer_held_p99_ns"] {
+                if let Some(v) = p.producers[0].get(k) {
+                    r.extra.insert(k.into(), v);
+                }
+            }
+            r
+        }
+        Err(e) => row.failed(&e),
+    };
+    finish(ctx, row, wait)
+}
+
+fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
+    ctx.bar.set_message(format!("latency: {wait}, ping-pong"));
+    let warmup = ctx.sizes.warmup;
+    let mut setup = Setup::one_to_one(
+        vec![kv("wait", wait), kv("mode", "echo"), kv("warmup", warmup)],
+        vec![
+            kv("mode", "pingpong"),
+            kv("wait", wait),
+            kv("count", count),
+            kv("warmup", warmup),
+        ],
+        ctx.timeout(count, Duration::from_micros(500)),
+    );
+    setup.echo = true;
+    let row = Row::new(SUITE, PINGPONG, wait, Kind::Latency);
+    let row = match shm::run(ctx, "pp", setup) {
+        Ok(p) => {
+            let c = &p.consumers[0];
+            let mut r = row.with(c);
+            r.consumer_cpu = c.get("cpu_share");
+            r.producer_cpu = p.producers[0].get("cpu_share");
+            if let Some(v) = p.producers[0].get("rtt_p50_ns") {
+                r.extra.insert("rtt_p50_ns".into(), v);
+            }
+            r
+        }
+        Err(e) => row.failed(&e),
+    };
+    finish(ctx, row, wait)
+}

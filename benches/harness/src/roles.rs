@@ -1,0 +1,596 @@
+//! The role processes of the shmring rows and of the floor. The harness starts each as
+//! `ipc-bench __role <name> k=v ...`; every role waits at the control page's barrier,
+//! measures, and writes its result file.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use shmring::{ConsumerOptions, Event, Fallback, Producer, Ring, WaitStrategy, WakeSet};
+use shmring_peers::kit::{self, new_hist, now_ns, Args, Measured, Pacer};
+
+/// Every wait strategy the latency suite measures, by name.
+pub const STRATEGIES: [&str; 7] = [
+    "busy-spin",
+    "yielding",
+    "sleeping",
+    "phased-backoff",
+    "blocking",
+    "timeout-blocking",
+    "adaptive",
+];
+
+/// A strategy by name, with the parameters the tables use.
+pub fn strategy(name: &str) -> Result<WaitStrategy> {
+    Ok(match name {
+        "busy-spin" => WaitStrategy::BusySpin,
+        "yielding" => WaitStrategy::Yielding { spins: 100 },
+        "sleeping" => WaitStrategy::sleeping(),
+        "phased-backoff" => WaitStrategy::PhasedBackoff {
+            spins: 1_000,
+            yields: 100,
+            fallback: Fallback::Park,
+        },
+        "blocking" => WaitStrategy::Blocking,
+        "timeout-blocking" => WaitStrategy::TimeoutBlocking {
+            timeout: Duration::from_millis(10),
+        },
+        "adaptive" => WaitStrategy::Adaptive,
+        _ => bail!("unknown wait strategy {name}"),
+    })
+}
+
+/// Whether a strategy's consumer sleeps in the kernel when idle (it is then compared with
+/// the futex floor; the others with the spin floor).
+pub fn parks(name: &str) -> bool {
+    strategy(name).map(|s| s.parks()).unwrap_or(false)
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    b.get(i * 8..i * 8 + 8)
+        .and_then(|s| s.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
+fn cpu_share(c0: u64, w0: u64) -> f64 {
+    (kit::thread_cpu_ns() - c0) as f64 / (now_ns() - w0).max(1) as f64
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ConsumerMode {
+    /// Record send-to-handler latency.
+    Latency,
+    /// Record, and publish an echo on the echo ring.
+    Echo,
+    /// Count (throughput).
+    Count,
+}
+
+fn shm_consumer(args: &Args) -> Result<()> {
+    args.pin();
+    if args.str_or("fence", "default") == "seqcst" {
+        forbid_membarrier()?;
+    }
+    let ctl = args.ctl()?;
+    let ns = args.str("ns")?;
+    let ring = Ring::open(ns, args.str("ring")?)?;
+    let wait = strategy(args.str("wait")?)?;
+    let mut c = ring.consumer(ConsumerOptions::anonymous().wait(wait))?;
+    let mode = match args.str("mode")? {
+        "latency" => ConsumerMode::Latency,
+        "echo" => ConsumerMode::Echo,
+        "count" => ConsumerMode::Count,
+        m => bail!("unknown consumer mode {m}"),
+    };
+    let mut echo = match mode {
+        ConsumerMode::Echo => Some(Ring::open(ns, args.str("echo")?)?.producer()?),
+        _ => None,
+    };
+    let warmup: u64 = args.num_or("warmup", 0);
+    let mut hist = new_hist();
+    let (mut n, mut sum) = (0u64, 0u64);
+    let mut failed = None;
+    // CPU over the recorded part only (from the first recorded event; the whole run when
+    // counting).
+    let mut meter = kit::RateMeter::new();
+    let (mut c0, mut w0) = (kit::thread_cpu_ns(), now_ns());
+    ctl.arrive();
+    c.run(
+        |ev: Event<'_>| {
+            let b = ev.bytes();
+            n += 1;
+            match mode {
+                ConsumerMode::Count => {
+                    sum = sum.wrapping_add(u64_at(b, 0));
+                    meter.tick(n);
+                }
+                ConsumerMode::Latency | ConsumerMode::Echo => {
+                    let now = now_ns();
+                    let seq = u64_at(b, 0);
+                    if seq >= warmup {
+                        hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
+                    }
+                    if seq == warmup {
+                        (c0, w0) = (kit::thread_cpu_ns(), now_ns());
+                    }
+                    if let Some(p) = echo.as_mut() {
+                        if let Err(e) = p.publish(&b[..8]) {
+                            failed.get_or_insert(e);
+                        }
+                    }
+                }
+            }
+        },
+        || false,
+    )?;
+    let t_end = now_ns();
+    if let Some(e) = failed {
+        bail!("echo publish failed: {e}");
+    }
+    std::hint::black_box(sum);
+    let st = c.stats();
+    let mut m = Measured::default();
+    if mode != ConsumerMode::Count {
+        m.hist = Some(hist);
+    } else if let Some(r) = meter.best(args.num_or("best_window_ns", 100_000_000)) {
+        m.set("best_ops_per_sec", r);
+    }
+    m.set("cpu_share", cpu_share(c0, w0))
+        .set("delivered", n as f64)
+        .set("t_end", t_end as f64)
+        .set("wakeups", st.wakeups as f64)
+        .set("net_wakeups", st.net_wakeups as f64)
+        .set("dropped_behind", st.dropped_behind as f64);
+    kit::report(args, &m)
+}
+
+/// Make `membarrier(2)` fail with ENOSYS in this process (a seccomp filter), so that the
+/// client falls back to a `SeqCst` fence on every publish: the fallback measured without
+/// touching the client.
+fn forbid_membarrier() -> Result<()> {
+    // Classic BPF over `struct seccomp_data { int nr; u32 arch; ... }`.
+    const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20)
+    const JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+    const RET_ALLOW: u32 = 0x7fff_0000;
+    const RET_ERRNO: u32 = 0x0005_0000;
+    if !cfg!(target_arch = "x86_64") {
+        bail!("the membarrier filter is written for x86_64");
+    }
+    let f = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let prog = [
+        f(LD_W_ABS, 0, 0, 4),
+        f(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        f(RET_K, 0, 0, RET_ALLOW),
+        f(LD_W_ABS, 0, 0, 0),
+        f(JEQ_K, 0, 1, libc::SYS_membarrier as u32),
+        f(RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32),
+        f(RET_K, 0, 0, RET_ALLOW),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only; PR_SET_SECCOMP reads `fprog`, which
+    // points at `prog`, both alive for the call (the kernel copies the program).
+    let rc = unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            -1
+        } else {
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const libc::sock_fprog,
+            )
+        }
+    };
+    if rc != 0 {
+        bail!(
+            "cannot install the seccomp filter: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Publish {
+    Normal,
+    NoWake,
+}
+
+#[inline(always)]
+fn publish(p: &mut Producer, how: Publish, bytes: &[u8]) -> Result<u64> {
+    Ok(match how {
+        Publish::Normal => p.publish(bytes)?,
+        Publish::NoWake => p.publish_without_wake_check(bytes)?,
+    })
+}
+
+fn shm_producer(args: &Args) -> Result<()> {
+    args.pin();
+    if args.str_or("fence", "default") == "seqcst" {
+        forbid_membarrier()?;
+    }
+    let ctl = args.ctl()?;
+    let ns = args.str("ns")?;
+    let ring = Ring::open(ns, args.str("ring")?)?;
+    let mut p = ring.producer()?;
+    let mode = args.str("mode")?;
+    let how = match args.str_or("publish", "normal") {
+        "normal" => Publish::Normal,
+        "nowake" => Publish::NoWake,
+        o => bail!("unknown publish form {o}"),
+    };
+    let time_each = args.num_or("time_each", 0u8) != 0;
+    let warmup: u64 = args.num_or("warmup", 0);
+    let count: u64 = args.num_or("count", 0);
+    let total = warmup + count;
+    let size: usize = args.num_or("size", 16);
+    let producers: u32 = args.num_or("producers", 1);
+    let mut echo = match mode {
+        "pingpong" => {
+            let r = Ring::open(ns, args.str("echo")?)?;
+            let wait = strategy(args.str("wait")?)?;
+            Some(r.consumer(ConsumerOptions::anonymous().wait(wait))?)
+        }
+        _ => None,
+    };
+    ctl.wait_ready(args.num("consumers")?, Duration::from_secs(20))?;
+    if args.num_or("gate", 0u8) != 0 {
+        ctl.wait_gate(Duration::from_secs(120))?;
+    }
+    let mut hist = new_hist();
+    let mut rtt = new_hist();
+    let mut buf = vec![0u8; size.max(16)];
+    let mut m = Measured::default();
+    let mut published = 0u64;
+    let (c0, t_start) = (kit::thread_cpu_ns(), now_ns());
+    match mode {
+        "paced" => {
+            // Warm-up at no more than 100 µs apart (it touches every slot once: first-touch
+            // page faults land there), then the recorded messages at the interval.
+            let interval = Duration::from_nanos(args.num("interval_ns")?);
+            let mut pacer = Pacer::new(interval.min(Duration::from_micros(100)));
+            for i in 0..total {
+                if i == warmup {
+                    pacer = Pacer::new(interval);
+                }
+                let due = pacer.wait(if i < warmup { i } else { i - warmup });
+                buf[..8].copy_from_slice(&i.to_ne_bytes());
+                buf[8..16].copy_from_slice(&due.to_ne_bytes());
+                if time_each {
+                    let t0 = now_ns();
+                    publish(&mut p, how, &buf[..size.max(16)])?;
+                    let t1 = now_ns();
+                    if i >= warmup {
+                        hist.saturating_record(t1 - t0);
+                    }
+                } else {
+                    publish(&mut p, how, &buf[..size.max(16)])?;
+                }
+            }
+            published = total;
+            m.set("pacer_late_p99_ns", kit::pct(&pacer.late, 0.99) as f64)
+                .set("pacer_held_p99_ns", kit::pct(&pacer.held, 0.99) as f64);
+        }
+        "pingpong" => {
+            let Some(ec) = echo.as_mut() else {
+                bail!("no echo ring")
+            };
+            for i in 0..total {
+                let t0 = now_ns();
+                buf[..8].copy_from_slice(&i.to_ne_bytes());
+                buf[8..16].copy_from_slice(&t0.to_ne_bytes());
+                publish(&mut p, how, &buf[..16])?;
+                while ec.poll_once(|_| {})? == 0 {
+                    ec.wait()?;
+                }
+                if i >= warmup {
+                    rtt.saturating_record(now_ns() - t0);
+                }
+            }
+            published = total;
+            m.set("rtt_p50_ns", kit::pct(&rtt, 0.5) as f64);
+        }
+        "stream" => {
+            // Back-to-back single publishes until `count` (if given) or the duration.
+            let end = t_start + args.num_or("duration_ns", u64::MAX / 4);
+            let limit = if count > 0 { total } else { u64::MAX };
+            'outer: loop {
+                for _ in 0..256 {
+                    if published >= limit {
+                        break 'outer;
+                    }
+                    buf[..8].copy_from_slice(&published.to_ne_bytes());
+                    if time_each {
+                        let t0 = now_ns();
+                        publish(&mut p, how, &buf[..size])?;
+                        let t1 = now_ns();
+                        if published >= warmup {
+                            hist.saturating_record(t1 - t0);
+                        }
+                    } else {
+                        publish(&mut p, how, &buf[..size])?;
+                    }
+                    published += 1;
+                }
+                if now_ns() >= end {
+                    break;
+                }
+            }
+        }
+        "batch" => {
+            let k: usize = args.num("batch")?;
+            let mut bufs = vec![vec![0u8; size]; k];
+            let end = t_start + args.num::<u64>("duration_ns")?;
+            loop {
+                for _ in 0..(256 / k).max(1) {
+                    bufs[0][..8].copy_from_slice(&published.to_ne_bytes());
+                    p.publish_batch(&bufs)?;
+                    published += k as u64;
+                }
+                if now_ns() >= end {
+                    break;
+                }
+            }
+        }
+        "clock" => {
+            // The measurement's own overhead: two clock reads around nothing.
+            for i in 0..total {
+                let t0 = now_ns();
+                let t1 = now_ns();
+                if i >= warmup {
+                    hist.saturating_record(t1 - t0);
+                }
+            }
+        }
+        o => bail!("unknown producer mode {o}"),
+    }
+    let t_end = now_ns();
+    m.set("cpu_share", cpu_share(c0, t_start))
+        .set("published", published as f64)
+        .set("t_start", t_start as f64)
+        .set("t_end", t_end as f64)
+        .set(
+            "fence_mode",
+            ring.fence_mode().map_or(-1.0, |f| f as u32 as f64),
+        )
+        .set("parks", p.stats().parks as f64);
+    if time_each || mode == "clock" {
+        m.hist = Some(hist);
+    }
+    drop(echo);
+    // The last producer to finish closes the line: consumers drain and return.
+    if ctl.done().fetch_add(1, Ordering::AcqRel) + 1 == producers {
+        ring.stop().map_err(|e| anyhow!("stop: {e}"))?;
+    }
+    kit::report(args, &m)
+}
+
+/// Seed 001's ADAPTIVE back-off for a thread stepping consumers itself: 128 spins, yields
+/// up to 512, 10 µs sleeps up to 2048, then a 100 µs sleep and back to the medium level.
+struct Backoff {
+    n: u32,
+}
+
+impl Backoff {
+    fn pause(&mut self) {
+        self.n += 1;
+        if self.n <= 128 {
+            std::hint::spin_loop();
+        } else if self.n <= 512 {
+            std::thread::yield_now();
+        } else if self.n <= 2048 {
+            std::thread::sleep(Duration::from_micros(10));
+        } else {
+            std::thread::sleep(Duration::from_micros(100));
+            self.n = 512;
+        }
+    }
+}
+
+fn ws_stepper(args: &Args) -> Result<()> {
+    args.pin();
+    let ctl = args.ctl()?;
+    let ns = args.str("ns")?;
+    let rings = args
+        .str("rings")?
+        .split(',')
+        .map(|r| Ring::open(ns, r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut consumers = rings
+        .iter()
+        .map(|r| r.consumer(ConsumerOptions::anonymous()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let wakeset = args.str("mode")? == "wakeset";
+    let mut set = WakeSet::new();
+    for c in &consumers {
+        set.add(c).context("wake set")?;
+    }
+    let warmup: u64 = args.num_or("warmup", 0);
+    let mut hist = new_hist();
+    let mut backoff = Backoff { n: 0 };
+    let done = |consumers: &[shmring::Consumer]| {
+        rings
+            .iter()
+            .zip(consumers)
+            .all(|(r, c)| r.is_closed() && c.next_sequence() >= r.head())
+    };
+    ctl.arrive();
+    loop {
+        let mut any = false;
+        for c in consumers.iter_mut() {
+            any |= c.poll_once(|ev| {
+                let now = now_ns();
+                let b = ev.bytes();
+                if u64_at(b, 0) >= warmup {
+                    hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
+                }
+            })? > 0;
+        }
+        if any {
+            backoff.n = 0;
+            continue;
+        }
+        if done(&consumers) {
+            break;
+        }
+        if wakeset {
+            set.park_unless(|| consumers.iter().any(|c| c.has_pending()) || done(&consumers));
+        } else {
+            backoff.pause();
+        }
+    }
+    let mut m = Measured {
+        hist: Some(hist),
+        ..Default::default()
+    };
+    let st = set.stats();
+    m.set("parks", st.parks as f64)
+        .set("net_wakeups", st.net_wakeups as f64);
+    kit::report(args, &m)
+}
+
+fn ws_producer(args: &Args) -> Result<()> {
+    args.pin();
+    let ctl = args.ctl()?;
+    let ns = args.str("ns")?;
+    let rings = args
+        .str("rings")?
+        .split(',')
+        .map(|r| Ring::open(ns, r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut producers = rings
+        .iter()
+        .map(|r| r.producer())
+        .collect::<Result<Vec<_>, _>>()?;
+    ctl.wait_ready(1, Duration::from_secs(20))?;
+    ctl.wait_gate(Duration::from_secs(120))?;
+    let total = args.num::<u64>("count")? + args.num::<u64>("warmup")?;
+    let mut pacer = Pacer::new(Duration::from_nanos(args.num("interval_ns")?));
+    let n = producers.len() as u64;
+    for i in 0..total {
+        let due = pacer.wait(i);
+        let mut msg = [0u8; 16];
+        msg[..8].copy_from_slice(&i.to_ne_bytes());
+        msg[8..].copy_from_slice(&due.to_ne_bytes());
+        producers[(i % n) as usize].publish(&msg)?;
+    }
+    for r in &rings {
+        r.stop().map_err(|e| anyhow!("stop: {e}"))?;
+    }
+    let mut m = Measured::default();
+    m.set("pacer_late_p99_ns", kit::pct(&pacer.late, 0.99) as f64)
+        .set("pacer_held_p99_ns", kit::pct(&pacer.held, 0.99) as f64);
+    kit::report(args, &m)
+}
+
+/// The floor: one cache line per direction (spin) or a futex word per direction, with the
+/// send time in the line. Side A sends; side B records.
+fn floor_side(args: &Args, a_side: bool) -> Result<()> {
+    args.pin();
+    let ctl = args.ctl()?;
+    let futex = args.str("kind")? == "futex";
+    let pingpong = args.str("mode")? == "pingpong";
+    let warmup: u64 = args.num("warmup")?;
+    let total = args.num::<u64>("count")? + warmup;
+    let (to_b, to_a) = (ctl.line(0), ctl.line(1));
+    let send = |line: &kit::Line, seq: u64, stamp: u64| {
+        line.stamp.store(stamp, Ordering::Relaxed);
+        // Release: the stamp is visible with the sequence (Acquire in `recv`).
+        line.seq.store(seq, Ordering::Release);
+        if futex {
+            // Release: pairs with the Acquire load of the word before a waiter sleeps.
+            line.word.fetch_add(1, Ordering::Release);
+            let _ =
+                rustix::thread::futex::wake(&line.word, rustix::thread::futex::Flags::empty(), 1);
+        }
+    };
+    // Wait until the line carries `seq` or a later one (a receiver descheduled for longer
+    // than the pacing gap misses messages; it then records the newest). Returns
+    // (sequence seen, its stamp).
+    let recv = |line: &kit::Line, seq: u64| -> (u64, u64) {
+        loop {
+            let w = line.word.load(Ordering::Acquire);
+            let seen = line.seq.load(Ordering::Acquire);
+            if seen >= seq {
+                return (seen, line.stamp.load(Ordering::Relaxed));
+            }
+            if futex {
+                let _ = rustix::thread::futex::wait(
+                    &line.word,
+                    rustix::thread::futex::Flags::empty(),
+                    w,
+                    None,
+                );
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    };
+    let mut hist = new_hist();
+    let mut rtt = new_hist();
+    let (c0, w0) = (kit::thread_cpu_ns(), now_ns());
+    let mut m = Measured::default();
+    if a_side {
+        ctl.wait_ready(1, Duration::from_secs(20))?;
+        let mut pacer = Pacer::new(Duration::from_nanos(args.num("interval_ns")?));
+        for i in 1..=total {
+            if pingpong {
+                let t0 = now_ns();
+                send(to_b, i, t0);
+                recv(to_a, i);
+                if i > warmup {
+                    rtt.saturating_record(now_ns() - t0);
+                }
+            } else {
+                let due = pacer.wait(i);
+                send(to_b, i, due);
+            }
+        }
+        if pingpong {
+            m.set("rtt_half_p50_ns", kit::pct(&rtt, 0.5) as f64 / 2.0);
+        } else {
+            m.set("pacer_late_p99_ns", kit::pct(&pacer.late, 0.99) as f64)
+                .set("pacer_held_p99_ns", kit::pct(&pacer.held, 0.99) as f64);
+        }
+        m.set("cpu_share", cpu_share(c0, w0));
+    } else {
+        ctl.arrive();
+        let (mut next, mut missed) = (1, 0u64);
+        let mut window = None;
+        while next <= total {
+            let (seen, stamp) = recv(to_b, next);
+            let now = now_ns();
+            if seen > warmup {
+                hist.saturating_record(now.saturating_sub(stamp));
+                window.get_or_insert_with(|| (kit::thread_cpu_ns(), now_ns()));
+            }
+            missed += seen - next;
+            if pingpong {
+                send(to_a, seen, 0);
+            }
+            next = seen + 1;
+        }
+        m.hist = Some(hist);
+        m.set("missed", missed as f64);
+        let (c, w) = window.unwrap_or((c0, w0));
+        m.set("cpu_share", cpu_share(c, w));
+    }
+    kit::report(args, &m)
+}
+
+/// Run a shmring or floor role, if `role` is one.
+pub fn run_role(role: &str, args: &Args) -> Option<Result<()>> {
+    Some(match role {
+        "shm-consumer" => shm_consumer(args),
+        "shm-producer" => shm_producer(args),
+        "ws-stepper" => ws_stepper(args),
+        "ws-producer" => ws_producer(args),
+        "floor-a" => floor_side(args, true),
+        "floor-b" => floor_side(args, false),
+        _ => return None,
+    })
+}

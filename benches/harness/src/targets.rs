@@ -1,0 +1,274 @@
+//! The targets of issue 5 and the goals of DESIGN.md ("Performance targets"), each as a
+//! ratio of two rows measured in this run.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::row::Row;
+use crate::{floor, latency, peers, publish_cost, throughput};
+
+/// One target, evaluated.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    /// What is compared.
+    pub what: String,
+    /// The two rows (numerator / denominator).
+    pub from: String,
+    /// The measured ratio.
+    pub ratio: f64,
+    /// `<=` or `>=`.
+    pub cmp: &'static str,
+    /// The issue's bar.
+    pub bar: f64,
+    /// Whether the bar is met.
+    pub met: bool,
+    /// DESIGN.md's goal, where it sets one as a ratio.
+    pub goal: Option<f64>,
+    /// Whether the goal is met.
+    pub goal_met: Option<bool>,
+}
+
+fn find<'a>(rows: &'a [Row], suite: &str, group: &str, name: &str) -> Option<&'a Row> {
+    rows.iter().find(|r| {
+        r.suite == suite
+            && (group.is_empty() || r.group == group)
+            && r.name == name
+            && r.error.is_none()
+    })
+}
+
+fn check(ratio: f64, cmp: &str, bar: f64) -> bool {
+    if cmp == "<=" {
+        ratio <= bar
+    } else {
+        ratio >= bar
+    }
+}
+
+/// Evaluate every target whose rows this run measured.
+pub fn evaluate(rows: &[Row]) -> Vec<Target> {
+    let mut out = Vec::new();
+    let mut push = |what: &str,
+                    a: Option<&Row>,
+                    b: Option<&Row>,
+                    get: &dyn Fn(&Row) -> Option<f64>,
+                    cmp: &'static str,
+                    bar: f64,
+                    goal: Option<f64>| {
+        let (Some(a), Some(b)) = (a, b) else { return };
+        let (Some(x), Some(y)) = (get(a), get(b)) else {
+            return;
+        };
+        if y <= 0.0 {
+            return;
+        }
+        let ratio = x / y;
+        out.push(Target {
+            what: what.to_owned(),
+            from: format!("{} [{}] / {} [{}]", a.name, a.suite, b.name, b.suite),
+            ratio,
+            cmp,
+            bar,
+            met: check(ratio, cmp, bar),
+            goal,
+            goal_met: goal.map(|g| check(ratio, cmp, g)),
+        });
+    };
+    let p50 = |r: &Row| r.p50_ns.map(|v| v as f64);
+    let p999 = |r: &Row| r.p999_ns.map(|v| v as f64);
+    // The best 100 ms of each run: robust to another tenant taking a CPU for a while.
+    let ops = |r: &Row| r.best_ops_per_sec.or(r.ops_per_sec);
+    let lat = |group: &str, name: &str| find(rows, latency::SUITE, group, name);
+    let fl = |name: &str| floor::get(rows, name);
+
+    // Busy-spin against the cache-line floor.
+    for (group, floor_name) in [
+        (latency::PACED, floor::SPIN_PACED),
+        (latency::PINGPONG, floor::SPIN_PINGPONG),
+    ] {
+        let tag = if group == latency::PACED {
+            "paced"
+        } else {
+            "ping-pong"
+        };
+        push(
+            &format!("busy-spin p50 / spin floor p50 ({tag})"),
+            lat(group, "busy-spin"),
+            fl(floor_name),
+            &p50,
+            "<=",
+            1.5,
+            Some(1.25),
+        );
+        push(
+            &format!("busy-spin p99.9 / spin floor p99.9 ({tag})"),
+            lat(group, "busy-spin"),
+            fl(floor_name),
+            &p999,
+            "<=",
+            3.0,
+            Some(2.0),
+        );
+    }
+    // The producer's tax for parking.
+    let cost = |name: &str| find(rows, publish_cost::SUITE, "", name);
+    push(
+        "publish p50, nobody parked / parking compiled out (paced)",
+        cost(publish_cost::PARKED_SPIN),
+        cost(publish_cost::PARKED_BASE),
+        &p50,
+        "<=",
+        1.1,
+        Some(1.0),
+    );
+    push(
+        "publish p50, nobody parked / parking compiled out (back-to-back)",
+        cost(publish_cost::BURST_SPIN),
+        cost(publish_cost::BURST_BASE),
+        &p50,
+        "<=",
+        1.1,
+        Some(1.0),
+    );
+    // Parked wake-up against the bare futex.
+    for (group, floor_name, tag) in [
+        (latency::PACED, floor::FUTEX_PACED, "paced"),
+        (latency::PINGPONG, floor::FUTEX_PINGPONG, "ping-pong"),
+        (latency::IDLE, floor::FUTEX_IDLE, "after 2 ms idle"),
+    ] {
+        push(
+            &format!("blocking wake-up p50 / futex floor p50 ({tag})"),
+            lat(group, "blocking"),
+            fl(floor_name),
+            &p50,
+            "<=",
+            1.3,
+            Some(1.1),
+        );
+    }
+    // Throughput.
+    let tput = |name: &str| find(rows, throughput::SUITE, throughput::ONE, name);
+    let per_event = throughput::name(1, 8);
+    let peer = |name: &str| find(rows, peers::SUITE, peers::THROUGHPUT, name);
+    push(
+        "1P1C 8 B per-event throughput (best 100 ms) / iceoryx2",
+        tput(&per_event),
+        peer(peers::IOX),
+        &ops,
+        ">=",
+        10.0,
+        Some(40.0),
+    );
+    push(
+        "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process)",
+        tput(&per_event),
+        peer(peers::DISRUPTOR),
+        &ops,
+        ">=",
+        1.0,
+        None,
+    );
+    push(
+        "1P1C 8 B batch-100 throughput / per-event (best 100 ms)",
+        tput(&throughput::name(100, 8)),
+        tput(&per_event),
+        &ops,
+        ">=",
+        5.0,
+        None,
+    );
+    // Busy-spin against iceoryx2.
+    push(
+        "busy-spin p50 / iceoryx2 p50 (paced)",
+        lat(latency::PACED, "busy-spin"),
+        find(rows, peers::SUITE, peers::PACED, peers::IOX),
+        &p50,
+        "<=",
+        0.5,
+        None,
+    );
+    push(
+        "busy-spin p50 / iceoryx2 p50 (ping-pong)",
+        lat(latency::PINGPONG, "busy-spin"),
+        find(rows, peers::SUITE, peers::PINGPONG, peers::IOX),
+        &p50,
+        "<=",
+        0.5,
+        None,
+    );
+    out
+}
+
+/// DESIGN.md's absolute goals, stated beside the ratios.
+pub fn absolute_goals(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let tput = |name: &str| find(rows, throughput::SUITE, throughput::ONE, name);
+    let best = |r: &Row| r.best_ops_per_sec.or(r.ops_per_sec);
+    if let Some(r) = tput(&throughput::name(100, 8)).and_then(best) {
+        let _ = writeln!(
+            out,
+            "- DESIGN goal: batched >= 250 M/s; measured batch-100 8 B (best 100 ms): {:.1} M/s ({})",
+            r / 1e6,
+            if r >= 250e6 { "met" } else { "missed" }
+        );
+    }
+    if let Some(r) = tput(&throughput::name(1, 8)).and_then(best) {
+        let _ = writeln!(
+            out,
+            "- DESIGN goal: per-event above the Java Disruptor's median (~45 M/s on this \
+             machine); measured per-event 8 B (best 100 ms): {:.1} M/s ({})",
+            r / 1e6,
+            if r >= 45e6 { "met" } else { "missed" }
+        );
+    }
+    if let Some(c) =
+        find(rows, latency::SUITE, latency::IDLE, "blocking").and_then(|r| r.consumer_cpu)
+    {
+        let _ = writeln!(
+            out,
+            "- DESIGN goal: a parked consumer 0% CPU; blocking consumer after 2 ms idle: {:.2}% \
+             of a core (one wake-up per event included)",
+            c * 100.0
+        );
+    }
+    out
+}
+
+/// The targets as a markdown table.
+pub fn table(targets: &[Target]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| target | ratio | issue bar | verdict | DESIGN goal | verdict | rows |"
+    );
+    let _ = writeln!(out, "| --- | ---: | ---: | --- | ---: | --- | --- |");
+    for t in targets {
+        let by = |bar: f64| {
+            let off = if t.cmp == "<=" {
+                t.ratio / bar - 1.0
+            } else {
+                bar / t.ratio - 1.0
+            };
+            format!("missed by {:.0}%", off * 100.0)
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {:.2}x | {} {:.2}x | {} | {} | {} | {} |",
+            t.what,
+            t.ratio,
+            t.cmp,
+            t.bar,
+            if t.met { "met".to_owned() } else { by(t.bar) },
+            t.goal
+                .map_or(String::new(), |g| format!("{} {g:.2}x", t.cmp)),
+            match (t.goal, t.goal_met) {
+                (Some(g), Some(false)) => by(g),
+                (Some(_), Some(true)) => "met".to_owned(),
+                _ => String::new(),
+            },
+            t.from
+        );
+    }
+    out
+}

@@ -1,0 +1,169 @@
+//! Suite `throughput`: events *delivered* per second (seed 002: the time runs from the
+//! producer's first publish to the consumer's return after the last event, and every row
+//! says how many were published and how many arrived).
+//!
+//! 1P1C per-event and batched (10, 100) for 8, 64, 256 and 1024-byte events, with a
+//! busy-spin consumer; then 2P1C, 3P1C and 1P3C fan-out. On 2 cores the multi-process rows
+//! run 3-4 processes on 2 CPUs: their consumers use the default Adaptive strategy (a
+//! spinning consumer there would fight the producers for a CPU), and the numbers are what
+//! time-sharing gives, not what the ring could do with a core each.
+
+use anyhow::{anyhow, Result};
+use shmring::ProducerMode;
+
+use shmring_peers::kit;
+
+use crate::row::{Kind, Row};
+use crate::run::Ctx;
+use crate::shm::{self, kv, Setup};
+
+pub const SUITE: &str = "throughput";
+pub const ONE: &str = "1P1C, busy-spin consumer, delivered events/s";
+pub const MULTI: &str = "multi-producer and fan-out (8-byte events, Adaptive consumers)";
+
+/// Event sizes.
+pub const SIZES: [usize; 4] = [8, 64, 256, 1024];
+/// Publish forms: per event, or batches of 10 and 100.
+pub const FORMS: [usize; 3] = [1, 10, 100];
+
+/// Row name of a 1P1C row.
+pub fn name(batch: usize, size: usize) -> String {
+    if batch == 1 {
+        format!("per-event, {size} B")
+    } else {
+        format!("batch {batch}, {size} B")
+    }
+}
+
+/// Rows this suite adds.
+pub fn rows() -> u64 {
+    (SIZES.len() * FORMS.len()) as u64 + 3
+}
+
+/// Measure.
+pub fn run(ctx: &mut Ctx) -> Result<()> {
+    for batch in FORMS {
+        for size in SIZES {
+            let n = name(batch, size);
+            ctx.bar.set_message(format!("throughput: {n}"));
+            let row = one(ctx, batch, size, 1, 1, &n, ONE);
+            ctx.push(row);
+        }
+    }
+    for (p, c, n) in [
+        (2, 1, "2P1C per-event"),
+        (3, 1, "3P1C per-event"),
+        (1, 3, "1P3C fan-out per-event"),
+    ] {
+        ctx.bar.set_message(format!("throughput: {n}"));
+        let row = one(ctx, 1, 8, p, c, n, MULTI);
+        ctx.push(row);
+    }
+    Ok(())
+}
+
+fn one(
+    ctx: &mut Ctx,
+    batch: usize,
+    size: usize,
+    producers: usize,
+    consumers: usize,
+    name: &str,
+    group: &str,
+) -> Row {
+    let slot = (16 + size).div_ceil(64) as u32 * 64;
+    let wait = if producers + consumers > 2 {
+        "adaptive"
+    } else {
+        "busy-spin"
+    };
+    let dur = ctx.sizes.throughput;
+    let producer = |_: usize| {
+        let mut a = vec![kv("size", size), kv("duration_ns", dur.as_nanos())];
+        if batch == 1 {
+            a.push(kv("mode", "stream"));
+        } else {
+            a.extend([kv("mode", "batch"), kv("batch", batch)]);
+        }
+        a
+    };
+    let setup = Setup {
+        capacity: 4096,
+        slot,
+        mode: if producers > 1 {
+            ProducerMode::Multi
+        } else {
+            ProducerMode::Single
+        },
+        consumers: (0..consumers)
+            .map(|_| {
+                vec![
+                    kv("wait", wait),
+                    kv("mode", "count"),
+                    kv("best_window_ns", kit::best_window(dur)),
+                ]
+            })
+            .collect(),
+        producers: (0..producers).map(producer).collect(),
+        echo: false,
+        timeout: dur * 20 + std::time::Duration::from_secs(30),
+    };
+    let row = Row::new(SUITE, group, name, Kind::Throughput);
+    match shm::run(ctx, "tput", setup).and_then(|p| {
+        let published: f64 = p
+            .producers
+            .iter()
+            .map(|m| m.need("published"))
+            .sum::<Result<f64>>()?;
+        let t_start = p
+            .producers
+            .iter()
+            .filter_map(|m| m.get("t_start"))
+            .fold(f64::MAX, f64::min);
+        let t_end = p
+            .consumers
+            .iter()
+            .filter_map(|m| m.get("t_end"))
+            .fold(0.0, f64::max);
+        // Every consumer gets every event: "delivered" is what the slowest one got.
+        let delivered = p
+            .consumers
+            .iter()
+            .map(|m| m.need("delivered"))
+            .collect::<Result<Vec<f64>>>()?
+            .into_iter()
+            .fold(f64::MAX, f64::min);
+        let deliveries: f64 = p.consumers.iter().filter_map(|m| m.get("delivered")).sum();
+        if t_end <= t_start {
+            return Err(anyhow!("no delivery window"));
+        }
+        let secs = (t_end - t_start) / 1e9;
+        let mut r = Row::new(SUITE, group, name, Kind::Throughput);
+        r.ops_per_sec = Some(delivered / secs);
+        r.best_ops_per_sec = p
+            .consumers
+            .iter()
+            .map(|m| m.get("best_ops_per_sec"))
+            .collect::<Option<Vec<f64>>>()
+            .map(|v| v.into_iter().fold(f64::MAX, f64::min));
+        r.published = Some(published as u64);
+        r.delivered = Some(delivered as u64);
+        r.dropped = Some((published - delivered).max(0.0) as u64);
+        r.samples = delivered as u64;
+        r.consumer_cpu = p.consumers[0].get("cpu_share");
+        r.producer_cpu = p.producers[0].get("cpu_share");
+        r.extra.insert("window_s".into(), secs);
+        r.extra
+            .insert("deliveries_per_sec".into(), deliveries / secs);
+        r.extra.insert(
+            "producer_parks".into(),
+            p.producers.iter().filter_map(|m| m.get("parks")).sum(),
+        );
+        r.extra.insert("event_bytes".into(), size as f64);
+        r.extra.insert("batch".into(), batch as f64);
+        Ok(r)
+    }) {
+        Ok(r) => r,
+        Err(e) => row.failed(&e),
+    }
+}

@@ -1,0 +1,246 @@
+//! The in-process reference: the `disruptor` crate (BusySpin) and `crossbeam-channel`
+//! (bounded, blocking `recv`), a producer thread and a consumer thread in one role process.
+//!
+//! These are what shmring is measured *against* across processes: if a cross-process ring
+//! keeps up with the in-process Disruptor, the process boundary costs nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use disruptor::{build_single_producer, BusySpin, Producer};
+use hdrhistogram::Histogram;
+
+use crate::kit::{self, new_hist, now_ns, Args, Measured, Pacer, Roles};
+use crate::Plan;
+
+/// Which in-process peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `disruptor` crate, single producer, BusySpin.
+    Disruptor,
+    /// `crossbeam-channel` bounded(1024), blocking `recv`.
+    Crossbeam,
+}
+
+impl Kind {
+    /// Name in rows and role arguments.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Disruptor => "disruptor",
+            Kind::Crossbeam => "crossbeam-channel",
+        }
+    }
+}
+
+/// Ring / channel size (the shmring rows use the same).
+const CAPACITY: usize = 1024;
+
+#[derive(Clone, Copy, Default)]
+struct Ev {
+    seq: u64,
+    stamp: u64,
+}
+
+/// Paced hand-off latency (`plan.interval`), producer thread to consumer-thread handler.
+pub fn latency(kind: Kind, plan: &Plan, tag: &str) -> Result<Measured> {
+    run(kind, plan, tag, "latency")
+}
+
+/// 1P1C per-event throughput of 16-byte events for `plan.duration`.
+pub fn throughput(kind: Kind, plan: &Plan, tag: &str) -> Result<Measured> {
+    run(kind, plan, tag, "throughput")
+}
+
+fn run(kind: Kind, plan: &Plan, tag: &str, mode: &str) -> Result<Measured> {
+    let mut roles = Roles::new(&plan.dir, tag);
+    let mut a = vec![
+        format!("which={}", kind.name()),
+        format!("mode={mode}"),
+        format!("count={}", plan.count),
+        format!("warmup={}", plan.warmup),
+        format!("interval_ns={}", plan.interval.as_nanos()),
+        format!("duration_ns={}", plan.duration.as_nanos()),
+    ];
+    a.push(format!("pin={}", u8::from(plan.pin)));
+    roles.spawn("peer-inproc", &a)?;
+    let mut parts = roles.finish(plan.timeout)?;
+    parts.pop().ok_or_else(|| anyhow::anyhow!("no result"))
+}
+
+fn role(args: &Args) -> Result<()> {
+    let pin = args.num::<u8>("pin")? != 0;
+    if pin {
+        kit::pin_to(0);
+    }
+    let which = args.str("which")?;
+    let mode = args.str("mode")?;
+    let total = args.num::<u64>("count")? + args.num::<u64>("warmup")?;
+    let warmup: u64 = args.num("warmup")?;
+    let interval = Duration::from_nanos(args.num("interval_ns")?);
+    let duration: u64 = args.num("duration_ns")?;
+    let hist = Arc::new(Mutex::new(new_hist()));
+    let count = Arc::new(AtomicU64::new(0));
+    let points = Arc::new(Mutex::new(kit::RateMeter::new()));
+    let pinned_consumer = move || {
+        if pin {
+            kit::pin_to(1);
+        }
+    };
+    let latency = mode == "latency";
+    let record = {
+        let hist = hist.clone();
+        move |e: &Ev, now: u64| {
+            if e.seq >= warmup {
+                hist.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .saturating_record(now.saturating_sub(e.stamp));
+            }
+        }
+    };
+    let (p0, c0, w0) = (kit::process_cpu_ns(), kit::thread_cpu_ns(), now_ns());
+    let mut published = 0u64;
+    let t_start;
+    let mut pacer = Pacer::new(interval);
+    match which {
+        "disruptor" => {
+            let counter = count.clone();
+            let meter = points.clone();
+            let mut local = 0u64;
+            let mut next_tick = 0u64;
+            let mut first = true;
+            let mut producer = build_single_producer(CAPACITY, Ev::default, BusySpin)
+                .handle_events_with(move |e: &Ev, _seq, eob| {
+                    if first {
+                        first = false;
+                        pinned_consumer();
+                    }
+                    if latency {
+                        record(e, now_ns());
+                    }
+                    local += 1;
+                    if local >= next_tick {
+                        next_tick = local + kit::RATE_EVERY;
+                        meter
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .tick(local);
+                    }
+                    if eob {
+                        counter.store(local, Ordering::Relaxed);
+                    }
+                })
+                .build();
+            t_start = now_ns();
+            if latency {
+                for i in 0..total {
+                    let due = pacer.wait(i);
+                    producer.publish(|e| {
+                        e.seq = i;
+                        e.stamp = due;
+                    });
+                }
+                published = total;
+            } else {
+                let end = t_start + duration;
+                while now_ns() < end {
+                    for _ in 0..1024 {
+                        producer.publish(|e| {
+                            e.seq = published;
+                        });
+                        published += 1;
+                    }
+                }
+            }
+            // Dropping the last producer drains the ring and joins the consumer thread.
+            drop(producer);
+        }
+        "crossbeam-channel" => {
+            let (tx, rx) = crossbeam_channel::bounded::<Ev>(CAPACITY);
+            let counter = count.clone();
+            let meter = points.clone();
+            let consumer = std::thread::spawn(move || {
+                pinned_consumer();
+                let mut n = 0u64;
+                let mut local = kit::RateMeter::new();
+                while let Ok(e) = rx.recv() {
+                    if latency {
+                        record(&e, now_ns());
+                    }
+                    n += 1;
+                    local.tick(n);
+                }
+                counter.store(n, Ordering::Relaxed);
+                *meter.lock().unwrap_or_else(PoisonError::into_inner) = local;
+            });
+            t_start = now_ns();
+            if latency {
+                for i in 0..total {
+                    let due = pacer.wait(i);
+                    if tx.send(Ev { seq: i, stamp: due }).is_err() {
+                        bail!("crossbeam consumer gone");
+                    }
+                }
+                published = total;
+            } else {
+                let end = t_start + duration;
+                while now_ns() < end {
+                    for _ in 0..1024 {
+                        if tx
+                            .send(Ev {
+                                seq: published,
+                                stamp: 0,
+                            })
+                            .is_err()
+                        {
+                            bail!("crossbeam consumer gone");
+                        }
+                        published += 1;
+                    }
+                }
+            }
+            drop(tx);
+            if consumer.join().is_err() {
+                bail!("crossbeam consumer panicked");
+            }
+        }
+        other => bail!("unknown in-process peer {other}"),
+    }
+    let (p1, c1, w1) = (kit::process_cpu_ns(), kit::thread_cpu_ns(), now_ns());
+    let window = (w1 - w0).max(1) as f64;
+    let producer_cpu = (c1 - c0) as f64;
+    let mut m = Measured::default();
+    let delivered = count.load(Ordering::Relaxed);
+    m.set("delivered", delivered as f64)
+        .set("published", published as f64)
+        .set("producer_cpu", producer_cpu / window)
+        .set(
+            "consumer_cpu",
+            (p1 - p0).saturating_sub(c1 - c0) as f64 / window,
+        );
+    if latency {
+        let h: Histogram<u64> = hist.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        m.hist = Some(h);
+        m.set("pacer_late_p99_ns", kit::pct(&pacer.late, 0.99) as f64)
+            .set("pacer_held_p99_ns", kit::pct(&pacer.held, 0.99) as f64);
+    } else {
+        m.set(
+            "ops_per_sec",
+            delivered as f64 / ((w1 - t_start).max(1) as f64 / 1e9),
+        );
+        let best = points
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .best(kit::best_window(Duration::from_nanos(duration)));
+        if let Some(r) = best {
+            m.set("best_ops_per_sec", r);
+        }
+    }
+    kit::report(args, &m)
+}
+
+/// Run an in-process peer role, if `role` is one.
+pub fn run_role(role_name: &str, args: &Args) -> Option<Result<()>> {
+    (role_name == "peer-inproc").then(|| role(args))
+}
