@@ -1,7 +1,6 @@
 //! In-process behaviour of one ring: lifecycle of entries, failures, edges. The
 //! cross-process guarantees are in the `shmring-tests` package.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use shmring::{
@@ -9,24 +8,8 @@ use shmring::{
     RingConfig, RingState, TryPublishError,
 };
 
-/// A namespace of its own, removed with everything in it on drop (also on panic).
-struct Ns(String);
-
-impl Ns {
-    fn new(test: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Ns(format!("ct-{}-{test}-{n}", std::process::id()))
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        if let Ok(dir) = shmring::names::namespace_dir(&self.0) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
+mod common;
+use common::Ns;
 
 fn small(capacity: u64) -> RingConfig {
     RingConfig {

@@ -4,29 +4,13 @@
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use proptest::prelude::*;
 use shmring::{ConsumerOptions, Ring, RingConfig};
 use shmring_layout::{SlotHeader, SEQ_LINES_OFFSET};
 
-struct Ns(String);
-
-impl Ns {
-    fn new(test: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Ns(format!("ch-{}-{test}-{n}", std::process::id()))
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        if let Ok(dir) = shmring::names::namespace_dir(&self.0) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
+mod common;
+use common::Ns;
 
 fn cfg() -> RingConfig {
     RingConfig {

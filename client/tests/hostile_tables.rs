@@ -14,7 +14,6 @@ use std::fs::OpenOptions;
 use std::mem::offset_of;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -24,23 +23,8 @@ use shmring_layout::{
     ConsumerHot, Geometry, Header, ProducerEntry, HEADER_SIZE, IN_FLIGHT_CLAIMING,
 };
 
-struct Ns(String);
-
-impl Ns {
-    fn new(test: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Ns(format!("cht-{}-{test}-{n}", std::process::id()))
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        if let Ok(dir) = shmring::names::namespace_dir(&self.0) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
+mod common;
+use common::Ns;
 
 fn cfg() -> RingConfig {
     RingConfig {

@@ -1,6 +1,5 @@
 //! Stop, drain and start, in one process. The multi-process races are in `shmring-tests`.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::Duration;
 
@@ -9,23 +8,8 @@ use shmring::{
     TryPublishError,
 };
 
-struct Ns(String);
-
-impl Ns {
-    fn new(test: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Ns(format!("cl-{}-{test}-{n}", std::process::id()))
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        if let Ok(dir) = shmring::names::namespace_dir(&self.0) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
+mod common;
+use common::Ns;
 
 fn cfg(capacity: u64) -> RingConfig {
     RingConfig {

@@ -1,7 +1,7 @@
 //! Parking, in one process with threads: blocking consumers, producers parked on a full
 //! ring, and the WakeSet. Cross-process versions live in the `shmring-tests` package.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -11,23 +11,8 @@ use shmring::{
     WakeSet,
 };
 
-struct Ns(String);
-
-impl Ns {
-    fn new(test: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Ns(format!("cp-{}-{test}-{n}", std::process::id()))
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        if let Ok(dir) = shmring::names::namespace_dir(&self.0) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
+mod common;
+use common::Ns;
 
 fn cfg(capacity: u64) -> RingConfig {
     RingConfig {

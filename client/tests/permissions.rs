@@ -12,14 +12,16 @@
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use rustix::fs::Mode;
 use shmring::{ConsumerOptions, OpenError, Ring, RingConfig};
+
+mod common;
+use common::Ns;
 
 /// Selects the child's role (see `role`).
 const ROLE_ENV: &str = "PERM_ROLE";
@@ -29,30 +31,6 @@ const MARK: &str = "@perm ";
 const NOBODY: u32 = 65534;
 /// The deadline of every child (a watchdog: the children do a few syscalls).
 const WAIT: Duration = Duration::from_secs(30);
-
-struct Ns(String);
-
-impl Ns {
-    fn new(test: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Ns(format!("cperm-{}-{test}-{n}", std::process::id()))
-    }
-
-    fn dir(&self) -> PathBuf {
-        shmring::names::namespace_dir(&self.0).expect("valid namespace")
-    }
-
-    fn ring(&self, name: &str) -> PathBuf {
-        shmring::names::ring_path(&self.0, name).expect("valid ring name")
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(self.dir());
-    }
-}
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
