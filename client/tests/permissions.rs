@@ -162,7 +162,7 @@ fn child(role: &str, env: &[(&str, String)], foreign: bool) -> String {
     if foreign {
         cmd.uid(NOBODY).gid(NOBODY);
     }
-    let mut proc = cmd.spawn().expect("spawning the role");
+    let mut proc = spawn_retrying(&mut cmd);
     let mut out = proc.stdout.take().expect("stdout piped");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -379,4 +379,19 @@ fn the_refusal_says_which_permission_is_missing() {
             "{read_only:?} does not say {want:?}"
         );
     }
+}
+
+/// Spawn `cmd`, retrying while the kernel says ETXTBSY: a child forked by another test
+/// thread while the binary was being copied holds its write descriptor until that child
+/// execs, a few microseconds. Bounded: 200 tries, 1 ms apart.
+fn spawn_retrying(cmd: &mut std::process::Command) -> std::process::Child {
+    for _ in 0..200 {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+            other => return other.expect("spawning the role"),
+        }
+    }
+    panic!("the copied test binary stayed busy (ETXTBSY) for 200 ms");
 }

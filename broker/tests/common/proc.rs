@@ -39,11 +39,19 @@ fn read_lines(r: impl std::io::Read + Send + 'static) -> Receiver<String> {
 impl Proc {
     /// Spawn `cmd` with stdin and stdout piped.
     pub fn spawn(label: &str, mut cmd: Command) -> Proc {
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {label}: {e}"));
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        // ETXTBSY: a binary just copied (see control_socket.rs) may still be held open for
+        // writing by a child another thread forked meanwhile, until that child execs.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 200 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                other => break other.unwrap_or_else(|e| panic!("spawning {label}: {e}")),
+            }
+        };
         let stdin = child.stdin.take();
         let lines = read_lines(child.stdout.take().expect("stdout piped"));
         Proc {
