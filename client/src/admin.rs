@@ -20,6 +20,20 @@
 //! stop sequence. Consumers see the end of the run as the end of a batch, so a handler
 //! that commits on the end-of-batch edge commits everything it was handed.
 
+//!
+//! ## Orderings in this module
+//!
+//! - Ring state: stored Release after what it publishes (the stop sequence, a run) and
+//!   loaded Acquire by every reader that then uses those; a second Relaxed load of the
+//!   same word only feeds an error message.
+//! - Display and bookkeeping words (`run`, `broker_pid`, `last_sweep_ns`, the `repaired`
+//!   counter, a producer entry's pid/start time compared against a dead process's): Relaxed,
+//!   no other memory is read on their account.
+//! - Entry states loaded Acquire before reading the fields their writer stored first;
+//!   gating changes (release, free) are SeqCst CASes, as in the attach protocol (`gating`).
+//! - A tombstone is a publish: len/flags Relaxed, then the stamp Release, pairing with the
+//!   consumers' Acquire stamp load.
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -152,6 +166,7 @@ impl Ring {
             pause = (pause * 2).min(Duration::from_millis(5));
         };
         if self.state() == Some(RingState::Draining) {
+            // Release: as every state store (module comment).
             self.seg
                 .header()
                 .state
@@ -188,6 +203,7 @@ impl Ring {
                 ))
             }
         }
+        // Relaxed: ordered by the Acquire state load above (the stopper stored it first).
         let stop = h.stop_seq.load(Ordering::Relaxed);
         let run = h.run.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         // Running first, then reopen the line: a claim that succeeds sees Running.
@@ -343,6 +359,8 @@ impl Ring {
         if repair.waiting > 0 {
             return repair;
         }
+        // Relaxed: a counter. Release on in_flight and state: the tombstones above are
+        // visible to whoever sees the claim cleared or the entry free.
         e.repaired.fetch_add(repair.tombstoned, Ordering::Relaxed);
         e.in_flight.store(0, Ordering::Release);
         e.pid.store(0, Ordering::Relaxed);
@@ -367,6 +385,8 @@ impl Ring {
             if p.state.load(Ordering::Acquire) != producer_state::ACTIVE {
                 continue;
             }
+            // Acquire: pairs with the producer's Release clear after publishing, so a
+            // claim read as cleared has its stamps visible to the scan below.
             match p.in_flight.load(Ordering::Acquire) {
                 0 => {}
                 IN_FLIGHT_CLAIMING => {
