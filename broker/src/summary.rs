@@ -16,7 +16,9 @@ pub fn ring_state(state: Option<RingState>) -> &'static str {
         Some(RingState::Stopped) => "STOPPED",
         Some(RingState::Draining) => "DRAINING",
         Some(RingState::Deleted) => "DELETED",
-        _ => "CORRUPT",
+        Some(RingState::Stopping) => "STOPPING",
+        Some(RingState::Starting) => "STARTING",
+        None => "CORRUPT",
     }
 }
 

@@ -24,14 +24,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shmring_layout::{
-    consumer_flags, consumer_state, ConsumerEntry, RingState, NAME_LEN, SLOT_FLAG_TOMBSTONE,
-    STAMP_EMPTY, STAMP_WRITING,
+    consumer_flags, consumer_state, ConsumerEntry, NAME_LEN, SLOT_FLAG_TOMBSTONE, STAMP_EMPTY,
+    STAMP_WRITING,
 };
 
+use crate::lifecycle::is_deleted;
 use crate::park::{self, Parked, PARK_NET};
 use crate::segment::Segment;
 use crate::wait::{Idler, Step};
-use crate::{fence, gating, process, AttachError, Event, PollError, Ring, WaitStrategy};
+use crate::{fence, process, AttachError, Event, PollError, Ring, WaitStrategy};
 
 /// Default number of events one `poll_once` delivers at most.
 pub const DEFAULT_BATCH_CAP: usize = 1024;
@@ -198,9 +199,7 @@ enum Found {
 
 impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
-        if RingState::from_u32(seg.header().state.load(Ordering::Acquire))
-            == Some(RingState::Deleted)
-        {
+        if is_deleted(&seg) {
             return Err(AttachError::Deleted);
         }
         let words = opts.name.as_deref().map(pack_name).transpose()?;
@@ -324,7 +323,7 @@ impl Consumer {
             e.hot.flags.store(flags, Ordering::SeqCst);
             let mut next = e.hot.next.load(Ordering::Acquire);
             let mut lost = 0;
-            let head = gating::head(seg);
+            let head = seg.position();
             if next > head {
                 // A stored position beyond anything claimed is corrupt: start at the head
                 // rather than wait for sequences that may be handed out again.
@@ -336,7 +335,7 @@ impl Consumer {
                 // It stopped gating while released: what was published meanwhile may be
                 // overwritten. Start at the head (read after the SeqCst RESUMING store, as a
                 // fresh attach does) and count the gap.
-                let head = gating::head(seg);
+                let head = seg.position();
                 lost = head.saturating_sub(next);
                 next = head;
                 // Release: pairs with the producers' Acquire scan.
@@ -400,11 +399,11 @@ impl Consumer {
             ctr.store(0, Ordering::Relaxed);
         }
         e.hot.flags.store(flags, Ordering::Relaxed);
-        e.hot.next.store(gating::head(seg), Ordering::Relaxed);
-        // SeqCst store, then SeqCst load of the claim counter: the attach protocol (see
+        e.hot.next.store(seg.position(), Ordering::Relaxed);
+        // SeqCst store, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this store.
         e.hot.state.store(consumer_state::ACTIVE, Ordering::SeqCst);
-        let start = seg.lines().claim.value.load(Ordering::SeqCst) & shmring_layout::CLAIM_SEQ_MASK;
+        let start = seg.position();
         // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
         e.hot.next.store(start, Ordering::Release);
 
@@ -541,8 +540,7 @@ impl Consumer {
         if lapped || state == consumer_state::RELEASED {
             self.jump_to_head();
         }
-        // Acquire: pairs with the Release in `Ring::remove`.
-        if self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32 {
+        if is_deleted(&self.seg) {
             return Err(PollError::Deleted);
         }
         Ok(0)
@@ -555,7 +553,7 @@ impl Consumer {
             // Gate again, by the attach protocol: SeqCst state store, then read the head.
             state.store(consumer_state::ACTIVE, Ordering::SeqCst);
         }
-        let head = gating::head(&self.seg);
+        let head = self.seg.position();
         if head > self.next {
             self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(head - self.next);
             self.next = head;
@@ -772,7 +770,10 @@ impl Consumer {
     }
 
     fn closed_and_drained(&self) -> bool {
-        gating::stop_seq(&self.seg).is_some_and(|stop| self.next >= stop)
+        self.seg
+            .line()
+            .closed_at()
+            .is_some_and(|stop| self.next >= stop)
     }
 
     /// One idle step of the wait strategy. `Some` when it can say how waiting ends.
@@ -784,8 +785,7 @@ impl Consumer {
             return Ok(Some(WaitOutcome::Ready));
         }
         if self.closed_and_drained() {
-            // Acquire: pairs with the Release in `Ring::remove`.
-            if self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32 {
+            if is_deleted(&self.seg) {
                 return Err(PollError::Deleted);
             }
             return Ok(Some(WaitOutcome::Closed));

@@ -80,7 +80,7 @@ pub struct RingInfo {
 pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let geo = seg.geometry();
     let h = seg.header();
-    let head = crate::gating::head(seg);
+    let head = seg.position();
     let mut consumers = Vec::new();
     for i in 0..geo.max_consumers {
         let Some(e) = seg.consumer(i) else { break };
@@ -143,10 +143,10 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     }
     RingInfo {
         fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),
-        state: RingState::from_u32(h.state.load(Ordering::Acquire)),
+        state: seg.line().life().state,
         run: h.run.load(Ordering::Relaxed),
         head,
-        closed: crate::gating::is_closed(seg),
+        closed: seg.line().is_closed(),
         consumers,
         producers,
     }

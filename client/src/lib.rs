@@ -22,15 +22,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `gating` (the
-//! wrap gate and the attach protocol), `producer`, `consumer`, `event`, `wait`, `info`.
+//! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `line` (the
+//! sequence line's position and lifecycle protocol), `lifecycle` (stop, drain, start),
+//! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`, `event`, `wait`, `info`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 mod access;
-mod admin;
 mod consumer;
 mod error;
 mod event;
@@ -38,24 +38,29 @@ mod fence;
 mod futex;
 mod gating;
 mod info;
+mod lifecycle;
+#[doc(hidden)]
+pub mod line;
 pub mod names;
 mod park;
 pub mod process;
 mod producer;
+mod repair;
 mod ring;
 mod segment;
 mod wait;
 mod wake_set;
 
-pub use admin::{LifecycleError, Repair};
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStats, RunExit, WaitOutcome, DEFAULT_BATCH_CAP,
 };
 pub use error::{AttachError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;
 pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
+pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
 pub use park::PARK_NET;
 pub use producer::{Claim, Producer, ProducerStats};
+pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};

@@ -19,8 +19,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring, RingConfig};
 use shmring_layout::{
-    config_checksum, consumer_state, producer_state, ConfigWords, ConsumerCold, ConsumerEntry,
-    ConsumerHot, Geometry, Header, ProducerEntry, HEADER_SIZE, IN_FLIGHT_CLAIMING,
+    config_checksum, consumer_state, producer_state, ClaimLine, ConfigWords, ConsumerCold,
+    ConsumerEntry, ConsumerHot, Geometry, Header, ProducerEntry, HEADER_SIZE, IN_FLIGHT_CLAIMING,
+    SEQ_LINES_OFFSET,
 };
 
 mod common;
@@ -480,7 +481,11 @@ fn corrupt_state_words_give_errors_not_hangs() {
     let path = ring.path().to_owned();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut p = ring.producer().unwrap();
-    put32(&path, offset_of!(Header, state) as u64, 77);
+    put64(
+        &path,
+        (SEQ_LINES_OFFSET + offset_of!(ClaimLine, lifecycle)) as u64,
+        77,
+    );
     assert_eq!(ring.state(), None);
     assert_eq!(ring.stop(), Err(shmring::LifecycleError::CorruptState(77)));
     assert_eq!(ring.start(), Err(shmring::LifecycleError::CorruptState(77)));

@@ -35,7 +35,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -112,9 +112,10 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::size_of::<ProducerEntry>() as u64,
     SLOT_HEADER_SIZE as u64,
     core::mem::offset_of!(Header, capacity) as u64,
-    core::mem::offset_of!(Header, state) as u64,
-    core::mem::offset_of!(Header, stop_seq) as u64,
+    core::mem::offset_of!(Header, run) as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
+    core::mem::offset_of!(ClaimLine, lifecycle) as u64,
+    core::mem::offset_of!(ClaimLine, stop_seq) as u64,
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
     core::mem::offset_of!(ConsumerCold, counters) as u64,

@@ -389,7 +389,7 @@ mod tests {
         cap[offset_of!(Header, capacity)] = 17;
         assert_eq!(validate(&cap, g.total_size), Err(LayoutError::BadChecksum));
         // Every single-bit flip in the configuration words is caught.
-        for byte in 0..offset_of!(Header, state) {
+        for byte in 0..offset_of!(Header, fence_mode) {
             for bit in 0..8 {
                 let mut f = img;
                 f[byte] ^= 1 << bit;

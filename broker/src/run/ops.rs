@@ -1,5 +1,6 @@
 //! Executing control requests against the broker's state. One mutex orders them with the
-//! sweeps; the long one (drain) runs outside it so sweeps go on meanwhile.
+//! sweeps; lifecycle requests run outside it (a drain is long) but hold their ring's own
+//! lifecycle lock from start to end, so requests on one ring run one at a time.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -85,19 +86,21 @@ fn unknown(b: &Broker, ring: &str) -> Reply {
     ))
 }
 
-/// Run `op` on a clone of ring `name`, outside the lock.
+/// Run `op` on a clone of ring `name`, outside the broker's lock and inside the ring's
+/// lifecycle lock.
 fn with_ring<F>(shared: &Mutex<Broker>, name: &str, op: F) -> Reply
 where
     F: FnOnce(&Ring) -> Result<Reply, shmring::LifecycleError>,
 {
-    let ring = {
+    let (ring, serial) = {
         let mut b = lock(shared);
         b.rescan(true);
         match b.rings.get(name) {
-            Some(t) => t.ring.clone(),
+            Some(t) => (t.ring.clone(), t.lifecycle.clone()),
             None => return unknown(&b, name),
         }
     };
+    let _one_at_a_time = serial.lock().unwrap_or_else(|e| e.into_inner());
     let reply = op(&ring).unwrap_or_else(|e| Reply::error(format!("ring {name:?}: {e}")));
     if let Reply::Done { message, .. } = &reply {
         info!(ring = name, "{message}");
@@ -131,8 +134,17 @@ fn create(b: &mut Broker, name: &str, capacity: Option<u64>, slot_size: Option<u
 }
 
 fn delete(shared: &Mutex<Broker>, name: &str) -> Reply {
+    let serial = {
+        let mut b = lock(shared);
+        b.rescan(true);
+        match b.rings.get(name) {
+            Some(t) => t.lifecycle.clone(),
+            None => return unknown(&b, name),
+        }
+    };
+    // After any lifecycle request in progress on the ring (a drain), not during it.
+    let _one_at_a_time = serial.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = lock(shared);
-    b.rescan(true);
     if !b.rings.contains_key(name) {
         return unknown(&b, name);
     }

@@ -24,6 +24,10 @@ pub fn sweep(broker: &mut Broker) {
             deleted.push(name.clone());
             continue;
         }
+        // A stop or start whose owner died is finished here, not only at adoption.
+        if tracked.ring.state().is_some_and(RingState::is_transitional) {
+            super::registry::finish_half_done(name, &tracked.ring);
+        }
         sweep_ring(name, tracked, &mut broker.watches, now);
         tracked.ring.mark_sweep(monotonic_ns());
     }
