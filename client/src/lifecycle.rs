@@ -87,9 +87,10 @@ impl Segment {
     /// The claim line as the protocol in `line` sees it.
     #[inline(always)]
     pub(crate) fn line(&self) -> Line<'_, std::sync::atomic::AtomicU64> {
-        let l = &self.lines().claim.value;
+        let lines = self.lines();
+        let l = &lines.lifecycle.value;
         Line {
-            claim: &l.claim,
+            claim: &lines.claim.value,
             lifecycle: &l.lifecycle,
             stop_seq: &l.stop_seq,
             single: self.geometry().producer_mode == shmring_layout::ProducerMode::Single,

@@ -6,7 +6,8 @@
 //! ([`Env`]) so that the loom models in `client/tests/loom_line.rs` run this very code on
 //! heap atomics.
 //!
-//! ## The words (all on the claim line, `shmring_layout::ClaimLine`)
+//! ## The words (`shmring_layout::SequenceLines`: the claim line, and the lifecycle line
+//! that every producer and idle consumer reads and only lifecycle changes write)
 //!
 //! - `claim`: multi-producer, the claim counter taken with `fetch_add`, bit 63 CLOSED;
 //!   single producer, the producer's own position, written only by it with plain stores.
@@ -160,6 +161,44 @@ pub enum Refused {
     Closed,
     /// The ring was deleted.
     Deleted,
+}
+
+/// What the fast path of a single-producer claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fast {
+    /// (p4) saw Running: the claim is accepted.
+    Accepted,
+    /// (p1) saw the line not running: refused, nothing stored.
+    NotRunning,
+    /// The position was stored and (p4) saw a lifecycle change: (p5) decides.
+    Decide,
+}
+
+/// (p1) to (p4) of a single-producer claim, on the two words alone (the publish path does
+/// not build a [`Line`]).
+#[inline(always)]
+pub fn claim_single_fast<W: Word>(
+    claim: &W,
+    life: &W,
+    next: u64,
+    n: u64,
+    light: impl Fn(),
+) -> Fast {
+    // (p1) Relaxed: only a filter; (p4) decides.
+    if lifecycle::state(life.load(Ordering::Relaxed)) != RingState::Running as u32 {
+        return Fast::NotRunning;
+    }
+    // (p2) Relaxed: the fence pair orders it against the stopper's (s3); the gate scan has
+    // its own fence (see `gating`).
+    claim.store(next + n, Ordering::Relaxed);
+    // (p3)
+    light();
+    // (p4) Relaxed: the fence pair above orders it after (p2).
+    if lifecycle::state(life.load(Ordering::Relaxed)) == RingState::Running as u32 {
+        Fast::Accepted
+    } else {
+        Fast::Decide
+    }
 }
 
 /// The lifecycle word, decoded.
@@ -508,7 +547,7 @@ impl<W: Word> Line<'_, W> {
 
     /// Single producer: claim `next .. next + n` ((p1) to (p5) in the module comment).
     /// `light` is the producer's half of the fence pair.
-    #[inline]
+    #[inline(always)]
     pub fn claim_single(
         &self,
         env: &impl Env,
@@ -516,20 +555,24 @@ impl<W: Word> Line<'_, W> {
         n: u64,
         light: impl Fn(),
     ) -> Result<(), Refused> {
-        // (p1) Relaxed: only a filter; (p4) decides.
-        if lifecycle::state(self.lifecycle.load(Ordering::Relaxed)) != RingState::Running as u32 {
-            return Err(self.refusal());
+        let fast = claim_single_fast(self.claim, self.lifecycle, next, n, light);
+        self.finish_claim_single(env, fast, next, n)
+    }
+
+    /// The rest of a single-producer claim after [`claim_single_fast`].
+    #[inline(always)]
+    pub fn finish_claim_single(
+        &self,
+        env: &impl Env,
+        fast: Fast,
+        next: u64,
+        n: u64,
+    ) -> Result<(), Refused> {
+        match fast {
+            Fast::Accepted => Ok(()),
+            Fast::NotRunning => Err(self.refusal()),
+            Fast::Decide => self.decide(env, next, n),
         }
-        // (p2) Relaxed: the fence pair orders it against the stopper's (s3); the gate scan
-        // has its own fence (see `gating`).
-        self.claim.store(next + n, Ordering::Relaxed);
-        // (p3)
-        light();
-        // (p4) Relaxed: the fence pair above orders it after (p2).
-        if lifecycle::state(self.lifecycle.load(Ordering::Relaxed)) == RingState::Running as u32 {
-            return Ok(());
-        }
-        self.decide(env, next, n)
     }
 
     /// Why a claim is refused now.

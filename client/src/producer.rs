@@ -259,6 +259,7 @@ impl Producer {
         }
     }
 
+    #[inline(always)]
     fn entry(&self) -> &ProducerEntry {
         // The index was bounds-checked at attach; the table cannot shrink.
         self.seg
@@ -303,7 +304,7 @@ impl Producer {
     }
 
     /// Single producer: claim `n` sequences at `self.next` (see `line`).
-    #[inline]
+    #[inline(always)]
     fn claim_single(&mut self, n: u64) -> Result<u64, Refused> {
         let seq = self.next;
         let (seg, membarrier) = (&*self.seg, self.membarrier);
@@ -328,6 +329,7 @@ impl Producer {
     }
 
     /// Take `n` sequences (`fetch_add`) and wait at the wrap gate for the last of them.
+    #[inline(always)]
     fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
         if self.single {
             let c = match self.claim_single(n) {
@@ -425,7 +427,7 @@ impl Producer {
         }
         loop {
             // Acquire: pairs with other claims' RMWs (only the number is used).
-            let c = self.seg.lines().claim.value.claim.load(Ordering::Acquire);
+            let c = self.seg.lines().claim.value.load(Ordering::Acquire);
             if c & CLAIM_CLOSED != 0 {
                 return Err(self.closed_error());
             }
@@ -441,7 +443,6 @@ impl Producer {
                 .lines()
                 .claim
                 .value
-                .claim
                 .compare_exchange_weak(c, c + n, Ordering::SeqCst, Ordering::Relaxed)
                 .is_ok()
             {
@@ -465,10 +466,11 @@ impl Producer {
     #[inline]
     fn mark_in_flight(&self, first: u64, n: u64) {
         let e = self.entry();
-        // Relaxed: read by the broker only to attribute a hole after this process died;
-        // the claim counter already says the sequence is taken.
+        // Relaxed, then Release on `in_flight`: a repair that reads this claim (Acquire) also
+        // reads its length, never the previous claim's (free on x86_64). Read only to
+        // attribute a hole; the claim counter already says the sequences are taken.
         e.in_flight_len.store(n, Ordering::Relaxed);
-        e.in_flight.store(first + 1, Ordering::Relaxed);
+        e.in_flight.store(first + 1, Ordering::Release);
     }
 
     #[inline]
@@ -506,6 +508,26 @@ impl Producer {
         slot.header.flags.store(flags, Ordering::Relaxed);
     }
 
+    /// Write and publish one whole event into slot `seq`: the WRITING stamp, the payload,
+    /// the stamp (one slot lookup for the three).
+    #[inline(always)]
+    fn write_slot(&self, seq: u64, bytes: &[u8], flags: u32) {
+        let slot = self.seg.slot(seq);
+        // As `begin_write`.
+        slot.header
+            .stamp
+            .store(seq | STAMP_WRITING, Ordering::Relaxed);
+        // Release fence: as in `begin_write`.
+        fence(Ordering::Release);
+        // SAFETY: as in `fill`.
+        unsafe { slot.write(bytes) };
+        // Relaxed: published by the Release stamp store below.
+        slot.header.len.store(bytes.len() as u32, Ordering::Relaxed);
+        slot.header.flags.store(flags, Ordering::Relaxed);
+        // Release: as in `stamp`.
+        slot.header.stamp.store(seq, Ordering::Release);
+    }
+
     #[inline]
     fn stamp(&self, seq: u64) {
         // Release: SYNC POINT with the Acquire stamp load in `Consumer::poll_once`; the
@@ -536,12 +558,18 @@ impl Producer {
             .store(self.published, Ordering::Relaxed);
     }
 
+    #[inline(always)]
     fn check_len(&mut self, len: usize) -> Result<(), (usize, usize)> {
         if len > self.max_payload {
-            self.refuse();
-            return Err((len, self.max_payload));
+            return Err(self.too_large(len));
         }
         Ok(())
+    }
+
+    #[cold]
+    fn too_large(&mut self, len: usize) -> (usize, usize) {
+        self.refuse();
+        (len, self.max_payload)
     }
 
     /// Publish one event, waiting for room. Returns its sequence.
@@ -564,9 +592,7 @@ impl Producer {
         self.check_len(bytes.len())
             .map_err(|(len, max)| PublishError::TooLarge { len, max })?;
         let seq = self.claim_blocking(1)?;
-        self.begin_write(seq);
-        self.fill(seq, bytes, 0);
-        self.stamp(seq);
+        self.write_slot(seq, bytes, 0);
         if WAKE {
             self.notify();
         }
@@ -581,9 +607,7 @@ impl Producer {
             .map_err(|(len, max)| TryPublishError::TooLarge { len, max })?;
         match self.claim_if_room(1) {
             Ok(seq) => {
-                self.begin_write(seq);
-                self.fill(seq, bytes, 0);
-                self.stamp(seq);
+                self.write_slot(seq, bytes, 0);
                 self.notify();
                 self.clear_in_flight();
                 self.count_published(1);
@@ -617,9 +641,7 @@ impl Producer {
         loop {
             match self.claim_if_room(1) {
                 Ok(seq) => {
-                    self.begin_write(seq);
-                    self.fill(seq, bytes, 0);
-                    self.stamp(seq);
+                    self.write_slot(seq, bytes, 0);
                     self.notify();
                     self.clear_in_flight();
                     self.count_published(1);

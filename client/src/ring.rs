@@ -353,7 +353,7 @@ fn build(
         config_checksum(&geo.config_words(config.mode, created)),
         Ordering::Relaxed,
     );
-    seg.lines().claim.value.lifecycle.store(
+    seg.lines().lifecycle.value.lifecycle.store(
         shmring_layout::lifecycle::pack(0, RingState::Running as u32, 0),
         Ordering::Relaxed,
     );

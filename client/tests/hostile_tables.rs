@@ -19,9 +19,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring, RingConfig};
 use shmring_layout::{
-    config_checksum, consumer_state, producer_state, ClaimLine, ConfigWords, ConsumerCold,
-    ConsumerEntry, ConsumerHot, Geometry, Header, ProducerEntry, HEADER_SIZE, IN_FLIGHT_CLAIMING,
-    SEQ_LINES_OFFSET,
+    config_checksum, consumer_state, producer_state, ConfigWords, ConsumerCold, ConsumerEntry,
+    ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry, SequenceLines, HEADER_SIZE,
+    IN_FLIGHT_CLAIMING, SEQ_LINES_OFFSET,
 };
 
 mod common;
@@ -483,7 +483,9 @@ fn corrupt_state_words_give_errors_not_hangs() {
     let mut p = ring.producer().unwrap();
     put64(
         &path,
-        (SEQ_LINES_OFFSET + offset_of!(ClaimLine, lifecycle)) as u64,
+        (SEQ_LINES_OFFSET
+            + offset_of!(SequenceLines, lifecycle)
+            + offset_of!(LifecycleLine, lifecycle)) as u64,
         77,
     );
     assert_eq!(ring.state(), None);

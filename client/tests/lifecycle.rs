@@ -355,7 +355,7 @@ fn dead_pid() -> u32 {
 /// recorded stop sequence, no sequence is handed out twice or skipped.
 #[test]
 fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
-    use shmring_layout::{lifecycle, ClaimLine, CLAIM_CLOSED, SEQ_LINES_OFFSET};
+    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, CLAIM_CLOSED, SEQ_LINES_OFFSET};
     use std::os::unix::fs::FileExt;
 
     let line = |ring: &Ring, field: usize, value: u64| {
@@ -366,9 +366,10 @@ fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
         file.write_all_at(&value.to_ne_bytes(), (SEQ_LINES_OFFSET + field) as u64)
             .unwrap();
     };
-    let claim = std::mem::offset_of!(ClaimLine, claim);
-    let life = std::mem::offset_of!(ClaimLine, lifecycle);
-    let stop_seq = std::mem::offset_of!(ClaimLine, stop_seq);
+    let claim = std::mem::offset_of!(SequenceLines, claim);
+    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
+    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
+    let stop_seq = lines + std::mem::offset_of!(LifecycleLine, stop_seq);
     let dead = dead_pid();
     for step in [
         "stopping, before closing",

@@ -144,7 +144,7 @@ impl ProducerMode {
     }
 }
 
-/// The ring's lifecycle state (the state byte of [`ClaimLine::lifecycle`], see
+/// The ring's lifecycle state (the state byte of [`LifecycleLine::lifecycle`], see
 /// [`lifecycle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
@@ -184,7 +184,7 @@ impl RingState {
     }
 }
 
-/// The lifecycle word ([`ClaimLine::lifecycle`]): `generation (24 bits) | state (8 bits) |
+/// The lifecycle word ([`LifecycleLine::lifecycle`]): `generation (24 bits) | state (8 bits) |
 /// owner pid (32 bits)`, changed only by compare-and-swap, each change bumping the
 /// generation so that a value never repeats within 2^24 changes (a stale CAS fails).
 ///
@@ -257,16 +257,13 @@ pub struct WakeLine {
     pub word: AtomicU32,
 }
 
-/// The claim line: the sequence line's position and the lifecycle that opens and closes it.
-/// One line, because a single producer reads `lifecycle` right after storing `claim`.
+/// The lifecycle of the sequence line, on a line of its own: read on every publish by a
+/// single producer and on every idle look by a consumer, written only by lifecycle changes,
+/// so it stays shared in every cache (apart from the claim counter, which a single producer
+/// writes on every publish).
 #[repr(C)]
 #[derive(Debug, Default)]
-pub struct ClaimLine {
-    /// Multi-producer: the claim counter, next sequence to hand out, taken with `fetch_add`,
-    /// with [`crate::CLAIM_CLOSED`] in bit 63. Single producer: the producer's own position
-    /// (next sequence), written only by it with plain stores; the line is closed by
-    /// `lifecycle` alone.
-    pub claim: AtomicU64,
+pub struct LifecycleLine {
     /// The lifecycle word, see [`lifecycle`].
     pub lifecycle: AtomicU64,
     /// The line's position when it was last closed (valid while the lifecycle state is not
@@ -278,8 +275,11 @@ pub struct ClaimLine {
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SequenceLines {
-    /// The claim counter and the lifecycle.
-    pub claim: Padded<ClaimLine>,
+    /// Multi-producer: the claim counter, next sequence to hand out, taken with `fetch_add`,
+    /// with [`crate::CLAIM_CLOSED`] in bit 63. Single producer: the producer's own position
+    /// (next sequence), written only by it with plain stores; the line is closed by the
+    /// lifecycle word alone.
+    pub claim: Padded<AtomicU64>,
     /// A lower bound of every gating consumer's next sequence, shared by producers so that
     /// one scan of the consumer table serves them all.
     pub gating: Padded<AtomicU64>,
@@ -287,12 +287,14 @@ pub struct SequenceLines {
     pub consumer_wake: Padded<WakeLine>,
     /// Producers parked waiting for room.
     pub producer_wake: Padded<WakeLine>,
+    /// The lifecycle word and the stop sequence.
+    pub lifecycle: Padded<LifecycleLine>,
 }
 
 /// Offset of [`SequenceLines`] in the segment.
 pub const SEQ_LINES_OFFSET: usize = HEADER_SIZE;
 /// Size of [`SequenceLines`].
-pub const SEQ_LINES_SIZE: usize = 4 * LINE;
+pub const SEQ_LINES_SIZE: usize = 5 * LINE;
 const _: () = assert!(size_of::<Padded<AtomicU64>>() == LINE);
 const _: () = assert!(size_of::<SequenceLines>() == SEQ_LINES_SIZE);
 const _: () = assert!(offset_of!(SequenceLines, claim) == 0);
@@ -300,7 +302,7 @@ const _: () = assert!(offset_of!(SequenceLines, gating) == LINE);
 const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 2 * LINE);
 const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 3 * LINE);
 const _: () = assert!(offset_of!(WakeLine, word) == 4);
-const _: () = assert!(size_of::<Padded<ClaimLine>>() == LINE);
-const _: () = assert!(offset_of!(ClaimLine, claim) == 0);
-const _: () = assert!(offset_of!(ClaimLine, lifecycle) == 8);
-const _: () = assert!(offset_of!(ClaimLine, stop_seq) == 16);
+const _: () = assert!(size_of::<Padded<LifecycleLine>>() == LINE);
+const _: () = assert!(offset_of!(SequenceLines, lifecycle) == 4 * LINE);
+const _: () = assert!(offset_of!(LifecycleLine, lifecycle) == 0);
+const _: () = assert!(offset_of!(LifecycleLine, stop_seq) == 8);

@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! offset 0            Header            (256 B: magic, version, fingerprint, config, state)
-//! SEQ_LINES_OFFSET    SequenceLines     (4 x 128 B: claim counter, gating cache,
-//!                                        consumer wake line, producer wake line)
+//! SEQ_LINES_OFFSET    SequenceLines     (5 x 128 B: claim counter, gating cache,
+//!                                        consumer wake line, producer wake line,
+//!                                        lifecycle word and stop sequence)
 //! consumers_offset    ConsumerEntry x max_consumers   (hot 128 B + cold 256 B each)
 //! producers_offset    ProducerEntry x max_producers   (128 B each)
 //! slots_offset        slot x capacity   ([stamp u64 | len u32 | flags u32 | payload])
@@ -114,8 +115,8 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(Header, capacity) as u64,
     core::mem::offset_of!(Header, run) as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
-    core::mem::offset_of!(ClaimLine, lifecycle) as u64,
-    core::mem::offset_of!(ClaimLine, stop_seq) as u64,
+    core::mem::offset_of!(SequenceLines, lifecycle) as u64,
+    core::mem::offset_of!(LifecycleLine, stop_seq) as u64,
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
     core::mem::offset_of!(ConsumerCold, counters) as u64,

@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 
 use shmring::Ring;
 use shmring_layout::{
-    producer_state, ClaimLine, Geometry, Padded, ProducerEntry, SequenceLines, WakeLine,
+    producer_state, Geometry, LifecycleLine, Padded, ProducerEntry, SequenceLines, WakeLine,
     SEQ_LINES_OFFSET,
 };
 
@@ -101,23 +101,25 @@ impl RawSegment {
 
     /// Offset of the claim counter (sequence, with `CLAIM_CLOSED` in bit 63).
     pub fn claim_offset() -> u64 {
-        Self::claim_line_offset() + offset_of!(ClaimLine, claim) as u64
+        (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(Padded<u64>, value))
+            as u64
     }
 
     fn claim_line_offset() -> u64 {
-        (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(Padded<ClaimLine>, value))
-            as u64
+        (SEQ_LINES_OFFSET
+            + offset_of!(SequenceLines, lifecycle)
+            + offset_of!(Padded<LifecycleLine>, value)) as u64
     }
 
     /// The raw lifecycle word (`shmring_layout::lifecycle`).
     pub fn lifecycle_word(&self) -> u64 {
-        self.read_u64(Self::claim_line_offset() + offset_of!(ClaimLine, lifecycle) as u64)
+        self.read_u64(Self::claim_line_offset() + offset_of!(LifecycleLine, lifecycle) as u64)
     }
 
     /// Overwrite the raw lifecycle word.
     pub fn set_lifecycle_word(&self, v: u64) {
         self.write_u64(
-            Self::claim_line_offset() + offset_of!(ClaimLine, lifecycle) as u64,
+            Self::claim_line_offset() + offset_of!(LifecycleLine, lifecycle) as u64,
             v,
         );
     }
@@ -134,13 +136,13 @@ impl RawSegment {
 
     /// The claim line's recorded stop sequence.
     pub fn stop_seq(&self) -> u64 {
-        self.read_u64(Self::claim_line_offset() + offset_of!(ClaimLine, stop_seq) as u64)
+        self.read_u64(Self::claim_line_offset() + offset_of!(LifecycleLine, stop_seq) as u64)
     }
 
     /// Overwrite the claim line's recorded stop sequence.
     pub fn set_stop_seq(&self, v: u64) {
         self.write_u64(
-            Self::claim_line_offset() + offset_of!(ClaimLine, stop_seq) as u64,
+            Self::claim_line_offset() + offset_of!(LifecycleLine, stop_seq) as u64,
             v,
         );
     }
