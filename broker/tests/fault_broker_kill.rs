@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use common::fault::{
     asserts_no_net, check_delivered_all, cli_finish, cli_spawn, dead_entries, expect_done,
-    last_acc, published, spawn_consumer, spawn_producer, Accepted, DWELL_WAIT, WAITS,
+    ledger_path, published, spawn_consumer, spawn_producer, Accepted, DWELL_WAIT, WAITS,
 };
 use common::{num, ring, BrokerProc, Ns, Proc};
 use shmring::{Ring, RingState};
@@ -147,14 +147,7 @@ fn the_broker_killed_at_random_points_of_its_sweeps_leaves_the_data_path_alone()
                 }
                 victim.kill();
                 victim.rest();
-                let reported = last_acc(victim.seen());
-                accepted.insert(
-                    *id,
-                    Accepted::Between {
-                        reported,
-                        slack: PROGRESS + 16,
-                    },
-                );
+                accepted.insert(*id, Accepted::killed(&ledger_path(&ns, *id)));
                 producers[i] = (
                     next_id,
                     spawn_producer(&ns, "r", next_id, rng.fork(), &producer_env),
