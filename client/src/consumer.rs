@@ -28,7 +28,7 @@ use shmring_layout::{
     STAMP_EMPTY, STAMP_WRITING,
 };
 
-use crate::park::{self, Parked, PARK_NET};
+use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
 use crate::wait::{Idler, Step};
 use crate::{fence, gating, process, AttachError, Event, PollError, Ring, WaitStrategy};
@@ -101,10 +101,15 @@ pub struct ConsumerStats {
     pub clamped: u64,
     /// Handler failures.
     pub failures: u64,
-    /// Returns from a futex park.
+    /// Returns from a futex park by a wake (or a wake line that moved before the sleep).
     pub wakeups: u64,
-    /// Returns from a park by the timed net while an event was already waiting: a wake-up
-    /// the protocol lost. Zero unless something is wrong.
+    /// Returns from a park by a timeout after a producer had moved the wake line (its wake
+    /// came too late or never arrived), or by a `TimeoutBlocking` timeout shorter than the
+    /// net with an event already waiting. Counted by this handle only: not kept in the
+    /// segment, so 0 in a `Ring::info` snapshot and after a re-attach.
+    pub late_wakeups: u64,
+    /// Returns from a park by the timed net while an event was already waiting and the
+    /// wake line never moved: a wake-up the protocol lost. Zero unless something is wrong.
     pub net_wakeups: u64,
 }
 
@@ -446,6 +451,7 @@ impl Consumer {
             clamped: c.clamped.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             wakeups: c.wakeups.load(Ordering::Relaxed),
+            late_wakeups: 0,
             net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
         };
     }
@@ -821,16 +827,15 @@ impl Consumer {
             self.has_pending() || self.closed_and_drained()
         });
         self.entry().cold.parked.store(0, Ordering::Relaxed);
-        match parked {
-            Parked::Ready => return,
-            Parked::Woken => {}
-            Parked::TimedOut => {
-                if self.has_pending() {
-                    self.stats.net_wakeups = self.stats.net_wakeups.wrapping_add(1);
-                }
-            }
+        if parked == Parked::Ready {
+            return;
         }
-        self.stats.wakeups = self.stats.wakeups.wrapping_add(1);
+        let mut n = WakeCounts::default();
+        n.count(parked, || self.has_pending());
+        let s = &mut self.stats;
+        s.wakeups = s.wakeups.wrapping_add(n.woken);
+        s.late_wakeups = s.late_wakeups.wrapping_add(n.late);
+        s.net_wakeups = s.net_wakeups.wrapping_add(n.lost);
         self.store_stats();
     }
 

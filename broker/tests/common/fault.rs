@@ -98,16 +98,6 @@ pub fn wait_strategy(name: &str) -> WaitStrategy {
     }
 }
 
-/// Whether a consumer waiting with `wait` must show no wake-up by the net.
-///
-/// Not a `timeout-block` consumer: it parks for its 5 ms timeout rather than the 50 ms net,
-/// and when a producer is preempted between its stamp and its wake for longer than that (a
-/// loaded two-core machine), the client counts the timeout with an event waiting as a net
-/// wake-up, though the wake was only late, not lost.
-pub fn asserts_no_net(wait: &str) -> bool {
-    wait != "timeout-block"
-}
-
 /// How long a parent waits for a producer to say it holds a claim open (`@dwell`) before
 /// it kills it anyway (a producer held at the wrap gate publishes nothing meanwhile).
 pub const DWELL_WAIT: Duration = Duration::from_millis(500);

@@ -20,7 +20,9 @@
 //!
 //! Prints `ready` after attaching, `started` after the first publish, and at the end
 //! `done published=N tombstones=T refused=R stats_published=N stats_tombstoned=T parks=P
-//! idles=I` (`parks`: times it parked waiting for room).
+//! late_wakeups=L net_wakeups=X idles=I` (`parks`: times it parked waiting for room;
+//! `late_wakeups`: parks ended by a timeout after a consumer moved the wake line;
+//! `net_wakeups`: parks ended by the net with room there and the line unmoved).
 
 use std::time::{Duration, Instant};
 
@@ -237,8 +239,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let s = p.stats();
     println!(
         "done published={seq} tombstones={tombstones} refused={} stats_published={} \
-         stats_tombstoned={} parks={} idles={idles}",
-        s.refused, s.published, s.tombstoned, s.parks
+         stats_tombstoned={} parks={} late_wakeups={} net_wakeups={} idles={idles}",
+        s.refused, s.published, s.tombstoned, s.parks, s.late_wakeups, s.net_wakeups
     );
     Ok(())
 }
