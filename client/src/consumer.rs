@@ -623,7 +623,7 @@ impl Consumer {
             .rev()
             .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = (|| {
             while at < end {
                 let slot = seg.slot(at);
                 // Relaxed: ordered by the Acquire stamp load in `poll_once`.
@@ -641,21 +641,25 @@ impl Consumer {
                 // not committed past `at`, so producers cannot reach this slot again until
                 // after the handler returns.
                 let bytes = unsafe { slot.payload(len) };
-                handler(Event {
-                    seq: at,
-                    bytes,
-                    end_of_batch: Some(at) == last_event,
-                });
+                call(
+                    handler,
+                    Event {
+                        seq: at,
+                        bytes,
+                        end_of_batch: Some(at) == last_event,
+                    },
+                )?;
                 delivered += 1;
                 at += 1;
             }
-        }));
+            Ok(())
+        })();
         match outcome {
             Ok(()) => {
                 self.commit(end, delivered, skipped, clamped);
                 Ok(delivered as usize)
             }
-            Err(_) => Err(self.fail(at, delivered, skipped, clamped)),
+            Err(HandlerPanic) => Err(self.fail(at, delivered, skipped, clamped)),
         }
     }
 
@@ -673,7 +677,7 @@ impl Consumer {
         let mut pending: Option<(u64, usize)> = None;
         let mut cur = 0usize;
         let mut lapped = false;
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = (|| {
             while at < end {
                 let slot = seg.slot(at);
                 let flags = slot.header.flags.load(Ordering::Relaxed);
@@ -697,27 +701,35 @@ impl Consumer {
                     at += 1;
                     continue;
                 }
-                if let Some((seq, b)) = pending.take() {
-                    handler(Event {
-                        seq,
-                        bytes: bufs[b].as_slice(),
-                        end_of_batch: false,
-                    });
+                if let Some((seq, b)) = pending {
+                    call(
+                        handler,
+                        Event {
+                            seq,
+                            bytes: bufs[b].as_slice(),
+                            end_of_batch: false,
+                        },
+                    )?;
                     delivered += 1;
                 }
                 pending = Some((at, cur));
                 cur ^= 1;
                 at += 1;
             }
-            if let Some((seq, b)) = pending.take() {
-                handler(Event {
-                    seq,
-                    bytes: bufs[b].as_slice(),
-                    end_of_batch: true,
-                });
+            if let Some((seq, b)) = pending {
+                call(
+                    handler,
+                    Event {
+                        seq,
+                        bytes: bufs[b].as_slice(),
+                        end_of_batch: true,
+                    },
+                )?;
                 delivered += 1;
+                pending = None;
             }
-        }));
+            Ok(())
+        })();
         match outcome {
             Ok(()) => {
                 self.commit(at, delivered, skipped, clamped);
@@ -726,8 +738,8 @@ impl Consumer {
                 }
                 Ok(delivered as usize)
             }
-            // The panicking event is `pending`'s (or the one before `at`): resume there.
-            Err(_) => {
+            // The panicking event is `pending`'s: resume there.
+            Err(HandlerPanic) => {
                 let failed_at = pending.map_or(at, |(seq, _)| seq);
                 Err(self.fail(failed_at, delivered, skipped, clamped))
             }
@@ -890,4 +902,15 @@ impl Drop for Consumer {
             );
         }
     }
+}
+
+/// The handler panicked (see [`call`]).
+struct HandlerPanic;
+
+/// Hand `ev` to `handler`, catching a panic of the handler and of nothing else: a panic
+/// in the delivery loop itself (a bug, or bytes it failed to guard against) propagates,
+/// so tests see it rather than a `HandlerPanicked` they cannot tell apart.
+#[inline(always)]
+fn call<F: FnMut(Event<'_>)>(handler: &mut F, ev: Event<'_>) -> Result<(), HandlerPanic> {
+    catch_unwind(AssertUnwindSafe(|| handler(ev))).map_err(|_| HandlerPanic)
 }

@@ -64,6 +64,40 @@ fn handler_panic_fails_the_consumer_and_a_durable_restart_resumes_at_the_failing
     assert_eq!(drain(&mut c), (3..19).collect::<Vec<_>>());
 }
 
+/// The same for an optional consumer, which copies each event out before its handler runs
+/// and hands it over one slot late: the error names the event the handler failed on, and a
+/// durable restart resumes there (not one past it).
+#[test]
+fn handler_panic_in_an_optional_consumer_names_the_failing_event() {
+    let ns = Ns::new("panicopt");
+    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("o").optional())
+        .unwrap();
+    for i in 0..5u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    for fail_on in [3u64, 4] {
+        let from = c.next_sequence();
+        let mut seen = Vec::new();
+        let r = c.poll_once(|ev| {
+            let v = u64::from_le_bytes(ev.bytes().try_into().unwrap());
+            assert!(v != fail_on, "handler fails on {fail_on}");
+            seen.push(v);
+        });
+        assert_eq!(r, Err(PollError::HandlerPanicked { sequence: fail_on }));
+        assert_eq!(seen, (from..fail_on).collect::<Vec<_>>());
+        assert_eq!(ring.info().consumers[0].next, fail_on);
+        drop(c);
+        c = ring
+            .consumer(ConsumerOptions::durable("o").optional())
+            .unwrap();
+        assert_eq!(c.next_sequence(), fail_on, "resumes at the failing event");
+    }
+    assert_eq!(drain(&mut c), vec![4]);
+}
+
 #[test]
 fn durable_required_consumer_holds_its_events_while_detached() {
     let ns = Ns::new("detach");

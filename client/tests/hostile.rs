@@ -10,7 +10,7 @@ use shmring::{ConsumerOptions, Ring, RingConfig};
 use shmring_layout::{SlotHeader, SEQ_LINES_OFFSET};
 
 mod common;
-use common::Ns;
+use common::{poll_quiet, Ns};
 
 fn cfg() -> RingConfig {
     RingConfig {
@@ -40,7 +40,7 @@ fn exercise(ring: &Ring) {
             for _ in 0..3 {
                 // Checked outside the handler: poll_once catches a handler's panic.
                 let mut longest = 0;
-                let _ = c.poll_once(|ev| longest = longest.max(ev.bytes().len()));
+                let _ = poll_quiet(ring, &mut c, |ev| longest = longest.max(ev.bytes().len()));
                 assert!(longest <= ring.max_payload());
             }
             let _ = c.has_pending();
@@ -87,7 +87,7 @@ fn a_corrupt_length_is_clamped_and_counted() {
     let file = OpenOptions::new().write(true).open(ring.path()).unwrap();
     file.write_all_at(&u32::MAX.to_ne_bytes(), off).unwrap();
     let mut lens = Vec::new();
-    c.poll_once(|ev| lens.push(ev.bytes().len())).unwrap();
+    poll_quiet(&ring, &mut c, |ev| lens.push(ev.bytes().len())).unwrap();
     assert_eq!(lens, vec![ring.max_payload()]);
     assert_eq!(c.stats().clamped, 1);
 }
