@@ -17,9 +17,9 @@
 //!   `@holding seq=S` first: a kill inside a claim on demand. After a `pause` line, it
 //!   stops right after its next accepted publish, printing `@paused acc=N`, until it is
 //!   killed: a kill just after a publish returned. On a stopped ring it ends
-//!   (`@done published=N`) or, with `ROLE_ON_CLOSED=retry`, waits for the ring to run
-//!   again and retries the same event (until `finish` arrives on stdin: then a stopped ring
-//!   ends it).
+//!   (`@done published=N`) or, with `ROLE_ON_CLOSED=retry`, prints `@refused acc=N` (N:
+//!   accepted so far, final for this run), waits for the ring to run again and retries the
+//!   same event (until `finish` arrives on stdin: then a stopped ring ends it).
 //! - `fconsumer`: attaches a consumer (durable `ROLE_NAME` or anonymous, `ROLE_OPTIONAL`,
 //!   `ROLE_WAIT`, `ROLE_BATCH`) and checks every event: it decodes (no torn or stale slot),
 //!   ring sequences increase, and per producer the sequences are contiguous (required) or
@@ -402,6 +402,8 @@ pub fn fproducer() {
                 }
             }
             Err(Refused::Closed) if retry => {
+                // Everything this producer will ever have accepted in this run.
+                println!("@refused acc={seq}");
                 if await_running(&ring, deadline, &finish) {
                     continue;
                 }
