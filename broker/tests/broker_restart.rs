@@ -6,6 +6,7 @@ mod common;
 use common::{consumer, num, ring, Ns, Proc};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{consumer, num, ring, Ns, Proc};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }

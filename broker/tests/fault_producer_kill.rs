@@ -40,6 +40,7 @@ use shmring_tests::fault::Rng;
 use shmring_tests::raw::{Line, RawSegment};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }

@@ -14,6 +14,7 @@ use common::{wait_until, Ns, Proc};
 use shmring::{ConsumerOptions, PollError, Ring, WaitOutcome, WaitStrategy};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }

@@ -9,6 +9,7 @@ use common::{num, ring, Ns, Proc};
 use shmring::{ConsumerOptions, Ring};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }
