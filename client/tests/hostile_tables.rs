@@ -4,11 +4,8 @@
 //! resized ring, and pid fields naming an unrelated live process (pid 1) with a wrong
 //! start time. Each is a clear error or a bounded, in-bounds operation: no panic, no
 //! out-of-bounds access, no unbounded loop, and nothing treats the unrelated process as the
-//! entry's owner.
-//!
-//! Tests marked `#[ignore = "NEEDS: ..."]` show what still panics (in a build with overflow
-//! checks, as every test build is) and the change that fixes it; they are run with
-//! `cargo test -p shmring --test hostile_tables -- --ignored`.
+//! entry's owner. Every test build has overflow checks on, so values at their limit are
+//! checked for overflow panics too.
 
 use std::fs::OpenOptions;
 use std::mem::offset_of;
