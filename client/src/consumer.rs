@@ -29,7 +29,7 @@ use shmring_layout::{
 };
 
 use crate::lifecycle::is_deleted;
-use crate::park::{self, Parked, PARK_NET};
+use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
 use crate::wait::{Idler, Step};
 use crate::{fence, process, AttachError, Event, PollError, Ring, WaitStrategy};
@@ -102,10 +102,15 @@ pub struct ConsumerStats {
     pub clamped: u64,
     /// Handler failures.
     pub failures: u64,
-    /// Returns from a futex park.
+    /// Returns from a futex park by a wake (or a wake line that moved before the sleep).
     pub wakeups: u64,
-    /// Returns from a park by the timed net while an event was already waiting: a wake-up
-    /// the protocol lost. Zero unless something is wrong.
+    /// Returns from a park by a timeout after a producer had moved the wake line (its wake
+    /// came too late or never arrived), or by a `TimeoutBlocking` timeout shorter than the
+    /// net with an event already waiting. Counted by this handle only: not kept in the
+    /// segment, so 0 in a `Ring::info` snapshot and after a re-attach.
+    pub late_wakeups: u64,
+    /// Returns from a park by the timed net while an event was already waiting and the
+    /// wake line never moved: a wake-up the protocol lost. Zero unless something is wrong.
     pub net_wakeups: u64,
 }
 
@@ -445,6 +450,7 @@ impl Consumer {
             clamped: c.clamped.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             wakeups: c.wakeups.load(Ordering::Relaxed),
+            late_wakeups: 0,
             net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
         };
     }
@@ -615,7 +621,7 @@ impl Consumer {
             .rev()
             .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = (|| {
             while at < end {
                 let slot = seg.slot(at);
                 // Relaxed: ordered by the Acquire stamp load in `poll_once`.
@@ -633,21 +639,25 @@ impl Consumer {
                 // not committed past `at`, so producers cannot reach this slot again until
                 // after the handler returns.
                 let bytes = unsafe { slot.payload(len) };
-                handler(Event {
-                    seq: at,
-                    bytes,
-                    end_of_batch: Some(at) == last_event,
-                });
+                call(
+                    handler,
+                    Event {
+                        seq: at,
+                        bytes,
+                        end_of_batch: Some(at) == last_event,
+                    },
+                )?;
                 delivered += 1;
                 at += 1;
             }
-        }));
+            Ok(())
+        })();
         match outcome {
             Ok(()) => {
                 self.commit(end, delivered, skipped, clamped);
                 Ok(delivered as usize)
             }
-            Err(_) => Err(self.fail(at, delivered, skipped, clamped)),
+            Err(HandlerPanic) => Err(self.fail(at, delivered, skipped, clamped)),
         }
     }
 
@@ -665,7 +675,7 @@ impl Consumer {
         let mut pending: Option<(u64, usize)> = None;
         let mut cur = 0usize;
         let mut lapped = false;
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = (|| {
             while at < end {
                 let slot = seg.slot(at);
                 let flags = slot.header.flags.load(Ordering::Relaxed);
@@ -689,27 +699,35 @@ impl Consumer {
                     at += 1;
                     continue;
                 }
-                if let Some((seq, b)) = pending.take() {
-                    handler(Event {
-                        seq,
-                        bytes: bufs[b].as_slice(),
-                        end_of_batch: false,
-                    });
+                if let Some((seq, b)) = pending {
+                    call(
+                        handler,
+                        Event {
+                            seq,
+                            bytes: bufs[b].as_slice(),
+                            end_of_batch: false,
+                        },
+                    )?;
                     delivered += 1;
                 }
                 pending = Some((at, cur));
                 cur ^= 1;
                 at += 1;
             }
-            if let Some((seq, b)) = pending.take() {
-                handler(Event {
-                    seq,
-                    bytes: bufs[b].as_slice(),
-                    end_of_batch: true,
-                });
+            if let Some((seq, b)) = pending {
+                call(
+                    handler,
+                    Event {
+                        seq,
+                        bytes: bufs[b].as_slice(),
+                        end_of_batch: true,
+                    },
+                )?;
                 delivered += 1;
+                pending = None;
             }
-        }));
+            Ok(())
+        })();
         match outcome {
             Ok(()) => {
                 self.commit(at, delivered, skipped, clamped);
@@ -718,8 +736,8 @@ impl Consumer {
                 }
                 Ok(delivered as usize)
             }
-            // The panicking event is `pending`'s (or the one before `at`): resume there.
-            Err(_) => {
+            // The panicking event is `pending`'s: resume there.
+            Err(HandlerPanic) => {
                 let failed_at = pending.map_or(at, |(seq, _)| seq);
                 Err(self.fail(failed_at, delivered, skipped, clamped))
             }
@@ -821,16 +839,15 @@ impl Consumer {
             self.has_pending() || self.closed_and_drained()
         });
         self.entry().cold.parked.store(0, Ordering::Relaxed);
-        match parked {
-            Parked::Ready => return,
-            Parked::Woken => {}
-            Parked::TimedOut => {
-                if self.has_pending() {
-                    self.stats.net_wakeups = self.stats.net_wakeups.wrapping_add(1);
-                }
-            }
+        if parked == Parked::Ready {
+            return;
         }
-        self.stats.wakeups = self.stats.wakeups.wrapping_add(1);
+        let mut n = WakeCounts::default();
+        n.count(parked, || self.has_pending());
+        let s = &mut self.stats;
+        s.wakeups = s.wakeups.wrapping_add(n.woken);
+        s.late_wakeups = s.late_wakeups.wrapping_add(n.late);
+        s.net_wakeups = s.net_wakeups.wrapping_add(n.lost);
         self.store_stats();
     }
 
@@ -885,4 +902,15 @@ impl Drop for Consumer {
             );
         }
     }
+}
+
+/// The handler panicked (see [`call`]).
+struct HandlerPanic;
+
+/// Hand `ev` to `handler`, catching a panic of the handler and of nothing else: a panic
+/// in the delivery loop itself (a bug, or bytes it failed to guard against) propagates,
+/// so tests see it rather than a `HandlerPanicked` they cannot tell apart.
+#[inline(always)]
+fn call<F: FnMut(Event<'_>)>(handler: &mut F, ev: Event<'_>) -> Result<(), HandlerPanic> {
+    catch_unwind(AssertUnwindSafe(|| handler(ev))).map_err(|_| HandlerPanic)
 }

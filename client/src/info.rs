@@ -113,6 +113,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 clamped: c.clamped.load(Ordering::Relaxed),
                 failures: c.failures.load(Ordering::Relaxed),
                 wakeups: c.wakeups.load(Ordering::Relaxed),
+                late_wakeups: 0,
                 net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
             },
         });
@@ -138,6 +139,8 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 refused: e.refused.load(Ordering::Relaxed),
                 tombstoned: e.tombstoned.load(Ordering::Relaxed),
                 parks: e.parks.load(Ordering::Relaxed),
+                late_wakeups: 0,
+                net_wakeups: 0,
             },
         });
     }

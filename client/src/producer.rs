@@ -32,7 +32,7 @@ use shmring_layout::{
 
 use crate::lifecycle::{is_deleted, SegEnv};
 use crate::line::Refused;
-use crate::park::{self, Parked, PARK_NET};
+use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
 use crate::wait::{producer_backoff, Step};
 use crate::{fence, gating, process};
@@ -51,6 +51,8 @@ pub struct Producer {
     refused: u64,
     tombstoned: u64,
     parks: u64,
+    /// How its parks for room ended.
+    wakes: WakeCounts,
     /// Whether this process uses the asymmetric (membarrier) fence; see `fence`.
     membarrier: bool,
     /// A single-producer ring: the claim is a plain store of `next` (see `line`).
@@ -73,6 +75,15 @@ pub struct ProducerStats {
     pub tombstoned: u64,
     /// Times it parked waiting for room.
     pub parks: u64,
+    /// Parks for room ended by a timeout although a consumer had moved the wake line (its
+    /// wake came too late or never arrived), or by a `publish_timeout` deadline shorter
+    /// than the net with room already there. Counted by this handle only (0 in
+    /// `Ring::info`).
+    pub late_wakeups: u64,
+    /// Parks for room ended by the timed net with room already there and the wake line
+    /// unmoved: a wake-up the protocol lost. Counted by this handle only (0 in
+    /// `Ring::info`).
+    pub net_wakeups: u64,
 }
 
 impl Ring {
@@ -214,6 +225,7 @@ impl Producer {
             next,
             membarrier: mode == FenceMode::Membarrier,
             parks: 0,
+            wakes: WakeCounts::default(),
             cached_gate: gating::refresh(&seg, 0),
             capacity: geo.capacity,
             max_payload: geo.max_payload(),
@@ -279,6 +291,8 @@ impl Producer {
             refused: self.refused,
             tombstoned: self.tombstoned,
             parks: self.parks,
+            late_wakeups: self.wakes.late,
+            net_wakeups: self.wakes.lost,
         }
     }
 
@@ -399,6 +413,8 @@ impl Producer {
                     let parked = park::park(&seg.lines().producer_wake.value, net, || {
                         gating::refresh(seg, need) >= need || self.deleted()
                     });
+                    self.wakes
+                        .count(parked, || gating::refresh(seg, need) >= need);
                     if parked != Parked::Ready {
                         self.parks += 1;
                         // Relaxed: a counter only this producer writes.

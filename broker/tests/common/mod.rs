@@ -56,6 +56,14 @@ impl Ns {
         shmring::names::namespace_dir(&self.name).expect("valid namespace")
     }
 
+    /// A scratch directory for this test's own files (created on first use, removed with
+    /// the namespace): not the namespace directory, which the broker scans.
+    pub fn scratch(&self) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("{}.scratch", self.name));
+        std::fs::create_dir_all(&dir).expect("creating the scratch directory");
+        dir
+    }
+
     /// Write a config file for this namespace and return its path.
     pub fn config(&self, text: &str) -> PathBuf {
         let path = std::env::temp_dir().join(format!("{}.toml", self.name));
@@ -123,6 +131,8 @@ impl Drop for Ns {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(self.dir());
         let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{}.toml", self.name)));
+        let _ =
+            std::fs::remove_dir_all(std::env::temp_dir().join(format!("{}.scratch", self.name)));
     }
 }
 

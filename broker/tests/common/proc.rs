@@ -68,9 +68,16 @@ impl Proc {
     pub fn role(role: &str, ns: &str, env: &[(&str, String)]) -> Proc {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = Command::new(exe);
-        cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
-            .env(ROLE_ENV, role)
-            .env(shmring::names::NAMESPACE_ENV, ns);
+        cmd.args([
+            "--exact",
+            "role",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(ROLE_ENV, role)
+        .env(shmring::names::NAMESPACE_ENV, ns);
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -22,8 +22,10 @@
 //!
 //! Prints `ready` after attaching, `started` after the first publish, and at the end
 //! `done published=N tombstones=T refused=R stats_published=N stats_tombstoned=T parks=P
-//! idles=I retries=Z` (`parks`: times it parked waiting for room; `retries`: refusals by a
-//! stopped ring, retried).
+//! late_wakeups=L net_wakeups=X idles=I retries=Z` (`parks`: times it parked waiting for
+//! room; `late_wakeups`: parks ended by a timeout after a consumer moved the wake line;
+//! `net_wakeups`: parks ended by the net with room there and the line unmoved; `retries`:
+//! refusals by a stopped ring, retried).
 
 use std::time::{Duration, Instant};
 
@@ -255,8 +257,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let s = p.stats();
     println!(
         "done published={seq} tombstones={tombstones} refused={} stats_published={} \
-         stats_tombstoned={} parks={} idles={idles} retries={retries}",
-        s.refused, s.published, s.tombstoned, s.parks
+         stats_tombstoned={} parks={} late_wakeups={} net_wakeups={} idles={idles} \
+         retries={retries}",
+        s.refused, s.published, s.tombstoned, s.parks, s.late_wakeups, s.net_wakeups
     );
     Ok(())
 }
