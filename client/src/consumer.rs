@@ -495,6 +495,9 @@ impl Consumer {
 
     /// Whether an event (or a lap) is waiting: the last look before parking.
     pub fn has_pending(&self) -> bool {
+        if self.nothing_claimed() {
+            return false;
+        }
         let stamp = self
             .seg
             .slot(self.next)
@@ -502,6 +505,19 @@ impl Consumer {
             .stamp
             .load(Ordering::Acquire);
         stamp == self.next || (stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > self.next)
+    }
+
+    /// Whether no producer has even claimed this consumer's next sequence: a look at the
+    /// claim line instead of the slot line, so that a consumer that has caught up does not
+    /// pull the slot line away from the producer while it writes the slot. Sound for the
+    /// last look before parking too: a producer's claim is ordered before its stamp, so a
+    /// look that misses the claim also misses the stamp, and the fence pair of the park
+    /// protocol covers both.
+    #[inline(always)]
+    fn nothing_claimed(&self) -> bool {
+        // Relaxed: a hint; the Acquire stamp load decides. CLAIM_CLOSED set reads as far
+        // ahead, so a closed multi-producer line always looks at the slot.
+        self.seg.lines().claim.value.load(Ordering::Relaxed) <= self.next
     }
 
     /// Deliver the contiguous published run from this consumer's position, up to the batch
@@ -513,6 +529,9 @@ impl Consumer {
     {
         if self.failed {
             return Err(PollError::Failed);
+        }
+        if self.nothing_claimed() {
+            return self.idle_checks(false);
         }
         let start = self.next;
         let mut n = 0u64;
