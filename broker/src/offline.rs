@@ -58,6 +58,7 @@ pub fn report(namespace: &str, only: Option<&str>) -> StatusReport {
             sweep_period_us: None,
             sweeps: None,
             watched_processes: None,
+            unreachable: None,
         },
         rings,
         unreadable,

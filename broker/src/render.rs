@@ -13,8 +13,15 @@ fn ms(v: u64) -> String {
     format_duration(Duration::from_millis(v))
 }
 
-/// The whole screen as text.
-pub fn render(r: &StatusReport) -> String {
+/// The width of the terminal on stdout, if it is one and says.
+pub fn terminal_width() -> Option<usize> {
+    let ws = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
+    (ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+}
+
+/// The whole screen as text. With a `width` (a terminal), tables fit in it; without one
+/// (piped), every table has plain columns separated by spaces and is never wrapped.
+pub fn render(r: &StatusReport, width: Option<usize>) -> String {
     let mut out = String::new();
     let b = &r.broker;
     if b.running {
@@ -30,11 +37,21 @@ pub fn render(r: &StatusReport) -> String {
             b.sweeps.unwrap_or(0),
         );
     } else {
+        let why = b
+            .unreachable
+            .as_deref()
+            .unwrap_or("no answer on its socket");
+        let what = if why.contains("permission denied") {
+            "BROKER NOT REACHABLE"
+        } else {
+            "BROKER DOWN"
+        };
         let _ = writeln!(
             out,
-            "namespace {:?}: BROKER DOWN (no answer on its socket{}); read from the segments directly, stalls not tracked",
+            "namespace {:?}: {what} ({why}{}); read from the segments directly, stalls not tracked",
             r.namespace,
-            b.pid.map_or(String::new(), |p| format!("; last broker was pid {p}")),
+            b.pid
+                .map_or(String::new(), |p| format!("; last broker was pid {p}")),
         );
     }
     if r.rings.is_empty() && r.unreadable.is_empty() {
@@ -42,28 +59,36 @@ pub fn render(r: &StatusReport) -> String {
     }
     for ring in &r.rings {
         out.push('\n');
-        out.push_str(&ring_block(ring, b.running));
+        out.push_str(&ring_block(ring, b.running, width));
     }
     for u in &r.unreadable {
         let _ = writeln!(out, "\nUNREADABLE {}: {}", u.path, u.error);
     }
-    let _ = writeln!(
-        out,
-        "\n{}",
-        if r.healthy {
-            "all healthy"
-        } else {
-            "UNHEALTHY: see the states above"
+    let verdict = match (r.healthy, b.running) {
+        (true, true) => "all healthy",
+        (true, false) => {
+            "nothing unhealthy in the segments (without the broker, stalls are not tracked)"
         }
-    );
+        (false, _) => "UNHEALTHY: see the states above",
+    };
+    let _ = writeln!(out, "\n{verdict}");
     out
 }
 
-fn table(header: &[&str]) -> Table {
+fn table(header: &[&str], width: Option<usize>) -> Table {
     let mut t = Table::new();
-    t.load_preset(presets::UTF8_HORIZONTAL_ONLY)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(header.iter().map(Cell::new).collect::<Vec<_>>());
+    match width {
+        Some(w) => {
+            t.load_preset(presets::UTF8_HORIZONTAL_ONLY)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_width(u16::try_from(w).unwrap_or(u16::MAX));
+        }
+        None => {
+            t.load_preset(presets::NOTHING)
+                .set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
+    t.set_header(header.iter().map(Cell::new).collect::<Vec<_>>());
     t
 }
 
@@ -76,7 +101,7 @@ fn right(t: &mut Table, from: usize) {
     }
 }
 
-fn ring_block(ring: &RingReport, swept: bool) -> String {
+fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     let mut out = String::new();
     let slowest = ring.slowest.as_ref().map_or("none".to_owned(), |s| {
         let name = if s.name.is_empty() {
@@ -102,23 +127,26 @@ fn ring_block(ring: &RingReport, swept: bool) -> String {
         h.releases, h.repaired_claims, h.tombstoned
     );
     }
-    let mut c = table(&[
-        "#",
-        "consumer",
-        "pid",
-        "state",
-        "kind",
-        "policy",
-        "wait",
-        "parked",
-        "sequence",
-        "lag",
-        "idle",
-        "delivered",
-        "skipped",
-        "dropped",
-        "wake-ups (net)",
-    ]);
+    let mut c = table(
+        &[
+            "#",
+            "consumer",
+            "pid",
+            "state",
+            "kind",
+            "policy",
+            "wait",
+            "parked",
+            "sequence",
+            "lag",
+            "idle",
+            "delivered",
+            "skipped",
+            "dropped",
+            "wake-ups (net)",
+        ],
+        width,
+    );
     for x in &ring.consumers {
         let kind = match (x.required, x.durable) {
             (true, true) => "required",
@@ -158,17 +186,20 @@ fn ring_block(ring: &RingReport, swept: bool) -> String {
     } else {
         let _ = writeln!(out, "{c}");
     }
-    let mut p = table(&[
-        "#",
-        "producer pid",
-        "alive",
-        "in flight",
-        "published",
-        "refused",
-        "tombstoned",
-        "repaired",
-        "parks",
-    ]);
+    let mut p = table(
+        &[
+            "#",
+            "producer pid",
+            "alive",
+            "in flight",
+            "published",
+            "refused",
+            "tombstoned",
+            "repaired",
+            "parks",
+        ],
+        width,
+    );
     for x in &ring.producers {
         p.add_row(vec![
             x.index.to_string(),

@@ -46,6 +46,10 @@ pub struct BrokerReport {
     pub sweeps: Option<u64>,
     /// Client processes watched with a pidfd.
     pub watched_processes: Option<u64>,
+    /// Why no broker answered (none running, or this user may not use its socket); `None`
+    /// when one did.
+    #[serde(default)]
+    pub unreachable: Option<String>,
 }
 
 /// One ring.

@@ -94,7 +94,7 @@ fn a_peer_of_another_uid_is_refused() {
     std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod dir");
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
 
-    let copy = ExeForNobody::new();
+    let copy = common::ExeForNobody::of(&std::env::current_exe().expect("current_exe"));
     let mut cmd = std::process::Command::new(&copy.exe);
     cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
         .env(common::proc::ROLE_ENV, "foreign")
@@ -116,33 +116,4 @@ fn a_peer_of_another_uid_is_refused() {
         "RUNNING",
         "the request had no effect"
     );
-}
-
-/// A copy of this test binary that uid 65534 can run: the checkout (and so the binary) may
-/// sit under a directory other users cannot search, such as `/root`. The copy lives in its
-/// own 0755 directory under the temp dir and is removed when the guard drops.
-struct ExeForNobody {
-    dir: std::path::PathBuf,
-    exe: std::path::PathBuf,
-}
-
-impl ExeForNobody {
-    fn new() -> Self {
-        use std::os::unix::fs::PermissionsExt;
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("shmring-exe-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("exe dir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let exe = dir.join("role");
-        std::fs::copy(std::env::current_exe().expect("current_exe"), &exe).expect("copy exe");
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        Self { dir, exe }
-    }
-}
-
-impl Drop for ExeForNobody {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }

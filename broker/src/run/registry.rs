@@ -93,13 +93,15 @@ impl Broker {
         }
     }
 
-    /// Open or create every configured ring. A ring that cannot be opened is reported and
-    /// skipped; a ring whose shape differs from the config is adopted as it is.
+    /// Open or create every configured ring not tracked yet. A ring that cannot be opened
+    /// is reported and skipped; a ring whose shape differs from the config is adopted as it
+    /// is.
     pub fn open_configured(&mut self) {
         let specs: Vec<(String, RingSpec)> = self
             .config
             .rings
             .iter()
+            .filter(|(n, _)| !self.rings.contains_key(*n))
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect();
         for (name, spec) in specs {

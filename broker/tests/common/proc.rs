@@ -234,7 +234,7 @@ pub struct BrokerProc {
 impl BrokerProc {
     /// Start `broker run` and wait for its "broker ready" log line.
     pub fn start(ns: &str, config: Option<&Path>) -> BrokerProc {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_broker"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shmring-broker"));
         cmd.args(["run", "--namespace", ns]);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
