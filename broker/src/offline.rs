@@ -75,7 +75,7 @@ fn ring_report(name: &str, ring: &Ring) -> RingReport {
         .iter()
         .map(|c| {
             let state = summary::instant_state(c, is_alive(c.pid, c.start_time));
-            summary::consumer_report(c, state, info.head)
+            summary::consumer_report(ring, c, state, info.head)
         })
         .collect();
     let producers = info

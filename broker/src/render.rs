@@ -75,6 +75,14 @@ pub fn render(r: &StatusReport, width: Option<usize>) -> String {
     out
 }
 
+fn consumer_name(name: &str, index: u32) -> String {
+    if name.is_empty() {
+        format!("#{index}")
+    } else {
+        name.to_owned()
+    }
+}
+
 fn table(header: &[&str], width: Option<usize>) -> Table {
     let mut t = Table::new();
     match width {
@@ -104,21 +112,31 @@ fn right(t: &mut Table, from: usize) {
 fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     let mut out = String::new();
     let slowest = ring.slowest.as_ref().map_or("none".to_owned(), |s| {
-        let name = if s.name.is_empty() {
-            format!("#{}", s.index)
-        } else {
-            s.name.clone()
-        };
-        format!("{name} (lag {})", s.lag)
+        format!("{} (lag {})", consumer_name(&s.name, s.index), s.lag)
     });
     let h = &ring.health;
-    let _ =
-        writeln!(
+    let blocked = ring.blocked_by.as_ref().map_or(String::new(), |b| {
+        let state = ring
+            .consumers
+            .iter()
+            .find(|c| c.index == b.index)
+            .map_or("", |c| c.state.as_str());
+        format!("  BLOCKED by {} ({state})", consumer_name(&b.name, b.index))
+    });
+    let _ = writeln!(
         out,
-        "ring {:?}  {}  run {}  epoch {}  capacity {} x {} B ({})  head {}  free {}  slowest {}",
+        "ring {:?}  {}{blocked}  run {}  epoch {}  capacity {} x {} B ({})  head {}  free {}  slowest {}",
         ring.name, ring.state, ring.run, ring.epoch, ring.capacity, ring.slot_size,
         ring.producer_mode, ring.head, ring.free, slowest
     );
+    if let Some(b) = &ring.blocked_by {
+        let _ = writeln!(
+            out,
+            "  producers wait for {0} and it cannot move: restart it, or `broker release {1} {0}` to let them go on without it",
+            consumer_name(&b.name, b.index),
+            ring.name
+        );
+    }
     if swept {
         let _ = writeln!(
         out,
@@ -127,6 +145,12 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
         h.releases, h.repaired_claims, h.tombstoned
     );
     }
+    let _ = writeln!(
+        out,
+        "  wake: fence {}; parked now: {} consumer(s), {} producer(s); wake-ups paid by publishers {}, by consumers {}",
+        ring.fence_mode, ring.consumer_waiters, ring.producer_waiters, ring.consumer_wakes,
+        ring.producer_wakes
+    );
     let mut c = table(
         &[
             "#",
@@ -220,4 +244,65 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
         let _ = writeln!(out, "{p}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> StatusReport {
+        let consumer = serde_json::json!({
+            "index": 0, "name": "a-rather-long-consumer-name", "pid": 4242, "state": "DETACHED",
+            "required": true, "durable": true, "policy": "alert", "wait": "timeout-blocking",
+            "parked": false, "sequence": 10, "lag": 64, "idle_ms": 1500, "delivered": 10,
+            "skipped": 0, "dropped_behind": 0, "wakeups": 3, "net_wakeups": 0, "failures": 0
+        });
+        let slowest = serde_json::json!({"index": 0, "name": "a-rather-long-consumer-name",
+            "sequence": 10, "lag": 64});
+        serde_json::from_value(serde_json::json!({
+            "schema": 1, "namespace": "n", "healthy": false, "unreadable": [],
+            "broker": {"running": true, "pid": 1, "epoch": 1, "uptime_ms": 10,
+                "last_sweep_ms": 1, "sweep_period_us": 250000, "sweeps": 3,
+                "watched_processes": 1},
+            "rings": [{"name": "r", "state": "RUNNING", "run": 1, "epoch": 1, "capacity": 64,
+                "slot_size": 128, "producer_mode": "multi", "head": 74, "free": 0,
+                "closed": false, "slowest": slowest, "blocked_by": slowest,
+                "fence_mode": "membarrier", "consumer_waiters": 0, "producer_waiters": 1,
+                "consumer_wakes": 7, "producer_wakes": 2,
+                "health": {"stall_threshold_ms": 500, "unblock_timeout_ms": 1000, "stalls": 0,
+                    "recoveries": 0, "deaths": 0, "releases": 0, "freed": 0,
+                    "policy_stops": 0, "repaired_claims": 0, "tombstoned": 0},
+                "consumers": [consumer], "producers": []}]
+        }))
+        .expect("a report")
+    }
+
+    #[test]
+    fn tables_fit_the_terminal_width() {
+        for width in [80, 100, 160] {
+            let text = render(&report(), Some(width));
+            let table_lines = text
+                .lines()
+                .filter(|l| l.starts_with('─') || l.starts_with('═') || l.starts_with(" "))
+                .filter(|l| !l.starts_with("  "));
+            for line in table_lines {
+                assert!(line.chars().count() <= width, "{width}: {line:?}\n{text}");
+            }
+            assert!(text.contains("BLOCKED by a-rather-long-consumer-name (DETACHED)"));
+        }
+    }
+
+    #[test]
+    fn piped_tables_have_plain_columns_on_one_line_each() {
+        let text = render(&report(), None);
+        assert!(!text.contains('─') && !text.contains('═'), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.contains("a-rather-long-consumer-name") && l.contains("4242"))
+            .expect("the consumer row on one line");
+        assert!(
+            row.contains("DETACHED") && row.contains("timeout-blocking"),
+            "{row}"
+        );
+    }
 }
