@@ -61,6 +61,9 @@ enum Command {
         /// TOML config (default: the embedded one, `broker config --print-default`).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Serve Prometheus metrics at http://ADDR:PORT/metrics (e.g. 127.0.0.1:9477).
+        #[arg(long, value_name = "ADDR:PORT")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Show the configuration.
     Config {
@@ -164,10 +167,14 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     let lifecycle = |req| lifecycle::run(&ns, req);
     match cli.command {
-        Command::Run { config } => {
+        Command::Run {
+            config,
+            metrics_listen,
+        } => {
             run::run(run::RunOptions {
                 config,
                 namespace: ns.clone(),
+                metrics_listen,
             })?;
             Ok(ExitCode::SUCCESS)
         }

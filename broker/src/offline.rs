@@ -56,6 +56,7 @@ pub fn report(namespace: &str, only: Option<&str>) -> StatusReport {
             uptime_ms: None,
             last_sweep_ms: None,
             sweep_period_us: None,
+            last_sweep_us: None,
             sweeps: None,
             watched_processes: None,
             unreachable: None,

@@ -43,6 +43,9 @@ pub struct BrokerReport {
     pub last_sweep_ms: Option<u64>,
     /// Sweep period, microseconds.
     pub sweep_period_us: Option<u64>,
+    /// How long the last sweep took, microseconds.
+    #[serde(default)]
+    pub last_sweep_us: Option<u64>,
     /// Sweeps so far.
     pub sweeps: Option<u64>,
     /// Client processes watched with a pidfd.

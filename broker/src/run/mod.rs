@@ -18,6 +18,7 @@ mod consumer_ops;
 mod control;
 mod health;
 mod lock;
+mod metrics;
 mod ops;
 mod policy;
 mod registry;
@@ -52,6 +53,8 @@ pub struct RunOptions {
     pub config: Option<PathBuf>,
     /// Namespace.
     pub namespace: String,
+    /// Where to serve metrics (overrides the config's `metrics_listen`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Run the broker until SIGTERM or SIGINT.
@@ -94,6 +97,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
     }
 
     let config_path = opts.config.clone();
+    let metrics_at = opts.metrics_listen.or(config.broker.metrics_listen);
     let mut broker = Broker::new(
         ns.clone(),
         config,
@@ -120,6 +124,17 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
         .name("control-accept".into())
         .spawn(move || control::serve(listener, serving, access))
         .context("starting the control thread")?;
+    if let Some(addr) = metrics_at {
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        let local = listener.local_addr().context("metrics address")?;
+        let serving = shared.clone();
+        std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || metrics::serve(listener, serving))
+            .context("starting the metrics thread")?;
+        info!(address = %local, "metrics at http://{local}/metrics");
+    }
     info!(namespace = %ns, pid = std::process::id(), epoch = held.epoch, rings,
         period = ?period, socket = %sock.display(), "broker ready");
 

@@ -214,6 +214,7 @@ pub fn status(b: &mut Broker, only: Option<&str>) -> Reply {
             uptime_ms: Some(b.started.elapsed().as_millis() as u64),
             last_sweep_ms: b.last_sweep.map(|t| t.elapsed().as_millis() as u64),
             sweep_period_us: Some(b.period.as_micros() as u64),
+            last_sweep_us: b.last_sweep_took.map(|d| d.as_micros() as u64),
             sweeps: Some(b.sweeps),
             watched_processes: Some(b.watches.live_count() as u64),
             unreachable: None,

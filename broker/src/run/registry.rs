@@ -61,6 +61,8 @@ pub struct Broker {
     pub sweeps: u64,
     /// The last sweep's instant.
     pub last_sweep: Option<Instant>,
+    /// How long the last sweep took.
+    pub last_sweep_took: Option<Duration>,
     /// Sweep period.
     pub period: Duration,
     last_scan: Option<Instant>,
@@ -88,6 +90,7 @@ impl Broker {
             epoch,
             sweeps: 0,
             last_sweep: None,
+            last_sweep_took: None,
             period,
             last_scan: None,
         }

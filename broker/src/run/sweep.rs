@@ -34,6 +34,7 @@ pub fn sweep(broker: &mut Broker) {
     }
     broker.sweeps += 1;
     broker.last_sweep = Some(now);
+    broker.last_sweep_took = Some(now.elapsed());
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (what `Ring::mark_sweep` records).
