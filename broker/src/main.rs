@@ -11,6 +11,7 @@
 
 mod client;
 mod config;
+mod demo;
 mod exit;
 mod group;
 mod human;
@@ -26,7 +27,7 @@ mod summary;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use protocol::Request;
 
@@ -129,6 +130,25 @@ enum Command {
         /// Consumer name.
         consumer: String,
     },
+    /// Show everything in under a minute on a namespace of its own: a broker, a producer,
+    /// consumers with each wait strategy (one killed and restarted), the live status, and
+    /// what each consumer saw. Cleans up after itself, also on Ctrl-C.
+    Demo {
+        /// How long the producer publishes, e.g. "20s".
+        #[arg(long, default_value = "20s", value_parser = human::parse_duration)]
+        duration: std::time::Duration,
+    },
+    /// Generate shell completions.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// The processes `demo` starts (not for direct use).
+    #[command(hide = true)]
+    DemoRole {
+        #[command(subcommand)]
+        role: DemoRole,
+    },
     /// Forget a durable consumer that is not attached (detached, dead, failed or released):
     /// its entry is freed and it gates nothing any more.
     Unsubscribe {
@@ -136,6 +156,28 @@ enum Command {
         ring: String,
         /// Consumer name.
         consumer: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DemoRole {
+    /// `broker run`, tied to the demo.
+    Broker,
+    /// A paced producer.
+    Producer {
+        /// Ring name.
+        ring: String,
+        /// Events a second.
+        rate: u32,
+    },
+    /// A durable consumer.
+    Consumer {
+        /// Ring name.
+        ring: String,
+        /// Consumer name.
+        name: String,
+        /// Wait strategy: busy-spin, blocking, adaptive, timeout-blocking.
+        wait: String,
     },
 }
 
@@ -207,6 +249,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Release { ring, consumer } => lifecycle(Request::Release { ring, consumer }),
         Command::Unsubscribe { ring, consumer } => {
             lifecycle(Request::Unsubscribe { ring, consumer })
+        }
+        Command::Demo { duration } => demo::run(demo::DemoOptions { duration }),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "shmring-broker", &mut out);
+            let _ = exit::out(&String::from_utf8_lossy(&out));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::DemoRole { role } => {
+            match role {
+                DemoRole::Broker => demo::role::broker(&ns)?,
+                DemoRole::Producer { ring, rate } => demo::role::producer(&ns, &ring, rate)?,
+                DemoRole::Consumer { ring, name, wait } => {
+                    demo::role::consumer(&ns, &ring, &name, &wait)?
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

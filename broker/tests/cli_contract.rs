@@ -343,3 +343,18 @@ fn a_socket_this_user_may_not_use_is_not_called_a_dead_broker() {
         "{err}"
     );
 }
+
+#[test]
+fn shell_completions_are_generated() {
+    let ns = Ns::new("compl");
+    for shell in ["bash", "zsh", "fish"] {
+        let out = ns.cli(&["completions", shell]);
+        assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));
+        let text = stdout(&out);
+        assert!(
+            text.contains("shmring-broker") && text.contains("unsubscribe"),
+            "{shell}"
+        );
+    }
+    assert_eq!(code(&ns.cli(&["completions", "cmd.exe"])), 64);
+}

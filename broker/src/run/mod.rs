@@ -137,6 +137,16 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
     }
     info!(namespace = %ns, pid = std::process::id(), epoch = held.epoch, rings,
         period = ?period, socket = %sock.display(), "broker ready");
+    // systemd (Type=notify): the rings exist and the socket listens, so units ordered
+    // after this one find them. Without $NOTIFY_SOCKET this does nothing.
+    notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::MainPid(std::process::id()),
+        sd_notify::NotifyState::Status(&format!(
+            "namespace {ns}: {rings} ring(s), epoch {}",
+            held.epoch
+        )),
+    ]);
 
     let signals = Signals {
         stop: sig_read,
@@ -144,6 +154,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
         config: config_path,
     };
     sweep_loop(&shared, &epfd, &signals)?;
+    notify(&[sd_notify::NotifyState::Stopping]);
     info!(namespace = %ns, "stopping on signal: sweeps end, rings stay");
     let _ = std::fs::remove_file(&sock);
     drop(held);
@@ -191,7 +202,13 @@ fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &Signals) -> anyh
             }
             if token == HUP_TOKEN {
                 drain_pipe(&signals.hup);
+                let mut reloading = vec![sd_notify::NotifyState::Reloading];
+                if let Ok(now) = sd_notify::NotifyState::monotonic_usec_now() {
+                    reloading.push(now);
+                }
+                notify(&reloading);
                 reload::reload(&mut broker, signals.config.as_deref());
+                notify(&[sd_notify::NotifyState::Ready]);
                 continue;
             }
             if let Some((pid, _)) = broker.watches.exited(token) {
@@ -201,6 +218,13 @@ fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &Signals) -> anyh
             }
         }
         sweep::sweep(&mut broker);
+    }
+}
+
+/// Tell systemd (a failure is logged: the broker works the same without it).
+fn notify(state: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        warn!("sd_notify failed: {e}");
     }
 }
 
