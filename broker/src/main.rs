@@ -137,6 +137,9 @@ enum Command {
         /// How long the producer publishes, e.g. "20s".
         #[arg(long, default_value = "20s", value_parser = human::parse_duration)]
         duration: std::time::Duration,
+        /// Also serve the demo broker's Prometheus metrics at http://ADDR:PORT/metrics.
+        #[arg(long, value_name = "ADDR:PORT")]
+        metrics_listen: Option<std::net::SocketAddr>,
     },
     /// Generate shell completions.
     Completions {
@@ -162,7 +165,14 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum DemoRole {
     /// `broker run`, tied to the demo.
-    Broker,
+    Broker {
+        /// The demo's config file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Where to serve metrics.
+        #[arg(long)]
+        metrics_listen: Option<std::net::SocketAddr>,
+    },
     /// A paced producer.
     Producer {
         /// Ring name.
@@ -250,7 +260,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Unsubscribe { ring, consumer } => {
             lifecycle(Request::Unsubscribe { ring, consumer })
         }
-        Command::Demo { duration } => demo::run(demo::DemoOptions { duration }),
+        Command::Demo {
+            duration,
+            metrics_listen,
+        } => demo::run(demo::DemoOptions {
+            duration,
+            metrics_listen,
+        }),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "shmring-broker", &mut out);
@@ -259,7 +275,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::DemoRole { role } => {
             match role {
-                DemoRole::Broker => demo::role::broker(&ns)?,
+                DemoRole::Broker {
+                    config,
+                    metrics_listen,
+                } => demo::role::broker(&ns, config, metrics_listen)?,
                 DemoRole::Producer { ring, rate } => demo::role::producer(&ns, &ring, rate)?,
                 DemoRole::Consumer { ring, name, wait } => {
                     demo::role::consumer(&ns, &ring, &name, &wait)?

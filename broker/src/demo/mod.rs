@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use comfy_table::{presets, Cell, CellAlignment, Table};
-use shmring::{Ring, RingConfig};
+use shmring::Ring;
 
 use crate::exit;
 use crate::human::format_duration;
@@ -50,6 +50,8 @@ const RESTARTED: &str = "restarted";
 pub struct DemoOptions {
     /// How long the producer publishes.
     pub duration: Duration,
+    /// Where the demo's broker serves metrics, if anywhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// A child with its stdout lines on a channel.
@@ -110,6 +112,7 @@ impl Kid {
 struct Demo {
     namespace: String,
     dir: PathBuf,
+    config: PathBuf,
     broker: Option<Kid>,
     kids: Vec<(String, Kid)>,
 }
@@ -133,6 +136,7 @@ impl Drop for Demo {
         }
         let _ = Ring::remove(&self.namespace, RING);
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.config);
     }
 }
 
@@ -145,6 +149,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
     let namespace = format!("demo-{}", std::process::id());
     let dir = shmring::names::namespace_dir(&namespace)?;
     let mut demo = Demo {
+        config: std::env::temp_dir().join(format!("shmring-{namespace}.toml")),
         namespace: namespace.clone(),
         dir,
         broker: None,
@@ -157,14 +162,29 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
         CONSUMERS.map(|(n, w)| format!("{n} ({w})")).join(", ")
     ));
 
-    demo.broker = Some(Kid::spawn(&["broker", "--namespace", &namespace])?);
-    wait_for_broker(&namespace, &interrupted)?;
-    let ring_config = RingConfig {
-        capacity: 4096,
-        slot_size: 64,
-        ..RingConfig::default()
-    };
-    let ring = Ring::create(&namespace, RING, &ring_config)?;
+    // The demo's one ring, created by its broker; a consumer that dies keeps gating
+    // (policy alert), so the kill shows.
+    std::fs::write(
+        &demo.config,
+        format!("[rings.{RING}]\ncapacity = 4096\nslot_size = 64\nstall_threshold = \"200ms\"\ndead_policy = \"alert\"\n"),
+    )
+    .context("writing the demo's config")?;
+    let metrics = opts.metrics_listen.map(|a| a.to_string());
+    let config = demo.config.display().to_string();
+    let mut broker_args = vec!["broker", "--namespace", &namespace, "--config", &config];
+    if let Some(addr) = &metrics {
+        broker_args.extend(["--metrics-listen", addr]);
+    }
+    demo.broker = Some(Kid::spawn(&broker_args)?);
+    if let Some(b) = &mut demo.broker {
+        wait_for_broker(&namespace, b, &interrupted)?;
+    }
+    if let Some(addr) = &metrics {
+        say(format!(
+            "metrics: curl -s http://{addr}/metrics (while the demo runs)"
+        ));
+    }
+    let ring = Ring::open(&namespace, RING)?;
     for (name, wait) in CONSUMERS {
         let kid = Kid::spawn(&["consumer", "--namespace", &namespace, RING, name, wait])?;
         kid.expect("@attached", STEP)?;
@@ -245,7 +265,11 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(exit::OK))
 }
 
-fn wait_for_broker(namespace: &str, interrupted: &AtomicBool) -> anyhow::Result<()> {
+fn wait_for_broker(
+    namespace: &str,
+    broker: &mut Kid,
+    interrupted: &AtomicBool,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + STEP;
     loop {
         let ping = crate::client::request(
@@ -255,6 +279,11 @@ fn wait_for_broker(namespace: &str, interrupted: &AtomicBool) -> anyhow::Result<
         );
         if let Ok(crate::protocol::Reply::Pong { .. }) = ping {
             return Ok(());
+        }
+        if let Ok(Some(status)) = broker.child.try_wait() {
+            anyhow::bail!(
+                "the demo's broker exited ({status}) before it was ready; is the --metrics-listen address in use?"
+            );
         }
         if Instant::now() >= deadline || interrupted.load(Ordering::Relaxed) {
             anyhow::bail!("the demo's broker did not start");

@@ -53,12 +53,16 @@ pub fn strategy(name: &str) -> anyhow::Result<WaitStrategy> {
 }
 
 /// `demo-role broker`: `broker run` tied to the demo.
-pub fn broker(namespace: &str) -> anyhow::Result<()> {
+pub fn broker(
+    namespace: &str,
+    config: std::path::PathBuf,
+    metrics_listen: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
     tie_to_parent()?;
     crate::run::run(crate::run::RunOptions {
-        config: None,
+        config: Some(config),
         namespace: namespace.to_owned(),
-        metrics_listen: None,
+        metrics_listen,
     })
 }
 
