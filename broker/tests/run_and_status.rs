@@ -95,7 +95,7 @@ fn one_broker_per_namespace() {
     let _serial = common::serial();
     let ns = Ns::new("lock");
     let _broker = ns.broker(None);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_broker"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
         .args(["run", "--namespace", &ns.name])
         .output()
         .expect("second broker");

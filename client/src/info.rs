@@ -75,6 +75,17 @@ pub struct RingInfo {
     pub consumers: Vec<ConsumerInfo>,
     /// Attached producers.
     pub producers: Vec<ProducerInfo>,
+    /// Consumers parked (or about to park) waiting for events.
+    pub consumer_waiters: u32,
+    /// Producers parked (or about to park) waiting for room.
+    pub producer_waiters: u32,
+    /// Wake-ups issued to parked consumers since the ring was created, each one a
+    /// `futex_wake` paid by the publisher (or stopper) that issued it: the producers'
+    /// wake-up bill. A 32-bit count that wraps.
+    pub consumer_wakes: u32,
+    /// Wake-ups issued to parked producers (by consumers that freed room, releases, starts).
+    /// A 32-bit count that wraps.
+    pub producer_wakes: u32,
 }
 
 pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
@@ -144,7 +155,13 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             },
         });
     }
+    let lines = seg.lines();
     RingInfo {
+        // Relaxed: display only; nothing is ordered against these reads.
+        consumer_waiters: lines.consumer_wake.value.waiters.load(Ordering::Relaxed),
+        producer_waiters: lines.producer_wake.value.waiters.load(Ordering::Relaxed),
+        consumer_wakes: lines.consumer_wake.value.word.load(Ordering::Relaxed),
+        producer_wakes: lines.producer_wake.value.word.load(Ordering::Relaxed),
         fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),
         state: seg.line().life().state,
         run: h.run.load(Ordering::Relaxed),

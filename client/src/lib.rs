@@ -24,7 +24,8 @@
 //!
 //! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `line` (the
 //! sequence line's position and lifecycle protocol), `lifecycle` (stop, drain, start),
-//! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`, `event`, `wait`, `info`.
+//! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`,
+//! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -37,6 +38,7 @@ mod event;
 mod fence;
 mod futex;
 mod gating;
+mod health;
 mod info;
 mod lifecycle;
 #[doc(hidden)]
@@ -56,6 +58,10 @@ pub use consumer::{
 };
 pub use error::{AttachError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;
+pub use health::{
+    blocked_by, has_pending, instant_state, is_stalled, lag, wrap_gate, ConsumerHealth, Gate,
+    HealthState, HealthThresholds, HealthWatch, RingHealth,
+};
 pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
 pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
 pub use park::PARK_NET;

@@ -265,6 +265,11 @@ impl Ring {
     /// Mark the ring deleted: the line closes for good and every client gets an error.
     pub(crate) fn mark_deleted(&self) -> Result<u64, LifecycleError> {
         let (stop, _) = self.close_as(RingState::Deleted)?;
+        tracing::info!(
+            ring = self.name(),
+            stop,
+            "ring marked deleted: every client gets an error"
+        );
         Ok(stop)
     }
 
@@ -287,6 +292,13 @@ impl Ring {
             .ok_or(LifecycleError::CorruptState(settled.word))?;
         let finished = before.state.is_some_and(RingState::is_transitional);
         if finished {
+            tracing::warn!(
+                ring = self.name(),
+                owner = before.owner,
+                was = ?before.state,
+                now = ?state,
+                "finished a lifecycle change whose owner died"
+            );
             park::wake(&self.seg.lines().consumer_wake.value);
             park::wake(&self.seg.lines().producer_wake.value);
         }

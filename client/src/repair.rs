@@ -124,6 +124,13 @@ impl Ring {
             .compare_exchange(state, to, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok();
         if done {
+            tracing::info!(
+                ring = self.name(),
+                consumer = index,
+                pid,
+                to = consumer_state::name(to),
+                "consumer entry of a process that is gone no longer gates producers"
+            );
             park::wake(&self.seg.lines().producer_wake.value);
         }
         done
@@ -182,6 +189,13 @@ impl Ring {
         e.in_flight.store(0, Ordering::Release);
         e.pid.store(0, Ordering::Relaxed);
         e.state.store(producer_state::FREE, Ordering::Release);
+        tracing::info!(
+            ring = self.name(),
+            producer = index,
+            pid,
+            tombstoned = repair.tombstoned,
+            "repaired the claims of a producer that died; its entry is free"
+        );
         repair
     }
 

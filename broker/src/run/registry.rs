@@ -64,6 +64,8 @@ pub struct Broker {
     pub sweeps: u64,
     /// The last sweep's instant.
     pub last_sweep: Option<Instant>,
+    /// How long the last sweep took.
+    pub last_sweep_took: Option<Duration>,
     /// Sweep period.
     pub period: Duration,
     last_scan: Option<Instant>,
@@ -91,18 +93,21 @@ impl Broker {
             epoch,
             sweeps: 0,
             last_sweep: None,
+            last_sweep_took: None,
             period,
             last_scan: None,
         }
     }
 
-    /// Open or create every configured ring. A ring that cannot be opened is reported and
-    /// skipped; a ring whose shape differs from the config is adopted as it is.
+    /// Open or create every configured ring not tracked yet. A ring that cannot be opened
+    /// is reported and skipped; a ring whose shape differs from the config is adopted as it
+    /// is.
     pub fn open_configured(&mut self) {
         let specs: Vec<(String, RingSpec)> = self
             .config
             .rings
             .iter()
+            .filter(|(n, _)| !self.rings.contains_key(*n))
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect();
         for (name, spec) in specs {

@@ -886,7 +886,7 @@ pub fn spawn_consumer(ns: &super::Ns, ring: &str, pairs: &[(&'static str, String
 
 /// Start a broker CLI command without waiting for it.
 pub fn cli_spawn(ns: &super::Ns, args: &[&str]) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_broker"))
+    std::process::Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
         .arg("--namespace")
         .arg(&ns.name)
         .args(args)
