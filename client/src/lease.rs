@@ -39,10 +39,12 @@
 //! ```
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use shmring_layout::SLOT_FLAG_TOMBSTONE;
 
-use crate::{gating, Consumer, Event};
+use crate::park::{self, PARK_NET};
+use crate::{gating, Consumer, Event, Ring};
 
 /// `Consumer::read_ahead` and `Consumer::commit_to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -179,6 +181,33 @@ impl Consumer {
     }
 }
 
+impl Ring {
+    /// Whether sequence `seq` is published (its slot's stamp says so; a tombstone counts).
+    pub fn is_published_at(&self, seq: u64) -> bool {
+        // Acquire: pairs with the producer's Release stamp store, so a caller that sees
+        // `true` sees the event.
+        self.seg.slot(seq).header.stamp.load(Ordering::Acquire) == seq
+    }
+
+    /// Park on the ring's consumer wake line until sequence `seq` is published or `timeout`
+    /// passes (at most the 50 ms net per call). Returns whether `seq` is published.
+    ///
+    /// For a reader that holds its consumer elsewhere (behind a lock shared with the thread
+    /// that commits confirmations): it waits on the ring without holding the consumer. The
+    /// park is the consumers' protocol (see `park`), so a producer's publish wakes it.
+    pub fn wait_published(&self, seq: u64, timeout: Duration) -> bool {
+        if self.is_published_at(seq) {
+            return true;
+        }
+        park::park(
+            &self.seg.lines().consumer_wake.value,
+            timeout.min(PARK_NET),
+            || self.is_published_at(seq) || gating::is_closed(&self.seg),
+        );
+        self.is_published_at(seq)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{ConsumerOptions, Ring, RingConfig};
@@ -308,6 +337,23 @@ mod tests {
         c.read_ahead(1, 100, |ev| got.push(ev.bytes()[0]))
             .expect("read");
         assert_eq!(got, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn wait_published_returns_when_the_sequence_lands() {
+        let ns = ns("wait");
+        let ring = ring(&ns, 8);
+        let mut p = ring.producer().expect("producer");
+        assert!(!ring.wait_published(0, std::time::Duration::from_millis(1)));
+        let t = std::thread::spawn(move || {
+            p.publish(&[1]).expect("publish");
+        });
+        // Bounded: each call parks at most 50 ms; the publish wakes it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ring.wait_published(0, std::time::Duration::from_secs(1)) {
+            assert!(std::time::Instant::now() < deadline, "publish never seen");
+        }
+        t.join().expect("producer thread");
     }
 
     #[test]
