@@ -57,7 +57,7 @@ pub struct ExportArgs {
     /// Delivery mode.
     #[arg(long, value_enum, default_value_t = Mode::Reliable)]
     pub mode: Mode,
-    /// Name of the exporter's durable consumer (default: "bridge:" + key).
+    /// Name of the exporter's durable consumer (default: `default_consumer_name(key)`).
     #[arg(long)]
     pub name: Option<String>,
     /// Most events in one Zenoh message.
@@ -108,6 +108,16 @@ pub struct ExportStats {
     pub foreign: u64,
     /// "up" while acks arrive, else "down".
     pub link: &'static str,
+}
+
+/// The exporter's consumer name when `--name` is not given: "bridge:" + the key, or, when
+/// that does not fit a consumer name (48 bytes), "bridge:" + a 64-bit hash of the key.
+pub fn default_consumer_name(key: &str) -> String {
+    let name = format!("bridge:{key}");
+    if name.len() <= 48 {
+        return name;
+    }
+    format!("bridge:{:016x}", crate::header::source_id("", key, 0))
 }
 
 /// What the ack callback and the sending thread share.
@@ -189,7 +199,7 @@ pub fn run(args: &ExportArgs, stop: &AtomicBool) -> Result<ExportStats> {
     let name = args
         .name
         .clone()
-        .unwrap_or_else(|| format!("bridge:{}", args.key));
+        .unwrap_or_else(|| default_consumer_name(&args.key));
     let ring = Ring::open(&namespace, &args.ring)
         .with_context(|| format!("opening source ring {:?} in {namespace:?}", args.ring))?;
     let opts = match args.mode {
