@@ -26,7 +26,10 @@
 //!   are counted as dropped; the rest is published as above. Nothing is asked for again.
 //!
 //! A fresh importer (no record of a source) starts a reliable source at the exporter's
-//! confirmed position, and a dropping one at the first batch it sees. It acknowledges every
+//! confirmed position, and a dropping one at the first batch it sees. A reliable source's
+//! `expected` never stays below the exporter's confirmed position: the exporter commits
+//! only what this importer confirmed after publishing it, so what the record lacks below
+//! that position carried no event (tombstones in the source ring). It acknowledges every
 //! source it knows every `--heartbeat`, so a restarted exporter learns at once where to
 //! resume.
 
@@ -338,6 +341,12 @@ impl Importer<'_> {
             }
         });
         let mut expected = src.expected;
+        if h.mode == Mode::Reliable && h.committed > expected {
+            // The exporter committed only what this importer confirmed, after publishing
+            // it: below `committed`, the ring's record can miss only sequences that carried
+            // no event (tombstones in the source), never an event.
+            expected = h.committed;
+        }
         if h.mode == Mode::Drop {
             self.stats.dropped_at_exporter = h.dropped;
             if h.start > expected {
