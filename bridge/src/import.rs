@@ -14,26 +14,9 @@
 //! the importer was down pushes its record out; it then starts from the exporter's confirmed
 //! position and may publish events a second time (see docs/SCALE_OUT.md).
 //!
-//! Per source it keeps `expected`, the next sequence it needs. For each batch covering
-//! `start..end`:
-//!
-//! - **reliable**: `start > expected` means something in between was lost (sent while this
-//!   side was down): the batch is dropped and a resend from `expected` is asked for (at most
-//!   once per `--resend-ms` for the same position). Otherwise the events at or above
-//!   `expected` are published, those below counted as duplicates, and `expected = end` is
-//!   acknowledged.
-//! - **drop**: sequences in `expected..start` and those inside the batch without an event
-//!   are counted as dropped; the rest is published as above. Nothing is asked for again.
-//!
-//! A fresh importer (no record of a source) starts a reliable source at the exporter's
-//! confirmed position, and a dropping one at the first batch it sees. A reliable source's
-//! `expected` never stays below the exporter's confirmed position: the exporter commits
-//! only what this importer confirmed after publishing it, so what the record lacks below
-//! that position carried no event (tombstones in the source ring). It acknowledges every
-//! source it knows every `--heartbeat`, so a restarted exporter learns at once where to
-//! resume.
+//! What to publish, what to count as a duplicate or a gap, and when to ask for a resend is
+//! decided per source by `track` (see there).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -47,6 +30,7 @@ use zenoh::Wait;
 use crate::export::print_stats;
 use crate::header::{Bridged, SourceHeader, HEADER_LEN};
 use crate::link::{Keys, LinkArgs};
+use crate::track::Sources;
 use crate::wire::{Ack, Batch, Mode};
 
 /// `shmring-bridge import`.
@@ -114,13 +98,6 @@ pub struct ImportStats {
     pub link: &'static str,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Source {
-    expected: u64,
-    /// The last resend asked for and when.
-    resent: Option<(u64, Instant)>,
-}
-
 /// Run the importer until `stop` is set. Returns the final counters.
 pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
     let namespace = args
@@ -138,11 +115,11 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
     let producer = ring
         .producer()
         .with_context(|| format!("attaching a producer to {:?}", args.ring))?;
-    let sources = recall_sources(&ring);
-    for (s, e) in &sources {
+    let recalled = recall_sources(&ring);
+    for (s, e) in &recalled {
         info!(
             source = format_args!("{s:016x}"),
-            expected = e.expected,
+            expected = e,
             "resuming from the ring's record"
         );
     }
@@ -162,7 +139,7 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
         ring_name: &args.ring,
         producer,
         scratch: Vec::new(),
-        sources,
+        sources: Sources::new(recalled, Duration::from_millis(args.resend_ms)),
         ack_pub: &ack_pub,
         stats: ImportStats {
             role: "import",
@@ -202,8 +179,8 @@ fn repair_dead_claims(ring: &Ring) -> u64 {
 }
 
 /// Read the ring back, newest first, for the newest sequence of every source in it.
-fn recall_sources(ring: &Ring) -> HashMap<u64, Source> {
-    let mut found = HashMap::new();
+fn recall_sources(ring: &Ring) -> Vec<(u64, u64)> {
+    let mut found: Vec<(u64, u64)> = Vec::new();
     let head = ring.head();
     let mut buf = Vec::new();
     for seq in (head.saturating_sub(ring.capacity())..head).rev() {
@@ -213,10 +190,9 @@ fn recall_sources(ring: &Ring) -> HashMap<u64, Source> {
             _ => continue,
         }
         if let Some(b) = Bridged::parse(&buf) {
-            found.entry(b.header.source).or_insert(Source {
-                expected: b.header.seq + 1,
-                resent: None,
-            });
+            if !found.iter().any(|(s, _)| *s == b.header.source) {
+                found.push((b.header.source, b.header.seq + 1));
+            }
         }
     }
     found
@@ -227,7 +203,7 @@ struct Importer<'a> {
     ring_name: &'a str,
     producer: Producer,
     scratch: Vec<u8>,
-    sources: HashMap<u64, Source>,
+    sources: Sources,
     ack_pub: &'a zenoh::pubsub::Publisher<'static>,
     stats: ImportStats,
     last_msg: Option<Instant>,
@@ -256,8 +232,7 @@ impl Importer<'_> {
             }
             if last_ack.elapsed() >= heartbeat {
                 last_ack = Instant::now();
-                let all: Vec<(u64, u64)> =
-                    self.sources.iter().map(|(s, e)| (*s, e.expected)).collect();
+                let all: Vec<(u64, u64)> = self.sources.positions().collect();
                 for (source, next) in all {
                     self.ack(source, next, false)?;
                 }
@@ -325,81 +300,38 @@ impl Importer<'_> {
             self.stats.batches_received += 1;
             self.stats.events_received += u64::from(batch.count());
         }
-        let fresh = match h.mode {
-            Mode::Reliable => h.committed,
-            Mode::Drop => h.start,
-        };
-        let src = *self.sources.entry(h.source).or_insert_with(|| {
-            info!(
-                source = format_args!("{:016x}", h.source),
-                from = fresh,
-                "new source"
-            );
-            Source {
-                expected: fresh,
-                resent: None,
-            }
-        });
-        let mut expected = src.expected;
-        if h.mode == Mode::Reliable && h.committed > expected {
-            // The exporter committed only what this importer confirmed, after publishing
-            // it: below `committed`, the ring's record can miss only sequences that carried
-            // no event (tombstones in the source), never an event.
-            expected = h.committed;
-        }
         if h.mode == Mode::Drop {
             self.stats.dropped_at_exporter = h.dropped;
-            if h.start > expected {
-                self.stats.dropped += h.start - expected;
-                expected = h.start;
-            }
-        } else if h.start > expected {
-            // Something between `expected` and `start` never arrived.
+        }
+        let plan = self
+            .sources
+            .plan(&h, batch.events().map(|e| e.seq), Instant::now());
+        if plan.new_source {
+            info!(source = format_args!("{:016x}", h.source), "new source");
+        }
+        self.stats.duplicates += plan.duplicates;
+        self.stats.dropped += plan.dropped;
+        if let Some(from) = plan.resend {
             if !batch.is_heartbeat() {
                 self.stats.out_of_order += 1;
             }
-            let due = src.resent.is_none_or(|(at, when)| {
-                at != expected || when.elapsed() >= Duration::from_millis(self.args.resend_ms)
-            });
-            if due {
-                self.ack(h.source, expected, true)?;
-                if let Some(s) = self.sources.get_mut(&h.source) {
-                    s.resent = Some((expected, Instant::now()));
-                }
-            }
-            return Ok(());
+            self.ack(h.source, from, true)?;
         }
-        let covered_from = expected;
-        let mut published_here = 0u64;
-        for ev in batch.events() {
-            if ev.seq < expected {
-                self.stats.duplicates += 1;
-                continue;
-            }
-            self.publish(
-                SourceHeader {
+        if let Some(from) = plan.keep_from {
+            for ev in batch.events().filter(|e| e.seq >= from) {
+                let header = SourceHeader {
                     source: h.source,
                     run: h.run,
                     seq: ev.seq,
-                },
-                ev.payload,
-            )?;
-            published_here += 1;
-            expected = ev.seq + 1;
+                };
+                self.publish(header, ev.payload)?;
+            }
         }
-        if h.end > expected {
-            expected = h.end;
+        if let Some(next) = plan.ack {
+            self.stats.expected = next;
+            self.ack(h.source, next, false)?;
         }
-        if h.mode == Mode::Drop && h.end > covered_from {
-            // Sequences the batch covers without an event: lapped at the exporter (or
-            // tombstones in the source ring).
-            self.stats.dropped += (h.end - covered_from) - published_here;
-        }
-        if let Some(s) = self.sources.get_mut(&h.source) {
-            s.expected = expected;
-        }
-        self.stats.expected = expected;
-        self.ack(h.source, expected, false)
+        Ok(())
     }
 
     fn publish(&mut self, header: SourceHeader, payload: &[u8]) -> Result<()> {

@@ -11,7 +11,8 @@
 //!
 //! Modules, one concept each: `wire` (the two Zenoh messages), `header` (the 32 bytes in
 //! front of each imported event: source identity, run, sequence), `link` (the Zenoh
-//! session and keys), `export`, `import`. See docs/SCALE_OUT.md for the topologies and
+//! session and keys), `export`, `import`, and `track` (the importer's per-source
+//! bookkeeping: duplicates, gaps, resends). See docs/SCALE_OUT.md for the topologies and
 //! guarantees.
 
 #![deny(unsafe_code)]
@@ -21,6 +22,7 @@ pub mod export;
 pub mod header;
 pub mod import;
 pub mod link;
+pub mod track;
 pub mod wire;
 
 pub use header::{Bridged, SourceHeader};
