@@ -136,20 +136,20 @@ pub enum RunExit {
 
 /// A consumer attached to one ring. `Send` but not `Sync`: one thread steps it at a time.
 pub struct Consumer {
-    seg: Arc<Segment>,
+    pub(crate) seg: Arc<Segment>,
     entry: u32,
-    next: u64,
-    required: bool,
+    pub(crate) next: u64,
+    pub(crate) required: bool,
     durable: bool,
     batch_cap: u64,
-    max_payload: usize,
+    pub(crate) max_payload: usize,
     idler: Idler,
     wait: WaitStrategy,
     /// Since when `wait` has found nothing (for `TimeoutBlocking`).
     idle_since: Option<Instant>,
     /// Whether this process uses the asymmetric (membarrier) fence; see `fence`.
     membarrier: bool,
-    failed: bool,
+    pub(crate) failed: bool,
     scratch: [Vec<u8>; 2],
     stats: ConsumerStats,
     _not_sync: PhantomData<Cell<()>>,
@@ -588,7 +588,7 @@ impl Consumer {
         }
     }
 
-    fn commit(&mut self, next: u64, delivered: u64, skipped: u64, clamped: u64) {
+    pub(crate) fn commit(&mut self, next: u64, delivered: u64, skipped: u64, clamped: u64) {
         self.next = next;
         // Release: SYNC POINT with the Acquire load of `next` in the producers' gate scan;
         // this consumer's reads of every slot below `next` happen-before their reuse.

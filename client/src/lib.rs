@@ -40,6 +40,7 @@ mod futex;
 mod gating;
 mod health;
 mod info;
+mod lease;
 mod lifecycle;
 #[doc(hidden)]
 pub mod line;
@@ -47,6 +48,7 @@ pub mod names;
 mod park;
 pub mod process;
 mod producer;
+mod recall;
 mod repair;
 mod ring;
 mod segment;
@@ -63,9 +65,11 @@ pub use health::{
     HealthState, HealthThresholds, HealthWatch, RingHealth,
 };
 pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
+pub use lease::LeaseError;
 pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
 pub use park::PARK_NET;
 pub use producer::{Claim, Producer, ProducerStats};
+pub use recall::Recall;
 pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;

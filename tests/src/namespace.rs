@@ -24,7 +24,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 pub struct Namespace {
     name: String,
     dir: PathBuf,
-    _serial: MutexGuard<'static, ()>,
+    /// The per-binary test lock; `None` for a [`Namespace::sibling`], which lives inside
+    /// the test that holds it.
+    _serial: Option<MutexGuard<'static, ()>>,
 }
 
 impl Namespace {
@@ -50,7 +52,30 @@ impl Namespace {
         Self {
             name,
             dir,
-            _serial: serial,
+            _serial: Some(serial),
+        }
+    }
+
+    /// A second namespace for the same test (`<name>-<tag>`), for tests that connect two
+    /// namespaces (a bridge between "hosts"). It does not take the test lock again (this
+    /// namespace holds it); declare it after this one, so that it is removed first.
+    pub fn sibling(&self, tag: &str) -> Self {
+        let tag: String = tag
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(16)
+            .collect();
+        let name = format!("{}-{tag}", self.name);
+        let dir = namespace_dir(&name).expect("test namespace names are valid");
+        assert!(
+            !dir.exists(),
+            "{} already exists: a namespace must be fresh",
+            dir.display()
+        );
+        Self {
+            name,
+            dir,
+            _serial: None,
         }
     }
 

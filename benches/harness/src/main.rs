@@ -2,7 +2,7 @@
 //! user would pick instead, measured in one run so that every claim is a ratio.
 //!
 //! ```text
-//! ipc-bench <floor|latency|publish-cost|throughput|wakeset|peers|all> [--quick]
+//! ipc-bench <floor|latency|publish-cost|throughput|wakeset|peers|bridge|all> [--quick]
 //!           [--json FILE] [--svg FILE] [--pin]
 //! ```
 //!
@@ -13,6 +13,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+mod bridge;
+#[cfg(feature = "bridge")]
+mod bridge_roles;
 mod floor;
 mod latency;
 mod peers;
@@ -37,24 +40,25 @@ use shmring_peers::kit::{self, Args, ROLE_ARG};
 use crate::run::Ctx;
 
 /// Suites, in the order `all` runs them.
-const SUITES: [&str; 6] = [
+const SUITES: [&str; 7] = [
     floor::SUITE,
     latency::SUITE,
     publish_cost::SUITE,
     throughput::SUITE,
     wakeset::SUITE,
     peers::SUITE,
+    bridge::SUITE,
 ];
 
 #[derive(Parser, Debug)]
 #[command(
     name = "ipc-bench",
     about = "shmring across processes, beside the floor and its peers, as ratios",
-    after_help = "Suites: floor, latency, publish-cost, throughput, wakeset, peers, all. \
+    after_help = "Suites: floor, latency, publish-cost, throughput, wakeset, peers, bridge, all. \
                   The floor is always measured (every ratio divides by it)."
 )]
 struct Cli {
-    /// Suite to run: floor, latency, publish-cost, throughput, wakeset, peers, or all.
+    /// Suite to run: floor, latency, publish-cost, throughput, wakeset, peers, bridge, or all.
     suite: String,
     /// Small sizes: every suite in well under a minute (the CI smoke test).
     #[arg(long)]
@@ -100,6 +104,7 @@ fn role_main(argv: &[String]) -> i32 {
         }
     };
     let result = roles::run_role(role, &args)
+        .or_else(|| bridge_role(role, &args))
         .or_else(|| shmring_peers::run_role(role, &args))
         .unwrap_or_else(|| Err(anyhow::anyhow!("unknown role")));
     match result {
@@ -109,6 +114,16 @@ fn role_main(argv: &[String]) -> i32 {
             1
         }
     }
+}
+
+#[cfg(feature = "bridge")]
+fn bridge_role(role: &str, args: &Args) -> Option<Result<()>> {
+    bridge_roles::run_role(role, args)
+}
+
+#[cfg(not(feature = "bridge"))]
+fn bridge_role(_role: &str, _args: &Args) -> Option<Result<()>> {
+    None
 }
 
 fn read(path: &str) -> String {
@@ -176,6 +191,7 @@ fn bench(cli: &Cli) -> Result<i32> {
             publish_cost::SUITE => publish_cost::rows(),
             throughput::SUITE => throughput::rows(),
             wakeset::SUITE => wakeset::rows(),
+            bridge::SUITE => bridge::rows(),
             _ => peers::rows(),
         };
     }
@@ -194,6 +210,7 @@ fn bench(cli: &Cli) -> Result<i32> {
             publish_cost::SUITE => publish_cost::run(&mut ctx)?,
             throughput::SUITE => throughput::run(&mut ctx)?,
             wakeset::SUITE => wakeset::run(&mut ctx)?,
+            bridge::SUITE => bridge::run(&mut ctx)?,
             _ => peers::run(&mut ctx)?,
         }
         let t = row::print_suite(&ctx.rows, s);
@@ -210,6 +227,7 @@ fn bench(cli: &Cli) -> Result<i32> {
     meta["pinned"] = serde_json::json!(cli.pin);
     meta["command"] = serde_json::json!(command.join(" "));
     meta["peers_built"] = serde_json::json!(shmring_peers::built_peers());
+    meta["bridge_built"] = serde_json::json!(cfg!(feature = "bridge"));
     ctx.bar.finish_and_clear();
     if !targets.is_empty() || !goals.is_empty() {
         println!("\n### targets (issue 5) and goals (DESIGN.md), as ratios measured in this run\n");

@@ -244,6 +244,7 @@ pub fn table(rows: &[&Row]) -> String {
             "dropped",
             "consumer CPU",
             "producer CPU",
+            "vs floor",
         ],
         Kind::Idle => &[
             "row",
@@ -308,6 +309,10 @@ pub fn table(rows: &[&Row]) -> String {
                 r.dropped.map_or(String::new(), |v| v.to_string()),
                 pct(r.consumer_cpu),
                 pct(r.producer_cpu),
+                match (&r.floor, r.extra.get("x_floor_rate")) {
+                    (Some(f), Some(x)) => format!("{x:.2}x {f}"),
+                    _ => String::new(),
+                },
             ],
             Kind::Idle => vec![
                 r.name.clone(),

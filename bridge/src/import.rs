@@ -1,0 +1,369 @@
+//! The importer: subscribes to a bridge key and publishes into a local ring in source order.
+//!
+//! Every event it publishes carries a 32-byte header with the source ring's identity, run
+//! and sequence (see `header`). That header is also the importer's durable record: at start
+//! it reads its ring back (`Ring::recall`, newest first, over the ring's window) and takes,
+//! per source, the newest sequence found as what it already has. The record and the event
+//! are one store, so no crash can separate them: a crash after publishing leaves the event
+//! (and so the record), a crash before leaves neither. A slot a dead predecessor claimed but
+//! never filled is first repaired into a tombstone, as the broker would.
+//!
+//! This is exact as long as the importer's newest event is still in the ring's window when
+//! it restarts, which always holds when the importer is the ring's only producer. With
+//! several producers in one ring, more than a ring's worth of other events published while
+//! the importer was down pushes its record out; it then starts from the exporter's confirmed
+//! position and may publish events a second time (see docs/SCALE_OUT.md).
+//!
+//! What to publish, what to count as a duplicate or a gap, and when to ask for a resend is
+//! decided per source by `track` (see there).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use shmring::{process, Producer, PublishError, Recall, Ring};
+use tracing::{info, warn};
+use zenoh::handlers::FifoChannel;
+use zenoh::qos::CongestionControl;
+use zenoh::Wait;
+
+use crate::export::print_stats;
+use crate::header::{Bridged, SourceHeader, HEADER_LEN};
+use crate::link::{Keys, LinkArgs};
+use crate::track::Sources;
+use crate::wire::{Ack, Batch, Mode};
+
+/// `shmring-bridge import`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ImportArgs {
+    /// Zenoh key expression of the bridge (concrete, no wildcards).
+    #[arg(long)]
+    pub key: String,
+    /// The local ring to publish into (it must exist; its slots must hold the source's
+    /// payloads plus the 32-byte bridge header).
+    #[arg(long)]
+    pub ring: String,
+    /// Namespace of the local ring (default: $SHMRING_NAMESPACE, else "default").
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Acknowledge every known source this often, and count the link down after five
+    /// periods without a message (ms).
+    #[arg(long, default_value_t = 100)]
+    pub heartbeat_ms: u64,
+    /// Ask again for the same missing position at most this often (ms).
+    #[arg(long, default_value_t = 200)]
+    pub resend_ms: u64,
+    /// Print the counters as one JSON line this often (ms; 0: only at exit).
+    #[arg(long, default_value_t = 1000)]
+    pub stats_ms: u64,
+    /// Zenoh session.
+    #[command(flatten)]
+    pub link: LinkArgs,
+}
+
+/// The importer's counters, printed as one JSON line (`"role":"import"`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ImportStats {
+    /// Always "import".
+    pub role: &'static str,
+    /// Events received (duplicates included).
+    pub events_received: u64,
+    /// Batches received (heartbeats excluded).
+    pub batches_received: u64,
+    /// Heartbeats received.
+    pub heartbeats: u64,
+    /// Events published into the local ring.
+    pub published: u64,
+    /// Events received that the ring already had.
+    pub duplicates: u64,
+    /// Batches dropped because an earlier part was missing (reliable mode).
+    pub out_of_order: u64,
+    /// Resends asked for.
+    pub resends: u64,
+    /// Sequences known lost (DROP mode: transport drops and the exporter's lapping).
+    pub dropped: u64,
+    /// What the exporter reports it lost itself (DROP mode; included in `dropped`).
+    pub dropped_at_exporter: u64,
+    /// Acks sent.
+    pub acks: u64,
+    /// Messages that did not parse.
+    pub malformed: u64,
+    /// Next sequence expected of the (last active) source: everything below is in the ring.
+    pub expected: u64,
+    /// Sources known (from the ring's record or the link).
+    pub sources: u64,
+    /// Claims of dead predecessors repaired at start.
+    pub repaired: u64,
+    /// "up" while the exporter's messages arrive, else "down".
+    pub link: &'static str,
+}
+
+/// Run the importer until `stop` is set. Returns the final counters.
+pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(shmring::names::default_namespace);
+    let keys = Keys::new(&args.key)?;
+    let ring = Ring::open(&namespace, &args.ring).with_context(|| {
+        format!(
+            "opening the importer's ring {:?} in {namespace:?}",
+            args.ring
+        )
+    })?;
+    let repaired = repair_dead_claims(&ring);
+    let producer = ring
+        .producer()
+        .with_context(|| format!("attaching a producer to {:?}", args.ring))?;
+    let recalled = recall_sources(&ring);
+    for (s, e) in &recalled {
+        info!(
+            source = format_args!("{s:016x}"),
+            expected = e,
+            "resuming from the ring's record"
+        );
+    }
+    let session = args.link.open()?;
+    let subscriber = session
+        .declare_subscriber(keys.data.clone())
+        .with(FifoChannel::new(1024))
+        .wait()
+        .map_err(|e| anyhow!("declaring the subscriber on {}: {e}", keys.data))?;
+    let ack_pub = session
+        .declare_publisher(keys.ack.clone())
+        .congestion_control(CongestionControl::Block)
+        .wait()
+        .map_err(|e| anyhow!("declaring the publisher on {}: {e}", keys.ack))?;
+    let mut im = Importer {
+        args,
+        ring_name: &args.ring,
+        producer,
+        scratch: Vec::new(),
+        sources: Sources::new(recalled, Duration::from_millis(args.resend_ms)),
+        ack_pub: &ack_pub,
+        stats: ImportStats {
+            role: "import",
+            repaired,
+            link: "down",
+            ..ImportStats::default()
+        },
+        last_msg: None,
+        was_up: false,
+    };
+    let result = im.run_loop(&subscriber, stop);
+    let stats = im.snapshot();
+    print_stats(&stats);
+    drop(subscriber);
+    let _ = session.close().wait();
+    result.map(|()| stats)
+}
+
+/// Tombstone claims that dead producers left unpublished, so that the ring's record is
+/// complete (and its consumers are not held at a hole) before it is read back.
+fn repair_dead_claims(ring: &Ring) -> u64 {
+    let mut repaired = 0;
+    for p in ring.info().producers {
+        if (p.in_flight.is_some() || p.claiming) && !process::is_alive(p.pid, p.start_time) {
+            let r = ring.repair_dead_producer(p.index, p.pid, p.start_time);
+            if r.waiting > 0 {
+                warn!(
+                    pid = p.pid,
+                    waiting = r.waiting,
+                    "a dead producer's claim waits for a slow consumer; the broker will finish it"
+                );
+            }
+            repaired += r.tombstoned;
+        }
+    }
+    repaired
+}
+
+/// Read the ring back, newest first, for the newest sequence of every source in it.
+fn recall_sources(ring: &Ring) -> Vec<(u64, u64)> {
+    let mut found: Vec<(u64, u64)> = Vec::new();
+    let head = ring.head();
+    let mut buf = Vec::new();
+    for seq in (head.saturating_sub(ring.capacity())..head).rev() {
+        match ring.recall(seq, &mut buf) {
+            Recall::Event => {}
+            Recall::Gone => break,
+            _ => continue,
+        }
+        if let Some(b) = Bridged::parse(&buf) {
+            if !found.iter().any(|(s, _)| *s == b.header.source) {
+                found.push((b.header.source, b.header.seq + 1));
+            }
+        }
+    }
+    found
+}
+
+struct Importer<'a> {
+    args: &'a ImportArgs,
+    ring_name: &'a str,
+    producer: Producer,
+    scratch: Vec<u8>,
+    sources: Sources,
+    ack_pub: &'a zenoh::pubsub::Publisher<'static>,
+    stats: ImportStats,
+    last_msg: Option<Instant>,
+    was_up: bool,
+}
+
+impl Importer<'_> {
+    fn run_loop(
+        &mut self,
+        sub: &zenoh::pubsub::Subscriber<zenoh::handlers::FifoChannelHandler<zenoh::sample::Sample>>,
+        stop: &AtomicBool,
+    ) -> Result<()> {
+        let heartbeat = Duration::from_millis(self.args.heartbeat_ms.max(1));
+        let mut last_ack = Instant::now();
+        let mut last_stats = Instant::now();
+        // Relaxed: a flag; the signal handler's store needs no other memory.
+        while !stop.load(Ordering::Relaxed) {
+            match sub.recv_timeout(heartbeat) {
+                Ok(Some(sample)) => {
+                    self.last_msg = Some(Instant::now());
+                    let bytes = sample.payload().to_bytes();
+                    self.on_message(&bytes)?;
+                }
+                Ok(None) => {}
+                Err(e) => bail!("the zenoh subscriber closed: {e}"),
+            }
+            if last_ack.elapsed() >= heartbeat {
+                last_ack = Instant::now();
+                let all: Vec<(u64, u64)> = self.sources.positions().collect();
+                for (source, next) in all {
+                    self.ack(source, next, false)?;
+                }
+                self.link_check(heartbeat);
+            }
+            let every = self.args.stats_ms;
+            if every > 0 && last_stats.elapsed() >= Duration::from_millis(every) {
+                last_stats = Instant::now();
+                let s = self.snapshot();
+                info!(
+                    published = s.published,
+                    duplicates = s.duplicates,
+                    dropped = s.dropped,
+                    "importer counters"
+                );
+                print_stats(&s);
+            }
+        }
+        Ok(())
+    }
+
+    fn link_check(&mut self, heartbeat: Duration) {
+        let up = self.last_msg.is_some_and(|t| t.elapsed() <= heartbeat * 5);
+        if up != self.was_up {
+            self.was_up = up;
+            if up {
+                info!("link up: the exporter's messages arrive");
+            } else {
+                warn!("link down: nothing from the exporter");
+            }
+        }
+    }
+
+    fn ack(&mut self, source: u64, next: u64, resend: bool) -> Result<()> {
+        self.ack_pub
+            .put(
+                Ack {
+                    source,
+                    next,
+                    resend,
+                }
+                .encode()
+                .to_vec(),
+            )
+            .wait()
+            .map_err(|e| anyhow!("publishing an ack: {e}"))?;
+        self.stats.acks += 1;
+        self.stats.resends += u64::from(resend);
+        Ok(())
+    }
+
+    fn on_message(&mut self, msg: &[u8]) -> Result<()> {
+        let batch = match Batch::parse(msg) {
+            Ok(b) => b,
+            Err(e) => {
+                self.stats.malformed += 1;
+                warn!(error = %e, "malformed batch ignored");
+                return Ok(());
+            }
+        };
+        let h = batch.header;
+        if batch.is_heartbeat() {
+            self.stats.heartbeats += 1;
+        } else {
+            self.stats.batches_received += 1;
+            self.stats.events_received += u64::from(batch.count());
+        }
+        if h.mode == Mode::Drop {
+            self.stats.dropped_at_exporter = h.dropped;
+        }
+        let plan = self
+            .sources
+            .plan(&h, batch.events().map(|e| e.seq), Instant::now());
+        if plan.new_source {
+            info!(source = format_args!("{:016x}", h.source), "new source");
+        }
+        self.stats.duplicates += plan.duplicates;
+        self.stats.dropped += plan.dropped;
+        if let Some(from) = plan.resend {
+            if !batch.is_heartbeat() {
+                self.stats.out_of_order += 1;
+            }
+            self.ack(h.source, from, true)?;
+        }
+        if let Some(from) = plan.keep_from {
+            for ev in batch.events().filter(|e| e.seq >= from) {
+                let header = SourceHeader {
+                    source: h.source,
+                    run: h.run,
+                    seq: ev.seq,
+                };
+                self.publish(header, ev.payload)?;
+            }
+        }
+        if let Some(next) = plan.ack {
+            self.stats.expected = next;
+            self.ack(h.source, next, false)?;
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, header: SourceHeader, payload: &[u8]) -> Result<()> {
+        let len = HEADER_LEN + payload.len();
+        let max = self.producer.max_payload();
+        if len > max {
+            bail!(
+                "an event of {} bytes plus the {HEADER_LEN}-byte bridge header does not fit ring {:?}'s {max}-byte slots: create it with a slot size of at least {} bytes",
+                payload.len(),
+                self.ring_name,
+                len + 16
+            );
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(&header.encode());
+        self.scratch.extend_from_slice(payload);
+        match self.producer.publish(&self.scratch) {
+            Ok(_) => {
+                self.stats.published += 1;
+                Ok(())
+            }
+            Err(PublishError::Closed) => {
+                bail!("ring {:?} is stopped: cannot publish", self.ring_name)
+            }
+            Err(e) => Err(e).context("publishing into the importer's ring"),
+        }
+    }
+
+    fn snapshot(&self) -> ImportStats {
+        let mut s = self.stats.clone();
+        s.sources = self.sources.len() as u64;
+        s.link = if self.was_up { "up" } else { "down" };
+        s
+    }
+}

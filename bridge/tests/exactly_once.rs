@@ -1,0 +1,178 @@
+//! Reliable mode across crashes: a producer in namespace A, a consumer in namespace B, an
+//! exporter and an importer between them over Zenoh on loopback. Both bridge processes are
+//! SIGKILLed and restarted several times mid-stream; every event must land in B exactly
+//! once, in order, with its source sequence readable from the bridge header. The producer
+//! also leaves a tombstone (a claim dropped unfilled) now and then: the bridge carries the
+//! events around it and nothing for it.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use shmring::{ConsumerOptions, Ring, RingConfig};
+use shmring_bridge::Bridged;
+use shmring_tests::{eventually, Namespace};
+
+use common::{check, exporter, importer, payload};
+
+const N: u64 = 30_000;
+const KILLS: u64 = 6;
+/// Every this many events, one claim is dropped unfilled.
+const TOMBSTONE_EVERY: u64 = 997;
+
+#[test]
+fn every_event_lands_once_in_order_across_bridge_crashes() {
+    let ns_a = Namespace::new("bridge_exactly_once");
+    let ns_b = ns_a.sibling("b");
+    let src = Ring::create(
+        ns_a.name(),
+        "src",
+        &RingConfig {
+            capacity: 1024,
+            ..RingConfig::default()
+        },
+    )
+    .expect("create the source ring");
+    let dst = Ring::create(
+        ns_b.name(),
+        "dst",
+        &RingConfig {
+            capacity: 1024,
+            ..RingConfig::default()
+        },
+    )
+    .expect("create the destination ring");
+    let key = format!("shmring/test/{}", ns_a.name());
+    let port = common::free_port();
+
+    // The consumer on B: every event must be the next source sequence, carrying its payload.
+    let seen = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let violation: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let mut consumer = dst
+        .consumer(ConsumerOptions::anonymous())
+        .expect("attach the consumer on B");
+    let consumer_thread = {
+        let (seen, stop, violation) = (seen.clone(), stop.clone(), violation.clone());
+        std::thread::spawn(move || {
+            let mut next = 0u64;
+            let mut last_seq: Option<u64> = None;
+            let bad: std::cell::RefCell<Option<String>> = std::cell::RefCell::new(None);
+            let _ = consumer.run(
+                |ev| {
+                    // The payload index counts events; the source sequence also counts
+                    // the tombstones, so it only has to increase.
+                    let ok = Bridged::parse(ev.bytes()).is_some_and(|b| {
+                        let fresh = last_seq.is_none_or(|l| b.header.seq > l);
+                        last_seq = Some(b.header.seq);
+                        fresh && check(b.payload) == Some(next)
+                    });
+                    if !ok && bad.borrow().is_none() {
+                        *bad.borrow_mut() = Some(format!(
+                            "event {} of B: expected payload {next} after source sequence {last_seq:?}, got {:?}",
+                            ev.sequence(),
+                            Bridged::parse(ev.bytes()).map(|b| (b.header.seq, check(b.payload)))
+                        ));
+                    }
+                    next += 1;
+                    seen.store(next, Ordering::Relaxed);
+                },
+                || stop.load(Ordering::Relaxed) || bad.borrow().is_some(),
+            );
+            if let Some(b) = bad.into_inner() {
+                *violation.lock().unwrap_or_else(|e| e.into_inner()) = Some(b);
+            }
+            consumer.stats()
+        })
+    };
+
+    let mut ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    // Publishing starts once the exporter's durable consumer gates the ring (a fresh one
+    // starts at the head: what was published before it attached is not its to carry).
+    let name = shmring_bridge::export::default_consumer_name(&key);
+    common::await_attached(&mut ex, &src, &name);
+
+    let producer_thread = {
+        let src = Ring::open(ns_a.name(), "src").expect("open the source ring");
+        std::thread::spawn(move || {
+            let mut p = src.producer().expect("attach the producer on A");
+            for i in 0..N {
+                if i % TOMBSTONE_EVERY == TOMBSTONE_EVERY - 1 {
+                    match p.claim() {
+                        Ok(claim) => drop(claim),
+                        Err(_) => return i,
+                    }
+                }
+                if p.publish(&payload(i)).is_err() {
+                    return i;
+                }
+            }
+            N
+        })
+    };
+
+    let bad = || violation.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let progressed = |at: u64| seen.load(Ordering::Relaxed) >= at || consumer_thread.is_finished();
+    // Every incarnation's stderr, for the failure message.
+    let mut logs: Vec<String> = Vec::new();
+    let kill = |c: &mut shmring_tests::Child, logs: &mut Vec<String>| {
+        c.kill();
+        let err = c.stderr();
+        logs.push(format!("--- {} (pid {}) ---\n{err}", c.label(), c.pid()));
+    };
+    for k in 0..KILLS {
+        let target = (k + 1) * N / (KILLS + 2);
+        eventually(&format!("B to receive {target} events"), || {
+            progressed(target)
+        });
+        match k % 3 {
+            0 => {
+                kill(&mut ex, &mut logs);
+                ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+            }
+            1 => {
+                kill(&mut im, &mut logs);
+                im = importer("importer", ns_b.name(), "dst", &key, port);
+            }
+            _ => {
+                kill(&mut ex, &mut logs);
+                kill(&mut im, &mut logs);
+                im = importer("importer", ns_b.name(), "dst", &key, port);
+                ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+            }
+        }
+    }
+    eventually("B to receive every event", || progressed(N));
+    if let Some(b) = bad() {
+        kill(&mut ex, &mut logs);
+        kill(&mut im, &mut logs);
+        panic!("{b}\n{}", logs.join("\n"));
+    }
+    assert_eq!(producer_thread.join().expect("producer thread"), N);
+
+    // The exporter commits what the importer confirmed: all of it, in the end.
+    eventually("the exporter to commit everything", || {
+        src.info()
+            .consumers
+            .iter()
+            .any(|c| c.name == name && c.next == N + N / TOMBSTONE_EVERY)
+    });
+    let info = src.info();
+    let exp = info
+        .consumers
+        .iter()
+        .find(|c| c.name == name)
+        .expect("the exporter's consumer is in the source ring's table");
+    assert!(exp.durable && exp.required, "{exp:?}");
+
+    stop.store(true, Ordering::Relaxed);
+    let stats = consumer_thread.join().expect("consumer thread");
+    assert_eq!(bad(), None);
+    assert_eq!(seen.load(Ordering::Relaxed), N);
+    assert_eq!(stats.delivered, N, "{stats:?}");
+    // Nothing else in B: only tombstones of claims a killed importer left unfilled.
+    assert_eq!(dst.head(), N + stats.skipped, "{stats:?}");
+    drop((ex, im));
+}

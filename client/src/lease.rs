@@ -1,0 +1,366 @@
+//! Reading ahead of the committed position, and committing only what was confirmed.
+//!
+//! `poll_once` reads a batch and commits it in one step, which suits a consumer whose work
+//! is done when its handler returns. A consumer that forwards events somewhere else (a
+//! network bridge, a replicating store) is done only when the other side confirms, and must
+//! be able to read the same events again if the confirmation never comes. For that:
+//!
+//! - [`Consumer::read_ahead`] delivers the published run from any sequence between the
+//!   committed position and the head, without committing anything;
+//! - [`Consumer::commit_to`] moves the committed position forward to a sequence the
+//!   caller chose (the confirmed one), counting what it passes.
+//!
+//! Only a **required** consumer may read ahead: its committed position gates the producers,
+//! so every slot from that position to the head keeps its event until the position moves,
+//! and the events are handed out in place, zero-copy, as `poll_once` does. The ring itself
+//! is then the replay buffer: a durable consumer that crashes after reading ahead resumes at
+//! its committed position and reads the unconfirmed events again. The producers feel a slow
+//! confirmation as back-pressure, exactly as they feel a slow local consumer.
+//!
+//! ```
+//! use shmring::{ConsumerOptions, Ring, RingConfig};
+//! # let ns = format!("doc-lease-{}", std::process::id());
+//! let ring = Ring::create(&ns, "orders", &RingConfig { capacity: 64, ..RingConfig::default() })?;
+//! let mut fwd = ring.consumer(ConsumerOptions::durable("forwarder"))?;
+//! let mut producer = ring.producer()?;
+//! producer.publish_batch(&[b"a".as_slice(), b"b", b"c"])?;
+//!
+//! let mut sent = Vec::new();
+//! let end = fwd.read_ahead(fwd.next_sequence(), 16, |ev| sent.push(ev.sequence()))?;
+//! assert_eq!((sent, end), (vec![0, 1, 2], 3));
+//! assert_eq!(fwd.next_sequence(), 0, "nothing is committed by reading ahead");
+//!
+//! fwd.commit_to(2)?; // the other side confirmed 0 and 1
+//! assert_eq!(fwd.next_sequence(), 2);
+//! # drop((fwd, producer));
+//! # Ring::remove(&ns, "orders")?;
+//! # std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use shmring_layout::SLOT_FLAG_TOMBSTONE;
+
+use crate::park::{self, PARK_NET};
+use crate::{Consumer, Event, Ring};
+
+/// `Consumer::read_ahead` and `Consumer::commit_to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    /// The consumer is optional: it does not hold the producers off unread slots, so it
+    /// cannot read ahead of its position safely. Attach it required.
+    #[error("an optional consumer cannot read ahead of its position: attach it required")]
+    NotRequired,
+    /// The requested sequence is below the committed position: those slots may already
+    /// hold newer events.
+    #[error("sequence {seq} is below the committed position {next}: it cannot be read again")]
+    BeforePosition {
+        /// The requested sequence.
+        seq: u64,
+        /// The committed position.
+        next: u64,
+    },
+    /// `commit_to` a sequence that was not published yet (or not contiguously).
+    #[error("cannot commit to {seq}: sequence {unpublished} is not published")]
+    NotPublished {
+        /// The requested position.
+        seq: u64,
+        /// The first unpublished sequence below it.
+        unpublished: u64,
+    },
+    /// An earlier handler failure made this consumer FAILED.
+    #[error("consumer is FAILED after a handler panic; re-attach to resume")]
+    Failed,
+}
+
+impl Consumer {
+    /// Deliver the contiguous published run starting at `from` (at most `max` sequences,
+    /// tombstones included and skipped), without committing. Returns the sequence after the
+    /// last one examined: pass it as the next `from` to continue, or to `commit_to` once it
+    /// is confirmed. The last event delivered carries the end-of-batch edge.
+    ///
+    /// `from` may be anywhere from the committed position (`next_sequence`) up to the head;
+    /// the same sequence can be read any number of times until it is committed. A handler
+    /// that panics unwinds out of this call with nothing committed.
+    pub fn read_ahead<F>(
+        &mut self,
+        from: u64,
+        max: usize,
+        mut handler: F,
+    ) -> Result<u64, LeaseError>
+    where
+        F: FnMut(Event<'_>),
+    {
+        if self.failed {
+            return Err(LeaseError::Failed);
+        }
+        if !self.required {
+            return Err(LeaseError::NotRequired);
+        }
+        if from < self.next {
+            return Err(LeaseError::BeforePosition {
+                seq: from,
+                next: self.next,
+            });
+        }
+        // Never beyond one ring's worth from the committed position: a slot further ahead
+        // is not protected by this consumer's gate.
+        let limit =
+            (max as u64).min((self.next + self.seg.geometry().capacity).saturating_sub(from));
+        let mut n = 0u64;
+        while n < limit {
+            let seq = from + n;
+            // Acquire: SYNC POINT with the producer's Release stamp store, as in `poll_once`;
+            // the payload, len and flags of every slot in the run are visible after this.
+            if self.seg.slot(seq).header.stamp.load(Ordering::Acquire) != seq {
+                break;
+            }
+            n += 1;
+        }
+        let end = from + n;
+        let last_event = (from..end).rev().find(|&s| {
+            // Relaxed: ordered by the Acquire stamp load above.
+            self.seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0
+        });
+        for seq in from..end {
+            let slot = self.seg.slot(seq);
+            // Relaxed: ordered by the Acquire stamp load above.
+            if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+                continue;
+            }
+            let len = (slot.header.len.load(Ordering::Relaxed) as usize).min(self.max_payload);
+            // SAFETY: the stamp equalled `seq` (Acquire) and `seq` lies within one capacity of
+            // this required consumer's committed position, which does not move during this
+            // call, so producers cannot reach this slot again until after the handler returns.
+            let bytes = unsafe { slot.payload(len) };
+            handler(Event {
+                seq,
+                bytes,
+                end_of_batch: Some(seq) == last_event,
+            });
+        }
+        Ok(end)
+    }
+
+    /// Commit the position forward to `seq`: every sequence below it is consumed and its
+    /// slot may be reused. Counts the events and tombstones passed in this consumer's
+    /// counters, as `poll_once` does. A `seq` at or below the committed position is a no-op
+    /// (confirmations may arrive late or twice); one beyond a sequence not yet published is
+    /// refused and nothing moves.
+    pub fn commit_to(&mut self, seq: u64) -> Result<(), LeaseError> {
+        if self.failed {
+            return Err(LeaseError::Failed);
+        }
+        if seq <= self.next {
+            return Ok(());
+        }
+        let head = self.seg.line().claimed();
+        let (mut delivered, mut skipped) = (0u64, 0u64);
+        for s in self.next..seq {
+            let slot = self.seg.slot(s);
+            // Acquire: pairs with the producer's Release stamp store, so the flags read next
+            // belong to this sequence's event. A stamp other than `s` (below the head or not)
+            // means the run is not published up to `seq`.
+            if s >= head || slot.header.stamp.load(Ordering::Acquire) != s {
+                return Err(LeaseError::NotPublished {
+                    seq,
+                    unpublished: s,
+                });
+            }
+            // Relaxed: ordered by the Acquire stamp load.
+            if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+                skipped += 1;
+            } else {
+                delivered += 1;
+            }
+        }
+        self.commit(seq, delivered, skipped, 0);
+        Ok(())
+    }
+}
+
+impl Ring {
+    /// Whether sequence `seq` is published (its slot's stamp says so; a tombstone counts).
+    pub fn is_published_at(&self, seq: u64) -> bool {
+        self.is_published(seq)
+    }
+
+    /// Park on the ring's consumer wake line until sequence `seq` is published or `timeout`
+    /// passes (at most the 50 ms net per call). Returns whether `seq` is published.
+    ///
+    /// For a reader that holds its consumer elsewhere (behind a lock shared with the thread
+    /// that commits confirmations): it waits on the ring without holding the consumer. The
+    /// park is the consumers' protocol (see `park`), so a producer's publish wakes it.
+    pub fn wait_published(&self, seq: u64, timeout: Duration) -> bool {
+        if self.is_published_at(seq) {
+            return true;
+        }
+        park::park(
+            &self.seg.lines().consumer_wake.value,
+            timeout.min(PARK_NET),
+            || self.is_published_at(seq) || self.seg.line().is_closed(),
+        );
+        self.is_published_at(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{ConsumerOptions, Ring, RingConfig};
+
+    use super::LeaseError;
+
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            if let Ok(dir) = crate::names::namespace_dir(&self.0) {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+    fn ns(test: &str) -> Ns {
+        Ns(format!("lease-{}-{test}", std::process::id()))
+    }
+
+    fn ring(ns: &Ns, capacity: u64) -> Ring {
+        Ring::create(
+            &ns.0,
+            "r",
+            &RingConfig {
+                capacity,
+                ..RingConfig::default()
+            },
+        )
+        .expect("create ring")
+    }
+
+    #[test]
+    fn read_ahead_repeats_until_committed() {
+        let ns = ns("repeat");
+        let ring = ring(&ns, 16);
+        let mut c = ring
+            .consumer(ConsumerOptions::durable("fwd"))
+            .expect("attach");
+        let mut p = ring.producer().expect("producer");
+        for i in 0u8..5 {
+            p.publish(&[i]).expect("publish");
+        }
+        let read = |c: &mut crate::Consumer, from, max| {
+            let mut got = Vec::new();
+            let end = c
+                .read_ahead(from, max, |ev| {
+                    got.push((ev.sequence(), ev.bytes()[0], ev.is_end_of_batch()))
+                })
+                .expect("read ahead");
+            (got, end)
+        };
+        let (got, end) = read(&mut c, 0, 3);
+        assert_eq!(got, vec![(0, 0, false), (1, 1, false), (2, 2, true)]);
+        assert_eq!(end, 3);
+        let (got, end) = read(&mut c, 3, 10);
+        assert_eq!(got, vec![(3, 3, false), (4, 4, true)]);
+        assert_eq!(end, 5);
+        // Unconfirmed: the same events again.
+        let (again, _) = read(&mut c, 0, 10);
+        assert_eq!(again.len(), 5);
+        c.commit_to(2).expect("commit");
+        assert_eq!(c.next_sequence(), 2);
+        assert_eq!(c.stats().delivered, 2);
+        assert_eq!(
+            c.read_ahead(1, 1, |_| {}),
+            Err(LeaseError::BeforePosition { seq: 1, next: 2 })
+        );
+        // Late or repeated confirmations are no-ops.
+        c.commit_to(1).expect("late commit");
+        assert_eq!(c.next_sequence(), 2);
+        assert_eq!(
+            c.commit_to(6),
+            Err(LeaseError::NotPublished {
+                seq: 6,
+                unpublished: 5
+            })
+        );
+        assert_eq!(c.next_sequence(), 2);
+        c.commit_to(5).expect("commit all");
+        assert_eq!(c.stats().delivered, 5);
+    }
+
+    #[test]
+    fn the_position_gates_producers_while_reading_ahead() {
+        let ns = ns("gate");
+        let ring = ring(&ns, 8);
+        let mut c = ring
+            .consumer(ConsumerOptions::durable("fwd"))
+            .expect("attach");
+        let mut p = ring.producer().expect("producer");
+        for i in 0u8..8 {
+            p.publish(&[i]).expect("publish");
+        }
+        assert_eq!(c.read_ahead(0, 100, |_| {}), Ok(8));
+        // Read but not committed: the ring is full for the producer.
+        assert!(p.try_publish(&[8]).is_err());
+        c.commit_to(3).expect("commit");
+        for i in 8u8..11 {
+            p.try_publish(&[i]).expect("room after the commit");
+        }
+        let mut got = Vec::new();
+        let end = c
+            .read_ahead(8, 100, |ev| got.push(ev.bytes()[0]))
+            .expect("read");
+        assert_eq!((got, end), (vec![8, 9, 10], 11));
+    }
+
+    #[test]
+    fn a_durable_consumer_reads_unconfirmed_events_again_after_reattach() {
+        let ns = ns("replay");
+        let ring = ring(&ns, 16);
+        let mut p = ring.producer().expect("producer");
+        {
+            let mut c = ring
+                .consumer(ConsumerOptions::durable("fwd"))
+                .expect("attach");
+            for i in 0u8..4 {
+                p.publish(&[i]).expect("publish");
+            }
+            assert_eq!(c.read_ahead(0, 100, |_| {}), Ok(4));
+            c.commit_to(1).expect("commit");
+        }
+        let mut c = ring
+            .consumer(ConsumerOptions::durable("fwd"))
+            .expect("re-attach");
+        assert_eq!(c.next_sequence(), 1);
+        let mut got = Vec::new();
+        c.read_ahead(1, 100, |ev| got.push(ev.bytes()[0]))
+            .expect("read");
+        assert_eq!(got, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn wait_published_returns_when_the_sequence_lands() {
+        let ns = ns("wait");
+        let ring = ring(&ns, 8);
+        let mut p = ring.producer().expect("producer");
+        assert!(!ring.wait_published(0, std::time::Duration::from_millis(1)));
+        let t = std::thread::spawn(move || {
+            p.publish(&[1]).expect("publish");
+        });
+        // Bounded: each call parks at most 50 ms; the publish wakes it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ring.wait_published(0, std::time::Duration::from_secs(1)) {
+            assert!(std::time::Instant::now() < deadline, "publish never seen");
+        }
+        t.join().expect("producer thread");
+    }
+
+    #[test]
+    fn optional_consumers_cannot_read_ahead() {
+        let ns = ns("optional");
+        let ring = ring(&ns, 8);
+        let mut c = ring
+            .consumer(ConsumerOptions::anonymous().optional())
+            .expect("attach");
+        assert_eq!(c.read_ahead(0, 1, |_| {}), Err(LeaseError::NotRequired));
+    }
+}
