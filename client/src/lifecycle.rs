@@ -45,7 +45,7 @@ pub enum LifecycleError {
     },
     /// This process cannot stop a single-producer ring: the kernel (or a seccomp filter)
     /// refuses it `membarrier`, which the producer's publish path relies on.
-    #[error("this process cannot stop a single-producer ring: membarrier is not available to it (allow the membarrier system call, or stop the ring from the broker)")]
+    #[error("this process cannot stop a single-producer ring whose producer runs in another process: membarrier is not available to it (allow the membarrier system call, or stop the ring from the broker)")]
     NoBarrier,
     /// The ring's lifecycle word is not a known state.
     #[error("ring lifecycle word {0:#x} is corrupt: remove the ring and create it again")]
@@ -152,7 +152,17 @@ impl Env for SegEnv<'_> {
     }
 
     fn has_barrier(&self) -> bool {
+        // With membarrier, the stopper supplies the producer's barrier. Without it, only a
+        // producer in this very process is safe: a process without membarrier publishes
+        // with a full fence of its own (`fence::light(false)`).
         crate::fence::register()
+            || (0..self.seg.geometry().max_producers).all(|i| {
+                self.seg.producer(i).is_none_or(|p| {
+                    // Acquire: the pid was written before the entry went ACTIVE.
+                    p.state.load(Ordering::Acquire) == producer_state::FREE
+                        || p.pid.load(Ordering::Relaxed) == self.me
+                })
+            })
     }
 
     fn pause(&self, round: u32) -> bool {

@@ -129,9 +129,10 @@ pub trait Env {
     fn alive(&self, pid: u32) -> bool;
     /// The stopper's half of the single-producer handshake: `membarrier`.
     fn heavy_fence(&self);
-    /// Whether `heavy_fence` is a real barrier on every CPU running a producer of the ring
-    /// (membarrier works in this process). Without it a single-producer line is not closed:
-    /// the producer's half is only a compiler fence.
+    /// Whether `heavy_fence` pairs with every producer of the ring: membarrier works in this
+    /// process, or the only producer is in this process (which, lacking membarrier, fences
+    /// fully itself). Otherwise a single-producer line is not closed: another process's
+    /// producer may use only a compiler fence.
     fn has_barrier(&self) -> bool;
     /// Wait a little before looking again (round counts from 0). `false`: give up.
     fn pause(&self, round: u32) -> bool;
