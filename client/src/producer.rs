@@ -117,21 +117,27 @@ impl Producer {
             // Release: the fields above are visible to whoever reads ACTIVE (the broker).
             e.state.store(producer_state::ACTIVE, Ordering::Release);
         };
-        let mut found = None;
-        for i in 0..geo.max_producers {
-            let Some(e) = seg.producer(i) else { break };
-            // AcqRel: exclusive ownership of the entry; Acquire sees the previous owner's
-            // last writes before it freed it.
-            if e.state
+        // Take a FREE entry. AcqRel: exclusive ownership of the entry; Acquire sees the
+        // previous owner's last writes before it freed it.
+        let take_free = |e: &ProducerEntry| {
+            let won = e
+                .state
                 .compare_exchange(
                     producer_state::FREE,
                     producer_state::ATTACHING,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 )
-                .is_ok()
-            {
+                .is_ok();
+            if won {
                 take(e);
+            }
+            won
+        };
+        let mut found = None;
+        for i in 0..geo.max_producers {
+            let Some(e) = seg.producer(i) else { break };
+            if take_free(e) {
                 found = Some(i);
                 break;
             }
@@ -154,16 +160,7 @@ impl Producer {
                     if ring.repair_dead_producer(i, pid, start).waiting > 0 {
                         return Err(AttachError::PredecessorClaim { pid });
                     }
-                    if e.state
-                        .compare_exchange(
-                            producer_state::FREE,
-                            producer_state::ATTACHING,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                    {
-                        take(e);
+                    if take_free(e) {
                         found = Some(i);
                         break;
                     }
