@@ -1,8 +1,8 @@
 //! SIGHUP: read the config file again and apply what can change while running: new rings
 //! are opened or created, and every tracked ring takes its new thresholds and policies (a
 //! ring no longer in the file keeps running on the defaults, as any ring found on disk).
-//! The broker group is bound into the control socket, so a change to it is logged and
-//! waits for a restart. A file that does not parse or check leaves the running config as
+//! The broker group is bound into the control socket and `metrics_listen` into the
+//! metrics listener, so a change to either is logged and waits for a restart. A file that does not parse or check leaves the running config as
 //! it is.
 
 use std::path::Path;
@@ -30,6 +30,9 @@ pub fn reload(broker: &mut Broker, path: Option<&Path>) {
             "SIGHUP: the broker group changed; the control socket keeps the old one until a restart"
         ),
         _ => {}
+    }
+    if config.broker.metrics_listen != broker.config.broker.metrics_listen {
+        warn!("SIGHUP: metrics_listen changed; the metrics listener keeps its address until a restart");
     }
     broker.config = config;
     let names: Vec<String> = broker.rings.keys().cloned().collect();
