@@ -5,11 +5,22 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::protocol::{Reply, Request, MAX_REPLY, SOCKET_NAME};
+use crate::protocol::{Deadline, Reply, Request, MAX_REPLY, SOCKET_NAME};
 
 /// Why a request got no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// The namespace has no directory: nothing ever ran or was created in it (often a
+    /// mistyped name).
+    #[error("namespace {namespace:?} does not exist: there is no directory {}; no broker ran and no ring was created in it ({})", .dir.display(), describe_known(.known))]
+    NoNamespace {
+        /// The namespace.
+        namespace: String,
+        /// Its directory.
+        dir: PathBuf,
+        /// The namespaces that do exist under the same root.
+        known: Vec<String>,
+    },
     /// Nobody listens on the socket.
     #[error("no broker is running for namespace {namespace:?} (nothing listens on {path}): start one with `broker run --namespace {namespace}`")]
     NotRunning {
@@ -40,6 +51,14 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// No reply in time to a request that carried a deadline.
+    #[error("no reply from the broker within {}: it does not begin a request after the request's deadline ({} after sending), but one it began before then may still complete: check `broker status`", crate::human::format_duration(*.waited), crate::human::format_duration(*.deadline))]
+    NoReply {
+        /// How long the CLI waited.
+        waited: Duration,
+        /// The request's deadline, from sending.
+        deadline: Duration,
+    },
     /// The broker's answer was not a reply.
     #[error("the broker at {path} sent an unreadable reply: {message}")]
     BadReply {
@@ -50,14 +69,87 @@ pub enum ClientError {
     },
 }
 
-/// The control socket of a namespace.
-pub fn socket_path(namespace: &str) -> Result<PathBuf, shmring::OpenError> {
-    Ok(shmring::names::namespace_dir(namespace)?.join(SOCKET_NAME))
+fn describe_known(known: &[String]) -> String {
+    if known.is_empty() {
+        "no namespace exists on this machine yet: `broker run --namespace NAME` makes one"
+            .to_owned()
+    } else {
+        format!("namespaces here: {}", known.join(", "))
+    }
+}
+
+/// The namespaces that exist under the shared-memory root, sorted.
+pub fn known_namespaces() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(shmring::names::root())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let f = e.file_name().into_string().ok()?;
+            f.strip_prefix("shmring.").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The namespace's directory, or `NoNamespace` when it does not exist.
+pub fn existing_dir(namespace: &str) -> Result<PathBuf, ClientError> {
+    let dir = shmring::names::namespace_dir(namespace)?;
+    if dir.exists() {
+        Ok(dir)
+    } else {
+        Err(ClientError::NoNamespace {
+            namespace: namespace.to_owned(),
+            dir,
+            known: known_namespaces(),
+        })
+    }
+}
+
+/// How long a lifecycle request may wait in the broker before it must not begin, and how
+/// much longer the CLI waits for the reply of one that began in time.
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    /// From sending to the request's deadline.
+    pub start_within: Duration,
+    /// After the deadline, for the work itself (a drain's timeout, for one).
+    pub work: Duration,
 }
 
 /// Send one request and read its reply, waiting at most `timeout` for it.
 pub fn request(namespace: &str, req: &Request, timeout: Duration) -> Result<Reply, ClientError> {
-    let path = socket_path(namespace)?;
+    exchange(namespace, req, None, timeout)
+}
+
+/// Send one request with a deadline `wait.start_within` from now and wait for its reply
+/// until `wait.work` after that; a reply that does not come is `NoReply`.
+pub fn request_by(namespace: &str, req: &Request, wait: Wait) -> Result<Reply, ClientError> {
+    let deadline = Deadline::after(wait.start_within);
+    let limit = wait.start_within + wait.work;
+    match exchange(namespace, req, Some(deadline), limit) {
+        Err(ClientError::Io { source, .. })
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(ClientError::NoReply {
+                waited: limit,
+                deadline: wait.start_within,
+            })
+        }
+        other => other,
+    }
+}
+
+fn exchange(
+    namespace: &str,
+    req: &Request,
+    deadline: Option<Deadline>,
+    timeout: Duration,
+) -> Result<Reply, ClientError> {
+    let path = existing_dir(namespace)?.join(SOCKET_NAME);
     let io = |source| ClientError::Io {
         path: path.clone(),
         source,
@@ -88,8 +180,7 @@ pub fn request(namespace: &str, req: &Request, timeout: Duration) -> Result<Repl
     stream
         .set_write_timeout(Some(Duration::from_secs(5)))
         .map_err(io)?;
-    let mut line = serde_json::to_vec(req).map_err(|e| io(std::io::Error::other(e)))?;
-    line.push(b'\n');
+    let line = crate::protocol::encode(req, deadline).map_err(|e| io(std::io::Error::other(e)))?;
     // A refused peer may find the socket closed before it finishes writing; the reply
     // that says why is still there to read.
     if let Err(e) = (&stream).write_all(&line) {

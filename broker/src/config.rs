@@ -73,6 +73,9 @@ pub struct Config {
 pub struct BrokerSection {
     /// Group allowed on the control socket (and default group of the rings).
     pub group: Option<GroupSpec>,
+    /// Serve Prometheus metrics at `http://ADDR:PORT/metrics` (off when absent;
+    /// `broker run --metrics-listen` overrides it).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// What the broker does when a consumer dies.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-/// Parse `<number><unit>` with unit `ns`, `us`, `ms`, `s` or `m`.
+/// Parse `<number><unit>` with unit `ns`, `us`, `ms`, `s`, `m` or `h`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
@@ -18,12 +18,44 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ms" => Duration::from_millis(n),
         "s" => Duration::from_secs(n),
         "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
         other => {
             return Err(format!(
-                "duration {text:?} has unknown unit {other:?}: use ns, us, ms, s or m"
+                "duration {text:?} has unknown unit {other:?}: use ns, us, ms, s, m or h"
             ))
         }
     };
+    Ok(d)
+}
+
+/// Shortest and longest `status --watch` interval.
+const INTERVALS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(3600));
+
+/// A `--watch` interval: seconds as a plain number ("2", "0.5") or a duration with a unit
+/// ("250ms", "1m"), from 100ms to 1h.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let d = if t.bytes().all(|b| b.is_ascii_digit() || b == b'.') && !t.is_empty() {
+        let secs: f64 = t
+            .parse()
+            .map_err(|_| format!("interval {text:?} is not a number of seconds"))?;
+        Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("interval {text:?} is not a number of seconds"))?
+    } else if t.starts_with(|c: char| c.is_ascii_digit()) {
+        parse_duration(t)?
+    } else {
+        return Err(format!(
+            "interval {text:?} is not a number of seconds or a duration like \"250ms\""
+        ));
+    };
+    let (min, max) = INTERVALS;
+    if d < min || d > max {
+        return Err(format!(
+            "interval {text:?} is out of range: from {} to {}",
+            format_duration(min),
+            format_duration(max)
+        ));
+    }
     Ok(d)
 }
 
@@ -65,8 +97,22 @@ mod tests {
         assert_eq!(parse_duration(" 2s "), Ok(Duration::from_secs(2)));
         assert_eq!(parse_duration("15us"), Ok(Duration::from_micros(15)));
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        for bad in ["", "ms", "12", "1.5s", "3 parsecs", "-1s"] {
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "ms", "12", "1.5s", "3 parsecs", "-1s", "1d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn watch_intervals_are_numbers_or_durations_in_range() {
+        assert_eq!(parse_interval("1"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_interval("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_interval("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "nan", "NaN", "inf", "-1", "0", "0.01", "2h", "", ".", "1..2", "1e3",
+        ] {
+            assert!(parse_interval(bad).is_err(), "{bad:?} accepted");
         }
     }
 

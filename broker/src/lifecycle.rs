@@ -1,33 +1,50 @@
-//! `broker create|stop|start|drain|delete RING`: lifecycle requests sent to the running
-//! broker, so that one process orders them. Exit status: 0 done, 1 refused, 2 no broker.
+//! `broker create|stop|start|drain|delete RING` and `broker release|unsubscribe RING
+//! CONSUMER`: requests sent to the running broker, so that one process orders them. Each
+//! carries a deadline: the broker never begins one after the CLI stopped waiting. Exit
+//! status: 0 done, 1 refused, 2 no broker reachable.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::client::{self, ClientError};
+use crate::client::{self, ClientError, Wait};
+use crate::exit;
 use crate::protocol::{Reply, Request};
+
+/// How long a request may wait for the broker to begin it (another request on the same
+/// ring, a sweep).
+const START_WITHIN: Duration = Duration::from_secs(10);
+/// How long the work of a quick request may take once begun.
+const QUICK_WORK: Duration = Duration::from_secs(5);
 
 /// Send `req` and print the outcome.
 pub fn run(namespace: &str, req: Request) -> anyhow::Result<ExitCode> {
-    let wait = match &req {
+    let work = match &req {
         Request::Drain { timeout_ms, .. } => {
-            Duration::from_millis(timeout_ms.unwrap_or(10_000)) + Duration::from_secs(5)
+            Duration::from_millis(timeout_ms.unwrap_or(10_000)) + QUICK_WORK
         }
-        _ => Duration::from_secs(10),
+        _ => QUICK_WORK,
     };
-    match client::request(namespace, &req, wait) {
+    let wait = Wait {
+        start_within: START_WITHIN,
+        work,
+    };
+    match client::request_by(namespace, &req, wait) {
         Ok(Reply::Done { message, .. }) => {
-            println!("{message}");
-            Ok(ExitCode::SUCCESS)
+            let _ = exit::outln(&message);
+            Ok(ExitCode::from(exit::OK))
         }
         Ok(Reply::Error { message }) => {
-            eprintln!("error: {message}");
-            Ok(ExitCode::from(1))
+            exit::err(&format!("error: {message}"));
+            Ok(ExitCode::from(exit::FAILED))
         }
         Ok(other) => anyhow::bail!("unexpected reply from the broker: {other:?}"),
-        Err(e @ ClientError::NotRunning { .. }) => {
-            eprintln!("error: {e}");
-            Ok(ExitCode::from(2))
+        Err(
+            e @ (ClientError::NotRunning { .. }
+            | ClientError::NoNamespace { .. }
+            | ClientError::PermissionDenied { .. }),
+        ) => {
+            exit::err(&format!("error: {e}"));
+            Ok(ExitCode::from(exit::UNREACHABLE))
         }
         Err(e) => Err(e.into()),
     }

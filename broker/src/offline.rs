@@ -56,8 +56,10 @@ pub fn report(namespace: &str, only: Option<&str>) -> StatusReport {
             uptime_ms: None,
             last_sweep_ms: None,
             sweep_period_us: None,
+            last_sweep_us: None,
             sweeps: None,
             watched_processes: None,
+            unreachable: None,
         },
         rings,
         unreadable,
@@ -74,7 +76,7 @@ fn ring_report(name: &str, ring: &Ring) -> RingReport {
         .iter()
         .map(|c| {
             let state = summary::instant_state(c, is_alive(c.pid, c.start_time));
-            summary::consumer_report(c, state, info.head)
+            summary::consumer_report(ring, c, state, info.head)
         })
         .collect();
     let producers = info

@@ -8,9 +8,16 @@
 //! -> {"op":"start","ring":"orders"}       <- {"reply":"done","message":"...","run":2}
 //! -> {"op":"drain","ring":"orders","timeout_ms":5000}
 //! -> {"op":"delete","ring":"orders"}
+//! -> {"op":"release","ring":"orders","consumer":"audit"}
+//! -> {"op":"unsubscribe","ring":"orders","consumer":"audit"}
 //! -> {"op":"ping"}                        <- {"reply":"pong","pid":1234,"namespace":"default"}
 //!    anything refused                     <- {"reply":"error","message":"..."}
 //! ```
+//!
+//! Any request may carry `"deadline_ns"`: a `CLOCK_MONOTONIC` instant (the machine's
+//! clock, the same in every process) after which the broker must not begin it. The CLI sets
+//! it to when it stops waiting for the reply, so a request it gave up on is never carried
+//! out later; the broker answers such a request with an error saying it was not done.
 //!
 //! Requests are at most [`MAX_REQUEST`] bytes; only the broker's uid, root, or the
 //! configured group may send them.
@@ -72,6 +79,77 @@ pub enum Request {
         /// Name.
         ring: String,
     },
+    /// Stop a durable consumer from gating producers.
+    Release {
+        /// Ring name.
+        ring: String,
+        /// Consumer name.
+        consumer: String,
+    },
+    /// Free the entry of a durable consumer that is not attached.
+    Unsubscribe {
+        /// Ring name.
+        ring: String,
+        /// Consumer name.
+        consumer: String,
+    },
+}
+
+impl Request {
+    /// Whether it changes something (everything but `ping` and `status`).
+    pub fn is_lifecycle(&self) -> bool {
+        !matches!(self, Request::Ping | Request::Status { .. })
+    }
+}
+
+/// Key of the deadline in a request line.
+const DEADLINE_KEY: &str = "deadline_ns";
+
+/// The instant after which the broker must not begin a request (`CLOCK_MONOTONIC`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Deadline(pub u64);
+
+impl Deadline {
+    /// `after` from now.
+    pub fn after(after: std::time::Duration) -> Deadline {
+        let ns = u64::try_from(after.as_nanos()).unwrap_or(u64::MAX);
+        Deadline(monotonic_ns().saturating_add(ns))
+    }
+
+    /// Whether it has passed.
+    pub fn passed(self) -> bool {
+        monotonic_ns() > self.0
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    u64::try_from(t.tv_sec)
+        .unwrap_or(0)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::try_from(t.tv_nsec).unwrap_or(0))
+}
+
+/// A request line: the request and its deadline, if any.
+pub fn encode(req: &Request, deadline: Option<Deadline>) -> serde_json::Result<Vec<u8>> {
+    let mut value = serde_json::to_value(req)?;
+    if let (Some(d), Some(map)) = (deadline, value.as_object_mut()) {
+        map.insert(DEADLINE_KEY.to_owned(), d.0.into());
+    }
+    let mut line = serde_json::to_vec(&value)?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// Parse a request line (without its newline).
+pub fn decode(text: &str) -> serde_json::Result<(Request, Option<Deadline>)> {
+    let mut value: serde_json::Value = serde_json::from_str(text)?;
+    let deadline = match value.as_object_mut().and_then(|m| m.remove(DEADLINE_KEY)) {
+        None => None,
+        Some(v) => Some(Deadline(serde::Deserialize::deserialize(v)?)),
+    };
+    Ok((serde_json::from_value(value)?, deadline))
 }
 
 /// A reply.
@@ -111,5 +189,36 @@ impl Reply {
         Reply::Error {
             message: message.into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_travels_beside_the_request() {
+        let req = Request::Release {
+            ring: "orders".into(),
+            consumer: "audit".into(),
+        };
+        let line = encode(&req, Some(Deadline(42))).expect("encode");
+        let text = std::str::from_utf8(&line).expect("utf8");
+        assert!(text.ends_with('\n'));
+        assert_eq!(
+            decode(text.trim_end()).expect("decode"),
+            (req.clone(), Some(Deadline(42)))
+        );
+        let line = encode(&req, None).expect("encode");
+        let text = std::str::from_utf8(&line).expect("utf8");
+        assert_eq!(decode(text.trim_end()).expect("decode"), (req, None));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_deadlines_are_refused() {
+        assert!(decode(r#"{"op":"stop","ring":"x","force":true}"#).is_err());
+        assert!(decode(r#"{"op":"stop","ring":"x","deadline_ns":"soon"}"#).is_err());
+        assert!(decode(r#"{"op":"stop","ring":"x","deadline_ns":-1}"#).is_err());
+        assert!(decode(r#"[1,2]"#).is_err());
     }
 }

@@ -13,8 +13,15 @@ fn ms(v: u64) -> String {
     format_duration(Duration::from_millis(v))
 }
 
-/// The whole screen as text.
-pub fn render(r: &StatusReport) -> String {
+/// The width of the terminal on stdout, if it is one and says.
+pub fn terminal_width() -> Option<usize> {
+    let ws = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
+    (ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+}
+
+/// The whole screen as text. With a `width` (a terminal), tables fit in it; without one
+/// (piped), every table has plain columns separated by spaces and is never wrapped.
+pub fn render(r: &StatusReport, width: Option<usize>) -> String {
     let mut out = String::new();
     let b = &r.broker;
     if b.running {
@@ -30,11 +37,21 @@ pub fn render(r: &StatusReport) -> String {
             b.sweeps.unwrap_or(0),
         );
     } else {
+        let why = b
+            .unreachable
+            .as_deref()
+            .unwrap_or("no answer on its socket");
+        let what = if why.contains("permission denied") {
+            "BROKER NOT REACHABLE"
+        } else {
+            "BROKER DOWN"
+        };
         let _ = writeln!(
             out,
-            "namespace {:?}: BROKER DOWN (no answer on its socket{}); read from the segments directly, stalls not tracked",
+            "namespace {:?}: {what} ({why}{}); read from the segments directly, stalls not tracked",
             r.namespace,
-            b.pid.map_or(String::new(), |p| format!("; last broker was pid {p}")),
+            b.pid
+                .map_or(String::new(), |p| format!("; last broker was pid {p}")),
         );
     }
     if r.rings.is_empty() && r.unreadable.is_empty() {
@@ -42,28 +59,44 @@ pub fn render(r: &StatusReport) -> String {
     }
     for ring in &r.rings {
         out.push('\n');
-        out.push_str(&ring_block(ring, b.running));
+        out.push_str(&ring_block(ring, b.running, width));
     }
     for u in &r.unreadable {
         let _ = writeln!(out, "\nUNREADABLE {}: {}", u.path, u.error);
     }
-    let _ = writeln!(
-        out,
-        "\n{}",
-        if r.healthy {
-            "all healthy"
-        } else {
-            "UNHEALTHY: see the states above"
+    let verdict = match (r.healthy, b.running) {
+        (true, true) => "all healthy",
+        (true, false) => {
+            "nothing unhealthy in the segments (without the broker, stalls are not tracked)"
         }
-    );
+        (false, _) => "UNHEALTHY: see the states above",
+    };
+    let _ = writeln!(out, "\n{verdict}");
     out
 }
 
-fn table(header: &[&str]) -> Table {
+fn consumer_name(name: &str, index: u32) -> String {
+    if name.is_empty() {
+        format!("#{index}")
+    } else {
+        name.to_owned()
+    }
+}
+
+fn table(header: &[&str], width: Option<usize>) -> Table {
     let mut t = Table::new();
-    t.load_preset(presets::UTF8_HORIZONTAL_ONLY)
-        .set_content_arrangement(ContentArrangement::Disabled)
-        .set_header(header.iter().map(Cell::new).collect::<Vec<_>>());
+    match width {
+        Some(w) => {
+            t.load_preset(presets::UTF8_HORIZONTAL_ONLY)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_width(u16::try_from(w).unwrap_or(u16::MAX));
+        }
+        None => {
+            t.load_preset(presets::NOTHING)
+                .set_content_arrangement(ContentArrangement::Disabled);
+        }
+    }
+    t.set_header(header.iter().map(Cell::new).collect::<Vec<_>>());
     t
 }
 
@@ -76,24 +109,34 @@ fn right(t: &mut Table, from: usize) {
     }
 }
 
-fn ring_block(ring: &RingReport, swept: bool) -> String {
+fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     let mut out = String::new();
     let slowest = ring.slowest.as_ref().map_or("none".to_owned(), |s| {
-        let name = if s.name.is_empty() {
-            format!("#{}", s.index)
-        } else {
-            s.name.clone()
-        };
-        format!("{name} (lag {})", s.lag)
+        format!("{} (lag {})", consumer_name(&s.name, s.index), s.lag)
     });
     let h = &ring.health;
-    let _ =
-        writeln!(
+    let blocked = ring.blocked_by.as_ref().map_or(String::new(), |b| {
+        let state = ring
+            .consumers
+            .iter()
+            .find(|c| c.index == b.index)
+            .map_or("", |c| c.state.as_str());
+        format!("  BLOCKED by {} ({state})", consumer_name(&b.name, b.index))
+    });
+    let _ = writeln!(
         out,
-        "ring {:?}  {}  run {}  epoch {}  capacity {} x {} B ({})  head {}  free {}  slowest {}",
+        "ring {:?}  {}{blocked}  run {}  epoch {}  capacity {} x {} B ({})  head {}  free {}  slowest {}",
         ring.name, ring.state, ring.run, ring.epoch, ring.capacity, ring.slot_size,
         ring.producer_mode, ring.head, ring.free, slowest
     );
+    if let Some(b) = &ring.blocked_by {
+        let _ = writeln!(
+            out,
+            "  producers wait for {0} and it cannot move: restart it, or `broker release {1} {0}` to let them go on without it",
+            consumer_name(&b.name, b.index),
+            ring.name
+        );
+    }
     if swept {
         let _ = writeln!(
         out,
@@ -102,23 +145,32 @@ fn ring_block(ring: &RingReport, swept: bool) -> String {
         h.releases, h.repaired_claims, h.tombstoned
     );
     }
-    let mut c = table(&[
-        "#",
-        "consumer",
-        "pid",
-        "state",
-        "kind",
-        "policy",
-        "wait",
-        "parked",
-        "sequence",
-        "lag",
-        "idle",
-        "delivered",
-        "skipped",
-        "dropped",
-        "wake-ups (net)",
-    ]);
+    let _ = writeln!(
+        out,
+        "  wake: fence {}; parked now: {} consumer(s), {} producer(s); wake-ups paid by publishers {}, by consumers {}",
+        ring.fence_mode, ring.consumer_waiters, ring.producer_waiters, ring.consumer_wakes,
+        ring.producer_wakes
+    );
+    let mut c = table(
+        &[
+            "#",
+            "consumer",
+            "pid",
+            "state",
+            "kind",
+            "policy",
+            "wait",
+            "parked",
+            "sequence",
+            "lag",
+            "idle",
+            "delivered",
+            "skipped",
+            "dropped",
+            "wake-ups (net)",
+        ],
+        width,
+    );
     for x in &ring.consumers {
         let kind = match (x.required, x.durable) {
             (true, true) => "required",
@@ -158,17 +210,20 @@ fn ring_block(ring: &RingReport, swept: bool) -> String {
     } else {
         let _ = writeln!(out, "{c}");
     }
-    let mut p = table(&[
-        "#",
-        "producer pid",
-        "alive",
-        "in flight",
-        "published",
-        "refused",
-        "tombstoned",
-        "repaired",
-        "parks",
-    ]);
+    let mut p = table(
+        &[
+            "#",
+            "producer pid",
+            "alive",
+            "in flight",
+            "published",
+            "refused",
+            "tombstoned",
+            "repaired",
+            "parks",
+        ],
+        width,
+    );
     for x in &ring.producers {
         p.add_row(vec![
             x.index.to_string(),
@@ -189,4 +244,65 @@ fn ring_block(ring: &RingReport, swept: bool) -> String {
         let _ = writeln!(out, "{p}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> StatusReport {
+        let consumer = serde_json::json!({
+            "index": 0, "name": "a-rather-long-consumer-name", "pid": 4242, "state": "DETACHED",
+            "required": true, "durable": true, "policy": "alert", "wait": "timeout-blocking",
+            "parked": false, "sequence": 10, "lag": 64, "idle_ms": 1500, "delivered": 10,
+            "skipped": 0, "dropped_behind": 0, "wakeups": 3, "net_wakeups": 0, "failures": 0
+        });
+        let slowest = serde_json::json!({"index": 0, "name": "a-rather-long-consumer-name",
+            "sequence": 10, "lag": 64});
+        serde_json::from_value(serde_json::json!({
+            "schema": 1, "namespace": "n", "healthy": false, "unreadable": [],
+            "broker": {"running": true, "pid": 1, "epoch": 1, "uptime_ms": 10,
+                "last_sweep_ms": 1, "sweep_period_us": 250000, "sweeps": 3,
+                "watched_processes": 1},
+            "rings": [{"name": "r", "state": "RUNNING", "run": 1, "epoch": 1, "capacity": 64,
+                "slot_size": 128, "producer_mode": "multi", "head": 74, "free": 0,
+                "closed": false, "slowest": slowest, "blocked_by": slowest,
+                "fence_mode": "membarrier", "consumer_waiters": 0, "producer_waiters": 1,
+                "consumer_wakes": 7, "producer_wakes": 2,
+                "health": {"stall_threshold_ms": 500, "unblock_timeout_ms": 1000, "stalls": 0,
+                    "recoveries": 0, "deaths": 0, "releases": 0, "freed": 0,
+                    "policy_stops": 0, "repaired_claims": 0, "tombstoned": 0},
+                "consumers": [consumer], "producers": []}]
+        }))
+        .expect("a report")
+    }
+
+    #[test]
+    fn tables_fit_the_terminal_width() {
+        for width in [80, 100, 160] {
+            let text = render(&report(), Some(width));
+            let table_lines = text
+                .lines()
+                .filter(|l| l.starts_with('─') || l.starts_with('═') || l.starts_with(" "))
+                .filter(|l| !l.starts_with("  "));
+            for line in table_lines {
+                assert!(line.chars().count() <= width, "{width}: {line:?}\n{text}");
+            }
+            assert!(text.contains("BLOCKED by a-rather-long-consumer-name (DETACHED)"));
+        }
+    }
+
+    #[test]
+    fn piped_tables_have_plain_columns_on_one_line_each() {
+        let text = render(&report(), None);
+        assert!(!text.contains('─') && !text.contains('═'), "{text}");
+        let row = text
+            .lines()
+            .find(|l| l.contains("a-rather-long-consumer-name") && l.contains("4242"))
+            .expect("the consumer row on one line");
+        assert!(
+            row.contains("DETACHED") && row.contains("timeout-blocking"),
+            "{row}"
+        );
+    }
 }

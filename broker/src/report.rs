@@ -23,7 +23,8 @@ pub struct StatusReport {
     pub rings: Vec<RingReport>,
     /// Segment files that failed validation (left alone).
     pub unreadable: Vec<Unreadable>,
-    /// True when no consumer is STALLED, DEAD or FAILED and every segment is readable.
+    /// True when no consumer is STALLED, DEAD or FAILED, no ring is BLOCKED and every
+    /// segment is readable.
     pub healthy: bool,
 }
 
@@ -42,10 +43,17 @@ pub struct BrokerReport {
     pub last_sweep_ms: Option<u64>,
     /// Sweep period, microseconds.
     pub sweep_period_us: Option<u64>,
+    /// How long the last sweep took, microseconds.
+    #[serde(default)]
+    pub last_sweep_us: Option<u64>,
     /// Sweeps so far.
     pub sweeps: Option<u64>,
     /// Client processes watched with a pidfd.
     pub watched_processes: Option<u64>,
+    /// Why no broker answered (none running, or this user may not use its socket); `None`
+    /// when one did.
+    #[serde(default)]
+    pub unreachable: Option<String>,
 }
 
 /// One ring.
@@ -73,6 +81,28 @@ pub struct RingReport {
     pub closed: bool,
     /// The gating consumer furthest behind.
     pub slowest: Option<Slowest>,
+    /// Set when the ring is BLOCKED: no room is left and the consumer at the wrap gate
+    /// (this one) is DETACHED, DEAD or FAILED, so producers wait until it is restarted or
+    /// released. A blocked ring makes the report unhealthy.
+    #[serde(default)]
+    pub blocked_by: Option<Slowest>,
+    /// How publishers order against parked consumers: "membarrier", "seqcst-fence" (some
+    /// process lacks membarrier, so every publish pays a full fence), "unset", "corrupt".
+    #[serde(default)]
+    pub fence_mode: String,
+    /// Consumers parked on the ring's futex now.
+    #[serde(default)]
+    pub consumer_waiters: u32,
+    /// Producers parked waiting for room now.
+    #[serde(default)]
+    pub producer_waiters: u32,
+    /// Wake-ups issued to parked consumers since the ring was created (each a
+    /// `futex_wake` its publisher paid: the producers' wake-up bill; wraps at 2^32).
+    #[serde(default)]
+    pub consumer_wakes: u32,
+    /// Wake-ups issued to parked producers (wraps at 2^32).
+    #[serde(default)]
+    pub producer_wakes: u32,
     /// Health settings and counters.
     pub health: RingHealth,
     /// Attached consumers (and durable ones that detached).
@@ -154,10 +184,7 @@ impl ConsumerState {
     }
     /// Whether this state makes the report unhealthy.
     pub fn is_unhealthy(self) -> bool {
-        matches!(
-            self,
-            ConsumerState::Stalled | ConsumerState::Dead | ConsumerState::Failed
-        )
+        shmring::HealthState::from(self).is_unhealthy()
     }
 }
 
@@ -185,7 +212,8 @@ pub struct ConsumerReport {
     pub parked: bool,
     /// Next sequence it will read (as of the sweep).
     pub sequence: u64,
-    /// Events behind the head.
+    /// Published events beyond its position (claimed but unpublished sequences are not
+    /// lag; never more than the capacity).
     pub lag: u64,
     /// Milliseconds it had not moved at that sweep (`None`: not tracked, broker down).
     pub idle_ms: Option<u64>,
@@ -239,6 +267,7 @@ impl StatusReport {
     /// Recompute `healthy` from the rings.
     pub fn compute_healthy(&mut self) {
         self.healthy = self.unreadable.is_empty()
+            && self.rings.iter().all(|r| r.blocked_by.is_none())
             && self
                 .rings
                 .iter()

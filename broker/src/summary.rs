@@ -1,9 +1,12 @@
 //! Turning a ring's table snapshot into report rows: free capacity, the slowest consumer,
-//! and per-entry lines. Shared by the broker's sweep and by `broker status` reading the
-//! segments itself when the broker is down.
+//! whether the ring is blocked, and per-entry lines. Shared by the broker's sweep and by
+//! `broker status` reading the segments itself when the broker is down. The predicates
+//! themselves are the client library's (`shmring::health`), so an application without a
+//! broker judges its rings the same way.
 
-use shmring::{ConsumerInfo, ProducerInfo, ProducerMode, Ring, RingInfo, RingState};
-use shmring_layout::consumer_state;
+use shmring::{
+    ConsumerInfo, FenceMode, HealthState, ProducerInfo, ProducerMode, Ring, RingInfo, RingState,
+};
 
 use crate::report::{
     ConsumerReport, ConsumerState, ProducerReport, RingHealth, RingReport, Slowest,
@@ -16,12 +19,29 @@ pub fn ring_state(state: Option<RingState>) -> &'static str {
         Some(RingState::Stopped) => "STOPPED",
         Some(RingState::Draining) => "DRAINING",
         Some(RingState::Deleted) => "DELETED",
-        _ => "CORRUPT",
+        Some(RingState::Stopping) => "STOPPING",
+        Some(RingState::Starting) => "STARTING",
+        None => "CORRUPT",
+    }
+}
+
+/// The fence mode as the report spells it.
+pub fn fence_mode(mode: Option<FenceMode>) -> &'static str {
+    match mode {
+        Some(FenceMode::Membarrier) => "membarrier",
+        Some(FenceMode::SeqCstFence) => "seqcst-fence",
+        Some(FenceMode::Unset) => "unset",
+        None => "corrupt",
     }
 }
 
 /// A consumer row without the broker's tracking (no idle time, no policy).
-pub fn consumer_report(c: &ConsumerInfo, state: ConsumerState, head: u64) -> ConsumerReport {
+pub fn consumer_report(
+    ring: &Ring,
+    c: &ConsumerInfo,
+    state: ConsumerState,
+    head: u64,
+) -> ConsumerReport {
     ConsumerReport {
         index: c.index,
         name: c.name.clone(),
@@ -34,7 +54,7 @@ pub fn consumer_report(c: &ConsumerInfo, state: ConsumerState, head: u64) -> Con
         // The flag of a process that died parked stays set: only a live one's means anything.
         parked: c.parked && matches!(state, ConsumerState::Healthy | ConsumerState::Stalled),
         sequence: c.next,
-        lag: head.saturating_sub(c.next),
+        lag: shmring::lag(ring, head, c.next),
         idle_ms: None,
         delivered: c.stats.delivered,
         skipped: c.stats.skipped,
@@ -47,14 +67,7 @@ pub fn consumer_report(c: &ConsumerInfo, state: ConsumerState, head: u64) -> Con
 
 /// A consumer's state from its entry and whether its process lives (no stall tracking).
 pub fn instant_state(c: &ConsumerInfo, alive: bool) -> ConsumerState {
-    match c.state_code {
-        consumer_state::ACTIVE if alive => ConsumerState::Healthy,
-        consumer_state::ACTIVE => ConsumerState::Dead,
-        consumer_state::DETACHED => ConsumerState::Detached,
-        consumer_state::FAILED => ConsumerState::Failed,
-        consumer_state::RELEASED => ConsumerState::Released,
-        _ => ConsumerState::Attaching,
-    }
+    shmring::instant_state(c, alive).into()
 }
 
 /// A producer row.
@@ -73,7 +86,8 @@ pub fn producer_report(p: &ProducerInfo, alive: bool, repaired: u64) -> Producer
 }
 
 /// The whole ring's row. `free` and `slowest` follow the wrap gate's rule: required
-/// consumers always gate; optional ones only within the ring's slack.
+/// consumers always gate; optional ones only within the ring's slack. The ring is blocked
+/// when no room is left and the consumer at the gate cannot move by itself.
 pub fn ring_report(
     name: &str,
     ring: &Ring,
@@ -83,28 +97,18 @@ pub fn ring_report(
     health: RingHealth,
 ) -> RingReport {
     let geo = ring.geometry();
-    let gating: Vec<&ConsumerInfo> = info
-        .consumers
-        .iter()
-        .filter(|c| consumer_state::gates(c.state_code))
-        .collect();
-    let required = gating
-        .iter()
-        .filter(|c| c.required)
-        .map(|c| c.next)
-        .min()
-        .unwrap_or(info.head);
-    let slowest = gating
-        .iter()
-        .filter(|c| c.required || required.saturating_sub(c.next) <= geo.optional_slack)
-        .min_by_key(|c| c.next)
-        .map(|c| Slowest {
-            index: c.index,
-            name: c.name.clone(),
-            sequence: c.next,
-            lag: info.head.saturating_sub(c.next),
-        });
-    let gate = slowest.as_ref().map_or(info.head, |s| s.sequence);
+    let gate = shmring::wrap_gate(info, geo);
+    let row = |index: u32| consumers.iter().find(|c| c.index == index);
+    let as_slowest = |c: &ConsumerReport| Slowest {
+        index: c.index,
+        name: c.name.clone(),
+        sequence: c.sequence,
+        lag: c.lag,
+    };
+    let slowest = gate.consumer.and_then(row).map(as_slowest);
+    let blocked_by = shmring::blocked_by(&gate, |i| row(i).map(|c| c.state.into()))
+        .and_then(row)
+        .map(as_slowest);
     RingReport {
         name: name.to_owned(),
         state: ring_state(info.state).to_owned(),
@@ -118,11 +122,45 @@ pub fn ring_report(
         }
         .to_owned(),
         head: info.head,
-        free: geo.capacity.saturating_sub(info.head.saturating_sub(gate)),
+        free: gate.free,
         closed: info.closed,
         slowest,
+        blocked_by,
+        fence_mode: fence_mode(info.fence_mode).to_owned(),
+        consumer_waiters: info.consumer_waiters,
+        producer_waiters: info.producer_waiters,
+        consumer_wakes: info.consumer_wakes,
+        producer_wakes: info.producer_wakes,
         health,
         consumers,
         producers,
+    }
+}
+
+impl From<HealthState> for ConsumerState {
+    fn from(s: HealthState) -> Self {
+        match s {
+            HealthState::Healthy => ConsumerState::Healthy,
+            HealthState::Stalled => ConsumerState::Stalled,
+            HealthState::Dead => ConsumerState::Dead,
+            HealthState::Failed => ConsumerState::Failed,
+            HealthState::Detached => ConsumerState::Detached,
+            HealthState::Released => ConsumerState::Released,
+            HealthState::Attaching => ConsumerState::Attaching,
+        }
+    }
+}
+
+impl From<ConsumerState> for HealthState {
+    fn from(s: ConsumerState) -> Self {
+        match s {
+            ConsumerState::Healthy => HealthState::Healthy,
+            ConsumerState::Stalled => HealthState::Stalled,
+            ConsumerState::Dead => HealthState::Dead,
+            ConsumerState::Failed => HealthState::Failed,
+            ConsumerState::Detached => HealthState::Detached,
+            ConsumerState::Released => HealthState::Released,
+            ConsumerState::Attaching => HealthState::Attaching,
+        }
     }
 }

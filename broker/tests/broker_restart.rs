@@ -6,6 +6,7 @@ mod common;
 use common::{consumer, num, ring, Ns, Proc};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }
@@ -76,4 +77,82 @@ fn broker_killed_mid_traffic_is_replaced_and_adopts_the_ring() {
     );
     assert!(broker.logged("adopted ring"));
     broker.kill();
+}
+
+fn sweeps_after(ns: &Ns, n: u64) -> serde_json::Value {
+    let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
+    ns.wait_status("more sweeps", |v, _| {
+        (num(&v["broker"], "sweeps") >= before + n).then(|| v.clone())
+    })
+}
+
+/// A creator killed between building a segment and renaming it into place leaves it under
+/// its temporary name, `.NAME.PID.TIME.tmp`. It is never opened as the ring, never adopted
+/// by a broker (this one or the next), never listed as unreadable, and never removed.
+#[test]
+fn a_creators_tmp_leftover_is_never_opened_adopted_or_removed() {
+    let _serial = common::serial();
+    let ns = Ns::new("tmpleft");
+    let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\n";
+    let mut broker = ns.broker(Some(config));
+    // A whole, valid segment under a creator's temporary name.
+    let cfg = shmring::RingConfig {
+        capacity: 16,
+        ..shmring::RingConfig::default()
+    };
+    drop(shmring::Ring::create(&ns.name, "x", &cfg).expect("create x"));
+    let tmp = ns.dir().join(".x.4242.17.tmp");
+    std::fs::rename(ns.dir().join("x.ring"), &tmp).expect("rename to the temporary name");
+    let check = |v: &serde_json::Value, who: &str| {
+        assert!(ring(v, "x").is_none(), "{who} adopted the leftover: {v:#}");
+        assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
+        assert!(matches!(
+            shmring::Ring::open(&ns.name, "x"),
+            Err(shmring::OpenError::NotFound { .. })
+        ));
+        assert!(tmp.exists(), "{who} removed the leftover");
+    };
+    // The running broker's sweeps look at the directory: a few of them.
+    check(&sweeps_after(&ns, 3), "the running broker");
+    broker.kill();
+    let _broker = ns.broker(Some(config));
+    check(&sweeps_after(&ns, 2), "a new broker");
+}
+
+/// The ring file unlinked under live clients: the broker stops watching it (the ring leaves
+/// the status), a new `open` gets `NotFound`, and the attached producer and consumer carry
+/// on with the unlinked segment.
+#[test]
+fn a_ring_file_that_disappears_leaves_the_status_and_attached_clients_carry_on() {
+    let _serial = common::serial();
+    let ns = Ns::new("gone");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\n",
+    ));
+    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
+    let mut c = handle
+        .consumer(shmring::ConsumerOptions::durable("c"))
+        .expect("consumer");
+    let mut p = handle.producer().expect("producer");
+    for i in 0..3u64 {
+        p.publish(&i.to_le_bytes()).expect("publish");
+    }
+    std::fs::remove_file(ns.dir().join("r.ring")).expect("unlink the ring file");
+    ns.wait_status("the ring to leave the status", |v, _| {
+        ring(v, "r").is_none().then_some(())
+    });
+    assert!(matches!(
+        shmring::Ring::open(&ns.name, "r"),
+        Err(shmring::OpenError::NotFound { .. })
+    ));
+    for i in 3..6u64 {
+        assert_eq!(p.publish(&i.to_le_bytes()), Ok(i));
+    }
+    let mut got = Vec::new();
+    while c
+        .poll_once(|ev| got.push(u64::from_le_bytes(ev.bytes().try_into().expect("8 bytes"))))
+        .expect("poll")
+        > 0
+    {}
+    assert_eq!(got, (0..6).collect::<Vec<_>>());
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{consumer, num, ring, Ns, Proc};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }
@@ -197,4 +198,150 @@ fn a_failed_handler_is_reported_and_released_and_stays_released_after_its_handle
     for i in 0..100u64 {
         producer.publish(&i.to_le_bytes()).expect("publish");
     }
+}
+
+/// `stop-ring`: a durable consumer under it dies and the broker stops the ring (the segment
+/// says STOPPED, publishes are refused). `broker start` reopens it; a new broker, finding
+/// the consumer still dead, stops it again, and counts from zero (epoch + 1).
+#[test]
+fn killed_consumer_with_stop_ring_stops_the_ring_and_a_new_broker_stops_it_again() {
+    let _serial = common::serial();
+    let ns = Ns::new("stopring");
+    let mut broker = ns.broker(Some(&config("stop-ring")));
+    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
+    let mut victim = Proc::role(
+        "consumer",
+        &ns.name,
+        &env(&[("ROLE_NAME", "victim"), ("ROLE_PAUSED", "1")]),
+    );
+    victim.expect("@ready");
+    let mut p = handle.producer().expect("producer");
+    for i in 0..5u64 {
+        p.publish(&i.to_le_bytes()).expect("publish");
+    }
+    victim.kill();
+    common::wait_until("the policy to stop the ring", || {
+        (handle.state() == Some(shmring::RingState::Stopped)).then_some(())
+    });
+    assert_eq!(
+        p.try_publish(&[0; 8]),
+        Err(shmring::TryPublishError::Closed)
+    );
+    let stopped = |v: &serde_json::Value| -> Option<(u64, u64, u64)> {
+        let r = ring(v, "r")?;
+        let h = &r["health"];
+        (r["state"] == "STOPPED" && consumer(v, "r", "victim")?["state"] == "DEAD").then(|| {
+            (
+                num(h, "deaths"),
+                num(h, "policy_stops"),
+                num(&v["broker"], "epoch"),
+            )
+        })
+    };
+    let first = ns.wait_status("STOPPED by the policy", |v, _| stopped(v));
+    assert_eq!(first, (1, 1, 1), "deaths, policy stops, epoch");
+
+    let out = ns.cli(&["start", "r"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(handle.state(), Some(shmring::RingState::Running));
+    assert_eq!(p.publish(&5u64.to_le_bytes()), Ok(5));
+
+    broker.kill();
+    let _broker = ns.broker(Some(&config("stop-ring")));
+    common::wait_until("the new broker to stop the ring again", || {
+        (handle.state() == Some(shmring::RingState::Stopped)).then_some(())
+    });
+    let second = ns.wait_status("STOPPED again, seen by the new broker", |v, _| stopped(v));
+    assert_eq!(
+        second,
+        (1, 1, 2),
+        "a new broker counts from zero: deaths, policy stops, epoch"
+    );
+}
+
+/// Optional consumers killed: an anonymous one is freed (`deaths` and `freed` + 1, its row
+/// gone); a durable one stays DEAD under `alert` but never holds the producer beyond the
+/// ring's slack, so a producer publishes three rings' worth past it.
+#[test]
+fn killed_optional_consumers_are_freed_or_left_behind_without_holding_producers() {
+    use common::fault::spawn_consumer;
+    let _serial = common::serial();
+    let ns = Ns::new("optkill");
+    let _broker = ns.broker(Some(&config("alert")));
+    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
+    let s = |v: &str| v.to_owned();
+    let (mut anon, _) = spawn_consumer(
+        &ns,
+        "r",
+        &[("ROLE_OPTIONAL", s("1")), ("ROLE_WAIT", s("block"))],
+    );
+    let (mut peek, _) = spawn_consumer(
+        &ns,
+        "r",
+        &[
+            ("ROLE_OPTIONAL", s("1")),
+            ("ROLE_NAME", s("peek")),
+            ("ROLE_WAIT", s("block")),
+        ],
+    );
+    anon.kill();
+    peek.kill();
+    let v = ns.wait_status("the anonymous one freed, the durable one DEAD", |v, _| {
+        let r = ring(v, "r")?;
+        let rows = r["consumers"].as_array()?.len();
+        (rows == 1 && consumer(v, "r", "peek")?["state"] == "DEAD").then(|| v.clone())
+    });
+    let h = &ring(&v, "r").expect("r")["health"];
+    assert_eq!((num(h, "deaths"), num(h, "freed")), (2, 1), "{v:#}");
+    let mut p = handle.producer().expect("producer");
+    for i in 0..192u64 {
+        assert_eq!(
+            p.publish_timeout(&i.to_le_bytes(), common::WAIT),
+            Ok(i),
+            "held by a dead optional consumer"
+        );
+    }
+}
+
+/// A handler panic in an anonymous consumer: the status shows it FAILED with `failures` 1
+/// while its process lives (it keeps gating, it is required); once the process is killed
+/// the broker frees the entry (`freed` + 1) and the row is gone.
+#[test]
+fn a_handler_panic_in_an_anonymous_consumer_is_failed_then_freed() {
+    let _serial = common::serial();
+    let ns = Ns::new("anonpanic");
+    let _broker = ns.broker(Some(&config("alert")));
+    let mut c = Proc::role("consumer", &ns.name, &env(&[("ROLE_PANIC_AT", "5")]));
+    c.expect("@ready");
+    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
+    let mut p = handle.producer().expect("producer");
+    for i in 0..10u64 {
+        p.publish(&i.to_le_bytes()).expect("publish");
+    }
+    assert_eq!(c.expect("@failed"), "sequence=5");
+    let v = ns.wait_status("the anonymous consumer FAILED", |v, _| {
+        let row = ring(v, "r")?["consumers"].as_array()?.first()?.clone();
+        (row["state"] == "FAILED").then(|| v.clone())
+    });
+    let row = &ring(&v, "r").expect("r")["consumers"][0];
+    assert_eq!(
+        (
+            num(row, "failures"),
+            num(row, "sequence"),
+            num(row, "delivered")
+        ),
+        (1, 5, 5),
+        "{v:#}"
+    );
+    c.kill();
+    let v = ns.wait_status("the failed anonymous entry freed", |v, _| {
+        let r = ring(v, "r")?;
+        r["consumers"].as_array()?.is_empty().then(|| v.clone())
+    });
+    let h = &ring(&v, "r").expect("r")["health"];
+    assert_eq!(num(h, "freed"), 1, "{v:#}");
 }

@@ -12,6 +12,7 @@ use common::{ring, Ns, Proc};
 use serde_json::Value;
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }
@@ -79,45 +80,6 @@ fn malformed_oversized_and_unknown_requests_are_refused_and_the_broker_stays_up(
     assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
 }
 
-#[test]
-fn a_peer_of_another_uid_is_refused() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("skipped: needs root to run a child as another uid");
-        return;
-    }
-    let _serial = common::serial();
-    let ns = Ns::new("uid");
-    let _broker = ns.broker(None);
-    // Open the file permissions wide, so that only the broker's SO_PEERCRED check stands
-    // between uid 65534 and the broker.
-    let sock = ns.dir().join("broker.sock");
-    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod dir");
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).expect("chmod socket");
-
-    let copy = ExeForNobody::new();
-    let mut cmd = std::process::Command::new(&copy.exe);
-    cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
-        .env(common::proc::ROLE_ENV, "foreign")
-        .env(shmring::names::NAMESPACE_ENV, &ns.name)
-        .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534);
-    let mut child = Proc::spawn("foreign", cmd);
-    let reply = child.expect("@reply");
-    eprintln!("reply to uid 65534: {reply}");
-    assert!(
-        reply.contains("permission denied") && reply.contains("uid 65534"),
-        "{reply}"
-    );
-    let (v, _) = ns.status();
-    assert_eq!(
-        ring(&v, "default").expect("default")["state"],
-        "RUNNING",
-        "the request had no effect"
-    );
-}
-
 /// A copy of this test binary that uid 65534 can run: the checkout (and so the binary) may
 /// sit under a directory other users cannot search, such as `/root`. The copy lives in its
 /// own 0755 directory under the temp dir and is removed when the guard drops.
@@ -144,5 +106,66 @@ impl ExeForNobody {
 impl Drop for ExeForNobody {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Tests that need root. A plain `cargo test` lists them as ignored, so a run without root
+/// says they were skipped rather than passing them; CI runs as root and runs them with
+/// `cargo test --workspace -- --ignored as_root::` (`.ci/run`), where they fail if they
+/// cannot do what they test.
+mod as_root {
+    use super::*;
+
+    fn need_root() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test runs a child as uid 65534: run it as root"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_peer_of_another_uid_is_refused() {
+        need_root();
+        let _serial = common::serial();
+        let ns = Ns::new("uid");
+        let _broker = ns.broker(None);
+        // Open the file permissions wide, so that only the broker's SO_PEERCRED check stands
+        // between uid 65534 and the broker.
+        let sock = ns.dir().join("broker.sock");
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod dir");
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))
+            .expect("chmod socket");
+
+        let copy = ExeForNobody::new();
+        let mut cmd = std::process::Command::new(&copy.exe);
+        cmd.args([
+            "--exact",
+            "role",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(common::proc::ROLE_ENV, "foreign")
+        .env(shmring::names::NAMESPACE_ENV, &ns.name)
+        .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
+        .current_dir("/")
+        .uid(65534)
+        .gid(65534);
+        let mut child = Proc::spawn("foreign", cmd);
+        let reply = child.expect("@reply");
+        eprintln!("reply to uid 65534: {reply}");
+        assert!(
+            reply.contains("permission denied") && reply.contains("uid 65534"),
+            "{reply}"
+        );
+        let (v, _) = ns.status();
+        assert_eq!(
+            ring(&v, "default").expect("default")["state"],
+            "RUNNING",
+            "the request had no effect"
+        );
     }
 }

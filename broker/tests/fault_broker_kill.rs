@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::fault::{
-    asserts_no_net, check_delivered_all, cli_finish, cli_spawn, dead_entries, expect_done,
-    last_acc, published, spawn_consumer, spawn_producer, Accepted, DWELL_WAIT, WAITS,
+    check_delivered_all, cli_finish, cli_spawn, dead_entries, expect_done, ledger_path, published,
+    spawn_consumer, spawn_producer, Accepted, DWELL_WAIT, WAITS,
 };
 use common::{num, ring, BrokerProc, Ns, Proc};
 use shmring::{Ring, RingState};
@@ -29,6 +29,7 @@ use shmring_tests::fault::Rng;
 use shmring_tests::raw::RawSegment;
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }
@@ -72,19 +73,35 @@ fn finish_and_stop(
     }
 }
 
-/// The ring as a stop left it: running and open, or stopped with the line closed at its
-/// recorded stop sequence. Anything else is a half-done stop.
+/// The ring as a stop left it: running and open, or stopped with the line closed. Anything
+/// else is a half-done stop. (Where it stopped is checked against the producers' count by
+/// [`stop_at_what_was_accepted`].)
 fn stop_outcome(handle: &Ring, raw: &RawSegment) -> &'static str {
     let (state, closed) = (handle.state(), handle.is_closed());
     match (state, closed) {
         (Some(RingState::Running), false) => "not stopped",
-        (Some(RingState::Stopped), true) if raw.stop_seq() == handle.head() => "stopped",
+        (Some(RingState::Stopped), true) => "stopped",
         _ => panic!(
-            "a half-done stop: state {state:?}, closed {closed}, stop sequence {}, head {}",
-            raw.stop_seq(),
-            handle.head()
+            "a half-done stop: state {state:?}, closed {closed}, stop sequence {}",
+            raw.stop_seq()
         ),
     }
+}
+
+/// On a stopped ring whose producers (`ROLE_ON_CLOSED=retry`, never killed, no tombstones)
+/// each said `@refused acc=N`: the recorded stop sequence is the sum of what they accepted,
+/// a count taken from the producers rather than from the ring. Returns it.
+fn stop_at_what_was_accepted(producers: &mut [(u32, Proc)], raw: &RawSegment) -> u64 {
+    let accepted: u64 = producers
+        .iter_mut()
+        .map(|(_, p)| shmring_tests::report::num(&p.expect("@refused"), "acc"))
+        .sum();
+    assert_eq!(
+        raw.stop_seq(),
+        accepted,
+        "the stop sequence is not the number of events the producers accepted"
+    );
+    accepted
 }
 
 #[test]
@@ -147,14 +164,7 @@ fn the_broker_killed_at_random_points_of_its_sweeps_leaves_the_data_path_alone()
                 }
                 victim.kill();
                 victim.rest();
-                let reported = last_acc(victim.seen());
-                accepted.insert(
-                    *id,
-                    Accepted::Between {
-                        reported,
-                        slack: PROGRESS + 16,
-                    },
-                );
+                accepted.insert(*id, Accepted::killed(&ledger_path(&ns, *id)));
                 producers[i] = (
                     next_id,
                     spawn_producer(&ns, "r", next_id, rng.fork(), &producer_env),
@@ -256,7 +266,7 @@ fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
         let outcome = stop_outcome(&handle, &raw);
         outcomes.push(format!("{outcome} (CLI ok={ok})"));
         if outcome == "stopped" {
-            let stop = handle.head();
+            let stop = stop_at_what_was_accepted(&mut producers, &raw);
             for c in [&mut audit, &mut second] {
                 let closed = c.expect("@closed");
                 assert_eq!(
@@ -299,9 +309,7 @@ fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
         "no tombstones: nobody died holding a claim"
     );
     assert_eq!(a.net, 0, "{a:?}");
-    if asserts_no_net(&wait) {
-        assert_eq!(b.net, 0, "{b:?}");
-    }
+    assert_eq!(b.net, 0, "{b:?}");
     println!(
         "broker kills during a stop: {rounds}; events {total}; outcomes: {}",
         outcomes.join(", ")
@@ -316,6 +324,7 @@ fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_resta
     let config = "[rings.r]\ncapacity = 32\nstall_threshold = \"1s\"\n";
     let mut broker = ns.broker(Some(config));
     let handle = Ring::open(&ns.name, "r").expect("open");
+    let raw = RawSegment::open(&handle);
     let (mut audit, _) = spawn_consumer(
         &ns,
         "r",
@@ -356,8 +365,8 @@ fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_resta
     broker.kill();
     let left = handle.state();
     let (ok, said) = cli_finish(cli);
-    let stop = handle.head();
     assert!(handle.is_closed());
+    let stop = stop_at_what_was_accepted(&mut producers, &raw);
     // The data path: both consumers drain to the stop sequence without any broker, and
     // `run` returns Closed at the end of the run.
     for c in [&mut audit, &mut slow] {
@@ -398,8 +407,9 @@ fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_resta
 }
 
 /// The ring as a broker killed inside `Ring::stop` leaves it after closing the line and
-/// before storing the state: the claim counter is closed at the recorded stop sequence,
-/// but the state still says RUNNING. Returns the ring's head (40) and the handles.
+/// before leaving the STOPPING state it owns: the claim counter is closed at the recorded
+/// stop sequence, and the lifecycle word names the dead broker as its owner. Returns the
+/// handles; the ring's head is 40.
 fn stop_cut_short(ns: &Ns, config: &str) -> (Ring, shmring::Consumer, shmring::Producer) {
     let mut broker = ns.broker(Some(config));
     let handle = Ring::open(&ns.name, "r").expect("open");
@@ -413,10 +423,21 @@ fn stop_cut_short(ns: &Ns, config: &str) -> (Ring, shmring::Consumer, shmring::P
     }
     while consumer.poll_once(|_| {}).expect("poll") > 0 {}
     assert_eq!(consumer.next_sequence(), 40);
+    let dead = broker.pid();
     broker.kill();
     raw.set_stop_seq(40);
     raw.set_claim_word(raw.claim_word() | shmring_layout::CLAIM_CLOSED);
-    assert_eq!(handle.state(), Some(RingState::Running));
+    raw.set_lifecycle_word(shmring_layout::lifecycle::next(
+        raw.lifecycle_word(),
+        RingState::Stopping as u32,
+        dead,
+    ));
+    assert_eq!(handle.state(), Some(RingState::Stopping));
+    assert_eq!(
+        handle.head(),
+        40,
+        "the position of a closed line is its stop sequence"
+    );
     assert_eq!(
         producer.publish(&40u64.to_le_bytes()),
         Err(shmring::PublishError::Closed),
@@ -464,37 +485,47 @@ fn after_a_stop_cut_short_stop_and_start_recover_without_reusing_a_sequence() {
     assert_eq!(got, vec![40]);
 }
 
-/// The same cut-short stop, seen by the next broker: a ring whose line is closed while its
-/// state says RUNNING refuses every publish, and `broker start` refuses it ("already
-/// running"). The broker should finish the stop (STOPPED at the recorded sequence) or at
-/// least report the ring as closed while running.
+/// The same cut-short stop, seen by the next broker: the stop's owner is dead, so the next
+/// broker finishes it: the segment says STOPPED, with the line closed at the 40 events that
+/// were published (counted by the test, not read from the ring), it says so in its log, and
+/// `broker start` then reopens it there.
 #[test]
-fn a_stop_cut_short_is_finished_or_reported_by_the_next_broker() {
+fn a_stop_cut_short_is_finished_by_the_next_broker() {
     let _serial = common::serial();
     let ns = Ns::new("fbstopcut");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
-    let (_handle, _consumer, _producer) = stop_cut_short(&ns, config);
+    let (handle, _consumer, mut producer) = stop_cut_short(&ns, config);
+    let raw = RawSegment::open(&handle);
     let next = ns.broker(Some(config));
-    let v = ns.wait_status("three sweeps of the new broker", |v, _| {
-        (num(&v["broker"], "sweeps") >= 3).then(|| v.clone())
+    common::wait_until("the next broker to finish the stop", || {
+        (handle.state() == Some(RingState::Stopped)).then_some(())
     });
-    let r = ring(&v, "r").expect("r");
-    let finished = r["state"] == "STOPPED" && num(r, "head") == 40;
-    let reported =
-        !v["healthy"].as_bool().unwrap_or(true) || next.logged("closed") || next.logged("CLOSED");
     assert!(
-        finished || reported,
-        "the new broker left the ring {} with its line closed and said nothing: {v:#}\n{}",
-        r["state"],
+        next.logged("finished a stop or start"),
+        "the new broker finished the stop without saying so:\n{}",
         next.log_text()
     );
+    assert!(handle.is_closed(), "stopped with the line open");
+    assert_eq!(
+        raw.stop_seq(),
+        40,
+        "stopped elsewhere than the 40 events published"
+    );
+    let out = ns.cli(&["start", "r"]);
+    assert!(
+        out.status.success(),
+        "start after the finished stop: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        next.log_text()
+    );
+    assert_eq!(producer.publish(&40u64.to_le_bytes()), Ok(40));
 }
 
 /// A drain whose broker was killed while it waited: the ring is left DRAINING with nobody
 /// draining it. Once every gating consumer has reached the stop sequence, the next broker
-/// should finish it (STOPPED), or at least say that it found an abandoned drain.
+/// finishes it: STOPPED, the line closed at the 10 events published, and restartable.
 #[test]
-fn an_abandoned_drain_is_finished_or_reported_by_the_next_broker() {
+fn an_abandoned_drain_is_finished_by_the_next_broker() {
     let _serial = common::serial();
     let ns = Ns::new("fbleft");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
@@ -516,14 +547,23 @@ fn an_abandoned_drain_is_finished_or_reported_by_the_next_broker() {
     while consumer.poll_once(|_| {}).expect("poll") > 0 {}
     assert_eq!(consumer.next_sequence(), 10, "drained without a broker");
 
+    let raw = RawSegment::open(&handle);
     let next = ns.broker(Some(config));
-    let v = ns.wait_status("two sweeps of the new broker", |v, _| {
-        (num(&v["broker"], "sweeps") >= 3).then(|| v.clone())
+    common::wait_until("the next broker to finish the drain", || {
+        (handle.state() == Some(RingState::Stopped)).then_some(())
     });
-    let state = ring(&v, "r").expect("r")["state"].clone();
+    assert!(handle.is_closed(), "stopped with the line open");
+    assert_eq!(
+        raw.stop_seq(),
+        10,
+        "stopped elsewhere than the 10 events published"
+    );
+    let out = ns.cli(&["start", "r"]);
     assert!(
-        state == "STOPPED" || next.logged("drain") || next.logged("DRAIN"),
-        "the new broker left the abandoned drain as {state} and said nothing about it: {v:#}\n{}",
+        out.status.success(),
+        "start after the finished drain: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
         next.log_text()
     );
+    assert_eq!(producer.publish(&10u64.to_le_bytes()), Ok(10));
 }

@@ -6,6 +6,7 @@ mod common;
 use common::{num, ring, Ns};
 
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
 }
@@ -94,7 +95,7 @@ fn one_broker_per_namespace() {
     let _serial = common::serial();
     let ns = Ns::new("lock");
     let _broker = ns.broker(None);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_broker"))
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
         .args(["run", "--namespace", &ns.name])
         .output()
         .expect("second broker");
@@ -128,8 +129,25 @@ fn create_stop_start_drain_delete_through_the_broker() {
         "STOPPED"
     );
     assert!(ok(&["start", "extra"]).contains("run 2"));
+    // The state, not only what the CLI says: running again as run 2, with the line open.
+    let handle = shmring::Ring::open(&ns.name, "extra").expect("open extra");
+    assert_eq!(
+        (handle.state(), handle.run_number(), handle.is_closed()),
+        (Some(shmring::RingState::Running), 2, false)
+    );
+    let mut p = handle.producer().expect("producer");
+    for i in 0..3u64 {
+        p.publish(&i.to_le_bytes()).expect("publish");
+    }
+    drop(p);
     assert!(ok(&["drain", "extra", "--timeout", "5s"]).contains("drained"));
+    // Drained: stopped, closed, at the 3 events published (no consumer to wait for).
+    assert_eq!(
+        (handle.state(), handle.is_closed(), handle.head()),
+        (Some(shmring::RingState::Stopped), true, 3)
+    );
     ok(&["start", "extra"]);
+    assert_eq!(handle.state(), Some(shmring::RingState::Running));
     ok(&["delete", "extra"]);
     assert!(ring(&ns.status().0, "extra").is_none());
     assert!(!ns.dir().join("extra.ring").exists());

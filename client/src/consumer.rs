@@ -24,14 +24,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shmring_layout::{
-    consumer_flags, consumer_state, ConsumerEntry, RingState, NAME_LEN, SLOT_FLAG_TOMBSTONE,
-    STAMP_EMPTY, STAMP_WRITING,
+    consumer_flags, consumer_state, ConsumerEntry, NAME_LEN, SLOT_FLAG_TOMBSTONE, STAMP_EMPTY,
+    STAMP_WRITING,
 };
 
-use crate::park::{self, Parked, PARK_NET};
+use crate::lifecycle::is_deleted;
+use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
 use crate::wait::{Idler, Step};
-use crate::{fence, gating, process, AttachError, Event, PollError, Ring, WaitStrategy};
+use crate::{fence, process, AttachError, Event, PollError, Ring, WaitStrategy};
 
 /// Default number of events one `poll_once` delivers at most.
 pub const DEFAULT_BATCH_CAP: usize = 1024;
@@ -101,10 +102,15 @@ pub struct ConsumerStats {
     pub clamped: u64,
     /// Handler failures.
     pub failures: u64,
-    /// Returns from a futex park.
+    /// Returns from a futex park by a wake (or a wake line that moved before the sleep).
     pub wakeups: u64,
-    /// Returns from a park by the timed net while an event was already waiting: a wake-up
-    /// the protocol lost. Zero unless something is wrong.
+    /// Returns from a park by a timeout after a producer had moved the wake line (its wake
+    /// came too late or never arrived), or by a `TimeoutBlocking` timeout shorter than the
+    /// net with an event already waiting. Counted by this handle only: not kept in the
+    /// segment, so 0 in a `Ring::info` snapshot and after a re-attach.
+    pub late_wakeups: u64,
+    /// Returns from a park by the timed net while an event was already waiting and the
+    /// wake line never moved: a wake-up the protocol lost. Zero unless something is wrong.
     pub net_wakeups: u64,
 }
 
@@ -198,9 +204,7 @@ enum Found {
 
 impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
-        if RingState::from_u32(seg.header().state.load(Ordering::Acquire))
-            == Some(RingState::Deleted)
-        {
+        if is_deleted(&seg) {
             return Err(AttachError::Deleted);
         }
         let words = opts.name.as_deref().map(pack_name).transpose()?;
@@ -324,7 +328,7 @@ impl Consumer {
             e.hot.flags.store(flags, Ordering::SeqCst);
             let mut next = e.hot.next.load(Ordering::Acquire);
             let mut lost = 0;
-            let head = gating::head(seg);
+            let head = seg.position();
             if next > head {
                 // A stored position beyond anything claimed is corrupt: start at the head
                 // rather than wait for sequences that may be handed out again.
@@ -336,7 +340,7 @@ impl Consumer {
                 // It stopped gating while released: what was published meanwhile may be
                 // overwritten. Start at the head (read after the SeqCst RESUMING store, as a
                 // fresh attach does) and count the gap.
-                let head = gating::head(seg);
+                let head = seg.position();
                 lost = head.saturating_sub(next);
                 next = head;
                 // Release: pairs with the producers' Acquire scan.
@@ -400,11 +404,11 @@ impl Consumer {
             ctr.store(0, Ordering::Relaxed);
         }
         e.hot.flags.store(flags, Ordering::Relaxed);
-        e.hot.next.store(gating::head(seg), Ordering::Relaxed);
-        // SeqCst store, then SeqCst load of the claim counter: the attach protocol (see
+        e.hot.next.store(seg.position(), Ordering::Relaxed);
+        // SeqCst store, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this store.
         e.hot.state.store(consumer_state::ACTIVE, Ordering::SeqCst);
-        let start = seg.lines().claim.value.load(Ordering::SeqCst) & shmring_layout::CLAIM_SEQ_MASK;
+        let start = seg.position();
         // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
         e.hot.next.store(start, Ordering::Release);
 
@@ -446,6 +450,7 @@ impl Consumer {
             clamped: c.clamped.load(Ordering::Relaxed),
             failures: c.failures.load(Ordering::Relaxed),
             wakeups: c.wakeups.load(Ordering::Relaxed),
+            late_wakeups: 0,
             net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
         };
     }
@@ -490,6 +495,9 @@ impl Consumer {
 
     /// Whether an event (or a lap) is waiting: the last look before parking.
     pub fn has_pending(&self) -> bool {
+        if self.nothing_claimed() {
+            return false;
+        }
         let stamp = self
             .seg
             .slot(self.next)
@@ -497,6 +505,19 @@ impl Consumer {
             .stamp
             .load(Ordering::Acquire);
         stamp == self.next || (stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > self.next)
+    }
+
+    /// Whether no producer has even claimed this consumer's next sequence: a look at the
+    /// claim line instead of the slot line, so that a consumer that has caught up does not
+    /// pull the slot line away from the producer while it writes the slot. Sound for the
+    /// last look before parking too: a producer's claim is ordered before its stamp, so a
+    /// look that misses the claim also misses the stamp, and the fence pair of the park
+    /// protocol covers both.
+    #[inline(always)]
+    fn nothing_claimed(&self) -> bool {
+        // Relaxed: a hint; the Acquire stamp load decides. CLAIM_CLOSED set reads as far
+        // ahead, so a closed multi-producer line always looks at the slot.
+        self.seg.lines().claim.value.load(Ordering::Relaxed) <= self.next
     }
 
     /// Deliver the contiguous published run from this consumer's position, up to the batch
@@ -508,6 +529,9 @@ impl Consumer {
     {
         if self.failed {
             return Err(PollError::Failed);
+        }
+        if self.nothing_claimed() {
+            return self.idle_checks(false);
         }
         let start = self.next;
         let mut n = 0u64;
@@ -541,8 +565,7 @@ impl Consumer {
         if lapped || state == consumer_state::RELEASED {
             self.jump_to_head();
         }
-        // Acquire: pairs with the Release in `Ring::remove`.
-        if self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32 {
+        if is_deleted(&self.seg) {
             return Err(PollError::Deleted);
         }
         Ok(0)
@@ -555,7 +578,7 @@ impl Consumer {
             // Gate again, by the attach protocol: SeqCst state store, then read the head.
             state.store(consumer_state::ACTIVE, Ordering::SeqCst);
         }
-        let head = gating::head(&self.seg);
+        let head = self.seg.position();
         if head > self.next {
             self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(head - self.next);
             self.next = head;
@@ -617,7 +640,7 @@ impl Consumer {
             .rev()
             .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = (|| {
             while at < end {
                 let slot = seg.slot(at);
                 // Relaxed: ordered by the Acquire stamp load in `poll_once`.
@@ -635,21 +658,25 @@ impl Consumer {
                 // not committed past `at`, so producers cannot reach this slot again until
                 // after the handler returns.
                 let bytes = unsafe { slot.payload(len) };
-                handler(Event {
-                    seq: at,
-                    bytes,
-                    end_of_batch: Some(at) == last_event,
-                });
+                call(
+                    handler,
+                    Event {
+                        seq: at,
+                        bytes,
+                        end_of_batch: Some(at) == last_event,
+                    },
+                )?;
                 delivered += 1;
                 at += 1;
             }
-        }));
+            Ok(())
+        })();
         match outcome {
             Ok(()) => {
                 self.commit(end, delivered, skipped, clamped);
                 Ok(delivered as usize)
             }
-            Err(_) => Err(self.fail(at, delivered, skipped, clamped)),
+            Err(HandlerPanic) => Err(self.fail(at, delivered, skipped, clamped)),
         }
     }
 
@@ -667,7 +694,7 @@ impl Consumer {
         let mut pending: Option<(u64, usize)> = None;
         let mut cur = 0usize;
         let mut lapped = false;
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = (|| {
             while at < end {
                 let slot = seg.slot(at);
                 let flags = slot.header.flags.load(Ordering::Relaxed);
@@ -691,27 +718,35 @@ impl Consumer {
                     at += 1;
                     continue;
                 }
-                if let Some((seq, b)) = pending.take() {
-                    handler(Event {
-                        seq,
-                        bytes: bufs[b].as_slice(),
-                        end_of_batch: false,
-                    });
+                if let Some((seq, b)) = pending {
+                    call(
+                        handler,
+                        Event {
+                            seq,
+                            bytes: bufs[b].as_slice(),
+                            end_of_batch: false,
+                        },
+                    )?;
                     delivered += 1;
                 }
                 pending = Some((at, cur));
                 cur ^= 1;
                 at += 1;
             }
-            if let Some((seq, b)) = pending.take() {
-                handler(Event {
-                    seq,
-                    bytes: bufs[b].as_slice(),
-                    end_of_batch: true,
-                });
+            if let Some((seq, b)) = pending {
+                call(
+                    handler,
+                    Event {
+                        seq,
+                        bytes: bufs[b].as_slice(),
+                        end_of_batch: true,
+                    },
+                )?;
                 delivered += 1;
+                pending = None;
             }
-        }));
+            Ok(())
+        })();
         match outcome {
             Ok(()) => {
                 self.commit(at, delivered, skipped, clamped);
@@ -720,8 +755,8 @@ impl Consumer {
                 }
                 Ok(delivered as usize)
             }
-            // The panicking event is `pending`'s (or the one before `at`): resume there.
-            Err(_) => {
+            // The panicking event is `pending`'s: resume there.
+            Err(HandlerPanic) => {
                 let failed_at = pending.map_or(at, |(seq, _)| seq);
                 Err(self.fail(failed_at, delivered, skipped, clamped))
             }
@@ -772,7 +807,10 @@ impl Consumer {
     }
 
     fn closed_and_drained(&self) -> bool {
-        gating::stop_seq(&self.seg).is_some_and(|stop| self.next >= stop)
+        self.seg
+            .line()
+            .closed_at()
+            .is_some_and(|stop| self.next >= stop)
     }
 
     /// One idle step of the wait strategy. `Some` when it can say how waiting ends.
@@ -784,8 +822,7 @@ impl Consumer {
             return Ok(Some(WaitOutcome::Ready));
         }
         if self.closed_and_drained() {
-            // Acquire: pairs with the Release in `Ring::remove`.
-            if self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32 {
+            if is_deleted(&self.seg) {
                 return Err(PollError::Deleted);
             }
             return Ok(Some(WaitOutcome::Closed));
@@ -821,16 +858,15 @@ impl Consumer {
             self.has_pending() || self.closed_and_drained()
         });
         self.entry().cold.parked.store(0, Ordering::Relaxed);
-        match parked {
-            Parked::Ready => return,
-            Parked::Woken => {}
-            Parked::TimedOut => {
-                if self.has_pending() {
-                    self.stats.net_wakeups = self.stats.net_wakeups.wrapping_add(1);
-                }
-            }
+        if parked == Parked::Ready {
+            return;
         }
-        self.stats.wakeups = self.stats.wakeups.wrapping_add(1);
+        let mut n = WakeCounts::default();
+        n.count(parked, || self.has_pending());
+        let s = &mut self.stats;
+        s.wakeups = s.wakeups.wrapping_add(n.woken);
+        s.late_wakeups = s.late_wakeups.wrapping_add(n.late);
+        s.net_wakeups = s.net_wakeups.wrapping_add(n.lost);
         self.store_stats();
     }
 
@@ -885,4 +921,15 @@ impl Drop for Consumer {
             );
         }
     }
+}
+
+/// The handler panicked (see [`call`]).
+struct HandlerPanic;
+
+/// Hand `ev` to `handler`, catching a panic of the handler and of nothing else: a panic
+/// in the delivery loop itself (a bug, or bytes it failed to guard against) propagates,
+/// so tests see it rather than a `HandlerPanicked` they cannot tell apart.
+#[inline(always)]
+fn call<F: FnMut(Event<'_>)>(handler: &mut F, ev: Event<'_>) -> Result<(), HandlerPanic> {
+    catch_unwind(AssertUnwindSafe(|| handler(ev))).map_err(|_| HandlerPanic)
 }

@@ -86,6 +86,9 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
+    /// Marking the ring deleted was refused by its lifecycle.
+    #[error("ring {0:?} could not be marked deleted: {1}")]
+    Lifecycle(String, crate::LifecycleError),
 }
 
 impl OpenError {
@@ -139,6 +142,19 @@ pub enum AttachError {
     /// The ring was deleted.
     #[error("ring was deleted")]
     Deleted,
+    /// The ring's previous single producer died holding a claim whose slot still holds an
+    /// event a consumer has not read, so its hole cannot be tombstoned yet.
+    #[error("the ring's previous producer (pid {pid}) died holding a claim that cannot be repaired until the consumers read further; retry")]
+    PredecessorClaim {
+        /// The dead producer's pid.
+        pid: u32,
+    },
+    /// Another live process has been stopping or starting the ring for longer than an
+    /// attach waits.
+    #[error(
+        "the ring is being stopped or started by another process that has not finished; try again"
+    )]
+    Busy,
 }
 
 /// `publish`, `publish_batch` and `claim`: the forms that wait for room.

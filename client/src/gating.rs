@@ -9,9 +9,10 @@
 //!
 //! ## Attaching while producers run
 //!
-//! A new consumer publishes its entry as ACTIVE (SeqCst), then reads the claim counter
-//! (SeqCst) and starts there. A scan reads the claim counter first (SeqCst), then the
-//! entries (SeqCst). In the single total order of SeqCst operations, either the scan's load
+//! A new consumer publishes its entry as ACTIVE (SeqCst), then reads the line's position
+//! (`line::Line::position`, a SeqCst load) and starts there. A scan reads the position first
+//! (SeqCst; on a single-producer ring after a SeqCst fence that orders the producer's plain
+//! position stores), then the entries (SeqCst). In the single total order of SeqCst operations, either the scan's load
 //! of the entry follows the consumer's ACTIVE store (the scan sees the consumer), or it
 //! precedes it, and then the scan's earlier claim-counter load precedes the consumer's, so
 //! the gate it computes is at most the consumer's start. Either way no producer can lap the
@@ -24,45 +25,24 @@
 //! waiting for it; if lapped it notices from the slot stamps, jumps ahead and counts the
 //! events it lost (`dropped_behind`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
-use shmring_layout::{consumer_flags, consumer_state, CLAIM_CLOSED, CLAIM_SEQ_MASK};
+use shmring_layout::{consumer_flags, consumer_state};
 
 use crate::segment::Segment;
 
-/// Next sequence to claim. While the line is closed that is the stop sequence: claims
-/// refused after the close still bumped the counter's low bits, and the next start
-/// discards those bumps.
-pub(crate) fn head(seg: &Segment) -> u64 {
-    // Acquire: pairs with the claims' RMWs; callers only read the number.
-    let c = seg.lines().claim.value.load(Ordering::Acquire);
-    if c & CLAIM_CLOSED != 0 {
-        if let Some(stop) = stop_seq(seg) {
-            return stop.min(c & CLAIM_SEQ_MASK);
-        }
-    }
-    c & CLAIM_SEQ_MASK
-}
-
-/// The stop sequence, once the ring's state says the line was closed.
-pub(crate) fn stop_seq(seg: &Segment) -> Option<u64> {
-    let h = seg.header();
-    // Acquire: pairs with the Release state store that follows the stop_seq store in
-    // `Ring::stop`, so a non-Running state comes with its stop sequence.
-    let state = h.state.load(Ordering::Acquire);
-    (state != shmring_layout::RingState::Running as u32).then(|| h.stop_seq.load(Ordering::Relaxed))
-}
-
-/// Whether the CLOSED bit is set.
-pub(crate) fn is_closed(seg: &Segment) -> bool {
-    seg.lines().claim.value.load(Ordering::Acquire) & CLAIM_CLOSED != 0
-}
-
 /// Scan the consumer table for the current gate (see the module comment).
 pub(crate) fn scan(seg: &Segment) -> u64 {
-    // SeqCst: the claim counter is read before the entries, in the single total order the
-    // attach protocol relies on (module comment).
-    let head = seg.lines().claim.value.load(Ordering::SeqCst) & CLAIM_SEQ_MASK;
+    let line = seg.line();
+    if line.single {
+        // SeqCst fence: a single producer stores its position with a plain store; this fence
+        // puts every such store before the entry loads below in the total order, where the
+        // attach protocol needs the claim (module comment).
+        fence(Ordering::SeqCst);
+    }
+    // The position (a SeqCst load) is read before the entries, in the single total order
+    // the attach protocol relies on (module comment).
+    let head = seg.position();
     let geo = seg.geometry();
     let mut required = head;
     for i in 0..geo.max_consumers {

@@ -75,12 +75,23 @@ pub struct RingInfo {
     pub consumers: Vec<ConsumerInfo>,
     /// Attached producers.
     pub producers: Vec<ProducerInfo>,
+    /// Consumers parked (or about to park) waiting for events.
+    pub consumer_waiters: u32,
+    /// Producers parked (or about to park) waiting for room.
+    pub producer_waiters: u32,
+    /// Wake-ups issued to parked consumers since the ring was created, each one a
+    /// `futex_wake` paid by the publisher (or stopper) that issued it: the producers'
+    /// wake-up bill. A 32-bit count that wraps.
+    pub consumer_wakes: u32,
+    /// Wake-ups issued to parked producers (by consumers that freed room, releases, starts).
+    /// A 32-bit count that wraps.
+    pub producer_wakes: u32,
 }
 
 pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let geo = seg.geometry();
     let h = seg.header();
-    let head = crate::gating::head(seg);
+    let head = seg.position();
     let mut consumers = Vec::new();
     for i in 0..geo.max_consumers {
         let Some(e) = seg.consumer(i) else { break };
@@ -113,6 +124,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 clamped: c.clamped.load(Ordering::Relaxed),
                 failures: c.failures.load(Ordering::Relaxed),
                 wakeups: c.wakeups.load(Ordering::Relaxed),
+                late_wakeups: 0,
                 net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
             },
         });
@@ -138,15 +150,23 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 refused: e.refused.load(Ordering::Relaxed),
                 tombstoned: e.tombstoned.load(Ordering::Relaxed),
                 parks: e.parks.load(Ordering::Relaxed),
+                late_wakeups: 0,
+                net_wakeups: 0,
             },
         });
     }
+    let lines = seg.lines();
     RingInfo {
+        // Relaxed: display only; nothing is ordered against these reads.
+        consumer_waiters: lines.consumer_wake.value.waiters.load(Ordering::Relaxed),
+        producer_waiters: lines.producer_wake.value.waiters.load(Ordering::Relaxed),
+        consumer_wakes: lines.consumer_wake.value.word.load(Ordering::Relaxed),
+        producer_wakes: lines.producer_wake.value.word.load(Ordering::Relaxed),
         fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),
-        state: RingState::from_u32(h.state.load(Ordering::Acquire)),
+        state: seg.line().life().state,
         run: h.run.load(Ordering::Relaxed),
         head,
-        closed: crate::gating::is_closed(seg),
+        closed: seg.line().is_closed(),
         consumers,
         producers,
     }

@@ -44,7 +44,7 @@ use std::time::Duration;
 use shmring_layout::SLOT_FLAG_TOMBSTONE;
 
 use crate::park::{self, PARK_NET};
-use crate::{gating, Consumer, Event, Ring};
+use crate::{Consumer, Event, Ring};
 
 /// `Consumer::read_ahead` and `Consumer::commit_to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -156,7 +156,7 @@ impl Consumer {
         if seq <= self.next {
             return Ok(());
         }
-        let head = gating::head(&self.seg);
+        let head = self.seg.position();
         let (mut delivered, mut skipped) = (0u64, 0u64);
         for s in self.next..seq {
             let slot = self.seg.slot(s);
@@ -202,7 +202,7 @@ impl Ring {
         park::park(
             &self.seg.lines().consumer_wake.value,
             timeout.min(PARK_NET),
-            || self.is_published_at(seq) || gating::is_closed(&self.seg),
+            || self.is_published_at(seq) || self.is_closed(),
         );
         self.is_published_at(seq)
     }

@@ -22,44 +22,55 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `gating` (the
-//! wrap gate and the attach protocol), `producer`, `consumer`, `event`, `wait`, `info`.
+//! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `line` (the
+//! sequence line's position and lifecycle protocol), `lifecycle` (stop, drain, start),
+//! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`,
+//! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 mod access;
-mod admin;
 mod consumer;
 mod error;
 mod event;
 mod fence;
 mod futex;
 mod gating;
+mod health;
 mod info;
 mod lease;
+mod lifecycle;
+#[doc(hidden)]
+pub mod line;
 pub mod names;
 mod park;
 pub mod process;
 mod producer;
 mod recall;
+mod repair;
 mod ring;
 mod segment;
 mod wait;
 mod wake_set;
 
-pub use admin::{LifecycleError, Repair};
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStats, RunExit, WaitOutcome, DEFAULT_BATCH_CAP,
 };
 pub use error::{AttachError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;
+pub use health::{
+    blocked_by, has_pending, instant_state, is_stalled, lag, wrap_gate, ConsumerHealth, Gate,
+    HealthState, HealthThresholds, HealthWatch, RingHealth,
+};
 pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
 pub use lease::LeaseError;
+pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
 pub use park::PARK_NET;
 pub use producer::{Claim, Producer, ProducerStats};
 pub use recall::Recall;
+pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};

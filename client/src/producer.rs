@@ -26,11 +26,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    producer_state, ProducerEntry, ProducerMode, RingState, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
+    producer_state, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
     SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
-use crate::park::{self, Parked, PARK_NET};
+use crate::lifecycle::{is_deleted, SegEnv};
+use crate::line::Refused;
+use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
 use crate::wait::{producer_backoff, Step};
 use crate::{fence, gating, process};
@@ -49,8 +51,16 @@ pub struct Producer {
     refused: u64,
     tombstoned: u64,
     parks: u64,
+    /// How its parks for room ended.
+    wakes: WakeCounts,
     /// Whether this process uses the asymmetric (membarrier) fence; see `fence`.
     membarrier: bool,
+    /// A single-producer ring: the claim is a plain store of `next` (see `line`).
+    single: bool,
+    /// Single producer: the next sequence this producer claims (its position).
+    next: u64,
+    /// This process's pid, cached (named as the owner if it finishes a dead stopper's stop).
+    pid: u32,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -65,6 +75,15 @@ pub struct ProducerStats {
     pub tombstoned: u64,
     /// Times it parked waiting for room.
     pub parks: u64,
+    /// Parks for room ended by a timeout although a consumer had moved the wake line (its
+    /// wake came too late or never arrived), or by a `publish_timeout` deadline shorter
+    /// than the net with room already there. Counted by this handle only (0 in
+    /// `Ring::info`).
+    pub late_wakeups: u64,
+    /// Parks for room ended by the timed net with room already there and the wake line
+    /// unmoved: a wake-up the protocol lost. Counted by this handle only (0 in
+    /// `Ring::info`).
+    pub net_wakeups: u64,
 }
 
 impl Ring {
@@ -76,9 +95,7 @@ impl Ring {
 
 impl Producer {
     fn attach(seg: Arc<Segment>) -> Result<Self, AttachError> {
-        if RingState::from_u32(seg.header().state.load(Ordering::Acquire))
-            == Some(RingState::Deleted)
-        {
+        if is_deleted(&seg) {
             return Err(AttachError::Deleted);
         }
         let geo = *seg.geometry();
@@ -121,11 +138,37 @@ impl Producer {
         }
         if found.is_none() {
             // Reclaim an entry whose process is gone and that holds no claim (a held claim
-            // is the broker's to repair).
+            // is the broker's to repair). A single producer's claim is the line's position,
+            // not in its entry: repair what it left (tombstones for its unstamped claims,
+            // which also frees the entry), then take the freed entry.
             for i in 0..geo.max_producers {
                 let Some(e) = seg.producer(i) else { break };
                 let pid = e.pid.load(Ordering::Acquire);
-                let alive = process::is_alive(pid, e.start_time.load(Ordering::Relaxed));
+                let start = e.start_time.load(Ordering::Relaxed);
+                let alive = process::is_alive(pid, start);
+                if geo.producer_mode == ProducerMode::Single
+                    && e.state.load(Ordering::Acquire) == producer_state::ACTIVE
+                    && !alive
+                {
+                    let ring = Ring { seg: seg.clone() };
+                    if ring.repair_dead_producer(i, pid, start).waiting > 0 {
+                        return Err(AttachError::PredecessorClaim { pid });
+                    }
+                    if e.state
+                        .compare_exchange(
+                            producer_state::FREE,
+                            producer_state::ATTACHING,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        take(e);
+                        found = Some(i);
+                        break;
+                    }
+                    continue;
+                }
                 if e.state.load(Ordering::Acquire) == producer_state::ACTIVE
                     && !alive
                     && e.in_flight.load(Ordering::Acquire) == 0
@@ -156,13 +199,33 @@ impl Producer {
             });
         };
         let mode = fence::mode();
-        // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
+        // Relaxed: the max keeps the weaker mode once any process uses it; producers read it
+        // on every publish.
         seg.header()
             .fence_mode
             .fetch_max(mode as u32, Ordering::Relaxed);
+        let single = geo.producer_mode == ProducerMode::Single;
+        let next = if single {
+            match Self::take_position(&seg) {
+                Ok(p) => p,
+                Err(e) => {
+                    if let Some(entry) = seg.producer(entry) {
+                        // Release: as in `drop`.
+                        entry.state.store(producer_state::FREE, Ordering::Release);
+                    }
+                    return Err(e);
+                }
+            }
+        } else {
+            0
+        };
         Ok(Producer {
-            membarrier: mode == shmring_layout::FenceMode::Membarrier,
+            pid: me.pid,
+            single,
+            next,
+            membarrier: mode == FenceMode::Membarrier,
             parks: 0,
+            wakes: WakeCounts::default(),
             cached_gate: gating::refresh(&seg, 0),
             capacity: geo.capacity,
             max_payload: geo.max_payload(),
@@ -175,6 +238,40 @@ impl Producer {
         })
     }
 
+    /// Single producer: start at the line's position and make it the claim word (a dead
+    /// predecessor may have left a refused or unfinished claim's position there; an
+    /// unfinished claim's sequence is simply claimed again). Done while no stop or start is
+    /// in progress, and again if one began meanwhile.
+    fn take_position(seg: &Segment) -> Result<u64, AttachError> {
+        let line = seg.line();
+        let env = SegEnv::lifecycle(seg);
+        let mut round = 0;
+        loop {
+            let life = line.life();
+            if life.state == Some(shmring_layout::RingState::Stopping) {
+                // The stop reads the position: let it finish (or finish a dead stopper's).
+                if !crate::line::Env::alive(&env, life.owner) {
+                    line.settle(&env).map_err(|_| AttachError::Busy)?;
+                } else if !crate::line::Env::pause(&env, round) {
+                    return Err(AttachError::Busy);
+                }
+                round += 1;
+                continue;
+            }
+            // Stopped or Starting: the stop sequence, which also takes back a refused claim a
+            // dead predecessor left (a starter waits for exactly that).
+            let p = seg.position();
+            // SeqCst, then a SeqCst fence before the re-check: a stop that begins after the
+            // re-check reads this position (its own load follows its fence).
+            line.claim.store(p, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if line.life().word == life.word {
+                return Ok(p);
+            }
+        }
+    }
+
+    #[inline(always)]
     fn entry(&self) -> &ProducerEntry {
         // The index was bounds-checked at attach; the table cannot shrink.
         self.seg
@@ -194,6 +291,8 @@ impl Producer {
             refused: self.refused,
             tombstoned: self.tombstoned,
             parks: self.parks,
+            late_wakeups: self.wakes.late,
+            net_wakeups: self.wakes.lost,
         }
     }
 
@@ -204,8 +303,31 @@ impl Producer {
     }
 
     fn deleted(&self) -> bool {
-        // Acquire: pairs with the Release store in `Ring::remove`.
-        self.seg.header().state.load(Ordering::Acquire) == RingState::Deleted as u32
+        is_deleted(&self.seg)
+    }
+
+    /// The producer's half of the fence pairs (park/wake, and the single-producer close):
+    /// compiler-only when every process of the ring uses membarrier.
+    #[inline(always)]
+    fn light_fence(membarrier: bool, seg: &Segment) {
+        // Relaxed: the mode only rises, at attach or before a close, ahead of the barrier it
+        // stands for.
+        let light = membarrier
+            && seg.header().fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32;
+        fence::light(light);
+    }
+
+    /// Single producer: claim `n` sequences at `self.next` (see `line`).
+    #[inline(always)]
+    fn claim_single(&mut self, n: u64) -> Result<u64, Refused> {
+        let seq = self.next;
+        let (seg, membarrier) = (&*self.seg, self.membarrier);
+        seg.line()
+            .claim_single(&SegEnv::producer(seg, self.pid), seq, n, || {
+                Self::light_fence(membarrier, seg)
+            })?;
+        self.next = seq + n;
+        Ok(seq)
     }
 
     /// Whether `last` (the last sequence of a claim) may be written now, refreshing the
@@ -221,7 +343,25 @@ impl Producer {
     }
 
     /// Take `n` sequences (`fetch_add`) and wait at the wrap gate for the last of them.
+    #[inline(always)]
     fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
+        if self.single {
+            let c = match self.claim_single(n) {
+                Ok(c) => c,
+                Err(r) => {
+                    self.refuse();
+                    return Err(match r {
+                        Refused::Closed => PublishError::Closed,
+                        Refused::Deleted => PublishError::Deleted,
+                    });
+                }
+            };
+            let last = c + n - 1;
+            if !self.has_room(last) && !self.wait_for_room(last, None) {
+                return Err(PublishError::Deleted);
+            }
+            return Ok(c);
+        }
         // Announce the claim before taking it: a producer that dies between the two leaves
         // a hole the broker can then find (see `Ring::repair_dead_producer`).
         // Relaxed: the locked RMW below orders it on x86_64, and the broker reads it only
@@ -229,20 +369,19 @@ impl Producer {
         self.entry()
             .in_flight
             .store(IN_FLIGHT_CLAIMING, Ordering::Relaxed);
-        // SeqCst: the claim is an RMW in the total order the attach protocol relies on (see
-        // `gating`); on x86_64 every locked RMW costs the same.
-        let c = self.seg.lines().claim.value.fetch_add(n, Ordering::SeqCst);
-        if c & CLAIM_CLOSED != 0 {
-            self.clear_in_flight();
-            // The stop recorded the claim count when it set CLOSED; this increment of the low
-            // bits is discarded when the ring starts again.
-            self.refuse();
-            return Err(if self.deleted() {
-                PublishError::Deleted
-            } else {
-                PublishError::Closed
-            });
-        }
+        let c = match self.seg.line().claim_multi(n) {
+            Ok(c) => c,
+            Err(r) => {
+                self.clear_in_flight();
+                // The close recorded the claim count before it set CLOSED; this increment of
+                // the low bits is discarded when the ring starts again (see `line`).
+                self.refuse();
+                return Err(match r {
+                    Refused::Closed => PublishError::Closed,
+                    Refused::Deleted => PublishError::Deleted,
+                });
+            }
+        };
         self.mark_in_flight(c, n);
         let last = c + n - 1;
         if !self.has_room(last) && !self.wait_for_room(last, None) {
@@ -274,6 +413,8 @@ impl Producer {
                     let parked = park::park(&seg.lines().producer_wake.value, net, || {
                         gating::refresh(seg, need) >= need || self.deleted()
                     });
+                    self.wakes
+                        .count(parked, || gating::refresh(seg, need) >= need);
                     if parked != Parked::Ready {
                         self.parks += 1;
                         // Relaxed: a counter only this producer writes.
@@ -287,15 +428,24 @@ impl Producer {
 
     /// Take `n` sequences with a CAS once there is room: a refusal spends no sequence.
     fn claim_if_room(&mut self, n: u64) -> Result<u64, TryPublishError> {
+        if self.single {
+            if !self.has_room(self.next + n - 1) {
+                return Err(if self.seg.line().is_closed() {
+                    self.closed_error()
+                } else {
+                    TryPublishError::Full
+                });
+            }
+            return self.claim_single(n).map_err(|r| match r {
+                Refused::Closed => TryPublishError::Closed,
+                Refused::Deleted => TryPublishError::Deleted,
+            });
+        }
         loop {
             // Acquire: pairs with other claims' RMWs (only the number is used).
             let c = self.seg.lines().claim.value.load(Ordering::Acquire);
             if c & CLAIM_CLOSED != 0 {
-                return Err(if self.deleted() {
-                    TryPublishError::Deleted
-                } else {
-                    TryPublishError::Closed
-                });
+                return Err(self.closed_error());
             }
             if !self.has_room(c + n - 1) {
                 return Err(TryPublishError::Full);
@@ -320,17 +470,31 @@ impl Producer {
         }
     }
 
+    #[cold]
+    fn closed_error(&self) -> TryPublishError {
+        if self.deleted() {
+            TryPublishError::Deleted
+        } else {
+            TryPublishError::Closed
+        }
+    }
+
     #[inline]
     fn mark_in_flight(&self, first: u64, n: u64) {
         let e = self.entry();
-        // Relaxed: read by the broker only to attribute a hole after this process died;
-        // the claim counter already says the sequence is taken.
+        // Relaxed, then Release on `in_flight`: a repair that reads this claim (Acquire) also
+        // reads its length, never the previous claim's (free on x86_64). Read only to
+        // attribute a hole; the claim counter already says the sequences are taken.
         e.in_flight_len.store(n, Ordering::Relaxed);
-        e.in_flight.store(first + 1, Ordering::Relaxed);
+        e.in_flight.store(first + 1, Ordering::Release);
     }
 
     #[inline]
     fn clear_in_flight(&self) {
+        if self.single {
+            // A single producer's claim is the line's position, not recorded in its entry.
+            return;
+        }
         // Release: a broker that reads 0 here (Acquire, in `Ring::repair_dead_producer`)
         // also sees this claim's stamps, so it never takes a published claim for a hole.
         self.entry().in_flight.store(0, Ordering::Release);
@@ -358,6 +522,26 @@ impl Producer {
         // Relaxed: published by the Release stamp store in `stamp`.
         slot.header.len.store(bytes.len() as u32, Ordering::Relaxed);
         slot.header.flags.store(flags, Ordering::Relaxed);
+    }
+
+    /// Write and publish one whole event into slot `seq`: the WRITING stamp, the payload,
+    /// the stamp (one slot lookup for the three).
+    #[inline(always)]
+    fn write_slot(&self, seq: u64, bytes: &[u8], flags: u32) {
+        let slot = self.seg.slot(seq);
+        // As `begin_write`.
+        slot.header
+            .stamp
+            .store(seq | STAMP_WRITING, Ordering::Relaxed);
+        // Release fence: as in `begin_write`.
+        fence(Ordering::Release);
+        // SAFETY: as in `fill`.
+        unsafe { slot.write(bytes) };
+        // Relaxed: published by the Release stamp store below.
+        slot.header.len.store(bytes.len() as u32, Ordering::Relaxed);
+        slot.header.flags.store(flags, Ordering::Relaxed);
+        // Release: as in `stamp`.
+        slot.header.stamp.store(seq, Ordering::Release);
     }
 
     #[inline]
@@ -390,12 +574,18 @@ impl Producer {
             .store(self.published, Ordering::Relaxed);
     }
 
+    #[inline(always)]
     fn check_len(&mut self, len: usize) -> Result<(), (usize, usize)> {
         if len > self.max_payload {
-            self.refuse();
-            return Err((len, self.max_payload));
+            return Err(self.too_large(len));
         }
         Ok(())
+    }
+
+    #[cold]
+    fn too_large(&mut self, len: usize) -> (usize, usize) {
+        self.refuse();
+        (len, self.max_payload)
     }
 
     /// Publish one event, waiting for room. Returns its sequence.
@@ -418,9 +608,7 @@ impl Producer {
         self.check_len(bytes.len())
             .map_err(|(len, max)| PublishError::TooLarge { len, max })?;
         let seq = self.claim_blocking(1)?;
-        self.begin_write(seq);
-        self.fill(seq, bytes, 0);
-        self.stamp(seq);
+        self.write_slot(seq, bytes, 0);
         if WAKE {
             self.notify();
         }
@@ -435,9 +623,7 @@ impl Producer {
             .map_err(|(len, max)| TryPublishError::TooLarge { len, max })?;
         match self.claim_if_room(1) {
             Ok(seq) => {
-                self.begin_write(seq);
-                self.fill(seq, bytes, 0);
-                self.stamp(seq);
+                self.write_slot(seq, bytes, 0);
                 self.notify();
                 self.clear_in_flight();
                 self.count_published(1);
@@ -471,9 +657,7 @@ impl Producer {
         loop {
             match self.claim_if_room(1) {
                 Ok(seq) => {
-                    self.begin_write(seq);
-                    self.fill(seq, bytes, 0);
-                    self.stamp(seq);
+                    self.write_slot(seq, bytes, 0);
                     self.notify();
                     self.clear_in_flight();
                     self.count_published(1);
@@ -482,7 +666,11 @@ impl Producer {
                 Err(TryPublishError::Full) if Instant::now() < deadline => {
                     // Wait for room for the sequence a claim would take now; the claim is
                     // taken (by CAS) only once there is room, so no sequence is spent.
-                    let next = gating::head(&self.seg);
+                    let next = if self.single {
+                        self.next
+                    } else {
+                        self.seg.position()
+                    };
                     self.wait_for_room(next, Some(deadline));
                 }
                 Err(TryPublishError::Full) => {

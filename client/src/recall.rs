@@ -14,7 +14,7 @@ use std::sync::atomic::{fence, Ordering};
 
 use shmring_layout::{SLOT_FLAG_TOMBSTONE, STAMP_EMPTY, STAMP_WRITING};
 
-use crate::{gating, Ring};
+use crate::Ring;
 
 /// What [`Ring::recall`] found at a sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +41,7 @@ impl Ring {
     /// Copy the payload of sequence `seq` into `buf` if the ring still holds it.
     pub fn recall(&self, seq: u64, buf: &mut Vec<u8>) -> Recall {
         buf.clear();
-        if seq >= gating::head(&self.seg) {
+        if seq >= self.seg.position() {
             return Recall::NotClaimed;
         }
         let slot = self.seg.slot(seq);

@@ -212,7 +212,10 @@ impl Ring {
     pub fn remove(namespace: &str, name: &str) -> Result<(), OpenError> {
         let path = ring_path(namespace, name)?;
         match Self::open(namespace, name) {
-            Ok(ring) => ring.mark_deleted(),
+            Ok(ring) => {
+                ring.mark_deleted()
+                    .map_err(|e| OpenError::Lifecycle(name.to_owned(), e))?;
+            }
             Err(OpenError::Layout { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -224,18 +227,6 @@ impl Ring {
             },
             _ => OpenError::io("remove", &path, e),
         })
-    }
-
-    fn mark_deleted(&self) {
-        self.close_line();
-        // Release: pairs with the Acquire in `Ring::state`, read by waiting clients.
-        self.seg
-            .header()
-            .state
-            .store(RingState::Deleted as u32, Ordering::Release);
-        // Parked consumers and producers wake, see the state and return Deleted.
-        crate::park::wake(&self.seg.lines().consumer_wake.value);
-        crate::park::wake(&self.seg.lines().producer_wake.value);
     }
 
     /// The ring's name.
@@ -262,24 +253,11 @@ impl Ring {
     pub fn max_payload(&self) -> usize {
         self.seg.geometry().max_payload()
     }
-    /// The lifecycle state (`None` if the word is corrupt).
-    pub fn state(&self) -> Option<RingState> {
-        // Acquire: pairs with the Release of whoever changed the state.
-        RingState::from_u32(self.seg.header().state.load(Ordering::Acquire))
-    }
-    /// Next sequence a producer will claim (the number of claims so far).
-    pub fn head(&self) -> u64 {
-        crate::gating::head(&self.seg)
-    }
     /// How publishes are ordered against parking consumers on this ring: the asymmetric
     /// membarrier fence, or a `SeqCst` fence on publish where the kernel lacks it (the
     /// weaker mode wins once any attached process uses it).
     pub fn fence_mode(&self) -> Option<FenceMode> {
         FenceMode::from_u32(self.seg.header().fence_mode.load(Ordering::Relaxed))
-    }
-    /// Whether the sequence line is closed (claims are refused).
-    pub fn is_closed(&self) -> bool {
-        crate::gating::is_closed(&self.seg)
     }
     /// A consistent-enough snapshot of the ring's tables, for status displays.
     pub fn info(&self) -> RingInfo {
@@ -375,7 +353,10 @@ fn build(
         config_checksum(&geo.config_words(config.mode, created)),
         Ordering::Relaxed,
     );
-    h.state.store(RingState::Running as u32, Ordering::Relaxed);
+    seg.lines().lifecycle.value.lifecycle.store(
+        shmring_layout::lifecycle::pack(0, RingState::Running as u32, 0),
+        Ordering::Relaxed,
+    );
     h.fence_mode
         .store(FenceMode::Unset as u32, Ordering::Relaxed);
     h.run.store(1, Ordering::Relaxed);

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::futex::{self, Woke, WAITV_MAX};
-use crate::park::PARK_NET;
+use crate::futex::{self, WAITV_MAX};
+use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
 use crate::{fence, Consumer, Ring};
 
@@ -30,9 +30,14 @@ pub struct WakeSet {
 pub struct WakeSetStats {
     /// Parks that slept.
     pub parks: u64,
-    /// Returns from a sleep by a wake (or a word that moved).
+    /// Returns from a sleep by a wake (or a word that moved before the sleep).
     pub wakeups: u64,
-    /// Returns by the timed net while the predicate was already true: lost wake-ups.
+    /// Returns by a timeout after a waker had moved a word (its wake came too late or
+    /// never arrived), or by a deadline shorter than the net with the predicate already
+    /// true. Zero on an idle machine; many, with `wakeups` zero, when wakes do not arrive.
+    pub late_wakeups: u64,
+    /// Returns by the timed net while the predicate was already true and no word moved:
+    /// lost wake-ups.
     pub net_wakeups: u64,
 }
 
@@ -111,7 +116,7 @@ impl WakeSet {
     /// the last look. Returns `Ready` or `Woken`; the caller polls its consumers again.
     pub fn park_unless(&mut self, mut ready: impl FnMut() -> bool) -> WakeReason {
         loop {
-            match self.park_once(Instant::now() + PARK_NET, &mut ready) {
+            match self.park_once(Instant::now() + PARK_NET, true, &mut ready) {
                 // The net, with nothing pending: keep waiting.
                 WakeReason::Deadline => continue,
                 other => return other,
@@ -130,16 +135,21 @@ impl WakeSet {
                     WakeReason::Deadline
                 };
             }
-            let until = deadline.min(Instant::now() + PARK_NET);
-            match self.park_once(until, &mut ready) {
+            let net = Instant::now() + PARK_NET;
+            match self.park_once(deadline.min(net), deadline >= net, &mut ready) {
                 WakeReason::Deadline => continue,
                 other => return other,
             }
         }
     }
 
-    /// One park, at most until `until`.
-    fn park_once(&mut self, until: Instant, ready: &mut impl FnMut() -> bool) -> WakeReason {
+    /// One park, at most until `until` (`net`: `until` is the full net away).
+    fn park_once(
+        &mut self,
+        until: Instant,
+        net: bool,
+        ready: &mut impl FnMut() -> bool,
+    ) -> WakeReason {
         if self.rings.is_empty() {
             // Nothing can wake an empty set: sleep to the deadline, checking once.
             if ready() {
@@ -157,24 +167,16 @@ impl WakeSet {
             line.waiters.fetch_add(1, Ordering::Relaxed);
         }
         fence::heavy();
-        let outcome = if ready() {
-            WakeReason::Ready
+        let parked = if ready() {
+            Parked::Ready
         } else {
             self.stats.parks += 1;
-            let woke = match futex::waitv(&words, until) {
-                Woke::Woken => true,
-                // A waker that bumped a word as the timer expired did its part: not the net.
-                // Acquire: as the loads of `seen` above.
-                Woke::TimedOut => words
-                    .iter()
-                    .any(|(word, seen)| word.load(Ordering::Acquire) != *seen),
-            };
-            if woke {
-                self.stats.wakeups += 1;
-                WakeReason::Woken
-            } else {
-                WakeReason::Deadline
-            }
+            let woke = futex::waitv(&words, until);
+            // Acquire: as the loads of `seen` above.
+            let moved = words
+                .iter()
+                .any(|(word, seen)| word.load(Ordering::Acquire) != *seen);
+            park::classify(woke, moved, net)
         };
         for seg in &self.rings {
             seg.lines()
@@ -183,11 +185,21 @@ impl WakeSet {
                 .waiters
                 .fetch_sub(1, Ordering::Relaxed);
         }
-        if outcome == WakeReason::Deadline && ready() {
-            // Something was published and nobody woke us: the net caught a lost wake-up.
-            self.stats.net_wakeups += 1;
-            return WakeReason::Woken;
+        let mut counts = WakeCounts::default();
+        let mut pending = false;
+        counts.count(parked, || {
+            pending = ready();
+            pending
+        });
+        self.stats.wakeups += counts.woken;
+        self.stats.late_wakeups += counts.late;
+        self.stats.net_wakeups += counts.lost;
+        match parked {
+            Parked::Ready => WakeReason::Ready,
+            Parked::Woken | Parked::Late => WakeReason::Woken,
+            // Something was published and the net (or the deadline) found it.
+            Parked::TimedOut { .. } if pending => WakeReason::Woken,
+            Parked::TimedOut { .. } => WakeReason::Deadline,
         }
-        outcome
     }
 }

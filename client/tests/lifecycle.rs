@@ -1,11 +1,11 @@
 //! Stop, drain and start, in one process. The multi-process races are in `shmring-tests`.
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shmring::{
-    ConsumerOptions, LifecycleError, PublishError, Ring, RingConfig, RingState, RunExit,
-    TryPublishError,
+    ConsumerOptions, LifecycleError, ProducerMode, PublishError, Ring, RingConfig, RingState,
+    RunExit, TryPublishError,
 };
 
 mod common;
@@ -89,39 +89,416 @@ fn drain_waits_for_consumers_and_reports_who_is_behind() {
     assert_eq!(drainer.join().unwrap(), Ok(6));
 }
 
+/// Three producer threads publish their own counters (thread id, 0, 1, 2, ...) as fast as
+/// they can while the ring is stopped under them; the consumer checks every event by
+/// identity (per thread: the next counter, no gap, no repeat) and, once drained, that each
+/// thread's count of accepted publishes is exactly what it received from that thread. Half
+/// the rounds run on a ring of 8 slots, where producers are often at the wrap gate when the
+/// stop comes. Every wait has a deadline: a hole left by the stop fails the test instead of
+/// hanging it.
 #[test]
 fn stop_racing_publishers_loses_nothing_accepted() {
+    const THREADS: u64 = 3;
     let ns = Ns::new("race");
-    let ring = Ring::create(&ns.0, "r", &cfg(64)).unwrap();
-    let mut c = ring.consumer(ConsumerOptions::durable("all")).unwrap();
+    let rings = [
+        Ring::create(&ns.0, "r", &cfg(64)).unwrap(),
+        Ring::create(&ns.0, "small", &cfg(8)).unwrap(),
+    ];
+    let mut consumers: Vec<_> = rings
+        .iter()
+        .map(|r| r.consumer(ConsumerOptions::durable("all")).unwrap())
+        .collect();
+    // Per ring, per thread: the next counter the consumer expects.
+    let mut next = [[0u64; THREADS as usize]; 2];
+    // Per ring, per thread: the counter each thread publishes next.
+    let mut sent = [[0u64; THREADS as usize]; 2];
     for round in 0..20 {
-        let producers: Vec<_> = (0..3)
-            .map(|_| {
+        let k = round % 2;
+        let (ring, c) = (&rings[k], &mut consumers[k]);
+        let producers: Vec<_> = (0..THREADS)
+            .map(|id| {
                 let ring = ring.clone();
+                let first = sent[k][id as usize];
                 thread::spawn(move || {
                     let mut p = ring.producer().unwrap();
-                    let mut accepted = 0u64;
+                    let mut counter = first;
                     loop {
-                        match p.publish(&[1]) {
-                            Ok(_) => accepted += 1,
-                            Err(PublishError::Closed) => return accepted,
+                        match p.publish(&((id << 32) | counter).to_le_bytes()) {
+                            Ok(_) => counter += 1,
+                            Err(PublishError::Closed) => return counter,
                             Err(e) => panic!("{e}"),
                         }
                     }
                 })
             })
             .collect();
-        let mut received = 0u64;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let expect = &mut next[k];
+        let mut check = |bytes: &[u8]| {
+            let v = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+            let (id, counter) = ((v >> 32) as usize, v & 0xffff_ffff);
+            assert!(id < THREADS as usize, "round {round}: unknown thread {id}");
+            assert_eq!(
+                counter, expect[id],
+                "round {round}: thread {id}: lost or repeated event"
+            );
+            expect[id] += 1;
+        };
         // Consume while they publish, then stop in the middle of it.
+        let mut received = 0u64;
         while received < 200 {
-            received += c.poll_once(|_| {}).unwrap() as u64;
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: publishing stalled"
+            );
+            received += c.poll_once(|ev| check(ev.bytes())).unwrap() as u64;
         }
         ring.stop().unwrap();
         // Drain first: a producer that claimed before the stop may be waiting at the wrap
         // gate for this very consumer, so joining it first would deadlock.
-        c.run(|_| received += 1, || false).unwrap();
-        let accepted: u64 = producers.into_iter().map(|h| h.join().unwrap()).sum();
-        assert_eq!(received, accepted, "round {round}");
+        let exit = c
+            .run(|ev| check(ev.bytes()), || Instant::now() > deadline)
+            .unwrap();
+        assert_eq!(
+            exit,
+            RunExit::Closed,
+            "round {round}: not drained to the stop sequence by the deadline (a hole?)"
+        );
+        for (id, h) in producers.into_iter().enumerate() {
+            let accepted_up_to = h.join().unwrap();
+            assert_eq!(
+                next[k][id], accepted_up_to,
+                "round {round}: thread {id} accepted up to its counter {accepted_up_to}"
+            );
+            sent[k][id] = accepted_up_to;
+        }
         ring.start().unwrap();
+    }
+}
+
+fn cfg_mode(capacity: u64, mode: ProducerMode) -> RingConfig {
+    RingConfig {
+        producer_mode: mode,
+        ..cfg(capacity)
+    }
+}
+
+const MODES: [ProducerMode; 2] = [ProducerMode::Multi, ProducerMode::Single];
+
+/// Stop, attach a consumer, start: the ordinary maintenance sequence. Refused publishes
+/// while stopped must not move where the new consumer starts.
+#[test]
+fn a_consumer_attached_while_stopped_gets_the_first_event_of_the_next_run() {
+    for mode in MODES {
+        let ns = Ns::new("attachstopped");
+        let ring = Ring::create(&ns.0, "r", &cfg_mode(16, mode)).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(b"a").unwrap();
+        assert_eq!(ring.stop(), Ok(1));
+        for _ in 0..3 {
+            assert_eq!(p.publish(b"x"), Err(PublishError::Closed), "{mode:?}");
+        }
+        assert_eq!(
+            ring.head(),
+            1,
+            "{mode:?}: refused claims do not move the line"
+        );
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        assert_eq!(c.next_sequence(), 1, "{mode:?}");
+        ring.start().unwrap();
+        assert_eq!(p.publish(b"b"), Ok(1), "{mode:?}");
+        let mut got = vec![];
+        c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+        assert_eq!(got, vec![1], "{mode:?}");
+        assert_eq!(c.stats().dropped_behind, 0, "{mode:?}");
+    }
+}
+
+/// A producer that claimed before a stop scans the gate while the line is closed and
+/// refused claims have bumped the claim counter. Its scan must see the stop sequence, not
+/// the bumped count, or the shared gate rises past it and a required consumer that attaches
+/// at the stop sequence is lapped after the start.
+#[test]
+fn a_gate_scan_while_stopped_never_lets_a_required_consumer_be_lapped() {
+    let ns = Ns::new("scanstopped");
+    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let first = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut waiting = ring.producer().unwrap();
+    for i in 0..4u8 {
+        waiting.publish(&[i]).unwrap();
+    }
+    let blocked = thread::spawn(move || waiting.publish(&[4]));
+    // Its claim of sequence 4 is in flight once it waits at the wrap gate.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ring.info().producers.iter().any(|p| p.in_flight == Some(4)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "publisher never claimed"
+        );
+        thread::yield_now();
+    }
+    assert_eq!(ring.stop(), Ok(5));
+    let mut refused = ring.producer().unwrap();
+    for _ in 0..10 {
+        assert_eq!(refused.publish(b"x"), Err(PublishError::Closed));
+    }
+    // The gating consumer leaves: the waiting publisher's scan finds nobody but the line.
+    drop(first);
+    assert_eq!(blocked.join().unwrap(), Ok(4));
+    ring.start().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    assert_eq!(c.next_sequence(), 5);
+    let mut accepted = Vec::new();
+    for i in 0..10u8 {
+        match refused.try_publish(&[i]) {
+            Ok(seq) => accepted.push(seq),
+            Err(TryPublishError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(accepted, vec![5, 6, 7, 8], "the gate stops at the consumer");
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(got, accepted);
+    assert_eq!(c.stats().dropped_behind, 0);
+}
+
+/// Two starts at once: exactly one reopens the line, and it reopens at the stop sequence
+/// (never an older one): sequences are never handed out twice.
+#[test]
+fn concurrent_starts_reopen_once_at_the_stop_sequence() {
+    for mode in MODES {
+        let ns = Ns::new("twostarts");
+        let ring = Ring::create(&ns.0, "r", &cfg_mode(64, mode)).unwrap();
+        let mut p = ring.producer().unwrap();
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut expect = 0u64;
+        for round in 0..200u64 {
+            let seq = p.publish(&round.to_le_bytes()).unwrap();
+            assert_eq!(seq, expect, "{mode:?} round {round}: unique, no rewind");
+            expect += 1;
+            assert_eq!(ring.stop(), Ok(expect));
+            let _ = p.publish(b"refused");
+            let starters: Vec<_> = (0..2)
+                .map(|_| {
+                    let ring = ring.clone();
+                    thread::spawn(move || ring.start())
+                })
+                .collect();
+            let results: Vec<_> = starters.into_iter().map(|h| h.join().unwrap()).collect();
+            let ok = results.iter().filter(|r| r.is_ok()).count();
+            assert_eq!(ok, 1, "{mode:?} round {round}: {results:?}");
+            assert!(results.contains(&Err(LifecycleError::AlreadyRunning)));
+            assert_eq!(ring.state(), Some(RingState::Running));
+            assert_eq!(ring.head(), expect, "{mode:?} round {round}");
+            while c.poll_once(|_| {}).unwrap() > 0 {}
+        }
+        assert_eq!(c.next_sequence(), expect);
+        assert_eq!(ring.run_number(), 201);
+    }
+}
+
+/// A start racing a remove never brings a removed ring back.
+#[test]
+fn a_start_racing_a_remove_never_undoes_it() {
+    for round in 0..50 {
+        let ns = Ns::new("startremove");
+        let ring = Ring::create(&ns.0, "r", &cfg(16)).unwrap();
+        let mut p = ring.producer().unwrap();
+        ring.stop().unwrap();
+        let starter = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.start())
+        };
+        Ring::remove(&ns.0, "r").unwrap();
+        let started = starter.join().unwrap();
+        assert_eq!(
+            ring.state(),
+            Some(RingState::Deleted),
+            "round {round}: {started:?}"
+        );
+        assert_eq!(p.publish(b"x"), Err(PublishError::Deleted), "round {round}");
+        assert_eq!(ring.start(), Err(LifecycleError::Deleted));
+    }
+}
+
+/// Single producer: publishers racing stops and starts. Every accepted publish is delivered
+/// exactly once, with its own payload; refused ones never are; sequences are contiguous.
+#[test]
+fn single_producer_publishes_racing_stops_are_refused_or_delivered() {
+    let ns = Ns::new("sprace");
+    let ring = Ring::create(&ns.0, "r", &cfg_mode(64, ProducerMode::Single)).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("all")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (ring, stop) = (ring.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut p = ring.producer().unwrap();
+            let mut accepted = Vec::new();
+            let mut id = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match p.try_publish(&id.to_le_bytes()) {
+                    Ok(seq) => accepted.push((seq, id)),
+                    Err(TryPublishError::Closed | TryPublishError::Full) => {}
+                    Err(e) => panic!("{e}"),
+                }
+                id += 1;
+            }
+            accepted
+        })
+    };
+    let mut got = Vec::new();
+    for _ in 0..300 {
+        for _ in 0..20 {
+            c.poll_once(|ev| {
+                got.push((
+                    ev.sequence(),
+                    u64::from_le_bytes(ev.bytes().try_into().unwrap()),
+                ))
+            })
+            .unwrap();
+        }
+        ring.stop().unwrap();
+        c.poll_once(|ev| {
+            got.push((
+                ev.sequence(),
+                u64::from_le_bytes(ev.bytes().try_into().unwrap()),
+            ))
+        })
+        .unwrap();
+        ring.start().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let accepted = producer.join().unwrap();
+    ring.stop().unwrap();
+    c.run(
+        |ev| {
+            got.push((
+                ev.sequence(),
+                u64::from_le_bytes(ev.bytes().try_into().unwrap()),
+            ))
+        },
+        || false,
+    )
+    .unwrap();
+    assert_eq!(
+        got, accepted,
+        "delivered exactly what was accepted, in order"
+    );
+    for (i, (seq, _)) in got.iter().enumerate() {
+        assert_eq!(*seq, i as u64, "contiguous sequences");
+    }
+}
+
+/// The pid of a process that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("wait");
+    pid
+}
+
+/// Write what a process killed inside a stop or start leaves behind, at each step of its
+/// transition, and check that the next lifecycle call finishes it: the line ends at the
+/// recorded stop sequence, no sequence is handed out twice or skipped.
+#[test]
+fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
+    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, CLAIM_CLOSED, SEQ_LINES_OFFSET};
+    use std::os::unix::fs::FileExt;
+
+    let line = |ring: &Ring, field: usize, value: u64| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(ring.path())
+            .unwrap();
+        file.write_all_at(&value.to_ne_bytes(), (SEQ_LINES_OFFSET + field) as u64)
+            .unwrap();
+    };
+    let claim = std::mem::offset_of!(SequenceLines, claim);
+    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
+    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
+    let stop_seq = lines + std::mem::offset_of!(LifecycleLine, stop_seq);
+    let dead = dead_pid();
+    for step in [
+        "stopping, before closing",
+        "stopping, closed and recorded",
+        "starting, closed",
+        "starting, reopened",
+    ] {
+        let ns = Ns::new("deadowner");
+        let ring = Ring::create(&ns.0, "r", &cfg(16)).unwrap();
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        for i in 0..5u8 {
+            p.publish(&[i]).unwrap();
+        }
+        match step {
+            "stopping, before closing" => {
+                line(&ring, stop_seq, 3); // a stale record: must not win
+                line(
+                    &ring,
+                    life,
+                    lifecycle::pack(7, RingState::Stopping as u32, dead),
+                );
+                assert_eq!(p.publish(&[5]), Ok(5), "{step}: the line is still open");
+            }
+            "stopping, closed and recorded" => {
+                line(&ring, stop_seq, 5);
+                // Closed at 5; two claims refused since bumped the low bits.
+                line(&ring, claim, 7 | CLAIM_CLOSED);
+                line(
+                    &ring,
+                    life,
+                    lifecycle::pack(7, RingState::Stopping as u32, dead),
+                );
+                assert_eq!(p.publish(&[9]), Err(PublishError::Closed), "{step}");
+                assert_eq!(ring.head(), 5, "{step}: a closed line is at its record");
+            }
+            "starting, closed" => {
+                line(&ring, stop_seq, 5);
+                line(&ring, claim, 6 | CLAIM_CLOSED);
+                line(
+                    &ring,
+                    life,
+                    lifecycle::pack(7, RingState::Starting as u32, dead),
+                );
+            }
+            _ => {
+                line(&ring, stop_seq, 5);
+                line(&ring, claim, 5);
+                line(
+                    &ring,
+                    life,
+                    lifecycle::pack(7, RingState::Starting as u32, dead),
+                );
+            }
+        }
+        let expected_stop = if step == "stopping, before closing" {
+            6
+        } else {
+            5
+        };
+        if step.starts_with("stopping") {
+            assert_eq!(ring.stop(), Ok(expected_stop), "{step}");
+            assert_eq!(ring.state(), Some(RingState::Stopped), "{step}");
+            assert!(ring.start().is_ok(), "{step}");
+        } else {
+            assert_eq!(
+                ring.start(),
+                Err(LifecycleError::AlreadyRunning),
+                "{step}: finished"
+            );
+        }
+        assert_eq!(ring.state(), Some(RingState::Running), "{step}");
+        assert_eq!(
+            p.publish(b"after"),
+            Ok(expected_stop),
+            "{step}: no rewind, no gap"
+        );
+        let mut got = Vec::new();
+        c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+        assert_eq!(got, (0..=expected_stop).collect::<Vec<_>>(), "{step}");
     }
 }

@@ -87,8 +87,16 @@ fn every_strategy_delivers_everything_with_no_lost_wakeups() {
         let (got, stats) = consumer.join().unwrap();
         assert_eq!(got, n, "{wait:?}");
         assert_eq!(stats.net_wakeups, 0, "{wait:?} lost a wake-up");
-        if matches!(wait, WaitStrategy::Blocking) {
-            assert!(stats.wakeups > 0, "a blocking consumer that never parked");
+        // Only a timeout shorter than the net can pass while the producer is merely slow to
+        // wake; with the net as the only timeout, a late wake is one that never arrived.
+        if !matches!(wait, WaitStrategy::TimeoutBlocking { .. }) {
+            assert_eq!(stats.late_wakeups, 0, "{wait:?}: a wake did not arrive");
+        }
+        if matches!(
+            wait,
+            WaitStrategy::Blocking | WaitStrategy::TimeoutBlocking { .. }
+        ) {
+            assert!(stats.wakeups > 0, "{wait:?}: never woken from a park");
         }
     }
 }
@@ -138,6 +146,10 @@ fn a_producer_on_a_full_ring_parks_and_resumes() {
     assert_eq!(got, (0..40).collect::<Vec<_>>());
     let stats = producer.join().unwrap();
     assert!(stats.parks > 0);
+    // The consumer's commits woke it: no park ended by a timeout after the wake line moved
+    // (a wake that never arrived) or by the net with room there (a wake lost).
+    assert_eq!(stats.late_wakeups, 0, "{stats:?}");
+    assert_eq!(stats.net_wakeups, 0, "{stats:?}");
 }
 
 #[test]
@@ -181,7 +193,12 @@ fn wakeset_over_64_rings_wakes_on_any_publish() {
     let mut got_sorted = got.clone();
     got_sorted.sort();
     assert_eq!(got_sorted, vec![(0, 3), (5, 1), (63, 2)]);
-    assert_eq!(stats.net_wakeups, 0);
+    assert_eq!(stats.net_wakeups, 0, "{stats:?}");
+    assert_eq!(
+        stats.late_wakeups, 0,
+        "a publish moved a wake word but its wake did not arrive: {stats:?}"
+    );
+    assert!(stats.wakeups > 0, "never woken by a publish: {stats:?}");
 }
 
 #[test]

@@ -6,8 +6,8 @@
 //!
 //! The umask is per process, so creations under a given umask run in a child: this test
 //! binary re-executed with `PERM_ROLE` set (the `role` test below dispatches on it). The
-//! other-uid cases run the child as uid/gid 65534 (`nobody`/`nogroup`), which needs root;
-//! without root they print why they are skipped and pass.
+//! other-uid cases run the child as uid/gid 65534 (`nobody`/`nogroup`), which needs root:
+//! they are in `as_root`, ignored by a plain `cargo test` and run by CI (see there).
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -76,6 +76,7 @@ fn octal(name: &str) -> u32 {
 /// In a child: run the role named by `PERM_ROLE`, print its result and exit. In the test
 /// run itself: nothing.
 #[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     let Ok(role) = std::env::var(ROLE_ENV) else {
         return;
@@ -152,13 +153,20 @@ impl Drop for ExeForNobody {
 fn child(role: &str, env: &[(&str, String)], foreign: bool) -> String {
     let copy = ExeForNobody::new();
     let mut cmd = Command::new(&copy.exe);
-    cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
-        .env(ROLE_ENV, role)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    cmd.args([
+        "--exact",
+        "role",
+        "--ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ])
+    .env(ROLE_ENV, role)
+    .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+    .current_dir("/")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
     if foreign {
         cmd.uid(NOBODY).gid(NOBODY);
     }
@@ -277,110 +285,6 @@ fn a_segment_in_a_setgid_directory_inherits_its_group() {
     assert_eq!((mode, gid), (0o660, group));
 }
 
-fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!("skipped {test}: needs root to run a child as uid {NOBODY}");
-    true
-}
-
-/// Another uid is refused on a default ring: by the 0700 directory, and with the directory
-/// opened up, by the 0600 file; a process in the ring's group is refused write on 0640.
-/// Each refusal is `OpenError::PermissionDenied` naming the segment.
-#[test]
-fn another_uid_is_refused_with_permission_denied() {
-    if skip_unless_root("another_uid_is_refused_with_permission_denied") {
-        return;
-    }
-    let ns = Ns::new("foreign");
-    let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
-    let path = ring.path().display().to_string();
-
-    let by_dir = publish_as_nobody(&ns, "r");
-    eprintln!("0700 directory, 0600 file: {by_dir}");
-    assert!(by_dir.starts_with("refused PermissionDenied"), "{by_dir}");
-    assert!(by_dir.contains(&path), "{by_dir}");
-
-    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
-    let by_file = publish_as_nobody(&ns, "r");
-    eprintln!("0711 directory, 0600 file: {by_file}");
-    assert!(by_file.starts_with("refused PermissionDenied"), "{by_file}");
-    assert!(by_file.contains(&path), "{by_file}");
-
-    rustix::fs::chown(ring.path(), None, Some(rustix::fs::Gid::from_raw(NOBODY))).expect("chown");
-    std::fs::set_permissions(ring.path(), std::fs::Permissions::from_mode(0o640)).expect("chmod");
-    let read_only = publish_as_nobody(&ns, "r");
-    eprintln!("0640 file of group {NOBODY}: {read_only}");
-    assert!(
-        read_only.starts_with("refused PermissionDenied"),
-        "{read_only}"
-    );
-
-    // Nothing was published by the refused processes.
-    assert_eq!(ring.head(), 0);
-    assert!(ring.info().producers.is_empty());
-}
-
-/// The deployment the group mode is for: a process of another uid in the ring's group
-/// opens the ring, attaches a producer and publishes to a consumer of the creating user.
-#[test]
-fn a_process_of_another_uid_in_the_ring_group_publishes() {
-    if skip_unless_root("a_process_of_another_uid_in_the_ring_group_publishes") {
-        return;
-    }
-    let ns = Ns::new("group_member");
-    let config = RingConfig {
-        mode: 0o660,
-        group: Some(NOBODY),
-        ..RingConfig::default()
-    };
-    let ring = Ring::create(&ns.0, "r", &config).expect("create");
-    let mut consumer = ring.consumer(ConsumerOptions::anonymous()).expect("attach");
-    let out = publish_as_nobody(&ns, "r");
-    assert_eq!(out, "published 0");
-    let mut got = Vec::new();
-    consumer
-        .poll_once(|e| got.push(e.bytes().to_vec()))
-        .expect("poll");
-    assert_eq!(got, vec![b"from another uid".to_vec()]);
-}
-
-/// What the refusals should say: which right is missing on which path, for whom. Today
-/// every refusal is the same sentence ("the segment's mode and owner do not give this user
-/// read+write"), which blames the file even when the directory is what refuses, and does not
-/// name the uid, the modes or the owners.
-#[test]
-fn the_refusal_says_which_permission_is_missing() {
-    if skip_unless_root("the_refusal_says_which_permission_is_missing") {
-        return;
-    }
-    let ns = Ns::new("which");
-    let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
-    let dir = ns.dir().display().to_string();
-
-    let by_dir = publish_as_nobody(&ns, "r");
-    for want in [&*dir, "uid 65534", "0700", "search"] {
-        assert!(by_dir.contains(want), "{by_dir:?} does not say {want:?}");
-    }
-
-    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
-    let by_file = publish_as_nobody(&ns, "r");
-    for want in ["uid 65534", "0600", "owner uid 0", "read"] {
-        assert!(by_file.contains(want), "{by_file:?} does not say {want:?}");
-    }
-
-    rustix::fs::chown(ring.path(), None, Some(rustix::fs::Gid::from_raw(NOBODY))).expect("chown");
-    std::fs::set_permissions(ring.path(), std::fs::Permissions::from_mode(0o640)).expect("chmod");
-    let read_only = publish_as_nobody(&ns, "r");
-    for want in ["0640", "group 65534", "write"] {
-        assert!(
-            read_only.contains(want),
-            "{read_only:?} does not say {want:?}"
-        );
-    }
-}
-
 /// Spawn `cmd`, retrying while the kernel says ETXTBSY: a child forked by another test
 /// thread while the binary was being copied holds its write descriptor until that child
 /// execs, a few microseconds. Bounded: 200 tries, 1 ms apart.
@@ -394,4 +298,116 @@ fn spawn_retrying(cmd: &mut std::process::Command) -> std::process::Child {
         }
     }
     panic!("the copied test binary stayed busy (ETXTBSY) for 200 ms");
+}
+
+/// Tests that need root. A plain `cargo test` lists them as ignored, so a run without root
+/// says they were skipped rather than passing them; CI runs as root and runs them with
+/// `cargo test --workspace -- --ignored as_root::` (`.ci/run`), where they fail if they
+/// cannot do what they test.
+mod as_root {
+    use super::*;
+
+    fn need_root() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test runs a child as uid 65534: run it as root"
+        );
+    }
+
+    /// Another uid is refused on a default ring: by the 0700 directory, and with the directory
+    /// opened up, by the 0600 file; a process in the ring's group is refused write on 0640.
+    /// Each refusal is `OpenError::PermissionDenied` naming the segment.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn another_uid_is_refused_with_permission_denied() {
+        need_root();
+        let ns = Ns::new("foreign");
+        let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+        let path = ring.path().display().to_string();
+
+        let by_dir = publish_as_nobody(&ns, "r");
+        eprintln!("0700 directory, 0600 file: {by_dir}");
+        assert!(by_dir.starts_with("refused PermissionDenied"), "{by_dir}");
+        assert!(by_dir.contains(&path), "{by_dir}");
+
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+        let by_file = publish_as_nobody(&ns, "r");
+        eprintln!("0711 directory, 0600 file: {by_file}");
+        assert!(by_file.starts_with("refused PermissionDenied"), "{by_file}");
+        assert!(by_file.contains(&path), "{by_file}");
+
+        rustix::fs::chown(ring.path(), None, Some(rustix::fs::Gid::from_raw(NOBODY)))
+            .expect("chown");
+        std::fs::set_permissions(ring.path(), std::fs::Permissions::from_mode(0o640))
+            .expect("chmod");
+        let read_only = publish_as_nobody(&ns, "r");
+        eprintln!("0640 file of group {NOBODY}: {read_only}");
+        assert!(
+            read_only.starts_with("refused PermissionDenied"),
+            "{read_only}"
+        );
+
+        // Nothing was published by the refused processes.
+        assert_eq!(ring.head(), 0);
+        assert!(ring.info().producers.is_empty());
+    }
+
+    /// The deployment the group mode is for: a process of another uid in the ring's group
+    /// opens the ring, attaches a producer and publishes to a consumer of the creating user.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_process_of_another_uid_in_the_ring_group_publishes() {
+        need_root();
+        let ns = Ns::new("group_member");
+        let config = RingConfig {
+            mode: 0o660,
+            group: Some(NOBODY),
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let mut consumer = ring.consumer(ConsumerOptions::anonymous()).expect("attach");
+        let out = publish_as_nobody(&ns, "r");
+        assert_eq!(out, "published 0");
+        let mut got = Vec::new();
+        consumer
+            .poll_once(|e| got.push(e.bytes().to_vec()))
+            .expect("poll");
+        assert_eq!(got, vec![b"from another uid".to_vec()]);
+    }
+
+    /// What the refusals should say: which right is missing on which path, for whom. Today
+    /// every refusal is the same sentence ("the segment's mode and owner do not give this user
+    /// read+write"), which blames the file even when the directory is what refuses, and does not
+    /// name the uid, the modes or the owners.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn the_refusal_says_which_permission_is_missing() {
+        need_root();
+        let ns = Ns::new("which");
+        let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+        let dir = ns.dir().display().to_string();
+
+        let by_dir = publish_as_nobody(&ns, "r");
+        for want in [&*dir, "uid 65534", "0700", "search"] {
+            assert!(by_dir.contains(want), "{by_dir:?} does not say {want:?}");
+        }
+
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+        let by_file = publish_as_nobody(&ns, "r");
+        for want in ["uid 65534", "0600", "owner uid 0", "read"] {
+            assert!(by_file.contains(want), "{by_file:?} does not say {want:?}");
+        }
+
+        rustix::fs::chown(ring.path(), None, Some(rustix::fs::Gid::from_raw(NOBODY)))
+            .expect("chown");
+        std::fs::set_permissions(ring.path(), std::fs::Permissions::from_mode(0o640))
+            .expect("chmod");
+        let read_only = publish_as_nobody(&ns, "r");
+        for want in ["0640", "group 65534", "write"] {
+            assert!(
+                read_only.contains(want),
+                "{read_only:?} does not say {want:?}"
+            );
+        }
+    }
 }

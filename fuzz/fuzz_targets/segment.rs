@@ -12,8 +12,9 @@
 //! events by contract, and corrupt gating can legitimately make that forever.
 //!
 //! The property: every call returns (libFuzzer's `-timeout` catches a hang), nothing
-//! panics (`poll_once` catches handler panics, so handler checks are made outside it), no
-//! event longer than the slot's payload is delivered, and `info()` only names entries that
+//! panics (`poll_once` catches the handler's own panics and only those, so handler checks
+//! are made outside it, and a `HandlerPanicked` from this handler, which cannot panic, is
+//! a crash), no event longer than the slot's payload is delivered, and `info()` only names entries that
 //! exist. Built without `-a`, overflow checks are off as in a release build; with
 //! `cargo fuzz run -a` they are on and an arithmetic overflow on a hostile value is a crash.
 
@@ -27,7 +28,7 @@ use std::time::Duration;
 
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use shmring::{Consumer, ConsumerOptions, Producer, Ring, RingConfig};
+use shmring::{Consumer, ConsumerOptions, PollError, Producer, Ring, RingConfig};
 use shmring_layout::{
     ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot, Geometry, Header, ProducerEntry,
     SequenceLines, SlotHeader, WakeLine, CLAIM_CLOSED, IN_FLIGHT_CLAIMING, LINE, SLOT_HEADER_SIZE,
@@ -361,7 +362,14 @@ fn run(ops: &[Op]) {
             Op::Poll(i) => {
                 if let Some(c) = pick(&mut consumers, i) {
                     let mut longest = 0;
-                    let _ = c.poll_once(|ev| longest = longest.max(ev.bytes().len()));
+                    let r = c.poll_once(|ev| longest = longest.max(ev.bytes().len()));
+                    assert!(
+                        !matches!(
+                            r,
+                            Err(PollError::HandlerPanicked { .. } | PollError::Failed)
+                        ),
+                        "poll_once with a handler that cannot panic: {r:?}"
+                    );
                     assert!(longest <= max_payload, "delivered {longest} bytes");
                 }
             }

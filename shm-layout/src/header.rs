@@ -49,23 +49,17 @@ pub struct Header {
     pub total_size: AtomicU64,
     /// Checksum over the configuration fields above ([`config_checksum`]).
     pub config_checksum: AtomicU64,
-    /// [`RingState`] as a number.
-    pub state: AtomicU32,
     /// How a producer orders its publish against a parking consumer ([`FenceMode`]).
     pub fence_mode: AtomicU32,
+    /// Pid of the broker that last adopted the segment (0: none).
+    pub broker_pid: AtomicU32,
     /// Incremented on every start of the ring (the first run is 1).
     pub run: AtomicU64,
     /// Incremented by every broker that adopts the segment.
     pub broker_epoch: AtomicU64,
-    /// Pid of the broker that last adopted the segment (0: none).
-    pub broker_pid: AtomicU32,
-    _reserved0: AtomicU32,
-    /// The claim count when the sequence line was last closed (valid while `state` is not
-    /// Running): the first sequence of the next run.
-    pub stop_seq: AtomicU64,
     /// Monotonic nanoseconds of the broker's last sweep over this ring.
     pub last_sweep_ns: AtomicU64,
-    _reserved: [AtomicU64; 16],
+    _reserved: [AtomicU64; 18],
 }
 
 /// Size of [`Header`].
@@ -84,9 +78,9 @@ const _: () = assert!(offset_of!(Header, optional_slack) == 48);
 const _: () = assert!(offset_of!(Header, created_unix_ns) == 56);
 const _: () = assert!(offset_of!(Header, total_size) == 64);
 const _: () = assert!(offset_of!(Header, config_checksum) == 72);
-const _: () = assert!(offset_of!(Header, state) == 80);
+const _: () = assert!(offset_of!(Header, fence_mode) == 80);
 const _: () = assert!(offset_of!(Header, run) == 88);
-const _: () = assert!(offset_of!(Header, stop_seq) == 112);
+const _: () = assert!(offset_of!(Header, last_sweep_ns) == 104);
 
 /// The configuration words covered by [`Header::config_checksum`], in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +144,8 @@ impl ProducerMode {
     }
 }
 
-/// The ring's lifecycle state ([`Header::state`]).
+/// The ring's lifecycle state (the state byte of [`LifecycleLine::lifecycle`], see
+/// [`lifecycle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum RingState {
@@ -162,6 +157,11 @@ pub enum RingState {
     Draining = 3,
     /// Being removed: every client gets an error.
     Deleted = 4,
+    /// A stop (or drain, or remove) in progress, owned by the process named in the word: it
+    /// is closing the line and recording the stop sequence.
+    Stopping = 5,
+    /// A start in progress, owned by the process named in the word: it is reopening the line.
+    Starting = 6,
 }
 
 impl RingState {
@@ -172,8 +172,53 @@ impl RingState {
             2 => Some(Self::Stopped),
             3 => Some(Self::Draining),
             4 => Some(Self::Deleted),
+            5 => Some(Self::Stopping),
+            6 => Some(Self::Starting),
             _ => None,
         }
+    }
+
+    /// Whether a process owns the ring's lifecycle for the moment (the word names it).
+    pub const fn is_transitional(self) -> bool {
+        matches!(self, Self::Stopping | Self::Starting)
+    }
+}
+
+/// The lifecycle word ([`LifecycleLine::lifecycle`]): `generation (24 bits) | state (8 bits) |
+/// owner pid (32 bits)`, changed only by compare-and-swap, each change bumping the
+/// generation so that a value never repeats within 2^24 changes (a stale CAS fails).
+///
+/// | state | owner | line | stop sequence |
+/// | --- | --- | --- | --- |
+/// | Running | 0 | open | stale |
+/// | Stopping | the stopper | closing | being recorded |
+/// | Stopped, Draining | 0 | closed | valid |
+/// | Starting | the starter | reopening | valid |
+/// | Deleted | 0 | closed | valid |
+pub mod lifecycle {
+    /// Bits of the generation.
+    pub const GEN_BITS: u32 = 24;
+    const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+
+    /// Build a word.
+    pub const fn pack(generation: u32, state: u32, owner: u32) -> u64 {
+        ((generation as u64 & GEN_MASK) << 40) | ((state as u64 & 0xff) << 32) | owner as u64
+    }
+    /// The generation.
+    pub const fn generation(word: u64) -> u32 {
+        ((word >> 40) & GEN_MASK) as u32
+    }
+    /// The state byte (a [`super::RingState`] number).
+    pub const fn state(word: u64) -> u32 {
+        ((word >> 32) & 0xff) as u32
+    }
+    /// The owner's pid (0 unless the state is transitional).
+    pub const fn owner(word: u64) -> u32 {
+        word as u32
+    }
+    /// The word after `word`: the next generation, with a new state and owner.
+    pub const fn next(word: u64, state: u32, owner: u32) -> u64 {
+        pack(generation(word).wrapping_add(1), state, owner)
     }
 }
 
@@ -212,11 +257,28 @@ pub struct WakeLine {
     pub word: AtomicU32,
 }
 
+/// The lifecycle of the sequence line, on a line of its own: read on every publish by a
+/// single producer and on every idle look by a consumer, written only by lifecycle changes,
+/// so it stays shared in every cache (apart from the claim counter, which a single producer
+/// writes on every publish).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct LifecycleLine {
+    /// The lifecycle word, see [`lifecycle`].
+    pub lifecycle: AtomicU64,
+    /// The line's position when it was last closed (valid while the lifecycle state is not
+    /// Running or Stopping): the first sequence of the next run.
+    pub stop_seq: AtomicU64,
+}
+
 /// The ring-wide sequences, each alone on its line.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SequenceLines {
-    /// The claim counter: next sequence to hand out, with [`crate::CLAIM_CLOSED`] in bit 63.
+    /// Multi-producer: the claim counter, next sequence to hand out, taken with `fetch_add`,
+    /// with [`crate::CLAIM_CLOSED`] in bit 63. Single producer: the producer's own position
+    /// (next sequence), written only by it with plain stores; the line is closed by the
+    /// lifecycle word alone.
     pub claim: Padded<AtomicU64>,
     /// A lower bound of every gating consumer's next sequence, shared by producers so that
     /// one scan of the consumer table serves them all.
@@ -225,12 +287,14 @@ pub struct SequenceLines {
     pub consumer_wake: Padded<WakeLine>,
     /// Producers parked waiting for room.
     pub producer_wake: Padded<WakeLine>,
+    /// The lifecycle word and the stop sequence.
+    pub lifecycle: Padded<LifecycleLine>,
 }
 
 /// Offset of [`SequenceLines`] in the segment.
 pub const SEQ_LINES_OFFSET: usize = HEADER_SIZE;
 /// Size of [`SequenceLines`].
-pub const SEQ_LINES_SIZE: usize = 4 * LINE;
+pub const SEQ_LINES_SIZE: usize = 5 * LINE;
 const _: () = assert!(size_of::<Padded<AtomicU64>>() == LINE);
 const _: () = assert!(size_of::<SequenceLines>() == SEQ_LINES_SIZE);
 const _: () = assert!(offset_of!(SequenceLines, claim) == 0);
@@ -238,3 +302,7 @@ const _: () = assert!(offset_of!(SequenceLines, gating) == LINE);
 const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 2 * LINE);
 const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 3 * LINE);
 const _: () = assert!(offset_of!(WakeLine, word) == 4);
+const _: () = assert!(size_of::<Padded<LifecycleLine>>() == LINE);
+const _: () = assert!(offset_of!(SequenceLines, lifecycle) == 4 * LINE);
+const _: () = assert!(offset_of!(LifecycleLine, lifecycle) == 0);
+const _: () = assert!(offset_of!(LifecycleLine, stop_seq) == 8);

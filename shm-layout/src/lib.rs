@@ -9,8 +9,9 @@
 //!
 //! ```text
 //! offset 0            Header            (256 B: magic, version, fingerprint, config, state)
-//! SEQ_LINES_OFFSET    SequenceLines     (4 x 128 B: claim counter, gating cache,
-//!                                        consumer wake line, producer wake line)
+//! SEQ_LINES_OFFSET    SequenceLines     (5 x 128 B: claim counter, gating cache,
+//!                                        consumer wake line, producer wake line,
+//!                                        lifecycle word and stop sequence)
 //! consumers_offset    ConsumerEntry x max_consumers   (hot 128 B + cold 256 B each)
 //! producers_offset    ProducerEntry x max_producers   (128 B each)
 //! slots_offset        slot x capacity   ([stamp u64 | len u32 | flags u32 | payload])
@@ -35,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -112,9 +113,10 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::size_of::<ProducerEntry>() as u64,
     SLOT_HEADER_SIZE as u64,
     core::mem::offset_of!(Header, capacity) as u64,
-    core::mem::offset_of!(Header, state) as u64,
-    core::mem::offset_of!(Header, stop_seq) as u64,
+    core::mem::offset_of!(Header, run) as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
+    core::mem::offset_of!(SequenceLines, lifecycle) as u64,
+    core::mem::offset_of!(LifecycleLine, stop_seq) as u64,
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
     core::mem::offset_of!(ConsumerCold, counters) as u64,

@@ -1,7 +1,7 @@
 //! `shmring-testkit`: the child processes of the multi-process integration tests.
 //!
 //! Each subcommand is one role (`produce`, `consume`, `attach-loop`, `ping-pong`,
-//! `wake-set`, `run-closed`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
+//! `wake-set`, `run-closed`, `lifecycle-storm`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
 //! `ready` once attached (the parent waits for it instead of sleeping), `done ...` with its
 //! counters at the end. A violation of an ordering or integrity rule is printed on stderr
 //! and exits with status 1; a panic exits with 101.
@@ -40,6 +40,8 @@ enum Role {
     WakeSet(roles::wake_set::Args),
     /// A consumer that lives through stops and starts of its ring.
     RunClosed(roles::run_closed::Args),
+    /// Stop, start and drain a ring in a seeded order, racing other processes.
+    LifecycleStorm(roles::lifecycle_storm::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,5 +62,6 @@ fn main() -> anyhow::Result<()> {
         Role::PingPong(a) => roles::ping_pong::run(a),
         Role::WakeSet(a) => roles::wake_set::run(a),
         Role::RunClosed(a) => roles::run_closed::run(a),
+        Role::LifecycleStorm(a) => roles::lifecycle_storm::run(a),
     }
 }

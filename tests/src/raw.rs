@@ -12,11 +12,10 @@
 use std::fs::{File, OpenOptions};
 use std::mem::offset_of;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::AtomicU64;
 
 use shmring::Ring;
 use shmring_layout::{
-    producer_state, Geometry, Header, Padded, ProducerEntry, SequenceLines, WakeLine,
+    producer_state, Geometry, LifecycleLine, Padded, ProducerEntry, SequenceLines, WakeLine,
     SEQ_LINES_OFFSET,
 };
 
@@ -102,8 +101,27 @@ impl RawSegment {
 
     /// Offset of the claim counter (sequence, with `CLAIM_CLOSED` in bit 63).
     pub fn claim_offset() -> u64 {
-        (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(Padded<AtomicU64>, value))
+        (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(Padded<u64>, value))
             as u64
+    }
+
+    fn claim_line_offset() -> u64 {
+        (SEQ_LINES_OFFSET
+            + offset_of!(SequenceLines, lifecycle)
+            + offset_of!(Padded<LifecycleLine>, value)) as u64
+    }
+
+    /// The raw lifecycle word (`shmring_layout::lifecycle`).
+    pub fn lifecycle_word(&self) -> u64 {
+        self.read_u64(Self::claim_line_offset() + offset_of!(LifecycleLine, lifecycle) as u64)
+    }
+
+    /// Overwrite the raw lifecycle word.
+    pub fn set_lifecycle_word(&self, v: u64) {
+        self.write_u64(
+            Self::claim_line_offset() + offset_of!(LifecycleLine, lifecycle) as u64,
+            v,
+        );
     }
 
     /// The raw claim counter.
@@ -116,14 +134,17 @@ impl RawSegment {
         self.write_u64(Self::claim_offset(), v);
     }
 
-    /// The header's recorded stop sequence.
+    /// The claim line's recorded stop sequence.
     pub fn stop_seq(&self) -> u64 {
-        self.read_u64(offset_of!(Header, stop_seq) as u64)
+        self.read_u64(Self::claim_line_offset() + offset_of!(LifecycleLine, stop_seq) as u64)
     }
 
-    /// Overwrite the header's recorded stop sequence.
+    /// Overwrite the claim line's recorded stop sequence.
     pub fn set_stop_seq(&self, v: u64) {
-        self.write_u64(offset_of!(Header, stop_seq) as u64, v);
+        self.write_u64(
+            Self::claim_line_offset() + offset_of!(LifecycleLine, stop_seq) as u64,
+            v,
+        );
     }
 
     fn producer_field(&self, index: u32, field: usize) -> u64 {

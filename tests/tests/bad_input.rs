@@ -216,9 +216,33 @@ fn a_capacity_that_is_not_a_power_of_two_is_a_config_error() {
     );
     check_message(&e, None, &["multiple of 64"]);
     assert!(ns.segments().is_empty(), "a refused config left a segment");
-    // No temporary file either.
-    let leftovers = std::fs::read_dir(ns.dir()).map_or(0, |d| d.count());
-    assert_eq!(leftovers, 0);
+}
+
+/// Temporary files in `ns`'s directory.
+fn tmp_files(ns: &Namespace) -> Vec<String> {
+    std::fs::read_dir(ns.dir()).map_or(Vec::new(), |d| {
+        d.flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    })
+}
+
+/// A create that fails after it built its segment under a temporary name (the ring exists
+/// already, so the rename into place is refused) removes the temporary file. (A refused
+/// configuration fails before any file is made; the out-of-space path is checked in
+/// `client/tests/shm_full.rs`.)
+#[test]
+fn a_create_refused_after_building_leaves_no_temporary_file() {
+    let ns = Namespace::new("bad_exists");
+    let ring = Ring::create(ns.name(), "r", &small()).expect("create ring");
+    for _ in 0..3 {
+        let e = Ring::create(ns.name(), "r", &small()).unwrap_err();
+        assert!(matches!(e, OpenError::AlreadyExists { .. }), "{e:?}");
+        assert_eq!(tmp_files(&ns), Vec::<String>::new());
+    }
+    assert_eq!(ns.segments().len(), 1);
+    drop(ring);
 }
 
 #[test]

@@ -2,12 +2,16 @@
 //! counts exactly what it skipped: `delivered + skipped + dropped_behind` equals the number
 //! of sequences it walked past, always.
 //!
-//! First in one process, step by step, so the counts are known in advance; then across
-//! processes, with a producer process running free and an optional consumer process lapped
-//! as often as the scheduler makes it, checking the same identity, that sequences only move
-//! forward, and that no event it is handed is torn.
+//! First in one process, step by step, so the counts are known in advance: with no slack;
+//! lapped in the middle of a batch (the handler publishes two rings' worth, so the slots
+//! after the one it holds are overwritten under the consumer and the stamp check after the
+//! copy finds it); and with a slack that holds the producer while the optional consumer is
+//! within it. Then across processes, with a producer process running free and an optional
+//! consumer process lapped as often as the scheduler makes it, checking the same identity,
+//! that it was lapped, that sequences only move forward, and that no event it is handed is
+//! torn.
 
-use shmring::{ConsumerOptions, Ring, RingConfig};
+use shmring::{ConsumerOptions, Ring, RingConfig, TryPublishError};
 use shmring_tests::payload::{decode, encode, Origin};
 use shmring_tests::report::{line, num};
 use shmring_tests::{testkit, Namespace};
@@ -98,6 +102,109 @@ fn a_lapped_optional_consumer_counts_exactly_what_it_skipped() {
     assert_eq!(w.next, 140);
 }
 
+/// Lapped in the middle of a batch: the stamps of eight events said "published" when the
+/// batch began, and while the handler holds the first one the producer writes two rings'
+/// worth over the rest. The copy of each slot is checked against its stamp afterwards (the
+/// seqlock): the event already copied and checked is still handed over, the overwritten ones
+/// are not, and the consumer jumps to the head and counts the rest as dropped.
+#[test]
+fn an_optional_consumer_overwritten_inside_a_batch_drops_the_rest_and_counts_it() {
+    let ns = Namespace::new("lapped_batch");
+    let config = RingConfig {
+        capacity: 16,
+        optional_slack: Some(0),
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().optional())
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    for s in 0..8 {
+        p.publish(&ev(s)).unwrap();
+    }
+    let mut seen = Vec::new();
+    let n = c
+        .poll_once(|e| {
+            let o = decode(e.bytes()).expect("intact event");
+            assert_eq!(o.seq, e.sequence());
+            if seen.is_empty() {
+                for s in 8..40 {
+                    assert_eq!(p.try_publish(&ev(s)), Ok(s), "held by an optional consumer");
+                }
+            }
+            seen.push(e.sequence());
+        })
+        .expect("poll");
+    // Event 0 was being handled and event 1 copied and checked before the overwrite.
+    assert_eq!(seen, vec![0, 1]);
+    assert_eq!(n, 2);
+    let s = c.stats();
+    assert_eq!(c.next_sequence(), 40, "did not jump to the head");
+    assert_eq!((s.delivered, s.skipped, s.dropped_behind), (2, 0, 38));
+}
+
+/// With a slack of 4, an optional consumer at most 4 events behind the slowest required
+/// consumer holds the producer like a required one; further behind, it is lapped. (With no
+/// slack, the same position would not hold the producer.)
+#[test]
+fn an_optional_consumer_within_the_slack_holds_the_producer_and_beyond_it_is_lapped() {
+    let ns = Namespace::new("lapped_slack");
+    let config = RingConfig {
+        capacity: 16,
+        optional_slack: Some(4),
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let mut req = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut opt = ring
+        .consumer(ConsumerOptions::durable("w").optional().batch_cap(12))
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    let (mut seen, mut req_seen) = (Vec::new(), Vec::new());
+    for s in 0..16 {
+        assert_eq!(p.try_publish(&ev(s)), Ok(s));
+    }
+    assert_eq!(poll(&mut req, &mut req_seen), 16);
+    assert_eq!(poll(&mut opt, &mut seen), 12);
+    // The required consumer is at 16, the optional one 4 behind it at 12: within the slack,
+    // so the producer may not overwrite slot 12 (sequence 28) while the required one alone
+    // would let it go on to 31.
+    for s in 16..28 {
+        assert_eq!(p.try_publish(&ev(s)), Ok(s));
+    }
+    assert_eq!(
+        p.try_publish(&ev(28)),
+        Err(TryPublishError::Full),
+        "an optional consumer within the slack did not hold the producer"
+    );
+    assert_eq!(poll(&mut opt, &mut seen), 12);
+    assert_eq!(poll(&mut opt, &mut seen), 4);
+    assert_eq!(opt.next_sequence(), 28);
+    // Now the required consumer reads on and the optional one does not: 16 behind it, out
+    // of the slack, and lapped.
+    let mut s = 28;
+    while s < 60 {
+        assert_eq!(
+            p.try_publish(&ev(s)),
+            Ok(s),
+            "held by the optional consumer"
+        );
+        s += 1;
+        poll(&mut req, &mut req_seen);
+    }
+    assert_eq!(poll(&mut opt, &mut seen), 0, "a lapped slot was delivered");
+    assert_eq!(opt.next_sequence(), 60);
+    let st = opt.stats();
+    assert_eq!(seen, (0..28).collect::<Vec<_>>());
+    assert_eq!((st.delivered, st.dropped_behind), (28, 32));
+    assert_eq!(
+        st.delivered + st.skipped + st.dropped_behind,
+        opt.next_sequence()
+    );
+    assert_eq!(req_seen, (0..60).collect::<Vec<_>>());
+}
+
 fn lapped_across_processes(test: &str, slack: u64, size: &str) {
     let ns = Namespace::new(test);
     let config = RingConfig {
@@ -134,6 +241,10 @@ fn lapped_across_processes(test: &str, slack: u64, size: &str) {
     assert_eq!(num(done, "stats_delivered"), delivered, "{done}");
     assert!(skipped <= tombstones, "{done}");
     assert_eq!(ring.head(), count + tombstones);
+    // 20,000 events through 16 slots, the producer never waiting for this consumer, which
+    // copies every event out: it was lapped (the identity above also holds when it never
+    // is, so this is what shows the lapped path ran).
+    assert!(dropped > 0, "never lapped: {done}");
 }
 
 #[test]

@@ -7,7 +7,10 @@
 //! least once, the parent measures the producer process's CPU time over an idle half
 //! second (at most 10 ms: a few 50 ms nets and scheduler noise, where a spinning producer
 //! would use most of it), checks nothing moved meanwhile, then lets the consumer go. The
-//! consumer's commits wake the producer, which finishes; every event arrives in order.
+//! consumer's commits wake the producer, which finishes; every event arrives in order. The
+//! producer's parks ended by those wakes: none by a timeout after the wake line moved (a
+//! wake sent and never delivered) and none by the net with room already there (a wake
+//! lost).
 
 use std::time::Duration;
 
@@ -66,6 +69,12 @@ fn a_producer_on_a_full_ring_parks_and_resumes() {
     let done = line(&out, "done");
     assert_eq!(num(done, "published"), EVENTS, "{done}");
     assert!(num(done, "parks") > 0, "{done}");
+    assert_eq!(
+        num(done, "late_wakeups"),
+        0,
+        "the consumer's wakes did not reach the parked producer: {done}"
+    );
+    assert_eq!(num(done, "net_wakeups"), 0, "{done}");
     let out = consumer.wait_ok();
     let done = line(&out, "done");
     // The child checked that the events came in order, intact, and saw the last one.

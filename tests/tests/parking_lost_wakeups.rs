@@ -56,8 +56,15 @@ fn a_hundred_thousand_park_wake_cycles_lose_no_wake_up() {
             0,
             "seed {seed}: a wake-up arrived by the net: {done}"
         );
-        // Every return from a park is a wake (there is no net left over): at most one per
-        // event, plus one per 50 ms net that fired on an empty ring (a descheduled peer).
+        // No park ended by its net after the other side moved the wake line: every wake
+        // that was sent arrived (a wake with the wrong futex key would show here).
+        assert_eq!(
+            num(done, "late_wakeups"),
+            0,
+            "seed {seed}: a wake was sent and did not arrive: {done}"
+        );
+        // Returns from a park by a wake: at most one per event, plus a few for wakes that
+        // found the event already taken (a descheduled peer).
         let wakeups = num(done, "wakeups");
         let nets = num(done, "elapsed_ms") / 50 + 1;
         assert!(

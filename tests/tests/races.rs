@@ -121,7 +121,7 @@ fn a_ring_restarted_while_consumers_are_parked_wakes_them_into_the_new_run() {
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let parking = ["block", "adaptive", "timeout-block", "phased-park"];
-    let mut consumers: Vec<(String, Child)> = (0..3)
+    let mut consumers: Vec<(String, &str, Child)> = (0..3)
         .map(|i| {
             let wait = *rng.pick(&parking);
             let on_closed = *rng.pick(&["stdin", "poll"]);
@@ -134,7 +134,7 @@ fn a_ring_restarted_while_consumers_are_parked_wakes_them_into_the_new_run() {
                 rng.range(1..=64)
             );
             c.expect_line("ready");
-            (on_closed.to_owned(), c)
+            (on_closed.to_owned(), wait, c)
         })
         .collect();
     let mut p = ring.producer().expect("producer");
@@ -162,14 +162,14 @@ fn a_ring_restarted_while_consumers_are_parked_wakes_them_into_the_new_run() {
             stop, sent,
             "round {round}: the stop sequence is what was published"
         );
-        for (_, c) in &mut consumers {
+        for (_, _, c) in &mut consumers {
             let closed = c.expect_line("closed");
             assert_eq!(num(&closed, "next"), stop, "round {round}: {closed}");
             assert_eq!(num(&closed, "run"), round + 1, "{closed}");
         }
         let run = ring.start().expect("start");
         assert_eq!(run, round + 2);
-        for (on_closed, c) in &mut consumers {
+        for (on_closed, _, c) in &mut consumers {
             if on_closed == "stdin" {
                 c.send_line("again");
             }
@@ -180,17 +180,26 @@ fn a_ring_restarted_while_consumers_are_parked_wakes_them_into_the_new_run() {
     }
     publish(&mut p, &mut sent, rng.range(1..=200));
     let stop = ring.stop().expect("last stop");
-    for (_, c) in &mut consumers {
+    for (_, _, c) in &mut consumers {
         assert_eq!(num(&c.expect_line("closed"), "next"), stop);
         c.send_line("exit");
     }
-    for (label, c) in consumers {
+    for (on_closed, wait, c) in consumers {
         let out = c.wait_ok();
         let done = line(&out, "done");
+        let label = format!("{wait} consumer ({on_closed})");
         assert_eq!(num(done, "delivered"), sent, "{label}: {done}");
         assert_eq!(per_producer(done, "lasts").get(&0), Some(&(sent - 1)));
         assert_eq!(num(done, "closes"), rounds + 1, "{done}");
         assert_eq!(num(done, "net_wakeups"), 0, "{label}: {done}");
+        // Publishes and stops wake parked consumers by their futex: a park that ended by
+        // the 50 ms net after the wake line moved is a wake that never arrived.
+        if wait != "timeout-block" {
+            assert_eq!(num(done, "late_wakeups"), 0, "{label}: {done}");
+        }
+        if wait == "block" && parked_stops > 0 {
+            assert!(num(done, "wakeups") > 0, "{label} was never woken: {done}");
+        }
     }
     println!(
         "ring restarts: {rounds} ({parked_stops} with every consumer parked), 3 consumer \

@@ -139,6 +139,13 @@ fn a_publish_into_any_of_64_rings_wakes_the_stepping_thread() {
     // or (rarely, see the module comment) at the last look of a re-armed park.
     let (woken, ready) = (num(done, "woken"), num(done, "ready"));
     assert!(woken + ready >= PUBLISHES as u64, "{done}");
+    // A park that ended by its net after a publish moved a word is a wake that never
+    // arrived (or came after the net): the publishes must reach the thread by its futex.
+    assert_eq!(
+        num(done, "late_wakeups"),
+        0,
+        "a publish moved a wake word but its wake did not arrive: {done}"
+    );
     assert!(
         num(done, "wakeups") >= woken && woken >= PUBLISHES as u64 / 2,
         "the publishes did not reach the thread by its futex: {done}"

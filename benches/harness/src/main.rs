@@ -24,6 +24,7 @@ mod roles;
 mod row;
 mod run;
 mod shm;
+mod spsc;
 mod svg;
 mod targets;
 mod throughput;

@@ -52,7 +52,7 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
         .map_or(0, u64::from_ne_bytes)
 }
 
-fn cpu_share(c0: u64, w0: u64) -> f64 {
+pub(crate) fn cpu_share(c0: u64, w0: u64) -> f64 {
     (kit::thread_cpu_ns() - c0) as f64 / (now_ns() - w0).max(1) as f64
 }
 
@@ -591,6 +591,8 @@ pub fn run_role(role: &str, args: &Args) -> Option<Result<()>> {
         "ws-producer" => ws_producer(args),
         "floor-a" => floor_side(args, true),
         "floor-b" => floor_side(args, false),
+        "spsc-producer" => crate::spsc::producer(args),
+        "spsc-consumer" => crate::spsc::consumer(args),
         _ => return None,
     })
 }

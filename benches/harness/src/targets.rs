@@ -157,7 +157,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         peer(peers::IOX),
         &ops,
         ">=",
-        10.0,
+        20.0,
         Some(40.0),
     );
     push(
@@ -167,6 +167,29 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         &ops,
         ">=",
         1.0,
+        None,
+    );
+    push(
+        "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor",
+        tput(&per_event),
+        find(
+            rows,
+            throughput::SUITE,
+            throughput::FLOOR,
+            throughput::FLOOR_ROW,
+        ),
+        &ops,
+        ">=",
+        0.8,
+        None,
+    );
+    push(
+        "1P1C 8 B batch-100 throughput (best 100 ms) / disruptor crate per-event",
+        tput(&throughput::name(100, 8)),
+        peer(peers::DISRUPTOR),
+        &ops,
+        ">=",
+        2.5,
         None,
     );
     push(

@@ -20,6 +20,9 @@ use crate::shm::{self, kv, Setup};
 pub const SUITE: &str = "throughput";
 pub const ONE: &str = "1P1C, busy-spin consumer, delivered events/s";
 pub const MULTI: &str = "multi-producer and fan-out (8-byte events, Adaptive consumers)";
+pub const FLOOR: &str = "floor: a bare SPSC ring of 8-byte events, cached indices (crate::spsc)";
+/// Row name of the floor row.
+pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B";
 
 /// Event sizes.
 pub const SIZES: [usize; 4] = [8, 64, 256, 1024];
@@ -37,11 +40,14 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 3
+    (SIZES.len() * FORMS.len()) as u64 + 4
 }
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
+    ctx.bar.set_message(format!("throughput: {FLOOR_ROW}"));
+    let row = floor(ctx);
+    ctx.push(row);
     for batch in FORMS {
         for size in SIZES {
             let n = name(batch, size);
@@ -60,6 +66,55 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         ctx.push(row);
     }
     Ok(())
+}
+
+/// The floor row: the bare SPSC ring, with the same duration and pinning as the 1P1C rows.
+fn floor(ctx: &mut Ctx) -> Row {
+    let row = Row::new(SUITE, FLOOR, FLOOR_ROW, Kind::Throughput);
+    let dur = ctx.sizes.throughput;
+    let measured = (|| -> Result<Row> {
+        let (mut roles, _ctl, ctl_path) = ctx.roles("spsc")?;
+        let data = ctl_path.with_extension("spsc");
+        crate::spsc::create(&data)?;
+        let common = |cpu: usize| {
+            let mut a = crate::spsc::args(&data);
+            a.extend([
+                kv("ctl", ctl_path.display()),
+                kv("duration_ns", dur.as_nanos()),
+                kv("best_window_ns", kit::best_window(dur)),
+            ]);
+            a.extend(ctx.cpu(cpu));
+            a
+        };
+        roles.spawn("spsc-consumer", &common(1))?;
+        roles.spawn("spsc-producer", &common(0))?;
+        let parts = roles.finish(dur * 20 + std::time::Duration::from_secs(30))?;
+        let _ = std::fs::remove_file(&data);
+        let _ = std::fs::remove_file(&ctl_path);
+        let [consumer, producer] = parts.as_slice() else {
+            return Err(anyhow!("expected two parts, got {}", parts.len()));
+        };
+        let (t_start, t_end) = (producer.need("t_start")?, consumer.need("t_end")?);
+        if t_end <= t_start {
+            return Err(anyhow!("no delivery window"));
+        }
+        let secs = (t_end - t_start) / 1e9;
+        let delivered = consumer.need("delivered")?;
+        let published = producer.need("published")?;
+        let mut r = Row::new(SUITE, FLOOR, FLOOR_ROW, Kind::Throughput);
+        r.ops_per_sec = Some(delivered / secs);
+        r.best_ops_per_sec = consumer.get("best_ops_per_sec");
+        r.published = Some(published as u64);
+        r.delivered = Some(delivered as u64);
+        r.dropped = Some((published - delivered).max(0.0) as u64);
+        r.samples = delivered as u64;
+        r.consumer_cpu = consumer.get("cpu_share");
+        r.producer_cpu = producer.get("cpu_share");
+        r.extra.insert("window_s".into(), secs);
+        r.extra.insert("event_bytes".into(), 8.0);
+        Ok(r)
+    })();
+    measured.unwrap_or_else(|e| row.failed(&e))
 }
 
 fn one(

@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 
 use super::ops;
 use super::registry::Broker;
-use crate::protocol::{Reply, Request, MAX_REQUEST};
+use crate::protocol::{Deadline, Reply, Request, MAX_REQUEST};
 
 /// Connections served at once; more are answered "busy" and closed.
 const MAX_CONNECTIONS: usize = 16;
@@ -156,9 +156,9 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
             return;
         }
         let answer = match parse(&line) {
-            Ok(req) => {
+            Ok((req, deadline)) => {
                 debug!(?req, uid, "control request");
-                ops::execute(shared, req)
+                ops::execute(shared, req, deadline)
             }
             Err(message) => Reply::error(message),
         };
@@ -168,11 +168,11 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
     }
 }
 
-/// A request line, or an error message saying what was expected.
-pub fn parse(line: &[u8]) -> Result<Request, String> {
+/// A request line and its deadline, or an error message saying what was expected.
+pub fn parse(line: &[u8]) -> Result<(Request, Option<Deadline>), String> {
     let text = std::str::from_utf8(line).map_err(|_| "malformed request: not UTF-8".to_owned())?;
-    serde_json::from_str(text.trim_end()).map_err(|e| {
-        format!("malformed request ({e}): send one JSON object per line, e.g. {{\"op\":\"status\"}}; ops: ping, status, create, stop, start, drain, delete")
+    crate::protocol::decode(text.trim_end()).map_err(|e| {
+        format!("malformed request ({e}): send one JSON object per line, e.g. {{\"op\":\"status\"}}; ops: ping, status, create, stop, start, drain, delete, release, unsubscribe")
     })
 }
 

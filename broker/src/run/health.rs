@@ -125,10 +125,12 @@ impl ConsumerHealth {
         } else if self.pending_since.is_none() {
             self.pending_since = Some(seen.now);
         }
-        let waited = self
-            .pending_since
-            .map(|since| seen.now.duration_since(since.max(self.last_moved)));
-        let stalled = waited.is_some_and(|w| w >= seen.threshold);
+        let stalled = shmring::is_stalled(
+            self.pending_since,
+            self.last_moved,
+            seen.now,
+            seen.threshold,
+        );
         match (self.state == ConsumerState::Stalled, stalled) {
             (false, true) => (ConsumerState::Stalled, Some(Edge::Stalled)),
             (true, false) => (ConsumerState::Healthy, Some(Edge::Recovered)),

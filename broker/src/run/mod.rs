@@ -7,18 +7,22 @@
 //! loop: epoll_wait(pidfds + signal pipe, timeout = sweep period)
 //!        ├─ a pidfd fired: that client died -> sweep now (DEAD within one wake-up)
 //!        ├─ SIGTERM/SIGINT: stop sweeping, remove the socket, exit 0 (rings stay)
+//!        ├─ SIGHUP: reload the config file (`reload`)
 //!        └─ timeout: sweep (stalls, deaths, repairs, report)
 //! ```
 //!
 //! The broker is never on the data path: kill it at any moment and producers and
 //! consumers carry on; the next `broker run` adopts the rings as they are.
 
+mod consumer_ops;
 mod control;
 mod health;
 mod lock;
+mod metrics;
 mod ops;
 mod policy;
 mod registry;
+mod reload;
 mod repair;
 mod sweep;
 mod watch;
@@ -37,8 +41,10 @@ use crate::config::Config;
 use registry::Broker;
 use watch::Watches;
 
-/// Epoll token of the signal pipe.
+/// Epoll token of the signal pipe of SIGTERM and SIGINT.
 const SIGNAL_TOKEN: u64 = 1;
+/// Epoll token of the signal pipe of SIGHUP.
+const HUP_TOKEN: u64 = 2;
 
 /// Options of `broker run`.
 #[derive(Debug, Clone)]
@@ -47,6 +53,8 @@ pub struct RunOptions {
     pub config: Option<PathBuf>,
     /// Namespace.
     pub namespace: String,
+    /// Where to serve metrics (overrides the config's `metrics_listen`).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Run the broker until SIGTERM or SIGINT.
@@ -71,14 +79,25 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
         signal_hook::low_level::pipe::register(sig, sig_write.try_clone()?)
             .context("installing signal handlers")?;
     }
-    epoll::add(
-        &*epfd,
-        sig_read.as_fd(),
-        epoll::EventData::new_u64(SIGNAL_TOKEN),
-        epoll::EventFlags::IN,
-    )
-    .context("epoll_ctl")?;
+    let (hup_read, hup_write) = UnixStream::pair().context("signal pipe")?;
+    hup_read.set_nonblocking(true)?;
+    signal_hook::low_level::pipe::register(signal_hook::consts::SIGHUP, hup_write)
+        .context("installing signal handlers")?;
+    for (fd, token) in [
+        (sig_read.as_fd(), SIGNAL_TOKEN),
+        (hup_read.as_fd(), HUP_TOKEN),
+    ] {
+        epoll::add(
+            &*epfd,
+            fd,
+            epoll::EventData::new_u64(token),
+            epoll::EventFlags::IN,
+        )
+        .context("epoll_ctl")?;
+    }
 
+    let config_path = opts.config.clone();
+    let metrics_at = opts.metrics_listen.or(config.broker.metrics_listen);
     let mut broker = Broker::new(
         ns.clone(),
         config,
@@ -105,18 +124,62 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
         .name("control-accept".into())
         .spawn(move || control::serve(listener, serving, access))
         .context("starting the control thread")?;
+    if let Some(addr) = metrics_at {
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen for metrics on {addr}"))?;
+        let local = listener.local_addr().context("metrics address")?;
+        let serving = shared.clone();
+        std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || metrics::serve(listener, serving))
+            .context("starting the metrics thread")?;
+        info!(address = %local, "metrics at http://{local}/metrics");
+    }
     info!(namespace = %ns, pid = std::process::id(), epoch = held.epoch, rings,
         period = ?period, socket = %sock.display(), "broker ready");
+    // systemd (Type=notify): the rings exist and the socket listens, so units ordered
+    // after this one find them. Without $NOTIFY_SOCKET this does nothing.
+    notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::MainPid(std::process::id()),
+        sd_notify::NotifyState::Status(&format!(
+            "namespace {ns}: {rings} ring(s), epoch {}",
+            held.epoch
+        )),
+    ]);
 
-    sweep_loop(&shared, &epfd, &sig_read)?;
+    let signals = Signals {
+        stop: sig_read,
+        hup: hup_read,
+        config: config_path,
+    };
+    sweep_loop(&shared, &epfd, &signals)?;
+    notify(&[sd_notify::NotifyState::Stopping]);
     info!(namespace = %ns, "stopping on signal: sweeps end, rings stay");
     let _ = std::fs::remove_file(&sock);
     drop(held);
     Ok(())
 }
 
-/// Wait for deaths, signals or the period; sweep after each wake-up. Returns on a signal.
-fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &UnixStream) -> anyhow::Result<()> {
+/// The signal pipes the sweep loop waits on.
+struct Signals {
+    /// SIGTERM, SIGINT.
+    stop: UnixStream,
+    /// SIGHUP.
+    hup: UnixStream,
+    /// The config file to reload on SIGHUP.
+    config: Option<PathBuf>,
+}
+
+/// Empty a non-blocking signal pipe.
+fn drain_pipe(mut pipe: &UnixStream) {
+    let mut buf = [0u8; 64];
+    while matches!(pipe.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+/// Wait for deaths, signals or the period; sweep after each wake-up. Returns on SIGTERM
+/// or SIGINT.
+fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &Signals) -> anyhow::Result<()> {
     let empty = epoll::Event {
         flags: epoll::EventFlags::empty(),
         data: epoll::EventData::new_u64(0),
@@ -134,9 +197,19 @@ fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &UnixStream) -> a
         for ev in &events[..n] {
             let token = ev.data.u64();
             if token == SIGNAL_TOKEN {
-                let mut buf = [0u8; 64];
-                let _ = (&*signals).read(&mut buf);
+                drain_pipe(&signals.stop);
                 return Ok(());
+            }
+            if token == HUP_TOKEN {
+                drain_pipe(&signals.hup);
+                let mut reloading = vec![sd_notify::NotifyState::Reloading];
+                if let Ok(now) = sd_notify::NotifyState::monotonic_usec_now() {
+                    reloading.push(now);
+                }
+                notify(&reloading);
+                reload::reload(&mut broker, signals.config.as_deref());
+                notify(&[sd_notify::NotifyState::Ready]);
+                continue;
             }
             if let Some((pid, _)) = broker.watches.exited(token) {
                 info!(pid, "client process exited");
@@ -145,6 +218,13 @@ fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &UnixStream) -> a
             }
         }
         sweep::sweep(&mut broker);
+    }
+}
+
+/// Tell systemd (a failure is logged: the broker works the same without it).
+fn notify(state: &[sd_notify::NotifyState]) {
+    if let Err(e) = sd_notify::notify(state) {
+        warn!("sd_notify failed: {e}");
     }
 }
 

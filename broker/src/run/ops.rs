@@ -1,5 +1,6 @@
 //! Executing control requests against the broker's state. One mutex orders them with the
-//! sweeps; the long one (drain) runs outside it so sweeps go on meanwhile.
+//! sweeps; lifecycle requests run outside it (a drain is long) but hold their ring's own
+//! lifecycle lock from start to end, so requests on one ring run one at a time.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use shmring::Ring;
 use tracing::info;
 
 use super::registry::Broker;
-use crate::protocol::{Reply, Request};
+use crate::protocol::{Deadline, Reply, Request};
 use crate::report::{BrokerReport, StatusReport, Unreadable, SCHEMA};
 
 /// Default drain timeout.
@@ -19,18 +20,34 @@ pub fn lock(shared: &Mutex<Broker>) -> std::sync::MutexGuard<'_, Broker> {
     shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Carry out one request. A lifecycle request is followed by a sweep, so that the next
-/// status shows its effect.
-pub fn execute(shared: &Mutex<Broker>, req: Request) -> Reply {
-    let lifecycle = !matches!(req, Request::Ping | Request::Status { .. });
-    let reply = dispatch(shared, req);
+/// Carry out one request, unless its deadline passed before the broker got to it. A
+/// lifecycle request is followed by a sweep, so that the next status shows its effect.
+pub fn execute(shared: &Mutex<Broker>, req: Request, deadline: Option<Deadline>) -> Reply {
+    let lifecycle = req.is_lifecycle();
+    if lifecycle {
+        if let Some(late) = too_late(deadline) {
+            return late;
+        }
+    }
+    let reply = dispatch(shared, req, deadline);
     if lifecycle {
         super::sweep::sweep(&mut lock(shared));
     }
     reply
 }
 
-fn dispatch(shared: &Mutex<Broker>, req: Request) -> Reply {
+/// The refusal of a request whose deadline has passed: its sender stopped waiting, so
+/// doing it now would surprise whoever sent it.
+pub fn too_late(deadline: Option<Deadline>) -> Option<Reply> {
+    deadline.filter(|d| d.passed()).map(|_| {
+        Reply::error(
+            "not carried out: the request's deadline passed before the broker could begin it \
+             (the sender had stopped waiting); nothing was changed",
+        )
+    })
+}
+
+fn dispatch(shared: &Mutex<Broker>, req: Request, deadline: Option<Deadline>) -> Reply {
     match req {
         Request::Ping => {
             let b = lock(shared);
@@ -44,27 +61,37 @@ fn dispatch(shared: &Mutex<Broker>, req: Request) -> Reply {
             ring,
             capacity,
             slot_size,
-        } => create(&mut lock(shared), &ring, capacity, slot_size),
-        Request::Stop { ring } => with_ring(shared, &ring, |r| {
+        } => {
+            let mut b = lock(shared);
+            too_late(deadline).unwrap_or_else(|| create(&mut b, &ring, capacity, slot_size))
+        }
+        Request::Stop { ring } => with_ring(shared, &ring, deadline, |r| {
             r.stop().map(|seq| Reply::Done {
                 message: format!("ring {ring:?} stopped at sequence {seq}: publishes are refused, consumers finish what was published"),
                 sequence: Some(seq),
                 run: None,
             })
         }),
-        Request::Start { ring } => with_ring(shared, &ring, |r| {
-            r.start().map(|run| Reply::Done {
+        Request::Start { ring } => with_ring(shared, &ring, deadline, |r| match r.start() {
+            Ok(run) => Ok(Reply::Done {
                 message: format!(
                     "ring {ring:?} started: run {run}, publishing continues at sequence {}",
                     r.head()
                 ),
                 sequence: None,
                 run: Some(run),
-            })
+            }),
+            // As `stop` on a stopped ring: the state asked for is the state it is in.
+            Err(shmring::LifecycleError::AlreadyRunning) => Ok(Reply::Done {
+                message: format!("ring {ring:?} is already running (run {})", r.run_number()),
+                sequence: None,
+                run: Some(r.run_number()),
+            }),
+            Err(e) => Err(e),
         }),
         Request::Drain { ring, timeout_ms } => {
             let timeout = timeout_ms.map_or(DRAIN_TIMEOUT, Duration::from_millis);
-            with_ring(shared, &ring, |r| {
+            with_ring(shared, &ring, deadline, |r| {
                 r.drain(timeout).map(|seq| Reply::Done {
                     message: format!("ring {ring:?} stopped and drained: every gating consumer reached sequence {seq}"),
                     sequence: Some(seq),
@@ -72,11 +99,17 @@ fn dispatch(shared: &Mutex<Broker>, req: Request) -> Reply {
                 })
             })
         }
-        Request::Delete { ring } => delete(shared, &ring),
+        Request::Delete { ring } => delete(shared, &ring, deadline),
+        Request::Release { ring, consumer } => {
+            super::consumer_ops::release(shared, &ring, &consumer, deadline)
+        }
+        Request::Unsubscribe { ring, consumer } => {
+            super::consumer_ops::unsubscribe(shared, &ring, &consumer, deadline)
+        }
     }
 }
 
-fn unknown(b: &Broker, ring: &str) -> Reply {
+pub fn unknown(b: &Broker, ring: &str) -> Reply {
     let known: Vec<&str> = b.rings.keys().map(String::as_str).collect();
     Reply::error(format!(
         "no ring named {ring:?} in namespace {:?} (rings: {}): create it with `broker create {ring}`",
@@ -85,19 +118,24 @@ fn unknown(b: &Broker, ring: &str) -> Reply {
     ))
 }
 
-/// Run `op` on a clone of ring `name`, outside the lock.
-fn with_ring<F>(shared: &Mutex<Broker>, name: &str, op: F) -> Reply
+/// Run `op` on a clone of ring `name`, outside the broker's lock and inside the ring's
+/// lifecycle lock, unless `deadline` has passed (also while it waited for that lock).
+fn with_ring<F>(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>, op: F) -> Reply
 where
     F: FnOnce(&Ring) -> Result<Reply, shmring::LifecycleError>,
 {
-    let ring = {
+    let (ring, serial) = {
         let mut b = lock(shared);
         b.rescan(true);
         match b.rings.get(name) {
-            Some(t) => t.ring.clone(),
+            Some(t) => (t.ring.clone(), t.lifecycle.clone()),
             None => return unknown(&b, name),
         }
     };
+    let _one_at_a_time = serial.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(late) = too_late(deadline) {
+        return late;
+    }
     let reply = op(&ring).unwrap_or_else(|e| Reply::error(format!("ring {name:?}: {e}")));
     if let Reply::Done { message, .. } = &reply {
         info!(ring = name, "{message}");
@@ -130,11 +168,23 @@ fn create(b: &mut Broker, name: &str, capacity: Option<u64>, slot_size: Option<u
     }
 }
 
-fn delete(shared: &Mutex<Broker>, name: &str) -> Reply {
+fn delete(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>) -> Reply {
+    let serial = {
+        let mut b = lock(shared);
+        b.rescan(true);
+        match b.rings.get(name) {
+            Some(t) => t.lifecycle.clone(),
+            None => return unknown(&b, name),
+        }
+    };
+    // After any lifecycle request in progress on the ring (a drain), not during it.
+    let _one_at_a_time = serial.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = lock(shared);
-    b.rescan(true);
     if !b.rings.contains_key(name) {
         return unknown(&b, name);
+    }
+    if let Some(late) = too_late(deadline) {
+        return late;
     }
     match Ring::remove(&b.namespace, name) {
         Ok(()) => {
@@ -176,8 +226,10 @@ pub fn status(b: &mut Broker, only: Option<&str>) -> Reply {
             uptime_ms: Some(b.started.elapsed().as_millis() as u64),
             last_sweep_ms: b.last_sweep.map(|t| t.elapsed().as_millis() as u64),
             sweep_period_us: Some(b.period.as_micros() as u64),
+            last_sweep_us: b.last_sweep_took.map(|d| d.as_micros() as u64),
             sweeps: Some(b.sweeps),
             watched_processes: Some(b.watches.live_count() as u64),
+            unreachable: None,
         },
         rings,
         unreadable: b

@@ -34,6 +34,9 @@ pub struct Tracked {
     pub producers: HashMap<u32, ProducerHealth>,
     /// The report of the last sweep.
     pub last: Option<RingReport>,
+    /// Held for the whole of a lifecycle request on this ring (a drain included), so the
+    /// broker runs them one at a time per ring.
+    pub lifecycle: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 /// Everything the sweep loop and the control socket share (behind one mutex: one sweeper
@@ -61,6 +64,8 @@ pub struct Broker {
     pub sweeps: u64,
     /// The last sweep's instant.
     pub last_sweep: Option<Instant>,
+    /// How long the last sweep took.
+    pub last_sweep_took: Option<Duration>,
     /// Sweep period.
     pub period: Duration,
     last_scan: Option<Instant>,
@@ -88,18 +93,21 @@ impl Broker {
             epoch,
             sweeps: 0,
             last_sweep: None,
+            last_sweep_took: None,
             period,
             last_scan: None,
         }
     }
 
-    /// Open or create every configured ring. A ring that cannot be opened is reported and
-    /// skipped; a ring whose shape differs from the config is adopted as it is.
+    /// Open or create every configured ring not tracked yet. A ring that cannot be opened
+    /// is reported and skipped; a ring whose shape differs from the config is adopted as it
+    /// is.
     pub fn open_configured(&mut self) {
         let specs: Vec<(String, RingSpec)> = self
             .config
             .rings
             .iter()
+            .filter(|(n, _)| !self.rings.contains_key(*n))
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect();
         for (name, spec) in specs {
@@ -152,6 +160,7 @@ impl Broker {
                 consumers: HashMap::new(),
                 producers: HashMap::new(),
                 last: None,
+                lifecycle: Default::default(),
             },
         );
     }
@@ -222,21 +231,23 @@ impl Broker {
     }
 }
 
-/// A ring whose last lifecycle operation did not finish (its stopper or drainer died):
-/// a line closed while the state says RUNNING is a stop that closed but never recorded its
-/// state; a DRAINING ring has nobody waiting for its drain any more. Either is finished as
-/// a stop (the line stays closed at the recorded stop sequence, every accepted event stays
-/// for the consumers); `broker start` reopens it.
-fn finish_half_done(name: &str, ring: &Ring) {
-    let half_stopped = ring.is_closed() && ring.state() == Some(RingState::Running);
-    let draining = ring.state() == Some(RingState::Draining);
-    if !(half_stopped || draining) {
+/// A ring whose last lifecycle operation did not finish: a stop or start whose owner died
+/// half-way is finished (a stop ends STOPPED at its recorded sequence, every accepted event
+/// stays for the consumers; a start ends RUNNING); a DRAINING ring has nobody waiting for its
+/// drain any more and is left STOPPED. `broker start` reopens a stopped ring.
+pub fn finish_half_done(name: &str, ring: &Ring) {
+    match ring.finish_interrupted() {
+        Ok((_, true)) => warn!(ring = %name, state = ?ring.state(), head = ring.head(),
+            "finished a stop or start left by a process that died"),
+        Ok(_) => {}
+        Err(e) => warn!(ring = %name, "could not finish a half-done lifecycle change: {e}"),
+    }
+    if ring.state() != Some(RingState::Draining) {
         return;
     }
     match ring.stop() {
         Ok(stop) => warn!(ring = %name, stop,
-            "finished a {} left by a process that died: ring STOPPED at sequence {stop}; `broker start {name}` reopens it",
-            if draining { "drain" } else { "stop" }),
-        Err(e) => warn!(ring = %name, "could not finish a half-done stop: {e}"),
+            "finished a drain left by a process that died: ring STOPPED at sequence {stop}; `broker start {name}` reopens it"),
+        Err(e) => warn!(ring = %name, "could not finish a half-done drain: {e}"),
     }
 }

@@ -24,6 +24,10 @@ pub fn sweep(broker: &mut Broker) {
             deleted.push(name.clone());
             continue;
         }
+        // A stop or start whose owner died is finished here, not only at adoption.
+        if tracked.ring.state().is_some_and(RingState::is_transitional) {
+            super::registry::finish_half_done(name, &tracked.ring);
+        }
         sweep_ring(name, tracked, &mut broker.watches, now);
         tracked.ring.mark_sweep(monotonic_ns());
     }
@@ -34,6 +38,7 @@ pub fn sweep(broker: &mut Broker) {
     }
     broker.sweeps += 1;
     broker.last_sweep = Some(now);
+    broker.last_sweep_took = Some(now.elapsed());
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (what `Ring::mark_sweep` records).
@@ -44,7 +49,6 @@ fn monotonic_ns() -> u64 {
 
 fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) {
     let info = t.ring.info();
-    let capacity = t.ring.capacity();
     let threshold = t.spec.stall_threshold;
     t.consumers
         .retain(|i, _| info.consumers.iter().any(|c| c.index == *i));
@@ -52,7 +56,7 @@ fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) 
     for c in &info.consumers {
         let alive = watches.alive(c.pid, c.start_time);
         // Pending: the slot at its position is published, or it has been lapped.
-        let pending = t.ring.is_published(c.next) || info.head >= c.next.saturating_add(capacity);
+        let pending = shmring::has_pending(&t.ring, info.head, c.next);
         let seen = Seen {
             alive,
             pending,
@@ -104,9 +108,9 @@ fn consumer_report(
     idle_ms: u64,
     head: u64,
 ) -> ConsumerReport {
-    let mut r = crate::summary::consumer_report(c, state, head);
+    let mut r = crate::summary::consumer_report(&t.ring, c, state, head);
     r.sequence = sequence;
-    r.lag = head.saturating_sub(sequence);
+    r.lag = shmring::lag(&t.ring, head, sequence);
     r.idle_ms = Some(idle_ms);
     r.policy = if c.durable {
         t.spec.policy_for(&c.name).as_str().to_owned()

@@ -6,12 +6,20 @@
 //! - `fproducer`: publishes self-checking events (`shmring_tests::payload`: producer id,
 //!   that producer's own sequence 0, 1, 2, ..., a checksum over every byte) with every
 //!   publishing form in turn: `publish`, `publish_batch`, the claim guard, `try_publish`,
-//!   `publish_timeout`. Prints `@acc N` every `ROLE_PROGRESS` accepted events (N: accepted so
-//!   far, so a producer killed after printing `@acc N` had accepted at least N), and with
-//!   `ROLE_DWELL_US` sometimes holds a claim open for a while between claim and commit,
-//!   printing `@dwell seq=S` first. On a stopped ring it ends (`@done published=N`) or, with
-//!   `ROLE_ON_CLOSED=retry`, waits for the ring to run again and retries the same event
-//!   (until `finish` arrives on stdin: then a stopped ring ends it).
+//!   `publish_timeout`. With `ROLE_LEDGER` it keeps a ledger file of two little-endian u64s
+//!   (see [`Ledger`]): before each publish, how many events it will have accepted if the
+//!   publish goes through; after it, how many it has accepted. A SIGKILL leaves the file as
+//!   it was, so the parent knows a killed producer's accepted count exactly, up to the one
+//!   publish in flight. Prints `@acc N` every `ROLE_PROGRESS` accepted events (progress for
+//!   the parent to wait on), and with `ROLE_DWELL_US` sometimes holds a claim open for a
+//!   while between claim and commit, printing `@dwell seq=S` first. After a `hold` line on
+//!   stdin, its next claim-guard publish holds the claim open until it is killed, printing
+//!   `@holding seq=S` first: a kill inside a claim on demand. After a `pause` line, it
+//!   stops right after its next accepted publish, printing `@paused acc=N`, until it is
+//!   killed: a kill just after a publish returned. On a stopped ring it ends
+//!   (`@done published=N`) or, with `ROLE_ON_CLOSED=retry`, prints `@refused acc=N` (N:
+//!   accepted so far, final for this run), waits for the ring to run again and retries the
+//!   same event (until `finish` arrives on stdin: then a stopped ring ends it).
 //! - `fconsumer`: attaches a consumer (durable `ROLE_NAME` or anonymous, `ROLE_OPTIONAL`,
 //!   `ROLE_WAIT`, `ROLE_BATCH`) and checks every event: it decodes (no torn or stale slot),
 //!   ring sequences increase, and per producer the sequences are contiguous (required) or
@@ -27,7 +35,10 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io::BufRead;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,16 +98,6 @@ pub fn wait_strategy(name: &str) -> WaitStrategy {
     }
 }
 
-/// Whether a consumer waiting with `wait` must show no wake-up by the net.
-///
-/// Not a `timeout-block` consumer: it parks for its 5 ms timeout rather than the 50 ms net,
-/// and when a producer is preempted between its stamp and its wake for longer than that (a
-/// loaded two-core machine), the client counts the timeout with an event waiting as a net
-/// wake-up, though the wake was only late, not lost.
-pub fn asserts_no_net(wait: &str) -> bool {
-    wait != "timeout-block"
-}
-
 /// How long a parent waits for a producer to say it holds a claim open (`@dwell`) before
 /// it kills it anyway (a producer held at the wrap gate publishes nothing meanwhile).
 pub const DWELL_WAIT: Duration = Duration::from_millis(500);
@@ -150,6 +151,9 @@ struct Publisher {
     dwell_us: u64,
     dwell_every: u64,
     buf: Vec<u8>,
+    /// Set by a `hold` line on stdin: the next claim is held open until the kill.
+    hold: Arc<AtomicBool>,
+    deadline: Instant,
 }
 
 impl Publisher {
@@ -160,9 +164,17 @@ impl Publisher {
         }
     }
 
-    /// Publish the event(s) starting at producer sequence `seq` with form `form`, at most
-    /// `room` events; returns how many were accepted.
-    fn step(&mut self, form: u64, seq: u64, room: u64) -> Result<u64, Refused> {
+    /// How many events the next publish with form `form` takes, at most `room`.
+    fn size(&mut self, form: u64, room: u64) -> u64 {
+        match form {
+            1 => self.rng.range(1..=self.half).min(room),
+            _ => 1,
+        }
+    }
+
+    /// Publish the `k` event(s) starting at producer sequence `seq` with form `form` (`k`
+    /// from [`Publisher::size`]); returns how many were accepted.
+    fn step(&mut self, form: u64, seq: u64, k: u64) -> Result<u64, Refused> {
         match form {
             0 => {
                 let origin = self.origin(seq);
@@ -171,7 +183,6 @@ impl Publisher {
                 Ok(1)
             }
             1 => {
-                let k = self.rng.range(1..=self.half).min(room);
                 let events: Vec<Vec<u8>> = (0..k)
                     .map(|i| encode(self.origin(seq + i), self.len))
                     .collect();
@@ -186,6 +197,11 @@ impl Publisher {
                 let mut c = self.p.claim()?;
                 encode_into(&mut c.payload_mut()[..len], origin);
                 c.set_len(len).map_err(Refused::from)?;
+                if self.hold.load(Ordering::SeqCst) {
+                    // A claim held until the parent kills this process.
+                    println!("@holding seq={}", c.sequence());
+                    await_kill(self.deadline, "held a claim");
+                }
                 if dwell {
                     // Between claim and commit: the window the fault tests aim at.
                     println!("@dwell seq={}", c.sequence());
@@ -221,18 +237,85 @@ impl Publisher {
     }
 }
 
-/// Set once `finish` arrives on stdin (read on a thread of its own).
-fn finish_flag() -> Arc<AtomicBool> {
-    let finish = Arc::new(AtomicBool::new(false));
-    let f = finish.clone();
+/// Flags set by lines on stdin (read on a thread of its own).
+#[derive(Default, Clone)]
+struct StdinFlags {
+    finish: Arc<AtomicBool>,
+    hold: Arc<AtomicBool>,
+    pause: Arc<AtomicBool>,
+}
+
+fn stdin_flags() -> StdinFlags {
+    let flags = StdinFlags::default();
+    let f = flags.clone();
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
-            if line.is_ok_and(|l| l.trim() == "finish") {
-                f.store(true, Ordering::SeqCst);
-            }
+            let flag = match line.as_deref().map(str::trim) {
+                Ok("finish") => &f.finish,
+                Ok("hold") => &f.hold,
+                Ok("pause") => &f.pause,
+                _ => continue,
+            };
+            flag.store(true, Ordering::SeqCst);
         }
     });
-    finish
+    flags
+}
+
+/// Set once `finish` arrives on stdin.
+fn finish_flag() -> Arc<AtomicBool> {
+    stdin_flags().finish
+}
+
+/// Wait to be killed (bounded by `deadline`).
+fn await_kill(deadline: Instant, what: &str) -> ! {
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("@error {what} until the deadline without being killed");
+    std::process::exit(4)
+}
+
+/// A producer's ledger file: at offset 0 the events it has accepted (written after each
+/// publish returns), at offset 8 the events it will have accepted if the publish in flight
+/// goes through (written before it). Each is one `pwrite` of 8 bytes; the process is the
+/// only writer and the parent reads only after the process is dead, so the two numbers
+/// bracket what a killed producer's consumers must have got.
+pub struct Ledger(Option<File>);
+
+impl Ledger {
+    fn open() -> Ledger {
+        let path = var("ROLE_LEDGER");
+        if path.is_empty() {
+            return Ledger(None);
+        }
+        let f = File::create(&path).unwrap_or_else(|e| {
+            println!("@error ledger {path}: {e}");
+            std::process::exit(2)
+        });
+        let l = Ledger(Some(f));
+        l.write(0, 0);
+        l.write(8, 0);
+        l
+    }
+
+    fn write(&self, at: u64, n: u64) {
+        if let Some(f) = &self.0 {
+            if let Err(e) = f.write_all_at(&n.to_le_bytes(), at) {
+                println!("@error ledger: {e}");
+                std::process::exit(2)
+            }
+        }
+    }
+
+    /// What a dead producer's ledger says: (accepted, accepted if the publish in flight
+    /// went through).
+    pub fn read(path: &std::path::Path) -> (u64, u64) {
+        let b = std::fs::read(path).unwrap_or_else(|e| panic!("ledger {path:?}: {e}"));
+        assert_eq!(b.len(), 16, "ledger {path:?}: {b:?}");
+        let at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        (at(0), at(8))
+    }
 }
 
 /// Wait until `ring` runs again after a stop (bounded by `deadline`). False if `finish`
@@ -278,6 +361,9 @@ pub fn fproducer() {
         std::process::exit(2)
     });
     let mut rng = Rng::new(var_u64("ROLE_SEED", 1) ^ (u64::from(id) << 40));
+    let flags = stdin_flags();
+    let finish = flags.finish.clone();
+    let ledger = Ledger::open();
     let mut w = Publisher {
         p,
         id,
@@ -287,8 +373,9 @@ pub fn fproducer() {
         dwell_us: var_u64("ROLE_DWELL_US", 0),
         dwell_every: var_u64("ROLE_DWELL_EVERY", 8).max(1),
         buf: vec![0; len],
+        hold: flags.hold.clone(),
+        deadline,
     };
-    let finish = finish_flag();
     println!("@ready pid={}", std::process::id());
     let (mut seq, mut next_report) = (0u64, progress);
     while count == 0 || seq < count {
@@ -303,9 +390,20 @@ pub fn fproducer() {
             _ => rng.below(5),
         };
         let room = if count == 0 { u64::MAX } else { count - seq };
-        match w.step(form, seq, room) {
-            Ok(n) => seq += n,
+        let k = w.size(form, room);
+        ledger.write(8, seq + k);
+        match w.step(form, seq, k) {
+            Ok(n) => {
+                seq += n;
+                ledger.write(0, seq);
+                if flags.pause.load(Ordering::SeqCst) {
+                    println!("@paused acc={seq}");
+                    await_kill(deadline, "paused");
+                }
+            }
             Err(Refused::Closed) if retry => {
+                // Everything this producer will ever have accepted in this run.
+                println!("@refused acc={seq}");
                 if await_running(&ring, deadline, &finish) {
                     continue;
                 }
@@ -622,29 +720,37 @@ impl Done {
 pub enum Accepted {
     /// It ended cleanly and said so.
     Exactly(u64),
-    /// It was killed after reporting `reported`; up to `slack` more may have been accepted
-    /// before the kill (the events since its last report, and one claim in flight).
-    Between {
-        /// The last `@acc` it printed.
-        reported: u64,
-        /// How many more it may have accepted.
-        slack: u64,
+    /// It was killed: its ledger says it had accepted `accepted` events, and was
+    /// publishing up to `upto` (the publish in flight at the kill may have gone through,
+    /// wholly or, a batch killed while stamping, in part).
+    Killed {
+        /// Events whose publish had returned.
+        accepted: u64,
+        /// `accepted` plus the publish in flight.
+        upto: u64,
     },
+}
+
+impl Accepted {
+    /// What the ledger at `path` of a producer killed and reaped says.
+    pub fn killed(path: &std::path::Path) -> Accepted {
+        let (accepted, upto) = Ledger::read(path);
+        Accepted::Killed {
+            accepted,
+            upto: upto.max(accepted),
+        }
+    }
+}
+
+/// The ledger file of producer `id` in namespace `ns` (in the namespace's scratch
+/// directory, removed with it).
+pub fn ledger_path(ns: &super::Ns, id: u32) -> PathBuf {
+    ns.scratch().join(format!("ledger-{id}"))
 }
 
 /// The `published=N` of a producer's `@done` line.
 pub fn published(done: &str) -> u64 {
     num(done, "published")
-}
-
-/// The last `@acc N` among `lines` (0 if none).
-pub fn last_acc(lines: &[String]) -> u64 {
-    lines
-        .iter()
-        .filter_map(|l| l.find("@acc ").map(|at| &l[at + 5..]))
-        .filter_map(|n| n.trim().parse().ok())
-        .max()
-        .unwrap_or(0)
 }
 
 /// The end-of-run invariant for one consumer that was attached before any publish and
@@ -661,10 +767,10 @@ pub fn check_delivered_all(who: &str, done: &Done, producers: &BTreeMap<u32, Acc
                 "{who}: producer {p} accepted {n} events, {got} delivered: {}",
                 done.line
             ),
-            Accepted::Between { reported, slack } => assert!(
-                got >= reported && got <= reported + slack,
-                "{who}: producer {p} was killed after accepting {reported} (+ at most {slack}), \
-                 {got} delivered: {}",
+            Accepted::Killed { accepted, upto } => assert!(
+                got >= accepted && got <= upto,
+                "{who}: producer {p} was killed after accepting {accepted} events (publishing \
+                 up to {upto}), {got} delivered: {}",
                 done.line
             ),
         }
@@ -756,7 +862,14 @@ pub fn spawn_producer(
     seed: u64,
     extra: &[(&'static str, String)],
 ) -> Proc {
-    let mut pairs = vec![("ROLE_ID", id.to_string()), ("ROLE_SEED", seed.to_string())];
+    let mut pairs = vec![
+        ("ROLE_ID", id.to_string()),
+        ("ROLE_SEED", seed.to_string()),
+        (
+            "ROLE_LEDGER",
+            ledger_path(ns, id).to_string_lossy().into_owned(),
+        ),
+    ];
     pairs.extend(extra.iter().cloned());
     let mut p = Proc::role("fproducer", &ns.name, &env(ring, &pairs));
     expect_or_diagnose(&mut p, "@ready");
@@ -773,7 +886,7 @@ pub fn spawn_consumer(ns: &super::Ns, ring: &str, pairs: &[(&'static str, String
 
 /// Start a broker CLI command without waiting for it.
 pub fn cli_spawn(ns: &super::Ns, args: &[&str]) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_broker"))
+    std::process::Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
         .arg("--namespace")
         .arg(&ns.name)
         .args(args)

@@ -56,6 +56,14 @@ impl Ns {
         shmring::names::namespace_dir(&self.name).expect("valid namespace")
     }
 
+    /// A scratch directory for this test's own files (created on first use, removed with
+    /// the namespace): not the namespace directory, which the broker scans.
+    pub fn scratch(&self) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("{}.scratch", self.name));
+        std::fs::create_dir_all(&dir).expect("creating the scratch directory");
+        dir
+    }
+
     /// Write a config file for this namespace and return its path.
     pub fn config(&self, text: &str) -> PathBuf {
         let path = std::env::temp_dir().join(format!("{}.toml", self.name));
@@ -71,7 +79,7 @@ impl Ns {
 
     /// Run a broker CLI command to completion.
     pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_broker"))
+        Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
             .arg("--namespace")
             .arg(&self.name)
             .args(args)
@@ -123,6 +131,8 @@ impl Drop for Ns {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(self.dir());
         let _ = std::fs::remove_file(std::env::temp_dir().join(format!("{}.toml", self.name)));
+        let _ =
+            std::fs::remove_dir_all(std::env::temp_dir().join(format!("{}.scratch", self.name)));
     }
 }
 
@@ -157,5 +167,36 @@ pub fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
             panic!("timed out after {WAIT:?} waiting for {what}");
         }
         std::thread::sleep(POLL);
+    }
+}
+
+/// A copy of an executable that uid 65534 can run: the checkout (and so the binary) may
+/// sit under a directory other users cannot search, such as `/root`. The copy lives in its
+/// own 0755 directory under the temp dir and is removed when the guard drops.
+pub struct ExeForNobody {
+    dir: PathBuf,
+    /// The copy.
+    pub exe: PathBuf,
+}
+
+impl ExeForNobody {
+    /// Copy `original`.
+    pub fn of(original: &std::path::Path) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("shmring-exe-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("exe dir");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let exe = dir.join("exe");
+        std::fs::copy(original, &exe).expect("copy exe");
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Self { dir, exe }
+    }
+}
+
+impl Drop for ExeForNobody {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

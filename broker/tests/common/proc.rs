@@ -68,9 +68,16 @@ impl Proc {
     pub fn role(role: &str, ns: &str, env: &[(&str, String)]) -> Proc {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = Command::new(exe);
-        cmd.args(["--exact", "role", "--nocapture", "--test-threads", "1"])
-            .env(ROLE_ENV, role)
-            .env(shmring::names::NAMESPACE_ENV, ns);
+        cmd.args([
+            "--exact",
+            "role",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(ROLE_ENV, role)
+        .env(shmring::names::NAMESPACE_ENV, ns);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -234,8 +241,13 @@ pub struct BrokerProc {
 impl BrokerProc {
     /// Start `broker run` and wait for its "broker ready" log line.
     pub fn start(ns: &str, config: Option<&Path>) -> BrokerProc {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_broker"));
-        cmd.args(["run", "--namespace", ns]);
+        Self::start_with(ns, config, &[])
+    }
+
+    /// As [`BrokerProc::start`], with more arguments to `broker run`.
+    pub fn start_with(ns: &str, config: Option<&Path>, args: &[&str]) -> BrokerProc {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_shmring-broker"));
+        cmd.args(["run", "--namespace", ns]).args(args);
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }

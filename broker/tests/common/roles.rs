@@ -239,8 +239,9 @@ fn claimer() {
     std::process::exit(0);
 }
 
-/// On each "go": publish `(ROLE_ID << 32) | counter` until the ring refuses, then print
-/// "@accepted N" for that round. The counter runs on across rounds.
+/// On each "go [PACE_US]": publish `(ROLE_ID << 32) | counter` until the ring refuses,
+/// PACE_US apart (default ROLE_PACE_US; 0: flat out), then print "@accepted N" for that
+/// round. The counter runs on across rounds.
 fn racer() {
     let ring = open();
     let mut p = ring.producer().unwrap_or_else(|e| {
@@ -252,9 +253,10 @@ fn racer() {
     let mut counter = 0u64;
     println!("@ready");
     for line in std::io::stdin().lock().lines() {
-        if line.as_deref().ok() != Some("go") {
+        let Some(rest) = line.as_deref().ok().and_then(|l| l.strip_prefix("go")) else {
             break;
-        }
+        };
+        let pace = rest.trim().parse().unwrap_or(pace);
         let mut accepted = 0u64;
         loop {
             match p.publish(&((id << 32) | counter).to_le_bytes()) {

@@ -22,8 +22,9 @@
 //! `--hold` attaches, prints `ready`, then reads nothing from the ring until the parent
 //! writes `resume` to stdin (a blocking read: the process uses no CPU meanwhile), so a
 //! producer fills the ring and has to wait for room. The `done` line also carries the
-//! consumer's `wakeups` (returns from a futex park) and `net_wakeups` (returns by the 50 ms
-//! net while an event was waiting: lost wake-ups).
+//! consumer's `wakeups` (returns from a futex park by a wake), `late_wakeups` (by a timeout
+//! after a producer moved the wake line: a wake that came late or never arrived) and
+//! `net_wakeups` (by the 50 ms net while an event was waiting: lost wake-ups).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -335,7 +336,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     println!(
         "done delivered={} stats_delivered={} skipped={} dropped={} clamped={} batches={} \
          start={start} next={} first_ring={} last_ring={} firsts={} lasts={} wakeups={} \
-         net_wakeups={}",
+         late_wakeups={} net_wakeups={}",
         ch.delivered,
         s.delivered,
         s.skipped,
@@ -348,6 +349,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         format_per_producer(&ch.firsts),
         format_per_producer(&ch.lasts),
         s.wakeups,
+        s.late_wakeups,
         s.net_wakeups,
     );
     Ok(())

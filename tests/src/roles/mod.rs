@@ -3,6 +3,7 @@
 
 pub mod attach_loop;
 pub mod consume;
+pub mod lifecycle_storm;
 pub mod ping_pong;
 pub mod produce;
 pub mod run_closed;

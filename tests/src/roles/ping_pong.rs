@@ -15,9 +15,11 @@
 //!
 //! Checks per event: the payload decodes and carries the next sequence (ping: the echo of
 //! the event it just sent, exactly one). Prints `ready` once both handles are attached and
-//! at the end `done side=.. cycles=N wakeups=W net_wakeups=X elapsed_ms=T`, the consumer's
-//! counters: `wakeups` are returns from a futex park, `net_wakeups` returns by the 50 ms
-//! net while an event was waiting (lost wake-ups).
+//! at the end `done side=.. cycles=N wakeups=W late_wakeups=L net_wakeups=X elapsed_ms=T`,
+//! the consumer's counters: `wakeups` are returns from a futex park by a wake,
+//! `late_wakeups` returns by a timeout after the other side moved the wake line (a wake that
+//! came late or never arrived), `net_wakeups` returns by the 50 ms net while an event was
+//! waiting (lost wake-ups).
 //!
 //! `--no-wake` (ping only) is the control that shows the count can fail: ping waits until
 //! pong's consumer shows as parked, then publishes with `publish_without_wake_check`, which
@@ -140,10 +142,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let s = c.stats();
     println!(
-        "done side={:?} cycles={} wakeups={} net_wakeups={} elapsed_ms={}",
+        "done side={:?} cycles={} wakeups={} late_wakeups={} net_wakeups={} elapsed_ms={}",
         a.side,
         s.delivered,
         s.wakeups,
+        s.late_wakeups,
         s.net_wakeups,
         start.elapsed().as_millis()
     );

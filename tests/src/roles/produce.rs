@@ -18,9 +18,14 @@
 //! `--pause-us` (pacing, so that spinning, yielding and sleeping consumers also reach their
 //! last phase); the next publish then has to wake whoever parked.
 //!
+//! `--retry-closed` retries a publish refused by a stopped ring until the ring starts again.
+//!
 //! Prints `ready` after attaching, `started` after the first publish, and at the end
 //! `done published=N tombstones=T refused=R stats_published=N stats_tombstoned=T parks=P
-//! idles=I` (`parks`: times it parked waiting for room).
+//! late_wakeups=L net_wakeups=X idles=I retries=Z` (`parks`: times it parked waiting for
+//! room; `late_wakeups`: parks ended by a timeout after a consumer moved the wake line;
+//! `net_wakeups`: parks ended by the net with room there and the line unmoved; `retries`:
+//! refusals by a stopped ring, retried).
 
 use std::time::{Duration, Instant};
 
@@ -74,6 +79,10 @@ pub struct Args {
     /// At each idle point, then pause this long (µs).
     #[arg(long, default_value_t = 0)]
     pause_us: u64,
+    /// A publish refused because the ring is stopped is retried (the same event, after a
+    /// yield) until the ring starts again; only a deleted ring ends the run early.
+    #[arg(long)]
+    retry_closed: bool,
 }
 
 /// Wait until every consumer of `ring` caught up with the head and at least `parked` of them
@@ -136,6 +145,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut started = false;
     let forever = a.count == 0;
     let (mut next_idle, mut idles) = (a.idle_every, 0u64);
+    let mut retries = 0u64;
     while forever || seq < a.count {
         claims += 1;
         if a.tombstone_every > 0 && claims % a.tombstone_every == 0 {
@@ -149,6 +159,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
                 Err(e) => {
                     closed(e)?;
+                    if a.retry_closed && ring.state() != Some(shmring::RingState::Deleted) {
+                        retries += 1;
+                        std::thread::yield_now();
+                        continue;
+                    }
                     break;
                 }
             }
@@ -213,6 +228,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }?;
         if outcome == 0 {
+            if a.retry_closed && ring.state() != Some(shmring::RingState::Deleted) {
+                retries += 1;
+                std::thread::yield_now();
+                continue;
+            }
             break;
         }
         seq += outcome;
@@ -237,8 +257,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let s = p.stats();
     println!(
         "done published={seq} tombstones={tombstones} refused={} stats_published={} \
-         stats_tombstoned={} parks={} idles={idles}",
-        s.refused, s.published, s.tombstoned, s.parks
+         stats_tombstoned={} parks={} late_wakeups={} net_wakeups={} idles={idles} \
+         retries={retries}",
+        s.refused, s.published, s.tombstoned, s.parks, s.late_wakeups, s.net_wakeups
     );
     Ok(())
 }

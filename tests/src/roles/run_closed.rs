@@ -10,7 +10,8 @@
 //! at the run counter every millisecond (`--on-closed poll`). It then checks that the run
 //! counter went up, prints `reopened run=R next=N`, and re-enters `run`: the first event of
 //! the new run must be exactly at the stop sequence. `exit` on stdin (while closed) ends it
-//! with `done delivered=D next=N closes=C wakeups=W net_wakeups=X lasts=p:s,..`.
+//! with `done delivered=D next=N closes=C wakeups=W late_wakeups=L net_wakeups=X
+//! lasts=p:s,..`.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -184,10 +185,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let ch = checker.into_inner();
     let s = c.stats();
     println!(
-        "done delivered={} next={} closes={closes} wakeups={} net_wakeups={} lasts={}",
+        "done delivered={} next={} closes={closes} wakeups={} late_wakeups={} net_wakeups={} lasts={}",
         ch.delivered,
         c.next_sequence(),
         s.wakeups,
+        s.late_wakeups,
         s.net_wakeups,
         format_per_producer(&ch.lasts)
     );

@@ -8,9 +8,10 @@
 //! origin=<producer sequence>`.
 //!
 //! Prints `ready rings=N` after attaching and at the end
-//! `done events=E parks=P wakeups=W net_wakeups=X woken=K ready=R`: the set's counters
-//! (`parks` that slept, `wakeups` by a wake, `net_wakeups` by the 50 ms net while an event
-//! was waiting), and how the calls to `park_until` ended (`Woken`, or `Ready`: the last
+//! `done events=E parks=P wakeups=W late_wakeups=L net_wakeups=X woken=K ready=R`: the
+//! set's counters (`parks` that slept, `wakeups` by a wake, `late_wakeups` by a timeout
+//! after a word moved, `net_wakeups` by the 50 ms net while an event was waiting and no
+//! word moved), and how the calls to `park_until` ended (`Woken`, or `Ready`: the last
 //! look of a park found the event).
 
 use std::time::{Duration, Instant};
@@ -85,8 +86,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let s = set.stats();
     println!(
-        "done events={got} parks={} wakeups={} net_wakeups={} woken={woken} ready={ready}",
-        s.parks, s.wakeups, s.net_wakeups
+        "done events={got} parks={} wakeups={} late_wakeups={} net_wakeups={} woken={woken} \
+         ready={ready}",
+        s.parks, s.wakeups, s.late_wakeups, s.net_wakeups
     );
     Ok(())
 }

@@ -1,25 +1,8 @@
-//! Ring lifecycle (stop, drain, start) and the repairs a broker makes after a process dies.
+//! The repairs a broker (or any process) makes after a process dies: tombstones for the
+//! claims a dead producer left, freeing and releasing the entries of dead consumers, and the
+//! broker's own bookkeeping words in the header.
 //!
-//! These are library calls so that a ring works without a broker; with a broker running,
-//! lifecycle requests go through it, so that one process orders them.
-//!
-//! ## Stop
-//!
-//! Stopping closes the sequence line in one atomic step: `fetch_or(CLAIM_CLOSED)` on the
-//! claim counter. Every claim after it reads the bit and is refused; every claim before it
-//! holds a sequence below the returned count, the *stop sequence*, and is honoured: its
-//! event is written and stays in the ring for the consumers. A publish racing a stop is
-//! therefore refused or delivered, never accepted and lost, and the publish path pays
-//! nothing for it (the bit is in the word it already increments). Sequence numbers stay
-//! unique for the life of the segment; `start` reopens the line at the stop sequence and
-//! bumps the run counter.
-//!
-//! ## Drain
-//!
-//! Draining stops the line and waits until every gating consumer has consumed up to the
-//! stop sequence. Consumers see the end of the run as the end of a batch, so a handler
-//! that commits on the end-of-batch edge commits everything it was handed.
-
+//! These are library calls, so that a ring works without a broker.
 //!
 //! ## Orderings in this module
 //!
@@ -35,47 +18,12 @@
 //!   consumers' Acquire stamp load.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    consumer_state, producer_state, RingState, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
-    SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
+    consumer_state, producer_state, IN_FLIGHT_CLAIMING, SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
 use crate::{gating, park, process, Ring};
-
-/// A lifecycle request the ring's state does not allow.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LifecycleError {
-    /// The ring was deleted.
-    #[error("ring was deleted")]
-    Deleted,
-    /// `start` on a running ring.
-    #[error("ring is already running")]
-    AlreadyRunning,
-    /// The ring's state word is not a known state.
-    #[error("ring state word {0} is corrupt")]
-    CorruptState(u32),
-    /// Drain did not finish in time.
-    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}", .behind.len(), describe_behind(.behind))]
-    DrainTimeout {
-        /// The stop sequence.
-        stop_seq: u64,
-        /// (consumer index, name, next) of every consumer still short of it.
-        behind: Vec<(u32, String, u64)>,
-    },
-}
-
-fn describe_behind(behind: &[(u32, String, u64)]) -> String {
-    behind
-        .iter()
-        .map(|(i, name, next)| {
-            let name = if name.is_empty() { "<anonymous>" } else { name };
-            format!("#{i} {name} at {next}")
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// What a repair of dead claims did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -87,139 +35,6 @@ pub struct Repair {
 }
 
 impl Ring {
-    /// Close the sequence line: claims from now on are refused; claims already taken are
-    /// published as usual. Returns the stop sequence. Idempotent.
-    pub fn stop(&self) -> Result<u64, LifecycleError> {
-        self.stop_as(RingState::Stopped)
-    }
-
-    fn stop_as(&self, state: RingState) -> Result<u64, LifecycleError> {
-        let h = self.seg.header();
-        match RingState::from_u32(h.state.load(Ordering::Acquire)) {
-            Some(RingState::Deleted) => return Err(LifecycleError::Deleted),
-            Some(RingState::Running) => {}
-            Some(_) => {
-                // Already closed: only the state changes (Stopped <-> Draining).
-                h.state.store(state as u32, Ordering::Release);
-                return Ok(h.stop_seq.load(Ordering::Relaxed));
-            }
-            None => {
-                return Err(LifecycleError::CorruptState(
-                    h.state.load(Ordering::Relaxed),
-                ))
-            }
-        }
-        let stop = self.close_line();
-        // Release: pairs with the Acquire in `gating::stop_seq`; the stop sequence stored
-        // by `close_line` is visible with the state.
-        h.state.store(state as u32, Ordering::Release);
-        // Parked consumers look again: a drained consumer returns from `run`.
-        park::wake(&self.seg.lines().consumer_wake.value);
-        Ok(stop)
-    }
-
-    /// Record the stop sequence, then set the CLOSED bit (the state is the caller's).
-    ///
-    /// Recording first makes a stopper that dies half-way harmless: the header already
-    /// holds the count the line closed at, so a later `stop` (the broker finishes a
-    /// half-done one) and `start` use the right sequence. The CAS closes the line only at
-    /// the count just recorded; if a claim moved it meanwhile, record again and retry.
-    /// `fetch_max` is right because open claim counts only grow over a segment's life.
-    pub(crate) fn close_line(&self) -> u64 {
-        let h = self.seg.header();
-        let claim = &self.seg.lines().claim.value;
-        // SeqCst: the close is one point in the order of every claim; claims before it are
-        // below the returned sequence.
-        let mut c = claim.load(Ordering::SeqCst);
-        loop {
-            if c & CLAIM_CLOSED != 0 {
-                // Closed before (perhaps by a stopper that died): its record stands.
-                return h.stop_seq.load(Ordering::SeqCst);
-            }
-            // SeqCst: ordered before the CAS that closes the line.
-            h.stop_seq.fetch_max(c, Ordering::SeqCst);
-            match claim.compare_exchange(c, c | CLAIM_CLOSED, Ordering::SeqCst, Ordering::SeqCst) {
-                Ok(_) => return c,
-                Err(now) => c = now,
-            }
-        }
-    }
-
-    /// Stop (if running) and wait until every gating consumer has consumed everything
-    /// published before the stop, at most `timeout`. The ring is left Stopped either way.
-    pub fn drain(&self, timeout: Duration) -> Result<u64, LifecycleError> {
-        let stop = self.stop_as(RingState::Draining)?;
-        let deadline = Instant::now() + timeout;
-        let mut pause = Duration::from_micros(50);
-        let result = loop {
-            let behind = self.behind(stop);
-            if behind.is_empty() {
-                break Ok(stop);
-            }
-            if Instant::now() >= deadline {
-                break Err(LifecycleError::DrainTimeout {
-                    stop_seq: stop,
-                    behind,
-                });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(5));
-        };
-        if self.state() == Some(RingState::Draining) {
-            // Release: as every state store (module comment).
-            self.seg
-                .header()
-                .state
-                .store(RingState::Stopped as u32, Ordering::Release);
-        }
-        result
-    }
-
-    /// Gating consumers whose position is below `stop`.
-    fn behind(&self, stop: u64) -> Vec<(u32, String, u64)> {
-        let geo = self.seg.geometry();
-        (0..geo.max_consumers)
-            .filter_map(|i| {
-                let e = self.seg.consumer(i)?;
-                let state = e.hot.state.load(Ordering::Acquire);
-                let next = e.hot.next.load(Ordering::Acquire);
-                (consumer_state::gates(state) && next < stop)
-                    .then(|| (i, crate::consumer::entry_name(e), next))
-            })
-            .collect()
-    }
-
-    /// Reopen a stopped ring: the run counter goes up by one and publishing continues at
-    /// the stop sequence. Returns the new run number.
-    pub fn start(&self) -> Result<u64, LifecycleError> {
-        let h = self.seg.header();
-        match RingState::from_u32(h.state.load(Ordering::Acquire)) {
-            Some(RingState::Deleted) => return Err(LifecycleError::Deleted),
-            Some(RingState::Running) => return Err(LifecycleError::AlreadyRunning),
-            Some(_) => {}
-            None => {
-                return Err(LifecycleError::CorruptState(
-                    h.state.load(Ordering::Relaxed),
-                ))
-            }
-        }
-        // Relaxed: ordered by the Acquire state load above (the stopper stored it first).
-        let stop = h.stop_seq.load(Ordering::Relaxed);
-        let run = h.run.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
-        // Running first, then reopen the line: a claim that succeeds sees Running.
-        h.state.store(RingState::Running as u32, Ordering::Release);
-        // SeqCst: reopens at the stop sequence, discarding the low-bit bumps of claims
-        // refused while closed (each of those saw CLOSED and wrote nothing).
-        self.seg.lines().claim.value.store(stop, Ordering::SeqCst);
-        park::wake(&self.seg.lines().producer_wake.value);
-        Ok(run)
-    }
-
-    /// The run counter (1 for the first run, +1 per start).
-    pub fn run_number(&self) -> u64 {
-        self.seg.header().run.load(Ordering::Relaxed)
-    }
-
     /// The broker epoch (bumped by every broker that adopts the ring).
     pub fn broker_epoch(&self) -> u64 {
         self.seg.header().broker_epoch.load(Ordering::Acquire)
@@ -309,6 +124,13 @@ impl Ring {
             .compare_exchange(state, to, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok();
         if done {
+            tracing::info!(
+                ring = self.name(),
+                consumer = index,
+                pid,
+                to = consumer_state::name(to),
+                "consumer entry of a process that is gone no longer gates producers"
+            );
             park::wake(&self.seg.lines().producer_wake.value);
         }
         done
@@ -339,7 +161,9 @@ impl Ring {
             return repair;
         }
         let held = e.in_flight.load(Ordering::Acquire);
-        if held == IN_FLIGHT_CLAIMING {
+        if held == IN_FLIGHT_CLAIMING || self.seg.line().single {
+            // A single producer records no claim in its entry (its position is the line's):
+            // its hole is every unpublished sequence below the position.
             repair = self.repair_unattributed(index);
         } else if held != 0 {
             let first = held - 1;
@@ -365,6 +189,13 @@ impl Ring {
         e.in_flight.store(0, Ordering::Release);
         e.pid.store(0, Ordering::Relaxed);
         e.state.store(producer_state::FREE, Ordering::Release);
+        tracing::info!(
+            ring = self.name(),
+            producer = index,
+            pid,
+            tombstoned = repair.tombstoned,
+            "repaired the claims of a producer that died; its entry is free"
+        );
         repair
     }
 
@@ -378,7 +209,7 @@ impl Ring {
         // load holds a sequence at or above `head`, outside the range repaired below; one
         // that claimed before it has announced its claim (or recorded it, with a Release
         // clear only after publishing), which the scan sees.
-        let head = gating::head(&self.seg);
+        let head = self.seg.line().claimed();
         let mut held: Vec<(u64, u64)> = Vec::new();
         for i in (0..geo.max_producers).filter(|&i| i != skip) {
             let Some(p) = self.seg.producer(i) else { break };

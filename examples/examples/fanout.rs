@@ -2,8 +2,8 @@
 //! multi-producer ring, 2 consumer processes each receive every event.
 //!
 //! ```text
-//! cargo run --release -p shmring --example fanout              # 1,000,000 events per producer
-//! cargo run --release -p shmring --example fanout -- 5000000   # 5 M per producer
+//! cargo run --release -p shmring-examples --example fanout              # 1,000,000 events per producer
+//! cargo run --release -p shmring-examples --example fanout -- 5000000   # 5 M per producer
 //! ```
 //!
 //! The parent creates a ring of its own (`fanout-<pid>` in the default namespace), starts
@@ -41,7 +41,11 @@ fn value_of(producer: u32, seq: u64) -> u64 {
     seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(producer)
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+fn main() -> std::process::ExitCode {
+    shmring_examples::finish(run())
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         // Child roles: fanout <role> <namespace> <ring> <index> <events per producer>.

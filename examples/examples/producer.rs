@@ -1,10 +1,10 @@
 //! Quickstart, terminal 2: publish events into the ring "quickstart".
 //!
 //! ```text
-//! cargo run --release -p shmring --example consumer                  # terminal 1, first
-//! cargo run --release -p shmring --example producer                  # terminal 2
-//! cargo run --release -p shmring --example producer -- 5000000 100   # 5 M events, batches of 100
-//! cargo run --release -p shmring --example producer -- --remove      # delete the ring
+//! cargo run --release -p shmring-examples --example consumer                  # terminal 1, first
+//! cargo run --release -p shmring-examples --example producer                  # terminal 2
+//! cargo run --release -p shmring-examples --example producer -- 5000000 100   # 5 M events, batches of 100
+//! cargo run --release -p shmring-examples --example producer -- --remove      # delete the ring
 //! ```
 //!
 //! Arguments: `[COUNT] [BATCH]` (default 1,000,000 events, one publish each), or `--remove`.
@@ -21,42 +21,21 @@
 //! may start first; start the consumer first, or it misses what was published before it.
 
 use std::error::Error;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use shmring::{names, ProducerMode, Ring, RingConfig, TryPublishError};
+use shmring::{names, Ring, TryPublishError};
+use shmring_examples::{finish, ring_config, Tick, DEFAULT_COUNT, FLAG_LAST, RING};
 
-/// The event: plain old data, copied into the slot as its bytes.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Tick {
-    /// 0, 1, 2, ... in publish order.
-    id: u64,
-    /// Nanoseconds since the producer started (refreshed every 1024 events).
-    timestamp_ns: u64,
-    price: f64,
-    qty: u32,
-    /// `FLAG_LAST` on the last event of a run.
-    flags: u32,
-}
-
-const FLAG_LAST: u32 = 1;
-const RING: &str = "quickstart";
-const DEFAULT_COUNT: u64 = 1_000_000;
 /// How long a publish waits on a full ring before the producer says why it is waiting.
 const FULL_NOTICE: Duration = Duration::from_secs(1);
 const USAGE: &str = "usage: producer [COUNT] [BATCH]   or   producer --remove";
 
-/// The ring's shape; the consumer example uses the same (`open_or_create` checks it).
-fn ring_config() -> RingConfig {
-    RingConfig {
-        capacity: 1 << 16,
-        slot_size: 64,
-        producer_mode: ProducerMode::Multi,
-        ..RingConfig::default()
-    }
+fn main() -> ExitCode {
+    finish(run())
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let namespace = names::default_namespace();
     if args.iter().any(|a| a == "-h" || a == "--help") {
@@ -164,7 +143,7 @@ fn explain_consumers(ring: &Ring) {
     if info.consumers.is_empty() {
         println!(
             "note: no consumer is attached, so nobody receives these events; start \
-             `cargo run --release -p shmring --example consumer` first"
+             `cargo run --release -p shmring-examples --example consumer` first"
         );
     }
     for c in info.consumers.iter().filter(|c| c.state != "ACTIVE") {

@@ -1,9 +1,9 @@
 //! Quickstart, terminal 1: receive the events of the ring "quickstart".
 //!
 //! ```text
-//! cargo run --release -p shmring --example consumer            # terminal 1, first
-//! cargo run --release -p shmring --example producer            # terminal 2
-//! cargo run --release -p shmring --example consumer -- 5000000 # expect 5 M events
+//! cargo run --release -p shmring-examples --example consumer            # terminal 1, first
+//! cargo run --release -p shmring-examples --example producer            # terminal 2
+//! cargo run --release -p shmring-examples --example consumer -- 5000000 # expect 5 M events
 //! ```
 //!
 //! Argument: `[EXPECTED]` (default 1,000,000, or `$QUICKSTART_COUNT`). The consumer stops
@@ -14,44 +14,28 @@
 //! rather than overwrite what it has not read) and named (run it again and it resumes from
 //! the last batch it committed, even after a crash or a Ctrl-C). Its entry stays in the ring
 //! after it exits: a producer that runs while it is away fills the ring and then waits for it.
-//! `cargo run --release -p shmring --example producer -- --remove` deletes the ring.
+//! `cargo run --release -p shmring-examples --example producer -- --remove` deletes the ring.
 
 use std::cell::Cell;
 use std::error::Error;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shmring::{names, ConsumerOptions, PollError, ProducerMode, Ring, RingConfig, RunExit};
+use shmring::{names, ConsumerOptions, PollError, Ring, RunExit};
+use shmring_examples::{
+    finish, ring_config, stop_on_ctrl_c, Tick, DEFAULT_COUNT, FLAG_LAST, READER, RING,
+};
 
-/// The event, as the producer example defines it.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Tick {
-    id: u64,
-    timestamp_ns: u64,
-    price: f64,
-    qty: u32,
-    flags: u32,
-}
-
-const FLAG_LAST: u32 = 1;
-const RING: &str = "quickstart";
-const READER: &str = "quickstart-reader";
-const DEFAULT_COUNT: u64 = 1_000_000;
 /// Idle this long at a claimed but unpublished sequence before saying so.
 const STUCK_HINT: Duration = Duration::from_secs(2);
 const USAGE: &str = "usage: consumer [EXPECTED]";
 
-/// The same shape as the producer's: whichever starts first creates the ring.
-fn ring_config() -> RingConfig {
-    RingConfig {
-        capacity: 1 << 16,
-        slot_size: 64,
-        producer_mode: ProducerMode::Multi,
-        ..RingConfig::default()
-    }
+fn main() -> ExitCode {
+    finish(run())
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
         println!("{USAGE}");
@@ -66,6 +50,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         None => DEFAULT_COUNT,
     };
 
+    let interrupted = stop_on_ctrl_c()?;
     let namespace = names::default_namespace();
     let ring = Ring::open_or_create(&namespace, RING, &ring_config())?;
     let mut consumer = ring.consumer(ConsumerOptions::durable(READER))?;
@@ -118,7 +103,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (mut idle_since, mut last_count, mut hinted) = (None::<Instant>, 0u64, false);
     let stop = || {
         let n = received.get();
-        if n >= expected || saw_last.get() {
+        if n >= expected || saw_last.get() || interrupted.load(Ordering::Relaxed) {
             return true;
         }
         if n != last_count {
@@ -131,6 +116,9 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let why = match consumer.run(handler, stop) {
         Ok(RunExit::Stopped) if saw_last.get() => "the producer's last event arrived",
+        Ok(RunExit::Stopped) if interrupted.load(Ordering::Relaxed) => {
+            "interrupted (Ctrl-C): detaching, the next run resumes here"
+        }
         Ok(RunExit::Stopped) => "the expected count arrived",
         Ok(RunExit::Closed) => "the ring was stopped and is drained",
         Err(PollError::Deleted) => "the ring was removed",
@@ -165,6 +153,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         consumer.next_sequence(),
     );
     // Dropping the consumer detaches it; being durable, its entry keeps its position.
+    drop(consumer);
     Ok(())
 }
 

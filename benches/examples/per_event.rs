@@ -1,0 +1,54 @@
+//! The per-event path, in one thread, for an instruction profile: publish `N` 8-byte events
+//! into a single- or multi-producer ring and deliver them with `poll_once`, 256 at a time.
+//!
+//! ```sh
+//! cargo build --release -p shmring-benches --example per_event
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+//!     --toggle-collect='*Producer::publish*' target/release/examples/per_event single
+//! callgrind_annotate /tmp/cg.out | head   # instructions in publish; divide by N
+//! ```
+//!
+//! `--toggle-collect='*Consumer::poll_once*'` counts delivery (divide by N for instructions
+//! per delivered event). `publish` is inlined into the loop: its count is the whole run's
+//! less a run with `N = 0` (`per_event single 0`) and less the delivery, divided by N.
+
+use shmring::{ConsumerOptions, ProducerMode, Ring, RingConfig};
+
+/// Events published and delivered (the second argument overrides it).
+const N: u64 = 1_000_000;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mode = match std::env::args().nth(1).as_deref() {
+        Some("multi") => ProducerMode::Multi,
+        _ => ProducerMode::Single,
+    };
+    let n: u64 = match std::env::args().nth(2) {
+        Some(a) => a.parse()?,
+        None => N,
+    };
+    let ns = format!("per-event-{}", std::process::id());
+    let config = RingConfig {
+        capacity: 4096,
+        slot_size: 64,
+        producer_mode: mode,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(&ns, "r", &config)?;
+    let mut c = ring.consumer(ConsumerOptions::anonymous().batch_cap(256))?;
+    let mut p = ring.producer()?;
+    let mut sum = 0u64;
+    let mut sent = 0u64;
+    while sent < n {
+        for _ in 0..256 {
+            p.publish(&sent.to_le_bytes())?;
+            sent += 1;
+        }
+        while c.poll_once(|ev| sum = sum.wrapping_add(ev.sequence()))? > 0 {}
+    }
+    std::hint::black_box(sum);
+    drop((c, p));
+    Ring::remove(&ns, "r")?;
+    std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
+    println!("{mode:?}: {n} events published and delivered");
+    Ok(())
+}

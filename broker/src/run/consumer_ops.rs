@@ -1,0 +1,143 @@
+//! Requests about one durable consumer, by name: `release` (it stops gating producers) and
+//! `unsubscribe` (its entry is freed for good). Both change the entry with the client
+//! library's CAS on the entry's state, checked against the process that owns it, so a
+//! consumer attaching or being taken over in between is never touched.
+
+use std::sync::Mutex;
+
+use shmring::process::is_alive;
+use shmring::{ConsumerInfo, Ring};
+use shmring_layout::consumer_state;
+use tracing::info;
+
+use super::ops::{lock, too_late, unknown};
+use super::registry::Broker;
+use crate::protocol::{Deadline, Reply};
+
+/// The ring and consumer `consumer` of ring `name`, or the reply saying why not.
+fn find(shared: &Mutex<Broker>, name: &str, consumer: &str) -> Result<(Ring, ConsumerInfo), Reply> {
+    let ring = {
+        let mut b = lock(shared);
+        b.rescan(true);
+        match b.rings.get(name) {
+            Some(t) => t.ring.clone(),
+            None => return Err(unknown(&b, name)),
+        }
+    };
+    let info = ring.info();
+    match info
+        .consumers
+        .iter()
+        .find(|c| c.durable && c.name == consumer)
+    {
+        Some(c) => Ok((ring, c.clone())),
+        None => {
+            let names: Vec<&str> = info
+                .consumers
+                .iter()
+                .filter(|c| c.durable)
+                .map(|c| c.name.as_str())
+                .collect();
+            Err(Reply::error(format!(
+                "ring {name:?} has no durable consumer named {consumer:?} (durable consumers: {})",
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )))
+        }
+    }
+}
+
+fn done(message: String) -> Reply {
+    Reply::Done {
+        message,
+        sequence: None,
+        run: None,
+    }
+}
+
+fn changed_meanwhile(name: &str, consumer: &str) -> Reply {
+    Reply::error(format!(
+        "ring {name:?}: consumer {consumer:?} changed hands while this request ran (it attached, detached or was taken over); nothing was changed: look at `broker status` and try again"
+    ))
+}
+
+/// Stop consumer `consumer` of ring `name` from gating producers.
+pub fn release(
+    shared: &Mutex<Broker>,
+    name: &str,
+    consumer: &str,
+    deadline: Option<Deadline>,
+) -> Reply {
+    let (ring, c) = match find(shared, name, consumer) {
+        Ok(found) => found,
+        Err(reply) => return reply,
+    };
+    match c.state_code {
+        consumer_state::RELEASED => {
+            return done(format!(
+                "ring {name:?}: consumer {consumer:?} is already released (not gating)"
+            ))
+        }
+        consumer_state::CLAIMED | consumer_state::RESUMING => {
+            return Reply::error(format!(
+                "ring {name:?}: consumer {consumer:?} is attaching right now; try again"
+            ))
+        }
+        _ => {}
+    }
+    if let Some(late) = too_late(deadline) {
+        return late;
+    }
+    if !ring.release_consumer(c.index, c.pid, c.start_time) {
+        return changed_meanwhile(name, consumer);
+    }
+    info!(
+        ring = name,
+        consumer, "consumer released by request: it no longer gates producers"
+    );
+    done(format!(
+        "ring {name:?}: consumer {consumer:?} released at sequence {}: producers no longer wait for it; when it attaches again it resumes at the head and counts the gap as dropped",
+        c.next
+    ))
+}
+
+/// Free the entry of consumer `consumer` of ring `name`, which must not be attached.
+pub fn unsubscribe(
+    shared: &Mutex<Broker>,
+    name: &str,
+    consumer: &str,
+    deadline: Option<Deadline>,
+) -> Reply {
+    let (ring, c) = match find(shared, name, consumer) {
+        Ok(found) => found,
+        Err(reply) => return reply,
+    };
+    let attached = match c.state_code {
+        consumer_state::ACTIVE => is_alive(c.pid, c.start_time),
+        consumer_state::CLAIMED | consumer_state::RESUMING => true,
+        _ => false,
+    };
+    if attached {
+        return Reply::error(format!(
+            "ring {name:?}: consumer {consumer:?} is attached by live process {}: stop that process first (or `broker release {name} {consumer}` to stop it gating)",
+            c.pid
+        ));
+    }
+    if let Some(late) = too_late(deadline) {
+        return late;
+    }
+    if !ring.free_consumer(c.index, c.pid, c.start_time) {
+        return changed_meanwhile(name, consumer);
+    }
+    info!(
+        ring = name,
+        consumer, "durable consumer unsubscribed by request: entry freed"
+    );
+    done(format!(
+        "ring {name:?}: consumer {consumer:?} unsubscribed at sequence {}: its entry is freed and it gates nothing; attaching under that name again starts a new consumer at the head",
+        c.next
+    ))
+}

@@ -1,0 +1,476 @@
+//! `broker run --metrics-listen ADDR:PORT`: the status report as Prometheus metrics, at
+//! `GET /metrics` (OpenMetrics text, which Prometheus scrapes natively).
+//!
+//! Every scrape encodes the last sweep's report (the one `broker status` shows) with
+//! `prometheus-client`: a registry built for that scrape, so counters carry the values the
+//! rings' tables hold. Names follow the Prometheus conventions: a `shmring_` prefix,
+//! `_total` on counters, base units (`_seconds`, `_bytes`), and one gauge per state with a
+//! `state` label (1 for the current state, 0 for the others).
+//!
+//! The HTTP side is a `std::net::TcpListener` serving that one path: a scraper sends one
+//! small request every few seconds, so an HTTP stack and an async runtime would be most of
+//! the broker's dependencies for nothing. One connection at a time on its own thread, the
+//! request head bounded to 8 KiB and 2 s, `Connection: close`; the report is copied under
+//! the broker's lock and encoded outside it, so a slow scraper never delays a sweep.
+
+use std::borrow::Cow;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use shmring::HealthState;
+use tracing::{debug, warn};
+
+use super::ops;
+use super::registry::Broker;
+use crate::protocol::Reply;
+use crate::report::{ConsumerReport, ProducerReport, RingReport, StatusReport};
+
+/// Longest request head read.
+const MAX_HEAD: u64 = 8 * 1024;
+/// How long a scraper may take to send its request.
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// Content type of the OpenMetrics text format.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A metric's name, help text, and how to read it from a report row.
+type Metric<R, V> = (&'static str, &'static str, fn(&R) -> V);
+type Labels = Vec<(Cow<'static, str>, String)>;
+type Counters = Family<Labels, Counter<u64>>;
+type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// Metric families of one scrape, registered under their names.
+struct Scrape {
+    registry: Registry,
+}
+
+impl Scrape {
+    fn counter(&mut self, name: &str, help: &str) -> Counters {
+        let f = Counters::default();
+        self.registry.register(name, help, f.clone());
+        f
+    }
+
+    /// A gauge without labels, set to `v`.
+    fn one(&mut self, name: &str, help: &str, v: f64) {
+        let g = Gauge::<f64, AtomicU64>::default();
+        g.set(v);
+        self.registry.register(name, help, g);
+    }
+
+    fn gauge(&mut self, name: &str, help: &str) -> Gauges {
+        let f = Gauges::default();
+        self.registry.register(name, help, f.clone());
+        f
+    }
+}
+
+fn label(key: &'static str, value: impl Into<String>) -> (Cow<'static, str>, String) {
+    (Cow::Borrowed(key), value.into())
+}
+
+fn set(f: &Gauges, labels: &Labels, v: f64) {
+    f.get_or_create(labels).set(v);
+}
+
+fn count(f: &Counters, labels: &Labels, v: u64) {
+    f.get_or_create(labels).inc_by(v);
+}
+
+/// The report in the OpenMetrics text format.
+pub fn encode(report: &StatusReport) -> String {
+    let mut s = Scrape {
+        registry: Registry::default(),
+    };
+    broker_metrics(&mut s, report);
+    ring_metrics(&mut s, &report.rings);
+    consumer_metrics(&mut s, &report.rings);
+    producer_metrics(&mut s, &report.rings);
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &s.registry) {
+        warn!("encoding metrics failed: {e}");
+    }
+    out
+}
+
+fn secs_ms(ms: Option<u64>) -> f64 {
+    ms.unwrap_or(0) as f64 / 1e3
+}
+
+fn broker_metrics(s: &mut Scrape, r: &StatusReport) {
+    let b = &r.broker;
+    s.one(
+        "shmring_broker_epoch",
+        "Brokers that have held this namespace, this one included",
+        b.epoch.unwrap_or(0) as f64,
+    );
+    s.one(
+        "shmring_broker_uptime_seconds",
+        "Seconds since this broker started",
+        secs_ms(b.uptime_ms),
+    );
+    let sweeps = Counter::<u64>::default();
+    sweeps.inc_by(b.sweeps.unwrap_or(0));
+    s.registry.register(
+        "shmring_broker_sweeps",
+        "Health sweeps since this broker started",
+        sweeps,
+    );
+    s.one(
+        "shmring_broker_last_sweep_age_seconds",
+        "Seconds since the last sweep",
+        secs_ms(b.last_sweep_ms),
+    );
+    s.one(
+        "shmring_broker_last_sweep_duration_seconds",
+        "How long the last sweep took",
+        b.last_sweep_us.unwrap_or(0) as f64 / 1e6,
+    );
+    s.one(
+        "shmring_broker_sweep_period_seconds",
+        "Sweep period",
+        b.sweep_period_us.unwrap_or(0) as f64 / 1e6,
+    );
+    s.one(
+        "shmring_broker_watched_processes",
+        "Client processes watched with a pidfd",
+        b.watched_processes.unwrap_or(0) as f64,
+    );
+    s.one(
+        "shmring_unreadable_segments",
+        "Segment files that failed validation",
+        r.unreadable.len() as f64,
+    );
+    s.one(
+        "shmring_healthy",
+        "1 when no consumer is STALLED, DEAD or FAILED, no ring BLOCKED and every segment readable",
+        f64::from(u8::from(r.healthy)),
+    );
+}
+
+const RING_STATES: [&str; 5] = ["RUNNING", "STOPPED", "DRAINING", "DELETED", "CORRUPT"];
+const FENCE_MODES: [&str; 3] = ["membarrier", "seqcst-fence", "unset"];
+
+fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
+    let gauges: [Metric<RingReport, f64>; 11] = [
+        ("shmring_ring_head", "Next sequence to claim", |r| {
+            r.head as f64
+        }),
+        (
+            "shmring_ring_free_slots",
+            "Slots producers may claim before waiting for the slowest gating consumer",
+            |r| r.free as f64,
+        ),
+        ("shmring_ring_capacity_slots", "Slots in the ring", |r| {
+            r.capacity as f64
+        }),
+        (
+            "shmring_ring_slot_size_bytes",
+            "Bytes per slot, with its 16-byte header",
+            |r| f64::from(r.slot_size),
+        ),
+        ("shmring_ring_run", "Run counter (+1 per start)", |r| {
+            r.run as f64
+        }),
+        (
+            "shmring_ring_epoch",
+            "Broker epoch of the segment (+1 per adoption)",
+            |r| r.epoch as f64,
+        ),
+        (
+            "shmring_ring_blocked",
+            "1 when producers have no room and the consumer at the wrap gate cannot move",
+            |r| f64::from(u8::from(r.blocked_by.is_some())),
+        ),
+        (
+            "shmring_ring_consumer_waiters",
+            "Consumers parked on the ring's futex now",
+            |r| f64::from(r.consumer_waiters),
+        ),
+        (
+            "shmring_ring_producer_waiters",
+            "Producers parked waiting for room now",
+            |r| f64::from(r.producer_waiters),
+        ),
+        (
+            "shmring_ring_slowest_lag_events",
+            "Lag of the gating consumer furthest behind",
+            |r| r.slowest.as_ref().map_or(0.0, |s| s.lag as f64),
+        ),
+        (
+            "shmring_ring_closed",
+            "1 when claims are refused (stopped, draining, deleted)",
+            |r| f64::from(u8::from(r.closed)),
+        ),
+    ];
+    let counters: [Metric<RingReport, u64>; 10] = [
+        ("shmring_ring_consumer_wakes", "Wake-ups issued to parked consumers, each a futex_wake its publisher paid (wraps at 2^32)", |r| u64::from(r.consumer_wakes)),
+        ("shmring_ring_producer_wakes", "Wake-ups issued to parked producers (wraps at 2^32)", |r| u64::from(r.producer_wakes)),
+        ("shmring_ring_stalls", "HEALTHY to STALLED edges since this broker started", |r| r.health.stalls),
+        ("shmring_ring_recoveries", "STALLED to HEALTHY edges since this broker started", |r| r.health.recoveries),
+        ("shmring_ring_deaths", "Consumers seen dying or failing since this broker started", |r| r.health.deaths),
+        ("shmring_ring_releases", "Dead consumers released from gating by policy", |r| r.health.releases),
+        ("shmring_ring_freed", "Dead anonymous consumers whose entries were freed", |r| r.health.freed),
+        ("shmring_ring_policy_stops", "Times the ring was stopped by a stop-ring policy", |r| r.health.policy_stops),
+        ("shmring_ring_repaired_claims", "Claims of dead producers repaired", |r| r.health.repaired_claims),
+        ("shmring_ring_tombstoned", "Sequences tombstoned by those repairs", |r| r.health.tombstoned),
+    ];
+    for (name, help, value) in gauges {
+        let f = s.gauge(name, help);
+        for r in rings {
+            set(&f, &vec![label("ring", &r.name)], value(r));
+        }
+    }
+    for (name, help, value) in counters {
+        let f = s.counter(name, help);
+        for r in rings {
+            count(&f, &vec![label("ring", &r.name)], value(r));
+        }
+    }
+    let state = s.gauge("shmring_ring_state", "1 for the ring's lifecycle state");
+    let fence = s.gauge("shmring_ring_fence_mode", "1 for how publishers order against parked consumers (seqcst-fence: every publish pays a full fence)");
+    for r in rings {
+        for st in RING_STATES {
+            let on = st == r.state;
+            set(
+                &state,
+                &vec![label("ring", &r.name), label("state", st)],
+                f64::from(u8::from(on)),
+            );
+        }
+        for m in FENCE_MODES {
+            let on = m == r.fence_mode;
+            set(
+                &fence,
+                &vec![label("ring", &r.name), label("mode", m)],
+                f64::from(u8::from(on)),
+            );
+        }
+    }
+}
+
+fn consumer_labels(r: &RingReport, c: &ConsumerReport) -> Labels {
+    vec![
+        label("ring", &r.name),
+        label(
+            "consumer",
+            if c.name.is_empty() {
+                format!("#{}", c.index)
+            } else {
+                c.name.clone()
+            },
+        ),
+        label("index", c.index.to_string()),
+    ]
+}
+
+fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
+    let gauges: [Metric<ConsumerReport, f64>; 4] = [
+        (
+            "shmring_consumer_sequence",
+            "Next sequence the consumer will read",
+            |c| c.sequence as f64,
+        ),
+        (
+            "shmring_consumer_lag_events",
+            "Published events beyond its position (at most the capacity)",
+            |c| c.lag as f64,
+        ),
+        (
+            "shmring_consumer_idle_seconds",
+            "Seconds it had not moved at the last sweep",
+            |c| secs_ms(c.idle_ms),
+        ),
+        (
+            "shmring_consumer_parked",
+            "1 when it is parked on the ring's futex",
+            |c| f64::from(u8::from(c.parked)),
+        ),
+    ];
+    let counters: [Metric<ConsumerReport, u64>; 6] = [
+        (
+            "shmring_consumer_delivered",
+            "Events handed to its handler",
+            |c| c.delivered,
+        ),
+        ("shmring_consumer_skipped", "Tombstones skipped", |c| {
+            c.skipped
+        }),
+        (
+            "shmring_consumer_dropped",
+            "Events lost to lapping or to a release",
+            |c| c.dropped_behind,
+        ),
+        ("shmring_consumer_wakeups", "Returns from a park", |c| {
+            c.wakeups
+        }),
+        (
+            "shmring_consumer_net_wakeups",
+            "Wake-ups by the timed net with an event waiting (lost wake-ups; should stay 0)",
+            |c| c.net_wakeups,
+        ),
+        ("shmring_consumer_failures", "Handler failures", |c| {
+            c.failures
+        }),
+    ];
+    for (name, help, value) in gauges {
+        let f = s.gauge(name, help);
+        for r in rings {
+            for c in &r.consumers {
+                set(&f, &consumer_labels(r, c), value(c));
+            }
+        }
+    }
+    for (name, help, value) in counters {
+        let f = s.counter(name, help);
+        for r in rings {
+            for c in &r.consumers {
+                count(&f, &consumer_labels(r, c), value(c));
+            }
+        }
+    }
+    let state = s.gauge("shmring_consumer_state", "1 for the consumer's health state (HEALTHY, STALLED, DEAD, FAILED, DETACHED, RELEASED, ATTACHING)");
+    for r in rings {
+        for c in &r.consumers {
+            let now = HealthState::from(c.state);
+            for st in HealthState::ALL {
+                let mut l = consumer_labels(r, c);
+                l.push(label("state", st.as_str()));
+                set(&state, &l, f64::from(u8::from(st == now)));
+            }
+        }
+    }
+}
+
+fn producer_metrics(s: &mut Scrape, rings: &[RingReport]) {
+    let labels = |r: &RingReport, p: &ProducerReport| -> Labels {
+        vec![
+            label("ring", &r.name),
+            label("index", p.index.to_string()),
+            label("pid", p.pid.to_string()),
+        ]
+    };
+    let counters: [Metric<ProducerReport, u64>; 5] = [
+        ("shmring_producer_published", "Events published", |p| {
+            p.published
+        }),
+        (
+            "shmring_producer_refused",
+            "Publishes refused (full, timed out, stopped, too large)",
+            |p| p.refused,
+        ),
+        (
+            "shmring_producer_tombstoned",
+            "Claims dropped unwritten (tombstones)",
+            |p| p.tombstoned,
+        ),
+        (
+            "shmring_producer_repaired",
+            "Sequences of its claims the broker repaired after it died",
+            |p| p.repaired,
+        ),
+        (
+            "shmring_producer_parks",
+            "Times it parked waiting for room",
+            |p| p.parks,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let f = s.counter(name, help);
+        for r in rings {
+            for p in &r.producers {
+                count(&f, &labels(r, p), value(p));
+            }
+        }
+    }
+    let alive = s.gauge(
+        "shmring_producer_alive",
+        "1 while the producer's process is alive",
+    );
+    for r in rings {
+        for p in &r.producers {
+            set(&alive, &labels(r, p), f64::from(u8::from(p.alive)));
+        }
+    }
+}
+
+/// Serve `GET /metrics` until the process exits.
+pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(s) => {
+                if let Err(e) = answer(s, &shared) {
+                    debug!("metrics connection: {e}");
+                }
+            }
+            Err(e) => {
+                warn!("metrics accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(READ_TIMEOUT))?;
+    stream.set_write_timeout(Some(READ_TIMEOUT))?;
+    let mut reader = BufReader::new((&stream).take(MAX_HEAD));
+    let mut first = String::new();
+    reader.read_line(&mut first)?;
+    // The rest of the head, up to the empty line (bounded by MAX_HEAD).
+    let mut line = String::new();
+    while reader.read_line(&mut line)? > 0 && !line.trim_end().is_empty() {
+        line.clear();
+    }
+    let mut parts = first.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => {
+            let report = match ops::status(&mut ops::lock(shared), None) {
+                Reply::Status(r) => *r,
+                _ => {
+                    return respond(
+                        &stream,
+                        "500 Internal Server Error",
+                        "text/plain",
+                        "no report\n",
+                    )
+                }
+            };
+            ("200 OK", CONTENT_TYPE, encode(&report))
+        }
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain",
+            "shmring-broker serves GET /metrics only\n".to_owned(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics only\n".to_owned(),
+        ),
+    };
+    respond(&stream, status, content_type, &body)
+}
+
+fn respond(
+    mut stream: &TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    stream.flush()
+}

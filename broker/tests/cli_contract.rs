@@ -1,0 +1,360 @@
+//! The command line's contract: exit codes (64 for usage, never 2, which is "broker
+//! down"), a closed stdout ends a command quietly, `--watch` on a pipe, errors printed
+//! once, idempotent `start`, the namespace from the environment, a mistyped namespace, a
+//! socket this user may not use, `release` and `unsubscribe`, deadlines, and SIGHUP.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+
+use common::{consumer, num, ring, Ns, Proc};
+use serde_json::Value;
+use shmring::{ConsumerOptions, Ring};
+
+const BIN: &str = env!("CARGO_BIN_EXE_shmring-broker");
+
+#[test]
+fn role() {
+    common::roles::run_if_child();
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn usage_errors_exit_64_and_help_exits_0() {
+    let ns = Ns::new("usage");
+    for args in [
+        &["bogus"][..],
+        &["status", "--bogus"],
+        &["status", "--watch", "nan"],
+        &["status", "--watch", "inf"],
+        &["status", "--watch", "-1"],
+        &["drain", "x", "--timeout", "5parsecs"],
+        &["release", "x"],
+        &["config"],
+    ] {
+        let out = ns.cli(args);
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    let bad_ns = Command::new(BIN)
+        .args(["--namespace", "no/such", "status"])
+        .output()
+        .expect("cli");
+    assert_eq!(code(&bad_ns), 64, "{}", stderr(&bad_ns));
+    for args in [&["--help"][..], &["--version"], &["status", "--help"]] {
+        let out = ns.cli(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+    }
+    let help = stdout(&ns.cli(&["--help"]));
+    assert!(help.contains("SHMRING_NAMESPACE"), "{help}");
+    assert!(
+        help.contains("64 usage error") && help.contains("SIGHUP"),
+        "{help}"
+    );
+}
+
+/// Run the CLI with a stdout whose reader is already gone.
+fn with_closed_stdout(ns: &Ns, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Command::new(BIN)
+        .arg("--namespace")
+        .arg(&ns.name)
+        .args(args)
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("cli")
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_with_the_commands_code() {
+    let _serial = common::serial();
+    let ns = Ns::new("pipe");
+    let _broker = ns.broker(None);
+    for (args, want) in [
+        (&["status"][..], 0),
+        (&["status", "--json"], 0),
+        (&["status", "--watch", "0.1"], 0),
+        (&["status", "--watch", "--json"], 0),
+        (&["config", "--print-default"], 0),
+        (&["stop", "default"], 0),
+    ] {
+        let out = with_closed_stdout(&ns, args);
+        assert_eq!(code(&out), want, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{args:?} said: {}", stderr(&out));
+    }
+}
+
+/// `status --watch` on a pipe: the first `n` lines, then it is killed.
+fn watch_lines(ns: &Ns, args: &[&str], n: usize) -> Vec<String> {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--namespace").arg(&ns.name).args(args);
+    let mut p = Proc::spawn("watch", cmd);
+    let mut lines = Vec::new();
+    while lines.len() < n {
+        let line = p.expect("");
+        lines.push(line);
+    }
+    lines
+}
+
+#[test]
+fn watch_on_a_pipe_writes_no_screen_codes_and_json_one_document_per_line() {
+    let _serial = common::serial();
+    let ns = Ns::new("watch");
+    let _broker = ns.broker(None);
+    let text = watch_lines(&ns, &["status", "--watch", "0.1"], 30);
+    assert!(text.iter().all(|l| !l.contains('\x1b')), "{text:#?}");
+    let headers = text.iter().filter(|l| l.starts_with("namespace ")).count();
+    assert!(headers >= 2, "two reports one after the other: {text:#?}");
+    // Piped tables: plain columns, no box drawing.
+    assert!(text.iter().all(|l| !l.contains('─')), "{text:#?}");
+
+    for line in watch_lines(&ns, &["status", "--watch", "0.1", "--json"], 3) {
+        let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(v["schema"], 1);
+        assert!(ring(&v, "default").is_some());
+    }
+}
+
+#[test]
+fn errors_are_printed_once() {
+    let ns = Ns::new("once");
+    let out = ns.cli(&["config", "--check", "/nonexistent/shmring.toml"]);
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_mistyped_namespace_is_named_not_reported_healthy() {
+    let ns = Ns::new("typo");
+    for args in [&["status"][..], &["status", "--json"], &["stop", "default"]] {
+        let out = ns.cli(args);
+        assert_eq!(code(&out), 2, "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("does not exist") && err.contains(&ns.name),
+            "{err}"
+        );
+        assert!(!stdout(&out).contains("healthy"), "{}", stdout(&out));
+    }
+}
+
+#[test]
+fn the_namespace_comes_from_the_environment() {
+    let _serial = common::serial();
+    let ns = Ns::new("env");
+    let _broker = ns.broker(None);
+    let out = Command::new(BIN)
+        .args(["status", "--json"])
+        .env(shmring::names::NAMESPACE_ENV, &ns.name)
+        .output()
+        .expect("cli");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["namespace"], ns.name.as_str());
+}
+
+#[test]
+fn start_on_a_running_ring_is_done_like_stop_on_a_stopped_one() {
+    let _serial = common::serial();
+    let ns = Ns::new("idem");
+    let _broker = ns.broker(None);
+    let out = ns.cli(&["start", "default"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains("already running"), "{}", stdout(&out));
+    for _ in 0..2 {
+        assert_eq!(code(&ns.cli(&["stop", "default"])), 0);
+    }
+    assert_eq!(code(&ns.cli(&["start", "default"])), 0);
+    let (v, _) = ns.status();
+    assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
+    assert_eq!(num(ring(&v, "default").expect("default"), "run"), 2);
+}
+
+#[test]
+fn release_and_unsubscribe_a_durable_consumer_by_name() {
+    let _serial = common::serial();
+    let ns = Ns::new("byname");
+    let _broker = ns.broker(None);
+    let ring_handle = Ring::open(&ns.name, "default").expect("open");
+    let live = ring_handle
+        .consumer(ConsumerOptions::durable("live"))
+        .expect("live");
+    drop(
+        ring_handle
+            .consumer(ConsumerOptions::durable("gone"))
+            .expect("gone"),
+    );
+    // The report is the last sweep's: wait for it to show the state.
+    let state_is = |name: &str, want: Option<&str>| {
+        ns.wait_status(&format!("{name} in state {want:?}"), |v, _| {
+            let got = consumer(v, "default", name).and_then(|c| c["state"].as_str());
+            (got == want).then_some(())
+        })
+    };
+    state_is("gone", Some("DETACHED"));
+
+    let out = ns.cli(&["unsubscribe", "default", "live"]);
+    assert_eq!(code(&out), 1, "a live consumer is not unsubscribed");
+    assert!(stderr(&out).contains("live process"), "{}", stderr(&out));
+    let out = ns.cli(&["release", "default", "nobody"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("no durable consumer named"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = ns.cli(&["release", "default", "gone"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    state_is("gone", Some("RELEASED"));
+    let out = ns.cli(&["release", "default", "gone"]);
+    assert_eq!(code(&out), 0, "releasing twice is done: {}", stderr(&out));
+    let out = ns.cli(&["unsubscribe", "default", "gone"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    state_is("gone", None);
+
+    let out = ns.cli(&["release", "default", "live"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    state_is("live", Some("RELEASED"));
+    drop(live);
+}
+
+fn exchange(ns: &Ns, line: &str) -> Value {
+    let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+    s.set_read_timeout(Some(common::WAIT)).expect("timeout");
+    s.write_all(line.as_bytes()).expect("send");
+    let mut reply = String::new();
+    BufReader::new(&s).read_line(&mut reply).expect("reply");
+    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?}: {e}"))
+}
+
+#[test]
+fn a_request_past_its_deadline_is_not_carried_out() {
+    let _serial = common::serial();
+    let ns = Ns::new("deadline");
+    let _broker = ns.broker(None);
+    let v = exchange(
+        &ns,
+        "{\"op\":\"stop\",\"ring\":\"default\",\"deadline_ns\":1}\n",
+    );
+    assert_eq!(v["reply"], "error", "{v}");
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not carried out"),
+        "{v}"
+    );
+    let (report, _) = ns.status();
+    assert_eq!(
+        ring(&report, "default").expect("default")["state"],
+        "RUNNING"
+    );
+    // A deadline in the future is honoured too: the request is done.
+    let v = exchange(
+        &ns,
+        &format!(
+            "{{\"op\":\"stop\",\"ring\":\"default\",\"deadline_ns\":{}}}\n",
+            u64::MAX
+        ),
+    );
+    assert_eq!(v["reply"], "done", "{v}");
+}
+
+#[test]
+fn sighup_reloads_the_config_and_keeps_the_broker() {
+    let _serial = common::serial();
+    let ns = Ns::new("hup");
+    let path = ns.config("[rings.a]\ncapacity = 64\n");
+    let mut broker = common::BrokerProc::start(&ns.name, Some(&path));
+    let hup = |b: &common::BrokerProc| {
+        let pid = rustix::process::Pid::from_raw(b.pid() as i32).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::HUP).expect("SIGHUP");
+    };
+    std::fs::write(
+        &path,
+        "[rings.a]\ncapacity = 64\n[rings.b]\nstall_threshold = \"80ms\"\n",
+    )
+    .expect("rewrite config");
+    hup(&broker);
+    ns.wait_status("ring b after SIGHUP", |v, _| {
+        let b = ring(v, "b")?;
+        (num(&b["health"], "stall_threshold_ms") == 80).then_some(())
+    });
+    std::fs::write(&path, "this is not toml").expect("break config");
+    hup(&broker);
+    common::wait_until("the reload failure logged", || {
+        broker.logged("config not reloaded").then_some(())
+    });
+    let (v, code) = ns.status();
+    assert_eq!(code, 0, "{v:#}");
+    assert!(ring(&v, "a").is_some() && ring(&v, "b").is_some());
+    assert!(broker.terminate().success());
+}
+
+#[test]
+fn a_socket_this_user_may_not_use_is_not_called_a_dead_broker() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root to run the CLI as another uid");
+        return;
+    }
+    let _serial = common::serial();
+    let ns = Ns::new("eacces");
+    let _broker = ns.broker(None);
+    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
+    let copy = common::ExeForNobody::of(std::path::Path::new(BIN));
+    let out = Command::new(&copy.exe)
+        .args(["--namespace", &ns.name, "status"])
+        .current_dir("/")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("cli as nobody");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(text.contains("BROKER NOT REACHABLE"), "{text}");
+    assert!(!text.contains("BROKER DOWN"), "{text}");
+    assert!(
+        err.contains("permission denied") && err.contains("may be running"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shell_completions_are_generated() {
+    let ns = Ns::new("compl");
+    for shell in ["bash", "zsh", "fish"] {
+        let out = ns.cli(&["completions", shell]);
+        assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));
+        let text = stdout(&out);
+        assert!(
+            text.contains("shmring-broker") && text.contains("unsubscribe"),
+            "{shell}"
+        );
+    }
+    assert_eq!(code(&ns.cli(&["completions", "cmd.exe"])), 64);
+}

@@ -1,0 +1,168 @@
+//! `broker run --metrics-listen`: scraped over HTTP on 127.0.0.1 and parsed as the
+//! Prometheus text format, with values checked against what the rings hold.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use common::{ring, BrokerProc, Ns};
+use prometheus_parse::{Scrape, Value};
+use shmring::{ConsumerOptions, Ring};
+
+#[test]
+fn role() {
+    common::roles::run_if_child();
+}
+
+/// The address the broker logged for its metrics.
+fn metrics_address(broker: &BrokerProc) -> String {
+    let log = broker.log_text();
+    let at = log
+        .find("metrics at http://")
+        .expect("metrics address logged");
+    let rest = &log[at + "metrics at http://".len()..];
+    rest[..rest.find('/').expect("a path")].to_owned()
+}
+
+/// `GET path`: the status line and the body.
+fn get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(common::WAIT)).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("request");
+    let mut response = String::new();
+    s.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
+}
+
+fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let s = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .unwrap_or_else(|| panic!("no sample {metric} {labels:?}"));
+    match s.value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+        _ => panic!("{metric} is not a plain number"),
+    }
+}
+
+#[test]
+fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
+    let _serial = common::serial();
+    let ns = Ns::new("metrics");
+    let path = ns.config("[rings.m]\ncapacity = 64\n");
+    let broker =
+        BrokerProc::start_with(&ns.name, Some(&path), &["--metrics-listen", "127.0.0.1:0"]);
+    let addr = metrics_address(&broker);
+
+    let r = Ring::open(&ns.name, "m").expect("open");
+    let mut reader = r
+        .consumer(ConsumerOptions::durable("reader"))
+        .expect("consumer");
+    let mut producer = r.producer().expect("producer");
+    for i in 0..10u64 {
+        producer.publish(&i.to_le_bytes()).expect("publish");
+    }
+    let mut got = 0;
+    while got < 4 {
+        got += reader.poll_once(|_| {}).expect("poll");
+        if got >= 4 {
+            break;
+        }
+    }
+    // Wait for a sweep that saw all of it (the metrics are the last sweep's report).
+    ns.wait_status("the sweep to see the publishes", |v, _| {
+        let m = ring(v, "m")?;
+        let c = common::consumer(v, "m", "reader")?;
+        (common::num(m, "head") == 10 && common::num(c, "delivered") == got as u64).then_some(())
+    });
+
+    let (status, body) = get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    let scrape = Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("parses");
+    let ring_l = [("ring", "m")];
+    let reader_l = [("ring", "m"), ("consumer", "reader")];
+    assert_eq!(value(&scrape, "shmring_ring_head", &ring_l), 10.0);
+    assert_eq!(value(&scrape, "shmring_ring_capacity_slots", &ring_l), 64.0);
+    assert_eq!(
+        value(&scrape, "shmring_ring_free_slots", &ring_l),
+        64.0 - 10.0 + got as f64
+    );
+    assert_eq!(
+        value(&scrape, "shmring_consumer_delivered_total", &reader_l),
+        got as f64
+    );
+    assert_eq!(
+        value(&scrape, "shmring_consumer_lag_events", &reader_l),
+        10.0 - got as f64
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "shmring_consumer_state",
+            &[("consumer", "reader"), ("state", "HEALTHY")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "shmring_consumer_state",
+            &[("consumer", "reader"), ("state", "DEAD")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(&scrape, "shmring_producer_published_total", &ring_l),
+        10.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "shmring_ring_state",
+            &[("ring", "m"), ("state", "RUNNING")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&scrape, "shmring_broker_epoch", &[]), 1.0);
+    assert_eq!(value(&scrape, "shmring_healthy", &[]), 1.0);
+    assert!(value(&scrape, "shmring_broker_sweeps_total", &[]) >= 1.0);
+    assert!(value(&scrape, "shmring_broker_last_sweep_duration_seconds", &[]) > 0.0);
+    // Conventions: counters end in _total, and every sample has a HELP text.
+    for s in &scrape.samples {
+        let base = s.metric.trim_end_matches("_total");
+        assert!(s.metric.starts_with("shmring_"), "{}", s.metric);
+        assert!(
+            scrape.docs.contains_key(base) || scrape.docs.contains_key(&s.metric),
+            "{} has no HELP",
+            s.metric
+        );
+    }
+    assert!(
+        body.contains("# TYPE shmring_consumer_delivered counter"),
+        "{body}"
+    );
+
+    // Every metric the shipped dashboard and docs query exists.
+    for doc in ["grafana-dashboard.json", "METRICS.md"] {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/").to_owned() + doc;
+        let text = std::fs::read_to_string(&path).expect("docs");
+        for name in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if name.starts_with("shmring_") && !name.ends_with('_') {
+                assert!(
+                    body.contains(name),
+                    "{doc} uses {name}, which is not exported"
+                );
+            }
+        }
+    }
+
+    let (status, _) = get(&addr, "/other");
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    drop((reader, producer));
+}

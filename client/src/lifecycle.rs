@@ -1,0 +1,333 @@
+//! Ring lifecycle: stop, drain, start and the deletion mark, on top of the line protocol.
+//!
+//! These are library calls, so a ring works without a broker; with a broker running,
+//! lifecycle requests go through it and it runs them one at a time per ring. Every
+//! transition is a CAS on the lifecycle word (`line`), so two processes that call them at
+//! once (two brokers, a broker and a tool) still leave the ring in one of the states either
+//! order would give: never a rewound claim counter, never Stopped over an open line.
+//!
+//! - **Stop** closes the line: every claim after it is refused, every claim before it is
+//!   honoured and stays in the ring for the consumers. A publish racing a stop is refused or
+//!   delivered, never accepted and lost. Idempotent.
+//! - **Drain** stops, then waits until every gating consumer has consumed up to the stop
+//!   sequence. Consumers see the end of the run as the end of a batch, so a handler that
+//!   commits on the end-of-batch edge commits everything it was handed.
+//! - **Start** reopens the line at the stop sequence and bumps the run counter: sequence
+//!   numbers stay unique for the life of the segment.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use shmring_layout::{consumer_state, producer_state, RingState};
+
+use crate::line::{Env, Line, LineError};
+use crate::segment::Segment;
+use crate::{park, process, Ring};
+
+/// How long a lifecycle call waits for another live process that owns the lifecycle (a stop
+/// or start in progress) before it gives up with [`LifecycleError::Busy`].
+pub const LIFECYCLE_WAIT: Duration = Duration::from_secs(10);
+
+/// A lifecycle request the ring's state does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LifecycleError {
+    /// The ring was deleted.
+    #[error("ring was deleted")]
+    Deleted,
+    /// `start` on a running ring.
+    #[error("ring is already running")]
+    AlreadyRunning,
+    /// Another live process is stopping or starting the ring and did not finish in time.
+    #[error("process {pid} is changing the ring's lifecycle and has not finished; try again")]
+    Busy {
+        /// The pid named in the lifecycle word (0: the ring's producer, finishing a claim).
+        pid: u32,
+    },
+    /// This process cannot stop a single-producer ring: the kernel (or a seccomp filter)
+    /// refuses it `membarrier`, which the producer's publish path relies on.
+    #[error("this process cannot stop a single-producer ring: membarrier is not available to it (allow the membarrier system call, or stop the ring from the broker)")]
+    NoBarrier,
+    /// The ring's lifecycle word is not a known state.
+    #[error("ring lifecycle word {0:#x} is corrupt: remove the ring and create it again")]
+    CorruptState(u64),
+    /// Drain did not finish in time.
+    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}", .behind.len(), describe_behind(.behind))]
+    DrainTimeout {
+        /// The stop sequence.
+        stop_seq: u64,
+        /// (consumer index, name, next) of every consumer still short of it.
+        behind: Vec<(u32, String, u64)>,
+    },
+}
+
+impl From<LineError> for LifecycleError {
+    fn from(e: LineError) -> Self {
+        match e {
+            LineError::Deleted => Self::Deleted,
+            LineError::AlreadyRunning => Self::AlreadyRunning,
+            LineError::Busy(pid) => Self::Busy { pid },
+            LineError::Corrupt(word) => Self::CorruptState(word),
+            LineError::NoBarrier => Self::NoBarrier,
+        }
+    }
+}
+
+fn describe_behind(behind: &[(u32, String, u64)]) -> String {
+    behind
+        .iter()
+        .map(|(i, name, next)| {
+            let name = if name.is_empty() { "<anonymous>" } else { name };
+            format!("#{i} {name} at {next}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Segment {
+    /// The claim line as the protocol in `line` sees it.
+    #[inline(always)]
+    pub(crate) fn line(&self) -> Line<'_, std::sync::atomic::AtomicU64> {
+        let lines = self.lines();
+        let l = &lines.lifecycle.value;
+        Line {
+            claim: &lines.claim.value,
+            lifecycle: &l.lifecycle,
+            stop_seq: &l.stop_seq,
+            single: self.geometry().producer_mode == shmring_layout::ProducerMode::Single,
+            max_claim: self.geometry().capacity / 2,
+        }
+    }
+}
+
+impl Segment {
+    /// The line's position (`line::Line::position`), with this segment's slot stamps.
+    pub(crate) fn position(&self) -> u64 {
+        // Acquire: pairs with the producer's Release stamp store.
+        self.line()
+            .position(|s| self.slot(s).header.stamp.load(Ordering::Acquire) == s)
+    }
+}
+
+/// The line protocol's surroundings in a real process.
+pub(crate) struct SegEnv<'a> {
+    seg: &'a Segment,
+    me: u32,
+    /// When waits for a live owner give up (`None`: never, for a producer's own claim).
+    deadline: Option<Instant>,
+}
+
+impl<'a> SegEnv<'a> {
+    /// For a lifecycle call: waits for another owner at most [`LIFECYCLE_WAIT`].
+    pub(crate) fn lifecycle(seg: &'a Segment) -> Self {
+        SegEnv {
+            seg,
+            me: process::current().pid,
+            deadline: Some(Instant::now() + LIFECYCLE_WAIT),
+        }
+    }
+
+    /// For a producer deciding its claim: waits for the stopper as long as it lives. `me`
+    /// is the producer's cached pid (no system call on the publish path).
+    #[inline]
+    pub(crate) fn producer(seg: &'a Segment, me: u32) -> Self {
+        SegEnv {
+            seg,
+            me,
+            deadline: None,
+        }
+    }
+}
+
+impl Env for SegEnv<'_> {
+    fn me(&self) -> u32 {
+        self.me
+    }
+
+    fn alive(&self, pid: u32) -> bool {
+        pid == self.me || (pid != 0 && process::start_time(pid).is_some())
+    }
+
+    fn heavy_fence(&self) {
+        crate::fence::heavy();
+    }
+
+    fn has_barrier(&self) -> bool {
+        crate::fence::register()
+    }
+
+    fn pause(&self, round: u32) -> bool {
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        match round {
+            0..=63 => std::hint::spin_loop(),
+            64..=79 => std::thread::yield_now(),
+            _ => std::thread::sleep(Duration::from_micros(50 << (round - 80).min(6))),
+        }
+        true
+    }
+
+    fn producer_alive(&self) -> bool {
+        (0..self.seg.geometry().max_producers).any(|i| {
+            self.seg.producer(i).is_some_and(|p| {
+                // Acquire: the identity below was written before the entry went ACTIVE.
+                p.state.load(Ordering::Acquire) != producer_state::FREE
+                    && process::is_alive(
+                        p.pid.load(Ordering::Relaxed),
+                        p.start_time.load(Ordering::Relaxed),
+                    )
+            })
+        })
+    }
+}
+
+impl Ring {
+    /// Close the sequence line: claims from now on are refused; claims already taken are
+    /// published as usual. Returns the stop sequence. Idempotent.
+    pub fn stop(&self) -> Result<u64, LifecycleError> {
+        let (stop, _) = self.close_as(RingState::Stopped)?;
+        Ok(stop)
+    }
+
+    fn close_as(&self, state: RingState) -> Result<(u64, u64), LifecycleError> {
+        // A process without membarrier makes every producer of the ring use the full fence
+        // before it can take part in a single-producer close (see `line`).
+        let mode = crate::fence::mode();
+        // Relaxed: a mode word that only rises; read by producers on every claim.
+        self.seg
+            .header()
+            .fence_mode
+            .fetch_max(mode as u32, Ordering::Relaxed);
+        let out = self
+            .seg
+            .line()
+            .close(&SegEnv::lifecycle(&self.seg), state)?;
+        // Parked consumers look again: a drained consumer returns from `run`.
+        park::wake(&self.seg.lines().consumer_wake.value);
+        park::wake(&self.seg.lines().producer_wake.value);
+        Ok(out)
+    }
+
+    /// Stop (if running) and wait until every gating consumer has consumed everything
+    /// published before the stop, at most `timeout`. The ring is left Stopped either way,
+    /// unless another request changed its state meanwhile.
+    pub fn drain(&self, timeout: Duration) -> Result<u64, LifecycleError> {
+        let (stop, word) = self.close_as(RingState::Draining)?;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(50);
+        let result = loop {
+            let behind = self.behind(stop);
+            if behind.is_empty() {
+                break Ok(stop);
+            }
+            if Instant::now() >= deadline {
+                break Err(LifecycleError::DrainTimeout {
+                    stop_seq: stop,
+                    behind,
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        };
+        // Only the Draining word this drain left: a start or another request since wins.
+        self.seg.line().finish_drain(word);
+        result
+    }
+
+    /// Gating consumers whose position is below `stop`.
+    fn behind(&self, stop: u64) -> Vec<(u32, String, u64)> {
+        let geo = self.seg.geometry();
+        (0..geo.max_consumers)
+            .filter_map(|i| {
+                let e = self.seg.consumer(i)?;
+                let state = e.hot.state.load(Ordering::Acquire);
+                let next = e.hot.next.load(Ordering::Acquire);
+                (consumer_state::gates(state) && next < stop)
+                    .then(|| (i, crate::consumer::entry_name(e), next))
+            })
+            .collect()
+    }
+
+    /// Reopen a stopped ring: the run counter goes up by one and publishing continues at
+    /// the stop sequence. Returns the new run number.
+    pub fn start(&self) -> Result<u64, LifecycleError> {
+        self.seg.line().reopen(&SegEnv::lifecycle(&self.seg))?;
+        let run = self
+            .seg
+            .header()
+            .run
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1);
+        park::wake(&self.seg.lines().producer_wake.value);
+        Ok(run)
+    }
+
+    /// Mark the ring deleted: the line closes for good and every client gets an error.
+    pub(crate) fn mark_deleted(&self) -> Result<u64, LifecycleError> {
+        let (stop, _) = self.close_as(RingState::Deleted)?;
+        tracing::info!(
+            ring = self.name(),
+            stop,
+            "ring marked deleted: every client gets an error"
+        );
+        Ok(stop)
+    }
+
+    /// Finish a stop or start whose owner died half-way (a half-done stop ends Stopped, a
+    /// half-done start Running). One whose owner lives is left to it. Returns the state,
+    /// and whether a dead owner's change was finished. One load when nothing is in progress.
+    pub fn finish_interrupted(&self) -> Result<(RingState, bool), LifecycleError> {
+        let line = self.seg.line();
+        let env = SegEnv::lifecycle(&self.seg);
+        let before = line.life();
+        let state = before
+            .state
+            .ok_or(LifecycleError::CorruptState(before.word))?;
+        if !state.is_transitional() || crate::line::Env::alive(&env, before.owner) {
+            return Ok((state, false));
+        }
+        let settled = line.settle(&env)?;
+        let state = settled
+            .state
+            .ok_or(LifecycleError::CorruptState(settled.word))?;
+        let finished = before.state.is_some_and(RingState::is_transitional);
+        if finished {
+            tracing::warn!(
+                ring = self.name(),
+                owner = before.owner,
+                was = ?before.state,
+                now = ?state,
+                "finished a lifecycle change whose owner died"
+            );
+            park::wake(&self.seg.lines().consumer_wake.value);
+            park::wake(&self.seg.lines().producer_wake.value);
+        }
+        Ok((state, finished))
+    }
+
+    /// The run counter (1 for the first run, +1 per start).
+    pub fn run_number(&self) -> u64 {
+        self.seg.header().run.load(Ordering::Relaxed)
+    }
+
+    /// The lifecycle state (`None` if the word is corrupt).
+    pub fn state(&self) -> Option<RingState> {
+        self.seg.line().life().state
+    }
+
+    /// The line's position: the next sequence a producer will claim, or, while the line is
+    /// closed, the sequence the next run starts at.
+    pub fn head(&self) -> u64 {
+        self.seg.position()
+    }
+
+    /// Whether the sequence line is closed (claims are refused).
+    pub fn is_closed(&self) -> bool {
+        self.seg.line().is_closed()
+    }
+}
+
+/// Whether the ring was deleted: the one test every client uses.
+pub(crate) fn is_deleted(seg: &Segment) -> bool {
+    seg.line().life().state == Some(RingState::Deleted)
+}

@@ -1,0 +1,624 @@
+//! The sequence line: where it is, and the lifecycle that closes and reopens it.
+//!
+//! Every publish, attach, gate scan, repair and lifecycle change reads this line, so it has
+//! one definition of its position ([`Line::position`]) and one set of transitions, all in
+//! this file. The code is generic over its atomic words ([`Word`]) and its surroundings
+//! ([`Env`]) so that the loom models in `client/tests/loom_line.rs` run this very code on
+//! heap atomics.
+//!
+//! ## The words (`shmring_layout::SequenceLines`: the claim line, and the lifecycle line
+//! that every producer and idle consumer reads and only lifecycle changes write)
+//!
+//! - `claim`: multi-producer, the claim counter taken with `fetch_add`, bit 63 CLOSED;
+//!   single producer, the producer's own position, written only by it with plain stores.
+//! - `lifecycle`: `generation | state | owner pid` (`shmring_layout::lifecycle`), changed only
+//!   by CAS, each change bumping the generation, so a stale CAS always fails.
+//! - `stop_seq`: the position the line was closed at, written only by the owner of a
+//!   `Stopping` word, before it publishes `Stopped`, `Draining` or `Deleted` (Release).
+//!
+//! ## The position
+//!
+//! | mode | line | position |
+//! | --- | --- | --- |
+//! | multi | CLOSED bit clear | the claim counter |
+//! | multi | CLOSED bit set | `stop_seq` (refused claims still bump the low bits: ignored) |
+//! | single | Running, Stopping | the producer's position, before the unstamped slots of its last claim (that claim may still be refused) |
+//! | single | any other state | `stop_seq` |
+//!
+//! ## Transitions
+//!
+//! `Stopping` and `Starting` are owned: the process that CASed the word into them (its pid is
+//! in the word) is the only one that closes or reopens the line. Anyone else waits while the
+//! owner lives, and takes the word over with a CAS (new generation, its own pid) once the
+//! owner is dead, then finishes the owner's work; a dead process cannot act again, so there
+//! is never a second live owner.
+//!
+//! ```text
+//!  Running --stop/drain/remove--> Stopping(pid) --line closed, stop_seq recorded--> Stopped | Draining | Deleted
+//!  Stopped | Draining --start--> Starting(pid) --line reopened at stop_seq--> Running
+//!  Draining --drain done (CAS on the exact word)--> Stopped
+//!  Stopped | Draining --remove--> Deleted
+//! ```
+//!
+//! Closing, multi-producer: record `stop_seq = c`, then CAS the counter `c -> c | CLOSED`; if a
+//! claim moved it, record again and retry. Every claim before the CAS holds a sequence below
+//! `c` and is honoured; every claim after it reads the bit and is refused. A owner that died
+//! after the CAS left the bit set and its record in place: a takeover returns that record.
+//!
+//! Closing, single producer (no locked instruction on the producer's path): the producer
+//! stores its new position, then loads the lifecycle word; the stopper stores `Stopping`,
+//! issues the heavy fence (`membarrier`), then loads the position. That is the
+//! store-buffering pattern with a full barrier on both sides (the membarrier supplies the
+//! producer's), so at least one sees the other:
+//!
+//! ```text
+//! producer, claim s..s+n                   stopper (owner of Stopping)
+//! (p1) life Running? else refuse, no store  (s1) CAS life Running -> Stopping(me)
+//! (p2) claim = s + n                        (s2) heavy fence (membarrier)
+//! (p3) light fence (compiler only)          (s3) c = claim
+//! (p4) life still Running? accepted         (s4) stop_seq = c; CAS life -> Stopped (Release)
+//! (p5) else wait for a settled state:
+//!      s + n <= stop_seq: accepted
+//!      otherwise refused: claim = s (rollback)
+//! ```
+//!
+//! If (p4) sees Running, (s3) sees `s + n` (so the claim is below the stop). If it does not,
+//! the producer waits for the record, which says either way, and obeys it. `c` is `s` or
+//! `s + n`: the producer stores its position once per claim and waits at (p5) before another.
+//! A start waits until the producer has obeyed (its position is at most `stop_seq`, or it is
+//! dead) before it reopens, so a rollback never lands in the next run.
+//!
+//! Reopening, multi-producer: the owner of `Starting` CASes the counter from its closed value
+//! (refused claims change it: reload and retry) to `stop_seq`. No other process writes the
+//! counter's closed value meanwhile (closing needs `Running`), so the CAS cannot act on a
+//! stale value.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use shmring_layout::{lifecycle, RingState, CLAIM_CLOSED};
+
+/// A 64-bit atomic word of the line. Implemented for the segment's `AtomicU64`; the loom
+/// models implement it for loom's.
+pub trait Word {
+    /// Atomic load.
+    fn load(&self, order: Ordering) -> u64;
+    /// Atomic store.
+    fn store(&self, value: u64, order: Ordering);
+    /// Atomic compare-and-swap (strong).
+    fn compare_exchange(
+        &self,
+        current: u64,
+        new: u64,
+        ok: Ordering,
+        err: Ordering,
+    ) -> Result<u64, u64>;
+    /// Atomic add, returning the previous value.
+    fn fetch_add(&self, value: u64, order: Ordering) -> u64;
+}
+
+impl Word for AtomicU64 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u64 {
+        AtomicU64::load(self, order)
+    }
+    #[inline(always)]
+    fn store(&self, value: u64, order: Ordering) {
+        AtomicU64::store(self, value, order)
+    }
+    #[inline(always)]
+    fn compare_exchange(
+        &self,
+        current: u64,
+        new: u64,
+        ok: Ordering,
+        err: Ordering,
+    ) -> Result<u64, u64> {
+        AtomicU64::compare_exchange(self, current, new, ok, err)
+    }
+    #[inline(always)]
+    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+        AtomicU64::fetch_add(self, value, order)
+    }
+}
+
+/// What the line's transitions need from their surroundings.
+pub trait Env {
+    /// This process's pid (the owner written into a transitional word).
+    fn me(&self) -> u32;
+    /// Whether the process `pid` still runs (0 never does).
+    fn alive(&self, pid: u32) -> bool;
+    /// The stopper's half of the single-producer handshake: `membarrier`.
+    fn heavy_fence(&self);
+    /// Whether `heavy_fence` is a real barrier on every CPU running a producer of the ring
+    /// (membarrier works in this process). Without it a single-producer line is not closed:
+    /// the producer's half is only a compiler fence.
+    fn has_barrier(&self) -> bool;
+    /// Wait a little before looking again (round counts from 0). `false`: give up.
+    fn pause(&self, round: u32) -> bool;
+    /// Single producer: whether a live process holds the ring's producer entry.
+    fn producer_alive(&self) -> bool;
+}
+
+/// Why a transition did not happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineError {
+    /// The ring was deleted.
+    Deleted,
+    /// `start` on a running ring.
+    AlreadyRunning,
+    /// Another live process owns the lifecycle (its pid) and did not finish in time.
+    Busy(u32),
+    /// The lifecycle word holds no known state.
+    Corrupt(u64),
+    /// A single-producer line cannot be closed from this process: it has no `membarrier`.
+    NoBarrier,
+}
+
+/// Why a claim was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The line is closed.
+    Closed,
+    /// The ring was deleted.
+    Deleted,
+}
+
+/// What the fast path of a single-producer claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fast {
+    /// (p4) saw Running: the claim is accepted.
+    Accepted,
+    /// (p1) saw the line not running: refused, nothing stored.
+    NotRunning,
+    /// The position was stored and (p4) saw a lifecycle change: (p5) decides.
+    Decide,
+}
+
+/// (p1) to (p4) of a single-producer claim, on the two words alone (the publish path does
+/// not build a [`Line`]).
+#[inline(always)]
+pub fn claim_single_fast<W: Word>(
+    claim: &W,
+    life: &W,
+    next: u64,
+    n: u64,
+    light: impl Fn(),
+) -> Fast {
+    // (p1) Relaxed: only a filter; (p4) decides.
+    if lifecycle::state(life.load(Ordering::Relaxed)) != RingState::Running as u32 {
+        return Fast::NotRunning;
+    }
+    // (p2) Relaxed: the fence pair orders it against the stopper's (s3); the gate scan has
+    // its own fence (see `gating`).
+    claim.store(next + n, Ordering::Relaxed);
+    // (p3)
+    light();
+    // (p4) Relaxed: the fence pair above orders it after (p2).
+    if lifecycle::state(life.load(Ordering::Relaxed)) == RingState::Running as u32 {
+        Fast::Accepted
+    } else {
+        Fast::Decide
+    }
+}
+
+/// The lifecycle word, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Life {
+    /// The raw word (what a CAS compares).
+    pub word: u64,
+    /// The state (`None`: corrupt).
+    pub state: Option<RingState>,
+    /// The owner of a transitional state.
+    pub owner: u32,
+}
+
+impl Life {
+    fn of(word: u64) -> Self {
+        Life {
+            word,
+            state: RingState::from_u32(lifecycle::state(word)),
+            owner: lifecycle::owner(word),
+        }
+    }
+}
+
+/// The three words of a claim line and the ring's producer mode.
+#[derive(Clone, Copy)]
+pub struct Line<'a, W: Word> {
+    /// See the module comment.
+    pub claim: &'a W,
+    /// See the module comment.
+    pub lifecycle: &'a W,
+    /// See the module comment.
+    pub stop_seq: &'a W,
+    /// Whether the ring is single-producer.
+    pub single: bool,
+    /// The most sequences one claim takes (capacity / 2).
+    pub max_claim: u64,
+}
+
+fn next_word(life: &Life, state: RingState, owner: u32) -> u64 {
+    lifecycle::next(life.word, state as u32, owner)
+}
+
+impl<W: Word> Line<'_, W> {
+    /// The lifecycle word.
+    #[inline]
+    pub fn life(&self) -> Life {
+        // Acquire: pairs with the Release CAS of whoever changed it, so a settled state comes
+        // with the stop sequence recorded before it.
+        Life::of(self.lifecycle.load(Ordering::Acquire))
+    }
+
+    /// The line's position: the next sequence a claim will get, or, while the line is
+    /// closed, the sequence the next run starts at. The only definition (see the module
+    /// comment's table); never waits. `published(s)`: whether slot `s` holds sequence `s`.
+    pub fn position(&self, published: impl Fn(u64) -> bool) -> u64 {
+        if self.single {
+            let life = self.life();
+            return match life.state {
+                Some(RingState::Running | RingState::Stopping) => {
+                    // SeqCst: the attach protocol's load of the head (see `gating`).
+                    let p = self.claim.load(Ordering::SeqCst);
+                    // The last claim's fate is decided by the producer's (p4) after its
+                    // store: until its slots are stamped it may still be refused and taken
+                    // back, so the position is before it (an attach then linearises before
+                    // that claim, which it receives if it is accepted). A claim is at most
+                    // `max_claim` sequences, stamped in order once accepted.
+                    let mut q = p;
+                    while q > 0 && p - q < self.max_claim && !published(q - 1) {
+                        q -= 1;
+                    }
+                    q
+                }
+                // Relaxed: ordered by the Acquire load of the settled word.
+                _ => self.stop_seq.load(Ordering::Relaxed),
+            };
+        }
+        // SeqCst: the attach protocol's load of the head (see `gating`); it also reads from
+        // the closing CAS's release sequence, so `stop_seq` (recorded before it) is visible.
+        let c = self.claim.load(Ordering::SeqCst);
+        if c & CLAIM_CLOSED == 0 {
+            c
+        } else {
+            self.stop_seq.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Every sequence claimed so far (the position, counting a single producer's last claim
+    /// even before its fate is known): the upper end of what a repair of a dead producer
+    /// may have to tombstone.
+    pub fn claimed(&self) -> u64 {
+        if self.single
+            && matches!(
+                self.life().state,
+                Some(RingState::Running | RingState::Stopping)
+            )
+        {
+            // SeqCst: as in `position`.
+            return self.claim.load(Ordering::SeqCst);
+        }
+        self.position(|_| true)
+    }
+
+    /// Whether claims are refused now (the line is closed or closing).
+    pub fn is_closed(&self) -> bool {
+        if self.single {
+            self.life().state != Some(RingState::Running)
+        } else {
+            // Acquire: pairs with the closing CAS.
+            self.claim.load(Ordering::Acquire) & CLAIM_CLOSED != 0
+        }
+    }
+
+    /// The stop sequence once the line has settled closed (Stopped, Draining, Starting or
+    /// Deleted); `None` while it runs or is closing.
+    pub fn closed_at(&self) -> Option<u64> {
+        match self.life().state {
+            Some(RingState::Running | RingState::Stopping) | None => None,
+            // Relaxed: ordered by the Acquire load of the settled word.
+            Some(_) => Some(self.stop_seq.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Wait until no live process owns the lifecycle: a dead owner's transition is taken
+    /// over and finished (a half-done stop ends Stopped, a half-done start Running).
+    /// Returns the settled word.
+    pub fn settle(&self, env: &impl Env) -> Result<Life, LineError> {
+        let mut round = 0;
+        loop {
+            let life = self.life();
+            match life.state {
+                None => return Err(LineError::Corrupt(life.word)),
+                Some(s) if !s.is_transitional() => return Ok(life),
+                Some(s) => {
+                    if env.alive(life.owner) {
+                        if !env.pause(round) {
+                            return Err(LineError::Busy(life.owner));
+                        }
+                        round += 1;
+                        continue;
+                    }
+                    // The owner is dead: take the word over (new generation, this pid).
+                    let mine = next_word(&life, s, env.me());
+                    if self.cas(life.word, mine) {
+                        let owned = Life::of(mine);
+                        if s == RingState::Stopping {
+                            self.close_owned(env);
+                            self.publish_owned(&owned, RingState::Stopped)?;
+                        } else {
+                            self.reopen_or_release(env, &owned)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// CAS the lifecycle word. AcqRel: the success publishes what the caller did before it
+    /// (the recorded stop sequence, the reopened line) and acquires the previous owner's.
+    fn cas(&self, from: u64, to: u64) -> bool {
+        self.lifecycle
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Leave an owned transitional word for `state`. Only a takeover (which needs this
+    /// process dead) can have changed it: a failure means the word is corrupt.
+    fn publish_owned(&self, owned: &Life, state: RingState) -> Result<u64, LineError> {
+        let to = next_word(owned, state, 0);
+        if self.cas(owned.word, to) {
+            Ok(to)
+        } else {
+            Err(LineError::Corrupt(self.life().word))
+        }
+    }
+
+    /// Close the line and settle in `target` (Stopped, Draining or Deleted). Idempotent on
+    /// a closed line: switches between Stopped and Draining, or to Deleted. Returns the stop
+    /// sequence and the word it left (for `finish_drain`).
+    pub fn close(&self, env: &impl Env, target: RingState) -> Result<(u64, u64), LineError> {
+        loop {
+            let life = self.settle(env)?;
+            match life.state {
+                None => return Err(LineError::Corrupt(life.word)),
+                Some(RingState::Deleted) => {
+                    return if target == RingState::Deleted {
+                        Ok((self.stop_seq.load(Ordering::Relaxed), life.word))
+                    } else {
+                        Err(LineError::Deleted)
+                    };
+                }
+                Some(RingState::Running) => {
+                    if self.single && !env.has_barrier() {
+                        return Err(LineError::NoBarrier);
+                    }
+                    let owned = Life::of(next_word(&life, RingState::Stopping, env.me()));
+                    if !self.cas(life.word, owned.word) {
+                        continue;
+                    }
+                    let stop = self.close_owned(env);
+                    let word = self.publish_owned(&owned, target)?;
+                    return Ok((stop, word));
+                }
+                Some(current) => {
+                    // Closed already (Stopped or Draining): only the state changes.
+                    // Relaxed: ordered by the Acquire load of the settled word.
+                    let stop = self.stop_seq.load(Ordering::Relaxed);
+                    if current == target {
+                        return Ok((stop, life.word));
+                    }
+                    let to = next_word(&life, target, 0);
+                    if self.cas(life.word, to) {
+                        return Ok((stop, to));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The owner of `Stopping` closes the line and records its position.
+    fn close_owned(&self, env: &impl Env) -> u64 {
+        if self.single {
+            // (s2): the producer's stores before this are visible below, and its loads of
+            // the lifecycle word after this see Stopping.
+            env.heavy_fence();
+            // (s3) SeqCst: after the fence, as the handshake needs.
+            let c = self.claim.load(Ordering::SeqCst);
+            // (s4) Relaxed: published by the Release CAS that leaves Stopping.
+            self.stop_seq.store(c, Ordering::Relaxed);
+            return c;
+        }
+        // SeqCst: the close is one point in the order of every claim.
+        let mut c = self.claim.load(Ordering::SeqCst);
+        loop {
+            if c & CLAIM_CLOSED != 0 {
+                // Closed by an owner that died after its CAS: it recorded first.
+                return self.stop_seq.load(Ordering::SeqCst);
+            }
+            // Record, then close at exactly the recorded count. SeqCst: ordered before the CAS.
+            self.stop_seq.store(c, Ordering::SeqCst);
+            match self.claim.compare_exchange(
+                c,
+                c | CLAIM_CLOSED,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return c,
+                Err(now) => c = now,
+            }
+        }
+    }
+
+    /// Reopen a stopped line. Returns the stop sequence the new run starts at.
+    pub fn reopen(&self, env: &impl Env) -> Result<u64, LineError> {
+        loop {
+            let life = self.settle(env)?;
+            match life.state {
+                Some(RingState::Running) => return Err(LineError::AlreadyRunning),
+                Some(RingState::Deleted) => return Err(LineError::Deleted),
+                _ => {
+                    let owned = Life::of(next_word(&life, RingState::Starting, env.me()));
+                    if !self.cas(life.word, owned.word) {
+                        continue;
+                    }
+                    return self.reopen_or_release(env, &owned);
+                }
+            }
+        }
+    }
+
+    /// As the owner of `Starting`: reopen and publish Running, or, if the producer does not
+    /// obey the stop in time, give the word back as Stopped (the line was not reopened).
+    fn reopen_or_release(&self, env: &impl Env, owned: &Life) -> Result<u64, LineError> {
+        match self.reopen_owned(env, 0) {
+            Ok(stop) => {
+                self.publish_owned(owned, RingState::Running)?;
+                Ok(stop)
+            }
+            Err(e) => {
+                self.publish_owned(owned, RingState::Stopped)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The owner of `Starting` reopens the line at the stop sequence.
+    fn reopen_owned(&self, env: &impl Env, mut round: u32) -> Result<u64, LineError> {
+        // Relaxed: the owner acquired the settled word that published it.
+        let stop = self.stop_seq.load(Ordering::Relaxed);
+        if self.single {
+            // Wait until the producer has obeyed the stop (position at most `stop`), so that a
+            // rollback of a refused claim never lands in the next run.
+            loop {
+                // SeqCst: pairs with the producer's store of its position.
+                let pos = self.claim.load(Ordering::SeqCst);
+                if pos <= stop {
+                    return Ok(stop);
+                }
+                if !env.producer_alive() {
+                    // Its refused claim will never be rolled back: do it for it. A producer that
+                    // attaches meanwhile stores `stop` itself; the CAS then fails harmlessly.
+                    let _ =
+                        self.claim
+                            .compare_exchange(pos, stop, Ordering::SeqCst, Ordering::SeqCst);
+                    continue;
+                }
+                if !env.pause(round) {
+                    return Err(LineError::Busy(0));
+                }
+                round += 1;
+            }
+        }
+        // SeqCst: one point in the order of the claims, like the close.
+        let mut c = self.claim.load(Ordering::SeqCst);
+        while c & CLAIM_CLOSED != 0 {
+            // Refused claims bump the closed value: retry from what they left.
+            match self
+                .claim
+                .compare_exchange(c, stop, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => c = now,
+            }
+        }
+        Ok(stop)
+    }
+
+    /// End a drain: Draining -> Stopped, only if the word is still the one the drain left.
+    pub fn finish_drain(&self, word: u64) -> bool {
+        let life = Life::of(word);
+        life.state == Some(RingState::Draining)
+            && self.cas(word, next_word(&life, RingState::Stopped, 0))
+    }
+
+    /// Multi-producer: take `n` sequences with one `fetch_add`; refused (with the low bits
+    /// bumped, which the position ignores) once the CLOSED bit is set.
+    #[inline]
+    pub fn claim_multi(&self, n: u64) -> Result<u64, Refused> {
+        // SeqCst: the claim is an RMW in the total order the close and the attach protocol
+        // rely on (see `gating`); on x86_64 every locked RMW costs the same.
+        let c = self.claim.fetch_add(n, Ordering::SeqCst);
+        if c & CLAIM_CLOSED != 0 {
+            return Err(self.refusal());
+        }
+        Ok(c)
+    }
+
+    /// Single producer: claim `next .. next + n` ((p1) to (p5) in the module comment).
+    /// `light` is the producer's half of the fence pair.
+    #[inline(always)]
+    pub fn claim_single(
+        &self,
+        env: &impl Env,
+        next: u64,
+        n: u64,
+        light: impl Fn(),
+    ) -> Result<(), Refused> {
+        let fast = claim_single_fast(self.claim, self.lifecycle, next, n, light);
+        self.finish_claim_single(env, fast, next, n)
+    }
+
+    /// The rest of a single-producer claim after [`claim_single_fast`].
+    #[inline(always)]
+    pub fn finish_claim_single(
+        &self,
+        env: &impl Env,
+        fast: Fast,
+        next: u64,
+        n: u64,
+    ) -> Result<(), Refused> {
+        match fast {
+            Fast::Accepted => Ok(()),
+            Fast::NotRunning => Err(self.refusal()),
+            Fast::Decide => self.decide(env, next, n),
+        }
+    }
+
+    /// Why a claim is refused now.
+    #[cold]
+    fn refusal(&self) -> Refused {
+        if self.life().state == Some(RingState::Deleted) {
+            Refused::Deleted
+        } else {
+            Refused::Closed
+        }
+    }
+
+    /// (p5): a claim whose position was stored met a lifecycle change.
+    #[cold]
+    fn decide(&self, env: &impl Env, next: u64, n: u64) -> Result<(), Refused> {
+        let mut round = 0;
+        loop {
+            let life = self.life();
+            match life.state {
+                // A stop and a start both happened after the store: the start waited until
+                // the position was at most the stop sequence, so the claim is below it.
+                Some(RingState::Running) => return Ok(()),
+                Some(RingState::Stopping) => {
+                    // The record is on its way; a dead owner's stop is finished here.
+                    if !env.alive(life.owner) {
+                        let _ = self.settle(env);
+                    }
+                    env.pause(round);
+                    round = round.saturating_add(1);
+                }
+                state => {
+                    // Relaxed: ordered by the Acquire load of the settled word.
+                    let stop = self.stop_seq.load(Ordering::Relaxed);
+                    if next + n <= stop {
+                        return Ok(());
+                    }
+                    // Refused: take the position back so the next run starts there. Relaxed:
+                    // the starter waits for it (SeqCst load) before it reopens.
+                    self.claim.store(next, Ordering::Relaxed);
+                    return Err(if state == Some(RingState::Deleted) {
+                        Refused::Deleted
+                    } else {
+                        Refused::Closed
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! Loom models of the sequence line (`client/src/line.rs`): the shipping `Line` code, run on
+//! loom's atomics through the `Word` and `Env` traits it is written against.
+//!
+//! What every model checks, in every interleaving it explores:
+//!
+//! - **refused or delivered**: once the line settles closed at `stop`, the sequences accepted
+//!   are exactly `0..stop` (each stamped by its publisher: no hole), and none at or above it;
+//! - **one position**: every position a thread reads during the race (an attach's exact
+//!   position, a gate scan's position) is at most the stop sequence, so a consumer that
+//!   attaches while the ring stops never starts past the next run's first event;
+//! - **no rewind**: after a start, the next claim gets exactly the stop sequence.
+//!
+//! loom cannot run `membarrier`; what the asymmetric fence guarantees is what a `SeqCst`
+//! fence on both sides guarantees (a full barrier between each side's store and its load),
+//! so `heavy_fence` and the producer's light fence are `SeqCst` fences here, as in
+//! `loom_park.rs`. The last model removes them and requires loom to find the single-producer
+//! claim that is accepted past the stop: the model is only worth something if it can fail.
+//!
+//! Preemption bound 2 by default (`LOOM_MAX_PREEMPTIONS` overrides it): the store-buffering
+//! and takeover bugs each need one preemption to show.
+
+use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+use shmring::line::{Env, Line, LineError, Refused, Word};
+use shmring::RingState;
+use shmring_layout::{lifecycle, CLAIM_CLOSED};
+
+/// Slots in the model's ring: more than the claims any interleaving makes.
+const SLOTS: usize = 4;
+const EMPTY: u64 = u64::MAX;
+/// A pid that is not running.
+const DEAD: u32 = 99;
+
+struct W(AtomicU64);
+
+impl Word for W {
+    fn load(&self, order: Ordering) -> u64 {
+        self.0.load(order)
+    }
+    fn store(&self, value: u64, order: Ordering) {
+        self.0.store(value, order)
+    }
+    fn compare_exchange(
+        &self,
+        current: u64,
+        new: u64,
+        ok: Ordering,
+        err: Ordering,
+    ) -> Result<u64, u64> {
+        self.0.compare_exchange(current, new, ok, err)
+    }
+    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+        self.0.fetch_add(value, order)
+    }
+}
+
+struct Ring {
+    claim: W,
+    life: W,
+    stop_seq: W,
+    single: bool,
+    stamps: [AtomicU64; SLOTS],
+    producer_alive: AtomicBool,
+}
+
+impl Ring {
+    fn new(single: bool, life: u64, claim: u64) -> Self {
+        Ring {
+            claim: W(AtomicU64::new(claim)),
+            life: W(AtomicU64::new(life)),
+            stop_seq: W(AtomicU64::new(0)),
+            single,
+            stamps: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
+            producer_alive: AtomicBool::new(true),
+        }
+    }
+
+    fn line(&self) -> Line<'_, W> {
+        Line {
+            claim: &self.claim,
+            lifecycle: &self.life,
+            stop_seq: &self.stop_seq,
+            single: self.single,
+            max_claim: (SLOTS / 2) as u64,
+        }
+    }
+}
+
+struct ModelEnv<'a> {
+    ring: &'a Ring,
+    me: u32,
+    fenced: bool,
+}
+
+impl Env for ModelEnv<'_> {
+    fn me(&self) -> u32 {
+        self.me
+    }
+    fn alive(&self, pid: u32) -> bool {
+        pid != 0 && pid != DEAD
+    }
+    fn heavy_fence(&self) {
+        if self.fenced {
+            fence(Ordering::SeqCst);
+        }
+    }
+    fn has_barrier(&self) -> bool {
+        true
+    }
+    fn pause(&self, _round: u32) -> bool {
+        thread::yield_now();
+        true
+    }
+    fn producer_alive(&self) -> bool {
+        self.ring.producer_alive.load(Ordering::SeqCst)
+    }
+}
+
+/// Run `f` under loom with the preemption bound (2, or `LOOM_MAX_PREEMPTIONS`).
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    b.check(f);
+}
+
+fn env(ring: &Ring, me: u32, fenced: bool) -> ModelEnv<'_> {
+    ModelEnv { ring, me, fenced }
+}
+
+fn running() -> u64 {
+    lifecycle::pack(0, RingState::Running as u32, 0)
+}
+
+/// The producer side: `count` single publishes (claim, stamp). Returns the accepted ones.
+fn publish(ring: &Ring, count: u64, fenced: bool) -> Vec<u64> {
+    publish_claims(ring, count, 1, fenced)
+}
+
+/// `count` claims of `n` sequences each (a batch publish stamps all `n` in order).
+fn publish_claims(ring: &Ring, count: u64, n: u64, fenced: bool) -> Vec<u64> {
+    let e = env(ring, 1, fenced);
+    let line = ring.line();
+    let mut accepted = Vec::new();
+    let mut next = 0;
+    for _ in 0..count {
+        let claimed = if ring.single {
+            line.claim_single(&e, next, n, || {
+                if fenced {
+                    fence(Ordering::SeqCst)
+                }
+            })
+            .map(|()| next)
+        } else {
+            line.claim_multi(n)
+        };
+        match claimed {
+            Ok(s) => {
+                next = s + n;
+                for seq in s..s + n {
+                    // Release: the model's stamp, as `Producer::stamp`.
+                    ring.stamps[seq as usize].store(seq, Ordering::Release);
+                    accepted.push(seq);
+                }
+            }
+            Err(Refused::Closed) => {}
+            Err(Refused::Deleted) => {}
+        }
+    }
+    accepted
+}
+
+/// Every stamp below `stop` is its sequence, none at or above it: refused or delivered.
+fn check_run(ring: &Ring, accepted: &[u64], stop: u64) {
+    for (s, stamp) in ring.stamps.iter().enumerate() {
+        let stamp = stamp.load(Ordering::Acquire);
+        if (s as u64) < stop {
+            assert_eq!(
+                stamp, s as u64,
+                "sequence {s} below the stop {stop} was never published"
+            );
+        } else {
+            assert_eq!(
+                stamp, EMPTY,
+                "sequence {s} at or past the stop {stop} was published"
+            );
+        }
+    }
+    assert_eq!(accepted, (0..stop).collect::<Vec<_>>());
+}
+
+/// A publisher, a stopper and an attacher race; then the main thread starts the ring again
+/// and claims once more.
+fn stop_attach_race(single: bool, batch: u64) {
+    model(move || {
+        let ring = Arc::new(Ring::new(single, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish_claims(&ring, 2 / batch, batch, true))
+        };
+        let stopper = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().close(&env(&ring, 2, true), RingState::Stopped))
+        };
+        // The attacher: where a consumer attaching now starts, and what a gate scan reads.
+        let e = env(&ring, 3, true);
+        let published = |s: u64| ring.stamps[s as usize].load(Ordering::Acquire) == s;
+        let attach = ring.line().position(published);
+        let scan = ring.line().position(published);
+        let accepted = publisher.join().unwrap();
+        let (stop, _) = stopper.join().unwrap().expect("stop");
+        assert!(
+            attach <= stop,
+            "an attach at {attach} starts past the stop at {stop}"
+        );
+        assert!(scan <= stop, "a scan read {scan} past the stop at {stop}");
+        check_run(&ring, &accepted, stop);
+        // Start: the next claim gets exactly the stop sequence.
+        ring.line().reopen(&env(&ring, 3, true)).expect("start");
+        let next = if single {
+            ring.line()
+                .claim_single(&e, stop, 1, || fence(Ordering::SeqCst))
+                .map(|()| stop)
+        } else {
+            ring.line().claim_multi(1)
+        };
+        assert_eq!(next, Ok(stop), "no rewind, no gap");
+    });
+}
+
+#[test]
+fn multi_producer_stop_racing_publish_and_attach() {
+    stop_attach_race(false, 1);
+}
+
+#[test]
+fn single_producer_stop_racing_publish_and_attach() {
+    stop_attach_race(true, 1);
+}
+
+#[test]
+fn multi_producer_stop_racing_a_batch_and_attach() {
+    stop_attach_race(false, 2);
+}
+
+#[test]
+fn single_producer_stop_racing_a_batch_and_attach() {
+    stop_attach_race(true, 2);
+}
+
+/// Two starters and a refused claim race on a stopped line: exactly one start reopens it,
+/// at the stop sequence.
+fn two_starts(single: bool) {
+    model(move || {
+        // Stopped at 1 (one event published before).
+        let stopped = lifecycle::pack(3, RingState::Stopped as u32, 0);
+        let claim = if single { 1 } else { 1 | CLAIM_CLOSED };
+        let ring = Arc::new(Ring::new(single, stopped, claim));
+        ring.stop_seq.store(1, Ordering::SeqCst);
+        ring.stamps[0].store(0, Ordering::SeqCst);
+        let starters: Vec<_> = (0..2u32)
+            .map(|i| {
+                let ring = ring.clone();
+                thread::spawn(move || ring.line().reopen(&env(&ring, 10 + i, true)))
+            })
+            .collect();
+        // A claim racing the starts (multi-producer: a `fetch_add`, refused or at 1).
+        let raced = if single {
+            None
+        } else {
+            Some(ring.line().claim_multi(1))
+        };
+        let results: Vec<_> = starters.into_iter().map(|h| h.join().unwrap()).collect();
+        let ok = results.iter().filter(|r| **r == Ok(1)).count();
+        assert_eq!(ok, 1, "{results:?}");
+        assert!(
+            results.contains(&Err(LineError::AlreadyRunning)),
+            "{results:?}"
+        );
+        assert_eq!(ring.line().life().state, Some(RingState::Running));
+        let expect = match raced {
+            Some(Ok(s)) => {
+                assert_eq!(
+                    s, 1,
+                    "a claim accepted across the start gets the stop sequence"
+                );
+                2
+            }
+            _ => 1,
+        };
+        assert_eq!(
+            ring.line().position(|_| true),
+            expect,
+            "reopened at the stop sequence"
+        );
+    });
+}
+
+#[test]
+fn multi_producer_two_starts() {
+    two_starts(false);
+}
+
+#[test]
+fn single_producer_two_starts() {
+    two_starts(true);
+}
+
+/// A start and a remove race on a stopped line: the ring ends deleted, closed for good.
+#[test]
+fn start_racing_remove() {
+    for single in [false, true] {
+        model(move || {
+            let stopped = lifecycle::pack(1, RingState::Stopped as u32, 0);
+            let claim = if single { 0 } else { CLAIM_CLOSED };
+            let ring = Arc::new(Ring::new(single, stopped, claim));
+            let starter = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.line().reopen(&env(&ring, 10, true)))
+            };
+            let removed = ring.line().close(&env(&ring, 11, true), RingState::Deleted);
+            let started = starter.join().unwrap();
+            assert!(removed.is_ok(), "{removed:?}");
+            assert!(
+                matches!(started, Ok(0) | Err(LineError::Deleted)),
+                "{started:?}"
+            );
+            assert_eq!(ring.line().life().state, Some(RingState::Deleted));
+            assert!(ring.line().is_closed());
+            let e = env(&ring, 1, true);
+            let claim = if single {
+                ring.line()
+                    .claim_single(&e, 0, 1, || fence(Ordering::SeqCst))
+                    .map(|()| 0)
+            } else {
+                ring.line().claim_multi(1)
+            };
+            assert_eq!(claim, Err(Refused::Deleted));
+        });
+    }
+}
+
+/// A stopper died owning `Stopping` (before or after it closed the multi-producer line). A
+/// stop and a start race to finish it: the line ends closed or open at the one recorded
+/// stop sequence, and a claim racing them is refused or delivered.
+#[test]
+fn a_dead_stoppers_transition_is_finished_once() {
+    for closed in [false, true] {
+        model(move || {
+            let dead = lifecycle::pack(5, RingState::Stopping as u32, DEAD);
+            // One event published (sequence 0); a dead owner that closed recorded 1 first.
+            let claim = if closed { 1 | CLAIM_CLOSED } else { 1 };
+            let ring = Arc::new(Ring::new(false, dead, claim));
+            ring.stop_seq
+                .store(if closed { 1 } else { 0 }, Ordering::SeqCst);
+            ring.stamps[0].store(0, Ordering::SeqCst);
+            let stopper = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.line().close(&env(&ring, 20, true), RingState::Stopped))
+            };
+            let starter = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.line().reopen(&env(&ring, 21, true)))
+            };
+            let claim = ring.line().claim_multi(1);
+            if let Ok(s) = claim {
+                ring.stamps[s as usize].store(s, Ordering::Release);
+            }
+            let stopped = stopper.join().unwrap().expect("stop");
+            let _ = starter.join().unwrap();
+            // The stop sequence the stopper saw covers the claim if it came first.
+            let life = ring.line().life();
+            match life.state {
+                Some(RingState::Running) => {
+                    let pos = ring.line().position(|_| true);
+                    assert!(pos == 1 || pos == 2, "reopened at {pos}");
+                    assert_eq!(claim.is_ok(), pos == 2);
+                }
+                Some(RingState::Stopped) => {
+                    let stop = ring.stop_seq.load(Ordering::SeqCst);
+                    assert_eq!(stop, stopped.0);
+                    let accepted: Vec<u64> = std::iter::once(0).chain(claim.ok()).collect();
+                    check_run(&ring, &accepted, stop);
+                }
+                other => panic!("left {other:?}"),
+            }
+        });
+    }
+}
+
+/// Without the fence pair, loom finds a single-producer claim accepted past the stop (the
+/// producer misses Stopping and the stopper misses its position).
+#[test]
+#[should_panic(expected = "past the stop")]
+fn single_producer_without_the_fences_accepts_past_the_stop() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 1, false))
+        };
+        let (stop, _) = ring
+            .line()
+            .close(&env(&ring, 2, false), RingState::Stopped)
+            .expect("stop");
+        let accepted = publisher.join().unwrap();
+        if accepted.iter().any(|&s| s >= stop) {
+            panic!("sequence accepted past the stop at {stop}");
+        }
+    });
+}
