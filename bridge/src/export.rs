@@ -23,6 +23,12 @@
 //! (`dropped_behind`); each batch covers `start..end` of the source sequences, so the importer
 //! counts every sequence it did not receive, whichever side lost it.
 //!
+//! **Batches.** A batch is what the exporter finds published past its cursor when it
+//! looks: the contiguous run up to the ring's head (its end-of-batch edge), cut at
+//! `--batch-events`. It never waits to fill a batch, so no time limit is needed: an idle
+//! ring sends single events at once, a busy one sends long runs (the bench measured 100 to
+//! 250 events per message under load).
+//!
 //! When it has nothing to send, the exporter sends a heartbeat (an empty batch) every
 //! `--heartbeat`, so an importer learns where the exporter stands even on an idle ring.
 

@@ -125,6 +125,35 @@ mod tests {
     }
 
     #[test]
+    fn flags_apply_on_top_of_a_config_file() {
+        let path = std::env::temp_dir().join(format!("bridge-link-{}.json5", std::process::id()));
+        std::fs::write(
+            &path,
+            "{ mode: \"client\", scouting: { multicast: { enabled: false } }, connect: { endpoints: [\"tcp/127.0.0.1:7001\"] } }",
+        )
+        .expect("write the config file");
+        let args = LinkArgs {
+            zenoh_config: Some(path.clone()),
+            connect: vec!["tcp/127.0.0.1:7002".into()],
+            ..LinkArgs::default()
+        };
+        let cfg = args.config();
+        let _ = std::fs::remove_file(&path);
+        let cfg = cfg.expect("config");
+        assert_eq!(cfg.get_json("mode").expect("mode"), "\"client\"");
+        let connect = cfg.get_json("connect/endpoints").expect("connect");
+        assert!(
+            connect.contains("7002") && !connect.contains("7001"),
+            "{connect}"
+        );
+        let missing = LinkArgs {
+            zenoh_config: Some("/nonexistent/bridge.json5".into()),
+            ..LinkArgs::default()
+        };
+        assert!(missing.config().is_err());
+    }
+
+    #[test]
     fn flags_reach_the_config() {
         let args = LinkArgs {
             listen: vec!["tcp/127.0.0.1:7999".into()],

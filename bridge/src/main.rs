@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
+            // Once, on stderr (where the tracing output goes too).
             eprintln!("shmring-bridge: {e:#}");
             ExitCode::FAILURE
         }

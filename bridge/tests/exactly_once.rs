@@ -176,3 +176,67 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
     assert_eq!(dst.head(), N + stats.skipped, "{stats:?}");
     drop((ex, im));
 }
+
+/// With the importer down, the exporter's batches go nowhere: it must go back to the
+/// confirmed position (a replay, counted) and carry them again once an importer is back.
+#[test]
+fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
+    let ns_a = Namespace::new("bridge_replay");
+    let ns_b = ns_a.sibling("b");
+    let cfg = RingConfig {
+        capacity: 1024,
+        ..RingConfig::default()
+    };
+    let src = Ring::create(ns_a.name(), "src", &cfg).expect("create the source ring");
+    let dst = Ring::create(ns_b.name(), "dst", &cfg).expect("create the destination ring");
+    let key = format!("shmring/replay/{}", ns_a.name());
+    let name = shmring_bridge::export::default_consumer_name(&key);
+    let port = common::free_port();
+    let mut consumer = dst
+        .consumer(ConsumerOptions::anonymous())
+        .expect("attach the consumer on B");
+    let mut ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    common::await_attached(&mut ex, &src, &name);
+    let mut p = src.producer().expect("attach the producer on A");
+
+    const FIRST: u64 = 500;
+    const MORE: u64 = 300;
+    for i in 0..FIRST {
+        p.publish(&payload(i)).expect("publish");
+    }
+    // Once the exporter counts everything confirmed, nothing is outstanding: the replays
+    // it has counted by then are the baseline.
+    let before = common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST);
+    let replays = common::num(&before, "replays");
+
+    im.kill();
+    for i in FIRST..FIRST + MORE {
+        p.publish(&payload(i)).expect("publish");
+    }
+    common::stats_until(&mut ex, |v| common::num(v, "replays") > replays);
+    // Nothing was confirmed meanwhile: the ring still holds it all for the exporter.
+    assert_eq!(
+        src.info()
+            .consumers
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.next),
+        Some(FIRST)
+    );
+
+    im = importer("importer", ns_b.name(), "dst", &key, port);
+    common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST + MORE);
+    let mut got = Vec::new();
+    eventually("B to hold every event", || {
+        let _ = consumer.poll_once(|ev| {
+            let b = Bridged::parse(ev.bytes()).expect("a bridged event");
+            got.push((b.header.seq, check(b.payload)));
+        });
+        got.len() as u64 >= FIRST + MORE
+    });
+    let want: Vec<(u64, Option<u64>)> = (0..FIRST + MORE).map(|i| (i, Some(i))).collect();
+    assert_eq!(got, want);
+    assert_eq!(dst.head(), FIRST + MORE, "nothing doubled");
+    drop((ex, im));
+}

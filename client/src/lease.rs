@@ -156,7 +156,7 @@ impl Consumer {
         if seq <= self.next {
             return Ok(());
         }
-        let head = self.seg.line().claimed();
+        let head = self.seg.position();
         let (mut delivered, mut skipped) = (0u64, 0u64);
         for s in self.next..seq {
             let slot = self.seg.slot(s);
@@ -200,7 +200,7 @@ impl Ring {
         park::park(
             &self.seg.lines().consumer_wake.value,
             timeout.min(PARK_NET),
-            || self.is_published_at(seq) || self.seg.line().is_closed(),
+            || self.is_published_at(seq) || self.is_closed(),
         );
         self.is_published_at(seq)
     }

@@ -41,7 +41,7 @@ impl Ring {
     /// Copy the payload of sequence `seq` into `buf` if the ring still holds it.
     pub fn recall(&self, seq: u64, buf: &mut Vec<u8>) -> Recall {
         buf.clear();
-        if seq >= self.seg.line().claimed() {
+        if seq >= self.seg.position() {
             return Recall::NotClaimed;
         }
         let slot = self.seg.slot(seq);
