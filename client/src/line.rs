@@ -340,7 +340,11 @@ impl<W: Word> Line<'_, W> {
                         round += 1;
                         continue;
                     }
-                    // The owner is dead: take the word over (new generation, this pid).
+                    // The owner is dead: take the word over (new generation, this pid). A
+                    // single-producer close needs the barrier (see `Env::has_barrier`).
+                    if s == RingState::Stopping && self.single && !env.has_barrier() {
+                        return Err(LineError::NoBarrier);
+                    }
                     let mine = next_word(&life, s, env.me());
                     if self.cas(life.word, mine) {
                         let owned = Life::of(mine);
