@@ -68,6 +68,13 @@
 //! A start waits until the producer has obeyed (its position is at most `stop_seq`, or it is
 //! dead) before it reopens, so a rollback never lands in the next run.
 //!
+//! Limits. An owner is named by its pid alone (the word has no room for a start time), so a
+//! pid reused by an unrelated process makes a dead owner look alive: the transition then
+//! waits (lifecycle calls give up after `LIFECYCLE_WAIT`) until that process exits. Every
+//! process sharing a ring must see the same pid namespace, as the rest of the liveness
+//! checks already require. A single producer waiting in (p5) for a live stopper has no
+//! deadline: a stopper stopped by a signal between (s1) and (s4) holds it.
+//!
 //! Reopening, multi-producer: the owner of `Starting` CASes the counter from its closed value
 //! (refused claims change it: reload and retry) to `stop_seq`. No other process writes the
 //! counter's closed value meanwhile (closing needs `Running`), so the CAS cannot act on a
