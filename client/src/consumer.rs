@@ -1,6 +1,6 @@
 //! Consumers: each with its own sequence, delivering published runs in batches.
 //!
-//! `poll_once` is the step (seed 001's `pollOnce`): it finds the contiguous run of
+//! `poll_once` is the step (the Disruptor's `pollOnce`): it finds the contiguous run of
 //! published slots from the consumer's `next` (up to the batch cap), hands each to the
 //! handler with the end-of-batch edge on the last, and commits `next` once for the batch.
 //!

@@ -1,6 +1,6 @@
-//! Suite `latency`: one-way hand-off, publish to handler entry, for every wait strategy
-//! (seed 000's first table), back-to-back ping-pong over two rings, and the wake-up after
-//! 2 ms of quiet (seed 001), each with the consumer's CPU share.
+//! Suite `latency`: one-way hand-off, publish to handler entry, for every wait strategy:
+//! paced 100 µs apart, back-to-back ping-pong over two rings, and the wake-up after 2 ms of
+//! quiet, each with the consumer's CPU share.
 //!
 //! The producer writes the send time into the event: for paced rows the *intended* send
 //! time, so coordinated omission is charged (see `shmring_peers::kit::Pacer`).
@@ -18,7 +18,7 @@ use crate::shm::{self, kv, Setup};
 pub const SUITE: &str = "latency";
 pub const PACED: &str = "paced 100 µs, one-way (from the intended send time)";
 pub const PINGPONG: &str = "back-to-back ping-pong over two rings, one-way";
-pub const IDLE: &str = "after 2 ms idle (seed 001), one-way";
+pub const IDLE: &str = "after 2 ms idle, one-way";
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {

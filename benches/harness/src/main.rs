@@ -230,7 +230,7 @@ fn bench(cli: &Cli) -> Result<i32> {
     meta["bridge_built"] = serde_json::json!(cfg!(feature = "bridge"));
     ctx.bar.finish_and_clear();
     if !targets.is_empty() || !goals.is_empty() {
-        println!("\n### targets (issue 5) and goals (DESIGN.md), as ratios measured in this run\n");
+        println!("\n### targets and goals, as ratios measured in this run\n");
         println!("{}", targets::table(&targets));
         print!("{goals}");
     }

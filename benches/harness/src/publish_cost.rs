@@ -1,5 +1,5 @@
 //! Suite `publish-cost`: the time of each `publish()` call, read from the producer's own
-//! clock around the call (seed 000's second table). With the consumer parked between
+//! clock around the call. With the consumer parked between
 //! messages, with it keeping up, with two consumers (one spinning, one parked), and the
 //! same ring published without the parked-consumer check ("parking compiled out",
 //! `publish_without_wake_check`): the proof that a producer pays for a sleeping consumer

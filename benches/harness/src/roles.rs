@@ -369,7 +369,7 @@ fn shm_producer(args: &Args) -> Result<()> {
     kit::report(args, &m)
 }
 
-/// Seed 001's ADAPTIVE back-off for a thread stepping consumers itself: 128 spins, yields
+/// The ADAPTIVE back-off for a thread stepping consumers itself: 128 spins, yields
 /// up to 512, 10 µs sleeps up to 2048, then a 100 µs sleep and back to the medium level.
 struct Backoff {
     n: u32,

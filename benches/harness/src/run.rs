@@ -55,9 +55,9 @@ impl Sizes {
     };
 }
 
-/// Paced gap between messages (seed 000).
+/// Paced gap between messages.
 pub const PACE: Duration = Duration::from_micros(100);
-/// The "after 2 ms idle" gap (seed 001).
+/// The "after 2 ms idle" gap.
 pub const IDLE_GAP: Duration = Duration::from_millis(2);
 
 /// Names, for the cleanup that runs from the signal handler too.

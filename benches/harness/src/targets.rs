@@ -1,4 +1,4 @@
-//! The targets of issue 5 and the goals of DESIGN.md ("Performance targets"), each as a
+//! The performance targets (the bar each round set) and the longer-term goals, each as a
 //! ratio of two rows measured in this run.
 
 use std::fmt::Write as _;
@@ -19,11 +19,11 @@ pub struct Target {
     pub ratio: f64,
     /// `<=` or `>=`.
     pub cmp: &'static str,
-    /// The issue's bar.
+    /// The bar this round set.
     pub bar: f64,
     /// Whether the bar is met.
     pub met: bool,
-    /// DESIGN.md's goal, where it sets one as a ratio.
+    /// The longer-term goal, where there is one as a ratio.
     pub goal: Option<f64>,
     /// Whether the goal is met.
     pub goal_met: Option<bool>,
@@ -223,7 +223,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
     out
 }
 
-/// DESIGN.md's absolute goals, stated beside the ratios.
+/// The longer-term absolute goals, stated beside the ratios.
 pub fn absolute_goals(rows: &[Row]) -> String {
     let mut out = String::new();
     let tput = |name: &str| find(rows, throughput::SUITE, throughput::ONE, name);
@@ -231,7 +231,7 @@ pub fn absolute_goals(rows: &[Row]) -> String {
     if let Some(r) = tput(&throughput::name(100, 8)).and_then(best) {
         let _ = writeln!(
             out,
-            "- DESIGN goal: batched >= 250 M/s; measured batch-100 8 B (best 100 ms): {:.1} M/s ({})",
+            "- goal: batched >= 250 M/s; measured batch-100 8 B (best 100 ms): {:.1} M/s ({})",
             r / 1e6,
             if r >= 250e6 { "met" } else { "missed" }
         );
@@ -239,7 +239,7 @@ pub fn absolute_goals(rows: &[Row]) -> String {
     if let Some(r) = tput(&throughput::name(1, 8)).and_then(best) {
         let _ = writeln!(
             out,
-            "- DESIGN goal: per-event above the Java Disruptor's median (~45 M/s on this \
+            "- goal: per-event above the Java Disruptor's median (~45 M/s on this \
              machine); measured per-event 8 B (best 100 ms): {:.1} M/s ({})",
             r / 1e6,
             if r >= 45e6 { "met" } else { "missed" }
@@ -250,7 +250,7 @@ pub fn absolute_goals(rows: &[Row]) -> String {
     {
         let _ = writeln!(
             out,
-            "- DESIGN goal: a parked consumer 0% CPU; blocking consumer after 2 ms idle: {:.2}% \
+            "- goal: a parked consumer 0% CPU; blocking consumer after 2 ms idle: {:.2}% \
              of a core (one wake-up per event included)",
             c * 100.0
         );
@@ -263,7 +263,7 @@ pub fn table(targets: &[Target]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "| target | ratio | issue bar | verdict | DESIGN goal | verdict | rows |"
+        "| target | ratio | bar | verdict | goal | verdict | rows |"
     );
     let _ = writeln!(out, "| --- | ---: | ---: | --- | ---: | --- | --- |");
     for t in targets {

@@ -1,4 +1,4 @@
-//! Suite `throughput`: events *delivered* per second (seed 002: the time runs from the
+//! Suite `throughput`: events *delivered* per second (the time runs from the
 //! producer's first publish to the consumer's return after the last event, and every row
 //! says how many were published and how many arrived).
 //!

@@ -1,5 +1,5 @@
-//! Suite `wakeset`: one thread stepping consumers on 1, 3, 16 and 64 rings (seed 001's
-//! last two tables). Between events it either backs off (seed 001's ADAPTIVE: spin, yield,
+//! Suite `wakeset`: one thread stepping consumers on 1, 3, 16 and 64 rings. Between events
+//! it either backs off (an ADAPTIVE back-off: spin, yield,
 //! 10 µs sleeps, 100 µs sleeps) or parks on a `WakeSet` holding every ring.
 //!
 //! Idle CPU: read by the harness from `/proc/<stepper>/schedstat` over a window in which
