@@ -182,11 +182,6 @@ impl Consumer {
 }
 
 impl Ring {
-    /// Whether sequence `seq` is published (its slot's stamp says so; a tombstone counts).
-    pub fn is_published_at(&self, seq: u64) -> bool {
-        self.is_published(seq)
-    }
-
     /// Park on the ring's consumer wake line until sequence `seq` is published or `timeout`
     /// passes (at most the 50 ms net per call). Returns whether `seq` is published.
     ///
@@ -194,15 +189,15 @@ impl Ring {
     /// that commits confirmations): it waits on the ring without holding the consumer. The
     /// park is the consumers' protocol (see `park`), so a producer's publish wakes it.
     pub fn wait_published(&self, seq: u64, timeout: Duration) -> bool {
-        if self.is_published_at(seq) {
+        if self.is_published(seq) {
             return true;
         }
         park::park(
             &self.seg.lines().consumer_wake.value,
             timeout.min(PARK_NET),
-            || self.is_published_at(seq) || self.is_closed(),
+            || self.is_published(seq) || self.is_closed(),
         );
-        self.is_published_at(seq)
+        self.is_published(seq)
     }
 }
 

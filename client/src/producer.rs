@@ -33,7 +33,7 @@ use shmring_layout::{
 use crate::lifecycle::{is_deleted, SegEnv};
 use crate::line::Refused;
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
-use crate::segment::Segment;
+use crate::segment::{Segment, Slot};
 use crate::wait::{producer_backoff, Step};
 use crate::{fence, gating, process};
 use crate::{AttachError, PublishError, Ring, TryPublishError};
@@ -497,10 +497,9 @@ impl Producer {
         self.entry().in_flight.store(0, Ordering::Release);
     }
 
-    /// Mark slot `seq` as being written (seqlock for optional readers).
-    #[inline]
-    fn begin_write(&self, seq: u64) {
-        let slot = self.seg.slot(seq);
+    /// Mark `slot` as being written with `seq` (seqlock for optional readers).
+    #[inline(always)]
+    fn begin_write(slot: &Slot<'_>, seq: u64) {
         slot.header
             .stamp
             .store(seq | STAMP_WRITING, Ordering::Relaxed);
@@ -510,46 +509,30 @@ impl Producer {
         fence(Ordering::Release);
     }
 
-    #[inline]
-    fn fill(&self, seq: u64, bytes: &[u8], flags: u32) {
-        let slot = self.seg.slot(seq);
-        // SAFETY: this producer claimed `seq` and passed the wrap gate for it, so it owns
-        // the slot until it stamps it; the length was checked against the slot.
+    #[inline(always)]
+    fn fill(slot: &Slot<'_>, bytes: &[u8], flags: u32) {
+        // SAFETY: this producer claimed the slot's sequence and passed the wrap gate for it,
+        // so it owns the slot until it stamps it; the length was checked against the slot.
         unsafe { slot.write(bytes) };
         // Relaxed: published by the Release stamp store in `stamp`.
         slot.header.len.store(bytes.len() as u32, Ordering::Relaxed);
         slot.header.flags.store(flags, Ordering::Relaxed);
     }
 
-    /// Write and publish one whole event into slot `seq`: the WRITING stamp, the payload,
-    /// the stamp (one slot lookup for the three).
     #[inline(always)]
-    fn write_slot(&self, seq: u64, bytes: &[u8], flags: u32) {
-        let slot = self.seg.slot(seq);
-        // As `begin_write`.
-        slot.header
-            .stamp
-            .store(seq | STAMP_WRITING, Ordering::Relaxed);
-        // Release fence: as in `begin_write`.
-        fence(Ordering::Release);
-        // SAFETY: as in `fill`.
-        unsafe { slot.write(bytes) };
-        // Relaxed: published by the Release stamp store below.
-        slot.header.len.store(bytes.len() as u32, Ordering::Relaxed);
-        slot.header.flags.store(flags, Ordering::Relaxed);
-        // Release: as in `stamp`.
+    fn stamp(slot: &Slot<'_>, seq: u64) {
+        // Release: SYNC POINT with the Acquire stamp load in `Consumer::poll_once`; the
+        // payload, len and flags above happen-before the consumer's read of them.
         slot.header.stamp.store(seq, Ordering::Release);
     }
 
-    #[inline]
-    fn stamp(&self, seq: u64) {
-        // Release: SYNC POINT with the Acquire stamp load in `Consumer::poll_once`; the
-        // payload, len and flags above happen-before the consumer's read of them.
-        self.seg
-            .slot(seq)
-            .header
-            .stamp
-            .store(seq, Ordering::Release);
+    /// Write and publish one whole event into the slot of `seq` (one slot lookup).
+    #[inline(always)]
+    fn write_slot(&self, seq: u64, bytes: &[u8], flags: u32) {
+        let slot = self.seg.slot(seq);
+        Self::begin_write(&slot, seq);
+        Self::fill(&slot, bytes, flags);
+        Self::stamp(&slot, seq);
     }
 
     /// Wake parked consumers, if any: one load when nobody parks.
@@ -703,11 +686,12 @@ impl Producer {
         let first = self.claim_blocking(n)?;
         for (i, e) in events.iter().enumerate() {
             let seq = first + i as u64;
-            self.begin_write(seq);
-            self.fill(seq, e.as_ref(), 0);
+            let slot = self.seg.slot(seq);
+            Self::begin_write(&slot, seq);
+            Self::fill(&slot, e.as_ref(), 0);
         }
         for i in 0..n {
-            self.stamp(first + i);
+            Self::stamp(&self.seg.slot(first + i), first + i);
         }
         self.notify();
         self.clear_in_flight();
@@ -726,7 +710,7 @@ impl Producer {
     /// and count.
     pub fn claim(&mut self) -> Result<Claim<'_>, PublishError> {
         let seq = self.claim_blocking(1)?;
-        self.begin_write(seq);
+        Self::begin_write(&self.seg.slot(seq), seq);
         Ok(Claim {
             producer: self,
             seq,
@@ -803,7 +787,7 @@ impl Claim<'_> {
         // Relaxed: published by the Release stamp store below.
         slot.header.len.store(len as u32, Ordering::Relaxed);
         slot.header.flags.store(flags, Ordering::Relaxed);
-        self.producer.stamp(seq);
+        Producer::stamp(&slot, seq);
         self.producer.notify();
         self.producer.clear_in_flight();
         if flags == 0 {
