@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use shmring::{process, Producer, PublishError, Recall, Ring};
+use shmring::{Producer, PublishError, Recall, Ring};
 use tracing::{info, warn};
 use zenoh::handlers::FifoChannel;
 use zenoh::qos::CongestionControl;
@@ -163,8 +163,9 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
 fn repair_dead_claims(ring: &Ring) -> u64 {
     let mut repaired = 0;
     for p in ring.info().producers {
-        if (p.in_flight.is_some() || p.claiming) && !process::is_alive(p.pid, p.start_time) {
-            let r = ring.repair_dead_producer(p.index, p.pid, p.start_time);
+        // The repair itself checks that the entry's holder is gone.
+        if p.in_flight.is_some() || p.claiming {
+            let r = ring.repair_dead_producer(p.index, p.word);
             if r.waiting > 0 {
                 warn!(
                     pid = p.pid,

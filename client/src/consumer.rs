@@ -23,14 +23,16 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::{
-    consumer_flags, consumer_state, ConsumerEntry, NAME_LEN, SLOT_FLAG_TOMBSTONE, STAMP_EMPTY,
-    STAMP_WRITING,
+    consumer_flags, consumer_state, owned_word, ConsumerEntry, NAME_LEN, NEXT_UNSET,
+    SLOT_FLAG_TOMBSTONE,
 };
 
 use crate::lifecycle::is_deleted;
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
+use crate::table::{self, Holder};
 use crate::wait::{Idler, Step};
 use crate::{fence, process, AttachError, Event, PollError, Ring, WaitStrategy};
 
@@ -138,6 +140,8 @@ pub enum RunExit {
 pub struct Consumer {
     pub(crate) seg: Arc<Segment>,
     entry: u32,
+    /// The entry's word as this handle holds it (see `table`).
+    word: u64,
     pub(crate) next: u64,
     pub(crate) required: bool,
     durable: bool,
@@ -196,8 +200,8 @@ impl Ring {
 }
 
 enum Found {
-    /// Attached to entry `.0`, starting at `.1`.
-    Attached(u32, u64),
+    /// Attached to entry `index`, starting at `next`, holding it with `word`.
+    Attached { index: u32, next: u64, word: u64 },
     /// Lost a race; scan again.
     Retry,
 }
@@ -218,7 +222,7 @@ impl Consumer {
             0
         };
         let mut dropped = 0;
-        let (entry, next) = loop {
+        let (entry, next, word) = loop {
             let found = match &words {
                 Some(w) => match Self::resume(&seg, w, flags, &opts)? {
                     Some((f, lost)) => {
@@ -230,7 +234,7 @@ impl Consumer {
                 None => Self::fresh(&seg, None, flags, &opts)?,
             };
             match found {
-                Found::Attached(i, next) => break (i, next),
+                Found::Attached { index, next, word } => break (index, next, word),
                 Found::Retry => std::thread::yield_now(),
             }
         };
@@ -245,6 +249,7 @@ impl Consumer {
             idle_since: None,
             membarrier: mode == shmring_layout::FenceMode::Membarrier,
             entry,
+            word,
             next,
             required: opts.required,
             durable: words.is_some(),
@@ -265,9 +270,10 @@ impl Consumer {
         Ok(c)
     }
 
+    /// The holder's details, written after the CAS that made this process the holder and
+    /// published by its next CAS.
     fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
         let me = process::current();
-        e.cold.pid.store(me.pid, Ordering::Relaxed);
         e.cold.start_time.store(me.start_time, Ordering::Relaxed);
         e.cold
             .wait_kind
@@ -280,7 +286,7 @@ impl Consumer {
     }
 
     /// Take over the durable entry named `words`, if there is one. Returns the outcome and
-    /// the events lost while it was released from gating.
+    /// the events lost while it did not gate as a required consumer.
     fn resume(
         seg: &Segment,
         words: &[u64; NAME_LEN / 8],
@@ -289,66 +295,77 @@ impl Consumer {
     ) -> Result<Option<(Found, u64)>, AttachError> {
         let name = opts.name.as_deref();
         let geo = seg.geometry();
+        let me = process::current().pid;
         for i in 0..geo.max_consumers {
             let Some(e) = seg.consumer(i) else { break };
-            // Acquire: the name and pid below were written before the state was published.
-            let state = e.hot.state.load(Ordering::Acquire);
+            // Acquire: the name, flags and start time were written before the word was
+            // published.
+            let seen = e.hot.word.load(Ordering::Acquire);
+            let state = owned_word::state(seen);
             if matches!(state, consumer_state::FREE | consumer_state::CLAIMED)
                 || e.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE == 0
                 || !name_is(e, words)
             {
                 continue;
             }
-            let pid = e.cold.pid.load(Ordering::Relaxed);
-            let start = e.cold.start_time.load(Ordering::Relaxed);
-            if matches!(state, consumer_state::ACTIVE | consumer_state::RESUMING)
-                && process::is_alive(pid, start)
-            {
-                return Err(AttachError::NameInUse {
-                    name: name.unwrap_or_default().to_owned(),
-                    pid,
-                });
+            let start_time = e.cold.start_time.load(Ordering::Relaxed);
+            match table::consumer::holder(&table::Os, seen, start_time) {
+                Holder::Open => {}
+                Holder::Free => continue,
+                Holder::Held(pid) => {
+                    return Err(AttachError::NameInUse {
+                        name: name.unwrap_or_default().to_owned(),
+                        pid,
+                    })
+                }
             }
-            // SeqCst: the takeover is a gating state change in the attach protocol's total
-            // order (see `gating`); RESUMING keeps gating at the old position throughout,
-            // and the CAS makes this process the entry's only new owner.
-            if e.hot
-                .state
-                .compare_exchange(
-                    state,
-                    consumer_state::RESUMING,
-                    Ordering::SeqCst,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-            {
+            // Its holder is gone or gave it up, so nobody writes these until the CAS below
+            // (which fails if the word moved).
+            let old_flags = e.hot.flags.load(Ordering::Relaxed);
+            // Acquire: pairs with the last holder's Release commit.
+            let old_next = e.hot.next.load(Ordering::Acquire);
+            let head = seg.position();
+            let gated = table::consumer::gated_required(state, old_flags, old_next, head);
+            let Some(mine) = table::consumer::take_over(&e.hot.word, seen, me, gated) else {
                 return Ok(Some((Found::Retry, 0)));
+            };
+            // A required consumer keeps its position only if it gated there as one: what was
+            // published meanwhile is otherwise not protected, so it starts at the head (read
+            // after its ACTIVE CAS, as a fresh attach does) and counts the gap. An optional
+            // one keeps any sane position: it checks every slot's stamp.
+            let required = flags & consumer_flags::REQUIRED != 0;
+            let keep = if required { gated } else { old_next <= head };
+            if !keep {
+                // Relaxed: published by the CAS to ACTIVE. Never a stale position under an
+                // ACTIVE word, even if this process dies before it stores the head.
+                e.hot.next.store(NEXT_UNSET, Ordering::Relaxed);
             }
             Self::fill_cold(e, opts);
-            e.hot.flags.store(flags, Ordering::SeqCst);
-            let mut next = e.hot.next.load(Ordering::Acquire);
-            let mut lost = 0;
+            // Relaxed: published by the SeqCst CAS to ACTIVE below.
+            e.hot.flags.store(flags, Ordering::Relaxed);
+            let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
+                // Freed under this process, which cannot happen while it runs: look again.
+                return Ok(Some((Found::Retry, 0)));
+            };
+            if keep {
+                let found = Found::Attached {
+                    index: i,
+                    next: old_next,
+                    word,
+                };
+                return Ok(Some((found, 0)));
+            }
+            // Read after the SeqCst ACTIVE CAS: the attach protocol (see `gating`).
             let head = seg.position();
-            if next > head {
-                // A stored position beyond anything claimed is corrupt: start at the head
-                // rather than wait for sequences that may be handed out again.
-                next = head;
-                // Release: pairs with the producers' Acquire scan.
-                e.hot.next.store(next, Ordering::Release);
-            }
-            if state == consumer_state::RELEASED && flags & consumer_flags::REQUIRED != 0 {
-                // It stopped gating while released: what was published meanwhile may be
-                // overwritten. Start at the head (read after the SeqCst RESUMING store, as a
-                // fresh attach does) and count the gap.
-                let head = seg.position();
-                lost = head.saturating_sub(next);
-                next = head;
-                // Release: pairs with the producers' Acquire scan.
-                e.hot.next.store(next, Ordering::Release);
-            }
-            // SeqCst: as above.
-            e.hot.state.store(consumer_state::ACTIVE, Ordering::SeqCst);
-            return Ok(Some((Found::Attached(i, next), lost)));
+            let lost = head.saturating_sub(old_next);
+            // Release: pairs with the producers' Acquire scan.
+            e.hot.next.store(head, Ordering::Release);
+            let found = Found::Attached {
+                index: i,
+                next: head,
+                word,
+            };
+            return Ok(Some((found, lost)));
         }
         Ok(None)
     }
@@ -361,25 +378,18 @@ impl Consumer {
         opts: &ConsumerOptions,
     ) -> Result<Found, AttachError> {
         let geo = seg.geometry();
+        let me = process::current().pid;
         let mut taken = None;
         for i in 0..geo.max_consumers {
             let Some(e) = seg.consumer(i) else { break };
-            // AcqRel: exclusive ownership of a free entry (not gating while CLAIMED).
-            if e.hot
-                .state
-                .compare_exchange(
-                    consumer_state::FREE,
-                    consumer_state::CLAIMED,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-            {
-                taken = Some((i, e));
+            // Relaxed: only picks a candidate; the CAS decides.
+            let seen = e.hot.word.load(Ordering::Relaxed);
+            if let Some(mine) = table::consumer::take_free(&e.hot.word, seen, me) {
+                taken = Some((i, e, mine));
                 break;
             }
         }
-        let Some((i, e)) = taken else {
+        let Some((i, e, mine)) = taken else {
             return Err(AttachError::TableFull {
                 what: "consumer",
                 max: geo.max_consumers,
@@ -404,21 +414,26 @@ impl Consumer {
             ctr.store(0, Ordering::Relaxed);
         }
         e.hot.flags.store(flags, Ordering::Relaxed);
-        e.hot.next.store(seg.position(), Ordering::Relaxed);
-        // SeqCst store, then SeqCst load of the line's position: the attach protocol (see
-        // `gating`). Every field above is published by this store.
-        e.hot.state.store(consumer_state::ACTIVE, Ordering::SeqCst);
+        // No position yet: an entry whose process dies before it stores its start never
+        // holds producers at a stale one.
+        e.hot.next.store(NEXT_UNSET, Ordering::Relaxed);
+        // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
+        // `gating`). Every field above is published by this CAS.
+        let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
+            // Freed under this process, which cannot happen while it runs: look again.
+            return Ok(Found::Retry);
+        };
         let start = seg.position();
         // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
         e.hot.next.store(start, Ordering::Release);
 
         if let Some(w) = words {
             // Two processes creating the same new durable name at once: the later of the two
-            // ACTIVE stores always sees the earlier one here, so at most one keeps its entry.
+            // ACTIVE CASes always sees the earlier one here, so at most one keeps its entry.
             let dup = (0..geo.max_consumers).any(|j| {
                 j != i
                     && seg.consumer(j).is_some_and(|o| {
-                        let st = o.hot.state.load(Ordering::SeqCst);
+                        let st = o.hot.state(Ordering::SeqCst);
                         // The same test `resume` uses to find a durable entry, so that a
                         // retry always finds what made this attach give way.
                         consumer_state::gates(st)
@@ -427,11 +442,19 @@ impl Consumer {
                     })
             });
             if dup {
-                e.hot.state.store(consumer_state::FREE, Ordering::SeqCst);
+                // From this word, or the broker's release of it.
+                if !table::consumer::free(&e.hot.word, word, consumer_state::FREE) {
+                    let released = table::consumer::released(word);
+                    let _ = table::consumer::free(&e.hot.word, released, consumer_state::FREE);
+                }
                 return Ok(Found::Retry);
             }
         }
-        Ok(Found::Attached(i, start))
+        Ok(Found::Attached {
+            index: i,
+            next: start,
+            word,
+        })
     }
 
     fn entry(&self) -> &ConsumerEntry {
@@ -504,7 +527,7 @@ impl Consumer {
             .header
             .stamp
             .load(Ordering::Acquire);
-        stamp == self.next || (stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > self.next)
+        stamp::read(stamp, self.next) != Stamp::Pending
     }
 
     /// Whether no producer has even claimed this consumer's next sequence: a look at the
@@ -533,9 +556,16 @@ impl Consumer {
         if self.nothing_claimed() {
             return self.idle_checks(false);
         }
+        // Relaxed: a hint on this consumer's own line; `idle_checks` decides. A required
+        // consumer reads in place only while it holds its entry as ACTIVE: released by the
+        // broker, it first gates again from the head.
+        if self.required && self.entry().hot.word.load(Ordering::Relaxed) != self.word {
+            return self.idle_checks(false);
+        }
         let start = self.next;
         let mut n = 0u64;
         let mut lapped = false;
+        let mut repaired = false;
         while n < self.batch_cap {
             let seq = start + n;
             // Acquire: SYNC POINT with the producer's Release stamp store; the payload, len
@@ -544,9 +574,17 @@ impl Consumer {
             if stamp == seq {
                 n += 1;
             } else {
-                lapped = stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > seq;
+                match stamp::read(stamp, seq) {
+                    Stamp::Lapped => lapped = true,
+                    Stamp::Repaired => repaired = n == 0,
+                    Stamp::Published | Stamp::Pending => {}
+                }
                 break;
             }
+        }
+        if repaired {
+            self.skip_repaired();
+            return self.poll_once(handler);
         }
         if n == 0 {
             return self.idle_checks(lapped);
@@ -558,11 +596,34 @@ impl Consumer {
         }
     }
 
-    /// Nothing to deliver: handle a lap, a release by the broker, a deleted ring.
+    /// Skip the repaired sequences (see `table::tombstone`) from this consumer's position:
+    /// they hold no event. Counted as skipped, like a producer's tombstone.
+    #[cold]
+    fn skip_repaired(&mut self) {
+        let mut next = self.next;
+        // Acquire: as in `poll_once`.
+        while stamp::read(
+            self.seg.slot(next).header.stamp.load(Ordering::Acquire),
+            next,
+        ) == Stamp::Repaired
+        {
+            next += 1;
+        }
+        let skipped = next - self.next;
+        self.commit(next, 0, skipped, 0);
+    }
+
+    /// Nothing to deliver: handle a lap, a release by the broker, a lost entry, a deleted
+    /// ring.
     #[cold]
     fn idle_checks(&mut self, lapped: bool) -> Result<usize, PollError> {
-        let state = self.entry().hot.state.load(Ordering::Acquire);
-        if lapped || state == consumer_state::RELEASED {
+        // Acquire: pairs with the broker's SeqCst release CAS.
+        let word = self.entry().hot.word.load(Ordering::Acquire);
+        if word != self.word && word != table::consumer::released(self.word) {
+            self.failed = true;
+            return Err(PollError::EntryLost);
+        }
+        if lapped || word != self.word {
             self.jump_to_head();
         }
         if is_deleted(&self.seg) {
@@ -573,10 +634,15 @@ impl Consumer {
 
     /// Lapped (or released): skip to the head and count the gap.
     fn jump_to_head(&mut self) {
-        let state = &self.entry().hot.state;
-        if state.load(Ordering::Acquire) == consumer_state::RELEASED {
-            // Gate again, by the attach protocol: SeqCst state store, then read the head.
-            state.store(consumer_state::ACTIVE, Ordering::SeqCst);
+        let released = table::consumer::released(self.word);
+        // Acquire: pairs with the broker's SeqCst release CAS.
+        if self.entry().hot.word.load(Ordering::Acquire) == released {
+            // Gate again, by the attach protocol: SeqCst CAS, then read the head.
+            if let Ok(word) =
+                table::consumer::set(&self.entry().hot.word, released, consumer_state::ACTIVE)
+            {
+                self.word = word;
+            }
         }
         let head = self.seg.position();
         if head > self.next {
@@ -613,14 +679,13 @@ impl Consumer {
         self.failed = true;
         self.stats.failures = self.stats.failures.wrapping_add(1);
         self.store_stats();
-        // Release: the committed position and counters are visible with the state. A CAS
-        // from ACTIVE: a broker's RELEASED is never overwritten.
-        let _ = self.entry().hot.state.compare_exchange(
-            consumer_state::ACTIVE,
-            consumer_state::FAILED,
-            Ordering::Release,
-            Ordering::Relaxed,
-        );
+        // The committed position and counters are visible with the state (the CAS is
+        // SeqCst). From the word this handle holds: a broker's RELEASED is never overwritten.
+        if let Ok(word) =
+            table::consumer::set(&self.entry().hot.word, self.word, consumer_state::FAILED)
+        {
+            self.word = word;
+        }
         PollError::HandlerPanicked { sequence: at }
     }
 
@@ -880,45 +945,32 @@ impl Consumer {
 impl Drop for Consumer {
     fn drop(&mut self) {
         let e = self.entry();
-        let released = e.hot.state.load(Ordering::Acquire) == consumer_state::RELEASED;
-        let from = if released {
-            consumer_state::RELEASED
-        } else if self.failed {
-            consumer_state::FAILED
-        } else {
-            consumer_state::ACTIVE
-        };
-        let to = if !self.durable {
-            consumer_state::FREE
-        } else if released {
-            // The broker released it: it stays released (not gating), whatever this handle
-            // last knew, and resumes at the head on re-attach.
-            consumer_state::RELEASED
-        } else if self.failed {
-            consumer_state::FAILED
-        } else if self.required {
-            consumer_state::DETACHED
-        } else {
-            consumer_state::RELEASED
-        };
-        if to == consumer_state::FREE {
-            e.cold.pid.store(0, Ordering::Relaxed);
-        }
-        // Release: the final position and counters are visible with the state. A CAS from
-        // the state this handle (or the broker) set, so a concurrent release is not undone.
-        if e.hot
-            .state
-            .compare_exchange(from, to, Ordering::Release, Ordering::Relaxed)
-            .is_err()
-            && to == consumer_state::FREE
-        {
-            // Released by the broker in between: an anonymous entry is freed all the same.
-            let _ = e.hot.state.compare_exchange(
-                consumer_state::RELEASED,
-                consumer_state::FREE,
-                Ordering::Release,
-                Ordering::Relaxed,
-            );
+        // Twice at most: a broker's release may land between the load and the CAS.
+        for _ in 0..2 {
+            // Acquire: pairs with the broker's SeqCst release CAS.
+            let word = e.hot.word.load(Ordering::Acquire);
+            let released = word == table::consumer::released(self.word);
+            if word != self.word && !released {
+                // The entry is no longer this handle's: nothing of it to give back.
+                return;
+            }
+            let to = if !self.durable {
+                consumer_state::FREE
+            } else if released {
+                // The broker released it: it stays released (not gating), whatever this
+                // handle last knew, and resumes at the head on re-attach.
+                consumer_state::RELEASED
+            } else if self.failed {
+                consumer_state::FAILED
+            } else if self.required {
+                consumer_state::DETACHED
+            } else {
+                consumer_state::RELEASED
+            };
+            // A CAS from the word read, so a release that lands in between is not undone.
+            if table::consumer::give_up(&e.hot.word, word, to).is_ok() {
+                return;
+            }
         }
     }
 }

@@ -230,4 +230,9 @@ pub enum PollError {
     /// The ring was deleted.
     #[error("ring was deleted")]
     Deleted,
+    /// This consumer's table entry is no longer its own: another process freed or took it
+    /// (only a damaged segment or a process that wrote into it by hand does that). The
+    /// handle delivers nothing more.
+    #[error("this consumer's table entry was taken by another process; re-attach")]
+    EntryLost,
 }

@@ -48,7 +48,7 @@ pub(crate) fn scan(seg: &Segment) -> u64 {
     for i in 0..geo.max_consumers {
         let Some(c) = seg.consumer(i) else { break };
         // SeqCst: pairs with the SeqCst ACTIVE store of an attaching consumer.
-        let state = c.hot.state.load(Ordering::SeqCst);
+        let state = c.hot.state(Ordering::SeqCst);
         if consumer_state::gates(state)
             && c.hot.flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED != 0
         {
@@ -61,7 +61,7 @@ pub(crate) fn scan(seg: &Segment) -> u64 {
     let slack = geo.optional_slack;
     for i in 0..geo.max_consumers {
         let Some(c) = seg.consumer(i) else { break };
-        let state = c.hot.state.load(Ordering::SeqCst);
+        let state = c.hot.state(Ordering::SeqCst);
         if consumer_state::gates(state)
             && c.hot.flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED == 0
         {

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use shmring_layout::{consumer_flags, consumer_state, producer_state, RingState};
+use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state, RingState};
 
 use crate::consumer::entry_name;
 use crate::segment::Segment;
@@ -15,7 +15,10 @@ pub struct ConsumerInfo {
     pub index: u32,
     /// Name (empty for anonymous consumers).
     pub name: String,
-    /// Process that attached it last.
+    /// The entry's word as read (`shmring_layout::owned_word`): what a release or free of
+    /// this entry acts on, so that it never touches a later holder.
+    pub word: u64,
+    /// The process holding the entry (or that held it last).
     pub pid: u32,
     /// Start time of that process (see [`crate::process::ProcessId`]).
     pub start_time: u64,
@@ -44,7 +47,13 @@ pub struct ConsumerInfo {
 pub struct ProducerInfo {
     /// Index in the table.
     pub index: u32,
-    /// Its process.
+    /// The entry's word as read (`shmring_layout::owned_word`): what a repair acts on.
+    pub word: u64,
+    /// State name (ACTIVE, ATTACHING, REPAIRING).
+    pub state: &'static str,
+    /// State code (see `shmring_layout::producer_state`).
+    pub state_code: u32,
+    /// The process holding the entry: its producer, or a process repairing it.
     pub pid: u32,
     /// Start time of that process.
     pub start_time: u64,
@@ -73,7 +82,7 @@ pub struct RingInfo {
     pub closed: bool,
     /// Attached (non-free) consumers.
     pub consumers: Vec<ConsumerInfo>,
-    /// Attached producers.
+    /// Producer entries in use (attached, attaching, or being repaired).
     pub producers: Vec<ProducerInfo>,
     /// Consumers parked (or about to park) waiting for events.
     pub consumer_waiters: u32,
@@ -95,8 +104,9 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let mut consumers = Vec::new();
     for i in 0..geo.max_consumers {
         let Some(e) = seg.consumer(i) else { break };
-        // Acquire: the fields below were written before the state.
-        let code = e.hot.state.load(Ordering::Acquire);
+        // Acquire: the fields below were written before the word.
+        let word = e.hot.word.load(Ordering::Acquire);
+        let code = owned_word::state(word);
         if code == consumer_state::FREE {
             continue;
         }
@@ -106,7 +116,8 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         consumers.push(ConsumerInfo {
             index: i,
             name: entry_name(e),
-            pid: e.cold.pid.load(Ordering::Relaxed),
+            word,
+            pid: owned_word::owner(word),
             start_time: e.cold.start_time.load(Ordering::Relaxed),
             state: consumer_state::name(code),
             state_code: code,
@@ -132,13 +143,19 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let mut producers = Vec::new();
     for i in 0..geo.max_producers {
         let Some(e) = seg.producer(i) else { break };
-        if e.state.load(Ordering::Acquire) != producer_state::ACTIVE {
+        // Acquire: the fields below were written before the word.
+        let word = e.word.load(Ordering::Acquire);
+        let code = owned_word::state(word);
+        if code == producer_state::FREE {
             continue;
         }
         let in_flight = e.in_flight.load(Ordering::Relaxed);
         producers.push(ProducerInfo {
             index: i,
-            pid: e.pid.load(Ordering::Relaxed),
+            word,
+            state: producer_state::name(code),
+            state_code: code,
+            pid: owned_word::owner(word),
             start_time: e.start_time.load(Ordering::Relaxed),
             in_flight: (in_flight != shmring_layout::IN_FLIGHT_CLAIMING)
                 .then(|| in_flight.checked_sub(1))

@@ -41,6 +41,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::SLOT_FLAG_TOMBSTONE;
 
 use crate::park::{self, PARK_NET};
@@ -114,20 +115,16 @@ impl Consumer {
             let seq = from + n;
             // Acquire: SYNC POINT with the producer's Release stamp store, as in `poll_once`;
             // the payload, len and flags of every slot in the run are visible after this.
-            if self.seg.slot(seq).header.stamp.load(Ordering::Acquire) != seq {
+            if !stamp::is_done(self.seg.slot(seq).header.stamp.load(Ordering::Acquire), seq) {
                 break;
             }
             n += 1;
         }
         let end = from + n;
-        let last_event = (from..end).rev().find(|&s| {
-            // Relaxed: ordered by the Acquire stamp load above.
-            self.seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0
-        });
+        let last_event = (from..end).rev().find(|&s| !self.holds_no_event(s));
         for seq in from..end {
             let slot = self.seg.slot(seq);
-            // Relaxed: ordered by the Acquire stamp load above.
-            if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+            if self.holds_no_event(seq) {
                 continue;
             }
             let len = (slot.header.len.load(Ordering::Relaxed) as usize).min(self.max_payload);
@@ -142,6 +139,17 @@ impl Consumer {
             });
         }
         Ok(end)
+    }
+
+    /// Whether sequence `seq`, whose stamp this consumer saw say it is there (Acquire) and
+    /// which it still holds behind its gate, is a tombstone: its producer's (the flags) or a
+    /// repair's (the stamp).
+    fn holds_no_event(&self, seq: u64) -> bool {
+        let header = &self.seg.slot(seq).header;
+        // Relaxed: ordered by the caller's Acquire stamp load; the slot does not change
+        // while this consumer holds it.
+        header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0
+            || stamp::read(header.stamp.load(Ordering::Relaxed), seq) == Stamp::Repaired
     }
 
     /// Commit the position forward to `seq`: every sequence below it is consumed and its
@@ -163,14 +171,13 @@ impl Consumer {
             // Acquire: pairs with the producer's Release stamp store, so the flags read next
             // belong to this sequence's event. A stamp other than `s` (below the head or not)
             // means the run is not published up to `seq`.
-            if s >= head || slot.header.stamp.load(Ordering::Acquire) != s {
+            if s >= head || !stamp::is_done(slot.header.stamp.load(Ordering::Acquire), s) {
                 return Err(LeaseError::NotPublished {
                     seq,
                     unpublished: s,
                 });
             }
-            // Relaxed: ordered by the Acquire stamp load.
-            if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+            if self.holds_no_event(s) {
                 skipped += 1;
             } else {
                 delivered += 1;

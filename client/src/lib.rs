@@ -52,6 +52,8 @@ mod recall;
 mod repair;
 mod ring;
 mod segment;
+#[doc(hidden)]
+pub mod table;
 mod wait;
 mod wake_set;
 
@@ -74,5 +76,6 @@ pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
+pub use table::Tombstone;
 pub use wait::{Fallback, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
 pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};

@@ -18,10 +18,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shmring_layout::{consumer_state, producer_state, RingState};
+use shmring_layout::{consumer_state, owned_word, producer_state, stamp, RingState};
 
 use crate::line::{Env, Line, LineError};
 use crate::segment::Segment;
+use crate::table::{self, Holder};
 use crate::{park, process, Ring};
 
 /// How long a lifecycle call waits for another live process that owns the lifecycle (a stop
@@ -104,7 +105,7 @@ impl Segment {
     pub(crate) fn position(&self) -> u64 {
         // Acquire: pairs with the producer's Release stamp store.
         self.line()
-            .position(|s| self.slot(s).header.stamp.load(Ordering::Acquire) == s)
+            .position(|s| stamp::is_done(self.slot(s).header.stamp.load(Ordering::Acquire), s))
     }
 }
 
@@ -158,9 +159,12 @@ impl Env for SegEnv<'_> {
         crate::fence::register()
             || (0..self.seg.geometry().max_producers).all(|i| {
                 self.seg.producer(i).is_none_or(|p| {
-                    // Acquire: the pid was written before the entry went ACTIVE.
-                    p.state.load(Ordering::Acquire) == producer_state::FREE
-                        || p.pid.load(Ordering::Relaxed) == self.me
+                    // Relaxed: the word names its holder in the same step as its state.
+                    let word = p.word.load(Ordering::Relaxed);
+                    // No holder (0): no producer process to fence.
+                    owned_word::state(word) == producer_state::FREE
+                        || owned_word::owner(word) == self.me
+                        || owned_word::owner(word) == 0
                 })
             })
     }
@@ -180,12 +184,15 @@ impl Env for SegEnv<'_> {
     fn producer_alive(&self) -> bool {
         (0..self.seg.geometry().max_producers).any(|i| {
             self.seg.producer(i).is_some_and(|p| {
-                // Acquire: the identity below was written before the entry went ACTIVE.
-                p.state.load(Ordering::Acquire) != producer_state::FREE
-                    && process::is_alive(
-                        p.pid.load(Ordering::Relaxed),
-                        p.start_time.load(Ordering::Relaxed),
-                    )
+                // Acquire: the start time below was written before the word.
+                let word = p.word.load(Ordering::Acquire);
+                matches!(
+                    owned_word::state(word),
+                    producer_state::ACTIVE | producer_state::ATTACHING
+                ) && matches!(
+                    table::producer::holder(&table::Os, word, p.start_time.load(Ordering::Relaxed)),
+                    Holder::Held(_)
+                )
             })
         })
     }
@@ -250,7 +257,7 @@ impl Ring {
         (0..geo.max_consumers)
             .filter_map(|i| {
                 let e = self.seg.consumer(i)?;
-                let state = e.hot.state.load(Ordering::Acquire);
+                let state = e.hot.state(Ordering::Acquire);
                 let next = e.hot.next.load(Ordering::Acquire);
                 (consumer_state::gates(state) && next < stop)
                     .then(|| (i, crate::consumer::entry_name(e), next))

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    producer_state, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
+    owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
     SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
@@ -34,6 +34,7 @@ use crate::lifecycle::{is_deleted, SegEnv};
 use crate::line::Refused;
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::{Segment, Slot};
+use crate::table::{self, Holder};
 use crate::wait::{producer_backoff, Step};
 use crate::{fence, gating, process};
 use crate::{AttachError, PublishError, Ring, TryPublishError};
@@ -61,6 +62,11 @@ pub struct Producer {
     next: u64,
     /// This process's pid, cached (named as the owner if it finishes a dead stopper's stop).
     pid: u32,
+    /// The entry's word as this producer holds it (see `table`).
+    word: u64,
+    /// The sequence of a [`Claim`] that was neither committed nor dropped (leaked with
+    /// `mem::forget`): tombstoned before the next claim or at detach, so it is no hole.
+    open_claim: Option<u64>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -100,100 +106,27 @@ impl Producer {
         }
         let geo = *seg.geometry();
         let me = process::current();
-        let take = |e: &ProducerEntry| {
-            e.pid.store(me.pid, Ordering::Relaxed);
-            e.start_time.store(me.start_time, Ordering::Relaxed);
-            e.in_flight.store(0, Ordering::Relaxed);
-            e.in_flight_len.store(0, Ordering::Relaxed);
-            for c in [
-                &e.published,
-                &e.refused,
-                &e.tombstoned,
-                &e.repaired,
-                &e.parks,
-            ] {
-                c.store(0, Ordering::Relaxed);
-            }
-            // Release: the fields above are visible to whoever reads ACTIVE (the broker).
-            e.state.store(producer_state::ACTIVE, Ordering::Release);
+        let (entry, taken) = Self::take_entry(&seg, me.pid)?;
+        let Some(e) = seg.producer(entry) else {
+            unreachable!("producer entry index checked by take_entry")
         };
-        // Take a FREE entry. AcqRel: exclusive ownership of the entry; Acquire sees the
-        // previous owner's last writes before it freed it.
-        let take_free = |e: &ProducerEntry| {
-            let won = e
-                .state
-                .compare_exchange(
-                    producer_state::FREE,
-                    producer_state::ATTACHING,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok();
-            if won {
-                take(e);
-            }
-            won
-        };
-        let mut found = None;
-        for i in 0..geo.max_producers {
-            let Some(e) = seg.producer(i) else { break };
-            if take_free(e) {
-                found = Some(i);
-                break;
-            }
+        // Relaxed: published by the Release CAS to ACTIVE below.
+        e.start_time.store(me.start_time, Ordering::Relaxed);
+        e.in_flight.store(0, Ordering::Relaxed);
+        e.in_flight_len.store(0, Ordering::Relaxed);
+        for c in [
+            &e.published,
+            &e.refused,
+            &e.tombstoned,
+            &e.repaired,
+            &e.parks,
+        ] {
+            c.store(0, Ordering::Relaxed);
         }
-        if found.is_none() {
-            // Reclaim an entry whose process is gone and that holds no claim (a held claim
-            // is the broker's to repair). A single producer's claim is the line's position,
-            // not in its entry: repair what it left (tombstones for its unstamped claims,
-            // which also frees the entry), then take the freed entry.
-            for i in 0..geo.max_producers {
-                let Some(e) = seg.producer(i) else { break };
-                let pid = e.pid.load(Ordering::Acquire);
-                let start = e.start_time.load(Ordering::Relaxed);
-                let alive = process::is_alive(pid, start);
-                if geo.producer_mode == ProducerMode::Single
-                    && e.state.load(Ordering::Acquire) == producer_state::ACTIVE
-                    && !alive
-                {
-                    let ring = Ring { seg: seg.clone() };
-                    if ring.repair_dead_producer(i, pid, start).waiting > 0 {
-                        return Err(AttachError::PredecessorClaim { pid });
-                    }
-                    if take_free(e) {
-                        found = Some(i);
-                        break;
-                    }
-                    continue;
-                }
-                if e.state.load(Ordering::Acquire) == producer_state::ACTIVE
-                    && !alive
-                    && e.in_flight.load(Ordering::Acquire) == 0
-                    && e.state
-                        .compare_exchange(
-                            producer_state::ACTIVE,
-                            producer_state::ATTACHING,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        )
-                        .is_ok()
-                {
-                    take(e);
-                    found = Some(i);
-                    break;
-                }
-            }
-        }
-        let Some(entry) = found else {
-            return Err(match (geo.producer_mode, seg.producer(0)) {
-                (ProducerMode::Single, Some(e)) => AttachError::SingleProducerTaken {
-                    pid: e.pid.load(Ordering::Relaxed),
-                },
-                _ => AttachError::TableFull {
-                    what: "producer",
-                    max: geo.max_producers,
-                },
-            });
+        let word = match table::producer::publish(&e.word, taken) {
+            Ok(word) => word,
+            // Freed under this process, which cannot happen while it runs.
+            Err(_) => return Err(AttachError::Busy),
         };
         let mode = fence::mode();
         // Relaxed: the max keeps the weaker mode once any process uses it; producers read it
@@ -205,12 +138,9 @@ impl Producer {
         let next = if single {
             match Self::take_position(&seg) {
                 Ok(p) => p,
-                Err(e) => {
-                    if let Some(entry) = seg.producer(entry) {
-                        // Release: as in `drop`.
-                        entry.state.store(producer_state::FREE, Ordering::Release);
-                    }
-                    return Err(e);
+                Err(err) => {
+                    let _ = table::producer::free(&e.word, word);
+                    return Err(err);
                 }
             }
         } else {
@@ -218,6 +148,8 @@ impl Producer {
         };
         Ok(Producer {
             pid: me.pid,
+            word,
+            open_claim: None,
             single,
             next,
             membarrier: mode == FenceMode::Membarrier,
@@ -232,6 +164,60 @@ impl Producer {
             refused: 0,
             tombstoned: 0,
             _not_sync: PhantomData,
+        })
+    }
+
+    /// Take a producer entry: a free one, else one whose process died holding no claim (a
+    /// held claim is the broker's to repair). A single producer's claim is the line's
+    /// position, not in its entry: repair what a dead one left first (tombstones for its
+    /// unstamped claims, which also frees the entry), then take the freed entry. Returns the
+    /// index and the word taken (ATTACHING by `me`).
+    fn take_entry(seg: &Arc<Segment>, me: u32) -> Result<(u32, u64), AttachError> {
+        let geo = *seg.geometry();
+        for i in 0..geo.max_producers {
+            let Some(e) = seg.producer(i) else { break };
+            // Relaxed: only picks a candidate; the CAS decides.
+            let seen = e.word.load(Ordering::Relaxed);
+            if let Some(taken) = table::producer::take_free(&e.word, seen, me) {
+                return Ok((i, taken));
+            }
+        }
+        for i in 0..geo.max_producers {
+            let Some(e) = seg.producer(i) else { break };
+            // Acquire: the start time and claim below were written before the word.
+            let seen = e.word.load(Ordering::Acquire);
+            let start_time = e.start_time.load(Ordering::Relaxed);
+            if table::producer::holder(&table::Os, seen, start_time) != Holder::Open {
+                continue;
+            }
+            let dead = owned_word::owner(seen);
+            if geo.producer_mode == ProducerMode::Single {
+                let ring = Ring { seg: seg.clone() };
+                if ring.repair_dead_producer(i, seen).waiting > 0 {
+                    return Err(AttachError::PredecessorClaim { pid: dead });
+                }
+                // Acquire: as above.
+                let freed = e.word.load(Ordering::Acquire);
+                if let Some(taken) = table::producer::take_free(&e.word, freed, me) {
+                    return Ok((i, taken));
+                }
+                continue;
+            }
+            // Acquire: pairs with the dead producer's Release record of its claim.
+            if e.in_flight.load(Ordering::Acquire) == 0 {
+                if let Some(taken) = table::producer::take_over(&e.word, seen, me) {
+                    return Ok((i, taken));
+                }
+            }
+        }
+        Err(match (geo.producer_mode, seg.producer(0)) {
+            (ProducerMode::Single, Some(e)) => AttachError::SingleProducerTaken {
+                pid: owned_word::owner(e.word.load(Ordering::Relaxed)),
+            },
+            _ => AttachError::TableFull {
+                what: "producer",
+                max: geo.max_producers,
+            },
         })
     }
 
@@ -342,6 +328,9 @@ impl Producer {
     /// Take `n` sequences (`fetch_add`) and wait at the wrap gate for the last of them.
     #[inline(always)]
     fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
+        if self.open_claim.is_some() {
+            self.close_forgotten_claim();
+        }
         if self.single {
             let c = match self.claim_single(n) {
                 Ok(c) => c,
@@ -425,6 +414,9 @@ impl Producer {
 
     /// Take `n` sequences with a CAS once there is room: a refusal spends no sequence.
     fn claim_if_room(&mut self, n: u64) -> Result<u64, TryPublishError> {
+        if self.open_claim.is_some() {
+            self.close_forgotten_claim();
+        }
         if self.single {
             if !self.has_room(self.next + n - 1) {
                 return Err(if self.seg.line().is_closed() {
@@ -704,6 +696,42 @@ impl Producer {
         self.publish(bytemuck::bytes_of(value))
     }
 
+    /// Stamp the claimed sequence `seq` as an event of `len` bytes (`flags` 0) or a
+    /// tombstone, and count it.
+    fn finish_claim(&mut self, seq: u64, len: usize, flags: u32) {
+        self.open_claim = None;
+        let slot = self.seg.slot(seq);
+        // Relaxed: published by the Release stamp store below.
+        slot.header.len.store(len as u32, Ordering::Relaxed);
+        slot.header.flags.store(flags, Ordering::Relaxed);
+        Self::stamp(&slot, seq);
+        self.notify();
+        self.clear_in_flight();
+        if flags == 0 {
+            self.count_published(1);
+        } else {
+            self.tombstoned += 1;
+            // Relaxed: a counter only this producer writes.
+            self.entry()
+                .tombstoned
+                .store(self.tombstoned, Ordering::Relaxed);
+        }
+    }
+
+    /// A [`Claim`] leaked without commit or drop still holds its sequence: publish it as a
+    /// tombstone (this producer still owns the slot), so consumers do not wait at it.
+    #[cold]
+    fn close_forgotten_claim(&mut self) {
+        if let Some(seq) = self.open_claim {
+            tracing::warn!(
+                ring = self.seg.name(),
+                sequence = seq,
+                "a claim was leaked without commit or drop; publishing it as a tombstone"
+            );
+            self.finish_claim(seq, 0, SLOT_FLAG_TOMBSTONE);
+        }
+    }
+
     /// Claim the next sequence for a zero-copy write, waiting for room. Write into
     /// [`Claim::payload_mut`] (or [`Claim::write`]), then [`Claim::commit`]. Dropped without
     /// commit (or unwound by a panic), the claim publishes a tombstone that consumers skip
@@ -711,6 +739,7 @@ impl Producer {
     pub fn claim(&mut self) -> Result<Claim<'_>, PublishError> {
         let seq = self.claim_blocking(1)?;
         Self::begin_write(&self.seg.slot(seq), seq);
+        self.open_claim = Some(seq);
         Ok(Claim {
             producer: self,
             seq,
@@ -722,10 +751,9 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
-        let e = self.entry();
-        e.pid.store(0, Ordering::Relaxed);
-        // Release: the counters above are final before the entry can be reused.
-        e.state.store(producer_state::FREE, Ordering::Release);
+        self.close_forgotten_claim();
+        // From the word this producer holds: an entry that is no longer its own is left.
+        let _ = table::producer::free(&self.entry().word, self.word);
     }
 }
 
@@ -781,23 +809,8 @@ impl Claim<'_> {
 
     fn finish(&mut self, flags: u32) {
         self.done = true;
-        let seq = self.seq;
         let len = if flags == 0 { self.len } else { 0 };
-        let slot = self.producer.seg.slot(seq);
-        // Relaxed: published by the Release stamp store below.
-        slot.header.len.store(len as u32, Ordering::Relaxed);
-        slot.header.flags.store(flags, Ordering::Relaxed);
-        Producer::stamp(&slot, seq);
-        self.producer.notify();
-        self.producer.clear_in_flight();
-        if flags == 0 {
-            self.producer.count_published(1);
-        } else {
-            self.producer.tombstoned += 1;
-            let t = self.producer.tombstoned;
-            // Relaxed: a counter only this producer writes.
-            self.producer.entry().tombstoned.store(t, Ordering::Relaxed);
-        }
+        self.producer.finish_claim(self.seq, len, flags);
     }
 }
 

@@ -12,7 +12,8 @@
 
 use std::sync::atomic::{fence, Ordering};
 
-use shmring_layout::{SLOT_FLAG_TOMBSTONE, STAMP_EMPTY, STAMP_WRITING};
+use shmring_layout::stamp::{self, Stamp};
+use shmring_layout::SLOT_FLAG_TOMBSTONE;
 
 use crate::Ring;
 
@@ -48,12 +49,11 @@ impl Ring {
         // Acquire: SYNC POINT with the producer's Release stamp store; the len, flags and
         // payload of `seq` are visible if the stamp says `seq`.
         let stamp = slot.header.stamp.load(Ordering::Acquire);
-        if stamp != seq {
-            return if stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > seq {
-                Recall::Gone
-            } else {
-                Recall::Pending
-            };
+        match stamp::read(stamp, seq) {
+            Stamp::Published => {}
+            Stamp::Repaired => return Recall::Tombstone,
+            Stamp::Lapped => return Recall::Gone,
+            Stamp::Pending => return Recall::Pending,
         }
         // Relaxed: ordered by the Acquire stamp load; re-validated by the stamp check below.
         let flags = slot.header.flags.load(Ordering::Relaxed);

@@ -19,19 +19,31 @@
 
 use std::sync::atomic::Ordering;
 
+use shmring_layout::IN_FLIGHT_CLAIMING;
 use shmring_layout::{
-    consumer_state, producer_state, IN_FLIGHT_CLAIMING, SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
+    consumer_flags, consumer_state, owned_word, producer_state, stamp, RingState,
 };
 
-use crate::{gating, park, process, Ring};
+use crate::table::{self, Holder, Tombstone};
+use crate::{gating, park, Ring};
 
 /// What a repair of dead claims did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repair {
-    /// Sequences tombstoned.
+    /// Sequences marked repaired.
     pub tombstoned: u64,
     /// Sequences that could not be repaired yet (their slot still holds an unread event).
     pub waiting: u64,
+}
+
+impl Repair {
+    fn count(&mut self, done: Tombstone) {
+        match done {
+            Tombstone::Written => self.tombstoned += 1,
+            Tombstone::NotNeeded => {}
+            Tombstone::Wait => self.waiting += 1,
+        }
+    }
 }
 
 impl Ring {
@@ -62,78 +74,69 @@ impl Ring {
             .store(monotonic_ns, Ordering::Relaxed);
     }
 
-    /// Whether the stamp of sequence `seq`'s slot says it is published.
+    /// Whether sequence `seq`'s slot holds it: an event, or a tombstone of either kind.
     pub fn is_published(&self, seq: u64) -> bool {
-        self.seg.slot(seq).header.stamp.load(Ordering::Acquire) == seq
+        stamp::is_done(self.seg.slot(seq).header.stamp.load(Ordering::Acquire), seq)
     }
 
     /// Stop consumer `index` from gating producers (it may be lapped; a required consumer
-    /// that re-attaches resumes at the head and counts the gap). Only an ACTIVE, FAILED or
-    /// DETACHED entry that still belongs to process `(pid, start_time)`: an entry being
-    /// attached or taken over is never touched. Returns whether it was released.
-    pub fn release_consumer(&self, index: u32, pid: u32, start_time: u64) -> bool {
-        self.consumer_cas(
-            index,
-            pid,
-            start_time,
-            &[
-                consumer_state::ACTIVE,
-                consumer_state::FAILED,
-                consumer_state::DETACHED,
-            ],
-            consumer_state::RELEASED,
-        )
-    }
-
-    /// Free consumer `index` (an anonymous consumer whose process died), if it still
-    /// belongs to process `(pid, start_time)`. Also frees an entry left CLAIMED by a process
-    /// that died while attaching: the caller must have seen it CLAIMED by that dead process
-    /// for longer than an attach takes (the pid of a fresh CLAIMED entry may still be the
-    /// previous owner's for a moment).
-    pub fn free_consumer(&self, index: u32, pid: u32, start_time: u64) -> bool {
-        self.consumer_cas(
-            index,
-            pid,
-            start_time,
-            &[
-                consumer_state::ACTIVE,
-                consumer_state::FAILED,
-                consumer_state::DETACHED,
-                consumer_state::RELEASED,
-                consumer_state::CLAIMED,
-            ],
-            consumer_state::FREE,
-        )
-    }
-
-    fn consumer_cas(&self, index: u32, pid: u32, start_time: u64, from: &[u32], to: u32) -> bool {
+    /// that re-attaches resumes at the head and counts the gap). `seen` is the entry's word
+    /// as the caller read it (`ConsumerInfo::word`): only an ACTIVE, FAILED or DETACHED
+    /// entry that still holds exactly that word is released, so an entry attached or taken
+    /// over meanwhile is never touched. Its holder keeps it. Returns whether it was
+    /// released.
+    pub fn release_consumer(&self, index: u32, seen: u64) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;
         };
-        let state = e.hot.state.load(Ordering::Acquire);
-        if !from.contains(&state)
-            || e.cold.pid.load(Ordering::Relaxed) != pid
-            || e.cold.start_time.load(Ordering::Relaxed) != start_time
-        {
-            return false;
-        }
-        // SeqCst: a gating change, in the total order of the attach protocol (`gating`).
-        let done = e
-            .hot
-            .state
-            .compare_exchange(state, to, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok();
+        let done = table::consumer::release(&e.hot.word, seen);
         if done {
-            tracing::info!(
-                ring = self.name(),
-                consumer = index,
-                pid,
-                to = consumer_state::name(to),
-                "consumer entry of a process that is gone no longer gates producers"
-            );
-            park::wake(&self.seg.lines().producer_wake.value);
+            self.entry_changed(index, seen, consumer_state::RELEASED);
         }
         done
+    }
+
+    /// Free consumer `index` if it still holds `seen` (`ConsumerInfo::word`) and its holder
+    /// is gone or gave it up: an anonymous consumer whose process died, a durable one to
+    /// forget (unsubscribe), an entry left CLAIMED by a process that died attaching. A
+    /// durable entry left half taken over by a process that died keeps its name and
+    /// position instead: DETACHED if it gated as a required consumer (RESUMING), else
+    /// RELEASED. Returns whether it changed.
+    pub fn free_consumer(&self, index: u32, seen: u64) -> bool {
+        let Some(e) = self.seg.consumer(index) else {
+            return false;
+        };
+        let start_time = e.cold.start_time.load(Ordering::Relaxed);
+        if table::consumer::holder(&table::Os, seen, start_time) != Holder::Open {
+            return false;
+        }
+        let to = match owned_word::state(seen) {
+            // It gated as a required consumer: it keeps holding its events.
+            consumer_state::RESUMING
+                if e.hot.flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED != 0 =>
+            {
+                consumer_state::DETACHED
+            }
+            consumer_state::RESUMING | consumer_state::REATTACHING => consumer_state::RELEASED,
+            _ => consumer_state::FREE,
+        };
+        let done = table::consumer::free(&e.hot.word, seen, to);
+        if done {
+            self.entry_changed(index, seen, to);
+        }
+        done
+    }
+
+    fn entry_changed(&self, index: u32, seen: u64, to: u32) {
+        tracing::info!(
+            ring = self.name(),
+            consumer = index,
+            pid = owned_word::owner(seen),
+            from = consumer_state::name(owned_word::state(seen)),
+            to = consumer_state::name(to),
+            "consumer entry no longer gates producers"
+        );
+        park::wake(&self.seg.lines().producer_wake.value);
     }
 
     /// Monotonic nanoseconds of the broker's last sweep over this ring (0: never).
@@ -141,25 +144,37 @@ impl Ring {
         self.seg.header().last_sweep_ns.load(Ordering::Relaxed)
     }
 
-    /// Publish tombstones for the claim held by producer `index`, whose process
-    /// `(pid, start_time)` must be dead. A slot whose previous event is still unread is left
-    /// for a later call (counted in `waiting`). Frees the entry once the claim is repaired.
+    /// Repair the claim left by the dead producer of entry `index`, whose word the caller
+    /// read as `seen` (`ProducerInfo::word`): the repair holds the entry (REPAIRING) while
+    /// it marks the claim's unpublished sequences as repaired, then frees it. A slot whose
+    /// previous event is still unread is left for a later call (counted in `waiting`; the
+    /// entry goes back to the dead producer meanwhile). Nothing happens if the entry no
+    /// longer holds `seen` or its holder may be alive.
     ///
     /// A producer that died between announcing a claim and learning its sequence (see
     /// `IN_FLIGHT_CLAIMING`) left a hole nobody can name: every unpublished sequence below
-    /// the head that no live producer holds is then tombstoned. Call this only after the
-    /// unblock timeout, so that a live producer has long since recorded its claim.
-    pub fn repair_dead_producer(&self, index: u32, pid: u32, start_time: u64) -> Repair {
+    /// the head that no live producer holds is then repaired.
+    pub fn repair_dead_producer(&self, index: u32, seen: u64) -> Repair {
         let mut repair = Repair::default();
         let Some(e) = self.seg.producer(index) else {
             return repair;
         };
-        if e.pid.load(Ordering::Relaxed) != pid
-            || e.start_time.load(Ordering::Relaxed) != start_time
-            || process::is_alive(pid, start_time)
-        {
+        let start_time = e.start_time.load(Ordering::Relaxed);
+        if table::producer::holder(&table::Os, seen, start_time) != Holder::Open {
             return repair;
         }
+        let me = crate::process::current().pid;
+        let Some(mine) = table::producer::begin_repair(&e.word, seen, me) else {
+            return repair;
+        };
+        // The dead producer's pid, to give the entry back to if the repair must wait (a
+        // REPAIRING word left by a repairer that died names that repairer instead).
+        let dead = if owned_word::state(seen) == producer_state::REPAIRING {
+            0
+        } else {
+            owned_word::owner(seen)
+        };
+        // Acquire: pairs with the dead producer's Release record of its claim.
         let held = e.in_flight.load(Ordering::Acquire);
         if held == IN_FLIGHT_CLAIMING || self.seg.line().single {
             // A single producer records no claim in its entry (its position is the line's):
@@ -173,26 +188,22 @@ impl Ring {
                 .load(Ordering::Relaxed)
                 .clamp(1, self.capacity() / 2);
             for seq in first..first.saturating_add(len) {
-                match self.tombstone(seq) {
-                    Some(true) => repair.tombstoned += 1,
-                    Some(false) => {}
-                    None => repair.waiting += 1,
-                }
+                repair.count(self.tombstone(seq));
             }
         }
         if repair.waiting > 0 {
+            let _ = table::producer::abandon_repair(&e.word, mine, dead);
             return repair;
         }
-        // Relaxed: a counter. Release on in_flight and state: the tombstones above are
-        // visible to whoever sees the claim cleared or the entry free.
+        // Relaxed: a counter. The Release CAS below publishes the cleared claim and the
+        // tombstones to whoever takes the entry.
         e.repaired.fetch_add(repair.tombstoned, Ordering::Relaxed);
-        e.in_flight.store(0, Ordering::Release);
-        e.pid.store(0, Ordering::Relaxed);
-        e.state.store(producer_state::FREE, Ordering::Release);
+        e.in_flight.store(0, Ordering::Relaxed);
+        let _ = table::producer::end_repair(&e.word, mine);
         tracing::info!(
             ring = self.name(),
             producer = index,
-            pid,
+            pid = owned_word::owner(seen),
             tombstoned = repair.tombstoned,
             "repaired the claims of a producer that died; its entry is free"
         );
@@ -205,6 +216,19 @@ impl Ring {
     fn repair_unattributed(&self, skip: u32) -> Repair {
         let mut repair = Repair::default();
         let geo = self.seg.geometry();
+        let line = self.seg.line();
+        if line.single
+            && matches!(
+                line.life().state,
+                Some(RingState::Stopping | RingState::Starting)
+            )
+        {
+            // A stop or start in progress decides whether the single producer's last claim
+            // is accepted or taken back (see `line`): a claim it takes back must not be
+            // marked repaired, since its sequences are handed out again. Try again later.
+            repair.waiting += 1;
+            return repair;
+        }
         // The head first, then the producer table: a live producer that claims after this
         // load holds a sequence at or above `head`, outside the range repaired below; one
         // that claimed before it has announced its claim (or recorded it, with a Release
@@ -213,7 +237,7 @@ impl Ring {
         let mut held: Vec<(u64, u64)> = Vec::new();
         for i in (0..geo.max_producers).filter(|&i| i != skip) {
             let Some(p) = self.seg.producer(i) else { break };
-            if p.state.load(Ordering::Acquire) != producer_state::ACTIVE {
+            if p.state(Ordering::Acquire) != producer_state::ACTIVE {
                 continue;
             }
             // Acquire: pairs with the producer's Release clear after publishing, so a
@@ -238,37 +262,22 @@ impl Ring {
             {
                 continue;
             }
-            match self.tombstone(seq) {
-                Some(true) => repair.tombstoned += 1,
-                Some(false) => {}
-                None => repair.waiting += 1,
-            }
+            repair.count(self.tombstone(seq));
         }
         repair
     }
 
-    /// Tombstone sequence `seq` if it is claimed but unpublished and its slot is free.
-    /// `Some(true)`: tombstoned; `Some(false)`: already published; `None`: the slot still
-    /// holds an event a gating consumer has not read (try again later).
-    pub fn tombstone(&self, seq: u64) -> Option<bool> {
+    /// Mark sequence `seq` repaired if it is claimed but unpublished and its slot's previous
+    /// event has been read (see `table::tombstone`).
+    pub fn tombstone(&self, seq: u64) -> Tombstone {
         let slot = self.seg.slot(seq);
-        let stamp = slot.header.stamp.load(Ordering::Acquire);
-        if stamp == seq || ((stamp & !STAMP_WRITING) > seq && stamp != shmring_layout::STAMP_EMPTY)
-        {
-            return Some(false);
-        }
         let need = (seq + 1).saturating_sub(self.capacity());
-        if gating::scan(&self.seg) < need {
-            return None;
+        let done = table::tombstone(&slot.header.stamp, seq, self.capacity(), || {
+            gating::scan(&self.seg) >= need
+        });
+        if done == Tombstone::Written {
+            park::wake(&self.seg.lines().consumer_wake.value);
         }
-        // Relaxed: published by the Release stamp store below.
-        slot.header.len.store(0, Ordering::Relaxed);
-        slot.header
-            .flags
-            .store(SLOT_FLAG_TOMBSTONE, Ordering::Relaxed);
-        // Release: SYNC POINT with the consumers' Acquire stamp load, as in a publish.
-        slot.header.stamp.store(seq, Ordering::Release);
-        park::wake(&self.seg.lines().consumer_wake.value);
-        Some(true)
+        done
     }
 }

@@ -397,3 +397,133 @@ fn batches_of_concurrent_producers_land_contiguous() {
         h.join().unwrap();
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Ownership of entries and claims.
+
+/// A `Claim` leaked with `mem::forget` still holds its sequence. Its producer publishes it
+/// as a tombstone before its next claim, so consumers are not held at it for good.
+#[test]
+fn a_leaked_claim_is_tombstoned_at_the_next_publish_and_at_detach() {
+    for mode in [ProducerMode::Single, ProducerMode::Multi] {
+        let ns = Ns::new("leaked_claim");
+        let cfg = RingConfig {
+            producer_mode: mode,
+            ..small(16)
+        };
+        let ring = Ring::create(&ns.0, "r", &cfg).unwrap();
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        let mut claim = p.claim().unwrap();
+        claim.write(&99u64.to_le_bytes()).unwrap();
+        std::mem::forget(claim);
+        p.publish(&2u64.to_le_bytes()).unwrap();
+        assert_eq!(drain(&mut c), vec![0, 2], "{mode:?}");
+        assert_eq!(c.stats().skipped, 1, "{mode:?}");
+        assert_eq!(p.stats().tombstoned, 1, "{mode:?}");
+
+        std::mem::forget(p.claim().unwrap());
+        drop(p);
+        assert_eq!(drain(&mut c), Vec::<u64>::new(), "{mode:?}");
+        assert_eq!(c.stats().skipped, 2, "the detach tombstoned it ({mode:?})");
+        assert_eq!(c.next_sequence(), 4, "{mode:?}");
+    }
+}
+
+/// A durable consumer that was optional (it gated only within the slack) and comes back
+/// required: what was published meanwhile may have been overwritten, so it starts at the
+/// head and counts the gap, as after a release; it never reads slots producers reused.
+#[test]
+fn a_durable_consumer_that_was_optional_comes_back_required_at_the_head() {
+    let ns = Ns::new("opt_to_req");
+    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("d").optional())
+        .unwrap();
+    p.publish(&0u64.to_le_bytes()).unwrap();
+    // Its handler fails on the first event: FAILED at sequence 0, still an optional entry.
+    let r = c.poll_once(|_| panic!("handler fails"));
+    assert_eq!(r, Err(PollError::HandlerPanicked { sequence: 0 }));
+    drop(c);
+    // Producers run past it (it is optional, beyond the slack).
+    for v in 1..30u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    assert_eq!(c.next_sequence(), 30, "starts at the head");
+    assert_eq!(c.stats().dropped_behind, 30, "and counts the gap");
+    p.publish(&30u64.to_le_bytes()).unwrap();
+    assert_eq!(drain(&mut c), vec![30]);
+}
+
+/// A consumer the broker released from gating while it runs still holds its entry: its name
+/// is in use until it detaches; it gates again by itself; after it detaches the name is
+/// free (released, resuming at the head).
+#[test]
+fn a_released_live_consumer_keeps_its_name_until_it_detaches() {
+    let ns = Ns::new("released_live");
+    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    let info = ring.info().consumers[0].clone();
+    assert!(ring.release_consumer(info.index, info.word));
+    assert!(
+        !ring.release_consumer(info.index, info.word),
+        "a release names the word it saw: a second one with the same word does nothing"
+    );
+    match ring.consumer(ConsumerOptions::durable("d")) {
+        Err(AttachError::NameInUse { pid, .. }) => assert_eq!(pid, std::process::id()),
+        other => panic!("expected NameInUse, got {:?}", other.map(|c| c.index())),
+    }
+    for v in 0..20u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    // Nothing gated the producer: the consumer was lapped, jumps to the head and gates again.
+    assert_eq!(drain(&mut c), Vec::<u64>::new());
+    assert_eq!(c.next_sequence(), 20);
+    assert_eq!(ring.info().consumers[0].state, "ACTIVE");
+    for v in 20..28u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    assert_eq!(
+        p.try_publish(&[0; 8]),
+        Err(TryPublishError::Full),
+        "it gates again"
+    );
+    assert_eq!(drain(&mut c), (20..28).collect::<Vec<_>>());
+    drop(c);
+    let c = ring
+        .consumer(ConsumerOptions::durable("d"))
+        .expect("detached: the name is free");
+    assert_eq!(c.next_sequence(), 28);
+}
+
+/// A sequence repaired after its producer died is one word in the slot (its stamp): a
+/// consumer skips it and counts it, a recall says it holds no event.
+#[test]
+fn a_repaired_sequence_is_skipped_and_counted() {
+    for required in [true, false] {
+        let ns = Ns::new("repaired_seq");
+        let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+        let opts = if required {
+            ConsumerOptions::durable("d")
+        } else {
+            ConsumerOptions::durable("d").optional()
+        };
+        let mut c = ring.consumer(opts).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        // Sequence 1 claimed and never published (its producer, as far as the ring can
+        // tell, gone), then repaired.
+        std::mem::forget(p.claim().unwrap());
+        assert_eq!(ring.tombstone(1), shmring::Tombstone::Written);
+        assert_eq!(ring.tombstone(1), shmring::Tombstone::NotNeeded);
+        let mut buf = Vec::new();
+        assert_eq!(ring.recall(1, &mut buf), shmring::Recall::Tombstone);
+        assert_eq!(drain(&mut c), vec![0], "required {required}");
+        assert_eq!(c.stats().skipped, 1, "required {required}");
+        assert_eq!(c.next_sequence(), 2, "required {required}");
+    }
+}

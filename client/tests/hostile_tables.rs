@@ -16,9 +16,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring, RingConfig};
 use shmring_layout::{
-    config_checksum, consumer_state, producer_state, ConfigWords, ConsumerCold, ConsumerEntry,
-    ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry, SequenceLines, HEADER_SIZE,
-    IN_FLIGHT_CLAIMING, SEQ_LINES_OFFSET,
+    config_checksum, consumer_state, owned_word, producer_state, ConfigWords, ConsumerCold,
+    ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry, SequenceLines,
+    HEADER_SIZE, IN_FLIGHT_CLAIMING, SEQ_LINES_OFFSET,
 };
 
 mod common;
@@ -56,8 +56,7 @@ fn producer_field(ring: &Ring, i: u32, field: usize) -> u64 {
 }
 
 const HOT_NEXT: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, next);
-const HOT_STATE: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, state);
-const COLD_PID: usize = offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, pid);
+const HOT_WORD: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, word);
 const COLD_START: usize = offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, start_time);
 const COLD_COUNTERS: usize = offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, counters);
 
@@ -226,12 +225,12 @@ proptest! {
 fn out_of_range_entry_indices_are_refused_by_every_entry_operation() {
     let ns = Ns::new("indices");
     let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
-    let me = shmring::process::current();
+    let word = owned_word::pack(1, consumer_state::ACTIVE, 1);
     for index in [3, 4, 255, 256, u32::MAX] {
-        assert!(!ring.release_consumer(index, me.pid, me.start_time));
-        assert!(!ring.free_consumer(index, me.pid, me.start_time));
+        assert!(!ring.release_consumer(index, word));
+        assert!(!ring.free_consumer(index, word));
         assert_eq!(
-            ring.repair_dead_producer(index, me.pid, me.start_time),
+            ring.repair_dead_producer(index, word),
             shmring::Repair::default()
         );
     }
@@ -252,12 +251,8 @@ fn a_dead_producer_claim_of_absurd_length_is_repaired_in_bounded_steps() {
         (1 << 62, 1 << 40),
     ] {
         let p = |f| producer_field(&ring, 0, f);
-        put32(
-            &path,
-            p(offset_of!(ProducerEntry, state)),
-            producer_state::ACTIVE,
-        );
-        put32(&path, p(offset_of!(ProducerEntry, pid)), pid);
+        let word = owned_word::pack(1, producer_state::ACTIVE, pid);
+        put64(&path, p(offset_of!(ProducerEntry, word)), word);
         put64(&path, p(offset_of!(ProducerEntry, start_time)), start);
         put64(
             &path,
@@ -265,7 +260,7 @@ fn a_dead_producer_claim_of_absurd_length_is_repaired_in_bounded_steps() {
             first_plus_one,
         );
         put64(&path, p(offset_of!(ProducerEntry, in_flight_len)), len);
-        let r = ring.repair_dead_producer(0, pid, start);
+        let r = ring.repair_dead_producer(0, word);
         assert!(
             r.tombstoned + r.waiting <= ring.capacity() / 2,
             "{first_plus_one:#x}+{len:#x}: {r:?}"
@@ -282,12 +277,8 @@ fn an_unattributed_hole_search_is_bounded() {
     let path = ring.path().to_owned();
     let (pid, start) = (1, init_start() + 1);
     let p = |f| producer_field(&ring, 0, f);
-    put32(
-        &path,
-        p(offset_of!(ProducerEntry, state)),
-        producer_state::ACTIVE,
-    );
-    put32(&path, p(offset_of!(ProducerEntry, pid)), pid);
+    let word = owned_word::pack(1, producer_state::ACTIVE, pid);
+    put64(&path, p(offset_of!(ProducerEntry, word)), word);
     put64(&path, p(offset_of!(ProducerEntry, start_time)), start);
     put64(
         &path,
@@ -297,7 +288,7 @@ fn an_unattributed_hole_search_is_bounded() {
     let claim = shmring_layout::SEQ_LINES_OFFSET as u64;
     for head in [1 << 40, (1 << 62) - 1, shmring_layout::CLAIM_SEQ_MASK] {
         put64(&path, claim, head);
-        let r = ring.repair_dead_producer(0, pid, start);
+        let r = ring.repair_dead_producer(0, word);
         let bound = u64::from(ring.geometry().max_producers) * ring.capacity();
         assert!(r.tombstoned + r.waiting <= bound, "head {head:#x}: {r:?}");
     }
@@ -329,7 +320,11 @@ fn a_durable_entry_naming_pid_1_is_taken_over() {
     let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let index = c.index();
     std::mem::forget(c); // as if its process died: the entry stays ACTIVE
-    put32(&path, consumer_field(&ring, index, COLD_PID), 1);
+    put64(
+        &path,
+        consumer_field(&ring, index, HOT_WORD),
+        owned_word::pack(9, consumer_state::ACTIVE, 1),
+    );
     put64(
         &path,
         consumer_field(&ring, index, COLD_START),
@@ -354,7 +349,11 @@ fn a_durable_entry_forged_with_pid_1s_real_start_time_is_refused_clearly() {
     let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let index = c.index();
     std::mem::forget(c);
-    put32(&path, consumer_field(&ring, index, COLD_PID), 1);
+    put64(
+        &path,
+        consumer_field(&ring, index, HOT_WORD),
+        owned_word::pack(9, consumer_state::ACTIVE, 1),
+    );
     put64(
         &path,
         consumer_field(&ring, index, COLD_START),
@@ -380,12 +379,8 @@ fn producer_entries_naming_pid_1_are_reclaimed() {
     let path = ring.path().to_owned();
     for i in 0..ring.geometry().max_producers {
         let p = |f| producer_field(&ring, i, f);
-        put32(
-            &path,
-            p(offset_of!(ProducerEntry, state)),
-            producer_state::ACTIVE,
-        );
-        put32(&path, p(offset_of!(ProducerEntry, pid)), 1);
+        let word = owned_word::pack(1, producer_state::ACTIVE, 1);
+        put64(&path, p(offset_of!(ProducerEntry, word)), word);
         put64(
             &path,
             p(offset_of!(ProducerEntry, start_time)),
@@ -492,7 +487,11 @@ fn corrupt_state_words_give_errors_not_hangs() {
     p.try_publish(b"still flows").unwrap();
     assert_eq!(c.poll_once(|_| {}), Ok(1));
     // A consumer entry in a state no code writes: not gating, shown as CORRUPT.
-    put32(&path, consumer_field(&ring, c.index(), HOT_STATE), 99);
+    put64(
+        &path,
+        consumer_field(&ring, c.index(), HOT_WORD),
+        owned_word::pack(9, 99, std::process::id()),
+    );
     assert_eq!(ring.info().consumers[0].state, "CORRUPT");
     assert!(!consumer_state::gates(99));
     for _ in 0..ring.capacity() * 2 {

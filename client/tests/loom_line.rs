@@ -23,6 +23,9 @@ use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
+mod loom_word;
+
+use loom_word::{model, W};
 use shmring::line::{Env, Line, LineError, Refused, Word};
 use shmring::RingState;
 use shmring_layout::{lifecycle, CLAIM_CLOSED};
@@ -32,29 +35,6 @@ const SLOTS: usize = 4;
 const EMPTY: u64 = u64::MAX;
 /// A pid that is not running.
 const DEAD: u32 = 99;
-
-struct W(AtomicU64);
-
-impl Word for W {
-    fn load(&self, order: Ordering) -> u64 {
-        self.0.load(order)
-    }
-    fn store(&self, value: u64, order: Ordering) {
-        self.0.store(value, order)
-    }
-    fn compare_exchange(
-        &self,
-        current: u64,
-        new: u64,
-        ok: Ordering,
-        err: Ordering,
-    ) -> Result<u64, u64> {
-        self.0.compare_exchange(current, new, ok, err)
-    }
-    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
-        self.0.fetch_add(value, order)
-    }
-}
 
 struct Ring {
     claim: W,
@@ -68,9 +48,9 @@ struct Ring {
 impl Ring {
     fn new(single: bool, life: u64, claim: u64) -> Self {
         Ring {
-            claim: W(AtomicU64::new(claim)),
-            life: W(AtomicU64::new(life)),
-            stop_seq: W(AtomicU64::new(0)),
+            claim: W::new(claim),
+            life: W::new(life),
+            stop_seq: W::new(0),
             single,
             stamps: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
             producer_alive: AtomicBool::new(true),
@@ -116,15 +96,6 @@ impl Env for ModelEnv<'_> {
     fn producer_alive(&self) -> bool {
         self.ring.producer_alive.load(Ordering::SeqCst)
     }
-}
-
-/// Run `f` under loom with the preemption bound (2, or `LOOM_MAX_PREEMPTIONS`).
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    b.check(f);
 }
 
 fn env(ring: &Ring, me: u32, fenced: bool) -> ModelEnv<'_> {

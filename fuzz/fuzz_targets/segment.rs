@@ -30,8 +30,8 @@ use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use shmring::{Consumer, ConsumerOptions, PollError, Producer, Ring, RingConfig};
 use shmring_layout::{
-    ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot, Geometry, Header, ProducerEntry,
-    SequenceLines, SlotHeader, WakeLine, CLAIM_CLOSED, IN_FLIGHT_CLAIMING, LINE, SLOT_HEADER_SIZE,
+    ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine,
+    ProducerEntry, SequenceLines, SlotHeader, WakeLine, CLAIM_CLOSED, IN_FLIGHT_CLAIMING, LINE, SLOT_HEADER_SIZE,
     STAMP_WRITING,
 };
 
@@ -190,15 +190,22 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
             line(offset_of!(SequenceLines, producer_wake) + offset_of!(WakeLine, word)),
             4,
         ),
-        Field::State => (offset_of!(Header, state) as u64, 4),
+        Field::State => (
+            line(offset_of!(SequenceLines, lifecycle) + offset_of!(LifecycleLine, lifecycle)),
+            8,
+        ),
         Field::Run => (offset_of!(Header, run) as u64, 8),
-        Field::StopSeq => (offset_of!(Header, stop_seq) as u64, 8),
+        Field::StopSeq => (
+            line(offset_of!(SequenceLines, lifecycle) + offset_of!(LifecycleLine, stop_seq)),
+            8,
+        ),
         Field::BrokerEpoch => (offset_of!(Header, broker_epoch) as u64, 8),
         Field::FenceMode => (offset_of!(Header, fence_mode) as u64, 4),
         Field::ConsumerNext(i) => (hot(i, offset_of!(ConsumerHot, next)), 8),
-        Field::ConsumerState(i) => (hot(i, offset_of!(ConsumerHot, state)), 4),
+        // The entry's whole word, and its low half: the holder's pid (little-endian).
+        Field::ConsumerState(i) => (hot(i, offset_of!(ConsumerHot, word)), 8),
         Field::ConsumerFlags(i) => (hot(i, offset_of!(ConsumerHot, flags)), 4),
-        Field::ConsumerPid(i) => (cold(i, offset_of!(ConsumerCold, pid)), 4),
+        Field::ConsumerPid(i) => (hot(i, offset_of!(ConsumerHot, word)), 4),
         Field::ConsumerStart(i) => (cold(i, offset_of!(ConsumerCold, start_time)), 8),
         Field::ConsumerName(i, w) => (
             cold(i, offset_of!(ConsumerCold, name) + 8 * usize::from(w % 6)),
@@ -213,8 +220,8 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
             8,
         ),
         Field::ConsumerParked(i) => (cold(i, offset_of!(ConsumerCold, parked)), 4),
-        Field::ProducerState(i) => (producer(i) + offset_of!(ProducerEntry, state) as u64, 4),
-        Field::ProducerPid(i) => (producer(i) + offset_of!(ProducerEntry, pid) as u64, 4),
+        Field::ProducerState(i) => (producer(i) + offset_of!(ProducerEntry, word) as u64, 8),
+        Field::ProducerPid(i) => (producer(i) + offset_of!(ProducerEntry, word) as u64, 4),
         Field::ProducerStart(i) => (
             producer(i) + offset_of!(ProducerEntry, start_time) as u64,
             8,
@@ -417,10 +424,9 @@ fn run(ops: &[Op]) {
             Op::Info => check_info(&ring),
             Op::RepairDeadProducers => {
                 // What the broker does after the unblock timeout, for every dead producer.
+                // The repair itself checks that the entry's holder is gone.
                 for p in ring.info().producers {
-                    if !shmring::process::is_alive(p.pid, p.start_time) {
-                        let _ = ring.repair_dead_producer(p.index, p.pid, p.start_time);
-                    }
+                    let _ = ring.repair_dead_producer(p.index, p.word);
                 }
             }
             Op::Tombstone(d) => {
@@ -436,9 +442,9 @@ fn run(ops: &[Op]) {
                     .get(usize::from(i) % info.consumers.len().max(1))
                 {
                     if matches!(op, Op::Release(_)) {
-                        let _ = ring.release_consumer(c.index, c.pid, c.start_time);
+                        let _ = ring.release_consumer(c.index, c.word);
                     } else {
-                        let _ = ring.free_consumer(c.index, c.pid, c.start_time);
+                        let _ = ring.free_consumer(c.index, c.word);
                     }
                 }
             }

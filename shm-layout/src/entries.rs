@@ -5,13 +5,14 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::{LINE, NAME_LEN, SLOT_HEADER_SIZE};
 
-/// What a consumer table entry holds.
+/// What a consumer table entry holds: the state byte of its [`ConsumerHot::word`].
 ///
 /// | state      | gates producers | meaning |
 /// |------------|-----------------|---------|
 /// | `FREE`     | no  | unused; taken by CAS FREE -> CLAIMED |
 /// | `CLAIMED`  | no  | a new consumer filling in its entry (flags, name, start) |
-/// | `RESUMING` | yes | a durable consumer being taken over by a new process; keeps its position |
+/// | `RESUMING` | yes | a durable consumer that gated as required, being taken over by a new process; keeps gating at its position |
+/// | `REATTACHING` | no | a durable consumer that did not gate as required (released, optional, or never started), being taken over |
 /// | `ACTIVE`   | yes | attached and consuming |
 /// | `DETACHED` | yes | a durable required consumer that detached: its events wait for it |
 /// | `FAILED`   | yes | its handler failed; a restart resumes at that event |
@@ -19,6 +20,9 @@ use crate::{LINE, NAME_LEN, SLOT_HEADER_SIZE};
 ///
 /// "Gates" means the entry's `next` holds producers at the wrap gate: always for a
 /// required consumer, within the ring's slack for an optional one.
+///
+/// The owner pid in the word is the process that holds the entry: the attaching or
+/// attached process, or the last one for DETACHED, FAILED and RELEASED.
 pub mod consumer_state {
     /// Unused entry.
     pub const FREE: u32 = 0;
@@ -32,8 +36,10 @@ pub mod consumer_state {
     pub const FAILED: u32 = 4;
     /// Not gating; on re-attach a required consumer resumes at the head.
     pub const RELEASED: u32 = 5;
-    /// A durable consumer being taken over (gating, position kept).
+    /// A durable consumer that gated as required, being taken over (gating, position kept).
     pub const RESUMING: u32 = 6;
+    /// A durable consumer that did not gate as required, being taken over (not gating).
+    pub const REATTACHING: u32 = 7;
 
     /// Whether an entry in `state` holds producers at the wrap gate.
     pub const fn gates(state: u32) -> bool {
@@ -49,7 +55,7 @@ pub mod consumer_state {
             DETACHED => "DETACHED",
             FAILED => "FAILED",
             RELEASED => "RELEASED",
-            RESUMING => "ATTACHING",
+            RESUMING | REATTACHING => "ATTACHING",
             _ => "CORRUPT",
         }
     }
@@ -63,16 +69,31 @@ pub mod consumer_flags {
     pub const DURABLE: u32 = 2;
 }
 
+/// [`ConsumerHot::next`] of an entry whose consumer has no position yet (attaching, or
+/// taken over to start at the head): above every sequence, so it never lowers the wrap
+/// gate, and a takeover reads it as "start at the head".
+pub const NEXT_UNSET: u64 = u64::MAX;
+
 /// The part of a consumer entry that producers read: its position and whether it gates.
 #[repr(C, align(128))]
 #[derive(Debug, Default)]
 pub struct ConsumerHot {
     /// The next sequence this consumer will read. Written once per batch (Release).
     pub next: AtomicU64,
-    /// A [`consumer_state`] value.
-    pub state: AtomicU32,
+    /// Who holds the entry: an [owned word](crate::owned_word) whose state byte is a
+    /// [`consumer_state`] value. Changed only by compare-and-swap.
+    pub word: AtomicU64,
     /// [`consumer_flags`] bits.
     pub flags: AtomicU32,
+    _reserved: AtomicU32,
+}
+
+impl ConsumerHot {
+    /// The state byte of [`Self::word`].
+    #[inline(always)]
+    pub fn state(&self, order: core::sync::atomic::Ordering) -> u32 {
+        crate::owned_word::state(self.word.load(order))
+    }
 }
 
 /// Per-consumer counters, written by the consumer once per batch and read by the broker.
@@ -101,12 +122,13 @@ pub struct ConsumerCounters {
 #[repr(C, align(128))]
 #[derive(Debug, Default)]
 pub struct ConsumerCold {
-    /// Process id of the attached process (0 when none).
-    pub pid: AtomicU32,
+    _reserved_pid: AtomicU32,
     /// Wait strategy kind, for display.
     pub wait_kind: AtomicU32,
-    /// Start time of that process (clock ticks since boot, from `/proc/<pid>/stat`), so a
-    /// reused pid is told apart.
+    /// Start time of the owner process of [`ConsumerHot::word`] (clock ticks since boot,
+    /// from `/proc/<pid>/stat`), so a reused pid is told apart. Written by the owner after
+    /// the CAS that made it the owner, before its next state change: valid while the state
+    /// is neither CLAIMED, RESUMING nor REATTACHING.
     pub start_time: AtomicU64,
     /// Wait strategy parameter (nanoseconds), for display.
     pub wait_param: AtomicU64,
@@ -140,11 +162,13 @@ const _: () = assert!(size_of::<ConsumerCold>() == 2 * LINE);
 const _: () = assert!(size_of::<ConsumerEntry>() == CONSUMER_ENTRY_SIZE);
 const _: () = assert!(offset_of!(ConsumerEntry, cold) == LINE);
 const _: () = assert!(offset_of!(ConsumerHot, next) == 0);
-const _: () = assert!(offset_of!(ConsumerHot, state) == 8);
+const _: () = assert!(offset_of!(ConsumerHot, word) == 8);
+const _: () = assert!(offset_of!(ConsumerHot, flags) == 16);
 const _: () = assert!(offset_of!(ConsumerCold, name) == 32);
 const _: () = assert!(offset_of!(ConsumerCold, counters) == 96);
 
-/// Producer table entry states.
+/// Producer table entry states: the state byte of [`ProducerEntry::word`], whose owner pid
+/// is the process holding the entry.
 pub mod producer_state {
     /// Unused entry.
     pub const FREE: u32 = 0;
@@ -152,17 +176,31 @@ pub mod producer_state {
     pub const ATTACHING: u32 = 1;
     /// Attached.
     pub const ACTIVE: u32 = 2;
+    /// Its producer died; the owner is repairing the claim it left, then frees the entry.
+    pub const REPAIRING: u32 = 3;
+
+    /// A display name for a state code.
+    pub const fn name(state: u32) -> &'static str {
+        match state {
+            FREE => "FREE",
+            ATTACHING => "ATTACHING",
+            ACTIVE => "ACTIVE",
+            REPAIRING => "REPAIRING",
+            _ => "CORRUPT",
+        }
+    }
 }
 
-/// One producer table entry, written only by its producer (and the broker on repair).
+/// One producer table entry, written only by its owner: the producer, or a process
+/// repairing what a dead producer left.
 #[repr(C, align(128))]
 #[derive(Debug, Default)]
 pub struct ProducerEntry {
-    /// A [`producer_state`] value.
-    pub state: AtomicU32,
-    /// Process id.
-    pub pid: AtomicU32,
-    /// Process start time (see [`ConsumerCold::start_time`]).
+    /// Who holds the entry: an [owned word](crate::owned_word) whose state byte is a
+    /// [`producer_state`] value. Changed only by compare-and-swap.
+    pub word: AtomicU64,
+    /// Process start time of the owner (see [`ConsumerCold::start_time`]; valid while the
+    /// state is ACTIVE).
     pub start_time: AtomicU64,
     /// First sequence of the claim this producer holds, plus one (0: none;
     /// [`crate::IN_FLIGHT_CLAIMING`]: taking a claim, sequence not known yet).
@@ -181,9 +219,18 @@ pub struct ProducerEntry {
     pub parks: AtomicU64,
 }
 
+impl ProducerEntry {
+    /// The state byte of [`Self::word`].
+    #[inline(always)]
+    pub fn state(&self, order: core::sync::atomic::Ordering) -> u32 {
+        crate::owned_word::state(self.word.load(order))
+    }
+}
+
 /// Size of [`ProducerEntry`].
 pub const PRODUCER_ENTRY_SIZE: usize = LINE;
 const _: () = assert!(size_of::<ProducerEntry>() == PRODUCER_ENTRY_SIZE);
+const _: () = assert!(offset_of!(ProducerEntry, start_time) == 8);
 const _: () = assert!(offset_of!(ProducerEntry, in_flight) == 16);
 const _: () = assert!(offset_of!(ProducerEntry, published) == 32);
 
@@ -192,7 +239,9 @@ const _: () = assert!(offset_of!(ProducerEntry, published) == 32);
 /// `stamp` is the protocol: a producer that owns sequence `s` for this slot stores
 /// `s | STAMP_WRITING` (Relaxed) before touching the payload and `s` (Release) after; a
 /// consumer waiting for `s` loads `stamp` (Acquire) and reads the payload once it equals
-/// `s`. A stamp above `s` (writing bit aside) means the consumer was lapped.
+/// `s`. A repair of a sequence a dead producer never published swaps the stamp to
+/// `s | STAMP_TOMBSTONE` in one compare-and-swap. [`crate::stamp::read`] says what a stamp
+/// means to a reader.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SlotHeader {

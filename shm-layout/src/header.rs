@@ -184,9 +184,8 @@ impl RingState {
     }
 }
 
-/// The lifecycle word ([`LifecycleLine::lifecycle`]): `generation (24 bits) | state (8 bits) |
-/// owner pid (32 bits)`, changed only by compare-and-swap, each change bumping the
-/// generation so that a value never repeats within 2^24 changes (a stale CAS fails).
+/// The lifecycle word ([`LifecycleLine::lifecycle`]), an [owned word](crate::owned_word)
+/// whose state byte is a [`RingState`](super::RingState) number.
 ///
 /// | state | owner | line | stop sequence |
 /// | --- | --- | --- | --- |
@@ -196,30 +195,7 @@ impl RingState {
 /// | Starting | the starter | reopening | valid |
 /// | Deleted | 0 | closed | valid |
 pub mod lifecycle {
-    /// Bits of the generation.
-    pub const GEN_BITS: u32 = 24;
-    const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
-
-    /// Build a word.
-    pub const fn pack(generation: u32, state: u32, owner: u32) -> u64 {
-        ((generation as u64 & GEN_MASK) << 40) | ((state as u64 & 0xff) << 32) | owner as u64
-    }
-    /// The generation.
-    pub const fn generation(word: u64) -> u32 {
-        ((word >> 40) & GEN_MASK) as u32
-    }
-    /// The state byte (a [`super::RingState`] number).
-    pub const fn state(word: u64) -> u32 {
-        ((word >> 32) & 0xff) as u32
-    }
-    /// The owner's pid (0 unless the state is transitional).
-    pub const fn owner(word: u64) -> u32 {
-        word as u32
-    }
-    /// The word after `word`: the next generation, with a new state and owner.
-    pub const fn next(word: u64, state: u32, owner: u32) -> u64 {
-        pack(generation(word).wrapping_add(1), state, owner)
-    }
+    pub use crate::owned_word::*;
 }
 
 /// How a producer's publish is ordered against a consumer that is about to park.

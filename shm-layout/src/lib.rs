@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -45,8 +45,57 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
 /// sequence in the low bits into this slot" (see [`SlotHeader::stamp`]).
 pub const STAMP_WRITING: u64 = 1 << 63;
 
+/// A sequence number with this bit set in a slot stamp means "sequence `s` (the low bits)
+/// was repaired: it holds no event". A repair writes it with one compare-and-swap, so the
+/// slot never holds a half-written tombstone (see [`stamp`]).
+pub const STAMP_TOMBSTONE: u64 = 1 << 62;
+
 /// A stamp that no sequence ever has: the slot was never written.
 pub const STAMP_EMPTY: u64 = u64::MAX;
+
+/// What a slot stamp says about the sequence a reader expects there. The one reading of a
+/// stamp: consumers, repairs, recalls and the line's position all use it.
+pub mod stamp {
+    use super::{STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
+
+    /// What a slot holds, relative to the sequence `seq` a reader expects in it.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Stamp {
+        /// `seq` is published (an event, or a tombstone its producer wrote in the flags).
+        Published,
+        /// `seq` was repaired: no event, skip it.
+        Repaired,
+        /// `seq` is not there yet: an older sequence, `seq` being written, or never written.
+        Pending,
+        /// A newer sequence is there (or being written): `seq` was overwritten.
+        Lapped,
+    }
+
+    /// The sequence a stamp names, without its WRITING and TOMBSTONE bits.
+    pub const fn sequence(stamp: u64) -> u64 {
+        stamp & !(STAMP_WRITING | STAMP_TOMBSTONE)
+    }
+
+    /// Read `stamp` for the reader that expects sequence `seq` (below `MAX_SEQUENCE`).
+    #[inline(always)]
+    pub const fn read(stamp: u64, seq: u64) -> Stamp {
+        if stamp == seq {
+            Stamp::Published
+        } else if stamp == seq | STAMP_TOMBSTONE {
+            Stamp::Repaired
+        } else if stamp != STAMP_EMPTY && sequence(stamp) > seq {
+            Stamp::Lapped
+        } else {
+            Stamp::Pending
+        }
+    }
+
+    /// Whether `seq` is there, as an event or a tombstone of either kind.
+    #[inline(always)]
+    pub const fn is_done(stamp: u64, seq: u64) -> bool {
+        matches!(read(stamp, seq), Stamp::Published | Stamp::Repaired)
+    }
+}
 
 /// Bit 63 of the claim counter: set when the ring is stopped. A claim that reads it set is
 /// refused; the low bits keep counting claims.
@@ -55,8 +104,8 @@ pub const CLAIM_CLOSED: u64 = 1 << 63;
 /// Mask of the low bits of the claim counter: the next sequence to hand out.
 pub const CLAIM_SEQ_MASK: u64 = CLAIM_CLOSED - 1;
 
-/// Sequences stay below this (2^62): a stamp's WRITING bit and the claim counter's CLOSED
-/// bit never collide with a real sequence. At 10^9 events/s that is 146 years.
+/// Sequences stay below this (2^62): a stamp's WRITING and TOMBSTONE bits and the claim
+/// counter's CLOSED bit never collide with a real sequence. At 10^9 events/s that is 146 years.
 pub const MAX_SEQUENCE: u64 = 1 << 62;
 
 /// [`ProducerEntry::in_flight`] while a producer is taking a claim and does not know its
@@ -85,6 +134,38 @@ pub const NAME_LEN: usize = 48;
 
 /// A slot's flags word: the slot holds no event (a claim that was dropped or repaired).
 pub const SLOT_FLAG_TOMBSTONE: u32 = 1;
+
+/// A word that names who holds a thing and in which state: `generation (24 bits) | state
+/// (8 bits) | owner pid (32 bits)`. The ring's lifecycle word and every table entry's word
+/// have this shape. It changes only by compare-and-swap, each change bumping the
+/// generation, so a value never repeats within 2^24 changes: a CAS made on the strength of
+/// an old reading fails, and the owner's pid changes in the same step as the state.
+pub mod owned_word {
+    /// Bits of the generation.
+    pub const GEN_BITS: u32 = 24;
+    const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+
+    /// Build a word.
+    pub const fn pack(generation: u32, state: u32, owner: u32) -> u64 {
+        ((generation as u64 & GEN_MASK) << 40) | ((state as u64 & 0xff) << 32) | owner as u64
+    }
+    /// The generation.
+    pub const fn generation(word: u64) -> u32 {
+        ((word >> 40) & GEN_MASK) as u32
+    }
+    /// The state byte.
+    pub const fn state(word: u64) -> u32 {
+        ((word >> 32) & 0xff) as u32
+    }
+    /// The owner's pid.
+    pub const fn owner(word: u64) -> u32 {
+        word as u32
+    }
+    /// The word after `word`: the next generation, with a new state and owner.
+    pub const fn next(word: u64, state: u32, owner: u32) -> u64 {
+        pack(generation(word).wrapping_add(1), state, owner)
+    }
+}
 
 /// FNV-1a over a list of words, usable in `const` context.
 const fn fnv1a(words: &[u64]) -> u64 {
@@ -119,9 +200,12 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(LifecycleLine, stop_seq) as u64,
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
+    core::mem::offset_of!(ConsumerHot, word) as u64,
+    core::mem::offset_of!(ConsumerHot, flags) as u64,
     core::mem::offset_of!(ConsumerCold, counters) as u64,
     core::mem::offset_of!(ProducerEntry, published) as u64,
     core::mem::offset_of!(SlotHeader, len) as u64,
     STAMP_WRITING,
+    STAMP_TOMBSTONE,
     CLAIM_CLOSED,
 ]);

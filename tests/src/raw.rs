@@ -15,8 +15,8 @@ use std::os::unix::fs::FileExt;
 
 use shmring::Ring;
 use shmring_layout::{
-    producer_state, Geometry, LifecycleLine, Padded, ProducerEntry, SequenceLines, WakeLine,
-    SEQ_LINES_OFFSET,
+    owned_word, producer_state, ConsumerCold, ConsumerEntry, ConsumerHot, Geometry, LifecycleLine,
+    Padded, ProducerEntry, SequenceLines, WakeLine, NAME_LEN, SEQ_LINES_OFFSET,
 };
 
 /// A segment file opened for raw access.
@@ -167,7 +167,8 @@ impl RawSegment {
 
     /// Lay down producer entry `index` as a process `(pid, start_time)` that attached and
     /// died holding `in_flight` (raw word) of `len` sequences, as a SIGKILL would leave it.
-    /// The entry must be free (nobody else writes it meanwhile).
+    /// The entry must be free (nobody else writes it meanwhile). Returns the entry's word,
+    /// what a repair of it names.
     pub fn fabricate_dead_producer(
         &self,
         index: u32,
@@ -175,12 +176,43 @@ impl RawSegment {
         start_time: u64,
         in_flight: u64,
         len: u64,
-    ) {
+    ) -> u64 {
         let f = |field| self.producer_field(index, field);
-        self.write_u32(f(offset_of!(ProducerEntry, pid)), pid);
         self.write_u64(f(offset_of!(ProducerEntry, start_time)), start_time);
         self.write_u64(f(offset_of!(ProducerEntry, in_flight)), in_flight);
         self.write_u64(f(offset_of!(ProducerEntry, in_flight_len)), len);
-        self.write_u32(f(offset_of!(ProducerEntry, state)), producer_state::ACTIVE);
+        let word = owned_word::pack(1, producer_state::ACTIVE, pid);
+        self.write_u64(f(offset_of!(ProducerEntry, word)), word);
+        word
+    }
+
+    /// Overwrite producer entry `index`'s word (`shmring_layout::owned_word`), as a process
+    /// killed between two steps of taking or repairing it leaves it.
+    pub fn set_producer_word(&self, index: u32, word: u64) {
+        self.write_u64(
+            self.producer_field(index, offset_of!(ProducerEntry, word)),
+            word,
+        );
+    }
+
+    /// Lay down consumer entry `index` as its holder left it: `word`, `flags`
+    /// (`shmring_layout::consumer_flags`), `name` (empty: anonymous) and position `next`.
+    /// The entry must be free (nobody else writes it meanwhile).
+    pub fn fabricate_consumer(&self, index: u32, word: u64, flags: u32, name: &str, next: u64) {
+        let base = self
+            .geo
+            .consumer_offset(index)
+            .unwrap_or_else(|| panic!("consumer index {index} out of range"));
+        let hot = base + offset_of!(ConsumerEntry, hot) as u64;
+        let cold = base + offset_of!(ConsumerEntry, cold) as u64;
+        assert!(name.len() <= NAME_LEN, "name too long");
+        let mut padded = [0u8; NAME_LEN];
+        padded[..name.len()].copy_from_slice(name.as_bytes());
+        self.file
+            .write_all_at(&padded, cold + offset_of!(ConsumerCold, name) as u64)
+            .expect("pwrite");
+        self.write_u64(hot + offset_of!(ConsumerHot, next) as u64, next);
+        self.write_u32(hot + offset_of!(ConsumerHot, flags) as u64, flags);
+        self.write_u64(hot + offset_of!(ConsumerHot, word) as u64, word);
     }
 }

@@ -101,8 +101,8 @@ fn repairing_an_unattributed_claim_never_tombstones_a_live_producers_sequence() 
     let (pid, start) = dead_process();
     let mut tombstoned = 0u64;
     for repair in 1..=REPAIRS {
-        raw.fabricate_dead_producer(DEAD_ENTRY, pid, start, IN_FLIGHT_CLAIMING, 0);
-        tombstoned += ring.repair_dead_producer(DEAD_ENTRY, pid, start).tombstoned;
+        let word = raw.fabricate_dead_producer(DEAD_ENTRY, pid, start, IN_FLIGHT_CLAIMING, 0);
+        tombstoned += ring.repair_dead_producer(DEAD_ENTRY, word).tombstoned;
         if repair % 64 == 0 {
             // Let the producer and the consumer share the cores too.
             std::thread::sleep(Duration::from_micros(10));

@@ -55,7 +55,7 @@ fn free_dead_consumers(rings: &[Ring]) -> usize {
     for ring in rings {
         for c in ring.info().consumers {
             if !shmring::process::is_alive(c.pid, c.start_time)
-                && ring.free_consumer(c.index, c.pid, c.start_time)
+                && ring.free_consumer(c.index, c.word)
             {
                 freed += 1;
             }

@@ -81,7 +81,7 @@ pub fn release(
                 "ring {name:?}: consumer {consumer:?} is already released (not gating)"
             ))
         }
-        consumer_state::CLAIMED | consumer_state::RESUMING => {
+        consumer_state::CLAIMED | consumer_state::RESUMING | consumer_state::REATTACHING => {
             return Reply::error(format!(
                 "ring {name:?}: consumer {consumer:?} is attaching right now; try again"
             ))
@@ -91,7 +91,7 @@ pub fn release(
     if let Some(late) = too_late(deadline) {
         return late;
     }
-    if !ring.release_consumer(c.index, c.pid, c.start_time) {
+    if !ring.release_consumer(c.index, c.word) {
         return changed_meanwhile(name, consumer);
     }
     info!(
@@ -99,7 +99,7 @@ pub fn release(
         consumer, "consumer released by request: it no longer gates producers"
     );
     done(format!(
-        "ring {name:?}: consumer {consumer:?} released at sequence {}: producers no longer wait for it; when it attaches again it resumes at the head and counts the gap as dropped",
+        "ring {name:?}: consumer {consumer:?} released at sequence {}: producers no longer wait for it; it resumes at the head and counts the gap as dropped (a live consumer at its next poll, a detached one when it attaches again)",
         c.next
     ))
 }
@@ -117,7 +117,7 @@ pub fn unsubscribe(
     };
     let attached = match c.state_code {
         consumer_state::ACTIVE => is_alive(c.pid, c.start_time),
-        consumer_state::CLAIMED | consumer_state::RESUMING => true,
+        consumer_state::CLAIMED | consumer_state::RESUMING | consumer_state::REATTACHING => true,
         _ => false,
     };
     if attached {
@@ -129,7 +129,7 @@ pub fn unsubscribe(
     if let Some(late) = too_late(deadline) {
         return late;
     }
-    if !ring.free_consumer(c.index, c.pid, c.start_time) {
+    if !ring.free_consumer(c.index, c.word) {
         return changed_meanwhile(name, consumer);
     }
     info!(

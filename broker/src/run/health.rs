@@ -95,9 +95,14 @@ impl ConsumerHealth {
         }
         let (state, edge) = match info.state_code {
             consumer_state::ACTIVE if !seen.alive => self.death(ConsumerState::Dead, Edge::Died),
-            // Half-attached (CLAIMED) or being taken over (RESUMING): the pid in the entry
-            // may still be the previous owner's, so a dead pid proves nothing here.
-            consumer_state::CLAIMED | consumer_state::RESUMING => (ConsumerState::Attaching, None),
+            // Half-attached (CLAIMED) or being taken over (RESUMING): the pid is the
+            // attaching process's own (it changes with the state), but its start time may
+            // still be the previous holder's, so the free checks that no process has the
+            // pid (`Ring::free_consumer`) and leaves a live one alone.
+            consumer_state::CLAIMED | consumer_state::RESUMING | consumer_state::REATTACHING => (
+                ConsumerState::Attaching,
+                (!seen.alive).then_some(Edge::Orphaned),
+            ),
             consumer_state::FAILED if !info.durable && !seen.alive => {
                 (ConsumerState::Failed, Some(Edge::Orphaned))
             }

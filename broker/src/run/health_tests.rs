@@ -12,6 +12,7 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
     ConsumerInfo {
         index: 0,
         name: "c".into(),
+        word: shmring_layout::owned_word::pack(1, state_code, 42),
         pid: 42,
         start_time: 7,
         state: "",
@@ -101,16 +102,18 @@ fn death_and_failure_are_reported_once() {
 }
 
 #[test]
-fn half_attached_entries_are_left_alone() {
+fn half_attached_entries_of_a_gone_process_are_orphaned() {
     let t0 = Instant::now();
     for code in [consumer_state::CLAIMED, consumer_state::RESUMING] {
         let i = info(0, code);
         let mut h = ConsumerHealth::new(&i, t0);
+        assert_eq!(h.observe(&i, seen(t0, true)), None);
+        assert_eq!(h.state, ConsumerState::Attaching);
         let dead = Seen {
             alive: false,
             ..seen(t0, true)
         };
-        assert_eq!(h.observe(&i, dead), None);
+        assert_eq!(h.observe(&i, dead), Some(Edge::Orphaned));
         assert_eq!(h.state, ConsumerState::Attaching);
     }
 }

@@ -31,13 +31,13 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 "HEALTHY: {} moves again", who(c));
         }
         Edge::Orphaned => {
-            if t.ring.free_consumer(c.index, c.pid, c.start_time) {
+            if t.ring.free_consumer(c.index, c.word) {
                 t.counters.freed += 1;
                 info!(
                     ring,
                     index = c.index,
                     pid = c.pid,
-                    "freed the entry of {}: its process is gone and it can never resume",
+                    "gave back the entry of {}: the process holding it is gone (an anonymous or half-attached entry is freed; a durable one being taken over keeps its name and position)",
                     who(c)
                 );
             }
@@ -50,7 +50,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 "its handler failed"
             };
             if !c.durable {
-                if edge == Edge::Died && t.ring.free_consumer(c.index, c.pid, c.start_time) {
+                if edge == Edge::Died && t.ring.free_consumer(c.index, c.word) {
                     t.counters.freed += 1;
                 }
                 warn!(
@@ -75,7 +75,7 @@ pub fn release_again(ring: &str, t: &mut Tracked, c: &ConsumerInfo, state: Consu
     if matches!(state, ConsumerState::Dead | ConsumerState::Failed)
         && c.durable
         && t.spec.policy_for(&c.name) == Policy::Release
-        && t.ring.release_consumer(c.index, c.pid, c.start_time)
+        && t.ring.release_consumer(c.index, c.word)
     {
         t.counters.releases += 1;
         info!(ring, consumer = %c.name, index = c.index, pid = c.pid,
@@ -91,7 +91,7 @@ fn apply_policy(ring: &str, t: &mut Tracked, c: &ConsumerInfo, why: &str) {
                 "DEAD: {} ({why}); policy alert: it keeps gating, its events wait for its restart", who(c));
         }
         Policy::Release => {
-            let released = t.ring.release_consumer(c.index, c.pid, c.start_time);
+            let released = t.ring.release_consumer(c.index, c.word);
             if released {
                 t.counters.releases += 1;
             }

@@ -41,7 +41,7 @@ pub fn repair_producers(
         if holds && now.duration_since(dead_since) < t.spec.unblock_timeout {
             continue;
         }
-        let r = t.ring.repair_dead_producer(p.index, p.pid, p.start_time);
+        let r = t.ring.repair_dead_producer(p.index, p.word);
         rec.repaired += r.tombstoned;
         t.counters.tombstoned += r.tombstoned;
         if r.waiting == 0 && rec.repaired > 0 {

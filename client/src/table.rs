@@ -1,0 +1,421 @@
+//! The consumer and producer tables: who holds each entry, every change of holder, and the
+//! one write a repair makes into a slot a dead producer left.
+//!
+//! Every entry has one word, `generation | state | owner pid` (`shmring_layout::owned_word`),
+//! and every take, takeover, free, release and repair is one compare-and-swap from the word
+//! the caller read and validated to its successor. So:
+//!
+//! - two processes that read the same word and both act on it: one CAS succeeds, the other
+//!   fails (the generation moved), and the loser reads again;
+//! - a repair validated against a word acts only if the entry still holds that word: an
+//!   entry taken over meanwhile has a new generation, so it is never freed under its owner;
+//! - the owner's pid changes in the same step as the state, so no reader ever pairs a state
+//!   with the previous owner's pid.
+//!
+//! Beside the word, the owner's start time tells a reused pid apart. The owner writes it
+//! after the CAS that made it the owner and before its next CAS, so it belongs to the word's
+//! owner once the state is settled (ACTIVE, DETACHED, FAILED, RELEASED: published by the
+//! owner's Release CAS, read after an Acquire load of the word). In the transitional states
+//! (CLAIMED, RESUMING, REATTACHING, ATTACHING, REPAIRING) it may still be the previous
+//! owner's; there the owner counts as gone only once no process has its pid at all. (So a
+//! pid reused by an unrelated process keeps such an entry held until that process exits:
+//! every process sharing a ring must see the same pid namespace.)
+//!
+//! ## Who may take an entry ([`Holder`])
+//!
+//! An entry changes hands only when its holder gave it up (a consumer that detached or
+//! failed: its last write was that CAS) or is gone. A live holder keeps its entry whatever
+//! its state, including a consumer the broker released from gating: it still writes its
+//! position, so nobody else may take the entry under it. A consumer or producer handle
+//! changes its own entry only by CAS from the word it holds (or the one the broker's
+//! release made of it), so a handle that lost its entry never writes into the new tenure.
+//!
+//! ## Consumer entries
+//!
+//! ```text
+//!  FREE --take_free--> CLAIMED(me) --set--> ACTIVE(me) --give_up--> DETACHED(me) | RELEASED | FREE
+//!  ACTIVE(me) --set, handler failed--> FAILED(me)
+//!  open durable entry --take_over--> RESUMING(me) | REATTACHING(me) --set--> ACTIVE(me)
+//!  ACTIVE --release--> RELEASED (holder kept: it re-gates itself)   FAILED | DETACHED --release--> RELEASED(none)
+//!  gone CLAIMED, open anonymous --free--> FREE
+//!  gone RESUMING --free--> DETACHED | RELEASED     gone REATTACHING --free--> RELEASED
+//! ```
+//!
+//! A takeover keeps the entry gating only if it gated as a required consumer at a valid
+//! position (RESUMING): the events it holds stay held while the new process attaches. An
+//! entry that did not (released, optional, or its position never set: `NEXT_UNSET`) is
+//! taken over into REATTACHING, which does not gate, so a stale position never holds
+//! producers, not even when the new process dies half-way.
+//!
+//! ```text
+//! ```
+//!
+//! ## Producer entries
+//!
+//! ```text
+//!  FREE --take_free--> ATTACHING(me) --publish--> ACTIVE(me) --drop--> FREE
+//!  dead ACTIVE holding no claim --take_over--> ATTACHING(me)
+//!  dead ACTIVE | gone ATTACHING | gone REPAIRING --begin_repair--> REPAIRING(me)
+//!  REPAIRING(me) --end_repair--> FREE, or back to ACTIVE(dead pid) when a slot must wait
+//! ```
+//!
+//! ## A repaired slot
+//!
+//! A dead producer's unpublished sequence `s` is marked with one CAS of the slot stamp from
+//! the value the repair read to `s | STAMP_TOMBSTONE` ([`tombstone`]). Nothing else of the
+//! slot is written, so there is no half-written tombstone: a producer of the next lap that
+//! got the slot first makes the CAS fail, one that comes after overwrites the whole word,
+//! and a consumer sees the old stamp, the tombstone or a newer sequence, never a mix.
+
+use std::sync::atomic::Ordering;
+
+use shmring_layout::stamp::{self, Stamp};
+use shmring_layout::{consumer_state as cs, owned_word, producer_state as ps};
+use shmring_layout::{STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
+
+pub use crate::line::Word;
+
+/// What the table's rules need to know about processes.
+pub trait Procs {
+    /// Whether the process `(pid, start_time)` still runs.
+    fn alive(&self, pid: u32, start_time: u64) -> bool;
+    /// Whether any process has pid `pid` (0: none).
+    fn exists(&self, pid: u32) -> bool;
+}
+
+/// The processes of this machine, from `/proc`.
+pub(crate) struct Os;
+
+impl Procs for Os {
+    fn alive(&self, pid: u32, start_time: u64) -> bool {
+        crate::process::is_alive(pid, start_time)
+    }
+    fn exists(&self, pid: u32) -> bool {
+        pid != 0 && crate::process::start_time(pid).is_some()
+    }
+}
+
+/// Who holds an entry, as read from its word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// Nobody: take it with `take_free`.
+    Free,
+    /// A process that runs (or may: a pid that exists), or a state no rule knows: hands off.
+    Held(u32),
+    /// Its holder gave it up or is gone: it may be taken over, released or freed.
+    Open,
+}
+
+fn owner_is_gone<P: Procs>(procs: &P, word: u64, start_time: u64, settled: bool) -> bool {
+    let pid = owned_word::owner(word);
+    if settled {
+        !procs.alive(pid, start_time)
+    } else {
+        !procs.exists(pid)
+    }
+}
+
+fn held_unless_gone<P: Procs>(procs: &P, word: u64, start_time: u64, settled: bool) -> Holder {
+    if owner_is_gone(procs, word, start_time, settled) {
+        Holder::Open
+    } else {
+        Holder::Held(owned_word::owner(word))
+    }
+}
+
+/// CAS `seen -> next(seen, state, owner)`. `Ok`: the new word.
+#[inline]
+fn advance<W: Word>(word: &W, seen: u64, state: u32, owner: u32, ok: Ordering) -> Result<u64, u64> {
+    let new = owned_word::next(seen, state, owner);
+    word.compare_exchange(seen, new, ok, Ordering::Acquire)
+        .map(|_| new)
+}
+
+/// Consumer entries.
+pub mod consumer {
+    use super::*;
+
+    /// Who holds a consumer entry whose word is `word` (an Acquire load) and whose start
+    /// time, read after it, is `start_time`.
+    pub fn holder<P: Procs>(procs: &P, word: u64, start_time: u64) -> Holder {
+        match owned_word::state(word) {
+            cs::FREE => Holder::Free,
+            cs::DETACHED | cs::FAILED => Holder::Open,
+            cs::ACTIVE | cs::RELEASED => held_unless_gone(procs, word, start_time, true),
+            cs::CLAIMED | cs::RESUMING | cs::REATTACHING => {
+                held_unless_gone(procs, word, start_time, false)
+            }
+            _ => Holder::Held(owned_word::owner(word)),
+        }
+    }
+
+    /// Take the FREE entry read as `seen`: CLAIMED by `me`, not gating. AcqRel: exclusive
+    /// hold of the entry; Acquire sees the previous holder's last writes.
+    pub fn take_free<W: Word>(word: &W, seen: u64, me: u32) -> Option<u64> {
+        if owned_word::state(seen) != cs::FREE {
+            return None;
+        }
+        advance(word, seen, cs::CLAIMED, me, Ordering::AcqRel).ok()
+    }
+
+    /// Take over the open entry read as `seen` (see [`holder`]): RESUMING by `me` if it
+    /// gated as a required consumer at a valid position (`gated_required`: it keeps gating
+    /// there throughout), else REATTACHING (not gating). SeqCst: a gating change in the
+    /// attach protocol's total order (see `gating`).
+    pub fn take_over<W: Word>(word: &W, seen: u64, me: u32, gated_required: bool) -> Option<u64> {
+        if matches!(owned_word::state(seen), cs::FREE | cs::CLAIMED) {
+            return None;
+        }
+        let to = if gated_required {
+            cs::RESUMING
+        } else {
+            cs::REATTACHING
+        };
+        advance(word, seen, to, me, Ordering::SeqCst).ok()
+    }
+
+    /// Whether an entry in `state` with `flags` and position `next` (the head is `head`)
+    /// holds producers as a required consumer at a position they have respected: what a
+    /// takeover must keep holding.
+    pub fn gated_required(state: u32, flags: u32, next: u64, head: u64) -> bool {
+        matches!(state, cs::ACTIVE | cs::DETACHED | cs::FAILED | cs::RESUMING)
+            && flags & shmring_layout::consumer_flags::REQUIRED != 0
+            && next <= head
+    }
+
+    /// The holder's own change of state, from the word it holds. SeqCst: every consumer
+    /// state change may start or stop gating (see `gating`). `Err`: the entry no longer
+    /// holds `mine` (the broker released it: see [`released`]; or it was lost).
+    pub fn set<W: Word>(word: &W, mine: u64, state: u32) -> Result<u64, u64> {
+        advance(word, mine, state, owned_word::owner(mine), Ordering::SeqCst)
+    }
+
+    /// The word the broker's release makes of `mine`: a holder that finds it still holds
+    /// the entry (released from gating, not taken).
+    pub fn released(mine: u64) -> u64 {
+        owned_word::next(mine, cs::RELEASED, owned_word::owner(mine))
+    }
+
+    /// Stop the entry read as `seen` from gating (ACTIVE, FAILED or DETACHED). An ACTIVE
+    /// entry's holder keeps it (it still writes its position: see [`released`]); an entry
+    /// its holder gave up is left with no holder. SeqCst: a gating change (see `gating`).
+    pub fn release<W: Word>(word: &W, seen: u64) -> bool {
+        let owner = match owned_word::state(seen) {
+            cs::ACTIVE => owned_word::owner(seen),
+            cs::FAILED | cs::DETACHED => 0,
+            _ => return false,
+        };
+        advance(word, seen, cs::RELEASED, owner, Ordering::SeqCst).is_ok()
+    }
+
+    /// The holder gives its entry up, from the word it holds (`mine`, or the broker's
+    /// [`released`] of it): FREE or RELEASED with no holder, or DETACHED or FAILED naming
+    /// it as the last holder (either is open to a takeover: [`holder`]). SeqCst: a gating
+    /// change; the final position and counters are visible with it.
+    pub fn give_up<W: Word>(word: &W, mine: u64, to: u32) -> Result<u64, u64> {
+        let owner = match to {
+            cs::DETACHED | cs::FAILED => owned_word::owner(mine),
+            _ => 0,
+        };
+        advance(word, mine, to, owner, Ordering::SeqCst)
+    }
+
+    /// Free the entry read as `seen`, whose holder must be gone or have given it up
+    /// ([`holder`] said [`Holder::Open`]): FREE, or for a durable entry that a process died
+    /// taking over (RESUMING), back to DETACHED or RELEASED (`to`), keeping its name and
+    /// position. SeqCst: a gating change.
+    pub fn free<W: Word>(word: &W, seen: u64, to: u32) -> bool {
+        owned_word::state(seen) != cs::FREE
+            && matches!(to, cs::FREE | cs::DETACHED | cs::RELEASED)
+            && advance(word, seen, to, 0, Ordering::SeqCst).is_ok()
+    }
+}
+
+/// Producer entries.
+pub mod producer {
+    use super::*;
+
+    /// Who holds a producer entry whose word is `word` (an Acquire load) and whose start
+    /// time, read after it, is `start_time`.
+    pub fn holder<P: Procs>(procs: &P, word: u64, start_time: u64) -> Holder {
+        match owned_word::state(word) {
+            ps::FREE => Holder::Free,
+            ps::ACTIVE => held_unless_gone(procs, word, start_time, true),
+            ps::ATTACHING | ps::REPAIRING => held_unless_gone(procs, word, start_time, false),
+            _ => Holder::Held(owned_word::owner(word)),
+        }
+    }
+
+    /// Take the FREE entry read as `seen`: ATTACHING by `me`. AcqRel: exclusive hold; the
+    /// Acquire sees the previous holder's last writes (its Release free).
+    pub fn take_free<W: Word>(word: &W, seen: u64, me: u32) -> Option<u64> {
+        if owned_word::state(seen) != ps::FREE {
+            return None;
+        }
+        advance(word, seen, ps::ATTACHING, me, Ordering::AcqRel).ok()
+    }
+
+    /// Take over the open entry read as `seen` (see [`holder`]: its producer, attacher or
+    /// repairer is gone) that the caller saw holding no claim: ATTACHING by `me`. AcqRel as
+    /// in [`take_free`].
+    pub fn take_over<W: Word>(word: &W, seen: u64, me: u32) -> Option<u64> {
+        if owned_word::state(seen) == ps::FREE {
+            return None;
+        }
+        advance(word, seen, ps::ATTACHING, me, Ordering::AcqRel).ok()
+    }
+
+    /// ATTACHING -> ACTIVE, by its holder. Release: the entry's fields, written after the
+    /// take, are visible to whoever reads ACTIVE.
+    pub fn publish<W: Word>(word: &W, mine: u64) -> Result<u64, u64> {
+        advance(
+            word,
+            mine,
+            ps::ACTIVE,
+            owned_word::owner(mine),
+            Ordering::Release,
+        )
+    }
+
+    /// Hold the entry read as `seen` (open: [`holder`]) to repair what its dead producer
+    /// left: REPAIRING by `me`. AcqRel: exclusive hold, and the Acquire orders the reads of
+    /// the dead producer's claim after it.
+    pub fn begin_repair<W: Word>(word: &W, seen: u64, me: u32) -> Option<u64> {
+        if owned_word::state(seen) == ps::FREE {
+            return None;
+        }
+        advance(word, seen, ps::REPAIRING, me, Ordering::AcqRel).ok()
+    }
+
+    /// The repair is done: free the entry. Release: the repair's writes (the cleared claim,
+    /// the tombstones) are visible to whoever takes the entry.
+    pub fn end_repair<W: Word>(word: &W, mine: u64) -> bool {
+        advance(word, mine, ps::FREE, 0, Ordering::Release).is_ok()
+    }
+
+    /// The repair must wait (a slot still holds an unread event): give the entry back as
+    /// the dead producer's ACTIVE entry (`dead` its pid), for a later repair. Release, as in
+    /// [`end_repair`].
+    pub fn abandon_repair<W: Word>(word: &W, mine: u64, dead: u32) -> bool {
+        advance(word, mine, ps::ACTIVE, dead, Ordering::Release).is_ok()
+    }
+
+    /// The holder frees its entry (detach). Release: its last writes (counters, the
+    /// cleared claim) are visible to the next holder.
+    pub fn free<W: Word>(word: &W, mine: u64) -> bool {
+        advance(word, mine, ps::FREE, 0, Ordering::Release).is_ok()
+    }
+}
+
+/// What [`tombstone`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tombstone {
+    /// The slot now says `seq` was repaired.
+    Written,
+    /// Nothing to do: `seq` is published or repaired, or a newer sequence took the slot.
+    NotNeeded,
+    /// Not now: the slot still holds an older event that a gating consumer has not read
+    /// (`gate_allows` said no), or an older sequence is still to be written into it.
+    Wait,
+}
+
+/// Mark sequence `seq`, which a dead producer claimed and never published, as repaired: one
+/// CAS of its slot's stamp from the value read to `seq | STAMP_TOMBSTONE` (see the module
+/// comment). `gate_allows` says whether every gating consumer has read the slot's previous
+/// sequence, `seq - capacity`; it is asked only when the slot still needs the tombstone.
+///
+/// The CAS starts only from a value that says the slot is done with everything before
+/// `seq`: the previous lap `seq - capacity` published or repaired, the slot never written
+/// (the first lap), or `seq | STAMP_WRITING` (the dead producer's unfinished write). Any
+/// other older value means a producer of an older lap has not written it yet and may still
+/// do so with plain stores: marking the slot now would be overwritten by that write, and
+/// the hole would come back with nobody left to repair it, so the repair waits. Only the
+/// one process that claimed `seq` ever writes `seq` into the slot, and it is dead (the
+/// caller holds its entry, or on a single-producer ring its position, so no new producer
+/// claims `seq` again while this runs).
+pub fn tombstone<W: Word>(
+    slot_stamp: &W,
+    seq: u64,
+    capacity: u64,
+    gate_allows: impl FnOnce() -> bool,
+) -> Tombstone {
+    // Acquire: pairs with the Release stamp store of whoever wrote the slot last.
+    let seen = slot_stamp.load(Ordering::Acquire);
+    match stamp::read(seen, seq) {
+        Stamp::Published | Stamp::Repaired | Stamp::Lapped => return Tombstone::NotNeeded,
+        Stamp::Pending => {}
+    }
+    let previous_done = match seq.checked_sub(capacity) {
+        Some(prev) => seen == prev || seen == prev | STAMP_TOMBSTONE,
+        None => seen == STAMP_EMPTY,
+    };
+    if !previous_done && seen != seq | STAMP_WRITING {
+        return Tombstone::Wait;
+    }
+    if !gate_allows() {
+        return Tombstone::Wait;
+    }
+    // Release: SYNC POINT with the consumers' Acquire stamp load (as a publish; the
+    // tombstone carries no payload, so there is nothing else to publish). Acquire on
+    // failure: the value read is judged below.
+    match slot_stamp.compare_exchange(
+        seen,
+        seq | STAMP_TOMBSTONE,
+        Ordering::Release,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => Tombstone::Written,
+        Err(now) => match stamp::read(now, seq) {
+            Stamp::Pending => Tombstone::Wait,
+            _ => Tombstone::NotNeeded,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use shmring_layout::{STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
+
+    use super::{tombstone, Tombstone};
+
+    const CAP: u64 = 8;
+
+    fn mark(stamp: u64, seq: u64, gate: bool) -> (Tombstone, u64) {
+        let w = AtomicU64::new(stamp);
+        let done = tombstone(&w, seq, CAP, || gate);
+        (done, w.into_inner())
+    }
+
+    #[test]
+    fn a_tombstone_is_written_only_over_a_slot_done_with_every_older_sequence() {
+        let t = 9 | STAMP_TOMBSTONE;
+        // The previous lap published or repaired, the dead producer's unfinished write, a
+        // first-lap slot never written.
+        assert_eq!(mark(1, 9, true), (Tombstone::Written, t));
+        assert_eq!(mark(1 | STAMP_TOMBSTONE, 9, true), (Tombstone::Written, t));
+        assert_eq!(mark(9 | STAMP_WRITING, 9, true), (Tombstone::Written, t));
+        assert_eq!(
+            mark(STAMP_EMPTY, 3, true),
+            (Tombstone::Written, 3 | STAMP_TOMBSTONE)
+        );
+        // The previous lap not read by every gating consumer yet.
+        assert_eq!(mark(1, 9, false), (Tombstone::Wait, 1));
+        // An older lap still to be written (claimed, not stamped; or being written).
+        assert_eq!(
+            mark(1 | STAMP_WRITING, 9, true),
+            (Tombstone::Wait, 1 | STAMP_WRITING)
+        );
+        assert_eq!(mark(STAMP_EMPTY, 9, true), (Tombstone::Wait, STAMP_EMPTY));
+        assert_eq!(mark(9, 25, true), (Tombstone::Wait, 9));
+        // Published, repaired already, or a newer lap (written or being written).
+        assert_eq!(mark(9, 9, true), (Tombstone::NotNeeded, 9));
+        assert_eq!(mark(t, 9, true), (Tombstone::NotNeeded, t));
+        assert_eq!(mark(17, 9, true), (Tombstone::NotNeeded, 17));
+        assert_eq!(
+            mark(17 | STAMP_WRITING, 9, true),
+            (Tombstone::NotNeeded, 17 | STAMP_WRITING)
+        );
+    }
+}
