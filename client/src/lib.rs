@@ -45,7 +45,8 @@ mod lifecycle;
 #[doc(hidden)]
 pub mod line;
 pub mod names;
-mod park;
+#[doc(hidden)]
+pub mod park;
 pub mod process;
 mod producer;
 mod recall;
