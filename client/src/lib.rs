@@ -77,3 +77,20 @@ pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
 pub use wait::{Fallback, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
 pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};
+
+/// Register this process now for the asymmetric fence of parking (`membarrier`), which its
+/// first publish or commit would otherwise do. Registering waits for an RCU grace period
+/// (~10 ms on an idle machine, much longer on a loaded one): a process that must not pay
+/// that on its first event calls this at startup. Attaching never registers. Returns
+/// whether the process uses the asymmetric fence (`false` where the kernel lacks
+/// `membarrier`: publishes then pay a full fence instead).
+pub fn register_membarrier() -> bool {
+    fence::register()
+}
+
+/// Whether this process has registered for expedited membarriers (see the `fence` module):
+/// for tests that check when the registration happens.
+#[doc(hidden)]
+pub fn membarrier_registered() -> bool {
+    fence::registered()
+}

@@ -304,17 +304,17 @@ pub(crate) fn park(line: &WakeLine, timeout: Duration, ready: impl FnOnce() -> b
 
 /// After a store that may satisfy a parker on `line` ((1) done): wake if anyone parks.
 ///
-/// The compiler-only fence is enough only if every parker on the ring issues a membarrier:
-/// `membarrier_mode` is this process's mode, and the ring header's `fence_mode` holds the
-/// weakest mode of every process that attached (a process without membarrier raises it to
-/// `SeqCstFence` when it attaches, long before it can park), so a waker in a mixed ring
-/// pays the full fence.
+/// The compiler-only fence is enough only if this process is registered for membarrier
+/// (`registered`, see `fence`) and every parker on the ring issues one: the ring header's
+/// `fence_mode` holds the weakest mode of every process that attached (a process without
+/// membarrier raises it to `SeqCstFence` when it attaches, long before it can park), so a
+/// waker in a mixed ring pays the full fence.
 #[inline(always)]
-pub(crate) fn notify(line: &WakeLine, header: &Header, membarrier_mode: bool) {
+pub(crate) fn notify(line: &WakeLine, header: &Header, registered: bool) {
     on(line).notify(|| {
         // Relaxed: the mode is set at attach, before any park of that process.
-        let light = membarrier_mode
-            && header.fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32;
+        let light =
+            registered && header.fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32;
         fence::light(light);
     });
 }

@@ -72,7 +72,6 @@ impl std::fmt::Debug for WakeSet {
 impl WakeSet {
     /// An empty set.
     pub fn new() -> Self {
-        fence::register();
         Self::default()
     }
 
