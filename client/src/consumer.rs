@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shmring_layout::{
-    consumer_flags, consumer_state, ConsumerEntry, NAME_LEN, SLOT_FLAG_TOMBSTONE, STAMP_EMPTY,
-    STAMP_WRITING,
+    consumer_flags, consumer_state, stamp_reached, ConsumerEntry, NAME_LEN, SLOT_FLAG_TOMBSTONE,
+    STAMP_EMPTY, STAMP_WRITING,
 };
 
 use crate::lifecycle::is_deleted;
@@ -505,7 +505,7 @@ impl Consumer {
             .header
             .stamp
             .load(Ordering::Acquire);
-        stamp == self.next || (stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > self.next)
+        stamp_reached(stamp, self.next)
     }
 
     /// Whether no producer has even claimed this consumer's next sequence: a look at the

@@ -53,6 +53,7 @@ mod recall;
 mod repair;
 mod ring;
 mod segment;
+mod unblock;
 mod wait;
 mod wake_set;
 
@@ -75,6 +76,7 @@ pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
+pub use unblock::boottime_ns;
 pub use wait::{Fallback, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
 pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};
 

@@ -59,7 +59,14 @@ pub struct Header {
     pub broker_epoch: AtomicU64,
     /// Monotonic nanoseconds of the broker's last sweep over this ring.
     pub last_sweep_ns: AtomicU64,
-    _reserved: [AtomicU64; 18],
+    /// The unblock clock: `CLOCK_BOOTTIME` nanoseconds at which a broker first saw a dead
+    /// producer's claim unrepaired in this ring, 0 while none is known. Set by CAS from 0
+    /// by the first sweep that sees such a hole; cleared by CAS from the value it read by
+    /// a sweep that finds none left (repaired or filled). It outlives the broker, so a
+    /// broker that restarts keeps counting the ring's `unblock_timeout` from the first
+    /// sighting.
+    pub hole_seen_ns: AtomicU64,
+    _reserved: [AtomicU64; 17],
 }
 
 /// Size of [`Header`].
@@ -81,6 +88,7 @@ const _: () = assert!(offset_of!(Header, config_checksum) == 72);
 const _: () = assert!(offset_of!(Header, fence_mode) == 80);
 const _: () = assert!(offset_of!(Header, run) == 88);
 const _: () = assert!(offset_of!(Header, last_sweep_ns) == 104);
+const _: () = assert!(offset_of!(Header, hole_seen_ns) == 112);
 
 /// The configuration words covered by [`Header::config_checksum`], in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

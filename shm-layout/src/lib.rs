@@ -48,6 +48,14 @@ pub const STAMP_WRITING: u64 = 1 << 63;
 /// A stamp that no sequence ever has: the slot was never written.
 pub const STAMP_EMPTY: u64 = u64::MAX;
 
+/// Whether a slot stamped `stamp` gives a reader waiting for sequence `seq` something to
+/// act on: `seq` itself, published, or a later sequence (the reader was lapped). Not a
+/// sequence of the previous lap, not `seq` while it is being written (or was left half
+/// written by a producer that died), and not an empty slot.
+pub const fn stamp_reached(stamp: u64, seq: u64) -> bool {
+    stamp == seq || (stamp != STAMP_EMPTY && (stamp & !STAMP_WRITING) > seq)
+}
+
 /// Bit 63 of the claim counter: set when the ring is stopped. A claim that reads it set is
 /// refused; the low bits keep counting claims.
 pub const CLAIM_CLOSED: u64 = 1 << 63;
@@ -114,6 +122,7 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     SLOT_HEADER_SIZE as u64,
     core::mem::offset_of!(Header, capacity) as u64,
     core::mem::offset_of!(Header, run) as u64,
+    core::mem::offset_of!(Header, hole_seen_ns) as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
     core::mem::offset_of!(SequenceLines, lifecycle) as u64,
     core::mem::offset_of!(LifecycleLine, stop_seq) as u64,
@@ -126,3 +135,22 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     STAMP_WRITING,
     CLAIM_CLOSED,
 ]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_has_something_at_its_sequence_or_past_it_never_at_an_older_or_half_written_one() {
+        let seq = 20;
+        assert!(stamp_reached(seq, seq), "published");
+        assert!(stamp_reached(seq + 16, seq), "lapped");
+        assert!(
+            stamp_reached((seq + 16) | STAMP_WRITING, seq),
+            "lapped mid-write"
+        );
+        assert!(!stamp_reached(seq - 16, seq), "the previous lap: a hole");
+        assert!(!stamp_reached(seq | STAMP_WRITING, seq), "being written");
+        assert!(!stamp_reached(STAMP_EMPTY, seq), "never written");
+    }
+}
