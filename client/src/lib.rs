@@ -23,9 +23,11 @@
 //! ```
 //!
 //! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `line` (the
-//! sequence line's position and lifecycle protocol), `lifecycle` (stop, drain, start),
-//! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`,
-//! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker).
+//! sequence line's position and lifecycle protocol), `park` with `fence` and `futex` (the
+//! park/wake protocol), `lifecycle` (stop, drain, start), `repair`, `unblock` (since when
+//! a dead producer's hole waits), `gating` (the wrap gate and the attach protocol),
+//! `producer`, `consumer`, `event`, `wait`, `info`, `health` (the states `broker status`
+//! shows, without a broker).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
