@@ -168,3 +168,149 @@ fn an_unattributed_hole_waits_for_the_unblock_timeout() {
         "repaired before the unblock timeout: {v:#}"
     );
 }
+
+/// A consumer waiting at a hole has nothing to do: it stays HEALTHY however long the hole
+/// lasts and however full the ring gets behind it (here the claims run a whole ring past
+/// it, the last one held by a producer that died waiting for room). The hole shows on the
+/// dead producers' rows, and the broker repairs it after the unblock timeout (an hour here).
+#[test]
+fn a_consumer_waiting_at_a_hole_stays_healthy_while_the_ring_fills_behind_it() {
+    let _serial = common::serial();
+    let ns = Ns::new("holehealthy");
+    let capacity = 16u64;
+    let _broker = ns.broker(Some(&format!(
+        "[rings.r]\ncapacity = {capacity}\nstall_threshold = \"20ms\"\nunblock_timeout = \"3600s\"\n"
+    )));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let raw = shmring_tests::raw::RawSegment::open(&handle);
+    let mut consumer = handle
+        .consumer(ConsumerOptions::durable("reader"))
+        .expect("consumer");
+    let mut producer = handle.producer().expect("producer");
+    for v in 0..3u64 {
+        producer.publish(&v.to_le_bytes()).expect("publish");
+    }
+    assert_eq!(consumer.poll_once(|_| {}).expect("poll"), 3);
+    // Sequence 3 held by a producer that died inside its claim; the live producer fills
+    // the rest of the ring (4..=18, the last the wrap gate allows); sequence 19 held by a
+    // producer that died waiting for room.
+    let (pid, start) = shmring_tests::fault::dead_process();
+    raw.set_claim_word(4);
+    raw.fabricate_dead_producer(1, pid, start, 3 + 1, 1);
+    for v in 4..3 + capacity {
+        producer.publish(&v.to_le_bytes()).expect("publish");
+    }
+    raw.set_claim_word(3 + capacity + 1);
+    raw.fabricate_dead_producer(2, pid, start, 3 + capacity + 1, 1);
+    assert_eq!(consumer.poll_once(|_| {}).expect("poll"), 0, "at the hole");
+
+    // Many sweeps, each 10 ms apart at least: well past the 20 ms stall threshold.
+    let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
+    let v = ns.wait_status("ten more sweeps", |v, _| {
+        (num(&v["broker"], "sweeps") >= before + 10).then(|| v.clone())
+    });
+    let reader = common::consumer(&v, "r", "reader").expect("reader");
+    assert_eq!(
+        reader["state"], "HEALTHY",
+        "a consumer at a hole is not stalled: {v:#}"
+    );
+    assert_eq!(num(reader, "sequence"), 3, "{v:#}");
+    let dead: Vec<u64> = ring(&v, "r").expect("r")["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .filter(|p| p["alive"] == false)
+        .filter_map(|p| p["in_flight"].as_u64())
+        .collect();
+    assert_eq!(
+        dead,
+        vec![3, 3 + capacity],
+        "the holes, on the dead producers' rows: {v:#}"
+    );
+}
+
+/// The unblock clock lives in the segment: brokers restarted more often than the unblock
+/// timeout still repair a hole once the timeout has passed since the first of them saw it
+/// (none of them alone lives that long).
+#[test]
+fn brokers_restarted_faster_than_the_unblock_timeout_still_repair_the_hole() {
+    let _serial = common::serial();
+    let ns = Ns::new("restarts");
+    let unblock = std::time::Duration::from_secs(3);
+    let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"3s\"\n";
+    let mut broker = ns.broker(Some(config));
+    let handle = Ring::open(&ns.name, "r").expect("open");
+    let mut consumer = handle
+        .consumer(ConsumerOptions::durable("reader"))
+        .expect("consumer");
+    let mut producer = handle.producer().expect("producer");
+    for v in 0..3u64 {
+        producer.publish(&v.to_le_bytes()).expect("publish");
+    }
+    let mut claimer = Proc::role("claimer", &ns.name, &[("ROLE_RING", "r".to_owned())]);
+    assert_eq!(claimer.expect("@claimed"), "3");
+    // No broker can see the hole before this instant.
+    let made = Instant::now();
+    claimer.kill();
+    producer.publish(&4u64.to_le_bytes()).expect("publish");
+
+    let mut restarts = 0u32;
+    let mut longest = std::time::Duration::ZERO;
+    // The first sighting in the segment, once a broker has seen the hole.
+    let mut first_seen = 0;
+    let lived = loop {
+        let born = Instant::now();
+        // This broker sweeps a few times (it sees the hole), then it is killed.
+        let first = ns.wait_status("a sweep of this broker", |v, _| {
+            Some(num(&v["broker"], "sweeps"))
+        });
+        ns.wait_status("three more sweeps", |v, _| {
+            (num(&v["broker"], "sweeps") >= first + 3).then_some(())
+        });
+        while consumer.poll_once(|_| {}).expect("poll") > 0 {}
+        if consumer.stats().skipped > 0 {
+            break born.elapsed();
+        }
+        let now_seen = handle.hole_seen_ns();
+        assert_ne!(
+            now_seen, 0,
+            "a broker swept past the hole without noting it"
+        );
+        assert!(
+            first_seen == 0 || now_seen == first_seen,
+            "the first sighting moved from {first_seen} to {now_seen} across a restart"
+        );
+        first_seen = now_seen;
+        longest = longest.max(born.elapsed());
+        assert!(
+            made.elapsed() < 10 * unblock,
+            "the hole is not repaired {:?} after it was made, over {restarts} broker restarts \
+             (each broker lived at most {longest:?})",
+            made.elapsed()
+        );
+        broker.kill();
+        broker = ns.broker(Some(config));
+        restarts += 1;
+    };
+    assert!(
+        made.elapsed() >= unblock,
+        "repaired {:?} after the hole was made, before the unblock timeout",
+        made.elapsed()
+    );
+    assert!(
+        restarts >= 2 && lived.max(longest) < unblock,
+        "the brokers must restart faster than the unblock timeout for this test to mean \
+         anything: {restarts} restarts, the longest life {:?}",
+        lived.max(longest)
+    );
+    assert_eq!(consumer.stats().skipped, 1, "the hole, tombstoned");
+    assert_eq!(consumer.next_sequence(), 5);
+    common::wait_until("the unblock clock cleared once no hole is left", || {
+        (handle.hole_seen_ns() == 0).then_some(())
+    });
+    println!(
+        "hole repaired {:?} after it was made, by the broker of restart {restarts} ({lived:?} \
+         old); the longest-lived broker before it: {longest:?}",
+        made.elapsed()
+    );
+}

@@ -151,8 +151,9 @@ pub struct Consumer {
     wait: WaitStrategy,
     /// Since when `wait` has found nothing (for `TimeoutBlocking`).
     idle_since: Option<Instant>,
-    /// Whether this process uses the asymmetric (membarrier) fence; see `fence`.
-    membarrier: bool,
+    /// Whether this process has registered for membarrier, as far as this handle knows: its
+    /// first commit registers it (see `fence`).
+    registered: bool,
     pub(crate) failed: bool,
     scratch: [Vec<u8>; 2],
     stats: ConsumerStats,
@@ -247,7 +248,7 @@ impl Consumer {
         let mut c = Consumer {
             wait: opts.wait,
             idle_since: None,
-            membarrier: mode == shmring_layout::FenceMode::Membarrier,
+            registered: fence::registered(),
             entry,
             word,
             next,
@@ -527,7 +528,7 @@ impl Consumer {
             .header
             .stamp
             .load(Ordering::Acquire);
-        stamp::read(stamp, self.next) != Stamp::Pending
+        stamp::reached(stamp, self.next)
     }
 
     /// Whether no producer has even claimed this consumer's next sequence: a look at the
@@ -655,6 +656,9 @@ impl Consumer {
     }
 
     pub(crate) fn commit(&mut self, next: u64, delivered: u64, skipped: u64, clamped: u64) {
+        // The first commit registers this process for membarrier (see `fence`), before the
+        // store a parked producer waits for: never between that store and the wake.
+        let registered = fence::light_allowed(&mut self.registered);
         self.next = next;
         // Release: SYNC POINT with the Acquire load of `next` in the producers' gate scan;
         // this consumer's reads of every slot below `next` happen-before their reuse.
@@ -663,7 +667,7 @@ impl Consumer {
         park::notify(
             &self.seg.lines().producer_wake.value,
             self.seg.header(),
-            self.membarrier,
+            registered,
         );
         // Wrapping: the counters were loaded from shared memory, which may hold anything.
         let s = &mut self.stats;

@@ -13,7 +13,7 @@ use rustix::time::{ClockId, Timespec};
 
 /// Why a futex wait returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Woke {
+pub enum Woke {
     /// Woken (or the word had already changed, or a signal interrupted: all mean "look").
     Woken,
     /// The timeout passed.

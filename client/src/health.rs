@@ -3,7 +3,8 @@
 //!
 //! The predicates live here once and the broker uses them: the wrap gate (which consumer
 //! holds producers back and how much room is left), a consumer's state from its entry, a
-//! stall (events pending at its position and no progress for the threshold), a ring
+//! stall (events pending at its position and no progress for the threshold; a hole a dead
+//! producer left is not pending, see [`has_pending`]), a ring
 //! BLOCKED (no room left, and the consumer at the gate cannot move: detached, dead or
 //! failed), and the lag (published events beyond a consumer, never more than the capacity).
 //!
@@ -20,9 +21,10 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shmring_layout::{consumer_state, Geometry};
+use shmring_layout::{consumer_state, stamp, Geometry};
 
 use crate::process::is_alive;
 use crate::{ConsumerInfo, Ring, RingInfo};
@@ -155,9 +157,18 @@ pub fn instant_state(c: &ConsumerInfo, alive: bool) -> HealthState {
     }
 }
 
-/// Whether events wait at `next`: its slot is published, or the consumer has been lapped.
+/// Whether events wait at `next`: its slot holds `next`, published, or a later sequence
+/// (the consumer has been lapped). A hole at `next` (a claim a producer died holding: the
+/// slot still holds the previous lap, or `next` half written) is not pending work, however
+/// far the claims run past it: the consumer cannot move until the hole is repaired, and
+/// the dead producer's row shows it. So a consumer waiting at a hole is never STALLED.
 pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
-    ring.is_published(next) || head >= next.saturating_add(ring.capacity())
+    // Acquire: pairs with the producer's Release stamp store.
+    next < head
+        && stamp::reached(
+            ring.seg.slot(next).header.stamp.load(Ordering::Acquire),
+            next,
+        )
 }
 
 /// Whether a consumer with events pending since `pending_since` that last moved at

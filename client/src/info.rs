@@ -2,7 +2,9 @@
 
 use std::sync::atomic::Ordering;
 
-use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state, RingState};
+use shmring_layout::{
+    consumer_flags, consumer_state, owned_word, producer_state, waiters, RingState,
+};
 
 use crate::consumer::entry_name;
 use crate::segment::Segment;
@@ -84,9 +86,11 @@ pub struct RingInfo {
     pub consumers: Vec<ConsumerInfo>,
     /// Producer entries in use (attached, attaching, or being repaired).
     pub producers: Vec<ProducerInfo>,
-    /// Consumers parked (or about to park) waiting for events.
+    /// Consumers parked (or about to park) waiting for events. A process killed while
+    /// parked stays counted until the next publish wakes for it and resets the count.
     pub consumer_waiters: u32,
-    /// Producers parked (or about to park) waiting for room.
+    /// Producers parked (or about to park) waiting for room (a killed one stays counted
+    /// until the next commit).
     pub producer_waiters: u32,
     /// Wake-ups issued to parked consumers since the ring was created, each one a
     /// `futex_wake` paid by the publisher (or stopper) that issued it: the producers'
@@ -175,8 +179,8 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let lines = seg.lines();
     RingInfo {
         // Relaxed: display only; nothing is ordered against these reads.
-        consumer_waiters: lines.consumer_wake.value.waiters.load(Ordering::Relaxed),
-        producer_waiters: lines.producer_wake.value.waiters.load(Ordering::Relaxed),
+        consumer_waiters: waiters::count(lines.consumer_wake.value.waiters.load(Ordering::Relaxed)),
+        producer_waiters: waiters::count(lines.producer_wake.value.waiters.load(Ordering::Relaxed)),
         consumer_wakes: lines.consumer_wake.value.word.load(Ordering::Relaxed),
         producer_wakes: lines.producer_wake.value.word.load(Ordering::Relaxed),
         fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),

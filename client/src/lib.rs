@@ -23,9 +23,11 @@
 //! ```
 //!
 //! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `line` (the
-//! sequence line's position and lifecycle protocol), `lifecycle` (stop, drain, start),
-//! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`,
-//! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker).
+//! sequence line's position and lifecycle protocol), `park` with `fence` and `futex` (the
+//! park/wake protocol), `lifecycle` (stop, drain, start), `repair`, `unblock` (since when
+//! a dead producer's hole waits), `gating` (the wrap gate and the attach protocol),
+//! `producer`, `consumer`, `event`, `wait`, `info`, `health` (the states `broker status`
+//! shows, without a broker).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -45,7 +47,8 @@ mod lifecycle;
 #[doc(hidden)]
 pub mod line;
 pub mod names;
-mod park;
+#[doc(hidden)]
+pub mod park;
 pub mod process;
 mod producer;
 mod recall;
@@ -54,6 +57,7 @@ mod ring;
 mod segment;
 #[doc(hidden)]
 pub mod table;
+mod unblock;
 mod wait;
 mod wake_set;
 
@@ -77,5 +81,23 @@ pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
 pub use table::Tombstone;
+pub use unblock::boottime_ns;
 pub use wait::{Fallback, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
 pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};
+
+/// Register this process now for the asymmetric fence of parking (`membarrier`), which its
+/// first publish or commit would otherwise do. Registering waits for an RCU grace period
+/// (~10 ms on an idle machine, much longer on a loaded one): a process that must not pay
+/// that on its first event calls this at startup. Attaching never registers. Returns
+/// whether the process uses the asymmetric fence (`false` where the kernel lacks
+/// `membarrier`: publishes then pay a full fence instead).
+pub fn register_membarrier() -> bool {
+    fence::register()
+}
+
+/// Whether this process has registered for expedited membarriers (see the `fence` module):
+/// for tests that check when the registration happens.
+#[doc(hidden)]
+pub fn membarrier_registered() -> bool {
+    fence::registered()
+}

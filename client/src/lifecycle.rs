@@ -153,10 +153,12 @@ impl Env for SegEnv<'_> {
     }
 
     fn has_barrier(&self) -> bool {
-        // With membarrier, the stopper supplies the producer's barrier. Without it, only a
-        // producer in this very process is safe: a process without membarrier publishes
-        // with a full fence of its own (`fence::light(false)`).
-        crate::fence::register()
+        // With membarrier, the stopper supplies the producer's barrier: issuing it needs no
+        // registration here, and a producer whose process has not registered yet fences
+        // fully itself (see `fence`). Without it, only a producer in this very process is
+        // safe: a process without membarrier publishes with a full fence of its own
+        // (`fence::light(false)`).
+        crate::fence::supported()
             || (0..self.seg.geometry().max_producers).all(|i| {
                 self.seg.producer(i).is_none_or(|p| {
                     // Relaxed: the word names its holder in the same step as its state.

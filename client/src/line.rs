@@ -136,10 +136,11 @@ pub trait Env {
     fn alive(&self, pid: u32) -> bool;
     /// The stopper's half of the single-producer handshake: `membarrier`.
     fn heavy_fence(&self);
-    /// Whether `heavy_fence` pairs with every producer of the ring: membarrier works in this
-    /// process, or the only producer is in this process (which, lacking membarrier, fences
-    /// fully itself). Otherwise a single-producer line is not closed: another process's
-    /// producer may use only a compiler fence.
+    /// Whether `heavy_fence` pairs with every producer of the ring: this process can issue
+    /// a membarrier (a producer uses only a compiler fence once its process registered for
+    /// it, and a full fence before), or the only producer is in this process (which, lacking
+    /// membarrier, fences fully itself). Otherwise a single-producer line is not closed:
+    /// another process's producer may use only a compiler fence.
     fn has_barrier(&self) -> bool;
     /// Wait a little before looking again (round counts from 0). `false`: give up.
     fn pause(&self, round: u32) -> bool;

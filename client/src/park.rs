@@ -1,63 +1,122 @@
 //! Parking without a producer tax: the park/wake protocol on a wake line.
 //!
 //! ```text
-//! parker (consumer with nothing to read)        waker (producer after a publish)
-//! (a) seen = word           (Acquire)
-//! (b) waiters += 1                               (1) stamp = s          (Release)
-//! (c) fence::heavy()  -- membarrier              (2) fence::light()  -- compiler only
-//! (d) last look: stamp == s ?                    (3) waiters != 0 ?     (Relaxed)
-//! (e) futex_wait(word, seen, net)                (4)   word += 1        (Release)
-//!     waiters -= 1                               (5)   futex_wake(word)
+//! parker (consumer with nothing to read)           waker (producer after a publish)
+//! (a) seen = word             (Acquire)
+//! (b) raise: count + 1, in epoch e                  (1) stamp = s            (Release)
+//! (c) heavy fence  -- membarrier                    (2) light fence  -- compiler only
+//! (d) last look: stamp == s ?                       (3) count != 0 ?         (Relaxed)
+//! (e) futex_wait(word, seen, net)                   (r)   reset: count 0, epoch + 1
+//! (f) lower: count - 1, only while the epoch is e   (4)   word += 1          (Release)
+//!                                                   (5)   futex_wake_all(word)
 //! ```
 //!
-//! (b)-(d) against (1)-(3) is the store-buffering race: with a full fence between store and
-//! load on both sides (see `fence`), either (d) sees the stamp (no sleep) or (3) sees the
-//! waiter (a wake follows). If (4) lands before (e), the kernel's compare of `word` with
-//! `seen` fails and the parker does not sleep; if after, (5) wakes it. If (a) already read
-//! the incremented word, (4) happened-before (d) through the Release/Acquire pair on `word`,
-//! so (d) sees the stamp written before it. The timed net under (e) is a safety net, not
-//! part of the protocol. How each park ended is counted ([`WakeCounts`]) in three kinds
-//! that fail differently:
+//! The waiter word packs the count with an epoch (`shmring_layout::waiters`); each of (b),
+//! (f) and (r) is one atomic step on it ((f) and (r) CAS from the value they read).
+//!
+//! - (b)-(d) against (1)-(3) is the store-buffering race: with a full fence between store
+//!   and load on both sides (see `fence`), either (d) sees the stamp (no sleep) or (3) reads
+//!   the raise or a later value of the word. A later value still counts the raise unless the
+//!   parker lowered it after its sleep (f), or a reset dropped it, and the waker of that
+//!   reset wakes the parker (next point).
+//! - A reset (r) drops every raise before it, and each parker it drops still wakes. (r)
+//!   is sequenced before the same waker's (4): had the parker's (a) read the value (4)
+//!   wrote (Acquire against Release), (r) would happen-before (b) and so come before it in
+//!   the word's order, not after. So `seen` is older than (4): the kernel's compare in (e)
+//!   fails, or (5) wakes the sleeper. This is why the reset comes before the bump, never
+//!   after it, and never alone (a reset that is not followed by (4) and (5), such as a
+//!   recount stored by a third party, loses the dropped parker's wake-up; the loom model
+//!   `client/tests/loom_park.rs` finds it).
+//! - If (a) already read the incremented word, (4) happened-before (d) through the
+//!   Release/Acquire pair on `word`, so (d) sees the stamp written before it.
+//! - (f) takes back only the parker's own raise: in the epoch it raised in, by a CAS. After
+//!   a reset there is nothing of its own left to take back.
+//! - A parker killed between (b) and (f) leaves its raise counted. The next waker pays
+//!   one wake for it and resets the count; from then on publishing costs one load again.
+//!   No broker and no table entry is involved, so a `WakeSet` thread (which holds no entry)
+//!   and `Ring::wait_published` are covered too.
+//!
+//! The timed net under (e) is a safety net, not part of the protocol. How each park ended
+//! is counted ([`WakeCounts`]) in three kinds that fail differently:
 //!
 //! - *woken*: the kernel woke the parker (or the word had moved before it slept): the
 //!   protocol working.
-//! - *late*: the timeout passed, but the waker had already done (4), so its wake (5) did
-//!   not arrive in time: a waker preempted between (4) and (5), or a wake the kernel
+//! - *late*: the timeout passed, but a waker had already done (r) or (4), so its wake (5)
+//!   did not arrive in time: a waker preempted between (r) and (5), or a wake the kernel
 //!   never delivered (a wrong futex key or flags, see `futex`). Also a timeout shorter
 //!   than the net that passed with the condition already true: the waker may still be
-//!   between (1) and (4), so a short timeout cannot tell a lost wake from a slow one.
-//! - *lost*: the net passed, the word never moved, and the condition was true: the
-//!   waker saw no waiter at (3), the store-buffering race the fences exist to close.
+//!   between (1) and (r), so a short timeout cannot tell a lost wake from a slow one.
+//! - *lost*: the net passed, neither the word nor the epoch moved, and the condition was
+//!   true: the waker saw no waiter at (3), the store-buffering race the fences exist to
+//!   close.
 //!
 //! The tests assert that lost and late stay zero where the net is the only timeout, and
 //! that parks were woken.
 //!
 //! The same protocol runs the other way for producers waiting for room: the producer
 //! parks on the ring's producer wake line, and a consumer that commits is the waker.
+//!
+//! The protocol is written against two small traits, [`Word`] (the waiter word) and
+//! [`Futex`] (the futex word), with the fences passed in, so that the loom models in
+//! `client/tests/loom_park.rs` run this very code on heap atomics.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use shmring_layout::{FenceMode, Header, WakeLine};
+use shmring_layout::{waiters, FenceMode, Header, WakeLine};
 
-use crate::fence;
-use crate::futex::{self, Woke};
+pub use crate::futex::Woke;
+
+use crate::line::Word;
+
+use crate::{fence, futex};
 
 /// The timed net under every park.
 pub const PARK_NET: Duration = Duration::from_millis(50);
 
+/// The futex word of a wake line. Implemented for the segment's `AtomicU32` (a shared
+/// futex); the loom models implement it with a lock and a condition variable, as the kernel
+/// does it (compare under the bucket lock, sleep atomically).
+pub trait Futex {
+    /// Atomic load.
+    fn load(&self, order: Ordering) -> u32;
+    /// Atomic add, returning the previous value.
+    fn fetch_add(&self, value: u32, order: Ordering) -> u32;
+    /// Sleep while the word equals `seen`, at most `timeout`.
+    fn wait(&self, seen: u32, timeout: Duration) -> Woke;
+    /// Wake every sleeper.
+    fn wake_all(&self);
+}
+
+impl Futex for AtomicU32 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u32 {
+        AtomicU32::load(self, order)
+    }
+    #[inline(always)]
+    fn fetch_add(&self, value: u32, order: Ordering) -> u32 {
+        AtomicU32::fetch_add(self, value, order)
+    }
+    fn wait(&self, seen: u32, timeout: Duration) -> Woke {
+        futex::wait(self, seen, timeout)
+    }
+    fn wake_all(&self) {
+        futex::wake_all(self);
+    }
+}
+
 /// How a park ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Parked {
+pub enum Parked {
     /// The last look found the condition true: did not sleep.
     Ready,
     /// Woken by a waker (or the word moved before sleeping).
     Woken,
-    /// The timeout passed after a waker had moved the word: its wake came too late or
-    /// never arrived.
+    /// The timeout passed after a waker had reset the count or moved the word: its wake
+    /// came too late or never arrived.
     Late,
-    /// The timeout passed and the word never moved. `net`: the timeout was the full net
-    /// (not a shorter one the caller asked for).
+    /// The timeout passed and neither the word nor the epoch moved. `net`: the timeout was
+    /// the full net (not a shorter one the caller asked for).
     TimedOut {
         /// Whether the timeout was [`PARK_NET`].
         net: bool,
@@ -66,19 +125,19 @@ pub(crate) enum Parked {
 
 /// How the parks of one parker ended (see the module comment for the three kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct WakeCounts {
+pub struct WakeCounts {
     /// Woken by a waker.
     pub woken: u64,
     /// Woken by a timeout although a waker had done its part (or, with a timeout shorter
     /// than the net, might still be doing it).
     pub late: u64,
-    /// Woken by the net with the condition true and the word unmoved: a lost wake-up.
+    /// Woken by the net with the condition true and nothing moved: a lost wake-up.
     pub lost: u64,
 }
 
 impl WakeCounts {
     /// Count a park that ended as `parked`; `ready` is the parker's condition, looked at
-    /// only after a timeout with the word unmoved.
+    /// only after a timeout with nothing moved.
     pub fn count(&mut self, parked: Parked, ready: impl FnOnce() -> bool) {
         match parked {
             Parked::Ready => {}
@@ -96,9 +155,10 @@ impl WakeCounts {
     }
 }
 
-/// Classify the end of a sleep: `moved`, whether the word moved since the parker read it;
-/// `net`, whether the sleep's timeout was the full net.
-pub(crate) fn classify(woke: Woke, moved: bool, net: bool) -> Parked {
+/// Classify the end of a sleep: `moved`, whether a waker reset the count or moved the word
+/// since the parker raised ([`Wake::moved`]); `net`, whether the sleep's timeout was the
+/// full net.
+pub fn classify(woke: Woke, moved: bool, net: bool) -> Parked {
     match woke {
         Woke::Woken => Parked::Woken,
         Woke::TimedOut if moved => Parked::Late,
@@ -106,57 +166,163 @@ pub(crate) fn classify(woke: Woke, moved: bool, net: bool) -> Parked {
     }
 }
 
+/// A parker's raise (b): the epoch it was counted in, which is what (f) takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Raised {
+    epoch: u32,
+}
+
+/// A wake line as the protocol sees it: the waiter word and the futex word.
+#[derive(Clone, Copy)]
+pub struct Wake<'a, W: Word, F: Futex> {
+    /// `epoch | count` (`shmring_layout::waiters`).
+    pub waiters: &'a W,
+    /// The futex word.
+    pub word: &'a F,
+}
+
+/// The protocol on a wake line of a segment.
+#[inline(always)]
+pub(crate) fn on(line: &WakeLine) -> Wake<'_, AtomicU64, AtomicU32> {
+    Wake {
+        waiters: &line.waiters,
+        word: &line.word,
+    }
+}
+
+impl<W: Word, F: Futex> Wake<'_, W, F> {
+    /// Park for at most `timeout` unless `ready()` (the last look) is already true:
+    /// (a) to (f). `heavy` is the parker's half of the fence pair.
+    pub fn park(
+        &self,
+        heavy: impl FnOnce(),
+        timeout: Duration,
+        ready: impl FnOnce() -> bool,
+    ) -> Parked {
+        // (a) Acquire: pairs with the waker's Release increment (4).
+        let seen = self.word.load(Ordering::Acquire);
+        // (b)
+        let raised = self.raise();
+        // (c)
+        heavy();
+        // (d)
+        if ready() {
+            self.lower(raised);
+            return Parked::Ready;
+        }
+        // (e)
+        let woke = self.word.wait(seen, timeout);
+        let moved = self.moved(seen, raised);
+        // (f)
+        self.lower(raised);
+        classify(woke, moved, timeout >= PARK_NET)
+    }
+
+    /// (b): count this parker in.
+    #[inline]
+    pub fn raise(&self) -> Raised {
+        // Relaxed: ordered before the last look (d) by the heavy fence.
+        let before = self.waiters.fetch_add(waiters::RAISE, Ordering::Relaxed);
+        Raised {
+            epoch: waiters::epoch(before),
+        }
+    }
+
+    /// (f): take back `raised`, unless a reset dropped it already.
+    #[inline]
+    pub fn lower(&self, raised: Raised) {
+        // Relaxed: the count orders nothing else; the CAS makes the step conditional on
+        // the epoch it checked.
+        let mut w = self.waiters.load(Ordering::Relaxed);
+        while waiters::epoch(w) == raised.epoch && waiters::count(w) != 0 {
+            match self.waiters.compare_exchange(
+                w,
+                w - waiters::RAISE,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => w = now,
+            }
+        }
+    }
+
+    /// Whether a waker did its part since this parker read `seen` and raised `raised`: it
+    /// moved the word (4), or reset the count (r) and is about to.
+    pub fn moved(&self, seen: u32, raised: Raised) -> bool {
+        // Acquire: as (a). Relaxed: a reset only says a wake is on its way.
+        self.word.load(Ordering::Acquire) != seen
+            || waiters::epoch(self.waiters.load(Ordering::Relaxed)) != raised.epoch
+    }
+
+    /// After a store that may satisfy a parker ((1) done): wake if anyone is counted.
+    /// `light` is the waker's half of the fence pair (2).
+    #[inline(always)]
+    pub fn notify(&self, light: impl FnOnce()) {
+        // (2)
+        light();
+        // (3) Relaxed: the fence pair above orders it against the parker's (b).
+        if waiters::count(self.waiters.load(Ordering::Relaxed)) != 0 {
+            self.wake();
+        }
+    }
+
+    /// Wake every parker, unconditionally: (r), (4), (5).
+    #[cold]
+    pub fn wake(&self) {
+        // (r), before (4): see the module comment.
+        self.reset();
+        // (4) Release: pairs with the parker's Acquire load (a).
+        self.word.fetch_add(1, Ordering::Release);
+        // (5)
+        self.word.wake_all();
+    }
+
+    /// (r) alone: drop every raise counted so far. Only [`Wake::wake`] may call it, right
+    /// before it moves the word and wakes (public for the loom model that shows why).
+    pub fn reset(&self) {
+        // Relaxed: ordered before (4) by program order, which is all the argument needs.
+        let mut w = self.waiters.load(Ordering::Relaxed);
+        while waiters::count(w) != 0 {
+            match self.waiters.compare_exchange(
+                w,
+                waiters::reset(w),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => w = now,
+            }
+        }
+    }
+}
+
 /// Park on `line` for at most `timeout` unless `ready()` (the last look) is already true.
 pub(crate) fn park(line: &WakeLine, timeout: Duration, ready: impl FnOnce() -> bool) -> Parked {
-    // (a) Acquire: pairs with the waker's Release increment (4).
-    let seen = line.word.load(Ordering::Acquire);
-    // (b) Relaxed: ordered before (d) by the heavy fence.
-    line.waiters.fetch_add(1, Ordering::Relaxed);
-    // (c)
-    fence::heavy();
-    // (d)
-    if ready() {
-        line.waiters.fetch_sub(1, Ordering::Relaxed);
-        return Parked::Ready;
-    }
-    // (e)
-    let woke = futex::wait(&line.word, seen, timeout);
-    line.waiters.fetch_sub(1, Ordering::Relaxed);
-    // Acquire: as (a).
-    classify(
-        woke,
-        line.word.load(Ordering::Acquire) != seen,
-        timeout >= PARK_NET,
-    )
+    on(line).park(fence::heavy, timeout, ready)
 }
 
 /// After a store that may satisfy a parker on `line` ((1) done): wake if anyone parks.
 ///
-/// The compiler-only fence is enough only if every parker on the ring issues a membarrier:
-/// `membarrier_mode` is this process's mode, and the ring header's `fence_mode` holds the
-/// weakest mode of every process that attached (a process without membarrier raises it to
-/// `SeqCstFence` when it attaches, long before it can park), so a waker in a mixed ring
-/// pays the full fence.
+/// The compiler-only fence is enough only if this process is registered for membarrier
+/// (`registered`, see `fence`) and every parker on the ring issues one: the ring header's
+/// `fence_mode` holds the weakest mode of every process that attached (a process without
+/// membarrier raises it to `SeqCstFence` when it attaches, long before it can park), so a
+/// waker in a mixed ring pays the full fence.
 #[inline(always)]
-pub(crate) fn notify(line: &WakeLine, header: &Header, membarrier_mode: bool) {
-    // Relaxed: the mode is set at attach, before any park of that process.
-    let light = membarrier_mode
-        && header.fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32;
-    // (2)
-    fence::light(light);
-    // (3) Relaxed: the fence pair above orders it against the parker's (b).
-    if line.waiters.load(Ordering::Relaxed) != 0 {
-        wake(line);
-    }
+pub(crate) fn notify(line: &WakeLine, header: &Header, registered: bool) {
+    on(line).notify(|| {
+        // Relaxed: the mode is set at attach, before any park of that process.
+        let light =
+            registered && header.fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32;
+        fence::light(light);
+    });
 }
 
 /// Wake every parker on `line`, unconditionally.
 #[cold]
 pub(crate) fn wake(line: &WakeLine) {
-    // (4) Release: pairs with the parker's Acquire load (a).
-    line.word.fetch_add(1, Ordering::Release);
-    // (5)
-    futex::wake_all(&line.word);
+    on(line).wake();
 }
 
 #[cfg(test)]
@@ -194,5 +360,39 @@ mod tests {
                 lost: 0
             }
         );
+    }
+
+    #[test]
+    fn a_raise_nobody_takes_back_costs_one_wake_then_nothing() {
+        let line = WakeLine::default();
+        let w = on(&line);
+        let _dead = w.raise();
+        let live = w.raise();
+        w.lower(live);
+        assert_eq!(waiters::count(line.waiters.load(Ordering::Relaxed)), 1);
+        w.notify(|| {});
+        assert_eq!(line.word.load(Ordering::Relaxed), 1, "one wake");
+        assert_eq!(waiters::count(line.waiters.load(Ordering::Relaxed)), 0);
+        w.notify(|| {});
+        assert_eq!(line.word.load(Ordering::Relaxed), 1, "then none");
+    }
+
+    #[test]
+    fn a_raise_dropped_by_a_reset_is_not_taken_back_from_a_later_parker() {
+        let line = WakeLine::default();
+        let w = on(&line);
+        let early = w.raise();
+        assert!(!w.moved(0, early));
+        w.wake();
+        assert!(w.moved(0, early), "the reset and the bump are seen");
+        let later = w.raise();
+        w.lower(early);
+        assert_eq!(
+            waiters::count(line.waiters.load(Ordering::Relaxed)),
+            1,
+            "the later raise stays counted"
+        );
+        w.lower(later);
+        assert_eq!(waiters::count(line.waiters.load(Ordering::Relaxed)), 0);
     }
 }

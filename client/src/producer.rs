@@ -54,8 +54,9 @@ pub struct Producer {
     parks: u64,
     /// How its parks for room ended.
     wakes: WakeCounts,
-    /// Whether this process uses the asymmetric (membarrier) fence; see `fence`.
-    membarrier: bool,
+    /// Whether this process has registered for membarrier, as far as this handle knows: its
+    /// first publish registers it (see `fence`).
+    registered: bool,
     /// A single-producer ring: the claim is a plain store of `next` (see `line`).
     single: bool,
     /// Single producer: the next sequence this producer claims (its position).
@@ -152,7 +153,7 @@ impl Producer {
             open_claim: None,
             single,
             next,
-            membarrier: mode == FenceMode::Membarrier,
+            registered: fence::registered(),
             parks: 0,
             wakes: WakeCounts::default(),
             cached_gate: gating::refresh(&seg, 0),
@@ -290,24 +291,37 @@ impl Producer {
     }
 
     /// The producer's half of the fence pairs (park/wake, and the single-producer close):
-    /// compiler-only when every process of the ring uses membarrier.
+    /// compiler-only once this process registered for membarrier and while every process of
+    /// the ring uses it.
     #[inline(always)]
-    fn light_fence(membarrier: bool, seg: &Segment) {
+    fn light_fence(registered: bool, seg: &Segment) {
         // Relaxed: the mode only rises, at attach or before a close, ahead of the barrier it
         // stands for.
-        let light = membarrier
+        let light = registered
             && seg.header().fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32;
         fence::light(light);
+    }
+
+    /// Before a claim: the first one registers this process for membarrier (see `fence`),
+    /// ahead of every store the fence pairs order, so that no parker or stopper ever waits
+    /// for a waker that is inside the registration.
+    #[inline(always)]
+    fn before_claim(&mut self) {
+        fence::light_allowed(&mut self.registered);
+        if self.open_claim.is_some() {
+            self.close_forgotten_claim();
+        }
     }
 
     /// Single producer: claim `n` sequences at `self.next` (see `line`).
     #[inline(always)]
     fn claim_single(&mut self, n: u64) -> Result<u64, Refused> {
         let seq = self.next;
-        let (seg, membarrier) = (&*self.seg, self.membarrier);
+        let registered = self.registered;
+        let seg = &*self.seg;
         seg.line()
             .claim_single(&SegEnv::producer(seg, self.pid), seq, n, || {
-                Self::light_fence(membarrier, seg)
+                Self::light_fence(registered, seg)
             })?;
         self.next = seq + n;
         Ok(seq)
@@ -328,9 +342,7 @@ impl Producer {
     /// Take `n` sequences (`fetch_add`) and wait at the wrap gate for the last of them.
     #[inline(always)]
     fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
-        if self.open_claim.is_some() {
-            self.close_forgotten_claim();
-        }
+        self.before_claim();
         if self.single {
             let c = match self.claim_single(n) {
                 Ok(c) => c,
@@ -414,9 +426,7 @@ impl Producer {
 
     /// Take `n` sequences with a CAS once there is room: a refusal spends no sequence.
     fn claim_if_room(&mut self, n: u64) -> Result<u64, TryPublishError> {
-        if self.open_claim.is_some() {
-            self.close_forgotten_claim();
-        }
+        self.before_claim();
         if self.single {
             if !self.has_room(self.next + n - 1) {
                 return Err(if self.seg.line().is_closed() {
@@ -533,7 +543,7 @@ impl Producer {
         park::notify(
             &self.seg.lines().consumer_wake.value,
             self.seg.header(),
-            self.membarrier,
+            self.registered,
         );
     }
 

@@ -72,7 +72,6 @@ impl std::fmt::Debug for WakeSet {
 impl WakeSet {
     /// An empty set.
     pub fn new() -> Self {
-        fence::register();
         Self::default()
     }
 
@@ -159,31 +158,36 @@ impl WakeSet {
             return WakeReason::Deadline;
         }
         let mut words: Vec<(&AtomicU32, u32)> = Vec::with_capacity(self.rings.len());
+        let mut raised = Vec::with_capacity(self.rings.len());
         for seg in &self.rings {
             let line = &seg.lines().consumer_wake.value;
-            // Acquire: pairs with a waker's Release increment (see `park`, step (a)).
+            // (a) Acquire: pairs with a waker's Release increment (see `park`).
             words.push((&line.word, line.word.load(Ordering::Acquire)));
-            // Relaxed: ordered before the last look by the heavy fence below.
-            line.waiters.fetch_add(1, Ordering::Relaxed);
+            // (b)
+            raised.push(park::on(line).raise());
         }
+        // (c)
         fence::heavy();
+        // (d)
         let parked = if ready() {
             Parked::Ready
         } else {
             self.stats.parks += 1;
+            // (e)
             let woke = futex::waitv(&words, until);
-            // Acquire: as the loads of `seen` above.
-            let moved = words
+            let moved = self
+                .rings
                 .iter()
-                .any(|(word, seen)| word.load(Ordering::Acquire) != *seen);
+                .zip(&words)
+                .zip(&raised)
+                .any(|((seg, (_, seen)), r)| {
+                    park::on(&seg.lines().consumer_wake.value).moved(*seen, *r)
+                });
             park::classify(woke, moved, net)
         };
-        for seg in &self.rings {
-            seg.lines()
-                .consumer_wake
-                .value
-                .waiters
-                .fetch_sub(1, Ordering::Relaxed);
+        // (f)
+        for (seg, r) in self.rings.iter().zip(raised) {
+            park::on(&seg.lines().consumer_wake.value).lower(r);
         }
         let mut counts = WakeCounts::default();
         let mut pending = false;

@@ -1,98 +1,168 @@
-//! A loom model of the park/wake protocol (`client/src/park.rs`), on heap atomics.
+//! Loom models of the park/wake protocol (`client/src/park.rs`): the shipping `Wake` code
+//! (park, raise, lower, notify, wake, reset), run on loom's atomics through the `Word` and
+//! `Futex` traits it is written against.
 //!
 //! loom cannot run `membarrier`; what the asymmetric fence guarantees is exactly what a
 //! `SeqCst` fence on both sides guarantees (a full barrier between each side's store and
-//! its load), so the model uses that (loom models `SeqCst` fences faithfully). The futex is
-//! modelled as the kernel does it: wait compares the word under the bucket lock and sleeps
-//! atomically; wake takes the lock and wakes every sleeper. There is no timed net in the
-//! model, so a lost wake-up is a deadlock, which loom reports.
+//! its load), so the models pass `SeqCst` fences as the heavy and light fences (loom models
+//! `SeqCst` fences faithfully). The futex is modelled as the kernel does it: wait compares
+//! the word under the bucket lock and sleeps atomically; wake takes the lock and wakes
+//! every sleeper. There is no timed net in the models, so a lost wake-up is a deadlock,
+//! which loom reports.
 //!
-//! The second test removes the fences and requires loom to find that lost wake-up: the
-//! model is only worth something if it can fail.
+//! What they check:
 //!
-//! The mixed-mode tests put a waker of the asymmetric mode (a compiler fence only) against
-//! a parker whose process fell back to the `SeqCst` fence (no membarrier to make the
-//! waker's fence real): the waker must read the ring's fence mode and pay the full fence.
-//! A waker that trusts its own mode loses the wake-up, and loom must find it; so does a
-//! parker whose raise of the mode is not yet seen by the waker (a known gap).
+//! - a parker is woken by the publish that makes it ready, with the fences; without them
+//!   loom must find the lost wake-up (the model is only worth something if it can fail);
+//! - a raise nobody takes back (a parker killed asleep) costs the next waker one wake and
+//!   then nothing, and never makes a live parker miss its wake-up, whatever the resets of
+//!   concurrent wakers drop;
+//! - a reset that is not followed by the reset's waker moving the word and waking (a
+//!   recount stored by a third party, as a broker could do it) loses a wake-up: loom must
+//!   find it;
+//! - mixed fence modes: a waker of the asymmetric mode (a compiler fence only) against a
+//!   parker whose process fell back to the `SeqCst` fence must read the ring's fence mode
+//!   and pay the full fence; a waker that trusts its own mode loses the wake-up, and so
+//!   does a parker whose raise of the mode is not yet seen by the waker (a known gap).
+//!
+//! Preemption bound 2 by default (`LOOM_MAX_PREEMPTIONS` overrides it).
+
+use std::time::Duration;
 
 use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-struct Futex {
+use shmring::line::Word;
+use shmring::park::{Futex, Parked, Wake, Woke};
+use shmring_layout::waiters;
+
+struct W(AtomicU64);
+
+impl Word for W {
+    fn load(&self, order: Ordering) -> u64 {
+        self.0.load(order)
+    }
+    fn store(&self, value: u64, order: Ordering) {
+        self.0.store(value, order)
+    }
+    fn compare_exchange(
+        &self,
+        current: u64,
+        new: u64,
+        ok: Ordering,
+        err: Ordering,
+    ) -> Result<u64, u64> {
+        self.0.compare_exchange(current, new, ok, err)
+    }
+    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+        self.0.fetch_add(value, order)
+    }
+}
+
+struct F {
     word: AtomicU32,
     bucket: Mutex<()>,
     sleepers: Condvar,
 }
 
-impl Futex {
-    fn wait(&self, expected: u32) {
+impl Futex for F {
+    fn load(&self, order: Ordering) -> u32 {
+        self.word.load(order)
+    }
+    fn fetch_add(&self, value: u32, order: Ordering) -> u32 {
+        self.word.fetch_add(value, order)
+    }
+    fn wait(&self, seen: u32, _timeout: Duration) -> Woke {
         let guard = self.bucket.lock().unwrap();
-        if self.word.load(Ordering::Relaxed) == expected {
+        if self.word.load(Ordering::Relaxed) == seen {
             drop(self.sleepers.wait(guard).unwrap());
         }
+        Woke::Woken
     }
-
-    fn wake(&self) {
+    fn wake_all(&self) {
         let _guard = self.bucket.lock().unwrap();
         self.sleepers.notify_all();
     }
 }
 
+/// A ring reduced to what the protocol needs: how many events were published, and its
+/// consumer wake line.
 struct Line {
-    stamp: AtomicU64,
-    waiters: AtomicU32,
-    futex: Futex,
+    published: AtomicU64,
+    waiters: W,
+    futex: F,
 }
 
-/// One publish (waker) against one consumer that parks until it sees it (parker).
-fn publish_against_parker(fenced: bool) {
-    loom::model(move || {
-        let line = Arc::new(Line {
-            stamp: AtomicU64::new(0),
-            waiters: AtomicU32::new(0),
-            futex: Futex {
+impl Line {
+    /// A line whose waiter word starts at `waiters` (a raise left by a dead parker, say).
+    fn new(waiters: u64) -> Arc<Line> {
+        Arc::new(Line {
+            published: AtomicU64::new(0),
+            waiters: W(AtomicU64::new(waiters)),
+            futex: F {
                 word: AtomicU32::new(0),
                 bucket: Mutex::new(()),
                 sleepers: Condvar::new(),
             },
-        });
+        })
+    }
+
+    fn wake(&self) -> Wake<'_, W, F> {
+        Wake {
+            waiters: &self.waiters,
+            word: &self.futex,
+        }
+    }
+
+    /// A producer: publish one event, then `notify` with `light` as the fence (2).
+    fn publish(&self, light: impl FnOnce()) {
+        // (1) Release: the stamp of a real publish.
+        self.published.fetch_add(1, Ordering::Release);
+        self.wake().notify(light);
+    }
+
+    /// A consumer: poll, and park while fewer than `events` are published, with `heavy` as
+    /// the fence (c).
+    fn consume(&self, events: u64, heavy: impl Fn()) {
+        let ready = || self.published.load(Ordering::Acquire) >= events;
+        while !ready() {
+            if self.wake().park(&heavy, Duration::MAX, ready) == Parked::Ready {
+                break;
+            }
+        }
+    }
+
+    fn count(&self) -> u32 {
+        waiters::count(self.waiters.0.load(Ordering::Relaxed))
+    }
+}
+
+fn full_fence() {
+    fence(Ordering::SeqCst);
+}
+
+fn no_fence() {}
+
+/// Run `f` under loom with the preemption bound (2, or `LOOM_MAX_PREEMPTIONS`).
+fn model<G: Fn() + Sync + Send + 'static>(f: G) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    b.check(f);
+}
+
+/// One publish (waker) against one consumer that parks until it sees it (parker).
+fn publish_against_parker(fenced: bool) {
+    let fence = if fenced { full_fence } else { no_fence };
+    model(move || {
+        let line = Line::new(0);
         let producer = {
             let line = line.clone();
-            thread::spawn(move || {
-                // (1) publish
-                line.stamp.store(1, Ordering::Release);
-                // (2) the publisher's half of the fence pair
-                if fenced {
-                    fence(Ordering::SeqCst);
-                }
-                // (3)-(5) wake only if someone parks
-                if line.waiters.load(Ordering::Relaxed) != 0 {
-                    line.futex.word.fetch_add(1, Ordering::Release);
-                    line.futex.wake();
-                }
-            })
+            thread::spawn(move || line.publish(fence))
         };
-        // The consumer: poll, and park while nothing is published.
-        loop {
-            if line.stamp.load(Ordering::Acquire) == 1 {
-                break;
-            }
-            // (a)-(d)
-            let seen = line.futex.word.load(Ordering::Acquire);
-            line.waiters.fetch_add(1, Ordering::Relaxed);
-            if fenced {
-                fence(Ordering::SeqCst);
-            }
-            if line.stamp.load(Ordering::Acquire) == 1 {
-                line.waiters.fetch_sub(1, Ordering::Relaxed);
-                break;
-            }
-            // (e)
-            line.futex.wait(seen);
-            line.waiters.fetch_sub(1, Ordering::Relaxed);
-        }
+        line.consume(1, fence);
         producer.join().unwrap();
     });
 }
@@ -108,9 +178,78 @@ fn park_wake_without_the_fences_loses_a_wakeup() {
     publish_against_parker(false);
 }
 
+/// A parker killed asleep left its raise in the word (epoch 0, count 1); two producers
+/// publish one event each while a live consumer waits for both. Nobody loses a wake-up,
+/// and once both published the dead raise is gone: the count is back to zero.
+#[test]
+fn a_dead_parkers_raise_costs_one_wake_and_never_hides_a_live_parker() {
+    model(|| {
+        let line = Line::new(waiters::RAISE);
+        let producers: Vec<_> = (0..2)
+            .map(|_| {
+                let line = line.clone();
+                thread::spawn(move || line.publish(full_fence))
+            })
+            .collect();
+        line.consume(2, full_fence);
+        for p in producers {
+            p.join().unwrap();
+        }
+        assert_eq!(line.count(), 0, "the dead raise was reset");
+        assert!(
+            line.futex.word.load(Ordering::Relaxed) >= 1,
+            "and woken for"
+        );
+    });
+}
+
+/// Two consumers park on one line; one producer's reset drops both raises (and, if one
+/// consumer raised again meanwhile, that one too): each is still woken.
+#[test]
+fn a_reset_that_drops_several_parkers_wakes_them_all() {
+    model(|| {
+        let line = Line::new(0);
+        let other = {
+            let line = line.clone();
+            thread::spawn(move || line.consume(1, full_fence))
+        };
+        let producer = {
+            let line = line.clone();
+            thread::spawn(move || line.publish(full_fence))
+        };
+        line.consume(1, full_fence);
+        other.join().unwrap();
+        producer.join().unwrap();
+        assert_eq!(line.count(), 0, "every raise taken back or reset");
+    });
+}
+
+/// A third party (a broker recounting from the tables, say) stores a count of zero while a
+/// consumer parks and a producer publishes. The consumer's raise is dropped without a wake,
+/// the producer then sees nobody, and the consumer sleeps on an event: the lost wake-up
+/// that makes `reset` something only a waker does, right before it wakes.
+#[test]
+#[should_panic(expected = "deadlock")]
+fn a_reset_without_the_wake_behind_it_loses_a_wakeup() {
+    model(|| {
+        let line = Line::new(0);
+        let recount = {
+            let line = line.clone();
+            thread::spawn(move || line.wake().reset())
+        };
+        let producer = {
+            let line = line.clone();
+            thread::spawn(move || line.publish(full_fence))
+        };
+        line.consume(1, full_fence);
+        recount.join().unwrap();
+        producer.join().unwrap();
+    });
+}
+
 /// The ring header's fence mode, as `shmring_layout::FenceMode` numbers it.
-const MEMBARRIER: u32 = 0;
-const SEQCST_FENCE: u32 = 1;
+const MEMBARRIER: u32 = 1;
+const SEQCST_FENCE: u32 = 2;
 
 /// Mixed fence modes on one ring: the waker's process uses the asymmetric fence (its own
 /// fence is compiler-only), the parker's process could not register for membarrier and
@@ -121,16 +260,8 @@ const SEQCST_FENCE: u32 = 1;
 /// long before a park; otherwise the raise races the publish. `header_checked`: the waker
 /// reads the header (as `notify` does); otherwise it trusts its own mode.
 fn mixed_modes(raise_first: bool, header_checked: bool) {
-    loom::model(move || {
-        let line = Arc::new(Line {
-            stamp: AtomicU64::new(0),
-            waiters: AtomicU32::new(0),
-            futex: Futex {
-                word: AtomicU32::new(0),
-                bucket: Mutex::new(()),
-                sleepers: Condvar::new(),
-            },
-        });
+    model(move || {
+        let line = Line::new(0);
         let fence_mode = Arc::new(AtomicU32::new(MEMBARRIER));
         // The parker's attach: raise the mode (Relaxed, as `Producer::attach` and
         // `Consumer::attach` do).
@@ -143,36 +274,20 @@ fn mixed_modes(raise_first: bool, header_checked: bool) {
         let producer = {
             let (line, fence_mode) = (line.clone(), fence_mode.clone());
             thread::spawn(move || {
-                line.stamp.store(1, Ordering::Release);
-                // `notify`: the light fence only while every process uses membarrier.
-                let light = !header_checked || fence_mode.load(Ordering::Relaxed) == MEMBARRIER;
-                if !light {
-                    fence(Ordering::SeqCst);
-                }
-                if line.waiters.load(Ordering::Relaxed) != 0 {
-                    line.futex.word.fetch_add(1, Ordering::Release);
-                    line.futex.wake();
-                }
+                // `park::notify`: the light fence only while every process uses membarrier.
+                line.publish(|| {
+                    let light = !header_checked || fence_mode.load(Ordering::Relaxed) == MEMBARRIER;
+                    if !light {
+                        fence(Ordering::SeqCst);
+                    }
+                })
             })
         };
         if !raise_first {
             raise(&fence_mode);
         }
         // The parker, in the SeqCst fallback: its heavy fence is a SeqCst fence only.
-        loop {
-            if line.stamp.load(Ordering::Acquire) == 1 {
-                break;
-            }
-            let seen = line.futex.word.load(Ordering::Acquire);
-            line.waiters.fetch_add(1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
-            if line.stamp.load(Ordering::Acquire) == 1 {
-                line.waiters.fetch_sub(1, Ordering::Relaxed);
-                break;
-            }
-            line.futex.wait(seen);
-            line.waiters.fetch_sub(1, Ordering::Relaxed);
-        }
+        line.consume(1, full_fence);
         producer.join().unwrap();
     });
 }

@@ -176,7 +176,7 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
         Field::Gating => (line(offset_of!(SequenceLines, gating)), 8),
         Field::ConsumerWaiters => (
             line(offset_of!(SequenceLines, consumer_wake) + offset_of!(WakeLine, waiters)),
-            4,
+            8,
         ),
         Field::ConsumerWord => (
             line(offset_of!(SequenceLines, consumer_wake) + offset_of!(WakeLine, word)),
@@ -184,7 +184,7 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
         ),
         Field::ProducerWaiters => (
             line(offset_of!(SequenceLines, producer_wake) + offset_of!(WakeLine, waiters)),
-            4,
+            8,
         ),
         Field::ProducerWord => (
             line(offset_of!(SequenceLines, producer_wake) + offset_of!(WakeLine, word)),

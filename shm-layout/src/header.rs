@@ -59,7 +59,14 @@ pub struct Header {
     pub broker_epoch: AtomicU64,
     /// Monotonic nanoseconds of the broker's last sweep over this ring.
     pub last_sweep_ns: AtomicU64,
-    _reserved: [AtomicU64; 18],
+    /// The unblock clock: `CLOCK_BOOTTIME` nanoseconds at which a broker first saw a dead
+    /// producer's claim unrepaired in this ring, 0 while none is known. Set by CAS from 0
+    /// by the first sweep that sees such a hole; cleared by CAS from the value it read by
+    /// a sweep that finds none left (repaired or filled). It outlives the broker, so a
+    /// broker that restarts keeps counting the ring's `unblock_timeout` from the first
+    /// sighting.
+    pub hole_seen_ns: AtomicU64,
+    _reserved: [AtomicU64; 17],
 }
 
 /// Size of [`Header`].
@@ -81,6 +88,7 @@ const _: () = assert!(offset_of!(Header, config_checksum) == 72);
 const _: () = assert!(offset_of!(Header, fence_mode) == 80);
 const _: () = assert!(offset_of!(Header, run) == 88);
 const _: () = assert!(offset_of!(Header, last_sweep_ns) == 104);
+const _: () = assert!(offset_of!(Header, hole_seen_ns) == 112);
 
 /// The configuration words covered by [`Header::config_checksum`], in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,15 +230,44 @@ impl FenceMode {
     }
 }
 
-/// A waiter count and a 32-bit futex word, on one line.
+/// A waiter word and a 32-bit futex word, on one line.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct WakeLine {
-    /// Processes parked (or about to park) on `word`.
-    pub waiters: AtomicU32,
+    /// Parkers counted on `word`, and the epoch they were counted in: see [`waiters`].
+    pub waiters: AtomicU64,
     /// The futex word: bumped by a waker, waited on by a parker. 32-bit: the kernel has no
     /// 64-bit futex, and mixed-size access to one atomic is undefined.
     pub word: AtomicU32,
+}
+
+/// The waiter word of a [`WakeLine`]: `epoch (32 bits) | count (32 bits)`.
+///
+/// | who | change | how |
+/// | --- | --- | --- |
+/// | a parker, before its last look | count + 1, remembering the epoch | `fetch_add(RAISE)` |
+/// | that parker, after it woke | count - 1, only if the epoch is still the one it raised in | CAS from the value read |
+/// | a waker that finds the count non-zero | count 0, epoch + 1, then it bumps the futex word and wakes every sleeper | CAS from the value read |
+///
+/// A waker's reset drops every raise counted so far, including one a killed parker can no
+/// longer take back: a dead parker costs one wake, then nothing. The parkers it drops are
+/// woken by the same waker and raise again if they park again.
+pub mod waiters {
+    /// What a parker adds: one to the count.
+    pub const RAISE: u64 = 1;
+
+    /// The parkers counted.
+    pub const fn count(word: u64) -> u32 {
+        word as u32
+    }
+    /// The epoch: bumped by every reset.
+    pub const fn epoch(word: u64) -> u32 {
+        (word >> 32) as u32
+    }
+    /// The word a reset of `word` leaves: no parker counted, the next epoch.
+    pub const fn reset(word: u64) -> u64 {
+        (epoch(word).wrapping_add(1) as u64) << 32
+    }
 }
 
 /// The lifecycle of the sequence line, on a line of its own: read on every publish by a
@@ -277,7 +314,8 @@ const _: () = assert!(offset_of!(SequenceLines, claim) == 0);
 const _: () = assert!(offset_of!(SequenceLines, gating) == LINE);
 const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 2 * LINE);
 const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 3 * LINE);
-const _: () = assert!(offset_of!(WakeLine, word) == 4);
+const _: () = assert!(offset_of!(WakeLine, waiters) == 0);
+const _: () = assert!(offset_of!(WakeLine, word) == 8);
 const _: () = assert!(size_of::<Padded<LifecycleLine>>() == LINE);
 const _: () = assert!(offset_of!(SequenceLines, lifecycle) == 4 * LINE);
 const _: () = assert!(offset_of!(LifecycleLine, lifecycle) == 0);

@@ -95,6 +95,15 @@ pub mod stamp {
     pub const fn is_done(stamp: u64, seq: u64) -> bool {
         matches!(read(stamp, seq), Stamp::Published | Stamp::Repaired)
     }
+
+    /// Whether a reader waiting for `seq` has something to act on: `seq` itself (an event
+    /// or a tombstone), or a later sequence (it was lapped). Not a sequence of the previous
+    /// lap, not `seq` while it is being written (or was left half written by a producer
+    /// that died), and not an empty slot.
+    #[inline(always)]
+    pub const fn reached(stamp: u64, seq: u64) -> bool {
+        !matches!(read(stamp, seq), Stamp::Pending)
+    }
 }
 
 /// Bit 63 of the claim counter: set when the ring is stopped. A claim that reads it set is
@@ -195,10 +204,12 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     SLOT_HEADER_SIZE as u64,
     core::mem::offset_of!(Header, capacity) as u64,
     core::mem::offset_of!(Header, run) as u64,
+    core::mem::offset_of!(Header, hole_seen_ns) as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
     core::mem::offset_of!(SequenceLines, lifecycle) as u64,
     core::mem::offset_of!(LifecycleLine, stop_seq) as u64,
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
+    core::mem::offset_of!(WakeLine, word) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
     core::mem::offset_of!(ConsumerHot, word) as u64,
     core::mem::offset_of!(ConsumerHot, flags) as u64,
@@ -209,3 +220,31 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     STAMP_TOMBSTONE,
     CLAIM_CLOSED,
 ]);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reader_has_something_at_its_sequence_or_past_it_never_at_an_older_or_half_written_one() {
+        let seq = 20;
+        assert!(stamp::reached(seq, seq), "published");
+        assert!(stamp::reached(seq | STAMP_TOMBSTONE, seq), "repaired");
+        assert!(stamp::reached(seq + 16, seq), "lapped");
+        assert!(
+            stamp::reached((seq + 16) | STAMP_WRITING, seq),
+            "lapped mid-write"
+        );
+        assert!(
+            stamp::reached((seq + 16) | STAMP_TOMBSTONE, seq),
+            "lapped by a repair"
+        );
+        assert!(!stamp::reached(seq - 16, seq), "the previous lap: a hole");
+        assert!(
+            !stamp::reached((seq - 16) | STAMP_TOMBSTONE, seq),
+            "the previous lap repaired: still a hole"
+        );
+        assert!(!stamp::reached(seq | STAMP_WRITING, seq), "being written");
+        assert!(!stamp::reached(STAMP_EMPTY, seq), "never written");
+    }
+}

@@ -15,8 +15,8 @@ use std::os::unix::fs::FileExt;
 
 use shmring::Ring;
 use shmring_layout::{
-    owned_word, producer_state, ConsumerCold, ConsumerEntry, ConsumerHot, Geometry, LifecycleLine,
-    Padded, ProducerEntry, SequenceLines, WakeLine, NAME_LEN, SEQ_LINES_OFFSET,
+    owned_word, producer_state, waiters, ConsumerCold, ConsumerEntry, ConsumerHot, Geometry,
+    LifecycleLine, Padded, ProducerEntry, SequenceLines, WakeLine, NAME_LEN, SEQ_LINES_OFFSET,
 };
 
 /// A segment file opened for raw access.
@@ -89,9 +89,10 @@ impl RawSegment {
         (SEQ_LINES_OFFSET + field + offset_of!(Padded<WakeLine>, value)) as u64
     }
 
-    /// The waiter count of a wake line: parkers between raising and lowering it.
+    /// The waiter count of a wake line: parkers between raising and lowering it, until a
+    /// waker resets it (`shmring_layout::waiters`).
     pub fn waiters(&self, line: Line) -> u32 {
-        self.read_u32(Self::wake_line(line) + offset_of!(WakeLine, waiters) as u64)
+        waiters::count(self.read_u64(Self::wake_line(line) + offset_of!(WakeLine, waiters) as u64))
     }
 
     /// The futex word of a wake line: bumped once by every wake.

@@ -253,8 +253,9 @@ fn a_durable_consumer_killed_at_random_points_loses_nothing_and_repeats_at_most_
         d.stats.delivered <= total && d.stats.delivered + done_kills * 16 >= total,
         "{d:?}"
     );
-    // A kill that lands while the consumer is parked leaves the ring's waiter count raised
-    // for good (every publish then pays a futex wake); nothing else is left behind.
+    // A kill that lands while the consumer is parked leaves its raise counted until the
+    // next publish, which pays one wake for it and resets the count; only kills after the
+    // last publish stay counted. Nothing else is left behind.
     let leaked = RawSegment::open(&ring).waiters(Line::Consumer);
     assert!(
         u64::from(leaked) <= done_kills,
@@ -263,7 +264,7 @@ fn a_durable_consumer_killed_at_random_points_loses_nothing_and_repeats_at_most_
     println!(
         "consumer kills: {done_kills} ({producers} producers x {per_producer} events, capacity \
          {capacity}, size {size}); events handed twice: {duplicates}; table says delivered {}; \
-         waiter count left raised by {leaked} kill(s) in a park\n  {}",
+         waiter count left raised by {leaked} kill(s) after the last publish\n  {}",
         d.stats.delivered,
         schedule.join("\n  ")
     );

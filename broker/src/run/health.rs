@@ -150,8 +150,6 @@ impl ConsumerHealth {
 pub struct ProducerHealth {
     pid: u32,
     start_time: u64,
-    /// When its death was first seen.
-    pub dead_since: Option<Instant>,
     /// Sequences of its claims repaired so far.
     pub repaired: u64,
     /// A stuck repair was already logged.
@@ -164,7 +162,6 @@ impl ProducerHealth {
         Self {
             pid,
             start_time,
-            dead_since: None,
             repaired: 0,
             warned: false,
         }

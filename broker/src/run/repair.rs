@@ -1,8 +1,11 @@
 //! Producers that died: an entry without a claim is freed at once; a claim left in flight
-//! is tombstoned after the ring's unblock timeout, so consumers skip the hole (and count
-//! it). A repair that finds the slot still unread is retried every sweep.
-
-use std::time::Instant;
+//! is tombstoned once the ring has had a hole for its unblock timeout, so consumers skip
+//! the hole (and count it). A repair that finds the slot still unread is retried every
+//! sweep.
+//!
+//! The timeout runs on the ring's unblock clock, in the segment (`Ring::note_hole`, the
+//! client's `unblock` module): the first sweep of any broker that sees a hole starts it, a
+//! sweep that finds no hole left clears it, and a broker that restarts keeps counting.
 
 use shmring::RingInfo;
 use tracing::{info, warn};
@@ -11,15 +14,14 @@ use super::health::ProducerHealth;
 use super::registry::Tracked;
 use super::watch::Watches;
 
-pub fn repair_producers(
-    ring: &str,
-    t: &mut Tracked,
-    info: &RingInfo,
-    watches: &mut Watches,
-    now: Instant,
-) {
+pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &mut Watches) {
     t.producers
         .retain(|i, _| info.producers.iter().any(|p| p.index == *i));
+    let timeout = u64::try_from(t.spec.unblock_timeout.as_nanos()).unwrap_or(u64::MAX);
+    let boot_now = shmring::boottime_ns();
+    // The clock's value as this sweep knows it, and whether a hole is left after it.
+    let mut seen = t.ring.hole_seen_ns();
+    let mut holes_left = false;
     for p in &info.producers {
         let rec = t
             .producers
@@ -33,15 +35,22 @@ pub fn repair_producers(
         if watches.alive(p.pid, p.start_time) {
             continue;
         }
-        let dead_since = *rec.dead_since.get_or_insert(now);
         // A claim whose sequence is not recorded yet (`claiming`) waits out the timeout
         // too: its repair searches for the hole, which is only safe once every live
         // producer has long since recorded its own claim.
         let holds = p.in_flight.is_some() || p.claiming;
-        if holds && now.duration_since(dead_since) < t.spec.unblock_timeout {
-            continue;
+        if holds {
+            seen = t.ring.note_hole(boot_now);
+            if boot_now.saturating_sub(seen) < timeout {
+                holes_left = true;
+                continue;
+            }
         }
         let r = t.ring.repair_dead_producer(p.index, p.word);
+        // Not repaired yet: a slot still unread, or a zombie (alive until it is reaped).
+        if holds && (r.waiting > 0 || shmring::process::is_alive(p.pid, p.start_time)) {
+            holes_left = true;
+        }
         rec.repaired += r.tombstoned;
         t.counters.tombstoned += r.tombstoned;
         if r.waiting == 0 && rec.repaired > 0 {
@@ -64,5 +73,11 @@ pub fn repair_producers(
                     "producer pid {} has exited but is not reaped yet (a zombie): its claim is repaired once its parent reaps it", p.pid);
             }
         }
+    }
+    if !holes_left && t.ring.clear_hole(seen) {
+        info!(
+            ring,
+            "no hole left by a dead producer: the unblock clock is cleared"
+        );
     }
 }

@@ -81,7 +81,7 @@ fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) 
         }
         consumers.push(consumer_report(t, c, state, sequence, idle_ms, info.head));
     }
-    repair_producers(name, t, &info, watches, now);
+    repair_producers(name, t, &info, watches);
     let producers = info
         .producers
         .iter()

@@ -376,6 +376,8 @@ pub fn fproducer() {
         hold: flags.hold.clone(),
         deadline,
     };
+    // Register for membarrier now, not at the first publish: see `READY_WAIT`.
+    shmring::register_membarrier();
     println!("@ready pid={}", std::process::id());
     let (mut seq, mut next_report) = (0u64, progress);
     while count == 0 || seq < count {
@@ -529,6 +531,8 @@ pub fn fconsumer() {
     };
     let s0 = c.stats();
     let start = c.next_sequence();
+    // Register for membarrier now, not at the first commit: see `READY_WAIT`.
+    shmring::register_membarrier();
     println!(
         "@ready index={} start={start} pid={} run={}",
         c.index(),
@@ -832,8 +836,9 @@ pub fn diagnose(pid: u32) -> String {
     out
 }
 
-/// How long a child may take to attach. Attaching registers the process for expedited
-/// membarriers (`fence::register`), which in a multi-threaded process waits for an RCU
+/// How long a child may take to attach and get ready. The fault roles register the process
+/// for expedited membarriers before `@ready` (`shmring::register_membarrier`; otherwise its
+/// first publish or commit would), which in a multi-threaded process waits for an RCU
 /// grace period: ~10 ms here when idle, but on this 2-vCPU machine saturated by a soak
 /// and two CPU hogs a grace period has been seen to take over 30 s (the RCU kthread is an
 /// ordinary task competing for the CPUs).
