@@ -89,6 +89,16 @@ pub enum OpenError {
     /// Marking the ring deleted was refused by its lifecycle.
     #[error("ring {0:?} could not be marked deleted: {1}")]
     Lifecycle(String, crate::LifecycleError),
+    /// The name is a symbolic link, a FIFO, a directory or anything else that is not a
+    /// regular file. Ring files are opened with `O_NOFOLLOW` and checked on the descriptor,
+    /// so such a name is refused, never followed.
+    #[error("{path} is {kind}, not a regular file: a ring file is never followed or opened as anything else; remove the name (`rm`, which removes a link itself, never its target)")]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is ("a symbolic link", "a FIFO", ...).
+        kind: &'static str,
+    },
 }
 
 impl OpenError {

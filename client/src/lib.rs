@@ -25,7 +25,8 @@
 //! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `line` (the
 //! sequence line's position and lifecycle protocol), `lifecycle` (stop, drain, start),
 //! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`,
-//! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker).
+//! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker),
+//! `file` (the segment file as untrusted input: no symbolic links, regular files only).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -36,6 +37,7 @@ mod consumer;
 mod error;
 mod event;
 mod fence;
+mod file;
 mod futex;
 mod gating;
 mod health;
