@@ -99,6 +99,17 @@ pub enum OpenError {
         /// What it is ("a symbolic link", "a FIFO", ...).
         kind: &'static str,
     },
+    /// The file is shorter than the segment mapped from it: someone with write access
+    /// truncated it. Touching a page past its end raises SIGBUS.
+    #[error("segment {path} shrank to {len} bytes, below its {size}: a process with write access truncated it, and any process that touches the missing pages is killed by SIGBUS; stop every process attached to it, remove the file and create the ring again")]
+    Truncated {
+        /// The path.
+        path: PathBuf,
+        /// Bytes left in the file.
+        len: u64,
+        /// Bytes of the segment.
+        size: u64,
+    },
 }
 
 impl OpenError {
@@ -158,6 +169,15 @@ pub enum AttachError {
     PredecessorClaim {
         /// The dead producer's pid.
         pid: u32,
+    },
+    /// The segment file shrank below the mapped segment (someone with write access
+    /// truncated it): the attach would touch pages that no longer exist.
+    #[error("the segment file shrank to {len} bytes, below its {size}: it was truncated; stop every process attached to it, remove the file and create the ring again")]
+    Truncated {
+        /// Bytes left in the file.
+        len: u64,
+        /// Bytes of the segment.
+        size: u64,
     },
     /// Another live process has been stopping or starting the ring for longer than an
     /// attach waits.

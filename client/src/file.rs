@@ -59,3 +59,9 @@ pub(crate) fn open_regular(path: &Path) -> Result<File, FileError> {
     // of a tmpfs file never block on it).
     Ok(File::from(fd))
 }
+
+/// The size of the open file now (`fstat` on the descriptor, so a rename or unlink of its
+/// name changes nothing).
+pub(crate) fn size_now(file: &File) -> std::io::Result<u64> {
+    Ok(rustix::fs::fstat(file)?.st_size as u64)
+}

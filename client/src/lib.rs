@@ -26,7 +26,8 @@
 //! sequence line's position and lifecycle protocol), `lifecycle` (stop, drain, start),
 //! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`,
 //! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker),
-//! `file` (the segment file as untrusted input: no symbolic links, regular files only).
+//! `file` (the segment file as untrusted input: no symbolic links, regular files only,
+//! sizes checked).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]

@@ -268,6 +268,23 @@ impl Ring {
     pub fn info(&self) -> RingInfo {
         crate::info::snapshot(&self.seg)
     }
+
+    /// Check, with `fstat` on the open file, that the file still holds the whole segment.
+    /// A file truncated under a mapping raises SIGBUS in whoever touches a page past its
+    /// end, so a process that holds a `Ring` for long (the broker) calls this before it
+    /// reads or writes the segment, and drops the ring on [`OpenError::Truncated`].
+    /// Attaching a producer or a consumer checks the same.
+    pub fn check_file(&self) -> Result<(), OpenError> {
+        match self.seg.shrunk() {
+            Ok(None) => Ok(()),
+            Ok(Some(len)) => Err(OpenError::Truncated {
+                path: self.path().to_owned(),
+                len,
+                size: self.geometry().total_size,
+            }),
+            Err(e) => Err(OpenError::io("stat", self.path(), e)),
+        }
+    }
 }
 
 /// Make the namespace directory if it is not there: 0700, or 03770 with a group (setgid,

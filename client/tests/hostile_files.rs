@@ -3,9 +3,10 @@
 //! finds there, the client refuses what is not a whole regular ring file with an error
 //! that says so, never follows a link, and never touches a page past a file's end.
 
+use std::fs::OpenOptions;
 use std::os::unix::fs::symlink;
 
-use shmring::{Ring, RingConfig, RingState};
+use shmring::{ConsumerOptions, OpenError, Ring, RingConfig, RingState};
 
 mod common;
 use common::Ns;
@@ -15,6 +16,47 @@ fn cfg() -> RingConfig {
         capacity: 64,
         ..RingConfig::default()
     }
+}
+
+/// A ring file truncated to one page: a new `open` is refused with the sizes, and a handle
+/// opened before the truncation refuses to attach instead of touching the missing pages
+/// (which would kill this process with SIGBUS).
+#[test]
+fn a_truncated_segment_is_refused_at_open_and_at_attach() {
+    let ns = Ns::new("truncated");
+    let ring = Ring::create(&ns.0, "r", &cfg()).expect("create");
+    let size = ring.geometry().total_size;
+    assert!(
+        size > 4096,
+        "the segment spans more than the page that stays"
+    );
+    OpenOptions::new()
+        .write(true)
+        .open(ring.path())
+        .expect("open for truncation")
+        .set_len(4096)
+        .expect("truncate");
+
+    let e = Ring::open(&ns.0, "r").expect_err("a truncated segment is not opened");
+    let text = e.to_string();
+    assert!(
+        text.contains("4096") && text.contains(&size.to_string()),
+        "{text}"
+    );
+
+    match ring.producer() {
+        Ok(_) => panic!("a producer attached to a truncated segment"),
+        Err(e) => assert!(e.to_string().contains("truncated"), "{e}"),
+    }
+    match ring.consumer(ConsumerOptions::anonymous()) {
+        Ok(_) => panic!("a consumer attached to a truncated segment"),
+        Err(e) => assert!(e.to_string().contains("truncated"), "{e}"),
+    }
+    assert!(
+        matches!(ring.check_file(), Err(OpenError::Truncated { len: 4096, size: s, .. }) if s == size),
+        "{:?}",
+        ring.check_file()
+    );
 }
 
 /// `NAME.ring` as a symbolic link to another namespace's ring is refused, not followed:
