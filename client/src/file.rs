@@ -65,3 +65,15 @@ pub(crate) fn open_regular(path: &Path) -> Result<File, FileError> {
 pub(crate) fn size_now(file: &File) -> std::io::Result<u64> {
     Ok(rustix::fs::fstat(file)?.st_size as u64)
 }
+
+/// Device and inode of the open file.
+pub(crate) fn identity(file: &File) -> std::io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(file)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Device and inode of the name `path` (not followed).
+pub(crate) fn identity_of(path: &Path) -> std::io::Result<(u64, u64)> {
+    let st = rustix::fs::lstat(path)?;
+    Ok((st.st_dev, st.st_ino))
+}

@@ -27,7 +27,7 @@
 //! `repair`, `gating` (the wrap gate and the attach protocol), `producer`, `consumer`,
 //! `event`, `wait`, `info`, `health` (the states `broker status` shows, without a broker),
 //! `file` (the segment file as untrusted input: no symbolic links, regular files only,
-//! sizes checked).
+//! sizes checked), `remove` (removing a ring all or nothing).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -52,6 +52,7 @@ mod park;
 pub mod process;
 mod producer;
 mod recall;
+mod remove;
 mod repair;
 mod ring;
 mod segment;

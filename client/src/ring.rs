@@ -210,30 +210,6 @@ impl Ring {
         }
     }
 
-    /// Remove ring `name`: mark it deleted (attached clients get [`crate::PublishError::Deleted`]
-    /// and friends instead of hanging) and unlink its file. A segment that fails validation,
-    /// or a name that is not a regular file, is unlinked all the same (a symbolic link is
-    /// removed itself, never its target).
-    pub fn remove(namespace: &str, name: &str) -> Result<(), OpenError> {
-        let path = ring_path(namespace, name)?;
-        match Self::open(namespace, name) {
-            Ok(ring) => {
-                ring.mark_deleted()
-                    .map_err(|e| OpenError::Lifecycle(name.to_owned(), e))?;
-            }
-            Err(OpenError::Layout { .. } | OpenError::NotRegular { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        std::fs::remove_file(&path).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => OpenError::NotFound {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                path: path.clone(),
-            },
-            _ => OpenError::io("remove", &path, e),
-        })
-    }
-
     /// The ring's name.
     pub fn name(&self) -> &str {
         self.seg.name()

@@ -21,7 +21,8 @@ pub(crate) struct Segment {
     path: PathBuf,
     namespace: String,
     name: String,
-    // Keeps the file open: fchmod/fchown and the size check (`fstat`) use it.
+    // Keeps the file open: fchmod/fchown, the size check (`fstat`) and the identity check
+    // of `Ring::remove` use it.
     file: File,
 }
 
@@ -78,6 +79,11 @@ impl Segment {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.load(order).to_ne_bytes());
         }
         Ok(out)
+    }
+
+    /// The open segment file.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 
     /// `Some(len)` when the file has shrunk to `len` bytes, below the mapped segment: a

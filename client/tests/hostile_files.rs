@@ -92,3 +92,53 @@ fn a_ring_name_that_is_not_a_regular_file_is_refused_not_followed() {
     let e = Ring::open(&ns.0, "pipe").expect_err("a FIFO is not a ring");
     assert!(e.to_string().contains("FIFO"), "{e}");
 }
+
+/// Where the lifecycle word sits in the segment.
+fn lifecycle_offset() -> u64 {
+    use shmring_layout::{LifecycleLine, Padded, SequenceLines, SEQ_LINES_OFFSET};
+    use std::mem::offset_of;
+    (SEQ_LINES_OFFSET
+        + offset_of!(SequenceLines, lifecycle)
+        + offset_of!(Padded<LifecycleLine>, value)
+        + offset_of!(LifecycleLine, lifecycle)) as u64
+}
+
+/// A remove that the ring refuses (its lifecycle word is corrupt, so it cannot be marked
+/// deleted) changes nothing: the name is put back and no hidden file is left. A ring that is
+/// already deleted (under another name, a hard link) is removed by unlinking alone.
+#[test]
+fn a_remove_the_ring_refuses_changes_nothing() {
+    use std::os::unix::fs::FileExt;
+    let ns = Ns::new("refused_remove");
+    let ring = Ring::create(&ns.0, "r", &cfg()).expect("create");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ring.path())
+        .expect("open the file");
+    let mut word = [0u8; 8];
+    file.read_exact_at(&mut word, lifecycle_offset())
+        .expect("read the lifecycle word");
+    let corrupt = shmring_layout::lifecycle::pack(0, 0xee, 0);
+    file.write_all_at(&corrupt.to_ne_bytes(), lifecycle_offset())
+        .expect("corrupt the lifecycle word");
+    let e = Ring::remove(&ns.0, "r").expect_err("a ring that cannot be marked deleted");
+    assert!(matches!(e, OpenError::Lifecycle(..)), "{e}");
+    assert!(ring.path().exists(), "the name was put back");
+    let hidden: Vec<_> = std::fs::read_dir(ns.dir())
+        .expect("read dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "no hidden name left: {hidden:?}");
+    file.write_all_at(&word, lifecycle_offset())
+        .expect("restore the lifecycle word");
+
+    let second = ns.ring("second");
+    std::fs::hard_link(ring.path(), &second).expect("hard link");
+    Ring::remove(&ns.0, "second").expect("remove the second name");
+    assert_eq!(ring.state(), Some(RingState::Deleted));
+    Ring::remove(&ns.0, "r").expect("a deleted ring's name is removed");
+    assert!(!ring.path().exists());
+}
