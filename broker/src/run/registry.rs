@@ -170,8 +170,10 @@ impl Broker {
         self.config.rings.get(name).cloned().unwrap_or_default()
     }
 
-    /// Look for segments in the namespace directory that are not tracked yet (at most
-    /// every `RESCAN_EVERY` unless `force`), and forget tracked ones whose file is gone.
+    /// Look for segments in the namespace directory that are not tracked yet (at most every
+    /// `RESCAN_EVERY` unless `force`), and forget tracked ones whose file is gone. A name
+    /// that is not a regular file (a symbolic link, a FIFO, ...) is never opened: it is
+    /// listed as unreadable and logged once.
     pub fn rescan(&mut self, force: bool) {
         let now = Instant::now();
         if !force
@@ -195,8 +197,22 @@ impl Broker {
             if file.starts_with('.') {
                 continue;
             }
-            if let Some(name) = file.strip_suffix(shmring::names::RING_SUFFIX) {
-                on_disk.push(name.to_owned());
+            let Some(name) = file.strip_suffix(shmring::names::RING_SUFFIX) else {
+                continue;
+            };
+            // The entry's own type (lstat), never what a link points to.
+            match entry.file_type() {
+                Ok(t) if t.is_file() => on_disk.push(name.to_owned()),
+                Ok(t) => {
+                    let path = entry.path();
+                    let why = OpenError::NotRegular {
+                        path: path.clone(),
+                        kind: kind_name(t),
+                    }
+                    .to_string();
+                    self.left_alone(path, why);
+                }
+                Err(_) => {}
             }
         }
         let gone: Vec<String> = self
@@ -209,7 +225,7 @@ impl Broker {
             info!(ring = %name, "segment file is gone; no longer watching the ring");
             self.rings.remove(&name);
         }
-        self.unreadable.retain(|p, _| p.exists());
+        self.unreadable.retain(|p, _| p.symlink_metadata().is_ok());
         for name in on_disk {
             if self.rings.contains_key(&name) {
                 continue;
@@ -221,13 +237,37 @@ impl Broker {
                 }
                 Err(e) => {
                     let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
-                    if !self.unreadable.contains_key(&path) {
-                        warn!(path = %path.display(), "segment left alone: {e}");
-                    }
-                    self.unreadable.insert(path, e.to_string());
+                    self.left_alone(path, e.to_string());
                 }
             }
         }
+    }
+
+    /// List `path` as unreadable, logging it the first time; a reason already given is
+    /// kept.
+    fn left_alone(&mut self, path: PathBuf, why: String) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.unreadable.entry(path) {
+            warn!(path = %slot.key().display(), "segment left alone: {why}");
+            slot.insert(why);
+        }
+    }
+}
+
+/// What a directory entry that is not a regular file is, for the error.
+fn kind_name(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "of an unknown type"
     }
 }
 
