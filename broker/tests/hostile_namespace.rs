@@ -1,8 +1,8 @@
 //! The namespace directory is shared with every member of the ring group, so the broker
-//! takes what it finds there as input: names that are symbolic links (to another
-//! namespace's ring, or to a file such as /etc/passwd), a removed or replaced lock file.
-//! Each is refused, reported or repaired without the broker following a link or giving up
-//! its lock. The tests
+//! takes what it finds there as input: a ring file truncated under its mapping, names that
+//! are symbolic links (to another namespace's ring, or to a file such as /etc/passwd), a
+//! removed or replaced lock file. Each is refused, reported or repaired without the broker
+//! dying, following a link, or giving up its lock. The tests
 //! in `as_root` run a child as a non-root member of the group.
 
 mod common;
@@ -81,6 +81,49 @@ fn sweeps_after(ns: &Ns, n: u64) -> Value {
     ns.wait_status("more sweeps", |v, _| {
         (num(&v["broker"], "sweeps") >= before + n).then(|| v.clone())
     })
+}
+
+/// `truncate -s 4096` on a live ring file: the broker no longer touches that mapping (a
+/// read past the end would kill it with SIGBUS at its next sweep): it logs the ring as
+/// CORRUPT, lists it as unreadable (exit 1), keeps sweeping the other rings, and leaves the
+/// file as it found it.
+#[test]
+fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
+    let _serial = common::serial();
+    let ns = Ns::new("trunc");
+    let broker = ns.broker(Some(&format!("{SMALL}[rings.other]\ncapacity = 64\n")));
+    let path = ns.dir().join("r.ring");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open for truncation")
+        .set_len(4096)
+        .expect("truncate");
+    let v = ns.wait_status("the ring reported CORRUPT", |v, _| {
+        assert_eq!(
+            v["broker"]["running"],
+            true,
+            "the broker died; its log:\n{}",
+            broker.log_text()
+        );
+        unreadable(v, &path)?.contains("CORRUPT").then(|| v.clone())
+    });
+    assert!(ring(&v, "r").is_none(), "{v:#}");
+    let why = unreadable(&v, &path).expect("listed");
+    assert!(why.contains("4096") && why.contains("SIGBUS"), "{why}");
+    assert!(broker.logged("CORRUPT"), "{}", broker.log_text());
+
+    let v = sweeps_after(&ns, 3);
+    assert_eq!(v["broker"]["running"], true, "{}", broker.log_text());
+    assert_eq!(num(&v["broker"], "pid"), u64::from(broker.pid()));
+    assert!(ring(&v, "other").is_some(), "the other ring is still swept");
+    let (_, code) = ns.status();
+    assert_eq!(code, 1, "a corrupt ring makes the status unhealthy");
+    assert_eq!(
+        std::fs::metadata(&path).expect("still there").len(),
+        4096,
+        "nothing was written past the end of the file"
+    );
 }
 
 /// `alias.ring`, a symbolic link to another namespace's ring, and `passwd.ring`, one to a

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use shmring::{OpenError, Ring, RingState};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::health::{ConsumerHealth, ProducerHealth};
 use super::watch::Watches;
@@ -135,8 +135,38 @@ impl Broker {
         }
     }
 
-    /// Adopt `ring` and watch it.
+    /// Stop touching every tracked ring whose file shrank below its segment (someone with
+    /// write access truncated it): the next read of a page past the end would kill the
+    /// broker with SIGBUS. The ring is logged, listed as unreadable with a CORRUPT reason,
+    /// and its mapping dropped; nothing is written to it. Checked with `fstat` on the open
+    /// file before every sweep, adoption and request on the ring.
+    pub fn drop_truncated(&mut self) {
+        let shrunk: Vec<(String, String)> = self
+            .rings
+            .iter()
+            .filter_map(|(n, t)| match t.ring.check_file() {
+                Err(e @ OpenError::Truncated { .. }) => Some((n.clone(), e.to_string())),
+                _ => None,
+            })
+            .collect();
+        for (name, why) in shrunk {
+            if let Some(t) = self.rings.remove(&name) {
+                self.corrupt(&name, t.ring.path().to_owned(), &why);
+            }
+        }
+    }
+
+    fn corrupt(&mut self, name: &str, path: PathBuf, why: &str) {
+        error!(ring = %name, "ring is CORRUPT, the broker dropped its mapping and no longer touches it: {why}");
+        self.unreadable.insert(path, format!("CORRUPT: {why}"));
+    }
+
+    /// Adopt `ring` and watch it, unless its file shrank (CORRUPT).
     pub fn track(&mut self, name: String, ring: Ring, spec: RingSpec) {
+        if let Err(e @ OpenError::Truncated { .. }) = ring.check_file() {
+            self.corrupt(&name, ring.path().to_owned(), &e.to_string());
+            return;
+        }
         let epoch = ring.adopt(self.pid);
         finish_half_done(&name, &ring);
         let period = spec.sweep_period();
@@ -170,11 +200,13 @@ impl Broker {
         self.config.rings.get(name).cloned().unwrap_or_default()
     }
 
-    /// Look for segments in the namespace directory that are not tracked yet (at most every
+    /// Drop the rings whose file shrank ([`Broker::drop_truncated`], at every call); then
+    /// look for segments in the namespace directory that are not tracked yet (at most every
     /// `RESCAN_EVERY` unless `force`), and forget tracked ones whose file is gone. A name
     /// that is not a regular file (a symbolic link, a FIFO, ...) is never opened: it is
     /// listed as unreadable and logged once.
     pub fn rescan(&mut self, force: bool) {
+        self.drop_truncated();
         let now = Instant::now();
         if !force
             && self
@@ -243,8 +275,8 @@ impl Broker {
         }
     }
 
-    /// List `path` as unreadable, logging it the first time; a reason already given is
-    /// kept.
+    /// List `path` as unreadable, logging it the first time; a reason already given (a
+    /// CORRUPT ring's) is kept.
     fn left_alone(&mut self, path: PathBuf, why: String) {
         if let std::collections::btree_map::Entry::Vacant(slot) = self.unreadable.entry(path) {
             warn!(path = %slot.key().display(), "segment left alone: {why}");
