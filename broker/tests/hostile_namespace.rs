@@ -1,8 +1,8 @@
 //! The namespace directory is shared with every member of the ring group, so the broker
 //! takes what it finds there as input: a ring file truncated under its mapping, names that
 //! are symbolic links (to another namespace's ring, or to a file such as /etc/passwd), a
-//! removed or replaced lock file. Each is refused, reported or repaired without the broker
-//! dying, following a link, or giving up its lock. The tests
+//! removed or replaced lock file, a ring left marked deleted. Each is refused, reported or
+//! repaired without the broker dying, following a link, or giving up its lock. The tests
 //! in `as_root` run a child as a non-root member of the group.
 
 mod common;
@@ -259,6 +259,30 @@ fn a_lock_file_replaced_and_held_by_another_process_makes_the_broker_exit() {
     );
 }
 
+/// A ring file found marked deleted (a remover that died, or could not unlink it) is not
+/// adopted, so its epoch is not bumped at every rescan: the broker removes it.
+#[test]
+fn a_ring_left_marked_deleted_is_removed_not_adopted() {
+    let _serial = common::serial();
+    let ns = Ns::new("leftdel");
+    let left = Ring::create(&ns.name, "left", &small()).expect("create");
+    let raw = shmring_tests::raw::RawSegment::open(&left);
+    raw.set_lifecycle_word(shmring_layout::lifecycle::pack(
+        1,
+        RingState::Deleted as u32,
+        0,
+    ));
+    let broker = ns.broker(Some(SMALL));
+    common::wait_until("the broker to remove the deleted ring's file", || {
+        (!left.path().exists()).then_some(())
+    });
+    assert_eq!(left.broker_epoch(), 0, "it was never adopted");
+    assert!(broker.logged("marked deleted"), "{}", broker.log_text());
+    let v = sweeps_after(&ns, 3);
+    assert!(ring(&v, "left").is_none(), "{v:#}");
+    assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
+}
+
 /// Tests that need root: a child runs as uid 65534 in the broker's group. A plain
 /// `cargo test` lists them as ignored, so a run without root says they were skipped rather
 /// than passing them; CI runs as root and runs them with
@@ -333,5 +357,42 @@ mod as_root {
         assert!(said.contains("sticky"), "{said}");
         let v = sweeps_after(&ns, 3);
         assert_eq!(ring(&v, "r").expect("r")["state"], "RUNNING", "{v:#}");
+    }
+
+    /// A group member that may open the ring read+write but not write the directory: its
+    /// `Ring::remove` is refused before anything happens. The error names the missing right
+    /// on the directory; the ring is not marked deleted, its clients are not cut off, and the
+    /// broker keeps it with the same epoch sweep after sweep.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_remove_the_directory_refuses_changes_nothing() {
+        need_root();
+        let _serial = common::serial();
+        let ns = Ns::new("member_rm_dir");
+        let _broker = group_broker(&ns);
+        let (v, _) = ns.status();
+        let epoch = num(ring(&v, "r").expect("r"), "epoch");
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o2750)).expect("chmod");
+
+        let mut child = member("remove", &ns, &[("ROLE_RING", "r".to_owned())]);
+        let said = child.expect("@");
+        eprintln!("the member's remove: {said}");
+        assert!(said.starts_with("refused"), "{said}");
+        assert!(
+            said.contains("write (w) permission on directory") && !said.contains("lacks no"),
+            "{said}"
+        );
+        // Several rescans (one every 500 ms; a sweep every 50 ms).
+        let v = sweeps_after(&ns, 30);
+        let r = ring(&v, "r").expect("r");
+        assert_eq!(r["state"], "RUNNING", "{v:#}");
+        assert_eq!(num(r, "epoch"), epoch, "not adopted again: {v:#}");
+        let handle = Ring::open(&ns.name, "r").expect("open");
+        assert_eq!(handle.state(), Some(RingState::Running));
+        handle
+            .producer()
+            .expect("producers attach as before")
+            .try_publish(b"still here")
+            .expect("publish");
     }
 }

@@ -101,7 +101,7 @@ impl Broker {
 
     /// Open or create every configured ring not tracked yet. A ring that cannot be opened
     /// is reported and skipped; a ring whose shape differs from the config is adopted as it
-    /// is.
+    /// is; a file left marked deleted is removed and the ring created anew.
     pub fn open_configured(&mut self) {
         let specs: Vec<(String, RingSpec)> = self
             .config
@@ -111,26 +111,58 @@ impl Broker {
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect();
         for (name, spec) in specs {
-            let opened = spec
-                .ring_config(self.gid)
-                .map_err(|e| e.to_string())
-                .and_then(|rc| {
-                    Ring::open_or_create(&self.namespace, &name, &rc).or_else(|e| match e {
-                        OpenError::ConfigMismatch { .. } => {
-                            warn!(ring = %name, "{e}; adopting the ring as it is");
-                            Ring::open(&self.namespace, &name).map_err(|e| e.to_string())
+            // Twice at most: the second time after removing a file left marked deleted.
+            for _ in 0..2 {
+                match self.open_or_create(&name, &spec) {
+                    Ok(ring) if ring.state() == Some(RingState::Deleted) => {
+                        if self.clear_deleted(&ring) {
+                            continue;
                         }
-                        e => Err(e.to_string()),
-                    })
-                });
-            match opened {
-                Ok(ring) => self.track(name, ring, spec),
-                Err(e) => {
-                    warn!(ring = %name, "configured ring left alone: {e}");
-                    if let Ok(path) = shmring::names::ring_path(&self.namespace, &name) {
-                        self.unreadable.insert(path, e);
+                    }
+                    Ok(ring) => self.track(name.clone(), ring, spec.clone()),
+                    Err(e) => {
+                        warn!(ring = %name, "configured ring left alone: {e}");
+                        if let Ok(path) = shmring::names::ring_path(&self.namespace, &name) {
+                            self.unreadable.insert(path, e);
+                        }
                     }
                 }
+                break;
+            }
+        }
+    }
+
+    /// Open configured ring `name`, or create it from `spec`.
+    fn open_or_create(&self, name: &str, spec: &RingSpec) -> Result<Ring, String> {
+        let rc = spec.ring_config(self.gid).map_err(|e| e.to_string())?;
+        Ring::open_or_create(&self.namespace, name, &rc).or_else(|e| match e {
+            OpenError::ConfigMismatch { .. } => {
+                warn!(ring = %name, "{e}; adopting the ring as it is");
+                Ring::open(&self.namespace, name).map_err(|e| e.to_string())
+            }
+            e => Err(e.to_string()),
+        })
+    }
+
+    /// A ring file found marked deleted (its remover died, or could mark it and not unlink
+    /// it) is never adopted: adopting it would bump its epoch at every rescan for nothing.
+    /// It is unlinked if this broker may; otherwise it is listed as unreadable and logged
+    /// once. Returns whether it was unlinked.
+    fn clear_deleted(&mut self, ring: &Ring) -> bool {
+        let path = ring.path().to_owned();
+        match ring.unlink_deleted() {
+            Ok(_) => {
+                info!(path = %path.display(), "removed a ring file that was marked deleted but left behind");
+                self.unreadable.remove(&path);
+                true
+            }
+            Err(e) => {
+                let why = format!("marked deleted and left behind, so not adopted; it cannot be removed by the broker ({e}): remove it by hand");
+                if !self.unreadable.contains_key(&path) {
+                    warn!(path = %path.display(), "{why}");
+                }
+                self.unreadable.insert(path, why);
+                false
             }
         }
     }
@@ -161,10 +193,15 @@ impl Broker {
         self.unreadable.insert(path, format!("CORRUPT: {why}"));
     }
 
-    /// Adopt `ring` and watch it, unless its file shrank (CORRUPT).
+    /// Adopt `ring` and watch it, unless its file shrank (CORRUPT) or it is marked
+    /// deleted (see [`Broker::clear_deleted`]).
     pub fn track(&mut self, name: String, ring: Ring, spec: RingSpec) {
         if let Err(e @ OpenError::Truncated { .. }) = ring.check_file() {
             self.corrupt(&name, ring.path().to_owned(), &e.to_string());
+            return;
+        }
+        if ring.state() == Some(RingState::Deleted) {
+            self.clear_deleted(&ring);
             return;
         }
         let epoch = ring.adopt(self.pid);
