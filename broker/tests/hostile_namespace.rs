@@ -86,13 +86,26 @@ fn sweeps_after(ns: &Ns, n: u64) -> Value {
 /// `truncate -s 4096` on a live ring file: the broker no longer touches that mapping (a
 /// read past the end would kill it with SIGBUS at its next sweep): it logs the ring as
 /// CORRUPT, lists it as unreadable (exit 1), keeps sweeping the other rings, and leaves the
-/// file as it found it.
+/// file as it found it. Its clients are not so lucky: a producer at work on the ring is
+/// killed by SIGBUS at its next publish, which touches its table entry and a slot, both now
+/// past the end.
 #[test]
 fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
+    use std::os::unix::process::ExitStatusExt;
     let _serial = common::serial();
     let ns = Ns::new("trunc");
     let broker = ns.broker(Some(&format!("{SMALL}[rings.other]\ncapacity = 64\n")));
     let path = ns.dir().join("r.ring");
+    let mut p = Proc::role(
+        "producer",
+        &ns.name,
+        &[
+            ("ROLE_RING", "r".to_owned()),
+            ("ROLE_PACE_US", "1000".to_owned()),
+            ("ROLE_PROGRESS", "10".to_owned()),
+        ],
+    );
+    p.expect("@progress");
     std::fs::OpenOptions::new()
         .write(true)
         .open(&path)
@@ -109,6 +122,12 @@ fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
         unreadable(v, &path)?.contains("CORRUPT").then(|| v.clone())
     });
     assert!(ring(&v, "r").is_none(), "{v:#}");
+    let status = p.wait();
+    assert_eq!(
+        status.signal(),
+        Some(7),
+        "the producer was not killed by SIGBUS: {status}"
+    );
     let why = unreadable(&v, &path).expect("listed");
     assert!(why.contains("4096") && why.contains("SIGBUS"), "{why}");
     assert!(broker.logged("CORRUPT"), "{}", broker.log_text());
