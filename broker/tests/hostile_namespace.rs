@@ -246,7 +246,7 @@ fn a_removed_lock_file_is_taken_again() {
     let lock = ns.dir().join("broker.lock");
     std::fs::remove_file(&lock).expect("rm broker.lock");
     common::wait_until("the broker to take the lock again", || {
-        broker.logged("taking the lock again").then_some(())
+        broker.logged("took the lock again").then_some(())
     });
     assert!(lock.exists());
     let (code, log) = second_broker(&ns);
@@ -276,6 +276,35 @@ fn a_lock_file_replaced_and_held_by_another_process_makes_the_broker_exit() {
         "{}",
         broker.log_text()
     );
+}
+
+/// `broker.lock` replaced by a symbolic link: nobody can lock that name (the lock file is
+/// opened with `O_NOFOLLOW`), so the broker keeps the lock it holds, says so once and goes
+/// on sweeping, and a second broker is refused.
+#[test]
+fn a_lock_name_turned_into_a_link_keeps_the_broker_and_refuses_a_second() {
+    let _serial = common::serial();
+    let ns = Ns::new("locklink");
+    let broker = ns.broker(Some(SMALL));
+    let lock = ns.dir().join("broker.lock");
+    let elsewhere = ns.scratch().join("lock");
+    std::fs::write(&elsewhere, "").expect("a file to point at");
+    let tmp = ns.dir().join(".link.tmp");
+    symlink(&elsewhere, &tmp).expect("symlink");
+    std::fs::rename(&tmp, &lock).expect("replace broker.lock with a link");
+    common::wait_until("the broker to say it cannot lock the name", || {
+        broker.logged("locking the name again failed").then_some(())
+    });
+    let v = sweeps_after(&ns, 3);
+    assert_eq!(num(&v["broker"], "pid"), u64::from(broker.pid()));
+    let (code, log) = second_broker(&ns);
+    assert_eq!(code, Some(1), "a second broker ran beside the first: {log}");
+    assert!(log.contains("symbolic link"), "{log}");
+    let said = broker
+        .log_text()
+        .matches("locking the name again failed")
+        .count();
+    assert_eq!(said, 1, "said once: {}", broker.log_text());
 }
 
 /// A ring file found marked deleted (a remover that died, or could not unlink it) is not

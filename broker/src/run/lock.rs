@@ -59,6 +59,9 @@ pub struct NamespaceLock {
     path: PathBuf,
     /// Device and inode of the locked file.
     id: (u64, u64),
+    /// The name no longer refers to the locked file and could not be locked again (said
+    /// once, until it can).
+    stuck: bool,
     /// This broker's number in the namespace (1 for the first broker ever).
     pub epoch: u64,
 }
@@ -192,6 +195,7 @@ pub fn acquire(namespace: &str, dir: &Path) -> Result<NamespaceLock, LockError> 
         namespace: namespace.to_owned(),
         path,
         id,
+        stuck: false,
         epoch,
     })
 }
@@ -228,17 +232,37 @@ fn write_holder(file: &mut File, epoch: u64) -> std::io::Result<()> {
 
 impl NamespaceLock {
     /// Check that the lock's name still refers to the locked file. If it was removed or
-    /// replaced, take the lock again under the name (logged); if another broker holds the
+    /// replaced, take the lock again under the name (logged). If another broker holds the
     /// file now under the name, that is [`LockError::Held`]: two brokers would sweep the same
-    /// rings, and the caller exits.
+    /// rings, and the caller exits. If the name cannot be locked at all (it is a symbolic
+    /// link, say), no other broker can lock it either: this broker carries on, says so once,
+    /// and tries again at every sweep.
     pub fn check(&mut self) -> Result<(), LockError> {
-        match rustix::fs::lstat(&self.path) {
+        let why = match rustix::fs::lstat(&self.path) {
             Ok(st) if (st.st_dev, st.st_ino) == self.id => return Ok(()),
-            Ok(_) => warn!(path = %self.path.display(),
-                "the namespace lock file was replaced by another file; taking the lock again"),
-            Err(e) => warn!(path = %self.path.display(),
-                "the namespace lock file is gone ({e}); taking the lock again"),
+            Ok(_) => "was replaced by another file".to_owned(),
+            Err(e) => format!("is gone ({e})"),
+        };
+        match self.retake() {
+            Ok(()) => {
+                self.stuck = false;
+                warn!(path = %self.path.display(), "the namespace lock file {why}; took the lock again");
+                Ok(())
+            }
+            Err(e @ LockError::Held { .. }) => Err(e),
+            Err(e) => {
+                if !self.stuck {
+                    self.stuck = true;
+                    warn!(path = %self.path.display(),
+                        "the namespace lock file {why}, and locking the name again failed ({e}); carrying on, and trying again at every sweep");
+                }
+                Ok(())
+            }
         }
+    }
+
+    /// Lock the file under the name now, and hold it instead of the old one.
+    fn retake(&mut self) -> Result<(), LockError> {
         let mut file = lock_file(&self.namespace, &self.path)?;
         let io = |source| LockError::Io {
             path: self.path.clone(),
