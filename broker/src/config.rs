@@ -118,8 +118,12 @@ pub struct RingSpec {
     pub producer_mode: ModeSpec,
     /// Slack of optional consumers (default capacity/2).
     pub optional_slack: Option<u64>,
-    /// Segment file mode (default 0o600, 0o660 with a group).
+    /// Segment file mode (default 0o600, 0o660 with a group). Read and write bits only;
+    /// bits for others are refused unless `allow_world_access` is set.
     pub mode: Option<u32>,
+    /// Allow a `mode` that gives others (every local user outside the owner and the group)
+    /// any access to the ring's events: off unless set.
+    pub allow_world_access: bool,
     /// Group owning the segment.
     pub group: Option<GroupSpec>,
     /// Pending and unmoved this long: STALLED.
@@ -156,6 +160,7 @@ impl Default for RingSpec {
             producer_mode: ModeSpec::Multi,
             optional_slack: None,
             mode: None,
+            allow_world_access: false,
             group: None,
             stall_threshold: Duration::from_millis(500),
             unblock_timeout: Duration::from_secs(1),
@@ -174,6 +179,30 @@ impl RingSpec {
     /// The sweep period this ring asks for: half the stall threshold, at least 1 ms.
     pub fn sweep_period(&self) -> Duration {
         (self.stall_threshold / 2).max(Duration::from_millis(1))
+    }
+
+    /// Refuse a file mode that is not plain read/write bits, or that opens the ring to
+    /// others without `allow_world_access`. Others are refused read as well as write: the
+    /// ring's slots are its events, so a world-readable ring shows every event to every
+    /// local user (and a client needs read+write to attach, so no client needs it).
+    fn check_mode(&self, mode: u32) -> Result<(), String> {
+        if mode & !0o777 != 0 {
+            return Err(format!(
+                "mode {mode:#o} has bits beyond 0o777 (setuid, setgid or sticky), which mean nothing for a ring file: use 0o600, or 0o660 with a group"
+            ));
+        }
+        if mode & 0o007 != 0 && !self.allow_world_access {
+            return Err(format!(
+                "mode {mode:#o} gives every local user outside the owner and the group access to the ring's events (others may {}): use 0o600, or 0o660 with a group; to allow it anyway, set `allow_world_access = true` for this ring",
+                match (mode & 0o004 != 0, mode & 0o002 != 0) {
+                    (true, true) => "read and write them",
+                    (false, true) => "write them",
+                    (true, false) => "read them",
+                    (false, false) => "execute the file",
+                }
+            ));
+        }
+        Ok(())
     }
 
     /// The client-crate configuration, with the broker's group as the fallback group.
@@ -237,6 +266,7 @@ impl Config {
                 .ring_config(broker_group)
                 .map_err(|e| with_origin(e, origin))?;
             ring.geometry().map_err(|e| invalid(name, e.to_string()))?;
+            spec.check_mode(ring.mode).map_err(|m| invalid(name, m))?;
             if spec.stall_threshold.is_zero() || spec.unblock_timeout.is_zero() {
                 return Err(invalid(
                     name,

@@ -29,3 +29,28 @@ fn policies_and_errors() {
         assert!(Config::parse(bad, "t").is_err(), "{bad:?} accepted");
     }
 }
+
+/// A ring mode that gives others any access (read or write: the slots are the events) is
+/// refused with a clear error unless the ring opts in; bits beyond 0o777 are refused always.
+#[test]
+fn modes_open_to_others_need_the_opt_in() {
+    for bad in ["0o666", "0o664", "0o604", "0o602", "0o4660", "0o1660"] {
+        let text = format!("[rings.x]\nmode = {bad}\n");
+        let e = Config::parse(&text, "t").expect_err(&format!("mode {bad} accepted"));
+        let msg = e.to_string();
+        assert!(msg.contains("ring \"x\"") && msg.contains("mode"), "{msg}");
+    }
+    let e = Config::parse("[rings.x]\nmode = 0o666\n", "t").expect_err("refused");
+    assert!(e.to_string().contains("allow_world_access = true"), "{e}");
+    for good in ["0o600", "0o660", "0o640"] {
+        Config::parse(&format!("[rings.x]\nmode = {good}\n"), "t")
+            .unwrap_or_else(|e| panic!("mode {good} refused: {e}"));
+    }
+    let c = Config::parse("[rings.x]\nmode = 0o666\nallow_world_access = true\n", "t")
+        .expect("the opt-in allows it");
+    assert_eq!(c.rings["x"].ring_config(None).expect("config").mode, 0o666);
+    assert!(
+        Config::parse("[rings.x]\nmode = 0o4666\nallow_world_access = true\n", "t").is_err(),
+        "setuid is refused even with the opt-in"
+    );
+}

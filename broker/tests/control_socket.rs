@@ -168,4 +168,41 @@ mod as_root {
             "the request had no effect"
         );
     }
+
+    /// A member of the broker group through a supplementary group only (its primary group is
+    /// another one, as after `usermod -aG`): the socket's `SO_PEERGROUPS` shows the group,
+    /// and the request is carried out.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_member_by_a_supplementary_group_may_control_the_broker() {
+        need_root();
+        let _serial = common::serial();
+        let ns = Ns::new("supp");
+        // A gid of no other use on this machine: the broker takes numeric groups as they are.
+        let group = 4242;
+        let _broker = ns.broker(Some(&format!(
+            "[broker]\ngroup = {group}\n[rings.default]\ncapacity = 64\n"
+        )));
+        let copy = ExeForNobody::new();
+        let mut cmd = std::process::Command::new(&copy.exe);
+        cmd.args([
+            "--exact",
+            "role",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(common::proc::ROLE_ENV, "foreign")
+        .env(shmring::names::NAMESPACE_ENV, &ns.name)
+        .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
+        .current_dir("/");
+        common::run_as(&mut cmd, 65534, 65534, &[group]);
+        let mut child = Proc::spawn("supplementary", cmd);
+        let reply = child.expect("@reply");
+        eprintln!("reply to uid 65534 with supplementary group {group}: {reply}");
+        assert!(reply.contains("\"reply\":\"done\""), "{reply}");
+        let (v, _) = ns.status();
+        assert_eq!(ring(&v, "default").expect("default")["state"], "STOPPED");
+    }
 }

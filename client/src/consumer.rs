@@ -209,9 +209,7 @@ enum Found {
 
 impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
-        if is_deleted(&seg) {
-            return Err(AttachError::Deleted);
-        }
+        crate::lifecycle::attachable(&seg)?;
         let words = opts.name.as_deref().map(pack_name).transpose()?;
         let flags = if opts.required {
             consumer_flags::REQUIRED

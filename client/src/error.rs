@@ -38,14 +38,15 @@ pub enum OpenError {
         /// Its path.
         path: PathBuf,
     },
-    /// The file's permissions (or its directory's) exclude this process.
-    #[error("permission denied on {path} ({op}): {detail}; run as the owner or a member of the group, or create the ring with a group mode (see docs/DEPLOYMENT.md)")]
+    /// The file's permissions (or its directory's) exclude this process. `detail` says who
+    /// was refused, by which path, which right is missing, and what to do.
+    #[error("permission denied on {path} ({op}): {detail}")]
     PermissionDenied {
         /// The path.
         path: PathBuf,
         /// What was being done.
         op: &'static str,
-        /// Who was refused, by which path, and which right is missing.
+        /// Who was refused, by which path, which right is missing, and what to do.
         detail: String,
     },
     /// The segment exists but is not a ring this client can use.
@@ -86,9 +87,37 @@ pub enum OpenError {
         #[source]
         source: std::io::Error,
     },
-    /// Marking the ring deleted was refused by its lifecycle.
-    #[error("ring {0:?} could not be marked deleted: {1}")]
+    /// Marking the ring deleted was refused by its lifecycle. Nothing was removed.
+    #[error("ring {0:?} could not be marked deleted, so nothing was removed: {1}")]
     Lifecycle(String, crate::LifecycleError),
+    /// The name is a symbolic link, a FIFO, a directory or anything else that is not a
+    /// regular file. Ring files are opened with `O_NOFOLLOW` and checked on the descriptor,
+    /// so such a name is refused, never followed.
+    #[error("{path} is {kind}, not a regular file: a ring file is never followed or opened as anything else; remove the name (`rm`, which removes a link itself, never its target)")]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is ("a symbolic link", "a FIFO", ...).
+        kind: &'static str,
+    },
+    /// The file is shorter than the segment mapped from it: someone with write access
+    /// truncated it. Touching a page past its end raises SIGBUS.
+    #[error("segment {path} shrank to {len} bytes, below its {size}: a process with write access truncated it, and any process that touches the missing pages is killed by SIGBUS; stop every process attached to it, remove the file and create the ring again")]
+    Truncated {
+        /// The path.
+        path: PathBuf,
+        /// Bytes left in the file.
+        len: u64,
+        /// Bytes of the segment.
+        size: u64,
+    },
+    /// The name was changed to refer to another file between the open and the remove, so
+    /// nothing was removed.
+    #[error("{path} was replaced by another file while it was being removed; nothing was removed: try again")]
+    Replaced {
+        /// The path.
+        path: PathBuf,
+    },
 }
 
 impl OpenError {
@@ -97,7 +126,10 @@ impl OpenError {
             OpenError::PermissionDenied {
                 path: path.to_owned(),
                 op,
-                detail: crate::access::explain_denied(path),
+                detail: format!(
+                    "{}; run as the owner or a member of the group, or create the ring with a group mode (see docs/DEPLOYMENT.md)",
+                    crate::access::explain_denied(path)
+                ),
             }
         } else {
             OpenError::Io {
@@ -148,6 +180,15 @@ pub enum AttachError {
     PredecessorClaim {
         /// The dead producer's pid.
         pid: u32,
+    },
+    /// The segment file shrank below the mapped segment (someone with write access
+    /// truncated it): the attach would touch pages that no longer exist.
+    #[error("the segment file shrank to {len} bytes, below its {size}: it was truncated; stop every process attached to it, remove the file and create the ring again")]
+    Truncated {
+        /// Bytes left in the file.
+        len: u64,
+        /// Bytes of the segment.
+        size: u64,
     },
     /// Another live process has been stopping or starting the ring for longer than an
     /// attach waits.

@@ -25,9 +25,11 @@
 //! Modules, one concept each: `segment` (the mapped bytes, the only unsafe), `line` (the
 //! sequence line's position and lifecycle protocol), `park` with `fence` and `futex` (the
 //! park/wake protocol), `lifecycle` (stop, drain, start), `repair`, `unblock` (since when
-//! a dead producer's hole waits), `gating` (the wrap gate and the attach protocol),
-//! `producer`, `consumer`, `event`, `wait`, `info`, `health` (the states `broker status`
-//! shows, without a broker).
+//! a dead producer's hole waits), `table` (who holds each table entry), `gating` (the wrap
+//! gate and the attach protocol), `producer`, `consumer`, `event`, `wait`, `info`, `health`
+//! (the states `broker status` shows, without a broker), `file` (the segment file as
+//! untrusted input: no symbolic links, regular files only, sizes checked), `remove`
+//! (removing a ring all or nothing).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -38,6 +40,7 @@ mod consumer;
 mod error;
 mod event;
 mod fence;
+mod file;
 mod futex;
 mod gating;
 mod health;
@@ -52,6 +55,7 @@ pub mod park;
 pub mod process;
 mod producer;
 mod recall;
+mod remove;
 mod repair;
 mod ring;
 mod segment;

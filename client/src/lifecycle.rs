@@ -350,3 +350,19 @@ impl Ring {
 pub(crate) fn is_deleted(seg: &Segment) -> bool {
     seg.line().life().state == Some(RingState::Deleted)
 }
+
+/// What an attach checks before it touches the tables: the file still holds the whole
+/// segment (one `fstat`), and the ring is not deleted.
+pub(crate) fn attachable(seg: &Segment) -> Result<(), crate::AttachError> {
+    // An fstat that fails tells nothing; the attach goes on as before.
+    if let Ok(Some(len)) = seg.shrunk() {
+        return Err(crate::AttachError::Truncated {
+            len,
+            size: seg.geometry().total_size,
+        });
+    }
+    if is_deleted(seg) {
+        return Err(crate::AttachError::Deleted);
+    }
+    Ok(())
+}

@@ -102,9 +102,7 @@ impl Ring {
 
 impl Producer {
     fn attach(seg: Arc<Segment>) -> Result<Self, AttachError> {
-        if is_deleted(&seg) {
-            return Err(AttachError::Deleted);
-        }
+        crate::lifecycle::attachable(&seg)?;
         let geo = *seg.geometry();
         let me = process::current();
         let (entry, taken) = Self::take_entry(&seg, me.pid)?;

@@ -8,12 +8,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{Gid, Mode};
+use rustix::fs::{FileType, Gid, Mode};
 use shmring_layout::{
     config_checksum, validate, FenceMode, Geometry, ProducerMode, RingState, FINGERPRINT,
     HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, STAMP_EMPTY,
 };
 
+use crate::file::FileError;
 use crate::names::{namespace_dir, ring_path};
 use crate::segment::Segment;
 use crate::{OpenError, RingInfo};
@@ -118,6 +119,7 @@ impl Ring {
             .read(true)
             .write(true)
             .create_new(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .mode(config.mode)
             .open(&tmp)
             .map_err(|e| OpenError::io("create", &tmp, e))?;
@@ -128,24 +130,26 @@ impl Ring {
         result
     }
 
-    /// Open an existing ring, validating its segment.
+    /// Open an existing ring, validating its segment. The file is opened without following
+    /// a symbolic link and must be a regular file ([`OpenError::NotRegular`]).
     pub fn open(namespace: &str, name: &str) -> Result<Ring, OpenError> {
         let path = ring_path(namespace, name)?;
-        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+        let file = match crate::file::open_regular(&path) {
             Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
+            Err(FileError::NotRegular(kind)) => return Err(OpenError::NotRegular { path, kind }),
+            Err(FileError::Io(e)) if e.kind() == ErrorKind::NotFound => {
                 return Err(OpenError::NotFound {
                     namespace: namespace.to_owned(),
                     name: name.to_owned(),
                     path,
                 })
             }
-            Err(e) => return Err(OpenError::io("open", &path, e)),
+            Err(FileError::Io(e)) => return Err(OpenError::io("open", &path, e)),
         };
         Self::from_file(file, &path, namespace, name)
     }
 
-    /// Open an already opened segment file (the broker adopts segments this way).
+    /// Map an opened regular segment file after validating its header and size.
     pub(crate) fn from_file(
         file: File,
         path: &Path,
@@ -206,29 +210,6 @@ impl Ring {
         }
     }
 
-    /// Remove ring `name`: mark it deleted (attached clients get [`crate::PublishError::Deleted`]
-    /// and friends instead of hanging) and unlink its file. A segment that fails validation
-    /// is unlinked all the same.
-    pub fn remove(namespace: &str, name: &str) -> Result<(), OpenError> {
-        let path = ring_path(namespace, name)?;
-        match Self::open(namespace, name) {
-            Ok(ring) => {
-                ring.mark_deleted()
-                    .map_err(|e| OpenError::Lifecycle(name.to_owned(), e))?;
-            }
-            Err(OpenError::Layout { .. }) => {}
-            Err(e) => return Err(e),
-        }
-        std::fs::remove_file(&path).map_err(|e| match e.kind() {
-            ErrorKind::NotFound => OpenError::NotFound {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                path: path.clone(),
-            },
-            _ => OpenError::io("remove", &path, e),
-        })
-    }
-
     /// The ring's name.
     pub fn name(&self) -> &str {
         self.seg.name()
@@ -263,14 +244,46 @@ impl Ring {
     pub fn info(&self) -> RingInfo {
         crate::info::snapshot(&self.seg)
     }
+
+    /// Check, with `fstat` on the open file, that the file still holds the whole segment.
+    /// A file truncated under a mapping raises SIGBUS in whoever touches a page past its
+    /// end, so a process that holds a `Ring` for long (the broker) calls this before it
+    /// reads or writes the segment, and drops the ring on [`OpenError::Truncated`].
+    /// Attaching a producer or a consumer checks the same.
+    pub fn check_file(&self) -> Result<(), OpenError> {
+        match self.seg.shrunk() {
+            Ok(None) => Ok(()),
+            Ok(Some(len)) => Err(OpenError::Truncated {
+                path: self.path().to_owned(),
+                len,
+                size: self.geometry().total_size,
+            }),
+            Err(e) => Err(OpenError::io("stat", self.path(), e)),
+        }
+    }
 }
 
+/// Make the namespace directory if it is not there: 0700, or 03770 with a group (setgid,
+/// so that files made in it get its group; sticky, so that a group member can remove or
+/// rename only the files it owns). An existing directory is used as it is (the broker
+/// checks and repairs it), unless the name is not a directory (a symbolic link).
 fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
-    if dir.is_dir() {
-        return Ok(());
+    match rustix::fs::lstat(dir) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => return Ok(()),
+        Ok(st) => {
+            let kind = crate::file::kind_name(FileType::from_raw_mode(st.st_mode));
+            return Err(OpenError::Io {
+                op: "use the namespace directory",
+                path: dir.to_owned(),
+                source: std::io::Error::other(format!(
+                    "it is {kind}, not a directory (a namespace directory is never followed through a link): remove it"
+                )),
+            });
+        }
+        Err(_) => {}
     }
     let mode = if config.group.is_some() {
-        0o2770
+        0o3770
     } else {
         0o700
     };
@@ -279,7 +292,8 @@ fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
         Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(()),
         Err(e) => return Err(OpenError::io("create directory", dir, e)),
     }
-    // The umask may have removed bits (and DirBuilder does not set setgid): set them.
+    // The umask may have removed bits (and DirBuilder does not set setgid or sticky): set
+    // them.
     rustix::fs::chmod(dir, Mode::from_raw_mode(mode))
         .map_err(|e| OpenError::io("chmod directory", dir, e.into()))?;
     if let Some(g) = config.group {

@@ -21,8 +21,9 @@ pub(crate) struct Segment {
     path: PathBuf,
     namespace: String,
     name: String,
-    // Keeps the file open: fchmod/fchown and the broker's identity checks use it.
-    _file: File,
+    // Keeps the file open: fchmod/fchown, the size check (`fstat`) and the identity check
+    // of `Ring::remove` use it.
+    file: File,
 }
 
 // SAFETY: the mapping is shared memory accessed only through atomics (and through slot
@@ -53,7 +54,7 @@ impl Segment {
             path: path.to_owned(),
             namespace: namespace.to_owned(),
             name: name.to_owned(),
-            _file: file,
+            file,
         })
     }
 
@@ -78,6 +79,21 @@ impl Segment {
             out[i * 8..i * 8 + 8].copy_from_slice(&w.load(order).to_ne_bytes());
         }
         Ok(out)
+    }
+
+    /// The open segment file.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// `Some(len)` when the file has shrunk to `len` bytes, below the mapped segment: a
+    /// touch of a page past its end would raise SIGBUS. `fstat` on the descriptor, so it
+    /// speaks of the mapped file whatever its name now refers to. (Nothing stops a process
+    /// with write access from truncating it right after this check; the check makes the
+    /// window a few instructions wide instead of the whole life of the mapping.)
+    pub(crate) fn shrunk(&self) -> std::io::Result<Option<u64>> {
+        let len = crate::file::size_now(&self.file)?;
+        Ok((len < self.geo.total_size).then_some(len))
     }
 
     pub(crate) fn geometry(&self) -> &Geometry {

@@ -1,6 +1,6 @@
 //! File permissions are the data plane's access control: a segment is mode 0600 in a 0700
-//! namespace directory by default, or exactly 0660 with a configured group in a setgid
-//! 02770 directory, whatever the creating process's umask; a process of another uid is
+//! namespace directory by default, or exactly 0660 with a configured group in a setgid and
+//! sticky 03770 directory, whatever the creating process's umask; a process of another uid is
 //! refused with `OpenError::PermissionDenied`; a process of another uid in the ring's
 //! group attaches and publishes.
 //!
@@ -254,8 +254,8 @@ fn modes_are_exact_whatever_the_umask() {
         assert_eq!(stat(&ns.ring("r")).2, group, "file group");
         assert_eq!(
             stat(&ns.dir()).0,
-            0o2770,
-            "setgid group directory under umask {umask:03o}"
+            0o3770,
+            "setgid and sticky group directory under umask {umask:03o}"
         );
         assert_eq!(stat(&ns.dir()).2, group, "directory group");
     }
@@ -274,7 +274,7 @@ fn a_segment_in_a_setgid_directory_inherits_its_group() {
         ..RingConfig::default()
     };
     Ring::create(&ns.0, "a", &first).expect("create with a group");
-    assert_eq!(stat(&ns.dir()).0, 0o2770);
+    assert_eq!(stat(&ns.dir()).0, 0o3770);
     let second = RingConfig {
         mode: 0o660,
         group: None,

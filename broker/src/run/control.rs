@@ -1,6 +1,8 @@
 //! The control socket: `<namespace dir>/broker.sock`, mode 0600 (0660 with the broker
-//! group). Each connection's peer is checked with `SO_PEERCRED`: only the broker's uid,
-//! root, or the configured group may send requests. One thread accepts; each connection
+//! group). Each connection's peer is checked with the credentials the kernel recorded on the
+//! socket at `connect` (`SO_PEERCRED` for the uid and primary gid, `SO_PEERGROUPS` for the
+//! supplementary groups): only the broker's uid, root, or a member of the configured group
+//! (primary or supplementary) may send requests. One thread accepts; each connection
 //! gets a thread of its own (at most `MAX_CONNECTIONS` at once), reads newline-delimited
 //! JSON requests of bounded size with a timeout, and answers each one. Nothing a peer
 //! sends can take the broker down: a bad request gets an error reply.
@@ -34,8 +36,49 @@ pub struct Access {
 }
 
 impl Access {
-    fn allows(&self, uid: u32, gid: u32) -> bool {
-        uid == 0 || uid == self.uid || self.gid == Some(gid)
+    fn allows(&self, uid: u32, gid: u32, groups: &[u32]) -> bool {
+        uid == 0 || uid == self.uid || self.gid.is_some_and(|g| g == gid || groups.contains(&g))
+    }
+}
+
+/// Most supplementary groups a process can have (`NGROUPS_MAX` on Linux).
+const NGROUPS_MAX: usize = 65536;
+
+/// The peer's supplementary groups, as the kernel recorded them on the socket when the peer
+/// connected (`SO_PEERGROUPS`, Linux 4.13). Read from the connection itself, not from
+/// `/proc/PID/status`: a pid names whichever process has it now, and the peer may have
+/// exited and its pid been reused by then. rustix has no wrapper for this option.
+fn peer_groups(stream: &UnixStream) -> std::io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    const GID: usize = std::mem::size_of::<libc::gid_t>();
+    let mut groups: Vec<libc::gid_t> = vec![0; 32];
+    loop {
+        let mut len = (groups.len() * GID) as libc::socklen_t;
+        // SAFETY: `groups` is a writable, aligned buffer of `len` bytes that outlives the
+        // call; the kernel writes at most `len` bytes into it and stores the byte count it
+        // wrote (or, failing with ERANGE, the count it needs) in `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let len = len as usize;
+        if r == 0 {
+            groups.truncate(len / GID);
+            return Ok(groups);
+        }
+        let e = std::io::Error::last_os_error();
+        let needed = len.div_ceil(GID);
+        if e.raw_os_error() == Some(libc::ERANGE) && needed > groups.len() && needed <= NGROUPS_MAX
+        {
+            groups.resize(needed, 0);
+            continue;
+        }
+        return Err(e);
     }
 }
 
@@ -103,10 +146,16 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
         }
     };
     let (uid, gid) = (peer.uid.as_raw(), peer.gid.as_raw());
-    if !access.allows(uid, gid) {
+    // Without them (a kernel before 4.13), the primary group alone decides.
+    let groups = peer_groups(&stream).unwrap_or_else(|e| {
+        debug!("cannot read the peer's supplementary groups: {e}");
+        Vec::new()
+    });
+    if !access.allows(uid, gid, &groups) {
         warn!(
             uid,
             gid,
+            ?groups,
             pid = peer.pid.as_raw_nonzero().get(),
             "refused a control connection"
         );
@@ -116,14 +165,16 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
         let _ = BufReader::new(&stream)
             .take(MAX_REQUEST as u64)
             .read_until(b'\n', &mut Vec::new());
-        let group = access.gid.map_or(String::new(), |g| format!(", group {g}"));
+        let group = access
+            .gid
+            .map_or(String::new(), |g| format!(", members of group {g}"));
         let owner = if access.uid == 0 {
             String::new()
         } else {
             format!("uid {}, ", access.uid)
         };
         let _ = reply(&stream, &Reply::error(format!(
-            "permission denied: uid {uid} (gid {gid}) may not control this broker; allowed: {owner}root{group}"
+            "permission denied: uid {uid} (gid {gid}, groups {groups:?}) may not control this broker; allowed: {owner}root{group}"
         )));
         return;
     }

@@ -1,13 +1,25 @@
 //! One broker per namespace: an exclusive `flock` on `<namespace dir>/broker.lock`. The
 //! kernel drops the lock when the broker dies (even by SIGKILL), so a new broker can take
 //! over at once. The file also counts brokers: `pid=<pid> epoch=<n>`.
+//!
+//! A lock is only a lock while its name cannot be taken away. The namespace directory is
+//! shared with the broker group, so it is sticky (a group member cannot remove or rename a
+//! file it does not own), the lock file is opened without following a symbolic link and
+//! must be a regular file of the broker's own user, and every sweep checks that the name
+//! still refers to the locked inode ([`NamespaceLock::check`]): if it was removed or
+//! replaced anyway (by root, or in a directory that could not be made sticky), the broker
+//! takes the lock again under the name, or exits if another broker holds it there.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{DirBuilder, File};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FlockOperation, Gid, Mode};
+use rustix::fs::{FileType, FlockOperation, Gid, Mode, OFlags};
+use tracing::warn;
+
+/// The lock file's name in the namespace directory.
+pub const LOCK_NAME: &str = "broker.lock";
 
 /// Why the lock was not taken.
 #[derive(Debug, thiserror::Error)]
@@ -29,28 +41,51 @@ pub enum LockError {
         #[source]
         source: std::io::Error,
     },
+    /// The lock's name is something a broker must not open.
+    #[error("cannot lock {path}: {why}; remove it and start the broker again")]
+    Unsafe {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 /// The held lock (released when dropped or when the process dies).
 #[derive(Debug)]
 pub struct NamespaceLock {
-    _file: File,
+    file: File,
+    namespace: String,
+    path: PathBuf,
+    /// Device and inode of the locked file.
+    id: (u64, u64),
+    /// The name no longer refers to the locked file and could not be locked again (said
+    /// once, until it can).
+    stuck: bool,
     /// This broker's number in the namespace (1 for the first broker ever).
     pub epoch: u64,
 }
 
-/// Make the namespace directory if needed: 0700, or 02770 owned by `gid`.
+/// Make the namespace directory if needed: 0700, or 03770 owned by `gid` (setgid, so the
+/// files made in it get the group; sticky, so a group member cannot remove or rename the
+/// broker's lock, socket and rings). An existing directory must be a directory (not a
+/// symbolic link) owned by this user or root; if others may write it and it is not sticky,
+/// the sticky bit is added, or a warning says it could not be.
 pub fn ensure_dir(dir: &Path, gid: Option<u32>) -> std::io::Result<()> {
-    if dir.is_dir() {
-        return Ok(());
+    match rustix::fs::lstat(dir) {
+        Ok(st) => return check_dir(dir, &st),
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
     }
-    let mode = if gid.is_some() { 0o2770 } else { 0o700 };
+    let mode = if gid.is_some() { 0o3770 } else { 0o700 };
     match DirBuilder::new().recursive(true).mode(mode).create(dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return check_dir(dir, &rustix::fs::lstat(dir)?)
+        }
         Err(e) => return Err(e),
     }
-    // The umask may have removed bits and DirBuilder does not set setgid: set them.
+    // The umask may have removed bits and DirBuilder does not set setgid or sticky: set them.
     rustix::fs::chmod(dir, Mode::from_raw_mode(mode))?;
     if let Some(g) = gid {
         rustix::fs::chown(dir, None, Some(Gid::from_raw(g)))?;
@@ -58,37 +93,94 @@ pub fn ensure_dir(dir: &Path, gid: Option<u32>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Check (and where needed repair) an existing namespace directory.
+fn check_dir(dir: &Path, st: &rustix::fs::Stat) -> std::io::Result<()> {
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind != FileType::Directory {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory ({kind:?}): the broker does not follow a symbolic link to its namespace; remove it",
+            dir.display()
+        )));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    if st.st_uid != me && st.st_uid != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is owned by uid {}, neither this broker's uid {me} nor root: whoever made it controls what is in it; remove it (or chown it to the broker's user)",
+            dir.display(),
+            st.st_uid
+        )));
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        let sticky = mode | 0o1000;
+        match rustix::fs::chmod(dir, Mode::from_raw_mode(sticky)) {
+            Ok(()) => warn!(dir = %dir.display(),
+                "the namespace directory was writable by others without the sticky bit: mode {mode:04o} -> {sticky:04o}, so that only a file's owner may remove it"),
+            Err(e) => warn!(dir = %dir.display(),
+                "the namespace directory (mode {mode:04o}) is writable by others and has no sticky bit, and setting it failed ({e}): any member of its group can remove or replace the broker's lock, socket and rings; `chmod +t` it"),
+        }
+    }
+    Ok(())
+}
+
+/// Open (creating it if needed) the lock file: never through a symbolic link, a regular
+/// file, owned by this user. A file of another user is removed and made again: the
+/// broker's user owns its lock.
+fn open_lock(path: &Path) -> Result<File, LockError> {
+    let io = |source: rustix::io::Errno| LockError::Io {
+        path: path.to_owned(),
+        source: source.into(),
+    };
+    let unsafe_name = |why: String| LockError::Unsafe {
+        path: path.to_owned(),
+        why,
+    };
+    let me = rustix::process::geteuid().as_raw();
+    let flags =
+        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    // Two tries: the second after removing a file of another user.
+    for _ in 0..2 {
+        let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::LOOP) => {
+                return Err(unsafe_name("it is a symbolic link".into()))
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(io)?;
+        let kind = FileType::from_raw_mode(st.st_mode);
+        if kind != FileType::RegularFile {
+            return Err(unsafe_name(format!("it is not a regular file ({kind:?})")));
+        }
+        if st.st_uid == me {
+            // Whatever mode another process left it with: 0600.
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(io)?;
+            return Ok(File::from(fd));
+        }
+        warn!(path = %path.display(), owner = st.st_uid,
+            "the lock file belongs to another user; removing it and making the broker's own");
+        rustix::fs::unlink(path).map_err(io)?;
+    }
+    Err(unsafe_name(
+        "another user made it again as soon as it was removed".into(),
+    ))
+}
+
+/// Device and inode of an open file.
+fn identity(file: &File) -> std::io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(file)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
 /// Take the lock of `namespace` in `dir`.
 pub fn acquire(namespace: &str, dir: &Path) -> Result<NamespaceLock, LockError> {
-    let path = dir.join("broker.lock");
+    let path = dir.join(LOCK_NAME);
+    let mut file = lock_file(namespace, &path)?;
     let io = |source| LockError::Io {
         path: path.clone(),
         source,
     };
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io)?;
     let mut text = String::new();
-    match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::WOULDBLOCK) => {
-            let _ = file.read_to_string(&mut text);
-            return Err(LockError::Held {
-                namespace: namespace.to_owned(),
-                holder: if text.trim().is_empty() {
-                    "lock file is empty".to_owned()
-                } else {
-                    text.trim().to_owned()
-                },
-            });
-        }
-        Err(e) => return Err(io(e.into())),
-    }
     file.read_to_string(&mut text).map_err(io)?;
     let previous = text
         .split_whitespace()
@@ -96,8 +188,90 @@ pub fn acquire(namespace: &str, dir: &Path) -> Result<NamespaceLock, LockError> 
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
     let epoch = previous + 1;
-    file.set_len(0).map_err(io)?;
-    file.rewind().map_err(io)?;
-    writeln!(file, "pid={} epoch={epoch}", std::process::id()).map_err(io)?;
-    Ok(NamespaceLock { _file: file, epoch })
+    write_holder(&mut file, epoch).map_err(io)?;
+    let id = identity(&file).map_err(io)?;
+    Ok(NamespaceLock {
+        file,
+        namespace: namespace.to_owned(),
+        path,
+        id,
+        stuck: false,
+        epoch,
+    })
+}
+
+/// Open the lock file and take its `flock`.
+fn lock_file(namespace: &str, path: &Path) -> Result<File, LockError> {
+    let mut file = open_lock(path)?;
+    match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(file),
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            Err(LockError::Held {
+                namespace: namespace.to_owned(),
+                holder: if text.trim().is_empty() {
+                    "lock file is empty".to_owned()
+                } else {
+                    text.trim().to_owned()
+                },
+            })
+        }
+        Err(e) => Err(LockError::Io {
+            path: path.to_owned(),
+            source: e.into(),
+        }),
+    }
+}
+
+fn write_holder(file: &mut File, epoch: u64) -> std::io::Result<()> {
+    file.set_len(0)?;
+    file.rewind()?;
+    writeln!(file, "pid={} epoch={epoch}", std::process::id())
+}
+
+impl NamespaceLock {
+    /// Check that the lock's name still refers to the locked file. If it was removed or
+    /// replaced, take the lock again under the name (logged). If another broker holds the
+    /// file now under the name, that is [`LockError::Held`]: two brokers would sweep the same
+    /// rings, and the caller exits. If the name cannot be locked at all (it is a symbolic
+    /// link, say), no other broker can lock it either: this broker carries on, says so once,
+    /// and tries again at every sweep.
+    pub fn check(&mut self) -> Result<(), LockError> {
+        let why = match rustix::fs::lstat(&self.path) {
+            Ok(st) if (st.st_dev, st.st_ino) == self.id => return Ok(()),
+            Ok(_) => "was replaced by another file".to_owned(),
+            Err(e) => format!("is gone ({e})"),
+        };
+        match self.retake() {
+            Ok(()) => {
+                self.stuck = false;
+                warn!(path = %self.path.display(), "the namespace lock file {why}; took the lock again");
+                Ok(())
+            }
+            Err(e @ LockError::Held { .. }) => Err(e),
+            Err(e) => {
+                if !self.stuck {
+                    self.stuck = true;
+                    warn!(path = %self.path.display(),
+                        "the namespace lock file {why}, and locking the name again failed ({e}); carrying on, and trying again at every sweep");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Lock the file under the name now, and hold it instead of the old one.
+    fn retake(&mut self) -> Result<(), LockError> {
+        let mut file = lock_file(&self.namespace, &self.path)?;
+        let io = |source| LockError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        write_holder(&mut file, self.epoch).map_err(io)?;
+        self.id = identity(&file).map_err(io)?;
+        // The old file (and its flock) goes; the new one is held from here on.
+        self.file = file;
+        Ok(())
+    }
 }

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use rustix::event::epoll;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 use registry::Broker;
@@ -69,7 +69,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
     let dir = shmring::names::namespace_dir(&ns)?;
     lock::ensure_dir(&dir, gid)
         .with_context(|| format!("cannot create the namespace directory {}", dir.display()))?;
-    let held = lock::acquire(&ns, &dir)?;
+    let mut held = lock::acquire(&ns, &dir)?;
 
     let epfd: Arc<OwnedFd> =
         Arc::new(epoll::create(epoll::CreateFlags::CLOEXEC).context("epoll_create")?);
@@ -153,7 +153,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
         hup: hup_read,
         config: config_path,
     };
-    sweep_loop(&shared, &epfd, &signals)?;
+    sweep_loop(&shared, &epfd, &signals, &mut held)?;
     notify(&[sd_notify::NotifyState::Stopping]);
     info!(namespace = %ns, "stopping on signal: sweeps end, rings stay");
     let _ = std::fs::remove_file(&sock);
@@ -177,9 +177,15 @@ fn drain_pipe(mut pipe: &UnixStream) {
     while matches!(pipe.read(&mut buf), Ok(n) if n > 0) {}
 }
 
-/// Wait for deaths, signals or the period; sweep after each wake-up. Returns on SIGTERM
-/// or SIGINT.
-fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &Signals) -> anyhow::Result<()> {
+/// Wait for deaths, signals or the period; sweep after each wake-up, and check that the
+/// namespace lock is still this broker's. Returns on SIGTERM or SIGINT, and with an error
+/// when another broker took the lock (the socket is then that broker's, and stays).
+fn sweep_loop(
+    shared: &Mutex<Broker>,
+    epfd: &OwnedFd,
+    signals: &Signals,
+    held: &mut lock::NamespaceLock,
+) -> anyhow::Result<()> {
     let empty = epoll::Event {
         flags: epoll::EventFlags::empty(),
         data: epoll::EventData::new_u64(0),
@@ -218,6 +224,11 @@ fn sweep_loop(shared: &Mutex<Broker>, epfd: &OwnedFd, signals: &Signals) -> anyh
             }
         }
         sweep::sweep(&mut broker);
+        drop(broker);
+        if let Err(e) = held.check() {
+            error!("the namespace lock was taken away: {e}; exiting, so that one broker sweeps the rings");
+            return Err(e).context("the namespace lock was taken away; exiting");
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use shmring::{OpenError, Ring, RingState};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::health::{ConsumerHealth, ProducerHealth};
 use super::watch::Watches;
@@ -101,7 +101,7 @@ impl Broker {
 
     /// Open or create every configured ring not tracked yet. A ring that cannot be opened
     /// is reported and skipped; a ring whose shape differs from the config is adopted as it
-    /// is.
+    /// is; a file left marked deleted is removed and the ring created anew.
     pub fn open_configured(&mut self) {
         let specs: Vec<(String, RingSpec)> = self
             .config
@@ -111,32 +111,99 @@ impl Broker {
             .map(|(n, s)| (n.clone(), s.clone()))
             .collect();
         for (name, spec) in specs {
-            let opened = spec
-                .ring_config(self.gid)
-                .map_err(|e| e.to_string())
-                .and_then(|rc| {
-                    Ring::open_or_create(&self.namespace, &name, &rc).or_else(|e| match e {
-                        OpenError::ConfigMismatch { .. } => {
-                            warn!(ring = %name, "{e}; adopting the ring as it is");
-                            Ring::open(&self.namespace, &name).map_err(|e| e.to_string())
+            // Twice at most: the second time after removing a file left marked deleted.
+            for _ in 0..2 {
+                match self.open_or_create(&name, &spec) {
+                    Ok(ring) if ring.state() == Some(RingState::Deleted) => {
+                        if self.clear_deleted(&ring) {
+                            continue;
                         }
-                        e => Err(e.to_string()),
-                    })
-                });
-            match opened {
-                Ok(ring) => self.track(name, ring, spec),
-                Err(e) => {
-                    warn!(ring = %name, "configured ring left alone: {e}");
-                    if let Ok(path) = shmring::names::ring_path(&self.namespace, &name) {
-                        self.unreadable.insert(path, e);
+                    }
+                    Ok(ring) => self.track(name.clone(), ring, spec.clone()),
+                    Err(e) => {
+                        warn!(ring = %name, "configured ring left alone: {e}");
+                        if let Ok(path) = shmring::names::ring_path(&self.namespace, &name) {
+                            self.unreadable.insert(path, e);
+                        }
                     }
                 }
+                break;
             }
         }
     }
 
-    /// Adopt `ring` and watch it.
+    /// Open configured ring `name`, or create it from `spec`.
+    fn open_or_create(&self, name: &str, spec: &RingSpec) -> Result<Ring, String> {
+        let rc = spec.ring_config(self.gid).map_err(|e| e.to_string())?;
+        Ring::open_or_create(&self.namespace, name, &rc).or_else(|e| match e {
+            OpenError::ConfigMismatch { .. } => {
+                warn!(ring = %name, "{e}; adopting the ring as it is");
+                Ring::open(&self.namespace, name).map_err(|e| e.to_string())
+            }
+            e => Err(e.to_string()),
+        })
+    }
+
+    /// A ring file found marked deleted (its remover died, or could mark it and not unlink
+    /// it) is never adopted: adopting it would bump its epoch at every rescan for nothing.
+    /// It is unlinked if this broker may; otherwise it is listed as unreadable and logged
+    /// once. Returns whether it was unlinked.
+    fn clear_deleted(&mut self, ring: &Ring) -> bool {
+        let path = ring.path().to_owned();
+        match ring.unlink_deleted() {
+            Ok(_) => {
+                info!(path = %path.display(), "removed a ring file that was marked deleted but left behind");
+                self.unreadable.remove(&path);
+                true
+            }
+            Err(e) => {
+                let why = format!("marked deleted and left behind, so not adopted; it cannot be removed by the broker ({e}): remove it by hand");
+                if !self.unreadable.contains_key(&path) {
+                    warn!(path = %path.display(), "{why}");
+                }
+                self.unreadable.insert(path, why);
+                false
+            }
+        }
+    }
+
+    /// Stop touching every tracked ring whose file shrank below its segment (someone with
+    /// write access truncated it): the next read of a page past the end would kill the
+    /// broker with SIGBUS. The ring is logged, listed as unreadable with a CORRUPT reason,
+    /// and its mapping dropped; nothing is written to it. Checked with `fstat` on the open
+    /// file before every sweep, adoption and request on the ring.
+    pub fn drop_truncated(&mut self) {
+        let shrunk: Vec<(String, String)> = self
+            .rings
+            .iter()
+            .filter_map(|(n, t)| match t.ring.check_file() {
+                Err(e @ OpenError::Truncated { .. }) => Some((n.clone(), e.to_string())),
+                _ => None,
+            })
+            .collect();
+        for (name, why) in shrunk {
+            if let Some(t) = self.rings.remove(&name) {
+                self.corrupt(&name, t.ring.path().to_owned(), &why);
+            }
+        }
+    }
+
+    fn corrupt(&mut self, name: &str, path: PathBuf, why: &str) {
+        error!(ring = %name, "ring is CORRUPT, the broker dropped its mapping and no longer touches it: {why}");
+        self.unreadable.insert(path, format!("CORRUPT: {why}"));
+    }
+
+    /// Adopt `ring` and watch it, unless its file shrank (CORRUPT) or it is marked
+    /// deleted (see [`Broker::clear_deleted`]).
     pub fn track(&mut self, name: String, ring: Ring, spec: RingSpec) {
+        if let Err(e @ OpenError::Truncated { .. }) = ring.check_file() {
+            self.corrupt(&name, ring.path().to_owned(), &e.to_string());
+            return;
+        }
+        if ring.state() == Some(RingState::Deleted) {
+            self.clear_deleted(&ring);
+            return;
+        }
         let epoch = ring.adopt(self.pid);
         finish_half_done(&name, &ring);
         let period = spec.sweep_period();
@@ -170,9 +237,13 @@ impl Broker {
         self.config.rings.get(name).cloned().unwrap_or_default()
     }
 
-    /// Look for segments in the namespace directory that are not tracked yet (at most
-    /// every `RESCAN_EVERY` unless `force`), and forget tracked ones whose file is gone.
+    /// Drop the rings whose file shrank ([`Broker::drop_truncated`], at every call); then
+    /// look for segments in the namespace directory that are not tracked yet (at most every
+    /// `RESCAN_EVERY` unless `force`), and forget tracked ones whose file is gone. A name
+    /// that is not a regular file (a symbolic link, a FIFO, ...) is never opened: it is
+    /// listed as unreadable and logged once.
     pub fn rescan(&mut self, force: bool) {
+        self.drop_truncated();
         let now = Instant::now();
         if !force
             && self
@@ -195,8 +266,22 @@ impl Broker {
             if file.starts_with('.') {
                 continue;
             }
-            if let Some(name) = file.strip_suffix(shmring::names::RING_SUFFIX) {
-                on_disk.push(name.to_owned());
+            let Some(name) = file.strip_suffix(shmring::names::RING_SUFFIX) else {
+                continue;
+            };
+            // The entry's own type (lstat), never what a link points to.
+            match entry.file_type() {
+                Ok(t) if t.is_file() => on_disk.push(name.to_owned()),
+                Ok(t) => {
+                    let path = entry.path();
+                    let why = OpenError::NotRegular {
+                        path: path.clone(),
+                        kind: kind_name(t),
+                    }
+                    .to_string();
+                    self.left_alone(path, why);
+                }
+                Err(_) => {}
             }
         }
         let gone: Vec<String> = self
@@ -209,7 +294,7 @@ impl Broker {
             info!(ring = %name, "segment file is gone; no longer watching the ring");
             self.rings.remove(&name);
         }
-        self.unreadable.retain(|p, _| p.exists());
+        self.unreadable.retain(|p, _| p.symlink_metadata().is_ok());
         for name in on_disk {
             if self.rings.contains_key(&name) {
                 continue;
@@ -221,13 +306,37 @@ impl Broker {
                 }
                 Err(e) => {
                     let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
-                    if !self.unreadable.contains_key(&path) {
-                        warn!(path = %path.display(), "segment left alone: {e}");
-                    }
-                    self.unreadable.insert(path, e.to_string());
+                    self.left_alone(path, e.to_string());
                 }
             }
         }
+    }
+
+    /// List `path` as unreadable, logging it the first time; a reason already given (a
+    /// CORRUPT ring's) is kept.
+    fn left_alone(&mut self, path: PathBuf, why: String) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.unreadable.entry(path) {
+            warn!(path = %slot.key().display(), "segment left alone: {why}");
+            slot.insert(why);
+        }
+    }
+}
+
+/// What a directory entry that is not a regular file is, for the error.
+fn kind_name(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "of an unknown type"
     }
 }
 

@@ -200,3 +200,30 @@ impl Drop for ExeForNobody {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// Make `cmd` run as `uid`, with primary group `gid` and exactly the supplementary `groups`
+/// (the test runs as root): a member of a ring's group, by its primary group or by a
+/// supplementary one.
+pub fn run_as(cmd: &mut Command, uid: u32, gid: u32, groups: &[u32]) {
+    use std::os::unix::process::CommandExt;
+    let groups: Vec<rustix::fs::Gid> = groups
+        .iter()
+        .map(|g| rustix::fs::Gid::from_raw(*g))
+        .collect();
+    let (uid, gid) = (
+        rustix::fs::Uid::from_raw(uid),
+        rustix::fs::Gid::from_raw(gid),
+    );
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // work is allowed: three system calls (rustix's, without allocation or locks) on values
+    // made before the fork. The child has one thread, so the per-thread calls are the
+    // process's: groups first, then the gid, then the uid that drops root.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::thread::set_thread_groups(&groups)?;
+            rustix::thread::set_thread_gid(gid)?;
+            rustix::thread::set_thread_uid(uid)?;
+            Ok(())
+        });
+    }
+}

@@ -318,6 +318,22 @@ impl BrokerProc {
         }
     }
 
+    /// Wait at most `limit` for the broker to exit on its own; its status, or `None` if it
+    /// still runs.
+    pub fn exit_within(&mut self, limit: std::time::Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                self.reaped = true;
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     /// SIGTERM and wait for the exit (bounded); returns its status.
     pub fn terminate(&mut self) -> ExitStatus {
         let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");

@@ -1,0 +1,446 @@
+//! The namespace directory is shared with every member of the ring group, so the broker
+//! takes what it finds there as input: a ring file truncated under its mapping, names that
+//! are symbolic links (to another namespace's ring, or to a file such as /etc/passwd), a
+//! removed or replaced lock file, a ring left marked deleted. Each is refused, reported or
+//! repaired without the broker dying, following a link, or giving up its lock. The tests
+//! in `as_root` run a child as a non-root member of the group.
+
+mod common;
+
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{num, ring, BrokerProc, Ns, Proc, WAIT};
+use serde_json::Value;
+use shmring::{Ring, RingConfig, RingState};
+
+#[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
+fn role() {
+    match std::env::var(common::proc::ROLE_ENV).as_deref() {
+        Ok("unlink") => unlink_role(),
+        Ok("remove") => remove_role(),
+        _ => common::roles::run_if_child(),
+    }
+}
+
+/// Remove each name of `ROLE_PATHS` (`:`-separated) and say how it went:
+/// `@unlink NAME ok` or `@unlink NAME refused <error>`.
+fn unlink_role() {
+    let paths = std::env::var("ROLE_PATHS").unwrap_or_default();
+    for p in paths.split(':').filter(|p| !p.is_empty()) {
+        let name = Path::new(p)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match std::fs::remove_file(p) {
+            Ok(()) => println!("@unlink {name} ok"),
+            Err(e) => println!("@unlink {name} refused {e}"),
+        }
+    }
+    std::process::exit(0);
+}
+
+/// `Ring::remove` of `ROLE_RING`: `@removed` or `@refused <error>`.
+fn remove_role() {
+    let ns = shmring::names::default_namespace();
+    match Ring::remove(&ns, &std::env::var("ROLE_RING").unwrap_or_default()) {
+        Ok(()) => println!("@removed"),
+        Err(e) => println!("@refused {e}"),
+    }
+    std::process::exit(0);
+}
+
+const SMALL: &str = "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\n";
+
+fn small() -> RingConfig {
+    RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    }
+}
+
+fn path_text(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// The `unreadable` entry of `path` in a report.
+fn unreadable<'a>(v: &'a Value, path: &Path) -> Option<&'a str> {
+    v["unreadable"]
+        .as_array()?
+        .iter()
+        .find(|u| u["path"] == path_text(path))?["error"]
+        .as_str()
+}
+
+/// Wait for `n` more sweeps, and return the last report.
+fn sweeps_after(ns: &Ns, n: u64) -> Value {
+    let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
+    ns.wait_status("more sweeps", |v, _| {
+        (num(&v["broker"], "sweeps") >= before + n).then(|| v.clone())
+    })
+}
+
+/// `truncate -s 4096` on a live ring file: the broker no longer touches that mapping (a
+/// read past the end would kill it with SIGBUS at its next sweep): it logs the ring as
+/// CORRUPT, lists it as unreadable (exit 1), keeps sweeping the other rings, and leaves the
+/// file as it found it. Its clients are not so lucky: a producer at work on the ring is
+/// killed by SIGBUS at its next publish, which touches its table entry and a slot, both now
+/// past the end.
+#[test]
+fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
+    use std::os::unix::process::ExitStatusExt;
+    let _serial = common::serial();
+    let ns = Ns::new("trunc");
+    let broker = ns.broker(Some(&format!("{SMALL}[rings.other]\ncapacity = 64\n")));
+    let path = ns.dir().join("r.ring");
+    let mut p = Proc::role(
+        "producer",
+        &ns.name,
+        &[
+            ("ROLE_RING", "r".to_owned()),
+            ("ROLE_PACE_US", "1000".to_owned()),
+            ("ROLE_PROGRESS", "10".to_owned()),
+        ],
+    );
+    p.expect("@progress");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open for truncation")
+        .set_len(4096)
+        .expect("truncate");
+    let v = ns.wait_status("the ring reported CORRUPT", |v, _| {
+        assert_eq!(
+            v["broker"]["running"],
+            true,
+            "the broker died; its log:\n{}",
+            broker.log_text()
+        );
+        unreadable(v, &path)?.contains("CORRUPT").then(|| v.clone())
+    });
+    assert!(ring(&v, "r").is_none(), "{v:#}");
+    let status = p.wait();
+    assert_eq!(
+        status.signal(),
+        Some(7),
+        "the producer was not killed by SIGBUS: {status}"
+    );
+    let why = unreadable(&v, &path).expect("listed");
+    assert!(why.contains("4096") && why.contains("SIGBUS"), "{why}");
+    assert!(broker.logged("CORRUPT"), "{}", broker.log_text());
+
+    let v = sweeps_after(&ns, 3);
+    assert_eq!(v["broker"]["running"], true, "{}", broker.log_text());
+    assert_eq!(num(&v["broker"], "pid"), u64::from(broker.pid()));
+    assert!(ring(&v, "other").is_some(), "the other ring is still swept");
+    let (_, code) = ns.status();
+    assert_eq!(code, 1, "a corrupt ring makes the status unhealthy");
+    assert_eq!(
+        std::fs::metadata(&path).expect("still there").len(),
+        4096,
+        "nothing was written past the end of the file"
+    );
+}
+
+/// `alias.ring`, a symbolic link to another namespace's ring, and `passwd.ring`, one to a
+/// file that is not a ring: neither is opened or adopted (the other ring's epoch stays 0),
+/// both are listed as symbolic links (the file's bytes are never read as a magic), and a
+/// `delete alias` finds no such ring, so the other namespace's ring stays running.
+#[test]
+fn symbolic_links_in_the_namespace_are_never_followed() {
+    let _serial = common::serial();
+    let ns = Ns::new("links");
+    let other = Ns::new("links_target");
+    let _broker = ns.broker(Some(SMALL));
+    let target = Ring::create(&other.name, "default", &small()).expect("the other ring");
+    let secret = ns.scratch().join("passwd");
+    let text = "root:x:0:0:root:/root:/bin/bash\n".repeat(16);
+    std::fs::write(&secret, &text).expect("write the stand-in for /etc/passwd");
+    let alias = ns.dir().join("alias.ring");
+    let passwd = ns.dir().join("passwd.ring");
+    symlink(target.path(), &alias).expect("symlink alias");
+    symlink(&secret, &passwd).expect("symlink passwd");
+
+    let v = ns.wait_status("both links listed as unreadable", |v, _| {
+        (unreadable(v, &alias).is_some() && unreadable(v, &passwd).is_some()).then(|| v.clone())
+    });
+    assert!(
+        ring(&v, "alias").is_none() && ring(&v, "passwd").is_none(),
+        "{v:#}"
+    );
+    for p in [&alias, &passwd] {
+        let why = unreadable(&v, p).expect("listed");
+        assert!(
+            why.contains("symbolic link") && !why.contains("magic"),
+            "{why}"
+        );
+    }
+    assert_eq!(target.broker_epoch(), 0, "the other ring was never adopted");
+
+    let out = ns.cli(&["delete", "alias"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no ring named \"alias\""), "{err}");
+    assert_eq!(target.state(), Some(RingState::Running));
+    assert!(target.path().exists());
+    assert_eq!(std::fs::read_to_string(&secret).expect("read"), text);
+}
+
+/// The namespace directory of a broker with a group is 03770: setgid, and sticky so that a
+/// group member can remove only its own files. One that exists without the sticky bit gets
+/// it, and the broker says so.
+#[test]
+fn the_namespace_directory_is_sticky() {
+    let _serial = common::serial();
+    let gid = rustix::process::getegid().as_raw();
+    let config = format!("[broker]\ngroup = {gid}\n{SMALL}");
+    let mode = |ns: &Ns| std::fs::metadata(ns.dir()).expect("stat").mode() & 0o7777;
+
+    let ns = Ns::new("sticky");
+    let mut broker = ns.broker(Some(&config));
+    assert_eq!(mode(&ns), 0o3770);
+    broker.kill();
+
+    let ns = Ns::new("sticky_existing");
+    std::fs::create_dir(ns.dir()).expect("mkdir");
+    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o2770)).expect("chmod");
+    let broker = ns.broker(Some(&config));
+    assert_eq!(mode(&ns), 0o3770);
+    assert!(broker.logged("sticky"), "{}", broker.log_text());
+}
+
+/// Start a second `broker run` on `ns` and wait (bounded) for it to exit; its exit status
+/// and its log. One that keeps running is killed and reported as `None`.
+fn second_broker(ns: &Ns) -> (Option<i32>, String) {
+    let log = ns.scratch().join("second.log");
+    let file = std::fs::File::create(&log).expect("log file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shmring-broker"));
+    cmd.args(["run", "--namespace", &ns.name, "--config"])
+        .arg(ns.config(SMALL))
+        .stderr(Stdio::from(file));
+    let mut p = Proc::spawn("second broker", cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = p.exited() {
+            break Some(s.code().unwrap_or(-1));
+        }
+        if std::time::Instant::now() >= deadline {
+            p.kill();
+            break None;
+        }
+        std::thread::sleep(common::POLL);
+    };
+    (status, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+/// `rm broker.lock` beside a live broker: at its next sweep the broker takes the lock again
+/// under the name, so a second broker is still refused.
+#[test]
+fn a_removed_lock_file_is_taken_again() {
+    let _serial = common::serial();
+    let ns = Ns::new("lockrm");
+    let broker = ns.broker(Some(SMALL));
+    let lock = ns.dir().join("broker.lock");
+    std::fs::remove_file(&lock).expect("rm broker.lock");
+    common::wait_until("the broker to take the lock again", || {
+        broker.logged("took the lock again").then_some(())
+    });
+    assert!(lock.exists());
+    let (code, log) = second_broker(&ns);
+    assert_eq!(code, Some(1), "a second broker ran beside the first: {log}");
+    assert!(log.contains("another broker already runs"), "{log}");
+}
+
+/// `broker.lock` replaced by a file that another process holds locked: the broker cannot
+/// take its lock back, so it exits with an error rather than sweep beside another broker.
+#[test]
+fn a_lock_file_replaced_and_held_by_another_process_makes_the_broker_exit() {
+    let _serial = common::serial();
+    let ns = Ns::new("lockswap");
+    let mut broker = ns.broker(Some(SMALL));
+    let other = ns.dir().join(".other.lock");
+    let held = std::fs::File::create(&other).expect("create");
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive).expect("flock");
+    std::fs::rename(&other, ns.dir().join("broker.lock")).expect("replace broker.lock");
+    let status = broker.exit_within(WAIT);
+    assert!(
+        status.is_some_and(|s| s.code() == Some(1)),
+        "the broker kept running (or died otherwise): {status:?}\n{}",
+        broker.log_text()
+    );
+    assert!(
+        broker.logged("lock was taken away"),
+        "{}",
+        broker.log_text()
+    );
+}
+
+/// `broker.lock` replaced by a symbolic link: nobody can lock that name (the lock file is
+/// opened with `O_NOFOLLOW`), so the broker keeps the lock it holds, says so once and goes
+/// on sweeping, and a second broker is refused.
+#[test]
+fn a_lock_name_turned_into_a_link_keeps_the_broker_and_refuses_a_second() {
+    let _serial = common::serial();
+    let ns = Ns::new("locklink");
+    let broker = ns.broker(Some(SMALL));
+    let lock = ns.dir().join("broker.lock");
+    let elsewhere = ns.scratch().join("lock");
+    std::fs::write(&elsewhere, "").expect("a file to point at");
+    let tmp = ns.dir().join(".link.tmp");
+    symlink(&elsewhere, &tmp).expect("symlink");
+    std::fs::rename(&tmp, &lock).expect("replace broker.lock with a link");
+    common::wait_until("the broker to say it cannot lock the name", || {
+        broker.logged("locking the name again failed").then_some(())
+    });
+    let v = sweeps_after(&ns, 3);
+    assert_eq!(num(&v["broker"], "pid"), u64::from(broker.pid()));
+    let (code, log) = second_broker(&ns);
+    assert_eq!(code, Some(1), "a second broker ran beside the first: {log}");
+    assert!(log.contains("symbolic link"), "{log}");
+    let said = broker
+        .log_text()
+        .matches("locking the name again failed")
+        .count();
+    assert_eq!(said, 1, "said once: {}", broker.log_text());
+}
+
+/// A ring file found marked deleted (a remover that died, or could not unlink it) is not
+/// adopted, so its epoch is not bumped at every rescan: the broker removes it.
+#[test]
+fn a_ring_left_marked_deleted_is_removed_not_adopted() {
+    let _serial = common::serial();
+    let ns = Ns::new("leftdel");
+    let left = Ring::create(&ns.name, "left", &small()).expect("create");
+    let raw = shmring_tests::raw::RawSegment::open(&left);
+    raw.set_lifecycle_word(shmring_layout::lifecycle::pack(
+        1,
+        RingState::Deleted as u32,
+        0,
+    ));
+    let broker = ns.broker(Some(SMALL));
+    common::wait_until("the broker to remove the deleted ring's file", || {
+        (!left.path().exists()).then_some(())
+    });
+    assert_eq!(left.broker_epoch(), 0, "it was never adopted");
+    assert!(broker.logged("marked deleted"), "{}", broker.log_text());
+    let v = sweeps_after(&ns, 3);
+    assert!(ring(&v, "left").is_none(), "{v:#}");
+    assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
+}
+
+/// Tests that need root: a child runs as uid 65534 in the broker's group. A plain
+/// `cargo test` lists them as ignored, so a run without root says they were skipped rather
+/// than passing them; CI runs as root and runs them with
+/// `cargo test --workspace -- --ignored as_root::` (`.ci/run`), where they fail if they
+/// cannot do what they test.
+mod as_root {
+    use super::*;
+
+    const NOBODY: u32 = 65534;
+
+    fn need_root() {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test runs a child as uid 65534: run it as root"
+        );
+    }
+
+    /// This test binary, re-run as role `role` by uid 65534 whose primary group is 65534,
+    /// the broker's group in these tests.
+    fn member(role: &str, ns: &Ns, env: &[(&str, String)]) -> Proc {
+        let copy = common::ExeForNobody::of(&std::env::current_exe().expect("current_exe"));
+        let mut cmd = Command::new(&copy.exe);
+        cmd.args([
+            "--exact",
+            "role",
+            "--ignored",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(common::proc::ROLE_ENV, role)
+        .env(shmring::names::NAMESPACE_ENV, &ns.name)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .current_dir("/");
+        common::run_as(&mut cmd, NOBODY, NOBODY, &[]);
+        // The copy may go once the child has exec'd it: the kernel holds the open file.
+        let p = Proc::spawn(role, cmd);
+        drop(copy);
+        p
+    }
+
+    fn group_broker(ns: &Ns) -> BrokerProc {
+        ns.broker(Some(&format!("[broker]\ngroup = {NOBODY}\n{SMALL}")))
+    }
+
+    /// With the sticky bit, a group member (who may write the directory) cannot remove the
+    /// broker's lock, socket or rings, so it cannot start a second broker beside the first
+    /// or take a ring away from its clients; a `Ring::remove` it tries says why and changes
+    /// nothing.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_group_member_cannot_remove_the_brokers_files() {
+        need_root();
+        let _serial = common::serial();
+        let ns = Ns::new("member_rm");
+        let _broker = group_broker(&ns);
+        let names = ["broker.lock", "broker.sock", "r.ring"];
+        let paths: Vec<String> = names.iter().map(|n| path_text(&ns.dir().join(n))).collect();
+        let mut child = member("unlink", &ns, &[("ROLE_PATHS", paths.join(":"))]);
+        for name in names {
+            let said = child.expect(&format!("@unlink {name}"));
+            assert!(said.starts_with("refused"), "{name}: {said}");
+        }
+        for p in &paths {
+            assert!(Path::new(p).exists(), "{p} is gone");
+        }
+        let (code, log) = second_broker(&ns);
+        assert_eq!(code, Some(1), "a second broker ran beside the first: {log}");
+
+        let mut child = member("remove", &ns, &[("ROLE_RING", "r".to_owned())]);
+        let said = child.expect("@refused");
+        assert!(said.contains("sticky"), "{said}");
+        let v = sweeps_after(&ns, 3);
+        assert_eq!(ring(&v, "r").expect("r")["state"], "RUNNING", "{v:#}");
+    }
+
+    /// A group member that may open the ring read+write but not write the directory: its
+    /// `Ring::remove` is refused before anything happens. The error names the missing right
+    /// on the directory; the ring is not marked deleted, its clients are not cut off, and the
+    /// broker keeps it with the same epoch sweep after sweep.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_remove_the_directory_refuses_changes_nothing() {
+        need_root();
+        let _serial = common::serial();
+        let ns = Ns::new("member_rm_dir");
+        let _broker = group_broker(&ns);
+        let (v, _) = ns.status();
+        let epoch = num(ring(&v, "r").expect("r"), "epoch");
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o2750)).expect("chmod");
+
+        let mut child = member("remove", &ns, &[("ROLE_RING", "r".to_owned())]);
+        let said = child.expect("@");
+        eprintln!("the member's remove: {said}");
+        assert!(said.starts_with("refused"), "{said}");
+        assert!(
+            said.contains("write (w) permission on directory") && !said.contains("lacks no"),
+            "{said}"
+        );
+        // Several rescans (one every 500 ms; a sweep every 50 ms).
+        let v = sweeps_after(&ns, 30);
+        let r = ring(&v, "r").expect("r");
+        assert_eq!(r["state"], "RUNNING", "{v:#}");
+        assert_eq!(num(r, "epoch"), epoch, "not adopted again: {v:#}");
+        let handle = Ring::open(&ns.name, "r").expect("open");
+        assert_eq!(handle.state(), Some(RingState::Running));
+        handle
+            .producer()
+            .expect("producers attach as before")
+            .try_publish(b"still here")
+            .expect("publish");
+    }
+}

@@ -1,0 +1,145 @@
+//! Removing a ring, all or nothing.
+//!
+//! A remove does three things: the name goes (new opens get `NotFound`), the ring is marked
+//! deleted (attached clients get `Deleted` errors instead of waiting for events that never
+//! come), and the file goes. The file system may refuse the first (write and search on the
+//! directory, and in a sticky directory ownership of the file or the directory), and the
+//! ring may refuse the second (another live process is in the middle of a stop or start).
+//! So the steps are ordered to make both refusals undoable:
+//!
+//! 1. rename the file to a hidden name in the same directory, `.NAME.PID.NANOS.removing`
+//!    (scans skip names that start with a dot: it is never opened, adopted or listed). The
+//!    kernel applies an unlink's rules to a rename, so a refusal here leaves everything as
+//!    it was, and a success proves the final unlink is allowed.
+//! 2. check that the hidden name is the inode this process mapped: the name may have been
+//!    pointed at another file between the open and the rename. If not, rename it back.
+//! 3. mark the ring deleted through the mapping. If the ring refuses, rename it back.
+//! 4. unlink the hidden name.
+//!
+//! What another process sees: before step 1, the ring as it was (one that attaches then is
+//! cut off at step 3, like every attached client); from step 1, `open` gets `NotFound` and
+//! `open_or_create` makes a new, separate ring under the name, as it would after the remove.
+//! Marking first (the other order) cuts every client off before it is known whether the
+//! name can go, and a refused unlink then leaves a deleted ring under its name for every
+//! opener to find. The one thing an undo cannot restore is the name, when a new ring took it
+//! between steps 1 and 3 and step 3 was refused: the error then names the hidden file, whose
+//! clients carry on unaware of the new ring.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rustix::fs::{RenameFlags, CWD};
+
+use crate::names::ring_path;
+use crate::{OpenError, Ring};
+
+impl Ring {
+    /// Remove ring `name`: all of it or none of it. Attached clients get
+    /// [`crate::PublishError::Deleted`] and friends instead of hanging, new opens get
+    /// [`OpenError::NotFound`], and the file is unlinked. If this process may not remove the
+    /// file ([`OpenError::PermissionDenied`] says which right is missing) or the ring
+    /// refuses to be marked deleted ([`OpenError::Lifecycle`]), nothing changes.
+    ///
+    /// A name that is not a ring this client can map (it fails validation, it was truncated,
+    /// or it is not a regular file) is unlinked all the same; a symbolic link is removed
+    /// itself, never its target.
+    pub fn remove(namespace: &str, name: &str) -> Result<(), OpenError> {
+        let path = ring_path(namespace, name)?;
+        match Self::open(namespace, name) {
+            Ok(ring) => ring.remove_mapped(),
+            Err(
+                OpenError::Layout { .. }
+                | OpenError::Truncated { .. }
+                | OpenError::NotRegular { .. },
+            ) => std::fs::remove_file(&path).map_err(|e| remove_error(namespace, name, &path, e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Unlink the file of a ring that is already marked deleted (left behind by a process
+    /// that died while removing it, or that could mark it and not unlink it). Returns
+    /// `Ok(false)`, and does nothing, when the ring is not marked deleted.
+    pub fn unlink_deleted(&self) -> Result<bool, OpenError> {
+        if !crate::lifecycle::is_deleted(&self.seg) {
+            return Ok(false);
+        }
+        let aside = self.set_aside()?;
+        std::fs::remove_file(&aside).map_err(|e| OpenError::io("remove", &aside, e))?;
+        Ok(true)
+    }
+
+    /// Steps 1 to 4 of the module header, on this mapped ring.
+    fn remove_mapped(&self) -> Result<(), OpenError> {
+        let aside = self.set_aside()?;
+        match self.mark_deleted() {
+            // Already deleted (by a remover that could not unlink it): only the file is left.
+            Ok(_) | Err(crate::LifecycleError::Deleted) => {}
+            Err(e) => {
+                return Err(match self.put_back(&aside) {
+                    Ok(()) => OpenError::Lifecycle(self.name().to_owned(), e),
+                    Err(left) => left,
+                })
+            }
+        }
+        std::fs::remove_file(&aside).map_err(|e| OpenError::io("remove", &aside, e))
+    }
+
+    /// Steps 1 and 2: the file under a hidden name, checked to be the mapped one.
+    fn set_aside(&self) -> Result<PathBuf, OpenError> {
+        let path = self.path();
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let aside = dir.join(format!(
+            ".{}.{}.{nanos}.removing",
+            self.name(),
+            std::process::id()
+        ));
+        rustix::fs::renameat_with(CWD, path, CWD, &aside, RenameFlags::NOREPLACE)
+            .map_err(|e| remove_error(self.namespace(), self.name(), path, e.into()))?;
+        let mapped = crate::file::identity(self.seg.file());
+        let named = crate::file::identity_of(&aside);
+        match (mapped, named) {
+            (Ok(a), Ok(b)) if a == b => Ok(aside),
+            _ => Err(match self.put_back(&aside) {
+                Ok(()) => OpenError::Replaced {
+                    path: path.to_owned(),
+                },
+                Err(left) => left,
+            }),
+        }
+    }
+
+    /// Undo step 1. The error, if the name was taken meanwhile, names the hidden file.
+    fn put_back(&self, aside: &Path) -> Result<(), OpenError> {
+        rustix::fs::renameat_with(CWD, aside, CWD, self.path(), RenameFlags::NOREPLACE).map_err(
+            |e| OpenError::Io {
+                op: "rename back (a new ring took the name meanwhile; the old one is left under the hidden name)",
+                path: aside.to_owned(),
+                source: e.into(),
+            },
+        )
+    }
+}
+
+/// The error of a refused rename or unlink of ring `name` at `path`.
+fn remove_error(namespace: &str, name: &str, path: &Path, e: std::io::Error) -> OpenError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => OpenError::NotFound {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            path: path.to_owned(),
+        },
+        std::io::ErrorKind::PermissionDenied => OpenError::PermissionDenied {
+            path: path.to_owned(),
+            op: "remove",
+            detail: crate::access::explain_remove_denied(path),
+        },
+        _ => OpenError::Io {
+            op: "remove",
+            path: path.to_owned(),
+            source: e,
+        },
+    }
+}

@@ -1,0 +1,144 @@
+//! The namespace directory as input: a member of the ring's group can truncate a ring file,
+//! put a symbolic link or a FIFO where a ring file should be, or remove names. Whatever it
+//! finds there, the client refuses what is not a whole regular ring file with an error
+//! that says so, never follows a link, and never touches a page past a file's end.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::symlink;
+
+use shmring::{ConsumerOptions, OpenError, Ring, RingConfig, RingState};
+
+mod common;
+use common::Ns;
+
+fn cfg() -> RingConfig {
+    RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    }
+}
+
+/// A ring file truncated to one page: a new `open` is refused with the sizes, and a handle
+/// opened before the truncation refuses to attach instead of touching the missing pages
+/// (which would kill this process with SIGBUS).
+#[test]
+fn a_truncated_segment_is_refused_at_open_and_at_attach() {
+    let ns = Ns::new("truncated");
+    let ring = Ring::create(&ns.0, "r", &cfg()).expect("create");
+    let size = ring.geometry().total_size;
+    assert!(
+        size > 4096,
+        "the segment spans more than the page that stays"
+    );
+    OpenOptions::new()
+        .write(true)
+        .open(ring.path())
+        .expect("open for truncation")
+        .set_len(4096)
+        .expect("truncate");
+
+    let e = Ring::open(&ns.0, "r").expect_err("a truncated segment is not opened");
+    let text = e.to_string();
+    assert!(
+        text.contains("4096") && text.contains(&size.to_string()),
+        "{text}"
+    );
+
+    match ring.producer() {
+        Ok(_) => panic!("a producer attached to a truncated segment"),
+        Err(e) => assert!(e.to_string().contains("truncated"), "{e}"),
+    }
+    match ring.consumer(ConsumerOptions::anonymous()) {
+        Ok(_) => panic!("a consumer attached to a truncated segment"),
+        Err(e) => assert!(e.to_string().contains("truncated"), "{e}"),
+    }
+    assert!(
+        matches!(ring.check_file(), Err(OpenError::Truncated { len: 4096, size: s, .. }) if s == size),
+        "{:?}",
+        ring.check_file()
+    );
+}
+
+/// `NAME.ring` as a symbolic link to another namespace's ring is refused, not followed:
+/// the other ring is neither opened nor marked deleted by a remove of the link's name, which
+/// removes the link alone. A FIFO under a ring name is refused without blocking.
+#[test]
+fn a_ring_name_that_is_not_a_regular_file_is_refused_not_followed() {
+    let ns = Ns::new("links");
+    let other = Ns::new("links_target");
+    let target = Ring::create(&other.0, "default", &cfg()).expect("create the target");
+    Ring::create(&ns.0, "real", &cfg()).expect("create the namespace");
+
+    let alias = ns.ring("alias");
+    symlink(target.path(), &alias).expect("symlink");
+    let e = Ring::open(&ns.0, "alias").expect_err("a symbolic link is not followed");
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+
+    Ring::remove(&ns.0, "alias").expect("removing the link's name");
+    assert!(alias.symlink_metadata().is_err(), "the link is gone");
+    assert!(target.path().exists(), "the target is still there");
+    assert_eq!(target.state(), Some(RingState::Running), "and not deleted");
+    Ring::open(&other.0, "default").expect("the target opens as before");
+
+    let pipe = ns.ring("pipe");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &pipe,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    let e = Ring::open(&ns.0, "pipe").expect_err("a FIFO is not a ring");
+    assert!(e.to_string().contains("FIFO"), "{e}");
+}
+
+/// Where the lifecycle word sits in the segment.
+fn lifecycle_offset() -> u64 {
+    use shmring_layout::{LifecycleLine, Padded, SequenceLines, SEQ_LINES_OFFSET};
+    use std::mem::offset_of;
+    (SEQ_LINES_OFFSET
+        + offset_of!(SequenceLines, lifecycle)
+        + offset_of!(Padded<LifecycleLine>, value)
+        + offset_of!(LifecycleLine, lifecycle)) as u64
+}
+
+/// A remove that the ring refuses (its lifecycle word is corrupt, so it cannot be marked
+/// deleted) changes nothing: the name is put back and no hidden file is left. A ring that is
+/// already deleted (under another name, a hard link) is removed by unlinking alone.
+#[test]
+fn a_remove_the_ring_refuses_changes_nothing() {
+    use std::os::unix::fs::FileExt;
+    let ns = Ns::new("refused_remove");
+    let ring = Ring::create(&ns.0, "r", &cfg()).expect("create");
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ring.path())
+        .expect("open the file");
+    let mut word = [0u8; 8];
+    file.read_exact_at(&mut word, lifecycle_offset())
+        .expect("read the lifecycle word");
+    let corrupt = shmring_layout::lifecycle::pack(0, 0xee, 0);
+    file.write_all_at(&corrupt.to_ne_bytes(), lifecycle_offset())
+        .expect("corrupt the lifecycle word");
+    let e = Ring::remove(&ns.0, "r").expect_err("a ring that cannot be marked deleted");
+    assert!(matches!(e, OpenError::Lifecycle(..)), "{e}");
+    assert!(ring.path().exists(), "the name was put back");
+    let hidden: Vec<_> = std::fs::read_dir(ns.dir())
+        .expect("read dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "no hidden name left: {hidden:?}");
+    file.write_all_at(&word, lifecycle_offset())
+        .expect("restore the lifecycle word");
+
+    let second = ns.ring("second");
+    std::fs::hard_link(ring.path(), &second).expect("hard link");
+    Ring::remove(&ns.0, "second").expect("remove the second name");
+    assert_eq!(ring.state(), Some(RingState::Deleted));
+    Ring::remove(&ns.0, "r").expect("a deleted ring's name is removed");
+    assert!(!ring.path().exists());
+}
