@@ -74,5 +74,5 @@ pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
-pub use wait::{Fallback, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
+pub use wait::{Fallback, UnknownWaitStrategy, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
 pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};

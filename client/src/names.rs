@@ -1,6 +1,6 @@
 //! Where segments live: one directory per namespace under the shared-memory root.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::OpenError;
 
@@ -52,6 +52,24 @@ pub fn ring_path(namespace: &str, name: &str) -> Result<PathBuf, OpenError> {
     Ok(namespace_dir(namespace)?.join(format!("{name}{RING_SUFFIX}")))
 }
 
+/// The rings in a namespace directory: the names of its `<name>.ring` files, sorted. Hidden
+/// files are left out (a create builds its segment under a hidden temporary name), and so
+/// are names that are not UTF-8; an entry that cannot be read is skipped.
+pub fn rings_in(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|entry| {
+            let file = entry.file_name().into_string().ok()?;
+            if file.starts_with('.') {
+                return None;
+            }
+            file.strip_suffix(RING_SUFFIX).map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +80,25 @@ mod tests {
         for bad in ["", ".hidden", "a/b", "a b", &"x".repeat(65), "é"] {
             assert!(check_name("ring", bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn rings_in_lists_ring_files_only() {
+        let dir = std::env::temp_dir().join(format!("shmring-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [
+            "b.ring",
+            "a.ring",
+            ".a.ring.tmp",
+            ".hidden.ring",
+            "broker.sock",
+            "c.ring.x",
+        ] {
+            std::fs::write(dir.join(f), b"").unwrap();
+        }
+        let names = rings_in(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names.unwrap(), ["a", "b"]);
+        assert!(rings_in(&dir).is_err(), "a missing directory is an error");
     }
 }

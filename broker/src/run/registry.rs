@@ -185,20 +185,9 @@ impl Broker {
         let Ok(dir) = shmring::names::namespace_dir(&self.namespace) else {
             return;
         };
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        let Ok(on_disk) = shmring::names::rings_in(&dir) else {
             return;
         };
-        let mut on_disk = Vec::new();
-        for entry in entries.flatten() {
-            let file = entry.file_name();
-            let Some(file) = file.to_str() else { continue };
-            if file.starts_with('.') {
-                continue;
-            }
-            if let Some(name) = file.strip_suffix(shmring::names::RING_SUFFIX) {
-                on_disk.push(name.to_owned());
-            }
-        }
         let gone: Vec<String> = self
             .rings
             .keys()

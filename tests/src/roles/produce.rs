@@ -159,7 +159,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
                 Err(e) => {
                     closed(e)?;
-                    if a.retry_closed && ring.state() != Some(shmring::RingState::Deleted) {
+                    if a.retry_closed && !ring.is_deleted() {
                         retries += 1;
                         std::thread::yield_now();
                         continue;
@@ -228,7 +228,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }?;
         if outcome == 0 {
-            if a.retry_closed && ring.state() != Some(shmring::RingState::Deleted) {
+            if a.retry_closed && !ring.is_deleted() {
                 retries += 1;
                 std::thread::yield_now();
                 continue;
