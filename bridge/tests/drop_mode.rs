@@ -8,20 +8,15 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::Signal;
 use shmring::{ConsumerOptions, Ring, RingConfig};
 use shmring_bridge::Bridged;
-use shmring_tests::{eventually, Namespace};
+use shmring_testkit::{eventually, Namespace};
 
 use common::{check, exporter, importer, num, payload, stats_until};
 
 const N: u64 = 20_000;
 const CAPACITY: u64 = 256;
-
-fn signal(child: &shmring_tests::Child, sig: Signal) {
-    let pid = Pid::from_raw(child.pid() as i32).expect("a child pid is positive");
-    kill_process(pid, sig).expect("signal the exporter");
-}
 
 #[test]
 fn delivered_plus_dropped_equals_published() {
@@ -78,15 +73,8 @@ fn delivered_plus_dropped_equals_published() {
         })
     };
 
-    let mut ex = exporter(
-        "exporter",
-        ns_a.name(),
-        "src",
-        &key,
-        port,
-        &["--mode", "drop"],
-    );
-    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &["--mode", "drop"]);
+    let mut im = importer("importer", &ns_b, "dst", &key, port);
     let name = shmring_bridge::export::default_consumer_name(&key);
     common::await_attached(&mut ex, &src, &name);
     // The importer has heard the exporter (a heartbeat), so it counts from sequence 0.
@@ -111,12 +99,12 @@ fn delivered_plus_dropped_equals_published() {
     eventually("the first quarter to be published", || {
         published.load(Ordering::Relaxed) >= N / 4
     });
-    signal(&ex, Signal::STOP);
+    ex.signal(Signal::STOP);
     let frozen_at = published.load(Ordering::Relaxed);
     eventually("the producer to lap the stopped exporter", || {
         published.load(Ordering::Relaxed) >= (frozen_at + 4 * CAPACITY).min(N)
     });
-    signal(&ex, Signal::CONT);
+    ex.signal(Signal::CONT);
     producer_thread.join().expect("producer thread");
     assert_eq!(published.load(Ordering::Relaxed), N);
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use shmring::{ConsumerOptions, Ring, RingConfig};
 use shmring_bridge::Bridged;
-use shmring_tests::{eventually, Namespace};
+use shmring_testkit::{eventually, Namespace};
 
 use common::{check, exporter, importer, payload};
 
@@ -87,8 +87,8 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
         })
     };
 
-    let mut ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
-    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
+    let mut im = importer("importer", &ns_b, "dst", &key, port);
     // Publishing starts once the exporter's durable consumer gates the ring (a fresh one
     // starts at the head: what was published before it attached is not its to carry).
     let name = shmring_bridge::export::default_consumer_name(&key);
@@ -117,7 +117,7 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
     let progressed = |at: u64| seen.load(Ordering::Relaxed) >= at || consumer_thread.is_finished();
     // Every incarnation's stderr, for the failure message.
     let mut logs: Vec<String> = Vec::new();
-    let kill = |c: &mut shmring_tests::Child, logs: &mut Vec<String>| {
+    let kill = |c: &mut shmring_testkit::Child, logs: &mut Vec<String>| {
         c.kill();
         let err = c.stderr();
         logs.push(format!("--- {} (pid {}) ---\n{err}", c.label(), c.pid()));
@@ -130,17 +130,17 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
         match k % 3 {
             0 => {
                 kill(&mut ex, &mut logs);
-                ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+                ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
             }
             1 => {
                 kill(&mut im, &mut logs);
-                im = importer("importer", ns_b.name(), "dst", &key, port);
+                im = importer("importer", &ns_b, "dst", &key, port);
             }
             _ => {
                 kill(&mut ex, &mut logs);
                 kill(&mut im, &mut logs);
-                im = importer("importer", ns_b.name(), "dst", &key, port);
-                ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+                im = importer("importer", &ns_b, "dst", &key, port);
+                ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
             }
         }
     }
@@ -195,8 +195,8 @@ fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
     let mut consumer = dst
         .consumer(ConsumerOptions::anonymous())
         .expect("attach the consumer on B");
-    let mut ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
-    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
+    let mut im = importer("importer", &ns_b, "dst", &key, port);
     common::await_attached(&mut ex, &src, &name);
     let mut p = src.producer().expect("attach the producer on A");
 
@@ -225,7 +225,7 @@ fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
         Some(FIRST)
     );
 
-    im = importer("importer", ns_b.name(), "dst", &key, port);
+    im = importer("importer", &ns_b, "dst", &key, port);
     common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST + MORE);
     let mut got = Vec::new();
     eventually("B to hold every event", || {

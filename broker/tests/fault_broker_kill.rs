@@ -25,8 +25,8 @@ use common::fault::{
 };
 use common::{num, ring, BrokerProc, Ns, Proc};
 use shmring::{Ring, RingState};
-use shmring_tests::fault::Rng;
-use shmring_tests::raw::RawSegment;
+use shmring_testkit::fault::Rng;
+use shmring_testkit::raw::RawSegment;
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -94,7 +94,7 @@ fn stop_outcome(handle: &Ring, raw: &RawSegment) -> &'static str {
 fn stop_at_what_was_accepted(producers: &mut [(u32, Proc)], raw: &RawSegment) -> u64 {
     let accepted: u64 = producers
         .iter_mut()
-        .map(|(_, p)| shmring_tests::report::num(&p.expect("@refused"), "acc"))
+        .map(|(_, p)| shmring_testkit::report::num(&p.expect("@refused"), "acc"))
         .sum();
     assert_eq!(
         raw.stop_seq(),
@@ -270,7 +270,7 @@ fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
             for c in [&mut audit, &mut second] {
                 let closed = c.expect("@closed");
                 assert_eq!(
-                    shmring_tests::report::num(&closed, "next"),
+                    shmring_testkit::report::num(&closed, "next"),
                     stop,
                     "drained to the stop: {closed}"
                 );
@@ -372,7 +372,7 @@ fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_resta
     for c in [&mut audit, &mut slow] {
         let closed = c.expect("@closed");
         assert_eq!(
-            shmring_tests::report::num(&closed, "next"),
+            shmring_testkit::report::num(&closed, "next"),
             stop,
             "{closed}"
         );

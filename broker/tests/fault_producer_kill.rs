@@ -36,8 +36,8 @@ use common::fault::{
 use common::{num, ring, Ns, Proc};
 use shmring::Ring;
 use shmring_layout::IN_FLIGHT_CLAIMING;
-use shmring_tests::fault::Rng;
-use shmring_tests::raw::{Line, RawSegment};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::raw::{Line, RawSegment};
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -172,12 +172,12 @@ fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
             }
             4 => {
                 victim.send("pause");
-                let acc = shmring_tests::report::num(&victim.expect("@paused"), "acc");
+                let acc = shmring_testkit::report::num(&victim.expect("@paused"), "acc");
                 format!("right after a publish returned ({acc} accepted)")
             }
             _ => {
                 victim.send("hold");
-                let seq = shmring_tests::report::num(&victim.expect("@holding"), "seq");
+                let seq = shmring_testkit::report::num(&victim.expect("@holding"), "seq");
                 holding = Some(seq);
                 format!("holding a claim at {seq}")
             }
@@ -290,7 +290,7 @@ fn a_claim_repaired_over_several_sweeps_counts_as_one_repaired_claim() {
         producer.publish(&i.to_le_bytes()).expect("publish");
     }
     // Killed inside publish_batch of 8: it took 16..24 and waited for room.
-    let (pid, start) = shmring_tests::fault::dead_process();
+    let (pid, start) = shmring_testkit::fault::dead_process();
     raw.set_claim_word(24);
     raw.fabricate_dead_producer(1, pid, start, 16 + 1, 8);
     assert_eq!(consumer.poll_once(|_| {}).expect("poll"), 4);

@@ -138,14 +138,14 @@ fn an_unattributed_hole_waits_for_the_unblock_timeout() {
         "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"3600s\"\n",
     ));
     let handle = Ring::open(&ns.name, "r").expect("open");
-    let raw = shmring_tests::raw::RawSegment::open(&handle);
+    let raw = shmring_testkit::raw::RawSegment::open(&handle);
     let mut producer = handle.producer().expect("producer");
     for v in 0..3u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
     let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
     // Sequence 3 taken by a process that died before it knew it.
-    let (pid, start) = shmring_tests::fault::dead_process();
+    let (pid, start) = shmring_testkit::fault::dead_process();
     raw.set_claim_word(4);
     raw.fabricate_dead_producer(1, pid, start, shmring_layout::IN_FLIGHT_CLAIMING, 0);
     let v = ns.wait_status("six more sweeps", |v, _| {

@@ -49,8 +49,8 @@ use common::fault::{
 };
 use common::{num, ring, Ns, Proc};
 use shmring::Ring;
-use shmring_tests::fault::Rng;
-use shmring_tests::report;
+use shmring_testkit::fault::Rng;
+use shmring_testkit::report;
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -349,7 +349,7 @@ fn soak_quick() {
     let producer_env = |rng: &mut Rng, id: u32| {
         // The 8-byte event carries producer ids up to 255 only.
         let size = match *rng.pick(&sizes) {
-            "8" if id > shmring_tests::payload::MAX_SMALL_PRODUCER => "48",
+            "8" if id > shmring_testkit::payload::MAX_SMALL_PRODUCER => "48",
             size => size,
         };
         vec![

@@ -13,7 +13,8 @@ use shmring::{ConsumerOptions, Ring, RingConfig};
 use shmring_layout::{SlotHeader, MAX_SEQUENCE, SEQ_LINES_OFFSET, STAMP_WRITING};
 
 mod common;
-use common::{poll_quiet, Ns};
+use common::poll_quiet;
+use shmring_testkit::Namespace;
 
 fn cfg() -> RingConfig {
     RingConfig {
@@ -83,7 +84,7 @@ fn hostile_word() -> impl Strategy<Value = u64> {
 #[test]
 fn damaged_tables_and_slots_never_panic() {
     const CASES: u32 = 64;
-    let g = *Ring::create(&Ns::new("geo").0, "r", &cfg())
+    let g = *Ring::create(Namespace::concurrent("geo").name(), "r", &cfg())
         .unwrap()
         .geometry();
     let reader = g.consumers_offset..g.producers_offset;
@@ -102,8 +103,8 @@ fn damaged_tables_and_slots_never_panic() {
         ..ProptestConfig::default()
     });
     let result = runner.run(&writes, |writes| {
-        let ns = Ns::new("prop");
-        let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+        let ns = Namespace::concurrent("prop");
+        let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
         {
             let mut p = ring.producer().unwrap();
             let _c = ring.consumer(ConsumerOptions::durable("c0")).unwrap();
@@ -135,8 +136,8 @@ fn damaged_tables_and_slots_never_panic() {
 
 #[test]
 fn a_corrupt_length_is_clamped_and_counted() {
-    let ns = Ns::new("len");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("len");
+    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     p.publish(b"hello").unwrap();

@@ -11,8 +11,7 @@ use shmring::{
     WakeSet,
 };
 
-mod common;
-use common::Ns;
+use shmring_testkit::Namespace;
 
 fn cfg(capacity: u64) -> RingConfig {
     RingConfig {
@@ -55,8 +54,8 @@ fn every_strategy_delivers_everything_with_no_lost_wakeups() {
         WaitStrategy::Yielding { spins: 10 },
     ];
     for wait in strategies {
-        let ns = Ns::new("strategies");
-        let ring = Ring::create(&ns.0, "r", &cfg(8)).unwrap();
+        let ns = Namespace::concurrent("strategies");
+        let ring = Ring::create(ns.name(), "r", &cfg(8)).unwrap();
         let mut c = ring
             .consumer(ConsumerOptions::anonymous().wait(wait))
             .unwrap();
@@ -103,8 +102,8 @@ fn every_strategy_delivers_everything_with_no_lost_wakeups() {
 
 #[test]
 fn timeout_blocking_returns_control() {
-    let ns = Ns::new("timeout");
-    let ring = Ring::create(&ns.0, "r", &cfg(8)).unwrap();
+    let ns = Namespace::concurrent("timeout");
+    let ring = Ring::create(ns.name(), "r", &cfg(8)).unwrap();
     let mut c = ring
         .consumer(
             ConsumerOptions::anonymous().wait(WaitStrategy::TimeoutBlocking {
@@ -120,8 +119,8 @@ fn timeout_blocking_returns_control() {
 
 #[test]
 fn a_producer_on_a_full_ring_parks_and_resumes() {
-    let ns = Ns::new("fullpark");
-    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let ns = Namespace::concurrent("fullpark");
+    let ring = Ring::create(ns.name(), "r", &cfg(4)).unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let r2 = ring.clone();
     let producer = thread::spawn(move || {
@@ -154,9 +153,9 @@ fn a_producer_on_a_full_ring_parks_and_resumes() {
 
 #[test]
 fn wakeset_over_64_rings_wakes_on_any_publish() {
-    let ns = Ns::new("wakeset");
+    let ns = Namespace::concurrent("wakeset");
     let rings: Vec<Ring> = (0..64)
-        .map(|i| Ring::create(&ns.0, &format!("r{i}"), &cfg(4)).unwrap())
+        .map(|i| Ring::create(ns.name(), &format!("r{i}"), &cfg(4)).unwrap())
         .collect();
     let mut consumers: Vec<_> = rings
         .iter()
@@ -203,8 +202,8 @@ fn wakeset_over_64_rings_wakes_on_any_publish() {
 
 #[test]
 fn park_until_a_past_deadline_returns_at_once() {
-    let ns = Ns::new("deadline");
-    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let ns = Namespace::concurrent("deadline");
+    let ring = Ring::create(ns.name(), "r", &cfg(4)).unwrap();
     let mut set = WakeSet::new();
     set.add_ring(&ring).unwrap();
     set.add_ring(&ring).unwrap();

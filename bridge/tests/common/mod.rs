@@ -7,7 +7,7 @@
 use std::net::TcpListener;
 
 use serde_json::Value;
-use shmring_tests::Child;
+use shmring_testkit::{Child, Namespace};
 
 /// A free TCP port on 127.0.0.1 (bound, read, released; the exporter binds it next).
 pub fn free_port() -> u16 {
@@ -19,13 +19,20 @@ pub fn free_port() -> u16 {
 /// (Multicast scouting is off and nothing listens unless asked: the bridge's defaults.)
 const RETRY: &str = "connect/retry={period_init_ms:20,period_max_ms:100,period_increase_factor:2}";
 
-/// The exporter: listens on `port`, consumes `ring` in `ns`.
-pub fn exporter(label: &str, ns: &str, ring: &str, key: &str, port: u16, extra: &[&str]) -> Child {
+/// The exporter, a child of `ns`: listens on `port`, consumes `ring` in `ns`.
+pub fn exporter(
+    label: &str,
+    ns: &Namespace,
+    ring: &str,
+    key: &str,
+    port: u16,
+    extra: &[&str],
+) -> Child {
     let listen = format!("tcp/127.0.0.1:{port}");
     let mut args = vec![
         "export",
         "--namespace",
-        ns,
+        ns.name(),
         "--ring",
         ring,
         "--key",
@@ -40,16 +47,16 @@ pub fn exporter(label: &str, ns: &str, ring: &str, key: &str, port: u16, extra: 
         "300",
     ];
     args.extend_from_slice(extra);
-    Child::spawn(env!("CARGO_BIN_EXE_shmring-bridge"), label, &args)
+    bridge(ns, label, &args)
 }
 
-/// The importer: connects to `port`, publishes into `ring` in `ns`.
-pub fn importer(label: &str, ns: &str, ring: &str, key: &str, port: u16) -> Child {
+/// The importer, a child of `ns`: connects to `port`, publishes into `ring` in `ns`.
+pub fn importer(label: &str, ns: &Namespace, ring: &str, key: &str, port: u16) -> Child {
     let connect = format!("tcp/127.0.0.1:{port}");
     let args = [
         "import",
         "--namespace",
-        ns,
+        ns.name(),
         "--ring",
         ring,
         "--key",
@@ -61,13 +68,20 @@ pub fn importer(label: &str, ns: &str, ring: &str, key: &str, port: u16) -> Chil
         "--stats-ms",
         "50",
     ];
-    Child::spawn(env!("CARGO_BIN_EXE_shmring-bridge"), label, &args)
+    bridge(ns, label, &args)
+}
+
+/// `shmring-bridge ARGS` as a child of `ns`.
+fn bridge(ns: &Namespace, label: &str, args: &[&str]) -> Child {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shmring-bridge"));
+    cmd.args(args);
+    ns.spawn(label, cmd)
 }
 
 /// Read counter lines from `child` until one satisfies `done`; return it. Bounded: each
 /// line by the kit's deadline, the whole wait by the same deadline.
 pub fn stats_until(child: &mut Child, mut done: impl FnMut(&Value) -> bool) -> Value {
-    let deadline = std::time::Instant::now() + shmring_tests::WAIT;
+    let deadline = std::time::Instant::now() + shmring_testkit::WAIT;
     let mut last = Value::Null;
     loop {
         if std::time::Instant::now() > deadline {
@@ -112,7 +126,7 @@ pub fn check(p: &[u8]) -> Option<u64> {
 /// Wait (bounded) until the exporter `child` has its consumer `name` ACTIVE in `ring`;
 /// on timeout fail with the child's stderr.
 pub fn await_attached(child: &mut Child, ring: &shmring::Ring, name: &str) {
-    let deadline = std::time::Instant::now() + shmring_tests::WAIT;
+    let deadline = std::time::Instant::now() + shmring_testkit::WAIT;
     while !ring
         .info()
         .consumers

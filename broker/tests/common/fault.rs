@@ -3,7 +3,7 @@
 //!
 //! Two roles, selected like those of `roles.rs` (`SHMRING_ROLE`, parameters in `ROLE_*`):
 //!
-//! - `fproducer`: publishes self-checking events (`shmring_tests::payload`: producer id,
+//! - `fproducer`: publishes self-checking events (`shmring_testkit::payload`: producer id,
 //!   that producer's own sequence 0, 1, 2, ..., a checksum over every byte) with every
 //!   publishing form in turn: `publish`, `publish_batch`, the claim guard, `try_publish`,
 //!   `publish_timeout`. With `ROLE_LEDGER` it keeps a ledger file of two little-endian u64s
@@ -47,9 +47,9 @@ use shmring::{
     ConsumerOptions, Event, Fallback, PollError, Producer, PublishError, Ring, RingState, RunExit,
     TryPublishError, WaitStrategy,
 };
-use shmring_tests::fault::Rng;
-use shmring_tests::payload::{decode, encode, encode_into, Origin};
-use shmring_tests::report::{format_per_producer, num, per_producer};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::payload::{decode, encode, encode_into, Origin};
+use shmring_testkit::report::{format_per_producer, num, per_producer};
 
 use super::Proc;
 

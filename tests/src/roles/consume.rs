@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{ConsumerOptions, Event, DEFAULT_BATCH_CAP};
-use shmring_tests::payload::decode;
-use shmring_tests::report::format_per_producer;
+use shmring_testkit::payload::decode;
+use shmring_testkit::report::format_per_producer;
 
 use super::{RingArgs, Size, Wait};
 
@@ -77,7 +77,7 @@ pub struct Args {
     resume_from: Option<String>,
     #[arg(long, default_value_t = DEFAULT_BATCH_CAP)]
     batch_cap: usize,
-    #[arg(long, value_enum, default_value_t = Wait::Yield)]
+    #[arg(long, default_value_t = Wait::Yield)]
     wait: Wait,
     /// Expected event size (bytes or `max`); unchecked if absent.
     #[arg(long)]

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{ConsumerOptions, Event, RingState, RunExit, DEFAULT_BATCH_CAP};
-use shmring_tests::payload::decode;
-use shmring_tests::report::format_per_producer;
+use shmring_testkit::payload::decode;
+use shmring_testkit::report::format_per_producer;
 
 use super::{RingArgs, Wait};
 
@@ -42,7 +42,7 @@ pub struct Args {
     /// Durable consumer name (anonymous if absent).
     #[arg(long)]
     name: Option<String>,
-    #[arg(long, value_enum, default_value_t = Wait::Block)]
+    #[arg(long, default_value_t = Wait::Block)]
     wait: Wait,
     #[arg(long, default_value_t = DEFAULT_BATCH_CAP)]
     batch_cap: usize,
