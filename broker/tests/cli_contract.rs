@@ -8,12 +8,12 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 
 use common::{consumer, num, ring, BrokerNs, Child, Namespace, BIN};
 use serde_json::Value;
 use shmring::{ConsumerOptions, Ring};
+use shmring_testkit::role;
 
 #[test]
 fn role() {
@@ -315,12 +315,8 @@ fn a_socket_this_user_may_not_use_is_not_called_a_dead_broker() {
     let ns = Namespace::new("eacces");
     let _broker = ns.broker(None);
     std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
-    let copy = shmring_testkit::role::ExeForNobody::of(std::path::Path::new(BIN));
-    let out = Command::new(&copy.exe)
-        .args(["--namespace", ns.name(), "status"])
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534)
+    let copy = role::ExeForNobody::of(std::path::Path::new(BIN));
+    let out = role::as_nobody(Command::new(&copy.exe).args(["--namespace", ns.name(), "status"]))
         .output()
         .expect("cli as nobody");
     assert_eq!(code(&out), 2, "{}", stderr(&out));

@@ -6,7 +6,6 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 
 use common::{ring, BrokerNs, Namespace};
 use serde_json::Value;
@@ -111,10 +110,8 @@ mod as_root {
         let copy = ExeForNobody::of_this_test();
         let mut cmd = role::command(&copy.exe, "foreign");
         cmd.env(shmring::names::NAMESPACE_ENV, ns.name())
-            .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
-            .current_dir("/")
-            .uid(65534)
-            .gid(65534);
+            .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}");
+        role::as_nobody(&mut cmd);
         let mut child = ns.spawn("foreign", cmd);
         let reply = child.expect("@reply");
         eprintln!("reply to uid 65534: {reply}");

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use common::fault::{
     check_delivered_all, expect_done, ledger_path, published, spawn_consumer, spawn_producer,
-    Accepted, Done, DWELL_WAIT,
+    Accepted, Done, DWELL_WAIT, WAITS,
 };
 use common::{num, ring, BrokerNs, Child, Namespace};
 use shmring::Ring;
@@ -62,17 +62,9 @@ fn role() {
 const QUICK_SECS: u64 = 50;
 /// `@acc` every this many events.
 const PROGRESS: u64 = 512;
-/// The consumers' wait strategies (none spins: two cores). A `timeout-block` consumer's
-/// 5 ms timeouts that pass with an event waiting count as late, not lost, so it is held to
-/// no net wake-ups like the others.
-const SOAK_WAITS: [&str; 6] = [
-    "yield",
-    "sleep",
-    "phased-park",
-    "block",
-    "timeout-block",
-    "adaptive",
-];
+// The consumers pick their wait strategies from `fault::WAITS` (none spins: two cores). A
+// `timeout-block` consumer's 5 ms timeouts that pass with an event waiting count as late,
+// not lost, so it is held to no net wake-ups like the others.
 
 /// The parent's look at its children, and the unit of its random schedule.
 const TICK: Duration = Duration::from_millis(10);
@@ -127,7 +119,7 @@ impl Durable {
         let mut pairs = self.base.clone();
         pairs.push(("ROLE_NAME", s(self.name)));
         if !pairs.iter().any(|(k, _)| *k == "ROLE_WAIT") {
-            pairs.push(("ROLE_WAIT", s(rng.pick(&SOAK_WAITS))));
+            pairs.push(("ROLE_WAIT", s(rng.pick(&WAITS))));
         }
         pairs.push(("ROLE_BATCH", s(rng.range(1..=64))));
         let (p, start) = spawn_consumer(ns, "soak", &pairs);
@@ -227,7 +219,7 @@ impl Transients {
             self.optional_attaches += 1;
             "optional".to_owned()
         } else {
-            let wait = rng.pick(&SOAK_WAITS).to_string();
+            let wait = rng.pick(&WAITS).to_string();
             pairs.push(("ROLE_WAIT", wait.clone()));
             format!("required {wait}")
         };

@@ -10,19 +10,16 @@
 //! they are in `as_root`, ignored by a plain `cargo test` and run by CI (see there).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use rustix::fs::Mode;
 use shmring::{ConsumerOptions, OpenError, Ring, RingConfig};
 
-use shmring_testkit::role::{self, ExeForNobody};
+use shmring_testkit::role::{self, ExeForNobody, NOBODY};
 use shmring_testkit::Namespace;
 
 /// Every child line the parent reads starts with this.
 const MARK: &str = "@perm ";
-/// The uid and gid of the foreign process (`nobody` / `nogroup`).
-const NOBODY: u32 = 65534;
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -115,10 +112,9 @@ fn role() {
 fn child(ns: &Namespace, role: &str, env: &[(&str, String)], foreign: bool) -> String {
     let copy = ExeForNobody::of_this_test();
     let mut cmd = role::command(&copy.exe, role);
-    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .current_dir("/");
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     if foreign {
-        cmd.uid(NOBODY).gid(NOBODY);
+        role::as_nobody(&mut cmd);
     }
     let mut proc = ns.spawn(role, cmd);
     let line = proc.expect(MARK);

@@ -50,6 +50,31 @@ impl Log {
     fn lock(&self) -> MutexGuard<'_, (Vec<String>, bool)> {
         self.lines.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Wait at most `limit` until `done` holds of the lines, or stderr is closed. Returns
+    /// the lines (and the closed flag), and whether `done` held.
+    fn wait_for(
+        &self,
+        limit: Duration,
+        done: impl Fn(&[String]) -> bool,
+    ) -> (MutexGuard<'_, (Vec<String>, bool)>, bool) {
+        let deadline = Instant::now() + limit;
+        let mut lines = self.lock();
+        loop {
+            if done(&lines.0) {
+                return (lines, true);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if lines.1 || left.is_zero() {
+                return (lines, false);
+            }
+            lines = self
+                .more
+                .wait_timeout(lines, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
 }
 
 /// A spawned process with piped stdin (for [`Child::send_line`]), stdout (read line by line
@@ -354,41 +379,16 @@ impl Child {
     /// Wait at most `limit` for a stderr line containing `text`; false if the time ran out
     /// or stderr closed first.
     pub fn expect_stderr_within(&self, text: &str, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        let mut lines = self.log.lock();
-        loop {
-            if lines.0.iter().any(|l| l.contains(text)) {
-                return true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if lines.1 || left.is_zero() {
-                return false;
-            }
-            lines = self
-                .log
-                .more
-                .wait_timeout(lines, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
+        self.log
+            .wait_for(limit, |lines| lines.iter().any(|l| l.contains(text)))
+            .1
     }
 
     /// The child's whole stderr, once it closed it (bounded: what there is after 5 s).
     pub fn stderr(&mut self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut lines = self.log.lock();
-        while !lines.1 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                lines.0.push("<stderr not closed>".to_owned());
-                break;
-            }
-            lines = self
-                .log
-                .more
-                .wait_timeout(lines, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+        let (mut lines, _) = self.log.wait_for(Duration::from_secs(5), |_| false);
+        if !lines.1 {
+            lines.0.push("<stderr not closed>".to_owned());
         }
         lines.0.join("\n")
     }

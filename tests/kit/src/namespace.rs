@@ -218,3 +218,31 @@ fn sweep_stale() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_the_namespace_kills_its_children_and_removes_its_rings() {
+        let ns = Namespace::concurrent("kit_drop");
+        let ring =
+            shmring::Ring::create(ns.name(), "r", &shmring::RingConfig::default()).expect("create");
+        let mut cmd = Command::new("sleep");
+        cmd.arg("600");
+        let child = ns.spawn("sleeper", cmd);
+        let pid = child.pid();
+        // A handle that never drops: the namespace still kills and reaps the process.
+        std::mem::forget(child);
+        let (dir, scratch) = (ns.dir().to_owned(), ns.scratch());
+        drop(ns);
+        assert!(
+            ring.is_deleted(),
+            "an attached handle sees the ring deleted"
+        );
+        assert!(!dir.exists() && !scratch.exists());
+        // Reaped, so no zombie keeps the pid (the kernel may reuse it; then it is not ours).
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(!stat.contains("(sleep)"), "sleeper still there: {stat}");
+    }
+}

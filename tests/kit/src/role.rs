@@ -20,6 +20,7 @@
 //! ```
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -47,6 +48,15 @@ pub fn command(exe: &Path, role: &str) -> Command {
     ])
     .env(ROLE_ENV, role);
     cmd
+}
+
+/// The uid and gid of the "other user" tests: `nobody` / `nogroup`.
+pub const NOBODY: u32 = 65534;
+
+/// Make `cmd` run as uid and gid [`NOBODY`] (which needs root), from `/`, a directory that
+/// user can search. The executable must be one that user can run ([`ExeForNobody`]).
+pub fn as_nobody(cmd: &mut Command) -> &mut Command {
+    cmd.current_dir("/").uid(NOBODY).gid(NOBODY)
 }
 
 /// A copy of an executable that uid 65534 can run: the checkout (and so the binary) may
