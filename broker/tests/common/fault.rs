@@ -48,7 +48,8 @@ use shmring::{
     TryPublishError,
 };
 use shmring_testkit::fault::Rng;
-use shmring_testkit::payload::{decode, encode, encode_into, Origin};
+use shmring_testkit::order::OrderCheck;
+use shmring_testkit::payload::{encode, encode_into, Origin};
 use shmring_testkit::report::{format_per_producer, num, per_producer};
 
 use shmring_testkit::procfs::diagnose;
@@ -414,64 +415,19 @@ pub fn fproducer() {
 // ---------------------------------------------------------------------------------------
 // fconsumer
 
-#[derive(Default)]
+/// What the `fconsumer` handler has seen: the kit's order rule, and its first violation.
 struct Check {
-    optional: bool,
-    from_zero: bool,
-    next: BTreeMap<u32, u64>,
-    firsts: BTreeMap<u32, u64>,
-    lasts: BTreeMap<u32, u64>,
-    delivered: u64,
-    last_ring: Option<u64>,
+    order: OrderCheck,
     violation: Option<String>,
 }
 
 impl Check {
     fn on_event(&mut self, ev: Event<'_>) {
-        if self.violation.is_some() {
-            return;
-        }
-        if let Err(v) = self.check(&ev) {
-            self.violation = Some(v);
-        }
-    }
-
-    fn check(&mut self, ev: &Event<'_>) -> Result<(), String> {
-        let r = ev.sequence();
-        if self.last_ring.is_some_and(|l| r <= l) {
-            return Err(format!(
-                "ring sequence went from {:?} to {r}",
-                self.last_ring
-            ));
-        }
-        self.last_ring = Some(r);
-        let o = decode(ev.bytes()).map_err(|e| format!("ring sequence {r}: {e}"))?;
-        match self.next.get(&o.producer) {
-            None if self.from_zero && !self.optional && o.seq != 0 => {
-                return Err(format!(
-                    "ring sequence {r}: the first event of producer {} is its seq {}, not 0",
-                    o.producer, o.seq
-                ))
+        if self.violation.is_none() {
+            if let Err(v) = self.order.check(ev.sequence(), ev.bytes()) {
+                self.violation = Some(v);
             }
-            Some(&want) if o.seq < want || (o.seq > want && !self.optional) => {
-                return Err(format!(
-                    "ring sequence {r}: producer {} seq {}, expected {want} ({})",
-                    o.producer,
-                    o.seq,
-                    if o.seq < want {
-                        "duplicate or reordered"
-                    } else {
-                        "gap: events lost"
-                    }
-                ))
-            }
-            _ => {}
         }
-        self.next.insert(o.producer, o.seq + 1);
-        self.firsts.entry(o.producer).or_insert(o.seq);
-        self.lasts.insert(o.producer, o.seq);
-        self.delivered += 1;
-        Ok(())
     }
 }
 
@@ -518,9 +474,8 @@ pub fn fconsumer() {
         ring.run_number()
     );
     let check = RefCell::new(Check {
-        optional,
-        from_zero: var("ROLE_FROM_ZERO") == "1",
-        ..Check::default()
+        order: OrderCheck::new(var("ROLE_FROM_ZERO") == "1" && !optional, optional),
+        violation: None,
     });
     let mut last_prog = Instant::now();
     let mut detached = false;
@@ -535,7 +490,7 @@ pub fn fconsumer() {
             || {
                 let ch = check.borrow();
                 ch.violation.is_some()
-                    || (exit_after > 0 && ch.delivered >= exit_after)
+                    || (exit_after > 0 && ch.order.delivered >= exit_after)
                     || last_prog.elapsed() >= Duration::from_millis(50)
                     || Instant::now() > deadline
             },
@@ -548,13 +503,13 @@ pub fn fconsumer() {
                 let s = c.stats();
                 println!(
                     "@prog delivered={} next={} net={} wakeups={}",
-                    check.borrow().delivered,
+                    check.borrow().order.delivered,
                     c.next_sequence(),
                     s.net_wakeups,
                     s.wakeups
                 );
                 last_prog = Instant::now();
-                if exit_after > 0 && check.borrow().delivered >= exit_after {
+                if exit_after > 0 && check.borrow().order.delivered >= exit_after {
                     detached = true;
                     break;
                 }
@@ -593,7 +548,7 @@ pub fn fconsumer() {
                 }
             }
             Err(PollError::Deleted) => {
-                println!("@deleted delivered={}", check.borrow().delivered);
+                println!("@deleted delivered={}", check.borrow().order.delivered);
                 std::process::exit(3)
             }
             Err(e) => {
@@ -609,10 +564,10 @@ pub fn fconsumer() {
         s.skipped - s0.skipped,
         s.dropped_behind - s0.dropped_behind,
     );
-    if delivered != ch.delivered {
+    if delivered != ch.order.delivered {
         fail(&format!(
             "stats say {delivered} delivered, the handler saw {}",
-            ch.delivered
+            ch.order.delivered
         ));
     }
     let walked = c.next_sequence() - start;
@@ -634,8 +589,8 @@ pub fn fconsumer() {
         s.skipped,
         s.dropped_behind,
         u8::from(detached),
-        format_per_producer(&ch.firsts),
-        format_per_producer(&ch.lasts),
+        format_per_producer(&ch.order.firsts),
+        format_per_producer(&ch.order.lasts),
     );
 }
 

@@ -22,6 +22,7 @@
 //! - [`payload`]: self-checking events. Each payload carries its producer's id, that
 //!   producer's own sequence number and a checksum over every byte, so a consumer can tell
 //!   a lost, duplicated, reordered or torn event from a good one without any side channel.
+//! - [`order`]: the order rule a checking consumer holds every event to.
 //! - [`report`]: parsing the `key=value` summary lines the children print.
 //! - [`raw`]: raw words of a segment at `shmring_layout` offsets, to read the wake lines and
 //!   to lay down the state a process killed at one exact instruction leaves.
@@ -34,6 +35,7 @@
 pub mod child;
 pub mod fault;
 pub mod namespace;
+pub mod order;
 pub mod payload;
 pub mod poll;
 pub mod procfs;
