@@ -86,17 +86,10 @@ fn malformed_oversized_and_unknown_requests_are_refused_and_the_broker_stays_up(
 mod as_root {
     use super::*;
 
-    fn need_root() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "this test runs a child as uid 65534: run it as root"
-        );
-    }
-
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_peer_of_another_uid_is_refused() {
-        need_root();
+        role::need_root();
         let ns = Namespace::new("uid");
         let _broker = ns.broker(None);
         // Open the file permissions wide, so that only the broker's SO_PEERCRED check stands

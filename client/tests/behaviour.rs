@@ -10,15 +10,8 @@ use shmring::{
 
 use shmring_testkit::Namespace;
 
-fn small(capacity: u64) -> RingConfig {
-    RingConfig {
-        capacity,
-        slot_size: 64,
-        max_consumers: 4,
-        max_producers: 4,
-        ..RingConfig::default()
-    }
-}
+mod common;
+use common::small;
 
 fn drain(c: &mut shmring::Consumer) -> Vec<u64> {
     let mut seen = Vec::new();

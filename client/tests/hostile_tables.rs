@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring, RingConfig};
+use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring};
 use shmring_layout::{
     config_checksum, consumer_state, producer_state, ConfigWords, ConsumerCold, ConsumerEntry,
     ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry, SequenceLines, HEADER_SIZE,
@@ -22,18 +22,8 @@ use shmring_layout::{
 };
 
 mod common;
-use common::poll_quiet;
+use common::{hostile, poll_quiet};
 use shmring_testkit::Namespace;
-
-fn cfg() -> RingConfig {
-    RingConfig {
-        capacity: 8,
-        slot_size: 64,
-        max_consumers: 3,
-        max_producers: 2,
-        ..RingConfig::default()
-    }
-}
 
 fn put(path: &Path, off: u64, bytes: &[u8]) {
     let f = OpenOptions::new().write(true).open(path).expect("open");
@@ -129,7 +119,7 @@ fn layout_error(ns: &Namespace) -> LayoutError {
 #[test]
 fn an_absurd_capacity_with_a_valid_checksum_is_refused_before_mapping() {
     let ns = Namespace::concurrent("absurd");
-    let path = Ring::create(ns.name(), "r", &cfg())
+    let path = Ring::create(ns.name(), "r", &hostile())
         .unwrap()
         .path()
         .to_owned();
@@ -150,7 +140,7 @@ fn an_absurd_capacity_with_a_valid_checksum_is_refused_before_mapping() {
 #[test]
 fn grown_and_truncated_files_are_refused() {
     let ns = Namespace::concurrent("grown");
-    let path = Ring::create(ns.name(), "r", &cfg())
+    let path = Ring::create(ns.name(), "r", &hostile())
         .unwrap()
         .path()
         .to_owned();
@@ -182,7 +172,7 @@ proptest! {
         resize in any::<bool>(),
     ) {
         let ns = Namespace::concurrent("tables");
-        let path = Ring::create(ns.name(), "r", &cfg()).unwrap().path().to_owned();
+        let path = Ring::create(ns.name(), "r", &hostile()).unwrap().path().to_owned();
         let geometry = Geometry::new(8, 64, consumers, producers, shmring::ProducerMode::Multi, 4);
         rewrite_config(&path, |w| {
             w.max_consumers = consumers;
@@ -232,7 +222,7 @@ proptest! {
 #[test]
 fn out_of_range_entry_indices_are_refused_by_every_entry_operation() {
     let ns = Namespace::concurrent("indices");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let me = shmring::process::current();
     for index in [3, 4, 255, 256, u32::MAX] {
         assert!(!ring.release_consumer(index, me.pid, me.start_time));
@@ -249,7 +239,7 @@ fn out_of_range_entry_indices_are_refused_by_every_entry_operation() {
 #[test]
 fn a_dead_producer_claim_of_absurd_length_is_repaired_in_bounded_steps() {
     let ns = Namespace::concurrent("absurd_claim");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let (pid, start) = (1, init_start() + 1);
     for (first_plus_one, len) in [
@@ -285,7 +275,7 @@ fn a_dead_producer_claim_of_absurd_length_is_repaired_in_bounded_steps() {
 #[test]
 fn an_unattributed_hole_search_is_bounded() {
     let ns = Namespace::concurrent("claiming");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let (pid, start) = (1, init_start() + 1);
     let p = |f| producer_field(&ring, 0, f);
@@ -331,7 +321,7 @@ fn pid_1_with_a_wrong_start_time_is_not_alive() {
 #[test]
 fn a_durable_entry_naming_pid_1_is_taken_over() {
     let ns = Namespace::concurrent("pid1_consumer");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let index = c.index();
@@ -356,7 +346,7 @@ fn a_durable_entry_naming_pid_1_is_taken_over() {
 #[test]
 fn a_durable_entry_forged_with_pid_1s_real_start_time_is_refused_clearly() {
     let ns = Namespace::concurrent("pid1_real");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let index = c.index();
@@ -383,7 +373,7 @@ fn a_durable_entry_forged_with_pid_1s_real_start_time_is_refused_clearly() {
 #[test]
 fn producer_entries_naming_pid_1_are_reclaimed() {
     let ns = Namespace::concurrent("pid1_producer");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     for i in 0..ring.geometry().max_producers {
         let p = |f| producer_field(&ring, i, f);
@@ -415,7 +405,7 @@ fn producer_entries_naming_pid_1_are_reclaimed() {
 fn a_durable_position_beyond_the_head_is_not_trusted() {
     for next in [u64::MAX, u64::MAX - 3, 1 << 62, 1000] {
         let ns = Namespace::concurrent("next");
-        let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+        let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
         let path = ring.path().to_owned();
         let index = ring
             .consumer(ConsumerOptions::durable("d"))
@@ -442,7 +432,7 @@ fn a_durable_position_beyond_the_head_is_not_trusted() {
 #[test]
 fn resumed_counters_at_their_limit_do_not_panic() {
     let ns = Namespace::concurrent("counters");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let index = ring
         .consumer(ConsumerOptions::durable("d"))
@@ -466,7 +456,7 @@ fn resumed_counters_at_their_limit_do_not_panic() {
 #[test]
 fn run_and_epoch_at_their_limit_do_not_panic() {
     let ns = Namespace::concurrent("run_epoch");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     put64(&path, offset_of!(Header, run) as u64, u64::MAX);
     put64(&path, offset_of!(Header, broker_epoch) as u64, u64::MAX);
@@ -480,7 +470,7 @@ fn run_and_epoch_at_their_limit_do_not_panic() {
 #[test]
 fn corrupt_state_words_give_errors_not_hangs() {
     let ns = Namespace::concurrent("state");
-    let ring = Ring::create(ns.name(), "r", &cfg()).unwrap();
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut p = ring.producer().unwrap();

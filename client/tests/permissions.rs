@@ -224,20 +224,13 @@ fn a_segment_in_a_setgid_directory_inherits_its_group() {
 mod as_root {
     use super::*;
 
-    fn need_root() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "this test runs a child as uid 65534: run it as root"
-        );
-    }
-
     /// Another uid is refused on a default ring: by the 0700 directory, and with the directory
     /// opened up, by the 0600 file; a process in the ring's group is refused write on 0640.
     /// Each refusal is `OpenError::PermissionDenied` naming the segment.
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn another_uid_is_refused_with_permission_denied() {
-        need_root();
+        role::need_root();
         let ns = Namespace::concurrent("foreign");
         let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create");
         let path = ring.path().display().to_string();
@@ -274,7 +267,7 @@ mod as_root {
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_process_of_another_uid_in_the_ring_group_publishes() {
-        need_root();
+        role::need_root();
         let ns = Namespace::concurrent("group_member");
         let config = RingConfig {
             mode: 0o660,
@@ -299,7 +292,7 @@ mod as_root {
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn the_refusal_says_which_permission_is_missing() {
-        need_root();
+        role::need_root();
         let ns = Namespace::concurrent("which");
         let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create");
         let dir = ns.dir().display().to_string();

@@ -1,4 +1,31 @@
-//! What the client's hostile-input test files share.
+//! What the client's test files share beyond the workspace's test kit: the small ring
+//! configurations, and a poll that fails the test if the client panics.
+
+#![allow(dead_code)] // each test file uses a different part
+
+use shmring::RingConfig;
+
+/// A small ring: `capacity` slots of 64 bytes, 4 consumers, 4 producers.
+pub fn small(capacity: u64) -> RingConfig {
+    RingConfig {
+        capacity,
+        slot_size: 64,
+        max_consumers: 4,
+        max_producers: 4,
+        ..RingConfig::default()
+    }
+}
+
+/// The ring of the hostile-input tests: 8 slots of 64 bytes, 3 consumers, 2 producers.
+pub fn hostile() -> RingConfig {
+    RingConfig {
+        capacity: 8,
+        slot_size: 64,
+        max_consumers: 3,
+        max_producers: 2,
+        ..RingConfig::default()
+    }
+}
 
 /// `poll_once` with a handler that cannot panic, on a consumer this test owns. Such a
 /// handler never makes `poll_once` report `HandlerPanicked` (only the handler's own panic

@@ -53,6 +53,14 @@ pub fn command(exe: &Path, role: &str) -> Command {
 /// The uid and gid of the "other user" tests: `nobody` / `nogroup`.
 pub const NOBODY: u32 = 65534;
 
+/// Fail the test unless it runs as root, which running a child as [`NOBODY`] needs.
+pub fn need_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test runs a child as uid {NOBODY}: run it as root"
+    );
+}
+
 /// Make `cmd` run as uid and gid [`NOBODY`] (which needs root), from `/`, a directory that
 /// user can search. The executable must be one that user can run ([`ExeForNobody`]).
 pub fn as_nobody(cmd: &mut Command) -> &mut Command {
