@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustix::process::Signal;
-use shmring::{ConsumerOptions, Ring, RingConfig};
+use shmring::{ConsumerOptions, Ring};
 use shmring_bridge::Bridged;
 use shmring_testkit::{eventually, Namespace};
 
@@ -22,24 +22,7 @@ const CAPACITY: u64 = 256;
 fn delivered_plus_dropped_equals_published() {
     let ns_a = Namespace::new("bridge_drop_mode");
     let ns_b = ns_a.sibling("b");
-    let src = Ring::create(
-        ns_a.name(),
-        "src",
-        &RingConfig {
-            capacity: CAPACITY,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the source ring");
-    let dst = Ring::create(
-        ns_b.name(),
-        "dst",
-        &RingConfig {
-            capacity: 4096,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the destination ring");
+    let (src, dst) = common::src_and_dst(&ns_a, CAPACITY, &ns_b, 4096);
     let key = format!("shmring/drop/{}", ns_a.name());
     let port = common::free_port();
 

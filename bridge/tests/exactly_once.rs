@@ -10,7 +10,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use shmring::{ConsumerOptions, Ring, RingConfig};
+use shmring::{ConsumerOptions, Ring};
 use shmring_bridge::Bridged;
 use shmring_testkit::{eventually, Namespace};
 
@@ -25,24 +25,7 @@ const TOMBSTONE_EVERY: u64 = 997;
 fn every_event_lands_once_in_order_across_bridge_crashes() {
     let ns_a = Namespace::new("bridge_exactly_once");
     let ns_b = ns_a.sibling("b");
-    let src = Ring::create(
-        ns_a.name(),
-        "src",
-        &RingConfig {
-            capacity: 1024,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the source ring");
-    let dst = Ring::create(
-        ns_b.name(),
-        "dst",
-        &RingConfig {
-            capacity: 1024,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the destination ring");
+    let (src, dst) = common::src_and_dst(&ns_a, 1024, &ns_b, 1024);
     let key = format!("shmring/test/{}", ns_a.name());
     let port = common::free_port();
 
@@ -183,12 +166,7 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
 fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
     let ns_a = Namespace::new("bridge_replay");
     let ns_b = ns_a.sibling("b");
-    let cfg = RingConfig {
-        capacity: 1024,
-        ..RingConfig::default()
-    };
-    let src = Ring::create(ns_a.name(), "src", &cfg).expect("create the source ring");
-    let dst = Ring::create(ns_b.name(), "dst", &cfg).expect("create the destination ring");
+    let (src, dst) = common::src_and_dst(&ns_a, 1024, &ns_b, 1024);
     let key = format!("shmring/replay/{}", ns_a.name());
     let name = shmring_bridge::export::default_consumer_name(&key);
     let port = common::free_port();

@@ -7,6 +7,7 @@
 use std::net::TcpListener;
 
 use serde_json::Value;
+use shmring::{Ring, RingConfig};
 use shmring_testkit::{Child, Namespace};
 
 /// A free TCP port on 127.0.0.1 (bound, read, released; the exporter binds it next).
@@ -19,6 +20,20 @@ pub fn free_port() -> u16 {
 /// (Multicast scouting is off and nothing listens unless asked: the bridge's defaults.)
 const RETRY: &str = "connect/retry={period_init_ms:20,period_max_ms:100,period_increase_factor:2}";
 
+/// Two "hosts": the source ring `src` in namespace `a` and the destination ring `dst` in
+/// namespace `b`, with `capacity` and `dst_capacity` slots.
+pub fn src_and_dst(a: &Namespace, capacity: u64, b: &Namespace, dst_capacity: u64) -> (Ring, Ring) {
+    let ring = |ns: &Namespace, name: &str, capacity: u64| {
+        let config = RingConfig {
+            capacity,
+            ..RingConfig::default()
+        };
+        Ring::create(ns.name(), name, &config)
+            .unwrap_or_else(|e| panic!("create ring {name} in {}: {e}", ns.name()))
+    };
+    (ring(a, "src", capacity), ring(b, "dst", dst_capacity))
+}
+
 /// The exporter, a child of `ns`: listens on `port`, consumes `ring` in `ns`.
 pub fn exporter(
     label: &str,
@@ -29,52 +44,33 @@ pub fn exporter(
     extra: &[&str],
 ) -> Child {
     let listen = format!("tcp/127.0.0.1:{port}");
-    let mut args = vec![
-        "export",
-        "--namespace",
-        ns.name(),
-        "--ring",
-        ring,
-        "--key",
-        key,
-        "--listen",
-        &listen,
-        "--zenoh-set",
-        RETRY,
-        "--stats-ms",
-        "50",
-        "--ack-timeout-ms",
-        "300",
-    ];
-    args.extend_from_slice(extra);
-    bridge(ns, label, &args)
+    let mut more = vec!["--ack-timeout-ms", "300"];
+    more.extend_from_slice(extra);
+    bridge(label, ns, "export", ring, key, ["--listen", &listen], &more)
 }
 
 /// The importer, a child of `ns`: connects to `port`, publishes into `ring` in `ns`.
 pub fn importer(label: &str, ns: &Namespace, ring: &str, key: &str, port: u16) -> Child {
     let connect = format!("tcp/127.0.0.1:{port}");
-    let args = [
-        "import",
-        "--namespace",
-        ns.name(),
-        "--ring",
-        ring,
-        "--key",
-        key,
-        "--connect",
-        &connect,
-        "--zenoh-set",
-        RETRY,
-        "--stats-ms",
-        "50",
-    ];
-    bridge(ns, label, &args)
+    bridge(label, ns, "import", ring, key, ["--connect", &connect], &[])
 }
 
-/// `shmring-bridge ARGS` as a child of `ns`.
-fn bridge(ns: &Namespace, label: &str, args: &[&str]) -> Child {
+/// `shmring-bridge VERB` on `ring` of `ns` with `key`, reaching the other side at
+/// `endpoint`, as a child of `ns`.
+fn bridge(
+    label: &str,
+    ns: &Namespace,
+    verb: &str,
+    ring: &str,
+    key: &str,
+    endpoint: [&str; 2],
+    extra: &[&str],
+) -> Child {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shmring-bridge"));
-    cmd.args(args);
+    cmd.args([verb, "--namespace", ns.name(), "--ring", ring, "--key", key])
+        .args(endpoint)
+        .args(["--zenoh-set", RETRY, "--stats-ms", "50"])
+        .args(extra);
     ns.spawn(label, cmd)
 }
 
