@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 use common::{consumer, num, ring, BrokerNs, Child, Namespace, BIN};
 use serde_json::Value;
 use shmring::{ConsumerOptions, Ring};
-use shmring_testkit::role;
+use shmring_testkit::{output, role};
 
 #[test]
 fn role() {
@@ -53,10 +53,10 @@ fn usage_errors_exit_64_and_help_exits_0() {
             stderr(&out)
         );
     }
-    let bad_ns = Command::new(BIN)
-        .args(["--namespace", "no/such", "status"])
-        .output()
-        .expect("cli");
+    let bad_ns = output(
+        "cli",
+        Command::new(BIN).args(["--namespace", "no/such", "status"]),
+    );
     assert_eq!(code(&bad_ns), 64, "{}", stderr(&bad_ns));
     for args in [&["--help"][..], &["--version"], &["status", "--help"]] {
         let out = ns.cli(args);
@@ -162,11 +162,12 @@ fn a_mistyped_namespace_is_named_not_reported_healthy() {
 fn the_namespace_comes_from_the_environment() {
     let ns = Namespace::new("env");
     let _broker = ns.broker(None);
-    let out = Command::new(BIN)
-        .args(["status", "--json"])
-        .env(shmring::names::NAMESPACE_ENV, ns.name())
-        .output()
-        .expect("cli");
+    let out = output(
+        "cli",
+        Command::new(BIN)
+            .args(["status", "--json"])
+            .env(shmring::names::NAMESPACE_ENV, ns.name()),
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["namespace"], ns.name());
@@ -316,9 +317,10 @@ fn a_socket_this_user_may_not_use_is_not_called_a_dead_broker() {
     let _broker = ns.broker(None);
     std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
     let copy = role::ExeForNobody::of(std::path::Path::new(BIN));
-    let out = role::as_nobody(Command::new(&copy.exe).args(["--namespace", ns.name(), "status"]))
-        .output()
-        .expect("cli as nobody");
+    let out = output(
+        "cli as nobody",
+        role::as_nobody(Command::new(&copy.exe).args(["--namespace", ns.name(), "status"])),
+    );
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(text.contains("BROKER NOT REACHABLE"), "{text}");

@@ -49,10 +49,7 @@ fn assert_cleaned_up(namespace: &str) {
 #[test]
 fn the_demo_runs_end_to_end_and_cleans_up() {
     let _serial = common::serial();
-    let out = Command::new(BIN)
-        .args(["demo", "--duration", "3s"])
-        .output()
-        .expect("demo");
+    let out = shmring_testkit::output("demo", Command::new(BIN).args(["demo", "--duration", "3s"]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),

@@ -72,11 +72,10 @@ fn the_unit_file_passes_systemd_analyze_verify() {
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("shmring-broker@verify.service");
     std::fs::write(&file, unit.replace("/usr/bin/shmring-broker", BIN)).expect("unit");
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&file)
-        .output()
-        .expect("systemd-analyze");
+    let out = shmring_testkit::output(
+        "systemd-analyze",
+        Command::new("systemd-analyze").arg("verify").arg(&file),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.trim().is_empty(), "{err}");

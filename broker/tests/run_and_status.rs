@@ -91,10 +91,10 @@ fn status_without_a_broker_reads_the_segments_and_exits_2() {
 fn one_broker_per_namespace() {
     let ns = Namespace::new("lock");
     let _broker = ns.broker(None);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
-        .args(["run", "--namespace", ns.name()])
-        .output()
-        .expect("second broker");
+    let out = shmring_testkit::output(
+        "second broker",
+        std::process::Command::new(common::BIN).args(["run", "--namespace", ns.name()]),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("another broker already runs"), "{err}");

@@ -34,7 +34,7 @@ pub trait BrokerNs {
     fn broker_with(&self, config: Option<&std::path::Path>, args: &[&str]) -> Child;
     /// The broker CLI on this namespace, with `args`, not started yet.
     fn cli_command(&self, args: &[&str]) -> Command;
-    /// Run a broker CLI command to completion.
+    /// Run a broker CLI command to completion (bounded by [`WAIT`]).
     fn cli(&self, args: &[&str]) -> Output;
     /// `broker status --json`: the report and the exit code.
     fn status(&self) -> (Value, i32);
@@ -84,9 +84,7 @@ impl BrokerNs for Namespace {
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        self.cli_command(args)
-            .output()
-            .expect("running the broker CLI")
+        shmring_testkit::output("the broker CLI", &mut self.cli_command(args))
     }
 
     fn status(&self) -> (Value, i32) {

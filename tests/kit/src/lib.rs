@@ -12,6 +12,7 @@
 //! - [`Child`]: a spawned process. Readiness comes from lines it prints on stdout; every
 //!   wait has a deadline (a watchdog); stderr is collected and shown when a test fails;
 //!   signals reach it only while it is not reaped; `Drop` SIGKILLs and reaps it.
+//!   [`output`] runs a short command to its end, as `Command::output` does, but bounded.
 //! - [`role`]: a test binary run again as a child ("a role"), and a copy of a binary that
 //!   another uid can run.
 //! - [`fault`]: the seeded randomness of the fault-injection tests (`SHMRING_FAULT_SEED`),
@@ -44,7 +45,7 @@ pub mod report;
 pub mod role;
 pub mod strategy;
 
-pub use child::{Child, WAIT};
+pub use child::{output, Child, WAIT};
 pub use namespace::{serial, Namespace};
 pub use poll::{eventually, wait_until};
 pub use strategy::Wait;
