@@ -1,7 +1,7 @@
 //! A child process under a watchdog: every wait has a deadline, and `Drop` kills and reaps.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -13,7 +13,7 @@ use rustix::process::Signal;
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// How often an exit is polled for (a watchdog poll, not a synchronisation sleep).
-const EXIT_POLL: Duration = Duration::from_millis(2);
+pub(crate) const EXIT_POLL: Duration = Duration::from_millis(2);
 
 /// How long a spawn retries while the executable is busy (ETXTBSY): a binary just copied
 /// may still be held open for writing by a child another thread forked meanwhile, until
@@ -23,10 +23,10 @@ const BUSY_RETRY: Duration = Duration::from_millis(200);
 /// The process itself, shared by its [`Child`] handle and the [`crate::Namespace`] that
 /// spawned it: whichever goes first kills and reaps it. Every signal goes through the std
 /// handle, which sends none once the process is reaped, so a reused pid is never hit.
-pub(crate) struct Reaped(Mutex<std::process::Child>);
+pub(crate) struct Reaped(pub(crate) Mutex<std::process::Child>);
 
 impl Reaped {
-    fn lock(&self) -> MutexGuard<'_, std::process::Child> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, std::process::Child> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -420,58 +420,6 @@ impl Drop for Child {
             );
         }
     }
-}
-
-/// Run `cmd` to its end and return what it printed, as [`Command::output`] does (stdin
-/// closed, stdout and stderr captured byte for byte), but bounded: a command still running
-/// after [`WAIT`] is killed and reaped, and the test fails. `label` names it in that failure.
-pub fn output(label: &str, cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let proc = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawning {label} ({cmd:?}): {e}"));
-    // Killed and reaped however this function ends.
-    let proc = Reaped(Mutex::new(proc));
-    let (stdout, stderr) = {
-        let mut p = proc.lock();
-        let out = p.stdout.take().expect("stdout is piped");
-        let err = p.stderr.take().expect("stderr is piped");
-        (read_all(out), read_all(err))
-    };
-    let deadline = Instant::now() + WAIT;
-    let status = loop {
-        let polled = proc.lock().try_wait();
-        match polled {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => thread::sleep(EXIT_POLL),
-            Ok(None) => panic!("{label} ({cmd:?}) still running after {WAIT:?}: killed"),
-            Err(e) => panic!("waiting for {label}: {e}"),
-        }
-    };
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let collect = |rx: Receiver<Vec<u8>>, what: &str| {
-        rx.recv_timeout(left()).unwrap_or_else(|_| {
-            panic!("{label}: {what} not closed after the exit (a grandchild holds it?)")
-        })
-    };
-    Output {
-        status,
-        stdout: collect(stdout, "stdout"),
-        stderr: collect(stderr, "stderr"),
-    }
-}
-
-/// Read `r` to its end on a thread; the bytes arrive on the returned channel.
-fn read_all(mut r: impl Read + Send + 'static) -> Receiver<Vec<u8>> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = r.read_to_end(&mut bytes);
-        let _ = tx.send(bytes);
-    });
-    rx
 }
 
 impl Drop for Reaped {

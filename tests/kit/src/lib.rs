@@ -37,6 +37,7 @@ pub mod child;
 pub mod fault;
 pub mod namespace;
 pub mod order;
+pub mod output;
 pub mod payload;
 pub mod poll;
 pub mod procfs;
@@ -45,8 +46,9 @@ pub mod report;
 pub mod role;
 pub mod strategy;
 
-pub use child::{output, Child, WAIT};
+pub use child::{Child, WAIT};
 pub use namespace::{serial, Namespace};
+pub use output::output;
 pub use poll::{eventually, wait_until};
 pub use strategy::Wait;
 

@@ -43,9 +43,9 @@ pub struct Namespace {
     _serial: Option<MutexGuard<'static, ()>>,
 }
 
-/// `test` as a name part: `[A-Za-z0-9_]`, at most `max` characters.
-fn tag(test: &str, max: usize) -> String {
-    test.chars()
+/// `text` as a part of a namespace name: `[A-Za-z0-9_]`, at most `max` characters.
+fn name_part(text: &str, max: usize) -> String {
+    text.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .take(max)
         .collect()
@@ -67,14 +67,14 @@ impl Namespace {
         sweep_stale();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
-        Self::fresh(format!("{PREFIX}{pid}-{}-{n}", tag(test, 40)))
+        Self::fresh(format!("{PREFIX}{pid}-{}-{n}", name_part(test, 40)))
     }
 
     /// A second namespace for the same test (`<name>-<tag>`), for tests that connect two
     /// namespaces (a bridge between "hosts"). It does not take the test lock again (this
     /// namespace holds it); declare it after this one, so that it is removed first.
-    pub fn sibling(&self, tag_: &str) -> Self {
-        Self::fresh(format!("{}-{}", self.name, tag(tag_, 16)))
+    pub fn sibling(&self, tag: &str) -> Self {
+        Self::fresh(format!("{}-{}", self.name, name_part(tag, 16)))
     }
 
     fn fresh(name: String) -> Self {
@@ -138,16 +138,16 @@ impl Namespace {
         child
     }
 
-    /// Run this test binary again as role `role` ([`role::command`]), with this namespace
+    /// Run this test binary again as role `name` ([`role::command`]), with this namespace
     /// as its default (`SHMRING_NAMESPACE`) and the extra environment `env`.
-    pub fn role(&self, role_: &str, env: &[(&str, String)]) -> Child {
+    pub fn role(&self, name: &str, env: &[(&str, String)]) -> Child {
         let exe = std::env::current_exe().expect("current_exe");
-        let mut cmd = role::command(&exe, role_);
+        let mut cmd = role::command(&exe, name);
         cmd.env(NAMESPACE_ENV, &self.name);
         for (k, v) in env {
             cmd.env(k, v);
         }
-        self.spawn(role_, cmd)
+        self.spawn(name, cmd)
     }
 }
 
