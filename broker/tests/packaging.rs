@@ -68,15 +68,13 @@ fn the_unit_file_passes_systemd_analyze_verify() {
     let unit = include_str!("../../dist/shmring-broker@.service");
     assert!(unit.contains("Type=notify") && unit.contains("ExecReload="));
     // Verified as installed, with ExecStart pointing at the binary just built.
-    let dir = std::env::temp_dir().join(format!("shmring-unit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("shmring-broker@verify.service");
+    let ns = Namespace::concurrent("unit");
+    let file = ns.scratch().join("shmring-broker@verify.service");
     std::fs::write(&file, unit.replace("/usr/bin/shmring-broker", BIN)).expect("unit");
     let out = shmring_testkit::output(
         "systemd-analyze",
         Command::new("systemd-analyze").arg("verify").arg(&file),
     );
-    let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.trim().is_empty(), "{err}");
 }

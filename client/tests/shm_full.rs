@@ -55,8 +55,10 @@ fn create_in_small_tmpfs(capacity: u64) -> Result<(Option<String>, Option<i32>),
     if !rustix::process::geteuid().is_root() {
         return Err("needs root to mount a tmpfs".into());
     }
-    let dir = std::env::temp_dir().join(format!("shmring-full-{}-{capacity}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    // The namespace owns the child and the mount point (its scratch directory, removed
+    // whatever happens); the ring goes into the child's own tmpfs mounted there.
+    let ns = Namespace::concurrent("shm_full");
+    let dir = ns.scratch();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let role = role::command(&exe, "create");
     let script = format!(
@@ -80,14 +82,10 @@ fn create_in_small_tmpfs(capacity: u64) -> Result<(Option<String>, Option<i32>),
     .env("FULL_CAPACITY", capacity.to_string())
     .env(shmring::names::ROOT_ENV, &dir);
     if let Err(e) = Command::new("unshare").arg("--version").output() {
-        let _ = std::fs::remove_dir(&dir);
         return Err(format!("cannot run unshare: {e}"));
     }
-    // The namespace only owns the child: the ring goes into the child's own tmpfs.
-    let ns = Namespace::concurrent("shm_full");
     let mut child = ns.spawn("create", cmd);
     let status = child.wait_status();
-    let _ = std::fs::remove_dir(&dir);
     let line = child
         .rest_of_stdout()
         .iter()
