@@ -39,7 +39,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use shmring::{Consumer, ConsumerOptions, LeaseError, Ring, RingState};
+use shmring::{Consumer, ConsumerOptions, LeaseError, Ring};
 use tracing::{info, warn};
 use zenoh::qos::CongestionControl;
 use zenoh::Wait;
@@ -318,7 +318,7 @@ impl Exporter<'_> {
             if self.last_send.elapsed() >= heartbeat {
                 self.send_heartbeat()?;
             }
-            if self.ring.state() == Some(RingState::Deleted) {
+            if self.ring.is_deleted() {
                 bail!("source ring {:?} was deleted", self.args.ring);
             }
             let committed = self.shared.committed.load(Ordering::Relaxed);

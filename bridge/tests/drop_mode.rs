@@ -8,43 +8,21 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rustix::process::{kill_process, Pid, Signal};
-use shmring::{ConsumerOptions, Ring, RingConfig};
+use rustix::process::Signal;
+use shmring::{ConsumerOptions, Ring};
 use shmring_bridge::Bridged;
-use shmring_tests::{eventually, Namespace};
+use shmring_testkit::{eventually, Namespace};
 
 use common::{check, exporter, importer, num, payload, stats_until};
 
 const N: u64 = 20_000;
 const CAPACITY: u64 = 256;
 
-fn signal(child: &shmring_tests::Child, sig: Signal) {
-    let pid = Pid::from_raw(child.pid() as i32).expect("a child pid is positive");
-    kill_process(pid, sig).expect("signal the exporter");
-}
-
 #[test]
 fn delivered_plus_dropped_equals_published() {
     let ns_a = Namespace::new("bridge_drop_mode");
     let ns_b = ns_a.sibling("b");
-    let src = Ring::create(
-        ns_a.name(),
-        "src",
-        &RingConfig {
-            capacity: CAPACITY,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the source ring");
-    let dst = Ring::create(
-        ns_b.name(),
-        "dst",
-        &RingConfig {
-            capacity: 4096,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the destination ring");
+    let (src, dst) = common::src_and_dst(&ns_a, CAPACITY, &ns_b, 4096);
     let key = format!("shmring/drop/{}", ns_a.name());
     let port = common::free_port();
 
@@ -78,15 +56,8 @@ fn delivered_plus_dropped_equals_published() {
         })
     };
 
-    let mut ex = exporter(
-        "exporter",
-        ns_a.name(),
-        "src",
-        &key,
-        port,
-        &["--mode", "drop"],
-    );
-    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &["--mode", "drop"]);
+    let mut im = importer("importer", &ns_b, "dst", &key, port);
     let name = shmring_bridge::export::default_consumer_name(&key);
     common::await_attached(&mut ex, &src, &name);
     // The importer has heard the exporter (a heartbeat), so it counts from sequence 0.
@@ -111,12 +82,12 @@ fn delivered_plus_dropped_equals_published() {
     eventually("the first quarter to be published", || {
         published.load(Ordering::Relaxed) >= N / 4
     });
-    signal(&ex, Signal::STOP);
+    ex.signal(Signal::STOP);
     let frozen_at = published.load(Ordering::Relaxed);
     eventually("the producer to lap the stopped exporter", || {
         published.load(Ordering::Relaxed) >= (frozen_at + 4 * CAPACITY).min(N)
     });
-    signal(&ex, Signal::CONT);
+    ex.signal(Signal::CONT);
     producer_thread.join().expect("producer thread");
     assert_eq!(published.load(Ordering::Relaxed), N);
 

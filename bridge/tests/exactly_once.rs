@@ -10,9 +10,9 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use shmring::{ConsumerOptions, Ring, RingConfig};
+use shmring::{ConsumerOptions, Ring};
 use shmring_bridge::Bridged;
-use shmring_tests::{eventually, Namespace};
+use shmring_testkit::{eventually, Namespace};
 
 use common::{check, exporter, importer, payload};
 
@@ -25,24 +25,7 @@ const TOMBSTONE_EVERY: u64 = 997;
 fn every_event_lands_once_in_order_across_bridge_crashes() {
     let ns_a = Namespace::new("bridge_exactly_once");
     let ns_b = ns_a.sibling("b");
-    let src = Ring::create(
-        ns_a.name(),
-        "src",
-        &RingConfig {
-            capacity: 1024,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the source ring");
-    let dst = Ring::create(
-        ns_b.name(),
-        "dst",
-        &RingConfig {
-            capacity: 1024,
-            ..RingConfig::default()
-        },
-    )
-    .expect("create the destination ring");
+    let (src, dst) = common::src_and_dst(&ns_a, 1024, &ns_b, 1024);
     let key = format!("shmring/test/{}", ns_a.name());
     let port = common::free_port();
 
@@ -87,8 +70,8 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
         })
     };
 
-    let mut ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
-    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
+    let mut im = importer("importer", &ns_b, "dst", &key, port);
     // Publishing starts once the exporter's durable consumer gates the ring (a fresh one
     // starts at the head: what was published before it attached is not its to carry).
     let name = shmring_bridge::export::default_consumer_name(&key);
@@ -117,7 +100,7 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
     let progressed = |at: u64| seen.load(Ordering::Relaxed) >= at || consumer_thread.is_finished();
     // Every incarnation's stderr, for the failure message.
     let mut logs: Vec<String> = Vec::new();
-    let kill = |c: &mut shmring_tests::Child, logs: &mut Vec<String>| {
+    let kill = |c: &mut shmring_testkit::Child, logs: &mut Vec<String>| {
         c.kill();
         let err = c.stderr();
         logs.push(format!("--- {} (pid {}) ---\n{err}", c.label(), c.pid()));
@@ -130,17 +113,17 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
         match k % 3 {
             0 => {
                 kill(&mut ex, &mut logs);
-                ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+                ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
             }
             1 => {
                 kill(&mut im, &mut logs);
-                im = importer("importer", ns_b.name(), "dst", &key, port);
+                im = importer("importer", &ns_b, "dst", &key, port);
             }
             _ => {
                 kill(&mut ex, &mut logs);
                 kill(&mut im, &mut logs);
-                im = importer("importer", ns_b.name(), "dst", &key, port);
-                ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
+                im = importer("importer", &ns_b, "dst", &key, port);
+                ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
             }
         }
     }
@@ -183,20 +166,15 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
 fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
     let ns_a = Namespace::new("bridge_replay");
     let ns_b = ns_a.sibling("b");
-    let cfg = RingConfig {
-        capacity: 1024,
-        ..RingConfig::default()
-    };
-    let src = Ring::create(ns_a.name(), "src", &cfg).expect("create the source ring");
-    let dst = Ring::create(ns_b.name(), "dst", &cfg).expect("create the destination ring");
+    let (src, dst) = common::src_and_dst(&ns_a, 1024, &ns_b, 1024);
     let key = format!("shmring/replay/{}", ns_a.name());
     let name = shmring_bridge::export::default_consumer_name(&key);
     let port = common::free_port();
     let mut consumer = dst
         .consumer(ConsumerOptions::anonymous())
         .expect("attach the consumer on B");
-    let mut ex = exporter("exporter", ns_a.name(), "src", &key, port, &[]);
-    let mut im = importer("importer", ns_b.name(), "dst", &key, port);
+    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
+    let mut im = importer("importer", &ns_b, "dst", &key, port);
     common::await_attached(&mut ex, &src, &name);
     let mut p = src.producer().expect("attach the producer on A");
 
@@ -225,7 +203,7 @@ fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
         Some(FIRST)
     );
 
-    im = importer("importer", ns_b.name(), "dst", &key, port);
+    im = importer("importer", &ns_b, "dst", &key, port);
     common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST + MORE);
     let mut got = Vec::new();
     eventually("B to hold every event", || {

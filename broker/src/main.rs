@@ -186,8 +186,8 @@ enum DemoRole {
         ring: String,
         /// Consumer name.
         name: String,
-        /// Wait strategy: busy-spin, blocking, adaptive, timeout-blocking.
-        wait: String,
+        /// Wait strategy, by name (`WaitStrategy`'s `FromStr`): busy-spin, blocking, ...
+        wait: shmring::WaitStrategy,
     },
 }
 
@@ -281,7 +281,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
                 } => demo::role::broker(&ns, config, metrics_listen)?,
                 DemoRole::Producer { ring, rate } => demo::role::producer(&ns, &ring, rate)?,
                 DemoRole::Consumer { ring, name, wait } => {
-                    demo::role::consumer(&ns, &ring, &name, &wait)?
+                    demo::role::consumer(&ns, &ring, &name, wait)?
                 }
             }
             Ok(ExitCode::SUCCESS)

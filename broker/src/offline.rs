@@ -12,25 +12,11 @@ pub fn report(namespace: &str, only: Option<&str>) -> StatusReport {
     let mut rings = Vec::new();
     let mut unreadable = Vec::new();
     let mut broker_pid = None;
-    let dir = shmring::names::namespace_dir(namespace).ok();
-    let mut names: Vec<String> = dir
-        .as_ref()
-        .and_then(|d| std::fs::read_dir(d).ok())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let f = e.file_name().into_string().ok()?;
-            if f.starts_with('.') {
-                return None;
-            }
-            f.strip_suffix(shmring::names::RING_SUFFIX)
-                .map(str::to_owned)
-        })
-        .filter(|n| only.is_none_or(|o| o == n))
-        .collect();
-    names.sort();
-    for name in names {
+    let names = shmring::names::namespace_dir(namespace)
+        .ok()
+        .and_then(|dir| shmring::names::rings_in(&dir).ok())
+        .unwrap_or_default();
+    for name in names.into_iter().filter(|n| only.is_none_or(|o| o == n)) {
         match Ring::open(namespace, &name) {
             Ok(ring) => {
                 if ring.broker_pid() != 0 {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{consumer, num, ring, Ns, Proc};
+use common::{consumer, num, ring, BrokerNs, Namespace};
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -13,8 +13,7 @@ fn role() {
 
 #[test]
 fn broker_killed_mid_traffic_is_replaced_and_adopts_the_ring() {
-    let _serial = common::serial();
-    let ns = Ns::new("restart");
+    let ns = Namespace::new("restart");
     let config = "[rings.r]\ncapacity = 256\nstall_threshold = \"1s\"\n";
     let mut broker = ns.broker(Some(config));
     let (v, _) = ns.status();
@@ -26,15 +25,13 @@ fn broker_killed_mid_traffic_is_replaced_and_adopts_the_ring() {
         e.extend(pairs.iter().map(|(k, v)| (*k, (*v).to_owned())));
         e
     };
-    let mut c = Proc::role(
+    let mut c = ns.role(
         "consumer",
-        &ns.name,
         &env(&[("ROLE_NAME", "sink"), ("ROLE_EXPECT", "20000")]),
     );
     c.expect("@ready");
-    let mut p = Proc::role(
+    let mut p = ns.role(
         "producer",
-        &ns.name,
         &env(&[
             ("ROLE_COUNT", "20000"),
             ("ROLE_PACE_US", "20"),
@@ -62,7 +59,7 @@ fn broker_killed_mid_traffic_is_replaced_and_adopts_the_ring() {
     assert_eq!(s["state"], "HEALTHY");
     assert_eq!((num(s, "skipped"), num(s, "dropped_behind")), (0, 0));
 
-    p.send("go");
+    p.send_line("go");
     assert_eq!(p.expect("@published"), "20000");
     assert_eq!(
         c.expect("@done"),
@@ -75,11 +72,11 @@ fn broker_killed_mid_traffic_is_replaced_and_adopts_the_ring() {
         0,
         "no stall"
     );
-    assert!(broker.logged("adopted ring"));
+    assert!(broker.stderr_has("adopted ring"));
     broker.kill();
 }
 
-fn sweeps_after(ns: &Ns, n: u64) -> serde_json::Value {
+fn sweeps_after(ns: &Namespace, n: u64) -> serde_json::Value {
     let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
     ns.wait_status("more sweeps", |v, _| {
         (num(&v["broker"], "sweeps") >= before + n).then(|| v.clone())
@@ -91,8 +88,7 @@ fn sweeps_after(ns: &Ns, n: u64) -> serde_json::Value {
 /// by a broker (this one or the next), never listed as unreadable, and never removed.
 #[test]
 fn a_creators_tmp_leftover_is_never_opened_adopted_or_removed() {
-    let _serial = common::serial();
-    let ns = Ns::new("tmpleft");
+    let ns = Namespace::new("tmpleft");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\n";
     let mut broker = ns.broker(Some(config));
     // A whole, valid segment under a creator's temporary name.
@@ -100,14 +96,14 @@ fn a_creators_tmp_leftover_is_never_opened_adopted_or_removed() {
         capacity: 16,
         ..shmring::RingConfig::default()
     };
-    drop(shmring::Ring::create(&ns.name, "x", &cfg).expect("create x"));
+    drop(shmring::Ring::create(ns.name(), "x", &cfg).expect("create x"));
     let tmp = ns.dir().join(".x.4242.17.tmp");
     std::fs::rename(ns.dir().join("x.ring"), &tmp).expect("rename to the temporary name");
     let check = |v: &serde_json::Value, who: &str| {
         assert!(ring(v, "x").is_none(), "{who} adopted the leftover: {v:#}");
         assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
         assert!(matches!(
-            shmring::Ring::open(&ns.name, "x"),
+            shmring::Ring::open(ns.name(), "x"),
             Err(shmring::OpenError::NotFound { .. })
         ));
         assert!(tmp.exists(), "{who} removed the leftover");
@@ -124,12 +120,11 @@ fn a_creators_tmp_leftover_is_never_opened_adopted_or_removed() {
 /// on with the unlinked segment.
 #[test]
 fn a_ring_file_that_disappears_leaves_the_status_and_attached_clients_carry_on() {
-    let _serial = common::serial();
-    let ns = Ns::new("gone");
+    let ns = Namespace::new("gone");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\n",
     ));
-    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
+    let handle = shmring::Ring::open(ns.name(), "r").expect("open");
     let mut c = handle
         .consumer(shmring::ConsumerOptions::durable("c"))
         .expect("consumer");
@@ -142,7 +137,7 @@ fn a_ring_file_that_disappears_leaves_the_status_and_attached_clients_carry_on()
         ring(v, "r").is_none().then_some(())
     });
     assert!(matches!(
-        shmring::Ring::open(&ns.name, "r"),
+        shmring::Ring::open(ns.name(), "r"),
         Err(shmring::OpenError::NotFound { .. })
     ));
     for i in 3..6u64 {

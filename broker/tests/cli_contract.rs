@@ -8,14 +8,12 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 
-use common::{consumer, num, ring, Ns, Proc};
+use common::{consumer, num, ring, BrokerNs, Child, Namespace, BIN};
 use serde_json::Value;
 use shmring::{ConsumerOptions, Ring};
-
-const BIN: &str = env!("CARGO_BIN_EXE_shmring-broker");
+use shmring_testkit::{output, role};
 
 #[test]
 fn role() {
@@ -36,7 +34,7 @@ fn stdout(out: &Output) -> String {
 
 #[test]
 fn usage_errors_exit_64_and_help_exits_0() {
-    let ns = Ns::new("usage");
+    let ns = Namespace::concurrent("usage");
     for args in [
         &["bogus"][..],
         &["status", "--bogus"],
@@ -55,10 +53,10 @@ fn usage_errors_exit_64_and_help_exits_0() {
             stderr(&out)
         );
     }
-    let bad_ns = Command::new(BIN)
-        .args(["--namespace", "no/such", "status"])
-        .output()
-        .expect("cli");
+    let bad_ns = output(
+        "cli",
+        Command::new(BIN).args(["--namespace", "no/such", "status"]),
+    );
     assert_eq!(code(&bad_ns), 64, "{}", stderr(&bad_ns));
     for args in [&["--help"][..], &["--version"], &["status", "--help"]] {
         let out = ns.cli(args);
@@ -73,12 +71,12 @@ fn usage_errors_exit_64_and_help_exits_0() {
 }
 
 /// Run the CLI with a stdout whose reader is already gone.
-fn with_closed_stdout(ns: &Ns, args: &[&str]) -> Output {
+fn with_closed_stdout(ns: &Namespace, args: &[&str]) -> Output {
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
     Command::new(BIN)
         .arg("--namespace")
-        .arg(&ns.name)
+        .arg(ns.name())
         .args(args)
         .stdout(Stdio::from(writer))
         .stderr(Stdio::piped())
@@ -88,8 +86,7 @@ fn with_closed_stdout(ns: &Ns, args: &[&str]) -> Output {
 
 #[test]
 fn a_closed_stdout_ends_quietly_with_the_commands_code() {
-    let _serial = common::serial();
-    let ns = Ns::new("pipe");
+    let ns = Namespace::new("pipe");
     let _broker = ns.broker(None);
     for (args, want) in [
         (&["status"][..], 0),
@@ -106,10 +103,10 @@ fn a_closed_stdout_ends_quietly_with_the_commands_code() {
 }
 
 /// `status --watch` on a pipe: the first `n` lines, then it is killed.
-fn watch_lines(ns: &Ns, args: &[&str], n: usize) -> Vec<String> {
+fn watch_lines(ns: &Namespace, args: &[&str], n: usize) -> Vec<String> {
     let mut cmd = Command::new(BIN);
-    cmd.arg("--namespace").arg(&ns.name).args(args);
-    let mut p = Proc::spawn("watch", cmd);
+    cmd.arg("--namespace").arg(ns.name()).args(args);
+    let mut p = ns.spawn("watch", cmd);
     let mut lines = Vec::new();
     while lines.len() < n {
         let line = p.expect("");
@@ -120,8 +117,7 @@ fn watch_lines(ns: &Ns, args: &[&str], n: usize) -> Vec<String> {
 
 #[test]
 fn watch_on_a_pipe_writes_no_screen_codes_and_json_one_document_per_line() {
-    let _serial = common::serial();
-    let ns = Ns::new("watch");
+    let ns = Namespace::new("watch");
     let _broker = ns.broker(None);
     let text = watch_lines(&ns, &["status", "--watch", "0.1"], 30);
     assert!(text.iter().all(|l| !l.contains('\x1b')), "{text:#?}");
@@ -139,7 +135,7 @@ fn watch_on_a_pipe_writes_no_screen_codes_and_json_one_document_per_line() {
 
 #[test]
 fn errors_are_printed_once() {
-    let ns = Ns::new("once");
+    let ns = Namespace::concurrent("once");
     let out = ns.cli(&["config", "--check", "/nonexistent/shmring.toml"]);
     assert_eq!(code(&out), 1);
     let err = stderr(&out);
@@ -149,13 +145,13 @@ fn errors_are_printed_once() {
 
 #[test]
 fn a_mistyped_namespace_is_named_not_reported_healthy() {
-    let ns = Ns::new("typo");
+    let ns = Namespace::concurrent("typo");
     for args in [&["status"][..], &["status", "--json"], &["stop", "default"]] {
         let out = ns.cli(args);
         assert_eq!(code(&out), 2, "{args:?}");
         let err = stderr(&out);
         assert!(
-            err.contains("does not exist") && err.contains(&ns.name),
+            err.contains("does not exist") && err.contains(ns.name()),
             "{err}"
         );
         assert!(!stdout(&out).contains("healthy"), "{}", stdout(&out));
@@ -164,23 +160,22 @@ fn a_mistyped_namespace_is_named_not_reported_healthy() {
 
 #[test]
 fn the_namespace_comes_from_the_environment() {
-    let _serial = common::serial();
-    let ns = Ns::new("env");
+    let ns = Namespace::new("env");
     let _broker = ns.broker(None);
-    let out = Command::new(BIN)
-        .args(["status", "--json"])
-        .env(shmring::names::NAMESPACE_ENV, &ns.name)
-        .output()
-        .expect("cli");
+    let out = output(
+        "cli",
+        Command::new(BIN)
+            .args(["status", "--json"])
+            .env(shmring::names::NAMESPACE_ENV, ns.name()),
+    );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(v["namespace"], ns.name.as_str());
+    assert_eq!(v["namespace"], ns.name());
 }
 
 #[test]
 fn start_on_a_running_ring_is_done_like_stop_on_a_stopped_one() {
-    let _serial = common::serial();
-    let ns = Ns::new("idem");
+    let ns = Namespace::new("idem");
     let _broker = ns.broker(None);
     let out = ns.cli(&["start", "default"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -196,10 +191,9 @@ fn start_on_a_running_ring_is_done_like_stop_on_a_stopped_one() {
 
 #[test]
 fn release_and_unsubscribe_a_durable_consumer_by_name() {
-    let _serial = common::serial();
-    let ns = Ns::new("byname");
+    let ns = Namespace::new("byname");
     let _broker = ns.broker(None);
-    let ring_handle = Ring::open(&ns.name, "default").expect("open");
+    let ring_handle = Ring::open(ns.name(), "default").expect("open");
     let live = ring_handle
         .consumer(ConsumerOptions::durable("live"))
         .expect("live");
@@ -243,7 +237,7 @@ fn release_and_unsubscribe_a_durable_consumer_by_name() {
     drop(live);
 }
 
-fn exchange(ns: &Ns, line: &str) -> Value {
+fn exchange(ns: &Namespace, line: &str) -> Value {
     let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
     s.set_read_timeout(Some(common::WAIT)).expect("timeout");
     s.write_all(line.as_bytes()).expect("send");
@@ -254,8 +248,7 @@ fn exchange(ns: &Ns, line: &str) -> Value {
 
 #[test]
 fn a_request_past_its_deadline_is_not_carried_out() {
-    let _serial = common::serial();
-    let ns = Ns::new("deadline");
+    let ns = Namespace::new("deadline");
     let _broker = ns.broker(None);
     let v = exchange(
         &ns,
@@ -287,33 +280,31 @@ fn a_request_past_its_deadline_is_not_carried_out() {
 
 #[test]
 fn sighup_reloads_the_config_and_keeps_the_broker() {
-    let _serial = common::serial();
-    let ns = Ns::new("hup");
+    let ns = Namespace::new("hup");
     let path = ns.config("[rings.a]\ncapacity = 64\n");
-    let mut broker = common::BrokerProc::start(&ns.name, Some(&path));
-    let hup = |b: &common::BrokerProc| {
-        let pid = rustix::process::Pid::from_raw(b.pid() as i32).expect("pid");
-        rustix::process::kill_process(pid, rustix::process::Signal::HUP).expect("SIGHUP");
-    };
+    let mut broker = ns.broker_with(Some(&path), &[]);
+    let hup = |b: &mut Child| b.signal(rustix::process::Signal::HUP);
     std::fs::write(
         &path,
         "[rings.a]\ncapacity = 64\n[rings.b]\nstall_threshold = \"80ms\"\n",
     )
     .expect("rewrite config");
-    hup(&broker);
+    hup(&mut broker);
     ns.wait_status("ring b after SIGHUP", |v, _| {
         let b = ring(v, "b")?;
         (num(&b["health"], "stall_threshold_ms") == 80).then_some(())
     });
     std::fs::write(&path, "this is not toml").expect("break config");
-    hup(&broker);
+    hup(&mut broker);
     common::wait_until("the reload failure logged", || {
-        broker.logged("config not reloaded").then_some(())
+        broker.stderr_has("config not reloaded").then_some(())
     });
     let (v, code) = ns.status();
     assert_eq!(code, 0, "{v:#}");
     assert!(ring(&v, "a").is_some() && ring(&v, "b").is_some());
-    assert!(broker.terminate().success());
+    assert!(broker
+        .signal_and_wait(rustix::process::Signal::TERM)
+        .success());
 }
 
 #[test]
@@ -322,18 +313,14 @@ fn a_socket_this_user_may_not_use_is_not_called_a_dead_broker() {
         eprintln!("skipped: needs root to run the CLI as another uid");
         return;
     }
-    let _serial = common::serial();
-    let ns = Ns::new("eacces");
+    let ns = Namespace::new("eacces");
     let _broker = ns.broker(None);
     std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o711)).expect("chmod");
-    let copy = common::ExeForNobody::of(std::path::Path::new(BIN));
-    let out = Command::new(&copy.exe)
-        .args(["--namespace", &ns.name, "status"])
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .expect("cli as nobody");
+    let copy = role::ExeForNobody::of(std::path::Path::new(BIN));
+    let out = output(
+        "cli as nobody",
+        role::as_nobody(Command::new(&copy.exe).args(["--namespace", ns.name(), "status"])),
+    );
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(text.contains("BROKER NOT REACHABLE"), "{text}");
@@ -346,7 +333,7 @@ fn a_socket_this_user_may_not_use_is_not_called_a_dead_broker() {
 
 #[test]
 fn shell_completions_are_generated() {
-    let ns = Ns::new("compl");
+    let ns = Namespace::concurrent("compl");
     for shell in ["bash", "zsh", "fish"] {
         let out = ns.cli(&["completions", shell]);
         assert_eq!(code(&out), 0, "{shell}: {}", stderr(&out));

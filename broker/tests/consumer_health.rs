@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{consumer, num, ring, Ns, Proc};
+use common::{consumer, num, ring, BrokerNs, Child, Namespace};
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -31,15 +31,14 @@ fn env(pairs: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
 }
 
 /// A paused consumer "victim" and a producer stuck behind it with a full ring.
-fn victim_holding_a_producer(ns: &Ns, count: u64) -> (Proc, Proc) {
-    let mut victim = Proc::role(
+fn victim_holding_a_producer(ns: &Namespace, count: u64) -> (Child, Child) {
+    let mut victim = ns.role(
         "consumer",
-        &ns.name,
         &env(&[("ROLE_NAME", "victim"), ("ROLE_PAUSED", "1")]),
     );
     victim.expect("@ready");
     let count = count.to_string();
-    let mut producer = Proc::role("producer", &ns.name, &env(&[("ROLE_COUNT", &count)]));
+    let mut producer = ns.role("producer", &env(&[("ROLE_COUNT", &count)]));
     producer.expect("@ready");
     ns.wait_status("the ring to fill up behind the victim", |v, _| {
         let r = ring(v, "r")?;
@@ -52,8 +51,7 @@ fn victim_holding_a_producer(ns: &Ns, count: u64) -> (Proc, Proc) {
 
 #[test]
 fn killed_consumer_with_release_lets_the_producer_move_on() {
-    let _serial = common::serial();
-    let ns = Ns::new("release");
+    let ns = Namespace::new("release");
     let _broker = ns.broker(Some(&config("release")));
     let (mut victim, mut producer) = victim_holding_a_producer(&ns, 200);
 
@@ -80,7 +78,7 @@ fn killed_consumer_with_release_lets_the_producer_move_on() {
     );
 
     // Re-attached, it resumes at the head and the gap is counted.
-    let ring = shmring::Ring::open(&ns.name, "r").expect("open");
+    let ring = shmring::Ring::open(ns.name(), "r").expect("open");
     let c = ring
         .consumer(shmring::ConsumerOptions::durable("victim"))
         .expect("re-attach");
@@ -90,8 +88,7 @@ fn killed_consumer_with_release_lets_the_producer_move_on() {
 
 #[test]
 fn killed_consumer_with_alert_keeps_holding_and_its_restart_gets_everything() {
-    let _serial = common::serial();
-    let ns = Ns::new("alert");
+    let ns = Namespace::new("alert");
     let _broker = ns.broker(Some(&config("alert")));
     let (mut victim, mut producer) = victim_holding_a_producer(&ns, 100);
 
@@ -114,9 +111,8 @@ fn killed_consumer_with_alert_keeps_holding_and_its_restart_gets_everything() {
     assert_eq!(num(&r["health"], "deaths"), 1);
     assert_eq!(num(&r["health"], "releases"), 0);
 
-    let mut again = Proc::role(
+    let mut again = ns.role(
         "consumer",
-        &ns.name,
         &env(&[("ROLE_NAME", "victim"), ("ROLE_EXPECT", "100")]),
     );
     assert_eq!(again.expect("@ready"), "index=0 next=0");
@@ -132,16 +128,15 @@ fn killed_consumer_with_alert_keeps_holding_and_its_restart_gets_everything() {
 
 #[test]
 fn a_consumer_that_stops_polling_is_stalled_then_healthy_again() {
-    let _serial = common::serial();
-    let ns = Ns::new("stall");
+    let ns = Namespace::new("stall");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\n",
     ));
-    let mut c = Proc::role("consumer", &ns.name, &env(&[("ROLE_NAME", "slow")]));
+    let mut c = ns.role("consumer", &env(&[("ROLE_NAME", "slow")]));
     c.expect("@ready");
-    c.send("pause");
+    c.send_line("pause");
     c.expect("@paused");
-    let ring = shmring::Ring::open(&ns.name, "r").expect("open");
+    let ring = shmring::Ring::open(ns.name(), "r").expect("open");
     let mut p = ring.producer().expect("producer");
     for i in 0..10u64 {
         p.publish(&i.to_le_bytes()).expect("publish");
@@ -150,7 +145,7 @@ fn a_consumer_that_stops_polling_is_stalled_then_healthy_again() {
         let s = consumer(v, "r", "slow")?;
         (s["state"] == "STALLED" && code == 1).then_some(())
     });
-    c.send("resume");
+    c.send_line("resume");
     let v = ns.wait_status("HEALTHY again", |v, code| {
         let s = consumer(v, "r", "slow")?;
         (s["state"] == "HEALTHY" && num(s, "sequence") == 10 && code == 0).then(|| v.clone())
@@ -161,16 +156,14 @@ fn a_consumer_that_stops_polling_is_stalled_then_healthy_again() {
 
 #[test]
 fn a_failed_handler_is_reported_and_released_and_stays_released_after_its_handle_drops() {
-    let _serial = common::serial();
-    let ns = Ns::new("failed");
+    let ns = Namespace::new("failed");
     let _broker = ns.broker(Some(&config("release").replace("victim", "failing")));
-    let mut c = Proc::role(
+    let mut c = ns.role(
         "consumer",
-        &ns.name,
         &env(&[("ROLE_NAME", "failing"), ("ROLE_PANIC_AT", "10")]),
     );
     c.expect("@ready");
-    let mut p = Proc::role("producer", &ns.name, &env(&[("ROLE_COUNT", "200")]));
+    let mut p = ns.role("producer", &env(&[("ROLE_COUNT", "200")]));
     assert_eq!(c.expect("@failed"), "sequence=10");
     ns.wait_status("FAILED (then released)", |v, _| {
         let s = consumer(v, "r", "failing")?;
@@ -185,7 +178,7 @@ fn a_failed_handler_is_reported_and_released_and_stays_released_after_its_handle
     // broker's RELEASED back to FAILED), so it does not gate again and needs no second
     // release.
     c.close_stdin();
-    assert!(c.wait().success());
+    assert!(c.wait_status().success());
     let v = ns.wait_status("the dropped handle still released", |v, _| {
         let s = consumer(v, "r", "failing")?;
         (s["state"] == "RELEASED").then(|| v.clone())
@@ -193,7 +186,7 @@ fn a_failed_handler_is_reported_and_released_and_stays_released_after_its_handle
     let health = &ring(&v, "r").expect("r")["health"];
     assert_eq!(num(health, "releases"), 1, "{v:#}");
     assert_eq!(num(health, "deaths"), 1, "{v:#}");
-    let ring = shmring::Ring::open(&ns.name, "r").expect("open");
+    let ring = shmring::Ring::open(ns.name(), "r").expect("open");
     let mut producer = ring.producer().expect("producer");
     for i in 0..100u64 {
         producer.publish(&i.to_le_bytes()).expect("publish");
@@ -205,13 +198,11 @@ fn a_failed_handler_is_reported_and_released_and_stays_released_after_its_handle
 /// the consumer still dead, stops it again, and counts from zero (epoch + 1).
 #[test]
 fn killed_consumer_with_stop_ring_stops_the_ring_and_a_new_broker_stops_it_again() {
-    let _serial = common::serial();
-    let ns = Ns::new("stopring");
+    let ns = Namespace::new("stopring");
     let mut broker = ns.broker(Some(&config("stop-ring")));
-    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
-    let mut victim = Proc::role(
+    let handle = shmring::Ring::open(ns.name(), "r").expect("open");
+    let mut victim = ns.role(
         "consumer",
-        &ns.name,
         &env(&[("ROLE_NAME", "victim"), ("ROLE_PAUSED", "1")]),
     );
     victim.expect("@ready");
@@ -269,10 +260,9 @@ fn killed_consumer_with_stop_ring_stops_the_ring_and_a_new_broker_stops_it_again
 #[test]
 fn killed_optional_consumers_are_freed_or_left_behind_without_holding_producers() {
     use common::fault::spawn_consumer;
-    let _serial = common::serial();
-    let ns = Ns::new("optkill");
+    let ns = Namespace::new("optkill");
     let _broker = ns.broker(Some(&config("alert")));
-    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
+    let handle = shmring::Ring::open(ns.name(), "r").expect("open");
     let s = |v: &str| v.to_owned();
     let (mut anon, _) = spawn_consumer(
         &ns,
@@ -312,12 +302,11 @@ fn killed_optional_consumers_are_freed_or_left_behind_without_holding_producers(
 /// the broker frees the entry (`freed` + 1) and the row is gone.
 #[test]
 fn a_handler_panic_in_an_anonymous_consumer_is_failed_then_freed() {
-    let _serial = common::serial();
-    let ns = Ns::new("anonpanic");
+    let ns = Namespace::new("anonpanic");
     let _broker = ns.broker(Some(&config("alert")));
-    let mut c = Proc::role("consumer", &ns.name, &env(&[("ROLE_PANIC_AT", "5")]));
+    let mut c = ns.role("consumer", &env(&[("ROLE_PANIC_AT", "5")]));
     c.expect("@ready");
-    let handle = shmring::Ring::open(&ns.name, "r").expect("open");
+    let handle = shmring::Ring::open(ns.name(), "r").expect("open");
     let mut p = handle.producer().expect("producer");
     for i in 0..10u64 {
         p.publish(&i.to_le_bytes()).expect("publish");

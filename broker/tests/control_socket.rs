@@ -6,10 +6,10 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 
-use common::{ring, Ns, Proc};
+use common::{ring, BrokerNs, Namespace};
 use serde_json::Value;
+use shmring_testkit::role::{self, ExeForNobody};
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -17,7 +17,7 @@ fn role() {
     common::roles::run_if_child();
 }
 
-fn exchange(ns: &Ns, bytes: &[u8]) -> Value {
+fn exchange(ns: &Namespace, bytes: &[u8]) -> Value {
     let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
     s.set_read_timeout(Some(common::WAIT)).expect("timeout");
     // The broker may refuse (and close) before an oversized request is all written.
@@ -36,8 +36,7 @@ fn error_of(v: &Value) -> &str {
 
 #[test]
 fn malformed_oversized_and_unknown_requests_are_refused_and_the_broker_stays_up() {
-    let _serial = common::serial();
-    let ns = Ns::new("ctl");
+    let ns = Namespace::new("ctl");
     let broker = ns.broker(None);
 
     let v = exchange(&ns, b"this is not json\n");
@@ -80,35 +79,6 @@ fn malformed_oversized_and_unknown_requests_are_refused_and_the_broker_stays_up(
     assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
 }
 
-/// A copy of this test binary that uid 65534 can run: the checkout (and so the binary) may
-/// sit under a directory other users cannot search, such as `/root`. The copy lives in its
-/// own 0755 directory under the temp dir and is removed when the guard drops.
-struct ExeForNobody {
-    dir: std::path::PathBuf,
-    exe: std::path::PathBuf,
-}
-
-impl ExeForNobody {
-    fn new() -> Self {
-        use std::os::unix::fs::PermissionsExt;
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("shmring-exe-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("exe dir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let exe = dir.join("role");
-        std::fs::copy(std::env::current_exe().expect("current_exe"), &exe).expect("copy exe");
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        Self { dir, exe }
-    }
-}
-
-impl Drop for ExeForNobody {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Tests that need root. A plain `cargo test` lists them as ignored, so a run without root
 /// says they were skipped rather than passing them; CI runs as root and runs them with
 /// `cargo test --workspace -- --ignored as_root::` (`.ci/run`), where they fail if they
@@ -116,19 +86,11 @@ impl Drop for ExeForNobody {
 mod as_root {
     use super::*;
 
-    fn need_root() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "this test runs a child as uid 65534: run it as root"
-        );
-    }
-
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_peer_of_another_uid_is_refused() {
-        need_root();
-        let _serial = common::serial();
-        let ns = Ns::new("uid");
+        role::need_root();
+        let ns = Namespace::new("uid");
         let _broker = ns.broker(None);
         // Open the file permissions wide, so that only the broker's SO_PEERCRED check stands
         // between uid 65534 and the broker.
@@ -138,23 +100,12 @@ mod as_root {
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))
             .expect("chmod socket");
 
-        let copy = ExeForNobody::new();
-        let mut cmd = std::process::Command::new(&copy.exe);
-        cmd.args([
-            "--exact",
-            "role",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(common::proc::ROLE_ENV, "foreign")
-        .env(shmring::names::NAMESPACE_ENV, &ns.name)
-        .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
-        .current_dir("/")
-        .uid(65534)
-        .gid(65534);
-        let mut child = Proc::spawn("foreign", cmd);
+        let copy = ExeForNobody::of_this_test();
+        let mut cmd = role::command(&copy.exe, "foreign");
+        cmd.env(shmring::names::NAMESPACE_ENV, ns.name())
+            .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}");
+        role::as_nobody(&mut cmd);
+        let mut child = ns.spawn("foreign", cmd);
         let reply = child.expect("@reply");
         eprintln!("reply to uid 65534: {reply}");
         assert!(
@@ -175,30 +126,20 @@ mod as_root {
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_member_by_a_supplementary_group_may_control_the_broker() {
-        need_root();
-        let _serial = common::serial();
-        let ns = Ns::new("supp");
+        role::need_root();
+        let ns = Namespace::new("supp");
         // A gid of no other use on this machine: the broker takes numeric groups as they are.
         let group = 4242;
         let _broker = ns.broker(Some(&format!(
             "[broker]\ngroup = {group}\n[rings.default]\ncapacity = 64\n"
         )));
-        let copy = ExeForNobody::new();
-        let mut cmd = std::process::Command::new(&copy.exe);
-        cmd.args([
-            "--exact",
-            "role",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(common::proc::ROLE_ENV, "foreign")
-        .env(shmring::names::NAMESPACE_ENV, &ns.name)
-        .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
-        .current_dir("/");
+        let copy = ExeForNobody::of_this_test();
+        let mut cmd = role::command(&copy.exe, "foreign");
+        cmd.env(shmring::names::NAMESPACE_ENV, ns.name())
+            .env("ROLE_REQUEST", "{\"op\":\"stop\",\"ring\":\"default\"}")
+            .current_dir("/");
         common::run_as(&mut cmd, 65534, 65534, &[group]);
-        let mut child = Proc::spawn("supplementary", cmd);
+        let mut child = ns.spawn("supplementary", cmd);
         let reply = child.expect("@reply");
         eprintln!("reply to uid 65534 with supplementary group {group}: {reply}");
         assert!(reply.contains("\"reply\":\"done\""), "{reply}");

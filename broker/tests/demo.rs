@@ -6,9 +6,8 @@ mod common;
 use std::process::Command;
 use std::time::Instant;
 
-use common::Proc;
-
-const BIN: &str = env!("CARGO_BIN_EXE_shmring-broker");
+use common::{Namespace, BIN};
+use rustix::process::Signal;
 
 #[test]
 fn role() {
@@ -50,10 +49,7 @@ fn assert_cleaned_up(namespace: &str) {
 #[test]
 fn the_demo_runs_end_to_end_and_cleans_up() {
     let _serial = common::serial();
-    let out = Command::new(BIN)
-        .args(["demo", "--duration", "3s"])
-        .output()
-        .expect("demo");
+    let out = shmring_testkit::output("demo", Command::new(BIN).args(["demo", "--duration", "3s"]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -91,18 +87,17 @@ fn the_demo_runs_end_to_end_and_cleans_up() {
 
 #[test]
 fn an_interrupted_demo_cleans_up() {
-    let _serial = common::serial();
+    // The demo makes a namespace of its own; this one owns the demo process.
+    let ns = Namespace::new("demo_int");
     let mut cmd = Command::new(BIN);
     cmd.args(["demo", "--duration", "10m"]);
-    let mut demo = Proc::spawn("demo", cmd);
+    let mut demo = ns.spawn("demo", cmd);
     let first = demo.expect("demo namespace ");
     let namespace = namespace_of(&format!("demo namespace {first}"));
     demo.expect("ring \"demo\"");
     assert!(!processes_of(&namespace).is_empty());
     let started = Instant::now();
-    let pid = rustix::process::Pid::from_raw(demo.pid() as i32).expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::INT).expect("SIGINT");
-    let status = demo.wait();
+    let status = demo.signal_and_wait(Signal::INT);
     assert_eq!(status.code(), Some(1), "an interrupted demo exits 1");
     assert_cleaned_up(&namespace);
     eprintln!("cleaned up {:?} after SIGINT", started.elapsed());

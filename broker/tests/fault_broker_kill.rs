@@ -23,10 +23,10 @@ use common::fault::{
     check_delivered_all, cli_finish, cli_spawn, dead_entries, expect_done, ledger_path, published,
     spawn_consumer, spawn_producer, Accepted, DWELL_WAIT, WAITS,
 };
-use common::{num, ring, BrokerProc, Ns, Proc};
+use common::{num, ring, BrokerNs, Child, Namespace};
 use shmring::{Ring, RingState};
-use shmring_tests::fault::Rng;
-use shmring_tests::raw::RawSegment;
+use shmring_testkit::fault::Rng;
+use shmring_testkit::raw::RawSegment;
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -41,7 +41,7 @@ fn s(v: impl ToString) -> String {
 }
 
 /// `@acc` from every live producer, read past whatever they printed before: events flow.
-fn publishing_goes_on(producers: &mut [(u32, Proc)]) {
+fn publishing_goes_on(producers: &mut [(u32, Child)]) {
     for (_, p) in producers.iter_mut() {
         p.try_lines();
         p.expect("@acc");
@@ -51,16 +51,16 @@ fn publishing_goes_on(producers: &mut [(u32, Proc)]) {
 /// Send `finish` to every child and stop the ring through the running broker; the
 /// producers' `@done` lines say exactly what each accepted.
 fn finish_and_stop(
-    ns: &Ns,
-    producers: &mut [(u32, Proc)],
-    consumers: &mut [&mut Proc],
+    ns: &Namespace,
+    producers: &mut [(u32, Child)],
+    consumers: &mut [&mut Child],
     accepted: &mut BTreeMap<u32, Accepted>,
 ) {
     for (_, p) in producers.iter_mut() {
-        p.send("finish");
+        p.send_line("finish");
     }
     for c in consumers.iter_mut() {
-        c.send("finish");
+        c.send_line("finish");
     }
     let out = ns.cli(&["stop", "r"]);
     assert!(
@@ -91,10 +91,10 @@ fn stop_outcome(handle: &Ring, raw: &RawSegment) -> &'static str {
 /// On a stopped ring whose producers (`ROLE_ON_CLOSED=retry`, never killed, no tombstones)
 /// each said `@refused acc=N`: the recorded stop sequence is the sum of what they accepted,
 /// a count taken from the producers rather than from the ring. Returns it.
-fn stop_at_what_was_accepted(producers: &mut [(u32, Proc)], raw: &RawSegment) -> u64 {
+fn stop_at_what_was_accepted(producers: &mut [(u32, Child)], raw: &RawSegment) -> u64 {
     let accepted: u64 = producers
         .iter_mut()
-        .map(|(_, p)| shmring_tests::report::num(&p.expect("@refused"), "acc"))
+        .map(|(_, p)| shmring_testkit::report::num(&p.expect("@refused"), "acc"))
         .sum();
     assert_eq!(
         raw.stop_seq(),
@@ -106,14 +106,13 @@ fn stop_at_what_was_accepted(producers: &mut [(u32, Proc)], raw: &RawSegment) ->
 
 #[test]
 fn the_broker_killed_at_random_points_of_its_sweeps_leaves_the_data_path_alone() {
-    let _serial = common::serial();
     let mut rng = Rng::for_test("broker_killed_in_sweeps");
-    let ns = Ns::new("fbsweep");
+    let ns = Namespace::new("fbsweep");
     // A 4 ms stall threshold: a sweep every 2 ms, so a kill often lands inside one.
     let config = "[rings.r]\ncapacity = 32\nslot_size = 128\nstall_threshold = \"4ms\"\n\
                   unblock_timeout = \"20ms\"\n";
     let mut broker = ns.broker(Some(config));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let producer_env = [
         ("ROLE_PROGRESS", s(PROGRESS)),
         ("ROLE_DWELL_US", s(2000)),
@@ -138,7 +137,7 @@ fn the_broker_killed_at_random_points_of_its_sweeps_leaves_the_data_path_alone()
     };
     let (mut anon, _) = spawn_consumer(&ns, "r", &anon_env(&mut rng));
     let mut accepted: BTreeMap<u32, Accepted> = BTreeMap::new();
-    let mut producers: Vec<(u32, Proc)> = Vec::new();
+    let mut producers: Vec<(u32, Child)> = Vec::new();
     let mut next_id = 0u32;
     for _ in 0..2 {
         producers.push((
@@ -163,7 +162,7 @@ fn the_broker_killed_at_random_points_of_its_sweeps_leaves_the_data_path_alone()
                     std::thread::sleep(Duration::from_millis(rng.range(0..=10)));
                 }
                 victim.kill();
-                victim.rest();
+                victim.rest_of_stdout();
                 accepted.insert(*id, Accepted::killed(&ledger_path(&ns, *id)));
                 producers[i] = (
                     next_id,
@@ -224,12 +223,11 @@ fn the_broker_killed_at_random_points_of_its_sweeps_leaves_the_data_path_alone()
 
 #[test]
 fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
-    let _serial = common::serial();
     let mut rng = Rng::for_test("broker_killed_during_stop");
-    let ns = Ns::new("fbstop");
+    let ns = Namespace::new("fbstop");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
     let mut broker = ns.broker(Some(config));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let raw = RawSegment::open(&handle);
     let consumer = |name: &str, wait: &str| {
         let mut pairs = vec![
@@ -245,7 +243,7 @@ fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
     let mut audit = consumer("audit", "block");
     let wait = rng.pick(&WAITS).to_string();
     let mut second = consumer("", &wait);
-    let mut producers: Vec<(u32, Proc)> = (0..2)
+    let mut producers: Vec<(u32, Child)> = (0..2)
         .map(|id| {
             let env = [
                 ("ROLE_PROGRESS", s(PROGRESS)),
@@ -270,7 +268,7 @@ fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
             for c in [&mut audit, &mut second] {
                 let closed = c.expect("@closed");
                 assert_eq!(
-                    shmring_tests::report::num(&closed, "next"),
+                    shmring_testkit::report::num(&closed, "next"),
                     stop,
                     "drained to the stop: {closed}"
                 );
@@ -318,12 +316,11 @@ fn the_broker_killed_during_a_stop_leaves_the_ring_running_or_stopped() {
 
 #[test]
 fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_restartable() {
-    let _serial = common::serial();
     let mut rng = Rng::for_test("broker_killed_during_drain");
-    let ns = Ns::new("fbdrain");
+    let ns = Namespace::new("fbdrain");
     let config = "[rings.r]\ncapacity = 32\nstall_threshold = \"1s\"\n";
     let mut broker = ns.broker(Some(config));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let raw = RawSegment::open(&handle);
     let (mut audit, _) = spawn_consumer(
         &ns,
@@ -348,7 +345,7 @@ fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_resta
             ("ROLE_ON_CLOSED", s("again")),
         ],
     );
-    let mut producers: Vec<(u32, Proc)> = (0..2)
+    let mut producers: Vec<(u32, Child)> = (0..2)
         .map(|id| {
             let env = [
                 ("ROLE_PROGRESS", s(PROGRESS)),
@@ -372,7 +369,7 @@ fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_resta
     for c in [&mut audit, &mut slow] {
         let closed = c.expect("@closed");
         assert_eq!(
-            shmring_tests::report::num(&closed, "next"),
+            shmring_testkit::report::num(&closed, "next"),
             stop,
             "{closed}"
         );
@@ -410,9 +407,9 @@ fn the_broker_killed_during_a_drain_leaves_consumers_draining_and_the_ring_resta
 /// before leaving the STOPPING state it owns: the claim counter is closed at the recorded
 /// stop sequence, and the lifecycle word names the dead broker as its owner. Returns the
 /// handles; the ring's head is 40.
-fn stop_cut_short(ns: &Ns, config: &str) -> (Ring, shmring::Consumer, shmring::Producer) {
+fn stop_cut_short(ns: &Namespace, config: &str) -> (Ring, shmring::Consumer, shmring::Producer) {
     let mut broker = ns.broker(Some(config));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let raw = RawSegment::open(&handle);
     let mut consumer = handle
         .consumer(shmring::ConsumerOptions::durable("c"))
@@ -452,11 +449,10 @@ fn stop_cut_short(ns: &Ns, config: &str) -> (Ring, shmring::Consumer, shmring::P
 /// published next.
 #[test]
 fn after_a_stop_cut_short_stop_and_start_recover_without_reusing_a_sequence() {
-    let _serial = common::serial();
-    let ns = Ns::new("fbstopcut");
+    let ns = Namespace::new("fbstopcut");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
     let (handle, mut consumer, mut producer) = stop_cut_short(&ns, config);
-    let _broker: BrokerProc = ns.broker(Some(config));
+    let _broker: Child = ns.broker(Some(config));
     let out = ns.cli(&["stop", "r"]);
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -491,8 +487,7 @@ fn after_a_stop_cut_short_stop_and_start_recover_without_reusing_a_sequence() {
 /// `broker start` then reopens it there.
 #[test]
 fn a_stop_cut_short_is_finished_by_the_next_broker() {
-    let _serial = common::serial();
-    let ns = Ns::new("fbstopcut");
+    let ns = Namespace::new("fbstopcut");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
     let (handle, _consumer, mut producer) = stop_cut_short(&ns, config);
     let raw = RawSegment::open(&handle);
@@ -501,9 +496,9 @@ fn a_stop_cut_short_is_finished_by_the_next_broker() {
         (handle.state() == Some(RingState::Stopped)).then_some(())
     });
     assert!(
-        next.logged("finished a stop or start"),
+        next.stderr_has("finished a stop or start"),
         "the new broker finished the stop without saying so:\n{}",
-        next.log_text()
+        next.stderr_so_far()
     );
     assert!(handle.is_closed(), "stopped with the line open");
     assert_eq!(
@@ -516,7 +511,7 @@ fn a_stop_cut_short_is_finished_by_the_next_broker() {
         out.status.success(),
         "start after the finished stop: {}\n{}",
         String::from_utf8_lossy(&out.stderr),
-        next.log_text()
+        next.stderr_so_far()
     );
     assert_eq!(producer.publish(&40u64.to_le_bytes()), Ok(40));
 }
@@ -526,11 +521,10 @@ fn a_stop_cut_short_is_finished_by_the_next_broker() {
 /// finishes it: STOPPED, the line closed at the 10 events published, and restartable.
 #[test]
 fn an_abandoned_drain_is_finished_by_the_next_broker() {
-    let _serial = common::serial();
-    let ns = Ns::new("fbleft");
+    let ns = Namespace::new("fbleft");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"1s\"\n";
     let mut broker = ns.broker(Some(config));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let mut consumer = handle
         .consumer(shmring::ConsumerOptions::durable("c"))
         .expect("consumer");
@@ -563,7 +557,7 @@ fn an_abandoned_drain_is_finished_by_the_next_broker() {
         out.status.success(),
         "start after the finished drain: {}\n{}",
         String::from_utf8_lossy(&out.stderr),
-        next.log_text()
+        next.stderr_so_far()
     );
     assert_eq!(producer.publish(&10u64.to_le_bytes()), Ok(10));
 }

@@ -33,11 +33,11 @@ use std::time::Duration;
 use common::fault::{
     check_delivered_all, env, expect_done, ledger_path, published, Accepted, DWELL_WAIT, WAITS,
 };
-use common::{num, ring, Ns, Proc};
+use common::{num, ring, BrokerNs, Child, Namespace};
 use shmring::Ring;
 use shmring_layout::IN_FLIGHT_CLAIMING;
-use shmring_tests::fault::Rng;
-use shmring_tests::raw::{Line, RawSegment};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::raw::{Line, RawSegment};
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -48,10 +48,9 @@ fn role() {
 /// `@acc` lines every this many accepted events.
 const PROGRESS: u64 = 16;
 
-fn spawn_producer(ns: &Ns, id: u32, seed: u64, size: &str) -> Proc {
-    let mut p = Proc::role(
+fn spawn_producer(ns: &Namespace, id: u32, seed: u64, size: &str) -> Child {
+    let mut p = ns.role(
         "fproducer",
-        &ns.name,
         &env(
             "r",
             &[
@@ -88,23 +87,21 @@ fn held_claim(ring: &Ring, raw: &RawSegment, pid: u32) -> String {
 
 #[test]
 fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
-    let _serial = common::serial();
     let mut rng = Rng::for_test("producers_killed_between_claim_and_commit");
-    let ns = Ns::new("fprod");
+    let ns = Namespace::new("fprod");
     let capacity = *rng.pick(&[16u64, 32, 64]);
     let config = format!(
         "[rings.r]\ncapacity = {capacity}\nslot_size = 128\nstall_threshold = \"50ms\"\n\
          unblock_timeout = \"100ms\"\n"
     );
     let _broker = ns.broker(Some(&config));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let raw = RawSegment::open(&handle);
     let size = *rng.pick(&["8", "48", "0"]);
     let batch = |rng: &mut Rng| rng.range(1..=capacity).to_string();
 
-    let mut audit = Proc::role(
+    let mut audit = ns.role(
         "fconsumer",
-        &ns.name,
         &env(
             "r",
             &[
@@ -117,9 +114,8 @@ fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
     );
     audit.expect("@ready");
     let wait = rng.pick(&WAITS).to_string();
-    let mut second = Proc::role(
+    let mut second = ns.role(
         "fconsumer",
-        &ns.name,
         &env(
             "r",
             &[
@@ -132,7 +128,7 @@ fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
     second.expect("@ready");
 
     let mut accepted: BTreeMap<u32, Accepted> = BTreeMap::new();
-    let mut live: Vec<(u32, Proc)> = Vec::new();
+    let mut live: Vec<(u32, Child)> = Vec::new();
     let mut next_id = 0u32;
     for _ in 0..2 {
         live.push((next_id, spawn_producer(&ns, next_id, rng.fork(), size)));
@@ -171,13 +167,13 @@ fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
                 }
             }
             4 => {
-                victim.send("pause");
-                let acc = shmring_tests::report::num(&victim.expect("@paused"), "acc");
+                victim.send_line("pause");
+                let acc = shmring_testkit::report::num(&victim.expect("@paused"), "acc");
                 format!("right after a publish returned ({acc} accepted)")
             }
             _ => {
-                victim.send("hold");
-                let seq = shmring_tests::report::num(&victim.expect("@holding"), "seq");
+                victim.send_line("hold");
+                let seq = shmring_testkit::report::num(&victim.expect("@holding"), "seq");
                 holding = Some(seq);
                 format!("holding a claim at {seq}")
             }
@@ -185,7 +181,7 @@ fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
         let pid = victim.pid();
         victim.kill();
         let held = held_claim(&handle, &raw, pid);
-        victim.rest();
+        victim.rest_of_stdout();
         if let Some(seq) = holding {
             assert_eq!(
                 held,
@@ -275,12 +271,11 @@ fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
 /// the batch, the claim counter past it): a random kill lands there only sometimes.
 #[test]
 fn a_claim_repaired_over_several_sweeps_counts_as_one_repaired_claim() {
-    let _serial = common::serial();
-    let ns = Ns::new("fprodcount");
+    let ns = Namespace::new("fprodcount");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 16\nstall_threshold = \"20ms\"\nunblock_timeout = \"50ms\"\n",
     ));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let raw = RawSegment::open(&handle);
     let mut consumer = handle
         .consumer(shmring::ConsumerOptions::durable("c").batch_cap(4))
@@ -290,7 +285,7 @@ fn a_claim_repaired_over_several_sweeps_counts_as_one_repaired_claim() {
         producer.publish(&i.to_le_bytes()).expect("publish");
     }
     // Killed inside publish_batch of 8: it took 16..24 and waited for room.
-    let (pid, start) = shmring_tests::fault::dead_process();
+    let (pid, start) = shmring_testkit::fault::dead_process();
     raw.set_claim_word(24);
     raw.fabricate_dead_producer(1, pid, start, 16 + 1, 8);
     assert_eq!(consumer.poll_once(|_| {}).expect("poll"), 4);

@@ -8,24 +8,23 @@
 
 mod common;
 
-use common::{ring, Ns};
+use common::{ring, BrokerNs, Namespace};
 use shmring::{ConsumerOptions, Ring};
 use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state};
 
 #[test]
 fn entries_left_half_taken_by_dead_processes_are_given_back() {
-    let _serial = common::serial();
-    let ns = Ns::new("halftaken");
+    let ns = Namespace::new("halftaken");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nmax_producers = 4\nstall_threshold = \"20ms\"\nunblock_timeout = \"100ms\"\n",
     ));
-    let handle = Ring::open(&ns.name, "r").expect("open");
-    let raw = shmring_tests::raw::RawSegment::open(&handle);
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let raw = shmring_testkit::raw::RawSegment::open(&handle);
     let mut producer = handle.producer().expect("producer");
     for v in 0..5u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
-    let (dead, _) = shmring_tests::fault::dead_process();
+    let (dead, _) = shmring_testkit::fault::dead_process();
     raw.fabricate_consumer(
         0,
         owned_word::pack(3, consumer_state::CLAIMED, dead),

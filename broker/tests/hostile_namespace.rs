@@ -9,19 +9,20 @@ mod common;
 
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{num, ring, BrokerProc, Ns, Proc, WAIT};
+use common::{num, ring, BrokerNs, Child, Namespace, WAIT};
 use serde_json::Value;
 use shmring::{Ring, RingConfig, RingState};
+use shmring_testkit::role;
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
-    match std::env::var(common::proc::ROLE_ENV).as_deref() {
-        Ok("unlink") => unlink_role(),
-        Ok("remove") => remove_role(),
+    match role::current().as_deref() {
+        Some("unlink") => unlink_role(),
+        Some("remove") => remove_role(),
         _ => common::roles::run_if_child(),
     }
 }
@@ -76,7 +77,7 @@ fn unreadable<'a>(v: &'a Value, path: &Path) -> Option<&'a str> {
 }
 
 /// Wait for `n` more sweeps, and return the last report.
-fn sweeps_after(ns: &Ns, n: u64) -> Value {
+fn sweeps_after(ns: &Namespace, n: u64) -> Value {
     let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
     ns.wait_status("more sweeps", |v, _| {
         (num(&v["broker"], "sweeps") >= before + n).then(|| v.clone())
@@ -92,13 +93,11 @@ fn sweeps_after(ns: &Ns, n: u64) -> Value {
 #[test]
 fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
     use std::os::unix::process::ExitStatusExt;
-    let _serial = common::serial();
-    let ns = Ns::new("trunc");
+    let ns = Namespace::new("trunc");
     let broker = ns.broker(Some(&format!("{SMALL}[rings.other]\ncapacity = 64\n")));
     let path = ns.dir().join("r.ring");
-    let mut p = Proc::role(
+    let mut p = ns.role(
         "producer",
-        &ns.name,
         &[
             ("ROLE_RING", "r".to_owned()),
             ("ROLE_PACE_US", "1000".to_owned()),
@@ -117,12 +116,12 @@ fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
             v["broker"]["running"],
             true,
             "the broker died; its log:\n{}",
-            broker.log_text()
+            broker.stderr_so_far()
         );
         unreadable(v, &path)?.contains("CORRUPT").then(|| v.clone())
     });
     assert!(ring(&v, "r").is_none(), "{v:#}");
-    let status = p.wait();
+    let status = p.wait_status();
     assert_eq!(
         status.signal(),
         Some(7),
@@ -130,10 +129,10 @@ fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
     );
     let why = unreadable(&v, &path).expect("listed");
     assert!(why.contains("4096") && why.contains("SIGBUS"), "{why}");
-    assert!(broker.logged("CORRUPT"), "{}", broker.log_text());
+    assert!(broker.stderr_has("CORRUPT"), "{}", broker.stderr_so_far());
 
     let v = sweeps_after(&ns, 3);
-    assert_eq!(v["broker"]["running"], true, "{}", broker.log_text());
+    assert_eq!(v["broker"]["running"], true, "{}", broker.stderr_so_far());
     assert_eq!(num(&v["broker"], "pid"), u64::from(broker.pid()));
     assert!(ring(&v, "other").is_some(), "the other ring is still swept");
     let (_, code) = ns.status();
@@ -151,11 +150,10 @@ fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
 /// `delete alias` finds no such ring, so the other namespace's ring stays running.
 #[test]
 fn symbolic_links_in_the_namespace_are_never_followed() {
-    let _serial = common::serial();
-    let ns = Ns::new("links");
-    let other = Ns::new("links_target");
+    let ns = Namespace::new("links");
+    let other = ns.sibling("target");
     let _broker = ns.broker(Some(SMALL));
-    let target = Ring::create(&other.name, "default", &small()).expect("the other ring");
+    let target = Ring::create(other.name(), "default", &small()).expect("the other ring");
     let secret = ns.scratch().join("passwd");
     let text = "root:x:0:0:root:/root:/bin/bash\n".repeat(16);
     std::fs::write(&secret, &text).expect("write the stand-in for /etc/passwd");
@@ -194,34 +192,31 @@ fn symbolic_links_in_the_namespace_are_never_followed() {
 /// it, and the broker says so.
 #[test]
 fn the_namespace_directory_is_sticky() {
-    let _serial = common::serial();
     let gid = rustix::process::getegid().as_raw();
     let config = format!("[broker]\ngroup = {gid}\n{SMALL}");
-    let mode = |ns: &Ns| std::fs::metadata(ns.dir()).expect("stat").mode() & 0o7777;
+    let mode = |ns: &Namespace| std::fs::metadata(ns.dir()).expect("stat").mode() & 0o7777;
 
-    let ns = Ns::new("sticky");
+    let ns = Namespace::new("sticky");
     let mut broker = ns.broker(Some(&config));
     assert_eq!(mode(&ns), 0o3770);
     broker.kill();
 
-    let ns = Ns::new("sticky_existing");
-    std::fs::create_dir(ns.dir()).expect("mkdir");
-    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o2770)).expect("chmod");
-    let broker = ns.broker(Some(&config));
-    assert_eq!(mode(&ns), 0o3770);
-    assert!(broker.logged("sticky"), "{}", broker.log_text());
+    let existing = ns.sibling("existing");
+    std::fs::create_dir(existing.dir()).expect("mkdir");
+    std::fs::set_permissions(existing.dir(), std::fs::Permissions::from_mode(0o2770))
+        .expect("chmod");
+    let broker = existing.broker(Some(&config));
+    assert_eq!(mode(&existing), 0o3770);
+    assert!(broker.stderr_has("sticky"), "{}", broker.stderr_so_far());
 }
 
 /// Start a second `broker run` on `ns` and wait (bounded) for it to exit; its exit status
 /// and its log. One that keeps running is killed and reported as `None`.
-fn second_broker(ns: &Ns) -> (Option<i32>, String) {
-    let log = ns.scratch().join("second.log");
-    let file = std::fs::File::create(&log).expect("log file");
+fn second_broker(ns: &Namespace) -> (Option<i32>, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_shmring-broker"));
-    cmd.args(["run", "--namespace", &ns.name, "--config"])
-        .arg(ns.config(SMALL))
-        .stderr(Stdio::from(file));
-    let mut p = Proc::spawn("second broker", cmd);
+    cmd.args(["run", "--namespace", ns.name(), "--config"])
+        .arg(ns.config(SMALL));
+    let mut p = ns.spawn("second broker", cmd);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let status = loop {
         if let Some(s) = p.exited() {
@@ -231,22 +226,22 @@ fn second_broker(ns: &Ns) -> (Option<i32>, String) {
             p.kill();
             break None;
         }
-        std::thread::sleep(common::POLL);
+        // A watchdog poll on a child's exit, not a synchronisation sleep.
+        std::thread::sleep(Duration::from_millis(1));
     };
-    (status, std::fs::read_to_string(&log).unwrap_or_default())
+    (status, p.stderr())
 }
 
 /// `rm broker.lock` beside a live broker: at its next sweep the broker takes the lock again
 /// under the name, so a second broker is still refused.
 #[test]
 fn a_removed_lock_file_is_taken_again() {
-    let _serial = common::serial();
-    let ns = Ns::new("lockrm");
+    let ns = Namespace::new("lockrm");
     let broker = ns.broker(Some(SMALL));
     let lock = ns.dir().join("broker.lock");
     std::fs::remove_file(&lock).expect("rm broker.lock");
     common::wait_until("the broker to take the lock again", || {
-        broker.logged("took the lock again").then_some(())
+        broker.stderr_has("took the lock again").then_some(())
     });
     assert!(lock.exists());
     let (code, log) = second_broker(&ns);
@@ -258,23 +253,34 @@ fn a_removed_lock_file_is_taken_again() {
 /// take its lock back, so it exits with an error rather than sweep beside another broker.
 #[test]
 fn a_lock_file_replaced_and_held_by_another_process_makes_the_broker_exit() {
-    let _serial = common::serial();
-    let ns = Ns::new("lockswap");
+    let ns = Namespace::new("lockswap");
     let mut broker = ns.broker(Some(SMALL));
     let other = ns.dir().join(".other.lock");
     let held = std::fs::File::create(&other).expect("create");
     rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive).expect("flock");
     std::fs::rename(&other, ns.dir().join("broker.lock")).expect("replace broker.lock");
-    let status = broker.exit_within(WAIT);
+    let status = {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(s) = broker.exited() {
+                break Some(s);
+            }
+            if std::time::Instant::now() >= deadline {
+                break None;
+            }
+            // A watchdog poll on a child's exit, not a synchronisation sleep.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
     assert!(
         status.is_some_and(|s| s.code() == Some(1)),
         "the broker kept running (or died otherwise): {status:?}\n{}",
-        broker.log_text()
+        broker.stderr_so_far()
     );
     assert!(
-        broker.logged("lock was taken away"),
+        broker.stderr_has("lock was taken away"),
         "{}",
-        broker.log_text()
+        broker.stderr_so_far()
     );
 }
 
@@ -283,8 +289,7 @@ fn a_lock_file_replaced_and_held_by_another_process_makes_the_broker_exit() {
 /// on sweeping, and a second broker is refused.
 #[test]
 fn a_lock_name_turned_into_a_link_keeps_the_broker_and_refuses_a_second() {
-    let _serial = common::serial();
-    let ns = Ns::new("locklink");
+    let ns = Namespace::new("locklink");
     let broker = ns.broker(Some(SMALL));
     let lock = ns.dir().join("broker.lock");
     let elsewhere = ns.scratch().join("lock");
@@ -293,7 +298,9 @@ fn a_lock_name_turned_into_a_link_keeps_the_broker_and_refuses_a_second() {
     symlink(&elsewhere, &tmp).expect("symlink");
     std::fs::rename(&tmp, &lock).expect("replace broker.lock with a link");
     common::wait_until("the broker to say it cannot lock the name", || {
-        broker.logged("locking the name again failed").then_some(())
+        broker
+            .stderr_has("locking the name again failed")
+            .then_some(())
     });
     let v = sweeps_after(&ns, 3);
     assert_eq!(num(&v["broker"], "pid"), u64::from(broker.pid()));
@@ -301,20 +308,19 @@ fn a_lock_name_turned_into_a_link_keeps_the_broker_and_refuses_a_second() {
     assert_eq!(code, Some(1), "a second broker ran beside the first: {log}");
     assert!(log.contains("symbolic link"), "{log}");
     let said = broker
-        .log_text()
+        .stderr_so_far()
         .matches("locking the name again failed")
         .count();
-    assert_eq!(said, 1, "said once: {}", broker.log_text());
+    assert_eq!(said, 1, "said once: {}", broker.stderr_so_far());
 }
 
 /// A ring file found marked deleted (a remover that died, or could not unlink it) is not
 /// adopted, so its epoch is not bumped at every rescan: the broker removes it.
 #[test]
 fn a_ring_left_marked_deleted_is_removed_not_adopted() {
-    let _serial = common::serial();
-    let ns = Ns::new("leftdel");
-    let left = Ring::create(&ns.name, "left", &small()).expect("create");
-    let raw = shmring_tests::raw::RawSegment::open(&left);
+    let ns = Namespace::new("leftdel");
+    let left = Ring::create(ns.name(), "left", &small()).expect("create");
+    let raw = shmring_testkit::raw::RawSegment::open(&left);
     raw.set_lifecycle_word(shmring_layout::lifecycle::pack(
         1,
         RingState::Deleted as u32,
@@ -325,7 +331,11 @@ fn a_ring_left_marked_deleted_is_removed_not_adopted() {
         (!left.path().exists()).then_some(())
     });
     assert_eq!(left.broker_epoch(), 0, "it was never adopted");
-    assert!(broker.logged("marked deleted"), "{}", broker.log_text());
+    assert!(
+        broker.stderr_has("marked deleted"),
+        "{}",
+        broker.stderr_so_far()
+    );
     let v = sweeps_after(&ns, 3);
     assert!(ring(&v, "left").is_none(), "{v:#}");
     assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
@@ -350,29 +360,20 @@ mod as_root {
 
     /// This test binary, re-run as role `role` by uid 65534 whose primary group is 65534,
     /// the broker's group in these tests.
-    fn member(role: &str, ns: &Ns, env: &[(&str, String)]) -> Proc {
-        let copy = common::ExeForNobody::of(&std::env::current_exe().expect("current_exe"));
-        let mut cmd = Command::new(&copy.exe);
-        cmd.args([
-            "--exact",
-            "role",
-            "--ignored",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(common::proc::ROLE_ENV, role)
-        .env(shmring::names::NAMESPACE_ENV, &ns.name)
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .current_dir("/");
+    fn member(role: &str, ns: &Namespace, env: &[(&str, String)]) -> Child {
+        let copy = role::ExeForNobody::of_this_test();
+        let mut cmd = role::command(&copy.exe, role);
+        cmd.env(shmring::names::NAMESPACE_ENV, ns.name())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .current_dir("/");
         common::run_as(&mut cmd, NOBODY, NOBODY, &[]);
         // The copy may go once the child has exec'd it: the kernel holds the open file.
-        let p = Proc::spawn(role, cmd);
+        let p = ns.spawn(role, cmd);
         drop(copy);
         p
     }
 
-    fn group_broker(ns: &Ns) -> BrokerProc {
+    fn group_broker(ns: &Namespace) -> Child {
         ns.broker(Some(&format!("[broker]\ngroup = {NOBODY}\n{SMALL}")))
     }
 
@@ -384,8 +385,7 @@ mod as_root {
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_group_member_cannot_remove_the_brokers_files() {
         need_root();
-        let _serial = common::serial();
-        let ns = Ns::new("member_rm");
+        let ns = Namespace::new("member_rm");
         let _broker = group_broker(&ns);
         let names = ["broker.lock", "broker.sock", "r.ring"];
         let paths: Vec<String> = names.iter().map(|n| path_text(&ns.dir().join(n))).collect();
@@ -415,8 +415,7 @@ mod as_root {
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_remove_the_directory_refuses_changes_nothing() {
         need_root();
-        let _serial = common::serial();
-        let ns = Ns::new("member_rm_dir");
+        let ns = Namespace::new("member_rm_dir");
         let _broker = group_broker(&ns);
         let (v, _) = ns.status();
         let epoch = num(ring(&v, "r").expect("r"), "epoch");
@@ -435,7 +434,7 @@ mod as_root {
         let r = ring(&v, "r").expect("r");
         assert_eq!(r["state"], "RUNNING", "{v:#}");
         assert_eq!(num(r, "epoch"), epoch, "not adopted again: {v:#}");
-        let handle = Ring::open(&ns.name, "r").expect("open");
+        let handle = Ring::open(ns.name(), "r").expect("open");
         assert_eq!(handle.state(), Some(RingState::Running));
         handle
             .producer()

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{wait_until, Ns, Proc};
+use common::{wait_until, BrokerNs, Child, Namespace};
 use shmring::{ConsumerOptions, PollError, Ring, WaitOutcome, WaitStrategy};
 
 #[test]
@@ -24,10 +24,9 @@ const ROUNDS: u64 = 20;
 
 #[test]
 fn stop_racing_four_publishers_loses_nothing_and_start_continues() {
-    let _serial = common::serial();
-    let ns = Ns::new("race");
+    let ns = Namespace::new("race");
     let _broker = ns.broker(Some("[rings.r]\ncapacity = 16\n"));
-    let ring = Ring::open(&ns.name, "r").expect("open");
+    let ring = Ring::open(ns.name(), "r").expect("open");
     let mut sink = ring
         .consumer(
             ConsumerOptions::durable("sink").wait(WaitStrategy::TimeoutBlocking {
@@ -74,11 +73,10 @@ fn stop_racing_four_publishers_loses_nothing_and_start_continues() {
         next
     });
 
-    let mut racers: Vec<Proc> = (0..RACERS)
+    let mut racers: Vec<Child> = (0..RACERS)
         .map(|id| {
-            Proc::role(
+            ns.role(
                 "racer",
-                &ns.name,
                 &[
                     ("ROLE_RING", "r".to_owned()),
                     ("ROLE_ID", id.to_string()),
@@ -95,7 +93,7 @@ fn stop_racing_four_publishers_loses_nothing_and_start_continues() {
     for round in 1..=ROUNDS {
         let pace = if round % 2 == 0 { 0 } else { 100 };
         for r in &mut racers {
-            r.send(&format!("go {pace}"));
+            r.send_line(&format!("go {pace}"));
         }
         wait_until("publishing to get going", || {
             (ring.head() >= total + 400).then_some(())
@@ -138,7 +136,7 @@ fn stop_racing_four_publishers_loses_nothing_and_start_continues() {
     assert_eq!(seq, Ok(total), "publishing continues at the stop sequence");
     for r in &mut racers {
         r.close_stdin();
-        assert!(r.wait().success());
+        assert!(r.wait_status().success());
     }
     done.store(true, Ordering::SeqCst);
     let next = checker.join().expect("the consumer found no loss");
@@ -147,26 +145,23 @@ fn stop_racing_four_publishers_loses_nothing_and_start_continues() {
 
 #[test]
 fn delete_while_attached_gives_clients_a_clear_error() {
-    let _serial = common::serial();
-    let ns = Ns::new("delete");
+    let ns = Namespace::new("delete");
     let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
     let env = |pairs: &[(&'static str, &str)]| {
         let mut e = vec![("ROLE_RING", "r".to_owned())];
         e.extend(pairs.iter().map(|(k, v)| (*k, (*v).to_owned())));
         e
     };
-    let mut c = Proc::role("consumer", &ns.name, &env(&[("ROLE_NAME", "c")]));
+    let mut c = ns.role("consumer", &env(&[("ROLE_NAME", "c")]));
     c.expect("@ready");
     // A second consumer that never polls: the producer ends up parked at the wrap gate.
-    let mut stuck = Proc::role(
+    let mut stuck = ns.role(
         "consumer",
-        &ns.name,
         &env(&[("ROLE_NAME", "stuck"), ("ROLE_PAUSED", "1")]),
     );
     stuck.expect("@ready");
-    let mut p = Proc::role(
+    let mut p = ns.role(
         "producer",
-        &ns.name,
         &env(&[("ROLE_PACE_US", "100"), ("ROLE_PROGRESS", "64")]),
     );
     p.expect("@ready");
@@ -185,16 +180,20 @@ fn delete_while_attached_gives_clients_a_clear_error() {
     assert!(p.expect("@deleted").starts_with("published="));
     assert!(c.expect("@deleted").starts_with("count="));
     // The paused one learns on its next poll.
-    stuck.send("resume");
+    stuck.send_line("resume");
     assert!(stuck.expect("@deleted").starts_with("count="));
     for proc in [&mut p, &mut c, &mut stuck] {
-        assert_eq!(proc.wait().code(), Some(3), "exited with the Deleted error");
+        assert_eq!(
+            proc.wait_status().code(),
+            Some(3),
+            "exited with the Deleted error"
+        );
     }
     assert!(!ns.dir().join("r.ring").exists());
     let (v, code) = ns.status();
     assert!(common::ring(&v, "r").is_none(), "{v:#}");
     assert_eq!(code, 0);
     // Opening it again says it is gone.
-    let err = Ring::open(&ns.name, "r").expect_err("deleted");
+    let err = Ring::open(ns.name(), "r").expect_err("deleted");
     assert!(err.to_string().contains("does not exist"), "{err}");
 }

@@ -6,7 +6,7 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use common::{ring, BrokerProc, Ns};
+use common::{ring, BrokerNs, Child, Namespace};
 use prometheus_parse::{Scrape, Value};
 use shmring::{ConsumerOptions, Ring};
 
@@ -16,8 +16,8 @@ fn role() {
 }
 
 /// The address the broker logged for its metrics.
-fn metrics_address(broker: &BrokerProc) -> String {
-    let log = broker.log_text();
+fn metrics_address(broker: &Child) -> String {
+    let log = broker.stderr_so_far();
     let at = log
         .find("metrics at http://")
         .expect("metrics address logged");
@@ -53,14 +53,12 @@ fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
 
 #[test]
 fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
-    let _serial = common::serial();
-    let ns = Ns::new("metrics");
+    let ns = Namespace::new("metrics");
     let path = ns.config("[rings.m]\ncapacity = 64\n");
-    let broker =
-        BrokerProc::start_with(&ns.name, Some(&path), &["--metrics-listen", "127.0.0.1:0"]);
+    let broker = ns.broker_with(Some(&path), &["--metrics-listen", "127.0.0.1:0"]);
     let addr = metrics_address(&broker);
 
-    let r = Ring::open(&ns.name, "m").expect("open");
+    let r = Ring::open(ns.name(), "m").expect("open");
     let mut reader = r
         .consumer(ConsumerOptions::durable("reader"))
         .expect("consumer");

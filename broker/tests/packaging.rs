@@ -7,9 +7,8 @@ mod common;
 use std::os::unix::net::UnixDatagram;
 use std::process::Command;
 
-use common::{Ns, Proc};
-
-const BIN: &str = env!("CARGO_BIN_EXE_shmring-broker");
+use common::{BrokerNs, Namespace, BIN};
+use rustix::process::Signal;
 
 #[test]
 fn role() {
@@ -27,18 +26,16 @@ fn next(sock: &UnixDatagram) -> String {
 
 #[test]
 fn the_broker_notifies_systemd_when_ready_and_when_reloading() {
-    let _serial = common::serial();
-    let ns = Ns::new("notify");
-    let path = std::env::temp_dir().join(format!("{}.notify", ns.name));
-    let _ = std::fs::remove_file(&path);
+    let ns = Namespace::new("notify");
+    let path = ns.scratch().join("notify");
     let sock = UnixDatagram::bind(&path).expect("bind the notify socket");
     sock.set_read_timeout(Some(common::WAIT)).expect("timeout");
     let config = ns.config("[rings.n]\ncapacity = 64\n");
     let mut cmd = Command::new(BIN);
-    cmd.args(["run", "--namespace", &ns.name, "--config"])
+    cmd.args(["run", "--namespace", ns.name(), "--config"])
         .arg(&config)
         .env("NOTIFY_SOCKET", &path);
-    let broker = Proc::spawn("broker", cmd);
+    let mut broker = ns.spawn("broker", cmd);
     let ready = next(&sock);
     assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
     assert!(
@@ -48,8 +45,7 @@ fn the_broker_notifies_systemd_when_ready_and_when_reloading() {
     // Ready means ready: the ring and the socket are there.
     assert!(ns.dir().join("n.ring").exists() && ns.dir().join("broker.sock").exists());
 
-    let pid = rustix::process::Pid::from_raw(broker.pid() as i32).expect("pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::HUP).expect("SIGHUP");
+    broker.signal(Signal::HUP);
     let reloading = next(&sock);
     assert!(
         reloading.lines().any(|l| l == "RELOADING=1"),
@@ -58,10 +54,8 @@ fn the_broker_notifies_systemd_when_ready_and_when_reloading() {
     assert!(reloading.contains("MONOTONIC_USEC="), "{reloading:?}");
     assert!(next(&sock).lines().any(|l| l == "READY=1"));
 
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    broker.signal(Signal::TERM);
     assert!(next(&sock).lines().any(|l| l == "STOPPING=1"));
-    drop(broker);
-    let _ = std::fs::remove_file(&path);
 }
 
 #[test]
@@ -74,16 +68,13 @@ fn the_unit_file_passes_systemd_analyze_verify() {
     let unit = include_str!("../../dist/shmring-broker@.service");
     assert!(unit.contains("Type=notify") && unit.contains("ExecReload="));
     // Verified as installed, with ExecStart pointing at the binary just built.
-    let dir = std::env::temp_dir().join(format!("shmring-unit-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let file = dir.join("shmring-broker@verify.service");
+    let ns = Namespace::concurrent("unit");
+    let file = ns.scratch().join("shmring-broker@verify.service");
     std::fs::write(&file, unit.replace("/usr/bin/shmring-broker", BIN)).expect("unit");
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&file)
-        .output()
-        .expect("systemd-analyze");
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = shmring_testkit::output(
+        "systemd-analyze",
+        Command::new("systemd-analyze").arg("verify").arg(&file),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.trim().is_empty(), "{err}");
 }

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::time::Instant;
-
-use common::{num, ring, Ns, Proc};
+use common::{num, ring, BrokerNs, Namespace};
 use shmring::{ConsumerOptions, Ring};
 
 #[test]
@@ -16,12 +14,11 @@ fn role() {
 
 #[test]
 fn a_producer_killed_holding_a_claim_is_repaired_after_the_timeout() {
-    let _serial = common::serial();
-    let ns = Ns::new("claim");
+    let ns = Namespace::new("claim");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\nunblock_timeout = \"200ms\"\n",
     ));
-    let ring_handle = Ring::open(&ns.name, "r").expect("open");
+    let ring_handle = Ring::open(ns.name(), "r").expect("open");
     let mut consumer = ring_handle
         .consumer(ConsumerOptions::durable("reader"))
         .expect("consumer");
@@ -29,7 +26,7 @@ fn a_producer_killed_holding_a_claim_is_repaired_after_the_timeout() {
     for v in 0..5u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
-    let mut claimer = Proc::role("claimer", &ns.name, &[("ROLE_RING", "r".to_owned())]);
+    let mut claimer = ns.role("claimer", &[("ROLE_RING", "r".to_owned())]);
     assert_eq!(claimer.expect("@claimed"), "5");
     for v in 5..10u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
@@ -38,20 +35,16 @@ fn a_producer_killed_holding_a_claim_is_repaired_after_the_timeout() {
 
     // The consumer gets 0..5, then waits at the hole until the broker repairs it.
     let mut got = Vec::new();
-    let deadline = Instant::now() + common::WAIT;
-    while got.len() < 10 {
-        let n = consumer
+    common::wait_until("the consumer to get 10 events past the hole", || {
+        consumer
             .poll_once(|ev| {
                 let mut b = [0u8; 8];
                 b.copy_from_slice(&ev.bytes()[..8]);
                 got.push(u64::from_le_bytes(b));
             })
             .expect("poll");
-        if n == 0 {
-            assert!(Instant::now() < deadline, "stuck at the hole; got {got:?}");
-            std::thread::sleep(common::POLL);
-        }
-    }
+        (got.len() >= 10).then_some(())
+    });
     assert_eq!(
         got,
         (0..10).collect::<Vec<u64>>(),
@@ -85,12 +78,11 @@ fn a_producer_killed_holding_a_claim_is_repaired_after_the_timeout() {
 /// `in_flight` at its hole, and the consumer waits at the hole; then the row goes.
 #[test]
 fn a_dead_producer_shows_not_alive_with_its_claim_in_flight_until_the_repair() {
-    let _serial = common::serial();
-    let ns = Ns::new("alive");
+    let ns = Namespace::new("alive");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\nunblock_timeout = \"1s\"\n",
     ));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let mut consumer = handle
         .consumer(ConsumerOptions::durable("reader"))
         .expect("consumer");
@@ -98,7 +90,7 @@ fn a_dead_producer_shows_not_alive_with_its_claim_in_flight_until_the_repair() {
     for v in 0..3u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
-    let mut claimer = Proc::role("claimer", &ns.name, &[("ROLE_RING", "r".to_owned())]);
+    let mut claimer = ns.role("claimer", &[("ROLE_RING", "r".to_owned())]);
     assert_eq!(claimer.expect("@claimed"), "3");
     let pid = u64::from(claimer.pid());
     claimer.kill();
@@ -132,20 +124,19 @@ fn a_dead_producer_shows_not_alive_with_its_claim_in_flight_until_the_repair() {
 /// the hole is still there.
 #[test]
 fn an_unattributed_hole_waits_for_the_unblock_timeout() {
-    let _serial = common::serial();
-    let ns = Ns::new("unattr");
+    let ns = Namespace::new("unattr");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"3600s\"\n",
     ));
-    let handle = Ring::open(&ns.name, "r").expect("open");
-    let raw = shmring_tests::raw::RawSegment::open(&handle);
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let raw = shmring_testkit::raw::RawSegment::open(&handle);
     let mut producer = handle.producer().expect("producer");
     for v in 0..3u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
     let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
     // Sequence 3 taken by a process that died before it knew it.
-    let (pid, start) = shmring_tests::fault::dead_process();
+    let (pid, start) = shmring_testkit::fault::dead_process();
     raw.set_claim_word(4);
     raw.fabricate_dead_producer(1, pid, start, shmring_layout::IN_FLIGHT_CLAIMING, 0);
     let v = ns.wait_status("six more sweeps", |v, _| {
@@ -175,14 +166,13 @@ fn an_unattributed_hole_waits_for_the_unblock_timeout() {
 /// dead producers' rows, and the broker repairs it after the unblock timeout (an hour here).
 #[test]
 fn a_consumer_waiting_at_a_hole_stays_healthy_while_the_ring_fills_behind_it() {
-    let _serial = common::serial();
-    let ns = Ns::new("holehealthy");
+    let ns = Namespace::new("holehealthy");
     let capacity = 16u64;
     let _broker = ns.broker(Some(&format!(
         "[rings.r]\ncapacity = {capacity}\nstall_threshold = \"20ms\"\nunblock_timeout = \"3600s\"\n"
     )));
-    let handle = Ring::open(&ns.name, "r").expect("open");
-    let raw = shmring_tests::raw::RawSegment::open(&handle);
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let raw = shmring_testkit::raw::RawSegment::open(&handle);
     let mut consumer = handle
         .consumer(ConsumerOptions::durable("reader"))
         .expect("consumer");
@@ -194,7 +184,7 @@ fn a_consumer_waiting_at_a_hole_stays_healthy_while_the_ring_fills_behind_it() {
     // Sequence 3 held by a producer that died inside its claim; the live producer fills
     // the rest of the ring (4..=18, the last the wrap gate allows); sequence 19 held by a
     // producer that died waiting for room.
-    let (pid, start) = shmring_tests::fault::dead_process();
+    let (pid, start) = shmring_testkit::fault::dead_process();
     raw.set_claim_word(4);
     raw.fabricate_dead_producer(1, pid, start, 3 + 1, 1);
     for v in 4..3 + capacity {
@@ -234,12 +224,11 @@ fn a_consumer_waiting_at_a_hole_stays_healthy_while_the_ring_fills_behind_it() {
 /// (none of them alone lives that long).
 #[test]
 fn brokers_restarted_faster_than_the_unblock_timeout_still_repair_the_hole() {
-    let _serial = common::serial();
-    let ns = Ns::new("restarts");
+    let ns = Namespace::new("restarts");
     let unblock = std::time::Duration::from_secs(3);
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"3s\"\n";
     let mut broker = ns.broker(Some(config));
-    let handle = Ring::open(&ns.name, "r").expect("open");
+    let handle = Ring::open(ns.name(), "r").expect("open");
     let mut consumer = handle
         .consumer(ConsumerOptions::durable("reader"))
         .expect("consumer");
@@ -247,10 +236,10 @@ fn brokers_restarted_faster_than_the_unblock_timeout_still_repair_the_hole() {
     for v in 0..3u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
-    let mut claimer = Proc::role("claimer", &ns.name, &[("ROLE_RING", "r".to_owned())]);
+    let mut claimer = ns.role("claimer", &[("ROLE_RING", "r".to_owned())]);
     assert_eq!(claimer.expect("@claimed"), "3");
     // No broker can see the hole before this instant.
-    let made = Instant::now();
+    let made = std::time::Instant::now();
     claimer.kill();
     producer.publish(&4u64.to_le_bytes()).expect("publish");
 
@@ -259,7 +248,7 @@ fn brokers_restarted_faster_than_the_unblock_timeout_still_repair_the_hole() {
     // The first sighting in the segment, once a broker has seen the hole.
     let mut first_seen = 0;
     let lived = loop {
-        let born = Instant::now();
+        let born = std::time::Instant::now();
         // This broker sweeps a few times (it sees the hole), then it is killed.
         let first = ns.wait_status("a sweep of this broker", |v, _| {
             Some(num(&v["broker"], "sweeps"))

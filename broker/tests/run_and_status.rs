@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{num, ring, Ns};
+use common::{num, ring, BrokerNs, Namespace};
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -13,8 +13,7 @@ fn role() {
 
 #[test]
 fn default_config_shows_the_default_ring() {
-    let _serial = common::serial();
-    let ns = Ns::new("default");
+    let ns = Namespace::new("default");
     let _broker = ns.broker(None);
     let (v, code) = ns.status();
     assert_eq!(code, 0, "healthy status exits 0: {v:#}");
@@ -39,8 +38,7 @@ fn default_config_shows_the_default_ring() {
 
 #[test]
 fn config_with_two_rings_shows_both() {
-    let _serial = common::serial();
-    let ns = Ns::new("two");
+    let ns = Namespace::new("two");
     let _broker = ns.broker(Some(
         "[rings.orders]\ncapacity = 64\nslot_size = 256\n\n[rings.quotes]\ncapacity = 4096\nproducer_mode = \"single\"\nstall_threshold = \"40ms\"\n",
     ));
@@ -68,10 +66,9 @@ fn config_with_two_rings_shows_both() {
 
 #[test]
 fn status_without_a_broker_reads_the_segments_and_exits_2() {
-    let _serial = common::serial();
-    let ns = Ns::new("down");
+    let ns = Namespace::new("down");
     let mut broker = ns.broker(None);
-    let status = broker.terminate();
+    let status = broker.signal_and_wait(rustix::process::Signal::TERM);
     assert!(status.success(), "SIGTERM exits cleanly: {status:?}");
     assert!(
         ns.dir().join("default.ring").exists(),
@@ -92,13 +89,12 @@ fn status_without_a_broker_reads_the_segments_and_exits_2() {
 
 #[test]
 fn one_broker_per_namespace() {
-    let _serial = common::serial();
-    let ns = Ns::new("lock");
+    let ns = Namespace::new("lock");
     let _broker = ns.broker(None);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
-        .args(["run", "--namespace", &ns.name])
-        .output()
-        .expect("second broker");
+    let out = shmring_testkit::output(
+        "second broker",
+        std::process::Command::new(common::BIN).args(["run", "--namespace", ns.name()]),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("another broker already runs"), "{err}");
@@ -106,8 +102,7 @@ fn one_broker_per_namespace() {
 
 #[test]
 fn create_stop_start_drain_delete_through_the_broker() {
-    let _serial = common::serial();
-    let ns = Ns::new("cli");
+    let ns = Namespace::new("cli");
     let _broker = ns.broker(None);
     let ok = |args: &[&str]| {
         let out = ns.cli(args);
@@ -130,7 +125,7 @@ fn create_stop_start_drain_delete_through_the_broker() {
     );
     assert!(ok(&["start", "extra"]).contains("run 2"));
     // The state, not only what the CLI says: running again as run 2, with the line open.
-    let handle = shmring::Ring::open(&ns.name, "extra").expect("open extra");
+    let handle = shmring::Ring::open(ns.name(), "extra").expect("open extra");
     assert_eq!(
         (handle.state(), handle.run_number(), handle.is_closed()),
         (Some(shmring::RingState::Running), 2, false)
@@ -155,8 +150,7 @@ fn create_stop_start_drain_delete_through_the_broker() {
 
 #[test]
 fn a_segment_that_fails_validation_is_reported_and_left_alone() {
-    let _serial = common::serial();
-    let ns = Ns::new("bad");
+    let ns = Namespace::new("bad");
     std::fs::create_dir_all(ns.dir()).expect("dir");
     let bad = ns.dir().join("junk.ring");
     let junk = vec![0x5a_u8; 4096];
@@ -182,7 +176,7 @@ fn a_segment_that_fails_validation_is_reported_and_left_alone() {
 
 #[test]
 fn the_printed_default_config_is_valid() {
-    let ns = Ns::new("cfg");
+    let ns = Namespace::concurrent("cfg");
     let out = ns.cli(&["config", "--print-default"]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

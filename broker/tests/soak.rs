@@ -45,12 +45,12 @@ use std::time::{Duration, Instant};
 
 use common::fault::{
     check_delivered_all, expect_done, ledger_path, published, spawn_consumer, spawn_producer,
-    Accepted, Done, DWELL_WAIT,
+    Accepted, Done, DWELL_WAIT, WAITS,
 };
-use common::{num, ring, Ns, Proc};
+use common::{num, ring, BrokerNs, Child, Namespace};
 use shmring::Ring;
-use shmring_tests::fault::Rng;
-use shmring_tests::report;
+use shmring_testkit::fault::Rng;
+use shmring_testkit::report;
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
@@ -62,17 +62,9 @@ fn role() {
 const QUICK_SECS: u64 = 50;
 /// `@acc` every this many events.
 const PROGRESS: u64 = 512;
-/// The consumers' wait strategies (none spins: two cores). A `timeout-block` consumer's
-/// 5 ms timeouts that pass with an event waiting count as late, not lost, so it is held to
-/// no net wake-ups like the others.
-const SOAK_WAITS: [&str; 6] = [
-    "yield",
-    "sleep",
-    "phased-park",
-    "block",
-    "timeout-block",
-    "adaptive",
-];
+// The consumers pick their wait strategies from `fault::WAITS` (none spins: two cores). A
+// `timeout-block` consumer's 5 ms timeouts that pass with an event waiting count as late,
+// not lost, so it is held to no net wake-ups like the others.
 
 /// The parent's look at its children, and the unit of its random schedule.
 const TICK: Duration = Duration::from_millis(10);
@@ -95,7 +87,7 @@ struct Durable {
     name: &'static str,
     base: Vec<(&'static str, String)>,
     /// Its process, while one runs.
-    proc: Option<Proc>,
+    proc: Option<Child>,
     /// When the current one died and how long until the next starts.
     down: Option<(Instant, Duration)>,
     /// Its table position when the last one died (the committed position).
@@ -123,11 +115,11 @@ impl Durable {
         }
     }
 
-    fn start(&mut self, ns: &Ns, rng: &mut Rng) {
+    fn start(&mut self, ns: &Namespace, rng: &mut Rng) {
         let mut pairs = self.base.clone();
         pairs.push(("ROLE_NAME", s(self.name)));
         if !pairs.iter().any(|(k, _)| *k == "ROLE_WAIT") {
-            pairs.push(("ROLE_WAIT", s(rng.pick(&SOAK_WAITS))));
+            pairs.push(("ROLE_WAIT", s(rng.pick(&WAITS))));
         }
         pairs.push(("ROLE_BATCH", s(rng.range(1..=64))));
         let (p, start) = spawn_consumer(ns, "soak", &pairs);
@@ -161,7 +153,7 @@ impl Durable {
     }
 
     /// Restart if it has been down long enough (or `now_anyway`).
-    fn maybe_restart(&mut self, ns: &Ns, rng: &mut Rng, now_anyway: bool) {
+    fn maybe_restart(&mut self, ns: &Namespace, rng: &mut Rng, now_anyway: bool) {
         if let Some((since, pause)) = self.down {
             if now_anyway || since.elapsed() >= pause {
                 self.start(ns, rng);
@@ -174,7 +166,7 @@ impl Durable {
         let Some(p) = self.proc.as_mut() else { return };
         p.try_lines();
         if let Some(status) = p.exited() {
-            p.rest();
+            p.rest_of_stdout();
             assert!(status.success(), "{} failed: {:?}", self.name, p.seen());
             let line = p
                 .seen()
@@ -200,7 +192,7 @@ impl Durable {
 struct Transients {
     /// `ROLE_DEADLINE_SECS` of every one.
     deadline: u64,
-    live: Vec<(String, Proc)>,
+    live: Vec<(String, Child)>,
     attaches: u64,
     optional_attaches: u64,
     detaches: u64,
@@ -214,7 +206,7 @@ struct Transients {
 }
 
 impl Transients {
-    fn spawn(&mut self, ns: &Ns, rng: &mut Rng, optional: bool) {
+    fn spawn(&mut self, ns: &Namespace, rng: &mut Rng, optional: bool) {
         let mut pairs = vec![
             ("ROLE_BATCH", s(rng.range(1..=64))),
             ("ROLE_EXIT_AFTER", s(rng.range(50..=20_000))),
@@ -227,7 +219,7 @@ impl Transients {
             self.optional_attaches += 1;
             "optional".to_owned()
         } else {
-            let wait = rng.pick(&SOAK_WAITS).to_string();
+            let wait = rng.pick(&WAITS).to_string();
             pairs.push(("ROLE_WAIT", wait.clone()));
             format!("required {wait}")
         };
@@ -243,7 +235,7 @@ impl Transients {
         let i = rng.below(self.live.len() as u64) as usize;
         let (_, mut p) = self.live.swap_remove(i);
         p.kill();
-        p.rest();
+        p.rest_of_stdout();
         self.net += last_net(p.seen());
         self.kills += 1;
     }
@@ -257,7 +249,7 @@ impl Transients {
             match p.exited() {
                 None => i += 1,
                 Some(status) => {
-                    p.rest();
+                    p.rest_of_stdout();
                     assert!(status.success(), "{label} failed: {:?}", p.seen());
                     let (label, p) = self.live.swap_remove(i);
                     self.absorb(label.starts_with("optional"), &p);
@@ -267,7 +259,7 @@ impl Transients {
         }
     }
 
-    fn absorb(&mut self, optional: bool, p: &Proc) {
+    fn absorb(&mut self, optional: bool, p: &Child) {
         let line = p
             .seen()
             .iter()
@@ -287,18 +279,17 @@ impl Transients {
 
 #[test]
 fn soak_quick() {
-    let _serial = common::serial();
     let secs = std::env::var("SHMRING_SOAK_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(QUICK_SECS);
     let mut rng = Rng::for_test("soak");
-    let ns = Ns::new("soak");
+    let ns = Namespace::new("soak");
     let config = "[rings.soak]\ncapacity = 64\nslot_size = 128\nstall_threshold = \"20ms\"\n\
                   unblock_timeout = \"50ms\"\ndead_policy = \"alert\"\n\
                   [rings.soak.policies]\nmetrics = \"release\"\n";
     let _broker = ns.broker(Some(config));
-    let handle = Ring::open(&ns.name, "soak").expect("open");
+    let handle = Ring::open(ns.name(), "soak").expect("open");
     let began = Instant::now();
     // Every child gives up on its own well after the soak's end.
     let deadline = s(secs + 100);
@@ -344,12 +335,12 @@ fn soak_quick() {
 
     let sizes = ["8", "48", "0"];
     let mut accepted: BTreeMap<u32, Accepted> = BTreeMap::new();
-    let mut producers: Vec<(u32, Proc)> = Vec::new();
+    let mut producers: Vec<(u32, Child)> = Vec::new();
     let mut next_id = 0u32;
     let producer_env = |rng: &mut Rng, id: u32| {
         // The 8-byte event carries producer ids up to 255 only.
         let size = match *rng.pick(&sizes) {
-            "8" if id > shmring_tests::payload::MAX_SMALL_PRODUCER => "48",
+            "8" if id > shmring_testkit::payload::MAX_SMALL_PRODUCER => "48",
             size => size,
         };
         vec![
@@ -410,14 +401,14 @@ fn soak_quick() {
                         victim.expect_within("@dwell", DWELL_WAIT);
                     }
                     _ => {
-                        victim.send("hold");
+                        victim.send_line("hold");
                         if victim.expect_within("@holding", DWELL_WAIT).is_some() {
                             holds += 1;
                         }
                     }
                 }
                 victim.kill();
-                victim.rest();
+                victim.rest_of_stdout();
                 accepted.insert(*id, Accepted::killed(&ledger_path(&ns, *id)));
                 let env = producer_env(&mut rng, next_id);
                 producers[i] = (

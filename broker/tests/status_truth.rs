@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{consumer, num, ring, Ns};
+use common::{consumer, num, ring, BrokerNs, Namespace};
 use shmring::{ConsumerOptions, Ring, TryPublishError, WaitStrategy};
 
 #[test]
@@ -16,10 +16,9 @@ fn role() {
 
 #[test]
 fn a_full_ring_behind_a_detached_consumer_is_blocked_until_released() {
-    let _serial = common::serial();
-    let ns = Ns::new("blocked");
+    let ns = Namespace::new("blocked");
     let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
-    let r = Ring::open(&ns.name, "r").expect("open");
+    let r = Ring::open(ns.name(), "r").expect("open");
     drop(
         r.consumer(ConsumerOptions::durable("away"))
             .expect("consumer"),
@@ -70,10 +69,9 @@ fn a_full_ring_behind_a_detached_consumer_is_blocked_until_released() {
 
 #[test]
 fn waiters_fence_mode_and_the_wake_up_bill_are_shown() {
-    let _serial = common::serial();
-    let ns = Ns::new("wakes");
+    let ns = Namespace::new("wakes");
     let _broker = ns.broker(Some("[rings.w]\ncapacity = 64\n"));
-    let r = Ring::open(&ns.name, "w").expect("open");
+    let r = Ring::open(ns.name(), "w").expect("open");
     let mut c = r
         .consumer(
             ConsumerOptions::anonymous().wait(WaitStrategy::TimeoutBlocking {

@@ -86,7 +86,7 @@ pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
 pub use table::Tombstone;
 pub use unblock::boottime_ns;
-pub use wait::{Fallback, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
+pub use wait::{Fallback, UnknownWaitStrategy, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
 pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};
 
 /// Register this process now for the asymmetric fence of parking (`membarrier`), which its

@@ -344,11 +344,16 @@ impl Ring {
     pub fn is_closed(&self) -> bool {
         self.seg.line().is_closed()
     }
+
+    /// Whether the ring was deleted ([`Ring::remove`]): every client of it gets an error.
+    pub fn is_deleted(&self) -> bool {
+        is_deleted(&self.seg)
+    }
 }
 
-/// Whether the ring was deleted: the one test every client uses.
+/// Whether the ring was deleted ([`Life::is_deleted`](crate::line::Life::is_deleted)).
 pub(crate) fn is_deleted(seg: &Segment) -> bool {
-    seg.line().life().state == Some(RingState::Deleted)
+    seg.line().life().is_deleted()
 }
 
 /// What an attach checks before it touches the tables: the file still holds the whole

@@ -172,6 +172,17 @@ pub enum Refused {
     Deleted,
 }
 
+impl Refused {
+    /// Why a claim that met a closed line in lifecycle `state` is refused.
+    fn in_state(state: Option<RingState>) -> Refused {
+        if state == Some(RingState::Deleted) {
+            Refused::Deleted
+        } else {
+            Refused::Closed
+        }
+    }
+}
+
 /// What the fast path of a single-producer claim found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fast {
@@ -228,6 +239,11 @@ impl Life {
             state: RingState::from_u32(lifecycle::state(word)),
             owner: lifecycle::owner(word),
         }
+    }
+
+    /// Whether the ring was deleted: the one test of it every client makes.
+    pub fn is_deleted(&self) -> bool {
+        self.state == Some(RingState::Deleted)
     }
 }
 
@@ -591,11 +607,7 @@ impl<W: Word> Line<'_, W> {
     /// Why a claim is refused now.
     #[cold]
     fn refusal(&self) -> Refused {
-        if self.life().state == Some(RingState::Deleted) {
-            Refused::Deleted
-        } else {
-            Refused::Closed
-        }
+        Refused::in_state(self.life().state)
     }
 
     /// (p5): a claim whose position was stored met a lifecycle change.
@@ -625,11 +637,7 @@ impl<W: Word> Line<'_, W> {
                     // Refused: take the position back so the next run starts there. Relaxed:
                     // the starter waits for it (SeqCst load) before it reopens.
                     self.claim.store(next, Ordering::Relaxed);
-                    return Err(if state == Some(RingState::Deleted) {
-                        Refused::Deleted
-                    } else {
-                        Refused::Closed
-                    });
+                    return Err(Refused::in_state(state));
                 }
             }
         }

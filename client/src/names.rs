@@ -1,6 +1,6 @@
 //! Where segments live: one directory per namespace under the shared-memory root.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::OpenError;
 
@@ -52,6 +52,37 @@ pub fn ring_path(namespace: &str, name: &str) -> Result<PathBuf, OpenError> {
     Ok(namespace_dir(namespace)?.join(format!("{name}{RING_SUFFIX}")))
 }
 
+/// The ring names in namespace directory `dir` (`NAME.ring`, hidden files skipped), each
+/// with the type of its directory entry: its own type, so a symbolic link is a link, never
+/// what it points to. Sorted by name.
+pub fn ring_entries_in(dir: &Path) -> std::io::Result<Vec<(String, std::fs::FileType)>> {
+    let mut names: Vec<(String, std::fs::FileType)> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|entry| {
+            let file = entry.file_name().into_string().ok()?;
+            if file.starts_with('.') {
+                return None;
+            }
+            let name = file.strip_suffix(RING_SUFFIX)?.to_owned();
+            Some((name, entry.file_type().ok()?))
+        })
+        .collect();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(names)
+}
+
+/// The rings in a namespace directory: the names of its `<name>.ring` regular files (a
+/// symbolic link or anything else under a ring's name is not a ring), sorted. Hidden files
+/// are left out (a create builds its segment under a hidden temporary name), and so are
+/// names that are not UTF-8; an entry that cannot be read is skipped.
+pub fn rings_in(dir: &Path) -> std::io::Result<Vec<String>> {
+    Ok(ring_entries_in(dir)?
+        .into_iter()
+        .filter(|(_, kind)| kind.is_file())
+        .map(|(name, _)| name)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +93,25 @@ mod tests {
         for bad in ["", ".hidden", "a/b", "a b", &"x".repeat(65), "é"] {
             assert!(check_name("ring", bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn rings_in_lists_ring_files_only() {
+        let dir = std::env::temp_dir().join(format!("shmring-names-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [
+            "b.ring",
+            "a.ring",
+            ".a.ring.tmp",
+            ".hidden.ring",
+            "broker.sock",
+            "c.ring.x",
+        ] {
+            std::fs::write(dir.join(f), b"").unwrap();
+        }
+        let names = rings_in(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(names.unwrap(), ["a", "b"]);
+        assert!(rings_in(&dir).is_err(), "a missing directory is an error");
     }
 }

@@ -5,6 +5,8 @@
 //! changes nothing a producer or another consumer pays: a producer pays one load of the
 //! waiter count per publish, and a `futex_wake` only while somebody is actually parked.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 /// What a strategy does once its spin and yield budgets are spent.
@@ -98,18 +100,17 @@ impl WaitStrategy {
         }
     }
 
-    /// The name of a recorded code.
+    /// The name of a recorded code ("unknown" for a code no strategy records).
     pub fn kind_name(code: u32) -> &'static str {
-        match code {
-            1 => "busy-spin",
-            2 => "yielding",
-            3 => "sleeping",
-            4 => "phased-backoff",
-            5 => "blocking",
-            6 => "timeout-blocking",
-            7 => "adaptive",
-            _ => "unknown",
-        }
+        code.checked_sub(1)
+            .and_then(|i| KINDS.get(i as usize))
+            .map_or("unknown", |(name, _)| name)
+    }
+
+    /// The name of this strategy's kind: what [`fmt::Display`] prints, [`FromStr`] reads
+    /// and `broker status` shows.
+    pub fn name(&self) -> &'static str {
+        Self::kind_name(self.kind_code())
     }
 
     /// Whether this strategy ever parks on the futex.
@@ -150,6 +151,64 @@ impl WaitStrategy {
             WaitStrategy::Blocking | WaitStrategy::TimeoutBlocking { .. } => (0, 0, Step::Park),
             WaitStrategy::Adaptive => (ADAPTIVE_SPINS, ADAPTIVE_YIELDS, Step::Park),
         }
+    }
+}
+
+/// Every kind of strategy by name, at the index of its recorded code minus one, with the
+/// parameters [`FromStr`] gives it.
+const KINDS: [(&str, WaitStrategy); 7] = [
+    ("busy-spin", WaitStrategy::BusySpin),
+    ("yielding", WaitStrategy::Yielding { spins: 100 }),
+    (
+        "sleeping",
+        WaitStrategy::Sleeping {
+            spins: 100,
+            yields: 10,
+            sleep: Duration::from_micros(100),
+        },
+    ),
+    (
+        "phased-backoff",
+        WaitStrategy::PhasedBackoff {
+            spins: 100,
+            yields: 10,
+            fallback: Fallback::Park,
+        },
+    ),
+    ("blocking", WaitStrategy::Blocking),
+    (
+        "timeout-blocking",
+        WaitStrategy::TimeoutBlocking {
+            timeout: Duration::from_millis(100),
+        },
+    ),
+    ("adaptive", WaitStrategy::Adaptive),
+];
+
+impl fmt::Display for WaitStrategy {
+    /// The kind's name ([`WaitStrategy::name`]), without the parameters.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A wait strategy name that [`WaitStrategy::from_str`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown wait strategy {0:?}: use busy-spin, yielding, sleeping, phased-backoff, blocking, timeout-blocking or adaptive")]
+pub struct UnknownWaitStrategy(pub String);
+
+impl FromStr for WaitStrategy {
+    type Err = UnknownWaitStrategy;
+
+    /// The strategy of a kind's name, with its usual parameters: `yielding` after 100
+    /// spins; `sleeping` ([`WaitStrategy::sleeping`]); `phased-backoff` with 100 spins and
+    /// 10 yields, then park; `timeout-blocking` every 100 ms.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KINDS
+            .iter()
+            .find(|(name, _)| *name == s)
+            .map(|&(_, strategy)| strategy)
+            .ok_or_else(|| UnknownWaitStrategy(s.to_owned()))
     }
 }
 
@@ -210,4 +269,22 @@ pub(crate) fn producer_backoff() -> Idler {
         yields: 16,
         fallback: Fallback::Park,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_named_at_its_code_and_its_name_parses_back() {
+        for (i, (name, strategy)) in KINDS.iter().enumerate() {
+            assert_eq!(strategy.kind_code() as usize, i + 1, "{name}");
+            assert_eq!(strategy.to_string(), *name);
+            assert_eq!(name.parse::<WaitStrategy>(), Ok(*strategy));
+        }
+        assert_eq!(WaitStrategy::sleeping(), "sleeping".parse().unwrap());
+        assert_eq!(WaitStrategy::kind_name(0), "unknown");
+        assert_eq!(WaitStrategy::kind_name(8), "unknown");
+        assert!("spin".parse::<WaitStrategy>().is_err());
+    }
 }

@@ -8,18 +8,10 @@ use shmring::{
     RingConfig, RingState, TryPublishError,
 };
 
-mod common;
-use common::Ns;
+use shmring_testkit::Namespace;
 
-fn small(capacity: u64) -> RingConfig {
-    RingConfig {
-        capacity,
-        slot_size: 64,
-        max_consumers: 4,
-        max_producers: 4,
-        ..RingConfig::default()
-    }
-}
+mod common;
+use common::small;
 
 fn drain(c: &mut shmring::Consumer) -> Vec<u64> {
     let mut seen = Vec::new();
@@ -33,8 +25,8 @@ fn drain(c: &mut shmring::Consumer) -> Vec<u64> {
 
 #[test]
 fn handler_panic_fails_the_consumer_and_a_durable_restart_resumes_at_the_failing_event() {
-    let ns = Ns::new("panic");
-    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let ns = Namespace::concurrent("panic");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     for i in 0..5u64 {
@@ -69,8 +61,8 @@ fn handler_panic_fails_the_consumer_and_a_durable_restart_resumes_at_the_failing
 /// durable restart resumes there (not one past it).
 #[test]
 fn handler_panic_in_an_optional_consumer_names_the_failing_event() {
-    let ns = Ns::new("panicopt");
-    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let ns = Namespace::concurrent("panicopt");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring
         .consumer(ConsumerOptions::durable("o").optional())
@@ -100,8 +92,8 @@ fn handler_panic_in_an_optional_consumer_names_the_failing_event() {
 
 #[test]
 fn durable_required_consumer_holds_its_events_while_detached() {
-    let ns = Ns::new("detach");
-    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let ns = Namespace::concurrent("detach");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let mut p = ring.producer().unwrap();
     let c = ring.consumer(ConsumerOptions::durable("keep")).unwrap();
     drop(c);
@@ -123,8 +115,8 @@ fn durable_required_consumer_holds_its_events_while_detached() {
 
 #[test]
 fn one_live_process_per_durable_name() {
-    let ns = Ns::new("inuse");
-    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let ns = Namespace::concurrent("inuse");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let _c = ring.consumer(ConsumerOptions::durable("x")).unwrap();
     match ring.consumer(ConsumerOptions::durable("x")) {
         Err(AttachError::NameInUse { pid, .. }) => assert_eq!(pid, std::process::id()),
@@ -142,12 +134,12 @@ fn one_live_process_per_durable_name() {
 
 #[test]
 fn single_producer_ring_refuses_a_second_producer() {
-    let ns = Ns::new("sp");
+    let ns = Namespace::concurrent("sp");
     let cfg = RingConfig {
         producer_mode: ProducerMode::Single,
         ..small(8)
     };
-    let ring = Ring::create(&ns.0, "r", &cfg).unwrap();
+    let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
     let p = ring.producer().unwrap();
     let err = ring.producer().err().unwrap();
     assert_eq!(
@@ -163,8 +155,8 @@ fn single_producer_ring_refuses_a_second_producer() {
 
 #[test]
 fn table_full_says_so() {
-    let ns = Ns::new("full");
-    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let ns = Namespace::concurrent("full");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let held: Vec<_> = (0..4)
         .map(|_| ring.consumer(ConsumerOptions::anonymous()).unwrap())
         .collect();
@@ -182,27 +174,27 @@ fn table_full_says_so() {
 
 #[test]
 fn create_open_and_open_or_create() {
-    let ns = Ns::new("open");
+    let ns = Namespace::concurrent("open");
     assert!(matches!(
-        Ring::open(&ns.0, "nope"),
+        Ring::open(ns.name(), "nope"),
         Err(OpenError::NotFound { .. })
     ));
-    let a = Ring::open_or_create(&ns.0, "r", &small(8)).unwrap();
-    let b = Ring::open_or_create(&ns.0, "r", &small(8)).unwrap();
+    let a = Ring::open_or_create(ns.name(), "r", &small(8)).unwrap();
+    let b = Ring::open_or_create(ns.name(), "r", &small(8)).unwrap();
     assert_eq!(a.geometry(), b.geometry());
     assert!(matches!(
-        Ring::create(&ns.0, "r", &small(8)),
+        Ring::create(ns.name(), "r", &small(8)),
         Err(OpenError::AlreadyExists { .. })
     ));
-    let err = Ring::open_or_create(&ns.0, "r", &small(16)).unwrap_err();
+    let err = Ring::open_or_create(ns.name(), "r", &small(16)).unwrap_err();
     assert!(matches!(err, OpenError::ConfigMismatch { .. }));
     assert!(err.to_string().contains("capacity 8"), "{err}");
     assert!(matches!(
-        Ring::create(&ns.0, "../escape", &small(8)),
+        Ring::create(ns.name(), "../escape", &small(8)),
         Err(OpenError::InvalidName { .. })
     ));
     assert!(matches!(
-        Ring::create(&ns.0, "r2", &small(12)),
+        Ring::create(ns.name(), "r2", &small(12)),
         Err(OpenError::Config(_))
     ));
     // Mode is exact whatever the umask.
@@ -213,29 +205,29 @@ fn create_open_and_open_or_create() {
 
 #[test]
 fn remove_gives_attached_clients_a_clear_error() {
-    let ns = Ns::new("remove");
-    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let ns = Namespace::concurrent("remove");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
-    Ring::remove(&ns.0, "r").unwrap();
+    Ring::remove(ns.name(), "r").unwrap();
     assert_eq!(ring.state(), Some(RingState::Deleted));
     assert_eq!(p.publish(&[1]), Err(PublishError::Deleted));
     assert_eq!(p.try_publish(&[1]), Err(TryPublishError::Deleted));
     assert_eq!(c.poll_once(|_| {}), Err(PollError::Deleted));
     assert!(matches!(
-        Ring::open(&ns.0, "r"),
+        Ring::open(ns.name(), "r"),
         Err(OpenError::NotFound { .. })
     ));
     assert!(matches!(
-        Ring::remove(&ns.0, "r"),
+        Ring::remove(ns.name(), "r"),
         Err(OpenError::NotFound { .. })
     ));
 }
 
 #[test]
 fn end_of_batch_lands_on_the_last_event_when_a_tombstone_ends_the_run() {
-    let ns = Ns::new("eob");
-    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let ns = Namespace::concurrent("eob");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     p.publish(&[1]).unwrap();
@@ -252,8 +244,8 @@ fn end_of_batch_lands_on_the_last_event_when_a_tombstone_ends_the_run() {
 
 #[test]
 fn batch_cap_bounds_a_poll() {
-    let ns = Ns::new("cap");
-    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let ns = Namespace::concurrent("cap");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring
         .consumer(ConsumerOptions::anonymous().batch_cap(3))
@@ -287,8 +279,8 @@ fn typed_events_round_trip() {
         qty: u32,
         side: u32,
     }
-    let ns = Ns::new("typed");
-    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let ns = Namespace::concurrent("typed");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let t = Trade {
@@ -313,8 +305,8 @@ fn typed_events_round_trip() {
 
 #[test]
 fn publish_timeout_waits_then_gives_up_without_spending_a_sequence() {
-    let ns = Ns::new("timeout");
-    let ring = Ring::create(&ns.0, "r", &small(4)).unwrap();
+    let ns = Namespace::concurrent("timeout");
+    let ring = Ring::create(ns.name(), "r", &small(4)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     for i in 0..4u64 {
@@ -342,8 +334,8 @@ fn publish_timeout_waits_then_gives_up_without_spending_a_sequence() {
 fn batches_of_concurrent_producers_land_contiguous() {
     const THREADS: u64 = 3;
     const BATCHES: u64 = 300;
-    let ns = Ns::new("batches");
-    let ring = Ring::create(&ns.0, "r", &small(16)).unwrap();
+    let ns = Namespace::concurrent("batches");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
     let mut c = ring.consumer(ConsumerOptions::durable("c")).unwrap();
     let tag = |t: u64, b: u64, i: u64, n: u64| (t << 48 | b << 16 | i << 8 | n).to_le_bytes();
     let producers: Vec<_> = (0..THREADS)
@@ -406,12 +398,12 @@ fn batches_of_concurrent_producers_land_contiguous() {
 #[test]
 fn a_leaked_claim_is_tombstoned_at_the_next_publish_and_at_detach() {
     for mode in [ProducerMode::Single, ProducerMode::Multi] {
-        let ns = Ns::new("leaked_claim");
+        let ns = Namespace::concurrent("leaked_claim");
         let cfg = RingConfig {
             producer_mode: mode,
             ..small(16)
         };
-        let ring = Ring::create(&ns.0, "r", &cfg).unwrap();
+        let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
         let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
         let mut p = ring.producer().unwrap();
         p.publish(&0u64.to_le_bytes()).unwrap();
@@ -436,8 +428,8 @@ fn a_leaked_claim_is_tombstoned_at_the_next_publish_and_at_detach() {
 /// head and counts the gap, as after a release; it never reads slots producers reused.
 #[test]
 fn a_durable_consumer_that_was_optional_comes_back_required_at_the_head() {
-    let ns = Ns::new("opt_to_req");
-    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let ns = Namespace::concurrent("opt_to_req");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring
         .consumer(ConsumerOptions::durable("d").optional())
@@ -463,8 +455,8 @@ fn a_durable_consumer_that_was_optional_comes_back_required_at_the_head() {
 /// free (released, resuming at the head).
 #[test]
 fn a_released_live_consumer_keeps_its_name_until_it_detaches() {
-    let ns = Ns::new("released_live");
-    let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+    let ns = Namespace::concurrent("released_live");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let info = ring.info().consumers[0].clone();
@@ -505,8 +497,8 @@ fn a_released_live_consumer_keeps_its_name_until_it_detaches() {
 #[test]
 fn a_repaired_sequence_is_skipped_and_counted() {
     for required in [true, false] {
-        let ns = Ns::new("repaired_seq");
-        let ring = Ring::create(&ns.0, "r", &small(8)).unwrap();
+        let ns = Namespace::concurrent("repaired_seq");
+        let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
         let opts = if required {
             ConsumerOptions::durable("d")
         } else {

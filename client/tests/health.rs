@@ -1,19 +1,17 @@
 //! Health without a broker: `Ring::health` judges a ring as `broker status` does.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Ns;
 use shmring::{ConsumerOptions, HealthState, HealthThresholds, Ring, RingConfig, TryPublishError};
+use shmring_testkit::Namespace;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_stalled_consumer_and_a_blocked_ring_are_seen_without_a_broker() {
-    let ns = Ns::new("health");
+    let ns = Namespace::concurrent("health");
     let ring = Ring::create(
-        &ns.0,
+        ns.name(),
         "h",
         &RingConfig {
             capacity: 64,
@@ -61,5 +59,5 @@ fn a_stalled_consumer_and_a_blocked_ring_are_seen_without_a_broker() {
     assert!(!h.is_healthy());
 
     drop(producer);
-    Ring::remove(&ns.0, "h").expect("remove");
+    Ring::remove(ns.name(), "h").expect("remove");
 }

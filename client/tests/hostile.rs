@@ -9,21 +9,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use shmring::{ConsumerOptions, Ring, RingConfig};
+use shmring::{ConsumerOptions, Ring};
 use shmring_layout::{SlotHeader, MAX_SEQUENCE, SEQ_LINES_OFFSET, STAMP_WRITING};
 
 mod common;
-use common::{poll_quiet, Ns};
-
-fn cfg() -> RingConfig {
-    RingConfig {
-        capacity: 8,
-        slot_size: 64,
-        max_consumers: 3,
-        max_producers: 2,
-        ..RingConfig::default()
-    }
-}
+use common::{hostile, poll_quiet};
+use shmring_testkit::Namespace;
 
 /// Every operation that cannot wait forever by design, on a ring whose bytes were damaged.
 /// Returns how many events the consumers were handed (each checked against the slot).
@@ -83,7 +74,7 @@ fn hostile_word() -> impl Strategy<Value = u64> {
 #[test]
 fn damaged_tables_and_slots_never_panic() {
     const CASES: u32 = 64;
-    let g = *Ring::create(&Ns::new("geo").0, "r", &cfg())
+    let g = *Ring::create(Namespace::concurrent("geo").name(), "r", &hostile())
         .unwrap()
         .geometry();
     let reader = g.consumers_offset..g.producers_offset;
@@ -102,8 +93,8 @@ fn damaged_tables_and_slots_never_panic() {
         ..ProptestConfig::default()
     });
     let result = runner.run(&writes, |writes| {
-        let ns = Ns::new("prop");
-        let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+        let ns = Namespace::concurrent("prop");
+        let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
         {
             let mut p = ring.producer().unwrap();
             let _c = ring.consumer(ConsumerOptions::durable("c0")).unwrap();
@@ -135,8 +126,8 @@ fn damaged_tables_and_slots_never_panic() {
 
 #[test]
 fn a_corrupt_length_is_clamped_and_counted() {
-    let ns = Ns::new("len");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("len");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     p.publish(b"hello").unwrap();

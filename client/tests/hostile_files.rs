@@ -9,7 +9,7 @@ use std::os::unix::fs::symlink;
 use shmring::{ConsumerOptions, OpenError, Ring, RingConfig, RingState};
 
 mod common;
-use common::Ns;
+use shmring_testkit::Namespace;
 
 fn cfg() -> RingConfig {
     RingConfig {
@@ -23,8 +23,8 @@ fn cfg() -> RingConfig {
 /// (which would kill this process with SIGBUS).
 #[test]
 fn a_truncated_segment_is_refused_at_open_and_at_attach() {
-    let ns = Ns::new("truncated");
-    let ring = Ring::create(&ns.0, "r", &cfg()).expect("create");
+    let ns = Namespace::concurrent("truncated");
+    let ring = Ring::create(ns.name(), "r", &cfg()).expect("create");
     let size = ring.geometry().total_size;
     assert!(
         size > 4096,
@@ -37,7 +37,7 @@ fn a_truncated_segment_is_refused_at_open_and_at_attach() {
         .set_len(4096)
         .expect("truncate");
 
-    let e = Ring::open(&ns.0, "r").expect_err("a truncated segment is not opened");
+    let e = Ring::open(ns.name(), "r").expect_err("a truncated segment is not opened");
     let text = e.to_string();
     assert!(
         text.contains("4096") && text.contains(&size.to_string()),
@@ -64,23 +64,23 @@ fn a_truncated_segment_is_refused_at_open_and_at_attach() {
 /// removes the link alone. A FIFO under a ring name is refused without blocking.
 #[test]
 fn a_ring_name_that_is_not_a_regular_file_is_refused_not_followed() {
-    let ns = Ns::new("links");
-    let other = Ns::new("links_target");
-    let target = Ring::create(&other.0, "default", &cfg()).expect("create the target");
-    Ring::create(&ns.0, "real", &cfg()).expect("create the namespace");
+    let ns = Namespace::concurrent("links");
+    let other = Namespace::concurrent("links_target");
+    let target = Ring::create(other.name(), "default", &cfg()).expect("create the target");
+    Ring::create(ns.name(), "real", &cfg()).expect("create the namespace");
 
-    let alias = ns.ring("alias");
+    let alias = ns.ring_path("alias");
     symlink(target.path(), &alias).expect("symlink");
-    let e = Ring::open(&ns.0, "alias").expect_err("a symbolic link is not followed");
+    let e = Ring::open(ns.name(), "alias").expect_err("a symbolic link is not followed");
     assert!(e.to_string().contains("symbolic link"), "{e}");
 
-    Ring::remove(&ns.0, "alias").expect("removing the link's name");
+    Ring::remove(ns.name(), "alias").expect("removing the link's name");
     assert!(alias.symlink_metadata().is_err(), "the link is gone");
     assert!(target.path().exists(), "the target is still there");
     assert_eq!(target.state(), Some(RingState::Running), "and not deleted");
-    Ring::open(&other.0, "default").expect("the target opens as before");
+    Ring::open(other.name(), "default").expect("the target opens as before");
 
-    let pipe = ns.ring("pipe");
+    let pipe = ns.ring_path("pipe");
     rustix::fs::mknodat(
         rustix::fs::CWD,
         &pipe,
@@ -89,7 +89,7 @@ fn a_ring_name_that_is_not_a_regular_file_is_refused_not_followed() {
         0,
     )
     .expect("mkfifo");
-    let e = Ring::open(&ns.0, "pipe").expect_err("a FIFO is not a ring");
+    let e = Ring::open(ns.name(), "pipe").expect_err("a FIFO is not a ring");
     assert!(e.to_string().contains("FIFO"), "{e}");
 }
 
@@ -109,8 +109,8 @@ fn lifecycle_offset() -> u64 {
 #[test]
 fn a_remove_the_ring_refuses_changes_nothing() {
     use std::os::unix::fs::FileExt;
-    let ns = Ns::new("refused_remove");
-    let ring = Ring::create(&ns.0, "r", &cfg()).expect("create");
+    let ns = Namespace::concurrent("refused_remove");
+    let ring = Ring::create(ns.name(), "r", &cfg()).expect("create");
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -122,7 +122,7 @@ fn a_remove_the_ring_refuses_changes_nothing() {
     let corrupt = shmring_layout::lifecycle::pack(0, 0xee, 0);
     file.write_all_at(&corrupt.to_ne_bytes(), lifecycle_offset())
         .expect("corrupt the lifecycle word");
-    let e = Ring::remove(&ns.0, "r").expect_err("a ring that cannot be marked deleted");
+    let e = Ring::remove(ns.name(), "r").expect_err("a ring that cannot be marked deleted");
     assert!(matches!(e, OpenError::Lifecycle(..)), "{e}");
     assert!(ring.path().exists(), "the name was put back");
     let hidden: Vec<_> = std::fs::read_dir(ns.dir())
@@ -135,10 +135,10 @@ fn a_remove_the_ring_refuses_changes_nothing() {
     file.write_all_at(&word, lifecycle_offset())
         .expect("restore the lifecycle word");
 
-    let second = ns.ring("second");
+    let second = ns.ring_path("second");
     std::fs::hard_link(ring.path(), &second).expect("hard link");
-    Ring::remove(&ns.0, "second").expect("remove the second name");
+    Ring::remove(ns.name(), "second").expect("remove the second name");
     assert_eq!(ring.state(), Some(RingState::Deleted));
-    Ring::remove(&ns.0, "r").expect("a deleted ring's name is removed");
+    Ring::remove(ns.name(), "r").expect("a deleted ring's name is removed");
     assert!(!ring.path().exists());
 }

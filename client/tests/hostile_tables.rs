@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring, RingConfig};
+use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring};
 use shmring_layout::{
     config_checksum, consumer_state, owned_word, producer_state, ConfigWords, ConsumerCold,
     ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry, SequenceLines,
@@ -22,17 +22,8 @@ use shmring_layout::{
 };
 
 mod common;
-use common::{poll_quiet, Ns};
-
-fn cfg() -> RingConfig {
-    RingConfig {
-        capacity: 8,
-        slot_size: 64,
-        max_consumers: 3,
-        max_producers: 2,
-        ..RingConfig::default()
-    }
-}
+use common::{hostile, poll_quiet};
+use shmring_testkit::Namespace;
 
 fn put(path: &Path, off: u64, bytes: &[u8]) {
     let f = OpenOptions::new().write(true).open(path).expect("open");
@@ -117,8 +108,8 @@ fn rewrite_config(path: &Path, edit: impl FnOnce(&mut ConfigWords)) {
     );
 }
 
-fn layout_error(ns: &Ns) -> LayoutError {
-    match Ring::open(&ns.0, "r") {
+fn layout_error(ns: &Namespace) -> LayoutError {
+    match Ring::open(ns.name(), "r") {
         Err(OpenError::Layout { source, .. }) => source,
         other => panic!("expected a layout error, got {other:?}"),
     }
@@ -126,12 +117,15 @@ fn layout_error(ns: &Ns) -> LayoutError {
 
 #[test]
 fn an_absurd_capacity_with_a_valid_checksum_is_refused_before_mapping() {
-    let ns = Ns::new("absurd");
-    let path = Ring::create(&ns.0, "r", &cfg()).unwrap().path().to_owned();
+    let ns = Namespace::concurrent("absurd");
+    let path = Ring::create(ns.name(), "r", &hostile())
+        .unwrap()
+        .path()
+        .to_owned();
     for capacity in [0, 3, 1 << 25, 1 << 40, 1 << 63, u64::MAX] {
         rewrite_config(&path, |w| w.capacity = capacity);
         assert_eq!(layout_error(&ns), LayoutError::BadCapacity(capacity));
-        let msg = Ring::open(&ns.0, "r").unwrap_err().to_string();
+        let msg = Ring::open(ns.name(), "r").unwrap_err().to_string();
         assert!(msg.contains(&capacity.to_string()), "{msg}");
     }
     // Each in range, together 256 TiB: refused as too large, nothing is mapped.
@@ -144,8 +138,11 @@ fn an_absurd_capacity_with_a_valid_checksum_is_refused_before_mapping() {
 
 #[test]
 fn grown_and_truncated_files_are_refused() {
-    let ns = Ns::new("grown");
-    let path = Ring::create(&ns.0, "r", &cfg()).unwrap().path().to_owned();
+    let ns = Namespace::concurrent("grown");
+    let path = Ring::create(ns.name(), "r", &hostile())
+        .unwrap()
+        .path()
+        .to_owned();
     let len = std::fs::metadata(&path).unwrap().len();
     for new_len in [len + 1, len + 4096, len * 4, len - 64] {
         OpenOptions::new()
@@ -173,8 +170,8 @@ proptest! {
         producers in 0u32..=300,
         resize in any::<bool>(),
     ) {
-        let ns = Ns::new("tables");
-        let path = Ring::create(&ns.0, "r", &cfg()).unwrap().path().to_owned();
+        let ns = Namespace::concurrent("tables");
+        let path = Ring::create(ns.name(), "r", &hostile()).unwrap().path().to_owned();
         let geometry = Geometry::new(8, 64, consumers, producers, shmring::ProducerMode::Multi, 4);
         rewrite_config(&path, |w| {
             w.max_consumers = consumers;
@@ -186,7 +183,7 @@ proptest! {
         if let (true, Ok(g)) = (resize, &geometry) {
             OpenOptions::new().write(true).open(&path).unwrap().set_len(g.total_size).unwrap();
         }
-        match Ring::open(&ns.0, "r") {
+        match Ring::open(ns.name(), "r") {
             Ok(ring) => {
                 let g = *ring.geometry();
                 prop_assert_eq!(g.max_consumers, consumers);
@@ -223,8 +220,8 @@ proptest! {
 
 #[test]
 fn out_of_range_entry_indices_are_refused_by_every_entry_operation() {
-    let ns = Ns::new("indices");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("indices");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let word = owned_word::pack(1, consumer_state::ACTIVE, 1);
     for index in [3, 4, 255, 256, u32::MAX] {
         assert!(!ring.release_consumer(index, word));
@@ -240,8 +237,8 @@ fn out_of_range_entry_indices_are_refused_by_every_entry_operation() {
 /// the repair touches at most `capacity / 2` sequences and returns.
 #[test]
 fn a_dead_producer_claim_of_absurd_length_is_repaired_in_bounded_steps() {
-    let ns = Ns::new("absurd_claim");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("absurd_claim");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let (pid, start) = (1, init_start() + 1);
     for (first_plus_one, len) in [
@@ -272,8 +269,8 @@ fn a_dead_producer_claim_of_absurd_length_is_repaired_in_bounded_steps() {
 /// with a head far ahead of every consumer: the search for its hole is bounded.
 #[test]
 fn an_unattributed_hole_search_is_bounded() {
-    let ns = Ns::new("claiming");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("claiming");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let (pid, start) = (1, init_start() + 1);
     let p = |f| producer_field(&ring, 0, f);
@@ -314,8 +311,8 @@ fn pid_1_with_a_wrong_start_time_is_not_alive() {
 /// reports pid 1 as its owner).
 #[test]
 fn a_durable_entry_naming_pid_1_is_taken_over() {
-    let ns = Ns::new("pid1_consumer");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("pid1_consumer");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let index = c.index();
@@ -343,8 +340,8 @@ fn a_durable_entry_naming_pid_1_is_taken_over() {
 /// always hold a name; file permissions are what keep such writers out).
 #[test]
 fn a_durable_entry_forged_with_pid_1s_real_start_time_is_refused_clearly() {
-    let ns = Ns::new("pid1_real");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("pid1_real");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let index = c.index();
@@ -374,8 +371,8 @@ fn a_durable_entry_forged_with_pid_1s_real_start_time_is_refused_clearly() {
 /// producer reclaims one instead of finding the table full.
 #[test]
 fn producer_entries_naming_pid_1_are_reclaimed() {
-    let ns = Ns::new("pid1_producer");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("pid1_producer");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     for i in 0..ring.geometry().max_producers {
         let p = |f| producer_field(&ring, i, f);
@@ -402,8 +399,8 @@ fn producer_entries_naming_pid_1_are_reclaimed() {
 #[test]
 fn a_durable_position_beyond_the_head_is_not_trusted() {
     for next in [u64::MAX, u64::MAX - 3, 1 << 62, 1000] {
-        let ns = Ns::new("next");
-        let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+        let ns = Namespace::concurrent("next");
+        let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
         let path = ring.path().to_owned();
         let index = ring
             .consumer(ConsumerOptions::durable("d"))
@@ -429,8 +426,8 @@ fn a_durable_position_beyond_the_head_is_not_trusted() {
 /// commit's `+=` overflows.
 #[test]
 fn resumed_counters_at_their_limit_do_not_panic() {
-    let ns = Ns::new("counters");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("counters");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let index = ring
         .consumer(ConsumerOptions::durable("d"))
@@ -453,8 +450,8 @@ fn resumed_counters_at_their_limit_do_not_panic() {
 /// their `fetch_add` overflows in `Ring::start` and `Ring::adopt`.
 #[test]
 fn run_and_epoch_at_their_limit_do_not_panic() {
-    let ns = Ns::new("run_epoch");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("run_epoch");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     put64(&path, offset_of!(Header, run) as u64, u64::MAX);
     put64(&path, offset_of!(Header, broker_epoch) as u64, u64::MAX);
@@ -467,8 +464,8 @@ fn run_and_epoch_at_their_limit_do_not_panic() {
 /// what is wrong, the data path carries on or refuses cleanly, nothing hangs.
 #[test]
 fn corrupt_state_words_give_errors_not_hangs() {
-    let ns = Ns::new("state");
-    let ring = Ring::create(&ns.0, "r", &cfg()).unwrap();
+    let ns = Namespace::concurrent("state");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
     let path = ring.path().to_owned();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut p = ring.producer().unwrap();

@@ -8,8 +8,7 @@ use shmring::{
     RunExit, TryPublishError,
 };
 
-mod common;
-use common::Ns;
+use shmring_testkit::Namespace;
 
 fn cfg(capacity: u64) -> RingConfig {
     RingConfig {
@@ -23,8 +22,8 @@ fn cfg(capacity: u64) -> RingConfig {
 
 #[test]
 fn stop_refuses_new_claims_keeps_published_events_and_start_continues_the_sequence() {
-    let ns = Ns::new("stopstart");
-    let ring = Ring::create(&ns.0, "r", &cfg(16)).unwrap();
+    let ns = Namespace::concurrent("stopstart");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::durable("c")).unwrap();
     for i in 0..5u8 {
@@ -63,8 +62,8 @@ fn stop_refuses_new_claims_keeps_published_events_and_start_continues_the_sequen
 
 #[test]
 fn drain_waits_for_consumers_and_reports_who_is_behind() {
-    let ns = Ns::new("drain");
-    let ring = Ring::create(&ns.0, "r", &cfg(16)).unwrap();
+    let ns = Namespace::concurrent("drain");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
     let mut p = ring.producer().unwrap();
     let mut c = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
     for i in 0..6u8 {
@@ -99,10 +98,10 @@ fn drain_waits_for_consumers_and_reports_who_is_behind() {
 #[test]
 fn stop_racing_publishers_loses_nothing_accepted() {
     const THREADS: u64 = 3;
-    let ns = Ns::new("race");
+    let ns = Namespace::concurrent("race");
     let rings = [
-        Ring::create(&ns.0, "r", &cfg(64)).unwrap(),
-        Ring::create(&ns.0, "small", &cfg(8)).unwrap(),
+        Ring::create(ns.name(), "r", &cfg(64)).unwrap(),
+        Ring::create(ns.name(), "small", &cfg(8)).unwrap(),
     ];
     let mut consumers: Vec<_> = rings
         .iter()
@@ -190,8 +189,8 @@ const MODES: [ProducerMode; 2] = [ProducerMode::Multi, ProducerMode::Single];
 #[test]
 fn a_consumer_attached_while_stopped_gets_the_first_event_of_the_next_run() {
     for mode in MODES {
-        let ns = Ns::new("attachstopped");
-        let ring = Ring::create(&ns.0, "r", &cfg_mode(16, mode)).unwrap();
+        let ns = Namespace::concurrent("attachstopped");
+        let ring = Ring::create(ns.name(), "r", &cfg_mode(16, mode)).unwrap();
         let mut p = ring.producer().unwrap();
         p.publish(b"a").unwrap();
         assert_eq!(ring.stop(), Ok(1));
@@ -220,8 +219,8 @@ fn a_consumer_attached_while_stopped_gets_the_first_event_of_the_next_run() {
 /// at the stop sequence is lapped after the start.
 #[test]
 fn a_gate_scan_while_stopped_never_lets_a_required_consumer_be_lapped() {
-    let ns = Ns::new("scanstopped");
-    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let ns = Namespace::concurrent("scanstopped");
+    let ring = Ring::create(ns.name(), "r", &cfg(4)).unwrap();
     let first = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut waiting = ring.producer().unwrap();
     for i in 0..4u8 {
@@ -268,8 +267,8 @@ fn a_gate_scan_while_stopped_never_lets_a_required_consumer_be_lapped() {
 #[test]
 fn concurrent_starts_reopen_once_at_the_stop_sequence() {
     for mode in MODES {
-        let ns = Ns::new("twostarts");
-        let ring = Ring::create(&ns.0, "r", &cfg_mode(64, mode)).unwrap();
+        let ns = Namespace::concurrent("twostarts");
+        let ring = Ring::create(ns.name(), "r", &cfg_mode(64, mode)).unwrap();
         let mut p = ring.producer().unwrap();
         let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
         let mut expect = 0u64;
@@ -302,15 +301,15 @@ fn concurrent_starts_reopen_once_at_the_stop_sequence() {
 #[test]
 fn a_start_racing_a_remove_never_undoes_it() {
     for round in 0..50 {
-        let ns = Ns::new("startremove");
-        let ring = Ring::create(&ns.0, "r", &cfg(16)).unwrap();
+        let ns = Namespace::concurrent("startremove");
+        let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
         let mut p = ring.producer().unwrap();
         ring.stop().unwrap();
         let starter = {
             let ring = ring.clone();
             thread::spawn(move || ring.start())
         };
-        Ring::remove(&ns.0, "r").unwrap();
+        Ring::remove(ns.name(), "r").unwrap();
         let started = starter.join().unwrap();
         assert_eq!(
             ring.state(),
@@ -326,8 +325,8 @@ fn a_start_racing_a_remove_never_undoes_it() {
 /// exactly once, with its own payload; refused ones never are; sequences are contiguous.
 #[test]
 fn single_producer_publishes_racing_stops_are_refused_or_delivered() {
-    let ns = Ns::new("sprace");
-    let ring = Ring::create(&ns.0, "r", &cfg_mode(64, ProducerMode::Single)).unwrap();
+    let ns = Namespace::concurrent("sprace");
+    let ring = Ring::create(ns.name(), "r", &cfg_mode(64, ProducerMode::Single)).unwrap();
     let mut c = ring.consumer(ConsumerOptions::durable("all")).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let producer = {
@@ -390,16 +389,6 @@ fn single_producer_publishes_racing_stops_are_refused_or_delivered() {
     }
 }
 
-/// The pid of a process that has exited and been reaped.
-fn dead_pid() -> u32 {
-    let mut child = std::process::Command::new("true")
-        .spawn()
-        .expect("spawn true");
-    let pid = child.id();
-    child.wait().expect("wait");
-    pid
-}
-
 /// Write what a process killed inside a stop or start leaves behind, at each step of its
 /// transition, and check that the next lifecycle call finishes it: the line ends at the
 /// recorded stop sequence, no sequence is handed out twice or skipped.
@@ -420,15 +409,15 @@ fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
     let lines = std::mem::offset_of!(SequenceLines, lifecycle);
     let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
     let stop_seq = lines + std::mem::offset_of!(LifecycleLine, stop_seq);
-    let dead = dead_pid();
+    let (dead, _) = shmring_testkit::fault::dead_process();
     for step in [
         "stopping, before closing",
         "stopping, closed and recorded",
         "starting, closed",
         "starting, reopened",
     ] {
-        let ns = Ns::new("deadowner");
-        let ring = Ring::create(&ns.0, "r", &cfg(16)).unwrap();
+        let ns = Namespace::concurrent("deadowner");
+        let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
         let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
         let mut p = ring.producer().unwrap();
         for i in 0..5u8 {

@@ -7,22 +7,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use shmring::{
-    ConsumerOptions, Fallback, Ring, RingConfig, RunExit, WaitOutcome, WaitStrategy, WakeReason,
-    WakeSet,
+    ConsumerOptions, Fallback, Ring, RunExit, WaitOutcome, WaitStrategy, WakeReason, WakeSet,
 };
 
-mod common;
-use common::Ns;
+use shmring_testkit::Namespace;
 
-fn cfg(capacity: u64) -> RingConfig {
-    RingConfig {
-        capacity,
-        slot_size: 64,
-        max_consumers: 4,
-        max_producers: 4,
-        ..RingConfig::default()
-    }
-}
+mod common;
+use common::small;
 
 /// Wait for `cond` with a deadline; the watchdog of every wait in these tests.
 fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
@@ -55,8 +46,8 @@ fn every_strategy_delivers_everything_with_no_lost_wakeups() {
         WaitStrategy::Yielding { spins: 10 },
     ];
     for wait in strategies {
-        let ns = Ns::new("strategies");
-        let ring = Ring::create(&ns.0, "r", &cfg(8)).unwrap();
+        let ns = Namespace::concurrent("strategies");
+        let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
         let mut c = ring
             .consumer(ConsumerOptions::anonymous().wait(wait))
             .unwrap();
@@ -103,8 +94,8 @@ fn every_strategy_delivers_everything_with_no_lost_wakeups() {
 
 #[test]
 fn timeout_blocking_returns_control() {
-    let ns = Ns::new("timeout");
-    let ring = Ring::create(&ns.0, "r", &cfg(8)).unwrap();
+    let ns = Namespace::concurrent("timeout");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
     let mut c = ring
         .consumer(
             ConsumerOptions::anonymous().wait(WaitStrategy::TimeoutBlocking {
@@ -120,8 +111,8 @@ fn timeout_blocking_returns_control() {
 
 #[test]
 fn a_producer_on_a_full_ring_parks_and_resumes() {
-    let ns = Ns::new("fullpark");
-    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let ns = Namespace::concurrent("fullpark");
+    let ring = Ring::create(ns.name(), "r", &small(4)).unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let r2 = ring.clone();
     let producer = thread::spawn(move || {
@@ -154,9 +145,9 @@ fn a_producer_on_a_full_ring_parks_and_resumes() {
 
 #[test]
 fn wakeset_over_64_rings_wakes_on_any_publish() {
-    let ns = Ns::new("wakeset");
+    let ns = Namespace::concurrent("wakeset");
     let rings: Vec<Ring> = (0..64)
-        .map(|i| Ring::create(&ns.0, &format!("r{i}"), &cfg(4)).unwrap())
+        .map(|i| Ring::create(ns.name(), &format!("r{i}"), &small(4)).unwrap())
         .collect();
     let mut consumers: Vec<_> = rings
         .iter()
@@ -203,8 +194,8 @@ fn wakeset_over_64_rings_wakes_on_any_publish() {
 
 #[test]
 fn park_until_a_past_deadline_returns_at_once() {
-    let ns = Ns::new("deadline");
-    let ring = Ring::create(&ns.0, "r", &cfg(4)).unwrap();
+    let ns = Namespace::concurrent("deadline");
+    let ring = Ring::create(ns.name(), "r", &small(4)).unwrap();
     let mut set = WakeSet::new();
     set.add_ring(&ring).unwrap();
     set.add_ring(&ring).unwrap();

@@ -5,32 +5,21 @@
 //! group attaches and publishes.
 //!
 //! The umask is per process, so creations under a given umask run in a child: this test
-//! binary re-executed with `PERM_ROLE` set (the `role` test below dispatches on it). The
+//! binary re-executed as a role (the `role` test below dispatches on it). The
 //! other-uid cases run the child as uid/gid 65534 (`nobody`/`nogroup`), which needs root:
 //! they are in `as_root`, ignored by a plain `cargo test` and run by CI (see there).
 
-use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 use rustix::fs::Mode;
 use shmring::{ConsumerOptions, OpenError, Ring, RingConfig};
 
-mod common;
-use common::Ns;
+use shmring_testkit::role::{self, ExeForNobody, NOBODY};
+use shmring_testkit::Namespace;
 
-/// Selects the child's role (see `role`).
-const ROLE_ENV: &str = "PERM_ROLE";
 /// Every child line the parent reads starts with this.
 const MARK: &str = "@perm ";
-/// The uid and gid of the foreign process (`nobody` / `nogroup`).
-const NOBODY: u32 = 65534;
-/// The deadline of every child (a watchdog: the children do a few syscalls).
-const WAIT: Duration = Duration::from_secs(30);
 
 fn is_root() -> bool {
     rustix::process::geteuid().is_root()
@@ -73,12 +62,11 @@ fn octal(name: &str) -> u32 {
     u32::from_str_radix(&var(name), 8).unwrap_or_else(|_| panic!("{name} is not octal"))
 }
 
-/// In a child: run the role named by `PERM_ROLE`, print its result and exit. In the test
-/// run itself: nothing.
+/// In a child: run its role, print its result and exit. In the test run itself: nothing.
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = role::current() else {
         return;
     };
     let ns = var("PERM_NS");
@@ -119,87 +107,27 @@ fn role() {
     std::process::exit(0);
 }
 
-/// A copy of this test binary that uid 65534 can run: the checkout (and so the binary) may
-/// sit under a directory other users cannot search, such as `/root`. The copy lives in its
-/// own 0755 directory under the temp dir and is removed when the guard drops.
-struct ExeForNobody {
-    dir: std::path::PathBuf,
-    exe: std::path::PathBuf,
-}
-
-impl ExeForNobody {
-    fn new() -> Self {
-        use std::os::unix::fs::PermissionsExt;
-        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("shmring-exe-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("exe dir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let exe = dir.join("role");
-        std::fs::copy(std::env::current_exe().expect("current_exe"), &exe).expect("copy exe");
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        Self { dir, exe }
-    }
-}
-
-impl Drop for ExeForNobody {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Run this test binary as role `role` (as uid/gid 65534 if `foreign`) and return the
-/// text after `@perm ` of its one result line.
-fn child(role: &str, env: &[(&str, String)], foreign: bool) -> String {
-    let copy = ExeForNobody::new();
-    let mut cmd = Command::new(&copy.exe);
-    cmd.args([
-        "--exact",
-        "role",
-        "--ignored",
-        "--nocapture",
-        "--test-threads",
-        "1",
-    ])
-    .env(ROLE_ENV, role)
-    .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-    .current_dir("/")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+/// Run this test binary as role `role` (as uid/gid 65534 if `foreign`), a child of `ns`,
+/// and return the text after `@perm ` of its one result line.
+fn child(ns: &Namespace, role: &str, env: &[(&str, String)], foreign: bool) -> String {
+    let copy = ExeForNobody::of_this_test();
+    let mut cmd = role::command(&copy.exe, role);
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     if foreign {
-        cmd.uid(NOBODY).gid(NOBODY);
+        role::as_nobody(&mut cmd);
     }
-    let mut proc = spawn_retrying(&mut cmd);
-    let mut out = proc.stdout.take().expect("stdout piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = out.read_to_string(&mut text);
-        let _ = tx.send(text);
-    });
-    let text = match rx.recv_timeout(WAIT) {
-        Ok(t) => t,
-        Err(_) => {
-            let _ = proc.kill();
-            let _ = proc.wait();
-            panic!("role {role} did not finish within {WAIT:?}");
-        }
-    };
-    let status = proc.wait().expect("reaping the role");
-    // The test harness may print on the same line before the role does.
-    let line = text.lines().find_map(|l| {
-        l.find(MARK)
-            .map(|at| l[at + MARK.len()..].trim().to_owned())
-    });
-    line.unwrap_or_else(|| panic!("role {role} ({status}) printed no result: {text:?}"))
+    let mut proc = ns.spawn(role, cmd);
+    let line = proc.expect(MARK);
+    proc.wait_status();
+    line
 }
 
-fn create_in_child(ns: &Ns, ring: &str, umask: u32, mode: u32, group: Option<u32>) {
+fn create_in_child(ns: &Namespace, ring: &str, umask: u32, mode: u32, group: Option<u32>) {
     let out = child(
+        ns,
         "create",
         &[
-            ("PERM_NS", ns.0.clone()),
+            ("PERM_NS", ns.name().to_owned()),
             ("PERM_RING", ring.to_owned()),
             ("PERM_UMASK", format!("{umask:o}")),
             ("PERM_MODE", format!("{mode:o}")),
@@ -210,22 +138,26 @@ fn create_in_child(ns: &Ns, ring: &str, umask: u32, mode: u32, group: Option<u32
     assert_eq!(out, "created", "umask {umask:03o}");
 }
 
-fn publish_as_nobody(ns: &Ns, ring: &str) -> String {
+fn publish_as_nobody(ns: &Namespace, ring: &str) -> String {
     child(
+        ns,
         "publish",
-        &[("PERM_NS", ns.0.clone()), ("PERM_RING", ring.to_owned())],
+        &[
+            ("PERM_NS", ns.name().to_owned()),
+            ("PERM_RING", ring.to_owned()),
+        ],
         true,
     )
 }
 
 #[test]
 fn the_default_is_a_0600_segment_in_a_0700_directory() {
-    let ns = Ns::new("default");
-    let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+    let ns = Namespace::concurrent("default");
+    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create");
     let me = rustix::process::geteuid().as_raw();
     let egid = rustix::process::getegid().as_raw();
     assert_eq!(stat(ring.path()), (0o600, me, egid));
-    assert_eq!(stat(&ns.dir()), (0o700, me, egid));
+    assert_eq!(stat(ns.dir()), (0o700, me, egid));
 }
 
 /// The umask never widens or narrows what was asked for: the file's mode is set with
@@ -234,30 +166,30 @@ fn the_default_is_a_0600_segment_in_a_0700_directory() {
 fn modes_are_exact_whatever_the_umask() {
     let group = other_group();
     for umask in [0o000, 0o022, 0o027, 0o077] {
-        let ns = Ns::new("umask_default");
+        let ns = Namespace::concurrent("umask_default");
         create_in_child(&ns, "r", umask, 0o600, None);
-        let (file_mode, _, _) = stat(&ns.ring("r"));
-        let (dir_mode, _, _) = stat(&ns.dir());
+        let (file_mode, _, _) = stat(&ns.ring_path("r"));
+        let (dir_mode, _, _) = stat(ns.dir());
         assert_eq!(
             (file_mode, dir_mode),
             (0o600, 0o700),
             "default modes under umask {umask:03o}"
         );
 
-        let ns = Ns::new("umask_group");
+        let ns = Namespace::concurrent("umask_group");
         create_in_child(&ns, "r", umask, 0o660, Some(group));
         assert_eq!(
-            stat(&ns.ring("r")).0,
+            stat(&ns.ring_path("r")).0,
             0o660,
             "group file mode under umask {umask:03o}"
         );
-        assert_eq!(stat(&ns.ring("r")).2, group, "file group");
+        assert_eq!(stat(&ns.ring_path("r")).2, group, "file group");
         assert_eq!(
-            stat(&ns.dir()).0,
+            stat(ns.dir()).0,
             0o3770,
             "setgid and sticky group directory under umask {umask:03o}"
         );
-        assert_eq!(stat(&ns.dir()).2, group, "directory group");
+        assert_eq!(stat(ns.dir()).2, group, "directory group");
     }
 }
 
@@ -267,37 +199,22 @@ fn modes_are_exact_whatever_the_umask() {
 #[test]
 fn a_segment_in_a_setgid_directory_inherits_its_group() {
     let group = other_group();
-    let ns = Ns::new("setgid");
+    let ns = Namespace::concurrent("setgid");
     let first = RingConfig {
         mode: 0o660,
         group: Some(group),
         ..RingConfig::default()
     };
-    Ring::create(&ns.0, "a", &first).expect("create with a group");
-    assert_eq!(stat(&ns.dir()).0, 0o3770);
+    Ring::create(ns.name(), "a", &first).expect("create with a group");
+    assert_eq!(stat(ns.dir()).0, 0o3770);
     let second = RingConfig {
         mode: 0o660,
         group: None,
         ..RingConfig::default()
     };
-    let ring = Ring::create(&ns.0, "b", &second).expect("create in the setgid directory");
+    let ring = Ring::create(ns.name(), "b", &second).expect("create in the setgid directory");
     let (mode, _, gid) = stat(ring.path());
     assert_eq!((mode, gid), (0o660, group));
-}
-
-/// Spawn `cmd`, retrying while the kernel says ETXTBSY: a child forked by another test
-/// thread while the binary was being copied holds its write descriptor until that child
-/// execs, a few microseconds. Bounded: 200 tries, 1 ms apart.
-fn spawn_retrying(cmd: &mut std::process::Command) -> std::process::Child {
-    for _ in 0..200 {
-        match cmd.spawn() {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                std::thread::sleep(std::time::Duration::from_millis(1))
-            }
-            other => return other.expect("spawning the role"),
-        }
-    }
-    panic!("the copied test binary stayed busy (ETXTBSY) for 200 ms");
 }
 
 /// Tests that need root. A plain `cargo test` lists them as ignored, so a run without root
@@ -307,22 +224,15 @@ fn spawn_retrying(cmd: &mut std::process::Command) -> std::process::Child {
 mod as_root {
     use super::*;
 
-    fn need_root() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "this test runs a child as uid 65534: run it as root"
-        );
-    }
-
     /// Another uid is refused on a default ring: by the 0700 directory, and with the directory
     /// opened up, by the 0600 file; a process in the ring's group is refused write on 0640.
     /// Each refusal is `OpenError::PermissionDenied` naming the segment.
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn another_uid_is_refused_with_permission_denied() {
-        need_root();
-        let ns = Ns::new("foreign");
-        let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+        role::need_root();
+        let ns = Namespace::concurrent("foreign");
+        let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create");
         let path = ring.path().display().to_string();
 
         let by_dir = publish_as_nobody(&ns, "r");
@@ -357,14 +267,14 @@ mod as_root {
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_process_of_another_uid_in_the_ring_group_publishes() {
-        need_root();
-        let ns = Ns::new("group_member");
+        role::need_root();
+        let ns = Namespace::concurrent("group_member");
         let config = RingConfig {
             mode: 0o660,
             group: Some(NOBODY),
             ..RingConfig::default()
         };
-        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let ring = Ring::create(ns.name(), "r", &config).expect("create");
         let mut consumer = ring.consumer(ConsumerOptions::anonymous()).expect("attach");
         let out = publish_as_nobody(&ns, "r");
         assert_eq!(out, "published 0");
@@ -382,9 +292,9 @@ mod as_root {
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn the_refusal_says_which_permission_is_missing() {
-        need_root();
-        let ns = Ns::new("which");
-        let ring = Ring::create(&ns.0, "r", &RingConfig::default()).expect("create");
+        role::need_root();
+        let ns = Namespace::concurrent("which");
+        let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create");
         let dir = ns.dir().display().to_string();
 
         let by_dir = publish_as_nobody(&ns, "r");

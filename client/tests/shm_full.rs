@@ -1,21 +1,17 @@
 //! A shared-memory file system too small for the ring (a container's 64 MiB `/dev/shm`, say)
 //! must make `Ring::create` fail with an error, not kill the process.
 //!
-//! Each case runs this test binary again (`FULL_ROLE` selects the `role` test) inside a
+//! Each case runs this test binary again as a role (the `role` test) inside a
 //! private mount namespace (`unshare --mount`) with a 256 KiB tmpfs as `SHMRING_ROOT`: the
 //! mount disappears with the child. Needs root and util-linux `unshare`: the tests are in
 //! `as_root`, ignored by a plain `cargo test` and run by CI (see there).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command;
 
 use shmring::{Ring, RingConfig};
+use shmring_testkit::{role, Namespace};
 
-const ROLE_ENV: &str = "FULL_ROLE";
 const MARK: &str = "@full ";
-const WAIT: Duration = Duration::from_secs(30);
 /// Size of the tmpfs the child creates its ring in.
 const TMPFS: &str = "256k";
 
@@ -24,7 +20,7 @@ const TMPFS: &str = "256k";
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
-    if std::env::var(ROLE_ENV).is_err() {
+    if role::current().is_none() {
         return;
     }
     let capacity = std::env::var("FULL_CAPACITY")
@@ -59,60 +55,41 @@ fn create_in_small_tmpfs(capacity: u64) -> Result<(Option<String>, Option<i32>),
     if !rustix::process::geteuid().is_root() {
         return Err("needs root to mount a tmpfs".into());
     }
-    let dir = std::env::temp_dir().join(format!("shmring-full-{}-{capacity}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    // The namespace owns the child and the mount point (its scratch directory, removed
+    // whatever happens); the ring goes into the child's own tmpfs mounted there.
+    let ns = Namespace::concurrent("shm_full");
+    let dir = ns.scratch();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let role = role::command(&exe, "create");
     let script = format!(
         "mount -t tmpfs -o size={TMPFS} tmpfs \"$1\" || {{ echo '{MARK}nomount'; exit 0; }}; \
-         exec \"$2\" --exact role --ignored --nocapture --test-threads 1"
+         shift; exec \"$@\""
     );
-    let spawned = Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &script,
-            "sh",
-        ])
-        .arg(&dir)
-        .arg(&exe)
-        .env(ROLE_ENV, "create")
-        .env("FULL_CAPACITY", capacity.to_string())
-        .env(shmring::names::ROOT_ENV, &dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = std::fs::remove_dir(&dir);
-            return Err(format!("cannot run unshare: {e}"));
-        }
-    };
-    let mut out = child.stdout.take().expect("stdout piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = out.read_to_string(&mut text);
-        let _ = tx.send(text);
-    });
-    let text = match rx.recv_timeout(WAIT) {
-        Ok(t) => t,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the child did not finish within {WAIT:?}");
-        }
-    };
-    let status = child.wait().expect("reaping the child");
-    let _ = std::fs::remove_dir(&dir);
-    let line = text.lines().find_map(|l| {
-        l.find(MARK)
-            .map(|at| l[at + MARK.len()..].trim().to_owned())
-    });
+    let mut cmd = Command::new("unshare");
+    cmd.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+        "sh",
+    ])
+    .arg(&dir)
+    .arg(role.get_program())
+    .args(role.get_args())
+    .envs(role.get_envs().filter_map(|(k, v)| Some((k, v?))))
+    .env("FULL_CAPACITY", capacity.to_string())
+    .env(shmring::names::ROOT_ENV, &dir);
+    if let Err(e) = Command::new("unshare").arg("--version").output() {
+        return Err(format!("cannot run unshare: {e}"));
+    }
+    let mut child = ns.spawn("create", cmd);
+    let status = child.wait_status();
+    let line = child
+        .rest_of_stdout()
+        .iter()
+        .find_map(|l| l.strip_prefix(MARK).map(|rest| rest.trim().to_owned()));
     if line.as_deref() == Some("nomount") {
         return Err("mount -t tmpfs is not permitted here".into());
     }

@@ -5,13 +5,10 @@
 //! `target/<profile>/examples/consumer`) in a namespace of its own, and interrupts it with
 //! SIGINT once it has attached. Every wait is bounded.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
-
+use rustix::process::Signal;
 use shmring::Ring;
 use shmring_examples::{READER, RING};
+use shmring_testkit::Namespace;
 
 /// The example binary, beside this test's own directory (`target/<profile>/deps`).
 fn example(name: &str) -> std::path::PathBuf {
@@ -29,46 +26,18 @@ fn example(name: &str) -> std::path::PathBuf {
     path
 }
 
-/// Kills the child and removes the namespace, also when the test fails.
-struct Guard {
-    child: Child,
-    namespace: String,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Ok(dir) = shmring::names::namespace_dir(&self.namespace) {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
 #[test]
 fn the_consumer_example_detaches_on_ctrl_c() {
-    let namespace = format!("ex-ctrlc-{}", std::process::id());
-    let child = Command::new(example("consumer"))
-        .env("SHMRING_NAMESPACE", &namespace)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the consumer example");
-    let mut guard = Guard { child, namespace };
-    let stdout = guard.child.stdout.take().expect("stdout");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    // Owns the example process and removes the ring it creates, also when the test fails.
+    let ns = Namespace::new("ex_ctrlc");
+    let mut cmd = std::process::Command::new(example("consumer"));
+    cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
+    let mut child = ns.spawn("consumer example", cmd);
     // It prints a line once it has attached.
-    let first = rx
-        .recv_timeout(Duration::from_secs(60))
+    let first = child
+        .next_line()
         .expect("the consumer example never said it attached");
-    let ring = Ring::open(&guard.namespace, RING).expect("the example created its ring");
+    let ring = Ring::open(ns.name(), RING).expect("the example created its ring");
     let entry = |ring: &Ring| {
         ring.info()
             .consumers
@@ -78,16 +47,9 @@ fn the_consumer_example_detaches_on_ctrl_c() {
     };
     assert_eq!(entry(&ring).state, "ACTIVE", "attached: {first}");
 
-    let status = Command::new("kill")
-        .args(["-INT", &guard.child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -INT failed");
+    let exit = child.signal_and_wait(Signal::INT);
     let mut said = vec![first];
-    while let Ok(line) = rx.recv_timeout(Duration::from_secs(30)) {
-        said.push(line);
-    }
-    let exit = guard.child.wait().expect("wait for the example");
+    said.extend(child.rest_of_stdout());
     assert!(exit.success(), "exit {exit:?}; it said {said:#?}");
     assert!(
         said.iter()

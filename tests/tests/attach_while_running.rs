@@ -11,8 +11,8 @@
 //! The ring is stopped by removing it; the producer must see that as a clean end.
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::report::{line, num};
-use shmring_tests::{testkit, Namespace};
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{testkit, Namespace};
 
 fn attach_while_running(test: &str, size: &str, optional: bool) {
     let ns = Namespace::new(test);
@@ -22,6 +22,7 @@ fn attach_while_running(test: &str, size: &str, optional: bool) {
     };
     let ring = Ring::create(ns.name(), "live", &config).expect("create ring");
     let mut producer = testkit!(
+        ns,
         "producer",
         "produce --ns {ns} --ring live --count 0 --size {size} --mode mixed"
     );
@@ -36,6 +37,7 @@ fn attach_while_running(test: &str, size: &str, optional: bool) {
         (25, 400, "")
     };
     let mut attacher = testkit!(
+        ns,
         "attacher",
         "attach-loop --ns {ns} --ring live --rounds {rounds} --events {events} --size {size} \
          {optional_flag}"

@@ -16,8 +16,8 @@ use shmring::{
     ConsumerOptions, LayoutError, OpenError, PublishError, Ring, RingConfig, TryPublishError,
 };
 use shmring_layout::{Header, SlotHeader, HEADER_SIZE, LAYOUT_VERSION, MAGIC};
-use shmring_tests::payload::{decode, encode, Origin};
-use shmring_tests::Namespace;
+use shmring_testkit::payload::{decode, encode, Origin};
+use shmring_testkit::Namespace;
 
 fn small() -> RingConfig {
     RingConfig {

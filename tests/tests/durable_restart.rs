@@ -9,8 +9,8 @@
 //! overlap (the duplicates) must be the uncommitted tail of the first, at most one batch.
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::report::{self, line, num};
-use shmring_tests::{testkit, Child, Namespace};
+use shmring_testkit::report::{self, line, num};
+use shmring_testkit::{testkit, Child, Namespace};
 
 /// One event a consumer child was handed: (producer, producer sequence, ring sequence).
 type Seen = (u32, u64, u64);
@@ -59,6 +59,7 @@ fn spawn_first(ns: &Namespace, c: &Case, extra: &str) -> Child {
         ..
     } = c;
     let mut a = testkit!(
+        ns,
         "first incarnation",
         "consume --ns {ns} --ring r --name d --producers {producers} --per-producer \
          {per_producer} --batch-cap {batch_cap} --size {size} --print-events {extra}"
@@ -74,6 +75,7 @@ fn spawn_producers(ns: &Namespace, c: &Case) -> Vec<Child> {
     (0..c.producers)
         .map(|p| {
             testkit!(
+                ns,
                 format!("producer {p}"),
                 "produce --ns {ns} --ring r --producer-id {p} --count {per_producer} \
                  --size {size} --mode mixed"
@@ -115,6 +117,7 @@ fn restart_and_check(ns: &Namespace, ring: &Ring, c: &Case, first: &[Seen], comm
         ..
     } = c;
     let mut b = testkit!(
+        ns,
         "second incarnation",
         "consume --ns {ns} --ring r --name d --resume --producers {producers} --per-producer \
          {per_producer} --batch-cap {batch_cap} --size {size} --until-seq {total}"
@@ -267,7 +270,7 @@ fn restart_works_while_the_dead_process_is_still_a_zombie() {
     let pid = a.pid();
     a.sigkill_no_reap();
     // Bounded wait until the kernel has made it a zombie (state Z in /proc/<pid>/stat).
-    let deadline = std::time::Instant::now() + shmring_tests::WAIT;
+    let deadline = std::time::Instant::now() + shmring_testkit::WAIT;
     loop {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         let state = stat
@@ -286,6 +289,7 @@ fn restart_works_while_the_dead_process_is_still_a_zombie() {
     // The dead entry's position, before the second incarnation moves it.
     let commit = committed(&ring, "d");
     let mut b = testkit!(
+        ns,
         "second incarnation",
         "consume --ns {ns} --ring r --name d --resume --per-producer {} --batch-cap {} \
          --until-seq {}",

@@ -10,8 +10,8 @@
 //! wake path carries some of the streams; none spins, so two cores are enough.
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::report::{self, line, num};
-use shmring_tests::{testkit, Child, Namespace};
+use shmring_testkit::report::{self, line, num};
+use shmring_testkit::{testkit, Child, Namespace};
 
 const CAPACITY: u64 = 16;
 
@@ -32,6 +32,7 @@ fn fan_out(test: &str, producers: u32, consumers: u32, per_producer: u64, size: 
                 String::new()
             };
             let mut c = testkit!(
+                ns,
                 format!("consumer {i}"),
                 "consume --ns {ns} --ring fan --producers {producers} --per-producer \
                  {per_producer} --size {size} --wait {wait} {name}"
@@ -44,6 +45,7 @@ fn fan_out(test: &str, producers: u32, consumers: u32, per_producer: u64, size: 
     let prods: Vec<Child> = (0..producers)
         .map(|p| {
             testkit!(
+                ns,
                 format!("producer {p}"),
                 "produce --ns {ns} --ring fan --producer-id {p} --count {per_producer} \
                  --size {size} --mode mixed"
@@ -142,6 +144,7 @@ fn the_consumer_child_rejects_a_duplicated_stream() {
     };
     let _ring = Ring::create(ns.name(), "dup", &config).expect("create ring");
     let mut c = testkit!(
+        ns,
         "consumer",
         "consume --ns {ns} --ring dup --per-producer 200"
     );
@@ -149,6 +152,7 @@ fn the_consumer_child_rejects_a_duplicated_stream() {
     let producers: Vec<Child> = (0..2)
         .map(|i| {
             testkit!(
+                ns,
                 format!("producer {i}"),
                 "produce --ns {ns} --ring dup --producer-id 0 --count 100"
             )

@@ -26,10 +26,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::fault::Rng;
-use shmring_tests::raw::{Line, RawSegment};
-use shmring_tests::report::{format_per_producer, line, num};
-use shmring_tests::{testkit, Child, Namespace};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::raw::{Line, RawSegment};
+use shmring_testkit::report::{format_per_producer, line, num};
+use shmring_testkit::{testkit, Child, Namespace};
 
 /// One event a consumer child was handed: (producer, producer sequence, ring sequence).
 type Seen = (u32, u64, u64);
@@ -78,6 +78,7 @@ fn a_durable_consumer_killed_at_random_points_loses_nothing_and_repeats_at_most_
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let mut steady = testkit!(
+        ns,
         "steady",
         "consume --ns {ns} --ring r --name steady --producers {producers} --per-producer \
          {per_producer} --wait block --size {size}"
@@ -101,6 +102,7 @@ fn a_durable_consumer_killed_at_random_points_loses_nothing_and_repeats_at_most_
             format!("--resume-from {}", format_per_producer(m))
         });
         let mut c = testkit!(
+            ns,
             format!("incarnation {k}"),
             "consume --ns {ns} --ring r --name d --producers {producers} --per-producer \
              {per_producer} --batch-cap {batch_cap} --wait {wait} --size {size} \
@@ -123,6 +125,7 @@ fn a_durable_consumer_killed_at_random_points_loses_nothing_and_repeats_at_most_
                 producer_children = (0..producers)
                     .map(|p| {
                         testkit!(
+                            ns,
                             format!("producer {p}"),
                             "produce --ns {ns} --ring r --producer-id {p} --count \
                              {per_producer} --size {size} --mode mixed"

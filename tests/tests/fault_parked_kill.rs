@@ -11,10 +11,10 @@
 //! in that gap (the count then reads zero) is retried with a new child.
 
 use shmring::{ConsumerOptions, Ring, RingConfig};
-use shmring_tests::payload::{encode, Origin};
-use shmring_tests::procfs::{blocked_in, SYS_FUTEX};
-use shmring_tests::raw::{Line, RawSegment};
-use shmring_tests::{eventually, Child, Namespace};
+use shmring_testkit::payload::{encode, Origin};
+use shmring_testkit::procfs::{blocked_in, SYS_FUTEX};
+use shmring_testkit::raw::{Line, RawSegment};
+use shmring_testkit::{eventually, testkit, Child, Namespace};
 
 /// Kills that may land between two parks before one lands inside a park.
 const ATTEMPTS: usize = 5;
@@ -51,7 +51,8 @@ fn a_consumer_killed_parked_costs_the_next_publish_one_wake_and_later_ones_nothi
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let raw = RawSegment::open(&ring);
     let _dead = kill_parked(&raw, Line::Consumer, || {
-        let mut c = shmring_tests::testkit!(
+        let mut c = testkit!(
+            ns,
             "blocking consumer",
             "consume --ns {ns} --ring r --per-producer 1000 --wait block"
         );
@@ -106,7 +107,8 @@ fn a_producer_killed_parked_for_room_costs_the_next_commit_one_wake_and_later_on
         .consumer(ConsumerOptions::durable("c").batch_cap(4))
         .expect("consumer");
     let _dead = kill_parked(&raw, Line::Producer, || {
-        let mut p = shmring_tests::testkit!(
+        let mut p = testkit!(
+            ns,
             "producer on a full ring",
             "produce --ns {ns} --ring r --count 100 --mode publish"
         );

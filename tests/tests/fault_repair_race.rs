@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use shmring::{ConsumerOptions, PublishError, Ring, RingConfig};
 use shmring_layout::IN_FLIGHT_CLAIMING;
-use shmring_tests::fault::dead_process;
-use shmring_tests::payload::{decode, encode, Origin};
-use shmring_tests::raw::RawSegment;
-use shmring_tests::{Namespace, WAIT};
+use shmring_testkit::fault::dead_process;
+use shmring_testkit::payload::{decode, encode, Origin};
+use shmring_testkit::raw::RawSegment;
+use shmring_testkit::{Namespace, WAIT};
 
 /// Repairs run while the producer publishes (the old bug lost an event every few
 /// thousand of them).

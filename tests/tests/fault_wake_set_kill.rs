@@ -18,12 +18,12 @@
 use std::time::Duration;
 
 use shmring::{Producer, Ring, RingConfig};
-use shmring_tests::fault::Rng;
-use shmring_tests::payload::{encode, Origin};
-use shmring_tests::procfs::{blocked_in, SYS_FUTEX_WAITV};
-use shmring_tests::raw::{Line, RawSegment};
-use shmring_tests::report::{line, num};
-use shmring_tests::{eventually, testkit, Child, Namespace};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::payload::{encode, Origin};
+use shmring_testkit::procfs::{blocked_in, SYS_FUTEX_WAITV};
+use shmring_testkit::raw::{Line, RawSegment};
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{eventually, testkit, Child, Namespace};
 
 const RINGS: usize = 8;
 const CAPACITY: u64 = 16;
@@ -87,6 +87,7 @@ fn a_stepper_killed_parked_on_a_wake_set_costs_producers_one_wake_and_nothing_mo
     for k in 0..kills {
         let events = rng.range(0..=6);
         let mut stepper = testkit!(
+            ns,
             format!("stepper {k}"),
             "wake-set --ns {ns} --rings {RINGS} --events 1000000"
         );
@@ -141,6 +142,7 @@ fn a_stepper_killed_parked_on_a_wake_set_costs_producers_one_wake_and_nothing_mo
     // A new stepper on the same rings: every publish reaches it by its futex.
     let publishes = 2 * RINGS as u64;
     let mut stepper = testkit!(
+        ns,
         "new stepper",
         "wake-set --ns {ns} --rings {RINGS} --events {publishes}"
     );

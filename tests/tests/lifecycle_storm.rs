@@ -13,9 +13,9 @@
 //! choice comes from a printed seed (`SHMRING_FAULT_SEED` replays it).
 
 use shmring::{ProducerMode, Ring, RingConfig};
-use shmring_tests::fault::Rng;
-use shmring_tests::report::{line, num};
-use shmring_tests::{testkit, Child, Namespace};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{testkit, Child, Namespace};
 
 fn storm(mode: ProducerMode, test: &str) {
     let mut rng = Rng::for_test(test);
@@ -29,6 +29,7 @@ fn storm(mode: ProducerMode, test: &str) {
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let producers = if mode == ProducerMode::Single { 1 } else { 3 };
     let mut reader = testkit!(
+        ns,
         "required reader",
         "consume --ns {ns} --ring r --name reader --producers {producers} \
          --per-producer {} --until-stdin --wait yield",
@@ -38,6 +39,7 @@ fn storm(mode: ProducerMode, test: &str) {
     let mut publishers: Vec<Child> = (0..producers)
         .map(|id| {
             let mut p = testkit!(
+                ns,
                 format!("producer {id}"),
                 "produce --ns {ns} --ring r --producer-id {id} --count 0 --mode mixed \
                  --retry-closed"
@@ -49,6 +51,7 @@ fn storm(mode: ProducerMode, test: &str) {
     let mut stormers: Vec<Child> = (0..2)
         .map(|i| {
             let mut s = testkit!(
+                ns,
                 format!("stormer {i}"),
                 "lifecycle-storm --ns {ns} --ring r --rounds {} --seed {}",
                 rng.range(150..=300),

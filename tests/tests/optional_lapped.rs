@@ -12,9 +12,9 @@
 //! torn.
 
 use shmring::{ConsumerOptions, Ring, RingConfig, TryPublishError};
-use shmring_tests::payload::{decode, encode, Origin};
-use shmring_tests::report::{line, num};
-use shmring_tests::{testkit, Namespace};
+use shmring_testkit::payload::{decode, encode, Origin};
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{testkit, Namespace};
 
 fn ev(seq: u64) -> Vec<u8> {
     encode(Origin { producer: 0, seq }, 8)
@@ -215,12 +215,14 @@ fn lapped_across_processes(test: &str, slack: u64, size: &str) {
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let count = 20_000;
     let mut c = testkit!(
+        ns,
         "optional consumer",
         "consume --ns {ns} --ring r --optional --per-producer {count} --until-stdin \
          --size {size}"
     );
     assert_eq!(num(&c.expect_line("ready"), "start"), 0);
     let p = testkit!(
+        ns,
         "producer",
         "produce --ns {ns} --ring r --count {count} --size {size} --mode mixed \
          --tombstone-every 97"

@@ -15,9 +15,9 @@
 use std::time::Duration;
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::procfs::cpu_over;
-use shmring_tests::report::{line, num};
-use shmring_tests::{eventually, testkit, Namespace};
+use shmring_testkit::procfs::cpu_over;
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{eventually, testkit, Namespace};
 
 const EVENTS: u64 = 100;
 const CAPACITY: u64 = 8;
@@ -33,11 +33,13 @@ fn a_producer_on_a_full_ring_parks_and_resumes() {
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let mut consumer = testkit!(
+        ns,
         "consumer",
         "consume --ns {ns} --ring r --per-producer {EVENTS} --wait block --hold"
     );
     consumer.expect_line("ready");
     let mut producer = testkit!(
+        ns,
         "producer",
         "produce --ns {ns} --ring r --count {EVENTS} --mode publish"
     );

@@ -14,10 +14,10 @@
 use std::time::Duration;
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::payload::{encode, Origin};
-use shmring_tests::procfs::cpu_over;
-use shmring_tests::report::{line, num};
-use shmring_tests::{eventually, testkit, Child, Namespace};
+use shmring_testkit::payload::{encode, Origin};
+use shmring_testkit::procfs::cpu_over;
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{eventually, testkit, Child, Namespace};
 
 /// The idle window.
 const WINDOW: Duration = Duration::from_millis(500);
@@ -37,6 +37,7 @@ fn idle_cpu(test: &str, wait: &str, parks: bool) -> Duration {
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let mut c: Child = testkit!(
+        ns,
         format!("{wait} consumer"),
         "consume --ns {ns} --ring r --per-producer 1 --wait {wait}"
     );

@@ -12,8 +12,8 @@
 //! (the parking path was taken, not just the fast one).
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::report::{line, num};
-use shmring_tests::{testkit, Namespace};
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{testkit, Namespace};
 
 const CYCLES: u64 = 100_000;
 
@@ -33,12 +33,14 @@ fn a_hundred_thousand_park_wake_cycles_lose_no_wake_up() {
     let seed = u64::from(std::process::id());
 
     let mut pong = testkit!(
+        ns,
         "pong",
         "ping-pong --ns {ns} --side pong --out a --back b --cycles {CYCLES} --seed {}",
         seed ^ 0x5555
     );
     pong.expect_line("ready");
     let mut ping = testkit!(
+        ns,
         "ping",
         "ping-pong --ns {ns} --side ping --out a --back b --cycles {CYCLES} --seed {seed}"
     );
@@ -101,11 +103,13 @@ fn a_publish_that_skips_the_wake_is_counted_as_a_net_wakeup() {
     let _b = Ring::create(ns.name(), "b", &config).expect("create ring b");
     let cycles = 4;
     let mut pong = testkit!(
+        ns,
         "pong",
         "ping-pong --ns {ns} --side pong --out a --back b --cycles {cycles}"
     );
     pong.expect_line("ready");
     let mut ping = testkit!(
+        ns,
         "ping",
         "ping-pong --ns {ns} --side ping --out a --back b --cycles {cycles} --no-wake"
     );

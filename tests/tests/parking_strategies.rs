@@ -21,8 +21,8 @@
 //! two cores are enough.
 
 use shmring::{Ring, RingConfig};
-use shmring_tests::report::{line, num};
-use shmring_tests::{eventually, testkit, Child, Namespace};
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{eventually, testkit, Child, Namespace};
 
 const EVENTS: u64 = 3_000;
 const IDLE_EVERY: u64 = 100;
@@ -88,6 +88,7 @@ fn deliver(test: &str, strategies: &[Strategy]) {
         .iter()
         .map(|s| {
             let mut c = testkit!(
+                ns,
                 format!("{} consumer", s.arg),
                 "consume --ns {ns} --ring r --per-producer {EVENTS} --wait {}",
                 s.arg
@@ -111,6 +112,7 @@ fn deliver(test: &str, strategies: &[Strategy]) {
     });
 
     let producer = testkit!(
+        ns,
         "producer",
         "produce --ns {ns} --ring r --count {EVENTS} --mode mixed --idle-every {IDLE_EVERY} \
          --await-parked {parkers} --pause-us 300"

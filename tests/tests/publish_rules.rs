@@ -8,9 +8,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use shmring::{ConsumerOptions, PublishError, Ring, RingConfig, TryPublishError};
-use shmring_tests::payload::{decode, encode, Origin};
-use shmring_tests::report::{line, num};
-use shmring_tests::{testkit, Namespace};
+use shmring_testkit::payload::{decode, encode, Origin};
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{testkit, Namespace};
 
 fn ring(ns: &Namespace, name: &str, capacity: u64) -> Ring {
     let config = RingConfig {
@@ -168,6 +168,7 @@ fn tombstones_from_another_process_are_skipped_and_counted() {
     let count = 1000;
     let consume = |label: &str, name: &str| {
         let mut c = testkit!(
+            ns,
             label,
             "consume --ns {ns} --ring r --per-producer {count} {name}"
         );
@@ -177,6 +178,7 @@ fn tombstones_from_another_process_are_skipped_and_counted() {
     let a = consume("anonymous consumer", "");
     let b = consume("durable consumer", "--name durable");
     let p = testkit!(
+        ns,
         "producer",
         "produce --ns {ns} --ring r --count {count} --size max --mode mixed --tombstone-every 5"
     );

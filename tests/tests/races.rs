@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use shmring::{Producer, Ring, RingConfig};
-use shmring_tests::fault::Rng;
-use shmring_tests::payload::{encode, Origin};
-use shmring_tests::report::{line, num, per_producer};
-use shmring_tests::{eventually, testkit, Child, Namespace};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::payload::{encode, Origin};
+use shmring_testkit::report::{line, num, per_producer};
+use shmring_testkit::{eventually, testkit, Child, Namespace};
 
 /// Storm: six processes attach and detach consumers over and over while one producer
 /// process publishes without pause: two anonymous required, one durable required (which
@@ -30,6 +30,7 @@ fn attach_detach_storm_of_six_processes_while_publishing() {
     };
     let ring = Ring::create(ns.name(), "live", &config).expect("create ring");
     let mut producer = testkit!(
+        ns,
         "producer",
         "produce --ns {ns} --ring live --count 0 --size {size} --mode mixed"
     );
@@ -58,6 +59,7 @@ fn attach_detach_storm_of_six_processes_while_publishing() {
             rounds_total += rounds;
             let label = format!("{kind} #{i} ({rounds} rounds of {events} {wait})");
             let child = testkit!(
+                ns,
                 label.clone(),
                 "attach-loop --ns {ns} --ring live --rounds {rounds} --events {events} \
                  --size {size} {flags} {wait}"
@@ -128,6 +130,7 @@ fn a_ring_restarted_while_consumers_are_parked_wakes_them_into_the_new_run() {
             let name = if i == 0 { "--name restart" } else { "" };
             let label = format!("consumer {i} ({wait}, {on_closed})");
             let mut c = testkit!(
+                ns,
                 label.clone(),
                 "run-closed --ns {ns} --ring r --wait {wait} --on-closed {on_closed} \
                  --batch-cap {} {name}",

@@ -5,8 +5,8 @@
 //! out twice.
 
 use shmring::{ConsumerOptions, ProducerMode, Ring, RingConfig};
-use shmring_tests::raw::RawSegment;
-use shmring_tests::Namespace;
+use shmring_testkit::raw::RawSegment;
+use shmring_testkit::Namespace;
 
 /// The pid of a process that has exited and been reaped.
 fn dead_pid() -> u32 {

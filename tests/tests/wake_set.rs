@@ -23,10 +23,10 @@
 use std::time::Duration;
 
 use shmring::{Producer, Ring, RingConfig};
-use shmring_tests::payload::{encode, Origin};
-use shmring_tests::procfs::{blocked_in, cpu_over, SYS_FUTEX_WAITV};
-use shmring_tests::report::{line, num};
-use shmring_tests::{eventually, testkit, Child, Namespace};
+use shmring_testkit::payload::{encode, Origin};
+use shmring_testkit::procfs::{blocked_in, cpu_over, SYS_FUTEX_WAITV};
+use shmring_testkit::report::{line, num};
+use shmring_testkit::{eventually, testkit, Child, Namespace};
 
 const RINGS: usize = 64;
 const PUBLISHES: usize = 20;
@@ -86,6 +86,7 @@ fn a_publish_into_any_of_64_rings_wakes_the_stepping_thread() {
     let order = publish_order(seed, PUBLISHES);
 
     let mut stepper = testkit!(
+        ns,
         "stepper",
         "wake-set --ns {ns} --rings {RINGS} --events {PUBLISHES}"
     );

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use shmring::{ConsumerOptions, Event, Fallback, Producer, Ring, WaitStrategy, WakeSet};
+use shmring::{ConsumerOptions, Event, Producer, Ring, WaitStrategy, WakeSet};
 use shmring_peers::kit::{self, new_hist, now_ns, Args, Measured, Pacer};
 
 /// Every wait strategy the latency suite measures, by name.
@@ -20,23 +20,18 @@ pub const STRATEGIES: [&str; 7] = [
     "adaptive",
 ];
 
-/// A strategy by name, with the parameters the tables use.
+/// A strategy by name (`WaitStrategy`'s `FromStr`), with the parameters the tables use.
 pub fn strategy(name: &str) -> Result<WaitStrategy> {
-    Ok(match name {
-        "busy-spin" => WaitStrategy::BusySpin,
-        "yielding" => WaitStrategy::Yielding { spins: 100 },
-        "sleeping" => WaitStrategy::sleeping(),
-        "phased-backoff" => WaitStrategy::PhasedBackoff {
+    Ok(match name.parse::<WaitStrategy>()? {
+        WaitStrategy::PhasedBackoff { fallback, .. } => WaitStrategy::PhasedBackoff {
             spins: 1_000,
             yields: 100,
-            fallback: Fallback::Park,
+            fallback,
         },
-        "blocking" => WaitStrategy::Blocking,
-        "timeout-blocking" => WaitStrategy::TimeoutBlocking {
+        WaitStrategy::TimeoutBlocking { .. } => WaitStrategy::TimeoutBlocking {
             timeout: Duration::from_millis(10),
         },
-        "adaptive" => WaitStrategy::Adaptive,
-        _ => bail!("unknown wait strategy {name}"),
+        s => s,
     })
 }
 

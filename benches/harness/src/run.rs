@@ -211,13 +211,8 @@ impl Drop for Ctx {
 pub fn cleanup() {
     shmring_peers::kit::kill_all_children();
     let Some(n) = NAMES.get() else { return };
-    if let Ok(entries) = std::fs::read_dir(&n.dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(ring) = name.strip_suffix(shmring::names::RING_SUFFIX) {
-                let _ = Ring::remove(&n.namespace, ring);
-            }
-        }
+    for ring in shmring::names::rings_in(&n.dir).unwrap_or_default() {
+        let _ = Ring::remove(&n.namespace, &ring);
     }
     let _ = std::fs::remove_dir_all(&n.dir);
     remove_iceoryx2_files(&n.run_id);

@@ -7,7 +7,8 @@
 use std::net::TcpListener;
 
 use serde_json::Value;
-use shmring_tests::Child;
+use shmring::{Ring, RingConfig};
+use shmring_testkit::{Child, Namespace};
 
 /// A free TCP port on 127.0.0.1 (bound, read, released; the exporter binds it next).
 pub fn free_port() -> u16 {
@@ -19,55 +20,64 @@ pub fn free_port() -> u16 {
 /// (Multicast scouting is off and nothing listens unless asked: the bridge's defaults.)
 const RETRY: &str = "connect/retry={period_init_ms:20,period_max_ms:100,period_increase_factor:2}";
 
-/// The exporter: listens on `port`, consumes `ring` in `ns`.
-pub fn exporter(label: &str, ns: &str, ring: &str, key: &str, port: u16, extra: &[&str]) -> Child {
-    let listen = format!("tcp/127.0.0.1:{port}");
-    let mut args = vec![
-        "export",
-        "--namespace",
-        ns,
-        "--ring",
-        ring,
-        "--key",
-        key,
-        "--listen",
-        &listen,
-        "--zenoh-set",
-        RETRY,
-        "--stats-ms",
-        "50",
-        "--ack-timeout-ms",
-        "300",
-    ];
-    args.extend_from_slice(extra);
-    Child::spawn(env!("CARGO_BIN_EXE_shmring-bridge"), label, &args)
+/// Two "hosts": the source ring `src` in namespace `a` and the destination ring `dst` in
+/// namespace `b`, with `capacity` and `dst_capacity` slots.
+pub fn src_and_dst(a: &Namespace, capacity: u64, b: &Namespace, dst_capacity: u64) -> (Ring, Ring) {
+    let ring = |ns: &Namespace, name: &str, capacity: u64| {
+        let config = RingConfig {
+            capacity,
+            ..RingConfig::default()
+        };
+        Ring::create(ns.name(), name, &config)
+            .unwrap_or_else(|e| panic!("create ring {name} in {}: {e}", ns.name()))
+    };
+    (ring(a, "src", capacity), ring(b, "dst", dst_capacity))
 }
 
-/// The importer: connects to `port`, publishes into `ring` in `ns`.
-pub fn importer(label: &str, ns: &str, ring: &str, key: &str, port: u16) -> Child {
+/// The exporter, a child of `ns`: listens on `port`, consumes `ring` in `ns`.
+pub fn exporter(
+    label: &str,
+    ns: &Namespace,
+    ring: &str,
+    key: &str,
+    port: u16,
+    extra: &[&str],
+) -> Child {
+    let listen = format!("tcp/127.0.0.1:{port}");
+    let mut more = vec!["--ack-timeout-ms", "300"];
+    more.extend_from_slice(extra);
+    bridge(label, ns, "export", ring, key, ["--listen", &listen], &more)
+}
+
+/// The importer, a child of `ns`: connects to `port`, publishes into `ring` in `ns`.
+pub fn importer(label: &str, ns: &Namespace, ring: &str, key: &str, port: u16) -> Child {
     let connect = format!("tcp/127.0.0.1:{port}");
-    let args = [
-        "import",
-        "--namespace",
-        ns,
-        "--ring",
-        ring,
-        "--key",
-        key,
-        "--connect",
-        &connect,
-        "--zenoh-set",
-        RETRY,
-        "--stats-ms",
-        "50",
-    ];
-    Child::spawn(env!("CARGO_BIN_EXE_shmring-bridge"), label, &args)
+    bridge(label, ns, "import", ring, key, ["--connect", &connect], &[])
+}
+
+/// `shmring-bridge VERB` on `ring` of `ns` with `key`, reaching the other side at
+/// `endpoint`, as a child of `ns`.
+fn bridge(
+    label: &str,
+    ns: &Namespace,
+    verb: &str,
+    ring: &str,
+    key: &str,
+    endpoint: [&str; 2],
+    extra: &[&str],
+) -> Child {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_shmring-bridge"));
+    cmd.args([verb, "--namespace", ns.name(), "--ring", ring, "--key", key])
+        .args(endpoint)
+        .args(["--zenoh-set", RETRY, "--stats-ms", "50"])
+        .args(extra);
+    ns.spawn(label, cmd)
 }
 
 /// Read counter lines from `child` until one satisfies `done`; return it. Bounded: each
 /// line by the kit's deadline, the whole wait by the same deadline.
 pub fn stats_until(child: &mut Child, mut done: impl FnMut(&Value) -> bool) -> Value {
-    let deadline = std::time::Instant::now() + shmring_tests::WAIT;
+    let deadline = std::time::Instant::now() + shmring_testkit::WAIT;
     let mut last = Value::Null;
     loop {
         if std::time::Instant::now() > deadline {
@@ -112,7 +122,7 @@ pub fn check(p: &[u8]) -> Option<u64> {
 /// Wait (bounded) until the exporter `child` has its consumer `name` ACTIVE in `ring`;
 /// on timeout fail with the child's stderr.
 pub fn await_attached(child: &mut Child, ring: &shmring::Ring, name: &str) {
-    let deadline = std::time::Instant::now() + shmring_tests::WAIT;
+    let deadline = std::time::Instant::now() + shmring_testkit::WAIT;
     while !ring
         .info()
         .consumers

@@ -35,7 +35,7 @@ const RING: &str = "demo";
 const RATE: u32 = 10_000;
 /// Bounded waits for children to start and finish.
 const STEP: Duration = Duration::from_secs(20);
-/// The consumers: (name, wait strategy).
+/// The consumers: (name, wait strategy by name, as `WaitStrategy` parses it).
 const CONSUMERS: [(&str, &str); 4] = [
     ("spin", "busy-spin"),
     ("blocking", "blocking"),

@@ -39,19 +39,6 @@ fn tie_to_parent() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The wait strategy named `name`.
-pub fn strategy(name: &str) -> anyhow::Result<WaitStrategy> {
-    Ok(match name {
-        "busy-spin" => WaitStrategy::BusySpin,
-        "blocking" => WaitStrategy::Blocking,
-        "adaptive" => WaitStrategy::Adaptive,
-        "timeout-blocking" => WaitStrategy::TimeoutBlocking {
-            timeout: Duration::from_millis(100),
-        },
-        other => anyhow::bail!("unknown wait strategy {other:?}"),
-    })
-}
-
 /// `demo-role broker`: `broker run` tied to the demo.
 pub fn broker(
     namespace: &str,
@@ -93,10 +80,10 @@ pub fn producer(namespace: &str, ring: &str, rate: u32) -> anyhow::Result<()> {
 
 /// `demo-role consumer`: consume as durable consumer `name` with wait strategy `wait`
 /// until the ring is stopped and drained, then print what it saw.
-pub fn consumer(namespace: &str, ring: &str, name: &str, wait: &str) -> anyhow::Result<()> {
+pub fn consumer(namespace: &str, ring: &str, name: &str, wait: WaitStrategy) -> anyhow::Result<()> {
     tie_to_parent()?;
     let ring = Ring::open(namespace, ring)?;
-    let mut consumer = ring.consumer(ConsumerOptions::durable(name).wait(strategy(wait)?))?;
+    let mut consumer = ring.consumer(ConsumerOptions::durable(name).wait(wait))?;
     println!("@attached");
     let started = Instant::now();
     let mut latencies: Vec<u64> = Vec::with_capacity(1 << 16);
@@ -123,7 +110,7 @@ pub fn consumer(namespace: &str, ring: &str, name: &str, wait: &str) -> anyhow::
     let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     let seen = Seen {
         name: name.to_owned(),
-        wait: wait.to_owned(),
+        wait: wait.to_string(),
         events: latencies.len() as u64,
         p50_ns: at(0.50),
         p99_ns: at(0.99),

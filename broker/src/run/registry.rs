@@ -256,33 +256,23 @@ impl Broker {
         let Ok(dir) = shmring::names::namespace_dir(&self.namespace) else {
             return;
         };
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        let Ok(entries) = shmring::names::ring_entries_in(&dir) else {
             return;
         };
         let mut on_disk = Vec::new();
-        for entry in entries.flatten() {
-            let file = entry.file_name();
-            let Some(file) = file.to_str() else { continue };
-            if file.starts_with('.') {
+        for (name, kind) in entries {
+            if kind.is_file() {
+                on_disk.push(name);
                 continue;
             }
-            let Some(name) = file.strip_suffix(shmring::names::RING_SUFFIX) else {
-                continue;
-            };
             // The entry's own type (lstat), never what a link points to.
-            match entry.file_type() {
-                Ok(t) if t.is_file() => on_disk.push(name.to_owned()),
-                Ok(t) => {
-                    let path = entry.path();
-                    let why = OpenError::NotRegular {
-                        path: path.clone(),
-                        kind: kind_name(t),
-                    }
-                    .to_string();
-                    self.left_alone(path, why);
-                }
-                Err(_) => {}
+            let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
+            let why = OpenError::NotRegular {
+                path: path.clone(),
+                kind: kind_name(kind),
             }
+            .to_string();
+            self.left_alone(path, why);
         }
         let gone: Vec<String> = self
             .rings

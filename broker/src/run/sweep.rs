@@ -20,7 +20,7 @@ pub fn sweep(broker: &mut Broker) {
     broker.watches.begin_sweep();
     let mut deleted = Vec::new();
     for (name, tracked) in broker.rings.iter_mut() {
-        if tracked.ring.state() == Some(RingState::Deleted) {
+        if tracked.ring.is_deleted() {
             deleted.push(name.clone());
             continue;
         }

@@ -1,9 +1,9 @@
 //! The fault-injection roles, and the parent's side of them: spawning, reading their
 //! reports, and the end-of-run invariant. Shared by `fault_*.rs` and `soak.rs`.
 //!
-//! Two roles, selected like those of `roles.rs` (`SHMRING_ROLE`, parameters in `ROLE_*`):
+//! Two roles, selected like those of `roles.rs` (parameters in `ROLE_*`):
 //!
-//! - `fproducer`: publishes self-checking events (`shmring_tests::payload`: producer id,
+//! - `fproducer`: publishes self-checking events (`shmring_testkit::payload`: producer id,
 //!   that producer's own sequence 0, 1, 2, ..., a checksum over every byte) with every
 //!   publishing form in turn: `publish`, `publish_batch`, the claim guard, `try_publish`,
 //!   `publish_timeout`. With `ROLE_LEDGER` it keeps a ledger file of two little-endian u64s
@@ -44,14 +44,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring::{
-    ConsumerOptions, Event, Fallback, PollError, Producer, PublishError, Ring, RingState, RunExit,
-    TryPublishError, WaitStrategy,
+    ConsumerOptions, Event, PollError, Producer, PublishError, Ring, RingState, RunExit,
+    TryPublishError,
 };
-use shmring_tests::fault::Rng;
-use shmring_tests::payload::{decode, encode, encode_into, Origin};
-use shmring_tests::report::{format_per_producer, num, per_producer};
+use shmring_testkit::fault::Rng;
+use shmring_testkit::order::OrderCheck;
+use shmring_testkit::payload::{encode, encode_into, Origin};
+use shmring_testkit::report::{format_per_producer, num, per_producer};
 
-use super::Proc;
+use shmring_testkit::procfs::diagnose;
+use shmring_testkit::{Child, Namespace, Wait};
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_default()
@@ -72,30 +74,6 @@ fn open() -> Ring {
 fn fail(what: &str) -> ! {
     println!("@violation {what}");
     std::process::exit(1)
-}
-
-/// A wait strategy by the name the testkit uses (`--wait`).
-pub fn wait_strategy(name: &str) -> WaitStrategy {
-    match name {
-        "spin" => WaitStrategy::BusySpin,
-        "yield" => WaitStrategy::Yielding { spins: 100 },
-        "sleep" => WaitStrategy::sleeping(),
-        "phased-park" => WaitStrategy::PhasedBackoff {
-            spins: 100,
-            yields: 10,
-            fallback: Fallback::Park,
-        },
-        "phased-sleep" => WaitStrategy::PhasedBackoff {
-            spins: 100,
-            yields: 10,
-            fallback: Fallback::Sleep(Duration::from_micros(50)),
-        },
-        "block" => WaitStrategy::Blocking,
-        "timeout-block" => WaitStrategy::TimeoutBlocking {
-            timeout: Duration::from_millis(5),
-        },
-        _ => WaitStrategy::Adaptive,
-    }
 }
 
 /// How long a parent waits for a producer to say it holds a claim open (`@dwell`) before
@@ -439,64 +417,19 @@ pub fn fproducer() {
 // ---------------------------------------------------------------------------------------
 // fconsumer
 
-#[derive(Default)]
+/// What the `fconsumer` handler has seen: the kit's order rule, and its first violation.
 struct Check {
-    optional: bool,
-    from_zero: bool,
-    next: BTreeMap<u32, u64>,
-    firsts: BTreeMap<u32, u64>,
-    lasts: BTreeMap<u32, u64>,
-    delivered: u64,
-    last_ring: Option<u64>,
+    order: OrderCheck,
     violation: Option<String>,
 }
 
 impl Check {
     fn on_event(&mut self, ev: Event<'_>) {
-        if self.violation.is_some() {
-            return;
-        }
-        if let Err(v) = self.check(&ev) {
-            self.violation = Some(v);
-        }
-    }
-
-    fn check(&mut self, ev: &Event<'_>) -> Result<(), String> {
-        let r = ev.sequence();
-        if self.last_ring.is_some_and(|l| r <= l) {
-            return Err(format!(
-                "ring sequence went from {:?} to {r}",
-                self.last_ring
-            ));
-        }
-        self.last_ring = Some(r);
-        let o = decode(ev.bytes()).map_err(|e| format!("ring sequence {r}: {e}"))?;
-        match self.next.get(&o.producer) {
-            None if self.from_zero && !self.optional && o.seq != 0 => {
-                return Err(format!(
-                    "ring sequence {r}: the first event of producer {} is its seq {}, not 0",
-                    o.producer, o.seq
-                ))
+        if self.violation.is_none() {
+            if let Err(v) = self.order.check(ev.sequence(), ev.bytes()) {
+                self.violation = Some(v);
             }
-            Some(&want) if o.seq < want || (o.seq > want && !self.optional) => {
-                return Err(format!(
-                    "ring sequence {r}: producer {} seq {}, expected {want} ({})",
-                    o.producer,
-                    o.seq,
-                    if o.seq < want {
-                        "duplicate or reordered"
-                    } else {
-                        "gap: events lost"
-                    }
-                ))
-            }
-            _ => {}
         }
-        self.next.insert(o.producer, o.seq + 1);
-        self.firsts.entry(o.producer).or_insert(o.seq);
-        self.lasts.insert(o.producer, o.seq);
-        self.delivered += 1;
-        Ok(())
     }
 }
 
@@ -512,7 +445,12 @@ pub fn fconsumer() {
     } else {
         ConsumerOptions::durable(name)
     }
-    .wait(wait_strategy(&var("ROLE_WAIT")))
+    .wait(
+        var("ROLE_WAIT")
+            .parse()
+            .unwrap_or(Wait::Adaptive)
+            .strategy(),
+    )
     .batch_cap(var_u64("ROLE_BATCH", shmring::DEFAULT_BATCH_CAP as u64) as usize);
     if optional {
         opts = opts.optional();
@@ -540,9 +478,8 @@ pub fn fconsumer() {
         ring.run_number()
     );
     let check = RefCell::new(Check {
-        optional,
-        from_zero: var("ROLE_FROM_ZERO") == "1",
-        ..Check::default()
+        order: OrderCheck::new(var("ROLE_FROM_ZERO") == "1" && !optional, optional),
+        violation: None,
     });
     let mut last_prog = Instant::now();
     let mut detached = false;
@@ -557,7 +494,7 @@ pub fn fconsumer() {
             || {
                 let ch = check.borrow();
                 ch.violation.is_some()
-                    || (exit_after > 0 && ch.delivered >= exit_after)
+                    || (exit_after > 0 && ch.order.delivered >= exit_after)
                     || last_prog.elapsed() >= Duration::from_millis(50)
                     || Instant::now() > deadline
             },
@@ -570,13 +507,13 @@ pub fn fconsumer() {
                 let s = c.stats();
                 println!(
                     "@prog delivered={} next={} net={} wakeups={}",
-                    check.borrow().delivered,
+                    check.borrow().order.delivered,
                     c.next_sequence(),
                     s.net_wakeups,
                     s.wakeups
                 );
                 last_prog = Instant::now();
-                if exit_after > 0 && check.borrow().delivered >= exit_after {
+                if exit_after > 0 && check.borrow().order.delivered >= exit_after {
                     detached = true;
                     break;
                 }
@@ -615,7 +552,7 @@ pub fn fconsumer() {
                 }
             }
             Err(PollError::Deleted) => {
-                println!("@deleted delivered={}", check.borrow().delivered);
+                println!("@deleted delivered={}", check.borrow().order.delivered);
                 std::process::exit(3)
             }
             Err(e) => {
@@ -631,10 +568,10 @@ pub fn fconsumer() {
         s.skipped - s0.skipped,
         s.dropped_behind - s0.dropped_behind,
     );
-    if delivered != ch.delivered {
+    if delivered != ch.order.delivered {
         fail(&format!(
             "stats say {delivered} delivered, the handler saw {}",
-            ch.delivered
+            ch.order.delivered
         ));
     }
     let walked = c.next_sequence() - start;
@@ -656,8 +593,8 @@ pub fn fconsumer() {
         s.skipped,
         s.dropped_behind,
         u8::from(detached),
-        format_per_producer(&ch.firsts),
-        format_per_producer(&ch.lasts),
+        format_per_producer(&ch.order.firsts),
+        format_per_producer(&ch.order.lasts),
     );
 }
 
@@ -748,7 +685,7 @@ impl Accepted {
 
 /// The ledger file of producer `id` in namespace `ns` (in the namespace's scratch
 /// directory, removed with it).
-pub fn ledger_path(ns: &super::Ns, id: u32) -> PathBuf {
+pub fn ledger_path(ns: &Namespace, id: u32) -> PathBuf {
     ns.scratch().join(format!("ledger-{id}"))
 }
 
@@ -804,36 +741,8 @@ pub fn check_delivered_all(who: &str, done: &Done, producers: &BTreeMap<u32, Acc
 }
 
 /// Wait (bounded) for `proc`'s `@done` line and parse it.
-pub fn expect_done(proc: &mut Proc) -> Done {
+pub fn expect_done(proc: &mut Child) -> Done {
     Done::parse(&proc.expect("@done"))
-}
-
-/// What the kernel says each thread of `pid` is doing (state, system call, kernel stack):
-/// attached to a failure when a child does not get ready in time.
-pub fn diagnose(pid: u32) -> String {
-    let mut out = String::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return format!("pid {pid} is gone");
-    };
-    for t in tasks.flatten() {
-        let p = t.path();
-        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
-        let stat = read("stat");
-        let state = stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next());
-        out.push_str(&format!(
-            "task {} ({}) state {:?} syscall {:?} wchan {:?}\n{}",
-            t.file_name().to_string_lossy(),
-            read("comm").trim(),
-            state,
-            read("syscall").trim(),
-            read("wchan").trim(),
-            read("stack")
-        ));
-    }
-    out
 }
 
 /// How long a child may take to attach and get ready. The fault roles register the process
@@ -846,7 +755,7 @@ pub const READY_WAIT: Duration = Duration::from_secs(120);
 
 /// Wait for `proc`'s `line` (bounded by [`READY_WAIT`]); on a timeout, fail with what its
 /// threads are doing.
-fn expect_or_diagnose(proc: &mut Proc, line: &str) -> String {
+fn expect_or_diagnose(proc: &mut Child, line: &str) -> String {
     match proc.expect_within(line, READY_WAIT) {
         Some(rest) => rest,
         None => panic!(
@@ -861,12 +770,12 @@ fn expect_or_diagnose(proc: &mut Proc, line: &str) -> String {
 
 /// Spawn an `fproducer` on ring `ring` as producer `id` and wait for `@ready`.
 pub fn spawn_producer(
-    ns: &super::Ns,
+    ns: &Namespace,
     ring: &str,
     id: u32,
     seed: u64,
     extra: &[(&'static str, String)],
-) -> Proc {
+) -> Child {
     let mut pairs = vec![
         ("ROLE_ID", id.to_string()),
         ("ROLE_SEED", seed.to_string()),
@@ -876,54 +785,36 @@ pub fn spawn_producer(
         ),
     ];
     pairs.extend(extra.iter().cloned());
-    let mut p = Proc::role("fproducer", &ns.name, &env(ring, &pairs));
+    let mut p = ns.role("fproducer", &env(ring, &pairs));
     expect_or_diagnose(&mut p, "@ready");
     p
 }
 
 /// Spawn an `fconsumer` on ring `ring` and wait for `@ready`; returns it and its start.
-pub fn spawn_consumer(ns: &super::Ns, ring: &str, pairs: &[(&'static str, String)]) -> (Proc, u64) {
-    let mut c = Proc::role("fconsumer", &ns.name, &env(ring, pairs));
+pub fn spawn_consumer(
+    ns: &Namespace,
+    ring: &str,
+    pairs: &[(&'static str, String)],
+) -> (Child, u64) {
+    let mut c = ns.role("fconsumer", &env(ring, pairs));
     let ready = expect_or_diagnose(&mut c, "@ready");
     let start = num(&ready, "start");
     (c, start)
 }
 
-/// Start a broker CLI command without waiting for it.
-pub fn cli_spawn(ns: &super::Ns, args: &[&str]) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_shmring-broker"))
-        .arg("--namespace")
-        .arg(&ns.name)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawning the broker CLI")
+/// Start a broker CLI command, a child of `ns`, without waiting for it.
+pub fn cli_spawn(ns: &Namespace, args: &[&str]) -> Child {
+    use super::BrokerNs;
+    ns.spawn("broker CLI", ns.cli_command(args))
 }
 
-/// Wait (bounded by [`super::WAIT`]) for a CLI command started by [`cli_spawn`]; returns
-/// whether it succeeded and what it printed (stdout, then stderr).
-pub fn cli_finish(mut child: std::process::Child) -> (bool, String) {
-    let deadline = Instant::now() + super::WAIT;
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(super::POLL),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the broker CLI did not finish within {:?}", super::WAIT);
-            }
-        }
-    }
-    let out = child.wait_with_output().expect("CLI output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text.trim().to_owned())
+/// Wait (bounded) for a CLI command started by [`cli_spawn`]; returns whether it succeeded
+/// and what it printed (stdout, then stderr).
+pub fn cli_finish(mut child: Child) -> (bool, String) {
+    let status = child.wait_status();
+    let out = child.rest_of_stdout().join("\n");
+    let text = format!("{out}\n{}", child.stderr());
+    (status.success(), text.trim().to_owned())
 }
 
 /// Entries of `ring` that belong to a process that is gone: what a broker still has to

@@ -1,5 +1,5 @@
-//! What a re-executed test binary does as a child process. Selected by `SHMRING_ROLE`;
-//! parameters come in `ROLE_*` env vars; readiness and results go out as stdout lines
+//! What a re-executed test binary does as a child process (a role of the kit's
+//! `shmring_testkit::role`); parameters come in `ROLE_*` env vars; readiness and results go out as stdout lines
 //! starting with `@`; commands come in on stdin.
 
 use std::io::{BufRead, Read, Write};
@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shmring::{ConsumerOptions, PollError, PublishError, Ring, WaitOutcome, WaitStrategy};
-
-use super::proc::ROLE_ENV;
 
 fn var(name: &str) -> String {
     std::env::var(name).unwrap_or_default()
@@ -27,9 +25,9 @@ fn open() -> Ring {
     })
 }
 
-/// In a child: run the role named by `SHMRING_ROLE` and exit. In the test itself: return.
+/// In a child: run its role and exit. In the test itself: return.
 pub fn run_if_child() {
-    let Ok(role) = std::env::var(ROLE_ENV) else {
+    let Some(role) = shmring_testkit::role::current() else {
         return;
     };
     match role.as_str() {

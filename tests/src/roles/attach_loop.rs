@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::ConsumerOptions;
-use shmring_tests::payload::decode;
+use shmring_testkit::payload::decode;
 
 use super::{RingArgs, Size, Wait};
 
@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long)]
     name: Option<String>,
     /// Wait with this strategy between empty polls (`Consumer::wait`); without it, yield.
-    #[arg(long, value_enum)]
+    #[arg(long)]
     wait: Option<Wait>,
     /// Expected event size (bytes or `max`).
     #[arg(long)]

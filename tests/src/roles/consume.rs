@@ -27,15 +27,14 @@
 //! `net_wakeups` (by the 50 ms net while an event was waiting: lost wake-ups).
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{ConsumerOptions, Event, DEFAULT_BATCH_CAP};
-use shmring_tests::payload::decode;
-use shmring_tests::report::format_per_producer;
+use shmring_testkit::order::OrderCheck;
+use shmring_testkit::report::format_per_producer;
 
 use super::{RingArgs, Size, Wait};
 
@@ -77,7 +76,7 @@ pub struct Args {
     resume_from: Option<String>,
     #[arg(long, default_value_t = DEFAULT_BATCH_CAP)]
     batch_cap: usize,
-    #[arg(long, value_enum, default_value_t = Wait::Yield)]
+    #[arg(long, default_value_t = Wait::Yield)]
     wait: Wait,
     /// Expected event size (bytes or `max`); unchecked if absent.
     #[arg(long)]
@@ -111,18 +110,11 @@ fn parse_per_producer(v: &str) -> anyhow::Result<Vec<(u32, u64)>> {
 struct Checker {
     producers: u32,
     per_producer: u64,
-    resume: bool,
-    optional: bool,
     len: Option<usize>,
     print_events: bool,
     hang_after: Option<u64>,
-    /// Next expected sequence per producer (`None`: nothing seen from it yet).
-    next: Vec<Option<u64>>,
-    firsts: BTreeMap<u32, u64>,
-    lasts: BTreeMap<u32, u64>,
-    delivered: u64,
-    first_ring: Option<u64>,
-    last_ring: Option<u64>,
+    /// The order rule (ring sequences, payloads, each producer's sequences).
+    order: OrderCheck,
     violation: Option<String>,
 }
 
@@ -135,10 +127,10 @@ impl Checker {
             self.violation = Some(v);
             return;
         }
-        if Some(self.delivered) == self.hang_after {
+        if Some(self.order.delivered) == self.hang_after {
             println!(
                 "hang delivered={} ring_seq={}",
-                self.delivered,
+                self.order.delivered,
                 ev.sequence()
             );
             loop {
@@ -149,16 +141,7 @@ impl Checker {
     }
 
     fn check(&mut self, ev: Event<'_>) -> Result<(), String> {
-        self.delivered += 1;
         let r = ev.sequence();
-        if let Some(l) = self.last_ring {
-            if r <= l {
-                return Err(format!("ring sequence went from {l} to {r}"));
-            }
-        }
-        self.first_ring.get_or_insert(r);
-        self.last_ring = Some(r);
-        let o = decode(ev.bytes()).map_err(|e| format!("ring sequence {r}: {e}"))?;
         if let Some(len) = self.len {
             if ev.bytes().len() != len {
                 return Err(format!(
@@ -167,6 +150,7 @@ impl Checker {
                 ));
             }
         }
+        let o = self.order.check(r, ev.bytes())?;
         if o.producer >= self.producers {
             return Err(format!(
                 "ring sequence {r}: unknown producer {}",
@@ -179,31 +163,6 @@ impl Checker {
                 o.producer, o.seq, self.per_producer
             ));
         }
-        let p = o.producer as usize;
-        match self.next[p] {
-            None if !self.resume && !self.optional && o.seq != 0 => {
-                return Err(format!(
-                    "ring sequence {r}: first event of producer {} is its seq {}, expected 0",
-                    o.producer, o.seq
-                ));
-            }
-            Some(want) if o.seq < want || (o.seq > want && !self.optional) => {
-                return Err(format!(
-                    "ring sequence {r}: producer {} seq {}, expected {want} ({})",
-                    o.producer,
-                    o.seq,
-                    if o.seq < want {
-                        "duplicate or reordered"
-                    } else {
-                        "gap: events lost"
-                    }
-                ));
-            }
-            _ => {}
-        }
-        self.next[p] = Some(o.seq + 1);
-        self.firsts.entry(o.producer).or_insert(o.seq);
-        self.lasts.insert(o.producer, o.seq);
         if self.print_events {
             println!("ev {} {} {r}", o.producer, o.seq);
         }
@@ -212,7 +171,7 @@ impl Checker {
 
     /// Every producer's last event arrived.
     fn complete(&self) -> bool {
-        self.next.iter().all(|n| *n == Some(self.per_producer))
+        (0..self.producers).all(|p| self.order.next(p) == Some(self.per_producer))
     }
 }
 
@@ -241,31 +200,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         println!("resumed");
     }
 
-    let mut next = vec![None; a.producers as usize];
+    let resume = a.resume || a.resume_from.is_some();
+    let mut order = OrderCheck::new(!resume && !a.optional, a.optional);
     if let Some(from) = &a.resume_from {
-        next = vec![Some(0); a.producers as usize];
+        for p in 0..a.producers {
+            order.expect_next(p, 0);
+        }
         for (p, s) in parse_per_producer(from)? {
-            let slot = next
-                .get_mut(p as usize)
-                .with_context(|| format!("--resume-from names producer {p}"))?;
-            *slot = Some(s);
+            if p >= a.producers {
+                bail!("--resume-from names producer {p}");
+            }
+            order.expect_next(p, s);
         }
     }
-    let resume = a.resume || a.resume_from.is_some();
     let checker = RefCell::new(Checker {
         producers: a.producers,
         per_producer: a.per_producer,
-        resume,
-        optional: a.optional,
         len: a.size.map(|s| s.resolve(&ring)),
         print_events: a.print_events,
         hang_after: a.hang_after,
-        next,
-        firsts: BTreeMap::new(),
-        lasts: BTreeMap::new(),
-        delivered: 0,
-        first_ring: None,
-        last_ring: None,
+        order,
         violation: None,
     });
     let deadline = Instant::now() + Duration::from_secs(a.deadline_secs);
@@ -314,40 +268,42 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     let ch = checker.into_inner();
     if let Some(v) = ch.violation {
-        bail!("violation after {} events: {v}", ch.delivered);
+        bail!("violation after {} events: {v}", ch.order.delivered);
     }
     let s = c.stats();
     if a.until_seq.is_none() && !a.until_stdin && !a.optional && !ch.complete() {
         bail!(
             "deadline: {} events delivered, producers' next {:?}",
-            ch.delivered,
-            ch.next
+            ch.order.delivered,
+            ch.order.next_all()
         );
     }
     // A resumed durable consumer's counters continue from its previous incarnation's
     // committed ones: the parent checks those.
-    if !resume && s.delivered != ch.delivered {
+    if !resume && s.delivered != ch.order.delivered {
         bail!(
             "stats().delivered {} but the handler saw {}",
             s.delivered,
-            ch.delivered
+            ch.order.delivered
         );
     }
     println!(
         "done delivered={} stats_delivered={} skipped={} dropped={} clamped={} batches={} \
          start={start} next={} first_ring={} last_ring={} firsts={} lasts={} wakeups={} \
          late_wakeups={} net_wakeups={}",
-        ch.delivered,
+        ch.order.delivered,
         s.delivered,
         s.skipped,
         s.dropped_behind,
         s.clamped,
         s.batches,
         c.next_sequence(),
-        ch.first_ring.map_or("-".to_owned(), |r| r.to_string()),
-        ch.last_ring.map_or("-".to_owned(), |r| r.to_string()),
-        format_per_producer(&ch.firsts),
-        format_per_producer(&ch.lasts),
+        ch.order
+            .first_ring
+            .map_or("-".to_owned(), |r| r.to_string()),
+        ch.order.last_ring.map_or("-".to_owned(), |r| r.to_string()),
+        format_per_producer(&ch.order.firsts),
+        format_per_producer(&ch.order.lasts),
         s.wakeups,
         s.late_wakeups,
         s.net_wakeups,

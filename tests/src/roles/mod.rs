@@ -10,10 +10,9 @@ pub mod run_closed;
 pub mod wake_set;
 
 use std::str::FromStr;
-use std::time::Duration;
 
 use anyhow::Context;
-use shmring::{Fallback, Ring, WaitStrategy};
+use shmring::Ring;
 
 /// Which ring to attach to.
 #[derive(clap::Args, Debug, Clone)]
@@ -47,7 +46,7 @@ impl FromStr for Size {
             return Ok(Size::Max);
         }
         let n: usize = s.parse().map_err(|_| format!("{s:?}: a number or `max`"))?;
-        if !shmring_tests::payload::valid_len(n) {
+        if !shmring_testkit::payload::valid_len(n) {
             return Err(format!("{n}: events are 8 bytes or at least 16"));
         }
         Ok(Size::Bytes(n))
@@ -63,48 +62,5 @@ impl Size {
     }
 }
 
-/// A consumer wait strategy, by name: every `WaitStrategy` the client offers.
-#[derive(clap::ValueEnum, Debug, Clone, Copy)]
-pub enum Wait {
-    /// `BusySpin`.
-    Spin,
-    /// `Yielding` after 100 spins.
-    Yield,
-    /// `Sleeping`: 100 spins, 10 yields, then 100 µs sleeps.
-    Sleep,
-    /// `PhasedBackoff`: 100 spins, 10 yields, then park on the futex.
-    PhasedPark,
-    /// `PhasedBackoff`: 100 spins, 10 yields, then 50 µs sleeps.
-    PhasedSleep,
-    /// `Blocking`: park on the futex as soon as the ring is empty.
-    Block,
-    /// `TimeoutBlocking` with a 5 ms timeout: park, and give control back every 5 ms.
-    TimeoutBlock,
-    /// `Adaptive` (the client's default): spin, yield, then park.
-    Adaptive,
-}
-
-impl Wait {
-    pub fn strategy(self) -> WaitStrategy {
-        match self {
-            Wait::Spin => WaitStrategy::BusySpin,
-            Wait::Yield => WaitStrategy::Yielding { spins: 100 },
-            Wait::Sleep => WaitStrategy::sleeping(),
-            Wait::PhasedPark => WaitStrategy::PhasedBackoff {
-                spins: 100,
-                yields: 10,
-                fallback: Fallback::Park,
-            },
-            Wait::PhasedSleep => WaitStrategy::PhasedBackoff {
-                spins: 100,
-                yields: 10,
-                fallback: Fallback::Sleep(Duration::from_micros(50)),
-            },
-            Wait::Block => WaitStrategy::Blocking,
-            Wait::TimeoutBlock => WaitStrategy::TimeoutBlocking {
-                timeout: Duration::from_millis(5),
-            },
-            Wait::Adaptive => WaitStrategy::Adaptive,
-        }
-    }
-}
+/// A consumer wait strategy, by the kit's short names (`--wait block`).
+pub use shmring_testkit::Wait;

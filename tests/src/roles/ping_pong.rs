@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{Consumer, ConsumerOptions, Producer, Ring, WaitOutcome, WaitStrategy};
-use shmring_tests::payload::{decode, encode_into, Origin};
+use shmring_testkit::payload::{decode, encode_into, Origin};
 
 /// Which end of the ping-pong.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! `produce`: publish `--count` self-checking events as producer `--producer-id`.
 //!
-//! Events carry the producer's own sequence 0, 1, 2, ... (see `shmring_tests::payload`).
+//! Events carry the producer's own sequence 0, 1, 2, ... (see `shmring_testkit::payload`).
 //! `--mode` picks the publishing form; `mixed` cycles through all of them, so one stream
 //! exercises `publish`, `publish_batch`, the claim guard, `publish_timeout` and
 //! `try_publish` in turn. Every form that waits for room backs off inside the client (a
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{Producer, PublishError, TryPublishError};
-use shmring_tests::payload::{encode, encode_into, Origin};
+use shmring_testkit::payload::{encode, encode_into, Origin};
 
 use super::{RingArgs, Size};
 
@@ -159,7 +159,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
                 Err(e) => {
                     closed(e)?;
-                    if a.retry_closed && ring.state() != Some(shmring::RingState::Deleted) {
+                    if a.retry_closed && !ring.is_deleted() {
                         retries += 1;
                         std::thread::yield_now();
                         continue;
@@ -228,7 +228,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }?;
         if outcome == 0 {
-            if a.retry_closed && ring.state() != Some(shmring::RingState::Deleted) {
+            if a.retry_closed && !ring.is_deleted() {
                 retries += 1;
                 std::thread::yield_now();
                 continue;

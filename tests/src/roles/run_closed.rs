@@ -14,15 +14,14 @@
 //! lasts=p:s,..`.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{ConsumerOptions, Event, RingState, RunExit, DEFAULT_BATCH_CAP};
-use shmring_tests::payload::decode;
-use shmring_tests::report::format_per_producer;
+use shmring_testkit::order::OrderCheck;
+use shmring_testkit::report::format_per_producer;
 
 use super::{RingArgs, Wait};
 
@@ -42,7 +41,7 @@ pub struct Args {
     /// Durable consumer name (anonymous if absent).
     #[arg(long)]
     name: Option<String>,
-    #[arg(long, value_enum, default_value_t = Wait::Block)]
+    #[arg(long, default_value_t = Wait::Block)]
     wait: Wait,
     #[arg(long, default_value_t = DEFAULT_BATCH_CAP)]
     batch_cap: usize,
@@ -53,12 +52,9 @@ pub struct Args {
     deadline_secs: u64,
 }
 
-#[derive(Default)]
 struct Checker {
-    next: BTreeMap<u32, u64>,
-    lasts: BTreeMap<u32, u64>,
-    delivered: u64,
-    last_ring: Option<u64>,
+    /// The order rule: every producer's events from 0, none missing.
+    order: OrderCheck,
     /// The ring sequence the first event after a restart must carry.
     first_after_restart: Option<u64>,
     violation: Option<String>,
@@ -82,25 +78,7 @@ impl Checker {
                 ));
             }
         }
-        if self.last_ring.is_some_and(|l| r <= l) {
-            return Err(format!(
-                "ring sequence went from {:?} to {r}",
-                self.last_ring
-            ));
-        }
-        self.last_ring = Some(r);
-        let o = decode(ev.bytes()).map_err(|e| format!("ring sequence {r}: {e}"))?;
-        let want = self.next.get(&o.producer).copied().unwrap_or(0);
-        if o.seq != want {
-            return Err(format!(
-                "ring sequence {r}: producer {} seq {}, expected {want}",
-                o.producer, o.seq
-            ));
-        }
-        self.next.insert(o.producer, want + 1);
-        self.lasts.insert(o.producer, o.seq);
-        self.delivered += 1;
-        Ok(())
+        self.order.check(r, ev.bytes()).map(drop)
     }
 }
 
@@ -129,7 +107,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ring.run_number()
     );
     let deadline = Instant::now() + Duration::from_secs(a.deadline_secs);
-    let checker = RefCell::new(Checker::default());
+    let checker = RefCell::new(Checker {
+        order: OrderCheck::new(true, false),
+        first_after_restart: None,
+        violation: None,
+    });
     let mut closes = 0u64;
     loop {
         let exit = c.run(
@@ -137,7 +119,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             || checker.borrow().violation.is_some() || Instant::now() > deadline,
         )?;
         if let Some(v) = checker.borrow().violation.clone() {
-            bail!("violation after {} events: {v}", checker.borrow().delivered);
+            bail!(
+                "violation after {} events: {v}",
+                checker.borrow().order.delivered
+            );
         }
         if exit == RunExit::Stopped {
             bail!("still running at the deadline, at {}", c.next_sequence());
@@ -186,12 +171,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let s = c.stats();
     println!(
         "done delivered={} next={} closes={closes} wakeups={} late_wakeups={} net_wakeups={} lasts={}",
-        ch.delivered,
+        ch.order.delivered,
         c.next_sequence(),
         s.wakeups,
         s.late_wakeups,
         s.net_wakeups,
-        format_per_producer(&ch.lasts)
+        format_per_producer(&ch.order.lasts)
     );
     Ok(())
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use shmring::{ConsumerOptions, Ring, WakeReason, WakeSet};
-use shmring_tests::payload::decode;
+use shmring_testkit::payload::decode;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -26,9 +26,13 @@ pub struct Rng {
     state: u64,
 }
 
-fn splitmix64(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *x;
+/// The increment of splitmix64's state.
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// splitmix64's output for state `x` (the state before its increment): a well-mixed 64-bit
+/// function of `x`, also what seeds the payloads' filler.
+pub(crate) fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(GOLDEN);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
@@ -72,7 +76,9 @@ impl Rng {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        splitmix64(&mut self.state)
+        let out = splitmix64(self.state);
+        self.state = self.state.wrapping_add(GOLDEN);
+        out
     }
 
     /// A number in `0..n` (`n > 0`).

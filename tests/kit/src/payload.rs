@@ -15,6 +15,8 @@
 //! read) or left over from an older lap fails [`decode`]. The 8-byte shape is one word, so
 //! it cannot tear; its check catches a corrupt or foreign word.
 
+use crate::fault::splitmix64;
+
 /// Length of the small, one-word event.
 pub const SMALL: usize = 8;
 /// Shortest length of the large shape (header + checksum).
@@ -33,13 +35,6 @@ pub struct Origin {
     pub producer: u32,
     /// The producer's own sequence number: 0, 1, 2, ... with no gaps.
     pub seq: u64,
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 fn seed(o: Origin) -> u64 {

@@ -1,12 +1,11 @@
 //! What the kernel says about a child process: the CPU time it consumed, and the system call
 //! a thread of it is blocked in. Used by the parking tests to check that a parked process
-//! burns nothing, and to know that a waiter is really asleep in the futex before waking it.
+//! burns nothing, and to know that a waiter is really asleep in the futex before waking it;
+//! and, when a child does not answer in time, what each of its threads is doing.
 
 use std::path::Path;
 use std::thread;
-use std::time::{Duration, Instant};
-
-use crate::WAIT;
+use std::time::Duration;
 
 /// `futex_waitv`, the same number on every architecture (it postdates the unified table).
 pub const SYS_FUTEX_WAITV: i64 = 449;
@@ -17,10 +16,6 @@ pub const SYS_FUTEX: i64 = 202;
 /// `futex` on aarch64 (the generic table).
 #[cfg(target_arch = "aarch64")]
 pub const SYS_FUTEX: i64 = 98;
-
-/// How often [`eventually`] looks again (a poll of a condition, not a synchronisation
-/// sleep: the condition decides, and the wait is bounded by [`WAIT`]).
-const POLL: Duration = Duration::from_micros(200);
 
 /// CPU time consumed so far by every live thread of `pid`: the sum of the first field of
 /// `/proc/<pid>/task/*/schedstat` (nanoseconds on the CPU, exact, unlike the 10 ms ticks of
@@ -63,22 +58,39 @@ pub fn blocked_in(pid: u32, tid: u32) -> Option<i64> {
         .filter(|&nr| nr >= 0)
 }
 
-/// Wait until `cond()` holds, looking every 200 µs, for at most [`WAIT`]; panics with `what`
-/// when the deadline passes.
-pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        thread::sleep(POLL);
+/// What the kernel says each thread of `pid` is doing (state, system call, wait channel,
+/// kernel stack): attached to a failure when a child does not get ready in time.
+pub fn diagnose(pid: u32) -> String {
+    let mut out = String::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("pid {pid} is gone");
+    };
+    for t in tasks.flatten() {
+        let p = t.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next());
+        out.push_str(&format!(
+            "task {} ({}) state {:?} syscall {:?} wchan {:?}\n{}",
+            t.file_name().to_string_lossy(),
+            read("comm").trim(),
+            state,
+            read("syscall").trim(),
+            read("wchan").trim(),
+            read("stack")
+        ));
     }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eventually;
+    use std::time::Instant;
 
     #[test]
     fn this_process_has_cpu_time() {
