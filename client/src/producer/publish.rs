@@ -1,283 +1,8 @@
-//! Producers: claim a sequence, pass the wrap gate, write the slot, stamp it.
-//!
-//! Three forms, as in crossbeam's channels:
-//!
-//! - [`Producer::publish`] takes its sequence first (`fetch_add` on the claim counter), then
-//!   waits at the wrap gate. It never gives its sequence back.
-//! - [`Producer::try_publish`] and [`Producer::publish_timeout`] wait for room first and take
-//!   their sequence last with a CAS, so a refusal or a timeout spends no sequence.
-//! - [`Producer::claim`] returns a [`Claim`] guard for zero-copy writes; a guard dropped or
-//!   unwound without `commit` publishes a tombstone, so no claimed sequence is a hole.
-//!
-//! ## Publishing a slot (the SYNC POINT with `Consumer::poll_once`)
-//!
-//! ```text
-//! producer                                   consumer waiting for s
-//! stamp = s | WRITING   (Relaxed)
-//! fence(Release)        (seqlock: WRITING before payload, for optional readers)
-//! payload, len, flags   (plain / Relaxed)
-//! stamp = s             (Release) ---------> stamp == s (Acquire), then read payload
-//! ```
+//! Publishing: claim, the wrap gate, the slot write, the stamp, the wake.
 
-use std::cell::Cell;
-use std::marker::PhantomData;
-use std::sync::atomic::{fence, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use shmring_layout::{
-    owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
-    SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
-};
-
-use crate::lifecycle::{is_deleted, SegEnv};
-use crate::line::Refused;
-use crate::park::{self, Parked, WakeCounts, PARK_NET};
-use crate::segment::{Segment, Slot};
-use crate::table::{self, Holder};
-use crate::wait::{producer_backoff, Step};
-use crate::{fence, gating, process};
-use crate::{AttachError, PublishError, Ring, TryPublishError};
-
-/// A producer attached to one ring. `Send` (move it to another thread) but not `Sync`:
-/// one thread publishes through it at a time.
-pub struct Producer {
-    seg: Arc<Segment>,
-    entry: u32,
-    /// A lower bound of the wrap gate (lowest `next` of the gating consumers).
-    cached_gate: u64,
-    capacity: u64,
-    max_payload: usize,
-    published: u64,
-    refused: u64,
-    tombstoned: u64,
-    parks: u64,
-    /// How its parks for room ended.
-    wakes: WakeCounts,
-    /// Whether this process has registered for membarrier, as far as this handle knows: its
-    /// first publish registers it (see `fence`).
-    registered: bool,
-    /// A single-producer ring: the claim is a plain store of `next` (see `line`).
-    single: bool,
-    /// Single producer: the next sequence this producer claims (its position).
-    next: u64,
-    /// This process's pid, cached (named as the owner if it finishes a dead stopper's stop).
-    pid: u32,
-    /// The entry's word as this producer holds it (see `table`).
-    word: u64,
-    /// The sequence of a [`Claim`] that was neither committed nor dropped (leaked with
-    /// `mem::forget`): tombstoned before the next claim or at detach, so it is no hole.
-    open_claim: Option<u64>,
-    _not_sync: PhantomData<Cell<()>>,
-}
-
-/// A producer's counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProducerStats {
-    /// Events published (tombstones excluded).
-    pub published: u64,
-    /// Publishes refused: full (try), timed out, closed, too large, bad batch.
-    pub refused: u64,
-    /// Claims dropped without commit, published as tombstones.
-    pub tombstoned: u64,
-    /// Times it parked waiting for room.
-    pub parks: u64,
-    /// Parks for room ended by a timeout although a consumer had moved the wake line (its
-    /// wake came too late or never arrived), or by a `publish_timeout` deadline shorter
-    /// than the net with room already there. Counted by this handle only (0 in
-    /// `Ring::info`).
-    pub late_wakeups: u64,
-    /// Parks for room ended by the timed net with room already there and the wake line
-    /// unmoved: a wake-up the protocol lost. Counted by this handle only (0 in
-    /// `Ring::info`).
-    pub net_wakeups: u64,
-}
-
-impl Ring {
-    /// Attach a producer. On a single-producer ring a second live producer is refused.
-    pub fn producer(&self) -> Result<Producer, AttachError> {
-        Producer::attach(self.seg.clone())
-    }
-}
+use super::*;
 
 impl Producer {
-    fn attach(seg: Arc<Segment>) -> Result<Self, AttachError> {
-        crate::lifecycle::attachable(&seg)?;
-        let geo = *seg.geometry();
-        let me = process::current();
-        let (entry, taken) = Self::take_entry(&seg, me.pid)?;
-        let Some(e) = seg.producer(entry) else {
-            unreachable!("producer entry index checked by take_entry")
-        };
-        // Relaxed: published by the Release CAS to ACTIVE below.
-        e.start_time.store(me.start_time, Ordering::Relaxed);
-        e.in_flight.store(0, Ordering::Relaxed);
-        e.in_flight_len.store(0, Ordering::Relaxed);
-        for c in [
-            &e.published,
-            &e.refused,
-            &e.tombstoned,
-            &e.repaired,
-            &e.parks,
-        ] {
-            c.store(0, Ordering::Relaxed);
-        }
-        let word = match table::producer::publish(&e.word, taken) {
-            Ok(word) => word,
-            // Freed under this process, which cannot happen while it runs.
-            Err(_) => return Err(AttachError::Busy),
-        };
-        let mode = fence::mode();
-        // Relaxed: the max keeps the weaker mode once any process uses it; producers read it
-        // on every publish.
-        seg.header()
-            .fence_mode
-            .fetch_max(mode as u32, Ordering::Relaxed);
-        let single = geo.producer_mode == ProducerMode::Single;
-        let next = if single {
-            match Self::take_position(&seg) {
-                Ok(p) => p,
-                Err(err) => {
-                    let _ = table::producer::free(&e.word, word);
-                    return Err(err);
-                }
-            }
-        } else {
-            0
-        };
-        Ok(Producer {
-            pid: me.pid,
-            word,
-            open_claim: None,
-            single,
-            next,
-            registered: fence::registered(),
-            parks: 0,
-            wakes: WakeCounts::default(),
-            cached_gate: gating::refresh(&seg, 0),
-            capacity: geo.capacity,
-            max_payload: geo.max_payload(),
-            seg,
-            entry,
-            published: 0,
-            refused: 0,
-            tombstoned: 0,
-            _not_sync: PhantomData,
-        })
-    }
-
-    /// Take a producer entry: a free one, else one whose process died holding no claim (a
-    /// held claim is the broker's to repair). A single producer's claim is the line's
-    /// position, not in its entry: repair what a dead one left first (tombstones for its
-    /// unstamped claims, which also frees the entry), then take the freed entry. Returns the
-    /// index and the word taken (ATTACHING by `me`).
-    fn take_entry(seg: &Arc<Segment>, me: u32) -> Result<(u32, u64), AttachError> {
-        let geo = *seg.geometry();
-        for i in 0..geo.max_producers {
-            let Some(e) = seg.producer(i) else { break };
-            // Relaxed: only picks a candidate; the CAS decides.
-            let seen = e.word.load(Ordering::Relaxed);
-            if let Some(taken) = table::producer::take_free(&e.word, seen, me) {
-                return Ok((i, taken));
-            }
-        }
-        for i in 0..geo.max_producers {
-            let Some(e) = seg.producer(i) else { break };
-            // Acquire: the start time and claim below were written before the word.
-            let seen = e.word.load(Ordering::Acquire);
-            let start_time = e.start_time.load(Ordering::Relaxed);
-            if table::producer::holder(&table::Os, seen, start_time) != Holder::Open {
-                continue;
-            }
-            let dead = owned_word::owner(seen);
-            if geo.producer_mode == ProducerMode::Single {
-                let ring = Ring { seg: seg.clone() };
-                if ring.repair_dead_producer(i, seen).waiting > 0 {
-                    return Err(AttachError::PredecessorClaim { pid: dead });
-                }
-                // Acquire: as above.
-                let freed = e.word.load(Ordering::Acquire);
-                if let Some(taken) = table::producer::take_free(&e.word, freed, me) {
-                    return Ok((i, taken));
-                }
-                continue;
-            }
-            // Acquire: pairs with the dead producer's Release record of its claim.
-            if e.in_flight.load(Ordering::Acquire) == 0 {
-                if let Some(taken) = table::producer::take_over(&e.word, seen, me) {
-                    return Ok((i, taken));
-                }
-            }
-        }
-        Err(match (geo.producer_mode, seg.producer(0)) {
-            (ProducerMode::Single, Some(e)) => AttachError::SingleProducerTaken {
-                pid: owned_word::owner(e.word.load(Ordering::Relaxed)),
-            },
-            _ => AttachError::TableFull {
-                what: "producer",
-                max: geo.max_producers,
-            },
-        })
-    }
-
-    /// Single producer: start at the line's position and make it the claim word (a dead
-    /// predecessor may have left a refused or unfinished claim's position there; an
-    /// unfinished claim's sequence is simply claimed again). Done while no stop or start is
-    /// in progress, and again if one began meanwhile.
-    fn take_position(seg: &Segment) -> Result<u64, AttachError> {
-        let line = seg.line();
-        let env = SegEnv::lifecycle(seg);
-        let mut round = 0;
-        loop {
-            let life = line.life();
-            if life.state == Some(shmring_layout::RingState::Stopping) {
-                // The stop reads the position: let it finish (or finish a dead stopper's).
-                if !crate::line::Env::alive(&env, life.owner) {
-                    line.settle(&env).map_err(|_| AttachError::Busy)?;
-                } else if !crate::line::Env::pause(&env, round) {
-                    return Err(AttachError::Busy);
-                }
-                round += 1;
-                continue;
-            }
-            // Stopped or Starting: the stop sequence, which also takes back a refused claim a
-            // dead predecessor left (a starter waits for exactly that).
-            let p = seg.position();
-            // SeqCst, then a SeqCst fence before the re-check: a stop that begins after the
-            // re-check reads this position (its own load follows its fence).
-            line.claim.store(p, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if line.life().word == life.word {
-                return Ok(p);
-            }
-        }
-    }
-
-    #[inline(always)]
-    fn entry(&self) -> &ProducerEntry {
-        // The index was bounds-checked at attach; the table cannot shrink.
-        self.seg
-            .producer(self.entry)
-            .unwrap_or_else(|| unreachable!("producer entry index checked at attach"))
-    }
-
-    /// Largest payload of one event.
-    pub fn max_payload(&self) -> usize {
-        self.max_payload
-    }
-
-    /// This producer's counters.
-    pub fn stats(&self) -> ProducerStats {
-        ProducerStats {
-            published: self.published,
-            refused: self.refused,
-            tombstoned: self.tombstoned,
-            parks: self.parks,
-            late_wakeups: self.wakes.late,
-            net_wakeups: self.wakes.lost,
-        }
-    }
-
     fn refuse(&mut self) {
         self.refused += 1;
         // Relaxed: a counter only this producer writes.
@@ -339,7 +64,7 @@ impl Producer {
 
     /// Take `n` sequences (`fetch_add`) and wait at the wrap gate for the last of them.
     #[inline(always)]
-    fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
+    pub(super) fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
         self.before_claim();
         if self.single {
             let c = match self.claim_single(n) {
@@ -487,7 +212,7 @@ impl Producer {
     }
 
     #[inline]
-    fn clear_in_flight(&self) {
+    pub(super) fn clear_in_flight(&self) {
         if self.single {
             // A single producer's claim is the line's position, not recorded in its entry.
             return;
@@ -499,7 +224,7 @@ impl Producer {
 
     /// Mark `slot` as being written with `seq` (seqlock for optional readers).
     #[inline(always)]
-    fn begin_write(slot: &Slot<'_>, seq: u64) {
+    pub(super) fn begin_write(slot: &Slot<'_>, seq: u64) {
         slot.header
             .stamp
             .store(seq | STAMP_WRITING, Ordering::Relaxed);
@@ -520,7 +245,7 @@ impl Producer {
     }
 
     #[inline(always)]
-    fn stamp(slot: &Slot<'_>, seq: u64) {
+    pub(super) fn stamp(slot: &Slot<'_>, seq: u64) {
         // Release: SYNC POINT with the Acquire stamp load in `Consumer::poll_once`; the
         // payload, len and flags above happen-before the consumer's read of them.
         slot.header.stamp.store(seq, Ordering::Release);
@@ -537,7 +262,7 @@ impl Producer {
 
     /// Wake parked consumers, if any: one load when nobody parks.
     #[inline(always)]
-    fn notify(&self) {
+    pub(super) fn notify(&self) {
         park::notify(
             &self.seg.lines().consumer_wake.value,
             self.seg.header(),
@@ -546,7 +271,7 @@ impl Producer {
     }
 
     #[inline]
-    fn count_published(&mut self, n: u64) {
+    pub(super) fn count_published(&mut self, n: u64) {
         self.published += n;
         // Relaxed: a counter only this producer writes.
         self.entry()
@@ -702,130 +427,5 @@ impl Producer {
     /// Publish a plain-old-data value as the event's bytes.
     pub fn publish_value<T: bytemuck::NoUninit>(&mut self, value: &T) -> Result<u64, PublishError> {
         self.publish(bytemuck::bytes_of(value))
-    }
-
-    /// Stamp the claimed sequence `seq` as an event of `len` bytes (`flags` 0) or a
-    /// tombstone, and count it.
-    fn finish_claim(&mut self, seq: u64, len: usize, flags: u32) {
-        self.open_claim = None;
-        let slot = self.seg.slot(seq);
-        // Relaxed: published by the Release stamp store below.
-        slot.header.len.store(len as u32, Ordering::Relaxed);
-        slot.header.flags.store(flags, Ordering::Relaxed);
-        Self::stamp(&slot, seq);
-        self.notify();
-        self.clear_in_flight();
-        if flags == 0 {
-            self.count_published(1);
-        } else {
-            self.tombstoned += 1;
-            // Relaxed: a counter only this producer writes.
-            self.entry()
-                .tombstoned
-                .store(self.tombstoned, Ordering::Relaxed);
-        }
-    }
-
-    /// A [`Claim`] leaked without commit or drop still holds its sequence: publish it as a
-    /// tombstone (this producer still owns the slot), so consumers do not wait at it.
-    #[cold]
-    fn close_forgotten_claim(&mut self) {
-        if let Some(seq) = self.open_claim {
-            tracing::warn!(
-                ring = self.seg.name(),
-                sequence = seq,
-                "a claim was leaked without commit or drop; publishing it as a tombstone"
-            );
-            self.finish_claim(seq, 0, SLOT_FLAG_TOMBSTONE);
-        }
-    }
-
-    /// Claim the next sequence for a zero-copy write, waiting for room. Write into
-    /// [`Claim::payload_mut`] (or [`Claim::write`]), then [`Claim::commit`]. Dropped without
-    /// commit (or unwound by a panic), the claim publishes a tombstone that consumers skip
-    /// and count.
-    pub fn claim(&mut self) -> Result<Claim<'_>, PublishError> {
-        let seq = self.claim_blocking(1)?;
-        Self::begin_write(&self.seg.slot(seq), seq);
-        self.open_claim = Some(seq);
-        Ok(Claim {
-            producer: self,
-            seq,
-            len: 0,
-            done: false,
-        })
-    }
-}
-
-impl Drop for Producer {
-    fn drop(&mut self) {
-        self.close_forgotten_claim();
-        // From the word this producer holds: an entry that is no longer its own is left.
-        let _ = table::producer::free(&self.entry().word, self.word);
-    }
-}
-
-/// A claimed slot being written in place. Commit it, or drop it to publish a tombstone.
-pub struct Claim<'p> {
-    producer: &'p mut Producer,
-    seq: u64,
-    len: usize,
-    done: bool,
-}
-
-impl Claim<'_> {
-    /// The claimed sequence.
-    pub fn sequence(&self) -> u64 {
-        self.seq
-    }
-
-    /// The whole payload area of the slot (its length is the ring's max payload). Set the
-    /// event's length with [`Claim::set_len`].
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        // SAFETY: this claim owns the slot (claimed and past the wrap gate) until it is
-        // stamped in `commit` or `drop`, and the borrow is tied to `&mut self`.
-        unsafe { self.producer.seg.slot(self.seq).payload_mut() }
-    }
-
-    /// Set the event's length (bytes of the payload area that are the event).
-    pub fn set_len(&mut self, len: usize) -> Result<(), PublishError> {
-        let max = self.producer.max_payload;
-        if len > max {
-            return Err(PublishError::TooLarge { len, max });
-        }
-        self.len = len;
-        Ok(())
-    }
-
-    /// Copy `bytes` in and set the length.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), PublishError> {
-        self.set_len(bytes.len())?;
-        self.payload_mut()[..bytes.len()].copy_from_slice(bytes);
-        Ok(())
-    }
-
-    /// Write a plain-old-data value and set the length.
-    pub fn write_value<T: bytemuck::NoUninit>(&mut self, value: &T) -> Result<(), PublishError> {
-        self.write(bytemuck::bytes_of(value))
-    }
-
-    /// Publish the event. Returns its sequence.
-    pub fn commit(mut self) -> u64 {
-        self.finish(0);
-        self.seq
-    }
-
-    fn finish(&mut self, flags: u32) {
-        self.done = true;
-        let len = if flags == 0 { self.len } else { 0 };
-        self.producer.finish_claim(self.seq, len, flags);
-    }
-}
-
-impl Drop for Claim<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.finish(SLOT_FLAG_TOMBSTONE);
-        }
     }
 }

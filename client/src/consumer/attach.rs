@@ -1,0 +1,300 @@
+//! Attaching a consumer: a free entry, or a durable name taken over (see `table`).
+
+use super::*;
+
+fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
+    if name.is_empty() || name.len() > NAME_LEN || name.contains('\0') {
+        return Err(AttachError::BadName(name.to_owned()));
+    }
+    let mut bytes = [0u8; NAME_LEN];
+    bytes[..name.len()].copy_from_slice(name.as_bytes());
+    let mut words = [0u64; NAME_LEN / 8];
+    for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *w = u64::from_ne_bytes(b);
+    }
+    Ok(words)
+}
+
+/// The name stored in an entry (lossy for corrupt bytes).
+pub(crate) fn entry_name(e: &ConsumerEntry) -> String {
+    let mut bytes = Vec::with_capacity(NAME_LEN);
+    for w in &e.cold.name {
+        bytes.extend_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
+    e.cold
+        .name
+        .iter()
+        .zip(words)
+        .all(|(a, b)| a.load(Ordering::Relaxed) == *b)
+}
+
+impl Ring {
+    /// Attach a consumer.
+    pub fn consumer(&self, options: ConsumerOptions) -> Result<Consumer, AttachError> {
+        Consumer::attach(self.seg.clone(), options)
+    }
+}
+
+enum Found {
+    /// Attached to entry `index`, starting at `next`, holding it with `word`.
+    Attached { index: u32, next: u64, word: u64 },
+    /// Lost a race; scan again.
+    Retry,
+}
+
+impl Consumer {
+    fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
+        crate::lifecycle::attachable(&seg)?;
+        let words = opts.name.as_deref().map(pack_name).transpose()?;
+        let flags = if opts.required {
+            consumer_flags::REQUIRED
+        } else {
+            0
+        } | if words.is_some() {
+            consumer_flags::DURABLE
+        } else {
+            0
+        };
+        let mut dropped = 0;
+        let (entry, next, word) = loop {
+            let found = match &words {
+                Some(w) => match Self::resume(&seg, w, flags, &opts)? {
+                    Some((f, lost)) => {
+                        dropped = lost;
+                        f
+                    }
+                    None => Self::fresh(&seg, Some(w), flags, &opts)?,
+                },
+                None => Self::fresh(&seg, None, flags, &opts)?,
+            };
+            match found {
+                Found::Attached { index, next, word } => break (index, next, word),
+                Found::Retry => std::thread::yield_now(),
+            }
+        };
+        let geo = seg.geometry();
+        let mode = fence::mode();
+        // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
+        seg.header()
+            .fence_mode
+            .fetch_max(mode as u32, Ordering::Relaxed);
+        let mut c = Consumer {
+            wait: opts.wait,
+            idle_since: None,
+            registered: fence::registered(),
+            entry,
+            word,
+            next,
+            required: opts.required,
+            durable: words.is_some(),
+            batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
+            max_payload: geo.max_payload(),
+            idler: Idler::new(opts.wait),
+            failed: false,
+            scratch: [Vec::new(), Vec::new()],
+            stats: ConsumerStats::default(),
+            seg,
+            _not_sync: PhantomData,
+        };
+        c.load_stats();
+        if dropped > 0 {
+            c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
+            c.store_stats();
+        }
+        Ok(c)
+    }
+
+    /// The holder's details, written after the CAS that made this process the holder and
+    /// published by its next CAS.
+    fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
+        let me = process::current();
+        e.cold.start_time.store(me.start_time, Ordering::Relaxed);
+        e.cold
+            .wait_kind
+            .store(opts.wait.kind_code(), Ordering::Relaxed);
+        e.cold
+            .wait_param
+            .store(opts.wait.param_ns(), Ordering::Relaxed);
+        e.cold.parked.store(0, Ordering::Relaxed);
+        e.cold.attaches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take over the durable entry named `words`, if there is one. Returns the outcome and
+    /// the events lost while it did not gate as a required consumer.
+    fn resume(
+        seg: &Segment,
+        words: &[u64; NAME_LEN / 8],
+        flags: u32,
+        opts: &ConsumerOptions,
+    ) -> Result<Option<(Found, u64)>, AttachError> {
+        let name = opts.name.as_deref();
+        let geo = seg.geometry();
+        let me = process::current().pid;
+        for i in 0..geo.max_consumers {
+            let Some(e) = seg.consumer(i) else { break };
+            // Acquire: the name, flags and start time were written before the word was
+            // published.
+            let seen = e.hot.word.load(Ordering::Acquire);
+            let state = owned_word::state(seen);
+            if matches!(state, consumer_state::FREE | consumer_state::CLAIMED)
+                || e.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE == 0
+                || !name_is(e, words)
+            {
+                continue;
+            }
+            let start_time = e.cold.start_time.load(Ordering::Relaxed);
+            match table::consumer::holder(&table::Os, seen, start_time) {
+                Holder::Open => {}
+                Holder::Free => continue,
+                Holder::Held(pid) => {
+                    return Err(AttachError::NameInUse {
+                        name: name.unwrap_or_default().to_owned(),
+                        pid,
+                    })
+                }
+            }
+            // Its holder is gone or gave it up, so nobody writes these until the CAS below
+            // (which fails if the word moved).
+            let old_flags = e.hot.flags.load(Ordering::Relaxed);
+            // Acquire: pairs with the last holder's Release commit.
+            let old_next = e.hot.next.load(Ordering::Acquire);
+            let head = seg.position();
+            let gated = table::consumer::gated_required(state, old_flags, old_next, head);
+            let Some(mine) = table::consumer::take_over(&e.hot.word, seen, me, gated) else {
+                return Ok(Some((Found::Retry, 0)));
+            };
+            // A required consumer keeps its position only if it gated there as one: what was
+            // published meanwhile is otherwise not protected, so it starts at the head (read
+            // after its ACTIVE CAS, as a fresh attach does) and counts the gap. An optional
+            // one keeps any sane position: it checks every slot's stamp.
+            let required = flags & consumer_flags::REQUIRED != 0;
+            let keep = if required { gated } else { old_next <= head };
+            if !keep {
+                // Relaxed: published by the CAS to ACTIVE. Never a stale position under an
+                // ACTIVE word, even if this process dies before it stores the head.
+                e.hot.next.store(NEXT_UNSET, Ordering::Relaxed);
+            }
+            Self::fill_cold(e, opts);
+            // Relaxed: published by the SeqCst CAS to ACTIVE below.
+            e.hot.flags.store(flags, Ordering::Relaxed);
+            let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
+                // Freed under this process, which cannot happen while it runs: look again.
+                return Ok(Some((Found::Retry, 0)));
+            };
+            if keep {
+                let found = Found::Attached {
+                    index: i,
+                    next: old_next,
+                    word,
+                };
+                return Ok(Some((found, 0)));
+            }
+            // Read after the SeqCst ACTIVE CAS: the attach protocol (see `gating`).
+            let head = seg.position();
+            let lost = head.saturating_sub(old_next);
+            // Release: pairs with the producers' Acquire scan.
+            e.hot.next.store(head, Ordering::Release);
+            let found = Found::Attached {
+                index: i,
+                next: head,
+                word,
+            };
+            return Ok(Some((found, lost)));
+        }
+        Ok(None)
+    }
+
+    /// Attach to a free entry, starting at the head.
+    fn fresh(
+        seg: &Segment,
+        words: Option<&[u64; NAME_LEN / 8]>,
+        flags: u32,
+        opts: &ConsumerOptions,
+    ) -> Result<Found, AttachError> {
+        let geo = seg.geometry();
+        let me = process::current().pid;
+        let mut taken = None;
+        for i in 0..geo.max_consumers {
+            let Some(e) = seg.consumer(i) else { break };
+            // Relaxed: only picks a candidate; the CAS decides.
+            let seen = e.hot.word.load(Ordering::Relaxed);
+            if let Some(mine) = table::consumer::take_free(&e.hot.word, seen, me) {
+                taken = Some((i, e, mine));
+                break;
+            }
+        }
+        let Some((i, e, mine)) = taken else {
+            return Err(AttachError::TableFull {
+                what: "consumer",
+                max: geo.max_consumers,
+            });
+        };
+        let zero = [0u64; NAME_LEN / 8];
+        for (w, v) in e.cold.name.iter().zip(words.unwrap_or(&zero)) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        Self::fill_cold(e, opts);
+        let c = &e.cold.counters;
+        for ctr in [
+            &c.delivered,
+            &c.batches,
+            &c.skipped,
+            &c.dropped_behind,
+            &c.clamped,
+            &c.wakeups,
+            &c.net_wakeups,
+            &c.failures,
+        ] {
+            ctr.store(0, Ordering::Relaxed);
+        }
+        e.hot.flags.store(flags, Ordering::Relaxed);
+        // No position yet: an entry whose process dies before it stores its start never
+        // holds producers at a stale one.
+        e.hot.next.store(NEXT_UNSET, Ordering::Relaxed);
+        // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
+        // `gating`). Every field above is published by this CAS.
+        let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
+            // Freed under this process, which cannot happen while it runs: look again.
+            return Ok(Found::Retry);
+        };
+        let start = seg.position();
+        // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
+        e.hot.next.store(start, Ordering::Release);
+
+        if let Some(w) = words {
+            // Two processes creating the same new durable name at once: the later of the two
+            // ACTIVE CASes always sees the earlier one here, so at most one keeps its entry.
+            let dup = (0..geo.max_consumers).any(|j| {
+                j != i
+                    && seg.consumer(j).is_some_and(|o| {
+                        let st = o.hot.state(Ordering::SeqCst);
+                        // The same test `resume` uses to find a durable entry, so that a
+                        // retry always finds what made this attach give way.
+                        consumer_state::gates(st)
+                            && o.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE != 0
+                            && name_is(o, w)
+                    })
+            });
+            if dup {
+                // From this word, or the broker's release of it.
+                if !table::consumer::free(&e.hot.word, word, consumer_state::FREE) {
+                    let released = table::consumer::released(word);
+                    let _ = table::consumer::free(&e.hot.word, released, consumer_state::FREE);
+                }
+                return Ok(Found::Retry);
+            }
+        }
+        Ok(Found::Attached {
+            index: i,
+            next: start,
+            word,
+        })
+    }
+}

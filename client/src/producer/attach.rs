@@ -1,0 +1,164 @@
+//! Attaching a producer: a free entry, or one a dead producer left (see `table`).
+
+use super::*;
+
+impl Ring {
+    /// Attach a producer. On a single-producer ring a second live producer is refused.
+    pub fn producer(&self) -> Result<Producer, AttachError> {
+        Producer::attach(self.seg.clone())
+    }
+}
+
+impl Producer {
+    fn attach(seg: Arc<Segment>) -> Result<Self, AttachError> {
+        crate::lifecycle::attachable(&seg)?;
+        let geo = *seg.geometry();
+        let me = process::current();
+        let (entry, taken) = Self::take_entry(&seg, me.pid)?;
+        let Some(e) = seg.producer(entry) else {
+            unreachable!("producer entry index checked by take_entry")
+        };
+        // Relaxed: published by the Release CAS to ACTIVE below.
+        e.start_time.store(me.start_time, Ordering::Relaxed);
+        e.in_flight.store(0, Ordering::Relaxed);
+        e.in_flight_len.store(0, Ordering::Relaxed);
+        for c in [
+            &e.published,
+            &e.refused,
+            &e.tombstoned,
+            &e.repaired,
+            &e.parks,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        let word = match table::producer::publish(&e.word, taken) {
+            Ok(word) => word,
+            // Freed under this process, which cannot happen while it runs.
+            Err(_) => return Err(AttachError::Busy),
+        };
+        let mode = fence::mode();
+        // Relaxed: the max keeps the weaker mode once any process uses it; producers read it
+        // on every publish.
+        seg.header()
+            .fence_mode
+            .fetch_max(mode as u32, Ordering::Relaxed);
+        let single = geo.producer_mode == ProducerMode::Single;
+        let next = if single {
+            match Self::take_position(&seg) {
+                Ok(p) => p,
+                Err(err) => {
+                    let _ = table::producer::free(&e.word, word);
+                    return Err(err);
+                }
+            }
+        } else {
+            0
+        };
+        Ok(Producer {
+            pid: me.pid,
+            word,
+            open_claim: None,
+            single,
+            next,
+            registered: fence::registered(),
+            parks: 0,
+            wakes: WakeCounts::default(),
+            cached_gate: gating::refresh(&seg, 0),
+            capacity: geo.capacity,
+            max_payload: geo.max_payload(),
+            seg,
+            entry,
+            published: 0,
+            refused: 0,
+            tombstoned: 0,
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// Take a producer entry: a free one, else one whose process died holding no claim (a
+    /// held claim is the broker's to repair). A single producer's claim is the line's
+    /// position, not in its entry: repair what a dead one left first (tombstones for its
+    /// unstamped claims, which also frees the entry), then take the freed entry. Returns the
+    /// index and the word taken (ATTACHING by `me`).
+    fn take_entry(seg: &Arc<Segment>, me: u32) -> Result<(u32, u64), AttachError> {
+        let geo = *seg.geometry();
+        for i in 0..geo.max_producers {
+            let Some(e) = seg.producer(i) else { break };
+            // Relaxed: only picks a candidate; the CAS decides.
+            let seen = e.word.load(Ordering::Relaxed);
+            if let Some(taken) = table::producer::take_free(&e.word, seen, me) {
+                return Ok((i, taken));
+            }
+        }
+        for i in 0..geo.max_producers {
+            let Some(e) = seg.producer(i) else { break };
+            // Acquire: the start time and claim below were written before the word.
+            let seen = e.word.load(Ordering::Acquire);
+            let start_time = e.start_time.load(Ordering::Relaxed);
+            if table::producer::holder(&table::Os, seen, start_time) != Holder::Open {
+                continue;
+            }
+            let dead = owned_word::owner(seen);
+            if geo.producer_mode == ProducerMode::Single {
+                let ring = Ring { seg: seg.clone() };
+                if ring.repair_dead_producer(i, seen).waiting > 0 {
+                    return Err(AttachError::PredecessorClaim { pid: dead });
+                }
+                // Acquire: as above.
+                let freed = e.word.load(Ordering::Acquire);
+                if let Some(taken) = table::producer::take_free(&e.word, freed, me) {
+                    return Ok((i, taken));
+                }
+                continue;
+            }
+            // Acquire: pairs with the dead producer's Release record of its claim.
+            if e.in_flight.load(Ordering::Acquire) == 0 {
+                if let Some(taken) = table::producer::take_over(&e.word, seen, me) {
+                    return Ok((i, taken));
+                }
+            }
+        }
+        Err(match (geo.producer_mode, seg.producer(0)) {
+            (ProducerMode::Single, Some(e)) => AttachError::SingleProducerTaken {
+                pid: owned_word::owner(e.word.load(Ordering::Relaxed)),
+            },
+            _ => AttachError::TableFull {
+                what: "producer",
+                max: geo.max_producers,
+            },
+        })
+    }
+
+    /// Single producer: start at the line's position and make it the claim word (a dead
+    /// predecessor may have left a refused or unfinished claim's position there; an
+    /// unfinished claim's sequence is simply claimed again). Done while no stop or start is
+    /// in progress, and again if one began meanwhile.
+    fn take_position(seg: &Segment) -> Result<u64, AttachError> {
+        let line = seg.line();
+        let env = SegEnv::lifecycle(seg);
+        let mut round = 0;
+        loop {
+            let life = line.life();
+            if life.state == Some(shmring_layout::RingState::Stopping) {
+                // The stop reads the position: let it finish (or finish a dead stopper's).
+                if !crate::line::Env::alive(&env, life.owner) {
+                    line.settle(&env).map_err(|_| AttachError::Busy)?;
+                } else if !crate::line::Env::pause(&env, round) {
+                    return Err(AttachError::Busy);
+                }
+                round += 1;
+                continue;
+            }
+            // Stopped or Starting: the stop sequence, which also takes back a refused claim a
+            // dead predecessor left (a starter waits for exactly that).
+            let p = seg.position();
+            // SeqCst, then a SeqCst fence before the re-check: a stop that begins after the
+            // re-check reads this position (its own load follows its fence).
+            line.claim.store(p, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if line.life().word == life.word {
+                return Ok(p);
+            }
+        }
+    }
+}

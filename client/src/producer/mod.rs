@@ -1,0 +1,139 @@
+//! Producers: claim a sequence, pass the wrap gate, write the slot, stamp it.
+//!
+//! Three forms, as in crossbeam's channels:
+//!
+//! - [`Producer::publish`] takes its sequence first (`fetch_add` on the claim counter), then
+//!   waits at the wrap gate. It never gives its sequence back.
+//! - [`Producer::try_publish`] and [`Producer::publish_timeout`] wait for room first and take
+//!   their sequence last with a CAS, so a refusal or a timeout spends no sequence.
+//! - [`Producer::claim`] returns a [`Claim`] guard for zero-copy writes; a guard dropped or
+//!   unwound without `commit` publishes a tombstone, so no claimed sequence is a hole.
+//!
+//! ## Publishing a slot (the SYNC POINT with `Consumer::poll_once`)
+//!
+//! ```text
+//! producer                                   consumer waiting for s
+//! stamp = s | WRITING   (Relaxed)
+//! fence(Release)        (seqlock: WRITING before payload, for optional readers)
+//! payload, len, flags   (plain / Relaxed)
+//! stamp = s             (Release) ---------> stamp == s (Acquire), then read payload
+//! ```
+//!
+//! The parts: this file (the handle, its counters and its detach), `attach` (taking an
+//! entry and, on a single-producer ring, the position), `publish` (claims, the wrap gate,
+//! the slot write and every `publish` form), `claim` (the in-place claim guard).
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shmring_layout::{
+    owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
+    SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
+};
+
+use crate::lifecycle::{is_deleted, SegEnv};
+use crate::line::Refused;
+use crate::park::{self, Parked, WakeCounts, PARK_NET};
+use crate::segment::{Segment, Slot};
+use crate::table::{self, Holder};
+use crate::wait::{producer_backoff, Step};
+use crate::{fence, gating, process};
+use crate::{AttachError, PublishError, Ring, TryPublishError};
+
+/// A producer attached to one ring. `Send` (move it to another thread) but not `Sync`:
+/// one thread publishes through it at a time.
+pub struct Producer {
+    seg: Arc<Segment>,
+    entry: u32,
+    /// A lower bound of the wrap gate (lowest `next` of the gating consumers).
+    cached_gate: u64,
+    capacity: u64,
+    max_payload: usize,
+    published: u64,
+    refused: u64,
+    tombstoned: u64,
+    parks: u64,
+    /// How its parks for room ended.
+    wakes: WakeCounts,
+    /// Whether this process has registered for membarrier, as far as this handle knows: its
+    /// first publish registers it (see `fence`).
+    registered: bool,
+    /// A single-producer ring: the claim is a plain store of `next` (see `line`).
+    single: bool,
+    /// Single producer: the next sequence this producer claims (its position).
+    next: u64,
+    /// This process's pid, cached (named as the owner if it finishes a dead stopper's stop).
+    pid: u32,
+    /// The entry's word as this producer holds it (see `table`).
+    word: u64,
+    /// The sequence of a [`Claim`] that was neither committed nor dropped (leaked with
+    /// `mem::forget`): tombstoned before the next claim or at detach, so it is no hole.
+    open_claim: Option<u64>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+/// A producer's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProducerStats {
+    /// Events published (tombstones excluded).
+    pub published: u64,
+    /// Publishes refused: full (try), timed out, closed, too large, bad batch.
+    pub refused: u64,
+    /// Claims dropped without commit, published as tombstones.
+    pub tombstoned: u64,
+    /// Times it parked waiting for room.
+    pub parks: u64,
+    /// Parks for room ended by a timeout although a consumer had moved the wake line (its
+    /// wake came too late or never arrived), or by a `publish_timeout` deadline shorter
+    /// than the net with room already there. Counted by this handle only (0 in
+    /// `Ring::info`).
+    pub late_wakeups: u64,
+    /// Parks for room ended by the timed net with room already there and the wake line
+    /// unmoved: a wake-up the protocol lost. Counted by this handle only (0 in
+    /// `Ring::info`).
+    pub net_wakeups: u64,
+}
+
+mod attach;
+mod claim;
+mod publish;
+
+pub use claim::Claim;
+
+impl Producer {
+    #[inline(always)]
+    fn entry(&self) -> &ProducerEntry {
+        // The index was bounds-checked at attach; the table cannot shrink.
+        self.seg
+            .producer(self.entry)
+            .unwrap_or_else(|| unreachable!("producer entry index checked at attach"))
+    }
+
+    /// Largest payload of one event.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// This producer's counters.
+    pub fn stats(&self) -> ProducerStats {
+        ProducerStats {
+            published: self.published,
+            refused: self.refused,
+            tombstoned: self.tombstoned,
+            parks: self.parks,
+            late_wakeups: self.wakes.late,
+            net_wakeups: self.wakes.lost,
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.close_forgotten_claim();
+        // From the word this producer holds: an entry that is no longer its own is left.
+        let _ = table::producer::free(&self.entry().word, self.word);
+    }
+}
