@@ -216,7 +216,10 @@ fn repair(e: &Entry, seen: u64) {
 /// `Producer::attach` on one entry (`take_entry`, then publish ACTIVE). Returns the word it
 /// holds, or `None` when the entry was busy (a live repairer holds it).
 fn attach_producer(e: &Entry) -> Option<u64> {
-    let me = 1;
+    attach_producer_as(e, 1)
+}
+
+fn attach_producer_as(e: &Entry, me: u32) -> Option<u64> {
     let seen = e.word.load(Ordering::Acquire);
     let taken = if let Some(t) = table::producer::take_free(&e.word, seen, me) {
         t
@@ -229,7 +232,7 @@ fn attach_producer(e: &Entry) -> Option<u64> {
         }
         table::producer::take_over(&e.word, seen, me)?
     };
-    e.start_time.store(1001, Ordering::Relaxed);
+    e.start_time.store(1000 + u64::from(me), Ordering::Relaxed);
     e.in_flight.store(0, Ordering::Relaxed);
     Some(table::producer::publish(&e.word, taken).expect("nobody takes a live producer's entry"))
 }
@@ -250,6 +253,27 @@ fn a_repair_racing_a_reclaim_never_frees_the_new_producer() {
             assert_eq!(word, mine, "the new producer still holds its entry");
         } else {
             assert_eq!(owned_word::state(word), producer_state::FREE);
+        }
+    });
+}
+
+/// Two producers attaching over one dead producer's entry (no claim held): exactly one
+/// holds it, the other finds it busy.
+#[test]
+fn two_producers_reclaiming_a_dead_entry_one_wins() {
+    model(|| {
+        let dead = owned_word::pack(3, producer_state::ACTIVE, DEAD);
+        let e = Arc::new(Entry::new(dead));
+        let other = {
+            let e = e.clone();
+            thread::spawn(move || attach_producer_as(&e, 2))
+        };
+        let mine = attach_producer_as(&e, 1);
+        let theirs = other.join().unwrap();
+        let word = e.word.load(Ordering::SeqCst);
+        match (mine, theirs) {
+            (Some(w), None) | (None, Some(w)) => assert_eq!(word, w, "the winner holds it"),
+            other => panic!("exactly one producer holds the entry: {other:?}"),
         }
     });
 }
