@@ -519,3 +519,32 @@ fn a_repaired_sequence_is_skipped_and_counted() {
         assert_eq!(c.next_sequence(), 2, "required {required}");
     }
 }
+
+/// A durable required entry left by a process that died right after publishing it ACTIVE,
+/// before storing its start: its position is the provisional one, which producers may have
+/// lapped before the entry was visible. A process taking the name over sees the first slot
+/// already holds a later sequence, so it starts at the head (counting the gap) instead of
+/// reading reused slots in place.
+#[test]
+fn a_durable_entry_whose_first_slot_was_reused_is_taken_over_at_the_head() {
+    let ns = Namespace::concurrent("reused_first_slot");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    for v in 0..20u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    raw.fabricate_consumer(
+        0,
+        shmring_layout::owned_word::pack(2, shmring_layout::consumer_state::ACTIVE, dead),
+        shmring_layout::consumer_flags::REQUIRED | shmring_layout::consumer_flags::DURABLE,
+        "d",
+        0,
+    );
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    assert_eq!(c.next_sequence(), 20, "starts at the head");
+    assert_eq!(c.stats().dropped_behind, 20, "and counts the gap");
+    p.publish(&20u64.to_le_bytes()).unwrap();
+    assert_eq!(drain(&mut c), vec![20]);
+}

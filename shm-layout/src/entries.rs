@@ -69,11 +69,6 @@ pub mod consumer_flags {
     pub const DURABLE: u32 = 2;
 }
 
-/// [`ConsumerHot::next`] of an entry whose consumer has no position yet (attaching, or
-/// taken over to start at the head): above every sequence, so it never lowers the wrap
-/// gate, and a takeover reads it as "start at the head".
-pub const NEXT_UNSET: u64 = u64::MAX;
-
 /// The part of a consumer entry that producers read: its position and whether it gates.
 #[repr(C, align(128))]
 #[derive(Debug, Default)]

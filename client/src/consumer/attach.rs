@@ -166,7 +166,17 @@ impl Consumer {
             // Acquire: pairs with the last holder's Release commit.
             let old_next = e.hot.next.load(Ordering::Acquire);
             let head = seg.position();
-            let gated = table::consumer::gated_required(state, old_flags, old_next, head);
+            // A position whose slot already holds a later sequence was overwritten: whatever
+            // the entry says, it did not hold producers there (its holder may have died
+            // between publishing ACTIVE and storing its start, see `fresh`).
+            // Acquire: pairs with the producers' Release stamp store.
+            let lapped = old_next <= head
+                && stamp::read(
+                    seg.slot(old_next).header.stamp.load(Ordering::Acquire),
+                    old_next,
+                ) == Stamp::Lapped;
+            let gated =
+                table::consumer::gated_required(state, old_flags, old_next, head) && !lapped;
             let Some(mine) = table::consumer::take_over(&e.hot.word, seen, me, gated) else {
                 return Ok(Some((Found::Retry, 0)));
             };
@@ -177,9 +187,9 @@ impl Consumer {
             let required = flags & consumer_flags::REQUIRED != 0;
             let keep = if required { gated } else { old_next <= head };
             if !keep {
-                // Relaxed: published by the CAS to ACTIVE. Never a stale position under an
-                // ACTIVE word, even if this process dies before it stores the head.
-                e.hot.next.store(NEXT_UNSET, Ordering::Relaxed);
+                // A provisional position read just before the CAS to ACTIVE (Relaxed:
+                // published by it), as a fresh attach stores (see `fresh`).
+                e.hot.next.store(seg.position(), Ordering::Relaxed);
             }
             Self::fill_cold(e, opts);
             // Relaxed: published by the SeqCst CAS to ACTIVE below.
@@ -255,9 +265,11 @@ impl Consumer {
             ctr.store(0, Ordering::Relaxed);
         }
         e.hot.flags.store(flags, Ordering::Relaxed);
-        // No position yet: an entry whose process dies before it stores its start never
-        // holds producers at a stale one.
-        e.hot.next.store(NEXT_UNSET, Ordering::Relaxed);
+        // A provisional position, read just before the CAS to ACTIVE: a scan that sees the
+        // entry ACTIVE before its start is stored below gates at or before it (the start is
+        // read later, so it is not below this). A value that never lowers the gate here
+        // would let such a scan gate at its own, later, position and lap the start.
+        e.hot.next.store(seg.position(), Ordering::Relaxed);
         // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this CAS.
         let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {

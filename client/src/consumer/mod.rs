@@ -29,8 +29,7 @@ use std::time::Instant;
 
 use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::{
-    consumer_flags, consumer_state, owned_word, ConsumerEntry, NAME_LEN, NEXT_UNSET,
-    SLOT_FLAG_TOMBSTONE,
+    consumer_flags, consumer_state, owned_word, ConsumerEntry, NAME_LEN, SLOT_FLAG_TOMBSTONE,
 };
 
 use crate::lifecycle::is_deleted;
