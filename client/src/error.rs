@@ -227,7 +227,8 @@ pub enum PublishError {
     Deleted,
 }
 
-/// `try_publish` and `publish_timeout`: the forms that do not wait, or wait until a deadline.
+/// `try_publish`, `publish_timeout` and their batch forms: the forms that do not wait, or wait
+/// until a deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TryPublishError {
     /// No room (try), or no room before the deadline (timeout). No sequence was spent.
@@ -244,6 +245,14 @@ pub enum TryPublishError {
         /// Payload length.
         len: usize,
         /// Largest payload.
+        max: usize,
+    },
+    /// As [`PublishError::BatchSize`]. No sequence was spent.
+    #[error("batch of {len} events is outside 1..={max}; nothing was published")]
+    BatchSize {
+        /// Events in the batch.
+        len: usize,
+        /// Largest batch.
         max: usize,
     },
     /// As [`PublishError::Closed`].

@@ -9,6 +9,12 @@
 //! - [`Producer::claim`] returns a [`Claim`] guard for zero-copy writes; a guard dropped or
 //!   unwound without `commit` publishes a tombstone, so no claimed sequence is a hole.
 //!
+//! Batches (`publish_batch`, `try_publish_batch`, `publish_batch_timeout`) take one claim
+//! of consecutive sequences, write every payload before any stamp, stamp in sequence order
+//! and wake consumers once. The try and timeout forms are all or nothing: a refusal spends
+//! no sequence. [`Producer::remaining_capacity`] is a snapshot of the room a claim would
+//! find now.
+//!
 //! ## Publishing a slot (the SYNC POINT with `Consumer::poll_once`)
 //!
 //! ```text

@@ -1,0 +1,175 @@
+//! The publishing conveniences beside `publish`: the room snapshot, the try and bounded
+//! batch forms and typed batches. Each runs on a single- and a multi-producer ring.
+
+use std::time::Duration;
+
+use shmring::{
+    Consumer, ConsumerOptions, ProducerMode, PublishError, Ring, RingConfig, TryPublishError,
+};
+
+use shmring_testkit::Namespace;
+
+mod common;
+use common::small;
+
+const MODES: [ProducerMode; 2] = [ProducerMode::Single, ProducerMode::Multi];
+
+fn ring(ns: &Namespace, mode: ProducerMode) -> Ring {
+    let cfg = RingConfig {
+        producer_mode: mode,
+        ..small(16)
+    };
+    Ring::create(ns.name(), "r", &cfg).unwrap()
+}
+
+/// One event as a consumer saw it: sequence, value, end-of-batch edge.
+type Seen = (u64, u64, bool);
+
+/// Everything published so far, in `poll_once` steps.
+fn drain(c: &mut Consumer) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    while c
+        .poll_once(|ev| {
+            let v = u64::from_le_bytes(ev.bytes().try_into().expect("8-byte events"));
+            seen.push((ev.sequence(), v, ev.is_end_of_batch()));
+        })
+        .unwrap()
+        > 0
+    {}
+    seen
+}
+
+fn values(seen: &[Seen]) -> Vec<u64> {
+    seen.iter().map(|s| s.1).collect()
+}
+
+fn events(range: std::ops::Range<u64>) -> Vec<[u8; 8]> {
+    range.map(u64::to_le_bytes).collect()
+}
+
+#[test]
+fn remaining_capacity_is_the_room_behind_the_slowest_gating_consumer() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("room");
+        let ring = ring(&ns, mode);
+        let mut p = ring.producer().unwrap();
+        assert_eq!(p.remaining_capacity(), 16, "{mode:?}: no consumer");
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        p.publish_batch(&events(0..5)).unwrap();
+        assert_eq!(p.remaining_capacity(), 11, "{mode:?}");
+        p.publish_batch(&events(5..16)).unwrap_err();
+        p.publish_batch(&events(5..13)).unwrap();
+        p.publish_batch(&events(13..16)).unwrap();
+        assert_eq!(p.remaining_capacity(), 0, "{mode:?}");
+        assert_eq!(p.try_publish(&[0; 8]), Err(TryPublishError::Full));
+        assert_eq!(values(&drain(&mut c)), (0..16).collect::<Vec<_>>());
+        // The snapshot reads the consumer's commit, not a cached gate.
+        assert_eq!(p.remaining_capacity(), 16, "{mode:?}");
+        ring.stop().unwrap();
+        assert_eq!(p.remaining_capacity(), 0, "{mode:?}: stopped");
+    }
+}
+
+/// A full ring refuses the whole batch and spends no sequence: the next accepted publish
+/// takes the sequence the batch would have started at.
+#[test]
+fn try_publish_batch_is_all_or_nothing_and_a_refusal_spends_no_sequence() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("trybatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish_batch(&events(0..8)).unwrap();
+        p.publish_batch(&events(8..10)).unwrap();
+        // 6 slots free: a batch of 8 does not fit, and none of it is written.
+        assert_eq!(
+            p.try_publish_batch(&events(100..108)),
+            Err(TryPublishError::Full),
+            "{mode:?}"
+        );
+        assert_eq!(
+            p.publish_batch_timeout(&events(100..108), Duration::from_millis(20)),
+            Err(TryPublishError::Timeout),
+            "{mode:?}"
+        );
+        // Bad counts and a too-large event are refused before the claim.
+        let none: [[u8; 8]; 0] = [];
+        assert_eq!(
+            p.try_publish_batch(&none),
+            Err(TryPublishError::BatchSize { len: 0, max: 8 })
+        );
+        assert_eq!(
+            p.try_publish_batch(&events(0..9)),
+            Err(TryPublishError::BatchSize { len: 9, max: 8 })
+        );
+        let max = p.max_payload();
+        let big = [vec![0u8; 8], vec![0u8; max + 1]];
+        assert_eq!(
+            p.try_publish_batch(&big),
+            Err(TryPublishError::TooLarge { len: max + 1, max })
+        );
+        assert_eq!(p.stats().refused, 5, "{mode:?}");
+        assert_eq!(p.try_publish(&10u64.to_le_bytes()), Ok(10), "{mode:?}");
+        let seen = drain(&mut c);
+        assert_eq!(values(&seen), (0..11).collect::<Vec<_>>(), "{mode:?}");
+
+        // Now there is room: the batch is contiguous, right after the single event, and a
+        // consumer sees its end-of-batch edge on its last event.
+        assert_eq!(p.try_publish_batch(&events(11..19)), Ok(11), "{mode:?}");
+        let seen = drain(&mut c);
+        let want: Vec<Seen> = (11..19).map(|s| (s, s, s == 18)).collect();
+        assert_eq!(seen, want, "{mode:?}");
+        assert_eq!(p.stats().published, 19, "{mode:?}");
+    }
+}
+
+/// The bounded batch waits for room and publishes once a consumer makes it.
+#[test]
+fn publish_batch_timeout_waits_for_room_for_the_whole_batch() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("batchwait");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish_batch(&events(0..8)).unwrap();
+        p.publish_batch(&events(8..14)).unwrap();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            let mut seen = drain(&mut c);
+            // Watchdog: the publisher below gives up after 10 s, so this loop ends too.
+            for _ in 0..10_000 {
+                if seen.len() >= 22 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                seen.extend(drain(&mut c));
+            }
+            seen
+        });
+        let first = p
+            .publish_batch_timeout(&events(14..22), Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(first, 14, "{mode:?}");
+        let seen = reader.join().unwrap();
+        assert_eq!(values(&seen), (0..22).collect::<Vec<_>>(), "{mode:?}");
+    }
+}
+
+#[test]
+fn publish_batch_values_publishes_each_value_as_one_event() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("batchvals");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        let vals: Vec<u64> = (40..45).collect();
+        assert_eq!(p.publish_batch_values(&vals), Ok(0), "{mode:?}");
+        let want: Vec<Seen> = (0..5).map(|s| (s, 40 + s, s == 4)).collect();
+        assert_eq!(drain(&mut c), want, "{mode:?}");
+        let none: [u64; 0] = [];
+        assert_eq!(
+            p.publish_batch_values(&none),
+            Err(PublishError::BatchSize { len: 0, max: 8 })
+        );
+    }
+}
