@@ -219,6 +219,14 @@ pub enum PublishError {
         /// Largest batch.
         max: usize,
     },
+    /// A slot index outside a [`ClaimBatch`](crate::ClaimBatch) of `len` slots.
+    #[error("slot {index} is outside the claimed batch of {len} slots")]
+    BatchIndex {
+        /// The index asked for.
+        index: usize,
+        /// Slots in the batch.
+        len: usize,
+    },
     /// The ring is stopped: the claim was refused and nothing was published.
     #[error("ring is stopped: publish refused")]
     Closed,

@@ -1,5 +1,6 @@
 //! The publishing conveniences beside `publish`: the room snapshot, the try and bounded
-//! batch forms and typed batches. Each runs on a single- and a multi-producer ring.
+//! batch forms, typed batches and the multi-slot claim guard. Each runs on a single- and a
+//! multi-producer ring.
 
 use std::time::Duration;
 
@@ -171,5 +172,105 @@ fn publish_batch_values_publishes_each_value_as_one_event() {
             p.publish_batch_values(&none),
             Err(PublishError::BatchSize { len: 0, max: 8 })
         );
+    }
+}
+
+#[test]
+fn a_committed_claim_batch_is_one_contiguous_run() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("claimbatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        assert_eq!(
+            p.claim_batch(9).err(),
+            Some(PublishError::BatchSize { len: 9, max: 8 })
+        );
+        assert_eq!(
+            p.claim_batch(0).err(),
+            Some(PublishError::BatchSize { len: 0, max: 8 })
+        );
+        let max = p.max_payload();
+        let mut b = p.claim_batch(4).unwrap();
+        assert_eq!((b.len(), b.first_sequence()), (4, 1), "{mode:?}");
+        assert!(b.payload_mut(4).is_none());
+        assert_eq!(
+            b.write(4, &[0; 8]),
+            Err(PublishError::BatchIndex { index: 4, len: 4 })
+        );
+        assert_eq!(
+            b.set_len(0, max + 1),
+            Err(PublishError::TooLarge { len: max + 1, max })
+        );
+        // Written out of order, in place and by copy: the stamps still go in order.
+        b.write_value(3, &4u64).unwrap();
+        b.write(0, &1u64.to_le_bytes()).unwrap();
+        for i in [2usize, 1] {
+            let payload = b.payload_mut(i).unwrap();
+            payload[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+            b.set_len(i, 8).unwrap();
+        }
+        assert_eq!(
+            drain(&mut c),
+            vec![(0, 0, true)],
+            "{mode:?}: nothing before commit"
+        );
+        assert_eq!(b.commit(), 1);
+        let want: Vec<Seen> = (1..5).map(|s| (s, s, s == 4)).collect();
+        assert_eq!(drain(&mut c), want, "{mode:?}");
+        assert_eq!(p.stats().published, 5, "{mode:?}");
+        assert_eq!(p.publish(&5u64.to_le_bytes()), Ok(5), "{mode:?}");
+    }
+}
+
+/// A `ClaimBatch` dropped without commit publishes every slot as a tombstone: consumers
+/// skip and count them, and are not held at the batch.
+#[test]
+fn a_dropped_claim_batch_is_tombstoned_whole() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("dropbatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        let mut b = p.claim_batch(3).unwrap();
+        b.write(0, &99u64.to_le_bytes()).unwrap();
+        drop(b);
+        assert_eq!(p.publish(&4u64.to_le_bytes()), Ok(4), "{mode:?}");
+        assert_eq!(values(&drain(&mut c)), vec![0, 4], "{mode:?}");
+        assert_eq!(c.stats().skipped, 3, "{mode:?}");
+        assert_eq!(p.stats().tombstoned, 3, "{mode:?}");
+        assert_eq!(p.stats().published, 2, "{mode:?}");
+    }
+}
+
+/// A `ClaimBatch` leaked with `mem::forget` still holds its sequences: its producer
+/// publishes them as tombstones before its next claim, or at detach.
+#[test]
+fn a_leaked_claim_batch_is_tombstoned_at_the_next_publish_and_at_detach() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("leakbatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        let mut b = p.claim_batch(3).unwrap();
+        b.write(1, &99u64.to_le_bytes()).unwrap();
+        std::mem::forget(b);
+        assert_eq!(p.publish(&4u64.to_le_bytes()), Ok(4), "{mode:?}");
+        assert_eq!(values(&drain(&mut c)), vec![0, 4], "{mode:?}");
+        assert_eq!(c.stats().skipped, 3, "{mode:?}");
+        assert_eq!(p.stats().tombstoned, 3, "{mode:?}");
+
+        // Leaked, then the producer detaches: the batch is tombstoned at the detach, and a
+        // new producer carries on after it.
+        std::mem::forget(p.claim_batch(2).unwrap());
+        drop(p);
+        assert_eq!(values(&drain(&mut c)), Vec::<u64>::new(), "{mode:?}");
+        assert_eq!(c.stats().skipped, 5, "{mode:?}");
+        let mut p = ring.producer().unwrap();
+        assert_eq!(p.publish(&7u64.to_le_bytes()), Ok(7), "{mode:?}");
+        assert_eq!(values(&drain(&mut c)), vec![7], "{mode:?}");
     }
 }

@@ -8,12 +8,13 @@
 //!   their sequence last with a CAS, so a refusal or a timeout spends no sequence.
 //! - [`Producer::claim`] returns a [`Claim`] guard for zero-copy writes; a guard dropped or
 //!   unwound without `commit` publishes a tombstone, so no claimed sequence is a hole.
+//!   [`Producer::claim_batch`] does the same for `n` consecutive slots ([`ClaimBatch`]).
 //!
-//! Batches (`publish_batch`, `try_publish_batch`, `publish_batch_timeout`) take one claim
-//! of consecutive sequences, write every payload before any stamp, stamp in sequence order
-//! and wake consumers once. The try and timeout forms are all or nothing: a refusal spends
-//! no sequence. [`Producer::remaining_capacity`] is a snapshot of the room a claim would
-//! find now.
+//! Batches (`publish_batch`, `try_publish_batch`, `publish_batch_timeout`, a committed
+//! `ClaimBatch`) take one claim of consecutive sequences, write every payload before any
+//! stamp, stamp in sequence order and wake consumers once. The try and timeout forms are
+//! all or nothing: a refusal spends no sequence. [`Producer::remaining_capacity`] is a
+//! snapshot of the room a claim would find now.
 //!
 //! ## Publishing a slot (the SYNC POINT with `Consumer::poll_once`)
 //!
@@ -75,9 +76,10 @@ pub struct Producer {
     pid: u32,
     /// The entry's word as this producer holds it (see `table`).
     word: u64,
-    /// The sequence of a [`Claim`] that was neither committed nor dropped (leaked with
-    /// `mem::forget`): tombstoned before the next claim or at detach, so it is no hole.
-    open_claim: Option<u64>,
+    /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither
+    /// committed nor dropped (leaked with `mem::forget`): tombstoned before the next claim
+    /// or at detach, so they are no hole.
+    open_claim: Option<(u64, u64)>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -88,7 +90,7 @@ pub struct ProducerStats {
     pub published: u64,
     /// Publishes refused: full (try), timed out, closed, too large, bad batch.
     pub refused: u64,
-    /// Claims dropped without commit, published as tombstones.
+    /// Claimed slots dropped without commit, published as tombstones.
     pub tombstoned: u64,
     /// Times it parked waiting for room.
     pub parks: u64,
@@ -107,7 +109,7 @@ mod attach;
 mod claim;
 mod publish;
 
-pub use claim::Claim;
+pub use claim::{Claim, ClaimBatch};
 
 impl Producer {
     #[inline(always)]
