@@ -80,6 +80,27 @@ impl Producer {
     /// then [`ClaimBatch::commit`] publishes all `n` at once. Dropped without commit (or
     /// unwound by a panic), every slot of the batch is published as a tombstone that
     /// consumers skip and count.
+    ///
+    /// ```
+    /// use shmring::{ConsumerOptions, Ring, RingConfig};
+    /// # let ns = format!("doc-claim-batch-{}", std::process::id());
+    /// let ring = Ring::create(&ns, "quotes", &RingConfig { capacity: 16, ..RingConfig::default() })?;
+    /// let mut consumer = ring.consumer(ConsumerOptions::anonymous())?;
+    /// let mut producer = ring.producer()?;
+    /// let mut batch = producer.claim_batch(2)?;
+    /// batch.write(0, b"bid 41")?;
+    /// let slot = batch.payload_mut(1).ok_or("slot 1 is in a batch of 2")?;
+    /// slot[..6].copy_from_slice(b"ask 43");
+    /// batch.set_len(1, 6)?;
+    /// assert_eq!(batch.commit(), 0);
+    /// let mut seen = Vec::new();
+    /// consumer.poll_once(|ev| seen.push(ev.bytes().to_vec()))?;
+    /// assert_eq!(seen, [b"bid 41".to_vec(), b"ask 43".to_vec()]);
+    /// # drop((consumer, producer));
+    /// Ring::remove(&ns, "quotes")?;
+    /// # std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn claim_batch(&mut self, n: usize) -> Result<ClaimBatch<'_>, PublishError> {
         let max = (self.capacity / 2) as usize;
         if n == 0 || n > max {

@@ -28,7 +28,8 @@
 //!
 //! The parts: this file (the handle, its counters and its detach), `attach` (taking an
 //! entry and, on a single-producer ring, the position), `publish` (claims, the wrap gate,
-//! the slot write and every `publish` form), `claim` (the in-place claim guard).
+//! the slot write and every `publish` form), `claim` (the in-place claim guards,
+//! one slot or a batch).
 
 use std::cell::Cell;
 use std::marker::PhantomData;

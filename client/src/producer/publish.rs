@@ -457,7 +457,7 @@ impl Producer {
 
     /// [`Producer::publish_batch`] if there is room for the whole batch now; never waits.
     /// All or nothing: a refusal (full, bad count, too large, closed) publishes nothing and
-    /// spends no sequence.
+    /// spends no sequence. Returns the first sequence.
     pub fn try_publish_batch<B: AsRef<[u8]>>(
         &mut self,
         events: &[B],
