@@ -219,6 +219,14 @@ pub enum PublishError {
         /// Largest batch.
         max: usize,
     },
+    /// A slot index outside a [`ClaimBatch`](crate::ClaimBatch) of `len` slots.
+    #[error("slot {index} is outside the claimed batch of {len} slots")]
+    BatchIndex {
+        /// The index asked for.
+        index: usize,
+        /// Slots in the batch.
+        len: usize,
+    },
     /// The ring is stopped: the claim was refused and nothing was published.
     #[error("ring is stopped: publish refused")]
     Closed,
@@ -227,7 +235,8 @@ pub enum PublishError {
     Deleted,
 }
 
-/// `try_publish` and `publish_timeout`: the forms that do not wait, or wait until a deadline.
+/// `try_publish`, `publish_timeout` and their batch forms: the forms that do not wait, or wait
+/// until a deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TryPublishError {
     /// No room (try), or no room before the deadline (timeout). No sequence was spent.
@@ -244,6 +253,14 @@ pub enum TryPublishError {
         /// Payload length.
         len: usize,
         /// Largest payload.
+        max: usize,
+    },
+    /// As [`PublishError::BatchSize`]. No sequence was spent.
+    #[error("batch of {len} events is outside 1..={max}; nothing was published")]
+    BatchSize {
+        /// Events in the batch.
+        len: usize,
+        /// Largest batch.
         max: usize,
     },
     /// As [`PublishError::Closed`].

@@ -8,6 +8,13 @@
 //!   their sequence last with a CAS, so a refusal or a timeout spends no sequence.
 //! - [`Producer::claim`] returns a [`Claim`] guard for zero-copy writes; a guard dropped or
 //!   unwound without `commit` publishes a tombstone, so no claimed sequence is a hole.
+//!   [`Producer::claim_batch`] does the same for `n` consecutive slots ([`ClaimBatch`]).
+//!
+//! Batches (`publish_batch`, `try_publish_batch`, `publish_batch_timeout`, a committed
+//! `ClaimBatch`) take one claim of consecutive sequences, write every payload before any
+//! stamp, stamp in sequence order and wake consumers once. The try and timeout forms are
+//! all or nothing: a refusal spends no sequence. [`Producer::remaining_capacity`] is a
+//! snapshot of the room a claim would find now.
 //!
 //! ## Publishing a slot (the SYNC POINT with `Consumer::poll_once`)
 //!
@@ -21,7 +28,8 @@
 //!
 //! The parts: this file (the handle, its counters and its detach), `attach` (taking an
 //! entry and, on a single-producer ring, the position), `publish` (claims, the wrap gate,
-//! the slot write and every `publish` form), `claim` (the in-place claim guard).
+//! the slot write and every `publish` form), `claim` (the in-place claim guards,
+//! one slot or a batch).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -69,9 +77,10 @@ pub struct Producer {
     pid: u32,
     /// The entry's word as this producer holds it (see `table`).
     word: u64,
-    /// The sequence of a [`Claim`] that was neither committed nor dropped (leaked with
-    /// `mem::forget`): tombstoned before the next claim or at detach, so it is no hole.
-    open_claim: Option<u64>,
+    /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither
+    /// committed nor dropped (leaked with `mem::forget`): tombstoned before the next claim
+    /// or at detach, so they are no hole.
+    open_claim: Option<(u64, u64)>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -82,7 +91,7 @@ pub struct ProducerStats {
     pub published: u64,
     /// Publishes refused: full (try), timed out, closed, too large, bad batch.
     pub refused: u64,
-    /// Claims dropped without commit, published as tombstones.
+    /// Claimed slots dropped without commit, published as tombstones.
     pub tombstoned: u64,
     /// Times it parked waiting for room.
     pub parks: u64,
@@ -101,7 +110,7 @@ mod attach;
 mod claim;
 mod publish;
 
-pub use claim::Claim;
+pub use claim::{Claim, ClaimBatch};
 
 impl Producer {
     #[inline(always)]

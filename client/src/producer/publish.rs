@@ -3,7 +3,7 @@
 use super::*;
 
 impl Producer {
-    fn refuse(&mut self) {
+    pub(super) fn refuse(&mut self) {
         self.refused += 1;
         // Relaxed: a counter only this producer writes.
         self.entry().refused.store(self.refused, Ordering::Relaxed);
@@ -390,30 +390,36 @@ impl Producer {
         }
     }
 
-    /// Publish `events` in one claim of `events.len()` consecutive sequences, waiting for
-    /// room. The count must be in `1..=capacity/2`; outside it, or if any event is too
-    /// large, nothing is published. Every payload is written before any is stamped.
-    /// Returns the first sequence.
-    pub fn publish_batch<B: AsRef<[u8]>>(&mut self, events: &[B]) -> Result<u64, PublishError> {
+    /// Check a batch of `n` events before any claim: the count in `1..=capacity/2`, every
+    /// payload within a slot. A refusal is counted.
+    fn check_batch<'e>(
+        &mut self,
+        events: impl Iterator<Item = &'e [u8]>,
+        n: usize,
+    ) -> Result<u64, BatchRefused> {
         let max = (self.capacity / 2) as usize;
-        if events.is_empty() || events.len() > max {
+        if n == 0 || n > max {
             self.refuse();
-            return Err(PublishError::BatchSize {
-                len: events.len(),
-                max,
-            });
+            return Err(BatchRefused::Size { len: n, max });
         }
         for e in events {
-            self.check_len(e.as_ref().len())
-                .map_err(|(len, max)| PublishError::TooLarge { len, max })?;
+            self.check_len(e.len())
+                .map_err(|(len, max)| BatchRefused::TooLarge { len, max })?;
         }
-        let n = events.len() as u64;
-        let first = self.claim_blocking(n)?;
-        for (i, e) in events.iter().enumerate() {
+        Ok(n as u64)
+    }
+
+    /// Write and publish a checked batch into its claim at `first`: every payload written
+    /// before any stamp, the stamps in sequence order, one wake.
+    #[inline]
+    fn write_batch<'e>(&mut self, first: u64, events: impl Iterator<Item = &'e [u8]> + Clone) {
+        let mut n = 0;
+        for (i, e) in events.clone().enumerate() {
             let seq = first + i as u64;
             let slot = self.seg.slot(seq);
             Self::begin_write(&slot, seq);
-            Self::fill(&slot, e.as_ref(), 0);
+            Self::fill(&slot, e, 0);
+            n += 1;
         }
         for i in 0..n {
             Self::stamp(&self.seg.slot(first + i), first + i);
@@ -421,11 +427,145 @@ impl Producer {
         self.notify();
         self.clear_in_flight();
         self.count_published(n);
+    }
+
+    fn publish_batch_iter<'e>(
+        &mut self,
+        events: impl ExactSizeIterator<Item = &'e [u8]> + Clone,
+    ) -> Result<u64, PublishError> {
+        let n = self.check_batch(events.clone(), events.len())?;
+        let first = self.claim_blocking(n)?;
+        self.write_batch(first, events);
         Ok(first)
+    }
+
+    /// Publish `events` in one claim of `events.len()` consecutive sequences, waiting for
+    /// room. The count must be in `1..=capacity/2`; outside it, or if any event is too
+    /// large, nothing is published. Every payload is written before any is stamped.
+    /// Returns the first sequence.
+    pub fn publish_batch<B: AsRef<[u8]>>(&mut self, events: &[B]) -> Result<u64, PublishError> {
+        self.publish_batch_iter(events.iter().map(AsRef::as_ref))
+    }
+
+    /// [`Producer::publish_batch`] of plain-old-data values, each value's bytes one event.
+    pub fn publish_batch_values<T: bytemuck::NoUninit>(
+        &mut self,
+        values: &[T],
+    ) -> Result<u64, PublishError> {
+        self.publish_batch_iter(values.iter().map(bytemuck::bytes_of))
+    }
+
+    /// [`Producer::publish_batch`] if there is room for the whole batch now; never waits.
+    /// All or nothing: a refusal (full, bad count, too large, closed) publishes nothing and
+    /// spends no sequence. Returns the first sequence.
+    pub fn try_publish_batch<B: AsRef<[u8]>>(
+        &mut self,
+        events: &[B],
+    ) -> Result<u64, TryPublishError> {
+        let n = self.check_batch(events.iter().map(AsRef::as_ref), events.len())?;
+        match self.claim_if_room(n) {
+            Ok(first) => {
+                self.write_batch(first, events.iter().map(AsRef::as_ref));
+                Ok(first)
+            }
+            Err(e) => {
+                self.refuse();
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Producer::publish_batch`], waiting for room for the whole batch at most `timeout`.
+    /// All or nothing: a timeout or refusal publishes nothing and spends no sequence.
+    pub fn publish_batch_timeout<B: AsRef<[u8]>>(
+        &mut self,
+        events: &[B],
+        timeout: Duration,
+    ) -> Result<u64, TryPublishError> {
+        self.publish_batch_deadline(events, Instant::now() + timeout)
+    }
+
+    /// As [`Producer::publish_batch_timeout`], with a deadline on the monotonic clock.
+    pub fn publish_batch_deadline<B: AsRef<[u8]>>(
+        &mut self,
+        events: &[B],
+        deadline: Instant,
+    ) -> Result<u64, TryPublishError> {
+        let n = self.check_batch(events.iter().map(AsRef::as_ref), events.len())?;
+        loop {
+            match self.claim_if_room(n) {
+                Ok(first) => {
+                    self.write_batch(first, events.iter().map(AsRef::as_ref));
+                    return Ok(first);
+                }
+                Err(TryPublishError::Full) if Instant::now() < deadline => {
+                    // As in `publish_deadline`: wait for room for the last sequence a claim
+                    // would take now; the CAS takes the batch only once there is room.
+                    let next = if self.single {
+                        self.next
+                    } else {
+                        self.seg.position()
+                    };
+                    self.wait_for_room(next + n - 1, Some(deadline));
+                }
+                Err(TryPublishError::Full) => {
+                    self.refuse();
+                    return Err(TryPublishError::Timeout);
+                }
+                Err(e) => {
+                    self.refuse();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// How many sequences a claim could take now without waiting: the capacity minus what
+    /// the slowest gating consumer has not consumed, from a fresh scan of the consumers; 0
+    /// once the ring is stopped. A snapshot: consumers and other producers move on, so a
+    /// publish that follows may still find the ring full (multi-producer) or find more room.
+    pub fn remaining_capacity(&mut self) -> u64 {
+        if self.seg.line().is_closed() {
+            return 0;
+        }
+        let head = if self.single {
+            self.next
+        } else {
+            self.seg.position()
+        };
+        // `need` past any gate forces a scan rather than the shared cache.
+        let gate = gating::refresh(&self.seg, u64::MAX);
+        self.cached_gate = self.cached_gate.max(gate);
+        self.capacity
+            .saturating_sub(head.saturating_sub(self.cached_gate))
     }
 
     /// Publish a plain-old-data value as the event's bytes.
     pub fn publish_value<T: bytemuck::NoUninit>(&mut self, value: &T) -> Result<u64, PublishError> {
         self.publish(bytemuck::bytes_of(value))
+    }
+}
+
+/// Why a batch was refused before its claim.
+enum BatchRefused {
+    Size { len: usize, max: usize },
+    TooLarge { len: usize, max: usize },
+}
+
+impl From<BatchRefused> for PublishError {
+    fn from(r: BatchRefused) -> Self {
+        match r {
+            BatchRefused::Size { len, max } => PublishError::BatchSize { len, max },
+            BatchRefused::TooLarge { len, max } => PublishError::TooLarge { len, max },
+        }
+    }
+}
+
+impl From<BatchRefused> for TryPublishError {
+    fn from(r: BatchRefused) -> Self {
+        match r {
+            BatchRefused::Size { len, max } => TryPublishError::BatchSize { len, max },
+            BatchRefused::TooLarge { len, max } => TryPublishError::TooLarge { len, max },
+        }
     }
 }

@@ -1,0 +1,361 @@
+//! The publishing conveniences beside `publish`: the room snapshot, the try and bounded
+//! batch forms, typed batches and the multi-slot claim guard. Each runs on a single- and a
+//! multi-producer ring.
+
+use std::time::Duration;
+
+use shmring::{
+    Consumer, ConsumerOptions, ProducerMode, PublishError, Ring, RingConfig, TryPublishError,
+};
+
+use shmring_testkit::Namespace;
+
+mod common;
+use common::small;
+
+const MODES: [ProducerMode; 2] = [ProducerMode::Single, ProducerMode::Multi];
+
+fn ring(ns: &Namespace, mode: ProducerMode) -> Ring {
+    let cfg = RingConfig {
+        producer_mode: mode,
+        ..small(16)
+    };
+    Ring::create(ns.name(), "r", &cfg).unwrap()
+}
+
+/// One event as a consumer saw it: sequence, value, end-of-batch edge.
+type Seen = (u64, u64, bool);
+
+/// Everything published so far, in `poll_once` steps.
+fn drain(c: &mut Consumer) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    while c
+        .poll_once(|ev| {
+            let v = u64::from_le_bytes(ev.bytes().try_into().expect("8-byte events"));
+            seen.push((ev.sequence(), v, ev.is_end_of_batch()));
+        })
+        .unwrap()
+        > 0
+    {}
+    seen
+}
+
+fn values(seen: &[Seen]) -> Vec<u64> {
+    seen.iter().map(|s| s.1).collect()
+}
+
+fn events(range: std::ops::Range<u64>) -> Vec<[u8; 8]> {
+    range.map(u64::to_le_bytes).collect()
+}
+
+#[test]
+fn remaining_capacity_is_the_room_behind_the_slowest_gating_consumer() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("room");
+        let ring = ring(&ns, mode);
+        let mut p = ring.producer().unwrap();
+        assert_eq!(p.remaining_capacity(), 16, "{mode:?}: no consumer");
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        p.publish_batch(&events(0..5)).unwrap();
+        assert_eq!(p.remaining_capacity(), 11, "{mode:?}");
+        p.publish_batch(&events(5..16)).unwrap_err();
+        p.publish_batch(&events(5..13)).unwrap();
+        p.publish_batch(&events(13..16)).unwrap();
+        assert_eq!(p.remaining_capacity(), 0, "{mode:?}");
+        assert_eq!(p.try_publish(&[0; 8]), Err(TryPublishError::Full));
+        assert_eq!(values(&drain(&mut c)), (0..16).collect::<Vec<_>>());
+        // The snapshot reads the consumer's commit, not a cached gate.
+        assert_eq!(p.remaining_capacity(), 16, "{mode:?}");
+        ring.stop().unwrap();
+        assert_eq!(p.remaining_capacity(), 0, "{mode:?}: stopped");
+    }
+}
+
+/// A full ring refuses the whole batch and spends no sequence: the next accepted publish
+/// takes the sequence the batch would have started at.
+#[test]
+fn try_publish_batch_is_all_or_nothing_and_a_refusal_spends_no_sequence() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("trybatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish_batch(&events(0..8)).unwrap();
+        p.publish_batch(&events(8..10)).unwrap();
+        // 6 slots free: a batch of 8 does not fit, and none of it is written.
+        assert_eq!(
+            p.try_publish_batch(&events(100..108)),
+            Err(TryPublishError::Full),
+            "{mode:?}"
+        );
+        assert_eq!(
+            p.publish_batch_timeout(&events(100..108), Duration::from_millis(20)),
+            Err(TryPublishError::Timeout),
+            "{mode:?}"
+        );
+        // Bad counts and a too-large event are refused before the claim.
+        let none: [[u8; 8]; 0] = [];
+        assert_eq!(
+            p.try_publish_batch(&none),
+            Err(TryPublishError::BatchSize { len: 0, max: 8 })
+        );
+        assert_eq!(
+            p.try_publish_batch(&events(0..9)),
+            Err(TryPublishError::BatchSize { len: 9, max: 8 })
+        );
+        let max = p.max_payload();
+        let big = [vec![0u8; 8], vec![0u8; max + 1]];
+        assert_eq!(
+            p.try_publish_batch(&big),
+            Err(TryPublishError::TooLarge { len: max + 1, max })
+        );
+        assert_eq!(p.stats().refused, 5, "{mode:?}");
+        assert_eq!(p.try_publish(&10u64.to_le_bytes()), Ok(10), "{mode:?}");
+        let seen = drain(&mut c);
+        assert_eq!(values(&seen), (0..11).collect::<Vec<_>>(), "{mode:?}");
+
+        // Now there is room: the batch is contiguous, right after the single event, and a
+        // consumer sees its end-of-batch edge on its last event.
+        assert_eq!(p.try_publish_batch(&events(11..19)), Ok(11), "{mode:?}");
+        let seen = drain(&mut c);
+        let want: Vec<Seen> = (11..19).map(|s| (s, s, s == 18)).collect();
+        assert_eq!(seen, want, "{mode:?}");
+        assert_eq!(p.stats().published, 19, "{mode:?}");
+    }
+}
+
+/// The bounded batch waits for room and publishes once a consumer makes it.
+#[test]
+fn publish_batch_timeout_waits_for_room_for_the_whole_batch() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("batchwait");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish_batch(&events(0..8)).unwrap();
+        p.publish_batch(&events(8..14)).unwrap();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            let mut seen = drain(&mut c);
+            // Watchdog: the publisher below gives up after 10 s, so this loop ends too.
+            for _ in 0..10_000 {
+                if seen.len() >= 22 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                seen.extend(drain(&mut c));
+            }
+            seen
+        });
+        let first = p
+            .publish_batch_timeout(&events(14..22), Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(first, 14, "{mode:?}");
+        let seen = reader.join().unwrap();
+        assert_eq!(values(&seen), (0..22).collect::<Vec<_>>(), "{mode:?}");
+    }
+}
+
+#[test]
+fn publish_batch_values_publishes_each_value_as_one_event() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("batchvals");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        let vals: Vec<u64> = (40..45).collect();
+        assert_eq!(p.publish_batch_values(&vals), Ok(0), "{mode:?}");
+        let want: Vec<Seen> = (0..5).map(|s| (s, 40 + s, s == 4)).collect();
+        assert_eq!(drain(&mut c), want, "{mode:?}");
+        let none: [u64; 0] = [];
+        assert_eq!(
+            p.publish_batch_values(&none),
+            Err(PublishError::BatchSize { len: 0, max: 8 })
+        );
+    }
+}
+
+#[test]
+fn a_committed_claim_batch_is_one_contiguous_run() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("claimbatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        assert_eq!(
+            p.claim_batch(9).err(),
+            Some(PublishError::BatchSize { len: 9, max: 8 })
+        );
+        assert_eq!(
+            p.claim_batch(0).err(),
+            Some(PublishError::BatchSize { len: 0, max: 8 })
+        );
+        let max = p.max_payload();
+        let mut b = p.claim_batch(4).unwrap();
+        assert_eq!((b.len(), b.first_sequence()), (4, 1), "{mode:?}");
+        assert!(b.payload_mut(4).is_none());
+        assert_eq!(
+            b.write(4, &[0; 8]),
+            Err(PublishError::BatchIndex { index: 4, len: 4 })
+        );
+        assert_eq!(
+            b.set_len(0, max + 1),
+            Err(PublishError::TooLarge { len: max + 1, max })
+        );
+        // Written out of order, in place and by copy: the stamps still go in order.
+        b.write_value(3, &4u64).unwrap();
+        b.write(0, &1u64.to_le_bytes()).unwrap();
+        for i in [2usize, 1] {
+            let payload = b.payload_mut(i).unwrap();
+            payload[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+            b.set_len(i, 8).unwrap();
+        }
+        assert_eq!(
+            drain(&mut c),
+            vec![(0, 0, true)],
+            "{mode:?}: nothing before commit"
+        );
+        assert_eq!(b.commit(), 1);
+        let want: Vec<Seen> = (1..5).map(|s| (s, s, s == 4)).collect();
+        assert_eq!(drain(&mut c), want, "{mode:?}");
+        assert_eq!(p.stats().published, 5, "{mode:?}");
+        assert_eq!(p.publish(&5u64.to_le_bytes()), Ok(5), "{mode:?}");
+    }
+}
+
+/// A `ClaimBatch` dropped without commit publishes every slot as a tombstone: consumers
+/// skip and count them, and are not held at the batch.
+#[test]
+fn a_dropped_claim_batch_is_tombstoned_whole() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("dropbatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        let mut b = p.claim_batch(3).unwrap();
+        b.write(0, &99u64.to_le_bytes()).unwrap();
+        drop(b);
+        assert_eq!(p.publish(&4u64.to_le_bytes()), Ok(4), "{mode:?}");
+        assert_eq!(values(&drain(&mut c)), vec![0, 4], "{mode:?}");
+        assert_eq!(c.stats().skipped, 3, "{mode:?}");
+        assert_eq!(p.stats().tombstoned, 3, "{mode:?}");
+        assert_eq!(p.stats().published, 2, "{mode:?}");
+    }
+}
+
+/// A `ClaimBatch` leaked with `mem::forget` still holds its sequences: its producer
+/// publishes them as tombstones before its next claim, or at detach.
+#[test]
+fn a_leaked_claim_batch_is_tombstoned_at_the_next_publish_and_at_detach() {
+    for mode in MODES {
+        let ns = Namespace::concurrent("leakbatch");
+        let ring = ring(&ns, mode);
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        let mut b = p.claim_batch(3).unwrap();
+        b.write(1, &99u64.to_le_bytes()).unwrap();
+        std::mem::forget(b);
+        assert_eq!(p.publish(&4u64.to_le_bytes()), Ok(4), "{mode:?}");
+        assert_eq!(values(&drain(&mut c)), vec![0, 4], "{mode:?}");
+        assert_eq!(c.stats().skipped, 3, "{mode:?}");
+        assert_eq!(p.stats().tombstoned, 3, "{mode:?}");
+
+        // Leaked, then the producer detaches: the batch is tombstoned at the detach, and a
+        // new producer carries on after it.
+        std::mem::forget(p.claim_batch(2).unwrap());
+        drop(p);
+        assert_eq!(values(&drain(&mut c)), Vec::<u64>::new(), "{mode:?}");
+        assert_eq!(c.stats().skipped, 5, "{mode:?}");
+        let mut p = ring.producer().unwrap();
+        assert_eq!(p.publish(&7u64.to_le_bytes()), Ok(7), "{mode:?}");
+        assert_eq!(values(&drain(&mut c)), vec![7], "{mode:?}");
+    }
+}
+
+/// Three producers batching at once, each through another form (try, bounded, claim
+/// guard), on a small ring that is mostly full: every batch lands at consecutive
+/// sequences, none is lost or repeated, and the refused tries spent no sequence.
+#[test]
+fn batch_forms_of_concurrent_producers_land_contiguous() {
+    const THREADS: u64 = 3;
+    const BATCHES: u64 = 200;
+    let ns = Namespace::concurrent("formsconc");
+    let ring = ring(&ns, ProducerMode::Multi);
+    let mut c = ring.consumer(ConsumerOptions::durable("c")).unwrap();
+    let tag = |t: u64, b: u64, i: u64, n: u64| (t << 48 | b << 16 | i << 8 | n).to_le_bytes();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let producers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let ring = ring.clone();
+            std::thread::spawn(move || {
+                let mut p = ring.producer().unwrap();
+                for b in 0..BATCHES {
+                    let n = 1 + (b * 7 + t * 3) % 8;
+                    let events: Vec<_> = (0..n).map(|i| tag(t, b, i, n)).collect();
+                    match t {
+                        0 => loop {
+                            assert!(std::time::Instant::now() < deadline, "thread 0 at {b}");
+                            match p.try_publish_batch(&events) {
+                                Ok(_) => break,
+                                Err(TryPublishError::Full) => std::thread::yield_now(),
+                                Err(e) => panic!("try_publish_batch: {e}"),
+                            }
+                        },
+                        1 => {
+                            p.publish_batch_timeout(&events, Duration::from_secs(30))
+                                .unwrap();
+                        }
+                        _ => {
+                            let mut batch = p.claim_batch(n as usize).unwrap();
+                            for (i, e) in events.iter().enumerate() {
+                                batch.write(i, e).unwrap();
+                            }
+                            batch.commit();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // Per thread: the next batch expected, and the batch being read (index, size).
+    let mut next_batch = [0u64; THREADS as usize];
+    let mut open: Option<(u64, u64, u64, u64)> = None;
+    let mut last = None;
+    while next_batch.iter().any(|&b| b < BATCHES) || open.is_some() {
+        assert!(std::time::Instant::now() < deadline, "at {next_batch:?}");
+        c.poll_once(|ev| {
+            // No sequence was spent and left unpublished: the consumer sees every one.
+            assert_eq!(ev.sequence(), last.map_or(0, |l: u64| l + 1));
+            last = Some(ev.sequence());
+            let v = u64::from_le_bytes(ev.bytes().try_into().unwrap());
+            let (t, b, i, n) = (v >> 48, (v >> 16) & 0xffff_ffff, (v >> 8) & 0xff, v & 0xff);
+            match open.take() {
+                Some((ot, ob, oi, on)) => assert_eq!(
+                    (t, b, i, n),
+                    (ot, ob, oi + 1, on),
+                    "sequence {}: batch {ob} of thread {ot} interrupted",
+                    ev.sequence()
+                ),
+                None => {
+                    assert_eq!(i, 0, "sequence {}: a batch starts mid-way", ev.sequence());
+                    assert_eq!(
+                        b, next_batch[t as usize],
+                        "thread {t}: batch lost or repeated"
+                    );
+                    next_batch[t as usize] += 1;
+                }
+            }
+            if i + 1 < n {
+                open = Some((t, b, i, n));
+            }
+        })
+        .unwrap();
+    }
+    for h in producers {
+        h.join().unwrap();
+    }
+    assert_eq!(c.stats().skipped, 0);
+}
