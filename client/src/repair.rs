@@ -229,40 +229,26 @@ impl Ring {
             repair.waiting += 1;
             return repair;
         }
-        // The head first, then the producer table: a live producer that claims after this
-        // load holds a sequence at or above `head`, outside the range repaired below; one
-        // that claimed before it has announced its claim (or recorded it, with a Release
-        // clear only after publishing), which the scan sees.
-        let head = self.seg.line().claimed();
-        let mut held: Vec<(u64, u64)> = Vec::new();
-        for i in (0..geo.max_producers).filter(|&i| i != skip) {
-            let Some(p) = self.seg.producer(i) else { break };
-            if p.state(Ordering::Acquire) != producer_state::ACTIVE {
-                continue;
-            }
-            // Acquire: pairs with the producer's Release clear after publishing, so a
-            // claim read as cleared has its stamps visible to the scan below.
-            match p.in_flight.load(Ordering::Acquire) {
-                0 => {}
-                IN_FLIGHT_CLAIMING => {
-                    repair.waiting += 1;
-                    return repair;
-                }
-                first => held.push((first - 1, p.in_flight_len.load(Ordering::Relaxed))),
-            }
-        }
+        // The head first, then every other attached producer's claim (see
+        // `table::producer::unattributed_hole`).
+        let live = (0..geo.max_producers)
+            .filter(|&i| i != skip)
+            .map_while(|i| self.seg.producer(i))
+            // Acquire: pairs with the producer's Release `publish` of ACTIVE (its entry's
+            // fields come with it).
+            .filter(|p| p.state(Ordering::Acquire) == producer_state::ACTIVE)
+            .map(|p| (&p.in_flight, &p.in_flight_len));
         // Holes lie at or after the slowest gating consumer; a live producer's claim can be
         // at most max_producers claims of capacity/2 ahead of it, so this range is bounded.
-        let from = gating::scan(&self.seg)
-            .max(head.saturating_sub(u64::from(geo.max_producers) * geo.capacity));
-        for seq in from..head {
-            if held
-                .iter()
-                .any(|&(f, n)| seq >= f && seq < f.saturating_add(n))
-            {
-                continue;
-            }
-            repair.count(self.tombstone(seq));
+        let from = |head: u64| {
+            gating::scan(&self.seg)
+                .max(head.saturating_sub(u64::from(geo.max_producers) * geo.capacity))
+        };
+        let scanned = table::producer::unattributed_hole(&line, live, from, |seq| {
+            repair.count(self.tombstone(seq))
+        });
+        if !scanned {
+            repair.waiting += 1;
         }
         repair
     }

@@ -72,8 +72,9 @@ use std::sync::atomic::Ordering;
 
 use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::{consumer_state as cs, owned_word, producer_state as ps};
-use shmring_layout::{STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
+use shmring_layout::{IN_FLIGHT_CLAIMING, STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
 
+use crate::line::Line;
 pub use crate::line::Word;
 
 /// What the table's rules need to know about processes.
@@ -305,6 +306,76 @@ pub mod producer {
     /// cleared claim) are visible to the next holder.
     pub fn free<W: Word>(word: &W, mine: u64) -> bool {
         advance(word, mine, ps::FREE, 0, Ordering::Release).is_ok()
+    }
+
+    /// Announce a claim before taking it (`in_flight = IN_FLIGHT_CLAIMING`): a producer that
+    /// dies between this and [`record_claim`] leaves a hole that [`unattributed_hole`]
+    /// finds. Relaxed: the claim's SeqCst RMW that follows releases it, and a repair's
+    /// SeqCst load of the claim word that reads from that RMW (or a later one) sees it.
+    #[inline]
+    pub fn announce_claim<W: Word>(in_flight: &W) {
+        in_flight.store(IN_FLIGHT_CLAIMING, Ordering::Relaxed);
+    }
+
+    /// Record the claim `first .. first + n` in the entry. The length Relaxed, then
+    /// `in_flight` Release: pairs with the Acquire load in [`unattributed_hole`] (and in
+    /// `Ring::repair_dead_producer`), so a repair that reads this claim reads its length,
+    /// never the previous claim's.
+    #[inline]
+    pub fn record_claim<W: Word>(in_flight: &W, in_flight_len: &W, first: u64, n: u64) {
+        in_flight_len.store(n, Ordering::Relaxed);
+        in_flight.store(first + 1, Ordering::Release);
+    }
+
+    /// The claim is published (or refused): clear it. Release: pairs with the Acquire load
+    /// in [`unattributed_hole`] (and in `Ring::repair_dead_producer`), so a repair that
+    /// reads 0 also sees this claim's stamps and never takes a published claim for a hole.
+    #[inline]
+    pub fn clear_claim<W: Word>(in_flight: &W) {
+        in_flight.store(0, Ordering::Release);
+    }
+
+    /// The decision of the repair of a hole nobody can name (a producer died between
+    /// [`announce_claim`] and [`record_claim`]): `mark(seq)` is called for every sequence
+    /// from `from(head)` to the head that no producer in `live` holds, `live` being the
+    /// `(in_flight, in_flight_len)` words of every other attached producer. Returns `false`,
+    /// calling nothing, if one of them is itself between announcing and recording a claim
+    /// (its sequence is unknown: try again later). `mark` decides per sequence whether it
+    /// is still unpublished ([`super::tombstone`]).
+    ///
+    /// The head first, then the producer table: a live producer that claims after the
+    /// head's load holds a sequence at or above it, outside the range marked; one that
+    /// claimed before it has announced its claim (the claim RMW released the announcement,
+    /// and the head's SeqCst load reads from that RMW or a later one), or recorded it, or
+    /// cleared it after publishing, and the scan sees which. `live` is iterated after the
+    /// head is read, so any filter it applies reads the table after the head too.
+    pub fn unattributed_hole<'w, W: Word + 'w>(
+        line: &Line<'_, W>,
+        live: impl IntoIterator<Item = (&'w W, &'w W)>,
+        from: impl FnOnce(u64) -> u64,
+        mut mark: impl FnMut(u64),
+    ) -> bool {
+        let head = line.claimed();
+        let mut held: Vec<(u64, u64)> = Vec::new();
+        for (in_flight, in_flight_len) in live {
+            // Acquire: pairs with the Release in `record_claim` (the length comes with it)
+            // and in `clear_claim` (the stamps of a cleared claim come with it).
+            match in_flight.load(Ordering::Acquire) {
+                0 => {}
+                IN_FLIGHT_CLAIMING => return false,
+                // Relaxed: ordered by the Acquire load of `in_flight` above.
+                first => held.push((first - 1, in_flight_len.load(Ordering::Relaxed))),
+            }
+        }
+        for seq in from(head)..head {
+            if !held
+                .iter()
+                .any(|&(f, n)| seq >= f && seq < f.saturating_add(n))
+            {
+                mark(seq);
+            }
+        }
+        true
     }
 }
 

@@ -38,8 +38,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, IN_FLIGHT_CLAIMING,
-    SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
+    owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, SLOT_FLAG_TOMBSTONE,
+    STAMP_WRITING,
 };
 
 use crate::lifecycle::{is_deleted, SegEnv};

@@ -85,11 +85,7 @@ impl Producer {
         }
         // Announce the claim before taking it: a producer that dies between the two leaves
         // a hole the broker can then find (see `Ring::repair_dead_producer`).
-        // Relaxed: the locked RMW below orders it on x86_64, and the broker reads it only
-        // after this process is dead.
-        self.entry()
-            .in_flight
-            .store(IN_FLIGHT_CLAIMING, Ordering::Relaxed);
+        table::producer::announce_claim(&self.entry().in_flight);
         let c = match self.seg.line().claim_multi(n) {
             Ok(c) => c,
             Err(r) => {
@@ -172,10 +168,8 @@ impl Producer {
             if !self.has_room(c + n - 1) {
                 return Err(TryPublishError::Full);
             }
+            table::producer::announce_claim(&self.entry().in_flight);
             // SeqCst: as in `claim_blocking`.
-            self.entry()
-                .in_flight
-                .store(IN_FLIGHT_CLAIMING, Ordering::Relaxed);
             if self
                 .seg
                 .lines()
@@ -204,11 +198,9 @@ impl Producer {
     #[inline]
     fn mark_in_flight(&self, first: u64, n: u64) {
         let e = self.entry();
-        // Relaxed, then Release on `in_flight`: a repair that reads this claim (Acquire) also
-        // reads its length, never the previous claim's (free on x86_64). Read only to
-        // attribute a hole; the claim counter already says the sequences are taken.
-        e.in_flight_len.store(n, Ordering::Relaxed);
-        e.in_flight.store(first + 1, Ordering::Release);
+        // Read only to attribute a hole; the claim counter already says the sequences are
+        // taken. The Release store is free on x86_64.
+        table::producer::record_claim(&e.in_flight, &e.in_flight_len, first, n);
     }
 
     #[inline]
@@ -217,9 +209,7 @@ impl Producer {
             // A single producer's claim is the line's position, not recorded in its entry.
             return;
         }
-        // Release: a broker that reads 0 here (Acquire, in `Ring::repair_dead_producer`)
-        // also sees this claim's stamps, so it never takes a published claim for a hole.
-        self.entry().in_flight.store(0, Ordering::Release);
+        table::producer::clear_claim(&self.entry().in_flight);
     }
 
     /// Mark `slot` as being written with `seq` (seqlock for optional readers).
