@@ -20,22 +20,19 @@
 //! below `start + capacity` (the new consumer's first slot is never overwritten) exactly
 //! when `gate <= start`.
 //!
-//! The shipping attach FAILS this: its entry gates from the ACTIVE CAS on with `next =
-//! NEXT_UNSET` until it stores its start, and a scan that reads it in between takes its own
-//! position as the gate, which a claim between the consumer's load and the scan's has moved
-//! past the start (found: gate 1, start 0). That test is `#[should_panic]` and records the
-//! hole. The variant that stores a provisional `next` (a position read before the CAS, so at
-//! most the start) before the ACTIVE CAS would close it (a scan that sees ACTIVE reads a
-//! `next` at most the start; one that does not reads, in the SeqCst total order, a position
-//! at most the start), but loom cannot confirm that: it runs SeqCst accesses as
-//! Acquire/Release, so the total-order half of the argument is outside what it checks, and
-//! it reports that variant lapped too. The interleaving the shipping test requires (the
-//! entry read ACTIVE while `next` is still `NEXT_UNSET`) needs no such weakening: it is
-//! allowed under SeqCst as well (ACTIVE, start read, claim, scan's position, scan's entry).
+//! loom runs SeqCst accesses as Acquire/Release, so the half of that argument that rests on
+//! the single SeqCst total order (a scan that does not see the entry ACTIVE read a position
+//! at most the start) is outside what it checks. The half it can check is modelled: a scan
+//! that reads the entry ACTIVE (its SeqCst load synchronizes with the CAS) also reads a
+//! `next` at most the start. The shipping attach stores a provisional `next` (the position
+//! read just before the CAS) for exactly this. The control that stores none (a `next` above
+//! every sequence until the start is stored) must fail it: a claim between the consumer's
+//! load of its start and the scan's load of the position moves the scan's own gate past
+//! the start (found: gate 1, start 0), an interleaving SeqCst allows as well.
 //!
-//! Control (`#[should_panic]`): a scan that reads the entry before the position (with the
-//! provisional start). It can miss the ACTIVE store and still read a position taken after
-//! the consumer's start.
+//! Second control (`#[should_panic]`): a scan that reads the entry before the position (with
+//! the provisional start). It can miss the ACTIVE store and still read a position taken
+//! after the consumer's start.
 
 mod loom_word;
 
@@ -46,7 +43,10 @@ use loom::thread;
 use loom_word::{model, W};
 use shmring::line::{Line, Word};
 use shmring::table;
-use shmring_layout::{consumer_state, lifecycle, owned_word, RingState, NEXT_UNSET};
+use shmring_layout::{consumer_state, lifecycle, owned_word, RingState};
+
+/// The control's `next` before the start is stored: above every sequence.
+const UNSET: u64 = u64::MAX;
 
 const CAPACITY: u64 = 4;
 const CONSUMER: u32 = 1;
@@ -62,14 +62,14 @@ struct Ring {
 
 impl Ring {
     /// A running multi-producer line at `head`, and one consumer entry CLAIMED by the
-    /// attaching consumer (not gating yet, no position: `NEXT_UNSET`).
+    /// attaching consumer (not gating yet, no position).
     fn new(head: u64) -> Self {
         Ring {
             claim: W::new(head),
             lifecycle: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
             stop_seq: W::new(0),
             word: W::new(owned_word::pack(1, consumer_state::CLAIMED, CONSUMER)),
-            next: W::new(NEXT_UNSET),
+            next: W::new(UNSET),
         }
     }
 
@@ -102,7 +102,7 @@ impl Ring {
 
     /// The core of `gating::scan` for this one required entry. `entry_first` is the
     /// control: the entry read before the position.
-    /// Returns the gate, and whether the entry was read gating without a position.
+    /// Returns the gate, and whether the entry was read gating.
     fn scan(&self, entry_first: bool) -> (u64, bool) {
         let entry = || {
             // SeqCst: pairs with the consumer's SeqCst ACTIVE CAS (the attach protocol).
@@ -117,7 +117,7 @@ impl Ring {
             let head = self.line().position(|_| true);
             (head, entry())
         };
-        (next.map_or(head, |n| head.min(n)), next == Some(NEXT_UNSET))
+        (next.map_or(head, |n| head.min(n)), next.is_some())
     }
 }
 
@@ -137,15 +137,15 @@ fn attach_against_a_scan(entry_first: bool, provisional: bool, claims: usize) {
                 })
             })
             .collect();
-        let (gate, unset) = ring.scan(entry_first);
+        let (gate, saw_entry) = ring.scan(entry_first);
         let start = consumer.join().unwrap();
         for p in producers {
             p.join().unwrap();
         }
         assert!(
-            gate <= start || !unset,
-            "first slot overwritten while the entry gated without a position: a scan \
-             computed gate {gate}, allowing sequence {} = start {start} + capacity {CAPACITY}",
+            gate <= start || !saw_entry,
+            "first slot overwritten by a scan that saw the entry gating: it computed gate \
+             {gate}, allowing sequence {} = start {start} + capacity {CAPACITY}",
             gate + CAPACITY - 1
         );
         // The full property rests on the SeqCst total order, which loom does not model (see
@@ -160,8 +160,14 @@ fn attach_against_a_scan(entry_first: bool, provisional: bool, claims: usize) {
 }
 
 #[test]
-#[should_panic(expected = "first slot overwritten while the entry gated without a position")]
-fn the_shipping_attach_is_lapped_when_a_scan_sees_it_active_before_its_start() {
+fn a_scan_that_sees_the_attaching_entry_gates_at_or_before_its_start() {
+    attach_against_a_scan(false, true, 1);
+    attach_against_a_scan(false, true, 2);
+}
+
+#[test]
+#[should_panic(expected = "first slot overwritten by a scan that saw the entry gating")]
+fn control_an_attach_without_a_provisional_position_is_lapped() {
     attach_against_a_scan(false, false, 1);
 }
 
