@@ -25,9 +25,11 @@
 //! waiting for it; if lapped it notices from the slot stamps, jumps ahead and counts the
 //! events it lost (`dropped_behind`).
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 
-use shmring_layout::{consumer_flags, consumer_state};
+use shmring_layout::{consumer_flags, consumer_state, owned_word};
+
+use crate::line::Word;
 
 use crate::segment::Segment;
 
@@ -44,29 +46,58 @@ pub(crate) fn scan(seg: &Segment) -> u64 {
     // the attach protocol relies on (module comment).
     let head = seg.position();
     let geo = seg.geometry();
+    let entries = || {
+        (0..geo.max_consumers)
+            .map_while(|i| seg.consumer(i))
+            .map(|c| (&c.hot.word, &c.hot.flags, &c.hot.next))
+    };
+    gate(head, entries, geo.optional_slack)
+}
+
+/// A consumer entry's flags word as the gate reads it. Implemented for the segment's
+/// `AtomicU32`; the loom models implement it for loom's.
+pub trait Flags {
+    /// Atomic load.
+    fn load(&self, order: Ordering) -> u32;
+}
+
+impl Flags for AtomicU32 {
+    #[inline(always)]
+    fn load(&self, order: Ordering) -> u32 {
+        AtomicU32::load(self, order)
+    }
+}
+
+/// The gate from the line's position `head`, read before the entries (see the module
+/// comment), and the consumer entries `(word, flags, next)`: the lowest position of the
+/// gating required consumers (or `head`), lowered by each gating optional consumer at most
+/// `slack` behind that. `entries` is walked twice.
+pub fn gate<'e, W, F, I>(head: u64, entries: impl Fn() -> I, slack: u64) -> u64
+where
+    W: Word + 'e,
+    F: Flags + 'e,
+    I: Iterator<Item = (&'e W, &'e F, &'e W)>,
+{
+    let gating = |word: &W, flags: &F, required: bool| {
+        // SeqCst: pairs with the SeqCst ACTIVE CAS of an attaching consumer.
+        let state = owned_word::state(word.load(Ordering::SeqCst));
+        // Relaxed: published with the state (the CAS that set it), read after it.
+        consumer_state::gates(state)
+            && (flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED != 0) == required
+    };
     let mut required = head;
-    for i in 0..geo.max_consumers {
-        let Some(c) = seg.consumer(i) else { break };
-        // SeqCst: pairs with the SeqCst ACTIVE store of an attaching consumer.
-        let state = c.hot.state(Ordering::SeqCst);
-        if consumer_state::gates(state)
-            && c.hot.flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED != 0
-        {
+    for (word, flags, next) in entries() {
+        if gating(word, flags, true) {
             // Acquire: pairs with the consumer's Release commit, so its reads of the slots
             // below `next` happen before this producer overwrites them.
-            required = required.min(c.hot.next.load(Ordering::Acquire));
+            required = required.min(next.load(Ordering::Acquire));
         }
     }
     let mut gate = required;
-    let slack = geo.optional_slack;
-    for i in 0..geo.max_consumers {
-        let Some(c) = seg.consumer(i) else { break };
-        let state = c.hot.state(Ordering::SeqCst);
-        if consumer_state::gates(state)
-            && c.hot.flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED == 0
-        {
+    for (word, flags, next) in entries() {
+        if gating(word, flags, false) {
             // Acquire: as above.
-            let next = c.hot.next.load(Ordering::Acquire);
+            let next = next.load(Ordering::Acquire);
             if required.saturating_sub(next) <= slack {
                 gate = gate.min(next);
             }

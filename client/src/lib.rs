@@ -42,7 +42,8 @@ mod event;
 mod fence;
 mod file;
 mod futex;
-mod gating;
+#[doc(hidden)]
+pub mod gating;
 mod health;
 mod info;
 mod lease;

@@ -4,10 +4,9 @@
 //! The consumer's side runs the shipping code: `table::consumer::set` (the SeqCst CAS of its
 //! entry to ACTIVE) and `line::Line::position` (the SeqCst load of its start), then the
 //! Release store of its `next`, as `Consumer::attach` does. The producer's claim is the
-//! shipping `Line::claim_multi`. The gate scan is a copy of `gating::scan`'s core for one
-//! required consumer entry (the shipping scan reads the segment directly and is not generic
-//! over `Word`): the position first (SeqCst, `Line::position`), then the entry's state
-//! (SeqCst) and `next` (Acquire).
+//! shipping `Line::claim_multi`. The gate scan is the shipping `gating::gate` (what
+//! `gating::scan` runs on the segment's table), after the position (SeqCst,
+//! `Line::position`): the entry's state (SeqCst), flags and `next` (Acquire).
 //!
 //! ```text
 //! consumer (attach)                 producer (claim)        producer (scan)
@@ -41,15 +40,68 @@ use loom::sync::Arc;
 use loom::thread;
 
 use loom_word::{model, W};
+use std::cell::Cell;
+
+use shmring::gating::{self, Flags};
 use shmring::line::{Line, Word};
 use shmring::table;
-use shmring_layout::{consumer_state, lifecycle, owned_word, RingState};
+use shmring_layout::{consumer_flags, consumer_state, lifecycle, owned_word, RingState};
 
 /// The control's `next` before the start is stored: above every sequence.
 const UNSET: u64 = u64::MAX;
 
 const CAPACITY: u64 = 4;
 const CONSUMER: u32 = 1;
+
+/// The new consumer's flags: required (written before the model starts).
+struct Required;
+
+impl Flags for Required {
+    fn load(&self, _: Ordering) -> u32 {
+        consumer_flags::REQUIRED
+    }
+}
+
+/// A word as one scan sees it: remembers the value its first SeqCst load read (the entry's
+/// state as the pass over required consumers saw it).
+struct Seen<'a> {
+    word: &'a W,
+    seqcst: Cell<Option<u64>>,
+}
+
+impl<'a> Seen<'a> {
+    fn new(word: &'a W) -> Self {
+        Seen {
+            word,
+            seqcst: Cell::new(None),
+        }
+    }
+}
+
+impl Word for Seen<'_> {
+    fn load(&self, order: Ordering) -> u64 {
+        let v = self.word.load(order);
+        if order == Ordering::SeqCst && self.seqcst.get().is_none() {
+            self.seqcst.set(Some(v));
+        }
+        v
+    }
+    fn store(&self, value: u64, order: Ordering) {
+        self.word.store(value, order)
+    }
+    fn compare_exchange(
+        &self,
+        current: u64,
+        new: u64,
+        ok: Ordering,
+        err: Ordering,
+    ) -> Result<u64, u64> {
+        self.word.compare_exchange(current, new, ok, err)
+    }
+    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+        self.word.fetch_add(value, order)
+    }
+}
 
 struct Ring {
     claim: W,
@@ -100,24 +152,26 @@ impl Ring {
         start
     }
 
-    /// The core of `gating::scan` for this one required entry. `entry_first` is the
-    /// control: the entry read before the position.
-    /// Returns the gate, and whether the entry was read gating.
+    /// A producer's gate scan over this one entry: the shipping `gating::gate` after the
+    /// position. `entry_first` is the control: a copy that reads the entry before the
+    /// position. Returns the gate, and whether the scan read the entry gating.
     fn scan(&self, entry_first: bool) -> (u64, bool) {
-        let entry = || {
-            // SeqCst: pairs with the consumer's SeqCst ACTIVE CAS (the attach protocol).
+        if entry_first {
+            // SeqCst: as in `gating::gate`.
             let state = owned_word::state(self.word.load(Ordering::SeqCst));
-            // Acquire: pairs with the consumer's Release store of its start.
-            consumer_state::gates(state).then(|| self.next.load(Ordering::Acquire))
-        };
-        let (head, next) = if entry_first {
-            let next = entry();
-            (self.line().position(|_| true), next)
-        } else {
+            // Acquire: as in `gating::gate`.
+            let next = consumer_state::gates(state).then(|| self.next.load(Ordering::Acquire));
             let head = self.line().position(|_| true);
-            (head, entry())
-        };
-        (next.map_or(head, |n| head.min(n)), next.is_some())
+            return (next.map_or(head, |n| head.min(n)), next.is_some());
+        }
+        let head = self.line().position(|_| true);
+        let (word, next) = (Seen::new(&self.word), Seen::new(&self.next));
+        let gate = gating::gate(head, || std::iter::once((&word, &Required, &next)), 0);
+        let saw = word
+            .seqcst
+            .get()
+            .is_some_and(|w| consumer_state::gates(owned_word::state(w)));
+        (gate, saw)
     }
 }
 
