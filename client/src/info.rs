@@ -131,17 +131,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
             parked: e.cold.parked.load(Ordering::Relaxed) != 0,
-            stats: ConsumerStats {
-                delivered: c.delivered.load(Ordering::Relaxed),
-                batches: c.batches.load(Ordering::Relaxed),
-                skipped: c.skipped.load(Ordering::Relaxed),
-                dropped_behind: c.dropped_behind.load(Ordering::Relaxed),
-                clamped: c.clamped.load(Ordering::Relaxed),
-                failures: c.failures.load(Ordering::Relaxed),
-                wakeups: c.wakeups.load(Ordering::Relaxed),
-                late_wakeups: 0,
-                net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
-            },
+            stats: ConsumerStats::read(c),
         });
     }
     let mut producers = Vec::new();

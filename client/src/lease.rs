@@ -214,14 +214,7 @@ mod tests {
 
     use super::LeaseError;
 
-    struct Ns(String);
-    impl Drop for Ns {
-        fn drop(&mut self) {
-            if let Ok(dir) = crate::names::namespace_dir(&self.0) {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
+    use crate::test_ns::Ns;
     fn ns(test: &str) -> Ns {
         Ns(format!("lease-{}-{test}", std::process::id()))
     }

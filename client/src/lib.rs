@@ -66,6 +66,9 @@ mod unblock;
 mod wait;
 mod wake_set;
 
+#[cfg(test)]
+mod test_ns;
+
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStats, RunExit, WaitOutcome, DEFAULT_BATCH_CAP,
 };

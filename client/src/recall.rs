@@ -81,14 +81,7 @@ mod tests {
 
     use super::Recall;
 
-    struct Ns(String);
-    impl Drop for Ns {
-        fn drop(&mut self) {
-            if let Ok(dir) = crate::names::namespace_dir(&self.0) {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
+    use crate::test_ns::Ns;
 
     #[test]
     fn recall_reads_what_the_ring_still_holds() {

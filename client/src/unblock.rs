@@ -83,14 +83,7 @@ mod tests {
     use crate::{Ring, RingConfig};
 
     /// The test's namespace, removed even when the test fails.
-    struct Ns(String);
-    impl Drop for Ns {
-        fn drop(&mut self) {
-            if let Ok(dir) = crate::names::namespace_dir(&self.0) {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
+    use crate::test_ns::Ns;
 
     #[test]
     fn the_first_sighting_is_kept_until_cleared_and_a_future_one_is_replaced() {

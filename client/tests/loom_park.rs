@@ -33,32 +33,11 @@ use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use shmring::line::Word;
+mod loom_word;
+
+use loom_word::{model, W};
 use shmring::park::{Futex, Parked, Wake, Woke};
 use shmring_layout::waiters;
-
-struct W(AtomicU64);
-
-impl Word for W {
-    fn load(&self, order: Ordering) -> u64 {
-        self.0.load(order)
-    }
-    fn store(&self, value: u64, order: Ordering) {
-        self.0.store(value, order)
-    }
-    fn compare_exchange(
-        &self,
-        current: u64,
-        new: u64,
-        ok: Ordering,
-        err: Ordering,
-    ) -> Result<u64, u64> {
-        self.0.compare_exchange(current, new, ok, err)
-    }
-    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
-        self.0.fetch_add(value, order)
-    }
-}
 
 struct F {
     word: AtomicU32,
@@ -99,7 +78,7 @@ impl Line {
     fn new(waiters: u64) -> Arc<Line> {
         Arc::new(Line {
             published: AtomicU64::new(0),
-            waiters: W(AtomicU64::new(waiters)),
+            waiters: W::new(waiters),
             futex: F {
                 word: AtomicU32::new(0),
                 bucket: Mutex::new(()),
@@ -143,15 +122,6 @@ fn full_fence() {
 }
 
 fn no_fence() {}
-
-/// Run `f` under loom with the preemption bound (2, or `LOOM_MAX_PREEMPTIONS`).
-fn model<G: Fn() + Sync + Send + 'static>(f: G) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
-    b.check(f);
-}
 
 /// One publish (waker) against one consumer that parks until it sees it (parker).
 fn publish_against_parker(fenced: bool) {

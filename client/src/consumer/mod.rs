@@ -29,7 +29,8 @@ use std::time::Instant;
 
 use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::{
-    consumer_flags, consumer_state, owned_word, ConsumerEntry, NAME_LEN, SLOT_FLAG_TOMBSTONE,
+    consumer_flags, consumer_state, owned_word, ConsumerCounters, ConsumerEntry, NAME_LEN,
+    SLOT_FLAG_TOMBSTONE,
 };
 
 use crate::lifecycle::is_deleted;
@@ -119,6 +120,24 @@ pub struct ConsumerStats {
     pub net_wakeups: u64,
 }
 
+impl ConsumerStats {
+    /// The counters an entry keeps (`late_wakeups` is this handle's alone: 0).
+    pub(crate) fn read(c: &ConsumerCounters) -> Self {
+        // Relaxed: counters written by their consumer alone; readers want a recent number.
+        ConsumerStats {
+            delivered: c.delivered.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+            dropped_behind: c.dropped_behind.load(Ordering::Relaxed),
+            clamped: c.clamped.load(Ordering::Relaxed),
+            failures: c.failures.load(Ordering::Relaxed),
+            wakeups: c.wakeups.load(Ordering::Relaxed),
+            late_wakeups: 0,
+            net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// How `Consumer::wait` ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitOutcome {
@@ -177,18 +196,7 @@ impl Consumer {
     }
 
     fn load_stats(&mut self) {
-        let c = &self.entry().cold.counters;
-        self.stats = ConsumerStats {
-            delivered: c.delivered.load(Ordering::Relaxed),
-            batches: c.batches.load(Ordering::Relaxed),
-            skipped: c.skipped.load(Ordering::Relaxed),
-            dropped_behind: c.dropped_behind.load(Ordering::Relaxed),
-            clamped: c.clamped.load(Ordering::Relaxed),
-            failures: c.failures.load(Ordering::Relaxed),
-            wakeups: c.wakeups.load(Ordering::Relaxed),
-            late_wakeups: 0,
-            net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
-        };
+        self.stats = ConsumerStats::read(&self.entry().cold.counters);
     }
 
     fn store_stats(&self) {
