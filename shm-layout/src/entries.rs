@@ -67,6 +67,40 @@ pub mod consumer_flags {
     pub const REQUIRED: u32 = 1;
     /// Has a name and resumes from its position on re-attach.
     pub const DURABLE: u32 = 2;
+    /// A worker group's entry: its `next` is the group's work sequence (the first sequence
+    /// no member has claimed yet). Members claim from it by compare-and-swap.
+    pub const GROUP: u32 = 4;
+    /// A member of the worker group whose entry index plus one is
+    /// [`ConsumerCold::group`](super::ConsumerCold::group): its `next` is the first
+    /// sequence of the claim it has not finished, and
+    /// [`ConsumerCold::claim_end`](super::ConsumerCold::claim_end) the end of that claim.
+    pub const MEMBER: u32 = 8;
+    /// Declared in the ring's configuration: it gated from the ring's creation, before any
+    /// process attached to it.
+    pub const DECLARED: u32 = 16;
+}
+
+/// How many upstream consumers one consumer may name ([`ConsumerCold::upstream`]).
+pub const MAX_UPSTREAM: usize = 4;
+
+/// Error policies ([`ConsumerCold::error_policy`], for display).
+pub mod error_policy {
+    /// A failing event stops the consumer (it is marked FAILED at that event).
+    pub const STOP: u32 = 0;
+    /// A failing event is retried, then skipped and reported after a number of attempts.
+    pub const SKIP: u32 = 1;
+    /// A failing event is retried with back-off, then the consumer stops.
+    pub const RETRY: u32 = 2;
+
+    /// A display name for a policy code.
+    pub const fn name(policy: u32) -> &'static str {
+        match policy {
+            STOP => "stop",
+            SKIP => "skip",
+            RETRY => "retry",
+            _ => "unknown",
+        }
+    }
 }
 
 /// The part of a consumer entry that producers read: its position and whether it gates.
@@ -138,6 +172,37 @@ pub struct ConsumerCold {
     _reserved0: AtomicU32,
     /// The counters.
     pub counters: ConsumerCounters,
+    /// The consumers this one reads behind: each an entry index plus one (0: none). It
+    /// delivers an event only once every one of them has committed past it. Written by
+    /// the holder before the CAS that makes it ACTIVE.
+    pub upstream: [AtomicU32; MAX_UPSTREAM],
+    /// For a [`consumer_flags::MEMBER`]: its group's entry index plus one.
+    pub group: AtomicU32,
+    /// The [`error_policy`] code, for display.
+    pub error_policy: AtomicU32,
+    /// For a [`consumer_flags::MEMBER`]: the end of the claim that starts at
+    /// [`ConsumerHot::next`] (equal to it when the member holds no claim).
+    pub claim_end: AtomicU64,
+    /// The sequence plus one of the event whose handler is failing now (0: none).
+    pub poison_seq: AtomicU64,
+    /// Failed attempts at [`Self::poison_seq`] so far, across re-attaches.
+    pub poison_attempts: AtomicU32,
+    _reserved1: AtomicU32,
+    /// The counters of the graph: redelivery, dead letters, retries.
+    pub graph: GraphCounters,
+}
+
+/// The counters of dependencies, worker groups and error policies.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct GraphCounters {
+    /// Events handed to this worker again because the member that claimed them died
+    /// before committing them (each possibly a duplicate).
+    pub redelivered: AtomicU64,
+    /// Events skipped by the error policy (each reported as a dead letter).
+    pub dead_lettered: AtomicU64,
+    /// Failed attempts that were retried.
+    pub retries: AtomicU64,
 }
 
 /// One consumer table entry: a hot line and a cold part.
@@ -161,6 +226,9 @@ const _: () = assert!(offset_of!(ConsumerHot, word) == 8);
 const _: () = assert!(offset_of!(ConsumerHot, flags) == 16);
 const _: () = assert!(offset_of!(ConsumerCold, name) == 32);
 const _: () = assert!(offset_of!(ConsumerCold, counters) == 96);
+const _: () = assert!(offset_of!(ConsumerCold, upstream) == 160);
+const _: () = assert!(offset_of!(ConsumerCold, claim_end) == 184);
+const _: () = assert!(offset_of!(ConsumerCold, graph) == 208);
 
 /// Producer table entry states: the state byte of [`ProducerEntry::word`], whose owner pid
 /// is the process holding the entry.

@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -211,6 +211,10 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
     core::mem::offset_of!(WakeLine, word) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
+    core::mem::offset_of!(ConsumerCold, upstream) as u64,
+    core::mem::offset_of!(ConsumerCold, claim_end) as u64,
+    core::mem::offset_of!(ConsumerCold, graph) as u64,
+    MAX_UPSTREAM as u64,
     core::mem::offset_of!(ConsumerHot, word) as u64,
     core::mem::offset_of!(ConsumerHot, flags) as u64,
     core::mem::offset_of!(ConsumerCold, counters) as u64,

@@ -261,8 +261,20 @@ impl Consumer {
             &c.wakeups,
             &c.net_wakeups,
             &c.failures,
+            &e.cold.graph.redelivered,
+            &e.cold.graph.dead_lettered,
+            &e.cold.graph.retries,
+            &e.cold.claim_end,
+            &e.cold.poison_seq,
         ] {
             ctr.store(0, Ordering::Relaxed);
+        }
+        for w in e.cold.upstream.iter().chain([
+            &e.cold.group,
+            &e.cold.error_policy,
+            &e.cold.poison_attempts,
+        ]) {
+            w.store(0, Ordering::Relaxed);
         }
         e.hot.flags.store(flags, Ordering::Relaxed);
         // A provisional position, read just before the CAS to ACTIVE: a scan that sees the
