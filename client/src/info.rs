@@ -32,6 +32,12 @@ pub struct ConsumerInfo {
     pub required: bool,
     /// Has a durable name.
     pub durable: bool,
+    /// Declared in the ring's configuration (`RingConfig::declared`): it has gated since
+    /// the ring was created.
+    pub declared: bool,
+    /// Whether any process ever attached to this entry (from its attach count). A declared
+    /// consumer that never attached holds its events for its first attach.
+    pub attached_ever: bool,
     /// Next sequence it will read.
     pub next: u64,
     /// Events published beyond its position.
@@ -127,6 +133,9 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             state_code: code,
             required: flags & consumer_flags::REQUIRED != 0,
             durable: flags & consumer_flags::DURABLE != 0,
+            declared: flags & consumer_flags::DECLARED != 0,
+            // Relaxed: a count each attach bumps before the CAS that publishes its entry.
+            attached_ever: e.cold.attaches.load(Ordering::Relaxed) != 0,
             next,
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),

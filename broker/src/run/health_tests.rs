@@ -19,6 +19,8 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         state_code,
         required: true,
         durable: true,
+        declared: false,
+        attached_ever: true,
         next,
         lag: 0,
         wait: "blocking",
