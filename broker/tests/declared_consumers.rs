@@ -2,7 +2,8 @@
 //! `declared_consumers = ["writer"]` keeps what a producer process published before the
 //! writer process first started, and the writer's first attach reads it all from sequence
 //! 0. Until then the broker shows it DECLARED, never applies a dead-consumer policy to it,
-//! reports the ring BLOCKED when producers wait for it, and a drain times out naming it.
+//! reports the ring BLOCKED when producers wait for it, and a drain times out naming it. A
+//! broker adopting a ring that exists leaves its declared entries as they are.
 
 mod common;
 
@@ -133,4 +134,60 @@ fn a_drain_waiting_for_a_declared_consumer_that_never_attached_names_it() {
     assert!(out.status.success(), "{out:?}");
     let out = ns.cli(&["drain", "r", "--timeout", "10s"]);
     assert!(out.status.success(), "{out:?}");
+}
+
+/// A broker adopting a ring that exists leaves its declared entries as they are (still
+/// waiting for their first attach, at sequence 0) and adds none: a name declared in the
+/// config that the ring has no entry for is logged.
+#[test]
+fn a_broker_adopts_an_existing_ring_with_its_declared_consumers_as_they_are() {
+    let ns = Namespace::new("declaredadopt");
+    let created = shmring::Ring::create(
+        ns.name(),
+        "r",
+        &shmring::RingConfig {
+            capacity: 64,
+            declared: vec!["writer".into()],
+            ..shmring::RingConfig::default()
+        },
+    )
+    .expect("create");
+    let mut p = created.producer().expect("producer");
+    for i in 0..5u64 {
+        p.publish(&i.to_le_bytes()).expect("publish");
+    }
+    drop(p);
+    let broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\ndeclared_consumers = [\"writer\", \"late\"]\n",
+    ));
+    let v = ns.wait_status("the adopted ring", |v, _| {
+        ring(v, "r")
+            .filter(|r| r["consumers"].as_array().is_some_and(|c| !c.is_empty()))
+            .cloned()
+    });
+    let consumers = v["consumers"].as_array().expect("consumers");
+    assert_eq!(consumers.len(), 1, "{v:#}");
+    let w = &consumers[0];
+    assert_eq!(
+        (
+            w["name"].as_str(),
+            w["state"].as_str(),
+            num(w, "sequence"),
+            num(w, "lag")
+        ),
+        (Some("writer"), Some("DETACHED"), 0, 5),
+        "{w:#}"
+    );
+    assert!(
+        w["declared"] == true && w["attached_ever"] == false,
+        "{w:#}"
+    );
+    assert!(
+        broker.expect_stderr_within(
+            "declared consumer \"late\" is not in the existing ring",
+            common::WAIT
+        ),
+        "{}",
+        broker.stderr_so_far()
+    );
 }
