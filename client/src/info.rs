@@ -20,7 +20,8 @@ pub struct ConsumerInfo {
     /// The entry's word as read (`shmring_layout::owned_word`): what a release or free of
     /// this entry acts on, so that it never touches a later holder.
     pub word: u64,
-    /// The process holding the entry (or that held it last).
+    /// The process holding the entry (or that held it last; 0: none, as for a declared
+    /// consumer no process attached to yet).
     pub pid: u32,
     /// Start time of that process (see [`crate::process::ProcessId`]).
     pub start_time: u64,

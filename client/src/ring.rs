@@ -84,9 +84,7 @@ impl RingConfig {
         )
         .map_err(OpenError::Config)
     }
-}
 
-impl RingConfig {
     /// The declared names, each packed as it is stored in a consumer entry, checked: each
     /// fits an entry, none twice, no more than the table holds.
     fn declared_names(&self) -> Result<Vec<[u64; NAME_LEN / 8]>, DeclaredError> {
