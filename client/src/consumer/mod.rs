@@ -186,7 +186,7 @@ mod attach;
 mod deliver;
 mod idle;
 
-pub(crate) use attach::entry_name;
+pub(crate) use attach::{entry_name, pack_name};
 
 impl Consumer {
     fn entry(&self) -> &ConsumerEntry {
