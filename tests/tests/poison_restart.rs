@@ -1,0 +1,146 @@
+//! A poison event that kills its consumer's process: a durable consumer with
+//! `ErrorPolicy::Skip { attempts: 3 }` aborts inside its handler on one event, on every
+//! restart. Each restart counts an attempt in the entry before it hands the event over, so
+//! after the attempts are used up the next restart skips it without calling the handler:
+//! the event is dead-lettered exactly once, and every other event is delivered exactly
+//! once (the child commits after each event: batch cap 1, so nothing before the poison is
+//! handed over twice).
+//!
+//! The child role (`consumer`) prints `ev V` from its handler for each event value `V`,
+//! `dead SEQ ATTEMPTS VALUE` from its dead-letter callback, and `done` once it is past the
+//! last event; it calls `abort` in the handler on the poison value.
+
+use shmring::{ConsumerOptions, ErrorPolicy, Ring, RingConfig};
+use shmring_testkit::report::num;
+use shmring_testkit::{role, Namespace};
+
+const TOTAL: u64 = 20;
+const POISON: u64 = 7;
+/// Incarnations at most: the first attach, then restarts until the skip (the fourth
+/// restart, see `restarts_until_the_poison_is_dead_lettered_once`), and some room.
+const MAX_INCARNATIONS: usize = 8;
+
+#[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
+fn role() {
+    match role::current().as_deref() {
+        Some("consumer") => consumer(),
+        Some(other) => println!("@error unknown role {other}"),
+        None => return,
+    }
+    std::process::exit(0);
+}
+
+fn value(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().expect("8-byte events"))
+}
+
+fn consumer() {
+    let ns = std::env::var(shmring::names::NAMESPACE_ENV).expect("the namespace");
+    let ring = Ring::open(&ns, "r").expect("open the ring");
+    let opts = ConsumerOptions::durable("d")
+        .batch_cap(1)
+        .on_error(ErrorPolicy::Skip { attempts: 3 });
+    let mut c = ring.consumer(opts).expect("attach");
+    c.on_dead_letter(|d| {
+        println!(
+            "dead {} {} {} error={}",
+            d.sequence,
+            d.attempts,
+            value(d.payload),
+            d.error.replace(' ', "_")
+        )
+    });
+    println!("ready start={}", c.next_sequence());
+    while c.next_sequence() < TOTAL {
+        c.poll_once_fallible(|ev| {
+            let v = value(ev.bytes());
+            if v == POISON {
+                // The process dies inside the handler: nothing in it can count this.
+                std::process::abort();
+            }
+            println!("ev {v}");
+            Ok::<(), String>(())
+        })
+        .expect("the policy keeps the consumer going");
+        if c.next_sequence() < TOTAL {
+            c.wait().expect("wait");
+        }
+    }
+    let s = c.stats();
+    println!(
+        "done next={} dead_lettered={} delivered={}",
+        c.next_sequence(),
+        s.dead_lettered,
+        s.delivered
+    );
+}
+
+#[test]
+fn restarts_until_the_poison_is_dead_lettered_once() {
+    let ns = Namespace::new("poison_restart");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let mut lines = Vec::new();
+    let mut finished = None;
+    for k in 0..MAX_INCARNATIONS {
+        let mut child = ns.role("consumer", &[]);
+        let ready = child.expect_line("ready");
+        if k == 0 {
+            // The durable entry gates from here: publish everything once it exists.
+            assert_eq!(num(&ready, "start"), 0);
+            let mut p = ring.producer().expect("producer");
+            for v in 0..TOTAL {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+        }
+        let status = child.wait_status();
+        lines.extend(child.rest_of_stdout());
+        if status.success() {
+            finished = Some(k);
+            break;
+        }
+    }
+    let Some(last) = finished else {
+        panic!("no incarnation got past the poison in {MAX_INCARNATIONS}: {lines:#?}");
+    };
+    // The first incarnation reaches the poison (its first event was another one, so its
+    // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
+    // finds the attempts used up and skips.
+    assert_eq!(last, 4, "{lines:#?}");
+    let dead: Vec<&String> = lines.iter().filter(|l| l.starts_with("dead ")).collect();
+    assert_eq!(dead.len(), 1, "{lines:#?}");
+    let f: Vec<&str> = dead[0].split(' ').collect();
+    assert_eq!(f[1..4], [&*POISON.to_string(), "3", &*POISON.to_string()]);
+    assert!(
+        f[4].starts_with("error=the_consumer's_process_ended"),
+        "{}",
+        dead[0]
+    );
+    let mut delivered: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("ev "))
+        .map(|v| v.parse().expect("an event value"))
+        .collect();
+    let in_order = delivered.clone();
+    delivered.sort_unstable();
+    assert_eq!(delivered, in_order, "delivered out of order");
+    let expected: Vec<u64> = (0..TOTAL).filter(|&v| v != POISON).collect();
+    assert_eq!(delivered, expected, "each other event exactly once");
+    let done = lines.iter().find(|l| l.starts_with("done")).expect("done");
+    assert_eq!(num(done, "next"), TOTAL);
+    assert_eq!(num(done, "dead_lettered"), 1);
+    let info = ring.info();
+    let d = info
+        .consumers
+        .iter()
+        .find(|c| c.name == "d")
+        .expect("the durable consumer");
+    assert_eq!((d.next, d.poison, d.stats.dead_lettered), (TOTAL, None, 1));
+    assert_eq!(d.error_policy, "skip");
+    drop(ring);
+    Ring::remove(ns.name(), "r").expect("remove the ring");
+}
