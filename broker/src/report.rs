@@ -229,6 +229,21 @@ pub struct ConsumerReport {
     pub net_wakeups: u64,
     /// Handler failures.
     pub failures: u64,
+    /// Its error policy: what a handler failure does (stop, skip, retry).
+    #[serde(default)]
+    pub error_policy: String,
+    /// The event its handler is failing at, if any.
+    #[serde(default)]
+    pub poison_sequence: Option<u64>,
+    /// Failed attempts at that event so far (across restarts of a durable consumer).
+    #[serde(default)]
+    pub poison_attempts: u32,
+    /// Events its error policy skipped (dead letters).
+    #[serde(default)]
+    pub dead_lettered: u64,
+    /// Failed attempts its error policy answered with another attempt.
+    #[serde(default)]
+    pub retries: u64,
 }
 
 /// One producer.

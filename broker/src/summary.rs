@@ -62,6 +62,11 @@ pub fn consumer_report(
         wakeups: c.stats.wakeups,
         net_wakeups: c.stats.net_wakeups,
         failures: c.stats.failures,
+        error_policy: c.error_policy.to_owned(),
+        poison_sequence: c.poison.map(|(s, _)| s),
+        poison_attempts: c.poison.map_or(0, |(_, a)| a),
+        dead_lettered: c.stats.dead_lettered,
+        retries: c.stats.retries,
     }
 }
 
