@@ -240,17 +240,19 @@ fn flush_within_cuts_a_long_batch_after_the_interval() {
             if optional {
                 opts = opts.optional();
             }
-            let attached = Instant::now();
             let mut c = ring.consumer(opts).unwrap();
             let base = c.next_sequence();
             publish(&ring, 0..10);
             let mut edges = Vec::new();
+            let mut first: Option<Instant> = None;
             let n = c
                 .poll_once(|ev| {
+                    // The interval opened just before the first event was handed over.
+                    let opened = *first.get_or_insert_with(Instant::now);
                     if value(ev.bytes()) == 2 {
                         // Hold event 2 until the interval (and a coarse clock tick) has
-                        // surely passed since the attach started the interval.
-                        while attached.elapsed() < within + Duration::from_millis(25) {
+                        // surely passed.
+                        while opened.elapsed() < within + Duration::from_millis(25) {
                             std::thread::sleep(Duration::from_millis(1));
                         }
                     }

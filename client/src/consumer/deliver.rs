@@ -245,7 +245,7 @@ impl Consumer {
                 let bytes = unsafe { slot.payload(len) };
                 let last = Some(at) == last_event;
                 // The timed flush cuts the batch here (no clock read when it is unset).
-                let cut = !last && flush.as_ref().is_some_and(Flush::due);
+                let cut = !last && flush.as_mut().is_some_and(Flush::due);
                 call(
                     handler,
                     Event {
@@ -331,7 +331,7 @@ impl Consumer {
                 if let Some((seq, b)) = pending {
                     // The timed flush cuts the batch after `seq` (no clock read when unset);
                     // `at`, copied but not handed over, is read again by the next poll.
-                    let cut = flush.as_ref().is_some_and(Flush::due);
+                    let cut = flush.as_mut().is_some_and(Flush::due);
                     call(
                         handler,
                         Event {

@@ -11,14 +11,18 @@
 //!   could validate still carries the end-of-batch edge. A lap is seen from a stamp beyond
 //!   the awaited sequence; the consumer jumps to the head and counts what it lost.
 //!
-//! A handler that panics: events before the panicking one are committed; the consumer is
-//! marked FAILED in the table, keeps its position at the failing event (a durable consumer
-//! that re-attaches resumes there), and this handle returns errors from then on. The ring is
+//! A handler that fails (panics, or returns an error through `poll_once_fallible`): events
+//! before the failing one are committed, the attempt is counted in the entry, and the
+//! error policy decides. Under the default, Stop, the consumer is marked FAILED in the
+//! table, keeps its position at the failing event (a durable consumer that re-attaches
+//! resumes there), and this handle returns errors from then on; Skip and Retry try the
+//! event again on a later poll, then skip it (a dead letter) or stop. The ring is
 //! untouched: the producers and every other consumer carry on.
 //!
 //! The parts: this file (options, counters, the handle and its detach), `attach` (a free
 //! entry or a durable name taken over), `deliver` (`poll_once`: the run, in place or
-//! copied, and its commit), `idle` (`run`, `wait`, parking).
+//! copied, and its commit), `policy` (error policies, the poison record, dead letters),
+//! `flush` (the timed end-of-batch edge), `idle` (`run`, `wait`, parking).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -105,9 +109,10 @@ impl ConsumerOptions {
     }
 
     /// While events are delivered, give an end-of-batch edge at least every `d`: the event
-    /// handed over once `d` has passed since the last edge carries it and the batch commits
-    /// there, so a handler that flushes on the edge holds data at most about `d` plus one
-    /// event. Unset (the default), delivery reads no clock.
+    /// handed over once `d` has passed since the last edge (counted from the first event
+    /// after it) carries the edge and the batch commits there, so a handler that flushes
+    /// on the edge holds data at most about `d` plus one event. Unset (the default),
+    /// delivery reads no clock; set, it reads a clock once per event (see `flush`).
     pub fn flush_within(mut self, d: Duration) -> Self {
         self.flush_within = Some(d);
         self
