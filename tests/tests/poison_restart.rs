@@ -8,7 +8,9 @@
 //!
 //! The child role (`consumer`) prints `ev V` from its handler for each event value `V`,
 //! `dead SEQ ATTEMPTS VALUE` from its dead-letter callback, and `done` once it is past the
-//! last event; it calls `abort` in the handler on the poison value.
+//! last event; it calls `abort` in the handler on the poison value. With `POISON_MODE=err`
+//! its handler first returns an error on the poison and aborts only when it is retried in
+//! the same process: the retry was counted before it was made, so the deaths count too.
 
 use shmring::{ConsumerOptions, ErrorPolicy, Ring, RingConfig};
 use shmring_testkit::report::num;
@@ -52,9 +54,13 @@ fn consumer() {
         )
     });
     println!("ready start={}", c.next_sequence());
+    let mut err_first = std::env::var("POISON_MODE").is_ok_and(|m| m == "err");
     while c.next_sequence() < TOTAL {
         c.poll_once_fallible(|ev| {
             let v = value(ev.bytes());
+            if v == POISON && std::mem::take(&mut err_first) {
+                return Err(format!("bad {v}"));
+            }
             if v == POISON {
                 // The process dies inside the handler: nothing in it can count this.
                 std::process::abort();
@@ -78,7 +84,30 @@ fn consumer() {
 
 #[test]
 fn restarts_until_the_poison_is_dead_lettered_once() {
-    let ns = Namespace::new("poison_restart");
+    // The first incarnation reaches the poison (its first event was another one, so its
+    // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
+    // finds the attempts used up and skips without calling the handler.
+    let dead = run("poison_restart", None, 4);
+    assert!(
+        dead.starts_with("error=the_consumer's_process_ended"),
+        "{dead}"
+    );
+}
+
+/// Each incarnation fails the poison once in the process, then dies in the retry: the
+/// first counts 1 and dies in attempt 2, the restart counts 2 at attach, and its own
+/// failure makes 3: it skips the event with its error.
+#[test]
+fn a_death_in_a_retry_counts_as_an_attempt() {
+    let dead = run("poison_retry_death", Some("err"), 1);
+    assert_eq!(dead, "error=bad_7");
+}
+
+/// Run incarnations until one finishes; check it is incarnation `last_expected` (0 the
+/// first), that the poison was dead-lettered once after 3 attempts and every other event
+/// delivered once, in order. Returns the dead letter's error field.
+fn run(test: &str, mode: Option<&str>, last_expected: usize) -> String {
+    let ns = Namespace::new(test);
     let config = RingConfig {
         capacity: 64,
         ..RingConfig::default()
@@ -86,8 +115,12 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let mut lines = Vec::new();
     let mut finished = None;
+    let env: Vec<(&str, String)> = mode
+        .map(|m| ("POISON_MODE", m.to_owned()))
+        .into_iter()
+        .collect();
     for k in 0..MAX_INCARNATIONS {
-        let mut child = ns.role("consumer", &[]);
+        let mut child = ns.role("consumer", &env);
         let ready = child.expect_line("ready");
         if k == 0 {
             // The durable entry gates from here: publish everything once it exists.
@@ -107,19 +140,12 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
     let Some(last) = finished else {
         panic!("no incarnation got past the poison in {MAX_INCARNATIONS}: {lines:#?}");
     };
-    // The first incarnation reaches the poison (its first event was another one, so its
-    // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
-    // finds the attempts used up and skips.
-    assert_eq!(last, 4, "{lines:#?}");
+    assert_eq!(last, last_expected, "{lines:#?}");
     let dead: Vec<&String> = lines.iter().filter(|l| l.starts_with("dead ")).collect();
     assert_eq!(dead.len(), 1, "{lines:#?}");
     let f: Vec<&str> = dead[0].split(' ').collect();
     assert_eq!(f[1..4], [&*POISON.to_string(), "3", &*POISON.to_string()]);
-    assert!(
-        f[4].starts_with("error=the_consumer's_process_ended"),
-        "{}",
-        dead[0]
-    );
+    let error = f[4..].join(" ");
     let mut delivered: Vec<u64> = lines
         .iter()
         .filter_map(|l| l.strip_prefix("ev "))
@@ -143,4 +169,5 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
     assert_eq!(d.error_policy, "skip");
     drop(ring);
     Ring::remove(ns.name(), "r").expect("remove the ring");
+    error
 }

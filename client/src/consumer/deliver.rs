@@ -53,7 +53,8 @@ impl Consumer {
     /// the error policy answers: stop (FAILED, `PollError::HandlerFailed` or
     /// `HandlerPanicked`), try again on a later poll (`Ok` with the events delivered
     /// before it), or skip it as a dead letter (`Ok`). The events before the failing one
-    /// are committed either way.
+    /// are committed either way. While a `Retry` back-off runs, a poll returns `Ok(0)` at
+    /// once (and `has_pending` still says the event waits): `run_fallible` sleeps it out.
     pub fn poll_once_fallible<F, E>(&mut self, handler: F) -> Result<usize, PollError>
     where
         F: FnMut(Event<'_>) -> Result<(), E>,

@@ -7,7 +7,9 @@
 //! failing (0: none) and `cold.poison_attempts` the failed attempts at it so far. Only the
 //! entry's holder writes them; the broker reads them for display.
 //!
-//! - A handler error or panic in the process counts one attempt at once.
+//! - A handler error or panic in the process counts one attempt at once; when the policy
+//!   answers with another attempt, that one is marked under way before it is made, as
+//!   below.
 //! - A process that dies inside the handler (abort, SIGKILL) cannot count anything, so a
 //!   durable consumer counts before it tries: when it attaches at position `p`, it marks
 //!   `p` suspect (`poison_seq = p + 1`, attempts plus one if the record already named `p`,
@@ -309,13 +311,21 @@ impl Consumer {
             self.exhausted = true;
             return;
         }
+        self.mark_attempt(next, before);
+    }
+
+    /// Count the attempt at `seq` about to be made, `before` failed ones behind it, as
+    /// under way (SUSPECT): if this process dies in it, the next holder counts it.
+    fn mark_attempt(&mut self, seq: u64, before: u32) {
+        let cold = &self.entry().cold;
         // Relaxed: published with the Release store of the sequence below.
         cold.poison_attempts
             .store(before.saturating_add(1), Ordering::Relaxed);
         // Release: pairs with the Acquire load of the next holder.
         cold.poison_seq
-            .store(next.wrapping_add(1) | SUSPECT, Ordering::Release);
-        self.suspect = Some((next, before));
+            .store(seq.wrapping_add(1) | SUSPECT, Ordering::Release);
+        self.suspect = Some((seq, before));
+        self.poison = Some(seq);
     }
 
     /// Dropped before the suspect event was handed over: that attempt never happened.
@@ -401,6 +411,9 @@ impl Consumer {
                 self.stats.retries = self.stats.retries.wrapping_add(1);
                 self.store_stats();
                 self.retry_at = (!wait.is_zero()).then(|| Instant::now() + wait);
+                // The next attempt is counted before it is made, as at attach: a process
+                // that dies in it leaves it counted.
+                self.mark_attempt(at, attempts);
                 Ok(delivered as usize)
             }
             Verdict::Skip => {
