@@ -510,6 +510,11 @@ impl Consumer {
         if !self.exhausted {
             return None;
         }
+        // Relaxed: a hint, as in `poll`: a required consumer reads in place only while it
+        // holds its entry as ACTIVE; released, the usual poll gates it again first.
+        if self.required && self.entry().hot.word.load(Ordering::Relaxed) != self.word {
+            return None;
+        }
         let at = self.next;
         let slot = self.seg.slot(at);
         // Acquire: as in `poll_once`, SYNC POINT with the producer's Release stamp store.
