@@ -277,3 +277,31 @@ fn flush_within_cuts_a_long_batch_after_the_interval() {
         }
     }
 }
+
+/// During a `Retry` back-off a poll hands nothing over: the event waits.
+#[test]
+fn a_poll_during_the_back_off_hands_nothing_over() {
+    let ns = Namespace::concurrent("policy_backoff");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let policy = ErrorPolicy::Retry {
+        attempts: 5,
+        backoff: Duration::from_secs(600),
+    };
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().on_error(policy))
+        .unwrap();
+    publish(&ring, 0..2);
+    let mut tries = 0;
+    let mut fail_on_0 = |ev: shmring::Event<'_>| {
+        tries += 1;
+        match value(ev.bytes()) {
+            0 => Err("bad 0"),
+            _ => Ok(()),
+        }
+    };
+    assert_eq!(c.poll_once_fallible(&mut fail_on_0), Ok(0));
+    assert_eq!(c.poll_once_fallible(&mut fail_on_0), Ok(0));
+    assert!(c.has_pending(), "the event still waits");
+    assert_eq!(tries, 1, "no attempt during the back-off");
+    assert_eq!(c.stats().retries, 1);
+}
