@@ -1,10 +1,12 @@
 //! A poison event that kills its consumer's process: a durable consumer with
 //! `ErrorPolicy::Skip { attempts: 3 }` aborts inside its handler on one event, on every
-//! restart. Each restart counts an attempt in the entry before it hands the event over, so
-//! after the attempts are used up the next restart skips it without calling the handler:
-//! the event is dead-lettered exactly once, and every other event is delivered exactly
-//! once (the child commits after each event: batch cap 1, so nothing before the poison is
-//! handed over twice).
+//! restart. After each attach, the consumer counts an attempt in the entry before it hands
+//! each of its first `batch_cap` events over, so each death on the poison is counted, and
+//! once the attempts are used up a restart skips it without calling the handler: the
+//! event is dead-lettered exactly once, and no other event is skipped. With batch cap 1
+//! the child commits after each event, so every other event is delivered exactly once;
+//! with a larger cap, the events before the poison in its batch are delivered again after
+//! each death (at least once), the others exactly once.
 //!
 //! The child role (`consumer`) prints `ev V` from its handler for each event value `V`,
 //! `dead SEQ ATTEMPTS VALUE` from its dead-letter callback, and `done` once it is past the
@@ -40,8 +42,12 @@ fn value(bytes: &[u8]) -> u64 {
 fn consumer() {
     let ns = std::env::var(shmring::names::NAMESPACE_ENV).expect("the namespace");
     let ring = Ring::open(&ns, "r").expect("open the ring");
+    let cap = std::env::var("POISON_BATCH_CAP")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
     let opts = ConsumerOptions::durable("d")
-        .batch_cap(1)
+        .batch_cap(cap)
         .on_error(ErrorPolicy::Skip { attempts: 3 });
     let mut c = ring.consumer(opts).expect("attach");
     c.on_dead_letter(|d| {
@@ -87,7 +93,7 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
     // The first incarnation reaches the poison (its first event was another one, so its
     // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
     // finds the attempts used up and skips without calling the handler.
-    let dead = run("poison_restart", None, 4);
+    let dead = run("poison_restart", None, 1, 4);
     assert!(
         dead.starts_with("error=the_consumer's_process_ended"),
         "{dead}"
@@ -99,14 +105,27 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
 /// failure makes 3: it skips the event with its error.
 #[test]
 fn a_death_in_a_retry_counts_as_an_attempt() {
-    let dead = run("poison_retry_death", Some("err"), 1);
+    let dead = run("poison_retry_death", Some("err"), 1, 1);
     assert_eq!(dead, "error=bad_7");
+}
+
+/// With batches of 16 the poison is in the middle of a batch: the first incarnation marks
+/// each event of its first batch, so its death counts; restarts 1 and 2 count one each;
+/// restart 3 delivers the events before the poison (again), ends the batch there, and
+/// skips the poison. The events of the batch before the poison are never blamed.
+#[test]
+fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
+    let dead = run("poison_in_batch", None, 16, 3);
+    assert!(
+        dead.starts_with("error=the_consumer's_process_ended"),
+        "{dead}"
+    );
 }
 
 /// Run incarnations until one finishes; check it is incarnation `last_expected` (0 the
 /// first), that the poison was dead-lettered once after 3 attempts and every other event
 /// delivered once, in order. Returns the dead letter's error field.
-fn run(test: &str, mode: Option<&str>, last_expected: usize) -> String {
+fn run(test: &str, mode: Option<&str>, batch_cap: usize, last_expected: usize) -> String {
     let ns = Namespace::new(test);
     let config = RingConfig {
         capacity: 64,
@@ -115,10 +134,8 @@ fn run(test: &str, mode: Option<&str>, last_expected: usize) -> String {
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let mut lines = Vec::new();
     let mut finished = None;
-    let env: Vec<(&str, String)> = mode
-        .map(|m| ("POISON_MODE", m.to_owned()))
-        .into_iter()
-        .collect();
+    let mut env: Vec<(&str, String)> = vec![("POISON_BATCH_CAP", batch_cap.to_string())];
+    env.extend(mode.map(|m| ("POISON_MODE", m.to_owned())));
     for k in 0..MAX_INCARNATIONS {
         let mut child = ns.role("consumer", &env);
         let ready = child.expect_line("ready");
@@ -151,11 +168,20 @@ fn run(test: &str, mode: Option<&str>, last_expected: usize) -> String {
         .filter_map(|l| l.strip_prefix("ev "))
         .map(|v| v.parse().expect("an event value"))
         .collect();
-    let in_order = delivered.clone();
-    delivered.sort_unstable();
-    assert_eq!(delivered, in_order, "delivered out of order");
+    if batch_cap == 1 {
+        let in_order = delivered.clone();
+        delivered.sort_unstable();
+        assert_eq!(delivered, in_order, "delivered out of order");
+    } else {
+        // Redelivered: the events before the poison in its batch, once per death.
+        delivered.sort_unstable();
+        delivered.dedup_by(|a, b| a == b && *a < POISON);
+    }
     let expected: Vec<u64> = (0..TOTAL).filter(|&v| v != POISON).collect();
-    assert_eq!(delivered, expected, "each other event exactly once");
+    assert_eq!(
+        delivered, expected,
+        "each other event, once after the poison"
+    );
     let done = lines.iter().find(|l| l.starts_with("done")).expect("done");
     assert_eq!(num(done, "next"), TOTAL);
     assert_eq!(num(done, "dead_lettered"), 1);

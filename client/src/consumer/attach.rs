@@ -102,6 +102,7 @@ impl Consumer {
             poison: None,
             suspect: None,
             exhausted: false,
+            careful: 0,
             retry_at: None,
             dead_letter: None,
             flush: opts.flush_within.map(Flush::new),

@@ -1,7 +1,7 @@
 //! Delivery: the published run from the position, handed over in place (required) or
 //! copied and checked (optional), then one commit.
 
-use super::policy::Held;
+use super::policy::{mark_before, Held};
 use super::*;
 
 impl Consumer {
@@ -117,6 +117,17 @@ impl Consumer {
         if n == 0 {
             return self.idle_checks(lapped);
         }
+        if self.poison.is_some() {
+            // An event in the run whose attempts are used up: the batch ends before it,
+            // and the policy acts on it once it is the position.
+            if let Some(k) = self.exhausted_in(start, n) {
+                if k == start {
+                    self.exhausted = true;
+                    return self.policy_first().unwrap_or(Ok(0));
+                }
+                n = k - start;
+            }
+        }
         if self.required {
             self.deliver_in_place(start, n, &mut handler)
         } else {
@@ -225,6 +236,9 @@ impl Consumer {
             .rev()
             .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0);
         let mut flush = self.flush;
+        let mut careful = self.careful;
+        let cold = seg.consumer(self.entry).map(|e| &e.cold);
+        let (suspect, poison) = (&mut self.suspect, &mut self.poison);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
         let outcome = (|| {
             while at < end {
@@ -247,6 +261,12 @@ impl Consumer {
                 let last = Some(at) == last_event;
                 // The timed flush cuts the batch here (no clock read when it is unset).
                 let cut = !last && flush.as_mut().is_some_and(Flush::due);
+                if careful > 0 {
+                    careful -= 1;
+                    if let Some(cold) = cold {
+                        mark_before(cold, at, suspect, poison);
+                    }
+                }
                 call(
                     handler,
                     Event {
@@ -270,6 +290,7 @@ impl Consumer {
             Ok(())
         })();
         self.flush = flush;
+        self.careful = careful;
         match outcome {
             Ok(()) => {
                 self.commit(at, delivered, skipped, clamped);
@@ -298,6 +319,17 @@ impl Consumer {
         let max = self.max_payload;
         let end = start + n;
         let mut flush = self.flush;
+        let mut careful = self.careful;
+        let cold = seg.consumer(self.entry).map(|e| &e.cold);
+        let (suspect, poison) = (&mut self.suspect, &mut self.poison);
+        let mut mark = |seq: u64| {
+            if careful > 0 {
+                careful -= 1;
+                if let Some(cold) = cold {
+                    mark_before(cold, seq, suspect, poison);
+                }
+            }
+        };
         let [buf_a, buf_b] = &mut self.scratch;
         let mut bufs = [buf_a, buf_b];
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
@@ -333,6 +365,7 @@ impl Consumer {
                     // The timed flush cuts the batch after `seq` (no clock read when unset);
                     // `at`, copied but not handed over, is read again by the next poll.
                     let cut = flush.as_mut().is_some_and(Flush::due);
+                    mark(seq);
                     call(
                         handler,
                         Event {
@@ -357,6 +390,7 @@ impl Consumer {
                 at += 1;
             }
             if let Some((seq, b)) = pending {
+                mark(seq);
                 call(
                     handler,
                     Event {
@@ -375,6 +409,7 @@ impl Consumer {
             Ok(())
         })();
         self.flush = flush;
+        self.careful = careful;
         match outcome {
             Ok(()) => {
                 self.commit(at, delivered, skipped, clamped);

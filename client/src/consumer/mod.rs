@@ -217,12 +217,16 @@ pub struct Consumer {
     policy: ErrorPolicy,
     /// The event whose poison record (`policy`) this handle wrote and clears once past it.
     poison: Option<u64>,
-    /// The attach's suspect mark: the event it counted an attempt at before handing it
-    /// over, and the attempts before that mark (restored if it is never handed over).
+    /// This handle's mark of an attempt under way (`policy`): the event it counted an
+    /// attempt at before making it, and the attempts before that mark (restored on drop
+    /// if the attempt is never made).
     suspect: Option<(u64, u32)>,
-    /// The attempts at the first event were used up before this attach (by processes that
-    /// died in the handler): the policy acts at once when it is published.
+    /// The attempts at the event at the position were used up (by processes that died in
+    /// the handler): the policy acts on it without handing it over once it is published.
     exhausted: bool,
+    /// Events left in the window after a durable attach in which each is marked before it
+    /// is handed over (`policy::mark_before`).
+    careful: u64,
     /// No attempt before this instant (a `Retry` back-off).
     retry_at: Option<Instant>,
     dead_letter: Option<DeadLetterFn>,

@@ -11,12 +11,17 @@
 //!   answers with another attempt, that one is marked under way before it is made, as
 //!   below.
 //! - A process that dies inside the handler (abort, SIGKILL) cannot count anything, so a
-//!   durable consumer counts before it tries: when it attaches at position `p`, it marks
-//!   `p` suspect (`poison_seq = p + 1`, attempts plus one if the record already named `p`,
-//!   else one). One store per attach and none per event; the mark is cleared by the first
-//!   commit past `p`, and undone by a handle dropped before it handed `p` over. An event
-//!   that kills its process on every restart is counted once per restart from the second
-//!   one on (the first restart finds the record naming another event, or none).
+//!   durable consumer counts before it tries, in a window: for its first `batch_cap`
+//!   events after an attach it marks each one under way (`poison_seq = s + 1` with the
+//!   SUSPECT bit, attempts plus one if the record already named `s`, else one) just before
+//!   handing it over. A process that died mid-batch left at most `batch_cap` uncommitted
+//!   events, so the event it died in is in the next holder's window (with the same cap).
+//!   The record keeps one event: one named ahead (where a holder died) is kept until the
+//!   window reaches it, so the events before it in its batch are never blamed. One store
+//!   per event in the window, none after it; the record is cleared by the first commit
+//!   past its event. An event that kills its process every time is counted once per
+//!   death; once its attempts are used up, `poll` ends the batch before it and the policy
+//!   acts on it without handing it over (`policy_first`).
 //!
 //! # Skipping exactly once
 //!
@@ -275,6 +280,41 @@ fn report(index: u32, cb: &mut Option<DeadLetterFn>, letter: DeadLetter<'_>) {
     }
 }
 
+/// In the window after a durable attach: count the attempt at `seq` about to be made, as
+/// under way (SUSPECT), so that a process dying in it leaves it counted. The record keeps
+/// one event: one named ahead of `seq` (where a holder died) is kept until it is reached;
+/// one named at `seq` gains an attempt, unless this handle already marked it; one behind
+/// (passed) or none is replaced. One store per event, in the window only. An event whose
+/// attempts are used up never gets here: `poll` ends the batch before it.
+pub(super) fn mark_before(
+    cold: &ConsumerCold,
+    seq: u64,
+    suspect: &mut Option<(u64, u32)>,
+    poison: &mut Option<u64>,
+) {
+    if suspect.is_some_and(|(s, _)| s == seq) {
+        return;
+    }
+    let target = seq.wrapping_add(1);
+    // Relaxed: this process is the record's only writer; it read the last holder's
+    // stores after the Acquire in `mark_suspect`.
+    let p = cold.poison_seq.load(Ordering::Relaxed) & !SUSPECT;
+    let before = if p == target {
+        cold.poison_attempts.load(Ordering::Relaxed)
+    } else if p > target {
+        return;
+    } else {
+        0
+    };
+    // Relaxed: published with the Release store of the sequence below.
+    cold.poison_attempts
+        .store(before.saturating_add(1), Ordering::Relaxed);
+    // Release: pairs with the Acquire load of the next holder (`mark_suspect`).
+    cold.poison_seq.store(target | SUSPECT, Ordering::Release);
+    *suspect = Some((seq, before));
+    *poison = Some(seq);
+}
+
 /// Where the payload of a failing event is, for its dead letter.
 pub(super) enum Held {
     /// In its slot (a required consumer, not committed past it), this long.
@@ -284,8 +324,10 @@ pub(super) enum Held {
 }
 
 impl Consumer {
-    /// At the attach of a durable consumer: finish a skip its last holder died in, then
-    /// count an attempt at the first event before handing it over (see the module header).
+    /// At the attach of a durable consumer: finish a skip its last holder died in; if the
+    /// attempts at its first event are used up, act on it at the first poll; else open the
+    /// window in which each event is marked before it is handed over (see the module
+    /// header).
     pub(super) fn mark_suspect(&mut self) {
         let seg = Arc::clone(&self.seg);
         let Some(e) = seg.consumer(self.entry) else {
@@ -297,21 +339,39 @@ impl Consumer {
             // Relaxed: this process is the counter's only writer now.
             self.stats.dead_lettered = cold.graph.dead_lettered.load(Ordering::Relaxed);
         }
-        let next = self.next;
         // Acquire: pairs with the Release stores of the record by the last holder.
         let p = cold.poison_seq.load(Ordering::Acquire) & !SUSPECT;
-        let before = if p == next.wrapping_add(1) {
-            // Relaxed: ordered by the Acquire above.
-            cold.poison_attempts.load(Ordering::Relaxed)
-        } else {
-            0
-        };
-        self.poison = Some(next);
-        if self.policy.limit().is_some_and(|l| before >= l) {
+        if p != 0 {
+            // The event a holder was failing at, or died in: cleared once passed (at once
+            // if it is behind the position already).
+            self.poison = Some(p - 1);
+            self.moved(self.next);
+        }
+        if self.exhausted_in(self.next, 1) == Some(self.next) {
             self.exhausted = true;
             return;
         }
-        self.mark_attempt(next, before);
+        self.careful = self.batch_cap;
+    }
+
+    /// The event of the record, if it lies in `start..start + n` and its attempts are used
+    /// up: the batch must end before it. Only looked at while the record names an event.
+    #[inline]
+    pub(super) fn exhausted_in(&self, start: u64, n: u64) -> Option<u64> {
+        let k = self.poison?;
+        if k < start || k - start >= n {
+            return None;
+        }
+        let limit = self.policy.limit()?;
+        let cold = &self.entry().cold;
+        // Relaxed: this process is the record's only writer now.
+        let p = cold.poison_seq.load(Ordering::Relaxed);
+        let mut attempts = cold.poison_attempts.load(Ordering::Relaxed);
+        if self.suspect.is_some_and(|(s, _)| s == k) {
+            // This handle's own mark: that attempt is yet to be made, not failed.
+            attempts = attempts.saturating_sub(1);
+        }
+        (p & SKIPPING == 0 && (p & !SUSPECT) == k.wrapping_add(1) && attempts >= limit).then_some(k)
     }
 
     /// Count the attempt at `seq` about to be made, `before` failed ones behind it, as
@@ -328,7 +388,7 @@ impl Consumer {
         self.poison = Some(seq);
     }
 
-    /// Dropped before the suspect event was handed over: that attempt never happened.
+    /// Dropped before a marked attempt was made (a retry not yet tried): it never happened.
     pub(super) fn undo_suspect(&mut self) {
         let Some((seq, before)) = self.suspect.take() else {
             return;
