@@ -577,7 +577,9 @@ impl Consumer {
         }
         let at = self.next;
         let slot = self.seg.slot(at);
-        // Acquire: as in `poll_once`, SYNC POINT with the producer's Release stamp store.
+        // Acquire: as in `poll_once`, SYNC POINT with the producer's Release stamp store;
+        // the flags and length (Relaxed) below are ordered by it, and an optional consumer
+        // checks the stamp again after its copy.
         if slot.header.stamp.load(Ordering::Acquire) != at
             || slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0
         {
