@@ -305,3 +305,47 @@ fn a_poll_during_the_back_off_hands_nothing_over() {
     assert_eq!(tries, 1, "no attempt during the back-off");
     assert_eq!(c.stats().retries, 1);
 }
+
+/// An optional consumer retrying an event it copied can be lapped meanwhile: it jumps to
+/// the head, counts the loss, and the record of the failing event is cleared.
+#[test]
+fn an_optional_consumer_lapped_while_it_retries_drops_the_record() {
+    let ns = Namespace::concurrent("policy_lapped");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let mut c = ring
+        .consumer(
+            ConsumerOptions::durable("o")
+                .optional()
+                .on_error(ErrorPolicy::Skip { attempts: 5 }),
+        )
+        .unwrap();
+    publish(&ring, 0..2);
+    let r = c.poll_once_fallible(|ev| match value(ev.bytes()) {
+        0 => Err("bad 0"),
+        _ => Ok(()),
+    });
+    assert_eq!(r, Ok(0));
+    assert_eq!(info(&ring, c.index()).poison, Some((0, 1)));
+    // Far enough ahead to lap it (an optional consumer gates only within the slack).
+    let mut p = ring.producer().unwrap();
+    for i in 2..40u64 {
+        p.try_publish(&i.to_le_bytes())
+            .expect("an optional consumer behind the slack does not hold producers");
+    }
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        c.poll_once_fallible(|ev| {
+            seen.push(value(ev.bytes()));
+            Ok::<(), String>(())
+        })
+        .unwrap();
+    }
+    let e = info(&ring, c.index());
+    assert_eq!(e.poison, None, "{e:?}");
+    assert!(e.stats.dropped_behind > 0, "{e:?}");
+    assert_eq!((e.next, e.stats.dead_lettered), (40, 0), "{e:?}");
+    assert!(
+        !seen.contains(&0),
+        "the lapped event is never handed over: {seen:?}"
+    );
+}
