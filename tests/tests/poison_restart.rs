@@ -14,7 +14,7 @@
 //! its handler first returns an error on the poison and aborts only when it is retried in
 //! the same process: the retry was counted before it was made, so the deaths count too.
 
-use shmring::{ConsumerOptions, ErrorPolicy, Ring, RingConfig};
+use shmring::{ConsumerOptions, ErrorPolicy, PollError, Ring, RingConfig};
 use shmring_testkit::report::num;
 use shmring_testkit::{role, Namespace};
 
@@ -46,9 +46,16 @@ fn consumer() {
         .ok()
         .and_then(|c| c.parse().ok())
         .unwrap_or(1);
+    let policy = match std::env::var("POISON_MODE").as_deref() {
+        Ok("retry") => ErrorPolicy::Retry {
+            attempts: 3,
+            backoff: std::time::Duration::from_millis(1),
+        },
+        _ => ErrorPolicy::Skip { attempts: 3 },
+    };
     let opts = ConsumerOptions::durable("d")
         .batch_cap(cap)
-        .on_error(ErrorPolicy::Skip { attempts: 3 });
+        .on_error(policy);
     let mut c = ring.consumer(opts).expect("attach");
     c.on_dead_letter(|d| {
         println!(
@@ -62,7 +69,7 @@ fn consumer() {
     println!("ready start={}", c.next_sequence());
     let mut err_first = std::env::var("POISON_MODE").is_ok_and(|m| m == "err");
     while c.next_sequence() < TOTAL {
-        c.poll_once_fallible(|ev| {
+        let polled = c.poll_once_fallible(|ev| {
             let v = value(ev.bytes());
             if v == POISON && std::mem::take(&mut err_first) {
                 return Err(format!("bad {v}"));
@@ -73,8 +80,15 @@ fn consumer() {
             }
             println!("ev {v}");
             Ok::<(), String>(())
-        })
-        .expect("the policy keeps the consumer going");
+        });
+        match polled {
+            Ok(_) => {}
+            Err(PollError::HandlerFailed { sequence, attempts }) => {
+                println!("failed {sequence} {attempts}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        }
         if c.next_sequence() < TOTAL {
             c.wait().expect("wait");
         }
@@ -120,6 +134,55 @@ fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
         dead.starts_with("error=the_consumer's_process_ended"),
         "{dead}"
     );
+}
+
+/// Under `Retry { attempts: 3 }` the restart that finds the attempts used up stops FAILED
+/// at the poison without calling the handler (and a restart after it does the same).
+#[test]
+fn retry_stops_failed_once_the_deaths_used_up_the_attempts() {
+    let ns = Namespace::new("poison_retry_stop");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let env = [("POISON_MODE", "retry".to_owned())];
+    let mut outcomes = Vec::new();
+    for k in 0..6 {
+        let mut child = ns.role("consumer", &env);
+        child.expect_line("ready");
+        if k == 0 {
+            let mut p = ring.producer().expect("producer");
+            for v in 0..TOTAL {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+        }
+        let status = child.wait_status();
+        let lines = child.rest_of_stdout();
+        let failed = lines.iter().find(|l| l.starts_with("failed ")).cloned();
+        outcomes.push((status.success(), failed));
+    }
+    // Deaths at attaches 0 to 3 (the first counted from the window), then FAILED.
+    let expected_fail = Some(format!("failed {POISON} 3"));
+    assert_eq!(
+        outcomes,
+        [
+            (false, None),
+            (false, None),
+            (false, None),
+            (false, None),
+            (true, expected_fail.clone()),
+            (true, expected_fail),
+        ]
+    );
+    let info = ring.info();
+    let d = info.consumers.iter().find(|c| c.name == "d").expect("d");
+    assert_eq!(
+        (d.state, d.next, d.poison),
+        ("FAILED", POISON, Some((POISON, 3)))
+    );
+    drop(ring);
+    Ring::remove(ns.name(), "r").expect("remove the ring");
 }
 
 /// Run incarnations until one finishes; check it is incarnation `last_expected` (0 the

@@ -340,7 +340,13 @@ impl Consumer {
             self.stats.dead_lettered = cold.graph.dead_lettered.load(Ordering::Relaxed);
         }
         // Acquire: pairs with the Release stores of the record by the last holder.
-        let p = cold.poison_seq.load(Ordering::Acquire) & !SUSPECT;
+        let raw = cold.poison_seq.load(Ordering::Acquire);
+        let p = raw & !SUSPECT;
+        if raw & SUSPECT != 0 {
+            // The last holder died in the attempt it marked: that attempt failed.
+            // Release: as every store of the record.
+            cold.poison_seq.store(p, Ordering::Release);
+        }
         if p != 0 {
             // The event a holder was failing at, or died in: cleared once passed (at once
             // if it is behind the position already).
