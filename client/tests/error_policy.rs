@@ -230,7 +230,8 @@ fn a_durable_consumer_counts_attempts_across_re_attaches() {
 fn flush_within_cuts_a_long_batch_after_the_interval() {
     let ns = Namespace::concurrent("policy_flush");
     let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
-    let within = Duration::from_millis(30);
+    // Long enough that a batch of a few events is not cut by a preemption on a busy machine.
+    let within = Duration::from_millis(100);
     for optional in [false, true] {
         for flush in [true, false] {
             let mut opts = ConsumerOptions::anonymous();
@@ -270,6 +271,17 @@ fn flush_within_cuts_a_long_batch_after_the_interval() {
                     .unwrap();
                 assert_eq!(rest.first(), Some(&(4, false)), "{case}");
                 assert_eq!(rest.last(), Some(&(9, true)), "{case}");
+                // Idle for longer than the interval: the next batch is not cut at its first
+                // event (the interval opens with the first event after an edge).
+                let idle = Instant::now();
+                while idle.elapsed() < within + Duration::from_millis(25) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                publish(&ring, 10..15);
+                let mut after_idle = Vec::new();
+                c.poll_once(|ev| after_idle.push(ev.is_end_of_batch()))
+                    .unwrap();
+                assert_eq!(after_idle, [false, false, false, false, true], "{case}");
             } else {
                 assert_eq!((n, edges.as_slice()), (10, [9].as_slice()), "{case}");
             }
