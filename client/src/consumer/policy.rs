@@ -130,8 +130,7 @@ pub(crate) enum Verdict {
     Again(Duration),
 }
 
-/// An event the error policy skipped, as handed to [`Consumer::on_dead_letter`]
-/// (`crate::Consumer::on_dead_letter`).
+/// An event the error policy skipped, as handed to [`Consumer::on_dead_letter`].
 #[derive(Debug, Clone, Copy)]
 pub struct DeadLetter<'a> {
     /// The event's sequence.
