@@ -110,6 +110,20 @@ fn right(t: &mut Table, from: usize) {
     }
 }
 
+/// The error policy, and the event the handler is failing at with its failed attempts:
+/// `skip`, `stop: 41 x1`.
+fn on_error(x: &crate::report::ConsumerReport) -> String {
+    let policy = if x.error_policy.is_empty() {
+        "-"
+    } else {
+        x.error_policy.as_str()
+    };
+    match x.poison_sequence {
+        Some(s) => format!("{policy}: {s} x{}", x.poison_attempts),
+        None => policy.to_owned(),
+    }
+}
+
 fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     let mut out = String::new();
     let slowest = ring.slowest.as_ref().map_or("none".to_owned(), |s| {
@@ -165,6 +179,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             "state",
             "kind",
             "policy",
+            "on error",
             "wait",
             "parked",
             "sequence",
@@ -174,6 +189,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             "skipped",
             "dropped",
             "wake-ups (net)",
+            "dead letters",
         ],
         width,
     );
@@ -203,6 +219,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             } else {
                 x.policy.clone()
             },
+            on_error(x),
             x.wait.clone(),
             if x.parked { "yes" } else { "no" }.to_owned(),
             x.sequence.to_string(),
@@ -212,9 +229,10 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             x.skipped.to_string(),
             x.dropped_behind.to_string(),
             format!("{} ({})", x.wakeups, x.net_wakeups),
+            x.dead_lettered.to_string(),
         ]);
     }
-    right(&mut c, 8);
+    right(&mut c, 9);
     if ring.consumers.is_empty() {
         let _ = writeln!(out, "  no consumers");
     } else {
@@ -273,7 +291,9 @@ mod tests {
             "index": 0, "name": "a-rather-long-consumer-name", "pid": 4242, "state": "DETACHED",
             "required": true, "durable": true, "policy": "alert", "wait": "timeout-blocking",
             "parked": false, "sequence": 10, "lag": 64, "idle_ms": 1500, "delivered": 10,
-            "skipped": 0, "dropped_behind": 0, "wakeups": 3, "net_wakeups": 0, "failures": 0
+            "skipped": 0, "dropped_behind": 0, "wakeups": 3, "net_wakeups": 0, "failures": 2,
+            "error_policy": "skip", "poison_sequence": 9, "poison_attempts": 2,
+            "dead_lettered": 1, "retries": 1
         });
         let slowest = serde_json::json!({"index": 0, "name": "a-rather-long-consumer-name",
             "sequence": 10, "lag": 64});
@@ -324,6 +344,10 @@ mod tests {
         assert!(
             row.contains("DETACHED") && row.contains("timeout-blocking"),
             "{row}"
+        );
+        assert!(
+            row.contains("skip: 9 x2"),
+            "the poison event and its attempts: {row}"
         );
     }
 

@@ -237,6 +237,21 @@ pub struct ConsumerReport {
     /// is DETACHED with pid 0: its events wait for its first attach.
     #[serde(default = "attached_ever_default")]
     pub attached_ever: bool,
+    /// Its error policy: what a handler failure does (stop, skip, retry).
+    #[serde(default)]
+    pub error_policy: String,
+    /// The event its handler is failing at, if any.
+    #[serde(default)]
+    pub poison_sequence: Option<u64>,
+    /// Failed attempts at that event so far (across restarts of a durable consumer).
+    #[serde(default)]
+    pub poison_attempts: u32,
+    /// Events its error policy skipped (dead letters).
+    #[serde(default)]
+    pub dead_lettered: u64,
+    /// Failed attempts its error policy answered with another attempt.
+    #[serde(default)]
+    pub retries: u64,
 }
 
 /// A report without the field (an older broker) describes a consumer some process attached.

@@ -64,6 +64,11 @@ pub fn consumer_report(
         failures: c.stats.failures,
         declared: c.declared,
         attached_ever: c.attached_ever,
+        error_policy: c.error_policy.to_owned(),
+        poison_sequence: c.poison.map(|(s, _)| s),
+        poison_attempts: c.poison.map_or(0, |(_, a)| a),
+        dead_lettered: c.stats.dead_lettered,
+        retries: c.stats.retries,
     }
 }
 

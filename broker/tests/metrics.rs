@@ -99,6 +99,13 @@ fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
         value(&scrape, "shmring_consumer_lag_events", &reader_l),
         10.0 - got as f64
     );
+    for (metric, v) in [
+        ("shmring_consumer_dead_lettered_total", 0.0),
+        ("shmring_consumer_retries_total", 0.0),
+        ("shmring_consumer_poison_attempts", 0.0),
+    ] {
+        assert_eq!(value(&scrape, metric, &reader_l), v, "{metric}");
+    }
     assert_eq!(
         value(
             &scrape,

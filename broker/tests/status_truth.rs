@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{consumer, num, ring, BrokerNs, Namespace};
-use shmring::{ConsumerOptions, Ring, TryPublishError, WaitStrategy};
+use shmring::{ConsumerOptions, ErrorPolicy, Ring, TryPublishError, WaitStrategy};
 
 #[test]
 fn role() {
@@ -105,4 +105,36 @@ fn waiters_fence_mode_and_the_wake_up_bill_are_shown() {
         text.contains("wake-ups paid by publishers"),
         "{text}\n{v:#}"
     );
+}
+
+#[test]
+fn the_error_policy_and_the_poison_event_are_shown() {
+    let ns = Namespace::new("poison");
+    let _broker = ns.broker(Some("[rings.p]\ncapacity = 64\n"));
+    let r = Ring::open(ns.name(), "p").expect("open");
+    let mut c = r
+        .consumer(ConsumerOptions::durable("d").on_error(ErrorPolicy::Skip { attempts: 5 }))
+        .expect("consumer");
+    let mut producer = r.producer().expect("producer");
+    for i in 0..3u64 {
+        producer.publish(&i.to_le_bytes()).expect("publish");
+    }
+    for _ in 0..2 {
+        c.poll_once_fallible(|ev| match ev.sequence() {
+            1 => Err("bad"),
+            _ => Ok(()),
+        })
+        .expect("the policy keeps it going");
+    }
+    let v = ns.wait_status("the poison event in the report", |v, _| {
+        let d = consumer(v, "p", "d")?;
+        (d["poison_sequence"] == 1).then(|| v.clone())
+    });
+    let d = consumer(&v, "p", "d").expect("d");
+    assert_eq!(d["error_policy"], "skip", "{d:#}");
+    assert_eq!(num(d, "poison_attempts"), 2, "{d:#}");
+    assert_eq!(num(d, "retries"), 2, "{d:#}");
+    assert_eq!(num(d, "dead_lettered"), 0, "{d:#}");
+    let text = String::from_utf8_lossy(&ns.cli(&["status", "p"]).stdout).into_owned();
+    assert!(text.contains("skip: 1 x2"), "{text}");
 }

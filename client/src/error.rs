@@ -304,8 +304,22 @@ pub enum PollError {
         /// The sequence whose handler call panicked.
         sequence: u64,
     },
+    /// The handler failed (returned an error, or its process died in it on every restart)
+    /// at `sequence` after `attempts` attempts, and the error policy stopped the consumer:
+    /// it is FAILED at `sequence` as after a panic. The error text went to the `tracing`
+    /// warning.
+    #[error(
+        "handler failed at sequence {sequence} after {attempts} attempt(s); consumer marked \
+         FAILED: fix the handler or choose ErrorPolicy::Skip, then re-attach to resume"
+    )]
+    HandlerFailed {
+        /// The sequence whose handler failed.
+        sequence: u64,
+        /// The failed attempts at it.
+        attempts: u32,
+    },
     /// An earlier handler failure made this consumer FAILED.
-    #[error("consumer is FAILED after a handler panic; re-attach to resume")]
+    #[error("consumer is FAILED after a handler failure; re-attach to resume")]
     Failed,
     /// The ring was deleted.
     #[error("ring was deleted")]

@@ -6,7 +6,7 @@ use shmring_layout::{
     consumer_flags, consumer_state, owned_word, producer_state, waiters, RingState,
 };
 
-use crate::consumer::entry_name;
+use crate::consumer::{entry_name, read_poison};
 use crate::segment::Segment;
 use crate::{ConsumerStats, ProducerStats, WaitStrategy};
 
@@ -49,6 +49,11 @@ pub struct ConsumerInfo {
     pub parked: bool,
     /// Counters.
     pub stats: ConsumerStats,
+    /// The event its handler is failing at, and the failed attempts at it so far (across
+    /// re-attaches of a durable consumer); `None` when no attempt is known to have failed.
+    pub poison: Option<(u64, u32)>,
+    /// Its error policy: `stop`, `skip` or `retry` (see `ErrorPolicy`).
+    pub error_policy: &'static str,
 }
 
 /// One producer entry as seen from outside.
@@ -141,7 +146,12 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
             parked: e.cold.parked.load(Ordering::Relaxed) != 0,
-            stats: ConsumerStats::read(c),
+            stats: ConsumerStats::read(c, &e.cold.graph),
+            poison: read_poison(&e.cold),
+            // Relaxed: a display value.
+            error_policy: shmring_layout::error_policy::name(
+                e.cold.error_policy.load(Ordering::Relaxed),
+            ),
         });
     }
     let mut producers = Vec::new();

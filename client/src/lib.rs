@@ -70,7 +70,8 @@ mod wake_set;
 mod test_ns;
 
 pub use consumer::{
-    Consumer, ConsumerOptions, ConsumerStats, RunExit, WaitOutcome, DEFAULT_BATCH_CAP,
+    Consumer, ConsumerOptions, ConsumerStats, DeadLetter, ErrorPolicy, RunExit, WaitOutcome,
+    DEFAULT_BATCH_CAP, MAX_BACKOFF_FACTOR,
 };
 pub use error::{AttachError, DeclaredError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;

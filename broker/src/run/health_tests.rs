@@ -26,6 +26,8 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         wait: "blocking",
         parked: false,
         stats: ConsumerStats::default(),
+        poison: None,
+        error_policy: "stop",
     }
 }
 

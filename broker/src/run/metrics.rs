@@ -271,7 +271,7 @@ fn consumer_labels(r: &RingReport, c: &ConsumerReport) -> Labels {
 }
 
 fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
-    let gauges: [Metric<ConsumerReport, f64>; 4] = [
+    let gauges: [Metric<ConsumerReport, f64>; 5] = [
         (
             "shmring_consumer_sequence",
             "Next sequence the consumer will read",
@@ -292,8 +292,13 @@ fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
             "1 when it is parked on the ring's futex",
             |c| f64::from(u8::from(c.parked)),
         ),
+        (
+            "shmring_consumer_poison_attempts",
+            "Failed attempts at the event its handler is failing at (0: none)",
+            |c| f64::from(c.poison_attempts),
+        ),
     ];
-    let counters: [Metric<ConsumerReport, u64>; 6] = [
+    let counters: [Metric<ConsumerReport, u64>; 8] = [
         (
             "shmring_consumer_delivered",
             "Events handed to its handler",
@@ -318,6 +323,16 @@ fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
         ("shmring_consumer_failures", "Handler failures", |c| {
             c.failures
         }),
+        (
+            "shmring_consumer_dead_lettered",
+            "Events its error policy skipped (dead letters)",
+            |c| c.dead_lettered,
+        ),
+        (
+            "shmring_consumer_retries",
+            "Failed attempts its error policy answered with another attempt",
+            |c| c.retries,
+        ),
     ];
     for (name, help, value) in gauges {
         let f = s.gauge(name, help);

@@ -98,6 +98,14 @@ impl Consumer {
             max_payload: geo.max_payload(),
             idler: Idler::new(opts.wait),
             failed: false,
+            policy: opts.on_error,
+            poison: None,
+            suspect: None,
+            exhausted: false,
+            careful: 0,
+            retry_at: None,
+            dead_letter: None,
+            flush: opts.flush_within.map(Flush::new),
             scratch: [Vec::new(), Vec::new()],
             stats: ConsumerStats::default(),
             seg,
@@ -107,6 +115,14 @@ impl Consumer {
         if dropped > 0 {
             c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
             c.store_stats();
+        }
+        // Relaxed: a display value.
+        c.entry()
+            .cold
+            .error_policy
+            .store(opts.on_error.code(), Ordering::Relaxed);
+        if c.durable {
+            c.mark_suspect();
         }
         Ok(c)
     }

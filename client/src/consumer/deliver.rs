@@ -1,6 +1,7 @@
 //! Delivery: the published run from the position, handed over in place (required) or
 //! copied and checked (optional), then one commit.
 
+use super::policy::{mark_before, Held};
 use super::*;
 
 impl Consumer {
@@ -34,12 +35,51 @@ impl Consumer {
     /// Deliver the contiguous published run from this consumer's position, up to the batch
     /// cap, then commit the position once. Returns the number of events handed to the
     /// handler (0: nothing was published; tombstones are skipped and counted, not handed).
+    ///
+    /// A handler that panics fails its event: the error policy says what happens next
+    /// (see [`ConsumerOptions::on_error`]; by default the consumer stops, FAILED).
     pub fn poll_once<F>(&mut self, mut handler: F) -> Result<usize, PollError>
     where
         F: FnMut(Event<'_>),
     {
+        self.poll(|ev| {
+            handler(ev);
+            Ok::<(), std::convert::Infallible>(())
+        })
+    }
+
+    /// [`Consumer::poll_once`] with a handler that can fail: an `Err` (or a panic, whose
+    /// error text is `handler panicked: <message>`) is a failed attempt at the event, which
+    /// the error policy answers: stop (FAILED, `PollError::HandlerFailed` or
+    /// `HandlerPanicked`), try again on a later poll (`Ok` with the events delivered
+    /// before it), or skip it as a dead letter (`Ok`). The events before the failing one
+    /// are committed either way. While a `Retry` back-off runs, a poll returns `Ok(0)` at
+    /// once (and `has_pending` still says the event waits): `run_fallible` sleeps it out.
+    pub fn poll_once_fallible<F, E>(&mut self, handler: F) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
+        self.poll(handler)
+    }
+
+    /// Whether a `Retry` back-off is running, and until when.
+    pub(super) fn backing_off(&self) -> Option<Instant> {
+        self.retry_at
+    }
+
+    fn poll<F, E>(&mut self, mut handler: F) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
         if self.failed {
             return Err(PollError::Failed);
+        }
+        if self.exhausted || self.retry_at.is_some() {
+            if let Some(r) = self.policy_first() {
+                return r;
+            }
         }
         if self.nothing_claimed() {
             return self.idle_checks(false);
@@ -72,10 +112,21 @@ impl Consumer {
         }
         if repaired {
             self.skip_repaired();
-            return self.poll_once(handler);
+            return self.poll(handler);
         }
         if n == 0 {
             return self.idle_checks(lapped);
+        }
+        if self.poison.is_some() {
+            // An event in the run whose attempts are used up: the batch ends before it,
+            // and the policy acts on it once it is the position.
+            if let Some(k) = self.exhausted_in(start, n) {
+                if k == start {
+                    self.exhausted = true;
+                    return self.policy_first().unwrap_or(Ok(0));
+                }
+                n = k - start;
+            }
         }
         if self.required {
             self.deliver_in_place(start, n, &mut handler)
@@ -138,6 +189,7 @@ impl Consumer {
             self.next = head;
             // Release: pairs with the producers' Acquire scan.
             self.entry().hot.next.store(head, Ordering::Release);
+            self.moved(head);
             self.store_stats();
         }
     }
@@ -150,6 +202,8 @@ impl Consumer {
         // Release: SYNC POINT with the Acquire load of `next` in the producers' gate scan;
         // this consumer's reads of every slot below `next` happen-before their reuse.
         self.entry().hot.next.store(next, Ordering::Release);
+        // After the position: a crash in between leaves a stale record, never a lost one.
+        self.moved(next);
         // A producer may be parked waiting for this room.
         park::notify(
             &self.seg.lines().producer_wake.value,
@@ -165,29 +219,15 @@ impl Consumer {
         self.store_stats();
     }
 
-    fn fail(&mut self, at: u64, delivered: u64, skipped: u64, clamped: u64) -> PollError {
-        self.commit(at, delivered, skipped, clamped);
-        self.failed = true;
-        self.stats.failures = self.stats.failures.wrapping_add(1);
-        self.store_stats();
-        // The committed position and counters are visible with the state (the CAS is
-        // SeqCst). From the word this handle holds: a broker's RELEASED is never overwritten.
-        if let Ok(word) =
-            table::consumer::set(&self.entry().hot.word, self.word, consumer_state::FAILED)
-        {
-            self.word = word;
-        }
-        PollError::HandlerPanicked { sequence: at }
-    }
-
-    fn deliver_in_place<F>(
+    fn deliver_in_place<F, E>(
         &mut self,
         start: u64,
         n: u64,
         handler: &mut F,
     ) -> Result<usize, PollError>
     where
-        F: FnMut(Event<'_>),
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
     {
         let seg = &*self.seg;
         let max = self.max_payload;
@@ -195,6 +235,10 @@ impl Consumer {
         let last_event = (start..end)
             .rev()
             .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0);
+        let mut flush = self.flush;
+        let mut careful = self.careful;
+        let cold = seg.consumer(self.entry).map(|e| &e.cold);
+        let (suspect, poison) = (&mut self.suspect, &mut self.poison);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
         let outcome = (|| {
             while at < end {
@@ -214,35 +258,78 @@ impl Consumer {
                 // not committed past `at`, so producers cannot reach this slot again until
                 // after the handler returns.
                 let bytes = unsafe { slot.payload(len) };
+                let last = Some(at) == last_event;
+                // The timed flush cuts the batch here (no clock read when it is unset).
+                let cut = !last && flush.as_mut().is_some_and(Flush::due);
+                if careful > 0 {
+                    careful -= 1;
+                    if let Some(cold) = cold {
+                        mark_before(cold, at, suspect, poison);
+                    }
+                }
                 call(
                     handler,
                     Event {
                         seq: at,
                         bytes,
-                        end_of_batch: Some(at) == last_event,
+                        end_of_batch: last || cut,
                     },
-                )?;
+                )
+                .map_err(|f| (f, len))?;
                 delivered += 1;
                 at += 1;
+                if last || cut {
+                    if let Some(f) = &mut flush {
+                        f.edge();
+                    }
+                }
+                if cut {
+                    break;
+                }
             }
             Ok(())
         })();
+        self.flush = flush;
+        self.careful = careful;
         match outcome {
             Ok(()) => {
-                self.commit(end, delivered, skipped, clamped);
+                self.commit(at, delivered, skipped, clamped);
                 Ok(delivered as usize)
             }
-            Err(HandlerPanic) => Err(self.fail(at, delivered, skipped, clamped)),
+            Err((failure, len)) => self.on_failure(
+                at,
+                (delivered, skipped, clamped),
+                failure,
+                Held::InPlace(len),
+            ),
         }
     }
 
-    fn deliver_copied<F>(&mut self, start: u64, n: u64, handler: &mut F) -> Result<usize, PollError>
+    fn deliver_copied<F, E>(
+        &mut self,
+        start: u64,
+        n: u64,
+        handler: &mut F,
+    ) -> Result<usize, PollError>
     where
-        F: FnMut(Event<'_>),
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
     {
         let seg = &*self.seg;
         let max = self.max_payload;
         let end = start + n;
+        let mut flush = self.flush;
+        let mut careful = self.careful;
+        let cold = seg.consumer(self.entry).map(|e| &e.cold);
+        let (suspect, poison) = (&mut self.suspect, &mut self.poison);
+        let mut mark = |seq: u64| {
+            if careful > 0 {
+                careful -= 1;
+                if let Some(cold) = cold {
+                    mark_before(cold, seq, suspect, poison);
+                }
+            }
+        };
         let [buf_a, buf_b] = &mut self.scratch;
         let mut bufs = [buf_a, buf_b];
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
@@ -268,28 +355,42 @@ impl Consumer {
                     lapped = true;
                     break;
                 }
-                clamped += u64::from(was_clamped);
                 if flags & SLOT_FLAG_TOMBSTONE != 0 {
+                    clamped += u64::from(was_clamped);
                     skipped += 1;
                     at += 1;
                     continue;
                 }
                 if let Some((seq, b)) = pending {
+                    // The timed flush cuts the batch after `seq` (no clock read when unset);
+                    // `at`, copied but not handed over, is read again by the next poll.
+                    let cut = flush.as_mut().is_some_and(Flush::due);
+                    mark(seq);
                     call(
                         handler,
                         Event {
                             seq,
                             bytes: bufs[b].as_slice(),
-                            end_of_batch: false,
+                            end_of_batch: cut,
                         },
-                    )?;
+                    )
+                    .map_err(|f| (f, b))?;
                     delivered += 1;
+                    if cut {
+                        pending = None;
+                        if let Some(f) = &mut flush {
+                            f.edge();
+                        }
+                        break;
+                    }
                 }
+                clamped += u64::from(was_clamped);
                 pending = Some((at, cur));
                 cur ^= 1;
                 at += 1;
             }
             if let Some((seq, b)) = pending {
+                mark(seq);
                 call(
                     handler,
                     Event {
@@ -297,12 +398,18 @@ impl Consumer {
                         bytes: bufs[b].as_slice(),
                         end_of_batch: true,
                     },
-                )?;
+                )
+                .map_err(|f| (f, b))?;
                 delivered += 1;
                 pending = None;
+                if let Some(f) = &mut flush {
+                    f.edge();
+                }
             }
             Ok(())
         })();
+        self.flush = flush;
+        self.careful = careful;
         match outcome {
             Ok(()) => {
                 self.commit(at, delivered, skipped, clamped);
@@ -311,22 +418,32 @@ impl Consumer {
                 }
                 Ok(delivered as usize)
             }
-            // The panicking event is `pending`'s: resume there.
-            Err(HandlerPanic) => {
+            // The failing event is `pending`'s: resume there.
+            Err((failure, b)) => {
                 let failed_at = pending.map_or(at, |(seq, _)| seq);
-                Err(self.fail(failed_at, delivered, skipped, clamped))
+                self.on_failure(
+                    failed_at,
+                    (delivered, skipped, clamped),
+                    failure,
+                    Held::Copied(b),
+                )
             }
         }
     }
 }
 
-/// The handler panicked (see [`call`]).
-struct HandlerPanic;
-
 /// Hand `ev` to `handler`, catching a panic of the handler and of nothing else: a panic
 /// in the delivery loop itself (a bug, or bytes it failed to guard against) propagates,
 /// so tests see it rather than a `HandlerPanicked` they cannot tell apart.
 #[inline(always)]
-fn call<F: FnMut(Event<'_>)>(handler: &mut F, ev: Event<'_>) -> Result<(), HandlerPanic> {
-    catch_unwind(AssertUnwindSafe(|| handler(ev))).map_err(|_| HandlerPanic)
+fn call<F, E>(handler: &mut F, ev: Event<'_>) -> Result<(), Failure>
+where
+    F: FnMut(Event<'_>) -> Result<(), E>,
+    E: std::fmt::Display,
+{
+    match catch_unwind(AssertUnwindSafe(|| handler(ev))) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(Failure::error(&e)),
+        Err(payload) => Err(Failure::panic(&*payload)),
+    }
 }

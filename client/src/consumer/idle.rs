@@ -7,9 +7,31 @@ impl Consumer {
     /// empty polls with this consumer's wait strategy. `stop` is checked after every batch
     /// and every idle step (a park lasts at most the 50 ms net, or the `TimeoutBlocking`
     /// timeout).
-    pub fn run<F, S>(&mut self, mut handler: F, mut stop: S) -> Result<RunExit, PollError>
+    pub fn run<F, S>(&mut self, mut handler: F, stop: S) -> Result<RunExit, PollError>
     where
         F: FnMut(Event<'_>),
+        S: FnMut() -> bool,
+    {
+        self.run_fallible(
+            |ev| {
+                handler(ev);
+                Ok::<(), std::convert::Infallible>(())
+            },
+            stop,
+        )
+    }
+
+    /// [`Consumer::run`] with a handler that can fail, each failure answered by the error
+    /// policy as in [`Consumer::poll_once_fallible`]. A `Retry` back-off is waited out
+    /// here (in steps of at most the 50 ms net, checking `stop` between them).
+    pub fn run_fallible<F, E, S>(
+        &mut self,
+        mut handler: F,
+        mut stop: S,
+    ) -> Result<RunExit, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
         S: FnMut() -> bool,
     {
         loop {
@@ -17,10 +39,15 @@ impl Consumer {
                 return Ok(RunExit::Stopped);
             }
             let before = self.next;
-            self.poll_once(&mut handler)?;
+            self.poll_once_fallible(&mut handler)?;
             if self.next != before {
                 self.idler.reset();
                 self.idle_since = None;
+                continue;
+            }
+            if let Some(until) = self.backing_off() {
+                let left = until.saturating_duration_since(Instant::now());
+                std::thread::sleep(left.min(PARK_NET));
                 continue;
             }
             if self.idle_step()? == Some(WaitOutcome::Closed) {

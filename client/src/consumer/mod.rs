@@ -11,26 +11,30 @@
 //!   could validate still carries the end-of-batch edge. A lap is seen from a stamp beyond
 //!   the awaited sequence; the consumer jumps to the head and counts what it lost.
 //!
-//! A handler that panics: events before the panicking one are committed; the consumer is
-//! marked FAILED in the table, keeps its position at the failing event (a durable consumer
-//! that re-attaches resumes there), and this handle returns errors from then on. The ring is
+//! A handler that fails (panics, or returns an error through `poll_once_fallible`): events
+//! before the failing one are committed, the attempt is counted in the entry, and the
+//! error policy decides. Under the default, Stop, the consumer is marked FAILED in the
+//! table, keeps its position at the failing event (a durable consumer that re-attaches
+//! resumes there), and this handle returns errors from then on; Skip and Retry try the
+//! event again on a later poll, then skip it (a dead letter) or stop. The ring is
 //! untouched: the producers and every other consumer carry on.
 //!
 //! The parts: this file (options, counters, the handle and its detach), `attach` (a free
 //! entry or a durable name taken over), `deliver` (`poll_once`: the run, in place or
-//! copied, and its commit), `idle` (`run`, `wait`, parking).
+//! copied, and its commit), `policy` (error policies, the poison record, dead letters),
+//! `flush` (the timed end-of-batch edge), `idle` (`run`, `wait`, parking).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::{
-    consumer_flags, consumer_state, owned_word, ConsumerCounters, ConsumerEntry, NAME_LEN,
-    SLOT_FLAG_TOMBSTONE,
+    consumer_flags, consumer_state, owned_word, ConsumerCounters, ConsumerEntry, GraphCounters,
+    NAME_LEN, SLOT_FLAG_TOMBSTONE,
 };
 
 use crate::lifecycle::is_deleted;
@@ -50,6 +54,8 @@ pub struct ConsumerOptions {
     required: bool,
     batch_cap: usize,
     wait: WaitStrategy,
+    on_error: ErrorPolicy,
+    flush_within: Option<Duration>,
 }
 
 impl ConsumerOptions {
@@ -60,6 +66,8 @@ impl ConsumerOptions {
             required: true,
             batch_cap: DEFAULT_BATCH_CAP,
             wait: WaitStrategy::default(),
+            on_error: ErrorPolicy::Stop,
+            flush_within: None,
         }
     }
 
@@ -91,6 +99,24 @@ impl ConsumerOptions {
         self.wait = wait;
         self
     }
+
+    /// What the consumer does when its handler fails at an event (default
+    /// [`ErrorPolicy::Stop`]). A durable consumer counts the attempts in its entry, so a
+    /// process that dies inside the handler counts too (see [`ErrorPolicy`]).
+    pub fn on_error(mut self, policy: ErrorPolicy) -> Self {
+        self.on_error = policy;
+        self
+    }
+
+    /// While events are delivered, give an end-of-batch edge at least every `d`: the event
+    /// handed over once `d` has passed since the last edge (counted from the first event
+    /// after it) carries the edge and the batch commits there, so a handler that flushes
+    /// on the edge holds data at most about `d` plus one event. Unset (the default),
+    /// delivery reads no clock; set, it reads a clock once per event (see `flush`).
+    pub fn flush_within(mut self, d: Duration) -> Self {
+        self.flush_within = Some(d);
+        self
+    }
 }
 
 /// A consumer's counters (from its table entry).
@@ -106,8 +132,15 @@ pub struct ConsumerStats {
     pub dropped_behind: u64,
     /// Corrupt lengths clamped to the slot.
     pub clamped: u64,
-    /// Handler failures.
+    /// Handler failures (each failed attempt, however the policy answered it).
     pub failures: u64,
+    /// Events the error policy skipped (see [`ErrorPolicy::Skip`]).
+    pub dead_lettered: u64,
+    /// Failed attempts that the error policy answered with another attempt.
+    pub retries: u64,
+    /// Events handed to this consumer again because a worker that claimed them died
+    /// before committing them.
+    pub redelivered: u64,
     /// Returns from a futex park by a wake (or a wake line that moved before the sleep).
     pub wakeups: u64,
     /// Returns from a park by a timeout after a producer had moved the wake line (its wake
@@ -122,9 +155,12 @@ pub struct ConsumerStats {
 
 impl ConsumerStats {
     /// The counters an entry keeps (`late_wakeups` is this handle's alone: 0).
-    pub(crate) fn read(c: &ConsumerCounters) -> Self {
+    pub(crate) fn read(c: &ConsumerCounters, g: &GraphCounters) -> Self {
         // Relaxed: counters written by their consumer alone; readers want a recent number.
         ConsumerStats {
+            dead_lettered: g.dead_lettered.load(Ordering::Relaxed),
+            retries: g.retries.load(Ordering::Relaxed),
+            redelivered: g.redelivered.load(Ordering::Relaxed),
             delivered: c.delivered.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             skipped: c.skipped.load(Ordering::Relaxed),
@@ -177,6 +213,24 @@ pub struct Consumer {
     /// first commit registers it (see `fence`).
     registered: bool,
     pub(crate) failed: bool,
+    /// What a handler failure does.
+    policy: ErrorPolicy,
+    /// The event whose poison record (`policy`) this handle wrote and clears once past it.
+    poison: Option<u64>,
+    /// This handle's mark of an attempt under way (`policy`): the event it counted an
+    /// attempt at before making it, and the attempts before that mark (restored on drop
+    /// if the attempt is never made).
+    suspect: Option<(u64, u32)>,
+    /// The attempts at the event at the position were used up (by processes that died in
+    /// the handler): the policy acts on it without handing it over once it is published.
+    exhausted: bool,
+    /// Events left in the window after a durable attach in which each is marked before it
+    /// is handed over (`policy::mark_before`).
+    careful: u64,
+    /// No attempt before this instant (a `Retry` back-off).
+    retry_at: Option<Instant>,
+    dead_letter: Option<DeadLetterFn>,
+    flush: Option<Flush>,
     scratch: [Vec<u8>; 2],
     stats: ConsumerStats,
     _not_sync: PhantomData<Cell<()>>,
@@ -184,7 +238,14 @@ pub struct Consumer {
 
 mod attach;
 mod deliver;
+mod flush;
 mod idle;
+mod policy;
+
+use flush::Flush;
+pub(crate) use policy::read_poison;
+pub use policy::{DeadLetter, ErrorPolicy, MAX_BACKOFF_FACTOR};
+use policy::{DeadLetterFn, Failure};
 
 pub(crate) use attach::{entry_name, pack_name};
 
@@ -196,7 +257,8 @@ impl Consumer {
     }
 
     fn load_stats(&mut self) {
-        self.stats = ConsumerStats::read(&self.entry().cold.counters);
+        let cold = &self.entry().cold;
+        self.stats = ConsumerStats::read(&cold.counters, &cold.graph);
     }
 
     fn store_stats(&self) {
@@ -211,6 +273,10 @@ impl Consumer {
         c.failures.store(s.failures, Ordering::Relaxed);
         c.wakeups.store(s.wakeups, Ordering::Relaxed);
         c.net_wakeups.store(s.net_wakeups, Ordering::Relaxed);
+        // `redelivered` is the worker group's counter: not written here.
+        let g = &self.entry().cold.graph;
+        g.dead_lettered.store(s.dead_lettered, Ordering::Relaxed);
+        g.retries.store(s.retries, Ordering::Relaxed);
     }
 
     pub(crate) fn segment(&self) -> &Arc<Segment> {
@@ -237,6 +303,18 @@ impl Consumer {
         self.entry
     }
 
+    /// Call `f` with each event the error policy skips ([`ErrorPolicy::Skip`]), after the
+    /// `tracing` warning and before the position moves past it (so a process that dies in
+    /// between reports it again on restart; it is counted once). Replaces an earlier one.
+    pub fn on_dead_letter(&mut self, f: impl FnMut(DeadLetter<'_>) + Send + 'static) {
+        self.dead_letter = Some(Box::new(f));
+    }
+
+    /// Its error policy.
+    pub fn error_policy(&self) -> ErrorPolicy {
+        self.policy
+    }
+
     /// Detach and free the entry, even a durable one: the name is forgotten and the
     /// consumer no longer gates anything.
     pub fn unsubscribe(mut self) {
@@ -246,6 +324,12 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        // Acquire: pairs with the broker's SeqCst release CAS.
+        let word = self.entry().hot.word.load(Ordering::Acquire);
+        if word == self.word || word == table::consumer::released(self.word) {
+            // Still this handle's entry: a suspect mark it never handed over is undone.
+            self.undo_suspect();
+        }
         let e = self.entry();
         // Twice at most: a broker's release may land between the load and the CAS.
         for _ in 0..2 {

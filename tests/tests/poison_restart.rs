@@ -1,0 +1,262 @@
+//! A poison event that kills its consumer's process: a durable consumer with
+//! `ErrorPolicy::Skip { attempts: 3 }` aborts inside its handler on one event, on every
+//! restart. After each attach, the consumer counts an attempt in the entry before it hands
+//! each of its first `batch_cap` events over, so each death on the poison is counted, and
+//! once the attempts are used up a restart skips it without calling the handler: the
+//! event is dead-lettered exactly once, and no other event is skipped. With batch cap 1
+//! the child commits after each event, so every other event is delivered exactly once;
+//! with a larger cap, the events before the poison in its batch are delivered again after
+//! each death (at least once), the others exactly once.
+//!
+//! The child role (`consumer`) prints `ev V` from its handler for each event value `V`,
+//! `dead SEQ ATTEMPTS VALUE` from its dead-letter callback, and `done` once it is past the
+//! last event; it calls `abort` in the handler on the poison value. With `POISON_MODE=err`
+//! its handler first returns an error on the poison and aborts only when it is retried in
+//! the same process: the retry was counted before it was made, so the deaths count too.
+
+use shmring::{ConsumerOptions, ErrorPolicy, PollError, Ring, RingConfig};
+use shmring_testkit::report::num;
+use shmring_testkit::{role, Namespace};
+
+const TOTAL: u64 = 20;
+const POISON: u64 = 7;
+/// Incarnations at most: the first attach, then restarts until the skip (the fourth
+/// restart, see `restarts_until_the_poison_is_dead_lettered_once`), and some room.
+const MAX_INCARNATIONS: usize = 8;
+
+#[test]
+#[ignore = "the child-process role: run by the other tests of this file"]
+fn role() {
+    match role::current().as_deref() {
+        Some("consumer") => consumer(),
+        Some(other) => println!("@error unknown role {other}"),
+        None => return,
+    }
+    std::process::exit(0);
+}
+
+fn value(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().expect("8-byte events"))
+}
+
+fn consumer() {
+    let ns = std::env::var(shmring::names::NAMESPACE_ENV).expect("the namespace");
+    let ring = Ring::open(&ns, "r").expect("open the ring");
+    let cap = std::env::var("POISON_BATCH_CAP")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
+    let policy = match std::env::var("POISON_MODE").as_deref() {
+        Ok("retry") => ErrorPolicy::Retry {
+            attempts: 3,
+            backoff: std::time::Duration::from_millis(1),
+        },
+        _ => ErrorPolicy::Skip { attempts: 3 },
+    };
+    let opts = ConsumerOptions::durable("d")
+        .batch_cap(cap)
+        .on_error(policy);
+    let mut c = ring.consumer(opts).expect("attach");
+    c.on_dead_letter(|d| {
+        println!(
+            "dead {} {} {} error={}",
+            d.sequence,
+            d.attempts,
+            value(d.payload),
+            d.error.replace(' ', "_")
+        )
+    });
+    println!("ready start={}", c.next_sequence());
+    let mut err_first = std::env::var("POISON_MODE").is_ok_and(|m| m == "err");
+    while c.next_sequence() < TOTAL {
+        let polled = c.poll_once_fallible(|ev| {
+            let v = value(ev.bytes());
+            if v == POISON && std::mem::take(&mut err_first) {
+                return Err(format!("bad {v}"));
+            }
+            if v == POISON {
+                // The process dies inside the handler: nothing in it can count this.
+                std::process::abort();
+            }
+            println!("ev {v}");
+            Ok::<(), String>(())
+        });
+        match polled {
+            Ok(_) => {}
+            Err(PollError::HandlerFailed { sequence, attempts }) => {
+                println!("failed {sequence} {attempts}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if c.next_sequence() < TOTAL {
+            c.wait().expect("wait");
+        }
+    }
+    let s = c.stats();
+    println!(
+        "done next={} dead_lettered={} delivered={}",
+        c.next_sequence(),
+        s.dead_lettered,
+        s.delivered
+    );
+}
+
+#[test]
+fn restarts_until_the_poison_is_dead_lettered_once() {
+    // The first incarnation reaches the poison (its first event was another one, so its
+    // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
+    // finds the attempts used up and skips without calling the handler.
+    let dead = run("poison_restart", None, 1, 4);
+    assert!(
+        dead.starts_with("error=the_consumer's_process_ended"),
+        "{dead}"
+    );
+}
+
+/// Each incarnation fails the poison once in the process, then dies in the retry: the
+/// first counts 1 and dies in attempt 2, the restart counts 2 at attach, and its own
+/// failure makes 3: it skips the event with its error.
+#[test]
+fn a_death_in_a_retry_counts_as_an_attempt() {
+    let dead = run("poison_retry_death", Some("err"), 1, 1);
+    assert_eq!(dead, "error=bad_7");
+}
+
+/// With batches of 16 the poison is in the middle of a batch: the first incarnation marks
+/// each event of its first batch, so its death counts; restarts 1 and 2 count one each;
+/// restart 3 delivers the events before the poison (again), ends the batch there, and
+/// skips the poison. The events of the batch before the poison are never blamed.
+#[test]
+fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
+    let dead = run("poison_in_batch", None, 16, 3);
+    assert!(
+        dead.starts_with("error=the_consumer's_process_ended"),
+        "{dead}"
+    );
+}
+
+/// Under `Retry { attempts: 3 }` the restart that finds the attempts used up stops FAILED
+/// at the poison without calling the handler (and a restart after it does the same).
+#[test]
+fn retry_stops_failed_once_the_deaths_used_up_the_attempts() {
+    let ns = Namespace::new("poison_retry_stop");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let env = [("POISON_MODE", "retry".to_owned())];
+    let mut outcomes = Vec::new();
+    for k in 0..6 {
+        let mut child = ns.role("consumer", &env);
+        child.expect_line("ready");
+        if k == 0 {
+            let mut p = ring.producer().expect("producer");
+            for v in 0..TOTAL {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+        }
+        let status = child.wait_status();
+        let lines = child.rest_of_stdout();
+        let failed = lines.iter().find(|l| l.starts_with("failed ")).cloned();
+        outcomes.push((status.success(), failed));
+    }
+    // Deaths at attaches 0 to 3 (the first counted from the window), then FAILED.
+    let expected_fail = Some(format!("failed {POISON} 3"));
+    assert_eq!(
+        outcomes,
+        [
+            (false, None),
+            (false, None),
+            (false, None),
+            (false, None),
+            (true, expected_fail.clone()),
+            (true, expected_fail),
+        ]
+    );
+    let info = ring.info();
+    let d = info.consumers.iter().find(|c| c.name == "d").expect("d");
+    assert_eq!(
+        (d.state, d.next, d.poison),
+        ("FAILED", POISON, Some((POISON, 3)))
+    );
+    drop(ring);
+    Ring::remove(ns.name(), "r").expect("remove the ring");
+}
+
+/// Run incarnations until one finishes; check it is incarnation `last_expected` (0 the
+/// first), that the poison was dead-lettered once after 3 attempts and every other event
+/// delivered once, in order. Returns the dead letter's error field.
+fn run(test: &str, mode: Option<&str>, batch_cap: usize, last_expected: usize) -> String {
+    let ns = Namespace::new(test);
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let mut lines = Vec::new();
+    let mut finished = None;
+    let mut env: Vec<(&str, String)> = vec![("POISON_BATCH_CAP", batch_cap.to_string())];
+    env.extend(mode.map(|m| ("POISON_MODE", m.to_owned())));
+    for k in 0..MAX_INCARNATIONS {
+        let mut child = ns.role("consumer", &env);
+        let ready = child.expect_line("ready");
+        if k == 0 {
+            // The durable entry gates from here: publish everything once it exists.
+            assert_eq!(num(&ready, "start"), 0);
+            let mut p = ring.producer().expect("producer");
+            for v in 0..TOTAL {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+        }
+        let status = child.wait_status();
+        lines.extend(child.rest_of_stdout());
+        if status.success() {
+            finished = Some(k);
+            break;
+        }
+    }
+    let Some(last) = finished else {
+        panic!("no incarnation got past the poison in {MAX_INCARNATIONS}: {lines:#?}");
+    };
+    assert_eq!(last, last_expected, "{lines:#?}");
+    let dead: Vec<&String> = lines.iter().filter(|l| l.starts_with("dead ")).collect();
+    assert_eq!(dead.len(), 1, "{lines:#?}");
+    let f: Vec<&str> = dead[0].split(' ').collect();
+    assert_eq!(f[1..4], [&*POISON.to_string(), "3", &*POISON.to_string()]);
+    let error = f[4..].join(" ");
+    let mut delivered: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("ev "))
+        .map(|v| v.parse().expect("an event value"))
+        .collect();
+    if batch_cap == 1 {
+        let in_order = delivered.clone();
+        delivered.sort_unstable();
+        assert_eq!(delivered, in_order, "delivered out of order");
+    } else {
+        // Redelivered: the events before the poison in its batch, once per death.
+        delivered.sort_unstable();
+        delivered.dedup_by(|a, b| a == b && *a < POISON);
+    }
+    let expected: Vec<u64> = (0..TOTAL).filter(|&v| v != POISON).collect();
+    assert_eq!(
+        delivered, expected,
+        "each other event, once after the poison"
+    );
+    let done = lines.iter().find(|l| l.starts_with("done")).expect("done");
+    assert_eq!(num(done, "next"), TOTAL);
+    assert_eq!(num(done, "dead_lettered"), 1);
+    let info = ring.info();
+    let d = info
+        .consumers
+        .iter()
+        .find(|c| c.name == "d")
+        .expect("the durable consumer");
+    assert_eq!((d.next, d.poison, d.stats.dead_lettered), (TOTAL, None, 1));
+    assert_eq!(d.error_policy, "skip");
+    drop(ring);
+    Ring::remove(ns.name(), "r").expect("remove the ring");
+    error
+}
