@@ -42,6 +42,9 @@ pub struct ConsumerInfo {
     pub parked: bool,
     /// Counters.
     pub stats: ConsumerStats,
+    /// The entry indices of the consumers this one reads behind (see
+    /// `ConsumerOptions::after`), as recorded in its entry.
+    pub upstream: Vec<u32>,
 }
 
 /// One producer entry as seen from outside.
@@ -132,6 +135,15 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
             parked: e.cold.parked.load(Ordering::Relaxed) != 0,
             stats: ConsumerStats::read(c),
+            upstream: e
+                .cold
+                .upstream
+                .iter()
+                // Relaxed: written before the word was published (Acquire above).
+                .map(|u| u.load(Ordering::Relaxed))
+                .filter(|&u| u != 0 && u <= geo.max_consumers)
+                .map(|u| u - 1)
+                .collect(),
         });
     }
     let mut producers = Vec::new();

@@ -50,6 +50,7 @@ pub struct ConsumerOptions {
     required: bool,
     batch_cap: usize,
     wait: WaitStrategy,
+    upstream: Vec<String>,
 }
 
 impl ConsumerOptions {
@@ -60,6 +61,7 @@ impl ConsumerOptions {
             required: true,
             batch_cap: DEFAULT_BATCH_CAP,
             wait: WaitStrategy::default(),
+            upstream: Vec::new(),
         }
     }
 
@@ -89,6 +91,42 @@ impl ConsumerOptions {
     /// The wait strategy of `run` (and of `wait` in later releases).
     pub fn wait(mut self, wait: WaitStrategy) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Read behind the durable consumers `upstream` of the same ring (the Disruptor's
+    /// `handleEventsWith(a, b).then(c)`): this consumer is handed an event only once every
+    /// one of them has committed past it. Each name must be a durable consumer of the ring
+    /// when this one attaches (attached, detached, failed or declared); at most
+    /// [`shmring_layout::MAX_UPSTREAM`] names, not its own, and no cycle. An upstream that
+    /// dies or fails holds this consumer until it comes back, unless the broker's policy
+    /// releases it from gating; an upstream whose entry is freed ends this consumer with
+    /// [`PollError::UpstreamLost`]. Producers still gate on every consumer. Calling it
+    /// again adds names.
+    ///
+    /// ```
+    /// use shmring::{ConsumerOptions, Ring, RingConfig};
+    /// # let ns = format!("doc-after-{}", std::process::id());
+    /// let ring = Ring::create(&ns, "orders", &RingConfig { capacity: 64, ..RingConfig::default() })?;
+    /// let mut journal = ring.consumer(ConsumerOptions::durable("journal"))?;
+    /// let mut risk = ring.consumer(ConsumerOptions::durable("risk"))?;
+    /// let mut apply = ring.consumer(ConsumerOptions::durable("apply").after(["journal", "risk"]))?;
+    /// ring.producer()?.publish(b"buy 100 @ 42")?;
+    /// assert_eq!(apply.poll_once(|_| {})?, 0, "neither upstream has committed it");
+    /// journal.poll_once(|_| {})?;
+    /// risk.poll_once(|_| {})?;
+    /// assert_eq!(apply.poll_once(|_| {})?, 1);
+    /// # drop((journal, risk, apply));
+    /// Ring::remove(&ns, "orders")?;
+    /// # std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn after<I>(mut self, upstream: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.upstream.extend(upstream.into_iter().map(Into::into));
         self
     }
 }
@@ -179,10 +217,13 @@ pub struct Consumer {
     pub(crate) failed: bool,
     scratch: [Vec<u8>; 2],
     stats: ConsumerStats,
+    /// The upstream consumers this one reads behind (see `barrier`).
+    upstream: barrier::Upstreams,
     _not_sync: PhantomData<Cell<()>>,
 }
 
 mod attach;
+mod barrier;
 mod deliver;
 mod idle;
 
