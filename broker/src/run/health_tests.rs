@@ -24,6 +24,7 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         wait: "blocking",
         parked: false,
         stats: ConsumerStats::default(),
+        upstream: Vec::new(),
     }
 }
 

@@ -327,6 +327,17 @@ fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
             }
         }
     }
+    let stage = s.gauge(
+        "shmring_consumer_stage_lag_events",
+        "Events its slowest upstream consumer committed beyond its position (only consumers that read behind others)",
+    );
+    for r in rings {
+        for c in &r.consumers {
+            if let Some(lag) = c.stage_lag {
+                set(&stage, &consumer_labels(r, c), lag as f64);
+            }
+        }
+    }
     for (name, help, value) in counters {
         let f = s.counter(name, help);
         for r in rings {
