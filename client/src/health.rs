@@ -171,6 +171,19 @@ pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
         )
 }
 
+/// Whether consumer `c` of the snapshot `info`, at position `next`, is held by an upstream
+/// consumer it reads behind (`ConsumerOptions::after`): one that gates and has not
+/// committed past `next`. Such a consumer has no work it can do, so it is never STALLED:
+/// the upstream holding it is the one to look at.
+pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
+    c.upstream.iter().any(|&u| {
+        info.consumers
+            .iter()
+            .find(|o| o.index == u)
+            .is_some_and(|o| consumer_state::gates(o.state_code) && o.next <= next)
+    })
+}
+
 /// Whether a consumer with events pending since `pending_since` that last moved at
 /// `last_moved` is stalled at `now`.
 pub fn is_stalled(
@@ -288,7 +301,8 @@ impl HealthWatch {
             }
             let mut state = instant_state(c, is_alive(c.pid, c.start_time));
             if state == HealthState::Healthy {
-                if !has_pending(&self.ring, info.head, c.next) {
+                if !has_pending(&self.ring, info.head, c.next) || held_by_upstream(&info, c, c.next)
+                {
                     track.pending_since = None;
                 } else if track.pending_since.is_none() {
                     track.pending_since = Some(now);

@@ -77,8 +77,8 @@ pub use consumer::{
 pub use error::{AttachError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;
 pub use health::{
-    blocked_by, has_pending, instant_state, is_stalled, lag, wrap_gate, ConsumerHealth, Gate,
-    HealthState, HealthThresholds, HealthWatch, RingHealth,
+    blocked_by, has_pending, held_by_upstream, instant_state, is_stalled, lag, wrap_gate,
+    ConsumerHealth, Gate, HealthState, HealthThresholds, HealthWatch, RingHealth,
 };
 pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
 pub use lease::LeaseError;

@@ -8,7 +8,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use shmring::{
-    AttachError, ConsumerOptions, PollError, Ring, RingConfig, WaitOutcome, WaitStrategy,
+    AttachError, ConsumerOptions, HealthState, HealthThresholds, PollError, Ring, RingConfig,
+    WaitOutcome, WaitStrategy,
 };
 
 use shmring_testkit::Namespace;
@@ -344,5 +345,27 @@ fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
         c.stats().net_wakeups,
         0,
         "every park ended by the upstream's wake, none by the net"
+    );
+}
+
+#[test]
+fn a_downstream_held_by_its_upstream_is_not_stalled_its_upstream_is() {
+    let ns = Namespace::concurrent("deps-health");
+    let ring = ring_with(&ns, 4);
+    let _a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let _c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    publish(&ring, 0..3);
+    let mut watch = ring.health(HealthThresholds {
+        stall: Duration::ZERO,
+    });
+    let h = watch.check();
+    let state = |name: &str| h.consumers.iter().find(|c| c.name == name).unwrap().state;
+    assert_eq!(state("a"), HealthState::Stalled, "{h:?}");
+    assert_eq!(
+        state("c"),
+        HealthState::Healthy,
+        "held by a, nothing to do: {h:?}"
     );
 }
