@@ -369,3 +369,27 @@ fn a_downstream_held_by_its_upstream_is_not_stalled_its_upstream_is() {
         "held by a, nothing to do: {h:?}"
     );
 }
+
+#[test]
+fn reading_ahead_stops_where_the_upstreams_committed() {
+    let ns = Namespace::concurrent("deps-lease");
+    let ring = ring_with(&ns, 4);
+    let mut a = ring
+        .consumer(ConsumerOptions::durable("a").batch_cap(3))
+        .unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    publish(&ring, 0..8);
+    let mut seen = Vec::new();
+    assert_eq!(
+        c.read_ahead(0, 16, |ev| seen.push(ev.sequence())).unwrap(),
+        0
+    );
+    assert_eq!(a.poll_once(|_| {}).unwrap(), 3);
+    assert_eq!(
+        c.read_ahead(0, 16, |ev| seen.push(ev.sequence())).unwrap(),
+        3
+    );
+    assert_eq!(seen, vec![0, 1, 2]);
+}
