@@ -47,7 +47,32 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use shmring_layout::{consumer_state, owned_word, MAX_UPSTREAM};
 
+use crate::line::Word;
 use crate::segment::Segment;
+
+/// An upstream's position as a dependent consumer's barrier reads it: its `next`, if its
+/// entry still holds the word `validated` (else `None`: the entry changed, look again).
+/// `next` before the word: see `consumer/barrier.rs` for why this order, with
+/// [`provisional_position`] on the other side, never pairs one tenure's position with
+/// another's word.
+#[inline(always)]
+pub fn upstream_next<W: Word + ?Sized>(next: &W, word: &W, validated: u64) -> Option<u64> {
+    // Acquire: SYNC POINT with the upstream's Release commit (`Consumer::commit`) and with
+    // a new holder's Release `provisional_position`.
+    let n = next.load(Ordering::Acquire);
+    // Relaxed: ordered after the Acquire load above; reads the new holder's take of the
+    // entry (or later) whenever `n` is that holder's.
+    (word.load(Ordering::Relaxed) == validated).then_some(n)
+}
+
+/// A new holder's first store of its entry's `next`, before the CAS that makes it ACTIVE:
+/// a Release store, so that a barrier that reads it also reads the CAS that took the entry
+/// ([`upstream_next`]).
+#[inline(always)]
+pub fn provisional_position<W: Word + ?Sized>(next: &W, position: u64) {
+    // Release: pairs with the Acquire load in `upstream_next`.
+    next.store(position, Ordering::Release);
+}
 
 /// The consumer table as the dependency graph sees it. Implemented for the segment; the
 /// loom model implements it on loom's atomics.

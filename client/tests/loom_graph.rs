@@ -14,7 +14,15 @@
 //! Property: at least one of the two sees the cycle (store-buffering: the fences are
 //! ordered, and the later one's walk reads the earlier one's ACTIVE word and record).
 //!
-//! Controls (`#[should_panic]`): the check made before the record, as a naive attach would
+//! Second model: the barrier of a dependent consumer reading its upstream's entry while the
+//! upstream unsubscribes and another consumer takes the entry (`client/src/consumer/
+//! barrier.rs`). The reader runs the shipping `graph::upstream_next` (its `next`, Acquire,
+//! then its word); the new holder the shipping `table::consumer::take_free` and
+//! `graph::provisional_position` (Release). Property: a position used with the validated
+//! word is the old upstream's. Controls: the word read first, and a Relaxed provisional
+//! store, each let the new tenure's position through with the old word.
+//!
+//! Controls of the first model (`#[should_panic]`): the check made before the record, as a naive attach would
 //! (both walks can run before either record exists), and the check without the fence (loom
 //! treats SeqCst accesses as Acquire/Release, so without a SeqCst fence it finds the
 //! interleaving where both walks miss the other's ACTIVE word: the fence is what the model,
@@ -119,4 +127,69 @@ fn control_a_check_before_the_record_lets_both_through() {
 #[should_panic(expected = "both ends of the cycle")]
 fn control_a_check_without_the_fence_lets_both_through_under_loom() {
     closing_a_cycle_from_both_sides(Variant::NoFence);
+}
+
+/// The old upstream's committed position, and the new tenure's provisional one.
+const OLD_NEXT: u64 = 5;
+const NEW_NEXT: u64 = 100;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Reuse {
+    Shipping,
+    WordFirst,
+    RelaxedProvisional,
+}
+
+fn a_freed_and_retaken_upstream(v: Reuse) {
+    model(move || {
+        let validated = owned_word::pack(1, consumer_state::ACTIVE, 1);
+        let entry = Arc::new((W::new(validated), W::new(OLD_NEXT)));
+        let holder = {
+            let entry = entry.clone();
+            thread::spawn(move || {
+                let (word, next) = (&entry.0, &entry.1);
+                let freed = table::consumer::give_up(word, validated, consumer_state::FREE)
+                    .expect("the old upstream holds its entry");
+                let mine = table::consumer::take_free(word, freed, 2).expect("free");
+                if v == Reuse::RelaxedProvisional {
+                    next.store(NEW_NEXT, Ordering::Relaxed);
+                } else {
+                    graph::provisional_position(next, NEW_NEXT);
+                }
+                table::consumer::set(word, mine, consumer_state::ACTIVE).expect("held");
+            })
+        };
+        let (word, next) = (&entry.0, &entry.1);
+        let seen = if v == Reuse::WordFirst {
+            let w = word.load(Ordering::Acquire);
+            let n = next.load(Ordering::Acquire);
+            (w == validated).then_some(n)
+        } else {
+            graph::upstream_next(next, word, validated)
+        };
+        if let Some(n) = seen {
+            assert_eq!(
+                n, OLD_NEXT,
+                "the barrier used another tenure's position with the upstream's word"
+            );
+        }
+        holder.join().unwrap();
+    });
+}
+
+#[test]
+fn a_barrier_never_pairs_a_new_tenures_position_with_the_old_word() {
+    a_freed_and_retaken_upstream(Reuse::Shipping);
+}
+
+#[test]
+#[should_panic(expected = "another tenure's position")]
+fn control_a_barrier_reading_the_word_first_is_fooled() {
+    a_freed_and_retaken_upstream(Reuse::WordFirst);
+}
+
+#[test]
+#[should_panic(expected = "another tenure's position")]
+fn control_a_relaxed_provisional_position_fools_the_barrier() {
+    a_freed_and_retaken_upstream(Reuse::RelaxedProvisional);
 }

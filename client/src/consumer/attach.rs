@@ -228,7 +228,7 @@ impl Consumer {
                 // A provisional position read just before the CAS to ACTIVE, as a fresh
                 // attach stores (see `fresh`). Release: a dependent consumer that reads it
                 // then reads this holder's word (see `consumer/barrier.rs`).
-                e.hot.next.store(seg.position(), Ordering::Release);
+                graph::provisional_position(&e.hot.next, seg.position());
             }
             Self::fill_cold(e, opts);
             graph::record(seg, i, record);
@@ -323,7 +323,7 @@ impl Consumer {
         // would let such a scan gate at its own, later, position and lap the start.
         // Release (not published by the CAS alone): a dependent consumer that reads it then
         // reads this holder's word, never the previous one's (see `consumer/barrier.rs`).
-        e.hot.next.store(seg.position(), Ordering::Release);
+        graph::provisional_position(&e.hot.next, seg.position());
         // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this CAS.
         let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {

@@ -95,14 +95,10 @@ impl Consumer {
             let Some(e) = self.seg.consumer(u.index) else {
                 return Err(Stale);
             };
-            // Acquire: SYNC POINT with the upstream's Release commit in `Consumer::commit`
-            // (its handler's reads of every event below `next` happen-before this
-            // consumer's), and with a new holder's Release stores of `next` (module comment).
-            let next = e.hot.next.load(Ordering::Acquire);
-            // Relaxed: ordered after the Acquire load above (module comment).
-            if e.hot.word.load(Ordering::Relaxed) != u.word {
+            // `next` (Acquire), then the word: see the module comment.
+            let Some(next) = crate::graph::upstream_next(&e.hot.next, &e.hot.word, u.word) else {
                 return Err(Stale);
-            }
+            };
             if u.gates {
                 min = min.min(next);
             }
