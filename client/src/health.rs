@@ -120,6 +120,7 @@ pub struct Gate {
 
 /// The wrap gate of a snapshot: required consumers always gate; optional ones only within
 /// the ring's slack of the slowest required consumer (or of the head when there is none).
+/// Of consumers at the same position, one that is not held there by an upstream is named.
 pub fn wrap_gate(info: &RingInfo, geo: &Geometry) -> Gate {
     let gating = || {
         info.consumers
@@ -131,9 +132,11 @@ pub fn wrap_gate(info: &RingInfo, geo: &Geometry) -> Gate {
         .map(|c| c.next)
         .min()
         .unwrap_or(info.head);
+    // At a tie, a consumer held there by an upstream it reads behind is not the one at the
+    // gate: the upstream holding it is.
     let slowest = gating()
         .filter(|c| c.required || required.saturating_sub(c.next) <= geo.optional_slack)
-        .min_by_key(|c| c.next);
+        .min_by_key(|c| (c.next, held_by_upstream(info, c, c.next)));
     let sequence = slowest.map_or(info.head, |c| c.next);
     Gate {
         consumer: slowest.map(|c| c.index),

@@ -393,3 +393,31 @@ fn reading_ahead_stops_where_the_upstreams_committed() {
     );
     assert_eq!(seen, vec![0, 1, 2]);
 }
+
+#[test]
+fn a_ring_full_behind_a_detached_upstream_is_blocked_by_it_not_by_its_downstream() {
+    let ns = Namespace::concurrent("deps-blocked");
+    let ring = ring_with(&ns, 4);
+    // The downstream takes the lower table index, so that a scan meets it first.
+    let first = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    drop(first);
+    let c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    assert!(c.index() < a.index());
+    drop(a);
+    let mut p = ring.producer().unwrap();
+    while p.try_publish(b"x").is_ok() {}
+    let h = ring.health(HealthThresholds::default()).check();
+    let blocked = h
+        .blocked_by
+        .expect("the ring is full behind a detached consumer");
+    let name = &h
+        .consumers
+        .iter()
+        .find(|c| c.index == blocked)
+        .unwrap()
+        .name;
+    assert_eq!(name, "a", "{h:?}");
+}
