@@ -121,23 +121,31 @@ impl Consumer {
             _not_sync: PhantomData,
         };
         if !c.upstream.is_empty() {
-            // After the ACTIVE CAS: record first, then look (see `graph`).
-            let cycle = graph::find_cycle(&*c.seg, entry, &record, || {
-                // SeqCst fence: (3) in `graph`, the fence the store-buffering argument
-                // orders against the other attacher's.
-                fence(Ordering::SeqCst)
-            });
-            if let Some(path) = cycle {
-                let names = path
-                    .iter()
-                    .map(|&i| c.seg.consumer(i).map(entry_name).unwrap_or_default())
-                    .collect();
+            let refused = if let Some(name) = c.upstream.named_at(entry) {
+                // The upstream was freed while this consumer attached, and this attach took
+                // its entry: it is gone.
+                Some(AttachError::UnknownUpstream { name })
+            } else {
+                // After the ACTIVE CAS: record first, then look (see `graph`).
+                graph::find_cycle(&*c.seg, entry, &record, || {
+                    // SeqCst fence: (3) in `graph`, the fence the store-buffering argument
+                    // orders against the other attacher's.
+                    fence(Ordering::SeqCst)
+                })
+                .map(|path| AttachError::Cycle {
+                    names: path
+                        .iter()
+                        .map(|&i| c.seg.consumer(i).map(entry_name).unwrap_or_default())
+                        .collect(),
+                })
+            };
+            if let Some(err) = refused {
                 // Take the record back, then give the entry back as a detach does (a fresh
                 // entry is freed; a durable one taken over keeps its name and position).
                 graph::record(&*c.seg, entry, &[0; MAX_UPSTREAM]);
                 c.durable &= !fresh;
                 drop(c);
-                return Err(AttachError::Cycle { names });
+                return Err(err);
             }
         }
         c.load_stats();

@@ -81,6 +81,14 @@ impl Upstreams {
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The name of the upstream resolved to entry `index`, if any.
+    pub(crate) fn named_at(&self, index: u32) -> Option<String> {
+        self.list[..self.len]
+            .iter()
+            .find(|u| u.index == index)
+            .map(name_of)
+    }
 }
 
 /// An upstream's word moved since the handle validated it.
@@ -146,13 +154,15 @@ impl Consumer {
     }
 }
 
-fn lost(u: &Upstream) -> PollError {
+fn name_of(u: &Upstream) -> String {
     let mut bytes = Vec::with_capacity(NAME_LEN);
     for w in &u.name {
         bytes.extend_from_slice(&w.to_ne_bytes());
     }
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    PollError::UpstreamLost {
-        name: String::from_utf8_lossy(&bytes[..end]).into_owned(),
-    }
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+fn lost(u: &Upstream) -> PollError {
+    PollError::UpstreamLost { name: name_of(u) }
 }
