@@ -136,6 +136,10 @@ pub struct RingSpec {
     pub dead_policy: Policy,
     /// Policy per consumer name.
     pub policies: BTreeMap<String, Policy>,
+    /// Durable required consumers that gate from the ring's creation
+    /// (`RingConfig::declared`): events published before one first attaches wait for it.
+    /// Applied when the broker creates the ring; a ring that exists is left as it is.
+    pub declared_consumers: Vec<String>,
 }
 
 /// Producer mode as written in the config.
@@ -166,6 +170,7 @@ impl Default for RingSpec {
             unblock_timeout: Duration::from_secs(1),
             dead_policy: Policy::Alert,
             policies: BTreeMap::new(),
+            declared_consumers: Vec::new(),
         }
     }
 }
@@ -224,6 +229,7 @@ impl RingSpec {
             optional_slack: self.optional_slack,
             mode: self.mode.unwrap_or(default_mode),
             group,
+            declared: self.declared_consumers.clone(),
         })
     }
 }

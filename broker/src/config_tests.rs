@@ -30,6 +30,37 @@ fn policies_and_errors() {
     }
 }
 
+/// `declared_consumers` reaches the ring's configuration; names that cannot be laid out are
+/// refused when the config is read, with the ring named.
+#[test]
+fn declared_consumers_are_parsed_and_checked() {
+    let c = Config::parse(
+        "[rings.logs]\ncapacity = 64\ndeclared_consumers = [\"writer\", \"archive\"]\n",
+        "t",
+    )
+    .expect("parses");
+    let ring = c.rings["logs"].ring_config(None).expect("ring config");
+    assert_eq!(ring.declared, ["writer", "archive"]);
+    assert!(Config::embedded().unwrap().rings["default"]
+        .declared_consumers
+        .is_empty());
+    for (bad, says) in [
+        ("declared_consumers = [\"a\", \"a\"]", "declared twice"),
+        ("declared_consumers = [\"\"]", "1 to 48 bytes"),
+        (
+            "max_consumers = 1\ndeclared_consumers = [\"a\", \"b\"]",
+            "raise max_consumers",
+        ),
+        ("declared_consumers = \"a\"", "sequence"),
+    ] {
+        let text = format!("[rings.logs]\n{bad}\n");
+        let msg = Config::parse(&text, "t")
+            .expect_err(&format!("{bad:?} accepted"))
+            .to_string();
+        assert!(msg.contains(says), "{bad:?}: {msg}");
+    }
+}
+
 /// A ring mode that gives others any access (read or write: the slots are the events) is
 /// refused with a clear error unless the ring opts in; bits beyond 0o777 are refused always.
 #[test]

@@ -121,7 +121,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             .consumers
             .iter()
             .find(|c| c.index == b.index)
-            .map_or("", |c| c.state.as_str());
+            .map_or("", |c| c.state_label());
         format!("  BLOCKED by {} ({state})", consumer_name(&b.name, b.index))
     });
     let _ = writeln!(
@@ -131,11 +131,16 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
         ring.producer_mode, ring.head, ring.free, slowest
     );
     if let Some(b) = &ring.blocked_by {
+        let first = ring
+            .consumers
+            .iter()
+            .any(|c| c.index == b.index && c.awaits_first_attach());
         let _ = writeln!(
             out,
-            "  producers wait for {0} and it cannot move: restart it, or `broker release {1} {0}` to let them go on without it",
+            "  producers wait for {0} and it cannot move: {2}, or `broker release {1} {0}` to let them go on without it",
             consumer_name(&b.name, b.index),
-            ring.name
+            ring.name,
+            if first { "start it (a declared consumer that never attached)" } else { "restart it" }
         );
     }
     if swept {
@@ -186,8 +191,12 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             } else {
                 x.name.clone()
             },
-            x.pid.to_string(),
-            x.state.as_str().to_owned(),
+            if x.pid == 0 {
+                "-".into()
+            } else {
+                x.pid.to_string()
+            },
+            x.state_label().to_owned(),
             kind.to_owned(),
             if x.policy.is_empty() {
                 "-".into()
@@ -220,6 +229,14 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             consumer_name(&x.name, x.index),
             x.upstream.join(", "),
             x.stage_lag.map_or("-".into(), |l| l.to_string())
+        );
+    }
+    for x in ring.consumers.iter().filter(|x| x.awaits_first_attach()) {
+        let _ = writeln!(
+            out,
+            "  {0} is DECLARED and has not attached yet: what is published waits for its first attach (start it, or remove it from declared_consumers and `broker unsubscribe {1} {0}`)",
+            consumer_name(&x.name, x.index),
+            ring.name
         );
     }
     let mut p = table(
@@ -319,5 +336,31 @@ mod tests {
             row.contains("DETACHED") && row.contains("timeout-blocking"),
             "{row}"
         );
+    }
+
+    /// A declared consumer that never attached reads DECLARED, with no pid, and the text
+    /// says to start it; the same entry once attached reads DETACHED.
+    #[test]
+    fn a_declared_consumer_waiting_for_its_first_attach_reads_declared() {
+        let mut r = report();
+        let c = &mut r.rings[0].consumers[0];
+        assert!(!c.declared && c.attached_ever, "older reports: attached");
+        (c.declared, c.attached_ever, c.pid) = (true, false, 0);
+        let text = render(&r, None);
+        assert!(
+            text.contains("BLOCKED by a-rather-long-consumer-name (DECLARED)")
+                && text.contains("start it (a declared consumer that never attached)")
+                && text.contains("is DECLARED and has not attached yet")
+                && text.contains("`broker unsubscribe r a-rather-long-consumer-name`"),
+            "{text}"
+        );
+        let row = text
+            .lines()
+            .find(|l| l.contains("a-rather-long-consumer-name") && l.contains("timeout-blocking"))
+            .expect("the consumer row");
+        assert!(row.contains("DECLARED") && row.contains(" - "), "{row}");
+        r.rings[0].consumers[0].attached_ever = true;
+        let text = render(&r, None);
+        assert!(!text.contains("DECLARED"), "{text}");
     }
 }

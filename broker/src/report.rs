@@ -237,6 +237,36 @@ pub struct ConsumerReport {
     /// trails the one before it (`None`: it reads behind no consumer).
     #[serde(default)]
     pub stage_lag: Option<u64>,
+    /// Declared in the ring's configuration (`declared_consumers`): it has gated since the
+    /// ring was created.
+    #[serde(default)]
+    pub declared: bool,
+    /// Whether any process ever attached to it. A declared consumer that never attached
+    /// is DETACHED with pid 0: its events wait for its first attach.
+    #[serde(default = "attached_ever_default")]
+    pub attached_ever: bool,
+}
+
+/// A report without the field (an older broker) describes a consumer some process attached.
+fn attached_ever_default() -> bool {
+    true
+}
+
+impl ConsumerReport {
+    /// Whether it is a declared consumer waiting for its first attach.
+    pub fn awaits_first_attach(&self) -> bool {
+        self.declared && !self.attached_ever
+    }
+
+    /// The state as `broker status` prints it: DECLARED for a declared consumer that never
+    /// attached (its JSON `state` is DETACHED), else the state's name.
+    pub fn state_label(&self) -> &'static str {
+        if self.awaits_first_attach() && self.state == ConsumerState::Detached {
+            "DECLARED"
+        } else {
+            self.state.as_str()
+        }
+    }
 }
 
 /// One producer.

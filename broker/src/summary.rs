@@ -62,6 +62,8 @@ pub fn consumer_report(
         wakeups: c.stats.wakeups,
         net_wakeups: c.stats.net_wakeups,
         failures: c.stats.failures,
+        declared: c.declared,
+        attached_ever: c.attached_ever,
         upstream: Vec::new(),
         stage_lag: None,
     }

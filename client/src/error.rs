@@ -20,6 +20,9 @@ pub enum OpenError {
     /// The requested configuration is not a valid ring.
     #[error("invalid ring configuration: {0}")]
     Config(#[source] LayoutError),
+    /// The configuration's declared consumers (`RingConfig::declared`) cannot be laid out.
+    #[error("invalid ring configuration: {0}")]
+    Declared(#[source] DeclaredError),
     /// No such ring.
     #[error("ring {name:?} does not exist in namespace {namespace:?} (no file {path}): create it first, or start the broker that creates it")]
     NotFound {
@@ -139,6 +142,25 @@ impl OpenError {
             }
         }
     }
+}
+
+/// Why a ring's declared consumers (`RingConfig::declared`) cannot be laid out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeclaredError {
+    /// A name that does not fit a consumer entry.
+    #[error("declared consumer name {0:?} is empty, longer than 48 bytes, or contains NUL: use 1 to 48 bytes")]
+    BadName(String),
+    /// The same name declared twice.
+    #[error("consumer {0:?} is declared twice: declare each durable consumer once")]
+    Duplicate(String),
+    /// More names than consumer entries.
+    #[error("{declared} declared consumers do not fit a consumer table of {max_consumers}: declare fewer, or raise max_consumers")]
+    TooMany {
+        /// Names declared.
+        declared: usize,
+        /// The consumer table size.
+        max_consumers: u32,
+    },
 }
 
 /// Attaching a producer or a consumer to a ring.

@@ -20,7 +20,8 @@ pub struct ConsumerInfo {
     /// The entry's word as read (`shmring_layout::owned_word`): what a release or free of
     /// this entry acts on, so that it never touches a later holder.
     pub word: u64,
-    /// The process holding the entry (or that held it last).
+    /// The process holding the entry (or that held it last; 0: none, as for a declared
+    /// consumer no process attached to yet).
     pub pid: u32,
     /// Start time of that process (see [`crate::process::ProcessId`]).
     pub start_time: u64,
@@ -32,6 +33,12 @@ pub struct ConsumerInfo {
     pub required: bool,
     /// Has a durable name.
     pub durable: bool,
+    /// Declared in the ring's configuration (`RingConfig::declared`): it has gated since
+    /// the ring was created.
+    pub declared: bool,
+    /// Whether any process ever attached to this entry (from its attach count). A declared
+    /// consumer that never attached holds its events for its first attach.
+    pub attached_ever: bool,
     /// Next sequence it will read.
     pub next: u64,
     /// Events published beyond its position.
@@ -130,6 +137,9 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             state_code: code,
             required: flags & consumer_flags::REQUIRED != 0,
             durable: flags & consumer_flags::DURABLE != 0,
+            declared: flags & consumer_flags::DECLARED != 0,
+            // Relaxed: a count each attach bumps before the CAS that publishes its entry.
+            attached_ever: e.cold.attaches.load(Ordering::Relaxed) != 0,
             next,
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),

@@ -74,7 +74,7 @@ mod test_ns;
 pub use consumer::{
     Consumer, ConsumerOptions, ConsumerStats, RunExit, WaitOutcome, DEFAULT_BATCH_CAP,
 };
-pub use error::{AttachError, OpenError, PollError, PublishError, TryPublishError};
+pub use error::{AttachError, DeclaredError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;
 pub use health::{
     blocked_by, has_pending, held_by_upstream, instant_state, is_stalled, lag, wrap_gate,

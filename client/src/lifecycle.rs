@@ -52,13 +52,35 @@ pub enum LifecycleError {
     #[error("ring lifecycle word {0:#x} is corrupt: remove the ring and create it again")]
     CorruptState(u64),
     /// Drain did not finish in time.
-    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}", .behind.len(), describe_behind(.behind))]
+    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}{}", .behind.len(), describe_behind(.behind), describe_never_attached(.ring, .never_attached))]
     DrainTimeout {
         /// The stop sequence.
         stop_seq: u64,
         /// (consumer index, name, next) of every consumer still short of it.
         behind: Vec<(u32, String, u64)>,
+        /// The ring's name.
+        ring: String,
+        /// Names of those that are declared consumers (`RingConfig::declared`) no process
+        /// ever attached to: they hold their events for a first attach that never came.
+        never_attached: Vec<String>,
     },
+}
+
+fn describe_never_attached(ring: &str, names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [name] => format!(
+            "; declared consumer {name:?} never attached, so the events it holds wait for it: start it, or remove it from the ring's declared consumers and unsubscribe it (`broker unsubscribe {ring} {name}`)"
+        ),
+        _ => format!(
+            "; declared consumers {} never attached, so the events they hold wait for them: start them, or remove them from the ring's declared consumers and unsubscribe each (`broker unsubscribe {ring} NAME`)",
+            names
+                .iter()
+                .map(|n| format!("{n:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 impl From<LineError> for LifecycleError {
@@ -240,9 +262,16 @@ impl Ring {
                 break Ok(stop);
             }
             if Instant::now() >= deadline {
+                let never_attached = behind
+                    .iter()
+                    .filter(|(i, _, _)| self.declared_never_attached(*i))
+                    .map(|(_, name, _)| name.clone())
+                    .collect();
                 break Err(LifecycleError::DrainTimeout {
                     stop_seq: stop,
                     behind,
+                    ring: self.name().to_owned(),
+                    never_attached,
                 });
             }
             std::thread::sleep(pause);
@@ -265,6 +294,17 @@ impl Ring {
                     .then(|| (i, crate::consumer::entry_name(e), next))
             })
             .collect()
+    }
+
+    /// Whether consumer entry `i` is a declared consumer (`RingConfig::declared`) that no
+    /// process ever attached to.
+    fn declared_never_attached(&self, i: u32) -> bool {
+        self.seg.consumer(i).is_some_and(|e| {
+            // Relaxed: display only; an attach that lands meanwhile makes the answer stale,
+            // never wrong about the past.
+            e.hot.flags.load(Ordering::Relaxed) & shmring_layout::consumer_flags::DECLARED != 0
+                && e.cold.attaches.load(Ordering::Relaxed) == 0
+        })
     }
 
     /// Reopen a stopped ring: the run counter goes up by one and publishing continues at

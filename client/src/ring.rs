@@ -10,14 +10,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{FileType, Gid, Mode};
 use shmring_layout::{
-    config_checksum, validate, FenceMode, Geometry, ProducerMode, RingState, FINGERPRINT,
-    HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, STAMP_EMPTY,
+    config_checksum, consumer_flags, validate, FenceMode, Geometry, ProducerMode, RingState,
+    FINGERPRINT, HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, NAME_LEN, STAMP_EMPTY,
 };
 
 use crate::file::FileError;
 use crate::names::{namespace_dir, ring_path};
 use crate::segment::Segment;
-use crate::{OpenError, RingInfo};
+use crate::{DeclaredError, OpenError, RingInfo};
 
 /// The shape and access rights of a ring, given at creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,13 @@ pub struct RingConfig {
     pub mode: u32,
     /// Group that owns the segment (and the namespace directory when this call creates it).
     pub group: Option<u32>,
+    /// Durable required consumers that gate from the ring's creation (default none): each
+    /// name gets its own consumer entry, DETACHED at the ring's first sequence, so every
+    /// event published before that consumer first attaches waits for it. The first
+    /// `ConsumerOptions::durable(name)` attach takes the entry over and reads from the
+    /// first sequence. Applies when the ring is created; opening an existing ring ignores
+    /// it. At most `max_consumers` distinct names of 1 to 48 bytes.
+    pub declared: Vec<String>,
 }
 
 impl Default for RingConfig {
@@ -54,13 +61,15 @@ impl Default for RingConfig {
             optional_slack: None,
             mode: 0o600,
             group: None,
+            declared: Vec::new(),
         }
     }
 }
 
 impl RingConfig {
-    /// Check the configuration and lay it out.
+    /// Check the configuration (the declared consumers included) and lay it out.
     pub fn geometry(&self) -> Result<Geometry, OpenError> {
+        self.declared_names().map_err(OpenError::Declared)?;
         let max_producers = match self.producer_mode {
             ProducerMode::Single => 1,
             ProducerMode::Multi => self.max_producers,
@@ -74,6 +83,28 @@ impl RingConfig {
             self.optional_slack.unwrap_or(self.capacity / 2),
         )
         .map_err(OpenError::Config)
+    }
+
+    /// The declared names, each packed as it is stored in a consumer entry, checked: each
+    /// fits an entry, none twice, no more than the table holds.
+    fn declared_names(&self) -> Result<Vec<[u64; NAME_LEN / 8]>, DeclaredError> {
+        if self.declared.len() > self.max_consumers as usize {
+            return Err(DeclaredError::TooMany {
+                declared: self.declared.len(),
+                max_consumers: self.max_consumers,
+            });
+        }
+        let mut packed = Vec::with_capacity(self.declared.len());
+        for (i, name) in self.declared.iter().enumerate() {
+            if self.declared[..i].contains(name) {
+                return Err(DeclaredError::Duplicate(name.clone()));
+            }
+            packed.push(
+                crate::consumer::pack_name(name)
+                    .map_err(|_| DeclaredError::BadName(name.clone()))?,
+            );
+        }
+        Ok(packed)
     }
 }
 
@@ -307,6 +338,37 @@ fn gid(g: u32) -> Gid {
     Gid::from_raw(g)
 }
 
+/// Lay out the declared consumers (`RingConfig::declared`), one entry each from the
+/// first, in a segment nobody else can see yet: name, flags REQUIRED | DURABLE | DECLARED,
+/// position the ring's first sequence, no attach, and last the word, DETACHED with no
+/// holder (`table::consumer::declare`). Every store is Relaxed: the Release store of the
+/// magic publishes them, so no process ever sees a half-built declared entry.
+fn declare(seg: &Segment, config: &RingConfig) -> Result<(), OpenError> {
+    let names = config.declared_names().map_err(OpenError::Declared)?;
+    let first = seg.position();
+    for (i, words) in names.iter().enumerate() {
+        let e = u32::try_from(i)
+            .ok()
+            .and_then(|i| seg.consumer(i))
+            .ok_or(OpenError::Declared(DeclaredError::TooMany {
+                declared: names.len(),
+                max_consumers: seg.geometry().max_consumers,
+            }))?;
+        for (w, v) in e.cold.name.iter().zip(words) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        e.cold.start_time.store(0, Ordering::Relaxed);
+        e.cold.attaches.store(0, Ordering::Relaxed);
+        e.hot.flags.store(
+            consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::DECLARED,
+            Ordering::Relaxed,
+        );
+        e.hot.next.store(first, Ordering::Relaxed);
+        crate::table::consumer::declare(&e.hot.word);
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn build(
     file: File,
@@ -380,6 +442,7 @@ fn build(
             .stamp
             .store(STAMP_EMPTY, Ordering::Relaxed);
     }
+    declare(&seg, config)?;
     h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
     // Release, last: pairs with the Acquire load of the magic in `header_snapshot`; a reader
     // that sees the magic sees every field above.

@@ -36,6 +36,7 @@
 //!  FREE --take_free--> CLAIMED(me) --set--> ACTIVE(me) --give_up--> DETACHED(me) | RELEASED | FREE
 //!  ACTIVE(me) --set, handler failed--> FAILED(me)
 //!  open durable entry --take_over--> RESUMING(me) | REATTACHING(me) --set--> ACTIVE(me)
+//!  (segment being built, unseen) --declare--> DETACHED(none), a declared consumer
 //!  ACTIVE --release--> RELEASED (holder kept: it re-gates itself)   FAILED | DETACHED --release--> RELEASED(none)
 //!  gone CLAIMED, open anonymous --free--> FREE
 //!  gone RESUMING --free--> DETACHED | RELEASED     gone REATTACHING --free--> RELEASED
@@ -149,6 +150,17 @@ pub mod consumer {
             }
             _ => Holder::Held(owned_word::owner(word)),
         }
+    }
+
+    /// Lay out a declared consumer's entry in a segment that no other process can see yet
+    /// (being built under a temporary name, before its magic is published): DETACHED with
+    /// no holder (pid 0). DETACHED is open to a takeover whoever it names ([`holder`]), and
+    /// no pid is right to name: no process has held the entry, so none may be watched for
+    /// it, signalled or taken for its holder. It gates from the ring's first publish and a
+    /// durable attach under its name takes it over as a detached consumer's (RESUMING),
+    /// keeping its position. Relaxed: published by the Release store of the segment's magic.
+    pub fn declare<W: Word>(word: &W) {
+        word.store(owned_word::next(0, cs::DETACHED, 0), Ordering::Relaxed);
     }
 
     /// Take the FREE entry read as `seen`: CLAIMED by `me`, not gating. AcqRel: exclusive

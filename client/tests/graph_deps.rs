@@ -421,3 +421,25 @@ fn a_ring_full_behind_a_detached_upstream_is_blocked_by_it_not_by_its_downstream
         .name;
     assert_eq!(name, "a", "{h:?}");
 }
+
+#[test]
+fn a_declared_upstream_can_be_named_before_its_first_attach() {
+    let ns = Namespace::concurrent("deps-declared");
+    let config = RingConfig {
+        max_consumers: 4,
+        declared: vec!["journal".into(), "apply".into()],
+        ..small(64)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    publish(&ring, 0..4);
+    // The downstream starts first: it reads behind a consumer no process has attached.
+    let mut apply = ring
+        .consumer(ConsumerOptions::durable("apply").after(["journal"]))
+        .unwrap();
+    assert_eq!(apply.next_sequence(), 0);
+    assert_eq!(poll_all(&mut apply), Vec::<u64>::new());
+    assert!(!apply.has_pending());
+    let mut journal = ring.consumer(ConsumerOptions::durable("journal")).unwrap();
+    assert_eq!(poll_all(&mut journal), vec![0, 1, 2, 3]);
+    assert_eq!(poll_all(&mut apply), vec![0, 1, 2, 3]);
+}

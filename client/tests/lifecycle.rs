@@ -70,7 +70,9 @@ fn drain_waits_for_consumers_and_reports_who_is_behind() {
         p.publish(&[i]).unwrap();
     }
     match ring.drain(Duration::from_millis(20)) {
-        Err(LifecycleError::DrainTimeout { stop_seq, behind }) => {
+        Err(LifecycleError::DrainTimeout {
+            stop_seq, behind, ..
+        }) => {
             assert_eq!(stop_seq, 6);
             assert_eq!(behind, vec![(0, "slow".to_owned(), 0)]);
         }

@@ -5,6 +5,9 @@
 //!   (as `Consumer::attach` does: read the word, ask `holder`, `take_over`, write the start
 //!   time, `set` ACTIVE), in every interleaving exactly one attaches and the other is told the
 //!   name is in use; a control with the state-only CAS the table replaced must let both in.
+//!   The same for a declared consumer's entry as `Ring::create` lays it out
+//!   (`table::consumer::declare`), whose takeover gates; a control with the entry held by
+//!   its live creator must refuse both.
 //! - **a repair never frees a new holder**: a broker repairing a dead producer's entry
 //!   (`begin_repair` .. `end_repair`) racing a new producer that reclaims the same entry
 //!   (`take_over` of a dead entry without a claim, or `take_free` after the repair): the new
@@ -104,8 +107,14 @@ fn one_holder(initial: u32) {
 }
 
 fn one_holder_of(initial: u64) {
+    one_holder_at(initial, DEAD_START);
+}
+
+/// As [`one_holder_of`], with the entry's start time `start`.
+fn one_holder_at(initial: u64, start: u64) {
     model(move || {
         let e = Arc::new(Entry::new(initial));
+        e.start_time.store(start, Ordering::Relaxed);
         let t: Vec<_> = [1, 2]
             .into_iter()
             .map(|me| {
@@ -152,6 +161,42 @@ fn two_takers_of_an_entry_whose_taker_died_one_wins() {
 #[test]
 fn two_takers_of_a_released_entry_one_wins() {
     one_holder_of(owned_word::pack(7, consumer_state::RELEASED, 0));
+}
+
+/// The word `Ring::create` gives a declared consumer's entry (`table::consumer::declare`).
+fn declared_word() -> u64 {
+    let w = std::sync::atomic::AtomicU64::new(0);
+    table::consumer::declare(&w);
+    w.into_inner()
+}
+
+/// A declared consumer's entry as `Ring::create` lays it out (DETACHED, no holder, start
+/// time 0): two processes attaching under its name at once, one attaches and the other is
+/// told the name is in use. The takeover gates (RESUMING): it keeps the events published
+/// since the ring was created.
+#[test]
+fn two_takers_of_a_declared_entry_one_wins() {
+    let word = declared_word();
+    assert_eq!(
+        (owned_word::state(word), owned_word::owner(word)),
+        (consumer_state::DETACHED, 0)
+    );
+    assert!(table::consumer::gated_required(
+        owned_word::state(word),
+        consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::DECLARED,
+        0,
+        0
+    ));
+    one_holder_at(word, 0);
+}
+
+/// Why a declared entry names no holder: one laid out as held by its creator (ACTIVE,
+/// process 1, which runs) refuses every attach under its name for as long as the creator
+/// (a broker, say) lives.
+#[test]
+#[should_panic(expected = "InUse(1)")]
+fn control_a_declared_entry_held_by_its_live_creator_refuses_every_attach() {
+    one_holder_at(owned_word::pack(1, consumer_state::ACTIVE, 1), 1001);
 }
 
 /// The takeover the table replaced: a CAS on the state alone (RESUMING -> RESUMING

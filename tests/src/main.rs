@@ -1,7 +1,7 @@
 //! `shmring-testkit`: the child processes of the multi-process integration tests.
 //!
-//! Each subcommand is one role (`produce`, `consume`, `attach-loop`, `ping-pong`,
-//! `wake-set`, `run-closed`, `lifecycle-storm`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
+//! Each subcommand is one role (`produce`, `consume`, `attach-loop`, `claim-batch`,
+//! `ping-pong`, `wake-set`, `run-closed`, `lifecycle-storm`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
 //! `ready` once attached (the parent waits for it instead of sleeping), `done ...` with its
 //! counters at the end. A violation of an ordering or integrity rule is printed on stderr
 //! and exits with status 1; a panic exits with 101.
@@ -34,6 +34,8 @@ enum Role {
     Consume(roles::consume::Args),
     /// Attach and detach a consumer repeatedly while a producer runs.
     AttachLoop(roles::attach_loop::Args),
+    /// Publish some events, then hold a `claim_batch` uncommitted until killed.
+    ClaimBatch(roles::claim_batch::Args),
     /// One side of a park/wake ping-pong over two rings (Blocking consumers).
     PingPong(roles::ping_pong::Args),
     /// Step consumers on many rings from one thread, parking on one WakeSet.
@@ -59,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         Role::Produce(a) => roles::produce::run(a),
         Role::Consume(a) => roles::consume::run(a),
         Role::AttachLoop(a) => roles::attach_loop::run(a),
+        Role::ClaimBatch(a) => roles::claim_batch::run(a),
         Role::PingPong(a) => roles::ping_pong::run(a),
         Role::WakeSet(a) => roles::wake_set::run(a),
         Role::RunClosed(a) => roles::run_closed::run(a),

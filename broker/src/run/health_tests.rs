@@ -19,6 +19,8 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         state_code,
         required: true,
         durable: true,
+        declared: false,
+        attached_ever: true,
         next,
         lag: 0,
         wait: "blocking",
@@ -116,5 +118,30 @@ fn half_attached_entries_of_a_gone_process_are_orphaned() {
         };
         assert_eq!(h.observe(&i, dead), Some(Edge::Orphaned));
         assert_eq!(h.state, ConsumerState::Attaching);
+    }
+}
+
+/// A declared consumer that never attached has no holder process (pid 0, never alive): it
+/// is DETACHED with no edge, so no dead-consumer policy (release, stop-ring) ever acts on
+/// it, however long events wait for it.
+#[test]
+fn a_declared_consumer_waiting_for_its_first_attach_is_detached_without_an_edge() {
+    let t0 = Instant::now();
+    let declared = ConsumerInfo {
+        word: shmring_layout::owned_word::pack(1, consumer_state::DETACHED, 0),
+        pid: 0,
+        start_time: 0,
+        declared: true,
+        attached_ever: false,
+        ..info(0, consumer_state::DETACHED)
+    };
+    let mut h = ConsumerHealth::new(&declared, t0);
+    let gone = |now| Seen {
+        alive: false,
+        ..seen(now, true)
+    };
+    for k in 0..5 {
+        assert_eq!(h.observe(&declared, gone(t0 + k * T)), None);
+        assert_eq!(h.state, ConsumerState::Detached);
     }
 }

@@ -119,7 +119,10 @@ impl Broker {
                             continue;
                         }
                     }
-                    Ok(ring) => self.track(name.clone(), ring, spec.clone()),
+                    Ok(ring) => {
+                        warn_undeclared(&name, &ring, &spec);
+                        self.track(name.clone(), ring, spec.clone())
+                    }
                     Err(e) => {
                         warn!(ring = %name, "configured ring left alone: {e}");
                         if let Ok(path) = shmring::names::ring_path(&self.namespace, &name) {
@@ -348,5 +351,21 @@ pub fn finish_half_done(name: &str, ring: &Ring) {
         Ok(stop) => warn!(ring = %name, stop,
             "finished a drain left by a process that died: ring STOPPED at sequence {stop}; `broker start {name}` reopens it"),
         Err(e) => warn!(ring = %name, "could not finish a half-done drain: {e}"),
+    }
+}
+
+/// Declarations apply when a ring is created: a configured declared consumer that an
+/// existing ring (adopted, or created by someone else) has no entry for is logged, never
+/// added to the live table. It gates from its first attach like any durable consumer.
+fn warn_undeclared(name: &str, ring: &Ring, spec: &RingSpec) {
+    if spec.declared_consumers.is_empty() {
+        return;
+    }
+    let info = ring.info();
+    for c in &spec.declared_consumers {
+        if !info.consumers.iter().any(|e| e.durable && e.name == *c) {
+            warn!(ring = %name, consumer = %c,
+                "declared consumer {c:?} is not in the existing ring: declarations apply when a ring is created, so it gates only from its first attach; to have it gate from the start, recreate the ring");
+        }
     }
 }

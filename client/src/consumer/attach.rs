@@ -5,7 +5,7 @@ use shmring_layout::MAX_UPSTREAM;
 use super::*;
 use crate::graph;
 
-fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
+pub(crate) fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
     if name.is_empty() || name.len() > NAME_LEN || name.contains('\0') {
         return Err(AttachError::BadName(name.to_owned()));
     }
@@ -240,8 +240,12 @@ impl Consumer {
             }
             Self::fill_cold(e, opts);
             graph::record(seg, i, record);
-            // Relaxed: published by the SeqCst CAS to ACTIVE below.
-            e.hot.flags.store(flags, Ordering::Relaxed);
+            // A declared consumer stays declared whoever takes it over. Relaxed: published
+            // by the SeqCst CAS to ACTIVE below.
+            e.hot.flags.store(
+                flags | (old_flags & consumer_flags::DECLARED),
+                Ordering::Relaxed,
+            );
             let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
                 // Freed under this process, which cannot happen while it runs: look again.
                 return Ok(Some((Found::Retry, 0)));

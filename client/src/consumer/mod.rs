@@ -227,7 +227,7 @@ mod barrier;
 mod deliver;
 mod idle;
 
-pub(crate) use attach::entry_name;
+pub(crate) use attach::{entry_name, pack_name};
 
 impl Consumer {
     fn entry(&self) -> &ConsumerEntry {

@@ -2,6 +2,7 @@
 //! size and the wait strategy.
 
 pub mod attach_loop;
+pub mod claim_batch;
 pub mod consume;
 pub mod lifecycle_storm;
 pub mod ping_pong;

@@ -1,0 +1,140 @@
+//! Declared consumers (`RingConfig::declared`), in one process: they gate from the ring's
+//! creation, the first attach under the name reads from the first sequence, and a drain
+//! that waits for one that never attached says so. The multi-process form, with the
+//! broker, is in `shmring-tests` (`declared_consumers`).
+
+use std::time::Duration;
+
+use shmring::{
+    ConsumerOptions, DeclaredError, LifecycleError, OpenError, Ring, RingConfig, TryPublishError,
+};
+use shmring_testkit::Namespace;
+
+fn cfg(declared: &[&str]) -> RingConfig {
+    RingConfig {
+        capacity: 8,
+        slot_size: 64,
+        max_consumers: 4,
+        max_producers: 4,
+        declared: declared.iter().map(|s| (*s).to_owned()).collect(),
+        ..RingConfig::default()
+    }
+}
+
+#[test]
+fn events_published_before_the_first_attach_wait_for_a_declared_consumer() {
+    let ns = Namespace::concurrent("declared-first");
+    let ring = Ring::create(ns.name(), "r", &cfg(&["writer"])).unwrap();
+    let info = ring.info();
+    assert_eq!(info.consumers.len(), 1);
+    let w = &info.consumers[0];
+    assert_eq!(
+        (w.name.as_str(), w.state, w.pid, w.next),
+        ("writer", "DETACHED", 0, 0)
+    );
+    assert!(w.required && w.durable && w.declared && !w.attached_ever);
+
+    let mut p = ring.producer().unwrap();
+    for i in 0..8u8 {
+        p.publish(&[i]).unwrap();
+    }
+    // The declared consumer gates: the ring is full until it reads.
+    assert_eq!(p.try_publish(&[8]), Err(TryPublishError::Full));
+
+    let mut c = ring.consumer(ConsumerOptions::durable("writer")).unwrap();
+    assert_eq!(c.next_sequence(), 0, "resumes at the ring's first sequence");
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push((ev.sequence(), ev.bytes()[0])))
+        .unwrap();
+    assert_eq!(got, (0..8u8).map(|i| (u64::from(i), i)).collect::<Vec<_>>());
+    assert_eq!(c.stats().dropped_behind, 0);
+    p.try_publish(&[8]).unwrap();
+
+    let info = ring.info();
+    let w = &info.consumers[0];
+    assert_eq!(w.state, "ACTIVE");
+    assert!(w.declared && w.attached_ever, "{w:?}");
+}
+
+#[test]
+fn a_declared_consumer_that_detaches_and_comes_back_keeps_its_position() {
+    let ns = Namespace::concurrent("declared-again");
+    let ring = Ring::create(ns.name(), "r", &cfg(&["a", "b"])).unwrap();
+    let mut p = ring.producer().unwrap();
+    p.publish(&[1]).unwrap();
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut n = 0;
+    a.poll_once(|_| n += 1).unwrap();
+    assert_eq!(n, 1);
+    drop(a);
+    p.publish(&[2]).unwrap();
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    assert_eq!(a.next_sequence(), 1);
+    // "b" never attached: it still holds both events.
+    let info = ring.info();
+    let b = info.consumers.iter().find(|c| c.name == "b").unwrap();
+    assert_eq!((b.next, b.declared, b.attached_ever), (0, true, false));
+    let mut b = ring.consumer(ConsumerOptions::durable("b")).unwrap();
+    let mut seqs = Vec::new();
+    b.poll_once(|ev| seqs.push(ev.sequence())).unwrap();
+    assert_eq!(seqs, vec![0, 1]);
+    a.poll_once(|_| {}).unwrap();
+}
+
+#[test]
+fn drain_names_a_declared_consumer_that_never_attached() {
+    let ns = Namespace::concurrent("declared-drain");
+    let ring = Ring::create(ns.name(), "r", &cfg(&["writer"])).unwrap();
+    ring.producer().unwrap().publish(&[1]).unwrap();
+    let err = ring.drain(Duration::from_millis(20)).unwrap_err();
+    match &err {
+        LifecycleError::DrainTimeout {
+            stop_seq,
+            never_attached,
+            ..
+        } => {
+            assert_eq!(*stop_seq, 1);
+            assert_eq!(never_attached, &vec!["writer".to_owned()]);
+        }
+        other => panic!("expected a drain timeout, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("\"writer\" never attached") && msg.contains("broker unsubscribe r writer"),
+        "{msg}"
+    );
+
+    // Once it attached, the same drain finishes.
+    ring.start().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("writer")).unwrap();
+    c.poll_once(|_| {}).unwrap();
+    assert_eq!(ring.drain(Duration::from_secs(5)), Ok(1));
+}
+
+#[test]
+fn declared_names_are_checked_before_anything_is_created() {
+    let ns = Namespace::concurrent("declared-bad");
+    let bad = |declared: &[&str]| match Ring::create(ns.name(), "r", &cfg(declared)) {
+        Err(OpenError::Declared(e)) => e,
+        other => panic!("{declared:?}: expected a declared-consumer error, got {other:?}"),
+    };
+    assert_eq!(bad(&["a", "b", "a"]), DeclaredError::Duplicate("a".into()));
+    assert_eq!(bad(&[""]), DeclaredError::BadName(String::new()));
+    let long = "x".repeat(49);
+    assert_eq!(bad(&[&long]), DeclaredError::BadName(long.clone()));
+    assert_eq!(bad(&["a\0b"]), DeclaredError::BadName("a\0b".into()));
+    assert_eq!(
+        bad(&["a", "b", "c", "d", "e"]),
+        DeclaredError::TooMany {
+            declared: 5,
+            max_consumers: 4
+        }
+    );
+    assert!(
+        matches!(Ring::open(ns.name(), "r"), Err(OpenError::NotFound { .. })),
+        "a refused configuration creates nothing"
+    );
+    // 48 bytes and a full table are fine.
+    let ok = "y".repeat(48);
+    Ring::create(ns.name(), "r", &cfg(&[&ok, "b", "c", "d"])).unwrap();
+}
