@@ -238,6 +238,17 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     } else {
         let _ = writeln!(out, "{c}");
     }
+    // The dependency graph: each dependent consumer, what it reads behind, and how far it
+    // trails the slowest of them.
+    for x in ring.consumers.iter().filter(|x| !x.upstream.is_empty()) {
+        let _ = writeln!(
+            out,
+            "  {} after: {} (stage lag {})",
+            consumer_name(&x.name, x.index),
+            x.upstream.join(", "),
+            x.stage_lag.map_or("-".into(), |l| l.to_string())
+        );
+    }
     for x in ring.consumers.iter().filter(|x| x.awaits_first_attach()) {
         let _ = writeln!(
             out,

@@ -229,6 +229,14 @@ pub struct ConsumerReport {
     pub net_wakeups: u64,
     /// Handler failures.
     pub failures: u64,
+    /// Names of the consumers it reads behind (`ConsumerOptions::after`); empty for none
+    /// (an entry since freed shows as `#<index>`).
+    #[serde(default)]
+    pub upstream: Vec<String>,
+    /// Events its slowest upstream has committed beyond its position: how far this stage
+    /// trails the one before it (`None`: it reads behind no consumer).
+    #[serde(default)]
+    pub stage_lag: Option<u64>,
     /// Declared in the ring's configuration (`declared_consumers`): it has gated since the
     /// ring was created.
     #[serde(default)]

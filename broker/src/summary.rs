@@ -69,6 +69,37 @@ pub fn consumer_report(
         poison_attempts: c.poison.map_or(0, |(_, a)| a),
         dead_lettered: c.stats.dead_lettered,
         retries: c.stats.retries,
+        upstream: Vec::new(),
+        stage_lag: None,
+    }
+}
+
+/// Fill each row's upstream names and stage lag from the table's recorded dependencies,
+/// with the rows' own positions (one sweep's, so the lag is consistent).
+fn fill_graph(consumers: &mut [ConsumerReport], info: &RingInfo) {
+    let rows: Vec<(u32, String, u64)> = consumers
+        .iter()
+        .map(|c| (c.index, c.name.clone(), c.sequence))
+        .collect();
+    for c in consumers.iter_mut() {
+        let Some(ci) = info.consumers.iter().find(|i| i.index == c.index) else {
+            continue;
+        };
+        c.upstream = ci
+            .upstream
+            .iter()
+            .map(|&u| {
+                rows.iter()
+                    .find(|r| r.0 == u)
+                    .map_or_else(|| format!("#{u}"), |r| r.1.clone())
+            })
+            .collect();
+        c.stage_lag = ci
+            .upstream
+            .iter()
+            .filter_map(|&u| rows.iter().find(|r| r.0 == u).map(|r| r.2))
+            .min()
+            .map(|slowest| slowest.saturating_sub(c.sequence));
     }
 }
 
@@ -99,10 +130,11 @@ pub fn ring_report(
     name: &str,
     ring: &Ring,
     info: &RingInfo,
-    consumers: Vec<ConsumerReport>,
+    mut consumers: Vec<ConsumerReport>,
     producers: Vec<ProducerReport>,
     health: RingHealth,
 ) -> RingReport {
+    fill_graph(&mut consumers, info);
     let geo = ring.geometry();
     let gate = shmring::wrap_gate(info, geo);
     let row = |index: u32| consumers.iter().find(|c| c.index == index);

@@ -218,6 +218,32 @@ pub enum AttachError {
         "the ring is being stopped or started by another process that has not finished; try again"
     )]
     Busy,
+    /// A name given to `ConsumerOptions::after` is not a durable consumer of this ring.
+    #[error("upstream consumer {name:?} is not a durable consumer of this ring: attach it (or declare it in the ring's configuration) before the consumers that read behind it, or fix the name")]
+    UnknownUpstream {
+        /// The name.
+        name: String,
+    },
+    /// The dependencies would form a cycle: each consumer in `names` reads behind the next,
+    /// and the last is the first again.
+    #[error("consumer dependencies would form a cycle ({}): remove one of these `after` names", names.join(" -> "))]
+    Cycle {
+        /// The consumers of the cycle, each reading behind the next; the first and the last
+        /// are this consumer.
+        names: Vec<String>,
+    },
+    /// More upstream consumers than an entry records.
+    #[error("a consumer reads behind at most {max} upstream consumers: chain them through an intermediate consumer")]
+    TooManyUpstreams {
+        /// `shmring_layout::MAX_UPSTREAM`.
+        max: usize,
+    },
+    /// A consumer named itself in `ConsumerOptions::after`.
+    #[error("consumer {name:?} names itself as an upstream: a consumer cannot read behind itself")]
+    SelfUpstream {
+        /// The name.
+        name: String,
+    },
 }
 
 /// `publish`, `publish_batch` and `claim`: the forms that wait for room.
@@ -294,7 +320,7 @@ pub enum TryPublishError {
 }
 
 /// `Consumer::poll_once` and `Consumer::run`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PollError {
     /// The handler panicked at `sequence`. Events before it were committed; the consumer is
     /// FAILED in the table and keeps its position there (a durable consumer that re-attaches
@@ -329,4 +355,13 @@ pub enum PollError {
     /// handle delivers nothing more.
     #[error("this consumer's table entry was taken by another process; re-attach")]
     EntryLost,
+    /// The entry of upstream consumer `name` (see `ConsumerOptions::after`) was freed (the
+    /// upstream unsubscribed) or now holds another consumer: what this consumer reads
+    /// behind is gone. The handle delivers nothing more; re-attach with the dependencies
+    /// as they are now.
+    #[error("upstream consumer {name:?} was unsubscribed or its entry reused: re-attach with the current dependencies")]
+    UpstreamLost {
+        /// The upstream's name.
+        name: String,
+    },
 }

@@ -120,6 +120,7 @@ pub struct Gate {
 
 /// The wrap gate of a snapshot: required consumers always gate; optional ones only within
 /// the ring's slack of the slowest required consumer (or of the head when there is none).
+/// Of consumers at the same position, one that is not held there by an upstream is named.
 pub fn wrap_gate(info: &RingInfo, geo: &Geometry) -> Gate {
     let gating = || {
         info.consumers
@@ -131,9 +132,11 @@ pub fn wrap_gate(info: &RingInfo, geo: &Geometry) -> Gate {
         .map(|c| c.next)
         .min()
         .unwrap_or(info.head);
+    // At a tie, a consumer held there by an upstream it reads behind is not the one at the
+    // gate: the upstream holding it is.
     let slowest = gating()
         .filter(|c| c.required || required.saturating_sub(c.next) <= geo.optional_slack)
-        .min_by_key(|c| c.next);
+        .min_by_key(|c| (c.next, held_by_upstream(info, c, c.next)));
     let sequence = slowest.map_or(info.head, |c| c.next);
     Gate {
         consumer: slowest.map(|c| c.index),
@@ -169,6 +172,19 @@ pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
             ring.seg.slot(next).header.stamp.load(Ordering::Acquire),
             next,
         )
+}
+
+/// Whether consumer `c` of the snapshot `info`, at position `next`, is held by an upstream
+/// consumer it reads behind (`ConsumerOptions::after`): one that gates and has not
+/// committed past `next`. Such a consumer has no work it can do, so it is never STALLED:
+/// the upstream holding it is the one to look at.
+pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
+    c.upstream.iter().any(|&u| {
+        info.consumers
+            .iter()
+            .find(|o| o.index == u)
+            .is_some_and(|o| consumer_state::gates(o.state_code) && o.next <= next)
+    })
 }
 
 /// Whether a consumer with events pending since `pending_since` that last moved at
@@ -288,7 +304,8 @@ impl HealthWatch {
             }
             let mut state = instant_state(c, is_alive(c.pid, c.start_time));
             if state == HealthState::Healthy {
-                if !has_pending(&self.ring, info.head, c.next) {
+                if !has_pending(&self.ring, info.head, c.next) || held_by_upstream(&info, c, c.next)
+                {
                     track.pending_since = None;
                 } else if track.pending_since.is_none() {
                     track.pending_since = Some(now);

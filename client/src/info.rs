@@ -54,6 +54,9 @@ pub struct ConsumerInfo {
     pub poison: Option<(u64, u32)>,
     /// Its error policy: `stop`, `skip` or `retry` (see `ErrorPolicy`).
     pub error_policy: &'static str,
+    /// The entry indices of the consumers this one reads behind (see
+    /// `ConsumerOptions::after`), as recorded in its entry.
+    pub upstream: Vec<u32>,
 }
 
 /// One producer entry as seen from outside.
@@ -152,6 +155,15 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             error_policy: shmring_layout::error_policy::name(
                 e.cold.error_policy.load(Ordering::Relaxed),
             ),
+            upstream: e
+                .cold
+                .upstream
+                .iter()
+                // Relaxed: written before the word was published (Acquire above).
+                .map(|u| u.load(Ordering::Relaxed))
+                .filter(|&u| u != 0 && u <= geo.max_consumers)
+                .map(|u| u - 1)
+                .collect(),
         });
     }
     let mut producers = Vec::new();

@@ -74,6 +74,11 @@ pub enum LeaseError {
     /// An earlier handler failure made this consumer FAILED.
     #[error("consumer is FAILED after a handler panic; re-attach to resume")]
     Failed,
+    /// An upstream consumer this one reads behind (`ConsumerOptions::after`) was
+    /// unsubscribed or its entry reused (`poll_once` names it in
+    /// `PollError::UpstreamLost`): re-attach with the current dependencies.
+    #[error("an upstream consumer was unsubscribed or its entry reused: re-attach with the current dependencies")]
+    UpstreamLost,
 }
 
 impl Consumer {
@@ -107,9 +112,13 @@ impl Consumer {
             });
         }
         // Never beyond one ring's worth from the committed position: a slot further ahead
-        // is not protected by this consumer's gate.
-        let limit =
-            (max as u64).min((self.next + self.seg.geometry().capacity).saturating_sub(from));
+        // is not protected by this consumer's gate. Nor beyond what its upstreams committed.
+        let upstream = self
+            .upstream_limit()
+            .map_err(|_| LeaseError::UpstreamLost)?;
+        let limit = (max as u64)
+            .min((self.next + self.seg.geometry().capacity).saturating_sub(from))
+            .min(upstream.saturating_sub(from));
         let mut n = 0u64;
         while n < limit {
             let seq = from + n;

@@ -56,6 +56,12 @@
 //! The same protocol runs the other way for producers waiting for room: the producer
 //! parks on the ring's producer wake line, and a consumer that commits is the waker.
 //!
+//! And a consumer's commit is a waker on the consumer wake line as well: a consumer that
+//! reads behind it (`ConsumerOptions::after`) parks there, and its last look (d) loads the
+//! upstream's `next`. The commit's Release store of `next` is then the store (1), followed
+//! by the same (2) and (3), so the argument above holds for it unchanged: this code never
+//! looks at what (1) stored or what (d) reads.
+//!
 //! The protocol is written against two small traits, [`Word`] (the waiter word) and
 //! [`Futex`] (the futex word), with the fences passed in, so that the loom models in
 //! `client/tests/loom_park.rs` run this very code on heap atomics.

@@ -28,6 +28,7 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         stats: ConsumerStats::default(),
         poison: None,
         error_policy: "stop",
+        upstream: Vec::new(),
     }
 }
 

@@ -342,6 +342,17 @@ fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
             }
         }
     }
+    let stage = s.gauge(
+        "shmring_consumer_stage_lag_events",
+        "Events its slowest upstream consumer committed beyond its position (only consumers that read behind others)",
+    );
+    for r in rings {
+        for c in &r.consumers {
+            if let Some(lag) = c.stage_lag {
+                set(&stage, &consumer_labels(r, c), lag as f64);
+            }
+        }
+    }
     for (name, help, value) in counters {
         let f = s.counter(name, help);
         for r in rings {
@@ -488,4 +499,54 @@ fn respond(
     stream.write_all(head.as_bytes())?;
     stream.write_all(body.as_bytes())?;
     stream.flush()
+}
+
+#[cfg(test)]
+mod stage_lag_tests {
+    use super::*;
+
+    fn consumer(
+        index: u32,
+        name: &str,
+        upstream: &[&str],
+        stage_lag: Option<u64>,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "index": index, "name": name, "pid": 4242, "state": "HEALTHY",
+            "required": true, "durable": true, "policy": "alert", "wait": "blocking",
+            "parked": false, "sequence": 10, "lag": 4, "idle_ms": 0, "delivered": 10,
+            "skipped": 0, "dropped_behind": 0, "wakeups": 0, "net_wakeups": 0, "failures": 0,
+            "upstream": upstream, "stage_lag": stage_lag
+        })
+    }
+
+    #[test]
+    fn the_stage_lag_gauge_is_set_for_dependent_consumers_only() {
+        let report: StatusReport = serde_json::from_value(serde_json::json!({
+            "schema": 1, "namespace": "n", "healthy": true, "unreadable": [],
+            "broker": {"running": true, "pid": 1, "epoch": 1, "uptime_ms": 10,
+                "last_sweep_ms": 1, "sweep_period_us": 250000, "sweeps": 3,
+                "watched_processes": 1},
+            "rings": [{"name": "r", "state": "RUNNING", "run": 1, "epoch": 1, "capacity": 64,
+                "slot_size": 128, "producer_mode": "multi", "head": 14, "free": 50,
+                "closed": false, "slowest": null, "blocked_by": null,
+                "fence_mode": "membarrier", "consumer_waiters": 0, "producer_waiters": 0,
+                "consumer_wakes": 0, "producer_wakes": 0,
+                "health": {"stall_threshold_ms": 500, "unblock_timeout_ms": 1000, "stalls": 0,
+                    "recoveries": 0, "deaths": 0, "releases": 0, "freed": 0,
+                    "policy_stops": 0, "repaired_claims": 0, "tombstoned": 0},
+                "consumers": [consumer(0, "journal", &[], None),
+                    consumer(1, "apply", &["journal"], Some(3))],
+                "producers": []}]
+        }))
+        .expect("a report");
+        let text = encode(&report);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("shmring_consumer_stage_lag_events{"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        assert!(lines[0].contains("consumer=\"apply\""), "{text}");
+        assert!(lines[0].ends_with(" 3.0"), "{text}");
+    }
 }

@@ -55,8 +55,10 @@ fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) 
     let mut consumers = Vec::with_capacity(info.consumers.len());
     for c in &info.consumers {
         let alive = watches.alive(c.pid, c.start_time);
-        // Pending: the slot at its position is published, or it has been lapped.
-        let pending = shmring::has_pending(&t.ring, info.head, c.next);
+        // Pending: the slot at its position is published, or it has been lapped; and no
+        // upstream consumer it reads behind holds it there.
+        let pending = shmring::has_pending(&t.ring, info.head, c.next)
+            && !shmring::held_by_upstream(&info, c, c.next);
         let seen = Seen {
             alive,
             pending,

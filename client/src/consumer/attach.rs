@@ -1,6 +1,9 @@
 //! Attaching a consumer: a free entry, or a durable name taken over (see `table`).
 
+use shmring_layout::MAX_UPSTREAM;
+
 use super::*;
+use crate::graph;
 
 pub(crate) fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
     if name.is_empty() || name.len() > NAME_LEN || name.contains('\0') {
@@ -27,7 +30,7 @@ pub(crate) fn entry_name(e: &ConsumerEntry) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
+pub(super) fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
     e.cold
         .name
         .iter()
@@ -43,8 +46,14 @@ impl Ring {
 }
 
 enum Found {
-    /// Attached to entry `index`, starting at `next`, holding it with `word`.
-    Attached { index: u32, next: u64, word: u64 },
+    /// Attached to entry `index`, starting at `next`, holding it with `word`; `fresh`: a
+    /// free entry (not a durable one taken over).
+    Attached {
+        index: u32,
+        next: u64,
+        word: u64,
+        fresh: bool,
+    },
     /// Lost a race; scan again.
     Retry,
 }
@@ -62,20 +71,27 @@ impl Consumer {
         } else {
             0
         };
+        let upstream = Self::resolve(&seg, &opts)?;
+        let record = upstream.record();
         let mut dropped = 0;
-        let (entry, next, word) = loop {
+        let (entry, next, word, fresh) = loop {
             let found = match &words {
-                Some(w) => match Self::resume(&seg, w, flags, &opts)? {
+                Some(w) => match Self::resume(&seg, w, flags, &opts, &record)? {
                     Some((f, lost)) => {
                         dropped = lost;
                         f
                     }
-                    None => Self::fresh(&seg, Some(w), flags, &opts)?,
+                    None => Self::fresh(&seg, Some(w), flags, &opts, &record)?,
                 },
-                None => Self::fresh(&seg, None, flags, &opts)?,
+                None => Self::fresh(&seg, None, flags, &opts, &record)?,
             };
             match found {
-                Found::Attached { index, next, word } => break (index, next, word),
+                Found::Attached {
+                    index,
+                    next,
+                    word,
+                    fresh,
+                } => break (index, next, word, fresh),
                 Found::Retry => std::thread::yield_now(),
             }
         };
@@ -108,9 +124,38 @@ impl Consumer {
             flush: opts.flush_within.map(Flush::new),
             scratch: [Vec::new(), Vec::new()],
             stats: ConsumerStats::default(),
+            upstream,
             seg,
             _not_sync: PhantomData,
         };
+        if !c.upstream.is_empty() {
+            let refused = if let Some(name) = c.upstream.named_at(entry) {
+                // The upstream was freed while this consumer attached, and this attach took
+                // its entry: it is gone.
+                Some(AttachError::UnknownUpstream { name })
+            } else {
+                // After the ACTIVE CAS: record first, then look (see `graph`).
+                graph::find_cycle(&*c.seg, entry, &record, || {
+                    // SeqCst fence: (3) in `graph`, the fence the store-buffering argument
+                    // orders against the other attacher's.
+                    fence(Ordering::SeqCst)
+                })
+                .map(|path| AttachError::Cycle {
+                    names: path
+                        .iter()
+                        .map(|&i| c.seg.consumer(i).map(entry_name).unwrap_or_default())
+                        .collect(),
+                })
+            };
+            if let Some(err) = refused {
+                // Take the record back, then give the entry back as a detach does (a fresh
+                // entry is freed; a durable one taken over keeps its name and position).
+                graph::record(&*c.seg, entry, &[0; MAX_UPSTREAM]);
+                c.durable &= !fresh;
+                drop(c);
+                return Err(err);
+            }
+        }
         c.load_stats();
         if dropped > 0 {
             c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
@@ -149,6 +194,7 @@ impl Consumer {
         words: &[u64; NAME_LEN / 8],
         flags: u32,
         opts: &ConsumerOptions,
+        record: &[u32; MAX_UPSTREAM],
     ) -> Result<Option<(Found, u64)>, AttachError> {
         let name = opts.name.as_deref();
         let geo = seg.geometry();
@@ -203,11 +249,13 @@ impl Consumer {
             let required = flags & consumer_flags::REQUIRED != 0;
             let keep = if required { gated } else { old_next <= head };
             if !keep {
-                // A provisional position read just before the CAS to ACTIVE (Relaxed:
-                // published by it), as a fresh attach stores (see `fresh`).
-                e.hot.next.store(seg.position(), Ordering::Relaxed);
+                // A provisional position read just before the CAS to ACTIVE, as a fresh
+                // attach stores (see `fresh`). Release: a dependent consumer that reads it
+                // then reads this holder's word (see `consumer/barrier.rs`).
+                graph::provisional_position(&e.hot.next, seg.position());
             }
             Self::fill_cold(e, opts);
+            graph::record(seg, i, record);
             // A declared consumer stays declared whoever takes it over. Relaxed: published
             // by the SeqCst CAS to ACTIVE below.
             e.hot.flags.store(
@@ -223,6 +271,7 @@ impl Consumer {
                     index: i,
                     next: old_next,
                     word,
+                    fresh: false,
                 };
                 return Ok(Some((found, 0)));
             }
@@ -235,6 +284,7 @@ impl Consumer {
                 index: i,
                 next: head,
                 word,
+                fresh: false,
             };
             return Ok(Some((found, lost)));
         }
@@ -247,6 +297,7 @@ impl Consumer {
         words: Option<&[u64; NAME_LEN / 8]>,
         flags: u32,
         opts: &ConsumerOptions,
+        record: &[u32; MAX_UPSTREAM],
     ) -> Result<Found, AttachError> {
         let geo = seg.geometry();
         let me = process::current().pid;
@@ -289,19 +340,18 @@ impl Consumer {
         ] {
             ctr.store(0, Ordering::Relaxed);
         }
-        for w in e.cold.upstream.iter().chain([
-            &e.cold.group,
-            &e.cold.error_policy,
-            &e.cold.poison_attempts,
-        ]) {
+        for w in [&e.cold.group, &e.cold.error_policy, &e.cold.poison_attempts] {
             w.store(0, Ordering::Relaxed);
         }
+        graph::record(seg, i, record);
         e.hot.flags.store(flags, Ordering::Relaxed);
         // A provisional position, read just before the CAS to ACTIVE: a scan that sees the
         // entry ACTIVE before its start is stored below gates at or before it (the start is
         // read later, so it is not below this). A value that never lowers the gate here
         // would let such a scan gate at its own, later, position and lap the start.
-        e.hot.next.store(seg.position(), Ordering::Relaxed);
+        // Release (not published by the CAS alone): a dependent consumer that reads it then
+        // reads this holder's word, never the previous one's (see `consumer/barrier.rs`).
+        graph::provisional_position(&e.hot.next, seg.position());
         // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this CAS.
         let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
@@ -339,6 +389,48 @@ impl Consumer {
             index: i,
             next: start,
             word,
+            fresh: true,
         })
+    }
+
+    /// Resolve the names of `ConsumerOptions::after` to the durable entries holding them.
+    fn resolve(seg: &Segment, opts: &ConsumerOptions) -> Result<barrier::Upstreams, AttachError> {
+        let mut names: Vec<&str> = Vec::with_capacity(opts.upstream.len());
+        for n in &opts.upstream {
+            if !names.contains(&n.as_str()) {
+                names.push(n);
+            }
+        }
+        if names.len() > MAX_UPSTREAM {
+            return Err(AttachError::TooManyUpstreams { max: MAX_UPSTREAM });
+        }
+        let mut ups = barrier::Upstreams::default();
+        for name in names {
+            if opts.name.as_deref() == Some(name) {
+                return Err(AttachError::SelfUpstream {
+                    name: name.to_owned(),
+                });
+            }
+            let words = pack_name(name)?;
+            let found = (0..seg.geometry().max_consumers).find_map(|i| {
+                let e = seg.consumer(i)?;
+                // Acquire: the name and flags were written before the word was published.
+                let word = e.hot.word.load(Ordering::Acquire);
+                let durable = e.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE != 0;
+                (!matches!(
+                    owned_word::state(word),
+                    consumer_state::FREE | consumer_state::CLAIMED
+                ) && durable
+                    && name_is(e, &words))
+                .then_some((i, word))
+            });
+            let Some((index, word)) = found else {
+                return Err(AttachError::UnknownUpstream {
+                    name: name.to_owned(),
+                });
+            };
+            ups.push(index, word, words);
+        }
+        Ok(ups)
     }
 }

@@ -6,9 +6,20 @@ use super::*;
 
 impl Consumer {
     /// Whether an event (or a lap) is waiting: the last look before parking.
+    ///
+    /// A dependent consumer (see `ConsumerOptions::after`) has an event waiting only once
+    /// its upstreams committed past it; an upstream whose entry changed reads as pending,
+    /// so that `poll_once` looks at it.
     pub fn has_pending(&self) -> bool {
         if self.nothing_claimed() {
             return false;
+        }
+        if !self.upstream.is_empty() {
+            match self.barrier() {
+                Ok(limit) if limit <= self.next => return false,
+                Ok(_) => {}
+                Err(barrier::Stale) => return true,
+            }
         }
         let stamp = self
             .seg
@@ -38,6 +49,8 @@ impl Consumer {
     ///
     /// A handler that panics fails its event: the error policy says what happens next
     /// (see [`ConsumerOptions::on_error`]; by default the consumer stops, FAILED).
+    ///
+    /// A dependent consumer's run also stops where its upstreams have not committed yet.
     pub fn poll_once<F>(&mut self, mut handler: F) -> Result<usize, PollError>
     where
         F: FnMut(Event<'_>),
@@ -91,10 +104,14 @@ impl Consumer {
             return self.idle_checks(false);
         }
         let start = self.next;
+        // One load per upstream (none without): see `barrier`.
+        let cap = self
+            .batch_cap
+            .min(self.upstream_limit()?.saturating_sub(start));
         let mut n = 0u64;
         let mut lapped = false;
         let mut repaired = false;
-        while n < self.batch_cap {
+        while n < cap {
             let seq = start + n;
             // Acquire: SYNC POINT with the producer's Release stamp store; the payload, len
             // and flags of every slot in the run are visible after this.
@@ -207,6 +224,15 @@ impl Consumer {
         // A producer may be parked waiting for this room.
         park::notify(
             &self.seg.lines().producer_wake.value,
+            self.seg.header(),
+            registered,
+        );
+        // A consumer reading behind this one may be parked waiting for this commit: the
+        // store above is the "publish" (1) of the park protocol on the consumer wake line,
+        // and the same fence pair orders it against the parker's last look (see `park`).
+        // One load of the waiter count when nobody parks.
+        park::notify(
+            &self.seg.lines().consumer_wake.value,
             self.seg.header(),
             registered,
         );

@@ -56,6 +56,7 @@ pub struct ConsumerOptions {
     wait: WaitStrategy,
     on_error: ErrorPolicy,
     flush_within: Option<Duration>,
+    upstream: Vec<String>,
 }
 
 impl ConsumerOptions {
@@ -68,6 +69,7 @@ impl ConsumerOptions {
             wait: WaitStrategy::default(),
             on_error: ErrorPolicy::Stop,
             flush_within: None,
+            upstream: Vec::new(),
         }
     }
 
@@ -115,6 +117,42 @@ impl ConsumerOptions {
     /// delivery reads no clock; set, it reads a clock once per event (see `flush`).
     pub fn flush_within(mut self, d: Duration) -> Self {
         self.flush_within = Some(d);
+        self
+    }
+
+    /// Read behind the durable consumers `upstream` of the same ring (the Disruptor's
+    /// `handleEventsWith(a, b).then(c)`): this consumer is handed an event only once every
+    /// one of them has committed past it. Each name must be a durable consumer of the ring
+    /// when this one attaches (attached, detached, failed or declared); at most
+    /// [`shmring_layout::MAX_UPSTREAM`] names, not its own, and no cycle. An upstream that
+    /// dies or fails holds this consumer until it comes back, unless the broker's policy
+    /// releases it from gating; an upstream whose entry is freed ends this consumer with
+    /// [`PollError::UpstreamLost`]. Producers still gate on every consumer. Calling it
+    /// again adds names.
+    ///
+    /// ```
+    /// use shmring::{ConsumerOptions, Ring, RingConfig};
+    /// # let ns = format!("doc-after-{}", std::process::id());
+    /// let ring = Ring::create(&ns, "orders", &RingConfig { capacity: 64, ..RingConfig::default() })?;
+    /// let mut journal = ring.consumer(ConsumerOptions::durable("journal"))?;
+    /// let mut risk = ring.consumer(ConsumerOptions::durable("risk"))?;
+    /// let mut apply = ring.consumer(ConsumerOptions::durable("apply").after(["journal", "risk"]))?;
+    /// ring.producer()?.publish(b"buy 100 @ 42")?;
+    /// assert_eq!(apply.poll_once(|_| {})?, 0, "neither upstream has committed it");
+    /// journal.poll_once(|_| {})?;
+    /// risk.poll_once(|_| {})?;
+    /// assert_eq!(apply.poll_once(|_| {})?, 1);
+    /// # drop((journal, risk, apply));
+    /// Ring::remove(&ns, "orders")?;
+    /// # std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn after<I>(mut self, upstream: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.upstream.extend(upstream.into_iter().map(Into::into));
         self
     }
 }
@@ -233,10 +271,13 @@ pub struct Consumer {
     flush: Option<Flush>,
     scratch: [Vec<u8>; 2],
     stats: ConsumerStats,
+    /// The upstream consumers this one reads behind (see `barrier`).
+    upstream: barrier::Upstreams,
     _not_sync: PhantomData<Cell<()>>,
 }
 
 mod attach;
+mod barrier;
 mod deliver;
 mod flush;
 mod idle;

@@ -19,6 +19,10 @@
 //! `--hang-after N` blocks forever inside the handler of the N-th event (after printing
 //! `hang delivered=N ring_seq=R`): that batch is never committed.
 //!
+//! `--after NAME` (repeatable) reads behind the durable consumer NAME
+//! (`ConsumerOptions::after`), and checks inside the handler of every event that each such
+//! upstream's committed position, read from the ring's table, is already past it.
+//!
 //! `--hold` attaches, prints `ready`, then reads nothing from the ring until the parent
 //! writes `resume` to stdin (a blocking read: the process uses no CPU meanwhile), so a
 //! producer fills the ring and has to wait for room. The `done` line also carries the
@@ -87,6 +91,10 @@ pub struct Args {
     /// Block forever inside the handler of the N-th event (1-based).
     #[arg(long)]
     hang_after: Option<u64>,
+    /// Read behind this durable consumer (repeatable), checking per event that it has
+    /// committed past the event.
+    #[arg(long)]
+    after: Vec<String>,
     /// Give up after this many seconds without finishing (shorter than the parent's 60 s
     /// watchdog, so the parent sees this error rather than a kill).
     #[arg(long, default_value_t = 50)]
@@ -116,6 +124,8 @@ struct Checker {
     /// The order rule (ring sequences, payloads, each producer's sequences).
     order: OrderCheck,
     violation: Option<String>,
+    /// With `--after`: the ring and the upstream names, to check their positions.
+    upstream: Option<(shmring::Ring, Vec<String>)>,
 }
 
 impl Checker {
@@ -150,6 +160,18 @@ impl Checker {
                 ));
             }
         }
+        if let Some((ring, names)) = &self.upstream {
+            let info = ring.info();
+            for n in names {
+                let next = info.consumers.iter().find(|c| &c.name == n).map(|c| c.next);
+                if next.is_none_or(|next| next <= r) {
+                    return Err(format!(
+                        "ring sequence {r} handed over before upstream {n:?} committed past it \
+                         (its position: {next:?})"
+                    ));
+                }
+            }
+        }
         let o = self.order.check(r, ev.bytes())?;
         if o.producer >= self.producers {
             return Err(format!(
@@ -182,7 +204,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         None => ConsumerOptions::anonymous(),
     }
     .batch_cap(a.batch_cap)
-    .wait(a.wait.strategy());
+    .wait(a.wait.strategy())
+    .after(a.after.iter().cloned());
     if a.optional {
         opts = opts.optional();
     }
@@ -221,6 +244,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         hang_after: a.hang_after,
         order,
         violation: None,
+        upstream: if a.after.is_empty() {
+            None
+        } else {
+            Some((a.ring.open()?, a.after.clone()))
+        },
     });
     let deadline = Instant::now() + Duration::from_secs(a.deadline_secs);
     let timed_out = || Instant::now() > deadline;

@@ -1,0 +1,191 @@
+//! Consumer dependencies: the graph of upstream consumers recorded in the table, and the
+//! cycle check of an attach.
+//!
+//! A consumer attached with `ConsumerOptions::after([...])` names upstream consumers of
+//! the same ring by durable name. At attach the names are resolved to table entries and
+//! recorded, each as its entry index plus one, in `ConsumerCold::upstream` of the
+//! attaching entry, before the compare-and-swap that makes it ACTIVE. Delivery then stops
+//! below the lowest `next` of the gating upstreams (see `consumer/barrier.rs`).
+//!
+//! ## The cycle check: record first, then look
+//!
+//! After its ACTIVE CAS (SeqCst) and a SeqCst fence, the attaching process walks the
+//! recorded upstream graph from its own entry, loading each entry's word (SeqCst) and then
+//! its record. Reaching its own entry again is a cycle: it takes its record back and gives
+//! the entry back. Two processes that close a cycle at once (`a` attaching after `b` while
+//! `b` attaches after `a`) run the store-buffering race:
+//!
+//! ```text
+//! process A (entry a)                     process B (entry b)
+//! (1) upstream[a] = b        (Relaxed)    (1') upstream[b] = a       (Relaxed)
+//! (2) word[a] -> ACTIVE      (SeqCst CAS) (2') word[b] -> ACTIVE     (SeqCst CAS)
+//! (3) fence                  (SeqCst)     (3') fence                 (SeqCst)
+//! (4) w = word[b]            (SeqCst)     (4') w = word[a]           (SeqCst)
+//! (5) upstream[b] == a+1 ?   (Relaxed)    (5') upstream[a] == b+1 ?  (Relaxed)
+//! ```
+//!
+//! The fences (3) and (3') are ordered one way or the other in the single total order of
+//! SeqCst operations. If (3) comes first, (2) happens before (4'): (4') reads ACTIVE (or a
+//! later word of `a`), which synchronizes with (2), so (5') sees (1) and B reports the
+//! cycle; symmetrically if (3') comes first. Both may see it (both refuse); never neither.
+//! A check made before the record (the order reversed) lets both through: the loom model
+//! `client/tests/loom_graph.rs` runs this very walk and shows both.
+//!
+//! The fence is what the model can check: loom treats SeqCst accesses as Acquire/Release
+//! but implements SeqCst fences. (On the C++ model the SeqCst CAS and loads alone already
+//! order it; the fence costs nothing that matters at attach time.)
+//!
+//! The walk follows the records of entries in a settled state (ACTIVE, DETACHED, FAILED,
+//! RELEASED): a durable consumer's dependencies are part of it while it is away. An entry
+//! being attached (CLAIMED, RESUMING, REATTACHING) is rewriting its record and runs its own
+//! check after its ACTIVE CAS, which by the argument above sees this one's. A walk that
+//! races such a rewrite can read a half-written record: at worst it reports a cycle that a
+//! retry does not (never the reverse). Every entry is visited once, so the walk is bounded
+//! by the table size whatever the records say; indices outside the table are ignored.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use shmring_layout::{consumer_state, owned_word, MAX_UPSTREAM};
+
+use crate::line::Word;
+use crate::segment::Segment;
+
+/// An upstream's position as a dependent consumer's barrier reads it: its `next`, if its
+/// entry still holds the word `validated` (else `None`: the entry changed, look again).
+/// `next` before the word: see `consumer/barrier.rs` for why this order, with
+/// [`provisional_position`] on the other side, never pairs one tenure's position with
+/// another's word.
+#[inline(always)]
+pub fn upstream_next<W: Word + ?Sized>(next: &W, word: &W, validated: u64) -> Option<u64> {
+    // Acquire: SYNC POINT with the upstream's Release commit (`Consumer::commit`) and with
+    // a new holder's Release `provisional_position`.
+    let n = next.load(Ordering::Acquire);
+    // Relaxed: ordered after the Acquire load above; reads the new holder's take of the
+    // entry (or later) whenever `n` is that holder's.
+    (word.load(Ordering::Relaxed) == validated).then_some(n)
+}
+
+/// A new holder's first store of its entry's `next`, before the CAS that makes it ACTIVE:
+/// a Release store, so that a barrier that reads it also reads the CAS that took the entry
+/// ([`upstream_next`]).
+#[inline(always)]
+pub fn provisional_position<W: Word + ?Sized>(next: &W, position: u64) {
+    // Release: pairs with the Acquire load in `upstream_next`.
+    next.store(position, Ordering::Release);
+}
+
+/// The consumer table as the dependency graph sees it. Implemented for the segment; the
+/// loom model implements it on loom's atomics.
+pub trait Graph {
+    /// Number of entries.
+    fn entries(&self) -> u32;
+    /// Entry `i`'s word, loaded with `order` (`i` below [`Graph::entries`]).
+    fn word(&self, i: u32, order: Ordering) -> u64;
+    /// Entry `i`'s recorded upstream number `k` (an index plus one, 0: none).
+    fn upstream(&self, i: u32, k: usize, order: Ordering) -> u32;
+    /// Record `value` as entry `i`'s upstream number `k`.
+    fn set_upstream(&self, i: u32, k: usize, value: u32, order: Ordering);
+}
+
+impl Graph for Segment {
+    fn entries(&self) -> u32 {
+        self.geometry().max_consumers
+    }
+    fn word(&self, i: u32, order: Ordering) -> u64 {
+        self.consumer(i).map_or(0, |e| e.hot.word.load(order))
+    }
+    fn upstream(&self, i: u32, k: usize, order: Ordering) -> u32 {
+        self.consumer(i)
+            .and_then(|e| e.cold.upstream.get(k))
+            .map_or(0, |u: &AtomicU32| u.load(order))
+    }
+    fn set_upstream(&self, i: u32, k: usize, value: u32, order: Ordering) {
+        if let Some(u) = self.consumer(i).and_then(|e| e.cold.upstream.get(k)) {
+            u.store(value, order);
+        }
+    }
+}
+
+/// Record `upstream` (entry indices plus one, 0 for none) as entry `me`'s upstreams: the
+/// holder's write before the SeqCst CAS that makes it ACTIVE, which publishes it.
+pub fn record<G: Graph + ?Sized>(g: &G, me: u32, upstream: &[u32; MAX_UPSTREAM]) {
+    for (k, &u) in upstream.iter().enumerate() {
+        // Relaxed: published by the holder's SeqCst CAS to ACTIVE (see the module comment).
+        g.set_upstream(me, k, u, Ordering::Relaxed);
+    }
+}
+
+/// Whether the walk follows the record of an entry whose word is `word`.
+fn settled(word: u64) -> bool {
+    matches!(
+        owned_word::state(word),
+        consumer_state::ACTIVE
+            | consumer_state::DETACHED
+            | consumer_state::FAILED
+            | consumer_state::RELEASED
+    )
+}
+
+/// Look for a cycle through entry `me`, whose record is `mine` (what it recorded before
+/// its ACTIVE CAS): the entries of the cycle, starting and ending with `me`. `fence` is the
+/// SeqCst fence (3) of the module comment, issued before any entry is read.
+pub fn find_cycle<G: Graph + ?Sized>(
+    g: &G,
+    me: u32,
+    mine: &[u32; MAX_UPSTREAM],
+    fence: impl FnOnce(),
+) -> Option<Vec<u32>> {
+    fence();
+    let n = g.entries();
+    if me >= n {
+        return None;
+    }
+    // parent[v]: the entry from which the walk reached v (me for the roots).
+    let mut parent: Vec<Option<u32>> = vec![None; n as usize];
+    let mut stack = Vec::new();
+    let visit = |v: u32, from: u32, parent: &mut Vec<Option<u32>>, stack: &mut Vec<u32>| {
+        if v < n && v != me && parent[v as usize].is_none() {
+            parent[v as usize] = Some(from);
+            stack.push(v);
+        }
+    };
+    for &u in mine {
+        if u != 0 {
+            if u - 1 == me {
+                return Some(vec![me, me]);
+            }
+            visit(u - 1, me, &mut parent, &mut stack);
+        }
+    }
+    while let Some(v) = stack.pop() {
+        // SeqCst: (4) of the module comment; it also orders the record's loads after it.
+        let word = g.word(v, Ordering::SeqCst);
+        if !settled(word) {
+            continue;
+        }
+        for k in 0..MAX_UPSTREAM {
+            // Relaxed: ordered after the SeqCst load of the word (5).
+            let u = g.upstream(v, k, Ordering::Relaxed);
+            if u == 0 {
+                continue;
+            }
+            if u - 1 == me {
+                let mut path = vec![me, v];
+                let mut at = v;
+                // Bounded: every parent link was set once, on the way from `me`.
+                while let Some(p) = parent.get(at as usize).copied().flatten() {
+                    if p == me {
+                        break;
+                    }
+                    path.push(p);
+                    at = p;
+                }
+                path.push(me);
+                path.reverse();
+                return Some(path);
+            }
+            visit(u - 1, v, &mut parent, &mut stack);
+        }
+    }
+    None
+}

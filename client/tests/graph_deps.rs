@@ -1,0 +1,445 @@
+//! Consumer dependencies in one process (`ConsumerOptions::after`): the barrier of a
+//! diamond, the attach errors, an upstream that fails, re-attaches, is released or freed,
+//! and a parked downstream woken by its upstream's commit. The multi-process kill test is
+//! `tests/tests/graph_kill.rs`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use shmring::{
+    AttachError, ConsumerOptions, HealthState, HealthThresholds, PollError, Ring, RingConfig,
+    WaitOutcome, WaitStrategy,
+};
+
+use shmring_testkit::Namespace;
+
+mod common;
+use common::small;
+
+/// A watchdog for waits that must end: far beyond any honest run, never a timing assertion.
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+fn ring_with(ns: &Namespace, consumers: u32) -> Ring {
+    let config = RingConfig {
+        max_consumers: consumers,
+        ..small(64)
+    };
+    Ring::create(ns.name(), "r", &config).unwrap()
+}
+
+fn next_of(ring: &Ring, name: &str) -> u64 {
+    ring.info()
+        .consumers
+        .iter()
+        .find(|c| c.name == name)
+        .map(|c| c.next)
+        .unwrap_or_else(|| panic!("no consumer {name}"))
+}
+
+/// The error of an attach that must be refused.
+trait Refused {
+    fn refused(self) -> AttachError;
+}
+
+impl Refused for Result<shmring::Consumer, AttachError> {
+    fn refused(self) -> AttachError {
+        match self {
+            Ok(c) => panic!("attached consumer {} that must be refused", c.index()),
+            Err(e) => e,
+        }
+    }
+}
+
+fn publish(ring: &Ring, range: std::ops::Range<u64>) {
+    let mut p = ring.producer().unwrap();
+    for i in range {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+}
+
+fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while c.poll_once(|ev| seen.push(ev.sequence())).unwrap() > 0 {}
+    seen
+}
+
+#[test]
+fn a_diamond_downstream_never_passes_either_upstream() {
+    const N: u64 = 2_000;
+    let ns = Namespace::concurrent("deps-diamond");
+    let ring = ring_with(&ns, 4);
+    let a = ring
+        .consumer(ConsumerOptions::durable("a").batch_cap(3))
+        .unwrap();
+    let b = ring
+        .consumer(ConsumerOptions::durable("b").batch_cap(7))
+        .unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a", "b"]))
+        .unwrap();
+    let info = ring.info();
+    let idx = |n: &str| info.consumers.iter().find(|c| c.name == n).unwrap().index;
+    let cinfo = info.consumers.iter().find(|c| c.name == "c").unwrap();
+    let mut ups = cinfo.upstream.clone();
+    ups.sort_unstable();
+    assert_eq!(ups, {
+        let mut v = vec![idx("a"), idx("b")];
+        v.sort_unstable();
+        v
+    });
+
+    let done = Arc::new(AtomicBool::new(false));
+    let upstream = |mut u: shmring::Consumer| {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            u.run(
+                |_| std::thread::yield_now(),
+                || done.load(Ordering::Relaxed),
+            )
+            .unwrap();
+        })
+    };
+    let (ta, tb) = (upstream(a), upstream(b));
+    let producer = {
+        let ring = Ring::open(ring.namespace(), ring.name()).unwrap();
+        std::thread::spawn(move || publish(&ring, 0..N))
+    };
+    let mut seen = 0u64;
+    let watchdog = std::time::Instant::now();
+    while seen < N {
+        assert!(
+            watchdog.elapsed() < WATCHDOG,
+            "watchdog: c saw {seen} of {N}"
+        );
+        c.poll_once(|ev| {
+            let s = ev.sequence();
+            let (na, nb) = (next_of(&ring, "a"), next_of(&ring, "b"));
+            assert!(
+                s < na && s < nb,
+                "c was handed {s} before a ({na}) and b ({nb}) committed past it"
+            );
+            assert_eq!(s, seen, "in order, each once");
+            seen += 1;
+        })
+        .unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    for t in [ta, tb, producer] {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn an_unknown_upstream_is_refused_and_leaves_no_entry() {
+    let ns = Namespace::concurrent("deps-unknown");
+    let ring = ring_with(&ns, 4);
+    let _a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let err = ring
+        .consumer(ConsumerOptions::durable("c").after(["a", "nope"]))
+        .refused();
+    assert_eq!(
+        err,
+        AttachError::UnknownUpstream {
+            name: "nope".into()
+        }
+    );
+    // An anonymous consumer, though durable, is not nameable: only names are.
+    assert_eq!(ring.info().consumers.len(), 1);
+}
+
+#[test]
+fn a_consumer_naming_itself_is_refused() {
+    let ns = Namespace::concurrent("deps-self");
+    let ring = ring_with(&ns, 4);
+    let err = ring
+        .consumer(ConsumerOptions::durable("a").after(["a"]))
+        .refused();
+    assert_eq!(err, AttachError::SelfUpstream { name: "a".into() });
+    assert!(ring.info().consumers.is_empty());
+}
+
+#[test]
+fn more_upstreams_than_an_entry_records_are_refused() {
+    let ns = Namespace::concurrent("deps-many");
+    let ring = ring_with(&ns, 8);
+    let names = ["u0", "u1", "u2", "u3", "u4"];
+    let _ups: Vec<_> = names
+        .iter()
+        .map(|n| ring.consumer(ConsumerOptions::durable(*n)).unwrap())
+        .collect();
+    let err = ring
+        .consumer(ConsumerOptions::durable("c").after(names))
+        .refused();
+    assert_eq!(
+        err,
+        AttachError::TooManyUpstreams {
+            max: shmring_layout::MAX_UPSTREAM
+        }
+    );
+    // A name given twice counts once.
+    let c = ring
+        .consumer(ConsumerOptions::durable("c").after(["u0", "u1", "u2", "u3", "u0"]))
+        .unwrap();
+    drop(c);
+}
+
+#[test]
+fn a_cycle_is_refused_and_the_entry_given_back() {
+    let ns = Namespace::concurrent("deps-cycle");
+    let ring = ring_with(&ns, 4);
+    publish(&ring, 0..0);
+    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let b = ring
+        .consumer(ConsumerOptions::durable("b").after(["a"]))
+        .unwrap();
+    let c = ring
+        .consumer(ConsumerOptions::durable("c").after(["b"]))
+        .unwrap();
+    drop(a);
+    publish(&ring, 0..3);
+
+    // a -> b -> a
+    let err = ring
+        .consumer(ConsumerOptions::durable("a").after(["b"]))
+        .refused();
+    assert_eq!(
+        err,
+        AttachError::Cycle {
+            names: vec!["a".into(), "b".into(), "a".into()]
+        }
+    );
+    // a -> c -> b -> a
+    let err = ring
+        .consumer(ConsumerOptions::durable("a").after(["c"]))
+        .refused();
+    assert_eq!(
+        err,
+        AttachError::Cycle {
+            names: vec!["a".into(), "c".into(), "b".into(), "a".into()]
+        }
+    );
+    // The entry was given back as it was: detached, holding its events, no dependency.
+    let info = ring.info();
+    let ai = info.consumers.iter().find(|c| c.name == "a").unwrap();
+    assert_eq!((ai.state, ai.next), ("DETACHED", 0));
+    assert!(ai.upstream.is_empty());
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    assert_eq!(poll_all(&mut a), vec![0, 1, 2]);
+    drop((b, c));
+}
+
+#[test]
+fn a_failed_upstream_holds_its_downstream_until_it_comes_back() {
+    let ns = Namespace::concurrent("deps-failed");
+    let ring = ring_with(&ns, 4);
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    publish(&ring, 0..6);
+    let r = a.poll_once(|ev| assert!(ev.sequence() != 3, "a fails on 3"));
+    assert_eq!(r, Err(PollError::HandlerPanicked { sequence: 3 }));
+    drop(a);
+    assert_eq!(poll_all(&mut c), vec![0, 1, 2]);
+    assert!(
+        !c.has_pending(),
+        "held below a: nothing waits, so `wait` parks"
+    );
+    assert_eq!(c.poll_once(|_| {}).unwrap(), 0);
+
+    // a re-attaches (a new tenure of its entry: a new word) and goes on.
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    assert_eq!(a.next_sequence(), 3);
+    a.poll_once(|_| {}).unwrap();
+    assert!(c.has_pending());
+    assert_eq!(poll_all(&mut c), vec![3, 4, 5]);
+    // And again after a plain detach and re-attach.
+    drop(a);
+    publish(&ring, 6..8);
+    assert_eq!(poll_all(&mut c), Vec::<u64>::new());
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    a.poll_once(|_| {}).unwrap();
+    assert_eq!(poll_all(&mut c), vec![6, 7]);
+}
+
+#[test]
+fn a_released_upstream_no_longer_holds_its_downstream() {
+    let ns = Namespace::concurrent("deps-released");
+    let ring = ring_with(&ns, 4);
+    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    drop(a);
+    publish(&ring, 0..4);
+    assert_eq!(poll_all(&mut c), Vec::<u64>::new());
+    let ai = ring
+        .info()
+        .consumers
+        .into_iter()
+        .find(|c| c.name == "a")
+        .unwrap();
+    assert!(ring.release_consumer(ai.index, ai.word));
+    assert_eq!(poll_all(&mut c), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn an_unsubscribed_upstream_ends_its_downstream_with_upstream_lost() {
+    let ns = Namespace::concurrent("deps-lost");
+    let ring = ring_with(&ns, 4);
+    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    publish(&ring, 0..2);
+    a.unsubscribe();
+    // Its entry taken by another consumer meanwhile, with a position ahead of a's.
+    let _other = ring.consumer(ConsumerOptions::durable("other")).unwrap();
+    let lost = PollError::UpstreamLost { name: "a".into() };
+    assert_eq!(
+        c.poll_once(|_| panic!("nothing passes a lost upstream")),
+        Err(lost.clone())
+    );
+    assert_eq!(c.poll_once(|_| {}), Err(lost));
+}
+
+#[test]
+fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
+    let ns = Namespace::concurrent("deps-park");
+    let ring = ring_with(&ns, 4);
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut c = ring
+        .consumer(
+            ConsumerOptions::durable("c")
+                .after(["a"])
+                .wait(WaitStrategy::Blocking),
+        )
+        .unwrap();
+    for round in 0..20u64 {
+        let (tx, rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let outcome = c.wait();
+            let mut got = Vec::new();
+            c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+            tx.send(()).unwrap();
+            (c, outcome, got)
+        });
+        // Published first: c must stay parked, held by a, until a commits.
+        publish(&ring, round..round + 1);
+        let info = || ring.info();
+        let watchdog = std::time::Instant::now();
+        while info().consumer_waiters == 0 {
+            assert!(watchdog.elapsed() < WATCHDOG, "watchdog: c never parked");
+            std::thread::yield_now();
+        }
+        assert_eq!(a.poll_once(|_| {}).unwrap(), 1);
+        rx.recv_timeout(WATCHDOG)
+            .expect("watchdog: c was not woken");
+        let (back, outcome, got) = waiter.join().unwrap();
+        c = back;
+        assert_eq!(outcome.unwrap(), WaitOutcome::Ready);
+        assert_eq!(got, vec![round]);
+    }
+    assert_eq!(
+        c.stats().net_wakeups,
+        0,
+        "every park ended by the upstream's wake, none by the net"
+    );
+}
+
+#[test]
+fn a_downstream_held_by_its_upstream_is_not_stalled_its_upstream_is() {
+    let ns = Namespace::concurrent("deps-health");
+    let ring = ring_with(&ns, 4);
+    let _a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let _c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    publish(&ring, 0..3);
+    let mut watch = ring.health(HealthThresholds {
+        stall: Duration::ZERO,
+    });
+    let h = watch.check();
+    let state = |name: &str| h.consumers.iter().find(|c| c.name == name).unwrap().state;
+    assert_eq!(state("a"), HealthState::Stalled, "{h:?}");
+    assert_eq!(
+        state("c"),
+        HealthState::Healthy,
+        "held by a, nothing to do: {h:?}"
+    );
+}
+
+#[test]
+fn reading_ahead_stops_where_the_upstreams_committed() {
+    let ns = Namespace::concurrent("deps-lease");
+    let ring = ring_with(&ns, 4);
+    let mut a = ring
+        .consumer(ConsumerOptions::durable("a").batch_cap(3))
+        .unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    publish(&ring, 0..8);
+    let mut seen = Vec::new();
+    assert_eq!(
+        c.read_ahead(0, 16, |ev| seen.push(ev.sequence())).unwrap(),
+        0
+    );
+    assert_eq!(a.poll_once(|_| {}).unwrap(), 3);
+    assert_eq!(
+        c.read_ahead(0, 16, |ev| seen.push(ev.sequence())).unwrap(),
+        3
+    );
+    assert_eq!(seen, vec![0, 1, 2]);
+}
+
+#[test]
+fn a_ring_full_behind_a_detached_upstream_is_blocked_by_it_not_by_its_downstream() {
+    let ns = Namespace::concurrent("deps-blocked");
+    let ring = ring_with(&ns, 4);
+    // The downstream takes the lower table index, so that a scan meets it first.
+    let first = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    drop(first);
+    let c = ring
+        .consumer(ConsumerOptions::durable("c").after(["a"]))
+        .unwrap();
+    assert!(c.index() < a.index());
+    drop(a);
+    let mut p = ring.producer().unwrap();
+    while p.try_publish(b"x").is_ok() {}
+    let h = ring.health(HealthThresholds::default()).check();
+    let blocked = h
+        .blocked_by
+        .expect("the ring is full behind a detached consumer");
+    let name = &h
+        .consumers
+        .iter()
+        .find(|c| c.index == blocked)
+        .unwrap()
+        .name;
+    assert_eq!(name, "a", "{h:?}");
+}
+
+#[test]
+fn a_declared_upstream_can_be_named_before_its_first_attach() {
+    let ns = Namespace::concurrent("deps-declared");
+    let config = RingConfig {
+        max_consumers: 4,
+        declared: vec!["journal".into(), "apply".into()],
+        ..small(64)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    publish(&ring, 0..4);
+    // The downstream starts first: it reads behind a consumer no process has attached.
+    let mut apply = ring
+        .consumer(ConsumerOptions::durable("apply").after(["journal"]))
+        .unwrap();
+    assert_eq!(apply.next_sequence(), 0);
+    assert_eq!(poll_all(&mut apply), Vec::<u64>::new());
+    assert!(!apply.has_pending());
+    let mut journal = ring.consumer(ConsumerOptions::durable("journal")).unwrap();
+    assert_eq!(poll_all(&mut journal), vec![0, 1, 2, 3]);
+    assert_eq!(poll_all(&mut apply), vec![0, 1, 2, 3]);
+}
