@@ -10,21 +10,8 @@ use shmring::Ring;
 use shmring_examples::{READER, RING};
 use shmring_testkit::Namespace;
 
-/// The example binary, beside this test's own directory (`target/<profile>/deps`).
-fn example(name: &str) -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let path = profile.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is not built: run this test through `cargo test -p shmring-examples` (it builds the examples)",
-        path.display()
-    );
-    path
-}
+mod common;
+use common::example;
 
 #[test]
 fn the_consumer_example_detaches_on_ctrl_c() {

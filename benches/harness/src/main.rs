@@ -2,7 +2,7 @@
 //! user would pick instead, measured in one run so that every claim is a ratio.
 //!
 //! ```text
-//! ipc-bench <floor|latency|publish-cost|throughput|wakeset|peers|bridge|all> [--quick]
+//! ipc-bench <floor|latency|publish-cost|throughput|wakeset|pipeline|peers|bridge|all> [--quick]
 //!           [--json FILE] [--svg FILE] [--pin]
 //! ```
 //!
@@ -19,6 +19,7 @@ mod bridge_roles;
 mod floor;
 mod latency;
 mod peers;
+mod pipeline;
 mod publish_cost;
 mod roles;
 mod row;
@@ -40,12 +41,13 @@ use shmring_peers::kit::{self, Args, ROLE_ARG};
 use crate::run::Ctx;
 
 /// Suites, in the order `all` runs them.
-const SUITES: [&str; 7] = [
+const SUITES: [&str; 8] = [
     floor::SUITE,
     latency::SUITE,
     publish_cost::SUITE,
     throughput::SUITE,
     wakeset::SUITE,
+    pipeline::SUITE,
     peers::SUITE,
     bridge::SUITE,
 ];
@@ -54,11 +56,11 @@ const SUITES: [&str; 7] = [
 #[command(
     name = "ipc-bench",
     about = "shmring across processes, beside the floor and its peers, as ratios",
-    after_help = "Suites: floor, latency, publish-cost, throughput, wakeset, peers, bridge, all. \
+    after_help = "Suites: floor, latency, publish-cost, throughput, wakeset, pipeline, peers, bridge, all. \
                   The floor is always measured (every ratio divides by it)."
 )]
 struct Cli {
-    /// Suite to run: floor, latency, publish-cost, throughput, wakeset, peers, bridge, or all.
+    /// Suite to run: floor, latency, publish-cost, throughput, wakeset, pipeline, peers, bridge, or all.
     suite: String,
     /// Small sizes: every suite in well under a minute (the CI smoke test).
     #[arg(long)]
@@ -104,6 +106,7 @@ fn role_main(argv: &[String]) -> i32 {
         }
     };
     let result = roles::run_role(role, &args)
+        .or_else(|| pipeline::run_role(role, &args))
         .or_else(|| bridge_role(role, &args))
         .or_else(|| shmring_peers::run_role(role, &args))
         .unwrap_or_else(|| Err(anyhow::anyhow!("unknown role")));
@@ -191,6 +194,7 @@ fn bench(cli: &Cli) -> Result<i32> {
             publish_cost::SUITE => publish_cost::rows(),
             throughput::SUITE => throughput::rows(),
             wakeset::SUITE => wakeset::rows(),
+            pipeline::SUITE => pipeline::rows(),
             bridge::SUITE => bridge::rows(),
             _ => peers::rows(),
         };
@@ -210,6 +214,7 @@ fn bench(cli: &Cli) -> Result<i32> {
             publish_cost::SUITE => publish_cost::run(&mut ctx)?,
             throughput::SUITE => throughput::run(&mut ctx)?,
             wakeset::SUITE => wakeset::run(&mut ctx)?,
+            pipeline::SUITE => pipeline::run(&mut ctx)?,
             bridge::SUITE => bridge::run(&mut ctx)?,
             _ => peers::run(&mut ctx)?,
         }

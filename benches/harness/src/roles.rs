@@ -219,6 +219,8 @@ fn shm_producer(args: &Args) -> Result<()> {
         o => bail!("unknown publish form {o}"),
     };
     let time_each = args.num_or("time_each", 0u8) != 0;
+    // Stream mode: write the publish time into bytes 8..16 of every event.
+    let stamp = args.num_or("stamp", 0u8) != 0;
     let warmup: u64 = args.num_or("warmup", 0);
     let count: u64 = args.num_or("count", 0);
     let total = warmup + count;
@@ -299,6 +301,9 @@ fn shm_producer(args: &Args) -> Result<()> {
                         break 'outer;
                     }
                     buf[..8].copy_from_slice(&published.to_ne_bytes());
+                    if stamp {
+                        buf[8..16].copy_from_slice(&now_ns().to_ne_bytes());
+                    }
                     if time_each {
                         let t0 = now_ns();
                         publish(&mut p, how, &buf[..size])?;

@@ -1,0 +1,60 @@
+//! The two applications the ring was built for, run as a user runs them: the built example
+//! binaries, each parent spawning its own child processes, in a namespace of this test's own.
+//! The examples check their own counts and exit 1 on any mismatch; these tests check the exit
+//! and the counts the examples print.
+
+use shmring_testkit::Namespace;
+
+mod common;
+use common::example;
+
+/// Run example `name` with `args` in `ns` and return its stdout lines (fails the test on a
+/// non-zero exit or after the kit's bounded wait).
+fn run(ns: &Namespace, name: &str, args: &[&str]) -> Vec<String> {
+    let mut cmd = std::process::Command::new(example(name));
+    cmd.args(args).env(shmring::names::NAMESPACE_ENV, ns.name());
+    ns.spawn(name, cmd).wait_ok()
+}
+
+/// The `key=value` numbers of every line that has `key`.
+fn values(lines: &[String], key: &str) -> Vec<u64> {
+    lines
+        .iter()
+        .flat_map(|l| l.split_whitespace())
+        .filter_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.parse().unwrap_or_else(|e| panic!("{key}={v}: {e}")))
+        .collect()
+}
+
+#[test]
+fn the_async_logger_writes_every_accepted_line_in_block_mode() {
+    let ns = Namespace::new("ex_logger_block");
+    let out = run(&ns, "async_logger", &["block", "20000"]);
+    let accepted = values(&out, "accepted");
+    assert_eq!(accepted, vec![20_000; 3], "every line accepted: {out:#?}");
+    assert_eq!(values(&out, "dropped"), vec![0; 3], "{out:#?}");
+    // One unformattable line per application, each dead-lettered once by the writer.
+    assert_eq!(values(&out, "dead_lettered"), vec![3], "{out:#?}");
+    assert_eq!(values(&out, "written"), vec![60_000 - 3], "{out:#?}");
+    assert!(out.iter().any(|l| l.starts_with("ok:")), "{out:#?}");
+    assert!(ns.segments().is_empty(), "the example removed its ring");
+}
+
+#[test]
+fn the_async_logger_counts_what_it_drops_in_drop_mode() {
+    let ns = Namespace::new("ex_logger_drop");
+    let out = run(&ns, "async_logger", &["drop", "50000"]);
+    let accepted: u64 = values(&out, "accepted").iter().sum();
+    let dropped: u64 = values(&out, "dropped").iter().sum();
+    let bad: u64 = values(&out, "bad").iter().sum();
+    // Every line is either accepted or counted as dropped by its application ...
+    assert_eq!(accepted + dropped, 150_000, "{out:#?}");
+    // ... and every accepted line is written or dead-lettered (the example checks the file).
+    assert_eq!(
+        values(&out, "written")[0] + values(&out, "dead_lettered")[0],
+        accepted,
+        "{out:#?}"
+    );
+    assert_eq!(values(&out, "dead_lettered"), vec![bad], "{out:#?}");
+    assert!(out.iter().any(|l| l.starts_with("ok:")), "{out:#?}");
+}
