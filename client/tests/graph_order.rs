@@ -1,6 +1,8 @@
-//! Protocol defects found on review, each shown by a test that fails on the code as it is
-//! (marked `#[ignore]` with the reason, so the branch builds green; run them with
-//! `cargo test -p shmring --test review_findings -- --ignored`).
+//! The order a dependent consumer promises (`ConsumerOptions::after`: an event is handed
+//! over only once every upstream has committed past it) and the records it rests on, in
+//! the states where they do not hold yet. Each test fails on the protocol as it is and is
+//! marked `#[ignore]` with the reason until it is fixed; run them with
+//! `cargo test -p shmring --test graph_order -- --ignored`.
 //!
 //! Another process's state between two of its instructions is set up by writing the word
 //! it would have written at that instant straight into the segment file (as the hostile
@@ -74,7 +76,7 @@ fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
 #[test]
 #[ignore = "defect: a downstream passes an optional upstream that detached (RELEASED), which then resumes behind it"]
 fn a_downstream_never_passes_an_optional_upstream_that_detached() {
-    let ns = Namespace::concurrent("review-opt-detach");
+    let ns = Namespace::concurrent("order-opt-detach");
     let ring = ring_with(&ns, 4);
     let u = ring
         .consumer(ConsumerOptions::durable("u").optional())
@@ -104,7 +106,7 @@ fn a_downstream_never_passes_an_optional_upstream_that_detached() {
 #[test]
 #[ignore = "defect: a downstream passes an optional upstream while that upstream is taken over (REATTACHING)"]
 fn a_downstream_never_passes_an_optional_upstream_being_taken_over() {
-    let ns = Namespace::concurrent("review-reattach");
+    let ns = Namespace::concurrent("order-reattach");
     let ring = ring_with(&ns, 4);
     let u = ring
         .consumer(ConsumerOptions::durable("u").optional())
@@ -147,7 +149,7 @@ fn a_downstream_never_passes_an_optional_upstream_being_taken_over() {
 #[test]
 #[ignore = "defect: a refused re-attach of a durable consumer erases the record of its earlier dependencies"]
 fn a_refused_reattach_keeps_the_durable_consumers_recorded_upstreams() {
-    let ns = Namespace::concurrent("review-refused-record");
+    let ns = Namespace::concurrent("order-refused-record");
     let ring = ring_with(&ns, 4);
     let x = ring.consumer(ConsumerOptions::durable("x")).unwrap();
     let a = ring
@@ -185,7 +187,7 @@ fn a_refused_reattach_keeps_the_durable_consumers_recorded_upstreams() {
 #[ignore = "defect: the exhausted-attempts skip at the first poll ignores the upstream barrier"]
 fn an_exhausted_skip_waits_for_the_upstreams() {
     const SUSPECT: u64 = 1 << 62;
-    let ns = Namespace::concurrent("review-exhausted");
+    let ns = Namespace::concurrent("order-exhausted");
     let ring = ring_with(&ns, 4);
     let u = ring.consumer(ConsumerOptions::durable("u")).unwrap();
     let d = ring.consumer(ConsumerOptions::durable("d")).unwrap();

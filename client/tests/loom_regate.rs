@@ -23,8 +23,8 @@
 //! the shipping `graph::upstream_next`, and `consumer_state::gates` of the cached word);
 //! the upstream side runs the shipping `table::consumer::set`.
 //!
-//! The model is `#[ignore]`d: it fails on the protocol as it is (see the review notes in
-//! `review_findings.rs`).
+//! The model is `#[ignore]`d: it fails on the protocol as it is (the other states that do
+//! not gate are shown in `graph_order.rs`).
 
 mod loom_word;
 
