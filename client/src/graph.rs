@@ -65,6 +65,22 @@ pub fn upstream_next<W: Word + ?Sized>(next: &W, word: &W, validated: u64) -> Op
     (word.load(Ordering::Relaxed) == validated).then_some(n)
 }
 
+/// After a barrier that let released upstreams go and the scan of a run: a `fence` (SeqCst),
+/// then whether each word still holds the value the barrier validated (SeqCst loads).
+/// `false`: an upstream gated again meanwhile and the run must not be delivered (see
+/// `consumer/barrier.rs`).
+pub fn unchanged<'w, W: Word + ?Sized + 'w>(
+    words: impl IntoIterator<Item = (&'w W, u64)>,
+    fence: impl FnOnce(),
+) -> bool {
+    fence();
+    // SeqCst: after the fence, in the total order the argument of `consumer/barrier.rs`
+    // uses; pairs with the upstream holder's SeqCst CAS to ACTIVE.
+    words
+        .into_iter()
+        .all(|(w, v)| w.load(Ordering::SeqCst) == v)
+}
+
 /// A new holder's first store of its entry's `next`, before the CAS that makes it ACTIVE:
 /// a Release store, so that a barrier that reads it also reads the CAS that took the entry
 /// ([`upstream_next`]).

@@ -129,6 +129,10 @@ impl Consumer {
             }
             n += 1;
         }
+        if n > 0 && !self.run_still_allowed() {
+            // A released upstream gated again while the run was scanned: nothing this time.
+            return Ok(from);
+        }
         let end = from + n;
         let last_event = (from..end).rev().find(|&s| !self.holds_no_event(s));
         for seq in from..end {

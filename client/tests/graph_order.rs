@@ -1,8 +1,7 @@
 //! The order a dependent consumer promises (`ConsumerOptions::after`: an event is handed
 //! over only once every upstream has committed past it) and the records it rests on, in
-//! the states where they do not hold yet. Each test fails on the protocol as it is and is
-//! marked `#[ignore]` with the reason until it is fixed; run them with
-//! `cargo test -p shmring --test graph_order -- --ignored`.
+//! the states where they are easiest to break: an optional upstream that detached or is
+//! being taken over, a refused re-attach, and a skip decided before the first poll.
 //!
 //! Another process's state between two of its instructions is set up by writing the word
 //! it would have written at that instant straight into the segment file (as the hostile
@@ -74,7 +73,6 @@ fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
 /// optional, keeps its position 0 (`keep = old_next <= head`) and handles 0..4 after `d`:
 /// the order `after` promises is broken by an ordinary restart of `u`.
 #[test]
-#[ignore = "defect: a downstream passes an optional upstream that detached (RELEASED), which then resumes behind it"]
 fn a_downstream_never_passes_an_optional_upstream_that_detached() {
     let ns = Namespace::concurrent("order-opt-detach");
     let ring = ring_with(&ns, 4);
@@ -104,7 +102,6 @@ fn a_downstream_never_passes_an_optional_upstream_that_detached() {
 /// barrier revalidates `u`, finds a state that does not gate and delivers everything up to
 /// the head before `u` has committed any of it.
 #[test]
-#[ignore = "defect: a downstream passes an optional upstream while that upstream is taken over (REATTACHING)"]
 fn a_downstream_never_passes_an_optional_upstream_being_taken_over() {
     let ns = Namespace::concurrent("order-reattach");
     let ring = ring_with(&ns, 4);
@@ -147,7 +144,6 @@ fn a_downstream_never_passes_an_optional_upstream_being_taken_over() {
 /// name `a` (the cycle `x -> a -> x` is no longer seen), and `a`'s own restart with its
 /// real dependencies is then refused.
 #[test]
-#[ignore = "defect: a refused re-attach of a durable consumer erases the record of its earlier dependencies"]
 fn a_refused_reattach_keeps_the_durable_consumers_recorded_upstreams() {
     let ns = Namespace::concurrent("order-refused-record");
     let ring = ring_with(&ns, 4);
@@ -184,7 +180,6 @@ fn a_refused_reattach_keeps_the_durable_consumers_recorded_upstreams() {
 /// finds the attempts used up (`exhausted`) and `policy_first` skips event 0 (dead letter,
 /// commit past it) before `upstream_limit` is ever consulted: `d` passes `u`.
 #[test]
-#[ignore = "defect: the exhausted-attempts skip at the first poll ignores the upstream barrier"]
 fn an_exhausted_skip_waits_for_the_upstreams() {
     const SUSPECT: u64 = 1 << 62;
     let ns = Namespace::concurrent("order-exhausted");

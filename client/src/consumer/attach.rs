@@ -46,12 +46,14 @@ impl Ring {
 }
 
 enum Found {
-    /// Attached to entry `index`, starting at `next`, holding it with `word`; `fresh`: a
+    /// Attached to entry `index`, starting at `next`, holding it with `word`, the upstreams
+    /// it recorded before (`previous`: given back if the attach is refused); `fresh`: a
     /// free entry (not a durable one taken over).
     Attached {
         index: u32,
         next: u64,
         word: u64,
+        previous: [u32; MAX_UPSTREAM],
         fresh: bool,
     },
     /// Lost a race; scan again.
@@ -74,7 +76,7 @@ impl Consumer {
         let upstream = Self::resolve(&seg, &opts)?;
         let record = upstream.record();
         let mut dropped = 0;
-        let (entry, next, word, fresh) = loop {
+        let (entry, next, word, previous, fresh) = loop {
             let found = match &words {
                 Some(w) => match Self::resume(&seg, w, flags, &opts, &record)? {
                     Some((f, lost)) => {
@@ -90,8 +92,9 @@ impl Consumer {
                     index,
                     next,
                     word,
+                    previous,
                     fresh,
-                } => break (index, next, word, fresh),
+                } => break (index, next, word, previous, fresh),
                 Found::Retry => std::thread::yield_now(),
             }
         };
@@ -148,10 +151,16 @@ impl Consumer {
                 })
             };
             if let Some(err) = refused {
-                // Take the record back, then give the entry back as a detach does (a fresh
-                // entry is freed; a durable one taken over keeps its name and position).
-                graph::record(&*c.seg, entry, &[0; MAX_UPSTREAM]);
+                // Put the record back as it was, then give the entry back as a detach does
+                // (a fresh entry is freed; a durable one taken over keeps its name, its
+                // position, its upstreams and the count of what it lost on the way).
+                graph::record(&*c.seg, entry, &previous);
                 c.durable &= !fresh;
+                if dropped > 0 {
+                    c.load_stats();
+                    c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
+                    c.store_stats();
+                }
                 drop(c);
                 return Err(err);
             }
@@ -242,6 +251,9 @@ impl Consumer {
             let Some(mine) = table::consumer::take_over(&e.hot.word, seen, me, gated) else {
                 return Ok(Some((Found::Retry, 0)));
             };
+            // SeqCst fence: as (2) in `consumer/barrier.rs`, between the take-over (which a
+            // downstream that let a released entry go looks at again) and reading the head.
+            fence(Ordering::SeqCst);
             // A required consumer keeps its position only if it gated there as one: what was
             // published meanwhile is otherwise not protected, so it starts at the head (read
             // after its ACTIVE CAS, as a fresh attach does) and counts the gap. An optional
@@ -255,6 +267,10 @@ impl Consumer {
                 graph::provisional_position(&e.hot.next, seg.position());
             }
             Self::fill_cold(e, opts);
+            // Relaxed: this process holds the entry; the last holder's record was published
+            // by its last CAS, which the take-over CAS read.
+            let previous: [u32; MAX_UPSTREAM] =
+                std::array::from_fn(|k| e.cold.upstream[k].load(Ordering::Relaxed));
             graph::record(seg, i, record);
             // A declared consumer stays declared whoever takes it over. Relaxed: published
             // by the SeqCst CAS to ACTIVE below.
@@ -271,6 +287,7 @@ impl Consumer {
                     index: i,
                     next: old_next,
                     word,
+                    previous,
                     fresh: false,
                 };
                 return Ok(Some((found, 0)));
@@ -284,6 +301,7 @@ impl Consumer {
                 index: i,
                 next: head,
                 word,
+                previous,
                 fresh: false,
             };
             return Ok(Some((found, lost)));
@@ -389,6 +407,7 @@ impl Consumer {
             index: i,
             next: start,
             word,
+            previous: [0; MAX_UPSTREAM],
             fresh: true,
         })
     }
@@ -416,20 +435,21 @@ impl Consumer {
                 let e = seg.consumer(i)?;
                 // Acquire: the name and flags were written before the word was published.
                 let word = e.hot.word.load(Ordering::Acquire);
-                let durable = e.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE != 0;
+                let flags = e.hot.flags.load(Ordering::Relaxed);
+                let durable = flags & consumer_flags::DURABLE != 0;
                 (!matches!(
                     owned_word::state(word),
                     consumer_state::FREE | consumer_state::CLAIMED
                 ) && durable
                     && name_is(e, &words))
-                .then_some((i, word))
+                .then_some((i, word, flags))
             });
-            let Some((index, word)) = found else {
+            let Some((index, word, flags)) = found else {
                 return Err(AttachError::UnknownUpstream {
                     name: name.to_owned(),
                 });
             };
-            ups.push(index, word, words);
+            ups.push(index, word, flags, words);
         }
         Ok(ups)
     }

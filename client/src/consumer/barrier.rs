@@ -28,9 +28,36 @@
 //! the old word and (a) then the new position. This is why every store of `next` by a new
 //! holder, the provisional one included, is a Release store.
 //!
-//! An upstream in a state that does not gate (RELEASED by the broker's policy, or taken
-//! over without gating) does not hold this consumer either: the policy that released it
-//! from the producers releases it from its downstream consumers.
+//! ## Which upstreams hold
+//!
+//! Every upstream holds this consumer at its `next`, in every state (attached, detached,
+//! failed, dead, being taken over, optional or required), except a required upstream that
+//! is RELEASED: the broker's policy released it from the producers, and that releases it
+//! from its downstream consumers too. An optional durable upstream that detached is
+//! RELEASED as well, but it resumes at its own position, so it keeps holding.
+//!
+//! ## A released upstream that gates again
+//!
+//! A released upstream's holder may gate again while this consumer scans a run the barrier
+//! did not limit: it CASes its word to ACTIVE (SeqCst), issues a SeqCst fence, reads the
+//! head `h` and from then on reads every event from `h` first. So after scanning a run under
+//! a barrier that let a released upstream go, this consumer issues a SeqCst fence and reads
+//! that upstream's word again ([`crate::graph::unchanged`]); if it moved, it delivers nothing
+//! this time.
+//!
+//! ```text
+//! downstream                                 upstream holder (jump_to_head)
+//! (a) barrier: u RELEASED -> no limit        (1) word -> ACTIVE   (SeqCst CAS)
+//! (b) scan: stamps up to s published         (2) fence            (SeqCst)
+//! (c) fence (SeqCst); word[u] still RELEASED (3) h = position      (SeqCst)
+//! ```
+//!
+//! The fences (c) and (2) are ordered in the single total order. If (c) comes first, the
+//! claims of every sequence whose stamp (b) saw happen before (c), so (3) reads a position
+//! beyond them: the upstream starts after the run, and delivering it passes nothing the
+//! upstream will read. If (2) comes first, (c)'s load of the word reads (1) or later: the
+//! run is not delivered. `client/tests/loom_regate.rs` checks this with the shipping
+//! functions, and shows the run delivered without the check.
 
 use shmring_layout::MAX_UPSTREAM;
 
@@ -43,8 +70,8 @@ struct Upstream {
     index: u32,
     /// The word validated last.
     word: u64,
-    /// Whether that word's state gates.
-    gates: bool,
+    /// Whether the upstream holds this consumer in that word (see the module comment).
+    holds: bool,
     name: [u64; NAME_LEN / 8],
 }
 
@@ -56,13 +83,13 @@ pub(crate) struct Upstreams {
 }
 
 impl Upstreams {
-    /// Add the upstream at `index`, validated with `word`, named `name`.
-    pub(crate) fn push(&mut self, index: u32, word: u64, name: [u64; NAME_LEN / 8]) {
+    /// Add the upstream at `index`, validated with `word` and `flags`, named `name`.
+    pub(crate) fn push(&mut self, index: u32, word: u64, flags: u32, name: [u64; NAME_LEN / 8]) {
         if let Some(u) = self.list.get_mut(self.len) {
             *u = Upstream {
                 index,
                 word,
-                gates: consumer_state::gates(owned_word::state(word)),
+                holds: holds(word, flags),
                 name,
             };
             self.len += 1;
@@ -80,6 +107,11 @@ impl Upstreams {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Whether some upstream does not hold this consumer (a required one released).
+    pub(crate) fn releasing(&self) -> bool {
+        self.list[..self.len].iter().any(|u| !u.holds)
     }
 
     /// The name of the upstream resolved to entry `index`, if any.
@@ -107,7 +139,7 @@ impl Consumer {
             let Some(next) = crate::graph::upstream_next(&e.hot.next, &e.hot.word, u.word) else {
                 return Err(Stale);
             };
-            if u.gates {
+            if u.holds {
                 min = min.min(next);
             }
         }
@@ -124,6 +156,29 @@ impl Consumer {
             Ok(b) => Ok(b),
             Err(Stale) => self.revalidate(),
         }
+    }
+
+    /// After scanning a run under a barrier that let a released upstream go: whether every
+    /// such upstream still has the word the barrier read (see the module comment). When not,
+    /// the caller delivers nothing this time.
+    #[cold]
+    fn released_upstreams_unchanged(&self) -> bool {
+        let seg = &*self.seg;
+        crate::graph::unchanged(
+            self.upstream.list[..self.upstream.len]
+                .iter()
+                .filter(|u| !u.holds)
+                .filter_map(|u| seg.consumer(u.index).map(|e| (&e.hot.word, u.word))),
+            // SeqCst fence: (c) in the module comment, ordered against the upstream's (2).
+            || fence(Ordering::SeqCst),
+        )
+    }
+
+    /// Whether the run just scanned under the barrier may be delivered: always, unless a
+    /// released upstream gated again meanwhile (see the module comment).
+    #[inline]
+    pub(crate) fn run_still_allowed(&self) -> bool {
+        !self.upstream.releasing() || self.released_upstreams_unchanged()
     }
 
     /// Read every upstream's entry again: keep it if it holds the same durable name.
@@ -143,15 +198,20 @@ impl Consumer {
                 || e.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE == 0
                 || !name_is(e, &u.name)
             {
-                // The cached word stays: every later call ends here again.
                 return Err(lost(u));
             }
             u.word = word;
-            u.gates = consumer_state::gates(state);
+            u.holds = holds(word, e.hot.flags.load(Ordering::Relaxed));
         }
         // Still moving: deliver nothing this time (the next call looks again).
         Ok(self.barrier().unwrap_or(self.next))
     }
+}
+
+/// Whether an upstream whose entry has `word` and `flags` holds its downstream consumers:
+/// always, except a required one the broker released (see the module comment).
+fn holds(word: u64, flags: u32) -> bool {
+    !(owned_word::state(word) == consumer_state::RELEASED && flags & consumer_flags::REQUIRED != 0)
 }
 
 fn name_of(u: &Upstream) -> String {

@@ -134,6 +134,10 @@ impl Consumer {
         if n == 0 {
             return self.idle_checks(lapped);
         }
+        if !self.run_still_allowed() {
+            // A released upstream gated again while the run was scanned: look again.
+            return Ok(0);
+        }
         if self.poison.is_some() {
             // An event in the run whose attempts are used up: the batch ends before it,
             // and the policy acts on it once it is the position.
@@ -198,16 +202,28 @@ impl Consumer {
                 table::consumer::set(&self.entry().hot.word, released, consumer_state::ACTIVE)
             {
                 self.word = word;
+                // SeqCst fence: (2) in `consumer/barrier.rs`, between gating again and reading
+                // the head, ordered against the fence of a downstream that let this consumer go.
+                fence(Ordering::SeqCst);
             }
         }
         let head = self.seg.position();
         if head > self.next {
+            // Before the store, as in `commit`: never between the store and the wake.
+            let registered = fence::light_allowed(&mut self.registered);
             self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(head - self.next);
             self.next = head;
             // Release: pairs with the producers' Acquire scan.
             self.entry().hot.next.store(head, Ordering::Release);
             self.moved(head);
             self.store_stats();
+            // A consumer reading behind this one may be parked waiting for it to move (see
+            // `commit`); the jump moves it as a commit does.
+            park::notify(
+                &self.seg.lines().consumer_wake.value,
+                self.seg.header(),
+                registered,
+            );
         }
     }
 

@@ -125,8 +125,9 @@ impl ConsumerOptions {
     /// one of them has committed past it. Each name must be a durable consumer of the ring
     /// when this one attaches (attached, detached, failed or declared); at most
     /// [`shmring_layout::MAX_UPSTREAM`] names, not its own, and no cycle. An upstream that
-    /// dies or fails holds this consumer until it comes back, unless the broker's policy
-    /// releases it from gating; an upstream whose entry is freed ends this consumer with
+    /// dies, fails or detaches (an optional one included) holds this consumer until it comes
+    /// back, unless the broker's policy releases a required one from gating; an upstream
+    /// whose entry is freed ends this consumer with
     /// [`PollError::UpstreamLost`]. Producers still gate on every consumer. Calling it
     /// again adds names.
     ///

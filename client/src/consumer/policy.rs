@@ -581,6 +581,12 @@ impl Consumer {
             return None;
         }
         let at = self.next;
+        // The event is this consumer's only once its upstreams committed past it.
+        match self.upstream_limit() {
+            Ok(limit) if limit <= at => return Some(Ok(0)),
+            Ok(_) => {}
+            Err(e) => return Some(Err(e)),
+        }
         let slot = self.seg.slot(at);
         // Acquire: as in `poll_once`, SYNC POINT with the producer's Release stamp store;
         // the flags and length (Relaxed) below are ordered by it, and an optional consumer
@@ -590,6 +596,10 @@ impl Consumer {
         {
             // Not published yet, lapped, or a tombstone: the usual poll deals with it.
             return None;
+        }
+        if !self.run_still_allowed() {
+            // A released upstream gated again meanwhile (see `barrier`): look again.
+            return Some(Ok(0));
         }
         let cold = &self.entry().cold;
         // Relaxed: this process is the record's only writer.
