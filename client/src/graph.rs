@@ -65,6 +65,13 @@ pub fn upstream_next<W: Word + ?Sized>(next: &W, word: &W, validated: u64) -> Op
     (word.load(Ordering::Relaxed) == validated).then_some(n)
 }
 
+/// Whether an upstream in `state`, `required` or not, holds the consumers reading behind
+/// it at its `next`: always, except a required one the broker released from gating (see
+/// `consumer/barrier.rs`). The barrier and the health checks both ask this.
+pub fn upstream_holds(state: u32, required: bool) -> bool {
+    !(state == consumer_state::RELEASED && required)
+}
+
 /// After a barrier that let released upstreams go and the scan of a run: a `fence` (SeqCst),
 /// then whether each word still holds the value the barrier validated (SeqCst loads).
 /// `false`: an upstream gated again meanwhile and the run must not be delivered (see

@@ -175,7 +175,7 @@ pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
 }
 
 /// Whether consumer `c` of the snapshot `info`, at position `next`, is held by an upstream
-/// consumer it reads behind (`ConsumerOptions::after`): one that gates and has not
+/// consumer it reads behind (`ConsumerOptions::after`): one that holds it (`graph::upstream_holds`) and has not
 /// committed past `next`. Such a consumer has no work it can do, so it is never STALLED:
 /// the upstream holding it is the one to look at.
 pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
@@ -183,7 +183,11 @@ pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
         info.consumers
             .iter()
             .find(|o| o.index == u)
-            .is_some_and(|o| consumer_state::gates(o.state_code) && o.next <= next)
+            .is_some_and(|o| {
+                crate::graph::upstream_holds(o.state_code, o.required)
+                    && !matches!(o.state_code, consumer_state::FREE | consumer_state::CLAIMED)
+                    && o.next <= next
+            })
     })
 }
 
