@@ -44,6 +44,8 @@ mod file;
 mod futex;
 #[doc(hidden)]
 pub mod gating;
+#[doc(hidden)]
+pub mod group;
 mod health;
 mod info;
 mod lease;
