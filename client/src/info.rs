@@ -42,6 +42,11 @@ pub struct ConsumerInfo {
     pub parked: bool,
     /// Counters.
     pub stats: ConsumerStats,
+    /// For a worker group member: the index of its group's entry.
+    pub group: Option<u32>,
+    /// Whether this entry is a worker group (its `next` is the group's work sequence: the
+    /// first sequence no member has claimed).
+    pub is_group: bool,
 }
 
 /// One producer entry as seen from outside.
@@ -116,7 +121,6 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         }
         let flags = e.hot.flags.load(Ordering::Relaxed);
         let next = e.hot.next.load(Ordering::Acquire);
-        let c = &e.cold.counters;
         consumers.push(ConsumerInfo {
             index: i,
             name: entry_name(e),
@@ -131,7 +135,12 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
             parked: e.cold.parked.load(Ordering::Relaxed) != 0,
-            stats: ConsumerStats::read(c),
+            stats: ConsumerStats::read_entry(e),
+            // Relaxed: published with the word (Acquire above).
+            group: (flags & consumer_flags::MEMBER != 0)
+                .then(|| e.cold.group.load(Ordering::Relaxed).checked_sub(1))
+                .flatten(),
+            is_group: flags & consumer_flags::GROUP != 0,
         });
     }
     let mut producers = Vec::new();

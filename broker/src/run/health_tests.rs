@@ -24,6 +24,8 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         wait: "blocking",
         parked: false,
         stats: ConsumerStats::default(),
+        group: None,
+        is_group: false,
     }
 }
 

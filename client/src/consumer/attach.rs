@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
+pub(super) fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
     if name.is_empty() || name.len() > NAME_LEN || name.contains('\0') {
         return Err(AttachError::BadName(name.to_owned()));
     }
@@ -27,7 +27,7 @@ pub(crate) fn entry_name(e: &ConsumerEntry) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
-fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
+pub(super) fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
     e.cold
         .name
         .iter()
@@ -42,7 +42,7 @@ impl Ring {
     }
 }
 
-enum Found {
+pub(super) enum Found {
     /// Attached to entry `index`, starting at `next`, holding it with `word`.
     Attached { index: u32, next: u64, word: u64 },
     /// Lost a race; scan again.
@@ -52,6 +52,13 @@ enum Found {
 impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
         crate::lifecycle::attachable(&seg)?;
+        if let Some(group) = &opts.group {
+            let (m, entry, next, word) = member::attach(&seg, group, &opts)?;
+            let mut c = Self::handle(seg, &opts, entry, next, word, true, false);
+            c.member = Some(m);
+            c.join_group();
+            return Ok(c);
+        }
         let words = opts.name.as_deref().map(pack_name).transpose()?;
         let flags = if opts.required {
             consumer_flags::REQUIRED
@@ -70,15 +77,34 @@ impl Consumer {
                         dropped = lost;
                         f
                     }
-                    None => Self::fresh(&seg, Some(w), flags, &opts)?,
+                    None => Self::fresh(&seg, Some(w), flags, &opts, None)?,
                 },
-                None => Self::fresh(&seg, None, flags, &opts)?,
+                None => Self::fresh(&seg, None, flags, &opts, None)?,
             };
             match found {
                 Found::Attached { index, next, word } => break (index, next, word),
                 Found::Retry => std::thread::yield_now(),
             }
         };
+        let durable = words.is_some();
+        let mut c = Self::handle(seg, &opts, entry, next, word, opts.required, durable);
+        if dropped > 0 {
+            c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
+            c.store_stats();
+        }
+        Ok(c)
+    }
+
+    /// The handle of an attached entry.
+    fn handle(
+        seg: Arc<Segment>,
+        opts: &ConsumerOptions,
+        entry: u32,
+        next: u64,
+        word: u64,
+        required: bool,
+        durable: bool,
+    ) -> Self {
         let geo = seg.geometry();
         let mode = fence::mode();
         // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
@@ -92,28 +118,25 @@ impl Consumer {
             entry,
             word,
             next,
-            required: opts.required,
-            durable: words.is_some(),
+            required,
+            durable,
             batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
             max_payload: geo.max_payload(),
             idler: Idler::new(opts.wait),
             failed: false,
             scratch: [Vec::new(), Vec::new()],
             stats: ConsumerStats::default(),
+            member: None,
             seg,
             _not_sync: PhantomData,
         };
         c.load_stats();
-        if dropped > 0 {
-            c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
-            c.store_stats();
-        }
-        Ok(c)
+        c
     }
 
     /// The holder's details, written after the CAS that made this process the holder and
     /// published by its next CAS.
-    fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
+    pub(super) fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
         let me = process::current();
         e.cold.start_time.store(me.start_time, Ordering::Relaxed);
         e.cold
@@ -148,6 +171,11 @@ impl Consumer {
                 || !name_is(e, words)
             {
                 continue;
+            }
+            if e.hot.flags.load(Ordering::Relaxed) & consumer_flags::GROUP != 0 {
+                return Err(AttachError::IsAGroup {
+                    name: name.unwrap_or_default().to_owned(),
+                });
             }
             let start_time = e.cold.start_time.load(Ordering::Relaxed);
             match table::consumer::holder(&table::Os, seen, start_time) {
@@ -221,13 +249,21 @@ impl Consumer {
         Ok(None)
     }
 
-    /// Attach to a free entry, starting at the head.
-    fn fresh(
+    /// Attach to a free entry, starting at the head; a member of the group at index `group`
+    /// starts at the group's work sequence instead (it claims there or later).
+    pub(super) fn fresh(
         seg: &Segment,
         words: Option<&[u64; NAME_LEN / 8]>,
         flags: u32,
         opts: &ConsumerOptions,
+        group: Option<u32>,
     ) -> Result<Found, AttachError> {
+        let group_entry = group.and_then(|g| seg.consumer(g));
+        // Where it starts: the head, or the group's work sequence, which only grows, so the
+        // provisional start and the start read below keep the entry's `next` monotonic.
+        // Acquire: pairs with the members' SeqCst claim CAS.
+        let start_at =
+            || group_entry.map_or_else(|| seg.position(), |g| g.hot.next.load(Ordering::Acquire));
         let geo = seg.geometry();
         let me = process::current().pid;
         let mut taken = None;
@@ -276,19 +312,23 @@ impl Consumer {
         ]) {
             w.store(0, Ordering::Relaxed);
         }
+        // Relaxed: published by the SeqCst CAS to ACTIVE below.
+        e.cold
+            .group
+            .store(group.map_or(0, |g| g + 1), Ordering::Relaxed);
         e.hot.flags.store(flags, Ordering::Relaxed);
         // A provisional position, read just before the CAS to ACTIVE: a scan that sees the
         // entry ACTIVE before its start is stored below gates at or before it (the start is
         // read later, so it is not below this). A value that never lowers the gate here
         // would let such a scan gate at its own, later, position and lap the start.
-        e.hot.next.store(seg.position(), Ordering::Relaxed);
+        e.hot.next.store(start_at(), Ordering::Relaxed);
         // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this CAS.
         let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
             // Freed under this process, which cannot happen while it runs: look again.
             return Ok(Found::Retry);
         };
-        let start = seg.position();
+        let start = start_at();
         // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
         e.hot.next.store(start, Ordering::Release);
 

@@ -6,6 +6,9 @@ use super::*;
 impl Consumer {
     /// Whether an event (or a lap) is waiting: the last look before parking.
     pub fn has_pending(&self) -> bool {
+        if self.member.is_some() {
+            return self.member_pending();
+        }
         if self.nothing_claimed() {
             return false;
         }
@@ -40,6 +43,9 @@ impl Consumer {
     {
         if self.failed {
             return Err(PollError::Failed);
+        }
+        if self.member.is_some() {
+            return self.poll_member(&mut handler);
         }
         if self.nothing_claimed() {
             return self.idle_checks(false);
@@ -180,7 +186,7 @@ impl Consumer {
         PollError::HandlerPanicked { sequence: at }
     }
 
-    fn deliver_in_place<F>(
+    pub(super) fn deliver_in_place<F>(
         &mut self,
         start: u64,
         n: u64,
@@ -321,12 +327,15 @@ impl Consumer {
 }
 
 /// The handler panicked (see [`call`]).
-struct HandlerPanic;
+pub(super) struct HandlerPanic;
 
 /// Hand `ev` to `handler`, catching a panic of the handler and of nothing else: a panic
 /// in the delivery loop itself (a bug, or bytes it failed to guard against) propagates,
 /// so tests see it rather than a `HandlerPanicked` they cannot tell apart.
 #[inline(always)]
-fn call<F: FnMut(Event<'_>)>(handler: &mut F, ev: Event<'_>) -> Result<(), HandlerPanic> {
+pub(super) fn call<F: FnMut(Event<'_>)>(
+    handler: &mut F,
+    ev: Event<'_>,
+) -> Result<(), HandlerPanic> {
     catch_unwind(AssertUnwindSafe(|| handler(ev))).map_err(|_| HandlerPanic)
 }

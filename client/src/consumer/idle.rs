@@ -17,8 +17,8 @@ impl Consumer {
                 return Ok(RunExit::Stopped);
             }
             let before = self.next;
-            self.poll_once(&mut handler)?;
-            if self.next != before {
+            let n = self.poll_once(&mut handler)?;
+            if self.next != before || n > 0 {
                 self.idler.reset();
                 self.idle_since = None;
                 continue;
@@ -51,6 +51,7 @@ impl Consumer {
             .line()
             .closed_at()
             .is_some_and(|stop| self.next >= stop)
+            && !self.holds_adopted()
     }
 
     /// One idle step of the wait strategy. `Some` when it can say how waiting ends.
@@ -91,6 +92,12 @@ impl Consumer {
     /// Park on the ring's consumer wake line (see `park` for the protocol).
     #[cold]
     fn park(&mut self, net: std::time::Duration) {
+        // A member about to sleep first looks for claims that members left behind: they
+        // may be what holds the producers.
+        self.adopt_left_claims();
+        if self.has_pending() {
+            return;
+        }
         let entry = self.entry();
         // Relaxed: display only.
         entry.cold.parked.store(1, Ordering::Relaxed);

@@ -47,6 +47,7 @@ pub const DEFAULT_BATCH_CAP: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOptions {
     name: Option<String>,
+    group: Option<String>,
     required: bool,
     batch_cap: usize,
     wait: WaitStrategy,
@@ -57,6 +58,7 @@ impl ConsumerOptions {
     pub fn anonymous() -> Self {
         Self {
             name: None,
+            group: None,
             required: true,
             batch_cap: DEFAULT_BATCH_CAP,
             wait: WaitStrategy::default(),
@@ -73,7 +75,29 @@ impl ConsumerOptions {
         }
     }
 
-    /// Make it optional: it gates producers only within the ring's slack, and may be lapped
+    /// A worker of the named group: the group's members share its events, each event
+    /// delivered to one of them. The first worker creates the group, which then holds its
+    /// events for its members like a durable consumer (they wait for it while no member
+    /// runs). The member itself is anonymous and required; its entry is freed on drop, and
+    /// a claim it has not finished is handed to another member, as is the claim of a
+    /// member whose process died (at-least-once: counted in
+    /// [`ConsumerStats::redelivered`]). See the `group` module of ARCHITECTURE.md.
+    ///
+    /// ```no_run
+    /// # use shmring::{ConsumerOptions, Ring};
+    /// # fn run(ring: &Ring) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut worker = ring.consumer(ConsumerOptions::worker("resizers"))?;
+    /// worker.run(|ev| println!("{} bytes at {}", ev.bytes.len(), ev.seq), || false)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn worker(group: impl Into<String>) -> Self {
+        Self {
+            group: Some(group.into()),
+            ..Self::anonymous()
+        }
+    }
+
+    /// Make it optional (ignored for a [`worker`](Self::worker): members are required): it gates producers only within the ring's slack, and may be lapped
     /// (it then counts what it lost in `dropped_behind`).
     pub fn optional(mut self) -> Self {
         self.required = false;
@@ -118,6 +142,10 @@ pub struct ConsumerStats {
     /// Returns from a park by the timed net while an event was already waiting and the
     /// wake line never moved: a wake-up the protocol lost. Zero unless something is wrong.
     pub net_wakeups: u64,
+    /// Worker group members: events delivered again because the member that claimed them
+    /// died (or failed) before finishing its claim. Each may be a duplicate; events of a
+    /// claim a member gave back when it left are not counted.
+    pub redelivered: u64,
 }
 
 impl ConsumerStats {
@@ -134,6 +162,16 @@ impl ConsumerStats {
             wakeups: c.wakeups.load(Ordering::Relaxed),
             late_wakeups: 0,
             net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
+            redelivered: 0,
+        }
+    }
+
+    /// The counters of an entry, with the group counters beside them.
+    pub(crate) fn read_entry(e: &ConsumerEntry) -> Self {
+        ConsumerStats {
+            // Relaxed: as above.
+            redelivered: e.cold.graph.redelivered.load(Ordering::Relaxed),
+            ..Self::read(&e.cold.counters)
         }
     }
 }
@@ -179,12 +217,15 @@ pub struct Consumer {
     pub(crate) failed: bool,
     scratch: [Vec<u8>; 2],
     stats: ConsumerStats,
+    /// For a worker group member: its group and claims (see `member`).
+    member: Option<member::Member>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
 mod attach;
 mod deliver;
 mod idle;
+mod member;
 
 pub(crate) use attach::entry_name;
 
@@ -196,7 +237,7 @@ impl Consumer {
     }
 
     fn load_stats(&mut self) {
-        self.stats = ConsumerStats::read(&self.entry().cold.counters);
+        self.stats = ConsumerStats::read_entry(self.entry());
     }
 
     fn store_stats(&self) {
@@ -211,6 +252,10 @@ impl Consumer {
         c.failures.store(s.failures, Ordering::Relaxed);
         c.wakeups.store(s.wakeups, Ordering::Relaxed);
         c.net_wakeups.store(s.net_wakeups, Ordering::Relaxed);
+        if self.member.is_some() {
+            let g = &self.entry().cold.graph;
+            g.redelivered.store(s.redelivered, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn segment(&self) -> &Arc<Segment> {
@@ -246,6 +291,10 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        if self.member.is_some() {
+            self.leave_group();
+            return;
+        }
         let e = self.entry();
         // Twice at most: a broker's release may land between the load and the CAS.
         for _ in 0..2 {
