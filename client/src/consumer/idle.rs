@@ -54,6 +54,18 @@ impl Consumer {
             && !self.holds_adopted()
     }
 
+    /// A member that has delivered its own claims up to the stop first adopts the claims
+    /// members left behind (those of a member killed just before the stop, say): they are
+    /// the group's events too. Returns whether it found some.
+    #[cold]
+    fn adopts_before_closing(&mut self) -> bool {
+        if self.member.is_none() {
+            return false;
+        }
+        self.adopt_left_claims();
+        self.holds_adopted()
+    }
+
     /// One idle step of the wait strategy. `Some` when it can say how waiting ends.
     fn idle_step(&mut self) -> Result<Option<WaitOutcome>, PollError> {
         if self.failed {
@@ -62,7 +74,7 @@ impl Consumer {
         if self.has_pending() {
             return Ok(Some(WaitOutcome::Ready));
         }
-        if self.closed_and_drained() {
+        if self.closed_and_drained() && !self.adopts_before_closing() {
             if is_deleted(&self.seg) {
                 return Err(PollError::Deleted);
             }
