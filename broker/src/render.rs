@@ -76,6 +76,46 @@ pub fn render(r: &StatusReport, width: Option<usize>) -> String {
     out
 }
 
+/// Each worker group with its members and each member's share of the events they
+/// delivered.
+fn groups(out: &mut String, ring: &RingReport) {
+    for g in ring.consumers.iter().filter(|c| c.is_group) {
+        let members: Vec<_> = ring
+            .consumers
+            .iter()
+            .filter(|c| c.group == Some(g.index))
+            .collect();
+        let total: u64 = members.iter().map(|m| m.delivered).sum();
+        let _ = writeln!(
+            out,
+            "  group {:?} (#{}): work sequence {}, {} member entr{}, {} delivered",
+            g.name,
+            g.index,
+            g.sequence,
+            members.len(),
+            if members.len() == 1 { "y" } else { "ies" },
+            total
+        );
+        for m in members {
+            let share = if total == 0 {
+                0.0
+            } else {
+                m.delivered as f64 * 100.0 / total as f64
+            };
+            let _ = writeln!(
+                out,
+                "    member #{} pid {} {}: delivered {} ({share:.1}%), redelivered {}, at {}",
+                m.index,
+                m.pid,
+                m.state.as_str(),
+                m.delivered,
+                m.redelivered,
+                m.sequence
+            );
+        }
+    }
+}
+
 fn consumer_name(name: &str, index: u32) -> String {
     if name.is_empty() {
         format!("#{index}")
@@ -174,6 +214,8 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     );
     for x in &ring.consumers {
         let kind = match (x.required, x.durable) {
+            _ if x.is_group => "group",
+            _ if x.group.is_some() => "member",
             (true, true) => "required",
             (true, false) => "req/anon",
             (false, true) => "optional",
@@ -211,6 +253,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     } else {
         let _ = writeln!(out, "{c}");
     }
+    groups(&mut out, ring);
     let mut p = table(
         &[
             "#",

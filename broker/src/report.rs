@@ -229,6 +229,15 @@ pub struct ConsumerReport {
     pub net_wakeups: u64,
     /// Handler failures.
     pub failures: u64,
+    /// For a worker group member: the index of its group's entry.
+    #[serde(default)]
+    pub group: Option<u32>,
+    /// Whether this entry is a worker group (its sequence is the group's work sequence).
+    #[serde(default)]
+    pub is_group: bool,
+    /// Events a group member delivered again after the member holding them died.
+    #[serde(default)]
+    pub redelivered: u64,
 }
 
 /// One producer.

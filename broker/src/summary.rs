@@ -62,6 +62,9 @@ pub fn consumer_report(
         wakeups: c.stats.wakeups,
         net_wakeups: c.stats.net_wakeups,
         failures: c.stats.failures,
+        group: c.group,
+        is_group: c.is_group,
+        redelivered: c.stats.redelivered,
     }
 }
 
