@@ -480,7 +480,15 @@ impl Consumer {
                 s.failures = s.failures.wrapping_add(1);
                 self.failed = true;
             }
+            let redelivered = s.redelivered;
             self.store_stats();
+            // Relaxed: a counter only this member writes (`store_stats` skips it while the
+            // member's state is out of the handle, as here).
+            self.entry()
+                .cold
+                .graph
+                .redelivered
+                .store(redelivered, Ordering::Relaxed);
         }
         outcome.map(|()| delivered as usize)
     }
