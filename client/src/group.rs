@@ -77,17 +77,19 @@ pub fn claim<V: Word, W: Word>(
         // read through it, the CAS below decides.
         let w = work.load(Ordering::Acquire);
         let k = run(w).clamp(1, cap.max(1));
+        // Saturating: `w` is read from shared memory, which may hold anything.
+        let end = w.saturating_add(k);
         // Release (both): pair with the producers' Acquire gate scan. `next` first: a
         // member dying between the two stores names an empty claim, never a wider one.
         next.store(w, Ordering::Release);
-        claim_end.store(w + k, Ordering::Release);
+        claim_end.store(end, Ordering::Release);
         // SeqCst: the claim; its place in the single total order is what two members
         // claiming at once agree on.
         if work
-            .compare_exchange(w, w + k, Ordering::SeqCst, Ordering::Relaxed)
+            .compare_exchange(w, end, Ordering::SeqCst, Ordering::Relaxed)
             .is_ok()
         {
-            return (w, w + k);
+            return (w, end);
         }
     }
 }

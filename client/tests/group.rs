@@ -184,8 +184,15 @@ fn a_failing_member_hands_the_failing_event_to_another_counted_as_redelivered() 
     assert_eq!(seen, vec![(0, 7)]);
     assert_eq!(b.stats().redelivered, 1);
     let info = ring.info();
-    let entry = info.consumers.iter().find(|c| c.index == b.index()).unwrap();
-    assert_eq!(entry.stats.redelivered, 1, "the count is in the member's entry");
+    let entry = info
+        .consumers
+        .iter()
+        .find(|c| c.index == b.index())
+        .unwrap();
+    assert_eq!(
+        entry.stats.redelivered, 1,
+        "the count is in the member's entry"
+    );
 }
 
 #[test]

@@ -300,7 +300,15 @@ impl Consumer {
             self.stats.redelivered = self.stats.redelivered.wrapping_add(handed);
             self.store_stats();
         }
-        let delivered = r?;
+        let delivered = match r {
+            Ok(n) => n,
+            Err(e) => {
+                // This member is failed: what it adopted goes back to the others now, not
+                // when the handle is dropped.
+                self.give_back_adopted();
+                return Err(e);
+            }
+        };
         self.claim_if_done();
         Ok(delivered)
     }
@@ -496,7 +504,26 @@ impl Consumer {
     /// The member leaves: an adopted claim and its own unfinished claim are left open
     /// (DETACHED) for another member; a finished claim's entry is freed.
     pub(super) fn leave_group(&mut self) {
-        let Some(mut m) = self.member.take() else {
+        self.give_back_adopted();
+        let Some(m) = self.member.take() else {
+            return;
+        };
+        if self.failed {
+            // Already FAILED at the failing event (see `fail`), open to another member.
+            return;
+        }
+        let to = if self.next < m.claim_end {
+            consumer_state::DETACHED
+        } else {
+            consumer_state::FREE
+        };
+        let _ = table::consumer::give_up(&self.entry().hot.word, self.word, to);
+    }
+
+    /// Leave the adopted claims open (DETACHED) for another member; free the entries of
+    /// those delivered to their end.
+    fn give_back_adopted(&mut self) {
+        let Some(m) = self.member.as_mut() else {
             return;
         };
         for a in m.adopted.drain(..) {
@@ -509,16 +536,6 @@ impl Consumer {
                 let _ = table::consumer::give_up(&e.hot.word, a.word, to);
             }
         }
-        if self.failed {
-            // Already FAILED at the failing event (see `fail`), open to another member.
-            return;
-        }
-        let to = if self.next < m.claim_end {
-            consumer_state::DETACHED
-        } else {
-            consumer_state::FREE
-        };
-        let _ = table::consumer::give_up(&self.entry().hot.word, self.word, to);
     }
 }
 
@@ -527,7 +544,11 @@ fn published_run(seg: &Segment, w: u64, cap: u64) -> u64 {
     (0..cap)
         .take_while(|&i| {
             // Acquire: a hint for the claim's size; delivery loads the stamp again.
-            seg.slot(w + i).header.stamp.load(Ordering::Acquire) == w + i
+            seg.slot(w.wrapping_add(i))
+                .header
+                .stamp
+                .load(Ordering::Acquire)
+                == w.wrapping_add(i)
         })
         .count() as u64
 }

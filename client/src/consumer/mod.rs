@@ -87,7 +87,7 @@ impl ConsumerOptions {
     /// # use shmring::{ConsumerOptions, Ring};
     /// # fn run(ring: &Ring) -> Result<(), Box<dyn std::error::Error>> {
     /// let mut worker = ring.consumer(ConsumerOptions::worker("resizers"))?;
-    /// worker.run(|ev| println!("{} bytes at {}", ev.bytes.len(), ev.seq), || false)?;
+    /// worker.run(|ev| println!("{} bytes at {}", ev.bytes().len(), ev.sequence()), || false)?;
     /// # Ok(()) }
     /// ```
     pub fn worker(group: impl Into<String>) -> Self {
