@@ -37,7 +37,7 @@ fn a_member_killed_mid_event_loses_nothing_and_its_claim_is_redelivered_once() {
             "worker --ns {ns} --ring r --group g --batch-cap 1 --wait block {extra}"
         )
     };
-    let mut victim = worker("victim", "--hang-after 20");
+    let mut victim = worker("victim", "--hang-after 5");
     victim.expect_line("ready");
     let mut survivors = vec![worker("survivor 0", ""), worker("survivor 1", "")];
     for s in &mut survivors {
