@@ -170,7 +170,21 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
         ring.name, ring.state, ring.run, ring.epoch, ring.capacity, ring.slot_size,
         ring.producer_mode, ring.head, ring.free, slowest
     );
-    if let Some(b) = &ring.blocked_by {
+    let blocker = ring
+        .blocked_by
+        .as_ref()
+        .and_then(|b| ring.consumers.iter().find(|c| c.index == b.index));
+    if let Some(g) = blocker.filter(|c| c.is_group || c.group.is_some()) {
+        let group = ring
+            .consumers
+            .iter()
+            .find(|c| c.is_group && (c.index == g.index || Some(c.index) == g.group))
+            .map_or_else(|| "?".to_owned(), |c| c.name.clone());
+        let _ = writeln!(
+            out,
+            "  producers wait for worker group {group:?}: start a member of it (ConsumerOptions::worker) to consume its events"
+        );
+    } else if let Some(b) = &ring.blocked_by {
         let _ = writeln!(
             out,
             "  producers wait for {0} and it cannot move: restart it, or `broker release {1} {0}` to let them go on without it",

@@ -71,6 +71,13 @@ fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
         "{v:#}"
     );
 
+    let text = ns.cli(&["status"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("producers wait for worker group \"g\": start a member"),
+        "{text}"
+    );
+
     // The next member carries on with the dead member's entry and gets everything.
     let mut next = ns.role(
         "consumer",
