@@ -48,10 +48,12 @@
 //!
 //! ## Leaving
 //!
-//! A member that leaves with an unfinished claim first tries to give it back to the work
-//! sequence ([`unclaim`]: CAS `claim_end -> next`, which succeeds only while nobody claimed
-//! after it); otherwise it leaves its entry DETACHED, holding the claim, for another member
-//! to adopt. Either way no event is left behind.
+//! A member that leaves with an unfinished claim leaves its entry DETACHED, holding the
+//! claim, for a member that joins (it carries on with the entry) or for a live member to
+//! adopt once the claim's events are published: no event is left behind. The claim is not
+//! given back to the work sequence: that would move the work sequence backwards, and a
+//! gate scan that read it before and the member's entry after its free would compute a
+//! gate past the given-back events (every position a scan reads must only grow).
 
 use std::sync::atomic::Ordering;
 
@@ -92,15 +94,6 @@ pub fn claim<V: Word, W: Word>(
             return (w, end);
         }
     }
-}
-
-/// Give the unfinished claim `[start, end)` back to the work sequence: succeeds only if
-/// nobody claimed after it (the work sequence is still `end`). SeqCst, as [`claim`].
-pub fn unclaim<W: Word>(work: &W, start: u64, end: u64) -> bool {
-    start < end
-        && work
-            .compare_exchange(end, start, Ordering::SeqCst, Ordering::Relaxed)
-            .is_ok()
 }
 
 /// The unfinished claim an entry names, `[next, max(next, claim_end))`. Acquire: read after
