@@ -76,6 +76,46 @@ pub fn render(r: &StatusReport, width: Option<usize>) -> String {
     out
 }
 
+/// Each worker group with its members and each member's share of the events they
+/// delivered.
+fn groups(out: &mut String, ring: &RingReport) {
+    for g in ring.consumers.iter().filter(|c| c.is_group) {
+        let members: Vec<_> = ring
+            .consumers
+            .iter()
+            .filter(|c| c.group == Some(g.index))
+            .collect();
+        let total: u64 = members.iter().map(|m| m.delivered).sum();
+        let _ = writeln!(
+            out,
+            "  group {:?} (#{}): work sequence {}, {} member entr{}, {} delivered",
+            g.name,
+            g.index,
+            g.sequence,
+            members.len(),
+            if members.len() == 1 { "y" } else { "ies" },
+            total
+        );
+        for m in members {
+            let share = if total == 0 {
+                0.0
+            } else {
+                m.delivered as f64 * 100.0 / total as f64
+            };
+            let _ = writeln!(
+                out,
+                "    member #{} pid {} {}: delivered {} ({share:.1}%), redelivered {}, at {}",
+                m.index,
+                m.pid,
+                m.state.as_str(),
+                m.delivered,
+                m.redelivered,
+                m.sequence
+            );
+        }
+    }
+}
+
 fn consumer_name(name: &str, index: u32) -> String {
     if name.is_empty() {
         format!("#{index}")
@@ -144,7 +184,21 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
         ring.name, ring.state, ring.run, ring.epoch, ring.capacity, ring.slot_size,
         ring.producer_mode, ring.head, ring.free, slowest
     );
-    if let Some(b) = &ring.blocked_by {
+    let blocker = ring
+        .blocked_by
+        .as_ref()
+        .and_then(|b| ring.consumers.iter().find(|c| c.index == b.index));
+    if let Some(g) = blocker.filter(|c| c.is_group || c.group.is_some()) {
+        let group = ring
+            .consumers
+            .iter()
+            .find(|c| c.is_group && (c.index == g.index || Some(c.index) == g.group))
+            .map_or_else(|| "?".to_owned(), |c| c.name.clone());
+        let _ = writeln!(
+            out,
+            "  producers wait for worker group {group:?}: start a member of it (ConsumerOptions::worker) to consume its events"
+        );
+    } else if let Some(b) = &ring.blocked_by {
         let first = ring
             .consumers
             .iter()
@@ -195,6 +249,8 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     );
     for x in &ring.consumers {
         let kind = match (x.required, x.durable) {
+            _ if x.is_group => "group",
+            _ if x.group.is_some() => "member",
             (true, true) => "required",
             (true, false) => "req/anon",
             (false, true) => "optional",
@@ -257,6 +313,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             ring.name
         );
     }
+    groups(&mut out, ring);
     let mut p = table(
         &[
             "#",

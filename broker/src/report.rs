@@ -260,6 +260,15 @@ pub struct ConsumerReport {
     /// Failed attempts its error policy answered with another attempt.
     #[serde(default)]
     pub retries: u64,
+    /// For a worker group member: the index of its group's entry.
+    #[serde(default)]
+    pub group: Option<u32>,
+    /// Whether this entry is a worker group (its sequence is the group's work sequence).
+    #[serde(default)]
+    pub is_group: bool,
+    /// Events a group member delivered again after the member holding them died.
+    #[serde(default)]
+    pub redelivered: u64,
 }
 
 /// A report without the field (an older broker) describes a consumer some process attached.

@@ -69,6 +69,9 @@ pub fn consumer_report(
         poison_attempts: c.poison.map_or(0, |(_, a)| a),
         dead_lettered: c.stats.dead_lettered,
         retries: c.stats.retries,
+        group: c.group,
+        is_group: c.is_group,
+        redelivered: c.stats.redelivered,
         upstream: Vec::new(),
         stage_lag: None,
     }

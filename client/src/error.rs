@@ -212,6 +212,18 @@ pub enum AttachError {
         /// Bytes of the segment.
         size: u64,
     },
+    /// A worker attaching to a group whose name belongs to a durable consumer.
+    #[error("{name:?} is a durable consumer of this ring, not a worker group: pick another group name, or attach with ConsumerOptions::durable")]
+    NotAGroup {
+        /// The name.
+        name: String,
+    },
+    /// A durable consumer attaching under the name of a worker group.
+    #[error("{name:?} is a worker group of this ring, not a durable consumer: pick another name, or attach with ConsumerOptions::worker")]
+    IsAGroup {
+        /// The name.
+        name: String,
+    },
     /// Another live process has been stopping or starting the ring for longer than an
     /// attach waits.
     #[error(
@@ -243,6 +255,13 @@ pub enum AttachError {
     SelfUpstream {
         /// The name.
         name: String,
+    },
+    /// A worker group member named upstream consumers (`ConsumerOptions::worker` with
+    /// `after`): members claim from the group's work sequence, which has no barrier.
+    #[error("a member of worker group {group:?} cannot read behind other consumers: put a dependent consumer before the group and have it republish into a ring of its own")]
+    WorkerAfter {
+        /// The group.
+        group: String,
     },
 }
 

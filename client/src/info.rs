@@ -57,6 +57,11 @@ pub struct ConsumerInfo {
     /// The entry indices of the consumers this one reads behind (see
     /// `ConsumerOptions::after`), as recorded in its entry.
     pub upstream: Vec<u32>,
+    /// For a worker group member: the index of its group's entry.
+    pub group: Option<u32>,
+    /// Whether this entry is a worker group (its `next` is the group's work sequence: the
+    /// first sequence no member has claimed).
+    pub is_group: bool,
 }
 
 /// One producer entry as seen from outside.
@@ -131,7 +136,6 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         }
         let flags = e.hot.flags.load(Ordering::Relaxed);
         let next = e.hot.next.load(Ordering::Acquire);
-        let c = &e.cold.counters;
         consumers.push(ConsumerInfo {
             index: i,
             name: entry_name(e),
@@ -149,7 +153,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
             parked: e.cold.parked.load(Ordering::Relaxed) != 0,
-            stats: ConsumerStats::read(c, &e.cold.graph),
+            stats: ConsumerStats::read_entry(e),
             poison: read_poison(&e.cold),
             // Relaxed: a display value.
             error_policy: shmring_layout::error_policy::name(
@@ -164,6 +168,11 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 .filter(|&u| u != 0 && u <= geo.max_consumers)
                 .map(|u| u - 1)
                 .collect(),
+            // Relaxed: published with the word (Acquire above).
+            group: (flags & consumer_flags::MEMBER != 0)
+                .then(|| e.cold.group.load(Ordering::Relaxed).checked_sub(1))
+                .flatten(),
+            is_group: flags & consumer_flags::GROUP != 0,
         });
     }
     let mut producers = Vec::new();

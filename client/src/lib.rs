@@ -46,6 +46,7 @@ mod futex;
 pub mod gating;
 #[doc(hidden)]
 pub mod graph;
+pub mod group;
 mod health;
 mod info;
 mod lease;

@@ -44,6 +44,8 @@ enum Role {
     RunClosed(roles::run_closed::Args),
     /// Stop, start and drain a ring in a seeded order, racing other processes.
     LifecycleStorm(roles::lifecycle_storm::Args),
+    /// A member of a worker group that prints every event it is handed.
+    Worker(roles::worker::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,5 +68,6 @@ fn main() -> anyhow::Result<()> {
         Role::WakeSet(a) => roles::wake_set::run(a),
         Role::RunClosed(a) => roles::run_closed::run(a),
         Role::LifecycleStorm(a) => roles::lifecycle_storm::run(a),
+        Role::Worker(a) => roles::worker::run(a),
     }
 }

@@ -75,6 +75,11 @@ pub fn release(
         Ok(found) => found,
         Err(reply) => return reply,
     };
+    if c.is_group {
+        return Reply::error(format!(
+            "ring {name:?}: {consumer:?} is a worker group: its entry holds the events no member has claimed yet, so it is not released; start a member of the group to consume them"
+        ));
+    }
     match c.state_code {
         consumer_state::RELEASED => {
             return done(format!(

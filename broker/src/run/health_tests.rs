@@ -29,6 +29,8 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         poison: None,
         error_policy: "stop",
         upstream: Vec::new(),
+        group: None,
+        is_group: false,
     }
 }
 

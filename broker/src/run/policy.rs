@@ -19,6 +19,20 @@ fn who(c: &ConsumerInfo) -> String {
 
 pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
     let threshold = t.spec.stall_threshold;
+    if c.group.is_some()
+        && shmring_layout::consumer_state::gates(c.state_code)
+        && matches!(edge, Edge::Orphaned | Edge::Died | Edge::Failed)
+    {
+        // A worker group member's entry holds the claim it had not finished: it keeps
+        // gating until a live member of its group adopts it. Freeing or releasing it here
+        // would let producers overwrite those events.
+        if edge != Edge::Orphaned {
+            t.counters.deaths += 1;
+        }
+        warn!(ring, index = c.index, pid = c.pid, sequence = c.next,
+            "DEAD: worker group member #{} (pid {}); its claim from sequence {} waits for another member of its group", c.index, c.pid, c.next);
+        return;
+    }
     match edge {
         Edge::Stalled => {
             t.counters.stalls += 1;

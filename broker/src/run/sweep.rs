@@ -114,7 +114,10 @@ fn consumer_report(
     r.sequence = sequence;
     r.lag = shmring::lag(&t.ring, head, sequence);
     r.idle_ms = Some(idle_ms);
-    r.policy = if c.durable {
+    r.policy = if c.is_group || c.group.is_some() {
+        // A group's entries are the group's own: its members adopt a dead member's claim.
+        "group".to_owned()
+    } else if c.durable {
         t.spec.policy_for(&c.name).as_str().to_owned()
     } else {
         "free".to_owned()

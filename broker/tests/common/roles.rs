@@ -51,7 +51,10 @@ const EXIT: u8 = 2;
 fn consumer() {
     let ring = open();
     let name = var("ROLE_NAME");
-    let opts = if name.is_empty() {
+    let group = var("ROLE_GROUP");
+    let opts = if !group.is_empty() {
+        ConsumerOptions::worker(group)
+    } else if name.is_empty() {
         ConsumerOptions::anonymous()
     } else {
         ConsumerOptions::durable(name)

@@ -45,7 +45,7 @@ impl Ring {
     }
 }
 
-enum Found {
+pub(super) enum Found {
     /// Attached to entry `index`, starting at `next`, holding it with `word`, the upstreams
     /// it recorded before (`previous`: given back if the attach is refused); `fresh`: a
     /// free entry (not a durable one taken over).
@@ -63,6 +63,19 @@ enum Found {
 impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
         crate::lifecycle::attachable(&seg)?;
+        if let Some(group) = &opts.group {
+            if !opts.upstream.is_empty() {
+                return Err(AttachError::WorkerAfter {
+                    group: group.clone(),
+                });
+            }
+            let (m, entry, next, word) = member::attach(&seg, group, &opts)?;
+            let upstream = barrier::Upstreams::default();
+            let mut c = Self::handle(seg, &opts, entry, next, word, true, false, upstream);
+            c.member = Some(m);
+            c.join_group();
+            return Ok(c);
+        }
         let words = opts.name.as_deref().map(pack_name).transpose()?;
         let flags = if opts.required {
             consumer_flags::REQUIRED
@@ -83,9 +96,9 @@ impl Consumer {
                         dropped = lost;
                         f
                     }
-                    None => Self::fresh(&seg, Some(w), flags, &opts, &record)?,
+                    None => Self::fresh(&seg, Some(w), flags, &opts, &record, None)?,
                 },
-                None => Self::fresh(&seg, None, flags, &opts, &record)?,
+                None => Self::fresh(&seg, None, flags, &opts, &record, None)?,
             };
             match found {
                 Found::Attached {
@@ -98,39 +111,17 @@ impl Consumer {
                 Found::Retry => std::thread::yield_now(),
             }
         };
-        let geo = seg.geometry();
-        let mode = fence::mode();
-        // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
-        seg.header()
-            .fence_mode
-            .fetch_max(mode as u32, Ordering::Relaxed);
-        let mut c = Consumer {
-            wait: opts.wait,
-            idle_since: None,
-            registered: fence::registered(),
-            entry,
-            word,
-            next,
-            required: opts.required,
-            durable: words.is_some(),
-            batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
-            max_payload: geo.max_payload(),
-            idler: Idler::new(opts.wait),
-            failed: false,
-            policy: opts.on_error,
-            poison: None,
-            suspect: None,
-            exhausted: false,
-            careful: 0,
-            retry_at: None,
-            dead_letter: None,
-            flush: opts.flush_within.map(Flush::new),
-            scratch: [Vec::new(), Vec::new()],
-            stats: ConsumerStats::default(),
-            upstream,
+        let durable = words.is_some();
+        let mut c = Self::handle(
             seg,
-            _not_sync: PhantomData,
-        };
+            &opts,
+            entry,
+            next,
+            word,
+            opts.required,
+            durable,
+            upstream,
+        );
         if !c.upstream.is_empty() {
             let refused = if let Some(name) = c.upstream.named_at(entry) {
                 // The upstream was freed while this consumer attached, and this attach took
@@ -157,7 +148,6 @@ impl Consumer {
                 graph::record(&*c.seg, entry, &previous);
                 c.durable &= !fresh;
                 if dropped > 0 {
-                    c.load_stats();
                     c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
                     c.store_stats();
                 }
@@ -165,25 +155,74 @@ impl Consumer {
                 return Err(err);
             }
         }
-        c.load_stats();
         if dropped > 0 {
             c.stats.dropped_behind = c.stats.dropped_behind.wrapping_add(dropped);
             c.store_stats();
         }
-        // Relaxed: a display value.
-        c.entry()
-            .cold
-            .error_policy
-            .store(opts.on_error.code(), Ordering::Relaxed);
         if c.durable {
             c.mark_suspect();
         }
         Ok(c)
     }
 
+    /// The handle of an attached entry, with the entry's counters.
+    #[allow(clippy::too_many_arguments)]
+    fn handle(
+        seg: Arc<Segment>,
+        opts: &ConsumerOptions,
+        entry: u32,
+        next: u64,
+        word: u64,
+        required: bool,
+        durable: bool,
+        upstream: barrier::Upstreams,
+    ) -> Self {
+        let geo = seg.geometry();
+        let mode = fence::mode();
+        // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
+        seg.header()
+            .fence_mode
+            .fetch_max(mode as u32, Ordering::Relaxed);
+        let mut c = Consumer {
+            wait: opts.wait,
+            idle_since: None,
+            registered: fence::registered(),
+            entry,
+            word,
+            next,
+            required,
+            durable,
+            batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
+            max_payload: geo.max_payload(),
+            idler: Idler::new(opts.wait),
+            failed: false,
+            policy: opts.on_error,
+            poison: None,
+            suspect: None,
+            exhausted: false,
+            careful: 0,
+            retry_at: None,
+            dead_letter: None,
+            flush: opts.flush_within.map(Flush::new),
+            scratch: [Vec::new(), Vec::new()],
+            stats: ConsumerStats::default(),
+            upstream,
+            member: None,
+            seg,
+            _not_sync: PhantomData,
+        };
+        c.load_stats();
+        // Relaxed: a display value.
+        c.entry()
+            .cold
+            .error_policy
+            .store(opts.on_error.code(), Ordering::Relaxed);
+        c
+    }
+
     /// The holder's details, written after the CAS that made this process the holder and
     /// published by its next CAS.
-    fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
+    pub(super) fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
         let me = process::current();
         e.cold.start_time.store(me.start_time, Ordering::Relaxed);
         e.cold
@@ -219,6 +258,11 @@ impl Consumer {
                 || !name_is(e, words)
             {
                 continue;
+            }
+            if e.hot.flags.load(Ordering::Relaxed) & consumer_flags::GROUP != 0 {
+                return Err(AttachError::IsAGroup {
+                    name: name.unwrap_or_default().to_owned(),
+                });
             }
             let start_time = e.cold.start_time.load(Ordering::Relaxed);
             match table::consumer::holder(&table::Os, seen, start_time) {
@@ -309,14 +353,22 @@ impl Consumer {
         Ok(None)
     }
 
-    /// Attach to a free entry, starting at the head.
-    fn fresh(
+    /// Attach to a free entry, starting at the head; a member of the group at index `group`
+    /// starts at the group's work sequence instead (it claims there or later).
+    pub(super) fn fresh(
         seg: &Segment,
         words: Option<&[u64; NAME_LEN / 8]>,
         flags: u32,
         opts: &ConsumerOptions,
         record: &[u32; MAX_UPSTREAM],
+        group: Option<u32>,
     ) -> Result<Found, AttachError> {
+        let group_entry = group.and_then(|g| seg.consumer(g));
+        // Where it starts: the head, or the group's work sequence, which only grows, so the
+        // provisional start and the start read below keep the entry's `next` monotonic.
+        // Acquire: pairs with the members' SeqCst claim CAS.
+        let start_at =
+            || group_entry.map_or_else(|| seg.position(), |g| g.hot.next.load(Ordering::Acquire));
         let geo = seg.geometry();
         let me = process::current().pid;
         let mut taken = None;
@@ -362,6 +414,10 @@ impl Consumer {
             w.store(0, Ordering::Relaxed);
         }
         graph::record(seg, i, record);
+        // Relaxed: published by the SeqCst CAS to ACTIVE below.
+        e.cold
+            .group
+            .store(group.map_or(0, |g| g + 1), Ordering::Relaxed);
         e.hot.flags.store(flags, Ordering::Relaxed);
         // A provisional position, read just before the CAS to ACTIVE: a scan that sees the
         // entry ACTIVE before its start is stored below gates at or before it (the start is
@@ -369,14 +425,14 @@ impl Consumer {
         // would let such a scan gate at its own, later, position and lap the start.
         // Release (not published by the CAS alone): a dependent consumer that reads it then
         // reads this holder's word, never the previous one's (see `consumer/barrier.rs`).
-        graph::provisional_position(&e.hot.next, seg.position());
+        graph::provisional_position(&e.hot.next, start_at());
         // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this CAS.
         let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
             // Freed under this process, which cannot happen while it runs: look again.
             return Ok(Found::Retry);
         };
-        let start = seg.position();
+        let start = start_at();
         // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
         e.hot.next.store(start, Ordering::Release);
 

@@ -11,6 +11,9 @@ impl Consumer {
     /// its upstreams committed past it; an upstream whose entry changed reads as pending,
     /// so that `poll_once` looks at it.
     pub fn has_pending(&self) -> bool {
+        if self.member.is_some() {
+            return self.member_pending();
+        }
         if self.nothing_claimed() {
             return false;
         }
@@ -88,6 +91,9 @@ impl Consumer {
     {
         if self.failed {
             return Err(PollError::Failed);
+        }
+        if self.member.is_some() {
+            return self.poll_member(&mut handler);
         }
         if self.exhausted || self.retry_at.is_some() {
             if let Some(r) = self.policy_first() {
@@ -261,7 +267,7 @@ impl Consumer {
         self.store_stats();
     }
 
-    fn deliver_in_place<F, E>(
+    pub(super) fn deliver_in_place<F, E>(
         &mut self,
         start: u64,
         n: u64,
@@ -478,7 +484,7 @@ impl Consumer {
 /// in the delivery loop itself (a bug, or bytes it failed to guard against) propagates,
 /// so tests see it rather than a `HandlerPanicked` they cannot tell apart.
 #[inline(always)]
-fn call<F, E>(handler: &mut F, ev: Event<'_>) -> Result<(), Failure>
+pub(super) fn call<F, E>(handler: &mut F, ev: Event<'_>) -> Result<(), Failure>
 where
     F: FnMut(Event<'_>) -> Result<(), E>,
     E: std::fmt::Display,

@@ -39,8 +39,8 @@ impl Consumer {
                 return Ok(RunExit::Stopped);
             }
             let before = self.next;
-            self.poll_once_fallible(&mut handler)?;
-            if self.next != before {
+            let n = self.poll_once_fallible(&mut handler)?;
+            if self.next != before || n > 0 {
                 self.idler.reset();
                 self.idle_since = None;
                 continue;
@@ -78,6 +78,19 @@ impl Consumer {
             .line()
             .closed_at()
             .is_some_and(|stop| self.next >= stop)
+            && !self.holds_adopted()
+    }
+
+    /// A member that has delivered its own claims up to the stop first adopts the claims
+    /// members left behind (those of a member killed just before the stop, say): they are
+    /// the group's events too. Returns whether it found some.
+    #[cold]
+    fn adopts_before_closing(&mut self) -> bool {
+        if self.member.is_none() {
+            return false;
+        }
+        self.adopt_left_claims();
+        self.holds_adopted()
     }
 
     /// One idle step of the wait strategy. `Some` when it can say how waiting ends.
@@ -88,7 +101,7 @@ impl Consumer {
         if self.has_pending() {
             return Ok(Some(WaitOutcome::Ready));
         }
-        if self.closed_and_drained() {
+        if self.closed_and_drained() && !self.adopts_before_closing() {
             if is_deleted(&self.seg) {
                 return Err(PollError::Deleted);
             }
@@ -118,6 +131,12 @@ impl Consumer {
     /// Park on the ring's consumer wake line (see `park` for the protocol).
     #[cold]
     fn park(&mut self, net: std::time::Duration) {
+        // A member about to sleep first looks for claims that members left behind: they
+        // may be what holds the producers.
+        self.adopt_left_claims();
+        if self.has_pending() {
+            return;
+        }
         let entry = self.entry();
         // Relaxed: display only.
         entry.cold.parked.store(1, Ordering::Relaxed);

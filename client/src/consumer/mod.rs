@@ -51,6 +51,7 @@ pub const DEFAULT_BATCH_CAP: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerOptions {
     name: Option<String>,
+    group: Option<String>,
     required: bool,
     batch_cap: usize,
     wait: WaitStrategy,
@@ -64,6 +65,7 @@ impl ConsumerOptions {
     pub fn anonymous() -> Self {
         Self {
             name: None,
+            group: None,
             required: true,
             batch_cap: DEFAULT_BATCH_CAP,
             wait: WaitStrategy::default(),
@@ -83,7 +85,29 @@ impl ConsumerOptions {
         }
     }
 
-    /// Make it optional: it gates producers only within the ring's slack, and may be lapped
+    /// A worker of the named group: the group's members share its events, each event
+    /// delivered to one of them. The first worker creates the group, which then holds its
+    /// events for its members like a durable consumer (they wait for it while no member
+    /// runs). The member itself is anonymous and required; its entry is freed on drop, and
+    /// a claim it has not finished is handed to another member, as is the claim of a
+    /// member whose process died (at-least-once: counted in
+    /// [`ConsumerStats::redelivered`]). See the `group` module of ARCHITECTURE.md.
+    ///
+    /// ```no_run
+    /// # use shmring::{ConsumerOptions, Ring};
+    /// # fn run(ring: &Ring) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut worker = ring.consumer(ConsumerOptions::worker("resizers"))?;
+    /// worker.run(|ev| println!("{} bytes at {}", ev.bytes().len(), ev.sequence()), || false)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn worker(group: impl Into<String>) -> Self {
+        Self {
+            group: Some(group.into()),
+            ..Self::anonymous()
+        }
+    }
+
+    /// Make it optional (ignored for a [`worker`](Self::worker): members are required): it gates producers only within the ring's slack, and may be lapped
     /// (it then counts what it lost in `dropped_behind`).
     pub fn optional(mut self) -> Self {
         self.required = false;
@@ -177,9 +201,6 @@ pub struct ConsumerStats {
     pub dead_lettered: u64,
     /// Failed attempts that the error policy answered with another attempt.
     pub retries: u64,
-    /// Events handed to this consumer again because a worker that claimed them died
-    /// before committing them.
-    pub redelivered: u64,
     /// Returns from a futex park by a wake (or a wake line that moved before the sleep).
     pub wakeups: u64,
     /// Returns from a park by a timeout after a producer had moved the wake line (its wake
@@ -190,6 +211,10 @@ pub struct ConsumerStats {
     /// Returns from a park by the timed net while an event was already waiting and the
     /// wake line never moved: a wake-up the protocol lost. Zero unless something is wrong.
     pub net_wakeups: u64,
+    /// Worker group members: events delivered again because the member that claimed them
+    /// died (or failed) before finishing its claim. Each may be a duplicate; events of a
+    /// claim a member gave back when it left are not counted.
+    pub redelivered: u64,
 }
 
 impl ConsumerStats {
@@ -210,6 +235,11 @@ impl ConsumerStats {
             late_wakeups: 0,
             net_wakeups: c.net_wakeups.load(Ordering::Relaxed),
         }
+    }
+
+    /// The counters of an entry.
+    pub(crate) fn read_entry(e: &ConsumerEntry) -> Self {
+        Self::read(&e.cold.counters, &e.cold.graph)
     }
 }
 
@@ -274,6 +304,8 @@ pub struct Consumer {
     stats: ConsumerStats,
     /// The upstream consumers this one reads behind (see `barrier`).
     upstream: barrier::Upstreams,
+    /// For a worker group member: its group and claims (see `member`).
+    member: Option<member::Member>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -282,6 +314,7 @@ mod barrier;
 mod deliver;
 mod flush;
 mod idle;
+mod member;
 mod policy;
 
 use flush::Flush;
@@ -319,6 +352,10 @@ impl Consumer {
         let g = &self.entry().cold.graph;
         g.dead_lettered.store(s.dead_lettered, Ordering::Relaxed);
         g.retries.store(s.retries, Ordering::Relaxed);
+        if self.member.is_some() {
+            let g = &self.entry().cold.graph;
+            g.redelivered.store(s.redelivered, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn segment(&self) -> &Arc<Segment> {
@@ -366,6 +403,10 @@ impl Consumer {
 
 impl Drop for Consumer {
     fn drop(&mut self) {
+        if self.member.is_some() {
+            self.leave_group();
+            return;
+        }
         // Acquire: pairs with the broker's SeqCst release CAS.
         let word = self.entry().hot.word.load(Ordering::Acquire);
         if word == self.word || word == table::consumer::released(self.word) {

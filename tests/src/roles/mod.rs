@@ -9,6 +9,7 @@ pub mod ping_pong;
 pub mod produce;
 pub mod run_closed;
 pub mod wake_set;
+pub mod worker;
 
 use std::str::FromStr;
 

@@ -1,0 +1,572 @@
+//! Worker group members: attaching to a group, claiming from its work sequence, adopting
+//! the claims of members that are gone, and leaving (the protocol is in `crate::group`).
+
+use shmring_layout::MAX_UPSTREAM;
+
+use super::deliver::call;
+use super::*;
+use crate::group;
+
+/// Claims between two scans of the group's members for claims left behind.
+const SCAN_EVERY_CLAIMS: u32 = 64;
+/// Empty polls between two such scans (a member that never parks still scans).
+const SCAN_EVERY_IDLE_POLLS: u32 = 1024;
+
+/// What a member handle holds beside the ordinary consumer's fields. Its own claim is
+/// `[Consumer::next, claim_end)`.
+pub(crate) struct Member {
+    /// The group's entry index.
+    group: u32,
+    claim_end: u64,
+    /// Entries of members that are gone, taken over to deliver their claims.
+    adopted: Vec<Adopted>,
+    claims: u32,
+    idle_polls: u32,
+    /// Its own claim up to here was taken over from a member that died or failed: what it
+    /// delivers below this counts as redelivered.
+    redeliver_until: u64,
+}
+
+struct Adopted {
+    index: u32,
+    /// Its word as this handle holds it (RESUMING by this process).
+    word: u64,
+    /// The next sequence of its claim to deliver, and the claim's end.
+    at: u64,
+    end: u64,
+    /// Whether what it delivers counts as redelivered (its holder died or failed; a claim
+    /// given back by a member that left was never handed to a handler).
+    redelivery: bool,
+}
+
+/// The attach of a worker: the group's entry found or created, then a member entry: one
+/// that a member left holding a claim (it carries on with that claim), or a free one.
+/// Returns the member's state and its entry's index, start and word.
+pub(super) fn attach(
+    seg: &Arc<Segment>,
+    group_name: &str,
+    opts: &ConsumerOptions,
+) -> Result<(Member, u32, u64, u64), AttachError> {
+    let words = attach::pack_name(group_name)?;
+    let group = loop {
+        match find_group(seg, &words, group_name)? {
+            Some(i) => break i,
+            None => {
+                let flags =
+                    consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::GROUP;
+                if let attach::Found::Attached { index, word, .. } =
+                    Consumer::fresh(seg, Some(&words), flags, opts, &[0; MAX_UPSTREAM], None)?
+                {
+                    // The group gates with no holder: DETACHED, like a durable consumer
+                    // whose events wait for it. From this word or the broker's release of it.
+                    let e = seg
+                        .consumer(index)
+                        .unwrap_or_else(|| unreachable!("index from the table scan"));
+                    if table::consumer::give_up(&e.hot.word, word, consumer_state::DETACHED).is_ok()
+                    {
+                        break index;
+                    }
+                }
+                std::thread::yield_now();
+            }
+        }
+    };
+    let flags = consumer_flags::REQUIRED | consumer_flags::MEMBER;
+    loop {
+        if let Some((a, word)) = take_left_entry(seg, group, opts) {
+            let m = Member {
+                claim_end: a.end,
+                redeliver_until: if a.redelivery { a.end } else { 0 },
+                ..Member::new(group)
+            };
+            return Ok((m, a.index, a.at, word));
+        }
+        if let attach::Found::Attached {
+            index, next, word, ..
+        } = Consumer::fresh(seg, None, flags, opts, &[0; MAX_UPSTREAM], Some(group))?
+        {
+            return Ok((Member::new(group), index, next, word));
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Take over, as this member's own entry, an entry of the group that its member left
+/// (gave up or died) holding a claim: ACTIVE by this process, carrying on with the claim.
+/// So a group's entries number at most its largest number of members at once.
+fn take_left_entry(seg: &Segment, group: u32, opts: &ConsumerOptions) -> Option<(Adopted, u64)> {
+    let a = find_left_claim(seg, group, None, false)?;
+    let e = seg.consumer(a.index)?;
+    Consumer::fill_cold(e, opts);
+    // SeqCst: a gating change (see `table`); publishes the holder's details.
+    match table::consumer::set(&e.hot.word, a.word, consumer_state::ACTIVE) {
+        Ok(word) => Some((a, word)),
+        // Taken from this process, which cannot happen while it runs: attach afresh.
+        Err(_) => None,
+    }
+}
+
+/// Scan the group's members for an entry left open (its process is gone, or it left or
+/// failed holding a claim) and take it over (RESUMING by this process, still gating).
+/// `published_only`: only an entry whose next event is published (waiting for a member).
+/// A live member adopts only those, so that it does not collect the entries of members
+/// that left holding a claim the producers have not reached: those stay DETACHED (they
+/// hold nothing back yet) for a member that joins to carry on with.
+fn find_left_claim(
+    seg: &Segment,
+    group: u32,
+    skip: Option<u32>,
+    published_only: bool,
+) -> Option<Adopted> {
+    let me = process::current().pid;
+    for i in 0..seg.geometry().max_consumers {
+        let Some(e) = seg.consumer(i) else { break };
+        if Some(i) == skip {
+            continue;
+        }
+        // Acquire: the flags and group were written before the word was published.
+        let seen = e.hot.word.load(Ordering::Acquire);
+        if !consumer_state::gates(owned_word::state(seen))
+            || e.hot.flags.load(Ordering::Relaxed) & consumer_flags::MEMBER == 0
+            || e.cold.group.load(Ordering::Relaxed) != group + 1
+        {
+            continue;
+        }
+        if published_only {
+            // Acquire: pairs with the holder's Release commit; a hint, the range is read
+            // again after the takeover.
+            let next = e.hot.next.load(Ordering::Acquire);
+            // Acquire: pairs with the producer's Release stamp store.
+            let stamp = seg.slot(next).header.stamp.load(Ordering::Acquire);
+            if !stamp::reached(stamp, next) {
+                continue;
+            }
+        }
+        let start_time = e.cold.start_time.load(Ordering::Relaxed);
+        let Some(word) = group::adopt(&table::Os, &e.hot.word, seen, start_time, me) else {
+            continue;
+        };
+        let (at, end) = group::claim_range(&e.hot.next, &e.cold.claim_end);
+        return Some(Adopted {
+            index: i,
+            word,
+            at,
+            end,
+            redelivery: owned_word::state(seen) != consumer_state::DETACHED,
+        });
+    }
+    None
+}
+
+/// The group named `words`: its index, `None` if there is none yet, or an error if the name
+/// belongs to a durable consumer.
+fn find_group(
+    seg: &Segment,
+    words: &[u64; NAME_LEN / 8],
+    name: &str,
+) -> Result<Option<u32>, AttachError> {
+    for i in 0..seg.geometry().max_consumers {
+        let Some(e) = seg.consumer(i) else { break };
+        // Acquire: the name and flags were written before the word was published.
+        let seen = e.hot.word.load(Ordering::Acquire);
+        let state = owned_word::state(seen);
+        let flags = e.hot.flags.load(Ordering::Relaxed);
+        if matches!(state, consumer_state::FREE | consumer_state::CLAIMED)
+            || flags & consumer_flags::DURABLE == 0
+            || !attach::name_is(e, words)
+        {
+            continue;
+        }
+        if flags & consumer_flags::GROUP == 0 {
+            return Err(AttachError::NotAGroup {
+                name: name.to_owned(),
+            });
+        }
+        if state == consumer_state::ACTIVE {
+            // Its creator died between making it ACTIVE and DETACHED: finish that for it.
+            let start_time = e.cold.start_time.load(Ordering::Relaxed);
+            if table::consumer::holder(&table::Os, seen, start_time) == Holder::Open {
+                let _ = table::consumer::give_up(&e.hot.word, seen, consumer_state::DETACHED);
+            }
+        }
+        return Ok(Some(i));
+    }
+    Ok(None)
+}
+
+impl Member {
+    pub(super) fn new(group: u32) -> Self {
+        Member {
+            group,
+            claim_end: 0,
+            adopted: Vec::new(),
+            claims: 0,
+            idle_polls: 0,
+            redeliver_until: 0,
+        }
+    }
+}
+
+impl Consumer {
+    fn group_entry(&self, m: &Member) -> &ConsumerEntry {
+        self.seg
+            .consumer(m.group)
+            .unwrap_or_else(|| unreachable!("group entry index checked at attach"))
+    }
+
+    /// The first claim (unless it carries on with a claim taken over) and the first scan
+    /// for claims left behind, right after the attach.
+    pub(super) fn join_group(&mut self) {
+        self.claim_if_done();
+        self.adopt_left_claims();
+    }
+
+    /// Claim the next sequences from the group's work sequence (see `group::claim`).
+    fn claim(&mut self) {
+        let Some(mut m) = self.member.take() else {
+            return;
+        };
+        let seg = &*self.seg;
+        let cap = self.batch_cap;
+        let e = self.entry();
+        let (start, end) = group::claim(
+            &self.group_entry(&m).hot.next,
+            &e.hot.next,
+            &e.cold.claim_end,
+            cap,
+            |w| published_run(seg, w, cap),
+        );
+        self.next = start;
+        m.claim_end = end;
+        m.claims = m.claims.wrapping_add(1);
+        let scan = m.claims % SCAN_EVERY_CLAIMS == 0;
+        self.member = Some(m);
+        if scan {
+            self.adopt_left_claims();
+        }
+    }
+
+    /// `poll_once` of a member: an adopted claim first, then its own.
+    #[cold]
+    pub(super) fn poll_member<F, E>(&mut self, handler: &mut F) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
+        if self.failed {
+            return Err(PollError::Failed);
+        }
+        let n = self.poll_adopted(handler)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        let Some(claim_end) = self.member.as_ref().map(|m| m.claim_end) else {
+            return Ok(0);
+        };
+        let start = self.next;
+        let mut n = 0u64;
+        while start + n < claim_end {
+            let seq = start + n;
+            // Acquire: SYNC POINT with the producer's Release stamp store, as `poll_once`.
+            let stamp = self.seg.slot(seq).header.stamp.load(Ordering::Acquire);
+            if stamp == seq {
+                n += 1;
+                continue;
+            }
+            if n == 0 {
+                match stamp::read(stamp, seq) {
+                    // A repaired hole holds no event; a lapped slot can only follow a group
+                    // entry released from gating (a broker request): skip and count either.
+                    Stamp::Repaired => {
+                        self.commit(seq + 1, 0, 1, 0);
+                        self.claim_if_done();
+                        return Ok(0);
+                    }
+                    Stamp::Lapped => {
+                        self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(1);
+                        self.commit(seq + 1, 0, 0, 0);
+                        self.claim_if_done();
+                        return Ok(0);
+                    }
+                    Stamp::Published | Stamp::Pending => {}
+                }
+            }
+            break;
+        }
+        if n == 0 {
+            return self.member_idle();
+        }
+        let redeliver_until = self.member.as_ref().map_or(0, |m| m.redeliver_until);
+        let r = self.deliver_in_place(start, n, handler);
+        if start < redeliver_until {
+            // The events of a taken-over claim that reached the handler (tombstones aside).
+            let handed = (self.next - start).min(redeliver_until - start);
+            self.stats.redelivered = self.stats.redelivered.wrapping_add(handed);
+            self.store_stats();
+        }
+        let delivered = match r {
+            Ok(n) => n,
+            Err(e) => {
+                // This member is failed: what it adopted goes back to the others now, not
+                // when the handle is dropped.
+                self.give_back_adopted();
+                return Err(e);
+            }
+        };
+        self.claim_if_done();
+        Ok(delivered)
+    }
+
+    fn claim_if_done(&mut self) {
+        if self
+            .member
+            .as_ref()
+            .is_some_and(|m| self.next >= m.claim_end)
+        {
+            self.claim();
+        }
+    }
+
+    /// Nothing of the claims is published: check the entry, and now and then look for
+    /// claims left behind.
+    fn member_idle(&mut self) -> Result<usize, PollError> {
+        // Acquire: pairs with any SeqCst CAS of the entry's word.
+        if self.entry().hot.word.load(Ordering::Acquire) != self.word {
+            // Members are never released (the broker leaves group entries alone): the entry
+            // is not this handle's any more.
+            self.failed = true;
+            return Err(PollError::EntryLost);
+        }
+        if is_deleted(&self.seg) {
+            return Err(PollError::Deleted);
+        }
+        let scan = self.member.as_mut().is_some_and(|m| {
+            m.idle_polls = m.idle_polls.wrapping_add(1);
+            m.idle_polls % SCAN_EVERY_IDLE_POLLS == 0
+        });
+        if scan {
+            self.adopt_left_claims();
+        }
+        Ok(0)
+    }
+
+    /// Whether a member has an event waiting (its own claim or an adopted one).
+    pub(super) fn member_pending(&self) -> bool {
+        let reached = |seq: u64| {
+            // Acquire: as in `poll_once`.
+            let s = self.seg.slot(seq).header.stamp.load(Ordering::Acquire);
+            stamp::reached(s, seq)
+        };
+        let adopted = self
+            .member
+            .as_ref()
+            .is_some_and(|m| m.adopted.iter().any(|a| reached(a.at)));
+        adopted || reached(self.next)
+    }
+
+    /// Whether the member still has an adopted claim to deliver.
+    pub(super) fn holds_adopted(&self) -> bool {
+        self.member.as_ref().is_some_and(|m| !m.adopted.is_empty())
+    }
+
+    /// Scan the group's members for entries left open (their process is gone, or they
+    /// left or failed holding a claim) and adopt them.
+    pub(super) fn adopt_left_claims(&mut self) {
+        let Some(mut m) = self.member.take() else {
+            return;
+        };
+        while let Some(a) = find_left_claim(&self.seg, m.group, Some(self.entry), true) {
+            m.adopted.push(a);
+        }
+        self.member = Some(m);
+    }
+
+    /// Deliver what is published of the adopted claims; free each entry once it is done.
+    fn poll_adopted<F, E>(&mut self, handler: &mut F) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
+        let Some(mut m) = self.member.take() else {
+            return Ok(0);
+        };
+        let mut r = Ok(0);
+        let mut i = 0;
+        while i < m.adopted.len() {
+            let a = &mut m.adopted[i];
+            r = self.deliver_adopted(a, handler);
+            let done =
+                a.at >= a.end || self.seg.line().closed_at().is_some_and(|stop| a.at >= stop);
+            let (index, word) = (a.index, a.word);
+            let Some(e) = self.seg.consumer(index) else {
+                m.adopted.swap_remove(i);
+                continue;
+            };
+            if r.is_err() {
+                // Its handler failed here: leave the claim, at the failing event, to another.
+                let _ = table::consumer::give_up(&e.hot.word, word, consumer_state::FAILED);
+                m.adopted.swap_remove(i);
+                break;
+            }
+            if done {
+                let _ = table::consumer::free(&e.hot.word, word, consumer_state::FREE);
+                m.adopted.swap_remove(i);
+            } else {
+                i += 1;
+            }
+            if r.as_ref().is_ok_and(|&n| n > 0) {
+                break;
+            }
+        }
+        self.member = Some(m);
+        r
+    }
+
+    fn deliver_adopted<F, E>(
+        &mut self,
+        a: &mut Adopted,
+        handler: &mut F,
+    ) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
+        let Some(e) = self.seg.consumer(a.index) else {
+            return Ok(0);
+        };
+        let seg = &*self.seg;
+        let max = self.max_payload;
+        let (mut delivered, mut skipped, mut clamped) = (0u64, 0u64, 0u64);
+        let mut outcome = Ok(());
+        while a.at < a.end && delivered + skipped < self.batch_cap {
+            let seq = a.at;
+            let slot = seg.slot(seq);
+            // Acquire: SYNC POINT with the producer's Release stamp store.
+            let st = slot.header.stamp.load(Ordering::Acquire);
+            if st != seq {
+                if stamp::read(st, seq) == Stamp::Repaired {
+                    skipped += 1;
+                    a.at += 1;
+                    continue;
+                }
+                break;
+            }
+            // Relaxed: ordered by the Acquire stamp load above.
+            if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+                skipped += 1;
+                a.at += 1;
+                continue;
+            }
+            let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
+            if len > max {
+                len = max;
+                clamped += 1;
+            }
+            // SAFETY: the stamp equalled `seq` (Acquire) and the adopted entry gates
+            // producers at `a.at <= seq` until the commit below, so the slot is not
+            // overwritten while the handler reads it.
+            let bytes = unsafe { slot.payload(len) };
+            let ev = Event {
+                seq,
+                bytes,
+                end_of_batch: a.at + 1 == a.end,
+            };
+            if let Err(failure) = call(handler, ev) {
+                // The claim stays at this event for another member (see `poll_adopted`).
+                outcome = Err(if failure.panicked {
+                    PollError::HandlerPanicked { sequence: seq }
+                } else {
+                    PollError::HandlerFailed {
+                        sequence: seq,
+                        attempts: 1,
+                    }
+                });
+                break;
+            }
+            delivered += 1;
+            a.at += 1;
+        }
+        if delivered + skipped > 0 || outcome.is_err() {
+            // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
+            e.hot.next.store(a.at, Ordering::Release);
+            park::notify(
+                &self.seg.lines().producer_wake.value,
+                self.seg.header(),
+                fence::light_allowed(&mut self.registered),
+            );
+            let s = &mut self.stats;
+            s.delivered = s.delivered.wrapping_add(delivered);
+            s.skipped = s.skipped.wrapping_add(skipped);
+            s.clamped = s.clamped.wrapping_add(clamped);
+            s.batches = s.batches.wrapping_add(u64::from(delivered > 0));
+            if a.redelivery {
+                s.redelivered = s.redelivered.wrapping_add(delivered);
+            }
+            if outcome.is_err() {
+                s.failures = s.failures.wrapping_add(1);
+                self.failed = true;
+            }
+            let redelivered = s.redelivered;
+            self.store_stats();
+            // Relaxed: a counter only this member writes (`store_stats` skips it while the
+            // member's state is out of the handle, as here).
+            self.entry()
+                .cold
+                .graph
+                .redelivered
+                .store(redelivered, Ordering::Relaxed);
+        }
+        outcome.map(|()| delivered as usize)
+    }
+
+    /// The member leaves: an adopted claim and its own unfinished claim are left open
+    /// (DETACHED) for another member; a finished claim's entry is freed.
+    pub(super) fn leave_group(&mut self) {
+        self.give_back_adopted();
+        let Some(m) = self.member.take() else {
+            return;
+        };
+        if self.failed {
+            // Already FAILED at the failing event (see `fail`), open to another member.
+            return;
+        }
+        let to = if self.next < m.claim_end {
+            consumer_state::DETACHED
+        } else {
+            consumer_state::FREE
+        };
+        let _ = table::consumer::give_up(&self.entry().hot.word, self.word, to);
+    }
+
+    /// Leave the adopted claims open (DETACHED) for another member; free the entries of
+    /// those delivered to their end.
+    fn give_back_adopted(&mut self) {
+        let Some(m) = self.member.as_mut() else {
+            return;
+        };
+        for a in m.adopted.drain(..) {
+            if let Some(e) = self.seg.consumer(a.index) {
+                let to = if a.at < a.end {
+                    consumer_state::DETACHED
+                } else {
+                    consumer_state::FREE
+                };
+                let _ = table::consumer::give_up(&e.hot.word, a.word, to);
+            }
+        }
+    }
+}
+
+/// The published run from `w`, at most `cap` events (0 when `w` is not published yet).
+fn published_run(seg: &Segment, w: u64, cap: u64) -> u64 {
+    (0..cap)
+        .take_while(|&i| {
+            // Acquire: a hint for the claim's size; delivery loads the stamp again.
+            seg.slot(w.wrapping_add(i))
+                .header
+                .stamp
+                .load(Ordering::Acquire)
+                == w.wrapping_add(i)
+        })
+        .count() as u64
+}

@@ -1,0 +1,126 @@
+//! Worker groups: consumers that share one stream of events, each event to one member (the
+//! Disruptor's `WorkerPool` / `WorkProcessor`, across processes).
+//!
+//! A group is a consumer entry of its own (flags `REQUIRED | DURABLE | GROUP`, the group's
+//! name, held DETACHED by nobody): its `next` is the group's **work sequence**, the first
+//! sequence no member has claimed. A member is an anonymous required entry (`MEMBER`,
+//! `cold.group` = the group's index plus one) whose `next` is the first sequence of the
+//! claim it has not finished and whose `cold.claim_end` is that claim's end. Producers gate
+//! on all of them with the ordinary gate (`gating`): the work sequence holds what nobody
+//! claimed, each member's `next` what it claimed and has not finished.
+//!
+//! ## Claim ([`claim`])
+//!
+//! ```text
+//! member                                   producer (gate scan, any order of entries)
+//! a. w = work (Acquire)                    reads work, member.next (Acquire each)
+//! b. member.next = w, claim_end = w + k    gate = min of what it read
+//! c. CAS work w -> w + k (SeqCst); lost: back to a
+//! ```
+//!
+//! The member publishes its claim (b) before it takes it (c), as LMAX's `WorkProcessor`
+//! does. For the gate the order is not what matters: `member.next` never decreases (a
+//! member claims only at or after the end of its previous claim, and starts at or below the
+//! work sequence), so any value a scan reads is at most the start of the member's current
+//! claim, and the claim stays covered whatever the scan reads. The order matters when the
+//! member dies: its entry must name every sequence it may have taken. With b before c, a
+//! member that dies between them names a claim it never won: that range is delivered twice
+//! at most (by the recovering member, counted in `redelivered`, and by whoever claims it
+//! from the work sequence), never lost. With c before b, a member dying between them has
+//! won `[w, w + k)` while its entry still names its previous, finished claim: nobody
+//! delivers those events and, once its entry is freed, producers overwrite them
+//! (`client/tests/loom_group.rs` has that control).
+//!
+//! b's stores are Release (they pair with the producers' Acquire scan, as any commit
+//! does) and c is SeqCst; nothing needs b to be seen before c by a live reader (see
+//! above), and a reader after a death reads the entry after the holder is gone.
+//!
+//! ## Recovery ([`adopt`], [`claim_range`], [`table::consumer::free`])
+//!
+//! A member's entry outlives its process: gating at `next`, it holds the unfinished claim
+//! `[next, claim_end)`. A live member of the same group that finds such an entry open
+//! (`table::consumer::holder`: its process is gone, or it gave its claim back as DETACHED)
+//! takes it over by CAS into RESUMING (it keeps gating at `next`), delivers the claim to its
+//! own handler (counted as redelivered: the dead member may have handled some of it),
+//! committing the adopted entry's `next` as it goes, and frees the entry when it reaches
+//! `claim_end`. Two members racing for one entry: one CAS wins. A recoverer that dies
+//! leaves the entry RESUMING by a gone pid, open again, at the position it had committed.
+//!
+//! ## Leaving
+//!
+//! A member that leaves with an unfinished claim leaves its entry DETACHED, holding the
+//! claim, for a member that joins (it carries on with the entry) or for a live member to
+//! adopt once the claim's events are published: no event is left behind. The claim is not
+//! given back to the work sequence: that would move the work sequence backwards, and a
+//! gate scan that read it before and the member's entry after its free would compute a
+//! gate past the given-back events (every position a scan reads must only grow).
+
+use std::sync::atomic::Ordering;
+
+use shmring_layout::{consumer_state as cs, owned_word};
+
+use crate::line::Word;
+use crate::table::{self, Holder, Procs};
+
+/// Claim the next sequences of the group from the work sequence `work`: `[start, end)`,
+/// with `end - start` in `1..=cap`. `run(w)` is the number of published events from `w`
+/// (0 when `w` is not published yet: the member then claims `w` alone and waits for it).
+/// `next` and `claim_end` are the member entry's; they are stored before the CAS that takes
+/// the claim (see the module comment).
+pub fn claim<V: Word, W: Word>(
+    work: &V,
+    next: &W,
+    claim_end: &W,
+    cap: u64,
+    mut run: impl FnMut(u64) -> u64,
+) -> (u64, u64) {
+    loop {
+        // Acquire: pairs with the SeqCst CAS of the member that claimed before; nothing is
+        // read through it, the CAS below decides.
+        let w = work.load(Ordering::Acquire);
+        let k = run(w).clamp(1, cap.max(1));
+        // Saturating: `w` is read from shared memory, which may hold anything.
+        let end = w.saturating_add(k);
+        // Release (both): pair with the producers' Acquire gate scan. `next` first: a
+        // member dying between the two stores names an empty claim, never a wider one.
+        next.store(w, Ordering::Release);
+        claim_end.store(end, Ordering::Release);
+        // SeqCst: the claim; its place in the single total order is what two members
+        // claiming at once agree on.
+        if work
+            .compare_exchange(w, end, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+        {
+            return (w, end);
+        }
+    }
+}
+
+/// The unfinished claim an entry names, `[next, max(next, claim_end))`. Acquire: read after
+/// the takeover (see [`adopt`]), it pairs with the last holder's Release stores.
+pub fn claim_range<W: Word>(next: &W, claim_end: &W) -> (u64, u64) {
+    let start = next.load(Ordering::Acquire);
+    let end = claim_end.load(Ordering::Acquire);
+    (start, end.max(start))
+}
+
+/// Take over a member entry whose word was read as `seen` (Acquire) and whose start time,
+/// read after it, is `start_time`, if its holder is gone or gave it up: RESUMING by `me`,
+/// still gating at its position. Returns the word now held.
+pub fn adopt<W: Word, P: Procs>(
+    procs: &P,
+    word: &W,
+    seen: u64,
+    start_time: u64,
+    me: u32,
+) -> Option<u64> {
+    // Only an entry that gates: its claim is still held at `next`. (A member entry that
+    // stopped gating has nothing left to protect; it is freed, not adopted.)
+    if !cs::gates(owned_word::state(seen)) {
+        return None;
+    }
+    if table::consumer::holder(procs, seen, start_time) != Holder::Open {
+        return None;
+    }
+    table::consumer::take_over(word, seen, me, true)
+}

@@ -1,0 +1,310 @@
+//! Worker groups in one process: each event to exactly one member, members joining and
+//! leaving while events flow, a failing member's claim handed on, the group's name kept
+//! apart from durable consumers'. The kill of a member process is in the `shmring-tests`
+//! package (`group_kill`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shmring::{AttachError, Consumer, ConsumerOptions, PollError, Ring, RingConfig, WaitStrategy};
+
+use shmring_testkit::Namespace;
+
+mod common;
+use common::small;
+
+/// The bound on every wait of these tests (a watchdog, not a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn value(ev: &shmring::Event<'_>) -> u64 {
+    u64::from_le_bytes(ev.bytes().try_into().expect("8-byte events"))
+}
+
+/// A member of group `w` whose `wait` returns within the tests' bounded loops.
+fn worker() -> ConsumerOptions {
+    ConsumerOptions::worker("w").wait(WaitStrategy::TimeoutBlocking {
+        timeout: Duration::from_millis(100),
+    })
+}
+
+fn ring_with(ns: &Namespace, capacity: u64, consumers: u32) -> Ring {
+    let cfg = RingConfig {
+        max_consumers: consumers,
+        ..small(capacity)
+    };
+    Ring::create(ns.name(), "r", &cfg).expect("create the ring")
+}
+
+#[test]
+fn each_event_goes_to_exactly_one_member() {
+    let ns = Namespace::concurrent("group_one");
+    let ring = ring_with(&ns, 16, 6);
+    let mut p = ring.producer().unwrap();
+    let mut members: Vec<Consumer> = (0..3)
+        .map(|_| ring.consumer(worker().batch_cap(2)).unwrap())
+        .collect();
+    let mut seen: Vec<Vec<u64>> = vec![Vec::new(); 3];
+    let n = 300u64;
+    let mut sent = 0u64;
+    let deadline = Instant::now() + PATIENCE;
+    while seen.iter().map(Vec::len).sum::<usize>() < n as usize {
+        assert!(Instant::now() < deadline, "events stopped: {seen:?}");
+        while sent < n && p.try_publish(&sent.to_le_bytes()).is_ok() {
+            sent += 1;
+        }
+        for (m, s) in members.iter_mut().zip(seen.iter_mut()) {
+            m.poll_once(|ev| s.push(value(&ev))).unwrap();
+        }
+    }
+    let mut all: Vec<u64> = seen.concat();
+    all.sort_unstable();
+    assert_eq!(all, (0..n).collect::<Vec<_>>(), "each event exactly once");
+    for (i, s) in seen.iter().enumerate() {
+        assert!(!s.is_empty(), "member {i} got no share");
+    }
+
+    let info = ring.info();
+    let group = info.consumers.iter().find(|c| c.is_group).unwrap();
+    assert_eq!(group.name, "w");
+    assert_eq!(group.state, "DETACHED");
+    let shares: Vec<u64> = info
+        .consumers
+        .iter()
+        .filter(|c| c.group == Some(group.index))
+        .map(|c| c.stats.delivered)
+        .collect();
+    assert_eq!(shares.len(), 3);
+    assert_eq!(shares.iter().sum::<u64>(), n);
+    assert!(info
+        .consumers
+        .iter()
+        .all(|c| c.stats.redelivered == 0 && !(c.is_group && c.group.is_some())));
+    drop(members);
+    // The members are gone; the group stays, and so do their entries, each holding the
+    // claim its member had taken (a member always holds one), DETACHED for the next.
+    let info = ring.info();
+    assert_eq!(info.consumers.len(), 4, "{:?}", info.consumers);
+    assert!(info.consumers.iter().all(|c| c.state == "DETACHED"));
+    // A member that joins carries on with one of them: the table does not grow.
+    let mut m = ring.consumer(worker()).unwrap();
+    assert_eq!(ring.info().consumers.len(), 4);
+    p.publish(&n.to_le_bytes()).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while got.is_empty() {
+        assert!(Instant::now() < deadline, "event {n} never delivered");
+        m.poll_once(|ev| got.push(value(&ev))).unwrap();
+        if got.is_empty() {
+            m.wait().unwrap();
+        }
+    }
+    assert_eq!(got, vec![n]);
+    assert_eq!(m.stats().redelivered, 0);
+}
+
+#[test]
+fn events_wait_for_the_group_while_no_member_runs() {
+    let ns = Namespace::concurrent("group_wait");
+    let ring = ring_with(&ns, 8, 4);
+    let mut p = ring.producer().unwrap();
+    let m = ring.consumer(worker()).unwrap();
+    drop(m);
+    for i in 0..8u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    assert!(
+        p.try_publish(&[0; 8]).is_err(),
+        "the group holds its events"
+    );
+    let mut m = ring.consumer(worker()).unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while seen.len() < 8 {
+        assert!(Instant::now() < deadline, "got {seen:?}");
+        m.poll_once(|ev| seen.push(value(&ev))).unwrap();
+    }
+    assert_eq!(seen, (0..8).collect::<Vec<_>>());
+    assert_eq!(m.stats().redelivered, 0);
+}
+
+#[test]
+fn a_member_leaving_hands_its_claim_to_the_others() {
+    let ns = Namespace::concurrent("group_leave");
+    let ring = ring_with(&ns, 8, 4);
+    let mut p = ring.producer().unwrap();
+    let a = ring.consumer(worker().batch_cap(4)).unwrap();
+    let mut b = ring.consumer(worker().batch_cap(4)).unwrap();
+    // a claimed sequence 0 at its attach, b sequence 1: a leaves holding its claim.
+    for i in 0..4u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    drop(a);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while seen.len() < 4 {
+        assert!(Instant::now() < deadline, "got {seen:?}");
+        b.poll_once(|ev| seen.push(value(&ev))).unwrap();
+        if seen.len() < 4 {
+            // An idle member looks for claims left behind before it parks.
+            b.wait().unwrap();
+        }
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..4).collect::<Vec<_>>());
+    assert_eq!(
+        b.stats().redelivered,
+        0,
+        "a claim given back was never handled"
+    );
+}
+
+#[test]
+fn a_failing_member_hands_the_failing_event_to_another_counted_as_redelivered() {
+    let ns = Namespace::concurrent("group_fail");
+    let ring = ring_with(&ns, 8, 4);
+    let mut p = ring.producer().unwrap();
+    let mut a = ring.consumer(worker()).unwrap();
+    let mut b = ring.consumer(worker()).unwrap();
+    p.publish(&7u64.to_le_bytes()).unwrap();
+    // a holds sequence 0 (it attached first) and fails on it.
+    let r = a.poll_once(|_| panic!("handler fails"));
+    assert_eq!(r, Err(PollError::HandlerPanicked { sequence: 0 }));
+    drop(a);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while seen.is_empty() {
+        assert!(Instant::now() < deadline, "event 0 never redelivered");
+        b.poll_once(|ev| seen.push((ev.sequence(), value(&ev))))
+            .unwrap();
+        if seen.is_empty() {
+            b.wait().unwrap();
+        }
+    }
+    assert_eq!(seen, vec![(0, 7)]);
+    assert_eq!(b.stats().redelivered, 1);
+    let info = ring.info();
+    let entry = info
+        .consumers
+        .iter()
+        .find(|c| c.index == b.index())
+        .unwrap();
+    assert_eq!(
+        entry.stats.redelivered, 1,
+        "the count is in the member's entry"
+    );
+}
+
+#[test]
+fn a_group_name_and_a_durable_name_are_kept_apart() {
+    let ns = Namespace::concurrent("group_names");
+    let ring = ring_with(&ns, 8, 4);
+    let _d = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    match ring.consumer(ConsumerOptions::worker("d")) {
+        Err(AttachError::NotAGroup { name }) => assert_eq!(name, "d"),
+        other => panic!("worker under a durable name: {:?}", other.err()),
+    }
+    let _w = ring.consumer(ConsumerOptions::worker("g")).unwrap();
+    match ring.consumer(ConsumerOptions::durable("g")) {
+        Err(AttachError::IsAGroup { name }) => assert_eq!(name, "g"),
+        other => panic!("durable under a group name: {:?}", other.err()),
+    }
+}
+
+/// The consumer table, short.
+fn table(ring: &Ring) -> Vec<String> {
+    let info = ring.info();
+    info.consumers
+        .iter()
+        .map(|c| {
+            let what = if c.is_group { "group" } else { "member" };
+            format!("{what} {} {} at {}", c.index, c.state, c.next)
+        })
+        .collect()
+}
+
+/// Members in threads join and leave while a producer publishes: every sequence is
+/// delivered exactly once overall (a member that leaves gives its claim back; nobody
+/// died, so nothing is delivered twice).
+#[test]
+fn members_join_and_leave_while_events_flow() {
+    let ns = Namespace::concurrent("group_churn");
+    let ring = Arc::new(ring_with(&ns, 64, 16));
+    let n = 20_000u64;
+    let seen = Arc::new(Mutex::new(Vec::with_capacity(n as usize)));
+    let count = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + PATIENCE;
+
+    let spawn_worker = |stint: u64| {
+        let (ring, seen, count, done) = (ring.clone(), seen.clone(), count.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut m = ring
+                .consumer(worker().batch_cap(8))
+                .unwrap_or_else(|e| panic!("{e}: {:#?}", table(&ring)));
+            let mut mine = Vec::new();
+            let mut polls = 0u64;
+            while !done.load(Ordering::Relaxed) && polls < stint && Instant::now() < deadline {
+                let k = m.poll_once(|ev| mine.push(value(&ev))).unwrap();
+                count.fetch_add(k as u64, Ordering::Relaxed);
+                polls += 1;
+                if k == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            let st = m.stats();
+            assert_eq!(
+                (st.dropped_behind, st.skipped),
+                (0, 0),
+                "a member found an event overwritten"
+            );
+            seen.lock().unwrap().extend(mine);
+        })
+    };
+
+    // The group exists before the first event (a group delivers what is published after
+    // its creation); its first member leaves at once, holding its first claim.
+    drop(ring.consumer(worker()).unwrap());
+    // One member stays for the whole run; others come and go.
+    let stayer = spawn_worker(u64::MAX);
+    let producer = {
+        let ring = ring.clone();
+        std::thread::spawn(move || {
+            let mut p = ring.producer().unwrap();
+            for i in 0..n {
+                p.publish(&i.to_le_bytes()).unwrap();
+            }
+        })
+    };
+    let mut waves = 0;
+    while count.load(Ordering::Relaxed) < n * 9 / 10 && Instant::now() < deadline {
+        let a = spawn_worker(200);
+        let b = spawn_worker(500);
+        a.join().unwrap();
+        b.join().unwrap();
+        waves += 1;
+    }
+    while count.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let table = table(&ring);
+    let head = ring.info().head;
+    done.store(true, Ordering::Relaxed);
+    stayer.join().unwrap();
+    producer.join().unwrap();
+    let mut all = seen.lock().unwrap().clone();
+    all.sort_unstable();
+    let dup = all.windows(2).filter(|w| w[0] == w[1]).count();
+    all.dedup();
+    assert_eq!(dup, 0, "delivered twice");
+    let missing: Vec<u64> = (0..n)
+        .filter(|s| all.binary_search(s).is_err())
+        .take(40)
+        .collect();
+    assert_eq!(
+        all.len() as u64,
+        n,
+        "lost events ({waves} waves of members); head {head}, table {table:?}, missing {missing:?}"
+    );
+    assert!(waves > 0);
+}
