@@ -5,6 +5,8 @@
 //! cargo run --release -p shmring-examples --example consumer   # terminal 1, first
 //! cargo run --release -p shmring-examples --example producer   # terminal 2
 //! cargo run --release -p shmring-examples --example fanout     # 2 producers, 2 consumers
+//! cargo run --release -p shmring-examples --example async_logger     # apps -> one writer process
+//! cargo run --release -p shmring-examples --example order_pipeline   # the Disruptor's diamond and a worker group
 //! ```
 
 #![warn(missing_docs)]

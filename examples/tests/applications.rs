@@ -58,3 +58,31 @@ fn the_async_logger_counts_what_it_drops_in_drop_mode() {
     assert_eq!(values(&out, "dead_lettered"), vec![bad], "{out:#?}");
     assert!(out.iter().any(|l| l.starts_with("ok:")), "{out:#?}");
 }
+#[test]
+fn the_order_pipeline_delivers_every_order_through_every_stage() {
+    let ns = Namespace::new("ex_pipeline");
+    let per_gateway = 5_000u64;
+    let out = run(&ns, "order_pipeline", &[&per_gateway.to_string()]);
+    let total = 2 * per_gateway;
+    let stage = |name: &str| {
+        out.iter()
+            .find(|l| l.starts_with(&format!("stage={name} ")))
+            .unwrap_or_else(|| panic!("no report of {name}: {out:#?}"))
+            .clone()
+    };
+    assert_eq!(values(&[stage("journal")], "events"), vec![total]);
+    assert_eq!(values(&[stage("risk")], "events"), vec![total]);
+    // The poison order is skipped exactly once; the rest are matched.
+    assert_eq!(values(&[stage("matching")], "events"), vec![total - 1]);
+    assert_eq!(values(&[stage("matching")], "dead_lettered"), vec![1]);
+    let notifiers: Vec<String> = (0..2).map(|i| stage(&format!("notifier-{i}"))).collect();
+    let shared: u64 = values(&notifiers, "events").iter().sum();
+    assert_eq!(
+        shared,
+        total - 1,
+        "each fill to exactly one notifier: {out:#?}"
+    );
+    assert_eq!(values(&notifiers, "redelivered"), vec![0, 0]);
+    assert!(out.iter().any(|l| l.starts_with("ok:")), "{out:#?}");
+    assert!(ns.segments().is_empty(), "the example removed its rings");
+}
