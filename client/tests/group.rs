@@ -308,3 +308,51 @@ fn members_join_and_leave_while_events_flow() {
     );
     assert!(waves > 0);
 }
+
+#[test]
+fn a_member_under_retry_hands_nothing_over_during_its_back_off() {
+    let ns = Namespace::concurrent("group_retry");
+    let ring = ring_with(&ns, 16, 4);
+    let mut p = ring.producer().unwrap();
+    // A back-off no poll loop of this test outlasts by accident: the first polls after the
+    // failure must hand nothing over.
+    let backoff = Duration::from_secs(3600);
+    let mut m = ring
+        .consumer(worker().batch_cap(1).on_error(shmring::ErrorPolicy::Retry {
+            attempts: 3,
+            backoff,
+        }))
+        .unwrap();
+    for v in 0..3u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut fail_at_1 = true;
+    let mut step = |m: &mut Consumer, seen: &mut Vec<u64>, fail: &mut bool| {
+        m.poll_once_fallible(|ev| {
+            let v = value(&ev);
+            if v == 1 && *fail {
+                *fail = false;
+                return Err("not yet");
+            }
+            seen.push(v);
+            Ok(())
+        })
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while !seen.contains(&0) {
+        assert!(Instant::now() < deadline, "event 0 never came");
+        step(&mut m, &mut seen, &mut fail_at_1).unwrap();
+    }
+    // Event 1 fails once: the member backs off instead of trying again at once.
+    while fail_at_1 {
+        assert!(Instant::now() < deadline, "event 1 never came");
+        step(&mut m, &mut seen, &mut fail_at_1).unwrap();
+    }
+    for _ in 0..100 {
+        assert_eq!(step(&mut m, &mut seen, &mut fail_at_1), Ok(0));
+    }
+    assert_eq!(seen, vec![0], "nothing handed over during the back-off");
+    assert_eq!(m.stats().retries, 1);
+    assert_eq!(m.stats().failures, 1);
+}

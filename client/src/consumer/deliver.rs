@@ -92,13 +92,15 @@ impl Consumer {
         if self.failed {
             return Err(PollError::Failed);
         }
-        if self.member.is_some() {
-            return self.poll_member(&mut handler);
-        }
+        // A `Retry` back-off holds a worker group member too (its failed event stays in its
+        // claim); `exhausted` is only ever set for a durable consumer.
         if self.exhausted || self.retry_at.is_some() {
             if let Some(r) = self.policy_first() {
                 return r;
             }
+        }
+        if self.member.is_some() {
+            return self.poll_member(&mut handler);
         }
         if self.nothing_claimed() {
             return self.idle_checks(false);
