@@ -328,7 +328,7 @@ fn a_member_under_retry_hands_nothing_over_during_its_back_off() {
     }
     let mut seen = Vec::new();
     let mut fail_at_1 = true;
-    let mut step = |m: &mut Consumer, seen: &mut Vec<u64>, fail: &mut bool| {
+    let step = |m: &mut Consumer, seen: &mut Vec<u64>, fail: &mut bool| {
         m.poll_once_fallible(|ev| {
             let v = value(&ev);
             if v == 1 && *fail {
