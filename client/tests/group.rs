@@ -356,3 +356,35 @@ fn a_member_under_retry_hands_nothing_over_during_its_back_off() {
     assert_eq!(m.stats().retries, 1);
     assert_eq!(m.stats().failures, 1);
 }
+
+/// The attempts at one event count across the members that try it: a member that leaves
+/// (or dies) after a failed attempt does not give the next member a fresh count, or a poison
+/// event that kills its handler's process would take every member down in turn.
+#[test]
+#[ignore = "the poison record is kept on the member's own entry: a claim taken over starts counting attempts again"]
+fn attempts_at_an_event_count_across_members() {
+    let ns = Namespace::concurrent("group_attempts");
+    let ring = ring_with(&ns, 16, 4);
+    let mut p = ring.producer().unwrap();
+    let policy = shmring::ErrorPolicy::Skip { attempts: 2 };
+    let mut a = ring
+        .consumer(worker().batch_cap(1).on_error(policy))
+        .unwrap();
+    p.publish(&0u64.to_le_bytes()).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    // A's one failed attempt at event 0; then A leaves, handing its claim on.
+    while a.stats().failures == 0 {
+        assert!(Instant::now() < deadline, "event 0 never came to a");
+        let _ = a.poll_once_fallible(|_| Err::<(), _>("poison"));
+    }
+    drop(a);
+    let mut b = ring
+        .consumer(worker().batch_cap(1).on_error(policy))
+        .unwrap();
+    while b.stats().failures == 0 {
+        assert!(Instant::now() < deadline, "event 0 never came to b");
+        let _ = b.poll_once_fallible(|_| Err::<(), _>("poison"));
+    }
+    // Two failed attempts at event 0 in all: the policy skips it.
+    assert_eq!(b.stats().dead_lettered, 1, "stats of b: {:?}", b.stats());
+}
