@@ -365,13 +365,14 @@ fn attempts_at_an_event_count_across_members() {
     let ns = Namespace::concurrent("group_attempts");
     let ring = ring_with(&ns, 16, 4);
     let mut p = ring.producer().unwrap();
-    let policy = shmring::ErrorPolicy::Skip { attempts: 2 };
+    let policy = shmring::ErrorPolicy::Skip { attempts: 3 };
     let mut a = ring
         .consumer(worker().batch_cap(1).on_error(policy))
         .unwrap();
     p.publish(&0u64.to_le_bytes()).unwrap();
     let deadline = Instant::now() + PATIENCE;
-    // A's one failed attempt at event 0; then A leaves, handing its claim on.
+    // A's one failed attempt at event 0 (its second is counted before it is made, and
+    // never made); then A leaves, handing its claim on.
     while a.stats().failures == 0 {
         assert!(Instant::now() < deadline, "event 0 never came to a");
         let _ = a.poll_once_fallible(|_| Err::<(), _>("poison"));
@@ -382,15 +383,131 @@ fn attempts_at_an_event_count_across_members() {
         .unwrap();
     // B's stats start from the entry it took over (A's): count B's own attempts.
     let mut tried = 0;
-    while tried == 0 && b.stats().dead_lettered == 0 {
+    while b.stats().dead_lettered == 0 {
         assert!(Instant::now() < deadline, "event 0 never came to b");
         let _ = b.poll_once_fallible(|_| {
             tried += 1;
             Err::<(), _>("poison")
         });
     }
-    // Two failed attempts at event 0 in all, A's and B's: the policy skips it once. B, which
-    // joined by taking over the entry A left with its claim, carries on A's count.
+    // Three failed attempts at event 0 in all, A's one and B's two: B, which joined by taking
+    // over the entry A left with its claim, carries on A's count, without the attempt A
+    // marked and never made.
     assert_eq!(b.stats().dead_lettered, 1, "stats of b: {:?}", b.stats());
-    assert!(tried <= 1, "b tried event 0 {tried} times");
+    assert_eq!(tried, 2, "b's attempts at event 0");
+}
+
+/// The dead letters a member reported: (sequence, attempts).
+type Letters = Arc<Mutex<Vec<(u64, u32)>>>;
+
+/// Two members: `a` stops at its first failure (its claim is left FAILED at the event, one
+/// attempt counted); `b`, still running, adopts the claim and answers with its own policy,
+/// counting on from `a`'s attempt.
+fn adopt_a_failed_claim(
+    ns: &str,
+    policy: shmring::ErrorPolicy,
+) -> (Namespace, Ring, Consumer, Letters) {
+    let ns = Namespace::concurrent(ns);
+    let ring = ring_with(&ns, 16, 4);
+    let mut p = ring.producer().unwrap();
+    let mut a = ring.consumer(worker().batch_cap(1)).unwrap();
+    let mut b = ring
+        .consumer(worker().batch_cap(1).on_error(policy))
+        .unwrap();
+    let letters = Arc::new(Mutex::new(Vec::new()));
+    let l = Arc::clone(&letters);
+    b.on_dead_letter(move |d| l.lock().unwrap().push((d.sequence, d.attempts)));
+    for v in 0..2u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    // a holds sequence 0 (it attached first) and stops there.
+    let r = a.poll_once_fallible(|_| Err::<(), _>("poison"));
+    assert_eq!(
+        r,
+        Err(PollError::HandlerFailed {
+            sequence: 0,
+            attempts: 1
+        })
+    );
+    drop(a);
+    (ns, ring, b, letters)
+}
+
+#[test]
+fn a_live_member_adopting_a_failed_claim_skips_under_its_policy() {
+    let (_ns, ring, mut b, letters) = adopt_a_failed_claim(
+        "group_adopt_skip",
+        shmring::ErrorPolicy::Skip { attempts: 3 },
+    );
+    let mut p = ring.producer().unwrap();
+    let (mut tried, mut seen) = (0, Vec::new());
+    let deadline = Instant::now() + PATIENCE;
+    let mut published = false;
+    while !seen.contains(&2) {
+        assert!(
+            Instant::now() < deadline,
+            "b got {seen:?}, tried 0 {tried} times"
+        );
+        if !published && b.stats().dead_lettered == 1 {
+            p.publish(&2u64.to_le_bytes()).unwrap();
+            published = true;
+        }
+        b.poll_once_fallible(|ev| {
+            if value(&ev) == 0 {
+                tried += 1;
+                return Err("poison");
+            }
+            seen.push(value(&ev));
+            Ok(())
+        })
+        .expect("b goes on: its policy skips the event");
+    }
+    // a's attempt and b's two: the third failure skips it, once.
+    assert_eq!(tried, 2);
+    assert_eq!(*letters.lock().unwrap(), vec![(0, 3)]);
+    assert_eq!(b.stats().dead_lettered, 1, "counted in b: {:?}", b.stats());
+    assert_eq!(seen, vec![1, 2]);
+    let info = ring.info();
+    assert!(
+        info.consumers
+            .iter()
+            .all(|c| c.state != "FAILED" && c.poison.is_none()),
+        "no entry left failing: {:#?}",
+        info.consumers
+    );
+}
+
+#[test]
+fn a_live_member_adopting_a_failed_claim_stops_when_its_retries_are_used_up() {
+    let policy = shmring::ErrorPolicy::Retry {
+        attempts: 3,
+        backoff: Duration::ZERO,
+    };
+    let (_ns, _ring, mut b, letters) = adopt_a_failed_claim("group_adopt_retry", policy);
+    let mut tried = 0;
+    let deadline = Instant::now() + PATIENCE;
+    let r = loop {
+        assert!(Instant::now() < deadline, "b tried event 0 {tried} times");
+        let r = b.poll_once_fallible(|ev| {
+            if value(&ev) == 0 {
+                tried += 1;
+                return Err("poison");
+            }
+            Ok(())
+        });
+        if r.is_err() {
+            break r;
+        }
+    };
+    assert_eq!(
+        r,
+        Err(PollError::HandlerFailed {
+            sequence: 0,
+            attempts: 3
+        })
+    );
+    assert_eq!(tried, 2, "a's attempt and b's two");
+    // b's first attempt was its adoption of the claim; after its failure b retried once.
+    assert_eq!(b.stats().retries, 1);
+    assert!(letters.lock().unwrap().is_empty());
 }

@@ -13,8 +13,14 @@
 //! last event; it calls `abort` in the handler on the poison value. With `POISON_MODE=err`
 //! its handler first returns an error on the poison and aborts only when it is retried in
 //! the same process: the retry was counted before it was made, so the deaths count too.
+//! With `POISON_GROUP` set it is a member of the worker group `g` instead: each restart
+//! joins by taking over the entry its dead predecessor left with its claim, and counts the
+//! same way; with `POISON_UNTIL_STOP` also set it runs until the ring is stopped.
 
-use shmring::{ConsumerOptions, ErrorPolicy, PollError, Ring, RingConfig};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use shmring::{ConsumerOptions, ErrorPolicy, PollError, Ring, RingConfig, WaitOutcome};
 use shmring_testkit::report::num;
 use shmring_testkit::{role, Namespace};
 
@@ -53,9 +59,12 @@ fn consumer() {
         },
         _ => ErrorPolicy::Skip { attempts: 3 },
     };
-    let opts = ConsumerOptions::durable("d")
-        .batch_cap(cap)
-        .on_error(policy);
+    let opts = if std::env::var_os("POISON_GROUP").is_some() {
+        ConsumerOptions::worker("g")
+    } else {
+        ConsumerOptions::durable("d")
+    };
+    let opts = opts.batch_cap(cap).on_error(policy);
     let mut c = ring.consumer(opts).expect("attach");
     c.on_dead_letter(|d| {
         println!(
@@ -68,7 +77,10 @@ fn consumer() {
     });
     println!("ready start={}", c.next_sequence());
     let mut err_first = std::env::var("POISON_MODE").is_ok_and(|m| m == "err");
-    while c.next_sequence() < TOTAL {
+    // Until the ring is stopped (and everything adopted delivered), not until its own
+    // position passes the last event: a member adopts the claims others left.
+    let until_stop = std::env::var_os("POISON_UNTIL_STOP").is_some();
+    while until_stop || c.next_sequence() < TOTAL {
         let polled = c.poll_once_fallible(|ev| {
             let v = value(ev.bytes());
             if v == POISON && std::mem::take(&mut err_first) {
@@ -89,7 +101,11 @@ fn consumer() {
             }
             Err(e) => panic!("{e}"),
         }
-        if c.next_sequence() < TOTAL {
+        if until_stop {
+            if c.wait().expect("wait") == WaitOutcome::Closed {
+                break;
+            }
+        } else if c.next_sequence() < TOTAL {
             c.wait().expect("wait");
         }
     }
@@ -107,7 +123,7 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
     // The first incarnation reaches the poison (its first event was another one, so its
     // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
     // finds the attempts used up and skips without calling the handler.
-    let dead = run("poison_restart", None, 1, 4);
+    let dead = run("poison_restart", None, 1, 4, false);
     assert!(
         dead.starts_with("error=the_consumer's_process_ended"),
         "{dead}"
@@ -119,7 +135,7 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
 /// failure makes 3: it skips the event with its error.
 #[test]
 fn a_death_in_a_retry_counts_as_an_attempt() {
-    let dead = run("poison_retry_death", Some("err"), 1, 1);
+    let dead = run("poison_retry_death", Some("err"), 1, 1, false);
     assert_eq!(dead, "error=bad_7");
 }
 
@@ -129,11 +145,116 @@ fn a_death_in_a_retry_counts_as_an_attempt() {
 /// skips the poison. The events of the batch before the poison are never blamed.
 #[test]
 fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
-    let dead = run("poison_in_batch", None, 16, 3);
+    let dead = run("poison_in_batch", None, 16, 3, false);
     assert!(
         dead.starts_with("error=the_consumer's_process_ended"),
         "{dead}"
     );
+}
+
+/// The same poison in a worker group whose one member dies on it: each member that joins
+/// takes over the dead one's entry, with its claim and its count, and counts its own death
+/// the same way: the fourth joiner skips the poison once.
+#[test]
+fn members_restarting_on_a_poison_count_each_death_and_skip_it_once() {
+    let dead = run("poison_group", None, 1, 4, true);
+    assert!(
+        dead.starts_with("error=the_consumer's_process_ended"),
+        "{dead}"
+    );
+    let dead = run("poison_group_err", Some("err"), 1, 1, true);
+    assert_eq!(dead, "error=bad_7");
+}
+
+/// Two members run at once and each dies on the poison: the claim a dying member leaves is
+/// adopted by the live one (or taken over by a member that joins; the test keeps two
+/// running), which counts its attempt before it hands the event over. The first death is
+/// not counted (no member marks past its first event); each holder after it counts its
+/// own: three counted deaths use the attempts up, and the next holder skips the poison
+/// without calling the handler. Every other event is delivered exactly once.
+#[test]
+fn live_members_adopting_a_poison_count_each_death_and_skip_it_once() {
+    let ns = Namespace::new("poison_adopt");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let env = [
+        ("POISON_GROUP", "1".to_owned()),
+        ("POISON_UNTIL_STOP", "1".to_owned()),
+    ];
+    let spawn = || {
+        let mut c = ns.role("consumer", &env);
+        c.expect_line("ready");
+        c
+    };
+    let mut alive = vec![spawn(), spawn()];
+    let mut p = ring.producer().expect("producer");
+    for v in 0..TOTAL {
+        p.publish(&v.to_le_bytes()).expect("publish");
+    }
+    let (mut lines, mut deaths) = (Vec::new(), 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for c in &mut alive {
+            lines.extend(c.try_lines());
+        }
+        let mut k = 0;
+        while k < alive.len() {
+            let Some(status) = alive[k].exited() else {
+                k += 1;
+                continue;
+            };
+            let mut c = alive.swap_remove(k);
+            lines.extend(c.rest_of_stdout());
+            deaths += usize::from(!status.success());
+            alive.push(spawn());
+        }
+        let delivered: BTreeSet<u64> = events(&lines).into_iter().collect();
+        let dead = lines.iter().any(|l| l.starts_with("dead "));
+        if dead && delivered.len() as u64 == TOTAL - 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{deaths} deaths, not done: {lines:#?}"
+        );
+        // A poll of the children's state, not a synchronisation: the loop ends on what
+        // they print.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The members leave once the ring is stopped and they delivered everything.
+    ring.stop().expect("stop the ring");
+    for mut c in alive {
+        assert!(c.wait_status().success(), "{lines:#?}");
+        lines.extend(c.rest_of_stdout());
+    }
+    assert_eq!(deaths, 4, "{lines:#?}");
+    let dead: Vec<&String> = lines.iter().filter(|l| l.starts_with("dead ")).collect();
+    assert_eq!(dead.len(), 1, "{lines:#?}");
+    let f: Vec<&str> = dead[0].split(' ').collect();
+    assert_eq!(f[1..4], [&*POISON.to_string(), "3", &*POISON.to_string()]);
+    assert!(
+        f[4].starts_with("error=the_consumer's_process_ended"),
+        "{}",
+        f[4]
+    );
+    let mut delivered = events(&lines);
+    delivered.sort_unstable();
+    let expected: Vec<u64> = (0..TOTAL).filter(|&v| v != POISON).collect();
+    assert_eq!(delivered, expected, "each other event, exactly once");
+    drop(p);
+    drop(ring);
+    Ring::remove(ns.name(), "r").expect("remove the ring");
+}
+
+fn events(lines: &[String]) -> Vec<u64> {
+    lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("ev "))
+        .map(|v| v.parse().expect("an event value"))
+        .collect()
 }
 
 /// Under `Retry { attempts: 3 }` the restart that finds the attempts used up stops FAILED
@@ -187,8 +308,15 @@ fn retry_stops_failed_once_the_deaths_used_up_the_attempts() {
 
 /// Run incarnations until one finishes; check it is incarnation `last_expected` (0 the
 /// first), that the poison was dead-lettered once after 3 attempts and every other event
-/// delivered once, in order. Returns the dead letter's error field.
-fn run(test: &str, mode: Option<&str>, batch_cap: usize, last_expected: usize) -> String {
+/// delivered once, in order. `group`: the consumer is a worker group's one member instead
+/// of a durable consumer. Returns the dead letter's error field.
+fn run(
+    test: &str,
+    mode: Option<&str>,
+    batch_cap: usize,
+    last_expected: usize,
+    group: bool,
+) -> String {
     let ns = Namespace::new(test);
     let config = RingConfig {
         capacity: 64,
@@ -199,6 +327,9 @@ fn run(test: &str, mode: Option<&str>, batch_cap: usize, last_expected: usize) -
     let mut finished = None;
     let mut env: Vec<(&str, String)> = vec![("POISON_BATCH_CAP", batch_cap.to_string())];
     env.extend(mode.map(|m| ("POISON_MODE", m.to_owned())));
+    if group {
+        env.push(("POISON_GROUP", "1".to_owned()));
+    }
     for k in 0..MAX_INCARNATIONS {
         let mut child = ns.role("consumer", &env);
         let ready = child.expect_line("ready");
@@ -226,11 +357,7 @@ fn run(test: &str, mode: Option<&str>, batch_cap: usize, last_expected: usize) -
     let f: Vec<&str> = dead[0].split(' ').collect();
     assert_eq!(f[1..4], [&*POISON.to_string(), "3", &*POISON.to_string()]);
     let error = f[4..].join(" ");
-    let mut delivered: Vec<u64> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("ev "))
-        .map(|v| v.parse().expect("an event value"))
-        .collect();
+    let mut delivered = events(&lines);
     if batch_cap == 1 {
         let in_order = delivered.clone();
         delivered.sort_unstable();
@@ -252,8 +379,8 @@ fn run(test: &str, mode: Option<&str>, batch_cap: usize, last_expected: usize) -
     let d = info
         .consumers
         .iter()
-        .find(|c| c.name == "d")
-        .expect("the durable consumer");
+        .find(|c| c.name == "d" || (c.group.is_some() && !c.is_group))
+        .expect("the durable consumer or the member");
     assert_eq!((d.next, d.poison, d.stats.dead_lettered), (TOTAL, None, 1));
     assert_eq!(d.error_policy, "skip");
     drop(ring);

@@ -73,6 +73,9 @@ impl Consumer {
             let upstream = barrier::Upstreams::default();
             let mut c = Self::handle(seg, &opts, entry, next, word, true, false, upstream);
             c.member = Some(m);
+            // A member carries on the poison record of an entry it took over, as a durable
+            // consumer does at its attach (see `policy`).
+            c.mark_suspect();
             c.join_group();
             return Ok(c);
         }

@@ -93,9 +93,14 @@ impl Consumer {
             return Err(PollError::Failed);
         }
         // A `Retry` back-off holds a worker group member too (its failed event stays in its
-        // claim); `exhausted` is only ever set for a durable consumer.
+        // claim); `exhausted` is set for a durable consumer or a member (attempts used up
+        // by processes that died in the handler).
         if self.exhausted || self.retry_at.is_some() {
             if let Some(r) = self.policy_first() {
+                if self.member.is_some() {
+                    // A member past its claim (the event skipped): it claims the next.
+                    self.claim_if_done();
+                }
                 return r;
             }
         }

@@ -4,6 +4,7 @@
 use shmring_layout::MAX_UPSTREAM;
 
 use super::deliver::call;
+use super::policy::{self, Verdict, DIED_IN_HANDLER};
 use super::*;
 use crate::group;
 
@@ -35,8 +36,18 @@ struct Adopted {
     at: u64,
     end: u64,
     /// Whether what it delivers counts as redelivered (its holder died or failed; a claim
-    /// given back by a member that left was never handed to a handler).
+    /// given back by a member that left was never handed to a handler). Each event of such
+    /// a claim is marked under way in the entry's poison record before it is handed over
+    /// (its holder may have died in any of them), as in a durable consumer's window.
     redelivery: bool,
+    /// The event the entry's poison record names, and this handle's mark of the attempt at
+    /// it under way (see `policy`): the error policy counts on from the holders before.
+    poison: Option<u64>,
+    suspect: Option<(u64, u32)>,
+    /// The entry's `dead_lettered` when adopted: the skips made while this member holds it
+    /// (or finished for a holder that died in one) join this member's count when the entry
+    /// is freed.
+    dead_lettered_at: u64,
 }
 
 /// The attach of a worker: the group's entry found or created, then a member entry: one
@@ -146,6 +157,13 @@ fn find_left_claim(
         let Some(word) = group::adopt(&table::Os, &e.hot.word, seen, start_time, me) else {
             continue;
         };
+        // Relaxed: the last holder's stores are ordered before the takeover CAS (its own
+        // give-up, or its death).
+        let dead_lettered_at = e.cold.graph.dead_lettered.load(Ordering::Relaxed);
+        let (at, _) = group::claim_range(&e.hot.next, &e.cold.claim_end);
+        // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
+        let poison =
+            policy::take_over_record(&e.cold, at, |n| e.hot.next.store(n, Ordering::Release));
         let (at, end) = group::claim_range(&e.hot.next, &e.cold.claim_end);
         return Some(Adopted {
             index: i,
@@ -153,6 +171,9 @@ fn find_left_claim(
             at,
             end,
             redelivery: owned_word::state(seen) != consumer_state::DETACHED,
+            poison,
+            suspect: None,
+            dead_lettered_at,
         });
     }
     None
@@ -257,7 +278,9 @@ impl Consumer {
             return Err(PollError::Failed);
         }
         let n = self.poll_adopted(handler)?;
-        if n > 0 {
+        if n > 0 || self.retry_at.is_some() {
+            // Delivered, or an adopted claim's event failed and its retry waits: nothing of
+            // the own claim during the back-off either.
             return Ok(n);
         }
         let Some(claim_end) = self.member.as_ref().map(|m| m.claim_end) else {
@@ -296,6 +319,19 @@ impl Consumer {
         if n == 0 {
             return self.member_idle();
         }
+        if self.poison.is_some() {
+            // As in `poll`: the batch ends before an event whose attempts are used up, and
+            // the policy acts on it once it is the position.
+            if let Some(k) = self.exhausted_in(start, n) {
+                if k == start {
+                    self.exhausted = true;
+                    let r = self.policy_first().unwrap_or(Ok(0));
+                    self.claim_if_done();
+                    return r;
+                }
+                n = k - start;
+            }
+        }
         let redeliver_until = self.member.as_ref().map_or(0, |m| m.redeliver_until);
         let r = self.deliver_in_place(start, n, handler);
         if start < redeliver_until {
@@ -317,7 +353,7 @@ impl Consumer {
         Ok(delivered)
     }
 
-    fn claim_if_done(&mut self) {
+    pub(super) fn claim_if_done(&mut self) {
         if self
             .member
             .as_ref()
@@ -409,12 +445,21 @@ impl Consumer {
                 break;
             }
             if done {
+                // Relaxed: this process is the counter's only writer while it holds the entry.
+                let d = e.cold.graph.dead_lettered.load(Ordering::Relaxed);
+                if d != a.dead_lettered_at {
+                    let s = &mut self.stats;
+                    s.dead_lettered = s
+                        .dead_lettered
+                        .wrapping_add(d.wrapping_sub(a.dead_lettered_at));
+                    self.store_stats();
+                }
                 let _ = table::consumer::free(&e.hot.word, word, consumer_state::FREE);
                 m.adopted.swap_remove(i);
             } else {
                 i += 1;
             }
-            if r.as_ref().is_ok_and(|&n| n > 0) {
+            if r.as_ref().is_ok_and(|&n| n > 0) || self.retry_at.is_some() {
                 break;
             }
         }
@@ -422,6 +467,10 @@ impl Consumer {
         r
     }
 
+    /// Deliver what is published of an adopted claim, under this member's error policy:
+    /// the attempts at a failing event are counted in the adopted entry, on from its holders
+    /// before (see `policy`), so an event that fails in every member that adopts it is still
+    /// skipped or stopped at once its attempts are used up.
     fn deliver_adopted<F, E>(
         &mut self,
         a: &mut Adopted,
@@ -431,12 +480,14 @@ impl Consumer {
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
     {
-        let Some(e) = self.seg.consumer(a.index) else {
+        let seg = Arc::clone(&self.seg);
+        let Some(e) = seg.consumer(a.index) else {
             return Ok(0);
         };
-        let seg = &*self.seg;
+        let cold = &e.cold;
         let max = self.max_payload;
         let (mut delivered, mut skipped, mut clamped) = (0u64, 0u64, 0u64);
+        let (mut dead_lettered, mut failed_attempt) = (false, false);
         let mut outcome = Ok(());
         while a.at < a.end && delivered + skipped < self.batch_cap {
             let seq = a.at;
@@ -462,6 +513,26 @@ impl Consumer {
                 len = max;
                 clamped += 1;
             }
+            if a.poison == Some(seq) {
+                if let Some(attempts) = policy::used_up(cold, seq, a.suspect, self.policy) {
+                    // Used up by processes that died in the handler: the policy acts without
+                    // handing the event over again.
+                    if self.policy.verdict(attempts) == Verdict::Skip {
+                        self.skip_adopted(a.index, seq, attempts, DIED_IN_HANDLER, len);
+                        a.at += 1;
+                        dead_lettered = true;
+                        continue;
+                    }
+                    outcome = Err(PollError::HandlerFailed {
+                        sequence: seq,
+                        attempts,
+                    });
+                    break;
+                }
+            }
+            if a.redelivery {
+                policy::mark_before(cold, seq, &mut a.suspect, &mut a.poison);
+            }
             // SAFETY: the stamp equalled `seq` (Acquire) and the adopted entry gates
             // producers at `a.at <= seq` until the commit below, so the slot is not
             // overwritten while the handler reads it.
@@ -472,21 +543,46 @@ impl Consumer {
                 end_of_batch: a.at + 1 == a.end,
             };
             if let Err(failure) = call(handler, ev) {
-                // The claim stays at this event for another member (see `poll_adopted`).
-                outcome = Err(if failure.panicked {
-                    PollError::HandlerPanicked { sequence: seq }
-                } else {
-                    PollError::HandlerFailed {
-                        sequence: seq,
-                        attempts: 1,
+                let attempts = policy::count_attempt_in(cold, seq, a.suspect.take());
+                a.poison = Some(seq);
+                failed_attempt = true;
+                self.stats.failures = self.stats.failures.wrapping_add(1);
+                match self.policy.verdict(attempts) {
+                    // The claim stays at this event for another member (see `poll_adopted`).
+                    Verdict::Stop => {
+                        outcome = Err(if failure.panicked {
+                            PollError::HandlerPanicked { sequence: seq }
+                        } else {
+                            PollError::HandlerFailed {
+                                sequence: seq,
+                                attempts,
+                            }
+                        });
                     }
-                });
+                    Verdict::Again(wait) => {
+                        self.stats.retries = self.stats.retries.wrapping_add(1);
+                        self.retry_at = (!wait.is_zero()).then(|| Instant::now() + wait);
+                        // Counted before it is made, as for the member's own claim.
+                        a.suspect = Some(policy::mark_attempt_in(cold, seq, attempts));
+                    }
+                    Verdict::Skip => {
+                        self.skip_adopted(a.index, seq, attempts, &failure.text, len);
+                        a.at += 1;
+                        dead_lettered = true;
+                    }
+                }
                 break;
             }
             delivered += 1;
             a.at += 1;
         }
-        if delivered + skipped > 0 || outcome.is_err() {
+        if a.poison.is_some_and(|k| a.at > k) {
+            // Past the event its record named (delivered or skipped).
+            policy::clear_poison(cold);
+            a.poison = None;
+            a.suspect = None;
+        }
+        if delivered + skipped > 0 || dead_lettered || outcome.is_err() {
             // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
             e.hot.next.store(a.at, Ordering::Release);
             park::notify(
@@ -503,7 +599,6 @@ impl Consumer {
                 s.redelivered = s.redelivered.wrapping_add(delivered);
             }
             if outcome.is_err() {
-                s.failures = s.failures.wrapping_add(1);
                 self.failed = true;
             }
             let redelivered = s.redelivered;
@@ -515,6 +610,9 @@ impl Consumer {
                 .graph
                 .redelivered
                 .store(redelivered, Ordering::Relaxed);
+        } else if failed_attempt {
+            // A failed attempt to be made again: its counts.
+            self.store_stats();
         }
         outcome.map(|()| delivered as usize)
     }
@@ -529,6 +627,12 @@ impl Consumer {
         if self.failed {
             // Already FAILED at the failing event (see `fail`), open to another member.
             return;
+        }
+        // Acquire: pairs with any SeqCst CAS of the entry's word.
+        if self.entry().hot.word.load(Ordering::Acquire) == self.word {
+            // A retry marked under way and never made: the next member counts on from the
+            // attempts that were made.
+            self.undo_suspect();
         }
         let to = if self.next < m.claim_end {
             consumer_state::DETACHED
@@ -546,6 +650,9 @@ impl Consumer {
         };
         for a in m.adopted.drain(..) {
             if let Some(e) = self.seg.consumer(a.index) {
+                if let Some(mark) = a.suspect {
+                    policy::undo_mark(&e.cold, mark);
+                }
                 let to = if a.at < a.end {
                     consumer_state::DETACHED
                 } else {

@@ -262,6 +262,98 @@ pub(crate) fn finish_skip(cold: &ConsumerCold, next: u64, commit: impl FnOnce(u6
     clear_poison(cold);
 }
 
+/// At a takeover of an entry (a durable attach, a member that joins or adopts a claim):
+/// finish a skip its last holder died in (`commit` moves the position from `next`), count
+/// the attempt its last holder marked and died in as failed (the SUSPECT bit), and return
+/// the event the record names, unless `next` is past it (then the record is cleared).
+pub(crate) fn take_over_record(
+    cold: &ConsumerCold,
+    next: u64,
+    commit: impl FnOnce(u64),
+) -> Option<u64> {
+    if unfinished_skip(cold).is_some() {
+        // Finished, the record is cleared (step D).
+        finish_skip(cold, next, commit);
+        return None;
+    }
+    // Acquire: pairs with the Release stores of the record by the last holder.
+    let raw = cold.poison_seq.load(Ordering::Acquire);
+    let p = raw & !SUSPECT;
+    if raw & SUSPECT != 0 {
+        // The last holder died in the attempt it marked: that attempt failed.
+        // Release: as every store of the record.
+        cold.poison_seq.store(p, Ordering::Release);
+    }
+    let k = p.checked_sub(1)?;
+    if k < next {
+        clear_poison(cold);
+        return None;
+    }
+    Some(k)
+}
+
+/// The failed attempts at `k`, the event the record names, if they are used up under
+/// `policy` (`suspect`: this handle's own mark, an attempt yet to be made, not failed).
+pub(crate) fn used_up(
+    cold: &ConsumerCold,
+    k: u64,
+    suspect: Option<(u64, u32)>,
+    policy: ErrorPolicy,
+) -> Option<u32> {
+    let limit = policy.limit()?;
+    // Relaxed: the holder is the record's only writer.
+    let p = cold.poison_seq.load(Ordering::Relaxed);
+    let mut attempts = cold.poison_attempts.load(Ordering::Relaxed);
+    if suspect.is_some_and(|(s, _)| s == k) {
+        attempts = attempts.saturating_sub(1);
+    }
+    (p & SKIPPING == 0 && (p & !SUSPECT) == k.wrapping_add(1) && attempts >= limit)
+        .then_some(attempts)
+}
+
+/// Count one failed attempt at `at` in the record. `suspect`: the attempt this handle
+/// marked under way, if any (already counted when it is `at`). Returns the attempts so far.
+pub(crate) fn count_attempt_in(cold: &ConsumerCold, at: u64, suspect: Option<(u64, u32)>) -> u32 {
+    // Relaxed: the holder is the record's only writer.
+    let p = cold.poison_seq.load(Ordering::Relaxed) & !SUSPECT;
+    let known = cold.poison_attempts.load(Ordering::Relaxed);
+    let attempts = match suspect {
+        Some((s, _)) if s == at => known,
+        _ if p == at.wrapping_add(1) => known.saturating_add(1),
+        _ => 1,
+    };
+    // Relaxed, then Release: pairs with the Acquire load of a later holder
+    // (`take_over_record`).
+    cold.poison_attempts.store(attempts, Ordering::Relaxed);
+    cold.poison_seq.store(at.wrapping_add(1), Ordering::Release);
+    attempts
+}
+
+/// Count the attempt at `seq` about to be made, `before` failed ones behind it, as under
+/// way (SUSPECT): if the process dies in it, the next holder counts it. Returns the mark.
+pub(crate) fn mark_attempt_in(cold: &ConsumerCold, seq: u64, before: u32) -> (u64, u32) {
+    // Relaxed: published with the Release store of the sequence below.
+    cold.poison_attempts
+        .store(before.saturating_add(1), Ordering::Relaxed);
+    // Release: pairs with the Acquire load of the next holder (`take_over_record`).
+    cold.poison_seq
+        .store(seq.wrapping_add(1) | SUSPECT, Ordering::Release);
+    (seq, before)
+}
+
+/// Take back a mark of an attempt that was never made (the handle gives the entry up
+/// before its retry).
+pub(crate) fn undo_mark(cold: &ConsumerCold, (seq, before): (u64, u32)) {
+    if before == 0 {
+        clear_poison(cold);
+    } else {
+        // Relaxed, then Release: as in `count_attempt_in`.
+        cold.poison_attempts.store(before, Ordering::Relaxed);
+        cold.poison_seq
+            .store(seq.wrapping_add(1), Ordering::Release);
+    }
+}
+
 /// Run the dead-letter callback (if any) after the log line; a panic of the callback is
 /// logged and goes no further.
 fn report(index: u32, cb: &mut Option<DeadLetterFn>, letter: DeadLetter<'_>) {
@@ -333,25 +425,10 @@ impl Consumer {
             return;
         };
         let cold = &e.cold;
-        if unfinished_skip(cold).is_some() {
-            finish_skip(cold, self.next, |n| self.commit(n, 0, 0, 0));
-            // Relaxed: this process is the counter's only writer now.
-            self.stats.dead_lettered = cold.graph.dead_lettered.load(Ordering::Relaxed);
-        }
-        // Acquire: pairs with the Release stores of the record by the last holder.
-        let raw = cold.poison_seq.load(Ordering::Acquire);
-        let p = raw & !SUSPECT;
-        if raw & SUSPECT != 0 {
-            // The last holder died in the attempt it marked: that attempt failed.
-            // Release: as every store of the record.
-            cold.poison_seq.store(p, Ordering::Release);
-        }
-        if p != 0 {
-            // The event a holder was failing at, or died in: cleared once passed (at once
-            // if it is behind the position already).
-            self.poison = Some(p - 1);
-            self.moved(self.next);
-        }
+        let next = self.next;
+        self.poison = take_over_record(cold, next, |n| self.commit(n, 0, 0, 0));
+        // Relaxed: this process is the counter's only writer now (a finished skip counted).
+        self.stats.dead_lettered = cold.graph.dead_lettered.load(Ordering::Relaxed);
         if self.exhausted_in(self.next, 1) == Some(self.next) {
             self.exhausted = true;
             return;
@@ -367,45 +444,20 @@ impl Consumer {
         if k < start || k - start >= n {
             return None;
         }
-        let limit = self.policy.limit()?;
-        let cold = &self.entry().cold;
-        // Relaxed: this process is the record's only writer now.
-        let p = cold.poison_seq.load(Ordering::Relaxed);
-        let mut attempts = cold.poison_attempts.load(Ordering::Relaxed);
-        if self.suspect.is_some_and(|(s, _)| s == k) {
-            // This handle's own mark: that attempt is yet to be made, not failed.
-            attempts = attempts.saturating_sub(1);
-        }
-        (p & SKIPPING == 0 && (p & !SUSPECT) == k.wrapping_add(1) && attempts >= limit).then_some(k)
+        used_up(&self.entry().cold, k, self.suspect, self.policy).map(|_| k)
     }
 
     /// Count the attempt at `seq` about to be made, `before` failed ones behind it, as
     /// under way (SUSPECT): if this process dies in it, the next holder counts it.
     fn mark_attempt(&mut self, seq: u64, before: u32) {
-        let cold = &self.entry().cold;
-        // Relaxed: published with the Release store of the sequence below.
-        cold.poison_attempts
-            .store(before.saturating_add(1), Ordering::Relaxed);
-        // Release: pairs with the Acquire load of the next holder.
-        cold.poison_seq
-            .store(seq.wrapping_add(1) | SUSPECT, Ordering::Release);
-        self.suspect = Some((seq, before));
+        self.suspect = Some(mark_attempt_in(&self.entry().cold, seq, before));
         self.poison = Some(seq);
     }
 
     /// Dropped before a marked attempt was made (a retry not yet tried): it never happened.
     pub(super) fn undo_suspect(&mut self) {
-        let Some((seq, before)) = self.suspect.take() else {
-            return;
-        };
-        let cold = &self.entry().cold;
-        if before == 0 {
-            clear_poison(cold);
-        } else {
-            // Relaxed, then Release: as in `mark_suspect`.
-            cold.poison_attempts.store(before, Ordering::Relaxed);
-            cold.poison_seq
-                .store(seq.wrapping_add(1), Ordering::Release);
+        if let Some(mark) = self.suspect.take() {
+            undo_mark(&self.entry().cold, mark);
         }
     }
 
@@ -428,19 +480,7 @@ impl Consumer {
     /// Count one failed attempt at `at` in the entry. Returns the attempts so far.
     fn count_attempt(&mut self, at: u64) -> u32 {
         let suspect = self.suspect.take();
-        let cold = &self.entry().cold;
-        // Relaxed: this process is the record's only writer.
-        let p = cold.poison_seq.load(Ordering::Relaxed) & !SUSPECT;
-        let known = cold.poison_attempts.load(Ordering::Relaxed);
-        let attempts = match suspect {
-            // The attach counted this attempt already.
-            Some((s, _)) if s == at => known,
-            _ if p == at.wrapping_add(1) => known.saturating_add(1),
-            _ => 1,
-        };
-        // Relaxed, then Release: as in `mark_suspect`.
-        cold.poison_attempts.store(attempts, Ordering::Relaxed);
-        cold.poison_seq.store(at.wrapping_add(1), Ordering::Release);
+        let attempts = count_attempt_in(&self.entry().cold, at, suspect);
         self.poison = Some(at);
         self.stats.failures = self.stats.failures.wrapping_add(1);
         attempts
@@ -518,6 +558,40 @@ impl Consumer {
         }
         self.dead_letter = cb;
         self.skip_at(at);
+    }
+
+    /// Report the event at `at` of a claim this member adopted in entry `index` (`len`
+    /// bytes in place) and skip it there: the steps of the module header on that entry, so
+    /// that whoever takes the entry over after a crash in between finishes the skip.
+    pub(super) fn skip_adopted(
+        &mut self,
+        index: u32,
+        at: u64,
+        attempts: u32,
+        error: &str,
+        len: usize,
+    ) {
+        let seg = Arc::clone(&self.seg);
+        let Some(e) = seg.consumer(index) else {
+            return;
+        };
+        let mut cb = self.dead_letter.take();
+        // SAFETY: the stamp equalled `at` (Acquire) and the adopted entry gates producers at
+        // or before `at` until the commit below, so the slot is not overwritten meanwhile.
+        let payload = unsafe { seg.slot(at).payload(len) };
+        let letter = DeadLetter {
+            sequence: at,
+            attempts,
+            error,
+            payload,
+        };
+        report(self.entry, &mut cb, letter);
+        self.dead_letter = cb;
+        begin_skip(&e.cold, at);
+        // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
+        e.hot.next.store(at.wrapping_add(1), Ordering::Release);
+        count_skip(&e.cold);
+        clear_poison(&e.cold);
     }
 
     /// The stores of a skip of `at`, in the order of the module header (A to D).
