@@ -116,4 +116,19 @@ fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
         text.contains("delivered 200 (100.0%), redelivered 1"),
         "{text}"
     );
+
+    // The group's entry is its members' work sequence: a request never releases or frees
+    // it under them.
+    for request in ["release", "unsubscribe"] {
+        let out = ns.cli(&[request, "r", "g"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{request}: {err}");
+        assert!(err.contains("is a worker group"), "{request}: {err}");
+    }
+    let (v, _) = ns.status();
+    let group = consumers(&v)
+        .into_iter()
+        .find(|c| c["is_group"] == true)
+        .expect("the group is still there");
+    assert_eq!(group["state"], "DETACHED", "{group:#}");
 }

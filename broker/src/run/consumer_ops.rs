@@ -1,5 +1,6 @@
 //! Requests about one durable consumer, by name: `release` (it stops gating producers) and
-//! `unsubscribe` (its entry is freed for good). Both change the entry with the client
+//! `unsubscribe` (its entry is freed for good). A worker group is refused both: its entry
+//! is its members' work sequence. Both change the entry with the client
 //! library's CAS on the entry's state, checked against the process that owns it, so a
 //! consumer attaching or being taken over in between is never touched.
 
@@ -120,6 +121,11 @@ pub fn unsubscribe(
         Ok(found) => found,
         Err(reply) => return reply,
     };
+    if c.is_group {
+        return Reply::error(format!(
+            "ring {name:?}: {consumer:?} is a worker group: its entry is the work sequence its members claim from, and a member may attach at any moment, so it is not freed by request; it goes with the ring (stop the producers, drain and remove the ring to be rid of it)"
+        ));
+    }
     let attached = match c.state_code {
         consumer_state::ACTIVE => is_alive(c.pid, c.start_time),
         consumer_state::CLAIMED | consumer_state::RESUMING | consumer_state::REATTACHING => true,
