@@ -124,10 +124,7 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
     // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
     // finds the attempts used up and skips without calling the handler.
     let dead = run("poison_restart", None, 1, 4, false);
-    assert!(
-        dead.starts_with("error=the_consumer's_process_ended"),
-        "{dead}"
-    );
+    assert_died(&dead);
 }
 
 /// Each incarnation fails the poison once in the process, then dies in the retry: the
@@ -146,10 +143,7 @@ fn a_death_in_a_retry_counts_as_an_attempt() {
 #[test]
 fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
     let dead = run("poison_in_batch", None, 16, 3, false);
-    assert!(
-        dead.starts_with("error=the_consumer's_process_ended"),
-        "{dead}"
-    );
+    assert_died(&dead);
 }
 
 /// The same poison in a worker group whose one member dies on it: each member that joins
@@ -158,10 +152,7 @@ fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
 #[test]
 fn members_restarting_on_a_poison_count_each_death_and_skip_it_once() {
     let dead = run("poison_group", None, 1, 4, true);
-    assert!(
-        dead.starts_with("error=the_consumer's_process_ended"),
-        "{dead}"
-    );
+    assert_died(&dead);
     let dead = run("poison_group_err", Some("err"), 1, 1, true);
     assert_eq!(dead, "error=bad_7");
 }
@@ -247,6 +238,14 @@ fn live_members_adopting_a_poison_count_each_death_and_skip_it_once() {
     drop(p);
     drop(ring);
     Ring::remove(ns.name(), "r").expect("remove the ring");
+}
+
+/// The dead letter's error field says the process ended in the handler.
+fn assert_died(error: &str) {
+    assert!(
+        error.starts_with("error=the_consumer's_process_ended"),
+        "{error}"
+    );
 }
 
 fn events(lines: &[String]) -> Vec<u64> {

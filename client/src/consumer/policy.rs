@@ -530,23 +530,10 @@ impl Consumer {
 
     /// Report the event at `at` (its payload where `held` says) and skip it.
     fn dead_letter_held(&mut self, at: u64, attempts: u32, error: &str, held: Held) {
-        let seg = Arc::clone(&self.seg);
-        let mut cb = self.dead_letter.take();
         match held {
-            Held::InPlace(len) => {
-                // SAFETY: the stamp equalled `at` (Acquire) and this required consumer has
-                // not committed past `at`, so producers cannot reach this slot again until
-                // the skip below commits.
-                let payload = unsafe { seg.slot(at).payload(len) };
-                let letter = DeadLetter {
-                    sequence: at,
-                    attempts,
-                    error,
-                    payload,
-                };
-                report(self.entry, &mut cb, letter);
-            }
+            Held::InPlace(len) => self.report_in_place(at, attempts, error, len),
             Held::Copied(b) => {
+                let mut cb = self.dead_letter.take();
                 let letter = DeadLetter {
                     sequence: at,
                     attempts,
@@ -554,10 +541,29 @@ impl Consumer {
                     payload: &self.scratch[b],
                 };
                 report(self.entry, &mut cb, letter);
+                self.dead_letter = cb;
             }
         }
-        self.dead_letter = cb;
         self.skip_at(at);
+    }
+
+    /// Report the event at `at`, `len` bytes read in place. The caller read its stamp equal
+    /// to `at` (Acquire) and holds an entry that gates producers at or before `at` until
+    /// the skip that follows commits past it.
+    fn report_in_place(&mut self, at: u64, attempts: u32, error: &str, len: usize) {
+        let seg = Arc::clone(&self.seg);
+        let mut cb = self.dead_letter.take();
+        // SAFETY: the stamp equalled `at` and an entry this handle holds gates producers at
+        // or before `at` (see above), so the slot is not overwritten while it is read.
+        let payload = unsafe { seg.slot(at).payload(len) };
+        let letter = DeadLetter {
+            sequence: at,
+            attempts,
+            error,
+            payload,
+        };
+        report(self.entry, &mut cb, letter);
+        self.dead_letter = cb;
     }
 
     /// Report the event at `at` of a claim this member adopted in entry `index` (`len`
@@ -575,18 +581,8 @@ impl Consumer {
         let Some(e) = seg.consumer(index) else {
             return;
         };
-        let mut cb = self.dead_letter.take();
-        // SAFETY: the stamp equalled `at` (Acquire) and the adopted entry gates producers at
-        // or before `at` until the commit below, so the slot is not overwritten meanwhile.
-        let payload = unsafe { seg.slot(at).payload(len) };
-        let letter = DeadLetter {
-            sequence: at,
-            attempts,
-            error,
-            payload,
-        };
-        report(self.entry, &mut cb, letter);
-        self.dead_letter = cb;
+        // The adopted entry gates producers at or before `at` until the commit below.
+        self.report_in_place(at, attempts, error, len);
         begin_skip(&e.cold, at);
         // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
         e.hot.next.store(at.wrapping_add(1), Ordering::Release);
