@@ -28,13 +28,13 @@ use std::fmt;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use shmring::{
     names, ConsumerOptions, ErrorPolicy, Event, ProducerMode, PublishError, Ring, RingConfig,
     RunExit, TryPublishError, WaitStrategy,
 };
+use shmring_examples::{field, Children};
 
 const APPS: u32 = 3;
 const DEFAULT_LINES: u64 = 200_000;
@@ -165,67 +165,6 @@ fn parent(mode: Mode, lines: u64) -> Result<(), Box<dyn Error>> {
     result
 }
 
-/// The children, killed and reaped on every way out of `parent`.
-#[derive(Default)]
-struct Children(Vec<(String, Child)>);
-
-impl Children {
-    fn spawn(&mut self, exe: &Path, who: String, args: &[String]) -> std::io::Result<()> {
-        let child = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        self.0.push((who, child));
-        Ok(())
-    }
-
-    /// Wait for the child named `who` to exit 0 and return what it printed.
-    fn finish(&mut self, who: &str, deadline: Instant) -> Result<String, Box<dyn Error>> {
-        let i = self
-            .0
-            .iter()
-            .position(|(w, _)| w == who)
-            .ok_or_else(|| format!("no child {who}"))?;
-        let (_, child) = &mut self.0[i];
-        loop {
-            if let Some(status) = child.try_wait()? {
-                let mut out = String::new();
-                if let Some(mut stdout) = child.stdout.take() {
-                    std::io::Read::read_to_string(&mut stdout, &mut out)?;
-                }
-                self.0.remove(i);
-                if !status.success() {
-                    return Err(format!("{who} failed ({status}): {out}").into());
-                }
-                return Ok(out);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("{who} did not finish within {WATCHDOG:?}").into());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn kill_all(&mut self) {
-        for (_, child) in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.0.clear();
-    }
-}
-
-/// A `key=value` number from a child's report line.
-fn field(report: &str, key: &str) -> Result<u64, Box<dyn Error>> {
-    report
-        .split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .ok_or_else(|| format!("no {key}= in {report:?}"))?
-        .parse()
-        .map_err(|e| format!("{key} in {report:?}: {e}").into())
-}
-
 fn run_children(
     ring: &Ring,
     children: &mut Children,
@@ -235,7 +174,6 @@ fn run_children(
     mode: Mode,
     lines: u64,
 ) -> Result<(), Box<dyn Error>> {
-    let exe = std::env::current_exe()?;
     let deadline = Instant::now() + WATCHDOG;
     for i in 0..APPS {
         let args = [
@@ -246,7 +184,7 @@ fn run_children(
             mode.to_string(),
             lines.to_string(),
         ];
-        children.spawn(&exe, format!("app {i}"), &args)?;
+        children.spawn(format!("app {i}"), &args)?;
     }
     // The writer starts late on purpose: the declared entry kept every line for it.
     while ring.info().head == 0 {
@@ -262,7 +200,7 @@ fn run_children(
         ring_name.to_owned(),
         log.display().to_string(),
     ];
-    children.spawn(&exe, "writer".to_owned(), &args)?;
+    children.spawn("writer".to_owned(), &args)?;
 
     let (mut accepted, mut dropped, mut bad) = (0, 0, 0);
     for i in 0..APPS {

@@ -27,7 +27,6 @@
 
 use std::error::Error;
 use std::fmt;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -35,6 +34,7 @@ use shmring::{
     names, ConsumerOptions, ErrorPolicy, Event, ProducerMode, Ring, RingConfig, RunExit,
     WaitStrategy,
 };
+use shmring_examples::{field, Children};
 
 const GATEWAYS: u32 = 2;
 const NOTIFIERS: u32 = 2;
@@ -166,64 +166,18 @@ fn parent(per_gateway: u64) -> Result<(), Box<dyn Error>> {
     result
 }
 
-/// The children, killed and reaped on every way out of `parent`.
-#[derive(Default)]
-struct Children(Vec<(String, Child)>);
-
-impl Children {
-    fn spawn(
-        &mut self,
-        role: &str,
-        index: u32,
-        rings: &[String; 3],
-        orders: u64,
-    ) -> Result<(), Box<dyn Error>> {
-        let child = Command::new(std::env::current_exe()?)
-            .arg(role)
-            .args(rings)
-            .arg(index.to_string())
-            .arg(orders.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        self.0.push((format!("{role} {index}"), child));
-        Ok(())
-    }
-
-    /// Wait for the child `who` to exit 0 and return what it printed.
-    fn finish(&mut self, who: &str, deadline: Instant) -> Result<String, Box<dyn Error>> {
-        let i = self
-            .0
-            .iter()
-            .position(|(w, _)| w == who)
-            .ok_or_else(|| format!("no child {who}"))?;
-        let (_, child) = &mut self.0[i];
-        loop {
-            if let Some(status) = child.try_wait()? {
-                let mut out = String::new();
-                if let Some(mut stdout) = child.stdout.take() {
-                    std::io::Read::read_to_string(&mut stdout, &mut out)?;
-                }
-                self.0.remove(i);
-                if !status.success() {
-                    return Err(format!("{who} failed ({status}): {out}").into());
-                }
-                return Ok(out);
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("{who} did not finish within {WATCHDOG:?}").into());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn kill_all(&mut self) {
-        for (_, child) in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.0.clear();
-    }
+/// Start the stage process `role` number `index` (named `"{role} {index}"`).
+fn spawn(
+    children: &mut Children,
+    role: &str,
+    index: u32,
+    rings: &[String; 3],
+    orders: u64,
+) -> Result<(), Box<dyn Error>> {
+    let mut args = vec![role.to_owned()];
+    args.extend(rings.iter().cloned());
+    args.extend([index.to_string(), orders.to_string()]);
+    children.spawn(format!("{role} {index}"), &args)
 }
 
 /// What one stage process reports: `stage=NAME events=N ... key=value`.
@@ -231,12 +185,7 @@ struct Report(String);
 
 impl Report {
     fn get(&self, key: &str) -> Result<u64, Box<dyn Error>> {
-        self.0
-            .split_whitespace()
-            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-            .ok_or_else(|| format!("no {key}= in {:?}", self.0))?
-            .parse()
-            .map_err(|e| format!("{key} in {:?}: {e}", self.0).into())
+        field(&self.0, key)
     }
 }
 
@@ -250,7 +199,7 @@ fn run_children(
     let deadline = Instant::now() + WATCHDOG;
     // The notifiers first: the group keeps the fills for its members only once one joined.
     for i in 0..NOTIFIERS {
-        children.spawn("notifier", i, rings, per_gateway)?;
+        spawn(children, "notifier", i, rings, per_gateway)?;
     }
     while fills
         .info()
@@ -266,12 +215,12 @@ fn run_children(
         std::thread::yield_now();
     }
     // Any order from here on: the stages are declared in the ring's configuration.
-    children.spawn("matching", 0, rings, per_gateway)?;
+    spawn(children, "matching", 0, rings, per_gateway)?;
     for i in 0..GATEWAYS {
-        children.spawn("gateway", i, rings, per_gateway)?;
+        spawn(children, "gateway", i, rings, per_gateway)?;
     }
-    children.spawn("risk", 0, rings, per_gateway)?;
-    children.spawn("journal", 0, rings, per_gateway)?;
+    spawn(children, "risk", 0, rings, per_gateway)?;
+    spawn(children, "journal", 0, rings, per_gateway)?;
 
     let mut sent = 0;
     for i in 0..GATEWAYS {

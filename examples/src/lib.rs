@@ -75,3 +75,83 @@ pub fn finish(result: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
         }
     }
 }
+
+/// The child processes of a multi-process example (it runs its own executable in each
+/// role), each under a name. Those still running are killed and reaped on every way out,
+/// `drop` included.
+#[derive(Default)]
+pub struct Children(Vec<(String, std::process::Child)>);
+
+impl Children {
+    /// Start this executable again with `args`, its stdout captured, as `who`.
+    pub fn spawn(
+        &mut self,
+        who: String,
+        args: &[String],
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let child = std::process::Command::new(std::env::current_exe()?)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()?;
+        self.0.push((who, child));
+        Ok(())
+    }
+
+    /// Wait until `deadline` for the child `who` to exit 0 and return what it printed.
+    pub fn finish(
+        &mut self,
+        who: &str,
+        deadline: std::time::Instant,
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        let i = self
+            .0
+            .iter()
+            .position(|(w, _)| w == who)
+            .ok_or_else(|| format!("no child {who}"))?;
+        let (_, child) = &mut self.0[i];
+        loop {
+            if let Some(status) = child.try_wait()? {
+                let mut out = String::new();
+                if let Some(mut stdout) = child.stdout.take() {
+                    std::io::Read::read_to_string(&mut stdout, &mut out)?;
+                }
+                self.0.remove(i);
+                if !status.success() {
+                    return Err(format!("{who} failed ({status}): {out}").into());
+                }
+                return Ok(out);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!("{who} did not finish by the example's deadline").into());
+            }
+            // A poll of the child's exit, bounded by the deadline.
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Kill and reap every child still running.
+    pub fn kill_all(&mut self) {
+        for (_, child) in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.0.clear();
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+/// The number after `key=` in a child's report line.
+pub fn field(report: &str, key: &str) -> Result<u64, Box<dyn std::error::Error>> {
+    report
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .ok_or_else(|| format!("no {key}= in {report:?}"))?
+        .parse()
+        .map_err(|e| format!("{key} in {report:?}: {e}").into())
+}
