@@ -15,18 +15,10 @@ use shmring::{
 use shmring_testkit::Namespace;
 
 mod common;
-use common::small;
+use common::{graph_ring, poll_all, publish_range, small};
 
 /// A watchdog for waits that must end: far beyond any honest run, never a timing assertion.
 const WATCHDOG: Duration = Duration::from_secs(30);
-
-fn ring_with(ns: &Namespace, consumers: u32) -> Ring {
-    let config = RingConfig {
-        max_consumers: consumers,
-        ..small(64)
-    };
-    Ring::create(ns.name(), "r", &config).unwrap()
-}
 
 fn next_of(ring: &Ring, name: &str) -> u64 {
     ring.info()
@@ -51,24 +43,11 @@ impl Refused for Result<shmring::Consumer, AttachError> {
     }
 }
 
-fn publish(ring: &Ring, range: std::ops::Range<u64>) {
-    let mut p = ring.producer().unwrap();
-    for i in range {
-        p.publish(&i.to_le_bytes()).unwrap();
-    }
-}
-
-fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
-    let mut seen = Vec::new();
-    while c.poll_once(|ev| seen.push(ev.sequence())).unwrap() > 0 {}
-    seen
-}
-
 #[test]
 fn a_diamond_downstream_never_passes_either_upstream() {
     const N: u64 = 2_000;
     let ns = Namespace::concurrent("deps-diamond");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let a = ring
         .consumer(ConsumerOptions::durable("a").batch_cap(3))
         .unwrap();
@@ -103,7 +82,7 @@ fn a_diamond_downstream_never_passes_either_upstream() {
     let (ta, tb) = (upstream(a), upstream(b));
     let producer = {
         let ring = Ring::open(ring.namespace(), ring.name()).unwrap();
-        std::thread::spawn(move || publish(&ring, 0..N))
+        std::thread::spawn(move || publish_range(&ring, 0..N))
     };
     let mut seen = 0u64;
     let watchdog = std::time::Instant::now();
@@ -133,7 +112,7 @@ fn a_diamond_downstream_never_passes_either_upstream() {
 #[test]
 fn an_unknown_upstream_is_refused_and_leaves_no_entry() {
     let ns = Namespace::concurrent("deps-unknown");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let _a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     let err = ring
         .consumer(ConsumerOptions::durable("c").after(["a", "nope"]))
@@ -151,7 +130,7 @@ fn an_unknown_upstream_is_refused_and_leaves_no_entry() {
 #[test]
 fn a_consumer_naming_itself_is_refused() {
     let ns = Namespace::concurrent("deps-self");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let err = ring
         .consumer(ConsumerOptions::durable("a").after(["a"]))
         .refused();
@@ -162,7 +141,7 @@ fn a_consumer_naming_itself_is_refused() {
 #[test]
 fn more_upstreams_than_an_entry_records_are_refused() {
     let ns = Namespace::concurrent("deps-many");
-    let ring = ring_with(&ns, 8);
+    let ring = graph_ring(&ns, 8);
     let names = ["u0", "u1", "u2", "u3", "u4"];
     let _ups: Vec<_> = names
         .iter()
@@ -187,8 +166,8 @@ fn more_upstreams_than_an_entry_records_are_refused() {
 #[test]
 fn a_cycle_is_refused_and_the_entry_given_back() {
     let ns = Namespace::concurrent("deps-cycle");
-    let ring = ring_with(&ns, 4);
-    publish(&ring, 0..0);
+    let ring = graph_ring(&ns, 4);
+    publish_range(&ring, 0..0);
     let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     let b = ring
         .consumer(ConsumerOptions::durable("b").after(["a"]))
@@ -197,7 +176,7 @@ fn a_cycle_is_refused_and_the_entry_given_back() {
         .consumer(ConsumerOptions::durable("c").after(["b"]))
         .unwrap();
     drop(a);
-    publish(&ring, 0..3);
+    publish_range(&ring, 0..3);
 
     // a -> b -> a
     let err = ring
@@ -232,12 +211,12 @@ fn a_cycle_is_refused_and_the_entry_given_back() {
 #[test]
 fn a_failed_upstream_holds_its_downstream_until_it_comes_back() {
     let ns = Namespace::concurrent("deps-failed");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     let mut c = ring
         .consumer(ConsumerOptions::durable("c").after(["a"]))
         .unwrap();
-    publish(&ring, 0..6);
+    publish_range(&ring, 0..6);
     let r = a.poll_once(|ev| assert!(ev.sequence() != 3, "a fails on 3"));
     assert_eq!(r, Err(PollError::HandlerPanicked { sequence: 3 }));
     drop(a);
@@ -256,7 +235,7 @@ fn a_failed_upstream_holds_its_downstream_until_it_comes_back() {
     assert_eq!(poll_all(&mut c), vec![3, 4, 5]);
     // And again after a plain detach and re-attach.
     drop(a);
-    publish(&ring, 6..8);
+    publish_range(&ring, 6..8);
     assert_eq!(poll_all(&mut c), Vec::<u64>::new());
     let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     a.poll_once(|_| {}).unwrap();
@@ -266,13 +245,13 @@ fn a_failed_upstream_holds_its_downstream_until_it_comes_back() {
 #[test]
 fn a_released_upstream_no_longer_holds_its_downstream() {
     let ns = Namespace::concurrent("deps-released");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     let mut c = ring
         .consumer(ConsumerOptions::durable("c").after(["a"]))
         .unwrap();
     drop(a);
-    publish(&ring, 0..4);
+    publish_range(&ring, 0..4);
     assert_eq!(poll_all(&mut c), Vec::<u64>::new());
     let ai = ring
         .info()
@@ -287,12 +266,12 @@ fn a_released_upstream_no_longer_holds_its_downstream() {
 #[test]
 fn an_unsubscribed_upstream_ends_its_downstream_with_upstream_lost() {
     let ns = Namespace::concurrent("deps-lost");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     let mut c = ring
         .consumer(ConsumerOptions::durable("c").after(["a"]))
         .unwrap();
-    publish(&ring, 0..2);
+    publish_range(&ring, 0..2);
     a.unsubscribe();
     // Its entry taken by another consumer meanwhile, with a position ahead of a's.
     let _other = ring.consumer(ConsumerOptions::durable("other")).unwrap();
@@ -307,7 +286,7 @@ fn an_unsubscribed_upstream_ends_its_downstream_with_upstream_lost() {
 #[test]
 fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
     let ns = Namespace::concurrent("deps-park");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     let mut c = ring
         .consumer(
@@ -326,7 +305,7 @@ fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
             (c, outcome, got)
         });
         // Published first: c must stay parked, held by a, until a commits.
-        publish(&ring, round..round + 1);
+        publish_range(&ring, round..round + 1);
         let info = || ring.info();
         let watchdog = std::time::Instant::now();
         while info().consumer_waiters == 0 {
@@ -351,12 +330,12 @@ fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
 #[test]
 fn a_downstream_held_by_its_upstream_is_not_stalled_its_upstream_is() {
     let ns = Namespace::concurrent("deps-health");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let _a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
     let _c = ring
         .consumer(ConsumerOptions::durable("c").after(["a"]))
         .unwrap();
-    publish(&ring, 0..3);
+    publish_range(&ring, 0..3);
     let mut watch = ring.health(HealthThresholds {
         stall: Duration::ZERO,
     });
@@ -373,14 +352,14 @@ fn a_downstream_held_by_its_upstream_is_not_stalled_its_upstream_is() {
 #[test]
 fn reading_ahead_stops_where_the_upstreams_committed() {
     let ns = Namespace::concurrent("deps-lease");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let mut a = ring
         .consumer(ConsumerOptions::durable("a").batch_cap(3))
         .unwrap();
     let mut c = ring
         .consumer(ConsumerOptions::durable("c").after(["a"]))
         .unwrap();
-    publish(&ring, 0..8);
+    publish_range(&ring, 0..8);
     let mut seen = Vec::new();
     assert_eq!(
         c.read_ahead(0, 16, |ev| seen.push(ev.sequence())).unwrap(),
@@ -397,7 +376,7 @@ fn reading_ahead_stops_where_the_upstreams_committed() {
 #[test]
 fn a_ring_full_behind_a_detached_upstream_is_blocked_by_it_not_by_its_downstream() {
     let ns = Namespace::concurrent("deps-blocked");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     // The downstream takes the lower table index, so that a scan meets it first.
     let first = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
@@ -431,7 +410,7 @@ fn a_declared_upstream_can_be_named_before_its_first_attach() {
         ..small(64)
     };
     let ring = Ring::create(ns.name(), "r", &config).unwrap();
-    publish(&ring, 0..4);
+    publish_range(&ring, 0..4);
     // The downstream starts first: it reads behind a consumer no process has attached.
     let mut apply = ring
         .consumer(ConsumerOptions::durable("apply").after(["journal"]))

@@ -12,26 +12,18 @@ use std::mem::offset_of;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use shmring::{ConsumerOptions, ErrorPolicy, Ring, RingConfig};
+use shmring::{ConsumerOptions, ErrorPolicy, Ring};
 use shmring_layout::{consumer_state, owned_word, ConsumerCold, ConsumerEntry, ConsumerHot};
 use shmring_testkit::Namespace;
 
 mod common;
-use common::small;
+use common::{graph_ring, poll_all, publish_range};
 
 const HOT_WORD: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, word);
 const COLD_POISON_SEQ: usize =
     offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, poison_seq);
 const COLD_POISON_ATTEMPTS: usize =
     offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, poison_attempts);
-
-fn ring_with(ns: &Namespace, consumers: u32) -> Ring {
-    let config = RingConfig {
-        max_consumers: consumers,
-        ..small(64)
-    };
-    Ring::create(ns.name(), "r", &config).unwrap()
-}
 
 fn path(ns: &Namespace) -> PathBuf {
     shmring::names::ring_path(ns.name(), "r").unwrap()
@@ -54,19 +46,6 @@ fn info(ring: &Ring, name: &str) -> shmring::ConsumerInfo {
         .unwrap_or_else(|| panic!("no consumer {name}"))
 }
 
-fn publish(ring: &Ring, range: std::ops::Range<u64>) {
-    let mut p = ring.producer().unwrap();
-    for i in range {
-        p.publish(&i.to_le_bytes()).unwrap();
-    }
-}
-
-fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
-    let mut seen = Vec::new();
-    while c.poll_once(|ev| seen.push(ev.sequence())).unwrap() > 0 {}
-    seen
-}
-
 /// An optional durable upstream `u` that detaches cleanly leaves its entry RELEASED (an
 /// optional consumer's detach does not gate), which `d`'s barrier reads as "does not hold
 /// me": `d` delivers 0..4 although `u` committed none of them. `u` re-attaches as
@@ -75,7 +54,7 @@ fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
 #[test]
 fn a_downstream_never_passes_an_optional_upstream_that_detached() {
     let ns = Namespace::concurrent("order-opt-detach");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let u = ring
         .consumer(ConsumerOptions::durable("u").optional())
         .unwrap();
@@ -83,7 +62,7 @@ fn a_downstream_never_passes_an_optional_upstream_that_detached() {
         .consumer(ConsumerOptions::durable("d").after(["u"]))
         .unwrap();
     drop(u);
-    publish(&ring, 0..4);
+    publish_range(&ring, 0..4);
     let by_d = poll_all(&mut d);
     let mut u = ring
         .consumer(ConsumerOptions::durable("u").optional())
@@ -104,14 +83,14 @@ fn a_downstream_never_passes_an_optional_upstream_that_detached() {
 #[test]
 fn a_downstream_never_passes_an_optional_upstream_being_taken_over() {
     let ns = Namespace::concurrent("order-reattach");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let u = ring
         .consumer(ConsumerOptions::durable("u").optional())
         .unwrap();
     let mut d = ring
         .consumer(ConsumerOptions::durable("d").after(["u"]))
         .unwrap();
-    publish(&ring, 0..4);
+    publish_range(&ring, 0..4);
     assert_eq!(
         poll_all(&mut d),
         Vec::<u64>::new(),
@@ -146,7 +125,7 @@ fn a_downstream_never_passes_an_optional_upstream_being_taken_over() {
 #[test]
 fn a_refused_reattach_keeps_the_durable_consumers_recorded_upstreams() {
     let ns = Namespace::concurrent("order-refused-record");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let x = ring.consumer(ConsumerOptions::durable("x")).unwrap();
     let a = ring
         .consumer(ConsumerOptions::durable("a").after(["x"]))
@@ -183,12 +162,12 @@ fn a_refused_reattach_keeps_the_durable_consumers_recorded_upstreams() {
 fn an_exhausted_skip_waits_for_the_upstreams() {
     const SUSPECT: u64 = 1 << 62;
     let ns = Namespace::concurrent("order-exhausted");
-    let ring = ring_with(&ns, 4);
+    let ring = graph_ring(&ns, 4);
     let u = ring.consumer(ConsumerOptions::durable("u")).unwrap();
     let d = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let di = d.index();
     drop(d);
-    publish(&ring, 0..4);
+    publish_range(&ring, 0..4);
     // What a holder of d that died inside its handler at event 0 leaves (`mark_before`).
     let p = path(&ns);
     put(

@@ -50,3 +50,27 @@ pub fn poll_quiet(
     }
     r
 }
+
+/// Ring `r` of the dependency tests: 64 slots, `consumers` consumer entries.
+pub fn graph_ring(ns: &shmring_testkit::Namespace, consumers: u32) -> shmring::Ring {
+    let config = RingConfig {
+        max_consumers: consumers,
+        ..small(64)
+    };
+    shmring::Ring::create(ns.name(), "r", &config).expect("create ring r")
+}
+
+/// Publish the values of `range`, one 8-byte event each.
+pub fn publish_range(ring: &shmring::Ring, range: std::ops::Range<u64>) {
+    let mut p = ring.producer().expect("a producer");
+    for i in range {
+        p.publish(&i.to_le_bytes()).expect("publish");
+    }
+}
+
+/// Poll until nothing is delivered; the sequences delivered, in order.
+pub fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while c.poll_once(|ev| seen.push(ev.sequence())).expect("poll") > 0 {}
+    seen
+}
