@@ -140,6 +140,10 @@ pub struct RingSpec {
     /// (`RingConfig::declared`): events published before one first attaches wait for it.
     /// Applied when the broker creates the ring; a ring that exists is left as it is.
     pub declared_consumers: Vec<String>,
+    /// Worker groups that gate from the ring's creation (`RingConfig::declared_groups`):
+    /// events published before a group's first member joins wait for the group. Applied when
+    /// the broker creates the ring.
+    pub declared_groups: Vec<String>,
 }
 
 /// Producer mode as written in the config.
@@ -171,6 +175,7 @@ impl Default for RingSpec {
             dead_policy: Policy::Alert,
             policies: BTreeMap::new(),
             declared_consumers: Vec::new(),
+            declared_groups: Vec::new(),
         }
     }
 }
@@ -230,6 +235,7 @@ impl RingSpec {
             mode: self.mode.unwrap_or(default_mode),
             group,
             declared: self.declared_consumers.clone(),
+            declared_groups: self.declared_groups.clone(),
         })
     }
 }

@@ -41,6 +41,16 @@ fn declared_consumers_are_parsed_and_checked() {
     .expect("parses");
     let ring = c.rings["logs"].ring_config(None).expect("ring config");
     assert_eq!(ring.declared, ["writer", "archive"]);
+    let c = Config::parse(
+        "[rings.orders]\ndeclared_consumers = [\"journal\"]\ndeclared_groups = [\"notifiers\"]\n",
+        "t",
+    )
+    .expect("parses");
+    let ring = c.rings["orders"].ring_config(None).expect("ring config");
+    assert_eq!(
+        (ring.declared, ring.declared_groups),
+        (vec!["journal".to_owned()], vec!["notifiers".to_owned()])
+    );
     assert!(Config::embedded().unwrap().rings["default"]
         .declared_consumers
         .is_empty());
@@ -52,6 +62,10 @@ fn declared_consumers_are_parsed_and_checked() {
             "raise max_consumers",
         ),
         ("declared_consumers = \"a\"", "sequence"),
+        (
+            "declared_consumers = [\"a\"]\ndeclared_groups = [\"a\"]",
+            "declared twice",
+        ),
     ] {
         let text = format!("[rings.logs]\n{bad}\n");
         let msg = Config::parse(&text, "t")

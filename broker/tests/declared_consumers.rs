@@ -191,3 +191,39 @@ fn a_broker_adopts_an_existing_ring_with_its_declared_consumers_as_they_are() {
         broker.stderr_so_far()
     );
 }
+
+/// `declared_groups = ["g"]`: the group gates from the ring's creation, so what a producer
+/// process published and exited with before any member started reaches the first member,
+/// from sequence 0; the status shows the group, DETACHED, before it has members.
+#[test]
+fn a_declared_group_receives_what_was_published_before_its_first_member() {
+    let ns = Namespace::new("declared_group");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\ndeclared_groups = [\"g\"]\n",
+    ));
+    let g = ns.wait_status("the declared group in the status", |v, _| {
+        consumer(v, "r", "g").cloned()
+    });
+    assert_eq!(
+        (&g["state"], &g["is_group"], &g["pid"]),
+        (
+            &Value::from("DETACHED"),
+            &Value::from(true),
+            &Value::from(0)
+        ),
+        "{g:#}"
+    );
+    let mut producer = ns.role("producer", &env(&[("ROLE_COUNT", "40")]));
+    producer.expect("@ready");
+    assert_eq!(producer.expect("@published"), "40");
+    producer.wait_ok();
+    let mut member = ns.role(
+        "consumer",
+        &env(&[("ROLE_GROUP", "g"), ("ROLE_EXPECT", "40")]),
+    );
+    member.expect("@ready");
+    assert_eq!(
+        member.expect("@done"),
+        "count=40 first=0 last=39 skipped=0 dropped=0"
+    );
+}

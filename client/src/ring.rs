@@ -48,6 +48,13 @@ pub struct RingConfig {
     /// first sequence. Applies when the ring is created; opening an existing ring ignores
     /// it. At most `max_consumers` distinct names of 1 to 48 bytes.
     pub declared: Vec<String>,
+    /// Worker groups that gate from the ring's creation (default none): each name gets its
+    /// group entry, DETACHED at the ring's first sequence, so what is published before the
+    /// group's first member joins waits for the group, and its members
+    /// (`ConsumerOptions::worker(name)`) share it from the first sequence. Applies when the
+    /// ring is created. Names are checked with `declared` (distinct across both lists,
+    /// together at most `max_consumers`).
+    pub declared_groups: Vec<String>,
 }
 
 impl Default for RingConfig {
@@ -62,6 +69,7 @@ impl Default for RingConfig {
             mode: 0o600,
             group: None,
             declared: Vec::new(),
+            declared_groups: Vec::new(),
         }
     }
 }
@@ -85,18 +93,20 @@ impl RingConfig {
         .map_err(OpenError::Config)
     }
 
-    /// The declared names, each packed as it is stored in a consumer entry, checked: each
-    /// fits an entry, none twice, no more than the table holds.
+    /// The declared names (consumers, then groups), each packed as it is stored in a
+    /// consumer entry, checked: each fits an entry, none twice across both lists, no more
+    /// than the table holds.
     fn declared_names(&self) -> Result<Vec<[u64; NAME_LEN / 8]>, DeclaredError> {
-        if self.declared.len() > self.max_consumers as usize {
+        let names: Vec<&String> = self.declared.iter().chain(&self.declared_groups).collect();
+        if names.len() > self.max_consumers as usize {
             return Err(DeclaredError::TooMany {
-                declared: self.declared.len(),
+                declared: names.len(),
                 max_consumers: self.max_consumers,
             });
         }
-        let mut packed = Vec::with_capacity(self.declared.len());
-        for (i, name) in self.declared.iter().enumerate() {
-            if self.declared[..i].contains(name) {
+        let mut packed = Vec::with_capacity(names.len());
+        for (i, &name) in names.iter().enumerate() {
+            if names[..i].contains(&name) {
                 return Err(DeclaredError::Duplicate(name.clone()));
             }
             packed.push(
@@ -338,11 +348,13 @@ fn gid(g: u32) -> Gid {
     Gid::from_raw(g)
 }
 
-/// Lay out the declared consumers (`RingConfig::declared`), one entry each from the
-/// first, in a segment nobody else can see yet: name, flags REQUIRED | DURABLE | DECLARED,
-/// position the ring's first sequence, no attach, and last the word, DETACHED with no
-/// holder (`table::consumer::declare`). Every store is Relaxed: the Release store of the
-/// magic publishes them, so no process ever sees a half-built declared entry.
+/// Lay out the declared consumers (`RingConfig::declared`) and then the declared groups
+/// (`RingConfig::declared_groups`), one entry each from the first, in a segment nobody
+/// else can see yet: name, flags (REQUIRED | DURABLE | DECLARED for a consumer, REQUIRED |
+/// DURABLE | GROUP for a group, as a group's first member makes it), position the ring's
+/// first sequence, no attach, and last the word, DETACHED with no holder
+/// (`table::consumer::declare`). Every store is Relaxed: the Release store of the magic
+/// publishes them, so no process ever sees a half-built declared entry.
 fn declare(seg: &Segment, config: &RingConfig) -> Result<(), OpenError> {
     let names = config.declared_names().map_err(OpenError::Declared)?;
     let first = seg.position();
@@ -359,8 +371,13 @@ fn declare(seg: &Segment, config: &RingConfig) -> Result<(), OpenError> {
         }
         e.cold.start_time.store(0, Ordering::Relaxed);
         e.cold.attaches.store(0, Ordering::Relaxed);
+        let kind = if i < config.declared.len() {
+            consumer_flags::DECLARED
+        } else {
+            consumer_flags::GROUP
+        };
         e.hot.flags.store(
-            consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::DECLARED,
+            consumer_flags::REQUIRED | consumer_flags::DURABLE | kind,
             Ordering::Relaxed,
         );
         e.hot.next.store(first, Ordering::Relaxed);

@@ -138,3 +138,78 @@ fn declared_names_are_checked_before_anything_is_created() {
     let ok = "y".repeat(48);
     Ring::create(ns.name(), "r", &cfg(&[&ok, "b", "c", "d"])).unwrap();
 }
+
+/// A worker group declared in the configuration exists from the ring's creation: what is
+/// published before its first member joins waits for the group, and its members share it
+/// from the ring's first sequence.
+#[test]
+fn a_declared_group_keeps_what_is_published_before_its_first_member() {
+    let ns = Namespace::concurrent("declared-group");
+    let config = RingConfig {
+        declared_groups: vec!["g".to_owned()],
+        ..cfg(&["writer"])
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let info = ring.info();
+    let g = info
+        .consumers
+        .iter()
+        .find(|c| c.name == "g")
+        .expect("the declared group's entry");
+    assert!(g.is_group && g.required && g.durable, "{g:?}");
+    assert_eq!((g.state, g.pid, g.next), ("DETACHED", 0, 0));
+
+    let mut p = ring.producer().unwrap();
+    for i in 0..8u8 {
+        p.publish(&[i]).unwrap();
+    }
+    assert_eq!(
+        p.try_publish(&[8]),
+        Err(TryPublishError::Full),
+        "the group gates before any member joined"
+    );
+    let mut w = ring.consumer(ConsumerOptions::durable("writer")).unwrap();
+    w.poll_once(|_| {}).unwrap();
+    let mut a = ring.consumer(ConsumerOptions::worker("g")).unwrap();
+    let mut b = ring.consumer(ConsumerOptions::worker("g")).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..64 {
+        a.poll_once(|ev| got.push(ev.bytes()[0])).unwrap();
+        b.poll_once(|ev| got.push(ev.bytes()[0])).unwrap();
+    }
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        (0..8u8).collect::<Vec<_>>(),
+        "each event once, from the first"
+    );
+    p.try_publish(&[8]).unwrap();
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::durable("g")),
+        Err(shmring::AttachError::IsAGroup { .. })
+    ));
+}
+
+#[test]
+fn a_name_declared_as_a_consumer_and_as_a_group_is_refused() {
+    let ns = Namespace::concurrent("declared-both");
+    let config = RingConfig {
+        declared_groups: vec!["a".to_owned()],
+        ..cfg(&["a"])
+    };
+    assert!(matches!(
+        Ring::create(ns.name(), "r", &config),
+        Err(OpenError::Declared(DeclaredError::Duplicate(n))) if n == "a"
+    ));
+    let config = RingConfig {
+        declared_groups: vec!["g".to_owned(), "h".to_owned()],
+        ..cfg(&["a", "b", "c"])
+    };
+    assert!(matches!(
+        Ring::create(ns.name(), "r", &config),
+        Err(OpenError::Declared(DeclaredError::TooMany {
+            declared: 5,
+            max_consumers: 4
+        }))
+    ));
+}

@@ -20,7 +20,8 @@
 //!   quantity of 0, which matching refuses: its skip policy reports it once as a dead letter
 //!   and the pipeline carries on.
 //! - Two notifier processes share the fills as the worker group `notify`: each fill goes to
-//!   one of them.
+//!   one of them. The group is declared in the fills ring's configuration
+//!   (`declared_groups`), so fills published before a notifier starts wait for the group.
 //! - Each stage prints its throughput and its end-to-end latency (from the gateway's publish
 //!   to the stage's handler, one clock for all processes: `CLOCK_MONOTONIC`); the parent
 //!   prints the table and checks every count, then drains both rings and removes them.
@@ -132,6 +133,7 @@ fn parent(per_gateway: u64) -> Result<(), Box<dyn Error>> {
         slot_size: 64,
         max_producers: 1,
         producer_mode: ProducerMode::Single,
+        declared_groups: vec![GROUP.to_owned()],
         ..RingConfig::default()
     };
     let dir = names::namespace_dir(&namespace)?;
@@ -197,30 +199,17 @@ fn run_children(
     per_gateway: u64,
 ) -> Result<(), Box<dyn Error>> {
     let deadline = Instant::now() + WATCHDOG;
-    // The notifiers first: the group keeps the fills for its members only once one joined.
-    for i in 0..NOTIFIERS {
-        spawn(children, "notifier", i, rings, per_gateway)?;
-    }
-    while fills
-        .info()
-        .consumers
-        .iter()
-        .filter(|c| c.group.is_some())
-        .count()
-        < NOTIFIERS as usize
-    {
-        if Instant::now() >= deadline {
-            return Err("the notifiers did not join their group".into());
-        }
-        std::thread::yield_now();
-    }
-    // Any order from here on: the stages are declared in the ring's configuration.
+    // Any order: the stages and the notifier group are declared in the rings'
+    // configurations, so each keeps what is published before its processes start.
     spawn(children, "matching", 0, rings, per_gateway)?;
     for i in 0..GATEWAYS {
         spawn(children, "gateway", i, rings, per_gateway)?;
     }
     spawn(children, "risk", 0, rings, per_gateway)?;
     spawn(children, "journal", 0, rings, per_gateway)?;
+    for i in 0..NOTIFIERS {
+        spawn(children, "notifier", i, rings, per_gateway)?;
+    }
 
     let mut sent = 0;
     for i in 0..GATEWAYS {
