@@ -255,17 +255,24 @@ fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
     }
 }
 
+/// `ring`, `consumer` and `index`. `consumer` is the durable name, or for a worker group
+/// member `GROUP#INDEX` (its group's name and its entry), or `#INDEX` for an anonymous
+/// consumer.
 fn consumer_labels(r: &RingReport, c: &ConsumerReport) -> Labels {
+    let group = c.group.and_then(|g| {
+        r.consumers
+            .iter()
+            .find(|x| x.index == g && x.is_group)
+            .map(|x| x.name.as_str())
+    });
+    let consumer = match (c.name.is_empty(), group) {
+        (false, _) => c.name.clone(),
+        (true, Some(g)) => format!("{g}#{}", c.index),
+        (true, None) => format!("#{}", c.index),
+    };
     vec![
         label("ring", &r.name),
-        label(
-            "consumer",
-            if c.name.is_empty() {
-                format!("#{}", c.index)
-            } else {
-                c.name.clone()
-            },
-        ),
+        label("consumer", consumer),
         label("index", c.index.to_string()),
     ]
 }
@@ -298,7 +305,7 @@ fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
             |c| f64::from(c.poison_attempts),
         ),
     ];
-    let counters: [Metric<ConsumerReport, u64>; 8] = [
+    let counters: [Metric<ConsumerReport, u64>; 9] = [
         (
             "shmring_consumer_delivered",
             "Events handed to its handler",
@@ -332,6 +339,11 @@ fn consumer_metrics(s: &mut Scrape, rings: &[RingReport]) {
             "shmring_consumer_retries",
             "Failed attempts its error policy answered with another attempt",
             |c| c.retries,
+        ),
+        (
+            "shmring_consumer_redelivered",
+            "Events a worker group member delivered again after the member holding them died or failed (possible duplicates)",
+            |c| c.redelivered,
         ),
     ];
     for (name, help, value) in gauges {
@@ -548,5 +560,41 @@ mod stage_lag_tests {
         assert_eq!(lines.len(), 1, "{text}");
         assert!(lines[0].contains("consumer=\"apply\""), "{text}");
         assert!(lines[0].ends_with(" 3.0"), "{text}");
+    }
+
+    /// A worker group member is named after its group and counts what it redelivered.
+    #[test]
+    fn a_member_is_labelled_with_its_group_and_counts_redeliveries() {
+        let mut group = consumer(0, "notify", &[], None);
+        group["is_group"] = true.into();
+        let mut member = consumer(1, "", &[], None);
+        member["group"] = 0.into();
+        member["redelivered"] = 2.into();
+        let report: StatusReport = serde_json::from_value(serde_json::json!({
+            "schema": 1, "namespace": "n", "healthy": true, "unreadable": [],
+            "broker": {"running": true, "pid": 1, "epoch": 1, "uptime_ms": 10,
+                "last_sweep_ms": 1, "sweep_period_us": 250000, "sweeps": 3,
+                "watched_processes": 1},
+            "rings": [{"name": "r", "state": "RUNNING", "run": 1, "epoch": 1, "capacity": 64,
+                "slot_size": 128, "producer_mode": "multi", "head": 14, "free": 50,
+                "closed": false, "slowest": null, "blocked_by": null,
+                "fence_mode": "membarrier", "consumer_waiters": 0, "producer_waiters": 0,
+                "consumer_wakes": 0, "producer_wakes": 0,
+                "health": {"stall_threshold_ms": 500, "unblock_timeout_ms": 1000, "stalls": 0,
+                    "recoveries": 0, "deaths": 0, "releases": 0, "freed": 0,
+                    "policy_stops": 0, "repaired_claims": 0, "tombstoned": 0},
+                "consumers": [group, member],
+                "producers": []}]
+        }))
+        .expect("a report");
+        let text = encode(&report);
+        let line = text
+            .lines()
+            .find(|l| {
+                l.starts_with("shmring_consumer_redelivered_total{") && l.contains("index=\"1\"")
+            })
+            .unwrap_or_else(|| panic!("no redelivered counter for the member: {text}"));
+        assert!(line.contains("consumer=\"notify#1\""), "{line}");
+        assert!(line.ends_with(" 2"), "{line}");
     }
 }
