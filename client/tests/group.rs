@@ -511,3 +511,152 @@ fn a_live_member_adopting_a_failed_claim_stops_when_its_retries_are_used_up() {
     assert_eq!(b.stats().retries, 1);
     assert!(letters.lock().unwrap().is_empty());
 }
+
+/// A member that stops at an adopted claim's event (its `Retry` attempts used up) holds a
+/// claim of its own too: once its handle is gone, that claim must reach another member, as
+/// the claim of a member that stops at its own event does (left FAILED, open to the others).
+#[test]
+fn a_member_stopping_at_an_adopted_claim_leaves_its_own_claim_to_the_others() {
+    let policy = shmring::ErrorPolicy::Retry {
+        attempts: 3,
+        backoff: Duration::ZERO,
+    };
+    let (_ns, ring, mut b, _letters) = adopt_a_failed_claim("group_adopt_own_claim", policy);
+    let deadline = Instant::now() + PATIENCE;
+    let mut b_saw = Vec::new();
+    let r = loop {
+        assert!(Instant::now() < deadline, "b never stopped at event 0");
+        let r = b.poll_once_fallible(|ev| {
+            if value(&ev) == 0 {
+                return Err("poison");
+            }
+            b_saw.push(value(&ev));
+            Ok(())
+        });
+        if r.is_err() {
+            break r;
+        }
+    };
+    assert!(
+        matches!(r, Err(PollError::HandlerFailed { sequence: 0, .. })),
+        "{r:?}"
+    );
+    // b delivered its own first claim (event 1) and holds its next one, unpublished yet.
+    assert_eq!(b_saw, vec![1]);
+    let b_index = b.index();
+    drop(b);
+    let mut p = ring.producer().unwrap();
+    for v in 2..4u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    // A new member, whose handler takes every event: everything after event 1 reaches it.
+    let mut c = ring.consumer(worker()).unwrap();
+    let mut seen = Vec::new();
+    while !(seen.contains(&2) && seen.contains(&3)) {
+        if Instant::now() >= deadline {
+            let info = ring.info();
+            let b_entry = info.consumers.iter().find(|e| e.index == b_index);
+            panic!("c got {seen:?}; the entry b left: {b_entry:#?}");
+        }
+        c.poll_once(|ev| seen.push(value(&ev))).unwrap();
+        if !(seen.contains(&2) && seen.contains(&3)) {
+            c.wait().unwrap();
+        }
+    }
+}
+
+/// The same with the default policy: a member that stops at the first failure of an
+/// adopted claim's event leaves its own claim to the others once its handle is gone.
+#[test]
+fn a_member_stopping_at_an_adopted_claim_under_stop_leaves_its_own_claim_to_the_others() {
+    let (_ns, ring, mut b, _letters) =
+        adopt_a_failed_claim("group_adopt_own_claim_stop", shmring::ErrorPolicy::Stop);
+    let deadline = Instant::now() + PATIENCE;
+    let r = loop {
+        assert!(Instant::now() < deadline, "b never stopped at event 0");
+        let r = b.poll_once_fallible(|ev| {
+            if value(&ev) == 0 {
+                return Err("poison");
+            }
+            Ok(())
+        });
+        if r.is_err() {
+            break r;
+        }
+    };
+    assert!(
+        matches!(r, Err(PollError::HandlerFailed { sequence: 0, .. })),
+        "{r:?}"
+    );
+    let b_index = b.index();
+    drop(b);
+    let info = ring.info();
+    let b_entry = info.consumers.iter().find(|e| e.index == b_index).unwrap();
+    assert_ne!(
+        b_entry.state, "ACTIVE",
+        "the entry of the dropped handle, with its claim: {b_entry:#?}"
+    );
+}
+
+/// A member that skips an event of an adopted claim and leaves before the claim's end counts
+/// the skip as its own: the claim goes back to the others, the count stays with the member
+/// that skipped, and it is counted once in the table.
+#[test]
+fn a_skip_in_an_adopted_claim_given_back_is_counted_once_by_the_member_that_made_it() {
+    let ns = Namespace::concurrent("group_adopt_give_back");
+    // Declared, so that the group starts at the first sequence.
+    let config = RingConfig {
+        max_consumers: 4,
+        declared_groups: vec!["w".to_owned()],
+        ..small(16)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut p = ring.producer().unwrap();
+    for v in 0..2u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    // a's first claim is both published events; b's is the next, unpublished.
+    let mut a = ring.consumer(worker().batch_cap(2)).unwrap();
+    let mut b = ring
+        .consumer(
+            worker()
+                .batch_cap(1)
+                .on_error(shmring::ErrorPolicy::Skip { attempts: 2 }),
+        )
+        .unwrap();
+    let r = a.poll_once_fallible(|_| Err::<(), _>("poison"));
+    assert!(
+        matches!(r, Err(PollError::HandlerFailed { sequence: 0, .. })),
+        "{r:?}"
+    );
+    drop(a);
+    let deadline = Instant::now() + PATIENCE;
+    // b adopts a's claim: event 0 fails again (a's attempt and b's: skipped at the second);
+    // event 1 fails once ("not now"), which `Skip` answers with another attempt, never made:
+    // b leaves first, giving the rest of the claim back.
+    while b.stats().failures < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "b never reached event 1: {:?}",
+            b.stats()
+        );
+        let _ = b.poll_once_fallible(|ev| {
+            if value(&ev) == 0 {
+                Err("poison")
+            } else {
+                Err("not now")
+            }
+        });
+    }
+    let b_index = b.index();
+    drop(b);
+    let info = ring.info();
+    let dead: u64 = info.consumers.iter().map(|c| c.stats.dead_lettered).sum();
+    let b_entry = info.consumers.iter().find(|c| c.index == b_index).unwrap();
+    assert_eq!(
+        (b_entry.stats.dead_lettered, dead),
+        (1, 1),
+        "b's entry counts its skip, and the table counts it once: {:#?}",
+        info.consumers
+    );
+}

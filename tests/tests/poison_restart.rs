@@ -123,7 +123,7 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
     // The first incarnation reaches the poison (its first event was another one, so its
     // death is not counted); restarts 1 to 3 each count an attempt and die; restart 4
     // finds the attempts used up and skips without calling the handler.
-    let dead = run("poison_restart", None, 1, 4, false);
+    let dead = run("poison_restart", None, [1, 1], 4, false);
     assert_died(&dead);
 }
 
@@ -132,7 +132,7 @@ fn restarts_until_the_poison_is_dead_lettered_once() {
 /// failure makes 3: it skips the event with its error.
 #[test]
 fn a_death_in_a_retry_counts_as_an_attempt() {
-    let dead = run("poison_retry_death", Some("err"), 1, 1, false);
+    let dead = run("poison_retry_death", Some("err"), [1, 1], 1, false);
     assert_eq!(dead, "error=bad_7");
 }
 
@@ -142,7 +142,7 @@ fn a_death_in_a_retry_counts_as_an_attempt() {
 /// skips the poison. The events of the batch before the poison are never blamed.
 #[test]
 fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
-    let dead = run("poison_in_batch", None, 16, 3, false);
+    let dead = run("poison_in_batch", None, [16, 16], 3, false);
     assert_died(&dead);
 }
 
@@ -151,10 +151,20 @@ fn a_poison_inside_a_batch_is_counted_and_no_other_event_is_skipped() {
 /// the same way: the fourth joiner skips the poison once.
 #[test]
 fn members_restarting_on_a_poison_count_each_death_and_skip_it_once() {
-    let dead = run("poison_group", None, 1, 4, true);
+    let dead = run("poison_group", None, [1, 1], 4, true);
     assert_died(&dead);
-    let dead = run("poison_group_err", Some("err"), 1, 1, true);
+    let dead = run("poison_group_err", Some("err"), [1, 1], 1, true);
     assert_eq!(dead, "error=bad_7");
+}
+
+/// A member that died in a batch of 16 left a claim of 16 events; the members after it
+/// take batches of 1, and still count their deaths: a joiner's window covers the whole
+/// claim it takes over, not only its own batch cap. The first member's death counts too
+/// (its own window covered its first batches): the third restart skips the poison.
+#[test]
+fn a_member_taking_over_a_larger_claim_counts_a_death_anywhere_in_it() {
+    let dead = run("poison_group_claim", None, [16, 1], 3, true);
+    assert_died(&dead);
 }
 
 /// Two members run at once and each dies on the poison: the claim a dying member leaves is
@@ -307,12 +317,13 @@ fn retry_stops_failed_once_the_deaths_used_up_the_attempts() {
 
 /// Run incarnations until one finishes; check it is incarnation `last_expected` (0 the
 /// first), that the poison was dead-lettered once after 3 attempts and every other event
-/// delivered once, in order. `group`: the consumer is a worker group's one member instead
-/// of a durable consumer. Returns the dead letter's error field.
+/// delivered once, in order. `caps`: the batch cap of the first incarnation and of the
+/// restarts. `group`: the consumer is a worker group's one member instead of a durable
+/// consumer. Returns the dead letter's error field.
 fn run(
     test: &str,
     mode: Option<&str>,
-    batch_cap: usize,
+    caps: [usize; 2],
     last_expected: usize,
     group: bool,
 ) -> String {
@@ -324,12 +335,13 @@ fn run(
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
     let mut lines = Vec::new();
     let mut finished = None;
-    let mut env: Vec<(&str, String)> = vec![("POISON_BATCH_CAP", batch_cap.to_string())];
+    let mut env: Vec<(&str, String)> = vec![("POISON_BATCH_CAP", String::new())];
     env.extend(mode.map(|m| ("POISON_MODE", m.to_owned())));
     if group {
         env.push(("POISON_GROUP", "1".to_owned()));
     }
     for k in 0..MAX_INCARNATIONS {
+        env[0].1 = caps[usize::from(k > 0)].to_string();
         let mut child = ns.role("consumer", &env);
         let ready = child.expect_line("ready");
         if k == 0 {
@@ -357,7 +369,7 @@ fn run(
     assert_eq!(f[1..4], [&*POISON.to_string(), "3", &*POISON.to_string()]);
     let error = f[4..].join(" ");
     let mut delivered = events(&lines);
-    if batch_cap == 1 {
+    if caps == [1, 1] {
         let in_order = delivered.clone();
         delivered.sort_unstable();
         assert_eq!(delivered, in_order, "delivered out of order");

@@ -76,6 +76,12 @@ impl Consumer {
             // A member carries on the poison record of an entry it took over, as a durable
             // consumer does at its attach (see `policy`).
             c.mark_suspect();
+            if c.careful > 0 {
+                // The window covers the whole claim taken over: it was made with its last
+                // holder's batch cap, which may be larger than this one's.
+                let claim = c.member.as_ref().map_or(0, |m| m.claim_end());
+                c.careful = c.careful.max(claim.saturating_sub(c.next));
+            }
             c.join_group();
             return Ok(c);
         }

@@ -36,9 +36,9 @@ struct Adopted {
     at: u64,
     end: u64,
     /// Whether what it delivers counts as redelivered (its holder died or failed; a claim
-    /// given back by a member that left was never handed to a handler). Each event of such
-    /// a claim is marked under way in the entry's poison record before it is handed over
-    /// (its holder may have died in any of them), as in a durable consumer's window.
+    /// given back by a member that left was never handed to a handler). Each event of an
+    /// adopted claim is marked under way in the entry's poison record before it is handed
+    /// over (its holder may have died in any of them), as in a durable consumer's window.
     redelivery: bool,
     /// The event the entry's poison record names, and this handle's mark of the attempt at
     /// it under way (see `policy`): the error policy counts on from the holders before.
@@ -216,6 +216,11 @@ fn find_group(
 }
 
 impl Member {
+    /// The end of its own claim.
+    pub(super) fn claim_end(&self) -> u64 {
+        self.claim_end
+    }
+
     pub(super) fn new(group: u32) -> Self {
         Member {
             group,
@@ -277,7 +282,17 @@ impl Consumer {
         if self.failed {
             return Err(PollError::Failed);
         }
-        let n = self.poll_adopted(handler)?;
+        let n = match self.poll_adopted(handler) {
+            Ok(n) => n,
+            Err(e) => {
+                // Stopped at an adopted claim's event (that claim is left FAILED there): its
+                // own claim and the other adopted ones are not at fault and go back to the
+                // others now, not when the handle is dropped.
+                self.give_back_adopted();
+                self.give_back_own();
+                return Err(e);
+            }
+        };
         if n > 0 || self.retry_at.is_some() {
             // Delivered, or an adopted claim's event failed and its retry waits: nothing of
             // the own claim during the back-off either.
@@ -338,7 +353,11 @@ impl Consumer {
             // The events of a taken-over claim that reached the handler (tombstones aside).
             let handed = (self.next - start).min(redeliver_until - start);
             self.stats.redelivered = self.stats.redelivered.wrapping_add(handed);
-            self.store_stats();
+            if !self.failed {
+                // Not once FAILED: the entry is open to another member, whose counts these
+                // stores would overwrite.
+                self.store_stats();
+            }
         }
         let delivered = match r {
             Ok(n) => n,
@@ -426,34 +445,27 @@ impl Consumer {
         let Some(mut m) = self.member.take() else {
             return Ok(0);
         };
+        let seg = Arc::clone(&self.seg);
         let mut r = Ok(0);
         let mut i = 0;
         while i < m.adopted.len() {
             let a = &mut m.adopted[i];
             r = self.deliver_adopted(a, handler);
-            let done =
-                a.at >= a.end || self.seg.line().closed_at().is_some_and(|stop| a.at >= stop);
+            let done = a.at >= a.end || seg.line().closed_at().is_some_and(|stop| a.at >= stop);
             let (index, word) = (a.index, a.word);
-            let Some(e) = self.seg.consumer(index) else {
+            let Some(e) = seg.consumer(index) else {
                 m.adopted.swap_remove(i);
                 continue;
             };
             if r.is_err() {
                 // Its handler failed here: leave the claim, at the failing event, to another.
+                self.fold_skips(e, a.dead_lettered_at);
                 let _ = table::consumer::give_up(&e.hot.word, word, consumer_state::FAILED);
                 m.adopted.swap_remove(i);
                 break;
             }
             if done {
-                // Relaxed: this process is the counter's only writer while it holds the entry.
-                let d = e.cold.graph.dead_lettered.load(Ordering::Relaxed);
-                if d != a.dead_lettered_at {
-                    let s = &mut self.stats;
-                    s.dead_lettered = s
-                        .dead_lettered
-                        .wrapping_add(d.wrapping_sub(a.dead_lettered_at));
-                    self.store_stats();
-                }
+                self.fold_skips(e, a.dead_lettered_at);
                 let _ = table::consumer::free(&e.hot.word, word, consumer_state::FREE);
                 m.adopted.swap_remove(i);
             } else {
@@ -530,9 +542,9 @@ impl Consumer {
                     break;
                 }
             }
-            if a.redelivery {
-                policy::mark_before(cold, seq, &mut a.suspect, &mut a.poison);
-            }
+            // Its holder may have died in any of its events, or (a claim given back) the
+            // adopter that takes it next may: counted before it is tried.
+            policy::mark_before(cold, seq, &mut a.suspect, &mut a.poison);
             // SAFETY: the stamp equalled `seq` (Acquire) and the adopted entry gates
             // producers at `a.at <= seq` until the commit below, so the slot is not
             // overwritten while the handler reads it.
@@ -621,38 +633,65 @@ impl Consumer {
     /// (DETACHED) for another member; a finished claim's entry is freed.
     pub(super) fn leave_group(&mut self) {
         self.give_back_adopted();
-        let Some(m) = self.member.take() else {
+        if self.failed && owned_word::state(self.word) != consumer_state::ACTIVE {
+            // Already FAILED at the failing event (see `fail`), or given back when it
+            // stopped at an adopted claim: open to another member.
+            return;
+        }
+        self.give_back_own();
+    }
+
+    /// Give the member's own entry up: DETACHED holding its unfinished claim for another
+    /// member, or FREE once the claim is done. A retry it marked under way and never made
+    /// is taken back first, so the next member counts on from the attempts made.
+    fn give_back_own(&mut self) {
+        let Some(claim_end) = self.member.as_ref().map(|m| m.claim_end) else {
             return;
         };
-        if self.failed {
-            // Already FAILED at the failing event (see `fail`), open to another member.
+        // Acquire: pairs with any SeqCst CAS of the entry's word.
+        if self.entry().hot.word.load(Ordering::Acquire) != self.word {
             return;
         }
-        // Acquire: pairs with any SeqCst CAS of the entry's word.
-        if self.entry().hot.word.load(Ordering::Acquire) == self.word {
-            // A retry marked under way and never made: the next member counts on from the
-            // attempts that were made.
-            self.undo_suspect();
-        }
-        let to = if self.next < m.claim_end {
+        self.undo_suspect();
+        let to = if self.next < claim_end {
             consumer_state::DETACHED
         } else {
             consumer_state::FREE
         };
-        let _ = table::consumer::give_up(&self.entry().hot.word, self.word, to);
+        if let Ok(word) = table::consumer::give_up(&self.entry().hot.word, self.word, to) {
+            self.word = word;
+        }
+    }
+
+    /// Move the skips made in an adopted entry while this member held it (or finished for a
+    /// holder that died in one) from that entry's count to this member's, as it lets the
+    /// entry go (freed, or given back). The entry's count only serves the skip steps while
+    /// a skip runs (see `policy`), and every skip here has finished.
+    fn fold_skips(&mut self, e: &ConsumerEntry, since: u64) {
+        // Relaxed: this process is the counter's only writer while it holds the entry.
+        let d = e.cold.graph.dead_lettered.load(Ordering::Relaxed);
+        if d != since {
+            let s = &mut self.stats;
+            s.dead_lettered = s.dead_lettered.wrapping_add(d.wrapping_sub(since));
+            self.store_stats();
+            // Relaxed: as above; published by the CAS that lets the entry go.
+            e.cold.graph.dead_lettered.store(since, Ordering::Relaxed);
+        }
     }
 
     /// Leave the adopted claims open (DETACHED) for another member; free the entries of
     /// those delivered to their end.
-    fn give_back_adopted(&mut self) {
-        let Some(m) = self.member.as_mut() else {
+    pub(super) fn give_back_adopted(&mut self) {
+        let Some(adopted) = self.member.as_mut().map(|m| std::mem::take(&mut m.adopted)) else {
             return;
         };
-        for a in m.adopted.drain(..) {
-            if let Some(e) = self.seg.consumer(a.index) {
+        let seg = Arc::clone(&self.seg);
+        for a in adopted {
+            if let Some(e) = seg.consumer(a.index) {
                 if let Some(mark) = a.suspect {
                     policy::undo_mark(&e.cold, mark);
                 }
+                self.fold_skips(e, a.dead_lettered_at);
                 let to = if a.at < a.end {
                     consumer_state::DETACHED
                 } else {

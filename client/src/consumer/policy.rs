@@ -613,6 +613,8 @@ impl Consumer {
     /// Mark the consumer FAILED at `at` (its events before `at` committed).
     pub(super) fn fail(&mut self, at: u64, attempts: u32, panicked: bool) -> PollError {
         self.failed = true;
+        // A member's adopted claims go back to the others now, not when the handle drops.
+        self.give_back_adopted();
         self.store_stats();
         // The committed position and counters are visible with the state (the CAS is
         // SeqCst). From the word this handle holds: a broker's RELEASED is never overwritten.
