@@ -287,10 +287,14 @@ impl Consumer {
         let seg = &*self.seg;
         let max = self.max_payload;
         let end = start + n;
+        // The last event of the run that is not a tombstone (u64::MAX: none).
         let last_event = (start..end)
             .rev()
-            .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0);
+            .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0)
+            .unwrap_or(u64::MAX);
         let mut flush = self.flush;
+        // Read once: without a timed flush the loop has no flush work per event.
+        let timed = flush.is_some();
         let mut careful = self.careful;
         let cold = seg.consumer(self.entry).map(|e| &e.cold);
         let (suspect, poison) = (&mut self.suspect, &mut self.poison);
@@ -313,9 +317,9 @@ impl Consumer {
                 // not committed past `at`, so producers cannot reach this slot again until
                 // after the handler returns.
                 let bytes = unsafe { slot.payload(len) };
-                let last = Some(at) == last_event;
+                let last = at == last_event;
                 // The timed flush cuts the batch here (no clock read when it is unset).
-                let cut = !last && flush.as_mut().is_some_and(Flush::due);
+                let cut = timed && !last && flush.as_mut().is_some_and(Flush::due);
                 if careful > 0 {
                     careful -= 1;
                     if let Some(cold) = cold {
@@ -333,13 +337,13 @@ impl Consumer {
                 .map_err(|f| (f, len))?;
                 delivered += 1;
                 at += 1;
-                if last || cut {
+                if timed && (last || cut) {
                     if let Some(f) = &mut flush {
                         f.edge();
                     }
-                }
-                if cut {
-                    break;
+                    if cut {
+                        break;
+                    }
                 }
             }
             Ok(())
@@ -374,6 +378,8 @@ impl Consumer {
         let max = self.max_payload;
         let end = start + n;
         let mut flush = self.flush;
+        // Read once: without a timed flush the loop has no flush work per event.
+        let timed = flush.is_some();
         let mut careful = self.careful;
         let cold = seg.consumer(self.entry).map(|e| &e.cold);
         let (suspect, poison) = (&mut self.suspect, &mut self.poison);
@@ -419,7 +425,7 @@ impl Consumer {
                 if let Some((seq, b)) = pending {
                     // The timed flush cuts the batch after `seq` (no clock read when unset);
                     // `at`, copied but not handed over, is read again by the next poll.
-                    let cut = flush.as_mut().is_some_and(Flush::due);
+                    let cut = timed && flush.as_mut().is_some_and(Flush::due);
                     mark(seq);
                     call(
                         handler,
