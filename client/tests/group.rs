@@ -660,3 +660,61 @@ fn a_skip_in_an_adopted_claim_given_back_is_counted_once_by_the_member_that_made
         info.consumers
     );
 }
+
+/// A member that skips an event of its own claim and leaves holding its next claim leaves
+/// the skip counted in its entry; a live member that adopts that claim and frees the entry
+/// must not make the count vanish: the table counts the skip once after every entry is let
+/// go, as it does when a joining member carries the entry on.
+#[test]
+fn a_skip_of_a_member_that_left_is_still_counted_once_its_entry_is_adopted_and_freed() {
+    let ns = Namespace::concurrent("group_left_skip_freed");
+    let config = RingConfig {
+        max_consumers: 4,
+        declared_groups: vec!["w".to_owned()],
+        ..small(16)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut p = ring.producer().unwrap();
+    p.publish(&0u64.to_le_bytes()).unwrap();
+    // a claims event 0, b the next (unpublished).
+    let mut a = ring
+        .consumer(
+            worker()
+                .batch_cap(1)
+                .on_error(shmring::ErrorPolicy::Skip { attempts: 1 }),
+        )
+        .unwrap();
+    let mut b = ring.consumer(worker().batch_cap(1)).unwrap();
+    // a skips event 0 at its first failure and claims event 2, not published yet.
+    a.poll_once_fallible(|_| Err::<(), _>("poison")).unwrap();
+    assert_eq!(a.stats().dead_lettered, 1);
+    drop(a);
+    let dead = |ring: &Ring| -> u64 {
+        ring.info()
+            .consumers
+            .iter()
+            .map(|c| c.stats.dead_lettered)
+            .sum()
+    };
+    assert_eq!(dead(&ring), 1, "a's entry counts its skip while it waits");
+    for v in 1..3u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    // b delivers its own event 1 and adopts a's claim (event 2), freeing a's entry.
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while !seen.contains(&2) {
+        assert!(Instant::now() < deadline, "b got {seen:?}");
+        b.poll_once(|ev| seen.push(value(&ev))).unwrap();
+        if !seen.contains(&2) {
+            b.wait().unwrap();
+        }
+    }
+    drop(b);
+    assert_eq!(
+        dead(&ring),
+        1,
+        "the skip a made is counted once in the table: {:#?}",
+        ring.info().consumers
+    );
+}

@@ -35,6 +35,7 @@ const MAX_INCARNATIONS: usize = 8;
 fn role() {
     match role::current().as_deref() {
         Some("consumer") => consumer(),
+        Some("two_claims") => two_claims(),
         Some(other) => println!("@error unknown role {other}"),
         None => return,
     }
@@ -397,4 +398,128 @@ fn run(
     drop(ring);
     Ring::remove(ns.name(), "r").expect("remove the ring");
     error
+}
+
+/// The event of `two_claims_a_death_in_one_claim_is_not_counted_in_the_other` whose handler
+/// returns an error, and the one whose handler kills the process.
+const TRANSIENT: u64 = 100;
+const KILLER: u64 = 200;
+
+/// A member of group `w` (`Skip { attempts: 2 }`, batch cap 1) that fails on `TRANSIENT`
+/// with an error (once per call) and aborts on `KILLER`.
+fn two_claims() {
+    let ns = std::env::var(shmring::names::NAMESPACE_ENV).expect("the namespace");
+    let ring = Ring::open(&ns, "r").expect("open the ring");
+    let opts = ConsumerOptions::worker("w")
+        .batch_cap(1)
+        .on_error(ErrorPolicy::Skip { attempts: 2 });
+    let mut c = ring.consumer(opts).expect("attach");
+    println!("ready start={}", c.next_sequence());
+    loop {
+        let polled = c.poll_once_fallible(|ev| {
+            let v = value(ev.bytes());
+            if v == TRANSIENT {
+                println!("err {}", ev.sequence());
+                return Err("not now");
+            }
+            if v == KILLER {
+                std::process::abort();
+            }
+            println!("ev {v}");
+            Ok(())
+        });
+        if let Err(e) = polled {
+            println!("error {e}");
+            return;
+        }
+    }
+}
+
+/// A member holds its own claim and an adopted one. The adopted claim's event fails once
+/// with an error, which `Skip { attempts: 2 }` answers with another attempt, marked under
+/// way in the adopted entry before it is made; the member then dies in its own claim's
+/// event. The death belongs to that event only: the next member must try the adopted
+/// event again (one failed attempt of two), not dead-letter it as if the process had died
+/// in its handler.
+#[test]
+fn two_claims_a_death_in_one_claim_is_not_counted_in_the_other() {
+    let ns = Namespace::new("poison_two_claims");
+    let config = RingConfig {
+        capacity: 16,
+        max_consumers: 4,
+        declared_groups: vec!["w".to_owned()],
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let worker = || ConsumerOptions::worker("w").batch_cap(1);
+    // a claims sequence 0 (the killer), b sequence 1 (the transient failure); both leave
+    // their claims to the others.
+    let a = ring.consumer(worker()).expect("a");
+    let b = ring.consumer(worker()).expect("b");
+    let mut p = ring.producer().expect("producer");
+    p.publish(&KILLER.to_le_bytes()).expect("publish");
+    p.publish(&TRANSIENT.to_le_bytes()).expect("publish");
+    let (a_index, b_index) = (a.index(), b.index());
+    drop(a);
+    drop(b);
+    // The child carries on with a's entry (its own claim: sequence 0) and adopts b's
+    // (sequence 1) at its join; its first poll tries the adopted event (an error), then its
+    // own (it dies).
+    let mut child = ns.role("two_claims", &[]);
+    child.expect_line("ready");
+    let status = child.wait_status();
+    let lines = child.rest_of_stdout();
+    assert!(
+        !status.success(),
+        "the child dies on the killer: {lines:#?}"
+    );
+    assert!(lines.iter().any(|l| l == "err 1"), "{lines:#?}");
+    let info = ring.info();
+    let record = |i: u32| {
+        info.consumers
+            .iter()
+            .find(|c| c.index == i)
+            .map(|c| c.poison)
+    };
+    let records = (record(a_index), record(b_index));
+
+    // The next member: its handler takes every event.
+    let letters = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let l = std::sync::Arc::clone(&letters);
+    let mut d = ring
+        .consumer(worker().on_error(ErrorPolicy::Skip { attempts: 2 }).wait(
+            shmring::WaitStrategy::TimeoutBlocking {
+                timeout: Duration::from_millis(100),
+            },
+        ))
+        .expect("d");
+    d.on_dead_letter(move |x| {
+        l.lock()
+            .expect("letters")
+            .push((x.sequence, x.attempts, x.error.to_owned()))
+    });
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() + letters.lock().expect("letters").len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "d got {seen:?}, letters {:?}, records {records:?}, child {lines:#?}: {:#?}",
+            letters.lock().expect("letters"),
+            ring.info().consumers
+        );
+        d.poll_once(|ev| seen.push(value(ev.bytes())))
+            .expect("poll");
+        let _ = d.wait();
+    }
+    seen.sort_unstable();
+    assert_eq!(
+        (seen, letters.lock().expect("letters").clone()),
+        (vec![TRANSIENT, KILLER], Vec::new()),
+        "each event handed to d, none dead-lettered (records the child left, own and \
+         adopted: {records:?}; child: {lines:#?})"
+    );
+    drop(d);
+    drop(p);
+    drop(ring);
+    Ring::remove(ns.name(), "r").expect("remove the ring");
 }

@@ -44,10 +44,6 @@ struct Adopted {
     /// it under way (see `policy`): the error policy counts on from the holders before.
     poison: Option<u64>,
     suspect: Option<(u64, u32)>,
-    /// The entry's `dead_lettered` when adopted: the skips made while this member holds it
-    /// (or finished for a holder that died in one) join this member's count when the entry
-    /// is freed.
-    dead_lettered_at: u64,
 }
 
 /// The attach of a worker: the group's entry found or created, then a member entry: one
@@ -157,9 +153,6 @@ fn find_left_claim(
         let Some(word) = group::adopt(&table::Os, &e.hot.word, seen, start_time, me) else {
             continue;
         };
-        // Relaxed: the last holder's stores are ordered before the takeover CAS (its own
-        // give-up, or its death).
-        let dead_lettered_at = e.cold.graph.dead_lettered.load(Ordering::Relaxed);
         let (at, _) = group::claim_range(&e.hot.next, &e.cold.claim_end);
         // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
         let poison =
@@ -173,7 +166,6 @@ fn find_left_claim(
             redelivery: owned_word::state(seen) != consumer_state::DETACHED,
             poison,
             suspect: None,
-            dead_lettered_at,
         });
     }
     None
@@ -281,6 +273,13 @@ impl Consumer {
     {
         if self.failed {
             return Err(PollError::Failed);
+        }
+        if self.suspect.is_some() {
+            // A retry of its own claim is marked under way, but the adopted claims come
+            // first: a death in one of those must not count against it. Taken back, and
+            // marked again right before the retry is made (the window of one event).
+            self.undo_suspect();
+            self.careful = self.careful.max(1);
         }
         let n = match self.poll_adopted(handler) {
             Ok(n) => n,
@@ -459,13 +458,13 @@ impl Consumer {
             };
             if r.is_err() {
                 // Its handler failed here: leave the claim, at the failing event, to another.
-                self.fold_skips(e, a.dead_lettered_at);
+                self.fold_skips(e);
                 let _ = table::consumer::give_up(&e.hot.word, word, consumer_state::FAILED);
                 m.adopted.swap_remove(i);
                 break;
             }
             if done {
-                self.fold_skips(e, a.dead_lettered_at);
+                self.fold_skips(e);
                 let _ = table::consumer::free(&e.hot.word, word, consumer_state::FREE);
                 m.adopted.swap_remove(i);
             } else {
@@ -574,8 +573,9 @@ impl Consumer {
                     Verdict::Again(wait) => {
                         self.stats.retries = self.stats.retries.wrapping_add(1);
                         self.retry_at = (!wait.is_zero()).then(|| Instant::now() + wait);
-                        // Counted before it is made, as for the member's own claim.
-                        a.suspect = Some(policy::mark_attempt_in(cold, seq, attempts));
+                        // Not marked now: the member may hand over events of its other
+                        // claims first, and a death in one of those must not count against
+                        // this one. `mark_before` marks the retry right before it is made.
                     }
                     Verdict::Skip => {
                         self.skip_adopted(a.index, seq, attempts, &failure.text, len);
@@ -663,19 +663,21 @@ impl Consumer {
         }
     }
 
-    /// Move the skips made in an adopted entry while this member held it (or finished for a
-    /// holder that died in one) from that entry's count to this member's, as it lets the
-    /// entry go (freed, or given back). The entry's count only serves the skip steps while
-    /// a skip runs (see `policy`), and every skip here has finished.
-    fn fold_skips(&mut self, e: &ConsumerEntry, since: u64) {
-        // Relaxed: this process is the counter's only writer while it holds the entry.
-        let d = e.cold.graph.dead_lettered.load(Ordering::Relaxed);
-        if d != since {
+    /// Move the skips counted in an adopted entry (its members' before it left or died, and
+    /// this member's while it held the entry) to this member's count, as it lets the entry
+    /// go (freed, or given back): a freed entry's counts leave the table, and the next
+    /// holder of one given back counts only what it skips. The entry's count only serves
+    /// the skip steps while a skip runs (see `policy`), and every skip in it has finished.
+    /// The entry is cleared first: a process that dies between the two stores loses the
+    /// count rather than showing it twice.
+    fn fold_skips(&mut self, e: &ConsumerEntry) {
+        // Relaxed: this process is the counter's only writer while it holds the entry; the
+        // CAS that lets the entry go publishes the store.
+        let d = e.cold.graph.dead_lettered.swap(0, Ordering::Relaxed);
+        if d != 0 {
             let s = &mut self.stats;
-            s.dead_lettered = s.dead_lettered.wrapping_add(d.wrapping_sub(since));
+            s.dead_lettered = s.dead_lettered.wrapping_add(d);
             self.store_stats();
-            // Relaxed: as above; published by the CAS that lets the entry go.
-            e.cold.graph.dead_lettered.store(since, Ordering::Relaxed);
         }
     }
 
@@ -691,7 +693,7 @@ impl Consumer {
                 if let Some(mark) = a.suspect {
                     policy::undo_mark(&e.cold, mark);
                 }
-                self.fold_skips(e, a.dead_lettered_at);
+                self.fold_skips(e);
                 let to = if a.at < a.end {
                     consumer_state::DETACHED
                 } else {
