@@ -517,8 +517,15 @@ impl Consumer {
                 self.store_stats();
                 self.retry_at = (!wait.is_zero()).then(|| Instant::now() + wait);
                 // The next attempt is counted before it is made, as at attach: a process
-                // that dies in it leaves it counted.
-                self.mark_attempt(at, attempts);
+                // that dies in it leaves it counted. A worker member holds other claims and
+                // may hand their events over first: its retry is marked by the window of
+                // one event right before it is made, so that a death meanwhile (in another
+                // claim, or during the back-off) is not counted against this event.
+                if self.member.is_some() {
+                    self.careful = self.careful.max(1);
+                } else {
+                    self.mark_attempt(at, attempts);
+                }
                 Ok(delivered as usize)
             }
             Verdict::Skip => {
