@@ -598,19 +598,33 @@ fn a_member_stopping_at_an_adopted_claim_under_stop_leaves_its_own_claim_to_the_
     );
 }
 
+/// Ring `r` (16 slots, 4 consumer entries) with worker group `w` declared, so that the group
+/// starts at the first sequence.
+fn declared_group_ring(ns: &Namespace) -> Ring {
+    let config = RingConfig {
+        max_consumers: 4,
+        declared_groups: vec!["w".to_owned()],
+        ..small(16)
+    };
+    Ring::create(ns.name(), "r", &config).unwrap()
+}
+
+/// The skips counted over every entry of the table.
+fn dead_lettered_in_table(ring: &Ring) -> u64 {
+    ring.info()
+        .consumers
+        .iter()
+        .map(|c| c.stats.dead_lettered)
+        .sum()
+}
+
 /// A member that skips an event of an adopted claim and leaves before the claim's end counts
 /// the skip as its own: the claim goes back to the others, the count stays with the member
 /// that skipped, and it is counted once in the table.
 #[test]
 fn a_skip_in_an_adopted_claim_given_back_is_counted_once_by_the_member_that_made_it() {
     let ns = Namespace::concurrent("group_adopt_give_back");
-    // Declared, so that the group starts at the first sequence.
-    let config = RingConfig {
-        max_consumers: 4,
-        declared_groups: vec!["w".to_owned()],
-        ..small(16)
-    };
-    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let ring = declared_group_ring(&ns);
     let mut p = ring.producer().unwrap();
     for v in 0..2u64 {
         p.publish(&v.to_le_bytes()).unwrap();
@@ -651,7 +665,7 @@ fn a_skip_in_an_adopted_claim_given_back_is_counted_once_by_the_member_that_made
     let b_index = b.index();
     drop(b);
     let info = ring.info();
-    let dead: u64 = info.consumers.iter().map(|c| c.stats.dead_lettered).sum();
+    let dead = dead_lettered_in_table(&ring);
     let b_entry = info.consumers.iter().find(|c| c.index == b_index).unwrap();
     assert_eq!(
         (b_entry.stats.dead_lettered, dead),
@@ -668,12 +682,7 @@ fn a_skip_in_an_adopted_claim_given_back_is_counted_once_by_the_member_that_made
 #[test]
 fn a_skip_of_a_member_that_left_is_still_counted_once_its_entry_is_adopted_and_freed() {
     let ns = Namespace::concurrent("group_left_skip_freed");
-    let config = RingConfig {
-        max_consumers: 4,
-        declared_groups: vec!["w".to_owned()],
-        ..small(16)
-    };
-    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let ring = declared_group_ring(&ns);
     let mut p = ring.producer().unwrap();
     p.publish(&0u64.to_le_bytes()).unwrap();
     // a claims event 0, b the next (unpublished).
@@ -689,14 +698,11 @@ fn a_skip_of_a_member_that_left_is_still_counted_once_its_entry_is_adopted_and_f
     a.poll_once_fallible(|_| Err::<(), _>("poison")).unwrap();
     assert_eq!(a.stats().dead_lettered, 1);
     drop(a);
-    let dead = |ring: &Ring| -> u64 {
-        ring.info()
-            .consumers
-            .iter()
-            .map(|c| c.stats.dead_lettered)
-            .sum()
-    };
-    assert_eq!(dead(&ring), 1, "a's entry counts its skip while it waits");
+    assert_eq!(
+        dead_lettered_in_table(&ring),
+        1,
+        "a's entry counts its skip while it waits"
+    );
     for v in 1..3u64 {
         p.publish(&v.to_le_bytes()).unwrap();
     }
@@ -712,7 +718,7 @@ fn a_skip_of_a_member_that_left_is_still_counted_once_its_entry_is_adopted_and_f
     }
     drop(b);
     assert_eq!(
-        dead(&ring),
+        dead_lettered_in_table(&ring),
         1,
         "the skip a made is counted once in the table: {:#?}",
         ring.info().consumers

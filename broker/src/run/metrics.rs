@@ -532,9 +532,9 @@ mod stage_lag_tests {
         })
     }
 
-    #[test]
-    fn the_stage_lag_gauge_is_set_for_dependent_consumers_only() {
-        let report: StatusReport = serde_json::from_value(serde_json::json!({
+    /// A status report of one ring `r` with these consumers.
+    fn report(consumers: Vec<serde_json::Value>) -> StatusReport {
+        serde_json::from_value(serde_json::json!({
             "schema": 1, "namespace": "n", "healthy": true, "unreadable": [],
             "broker": {"running": true, "pid": 1, "epoch": 1, "uptime_ms": 10,
                 "last_sweep_ms": 1, "sweep_period_us": 250000, "sweeps": 3,
@@ -547,11 +547,18 @@ mod stage_lag_tests {
                 "health": {"stall_threshold_ms": 500, "unblock_timeout_ms": 1000, "stalls": 0,
                     "recoveries": 0, "deaths": 0, "releases": 0, "freed": 0,
                     "policy_stops": 0, "repaired_claims": 0, "tombstoned": 0},
-                "consumers": [consumer(0, "journal", &[], None),
-                    consumer(1, "apply", &["journal"], Some(3))],
+                "consumers": consumers,
                 "producers": []}]
         }))
-        .expect("a report");
+        .expect("a report")
+    }
+
+    #[test]
+    fn the_stage_lag_gauge_is_set_for_dependent_consumers_only() {
+        let report = report(vec![
+            consumer(0, "journal", &[], None),
+            consumer(1, "apply", &["journal"], Some(3)),
+        ]);
         let text = encode(&report);
         let lines: Vec<&str> = text
             .lines()
@@ -570,23 +577,7 @@ mod stage_lag_tests {
         let mut member = consumer(1, "", &[], None);
         member["group"] = 0.into();
         member["redelivered"] = 2.into();
-        let report: StatusReport = serde_json::from_value(serde_json::json!({
-            "schema": 1, "namespace": "n", "healthy": true, "unreadable": [],
-            "broker": {"running": true, "pid": 1, "epoch": 1, "uptime_ms": 10,
-                "last_sweep_ms": 1, "sweep_period_us": 250000, "sweeps": 3,
-                "watched_processes": 1},
-            "rings": [{"name": "r", "state": "RUNNING", "run": 1, "epoch": 1, "capacity": 64,
-                "slot_size": 128, "producer_mode": "multi", "head": 14, "free": 50,
-                "closed": false, "slowest": null, "blocked_by": null,
-                "fence_mode": "membarrier", "consumer_waiters": 0, "producer_waiters": 0,
-                "consumer_wakes": 0, "producer_wakes": 0,
-                "health": {"stall_threshold_ms": 500, "unblock_timeout_ms": 1000, "stalls": 0,
-                    "recoveries": 0, "deaths": 0, "releases": 0, "freed": 0,
-                    "policy_stops": 0, "repaired_claims": 0, "tombstoned": 0},
-                "consumers": [group, member],
-                "producers": []}]
-        }))
-        .expect("a report");
+        let report = report(vec![group, member]);
         let text = encode(&report);
         let line = text
             .lines()
