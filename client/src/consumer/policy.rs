@@ -397,12 +397,7 @@ pub(super) fn mark_before(
     } else {
         0
     };
-    // Relaxed: published with the Release store of the sequence below.
-    cold.poison_attempts
-        .store(before.saturating_add(1), Ordering::Relaxed);
-    // Release: pairs with the Acquire load of the next holder (`mark_suspect`).
-    cold.poison_seq.store(target | SUSPECT, Ordering::Release);
-    *suspect = Some((seq, before));
+    *suspect = Some(mark_attempt_in(cold, seq, before));
     *poison = Some(seq);
 }
 
