@@ -724,3 +724,102 @@ fn a_skip_of_a_member_that_left_is_still_counted_once_its_entry_is_adopted_and_f
         ring.info().consumers
     );
 }
+
+/// Read and write a `u64` of consumer entry `index` at `field` through the segment file.
+fn entry_u64(ring: &Ring, index: u32, field: usize, write: Option<u64>) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let offset = ring.geometry().consumer_offset(index).expect("entry") + field as u64;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(ring.path())
+        .expect("open segment");
+    if let Some(v) = write {
+        f.write_all_at(&v.to_ne_bytes(), offset)
+            .expect("write entry");
+    }
+    let mut b = [0u8; 8];
+    f.read_exact_at(&mut b, offset).expect("read entry");
+    u64::from_ne_bytes(b)
+}
+
+/// A member whose own entry was taken from it (another holder's now) writes nothing more
+/// into that entry as it leaves, not even the skips it moves over from a claim it adopted:
+/// the counters belong to the new holder. The adopted claim goes back to the group with its
+/// skip still counted once in the table.
+#[test]
+fn a_member_whose_entry_was_taken_leaves_the_new_holders_counters_alone() {
+    use shmring_layout::{
+        consumer_state, owned_word, ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot,
+        GraphCounters,
+    };
+    use std::mem::offset_of;
+    const WORD: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, word);
+    const COUNTERS: usize = offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, counters);
+    const DELIVERED: usize = COUNTERS + offset_of!(ConsumerCounters, delivered);
+    const DEAD: usize = offset_of!(ConsumerEntry, cold)
+        + offset_of!(ConsumerCold, graph)
+        + offset_of!(GraphCounters, dead_lettered);
+
+    let ns = Namespace::concurrent("group_entry_taken");
+    let ring = declared_group_ring(&ns);
+    let mut p = ring.producer().unwrap();
+    for v in 0..2u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    let mut a = ring.consumer(worker().batch_cap(2)).unwrap();
+    let mut b = ring
+        .consumer(
+            worker()
+                .batch_cap(1)
+                .on_error(shmring::ErrorPolicy::Skip { attempts: 2 }),
+        )
+        .unwrap();
+    let r = a.poll_once_fallible(|_| Err::<(), _>("poison"));
+    assert!(
+        matches!(r, Err(PollError::HandlerFailed { sequence: 0, .. })),
+        "{r:?}"
+    );
+    drop(a);
+    // b adopts a's claim and skips event 0 there (a's attempt and b's); event 1 fails once
+    // and b still holds the claim when it leaves.
+    let deadline = Instant::now() + PATIENCE;
+    while b.stats().failures < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "b never reached event 1: {:?}",
+            b.stats()
+        );
+        let _ = b.poll_once_fallible(|ev| {
+            if value(&ev) == 0 {
+                Err("poison")
+            } else {
+                Err("not now")
+            }
+        });
+    }
+    // b's own entry goes to another holder (pid 1 stands for it), which starts counting
+    // from nothing.
+    let index = b.index();
+    let word = entry_u64(&ring, index, WORD, None);
+    let taken = owned_word::next(word, consumer_state::ACTIVE, 1);
+    entry_u64(&ring, index, WORD, Some(taken));
+    entry_u64(&ring, index, DELIVERED, Some(0));
+    entry_u64(&ring, index, DEAD, Some(0));
+    drop(b);
+    assert_eq!(entry_u64(&ring, index, WORD, None), taken);
+    assert_eq!(
+        (
+            entry_u64(&ring, index, DELIVERED, None),
+            entry_u64(&ring, index, DEAD, None)
+        ),
+        (0, 0),
+        "the member that lost the entry wrote into it as it left"
+    );
+    assert_eq!(
+        dead_lettered_in_table(&ring),
+        1,
+        "the skip is counted once, in the claim given back: {:#?}",
+        ring.info().consumers
+    );
+}

@@ -688,12 +688,22 @@ impl Consumer {
             return;
         };
         let seg = Arc::clone(&self.seg);
+        // Acquire: pairs with any SeqCst CAS of the entry's word. A member whose own entry
+        // went to another holder has no counters left to move the skips to: they stay in
+        // the adopted entry, counted once.
+        let own_held = self.entry().hot.word.load(Ordering::Acquire) == self.word;
         for a in adopted {
             if let Some(e) = seg.consumer(a.index) {
+                // Acquire: as above. An adopted entry no longer this member's is not touched.
+                if e.hot.word.load(Ordering::Acquire) != a.word {
+                    continue;
+                }
                 if let Some(mark) = a.suspect {
                     policy::undo_mark(&e.cold, mark);
                 }
-                self.fold_skips(e);
+                if own_held {
+                    self.fold_skips(e);
+                }
                 let to = if a.at < a.end {
                     consumer_state::DETACHED
                 } else {
