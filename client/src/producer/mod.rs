@@ -43,7 +43,7 @@ use shmring_layout::{
 };
 
 use crate::lifecycle::{is_deleted, SegEnv};
-use crate::line::Refused;
+use crate::line::{self, Fast, Refused};
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::{Segment, Slot};
 use crate::table::{self, Holder};

@@ -36,18 +36,36 @@ impl Producer {
         }
     }
 
-    /// Single producer: claim `n` sequences at `self.next` (see `line`).
+    /// Single producer: claim `n` sequences at `self.next` (see `line`). The fast path
+    /// reads and writes the two words only; the `Line` and its environment are built on the
+    /// cold path, so that a publish does not store them on its stack every time.
     #[inline(always)]
     fn claim_single(&mut self, n: u64) -> Result<u64, Refused> {
         let seq = self.next;
         let registered = self.registered;
         let seg = &*self.seg;
-        seg.line()
-            .claim_single(&SegEnv::producer(seg, self.pid), seq, n, || {
-                Self::light_fence(registered, seg)
-            })?;
+        let lines = seg.lines();
+        let fast = line::claim_single_fast(
+            &lines.claim.value,
+            &lines.lifecycle.value.lifecycle,
+            seq,
+            n,
+            || Self::light_fence(registered, seg),
+        );
+        if fast != Fast::Accepted {
+            self.finish_claim_single(fast, seq, n)?;
+        }
         self.next = seq + n;
         Ok(seq)
+    }
+
+    /// A single-producer claim the fast path did not accept: refused, or (p5) decides.
+    #[cold]
+    #[inline(never)]
+    fn finish_claim_single(&self, fast: Fast, seq: u64, n: u64) -> Result<(), Refused> {
+        let seg = &*self.seg;
+        seg.line()
+            .finish_claim_single(&SegEnv::producer(seg, self.pid), fast, seq, n)
     }
 
     /// Whether `last` (the last sequence of a claim) may be written now, refreshing the
