@@ -187,6 +187,13 @@ pub struct Wake<'a, W: Word, F: Futex> {
     pub word: &'a F,
 }
 
+/// [`Wake::wake`] on the two words of a line.
+#[cold]
+#[inline(never)]
+fn wake_words<W: Word, F: Futex>(waiters: &W, word: &F) {
+    Wake { waiters, word }.wake();
+}
+
 /// The protocol on a wake line of a segment.
 #[inline(always)]
 pub(crate) fn on(line: &WakeLine) -> Wake<'_, AtomicU64, AtomicU32> {
@@ -269,7 +276,9 @@ impl<W: Word, F: Futex> Wake<'_, W, F> {
         light();
         // (3) Relaxed: the fence pair above orders it against the parker's (b).
         if waiters::count(self.waiters.load(Ordering::Relaxed)) != 0 {
-            self.wake();
+            // The two words by value: a publish that wakes nobody does not store a `Wake`
+            // on its stack for this cold call.
+            wake_words(self.waiters, self.word);
         }
     }
 
