@@ -743,26 +743,26 @@ fn entry_u64(ring: &Ring, index: u32, field: usize, write: Option<u64>) -> u64 {
     u64::from_ne_bytes(b)
 }
 
-/// A member whose own entry was taken from it (another holder's now) writes nothing more
-/// into that entry as it leaves, not even the skips it moves over from a claim it adopted:
-/// the counters belong to the new holder. The adopted claim goes back to the group with its
-/// skip still counted once in the table.
-#[test]
-fn a_member_whose_entry_was_taken_leaves_the_new_holders_counters_alone() {
+/// The offsets in a consumer entry that the entry-taken tests rewrite.
+mod entry_field {
     use shmring_layout::{
-        consumer_state, owned_word, ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot,
-        GraphCounters,
+        ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot, GraphCounters,
     };
     use std::mem::offset_of;
-    const WORD: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, word);
-    const COUNTERS: usize = offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, counters);
-    const DELIVERED: usize = COUNTERS + offset_of!(ConsumerCounters, delivered);
-    const DEAD: usize = offset_of!(ConsumerEntry, cold)
+    pub const WORD: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, word);
+    pub const DELIVERED: usize = offset_of!(ConsumerEntry, cold)
+        + offset_of!(ConsumerCold, counters)
+        + offset_of!(ConsumerCounters, delivered);
+    pub const DEAD: usize = offset_of!(ConsumerEntry, cold)
         + offset_of!(ConsumerCold, graph)
         + offset_of!(GraphCounters, dead_lettered);
+}
 
-    let ns = Namespace::concurrent("group_entry_taken");
-    let ring = declared_group_ring(&ns);
+/// Member `a` fails at event 0 and leaves; member `b` adopts its claim (events 0 and 1),
+/// skips event 0 there (a's attempt and b's), fails once at event 1 and still holds the
+/// claim. Returns the ring, `b` and the index of a's entry.
+fn member_holding_an_adopted_claim_with_a_skip(ns: &Namespace) -> (Ring, Consumer, u32) {
+    let ring = declared_group_ring(ns);
     let mut p = ring.producer().unwrap();
     for v in 0..2u64 {
         p.publish(&v.to_le_bytes()).unwrap();
@@ -780,9 +780,8 @@ fn a_member_whose_entry_was_taken_leaves_the_new_holders_counters_alone() {
         matches!(r, Err(PollError::HandlerFailed { sequence: 0, .. })),
         "{r:?}"
     );
+    let a_index = a.index();
     drop(a);
-    // b adopts a's claim and skips event 0 there (a's attempt and b's); event 1 fails once
-    // and b still holds the claim when it leaves.
     let deadline = Instant::now() + PATIENCE;
     while b.stats().failures < 2 {
         assert!(
@@ -798,13 +797,36 @@ fn a_member_whose_entry_was_taken_leaves_the_new_holders_counters_alone() {
             }
         });
     }
-    // b's own entry goes to another holder (pid 1 stands for it), which starts counting
-    // from nothing.
-    let index = b.index();
-    let word = entry_u64(&ring, index, WORD, None);
+    assert_eq!(
+        entry_u64(&ring, a_index, entry_field::DEAD, None),
+        1,
+        "the skip is counted in the adopted entry"
+    );
+    (ring, b, a_index)
+}
+
+/// Give entry `index` to another holder (pid 1 stands for it); returns the new word.
+fn take_entry(ring: &Ring, index: u32) -> u64 {
+    use shmring_layout::{consumer_state, owned_word};
+    let word = entry_u64(ring, index, entry_field::WORD, None);
     let taken = owned_word::next(word, consumer_state::ACTIVE, 1);
-    entry_u64(&ring, index, WORD, Some(taken));
-    entry_u64(&ring, index, DELIVERED, Some(0));
+    entry_u64(ring, index, entry_field::WORD, Some(taken));
+    taken
+}
+
+/// A member whose own entry was taken from it (another holder's now) writes nothing more
+/// into that entry as it leaves, not even the skips it moves over from a claim it adopted:
+/// the counters belong to the new holder. The adopted claim goes back to the group with its
+/// skip still counted once in the table.
+#[test]
+fn a_member_whose_entry_was_taken_leaves_the_new_holders_counters_alone() {
+    use entry_field::{DEAD, DELIVERED, WORD};
+    let ns = Namespace::concurrent("group_entry_taken");
+    let (ring, b, _) = member_holding_an_adopted_claim_with_a_skip(&ns);
+    // The new holder of b's entry has counted 7 deliveries and no skip.
+    let index = b.index();
+    let taken = take_entry(&ring, index);
+    entry_u64(&ring, index, DELIVERED, Some(7));
     entry_u64(&ring, index, DEAD, Some(0));
     drop(b);
     assert_eq!(entry_u64(&ring, index, WORD, None), taken);
@@ -813,7 +835,7 @@ fn a_member_whose_entry_was_taken_leaves_the_new_holders_counters_alone() {
             entry_u64(&ring, index, DELIVERED, None),
             entry_u64(&ring, index, DEAD, None)
         ),
-        (0, 0),
+        (7, 0),
         "the member that lost the entry wrote into it as it left"
     );
     assert_eq!(
@@ -821,5 +843,27 @@ fn a_member_whose_entry_was_taken_leaves_the_new_holders_counters_alone() {
         1,
         "the skip is counted once, in the claim given back: {:#?}",
         ring.info().consumers
+    );
+}
+
+/// A member whose adopted entry was taken from it leaves that entry alone as it leaves: its
+/// word, and the skips counted in it, are the new holder's.
+#[test]
+fn a_member_leaves_an_adopted_entry_that_was_taken_alone() {
+    use entry_field::{DEAD, WORD};
+    let ns = Namespace::concurrent("group_adopted_taken");
+    let (ring, b, a_index) = member_holding_an_adopted_claim_with_a_skip(&ns);
+    let taken = take_entry(&ring, a_index);
+    entry_u64(&ring, a_index, DEAD, Some(5));
+    let b_index = b.index();
+    drop(b);
+    assert_eq!(entry_u64(&ring, a_index, WORD, None), taken);
+    assert_eq!(
+        (
+            entry_u64(&ring, a_index, DEAD, None),
+            entry_u64(&ring, b_index, DEAD, None)
+        ),
+        (5, 0),
+        "the member moved the skips of an entry it no longer held"
     );
 }

@@ -695,6 +695,8 @@ impl Consumer {
         for a in adopted {
             if let Some(e) = seg.consumer(a.index) {
                 // Acquire: as above. An adopted entry no longer this member's is not touched.
+                // Only this handle changes the word of an entry it adopted while its process
+                // lives, so this guards against a process misjudged dead, nothing more.
                 if e.hot.word.load(Ordering::Acquire) != a.word {
                     continue;
                 }
@@ -704,7 +706,11 @@ impl Consumer {
                 if own_held {
                     self.fold_skips(e);
                 }
-                let to = if a.at < a.end {
+                // A finished claim is freed, unless it still counts skips that had nowhere
+                // to go: then it goes back, and the member that adopts it next folds them.
+                // Relaxed: this handle is the counter's only writer while it holds the entry.
+                let unfolded = e.cold.graph.dead_lettered.load(Ordering::Relaxed) != 0;
+                let to = if a.at < a.end || (!own_held && unfolded) {
                     consumer_state::DETACHED
                 } else {
                     consumer_state::FREE
