@@ -3,7 +3,8 @@
 //! says how many were published and how many arrived).
 //!
 //! 1P1C per-event and batched (10, 100) for 8, 64, 256 and 1024-byte events, with a
-//! busy-spin consumer; then 2P1C, 3P1C and 1P3C fan-out. On 2 cores the multi-process rows
+//! busy-spin consumer; 1P1C per-event on a multi-producer ring (the `fetch_add` claim, same
+//! consumer); then 2P1C, 3P1C and 1P3C fan-out. On 2 cores the multi-process rows
 //! run 3-4 processes on 2 CPUs: their consumers use the default Adaptive strategy (a
 //! spinning consumer there would fight the producers for a CPU), and the numbers are what
 //! time-sharing gives, not what the ring could do with a core each.
@@ -21,6 +22,8 @@ pub const SUITE: &str = "throughput";
 pub const ONE: &str = "1P1C, busy-spin consumer, delivered events/s";
 pub const MULTI: &str = "multi-producer and fan-out (8-byte events, Adaptive consumers)";
 pub const FLOOR: &str = "floor: a bare SPSC ring of 8-byte events, cached indices (crate::spsc)";
+/// Row name of the 1P1C per-event row on a multi-producer ring.
+pub const MP_ONE_ROW: &str = "per-event, 8 B, multi-producer ring";
 /// Row name of the floor row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B";
 
@@ -40,7 +43,7 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 4
+    (SIZES.len() * FORMS.len()) as u64 + 5
 }
 
 /// Measure.
@@ -56,6 +59,9 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
             ctx.push(row);
         }
     }
+    ctx.bar.set_message(format!("throughput: {MP_ONE_ROW}"));
+    let row = one_in(ctx, 1, 8, 1, 1, ProducerMode::Multi, MP_ONE_ROW, ONE);
+    ctx.push(row);
     for (p, c, n) in [
         (2, 1, "2P1C per-event"),
         (3, 1, "3P1C per-event"),
@@ -117,12 +123,32 @@ fn floor(ctx: &mut Ctx) -> Row {
     measured.unwrap_or_else(|e| row.failed(&e))
 }
 
+/// A row on a ring whose producer mode follows the producer count.
 fn one(
     ctx: &mut Ctx,
     batch: usize,
     size: usize,
     producers: usize,
     consumers: usize,
+    name: &str,
+    group: &str,
+) -> Row {
+    let mode = if producers > 1 {
+        ProducerMode::Multi
+    } else {
+        ProducerMode::Single
+    };
+    one_in(ctx, batch, size, producers, consumers, mode, name, group)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_in(
+    ctx: &mut Ctx,
+    batch: usize,
+    size: usize,
+    producers: usize,
+    consumers: usize,
+    mode: ProducerMode,
     name: &str,
     group: &str,
 ) -> Row {
@@ -145,11 +171,7 @@ fn one(
     let setup = Setup {
         capacity: 4096,
         slot,
-        mode: if producers > 1 {
-            ProducerMode::Multi
-        } else {
-            ProducerMode::Single
-        },
+        mode,
         consumers: (0..consumers)
             .map(|_| {
                 vec![
