@@ -39,11 +39,18 @@ impl Consumer {
     /// last look before parking too: a producer's claim is ordered before its stamp, so a
     /// look that misses the claim also misses the stamp, and the fence pair of the park
     /// protocol covers both.
+    ///
+    /// Single-producer rings only (`claim_hint`): there the claim is a plain store, which
+    /// waits in the producer's store buffer for the line this look pulled away. A
+    /// multi-producer claim is a locked `fetch_add`, which stalls the producer until the
+    /// line is back; a consumer looking at it slowed a multi-producer ring by a quarter
+    /// (ARCHITECTURE.md, "Measured"), so there it reads the stamp directly, as a look that
+    /// always finds something claimed.
     #[inline(always)]
     fn nothing_claimed(&self) -> bool {
         // Relaxed: a hint; the Acquire stamp load decides. CLAIM_CLOSED set reads as far
-        // ahead, so a closed multi-producer line always looks at the slot.
-        self.seg.lines().claim.value.load(Ordering::Relaxed) <= self.next
+        // ahead, so a closed multi-producer line would always look at the slot anyway.
+        self.claim_hint && self.seg.lines().claim.value.load(Ordering::Relaxed) <= self.next
     }
 
     /// Deliver the contiguous published run from this consumer's position, up to the batch
