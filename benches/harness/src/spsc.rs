@@ -12,10 +12,30 @@
 //! offset 256   end   (total the producer published, written once at the end; 0 before)
 //! offset 384   slots: CAPACITY x u64
 //! ```
+//!
+//! The same ring also runs shmring's event protocol without the rest of shmring (the slot
+//! format probes, [`Format`]): the head is the claim (stored before the slot, as a single
+//! producer claims), every event has a header (stamp, then length and flags) written as a
+//! shmring slot is (WRITING stamp, Release fence, payload, length and flags, Release stamp),
+//! and the consumer reads the head as a hint and then each event's stamp (Acquire), as a
+//! caught-up shmring consumer does. In `Slot64` each event owns a 64-byte slot (header and
+//! payload in one line, shmring's format); in `Dense` the 16-byte headers sit in an array
+//! of their own (four to a line) and the 8-byte payloads in another (eight to a line). A
+//! third, `Cursor`, has no stamps at all: the producer writes the payload and an 8-byte
+//! length and flags word (each in a packed array), then publishes the head (Release), and
+//! the consumer reads up to the head, as the LMAX single-producer sequencer publishes its
+//! cursor. The rows show what the slot format alone costs, and what other ones would give.
+//!
+//! ```text
+//! Slot64: offset 384   slots: CAPACITY x 64 bytes [stamp u64 | len+flags u64 | payload..]
+//! Dense:  offset 384   headers: CAPACITY x 16 bytes [stamp u64 | len+flags u64]
+//!         then         payloads: CAPACITY x u64
+//! Cursor: offset 384   len+flags: CAPACITY x u64, then payloads as in Dense
+//! ```
 
 use std::fs::OpenOptions;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -27,8 +47,65 @@ use crate::shm::kv;
 /// Slots in the floor ring (as the throughput rows' rings).
 pub const CAPACITY: usize = 4096;
 const SLOTS_OFFSET: usize = 384;
-/// Size of the floor ring's file.
-pub const FILE_SIZE: usize = SLOTS_OFFSET + CAPACITY * 8;
+/// Where `Dense` keeps its payloads, after the headers.
+const DENSE_PAYLOADS: usize = SLOTS_OFFSET + CAPACITY * 16;
+/// Size of the ring's file: room for the largest format (`Slot64`).
+pub const FILE_SIZE: usize = SLOTS_OFFSET + CAPACITY * 64;
+/// The stamp bit of a slot being written (as shmring's `STAMP_WRITING`).
+const WRITING: u64 = 1 << 63;
+
+/// What the ring carries per event.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Format {
+    /// 8-byte slots and the head: the floor.
+    Bare,
+    /// shmring's protocol, a 64-byte slot per event.
+    Slot64,
+    /// shmring's protocol, 16-byte headers apart from packed 8-byte payloads.
+    Dense,
+    /// No stamps: packed lengths and payloads, published by the head.
+    Cursor,
+}
+
+impl Format {
+    /// The argument value naming the format.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Format::Bare => "bare",
+            Format::Slot64 => "slot64",
+            Format::Dense => "dense",
+            Format::Cursor => "cursor",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "bare" => Format::Bare,
+            "slot64" => Format::Slot64,
+            "dense" => Format::Dense,
+            "cursor" => Format::Cursor,
+            other => anyhow::bail!("unknown ring format {other:?} (bare, slot64, dense, cursor)"),
+        })
+    }
+
+    /// Offsets of the event `i`'s stamp, its length and flags, and its payload.
+    fn offsets(self, i: u64) -> (usize, usize, usize) {
+        let k = i as usize & (CAPACITY - 1);
+        match self {
+            Format::Bare => (0, 0, SLOTS_OFFSET + k * 8),
+            Format::Slot64 => {
+                let at = SLOTS_OFFSET + k * 64;
+                (at, at + 8, at + 16)
+            }
+            Format::Dense => {
+                let at = SLOTS_OFFSET + k * 16;
+                (at, at + 8, DENSE_PAYLOADS + k * 8)
+            }
+            // No stamp: its offset is never used.
+            Format::Cursor => (0, SLOTS_OFFSET + k * 8, DENSE_PAYLOADS + k * 8),
+        }
+    }
+}
 
 /// The mapped floor ring.
 struct Spsc {
@@ -66,7 +143,37 @@ impl Spsc {
         self.word(256)
     }
     fn slot(&self, i: u64) -> &AtomicU64 {
-        self.word(SLOTS_OFFSET + (i as usize & (CAPACITY - 1)) * 8)
+        self.word(Format::Bare.offsets(i).2)
+    }
+
+    /// Claim and publish event `i` as a single shmring producer does (the claim, the
+    /// WRITING stamp, the payload, length and flags, the stamp).
+    #[inline(always)]
+    fn publish_stamped(&self, format: Format, i: u64) {
+        let (stamp, len, payload) = format.offsets(i);
+        // Relaxed: the claim is a hint to the consumer; the stamp publishes the event.
+        self.head().store(i + 1, Ordering::Relaxed);
+        self.word(stamp).store(i | WRITING, Ordering::Relaxed);
+        // Release fence: as shmring's `begin_write` (a copying reader that sees the payload
+        // also sees the WRITING stamp).
+        fence(Ordering::Release);
+        // Relaxed: published by the Release stamp store below.
+        self.word(payload).store(i, Ordering::Relaxed);
+        self.word(len).store(8, Ordering::Relaxed);
+        // Release: pairs with the consumer's Acquire load of the stamp in `read_stamped`.
+        self.word(stamp).store(i, Ordering::Release);
+    }
+
+    /// Event `i`'s payload, once its stamp says it is published.
+    #[inline(always)]
+    fn read_stamped(&self, format: Format, i: u64) -> Option<u64> {
+        let (stamp, _, payload) = format.offsets(i);
+        // Acquire: pairs with the Release stamp store in `publish_stamped`.
+        if self.word(stamp).load(Ordering::Acquire) != i {
+            return None;
+        }
+        // Relaxed: ordered after the Acquire stamp load above.
+        Some(self.word(payload).load(Ordering::Relaxed))
     }
 }
 
@@ -77,9 +184,9 @@ pub fn create(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Arguments naming the floor ring's file.
-pub fn args(path: &Path) -> Vec<String> {
-    vec![kv("data", path.display())]
+/// Arguments naming the ring's file and its format.
+pub fn args(path: &Path, format: Format) -> Vec<String> {
+    vec![kv("data", path.display()), kv("format", format.arg())]
 }
 
 /// The producer side: publish 8-byte events back to back for `duration_ns`.
@@ -87,6 +194,7 @@ pub fn producer(args: &Args) -> Result<()> {
     args.pin();
     let ctl = args.ctl()?;
     let ring = Spsc::open(Path::new(args.str("data")?))?;
+    let format = Format::parse(args.str_or("format", "bare"))?;
     ctl.wait_ready(1, Duration::from_secs(20))?;
     let (c0, t_start) = (kit::thread_cpu_ns(), kit::now_ns());
     let end = t_start + args.num::<u64>("duration_ns")?;
@@ -101,11 +209,24 @@ pub fn producer(args: &Args) -> Result<()> {
                     std::hint::spin_loop();
                 }
             }
-            // Relaxed: published by the Release store of the head below.
-            ring.slot(next).store(next, Ordering::Relaxed);
-            next += 1;
-            // Release: pairs with the consumer's Acquire load of the head.
-            ring.head().store(next, Ordering::Release);
+            if format == Format::Bare {
+                // Relaxed: published by the Release store of the head below.
+                ring.slot(next).store(next, Ordering::Relaxed);
+                next += 1;
+                // Release: pairs with the consumer's Acquire load of the head.
+                ring.head().store(next, Ordering::Release);
+            } else if format == Format::Cursor {
+                let (_, len, payload) = format.offsets(next);
+                // Relaxed: published by the Release store of the head below.
+                ring.word(payload).store(next, Ordering::Relaxed);
+                ring.word(len).store(8, Ordering::Relaxed);
+                next += 1;
+                // Release: pairs with the consumer's Acquire load of the head.
+                ring.head().store(next, Ordering::Release);
+            } else {
+                ring.publish_stamped(format, next);
+                next += 1;
+            }
         }
         if kit::now_ns() >= end {
             break 'outer;
@@ -127,13 +248,14 @@ pub fn consumer(args: &Args) -> Result<()> {
     args.pin();
     let ctl = args.ctl()?;
     let ring = Spsc::open(Path::new(args.str("data")?))?;
+    let format = Format::parse(args.str_or("format", "bare"))?;
     let mut meter = kit::RateMeter::new();
     let (c0, w0) = (kit::thread_cpu_ns(), kit::now_ns());
     ctl.arrive();
     let (mut next, mut sum) = (0u64, 0u64);
     loop {
         // Acquire: pairs with the producer's Release of the head; the slots below it are
-        // written.
+        // written (`Bare`, `Cursor`; for the stamped formats a hint, the stamps decide).
         let head = ring.head().load(Ordering::Acquire);
         if head == next {
             // Acquire: pairs with the producer's Release of the total.
@@ -144,10 +266,35 @@ pub fn consumer(args: &Args) -> Result<()> {
             std::hint::spin_loop();
             continue;
         }
-        while next < head {
-            sum = sum.wrapping_add(ring.slot(next).load(Ordering::Relaxed));
-            next += 1;
-            meter.tick(next);
+        if format == Format::Bare {
+            while next < head {
+                sum = sum.wrapping_add(ring.slot(next).load(Ordering::Relaxed));
+                next += 1;
+                meter.tick(next);
+            }
+        } else if format == Format::Cursor {
+            while next < head {
+                let (_, len, payload) = format.offsets(next);
+                // Relaxed: ordered after the Acquire load of the head above.
+                let n = ring.word(len).load(Ordering::Relaxed);
+                sum = sum.wrapping_add(ring.word(payload).load(Ordering::Relaxed) ^ n);
+                next += 1;
+                meter.tick(next);
+            }
+        } else {
+            let from = next;
+            while next < head {
+                let Some(v) = ring.read_stamped(format, next) else {
+                    break;
+                };
+                sum = sum.wrapping_add(v);
+                next += 1;
+                meter.tick(next);
+            }
+            if next == from {
+                std::hint::spin_loop();
+                continue;
+            }
         }
         // Release: pairs with the producer's Acquire load of the tail.
         ring.tail().store(next, Ordering::Release);

@@ -2,6 +2,9 @@
 //! producer's first publish to the consumer's return after the last event, and every row
 //! says how many were published and how many arrived).
 //!
+//! The floor (a bare SPSC ring) and three slot format probes (that ring with shmring's
+//! claim and stamps, in shmring's 64-byte slots and in a dense format; and with packed
+//! lengths and payloads under a published head, no stamps), then
 //! 1P1C per-event and batched (10, 100) for 8, 64, 256 and 1024-byte events, with a
 //! busy-spin consumer; 1P1C per-event on a multi-producer ring (the `fetch_add` claim, same
 //! consumer); then 2P1C, 3P1C and 1P3C fan-out. On 2 cores the multi-process rows
@@ -17,6 +20,7 @@ use shmring_peers::kit;
 use crate::row::{Kind, Row};
 use crate::run::Ctx;
 use crate::shm::{self, kv, Setup};
+use crate::spsc::Format;
 
 pub const SUITE: &str = "throughput";
 pub const ONE: &str = "1P1C, busy-spin consumer, delivered events/s";
@@ -26,6 +30,16 @@ pub const FLOOR: &str = "floor: a bare SPSC ring of 8-byte events, cached indice
 pub const MP_ONE_ROW: &str = "per-event, 8 B, multi-producer ring";
 /// Row name of the floor row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B";
+/// The slot format probes: the floor ring running shmring's claim and stamp protocol and
+/// nothing else of shmring (see `crate::spsc`).
+pub const PROBE: &str =
+    "slot format probes: the floor ring with shmring's claim and stamps, or lengths and no stamps";
+/// Row name of the probe with shmring's format, a 64-byte slot per event.
+pub const PROBE_SLOT64: &str = "stamped, 64-byte slot per event, per-event, 8 B";
+/// Row name of the probe with 16-byte headers apart from packed payloads.
+pub const PROBE_DENSE: &str = "stamped, 16-byte headers + packed payloads, per-event, 8 B";
+/// Row name of the probe without stamps: packed lengths and payloads under a published head.
+pub const PROBE_CURSOR: &str = "no stamps, packed lengths + payloads, published head, 8 B";
 
 /// Event sizes.
 pub const SIZES: [usize; 4] = [8, 64, 256, 1024];
@@ -43,14 +57,21 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 5
+    (SIZES.len() * FORMS.len()) as u64 + 8
 }
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    ctx.bar.set_message(format!("throughput: {FLOOR_ROW}"));
-    let row = floor(ctx);
-    ctx.push(row);
+    for (format, group, name) in [
+        (Format::Bare, FLOOR, FLOOR_ROW),
+        (Format::Slot64, PROBE, PROBE_SLOT64),
+        (Format::Dense, PROBE, PROBE_DENSE),
+        (Format::Cursor, PROBE, PROBE_CURSOR),
+    ] {
+        ctx.bar.set_message(format!("throughput: {name}"));
+        let row = floor(ctx, format, group, name);
+        ctx.push(row);
+    }
     for batch in FORMS {
         for size in SIZES {
             let n = name(batch, size);
@@ -74,16 +95,17 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-/// The floor row: the bare SPSC ring, with the same duration and pinning as the 1P1C rows.
-fn floor(ctx: &mut Ctx) -> Row {
-    let row = Row::new(SUITE, FLOOR, FLOOR_ROW, Kind::Throughput);
+/// The floor row (the bare SPSC ring) or a slot format probe (the same ring with shmring's
+/// stamps), with the same duration and pinning as the 1P1C rows.
+fn floor(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row {
+    let row = Row::new(SUITE, group, name, Kind::Throughput);
     let dur = ctx.sizes.throughput;
     let measured = (|| -> Result<Row> {
         let (mut roles, _ctl, ctl_path) = ctx.roles("spsc")?;
         let data = ctl_path.with_extension("spsc");
         crate::spsc::create(&data)?;
         let common = |cpu: usize| {
-            let mut a = crate::spsc::args(&data);
+            let mut a = crate::spsc::args(&data, format);
             a.extend([
                 kv("ctl", ctl_path.display()),
                 kv("duration_ns", dur.as_nanos()),
@@ -107,7 +129,7 @@ fn floor(ctx: &mut Ctx) -> Row {
         let secs = (t_end - t_start) / 1e9;
         let delivered = consumer.need("delivered")?;
         let published = producer.need("published")?;
-        let mut r = Row::new(SUITE, FLOOR, FLOOR_ROW, Kind::Throughput);
+        let mut r = Row::new(SUITE, group, name, Kind::Throughput);
         r.ops_per_sec = Some(delivered / secs);
         r.best_ops_per_sec = consumer.get("best_ops_per_sec");
         r.published = Some(published as u64);
