@@ -8,8 +8,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use shmring::{
-    AttachError, ConsumerOptions, HealthState, HealthThresholds, PollError, Ring, RingConfig,
-    WaitOutcome, WaitStrategy,
+    AttachError, ConsumerOptions, HealthState, HealthThresholds, PollError, ProducerMode, Ring,
+    RingConfig, WaitOutcome, WaitStrategy,
 };
 
 use shmring_testkit::Namespace;
@@ -281,6 +281,33 @@ fn an_unsubscribed_upstream_ends_its_downstream_with_upstream_lost() {
         Err(lost.clone())
     );
     assert_eq!(c.poll_once(|_| {}), Err(lost));
+}
+
+/// On a ring where nothing was ever published, in either producer mode: a caught-up
+/// downstream's idle poll, and its last look before parking, still find the upstream gone.
+#[test]
+fn an_idle_downstream_sees_its_upstream_lost_in_either_producer_mode() {
+    for (mode, tag) in [(ProducerMode::Single, "sp"), (ProducerMode::Multi, "mp")] {
+        let ns = Namespace::concurrent(&format!("deps-idle-lost-{tag}"));
+        let config = RingConfig {
+            max_consumers: 4,
+            producer_mode: mode,
+            ..small(64)
+        };
+        let ring = shmring::Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+        let mut c = ring
+            .consumer(ConsumerOptions::durable("c").after(["a"]))
+            .unwrap();
+        a.unsubscribe();
+        let _other = ring.consumer(ConsumerOptions::durable("other")).unwrap();
+        assert!(c.has_pending(), "{tag}: the lost upstream reads as pending");
+        assert_eq!(
+            c.poll_once(|_| panic!("nothing was published")),
+            Err(PollError::UpstreamLost { name: "a".into() }),
+            "{tag}"
+        );
+    }
 }
 
 #[test]

@@ -14,15 +14,17 @@ impl Consumer {
         if self.member.is_some() {
             return self.member_pending();
         }
-        if self.nothing_claimed() {
-            return false;
-        }
+        // The upstreams before the claim line: an upstream lost while nothing is claimed
+        // still reads as pending, in either producer mode.
         if !self.upstream.is_empty() {
             match self.barrier() {
                 Ok(limit) if limit <= self.next => return false,
                 Ok(_) => {}
                 Err(barrier::Stale) => return true,
             }
+        }
+        if self.nothing_claimed() {
+            return false;
         }
         let stamp = self
             .seg
@@ -41,11 +43,13 @@ impl Consumer {
     /// protocol covers both.
     ///
     /// Single-producer rings only (`claim_hint`): there the claim is a plain store, which
-    /// waits in the producer's store buffer for the line this look pulled away. A
-    /// multi-producer claim is a locked `fetch_add`, which stalls the producer until the
-    /// line is back; a consumer looking at it slowed a multi-producer ring by a quarter
-    /// (ARCHITECTURE.md, "Measured"), so there it reads the stamp directly, as a look that
-    /// always finds something claimed.
+    /// waits in the producer's store buffer for the line this look pulled away (in the
+    /// membarrier fence mode; in the SeqCst-fence mode the producer's full fence after the
+    /// claim drains it, as a locked claim would). A multi-producer claim is a locked
+    /// `fetch_add`, which stalls the producer until the line is back; a consumer looking at
+    /// it slowed a multi-producer ring by a quarter (ARCHITECTURE.md, "Multi-producer
+    /// rings: the stamp, not the claim line"), so there it reads the stamp directly, as a
+    /// look that always finds something claimed.
     #[inline(always)]
     fn nothing_claimed(&self) -> bool {
         // Relaxed: a hint; the Acquire stamp load decides. CLAIM_CLOSED set reads as far
@@ -115,6 +119,9 @@ impl Consumer {
             return self.poll_member(&mut handler);
         }
         if self.nothing_claimed() {
+            // A dependent consumer learns of a lost upstream here too, not only once a
+            // producer claims its next sequence.
+            self.upstream_limit()?;
             return self.idle_checks(false);
         }
         // Relaxed: a hint on this consumer's own line; `idle_checks` decides. A required
