@@ -449,3 +449,43 @@ fn a_declared_upstream_can_be_named_before_its_first_attach() {
     assert_eq!(poll_all(&mut journal), vec![0, 1, 2, 3]);
     assert_eq!(poll_all(&mut apply), vec![0, 1, 2, 3]);
 }
+
+/// A downstream parked on an idle ring whose upstream merely detaches (durable: it keeps its
+/// name and still holds it back) has no event waiting: the park that the detach outlasts
+/// ends without counting a lost wake-up, in either producer mode. (A detach that lands
+/// before the downstream's last look ends the park at once and counts nothing either.)
+#[test]
+fn an_upstreams_detach_is_no_lost_wakeup_of_an_idle_parked_downstream() {
+    for (mode, tag) in [(ProducerMode::Single, "sp"), (ProducerMode::Multi, "mp")] {
+        let ns = Namespace::concurrent(&format!("deps-idle-detach-{tag}"));
+        let config = RingConfig {
+            max_consumers: 4,
+            producer_mode: mode,
+            ..small(64)
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+        let mut c = ring
+            .consumer(ConsumerOptions::durable("c").after(["a"]).wait(
+                WaitStrategy::TimeoutBlocking {
+                    timeout: Duration::from_millis(400),
+                },
+            ))
+            .unwrap();
+        let waiter = std::thread::spawn(move || {
+            let outcome = c.wait();
+            (outcome, c.stats())
+        });
+        let watchdog = std::time::Instant::now();
+        while ring.info().consumer_waiters == 0 {
+            assert!(watchdog.elapsed() < WATCHDOG, "watchdog: c never parked");
+            std::thread::yield_now();
+        }
+        drop(a);
+        let (outcome, stats) = waiter.join().unwrap();
+        assert_eq!(
+            stats.net_wakeups, 0,
+            "{tag}: outcome {outcome:?}, {stats:?}"
+        );
+    }
+}

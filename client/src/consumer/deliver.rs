@@ -11,6 +11,19 @@ impl Consumer {
     /// its upstreams committed past it; an upstream whose entry changed reads as pending,
     /// so that `poll_once` looks at it.
     pub fn has_pending(&self) -> bool {
+        self.pending(true)
+    }
+
+    /// Whether an event is waiting: [`Consumer::has_pending`] without a changed upstream
+    /// counting. A park's wake-up count asks this: an upstream's detach, release or
+    /// takeover changes its entry without waking anyone, so a park it outlasts is no lost
+    /// wake-up (the poll after it revalidates the upstream, and reports it if it is lost).
+    pub(super) fn event_waiting(&self) -> bool {
+        self.pending(false)
+    }
+
+    /// `has_pending`, with what a changed upstream (`barrier::Stale`) reads as.
+    fn pending(&self, stale: bool) -> bool {
         if self.member.is_some() {
             return self.member_pending();
         }
@@ -20,7 +33,7 @@ impl Consumer {
             match self.barrier() {
                 Ok(limit) if limit <= self.next => return false,
                 Ok(_) => {}
-                Err(barrier::Stale) => return true,
+                Err(barrier::Stale) => return stale,
             }
         }
         if self.nothing_claimed() {
@@ -120,7 +133,9 @@ impl Consumer {
         }
         if self.nothing_claimed() {
             // A dependent consumer learns of a lost upstream here too, not only once a
-            // producer claims its next sequence.
+            // producer claims its next sequence; and the revalidation clears a changed
+            // upstream that `has_pending` reads as pending, so `run` and `wait` do not spin
+            // on it.
             self.upstream_limit()?;
             return self.idle_checks(false);
         }

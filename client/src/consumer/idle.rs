@@ -148,7 +148,7 @@ impl Consumer {
             return;
         }
         let mut n = WakeCounts::default();
-        n.count(parked, || self.has_pending());
+        n.count(parked, || self.event_waiting());
         let s = &mut self.stats;
         s.wakeups = s.wakeups.wrapping_add(n.woken);
         s.late_wakeups = s.late_wakeups.wrapping_add(n.late);

@@ -246,7 +246,9 @@ impl ConsumerStats {
 /// How `Consumer::wait` ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitOutcome {
-    /// An event (or a lap to recover from) is waiting: call `poll_once`.
+    /// An event (or a lap to recover from) is waiting: call `poll_once`. For a dependent
+    /// consumer, also an upstream whose entry changed (detached, released, taken over,
+    /// gone): `poll_once` looks at it, and returns `UpstreamLost` if it is gone.
     Ready,
     /// A `TimeoutBlocking` consumer waited its timeout without an event.
     TimedOut,
