@@ -145,6 +145,20 @@ impl Segment {
         Some(unsafe { &*(self.base().add(off as usize) as *const ProducerEntry) })
     }
 
+    /// The slot array, its geometry read once: for loops over many slots, whose slot
+    /// lookups then make no loads of the segment's fields.
+    #[inline]
+    pub(crate) fn slots(&self) -> Slots<'_> {
+        Slots {
+            // SAFETY: `slots_offset` lies inside the mapping (checked by `Geometry`).
+            first: unsafe { self.base().add(self.geo.slots_offset as usize) },
+            mask: self.geo.mask(),
+            slot_size: self.geo.slot_size as usize,
+            capacity: self.geo.max_payload(),
+            _seg: std::marker::PhantomData,
+        }
+    }
+
     /// The slot that carries sequence `seq`.
     #[inline]
     pub(crate) fn slot(&self, seq: u64) -> Slot<'_> {
@@ -158,6 +172,34 @@ impl Segment {
                 header: &*(p as *const SlotHeader),
                 payload: p.add(SLOT_HEADER_SIZE),
                 capacity: self.geo.max_payload(),
+            }
+        }
+    }
+}
+
+/// The slot array of a segment (see [`Segment::slots`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Slots<'a> {
+    first: *mut u8,
+    mask: u64,
+    slot_size: usize,
+    capacity: usize,
+    _seg: std::marker::PhantomData<&'a Segment>,
+}
+
+impl<'a> Slots<'a> {
+    /// The slot that carries sequence `seq` (as [`Segment::slot`]).
+    #[inline(always)]
+    pub(crate) fn get(&self, seq: u64) -> Slot<'a> {
+        // SAFETY: `seq & mask` is below the capacity, so the slot lies inside the slot
+        // array of the mapping, which outlives 'a; slots are 64-aligned and start with an
+        // all-atomic SlotHeader.
+        unsafe {
+            let p = self.first.add((seq & self.mask) as usize * self.slot_size);
+            Slot {
+                header: &*(p as *const SlotHeader),
+                payload: p.add(SLOT_HEADER_SIZE),
+                capacity: self.capacity,
             }
         }
     }

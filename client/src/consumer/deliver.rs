@@ -153,11 +153,12 @@ impl Consumer {
         let mut n = 0u64;
         let mut lapped = false;
         let mut repaired = false;
+        let slots = self.seg.slots();
         while n < cap {
             let seq = start + n;
             // Acquire: SYNC POINT with the producer's Release stamp store; the payload, len
             // and flags of every slot in the run are visible after this.
-            let stamp = self.seg.slot(seq).header.stamp.load(Ordering::Acquire);
+            let stamp = slots.get(seq).header.stamp.load(Ordering::Acquire);
             if stamp == seq {
                 n += 1;
             } else {
@@ -314,12 +315,13 @@ impl Consumer {
         E: std::fmt::Display,
     {
         let seg = &*self.seg;
+        let slots = seg.slots();
         let max = self.max_payload;
         let end = start + n;
         // The last event of the run that is not a tombstone (u64::MAX: none).
         let last_event = (start..end)
             .rev()
-            .find(|&s| seg.slot(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0)
+            .find(|&s| slots.get(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0)
             .unwrap_or(u64::MAX);
         let mut flush = self.flush;
         // Read once: without a timed flush the loop has no flush work per event.
@@ -330,7 +332,7 @@ impl Consumer {
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
         let outcome = (|| {
             while at < end {
-                let slot = seg.slot(at);
+                let slot = slots.get(at);
                 // Relaxed: ordered by the Acquire stamp load in `poll_once`.
                 if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
                     skipped += 1;
@@ -427,9 +429,10 @@ impl Consumer {
         let mut pending: Option<(u64, usize)> = None;
         let mut cur = 0usize;
         let mut lapped = false;
+        let slots = seg.slots();
         let outcome = (|| {
             while at < end {
-                let slot = seg.slot(at);
+                let slot = slots.get(at);
                 let flags = slot.header.flags.load(Ordering::Relaxed);
                 let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
                 let was_clamped = len > max;

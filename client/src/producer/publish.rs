@@ -422,15 +422,16 @@ impl Producer {
     #[inline]
     fn write_batch<'e>(&mut self, first: u64, events: impl Iterator<Item = &'e [u8]> + Clone) {
         let mut n = 0;
+        let slots = self.seg.slots();
         for (i, e) in events.clone().enumerate() {
             let seq = first + i as u64;
-            let slot = self.seg.slot(seq);
+            let slot = slots.get(seq);
             Self::begin_write(&slot, seq);
             Self::fill(&slot, e, 0);
             n += 1;
         }
         for i in 0..n {
-            Self::stamp(&self.seg.slot(first + i), first + i);
+            Self::stamp(&slots.get(first + i), first + i);
         }
         self.notify();
         self.clear_in_flight();
