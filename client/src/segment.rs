@@ -150,8 +150,12 @@ impl Segment {
     #[inline]
     pub(crate) fn slots(&self) -> Slots<'_> {
         Slots {
-            // SAFETY: `slots_offset` lies inside the mapping (checked by `Geometry`).
+            // SAFETY: the mapping is `total_size` bytes, and `Geometry` makes `total_size`
+            // `slots_offset` plus the slot array (capacity >= 2 slots of >= 64 bytes), so
+            // `slots_offset` lies inside it.
             first: unsafe { self.base().add(self.geo.slots_offset as usize) },
+            #[cfg(debug_assertions)]
+            end: self.geo.total_size as usize - self.geo.slots_offset as usize,
             mask: self.geo.mask(),
             slot_size: self.geo.slot_size as usize,
             capacity: self.geo.max_payload(),
@@ -181,6 +185,9 @@ impl Segment {
 #[derive(Clone, Copy)]
 pub(crate) struct Slots<'a> {
     first: *mut u8,
+    /// The slot array's length in bytes, for the debug check in `get`.
+    #[cfg(debug_assertions)]
+    end: usize,
     mask: u64,
     slot_size: usize,
     capacity: usize,
@@ -191,6 +198,8 @@ impl<'a> Slots<'a> {
     /// The slot that carries sequence `seq` (as [`Segment::slot`]).
     #[inline(always)]
     pub(crate) fn get(&self, seq: u64) -> Slot<'a> {
+        #[cfg(debug_assertions)]
+        debug_assert!((seq & self.mask) as usize * self.slot_size + self.slot_size <= self.end);
         // SAFETY: `seq & mask` is below the capacity, so the slot lies inside the slot
         // array of the mapping, which outlives 'a; slots are 64-aligned and start with an
         // all-atomic SlotHeader.
@@ -275,5 +284,32 @@ impl<'a> Slot<'a> {
         }
         dst.truncate(n);
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Ring, RingConfig};
+
+    /// `Slots::get` is `Segment::slot` with the geometry read once: the same header, payload
+    /// and capacity for every sequence, across laps and near the end of the sequence space.
+    #[test]
+    fn slots_get_is_slot() {
+        let ns = shmring_testkit::Namespace::concurrent("segment-slots");
+        let config = RingConfig {
+            capacity: 16,
+            slot_size: 192,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let seg = &*ring.seg;
+        let slots = seg.slots();
+        let seqs = (0..3 * config.capacity).chain(u64::MAX - 2 * config.capacity..=u64::MAX);
+        for seq in seqs {
+            let (a, b) = (slots.get(seq), seg.slot(seq));
+            assert!(std::ptr::eq(a.header, b.header), "header of {seq}");
+            assert_eq!(a.payload, b.payload, "payload of {seq}");
+            assert_eq!(a.capacity, b.capacity, "capacity of {seq}");
+        }
     }
 }
