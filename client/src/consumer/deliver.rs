@@ -331,23 +331,39 @@ impl Consumer {
         let (suspect, poison) = (&mut self.suspect, &mut self.poison);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
         let outcome = (|| {
-            while at < end {
-                let slot = slots.get(at);
-                // Relaxed: ordered by the Acquire stamp load in `poll_once`.
-                if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+            // The common case, without a timed flush or a marking window: a loop with
+            // nothing else in it. The batched rows are bound by the consumer's instructions
+            // (ARCHITECTURE.md, "Measured: where a per-event publish goes").
+            while at < end && !timed && careful == 0 {
+                // SAFETY: `poll` saw the stamp of every slot in `start..end` equal its
+                // sequence (Acquire) and this required consumer has not committed past
+                // `at`, so producers cannot reach the slot until after the handler returns.
+                let Some((bytes, len)) = (unsafe { in_place(&slots, at, max, &mut clamped) })
+                else {
                     skipped += 1;
                     at += 1;
                     continue;
-                }
-                let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
-                if len > max {
-                    len = max;
-                    clamped += 1;
-                }
-                // SAFETY: the stamp equalled `at` (Acquire) and this required consumer has
-                // not committed past `at`, so producers cannot reach this slot again until
-                // after the handler returns.
-                let bytes = unsafe { slot.payload(len) };
+                };
+                call(
+                    handler,
+                    Event {
+                        seq: at,
+                        bytes,
+                        end_of_batch: at == last_event,
+                    },
+                )
+                .map_err(|f| (f, len))?;
+                delivered += 1;
+                at += 1;
+            }
+            while at < end {
+                // SAFETY: as above.
+                let Some((bytes, len)) = (unsafe { in_place(&slots, at, max, &mut clamped) })
+                else {
+                    skipped += 1;
+                    at += 1;
+                    continue;
+                };
                 let last = at == last_event;
                 // The timed flush cuts the batch here (no clock read when it is unset).
                 let cut = timed && !last && flush.as_mut().is_some_and(Flush::due);
@@ -539,4 +555,33 @@ where
         Ok(Err(e)) => Err(Failure::error(&e)),
         Err(payload) => Err(Failure::panic(&*payload)),
     }
+}
+
+/// The payload of the published slot `seq` to read in place, with its length clamped to
+/// `max` (counted in `clamped`); `None` for a tombstone.
+///
+/// # Safety
+///
+/// The caller saw the slot's stamp equal `seq` (Acquire) and gates producers at or before
+/// `seq` until it is done with the returned bytes.
+#[inline(always)]
+unsafe fn in_place<'a>(
+    slots: &Slots<'a>,
+    seq: u64,
+    max: usize,
+    clamped: &mut u64,
+) -> Option<(&'a [u8], usize)> {
+    let slot = slots.get(seq);
+    // Relaxed: ordered by the caller's Acquire stamp load.
+    if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+        return None;
+    }
+    let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
+    if len > max {
+        len = max;
+        *clamped += 1;
+    }
+    // SAFETY: the caller's contract: the stamp equalled `seq` and the slot is not reused
+    // while the bytes are borrowed.
+    Some((unsafe { slot.payload(len) }, len))
 }

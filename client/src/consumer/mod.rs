@@ -39,7 +39,7 @@ use shmring_layout::{
 
 use crate::lifecycle::is_deleted;
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
-use crate::segment::Segment;
+use crate::segment::{Segment, Slots};
 use crate::table::{self, Holder};
 use crate::wait::{Idler, Step};
 use crate::{fence, process, AttachError, Event, PollError, Ring, WaitStrategy};
