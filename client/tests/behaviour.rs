@@ -243,6 +243,63 @@ fn end_of_batch_lands_on_the_last_event_when_a_tombstone_ends_the_run() {
 }
 
 #[test]
+fn tombstones_at_the_start_and_inside_a_run_leave_the_edge_on_its_last_event() {
+    let ns = Namespace::concurrent("eob-inside");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    // An anonymous consumer and a durable one, whose first batch runs inside its marking
+    // window: the two loops of in-place delivery.
+    let mut consumers = [
+        ring.consumer(ConsumerOptions::anonymous()).unwrap(),
+        ring.consumer(ConsumerOptions::durable("d")).unwrap(),
+    ];
+    drop(p.claim().unwrap());
+    p.publish(&[1]).unwrap();
+    drop(p.claim().unwrap());
+    drop(p.claim().unwrap());
+    p.publish(&[2]).unwrap();
+    for c in &mut consumers {
+        let mut edges = Vec::new();
+        let n = c
+            .poll_once(|ev| edges.push((ev.sequence(), ev.bytes()[0], ev.is_end_of_batch())))
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(edges, vec![(1, 1, false), (4, 2, true)]);
+        assert_eq!(c.stats().skipped, 3);
+        assert_eq!(c.stats().batches, 1);
+        assert_eq!(c.next_sequence(), 5);
+    }
+}
+
+#[test]
+fn a_handler_failing_after_a_tombstone_commits_what_came_before_it() {
+    let ns = Namespace::concurrent("fail-after-tomb");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut consumers = [
+        ring.consumer(ConsumerOptions::anonymous()).unwrap(),
+        ring.consumer(ConsumerOptions::durable("d")).unwrap(),
+    ];
+    p.publish(&[1]).unwrap();
+    drop(p.claim().unwrap());
+    p.publish(&[2]).unwrap();
+    p.publish(&[3]).unwrap();
+    for c in &mut consumers {
+        let r = c.poll_once_fallible(|ev| match ev.bytes()[0] {
+            2 => Err("two"),
+            _ => Ok(()),
+        });
+        assert!(
+            matches!(r, Err(PollError::HandlerFailed { sequence: 2, .. })),
+            "{r:?}"
+        );
+        let s = c.stats();
+        assert_eq!((s.delivered, s.skipped, s.failures), (1, 1, 1));
+        assert_eq!(c.next_sequence(), 2);
+    }
+}
+
+#[test]
 fn batch_cap_bounds_a_poll() {
     let ns = Namespace::concurrent("cap");
     let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
