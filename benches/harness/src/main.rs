@@ -18,6 +18,7 @@ mod bridge;
 mod bridge_roles;
 mod floor;
 mod latency;
+mod paired;
 mod peers;
 mod pipeline;
 mod publish_cost;
@@ -41,11 +42,12 @@ use shmring_peers::kit::{self, Args, ROLE_ARG};
 use crate::run::Ctx;
 
 /// Suites, in the order `all` runs them.
-const SUITES: [&str; 8] = [
+const SUITES: [&str; 9] = [
     floor::SUITE,
     latency::SUITE,
     publish_cost::SUITE,
     throughput::SUITE,
+    paired::SUITE,
     wakeset::SUITE,
     pipeline::SUITE,
     peers::SUITE,
@@ -56,11 +58,11 @@ const SUITES: [&str; 8] = [
 #[command(
     name = "ipc-bench",
     about = "shmring across processes, beside the floor and its peers, as ratios",
-    after_help = "Suites: floor, latency, publish-cost, throughput, wakeset, pipeline, peers, bridge, all. \
+    after_help = "Suites: floor, latency, publish-cost, throughput, paired, wakeset, pipeline, peers, bridge, all. \
                   The floor is always measured (every ratio divides by it)."
 )]
 struct Cli {
-    /// Suite to run: floor, latency, publish-cost, throughput, wakeset, pipeline, peers, bridge, or all.
+    /// Suite to run: floor, latency, publish-cost, throughput, paired, wakeset, pipeline, peers, bridge, or all.
     suite: String,
     /// Small sizes: every suite in well under a minute (the CI smoke test).
     #[arg(long)]
@@ -193,6 +195,7 @@ fn bench(cli: &Cli) -> Result<i32> {
             latency::SUITE => latency::rows(),
             publish_cost::SUITE => publish_cost::rows(),
             throughput::SUITE => throughput::rows(),
+            paired::SUITE => paired::rows(),
             wakeset::SUITE => wakeset::rows(),
             pipeline::SUITE => pipeline::rows(),
             bridge::SUITE => bridge::rows(),
@@ -213,6 +216,7 @@ fn bench(cli: &Cli) -> Result<i32> {
             latency::SUITE => latency::run(&mut ctx)?,
             publish_cost::SUITE => publish_cost::run(&mut ctx)?,
             throughput::SUITE => throughput::run(&mut ctx)?,
+            paired::SUITE => paired::run(&mut ctx)?,
             wakeset::SUITE => wakeset::run(&mut ctx)?,
             pipeline::SUITE => pipeline::run(&mut ctx)?,
             bridge::SUITE => bridge::run(&mut ctx)?,

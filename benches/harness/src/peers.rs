@@ -149,6 +149,28 @@ fn inproc_throughput(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The `disruptor` crate's per-event throughput row, for another suite (`paired`).
+#[cfg(feature = "peers")]
+pub fn disruptor_throughput(ctx: &mut Ctx, group: &str) -> Row {
+    use shmring_peers::inproc;
+    let tag = ctx.tag("it");
+    let m = inproc::throughput(inproc::Kind::Disruptor, &ctx.plan(0, PACE), &tag);
+    finish(
+        ctx,
+        Row::new(SUITE, group, DISRUPTOR, Kind::Throughput),
+        m,
+        "",
+    )
+}
+
+/// Without the `peers` feature: a row that says so.
+#[cfg(not(feature = "peers"))]
+pub fn disruptor_throughput(_ctx: &mut Ctx, group: &str) -> Row {
+    let mut r = Row::new(SUITE, group, DISRUPTOR, Kind::Throughput);
+    r.error = Some("not built: rebuild the harness with `--features peers`".into());
+    r
+}
+
 #[cfg(not(feature = "peers"))]
 fn inproc_throughput(ctx: &mut Ctx) -> Result<()> {
     not_built(ctx, THROUGHPUT, DISRUPTOR, Kind::Throughput);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::row::Row;
-use crate::{floor, latency, peers, publish_cost, throughput};
+use crate::{floor, latency, paired, peers, publish_cost, throughput};
 
 /// One target, evaluated.
 #[derive(Debug, Clone, Serialize)]
@@ -220,6 +220,45 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         0.5,
         None,
     );
+    // The same throughput ratios, the two rows measured seconds apart in each round (suite
+    // `paired`): the median of the rounds, their range in the text.
+    for (what, a, b, bar) in [
+        (
+            "1P1C 8 B per-event / bare SPSC ring floor",
+            paired::shm_row(1),
+            paired::FLOOR_ROW,
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event / disruptor crate (in-process)",
+            paired::shm_row(1),
+            paired::DISRUPTOR_ROW,
+            1.0,
+        ),
+        (
+            "1P1C 8 B batch-100 / disruptor crate per-event",
+            paired::shm_row(100),
+            paired::DISRUPTOR_ROW,
+            2.5,
+        ),
+    ] {
+        let v = paired::ratios(rows, &a, b);
+        if let Some((median, least, greatest)) = paired::spread(&v) {
+            out.push(Target {
+                what: format!(
+                    "{what}, paired: median of {} rounds (range {least:.2}-{greatest:.2}x)",
+                    v.len()
+                ),
+                from: format!("{a} / {b} [{}, each round]", paired::SUITE),
+                ratio: median,
+                cmp: ">=",
+                bar,
+                met: check(median, ">=", bar),
+                goal: None,
+                goal_met: None,
+            });
+        }
+    }
     out
 }
 

@@ -95,6 +95,17 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// The floor ring's row, for another suite (`paired`).
+pub fn floor_row(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row {
+    floor(ctx, format, group, name)
+}
+
+/// A 1P1C row with 8-byte events and a busy-spin consumer, `batch` events per publish
+/// (1: per event), for another suite (`paired`).
+pub fn one_row(ctx: &mut Ctx, batch: usize, name: &str, group: &str) -> Row {
+    one(ctx, batch, 8, 1, 1, name, group)
+}
+
 /// The floor row (the bare SPSC ring) or a slot format probe (the same ring with shmring's
 /// stamps), with the same duration and pinning as the 1P1C rows.
 fn floor(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row {
