@@ -2,7 +2,8 @@
 //! user would pick instead, measured in one run so that every claim is a ratio.
 //!
 //! ```text
-//! ipc-bench <floor|latency|publish-cost|throughput|wakeset|pipeline|peers|bridge|all> [--quick]
+//! ipc-bench <floor|latency|publish-cost|throughput|paired|wakeset|pipeline|peers|bridge|all>
+//!           [--quick]
 //!           [--json FILE] [--svg FILE] [--pin]
 //! ```
 //!

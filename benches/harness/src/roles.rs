@@ -135,7 +135,8 @@ fn shm_consumer(args: &Args) -> Result<()> {
         .set("t_end", t_end as f64)
         .set("wakeups", st.wakeups as f64)
         .set("net_wakeups", st.net_wakeups as f64)
-        .set("dropped_behind", st.dropped_behind as f64);
+        .set("dropped_behind", st.dropped_behind as f64)
+        .set("batches", st.batches as f64);
     kit::report(args, &m)
 }
 

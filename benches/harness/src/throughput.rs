@@ -271,6 +271,14 @@ fn one_in(
         );
         r.extra.insert("event_bytes".into(), size as f64);
         r.extra.insert("batch".into(), batch as f64);
+        // The consumer's mean run: events per poll that delivered any (1 when it keeps up
+        // event by event, larger when it falls behind and catches up in runs).
+        if let Some(b) = p.consumers[0].get("batches").filter(|&b| b > 0.0) {
+            r.extra.insert(
+                "events_per_batch".into(),
+                p.consumers[0].need("delivered")? / b,
+            );
+        }
         Ok(r)
     }) {
         Ok(r) => r,
