@@ -3,8 +3,7 @@
 //!
 //! ```text
 //! ipc-bench <floor|latency|publish-cost|throughput|paired|wakeset|pipeline|peers|bridge|all>
-//!           [--quick]
-//!           [--json FILE] [--svg FILE] [--pin]
+//!           [--quick] [--json FILE] [--svg FILE] [--pin]
 //! ```
 //!
 //! Every shmring row runs in separate processes: the harness re-executes itself as

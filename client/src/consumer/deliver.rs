@@ -336,8 +336,9 @@ impl Consumer {
             // ARCHITECTURE.md, "Measured: where a per-event publish goes").
             while at < end && !timed && careful == 0 {
                 // SAFETY: the caller's scan (`poll`, `poll_member`) saw the stamp of every
-                // slot in `start..end` equal its sequence (Acquire) and this required consumer has not committed past
-                // `at`, so producers cannot reach the slot until after the handler returns.
+                // slot in `start..end` equal its sequence (Acquire) and this required
+                // consumer has not committed past `at`, so producers cannot reach the slot
+                // until after the handler returns.
                 let Some((bytes, len)) = (unsafe { in_place(&slots, at, max, &mut clamped) })
                 else {
                     skipped += 1;
