@@ -166,18 +166,7 @@ impl Segment {
     /// The slot that carries sequence `seq`.
     #[inline]
     pub(crate) fn slot(&self, seq: u64) -> Slot<'_> {
-        let off = self.geo.slot_offset(seq) as usize;
-        debug_assert!(off + self.geo.slot_size as usize <= self.geo.total_size as usize);
-        // SAFETY: `slot_offset` masks seq into 0..capacity, so the slot lies inside the
-        // mapping; slots are 64-aligned and start with an all-atomic SlotHeader.
-        unsafe {
-            let p = self.base().add(off);
-            Slot {
-                header: &*(p as *const SlotHeader),
-                payload: p.add(SLOT_HEADER_SIZE),
-                capacity: self.geo.max_payload(),
-            }
-        }
+        self.slots().get(seq)
     }
 }
 
@@ -289,12 +278,15 @@ impl<'a> Slot<'a> {
 
 #[cfg(test)]
 mod tests {
+    use shmring_layout::SLOT_HEADER_SIZE;
+
     use crate::{Ring, RingConfig};
 
-    /// `Slots::get` is `Segment::slot` with the geometry read once: the same header, payload
-    /// and capacity for every sequence, across laps and near the end of the sequence space.
+    /// `Slots::get` (and `Segment::slot`, which calls it) finds each sequence's slot where
+    /// the layout puts it (`Geometry::slot_offset`), with the layout's payload capacity,
+    /// across laps and near the end of the sequence space.
     #[test]
-    fn slots_get_is_slot() {
+    fn slots_get_is_the_layouts_slot() {
         let ns = shmring_testkit::Namespace::concurrent("segment-slots");
         let config = RingConfig {
             capacity: 16,
@@ -305,11 +297,22 @@ mod tests {
         let seg = &*ring.seg;
         let slots = seg.slots();
         let seqs = (0..3 * config.capacity).chain(u64::MAX - 2 * config.capacity..=u64::MAX);
+        let base = seg.header() as *const _ as usize;
+        let geo = seg.geometry();
         for seq in seqs {
-            let (a, b) = (slots.get(seq), seg.slot(seq));
-            assert!(std::ptr::eq(a.header, b.header), "header of {seq}");
-            assert_eq!(a.payload, b.payload, "payload of {seq}");
-            assert_eq!(a.capacity, b.capacity, "capacity of {seq}");
+            let a = slots.get(seq);
+            let header = a.header as *const _ as usize;
+            assert_eq!(
+                header - base,
+                geo.slot_offset(seq) as usize,
+                "header of {seq}"
+            );
+            assert_eq!(
+                a.payload as usize,
+                header + SLOT_HEADER_SIZE,
+                "payload of {seq}"
+            );
+            assert_eq!(a.capacity, geo.max_payload(), "capacity of {seq}");
         }
     }
 }
