@@ -3,9 +3,11 @@
 //!
 //! The subscriber busy-polls `receive()` (publish-subscribe has no blocking receive; a
 //! sleeping subscriber needs an event service and a WaitSet on top, which is not measured
-//! here). The service is non-overflowing with `RetryUntilDelivered`, so no sample is lost
-//! and the throughput is what was delivered. Every file iceoryx2 creates is under a root
-//! path and a prefix unique to the run, and the harness removes them at exit.
+//! here). The service is non-overflowing with `RetryUntilDelivered`, and the subscriber
+//! connects to the publisher before the run starts, so no sample is lost and the throughput
+//! is what was delivered; a send that still reached nobody is counted, and the row shows it
+//! as dropped. Every file iceoryx2 creates is under a root path and a prefix unique to the
+//! run, and the harness removes them at exit.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -142,6 +144,27 @@ fn role_sub(args: &Args) -> Result<()> {
     } else {
         None
     };
+    // iceoryx2 connects a subscriber to a publisher lazily, inside `receive()`; until then a
+    // publisher whose subscriber buffer is full drops the sample (`send_copy` returns 0
+    // recipients) instead of retrying. Report ready only once the publisher exists and this
+    // subscriber has connected to it, so that the measured sends all have a receiver.
+    let mut connected = Ok(false);
+    kit::wait_for(
+        || {
+            connected = if there.dynamic_config().number_of_publishers() == 0 {
+                Ok(false)
+            } else {
+                sub.has_samples().map(|_| true)
+            };
+            !matches!(connected, Ok(false))
+        },
+        Duration::from_secs(20),
+    );
+    match connected {
+        Ok(true) => {}
+        Ok(false) => bail!("the iceoryx2 publisher did not appear within 20 s"),
+        Err(e) => bail!("cannot connect to the iceoryx2 publisher: {e:?}"),
+    }
     let total = args.num::<u64>("count")? + args.num::<u64>("warmup")?;
     let warmup: u64 = args.num("warmup")?;
     let mut hist = new_hist();
@@ -158,7 +181,8 @@ fn role_sub(args: &Args) -> Result<()> {
                     meter.tick(delivered);
                 }
                 None => {
-                    // Acquire: pairs with the publisher's Release store of `done`.
+                    // Acquire: pairs with the publisher's Release store of `done`; line 0
+                    // holds the number of sends that reached this subscriber.
                     if ctl.done().load(Ordering::Acquire) != 0
                         && delivered >= ctl.line(0).seq.load(Ordering::Relaxed)
                     {
@@ -235,18 +259,28 @@ fn role_pub(args: &Args) -> Result<()> {
     let (c0, t_start) = (kit::thread_cpu_ns(), now_ns());
     let mut m = Measured::default();
     let send = |v: Msg| publ.send_copy(v).map_err(|e| anyhow!("{e:?}"));
+    // The latency modes count every sample: one that reached nobody ends the run with an
+    // error instead of a subscriber waiting for it until the harness kills the run.
+    let send_all = |v: Msg| match send(v)? {
+        0 => bail!("iceoryx2 delivered sample {} to no subscriber", v[0]),
+        _ => Ok(()),
+    };
     match mode {
         "throughput" => {
             let end = t_start + args.num::<u64>("duration_ns")?;
-            let mut n = 0u64;
+            let (mut n, mut reached) = (0u64, 0u64);
             while now_ns() < end {
                 for _ in 0..256 {
-                    send([n, 0])?;
+                    // The number of subscribers the sample went to: 0 when iceoryx2 dropped it.
+                    reached += send([n, 0])?.min(1) as u64;
                     n += 1;
                 }
             }
-            ctl.line(0).seq.store(n, Ordering::Relaxed);
-            // Release: the total is visible with `done`.
+            // The subscriber waits for what reached it, not for what was sent: a dropped
+            // sample shows as published but not delivered instead of a subscriber waiting
+            // for it until the harness kills the run.
+            ctl.line(0).seq.store(reached, Ordering::Relaxed);
+            // Release: the count is visible with `done`.
             ctl.done().store(1, Ordering::Release);
             m.set("published", n as f64);
         }
@@ -255,7 +289,7 @@ fn role_pub(args: &Args) -> Result<()> {
                 bail!("no echo subscriber")
             };
             for i in 0..total {
-                send([i, now_ns()])?;
+                send_all([i, now_ns()])?;
                 loop {
                     if back.receive().map_err(|e| anyhow!("{e:?}"))?.is_some() {
                         break;
@@ -267,7 +301,7 @@ fn role_pub(args: &Args) -> Result<()> {
         _ => {
             for i in 0..total {
                 let due = pacer.wait(i);
-                send([i, due])?;
+                send_all([i, due])?;
             }
             m.set("pacer_late_p99_ns", kit::pct(&pacer.late, 0.99) as f64)
                 .set("pacer_held_p99_ns", kit::pct(&pacer.held, 0.99) as f64);
