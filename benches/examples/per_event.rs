@@ -1,5 +1,6 @@
 //! The per-event path, in one thread, for an instruction profile: publish `N` 8-byte events
-//! into a single- or multi-producer ring and deliver them with `poll_once`, 256 at a time.
+//! into a single- or multi-producer ring and deliver them with `poll_once`, 256 at a time
+//! (`per_event single N 1`: one at a time, as a consumer that keeps up sees them).
 //!
 //! ```sh
 //! cargo build --release -p shmring-benches --example per_event
@@ -16,6 +17,9 @@ use shmring::{ConsumerOptions, ProducerMode, Ring, RingConfig};
 
 /// Events published and delivered (the second argument overrides it).
 const N: u64 = 1_000_000;
+/// Events published between two polls (the third argument overrides it: 1 profiles a
+/// consumer that keeps up, one event per poll).
+const BURST: u64 = 256;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mode = match std::env::args().nth(1).as_deref() {
@@ -25,6 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: u64 = match std::env::args().nth(2) {
         Some(a) => a.parse()?,
         None => N,
+    };
+    let burst: u64 = match std::env::args().nth(3) {
+        Some(a) => a.parse::<u64>()?.clamp(1, 2048),
+        None => BURST,
     };
     let ns = format!("per-event-{}", std::process::id());
     let config = RingConfig {
@@ -39,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut sum = 0u64;
     let mut sent = 0u64;
     while sent < n {
-        for _ in 0..256 {
+        for _ in 0..burst {
             p.publish(&sent.to_le_bytes())?;
             sent += 1;
         }

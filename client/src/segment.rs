@@ -6,7 +6,9 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 use shmring_layout::{
@@ -170,6 +172,104 @@ impl Segment {
     }
 }
 
+/// A segment as an attached handle (a producer or a consumer) holds it for its whole life:
+/// the slot array's geometry and the handle's own table entry (`E`: [`ProducerEntry`] or
+/// [`ConsumerEntry`]) resolved once, at attach, so that the per-event path finds slots and
+/// its entry without loading the segment's fields or checking the entry index again (see
+/// ARCHITECTURE.md, "Instructions per event"). Derefs to the [`Segment`] for the rest.
+pub(crate) struct Attached<E> {
+    seg: Arc<Segment>,
+    /// The slot array (as [`Segment::slots`] returns it, without the borrow).
+    first: *mut u8,
+    #[cfg(debug_assertions)]
+    end: usize,
+    mask: u64,
+    slot_size: usize,
+    capacity: usize,
+    /// The entry this handle holds, inside the mapping `seg` keeps.
+    entry: NonNull<E>,
+}
+
+// SAFETY: the pointers point into the mapping that `seg` (Send + Sync) keeps alive as long
+// as this value; what they reach is accessed as `Segment`'s accessors do (atomics, and
+// payloads the ring protocol hands out exclusively). Entries are made of atomics only.
+unsafe impl<E: Sync> Send for Attached<E> {}
+
+impl Attached<ProducerEntry> {
+    /// `seg` held by the producer of entry `i`; `None` past the producer table.
+    pub(crate) fn producer(seg: Arc<Segment>, i: u32) -> Option<Self> {
+        let entry = NonNull::from(seg.producer(i)?);
+        Some(Self::new(seg, entry))
+    }
+}
+
+impl Attached<ConsumerEntry> {
+    /// `seg` held by the consumer of entry `i`; `None` past the consumer table.
+    pub(crate) fn consumer(seg: Arc<Segment>, i: u32) -> Option<Self> {
+        let entry = NonNull::from(seg.consumer(i)?);
+        Some(Self::new(seg, entry))
+    }
+}
+
+impl<E> Attached<E> {
+    /// `entry` must come from one of `seg`'s entry accessors.
+    fn new(seg: Arc<Segment>, entry: NonNull<E>) -> Self {
+        let s = seg.slots();
+        Attached {
+            first: s.first,
+            #[cfg(debug_assertions)]
+            end: s.end,
+            mask: s.mask,
+            slot_size: s.slot_size,
+            capacity: s.capacity,
+            entry,
+            seg,
+        }
+    }
+
+    /// The segment itself, to share.
+    pub(crate) fn arc(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    /// The slot array, from the geometry resolved at attach (as [`Segment::slots`]).
+    #[inline(always)]
+    pub(crate) fn slots(&self) -> Slots<'_> {
+        Slots {
+            first: self.first,
+            #[cfg(debug_assertions)]
+            end: self.end,
+            mask: self.mask,
+            slot_size: self.slot_size,
+            capacity: self.capacity,
+            _seg: std::marker::PhantomData,
+        }
+    }
+
+    /// The slot that carries sequence `seq` (as [`Segment::slot`]).
+    #[inline(always)]
+    pub(crate) fn slot(&self, seq: u64) -> Slot<'_> {
+        self.slots().get(seq)
+    }
+
+    /// The entry this handle holds (as `Segment::producer` or `Segment::consumer` of its
+    /// index).
+    #[inline(always)]
+    pub(crate) fn entry(&self) -> &E {
+        // SAFETY: `Segment::producer` or `Segment::consumer` returned this reference at
+        // construction (the index inside the table, the table inside the mapping);
+        // `self.seg` keeps the mapping, and the borrow cannot outlive `self`.
+        unsafe { self.entry.as_ref() }
+    }
+}
+
+impl<E> std::ops::Deref for Attached<E> {
+    type Target = Segment;
+    fn deref(&self) -> &Segment {
+        &self.seg
+    }
+}
+
 /// The slot array of a segment (see [`Segment::slots`]).
 #[derive(Clone, Copy)]
 pub(crate) struct Slots<'a> {
@@ -278,9 +378,48 @@ impl<'a> Slot<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use shmring_layout::SLOT_HEADER_SIZE;
 
+    use super::Attached;
     use crate::{Ring, RingConfig};
+
+    /// What `Attached` resolved at attach is what the segment's own accessors find: each
+    /// sequence's slot and its payload capacity, and the entry of the index it was made for;
+    /// an index past either table makes none.
+    #[test]
+    fn attached_resolves_what_the_segment_finds() {
+        let ns = shmring_testkit::Namespace::concurrent("segment-attached");
+        let config = RingConfig {
+            capacity: 8,
+            slot_size: 128,
+            max_producers: 3,
+            max_consumers: 4,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let seg = &ring.seg;
+        let addr = |p: &shmring_layout::SlotHeader| p as *const _ as usize;
+        for i in 0..3 {
+            let a = Attached::producer(Arc::clone(seg), i).expect("producer entry in the table");
+            let want = seg.producer(i).expect("producer entry") as *const _;
+            assert_eq!(a.entry() as *const _, want, "producer entry {i}");
+            for seq in (0..3 * config.capacity).chain([u64::MAX - 1, u64::MAX]) {
+                let (got, want) = (a.slot(seq), seg.slot(seq));
+                assert_eq!(addr(got.header), addr(want.header), "slot of {seq}");
+                assert_eq!(got.capacity, want.capacity, "capacity of {seq}");
+            }
+        }
+        for i in 0..4 {
+            let a = Attached::consumer(Arc::clone(seg), i).expect("consumer entry in the table");
+            let want = seg.consumer(i).expect("consumer entry") as *const _;
+            assert_eq!(a.entry() as *const _, want, "consumer entry {i}");
+            assert_eq!(addr(a.slot(5).header), addr(seg.slot(5).header));
+        }
+        assert!(Attached::producer(Arc::clone(seg), 3).is_none());
+        assert!(Attached::consumer(Arc::clone(seg), 4).is_none());
+    }
 
     /// `Slots::get` (and `Segment::slot`, which calls it) finds each sequence's slot where
     /// the layout puts it (`Geometry::slot_offset`), with the layout's payload capacity,

@@ -186,7 +186,10 @@ impl Consumer {
         durable: bool,
         upstream: barrier::Upstreams,
     ) -> Self {
-        let geo = seg.geometry();
+        let Some(seg) = Attached::consumer(seg, entry) else {
+            unreachable!("consumer entry index checked before the handle is made")
+        };
+        let geo = *seg.geometry();
         let mode = fence::mode();
         // Relaxed: a display value; the max keeps the weaker mode once any process uses it.
         seg.header()

@@ -314,7 +314,7 @@ impl Consumer {
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
     {
-        let seg = &*self.seg;
+        let seg = &self.seg;
         let slots = seg.slots();
         let max = self.max_payload;
         let end = start + n;
@@ -327,7 +327,7 @@ impl Consumer {
         // Read once: without a timed flush the loop has no flush work per event.
         let timed = flush.is_some();
         let mut careful = self.careful;
-        let cold = seg.consumer(self.entry).map(|e| &e.cold);
+        let cold = Some(&seg.entry().cold);
         let (suspect, poison) = (&mut self.suspect, &mut self.poison);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
         let outcome = (|| {
@@ -422,14 +422,14 @@ impl Consumer {
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
     {
-        let seg = &*self.seg;
+        let seg = &self.seg;
         let max = self.max_payload;
         let end = start + n;
         let mut flush = self.flush;
         // Read once: without a timed flush the loop has no flush work per event.
         let timed = flush.is_some();
         let mut careful = self.careful;
-        let cold = seg.consumer(self.entry).map(|e| &e.cold);
+        let cold = Some(&seg.entry().cold);
         let (suspect, poison) = (&mut self.suspect, &mut self.poison);
         let mut mark = |seq: u64| {
             if careful > 0 {

@@ -444,7 +444,7 @@ impl Consumer {
         let Some(mut m) = self.member.take() else {
             return Ok(0);
         };
-        let seg = Arc::clone(&self.seg);
+        let seg = Arc::clone(self.seg.arc());
         let mut r = Ok(0);
         let mut i = 0;
         while i < m.adopted.len() {
@@ -491,7 +491,7 @@ impl Consumer {
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
     {
-        let seg = Arc::clone(&self.seg);
+        let seg = Arc::clone(self.seg.arc());
         let Some(e) = seg.consumer(a.index) else {
             return Ok(0);
         };
@@ -687,7 +687,7 @@ impl Consumer {
         let Some(adopted) = self.member.as_mut().map(|m| std::mem::take(&mut m.adopted)) else {
             return;
         };
-        let seg = Arc::clone(&self.seg);
+        let seg = Arc::clone(self.seg.arc());
         // Acquire: pairs with any SeqCst CAS of the entry's word. A member whose own entry
         // went to another holder has no counters left to move the skips to: they stay in
         // the adopted entry, counted once.

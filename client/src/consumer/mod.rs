@@ -39,7 +39,7 @@ use shmring_layout::{
 
 use crate::lifecycle::is_deleted;
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
-use crate::segment::{Segment, Slots};
+use crate::segment::{Attached, Segment, Slots};
 use crate::table::{self, Holder};
 use crate::wait::{Idler, Step};
 use crate::{fence, process, AttachError, Event, PollError, Ring, WaitStrategy};
@@ -267,7 +267,8 @@ pub enum RunExit {
 
 /// A consumer attached to one ring. `Send` but not `Sync`: one thread steps it at a time.
 pub struct Consumer {
-    pub(crate) seg: Arc<Segment>,
+    /// The segment, with the slot geometry and this consumer's entry resolved at attach.
+    pub(crate) seg: Attached<ConsumerEntry>,
     entry: u32,
     /// The entry's word as this handle holds it (see `table`).
     word: u64,
@@ -331,9 +332,7 @@ pub(crate) use attach::{entry_name, pack_name};
 
 impl Consumer {
     fn entry(&self) -> &ConsumerEntry {
-        self.seg
-            .consumer(self.entry)
-            .unwrap_or_else(|| unreachable!("consumer entry index checked at attach"))
+        self.seg.entry()
     }
 
     fn load_stats(&mut self) {
@@ -364,7 +363,7 @@ impl Consumer {
     }
 
     pub(crate) fn segment(&self) -> &Arc<Segment> {
-        &self.seg
+        self.seg.arc()
     }
 
     /// The next sequence this consumer will read.

@@ -415,7 +415,7 @@ impl Consumer {
     /// window in which each event is marked before it is handed over (see the module
     /// header).
     pub(super) fn mark_suspect(&mut self) {
-        let seg = Arc::clone(&self.seg);
+        let seg = Arc::clone(self.seg.arc());
         let Some(e) = seg.consumer(self.entry) else {
             return;
         };
@@ -553,7 +553,7 @@ impl Consumer {
     /// to `at` (Acquire) and holds an entry that gates producers at or before `at` until
     /// the skip that follows commits past it.
     fn report_in_place(&mut self, at: u64, attempts: u32, error: &str, len: usize) {
-        let seg = Arc::clone(&self.seg);
+        let seg = Arc::clone(self.seg.arc());
         let mut cb = self.dead_letter.take();
         // SAFETY: the stamp equalled `at` and an entry this handle holds gates producers at
         // or before `at` (see above), so the slot is not overwritten while it is read.
@@ -579,7 +579,7 @@ impl Consumer {
         error: &str,
         len: usize,
     ) {
-        let seg = Arc::clone(&self.seg);
+        let seg = Arc::clone(self.seg.arc());
         let Some(e) = seg.consumer(index) else {
             return;
         };
@@ -600,7 +600,7 @@ impl Consumer {
         self.suspect = None;
         self.exhausted = false;
         self.retry_at = None;
-        let seg = Arc::clone(&self.seg);
+        let seg = Arc::clone(self.seg.arc());
         let Some(e) = seg.consumer(self.entry) else {
             return;
         };

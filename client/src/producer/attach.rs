@@ -54,6 +54,10 @@ impl Producer {
         } else {
             0
         };
+        let cached_gate = gating::refresh(&seg, 0);
+        let Some(seg) = Attached::producer(seg, entry) else {
+            unreachable!("producer entry index checked by take_entry")
+        };
         Ok(Producer {
             pid: me.pid,
             word,
@@ -63,11 +67,10 @@ impl Producer {
             registered: fence::registered(),
             parks: 0,
             wakes: WakeCounts::default(),
-            cached_gate: gating::refresh(&seg, 0),
+            cached_gate,
             capacity: geo.capacity,
             max_payload: geo.max_payload(),
             seg,
-            entry,
             published: 0,
             refused: 0,
             tombstoned: 0,

@@ -45,7 +45,7 @@ use shmring_layout::{
 use crate::lifecycle::{is_deleted, SegEnv};
 use crate::line::{self, Fast, Refused};
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
-use crate::segment::{Segment, Slot};
+use crate::segment::{Attached, Segment, Slot};
 use crate::table::{self, Holder};
 use crate::wait::{producer_backoff, Step};
 use crate::{fence, gating, process};
@@ -54,8 +54,8 @@ use crate::{AttachError, PublishError, Ring, TryPublishError};
 /// A producer attached to one ring. `Send` (move it to another thread) but not `Sync`:
 /// one thread publishes through it at a time.
 pub struct Producer {
-    seg: Arc<Segment>,
-    entry: u32,
+    /// The segment, with the slot geometry and this producer's entry resolved at attach.
+    seg: Attached<ProducerEntry>,
     /// A lower bound of the wrap gate (lowest `next` of the gating consumers).
     cached_gate: u64,
     capacity: u64,
@@ -115,10 +115,7 @@ pub use claim::{Claim, ClaimBatch};
 impl Producer {
     #[inline(always)]
     fn entry(&self) -> &ProducerEntry {
-        // The index was bounds-checked at attach; the table cannot shrink.
-        self.seg
-            .producer(self.entry)
-            .unwrap_or_else(|| unreachable!("producer entry index checked at attach"))
+        self.seg.entry()
     }
 
     /// Largest payload of one event.
