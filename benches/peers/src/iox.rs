@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Result};
+use iceoryx2::port::{DegradationAction, DegradationCause, DegradationInfo};
 use iceoryx2::prelude::*;
 
 use crate::kit::{self, new_hist, now_ns, Args, Ctl, Measured, Pacer, Roles};
@@ -62,6 +63,13 @@ fn service(node: &Node<ipc::Service>, name: &str) -> Result<Pubsub> {
         .max_subscribers(1)
         .open_or_create()
         .map_err(|e| anyhow!("iceoryx2 service {name}: {e:?}"))
+}
+
+/// A subscriber's answer to a connection it cannot establish: fail the call that found it
+/// (iceoryx2's default only warns, at a log level these roles do not print, and the samples
+/// of that publisher are then never received).
+fn fail_on_degradation(_: DegradationCause, _: &DegradationInfo) -> DegradationAction {
+    DegradationAction::DegradeAndFail
 }
 
 /// Hand-off latency, paced (`plan.interval`) or back-to-back ping-pong.
@@ -131,6 +139,7 @@ fn role_sub(args: &Args) -> Result<()> {
     let there = service(&node, &format!("ipcb/{svc}/there"))?;
     let sub = there
         .subscriber_builder()
+        .set_degradation_handler(fail_on_degradation)
         .create()
         .map_err(|e| anyhow!("{e:?}"))?;
     let back = if mode == "pingpong" {
@@ -210,7 +219,9 @@ fn role_sub(args: &Args) -> Result<()> {
             }
             delivered += 1;
             if let Some(p) = &back {
-                p.send_copy([seq, 0]).map_err(|e| anyhow!("{e:?}"))?;
+                if p.send_copy([seq, 0]).map_err(|e| anyhow!("{e:?}"))? == 0 {
+                    bail!("iceoryx2 delivered echo {seq} to no subscriber");
+                }
             }
         }
     }
@@ -247,6 +258,7 @@ fn role_pub(args: &Args) -> Result<()> {
         let s = service(&node, &format!("ipcb/{svc}/back"))?;
         Some(
             s.subscriber_builder()
+                .set_degradation_handler(fail_on_degradation)
                 .create()
                 .map_err(|e| anyhow!("{e:?}"))?,
         )
