@@ -36,9 +36,14 @@
 #![warn(missing_docs)]
 
 // The segment is made of 64-bit atomics, its offsets and sequences are 64-bit and become
-// pointers and lengths here, and waits park on Linux futexes: refuse any other target with
-// one clear message instead of a page of unrelated errors (or, worse, truncated offsets).
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64", target_has_atomic = "64")))]
+// pointers and lengths here, and waits park on Linux futexes: refuse any other target with a
+// message that says so. On 32-bit Linux, which would otherwise compile (and truncate
+// offsets), it is the only error; elsewhere the build fails on Linux-only imports as well.
+#[cfg(not(all(
+    target_os = "linux",
+    target_pointer_width = "64",
+    target_has_atomic = "64"
+)))]
 compile_error!(
     "shmring supports 64-bit Linux only (64-bit atomics and offsets in shared memory, futexes)"
 );
