@@ -204,6 +204,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 parks: e.parks.load(Ordering::Relaxed),
                 late_wakeups: 0,
                 net_wakeups: 0,
+                room_waits: 0,
             },
         });
     }

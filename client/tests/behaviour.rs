@@ -370,9 +370,15 @@ fn publish_timeout_waits_then_gives_up_without_spending_a_sequence() {
         p.publish(&i.to_le_bytes()).unwrap();
     }
     assert_eq!(
+        p.stats().room_waits,
+        0,
+        "four publishes into four free slots"
+    );
+    assert_eq!(
         p.publish_timeout(&[9; 8], Duration::from_millis(5)),
         Err(TryPublishError::Timeout)
     );
+    assert_eq!(p.stats().room_waits, 1, "the full ring was waited on once");
     assert_eq!(ring.head(), 4);
     assert_eq!(drain(&mut c), vec![0, 1, 2, 3]);
     assert_eq!(
@@ -380,6 +386,51 @@ fn publish_timeout_waits_then_gives_up_without_spending_a_sequence() {
         Ok(4)
     );
     assert_eq!(p.stats().refused, 1);
+    assert_eq!(
+        p.stats().room_waits,
+        1,
+        "a publish that found room did not wait"
+    );
+    assert_eq!(
+        ring.info().producers[0].stats.room_waits,
+        0,
+        "counted by the handle only"
+    );
+}
+
+/// A blocking publish into a full ring waits for the consumer and counts the wait once: the
+/// consumer drains only once the producer is parked waiting for room (the ring's producer
+/// waiter count says so), so the fifth publish is known to have waited.
+#[test]
+fn a_blocking_publish_into_a_full_ring_counts_one_room_wait() {
+    let ns = Namespace::concurrent("room-waits");
+    let ring = Ring::create(ns.name(), "r", &small(4)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    for i in 0..4u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    let watcher = ring.clone();
+    let drainer = std::thread::spawn(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while watcher.info().producer_waiters == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the producer never parked"
+            );
+            std::thread::yield_now();
+        }
+        let mut got = Vec::new();
+        while got.len() < 5 && std::time::Instant::now() < deadline {
+            c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+            std::thread::yield_now();
+        }
+        got
+    });
+    assert_eq!(p.publish(&4u64.to_le_bytes()), Ok(4));
+    assert_eq!(drainer.join().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert_eq!(p.stats().room_waits, 1);
+    assert_eq!(p.stats().parks, 1);
 }
 
 /// `publish_batch` takes its sequences in one claim, so a batch lands contiguous in the ring

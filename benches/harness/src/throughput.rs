@@ -269,6 +269,12 @@ fn one_in(
             "producer_parks".into(),
             p.producers.iter().filter_map(|m| m.get("parks")).sum(),
         );
+        // How often the ring was full when a producer claimed: a row whose producers waited
+        // for room on most publishes ran at its consumer's pace.
+        r.extra.insert(
+            "producer_room_waits".into(),
+            p.producers.iter().filter_map(|m| m.get("room_waits")).sum(),
+        );
         r.extra.insert("event_bytes".into(), size as f64);
         r.extra.insert("batch".into(), batch as f64);
         // The consumer's mean run: events per poll that delivered any (1 when it keeps up

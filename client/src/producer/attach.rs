@@ -66,6 +66,7 @@ impl Producer {
             next,
             registered: fence::registered(),
             parks: 0,
+            room_waits: 0,
             wakes: WakeCounts::default(),
             cached_gate,
             capacity: geo.capacity,

@@ -64,6 +64,8 @@ pub struct Producer {
     refused: u64,
     tombstoned: u64,
     parks: u64,
+    /// Waits for room (see [`ProducerStats::room_waits`]).
+    room_waits: u64,
     /// How its parks for room ended.
     wakes: WakeCounts,
     /// Whether this process has registered for membarrier, as far as this handle knows: its
@@ -104,6 +106,11 @@ pub struct ProducerStats {
     /// unmoved: a wake-up the protocol lost. Counted by this handle only (0 in
     /// `Ring::info`).
     pub net_wakeups: u64,
+    /// Times a publish or claim found the ring full (the slowest gating consumer a whole
+    /// ring behind) and waited for room, however the wait ended. Against `published`, how
+    /// often consumers held this producer back. Counted by this handle only (0 in
+    /// `Ring::info`).
+    pub room_waits: u64,
 }
 
 mod attach;
@@ -132,6 +139,7 @@ impl Producer {
             parks: self.parks,
             late_wakeups: self.wakes.late,
             net_wakeups: self.wakes.lost,
+            room_waits: self.room_waits,
         }
     }
 }

@@ -130,6 +130,7 @@ impl Producer {
     /// passed first.
     #[cold]
     fn wait_for_room(&mut self, last: u64, deadline: Option<Instant>) -> bool {
+        self.room_waits += 1;
         let mut idle = producer_backoff();
         let need = (last + 1).saturating_sub(self.capacity);
         while !self.has_room(last) {
