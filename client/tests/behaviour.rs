@@ -375,7 +375,7 @@ fn publish_timeout_waits_then_gives_up_without_spending_a_sequence() {
         "four publishes into four free slots"
     );
     assert_eq!(
-        p.publish_timeout(&[9; 8], Duration::from_millis(5)),
+        p.publish_timeout(&[9; 8], Duration::from_millis(50)),
         Err(TryPublishError::Timeout)
     );
     assert_eq!(p.stats().room_waits, 1, "the full ring was waited on once");
@@ -398,9 +398,9 @@ fn publish_timeout_waits_then_gives_up_without_spending_a_sequence() {
     );
 }
 
-/// A blocking publish into a full ring waits for the consumer and counts the wait once: the
-/// consumer drains only once the producer is parked waiting for room (the ring's producer
-/// waiter count says so), so the fifth publish is known to have waited.
+/// A blocking publish into a full ring waits for the consumer and counts the wait once,
+/// however many times it parks: the consumer drains only once the producer's entry shows a
+/// park that slept (`Ring::info`), so the fifth publish is known to have waited.
 #[test]
 fn a_blocking_publish_into_a_full_ring_counts_one_room_wait() {
     let ns = Namespace::concurrent("room-waits");
@@ -413,7 +413,13 @@ fn a_blocking_publish_into_a_full_ring_counts_one_room_wait() {
     let watcher = ring.clone();
     let drainer = std::thread::spawn(move || {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while watcher.info().producer_waiters == 0 {
+        while watcher
+            .info()
+            .producers
+            .first()
+            .map_or(0, |p| p.stats.parks)
+            == 0
+        {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the producer never parked"
@@ -430,7 +436,7 @@ fn a_blocking_publish_into_a_full_ring_counts_one_room_wait() {
     assert_eq!(p.publish(&4u64.to_le_bytes()), Ok(4));
     assert_eq!(drainer.join().unwrap(), vec![0, 1, 2, 3, 4]);
     assert_eq!(p.stats().room_waits, 1);
-    assert_eq!(p.stats().parks, 1);
+    assert!(p.stats().parks >= 1);
 }
 
 /// `publish_batch` takes its sequences in one claim, so a batch lands contiguous in the ring

@@ -269,8 +269,8 @@ fn one_in(
             "producer_parks".into(),
             p.producers.iter().filter_map(|m| m.get("parks")).sum(),
         );
-        // How often the ring was full when a producer claimed: a row whose producers waited
-        // for room on most publishes ran at its consumer's pace.
+        // How often the ring was full when a producer claimed (waits, one per waiting
+        // publish or batch): a row whose producers wait for room runs at its consumer's pace.
         r.extra.insert(
             "producer_room_waits".into(),
             p.producers.iter().filter_map(|m| m.get("room_waits")).sum(),

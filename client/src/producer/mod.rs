@@ -106,10 +106,11 @@ pub struct ProducerStats {
     /// unmoved: a wake-up the protocol lost. Counted by this handle only (0 in
     /// `Ring::info`).
     pub net_wakeups: u64,
-    /// Times a publish or claim found the ring full (the slowest gating consumer a whole
-    /// ring behind) and waited for room, however the wait ended. Against `published`, how
-    /// often consumers held this producer back. Counted by this handle only (0 in
-    /// `Ring::info`).
+    /// Waits for room: times a publish, batch or claim found the ring full (the slowest
+    /// gating consumer a whole ring behind) and waited, however the wait ended. A batch
+    /// waits once for all its events; a `publish_timeout` (or batch timeout) on a
+    /// multi-producer ring whose freed room another producer took waits, and counts, again.
+    /// Counted by this handle only (0 in `Ring::info`).
     pub room_waits: u64,
 }
 
