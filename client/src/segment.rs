@@ -152,15 +152,17 @@ impl Segment {
     #[inline]
     pub(crate) fn slots(&self) -> Slots<'_> {
         Slots {
-            // SAFETY: the mapping is `total_size` bytes, and `Geometry` makes `total_size`
-            // `slots_offset` plus the slot array (capacity >= 2 slots of >= 64 bytes), so
-            // `slots_offset` lies inside it.
-            first: unsafe { self.base().add(self.geo.slots_offset as usize) },
-            #[cfg(debug_assertions)]
-            end: self.geo.total_size as usize - self.geo.slots_offset as usize,
-            mask: self.geo.mask(),
-            slot_size: self.geo.slot_size as usize,
-            capacity: self.geo.max_payload(),
+            array: SlotArray {
+                // SAFETY: the mapping is `total_size` bytes, and `Geometry` makes
+                // `total_size` `slots_offset` plus the slot array (capacity >= 2 slots of
+                // >= 64 bytes), so `slots_offset` lies inside it.
+                first: unsafe { self.base().add(self.geo.slots_offset as usize) },
+                #[cfg(debug_assertions)]
+                end: self.geo.total_size as usize - self.geo.slots_offset as usize,
+                mask: self.geo.mask(),
+                slot_size: self.geo.slot_size as usize,
+                capacity: self.geo.max_payload(),
+            },
             _seg: std::marker::PhantomData,
         }
     }
@@ -180,12 +182,7 @@ impl Segment {
 pub(crate) struct Attached<E> {
     seg: Arc<Segment>,
     /// The slot array (as [`Segment::slots`] returns it, without the borrow).
-    first: *mut u8,
-    #[cfg(debug_assertions)]
-    end: usize,
-    mask: u64,
-    slot_size: usize,
-    capacity: usize,
+    slots: SlotArray,
     /// The entry this handle holds, inside the mapping `seg` keeps.
     entry: NonNull<E>,
 }
@@ -214,14 +211,8 @@ impl Attached<ConsumerEntry> {
 impl<E> Attached<E> {
     /// `entry` must come from one of `seg`'s entry accessors.
     fn new(seg: Arc<Segment>, entry: NonNull<E>) -> Self {
-        let s = seg.slots();
         Attached {
-            first: s.first,
-            #[cfg(debug_assertions)]
-            end: s.end,
-            mask: s.mask,
-            slot_size: s.slot_size,
-            capacity: s.capacity,
+            slots: seg.slots().array,
             entry,
             seg,
         }
@@ -236,12 +227,7 @@ impl<E> Attached<E> {
     #[inline(always)]
     pub(crate) fn slots(&self) -> Slots<'_> {
         Slots {
-            first: self.first,
-            #[cfg(debug_assertions)]
-            end: self.end,
-            mask: self.mask,
-            slot_size: self.slot_size,
-            capacity: self.capacity,
+            array: self.slots,
             _seg: std::marker::PhantomData,
         }
     }
@@ -270,16 +256,24 @@ impl<E> std::ops::Deref for Attached<E> {
     }
 }
 
-/// The slot array of a segment (see [`Segment::slots`]).
+/// Where a segment's slot array is and how it is cut: what [`Slots`] holds under the borrow
+/// of its segment, and [`Attached`] under the `Arc` it keeps.
 #[derive(Clone, Copy)]
-pub(crate) struct Slots<'a> {
+struct SlotArray {
     first: *mut u8,
     /// The slot array's length in bytes, for the debug check in `get`.
     #[cfg(debug_assertions)]
     end: usize,
     mask: u64,
     slot_size: usize,
+    /// Payload bytes per slot.
     capacity: usize,
+}
+
+/// The slot array of a segment (see [`Segment::slots`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Slots<'a> {
+    array: SlotArray,
     _seg: std::marker::PhantomData<&'a Segment>,
 }
 
@@ -287,17 +281,18 @@ impl<'a> Slots<'a> {
     /// The slot that carries sequence `seq` (as [`Segment::slot`]).
     #[inline(always)]
     pub(crate) fn get(&self, seq: u64) -> Slot<'a> {
+        let a = &self.array;
         #[cfg(debug_assertions)]
-        debug_assert!((seq & self.mask) as usize * self.slot_size + self.slot_size <= self.end);
+        debug_assert!((seq & a.mask) as usize * a.slot_size + a.slot_size <= a.end);
         // SAFETY: `seq & mask` is below the capacity, so the slot lies inside the slot
         // array of the mapping, which outlives 'a; slots are 64-aligned and start with an
         // all-atomic SlotHeader.
         unsafe {
-            let p = self.first.add((seq & self.mask) as usize * self.slot_size);
+            let p = a.first.add((seq & a.mask) as usize * a.slot_size);
             Slot {
                 header: &*(p as *const SlotHeader),
                 payload: p.add(SLOT_HEADER_SIZE),
-                capacity: self.capacity,
+                capacity: a.capacity,
             }
         }
     }

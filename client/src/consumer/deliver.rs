@@ -327,7 +327,7 @@ impl Consumer {
         // Read once: without a timed flush the loop has no flush work per event.
         let timed = flush.is_some();
         let mut careful = self.careful;
-        let cold = Some(&seg.entry().cold);
+        let cold = &seg.entry().cold;
         let (suspect, poison) = (&mut self.suspect, &mut self.poison);
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
         let outcome = (|| {
@@ -370,9 +370,7 @@ impl Consumer {
                 let cut = timed && !last && flush.as_mut().is_some_and(Flush::due);
                 if careful > 0 {
                     careful -= 1;
-                    if let Some(cold) = cold {
-                        mark_before(cold, at, suspect, poison);
-                    }
+                    mark_before(cold, at, suspect, poison);
                 }
                 call(
                     handler,
@@ -429,14 +427,12 @@ impl Consumer {
         // Read once: without a timed flush the loop has no flush work per event.
         let timed = flush.is_some();
         let mut careful = self.careful;
-        let cold = Some(&seg.entry().cold);
+        let cold = &seg.entry().cold;
         let (suspect, poison) = (&mut self.suspect, &mut self.poison);
         let mut mark = |seq: u64| {
             if careful > 0 {
                 careful -= 1;
-                if let Some(cold) = cold {
-                    mark_before(cold, seq, suspect, poison);
-                }
+                mark_before(cold, seq, suspect, poison);
             }
         };
         let [buf_a, buf_b] = &mut self.scratch;
