@@ -30,41 +30,47 @@ pub fn rows() -> u64 {
 
 /// Measure the floor.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    let s = ctx.sizes;
-    for (name, kind, mode, count, gap) in [
-        (
-            SPIN_PINGPONG,
-            "spin",
-            "pingpong",
-            s.pingpong,
-            Duration::ZERO,
-        ),
-        (SPIN_PACED, "spin", "paced", s.paced, PACE),
-        (SPIN_IDLE, "spin", "paced", s.idle, IDLE_GAP),
-        (
-            FUTEX_PINGPONG,
-            "futex",
-            "pingpong",
-            s.pingpong,
-            Duration::ZERO,
-        ),
-        (FUTEX_PACED, "futex", "paced", s.paced, PACE),
-        (FUTEX_IDLE, "futex", "paced", s.idle, IDLE_GAP),
+    for name in [
+        SPIN_PINGPONG,
+        SPIN_PACED,
+        SPIN_IDLE,
+        FUTEX_PINGPONG,
+        FUTEX_PACED,
+        FUTEX_IDLE,
     ] {
-        ctx.bar.set_message(format!("floor: {name}"));
-        let warmup = if gap == IDLE_GAP { 20 } else { s.warmup };
-        let row = Row::new(SUITE, GROUP, name, Kind::Latency);
-        let row = match measure(ctx, kind, mode, count, warmup, gap) {
-            Ok(m) => {
-                let mut r = row.with(&m);
-                r.consumer_cpu = m.get("cpu_share");
-                r
-            }
-            Err(e) => row.failed(&e),
-        };
+        let row = one(ctx, name, GROUP);
         ctx.push(row);
     }
     Ok(())
+}
+
+/// Measure the floor row `name` (one of this suite's names) into a row of `group`, for
+/// this suite and for another one (`paired`).
+pub fn one(ctx: &mut Ctx, name: &str, group: &str) -> Row {
+    let s = ctx.sizes;
+    let (kind, mode, count, gap) = match name {
+        SPIN_PINGPONG => ("spin", "pingpong", s.pingpong, Duration::ZERO),
+        SPIN_PACED => ("spin", "paced", s.paced, PACE),
+        SPIN_IDLE => ("spin", "paced", s.idle, IDLE_GAP),
+        FUTEX_PINGPONG => ("futex", "pingpong", s.pingpong, Duration::ZERO),
+        FUTEX_PACED => ("futex", "paced", s.paced, PACE),
+        FUTEX_IDLE => ("futex", "paced", s.idle, IDLE_GAP),
+        _ => {
+            return Row::new(SUITE, group, name, Kind::Latency)
+                .failed(&anyhow::anyhow!("no floor row is named {name:?}"))
+        }
+    };
+    ctx.bar.set_message(format!("floor: {name}"));
+    let warmup = if gap == IDLE_GAP { 20 } else { s.warmup };
+    let row = Row::new(SUITE, group, name, Kind::Latency);
+    match measure(ctx, kind, mode, count, warmup, gap) {
+        Ok(m) => {
+            let mut r = row.with(&m);
+            r.consumer_cpu = m.get("cpu_share");
+            r
+        }
+        Err(e) => row.failed(&e),
+    }
 }
 
 fn measure(

@@ -27,26 +27,32 @@ pub fn rows() -> u64 {
 
 /// Measure every strategy in every shape.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    let s = ctx.sizes;
-    for wait in STRATEGIES {
-        let row = paced(ctx, PACED, wait, s.paced, s.warmup, PACE);
-        ctx.push(row);
-    }
-    for wait in STRATEGIES {
-        // A sleeping consumer sleeps on every hop: fewer round trips keep the row short.
-        let count = if wait == "sleeping" {
-            s.pingpong / 10
-        } else {
-            s.pingpong
-        };
-        let row = pingpong(ctx, wait, count);
-        ctx.push(row);
-    }
-    for wait in STRATEGIES {
-        let row = paced(ctx, IDLE, wait, s.idle, s.warmup, IDLE_GAP);
-        ctx.push(row);
+    for group in [PACED, PINGPONG, IDLE] {
+        for wait in STRATEGIES {
+            let row = one(ctx, group, wait);
+            ctx.push(row);
+        }
     }
     Ok(())
+}
+
+/// Measure `wait` in the shape `group` (one of this suite's groups), compared with the floor
+/// row measured earlier in this run if there is one; for this suite and for another one
+/// (`paired`, which compares with the floor of its own round instead).
+pub fn one(ctx: &mut Ctx, group: &str, wait: &str) -> Row {
+    let s = ctx.sizes;
+    let row = match group {
+        PACED => paced(ctx, PACED, wait, s.paced, s.warmup, PACE),
+        // A sleeping consumer sleeps on every hop: fewer round trips keep the row short.
+        PINGPONG if wait == "sleeping" => pingpong(ctx, wait, s.pingpong / 10),
+        PINGPONG => pingpong(ctx, wait, s.pingpong),
+        IDLE => paced(ctx, IDLE, wait, s.idle, s.warmup, IDLE_GAP),
+        _ => {
+            return Row::new(SUITE, group, wait, Kind::Latency)
+                .failed(&anyhow::anyhow!("no latency group is named {group:?}"))
+        }
+    };
+    finish(ctx, row, wait)
 }
 
 /// The floor a strategy is compared with: the futex floor if it parks, else the spin one.
@@ -85,7 +91,7 @@ fn paced(ctx: &mut Ctx, group: &str, wait: &str, count: u64, warmup: u64, gap: D
         ctx.timeout(count, gap),
     );
     let row = Row::new(SUITE, group, wait, Kind::Latency);
-    let row = match shm::run(ctx, "lat", setup) {
+    match shm::run(ctx, "lat", setup) {
         Ok(p) => {
             let c = &p.consumers[0];
             let mut r = row.with(c);
@@ -99,8 +105,7 @@ fn paced(ctx: &mut Ctx, group: &str, wait: &str, count: u64, warmup: u64, gap: D
             r
         }
         Err(e) => row.failed(&e),
-    };
-    finish(ctx, row, wait)
+    }
 }
 
 fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
@@ -118,7 +123,7 @@ fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
     );
     setup.echo = true;
     let row = Row::new(SUITE, PINGPONG, wait, Kind::Latency);
-    let row = match shm::run(ctx, "pp", setup) {
+    match shm::run(ctx, "pp", setup) {
         Ok(p) => {
             let c = &p.consumers[0];
             let mut r = row.with(c);
@@ -130,6 +135,5 @@ fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
             r
         }
         Err(e) => row.failed(&e),
-    };
-    finish(ctx, row, wait)
+    }
 }

@@ -1,6 +1,8 @@
 //! Suite `paired`: the rows behind the throughput targets (the floor ring, shmring's 1P1C
-//! per-event and batch-100 rows with 8-byte events, and the `disruptor` crate), measured
-//! one after the other in each of several rounds, in an order rotated from round to round.
+//! per-event and batch-100 rows with 8-byte events, and the `disruptor` crate) and behind
+//! the busy-spin latency targets (the spin floor and shmring's busy-spin consumer, ping-pong
+//! and paced 100 µs), measured one after the other in each of several rounds, in an order
+//! rotated from round to round.
 //!
 //! A ratio of two rows measured a minute apart is only as good as the machine's steadiness
 //! over that minute: on a shared 2-vCPU guest the speed of a cross-core line transfer can
@@ -14,7 +16,7 @@ use anyhow::Result;
 use crate::row::{Kind, Row};
 use crate::run::Ctx;
 use crate::spsc::Format;
-use crate::{peers, throughput};
+use crate::{floor, latency, peers, throughput};
 
 pub const SUITE: &str = "paired";
 /// Rounds of the four rows.
@@ -22,6 +24,17 @@ pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
 pub const FLOOR_ROW: &str = throughput::FLOOR_ROW;
 pub const DISRUPTOR_ROW: &str = peers::DISRUPTOR;
+
+/// The latency pairs of a round: (shmring's row name here, the `latency` group it is
+/// measured in, the spin floor row it is divided by).
+pub const LATENCY: [(&str, &str, &str); 2] = [
+    (BUSY_PINGPONG, latency::PINGPONG, floor::SPIN_PINGPONG),
+    (BUSY_PACED, latency::PACED, floor::SPIN_PACED),
+];
+/// shmring's busy-spin consumer, back-to-back ping-pong over two rings, one-way.
+pub const BUSY_PINGPONG: &str = "busy-spin, ping-pong";
+/// shmring's busy-spin consumer, paced 100 µs, one-way.
+pub const BUSY_PACED: &str = "busy-spin, paced 100 µs";
 
 /// Row name of a 1P1C row of the round, as `throughput` names it.
 pub fn shm_row(batch: usize) -> String {
@@ -33,30 +46,63 @@ pub fn round(r: usize) -> String {
     format!("round {r}")
 }
 
+/// The latency rows' group in round `r` (from 1): a table holds one kind of row.
+pub fn latency_round(r: usize) -> String {
+    format!("round {r}, latency")
+}
+
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (ROUNDS * 4) as u64
+    (ROUNDS * (4 + 2 * LATENCY.len())) as u64
 }
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
+    const ROWS: usize = 4 + 2 * LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
+        let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
         // Rotated, so that no row always runs first (or always after the same one).
-        let mut rows = Vec::with_capacity(4);
-        for k in 0..4 {
-            rows.push(match (k + r) % 4 {
+        let mut rows = Vec::with_capacity(ROWS);
+        for k in 0..ROWS {
+            let row = match (k + r) % ROWS {
                 0 => throughput::floor_row(ctx, Format::Bare, &group, FLOOR_ROW),
                 1 => throughput::one_row(ctx, 1, &shm_row(1), &group),
                 2 => throughput::one_row(ctx, 100, &shm_row(100), &group),
-                _ => peers::disruptor_throughput(ctx, &group),
-            });
+                3 => peers::disruptor_throughput(ctx, &group),
+                i => {
+                    let (name, shape, spin_floor) = LATENCY[(i - 4) / 2];
+                    if i % 2 == 0 {
+                        floor::one(ctx, spin_floor, &lat_group)
+                    } else {
+                        let mut row = latency::one(ctx, shape, "busy-spin");
+                        row.name = name.to_owned();
+                        row
+                    }
+                }
+            };
+            rows.push(row);
+        }
+        // Each busy-spin row against the spin floor of its own round.
+        for (name, _, spin_floor) in LATENCY {
+            let f = rows.iter().find(|x| x.name == spin_floor).cloned();
+            if let Some(row) = rows.iter_mut().find(|x| x.name == name) {
+                row.floor = None;
+                row.x_floor_p50 = None;
+                row.x_floor_p999 = None;
+                if let Some(f) = f.filter(|f| f.error.is_none()) {
+                    row.against(&f);
+                }
+            }
         }
         for mut row in rows {
             row.suite = SUITE.to_owned();
-            row.group.clone_from(&group);
-            debug_assert_eq!(row.kind, Kind::Throughput);
+            row.group = if row.kind == Kind::Latency {
+                lat_group.clone()
+            } else {
+                group.clone()
+            };
             ctx.push(row);
         }
     }
@@ -65,15 +111,30 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
 
 /// The ratio `a / b` of each round that measured both rows (best 100 ms of each).
 pub fn ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
-    let ops = |group: &str, name: &str| {
+    ratios_by(rows, round, a, b, |r| r.best_ops_per_sec.or(r.ops_per_sec))
+}
+
+/// The ratio `a / b` of the p50s of each round's latency rows that measured both.
+pub fn latency_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
+    ratios_by(rows, latency_round, a, b, |r| r.p50_ns.map(|v| v as f64))
+}
+
+fn ratios_by(
+    rows: &[Row],
+    group: fn(usize) -> String,
+    a: &str,
+    b: &str,
+    value: impl Fn(&Row) -> Option<f64>,
+) -> Vec<f64> {
+    let get = |group: &str, name: &str| {
         rows.iter()
             .find(|r| r.suite == SUITE && r.group == group && r.name == name && r.error.is_none())
-            .and_then(|r| r.best_ops_per_sec.or(r.ops_per_sec))
+            .and_then(&value)
     };
     (1..=ROUNDS)
         .filter_map(|r| {
-            let g = round(r);
-            match (ops(&g, a), ops(&g, b)) {
+            let g = group(r);
+            match (get(&g, a), get(&g, b)) {
                 (Some(x), Some(y)) if y > 0.0 => Some(x / y),
                 _ => None,
             }

@@ -250,26 +250,55 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             5.0,
         ),
     ] {
-        let v = paired::ratios(rows, a, b);
-        if let Some((median, least, greatest)) = paired::spread(&v) {
-            out.push(Target {
-                what: what.to_owned(),
-                from: format!(
-                    "{a} [{s}] / {b} [{s}], each round: median of {} rounds, range \
-                     {least:.2}-{greatest:.2}x",
-                    v.len(),
-                    s = paired::SUITE
-                ),
-                ratio: median,
-                cmp: ">=",
-                bar,
-                met: check(median, ">=", bar),
-                goal: None,
-                goal_met: None,
-            });
-        }
+        out.extend(paired_target(
+            what,
+            a,
+            b,
+            &paired::ratios(rows, a, b),
+            ">=",
+            bar,
+        ));
+    }
+    // Busy-spin p50 against the spin floor of the same round: no latency row worse than
+    // 1.3x its floor.
+    for (name, _, spin_floor) in paired::LATENCY {
+        out.extend(paired_target(
+            &format!("{name} p50 / {spin_floor} floor p50, paired"),
+            name,
+            spin_floor,
+            &paired::latency_ratios(rows, name, spin_floor),
+            "<=",
+            1.3,
+        ));
     }
     out
+}
+
+/// A target of suite `paired`: `a / b` in each round (`v`), judged by the median.
+fn paired_target(
+    what: &str,
+    a: &str,
+    b: &str,
+    v: &[f64],
+    cmp: &'static str,
+    bar: f64,
+) -> Option<Target> {
+    let (median, least, greatest) = paired::spread(v)?;
+    Some(Target {
+        what: what.to_owned(),
+        from: format!(
+            "{a} [{s}] / {b} [{s}], each round: median of {} rounds, range \
+             {least:.2}-{greatest:.2}x",
+            v.len(),
+            s = paired::SUITE
+        ),
+        ratio: median,
+        cmp,
+        bar,
+        met: check(median, cmp, bar),
+        goal: None,
+        goal_met: None,
+    })
 }
 
 /// The longer-term absolute goals, stated beside the ratios.
@@ -378,5 +407,49 @@ mod tests {
         );
         // Rows the paired suite did not measure give no paired target.
         assert!(!targets.iter().any(|t| t.what.contains("floor, paired")));
+    }
+
+    #[test]
+    fn a_paired_latency_target_divides_by_the_floor_of_its_own_round() {
+        let mut rows = Vec::new();
+        // Round 2's floor ran slow (the guest's slow placement): divided by the whole run's
+        // floors, round 1's busy-spin row would look far better than it was.
+        for (r, busy, spin) in [(1, 130, 100), (2, 400, 250), (3, 90, 100)] {
+            for (name, p50) in [(paired::BUSY_PINGPONG, busy), (floor::SPIN_PINGPONG, spin)] {
+                let mut row = Row::new(
+                    paired::SUITE,
+                    &paired::latency_round(r),
+                    name,
+                    Kind::Latency,
+                );
+                row.p50_ns = Some(p50);
+                rows.push(row);
+            }
+        }
+        // A floor row of the throughput rounds' group is not the latency rounds' floor.
+        let mut stray = Row::new(
+            paired::SUITE,
+            &paired::round(4),
+            floor::SPIN_PINGPONG,
+            Kind::Latency,
+        );
+        stray.p50_ns = Some(1);
+        rows.push(stray);
+        let targets = evaluate(&rows);
+        let t = targets
+            .iter()
+            .find(|t| t.what.starts_with("busy-spin, ping-pong p50"))
+            .expect("the paired ping-pong latency target");
+        // Ratios 1.3, 1.6, 0.9: the median 1.3 meets the bar (<= 1.3).
+        assert_eq!(t.ratio, 1.3);
+        assert_eq!(t.cmp, "<=");
+        assert!(t.met);
+        assert!(
+            t.from.contains("median of 3 rounds, range 0.90-1.60x"),
+            "{}",
+            t.from
+        );
+        // No paced rows were measured: no paced target.
+        assert!(!targets.iter().any(|t| t.what.contains("paced 100 µs p50")));
     }
 }
