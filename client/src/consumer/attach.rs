@@ -205,7 +205,6 @@ impl Consumer {
             required,
             durable,
             batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
-            claim_hint: geo.producer_mode == shmring_layout::ProducerMode::Single,
             max_payload: geo.max_payload(),
             idler: Idler::new(opts.wait),
             failed: false,

@@ -27,8 +27,8 @@ impl Consumer {
         if self.member.is_some() {
             return self.member_pending();
         }
-        // The upstreams before the claim line: an upstream lost while nothing is claimed
-        // still reads as pending, in either producer mode.
+        // The upstreams first: an upstream lost while nothing is published still reads as
+        // pending.
         if !self.upstream.is_empty() {
             match self.barrier() {
                 Ok(limit) if limit <= self.next => return false,
@@ -36,9 +36,9 @@ impl Consumer {
                 Err(barrier::Stale) => return stale,
             }
         }
-        if self.nothing_claimed() {
-            return false;
-        }
+        // A caught-up consumer looks at the next slot's stamp, in either producer mode: one
+        // line, the one the producer writes, so the event is seen one line transfer after
+        // its stamp (ARCHITECTURE.md, "Where a caught-up consumer looks").
         let stamp = self
             .seg
             .slot(self.next)
@@ -46,28 +46,6 @@ impl Consumer {
             .stamp
             .load(Ordering::Acquire);
         stamp::reached(stamp, self.next)
-    }
-
-    /// Whether no producer has even claimed this consumer's next sequence: a look at the
-    /// claim line instead of the slot line, so that a consumer that has caught up does not
-    /// pull the slot line away from the producer while it writes the slot. Sound for the
-    /// last look before parking too: a producer's claim is ordered before its stamp, so a
-    /// look that misses the claim also misses the stamp, and the fence pair of the park
-    /// protocol covers both.
-    ///
-    /// Single-producer rings only (`claim_hint`): there the claim is a plain store, which
-    /// waits in the producer's store buffer for the line this look pulled away (in the
-    /// membarrier fence mode; in the SeqCst-fence mode the producer's full fence after the
-    /// claim drains it, as a locked claim would). A multi-producer claim is a locked
-    /// `fetch_add`, which stalls the producer until the line is back; a consumer looking at
-    /// it slowed a multi-producer ring by a quarter (ARCHITECTURE.md, "Multi-producer
-    /// rings: the stamp, not the claim line"), so there it reads the stamp directly, as a
-    /// look that always finds something claimed.
-    #[inline(always)]
-    fn nothing_claimed(&self) -> bool {
-        // Relaxed: a hint; the Acquire stamp load decides. CLAIM_CLOSED set reads as far
-        // ahead, so a closed multi-producer line would always look at the slot anyway.
-        self.claim_hint && self.seg.lines().claim.value.load(Ordering::Relaxed) <= self.next
     }
 
     /// Deliver the contiguous published run from this consumer's position, up to the batch
@@ -130,14 +108,6 @@ impl Consumer {
         }
         if self.member.is_some() {
             return self.poll_member(&mut handler);
-        }
-        if self.nothing_claimed() {
-            // A dependent consumer learns of a lost upstream here too, not only once a
-            // producer claims its next sequence; and the revalidation clears a changed
-            // upstream that `has_pending` reads as pending, so `run` and `wait` do not spin
-            // on it.
-            self.upstream_limit()?;
-            return self.idle_checks(false);
         }
         // Relaxed: a hint on this consumer's own line; `idle_checks` decides. A required
         // consumer reads in place only while it holds its entry as ACTIVE: released by the

@@ -276,9 +276,6 @@ pub struct Consumer {
     pub(crate) required: bool,
     durable: bool,
     batch_cap: u64,
-    /// Whether a caught-up consumer looks at the claim line before the slot (see
-    /// `nothing_claimed`): on a single-producer ring only.
-    claim_hint: bool,
     pub(crate) max_payload: usize,
     idler: Idler,
     wait: WaitStrategy,
