@@ -19,7 +19,8 @@ use crate::spsc::Format;
 use crate::{floor, latency, peers, throughput};
 
 pub const SUITE: &str = "paired";
-/// Rounds of the four rows.
+/// Rounds of the rows (four throughput rows, and a busy-spin row and its floor per latency
+/// shape).
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
 pub const FLOOR_ROW: &str = throughput::FLOOR_ROW;
@@ -63,10 +64,13 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        // Rotated, so that no row always runs first (or always after the same one).
+        // Rotated, so that no row always runs first (or always after the same one); each
+        // latency pair runs floor first in odd rounds and busy-spin first in even ones.
         let mut rows = Vec::with_capacity(ROWS);
         for k in 0..ROWS {
-            let row = match (k + r) % ROWS {
+            let i = (k + r) % ROWS;
+            let i = if i >= 4 && r % 2 == 0 { i ^ 1 } else { i };
+            let row = match i {
                 0 => throughput::floor_row(ctx, Format::Bare, &group, FLOOR_ROW),
                 1 => throughput::one_row(ctx, 1, &shm_row(1), &group),
                 2 => throughput::one_row(ctx, 100, &shm_row(100), &group),
@@ -84,29 +88,40 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
             };
             rows.push(row);
         }
-        // Each busy-spin row against the spin floor of its own round.
-        for (name, _, spin_floor) in LATENCY {
-            let f = rows.iter().find(|x| x.name == spin_floor).cloned();
-            if let Some(row) = rows.iter_mut().find(|x| x.name == name) {
-                row.floor = None;
-                row.x_floor_p50 = None;
-                row.x_floor_p999 = None;
-                if let Some(f) = f.filter(|f| f.error.is_none()) {
-                    row.against(&f);
-                }
-            }
-        }
-        for mut row in rows {
-            row.suite = SUITE.to_owned();
-            row.group = if row.kind == Kind::Latency {
-                lat_group.clone()
-            } else {
-                group.clone()
-            };
+        for row in finish_round(rows, r) {
             ctx.push(row);
         }
     }
     Ok(())
+}
+
+/// The rows of round `r` as this suite records them: its suite and groups (throughput rows
+/// in `round(r)`, latency rows in `latency_round(r)`), each busy-spin row compared with the
+/// spin floor of this round only (and with none if that floor failed).
+fn finish_round(mut rows: Vec<Row>, r: usize) -> Vec<Row> {
+    for (name, _, spin_floor) in LATENCY {
+        let f = rows
+            .iter()
+            .find(|x| x.name == spin_floor && x.error.is_none())
+            .cloned();
+        if let Some(row) = rows.iter_mut().find(|x| x.name == name) {
+            row.floor = None;
+            row.x_floor_p50 = None;
+            row.x_floor_p999 = None;
+            if let Some(f) = f {
+                row.against(&f);
+            }
+        }
+    }
+    for row in &mut rows {
+        row.suite = SUITE.to_owned();
+        row.group = if row.kind == Kind::Latency {
+            latency_round(r)
+        } else {
+            round(r)
+        };
+    }
+    rows
 }
 
 /// The ratio `a / b` of each round that measured both rows (best 100 ms of each).
@@ -206,5 +221,61 @@ mod tests {
         assert_eq!(spread(&[]), None);
         assert_eq!(spread(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
         assert_eq!(spread(&[4.0, 1.0, 2.0, 3.0]), Some((2.5, 1.0, 4.0)));
+    }
+
+    #[test]
+    fn a_round_compares_each_busy_spin_row_with_its_own_floor_and_groups_by_kind() {
+        let lat = |name: &str, p50: u64| {
+            let mut r = Row::new(latency::SUITE, latency::PINGPONG, name, Kind::Latency);
+            r.p50_ns = Some(p50);
+            r.p999_ns = Some(p50 * 10);
+            r
+        };
+        // The busy-spin rows arrive compared with whole-run floors (`latency::one`).
+        let mut busy_pp = lat(BUSY_PINGPONG, 130);
+        busy_pp.floor = Some("a whole-run floor".into());
+        busy_pp.x_floor_p50 = Some(9.0);
+        let mut busy_paced = lat(BUSY_PACED, 300);
+        busy_paced.x_floor_p999 = Some(9.0);
+        let mut failed_floor = lat(floor::SPIN_PACED, 1);
+        failed_floor.error = Some("timed out".into());
+        let rows = vec![
+            row(&round(9), FLOOR_ROW, 1000.0),
+            busy_pp,
+            lat(floor::SPIN_PINGPONG, 100),
+            busy_paced,
+            failed_floor,
+        ];
+        let out = finish_round(rows, 3);
+        let get = |name: &str| out.iter().find(|r| r.name == name).expect(name);
+        let pp = get(BUSY_PINGPONG);
+        assert_eq!(pp.floor.as_deref(), Some(floor::SPIN_PINGPONG));
+        assert_eq!(pp.x_floor_p50, Some(1.3));
+        assert_eq!(pp.x_floor_p999, Some(1.3));
+        // Its floor failed this round: no ratio, not the stale one it came with.
+        let paced = get(BUSY_PACED);
+        assert_eq!(
+            (
+                paced.floor.as_deref(),
+                paced.x_floor_p50,
+                paced.x_floor_p999
+            ),
+            (None, None, None)
+        );
+        for r in &out {
+            assert_eq!(r.suite, SUITE);
+            let want = if r.kind == Kind::Latency {
+                latency_round(3)
+            } else {
+                round(3)
+            };
+            assert_eq!(r.group, want, "{}", r.name);
+        }
+        // What the targets read back: the ping-pong ratio of round 3.
+        assert_eq!(
+            latency_ratios(&out, BUSY_PINGPONG, floor::SPIN_PINGPONG),
+            vec![1.3]
+        );
+        assert!(latency_ratios(&out, BUSY_PACED, floor::SPIN_PACED).is_empty());
     }
 }

@@ -98,7 +98,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             fl(floor_name),
             &p50,
             "<=",
-            1.5,
+            1.3,
             Some(1.25),
         );
         push(
@@ -259,8 +259,8 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             bar,
         ));
     }
-    // Busy-spin p50 against the spin floor of the same round: no latency row worse than
-    // 1.3x its floor.
+    // Busy-spin p50 against the spin floor of the same round: the median of the rounds'
+    // ratios at most 1.3x (the bar of the whole-run target above, from seconds-apart rows).
     for (name, _, spin_floor) in paired::LATENCY {
         out.extend(paired_target(
             &format!("{name} p50 / {spin_floor} floor p50, paired"),
@@ -412,9 +412,9 @@ mod tests {
     #[test]
     fn a_paired_latency_target_divides_by_the_floor_of_its_own_round() {
         let mut rows = Vec::new();
-        // Round 2's floor ran slow (the guest's slow placement): divided by the whole run's
-        // floors, round 1's busy-spin row would look far better than it was.
-        for (r, busy, spin) in [(1, 130, 100), (2, 400, 250), (3, 90, 100)] {
+        // Round 2 ran in the guest's slow placement. Paired with any other round's floor
+        // (the first one found, or the slow one), the ratios' median moves off 1.3.
+        for (r, busy, spin) in [(1, 130, 100), (2, 400, 250), (3, 90, 50)] {
             for (name, p50) in [(paired::BUSY_PINGPONG, busy), (floor::SPIN_PINGPONG, spin)] {
                 let mut row = Row::new(
                     paired::SUITE,
@@ -440,12 +440,14 @@ mod tests {
             .iter()
             .find(|t| t.what.starts_with("busy-spin, ping-pong p50"))
             .expect("the paired ping-pong latency target");
-        // Ratios 1.3, 1.6, 0.9: the median 1.3 meets the bar (<= 1.3).
-        assert_eq!(t.ratio, 1.3);
+        // Ratios 1.3, 1.6, 1.8: the median 1.6 misses the bar (<= 1.3). Against round 1's
+        // floor they would be 1.3, 4.0, 0.9 (median 1.3, met); against round 2's, 0.52, 1.6,
+        // 0.36 (median 0.52); against round 3's, 2.6, 8.0, 1.8 (median 2.6).
+        assert_eq!(t.ratio, 1.6);
         assert_eq!(t.cmp, "<=");
-        assert!(t.met);
+        assert!(!t.met);
         assert!(
-            t.from.contains("median of 3 rounds, range 0.90-1.60x"),
+            t.from.contains("median of 3 rounds, range 1.30-1.80x"),
             "{}",
             t.from
         );
