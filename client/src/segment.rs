@@ -185,6 +185,8 @@ pub(crate) struct Attached<E> {
     slots: SlotArray,
     /// The entry this handle holds, inside the mapping `seg` keeps.
     entry: NonNull<E>,
+    /// That entry's index in its table.
+    index: u32,
 }
 
 // SAFETY: the pointers point into the mapping that `seg` (Send + Sync) keeps alive as long
@@ -196,7 +198,7 @@ impl Attached<ProducerEntry> {
     /// `seg` held by the producer of entry `i`; `None` past the producer table.
     pub(crate) fn producer(seg: Arc<Segment>, i: u32) -> Option<Self> {
         let entry = NonNull::from(seg.producer(i)?);
-        Some(Self::new(seg, entry))
+        Some(Self::new(seg, entry, i))
     }
 }
 
@@ -204,18 +206,24 @@ impl Attached<ConsumerEntry> {
     /// `seg` held by the consumer of entry `i`; `None` past the consumer table.
     pub(crate) fn consumer(seg: Arc<Segment>, i: u32) -> Option<Self> {
         let entry = NonNull::from(seg.consumer(i)?);
-        Some(Self::new(seg, entry))
+        Some(Self::new(seg, entry, i))
     }
 }
 
 impl<E> Attached<E> {
-    /// `entry` must come from one of `seg`'s entry accessors.
-    fn new(seg: Arc<Segment>, entry: NonNull<E>) -> Self {
+    /// `entry` must come from one of `seg`'s entry accessors, given `index`.
+    fn new(seg: Arc<Segment>, entry: NonNull<E>, index: u32) -> Self {
         Attached {
             slots: seg.slots().array,
             entry,
+            index,
             seg,
         }
+    }
+
+    /// The index of the entry this handle holds, in its table.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
     }
 
     /// The segment itself, to share.
@@ -400,6 +408,7 @@ mod tests {
             let a = Attached::producer(Arc::clone(seg), i).expect("producer entry in the table");
             let want = seg.producer(i).expect("producer entry") as *const _;
             assert_eq!(a.entry() as *const _, want, "producer entry {i}");
+            assert_eq!(a.index(), i);
             for seq in (0..3 * config.capacity).chain([u64::MAX - 1, u64::MAX]) {
                 let (got, want) = (a.slot(seq), seg.slot(seq));
                 assert_eq!(addr(got.header), addr(want.header), "slot of {seq}");
@@ -410,6 +419,7 @@ mod tests {
             let a = Attached::consumer(Arc::clone(seg), i).expect("consumer entry in the table");
             let want = seg.consumer(i).expect("consumer entry") as *const _;
             assert_eq!(a.entry() as *const _, want, "consumer entry {i}");
+            assert_eq!(a.index(), i);
             assert_eq!(addr(a.slot(5).header), addr(seg.slot(5).header));
         }
         assert!(Attached::producer(Arc::clone(seg), 3).is_none());

@@ -199,7 +199,6 @@ impl Consumer {
             wait: opts.wait,
             idle_since: None,
             registered: fence::registered(),
-            entry,
             word,
             next,
             required,

@@ -429,7 +429,7 @@ impl Consumer {
         let Some(mut m) = self.member.take() else {
             return;
         };
-        while let Some(a) = find_left_claim(&self.seg, m.group, Some(self.entry), true) {
+        while let Some(a) = find_left_claim(&self.seg, m.group, Some(self.seg.index()), true) {
             m.adopted.push(a);
         }
         self.member = Some(m);

@@ -269,7 +269,6 @@ pub enum RunExit {
 pub struct Consumer {
     /// The segment, with the slot geometry and this consumer's entry resolved at attach.
     pub(crate) seg: Attached<ConsumerEntry>,
-    entry: u32,
     /// The entry's word as this handle holds it (see `table`).
     word: u64,
     pub(crate) next: u64,
@@ -380,7 +379,7 @@ impl Consumer {
 
     /// Its index in the consumer table.
     pub fn index(&self) -> u32 {
-        self.entry
+        self.seg.index()
     }
 
     /// Call `f` with each event the error policy skips ([`ErrorPolicy::Skip`]), after the

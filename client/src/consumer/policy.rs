@@ -416,7 +416,7 @@ impl Consumer {
     /// header).
     pub(super) fn mark_suspect(&mut self) {
         let seg = Arc::clone(self.seg.arc());
-        let Some(e) = seg.consumer(self.entry) else {
+        let Some(e) = seg.consumer(self.seg.index()) else {
             return;
         };
         let cold = &e.cold;
@@ -499,7 +499,7 @@ impl Consumer {
         match self.policy.verdict(attempts) {
             Verdict::Stop => {
                 tracing::warn!(
-                    consumer = self.entry,
+                    consumer = self.seg.index(),
                     sequence = at,
                     attempts,
                     error = failure.text.as_str(),
@@ -542,7 +542,7 @@ impl Consumer {
                     error,
                     payload: &self.scratch[b],
                 };
-                report(self.entry, &mut cb, letter);
+                report(self.seg.index(), &mut cb, letter);
                 self.dead_letter = cb;
             }
         }
@@ -564,7 +564,7 @@ impl Consumer {
             error,
             payload,
         };
-        report(self.entry, &mut cb, letter);
+        report(self.seg.index(), &mut cb, letter);
         self.dead_letter = cb;
     }
 
@@ -601,7 +601,7 @@ impl Consumer {
         self.exhausted = false;
         self.retry_at = None;
         let seg = Arc::clone(self.seg.arc());
-        let Some(e) = seg.consumer(self.entry) else {
+        let Some(e) = seg.consumer(self.seg.index()) else {
             return;
         };
         begin_skip(&e.cold, at);
@@ -699,7 +699,7 @@ impl Consumer {
             }
             Verdict::Stop | Verdict::Again(_) => {
                 tracing::warn!(
-                    consumer = self.entry,
+                    consumer = self.seg.index(),
                     sequence = at,
                     attempts,
                     "attempts used up by processes that died in the handler; consumer stops"
