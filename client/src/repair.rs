@@ -25,7 +25,7 @@ use shmring_layout::{
 };
 
 use crate::table::{self, Holder, Tombstone};
-use crate::{gating, park, Ring};
+use crate::{fence, gating, park, Ring};
 
 /// What a repair of dead claims did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -91,6 +91,9 @@ impl Ring {
         };
         let done = table::consumer::release(&e.hot.word, seen);
         if done {
+            // Its downstreams can pass it now: wake those parked. Registration read after
+            // the CAS (see `fence`: until registered, the light side fences fully).
+            park::notify_downstreams(&self.seg, fence::registered());
             self.entry_changed(index, seen, consumer_state::RELEASED);
         }
         done
@@ -122,6 +125,10 @@ impl Ring {
         };
         let done = table::consumer::free(&e.hot.word, seen, to);
         if done {
+            if to != consumer_state::DETACHED {
+                // Freed or released: a downstream can act (see `release_consumer`).
+                park::notify_downstreams(&self.seg, fence::registered());
+            }
             self.entry_changed(index, seen, to);
         }
         done

@@ -489,3 +489,64 @@ fn an_upstreams_detach_is_no_lost_wakeup_of_an_idle_parked_downstream() {
         );
     }
 }
+
+/// A parked downstream, `c` after `a`, with `act` done to `a` once `c` parks: what `c`
+/// delivered and how its poll after the wait ended. (That the change wakes it, rather than
+/// leaving it to the 50 ms net, is `consumer::tests::
+/// a_release_or_an_unsubscribe_wakes_parked_consumers`: from another thread, a wait that
+/// ends by a wake and one whose last look saw the change look alike.)
+fn park_then(
+    tag: &str,
+    published: u64,
+    act: impl FnOnce(&Ring, shmring::Consumer),
+) -> (Vec<u64>, Result<usize, PollError>) {
+    let ns = Namespace::concurrent(tag);
+    let ring = graph_ring(&ns, 4);
+    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut c = ring
+        .consumer(
+            ConsumerOptions::durable("c")
+                .after(["a"])
+                .wait(WaitStrategy::Blocking),
+        )
+        .unwrap();
+    publish_range(&ring, 0..published);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(move || {
+            c.wait().expect("wait");
+            let mut got = Vec::new();
+            let polled = c.poll_once(|ev| got.push(ev.sequence()));
+            (got, polled)
+        });
+        let watchdog = std::time::Instant::now();
+        while ring.info().consumer_waiters == 0 {
+            assert!(watchdog.elapsed() < WATCHDOG, "watchdog: c never parked");
+            std::thread::yield_now();
+        }
+        act(&ring, a);
+        waiter.join().expect("the downstream thread")
+    })
+}
+
+#[test]
+fn a_parked_downstream_passes_its_upstream_once_it_is_released() {
+    let (got, polled) = park_then("deps-park-release", 2, |ring, a| {
+        drop(a);
+        let ai = ring
+            .info()
+            .consumers
+            .into_iter()
+            .find(|c| c.name == "a")
+            .unwrap();
+        assert!(ring.release_consumer(ai.index, ai.word));
+    });
+    assert_eq!(polled, Ok(2));
+    assert_eq!(got, vec![0, 1]);
+}
+
+#[test]
+fn a_parked_downstream_hears_its_upstream_unsubscribe() {
+    let (got, polled) = park_then("deps-park-unsubscribe", 1, |_, a| a.unsubscribe());
+    assert_eq!(got, Vec::<u64>::new());
+    assert_eq!(polled, Err(PollError::UpstreamLost { name: "a".into() }));
+}

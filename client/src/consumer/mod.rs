@@ -438,8 +438,70 @@ impl Drop for Consumer {
             };
             // A CAS from the word read, so a release that lands in between is not undone.
             if table::consumer::give_up(&e.hot.word, word, to).is_ok() {
+                if to == consumer_state::FREE || to == consumer_state::RELEASED {
+                    // Its downstreams can act now: pass it (released) or find it lost
+                    // (freed). This handle's own flag: a drop never registers the process.
+                    park::notify_downstreams(&self.seg, self.registered);
+                }
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ConsumerOptions, RingConfig};
+
+    /// A change of a consumer entry that lets a downstream act (released: passed; freed:
+    /// lost) wakes the consumers parked on the ring; a detach, which still holds its
+    /// downstreams, does not. Each step raises the waiter count as a parker does and checks
+    /// whether the wake word moved.
+    #[test]
+    fn a_release_or_an_unsubscribe_wakes_parked_consumers() {
+        let ns = shmring_testkit::Namespace::concurrent("consumer-downstream-wake");
+        let config = RingConfig {
+            capacity: 16,
+            max_consumers: 4,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let line = &ring.seg.lines().consumer_wake.value;
+        let wakes = |act: &mut dyn FnMut()| {
+            let before = line.word.load(Ordering::Relaxed);
+            let raised = park::on(line).raise();
+            act();
+            let woke = line.word.load(Ordering::Relaxed) != before;
+            park::on(line).lower(raised);
+            woke
+        };
+        let a = ring
+            .consumer(ConsumerOptions::durable("a"))
+            .expect("attach a");
+        let index = a.index();
+        let mut a = Some(a);
+        assert!(
+            !wakes(&mut || drop(a.take())),
+            "a durable consumer's detach (it still holds its downstreams) wakes nobody"
+        );
+        let word = ring
+            .info()
+            .consumers
+            .into_iter()
+            .find(|c| c.index == index)
+            .expect("a's entry")
+            .word;
+        assert!(wakes(&mut || assert!(ring.release_consumer(index, word))));
+        let b = ring
+            .consumer(ConsumerOptions::durable("b"))
+            .expect("attach b");
+        let mut b = Some(b);
+        assert!(wakes(&mut || b.take().expect("b").unsubscribe()));
+        let c = ring
+            .consumer(ConsumerOptions::anonymous())
+            .expect("attach an anonymous consumer");
+        let mut c = Some(c);
+        assert!(wakes(&mut || drop(c.take())));
     }
 }
