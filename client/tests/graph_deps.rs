@@ -20,6 +20,28 @@ use common::{graph_ring, poll_all, publish_range, small};
 /// A watchdog for waits that must end: far beyond any honest run, never a timing assertion.
 const WATCHDOG: Duration = Duration::from_secs(30);
 
+/// Durable `a`, and `c` after it with a `Blocking` wait.
+fn upstream_and_blocking_downstream(ring: &Ring) -> (shmring::Consumer, shmring::Consumer) {
+    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let c = ring
+        .consumer(
+            ConsumerOptions::durable("c")
+                .after(["a"])
+                .wait(WaitStrategy::Blocking),
+        )
+        .unwrap();
+    (a, c)
+}
+
+/// Until a consumer of `ring` counts itself parked (raised the waiter count).
+fn until_parked(ring: &Ring) {
+    let watchdog = std::time::Instant::now();
+    while ring.info().consumer_waiters == 0 {
+        assert!(watchdog.elapsed() < WATCHDOG, "watchdog: nobody parked");
+        std::thread::yield_now();
+    }
+}
+
 fn next_of(ring: &Ring, name: &str) -> u64 {
     ring.info()
         .consumers
@@ -314,14 +336,7 @@ fn an_idle_downstream_sees_its_upstream_lost_in_either_producer_mode() {
 fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
     let ns = Namespace::concurrent("deps-park");
     let ring = graph_ring(&ns, 4);
-    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
-    let mut c = ring
-        .consumer(
-            ConsumerOptions::durable("c")
-                .after(["a"])
-                .wait(WaitStrategy::Blocking),
-        )
-        .unwrap();
+    let (mut a, mut c) = upstream_and_blocking_downstream(&ring);
     for round in 0..20u64 {
         let (tx, rx) = mpsc::channel();
         let waiter = std::thread::spawn(move || {
@@ -333,12 +348,7 @@ fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
         });
         // Published first: c must stay parked, held by a, until a commits.
         publish_range(&ring, round..round + 1);
-        let info = || ring.info();
-        let watchdog = std::time::Instant::now();
-        while info().consumer_waiters == 0 {
-            assert!(watchdog.elapsed() < WATCHDOG, "watchdog: c never parked");
-            std::thread::yield_now();
-        }
+        until_parked(&ring);
         assert_eq!(a.poll_once(|_| {}).unwrap(), 1);
         rx.recv_timeout(WATCHDOG)
             .expect("watchdog: c was not woken");
@@ -476,11 +486,7 @@ fn an_upstreams_detach_is_no_lost_wakeup_of_an_idle_parked_downstream() {
             let outcome = c.wait();
             (outcome, c.stats())
         });
-        let watchdog = std::time::Instant::now();
-        while ring.info().consumer_waiters == 0 {
-            assert!(watchdog.elapsed() < WATCHDOG, "watchdog: c never parked");
-            std::thread::yield_now();
-        }
+        until_parked(&ring);
         drop(a);
         let (outcome, stats) = waiter.join().unwrap();
         assert_eq!(
@@ -502,14 +508,7 @@ fn park_then(
 ) -> (Vec<u64>, Result<usize, PollError>) {
     let ns = Namespace::concurrent(tag);
     let ring = graph_ring(&ns, 4);
-    let a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
-    let mut c = ring
-        .consumer(
-            ConsumerOptions::durable("c")
-                .after(["a"])
-                .wait(WaitStrategy::Blocking),
-        )
-        .unwrap();
+    let (a, mut c) = upstream_and_blocking_downstream(&ring);
     publish_range(&ring, 0..published);
     std::thread::scope(|s| {
         let waiter = s.spawn(move || {
@@ -518,11 +517,7 @@ fn park_then(
             let polled = c.poll_once(|ev| got.push(ev.sequence()));
             (got, polled)
         });
-        let watchdog = std::time::Instant::now();
-        while ring.info().consumer_waiters == 0 {
-            assert!(watchdog.elapsed() < WATCHDOG, "watchdog: c never parked");
-            std::thread::yield_now();
-        }
+        until_parked(&ring);
         act(&ring, a);
         waiter.join().expect("the downstream thread")
     })
