@@ -91,9 +91,7 @@ impl Ring {
         };
         let done = table::consumer::release(&e.hot.word, seen);
         if done {
-            // Its downstreams can pass it now: wake those parked. Registration read after
-            // the CAS (see `fence`: until registered, the light side fences fully).
-            park::notify_downstreams(&self.seg, fence::registered());
+            self.downstreams_may_act(e, consumer_state::RELEASED);
             self.entry_changed(index, seen, consumer_state::RELEASED);
         }
         done
@@ -125,13 +123,23 @@ impl Ring {
         };
         let done = table::consumer::free(&e.hot.word, seen, to);
         if done {
-            if to != consumer_state::DETACHED {
-                // Freed or released: a downstream can act (see `release_consumer`).
-                park::notify_downstreams(&self.seg, fence::registered());
-            }
+            self.downstreams_may_act(e, to);
             self.entry_changed(index, seen, to);
         }
         done
+    }
+
+    /// After this process changed entry `e` to `to`: wake the consumers parked on the ring
+    /// if the change lets those that run after it act. Registration read after the CAS
+    /// (see `fence`: until registered, the light side fences fully).
+    fn downstreams_may_act(&self, e: &shmring_layout::ConsumerEntry, to: u32) {
+        // Relaxed: each holder writes them before its CAS to ACTIVE, which the CAS just done
+        // read (SeqCst). A holder that took the entry since can only make this wake for
+        // nothing, or leave a downstream to its 50 ms net.
+        let flags = e.hot.flags.load(Ordering::Relaxed);
+        if table::consumer::lets_downstreams_act(to, flags) {
+            park::notify_downstreams(&self.seg, fence::registered());
+        }
     }
 
     fn entry_changed(&self, index: u32, seen: u64, to: u32) {

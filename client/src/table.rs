@@ -204,6 +204,21 @@ pub mod consumer {
         advance(word, mine, state, owned_word::owner(mine), Ordering::SeqCst)
     }
 
+    /// Whether the consumers that run after an entry in `state` with `flags` may pass it:
+    /// a required consumer the broker released. Any other state of a durable entry holds
+    /// them (see `consumer::barrier`).
+    pub fn passable(state: u32, flags: u32) -> bool {
+        state == cs::RELEASED && flags & shmring_layout::consumer_flags::REQUIRED != 0
+    }
+
+    /// Whether changing an entry to `to` (its `flags`) lets the consumers that run after it
+    /// act, so that those parked are woken: a durable entry (only those have consumers
+    /// after them) freed (they find it lost) or [`passable`].
+    pub fn lets_downstreams_act(to: u32, flags: u32) -> bool {
+        flags & shmring_layout::consumer_flags::DURABLE != 0
+            && (to == cs::FREE || passable(to, flags))
+    }
+
     /// The word the broker's release makes of `mine`: a holder that finds it still holds
     /// the entry (released from gating, not taken).
     pub fn released(mine: u64) -> u64 {

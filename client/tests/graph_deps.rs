@@ -496,11 +496,12 @@ fn an_upstreams_detach_is_no_lost_wakeup_of_an_idle_parked_downstream() {
     }
 }
 
-/// A parked downstream, `c` after `a`, with `act` done to `a` once `c` parks: what `c`
-/// delivered and how its poll after the wait ended. (That the change wakes it, rather than
-/// leaving it to the 50 ms net, is `consumer::tests::
-/// a_release_or_an_unsubscribe_wakes_parked_consumers`: from another thread, a wait that
-/// ends by a wake and one whose last look saw the change look alike.)
+/// A parked downstream, `c` after `a`, with `act` done to `a` once `c` counts itself
+/// parked: what `c` delivered and how its poll after the wait ended. The first change
+/// `act` makes to `a`'s entry must be the one under test: it may land before `c`'s last
+/// look and end its wait there. That the change wakes `c`, rather than leaving it to the 50 ms net, is
+/// `consumer::tests::a_release_or_an_unsubscribe_wakes_parked_consumers`: from another
+/// thread, a wait ended by a wake and one whose last look saw the change look alike.
 fn park_then(
     tag: &str,
     published: u64,
@@ -510,23 +511,28 @@ fn park_then(
     let ring = graph_ring(&ns, 4);
     let (a, mut c) = upstream_and_blocking_downstream(&ring);
     publish_range(&ring, 0..published);
-    std::thread::scope(|s| {
-        let waiter = s.spawn(move || {
-            c.wait().expect("wait");
-            let mut got = Vec::new();
-            let polled = c.poll_once(|ev| got.push(ev.sequence()));
-            (got, polled)
-        });
-        until_parked(&ring);
-        act(&ring, a);
-        waiter.join().expect("the downstream thread")
-    })
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        c.wait().expect("wait");
+        let mut got = Vec::new();
+        let polled = c.poll_once(|ev| got.push(ev.sequence()));
+        tx.send((got, polled)).expect("the test thread waits");
+    });
+    until_parked(&ring);
+    act(&ring, a);
+    let out = rx
+        .recv_timeout(WATCHDOG)
+        .expect("watchdog: the downstream never came back");
+    waiter.join().expect("the downstream thread");
+    out
 }
 
 #[test]
 fn a_parked_downstream_passes_its_upstream_once_it_is_released() {
     let (got, polled) = park_then("deps-park-release", 2, |ring, a| {
-        drop(a);
+        // Released while it is ACTIVE, so that the first change of its entry is the
+        // release (a detach first would hold `c`, and could be what its last look sees);
+        // dropped after it, it stays released.
         let ai = ring
             .info()
             .consumers
@@ -534,6 +540,7 @@ fn a_parked_downstream_passes_its_upstream_once_it_is_released() {
             .find(|c| c.name == "a")
             .unwrap();
         assert!(ring.release_consumer(ai.index, ai.word));
+        drop(a);
     });
     assert_eq!(polled, Ok(2));
     assert_eq!(got, vec![0, 1]);

@@ -211,7 +211,7 @@ impl Consumer {
 /// Whether an upstream whose entry has `word` and `flags` holds its downstream consumers:
 /// always, except a required one the broker released (see the module comment).
 fn holds(word: u64, flags: u32) -> bool {
-    !(owned_word::state(word) == consumer_state::RELEASED && flags & consumer_flags::REQUIRED != 0)
+    !table::consumer::passable(owned_word::state(word), flags)
 }
 
 fn name_of(u: &Upstream) -> String {

@@ -438,9 +438,12 @@ impl Drop for Consumer {
             };
             // A CAS from the word read, so a release that lands in between is not undone.
             if table::consumer::give_up(&e.hot.word, word, to).is_ok() {
-                if to == consumer_state::FREE || to == consumer_state::RELEASED {
-                    // Its downstreams can act now: pass it (released) or find it lost
-                    // (freed). This handle's own flag: a drop never registers the process.
+                // Relaxed: this handle wrote them before its CAS to ACTIVE (a holder that took
+                // the entry since can only make this wake for nothing, or leave a downstream
+                // to its 50 ms net).
+                let flags = e.hot.flags.load(Ordering::Relaxed);
+                if table::consumer::lets_downstreams_act(to, flags) {
+                    // This handle's own flag: a drop never registers the process.
                     park::notify_downstreams(&self.seg, self.registered);
                 }
                 return;
@@ -454,9 +457,9 @@ mod tests {
     use super::*;
     use crate::{ConsumerOptions, RingConfig};
 
-    /// A change of a consumer entry that lets a downstream act (released: passed; freed:
-    /// lost) wakes the consumers parked on the ring; a detach, which still holds its
-    /// downstreams, does not. Each step raises the waiter count as a parker does and checks
+    /// A change of a consumer entry that lets a downstream act (a required consumer
+    /// released: passed; freed: lost) wakes the consumers parked on the ring; a detach,
+    /// which still holds its downstreams (RELEASED for an optional one), does not. Each step raises the waiter count as a parker does and checks
     /// whether the wake word moved.
     #[test]
     fn a_release_or_an_unsubscribe_wakes_parked_consumers() {
@@ -498,10 +501,21 @@ mod tests {
             .expect("attach b");
         let mut b = Some(b);
         assert!(wakes(&mut || b.take().expect("b").unsubscribe()));
+        let o = ring
+            .consumer(ConsumerOptions::durable("o").optional())
+            .expect("attach o");
+        let mut o = Some(o);
+        assert!(
+            !wakes(&mut || drop(o.take())),
+            "an optional durable consumer's detach (RELEASED, still holding) wakes nobody"
+        );
         let c = ring
             .consumer(ConsumerOptions::anonymous())
             .expect("attach an anonymous consumer");
         let mut c = Some(c);
-        assert!(wakes(&mut || drop(c.take())));
+        assert!(
+            !wakes(&mut || drop(c.take())),
+            "an anonymous consumer, which no consumer can run after, wakes nobody as it goes"
+        );
     }
 }
