@@ -59,34 +59,35 @@ pub fn rows() -> u64 {
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    const ROWS: usize = 4 + 2 * LATENCY.len();
+    // Four throughput rows, then one unit per latency pair (its floor and busy-spin row).
+    const UNITS: usize = 4 + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        // Rotated, so that no row always runs first (or always after the same one); each
-        // latency pair runs floor first in odd rounds and busy-spin first in even ones.
-        let mut rows = Vec::with_capacity(ROWS);
-        for k in 0..ROWS {
-            let i = (k + r) % ROWS;
-            let i = if i >= 4 && r % 2 == 0 { i ^ 1 } else { i };
-            let row = match i {
-                0 => throughput::floor_row(ctx, Format::Bare, &group, FLOOR_ROW),
-                1 => throughput::one_row(ctx, 1, &shm_row(1), &group),
-                2 => throughput::one_row(ctx, 100, &shm_row(100), &group),
-                3 => peers::disruptor_throughput(ctx, &group),
-                i => {
-                    let (name, shape, spin_floor) = LATENCY[(i - 4) / 2];
-                    if i % 2 == 0 {
-                        floor::one(ctx, spin_floor, &lat_group)
-                    } else {
-                        let mut row = latency::one(ctx, shape, "busy-spin");
-                        row.name = name.to_owned();
-                        row
+        let mut rows = Vec::with_capacity(4 + 2 * LATENCY.len());
+        // The units rotated, so that no row always runs first (or always after the same
+        // one); a latency pair runs its two rows back to back, floor first in odd rounds and
+        // busy-spin first in even ones.
+        for k in 0..UNITS {
+            match (k + r) % UNITS {
+                0 => rows.push(throughput::floor_row(ctx, Format::Bare, &group, FLOOR_ROW)),
+                1 => rows.push(throughput::one_row(ctx, 1, &shm_row(1), &group)),
+                2 => rows.push(throughput::one_row(ctx, 100, &shm_row(100), &group)),
+                3 => rows.push(peers::disruptor_throughput(ctx, &group)),
+                u => {
+                    let (name, shape, spin_floor) = LATENCY[u - 4];
+                    for floor_now in [r % 2 == 1, r % 2 == 0] {
+                        rows.push(if floor_now {
+                            floor::one(ctx, spin_floor, &lat_group)
+                        } else {
+                            let mut row = latency::one(ctx, shape, "busy-spin");
+                            row.name = name.to_owned();
+                            row
+                        });
                     }
                 }
-            };
-            rows.push(row);
+            }
         }
         for row in finish_round(rows, r) {
             ctx.push(row);
