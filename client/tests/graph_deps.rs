@@ -497,15 +497,15 @@ fn an_upstreams_detach_is_no_lost_wakeup_of_an_idle_parked_downstream() {
 }
 
 /// A parked downstream, `c` after `a`, with `act` done to `a` once `c` counts itself
-/// parked: what `c` delivered and how its poll after the wait ended. The first change
-/// `act` makes to `a`'s entry must be the one under test: it may land before `c`'s last
-/// look and end its wait there. That the change wakes `c`, rather than leaving it to the 50 ms net, is
+/// parked: what `c` delivered and how its poll after the wait ended. The change `act` makes
+/// to `a`'s entry must be its only one until `c` is back (what `act` returns is dropped
+/// then): `c`'s last look, its wait and its poll may each see any change of the entry. That the change wakes `c`, rather than leaving it to the 50 ms net, is
 /// `consumer::tests::a_release_or_an_unsubscribe_wakes_parked_consumers`: from another
 /// thread, a wait ended by a wake and one whose last look saw the change look alike.
-fn park_then(
+fn park_then<K>(
     tag: &str,
     published: u64,
-    act: impl FnOnce(&Ring, shmring::Consumer),
+    act: impl FnOnce(&Ring, shmring::Consumer) -> K,
 ) -> (Vec<u64>, Result<usize, PollError>) {
     let ns = Namespace::concurrent(tag);
     let ring = graph_ring(&ns, 4);
@@ -519,20 +519,26 @@ fn park_then(
         tx.send((got, polled)).expect("the test thread waits");
     });
     until_parked(&ring);
-    act(&ring, a);
-    let out = rx
-        .recv_timeout(WATCHDOG)
-        .expect("watchdog: the downstream never came back");
+    let kept = act(&ring, a);
+    let Ok(out) = rx.recv_timeout(WATCHDOG) else {
+        if waiter.is_finished() {
+            // It panicked: its message, not the watchdog's.
+            if let Err(p) = waiter.join() {
+                std::panic::resume_unwind(p);
+            }
+        }
+        panic!("watchdog: the downstream never came back");
+    };
     waiter.join().expect("the downstream thread");
+    drop(kept);
     out
 }
 
 #[test]
 fn a_parked_downstream_passes_its_upstream_once_it_is_released() {
     let (got, polled) = park_then("deps-park-release", 2, |ring, a| {
-        // Released while it is ACTIVE, so that the first change of its entry is the
-        // release (a detach first would hold `c`, and could be what its last look sees);
-        // dropped after it, it stays released.
+        // Released while it is ACTIVE and kept attached until `c` is back: the release is
+        // the one change of its entry (a detach first would hold `c`).
         let ai = ring
             .info()
             .consumers
@@ -540,7 +546,7 @@ fn a_parked_downstream_passes_its_upstream_once_it_is_released() {
             .find(|c| c.name == "a")
             .unwrap();
         assert!(ring.release_consumer(ai.index, ai.word));
-        drop(a);
+        a
     });
     assert_eq!(polled, Ok(2));
     assert_eq!(got, vec![0, 1]);

@@ -66,9 +66,9 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
         let mut rows = Vec::with_capacity(4 + 2 * LATENCY.len());
-        // The units rotated, so that no row always runs first (or always after the same
-        // one); a latency pair runs its two rows back to back, floor first in odd rounds and
-        // busy-spin first in even ones.
+        // The units rotated, so that the first row changes from round to round (a unit still
+        // follows the same one unless it runs first); a latency pair runs its two rows back
+        // to back, floor first in odd rounds and busy-spin first in even ones.
         for k in 0..UNITS {
             match (k + r) % UNITS {
                 0 => rows.push(throughput::floor_row(ctx, Format::Bare, &group, FLOOR_ROW)),
