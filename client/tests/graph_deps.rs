@@ -499,7 +499,8 @@ fn an_upstreams_detach_is_no_lost_wakeup_of_an_idle_parked_downstream() {
 /// A parked downstream, `c` after `a`, with `act` done to `a` once `c` counts itself
 /// parked: what `c` delivered and how its poll after the wait ended. The change `act` makes
 /// to `a`'s entry must be its only one until `c` is back (what `act` returns is dropped
-/// then): `c`'s last look, its wait and its poll may each see any change of the entry. That the change wakes `c`, rather than leaving it to the 50 ms net, is
+/// then): `c`'s last look, its wait and its poll may each see any change of the entry.
+/// That the change wakes `c`, rather than leaving it to the 50 ms net, is
 /// `consumer::tests::a_release_or_an_unsubscribe_wakes_parked_consumers`: from another
 /// thread, a wait ended by a wake and one whose last look saw the change look alike.
 fn park_then<K>(

@@ -458,9 +458,10 @@ mod tests {
     use crate::{ConsumerOptions, RingConfig};
 
     /// A change of a consumer entry that lets a downstream act (a required consumer
-    /// released: passed; freed: lost) wakes the consumers parked on the ring; a detach,
-    /// which still holds its downstreams (RELEASED for an optional one), does not. Each step raises the waiter count as a parker does and checks
-    /// whether the wake word moved.
+    /// released: passed; a durable one freed: lost) wakes the consumers parked on the ring;
+    /// a detach, which still holds its downstreams (RELEASED for an optional one), does not,
+    /// nor does an anonymous consumer's. Each step raises the waiter count as a parker does
+    /// and checks whether the wake word moved.
     #[test]
     fn a_release_or_an_unsubscribe_wakes_parked_consumers() {
         let ns = shmring_testkit::Namespace::concurrent("consumer-downstream-wake");
