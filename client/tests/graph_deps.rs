@@ -33,6 +33,17 @@ fn upstream_and_blocking_downstream(ring: &Ring) -> (shmring::Consumer, shmring:
     (a, c)
 }
 
+/// Release the consumer named `name` from gating, as the broker does.
+fn release(ring: &Ring, name: &str) {
+    let e = ring
+        .info()
+        .consumers
+        .into_iter()
+        .find(|c| c.name == name)
+        .expect("the consumer's entry");
+    assert!(ring.release_consumer(e.index, e.word), "release {name}");
+}
+
 /// Until a consumer of `ring` counts itself parked (raised the waiter count).
 fn until_parked(ring: &Ring) {
     let watchdog = std::time::Instant::now();
@@ -275,13 +286,7 @@ fn a_released_upstream_no_longer_holds_its_downstream() {
     drop(a);
     publish_range(&ring, 0..4);
     assert_eq!(poll_all(&mut c), Vec::<u64>::new());
-    let ai = ring
-        .info()
-        .consumers
-        .into_iter()
-        .find(|c| c.name == "a")
-        .unwrap();
-    assert!(ring.release_consumer(ai.index, ai.word));
+    release(&ring, "a");
     assert_eq!(poll_all(&mut c), vec![0, 1, 2, 3]);
 }
 
@@ -540,13 +545,7 @@ fn a_parked_downstream_passes_its_upstream_once_it_is_released() {
     let (got, polled) = park_then("deps-park-release", 2, |ring, a| {
         // Released while it is ACTIVE and kept attached until `c` is back: the release is
         // the one change of its entry (a detach first would hold `c`).
-        let ai = ring
-            .info()
-            .consumers
-            .into_iter()
-            .find(|c| c.name == "a")
-            .unwrap();
-        assert!(ring.release_consumer(ai.index, ai.word));
+        release(ring, "a");
         a
     });
     assert_eq!(polled, Ok(2));
