@@ -352,6 +352,11 @@ impl Consumer {
             let lost = head.saturating_sub(old_next);
             // Release: pairs with the producers' Acquire scan.
             e.hot.next.store(head, Ordering::Release);
+            if lost > 0 {
+                // Moved ahead as a commit moves it: the consumers that run after this one may
+                // deliver up to here, and those parked are woken, as a commit wakes them.
+                park::notify_downstreams(seg, fence::registered());
+            }
             let found = Found::Attached {
                 index: i,
                 next: head,

@@ -459,9 +459,10 @@ mod tests {
 
     /// A change of a consumer entry that lets a downstream act (a required consumer
     /// released: passed; a durable one freed: lost) wakes the consumers parked on the ring;
-    /// a detach, which still holds its downstreams (RELEASED for an optional one), does not,
-    /// nor does an anonymous consumer's. Each step raises the waiter count as a parker does
-    /// and checks whether the wake word moved.
+    /// so does a takeover that moves the entry ahead to the head; a detach, which still holds
+    /// its downstreams (RELEASED for an optional one), does not, nor does an anonymous
+    /// consumer's. Each step raises the waiter count as a parker does and checks whether the
+    /// wake word moved.
     #[test]
     fn a_release_or_an_unsubscribe_wakes_parked_consumers() {
         let ns = shmring_testkit::Namespace::concurrent("consumer-downstream-wake");
@@ -510,6 +511,20 @@ mod tests {
             !wakes(&mut || drop(o.take())),
             "an optional durable consumer's detach (RELEASED, still holding) wakes nobody"
         );
+        // Taken over by a required consumer, an entry that did not gate as one starts at the
+        // head: its downstreams may deliver what it held them at, as after a commit.
+        let mut p = ring.producer().expect("producer");
+        for i in 0..3u64 {
+            p.publish(&i.to_le_bytes()).expect("publish");
+        }
+        let mut taken = None;
+        assert!(wakes(&mut || {
+            taken = Some(
+                ring.consumer(ConsumerOptions::durable("o"))
+                    .expect("take o over as required"),
+            );
+        }));
+        assert_eq!(taken.as_ref().map(|t| t.next), Some(3));
         let c = ring
             .consumer(ConsumerOptions::anonymous())
             .expect("attach an anonymous consumer");
