@@ -335,10 +335,12 @@ pub(crate) fn notify(line: &WakeLine, header: &Header, registered: bool) {
 }
 
 /// After a consumer entry changed so that its downstreams can act (a required one released:
-/// they pass it; a durable one freed: they find it lost), wake the consumers parked on the
-/// ring, if any. The entry's CAS is the store (1) of the protocol: a downstream's last look
-/// before it sleeps reads its upstreams' entries (`Consumer::has_pending`). `registered` as
-/// in [`notify`]; one load when nobody parks.
+/// they pass it; a durable one freed: they find it lost; one taken over and moved ahead to
+/// the head: they may deliver up to it), wake the consumers parked on the ring, if any. The
+/// change (the entry's CAS, or the takeover's store of its position) is the store (1) of
+/// the protocol: a downstream's last look before it sleeps reads its upstreams' positions
+/// and entries (`Consumer::has_pending`). `registered` as in [`notify`]; one load when
+/// nobody parks.
 pub(crate) fn notify_downstreams(seg: &crate::segment::Segment, registered: bool) {
     notify(&seg.lines().consumer_wake.value, seg.header(), registered);
 }

@@ -15,11 +15,11 @@ impl Consumer {
     }
 
     /// Whether an event is waiting: [`Consumer::has_pending`] without a changed upstream
-    /// counting. A park's wake-up count asks this: an upstream's detach, failure or
-    /// takeover changes its entry without waking anyone (only a change that lets the
-    /// downstream act does: `table::consumer::lets_downstreams_act`, or a takeover that
-    /// moves the position ahead), so a park it outlasts is no lost wake-up (the poll after
-    /// it revalidates the upstream).
+    /// counting. A park's wake-up count asks this: an upstream's detach, failure, optional
+    /// release or position-keeping takeover changes its entry without waking anyone (only a
+    /// change that lets the downstream act wakes: `table::consumer::lets_downstreams_act`,
+    /// and a takeover that moves the position ahead), so a park it outlasts is no lost
+    /// wake-up (the poll after it revalidates the upstream).
     pub(super) fn event_waiting(&self) -> bool {
         self.pending(false)
     }

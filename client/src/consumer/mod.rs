@@ -525,6 +525,19 @@ mod tests {
             );
         }));
         assert_eq!(taken.as_ref().map(|t| t.next), Some(3));
+        assert_eq!(taken.as_ref().map(|t| t.stats().dropped_behind), Some(3));
+        // Detached as required (it holds its downstreams), then taken over as optional: the
+        // position kept, nothing for a downstream to do, nobody woken.
+        assert!(!wakes(&mut || drop(taken.take())));
+        p.publish(b"3").expect("publish");
+        let mut kept = None;
+        assert!(!wakes(&mut || {
+            kept = Some(
+                ring.consumer(ConsumerOptions::durable("o").optional())
+                    .expect("take o over as optional"),
+            );
+        }));
+        assert_eq!(kept.as_ref().map(|t| t.next), Some(3));
         let c = ring
             .consumer(ConsumerOptions::anonymous())
             .expect("attach an anonymous consumer");
