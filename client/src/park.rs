@@ -345,6 +345,24 @@ pub(crate) fn notify_downstreams(seg: &crate::segment::Segment, registered: bool
     notify(&seg.lines().consumer_wake.value, seg.header(), registered);
 }
 
+/// After this process changed consumer entry `e` of `seg` to state `to` (its CAS done):
+/// [`notify_downstreams`] if the change lets the consumers that run after it act
+/// (`table::consumer::lets_downstreams_act`).
+pub(crate) fn entry_changed(
+    seg: &crate::segment::Segment,
+    e: &shmring_layout::ConsumerEntry,
+    to: u32,
+    registered: bool,
+) {
+    // Relaxed: each holder writes them before its CAS to ACTIVE, which the caller's CAS
+    // read. A holder that took the entry since can only make this wake for nothing, or
+    // leave a downstream to its 50 ms net.
+    let flags = e.hot.flags.load(Ordering::Relaxed);
+    if crate::table::consumer::lets_downstreams_act(to, flags) {
+        notify_downstreams(seg, registered);
+    }
+}
+
 /// Wake every parker on `line`, unconditionally.
 #[cold]
 pub(crate) fn wake(line: &WakeLine) {

@@ -91,7 +91,9 @@ impl Ring {
         };
         let done = table::consumer::release(&e.hot.word, seen);
         if done {
-            self.downstreams_may_act(e, consumer_state::RELEASED);
+            // Registration read after the CAS (see `fence`: until registered, the light
+            // side fences fully).
+            park::entry_changed(&self.seg, e, consumer_state::RELEASED, fence::registered());
             self.entry_changed(index, seen, consumer_state::RELEASED);
         }
         done
@@ -123,23 +125,10 @@ impl Ring {
         };
         let done = table::consumer::free(&e.hot.word, seen, to);
         if done {
-            self.downstreams_may_act(e, to);
+            park::entry_changed(&self.seg, e, to, fence::registered());
             self.entry_changed(index, seen, to);
         }
         done
-    }
-
-    /// After this process changed entry `e` to `to`: wake the consumers parked on the ring
-    /// if the change lets those that run after it act. Registration read after the CAS
-    /// (see `fence`: until registered, the light side fences fully).
-    fn downstreams_may_act(&self, e: &shmring_layout::ConsumerEntry, to: u32) {
-        // Relaxed: each holder writes them before its CAS to ACTIVE, which the CAS just done
-        // read (SeqCst). A holder that took the entry since can only make this wake for
-        // nothing, or leave a downstream to its 50 ms net.
-        let flags = e.hot.flags.load(Ordering::Relaxed);
-        if table::consumer::lets_downstreams_act(to, flags) {
-            park::notify_downstreams(&self.seg, fence::registered());
-        }
     }
 
     fn entry_changed(&self, index: u32, seen: u64, to: u32) {

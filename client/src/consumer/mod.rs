@@ -438,14 +438,8 @@ impl Drop for Consumer {
             };
             // A CAS from the word read, so a release that lands in between is not undone.
             if table::consumer::give_up(&e.hot.word, word, to).is_ok() {
-                // Relaxed: this handle wrote them before its CAS to ACTIVE (a holder that took
-                // the entry since can only make this wake for nothing, or leave a downstream
-                // to its 50 ms net).
-                let flags = e.hot.flags.load(Ordering::Relaxed);
-                if table::consumer::lets_downstreams_act(to, flags) {
-                    // This handle's own flag: a drop never registers the process.
-                    park::notify_downstreams(&self.seg, self.registered);
-                }
+                // This handle's own flag: a drop never registers the process.
+                park::entry_changed(&self.seg, e, to, self.registered);
                 return;
             }
         }
