@@ -18,6 +18,17 @@
 //! the gate it computes is at most the consumer's start. Either way no producer can lap the
 //! new consumer's first slot: it never reads a slot being overwritten.
 //!
+//! ## Worker groups
+//!
+//! A group's entry gates at its work sequence (what no member has claimed) and each member
+//! at the claim it has not finished (see `group`). A member that attaches starts at the
+//! work sequence, not at the line's position, so the argument above does not cover it: a
+//! scan that reads the member's entry before its ACTIVE CAS and the work sequence after its
+//! first claim would gate past that claim. So a scan reads every group's work sequence
+//! first (Acquire), then the entries: a claim taken after that read starts at or after the
+//! value read, and one taken before it is seen in its member's entry (`group::finished`
+//! gives the argument; `client/tests/group_interleavings.rs` runs that interleaving).
+//!
 //! ## Optional consumers
 //!
 //! An optional consumer gates only while it is at most `optional_slack` events behind the
@@ -71,7 +82,8 @@ impl Flags for AtomicU32 {
 /// The gate from the line's position `head`, read before the entries (see the module
 /// comment), and the consumer entries `(word, flags, next)`: the lowest position of the
 /// gating required consumers (or `head`), lowered by each gating optional consumer at most
-/// `slack` behind that. `entries` is walked twice.
+/// `slack` behind that. `entries` is walked three times: worker groups' entries first (see
+/// the module comment), then the required entries, then the optional ones.
 pub fn gate<'e, W, F, I>(head: u64, entries: impl Fn() -> I, slack: u64) -> u64
 where
     W: Word + 'e,
@@ -86,6 +98,17 @@ where
             && (flags.load(Ordering::Relaxed) & consumer_flags::REQUIRED != 0) == required
     };
     let mut required = head;
+    for (word, flags, next) in entries() {
+        // The word first (SeqCst, in `gating`): the flags, Relaxed, are read after it and
+        // so are those its ACTIVE CAS published; a reading of an entry being reused only
+        // lowers the gate.
+        if gating(word, flags, true) && flags.load(Ordering::Relaxed) & consumer_flags::GROUP != 0 {
+            // Acquire: a member's claim CAS is a read-modify-write of this word, so this load
+            // synchronizes with every claim up to the value read, whose entries the walk
+            // below then sees (see the module comment).
+            required = required.min(next.load(Ordering::Acquire));
+        }
+    }
     for (word, flags, next) in entries() {
         if gating(word, flags, true) {
             // Acquire: pairs with the consumer's Release commit, so its reads of the slots

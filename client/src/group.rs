@@ -7,22 +7,25 @@
 //! `cold.group` = the group's index plus one) whose `next` is the first sequence of the
 //! claim it has not finished and whose `cold.claim_end` is that claim's end. Producers gate
 //! on all of them with the ordinary gate (`gating`): the work sequence holds what nobody
-//! claimed, each member's `next` what it claimed and has not finished.
+//! claimed, each member's `next` what it claimed and has not finished. The gate reads the
+//! work sequence before the members' entries, as a consumer after the group does
+//! ([`finished`] says why).
 //!
 //! ## Claim ([`claim`])
 //!
 //! ```text
-//! member                                   producer (gate scan, any order of entries)
-//! a. w = work (Acquire)                    reads work, member.next (Acquire each)
+//! member                                   producer (gate scan)
+//! a. w = work (Acquire)                    reads work, then member.next (Acquire each)
 //! b. member.next = w, claim_end = w + k    gate = min of what it read
 //! c. CAS work w -> w + k (SeqCst); lost: back to a
 //! ```
 //!
 //! The member publishes its claim (b) before it takes it (c), as LMAX's `WorkProcessor`
-//! does. For the gate the order is not what matters: `member.next` never decreases (a
-//! member claims only at or after the end of its previous claim, and starts at or below the
-//! work sequence), so any value a scan reads is at most the start of the member's current
-//! claim, and the claim stays covered whatever the scan reads. The order matters when the
+//! does. For the gate the order of b and c is not what matters: `member.next` never
+//! decreases (a member claims only at or after the end of its previous claim, and starts at
+//! or below the work sequence), so any value a scan reads of an attached member is at most
+//! the start of its current claim. (A member attaching while the scan runs is covered by
+//! the scan reading the work sequence first: see [`finished`].) The order matters when the
 //! member dies: its entry must name every sequence it may have taken. With b before c, a
 //! member that dies between them names a claim it never won: that range is delivered twice
 //! at most (by the recovering member, counted in `redelivered`, and by whoever claims it
@@ -61,6 +64,48 @@ use shmring_layout::{consumer_state as cs, owned_word};
 
 use crate::line::Word;
 use crate::table::{self, Holder, Procs};
+
+/// The first sequence a worker group has not finished: the lower of its work sequence
+/// `work` and the `next` of each of its members' entries that gates (`members`: each
+/// entry's word and `next`). What a consumer that runs after the group may deliver up to
+/// (`ConsumerOptions::after` naming a group, as the Disruptor's handlers after a
+/// `WorkerPool` wait for its workers' sequences).
+///
+/// `work` must be loaded (Acquire) before any member entry is read:
+///
+/// ```text
+/// member                                   downstream (barrier)
+/// (1) word -> ACTIVE (SeqCst CAS)          (a) w = work          (Acquire)
+/// (2) next = c, claim_end (Release)        (b) per member: word, then next (Acquire)
+/// (3) CAS work c -> c + k (SeqCst)         (c) floor = min(w, gating members' next)
+/// ```
+///
+/// A claim whose CAS (3) comes after the value (a) read, in the work sequence's
+/// modification order, starts at or after `w`, so the floor holds it. A claim whose CAS
+/// comes at or before it: every CAS is a read-modify-write, so (a) synchronizes with it and
+/// (b) reads the member's (1) and (2) or later stores, whose `next` only grows past what
+/// the member finished. Either way every sequence below the floor was finished by the
+/// member that claimed it. Reading the members before the work sequence would not do: a
+/// member that claims in between is counted at its previous, finished position, and the
+/// work sequence read after is past its claim (`client/tests/loom_group_then.rs` has
+/// that control).
+pub fn finished<'e, W: Word + 'e>(
+    work: u64,
+    members: impl IntoIterator<Item = (&'e W, &'e W)>,
+) -> u64 {
+    let mut floor = work;
+    for (word, next) in members {
+        // Acquire: (b) above; with the Acquire load of `work` before it, it reads the
+        // member's take of its entry (1) whenever the member claimed before that load.
+        if cs::gates(owned_word::state(word.load(Ordering::Acquire))) {
+            // Acquire: SYNC POINT with the member's Release commit (`Consumer::commit`) and
+            // its claim's Release store (2): its handler's effects below `next` happen
+            // before the downstream's handler sees those events.
+            floor = floor.min(next.load(Ordering::Acquire));
+        }
+    }
+    floor
+}
 
 /// Claim the next sequences of the group from the work sequence `work`: `[start, end)`,
 /// with `end - start` in `1..=cap`. `run(w)` is the number of published events from `w`

@@ -225,12 +225,14 @@ fn table(ring: &Ring) -> Vec<String> {
 
 /// Members in threads join and leave while a producer publishes: every sequence is
 /// delivered exactly once overall (a member that leaves gives its claim back; nobody
-/// died, so nothing is delivered twice).
+/// died, so nothing is delivered twice), and a consumer after the group (`after(["w"])`)
+/// receives every event, in order, each only once a member's handler has returned from it.
 #[test]
 fn members_join_and_leave_while_events_flow() {
     let ns = Namespace::concurrent("group_churn");
     let ring = Arc::new(ring_with(&ns, 64, 16));
     let n = 20_000u64;
+    let handled: Arc<Vec<AtomicBool>> = Arc::new((0..n).map(|_| AtomicBool::new(false)).collect());
     let seen = Arc::new(Mutex::new(Vec::with_capacity(n as usize)));
     let count = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
@@ -238,6 +240,7 @@ fn members_join_and_leave_while_events_flow() {
 
     let spawn_worker = |stint: u64| {
         let (ring, seen, count, done) = (ring.clone(), seen.clone(), count.clone(), done.clone());
+        let handled = handled.clone();
         std::thread::spawn(move || {
             let mut m = ring
                 .consumer(worker().batch_cap(8))
@@ -245,7 +248,14 @@ fn members_join_and_leave_while_events_flow() {
             let mut mine = Vec::new();
             let mut polls = 0u64;
             while !done.load(Ordering::Relaxed) && polls < stint && Instant::now() < deadline {
-                let k = m.poll_once(|ev| mine.push(value(&ev))).unwrap();
+                let k = m
+                    .poll_once(|ev| {
+                        mine.push(value(&ev));
+                        // Relaxed: the member's commit publishes it to the consumer after
+                        // the group.
+                        handled[value(&ev) as usize].store(true, Ordering::Relaxed);
+                    })
+                    .unwrap();
                 count.fetch_add(k as u64, Ordering::Relaxed);
                 polls += 1;
                 if k == 0 {
@@ -265,14 +275,43 @@ fn members_join_and_leave_while_events_flow() {
     // The group exists before the first event (a group delivers what is published after
     // its creation); its first member leaves at once, holding its first claim.
     drop(ring.consumer(worker()).unwrap());
+    let after = {
+        let mut d = ring
+            .consumer(ConsumerOptions::durable("d").after(["w"]))
+            .unwrap();
+        let handled = handled.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::with_capacity(n as usize);
+            while (got.len() as u64) < n && Instant::now() < deadline {
+                let k = d
+                    .poll_once(|ev| {
+                        let v = value(&ev);
+                        assert!(
+                            handled[v as usize].load(Ordering::Relaxed),
+                            "event {v} reached the consumer after the group before a member \
+                             handled it"
+                        );
+                        got.push(v);
+                    })
+                    .unwrap();
+                if k == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            got
+        })
+    };
     // One member stays for the whole run; others come and go.
     let stayer = spawn_worker(u64::MAX);
     let producer = {
         let ring = ring.clone();
         std::thread::spawn(move || {
             let mut p = ring.producer().unwrap();
+            // Bounded: a consumer that stopped (a failed assertion) leaves the ring full.
             for i in 0..n {
-                p.publish(&i.to_le_bytes()).unwrap();
+                if p.publish_deadline(&i.to_le_bytes(), deadline).is_err() {
+                    break;
+                }
             }
         })
     };
@@ -307,6 +346,12 @@ fn members_join_and_leave_while_events_flow() {
         "lost events ({waves} waves of members); head {head}, table {table:?}, missing {missing:?}"
     );
     assert!(waves > 0);
+    let got = after.join().unwrap();
+    assert!(
+        got == (0..n).collect::<Vec<_>>(),
+        "the consumer after the group got {} events, not every one in order",
+        got.len()
+    );
 }
 
 #[test]
@@ -832,4 +877,42 @@ fn a_member_leaves_an_adopted_entry_that_was_taken_alone() {
         (5, 0),
         "the member moved the skips of an entry it no longer held"
     );
+}
+
+#[test]
+fn a_consumer_after_a_group_sees_an_event_only_once_its_member_finished_it() {
+    let ns = Namespace::concurrent("group_then");
+    let ring = ring_with(&ns, 16, 6);
+    let mut p = ring.producer().unwrap();
+    let mut m = ring.consumer(worker().batch_cap(1)).unwrap();
+    let mut d = ring
+        .consumer(ConsumerOptions::durable("d").after(["w"]))
+        .unwrap();
+    p.publish(&7u64.to_le_bytes()).unwrap();
+    p.publish(&8u64.to_le_bytes()).unwrap();
+    // Inside the member's handler its claim (event 0) is taken and unfinished: the group's
+    // work sequence is past it, the member's position is not.
+    let mut seen_inside = Vec::new();
+    assert_eq!(
+        m.poll_once(|_| {
+            d.poll_once(|ev| seen_inside.push(value(&ev))).unwrap();
+        })
+        .unwrap(),
+        1
+    );
+    assert_eq!(
+        seen_inside,
+        Vec::<u64>::new(),
+        "passed an event the group is handling"
+    );
+    let mut after = Vec::new();
+    d.poll_once(|ev| after.push(value(&ev))).unwrap();
+    assert_eq!(
+        after,
+        vec![7],
+        "the finished event, not the one nobody handled yet"
+    );
+    m.poll_once(|_| {}).unwrap();
+    d.poll_once(|ev| after.push(value(&ev))).unwrap();
+    assert_eq!(after, vec![7, 8]);
 }

@@ -36,6 +36,15 @@
 //! from its downstream consumers too. An optional durable upstream that detached is
 //! RELEASED as well, but it resumes at its own position, so it keeps holding.
 //!
+//! ## After a worker group
+//!
+//! A worker group's entry is durable and named, so a consumer may name it in `after`; its
+//! `next` is the group's work sequence, the first sequence no member has *claimed*. A
+//! member handles its claim after taking it, so the barrier of a group upstream is the
+//! lower of the work sequence and every gating member's `next` (`group::finished`, which
+//! says why the work sequence is read first). Members commit as any consumer does, and
+//! that commit wakes a parked downstream.
+//!
 //! ## A released upstream that gates again
 //!
 //! A released upstream's holder may gate again while this consumer scans a run the barrier
@@ -72,6 +81,10 @@ struct Upstream {
     word: u64,
     /// Whether the upstream holds this consumer in that word (see the module comment).
     holds: bool,
+    /// Whether it is a worker group's entry: its `next` counts claims, and what holds this
+    /// consumer is the lowest of that and its members' positions (see "After a worker
+    /// group").
+    group: bool,
     name: [u64; NAME_LEN / 8],
 }
 
@@ -90,6 +103,7 @@ impl Upstreams {
                 index,
                 word,
                 holds: holds(word, flags),
+                group: flags & consumer_flags::GROUP != 0,
                 name,
             };
             self.len += 1;
@@ -140,10 +154,35 @@ impl Consumer {
                 return Err(Stale);
             };
             if u.holds {
-                min = min.min(next);
+                min = min.min(if u.group {
+                    self.group_finished(u.index, next)
+                } else {
+                    next
+                });
             }
         }
         Ok(min)
+    }
+
+    /// The first sequence the worker group at `index` has not finished, from its work
+    /// sequence `work` (loaded with Acquire by `upstream_next`, before any member entry is
+    /// read: see `group::finished`).
+    #[inline(never)]
+    fn group_finished(&self, index: u32, work: u64) -> u64 {
+        let seg = &*self.seg;
+        let tag = index + 1;
+        let members = (0..seg.geometry().max_consumers)
+            .map_while(|i| seg.consumer(i))
+            .filter(|e| {
+                // Relaxed (both): written before the member's ACTIVE CAS, which the Acquire
+                // load of `work` orders before these reads for any member that claimed below
+                // it (`group::finished`); a stale reading of an entry being reused only
+                // lowers the floor.
+                e.hot.flags.load(Ordering::Relaxed) & consumer_flags::MEMBER != 0
+                    && e.cold.group.load(Ordering::Relaxed) == tag
+            })
+            .map(|e| (&e.hot.word, &e.hot.next));
+        crate::group::finished(work, members)
     }
 
     /// The barrier, revalidating upstreams whose word moved. With no upstream, `u64::MAX`.
@@ -201,7 +240,9 @@ impl Consumer {
                 return Err(lost(u));
             }
             u.word = word;
-            u.holds = holds(word, e.hot.flags.load(Ordering::Relaxed));
+            let flags = e.hot.flags.load(Ordering::Relaxed);
+            u.holds = holds(word, flags);
+            u.group = flags & consumer_flags::GROUP != 0;
         }
         // Still moving: deliver nothing this time (the next call looks again).
         Ok(self.barrier().unwrap_or(self.next))

@@ -57,8 +57,12 @@ pub(super) fn attach(
     let words = attach::pack_name(group_name)?;
     let group = loop {
         match find_group(seg, &words, group_name)? {
-            Some(i) => break i,
-            None => {
+            GroupAt::Index(i) => break i,
+            // Its creator is between its ACTIVE CAS and its DETACHED one, storing the work
+            // sequence: a claim now could be undone by that store. A few instructions (or
+            // its death, after which `find_group` finishes the creation).
+            GroupAt::BeingCreated => std::thread::yield_now(),
+            GroupAt::None => {
                 let flags =
                     consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::GROUP;
                 if let attach::Found::Attached { index, word, .. } =
@@ -171,13 +175,24 @@ fn find_left_claim(
     None
 }
 
-/// The group named `words`: its index, `None` if there is none yet, or an error if the name
-/// belongs to a durable consumer.
+/// Where `find_group` found a group.
+enum GroupAt {
+    Index(u32),
+    /// No group of that name yet.
+    None,
+    /// Its creator (alive) has not made it DETACHED yet.
+    BeingCreated,
+}
+
+/// The group named `words`, or an error if the name belongs to a durable consumer. A group
+/// whose creator is still making it is not handed out: the creator stores the work
+/// sequence (`Consumer::fresh`) before it gives the entry up as DETACHED, and after that
+/// only members' claim CASes write it (what `group::finished` and the gate rely on).
 fn find_group(
     seg: &Segment,
     words: &[u64; NAME_LEN / 8],
     name: &str,
-) -> Result<Option<u32>, AttachError> {
+) -> Result<GroupAt, AttachError> {
     for i in 0..seg.geometry().max_consumers {
         let Some(e) = seg.consumer(i) else { break };
         // Acquire: the name and flags were written before the word was published.
@@ -198,13 +213,16 @@ fn find_group(
         if state == consumer_state::ACTIVE {
             // Its creator died between making it ACTIVE and DETACHED: finish that for it.
             let start_time = e.cold.start_time.load(Ordering::Relaxed);
-            if table::consumer::holder(&table::Os, seen, start_time) == Holder::Open {
-                let _ = table::consumer::give_up(&e.hot.word, seen, consumer_state::DETACHED);
+            if table::consumer::holder(&table::Os, seen, start_time) != Holder::Open {
+                return Ok(GroupAt::BeingCreated);
+            }
+            if table::consumer::give_up(&e.hot.word, seen, consumer_state::DETACHED).is_err() {
+                return Ok(GroupAt::BeingCreated);
             }
         }
-        return Ok(Some(i));
+        return Ok(GroupAt::Index(i));
     }
-    Ok(None)
+    Ok(GroupAt::None)
 }
 
 impl Member {
@@ -259,9 +277,26 @@ impl Consumer {
         m.claims = m.claims.wrapping_add(1);
         let scan = m.claims % SCAN_EVERY_CLAIMS == 0;
         self.member = Some(m);
+        // The entry's `next` moved from the end of the finished claim to the new one's
+        // start (the work sequence), which may raise the group's floor.
+        self.wake_after_group();
         if scan {
             self.adopt_left_claims();
         }
+    }
+
+    /// A member entry's position moved (a claim, a commit of an adopted claim, a skip at a
+    /// takeover) or a member entry was freed or given back: a consumer after the group may
+    /// be parked on the floor before the change (its barrier reads the members' positions,
+    /// `group::finished`). The change is "publish" (1) of the park protocol on the consumer
+    /// wake line (see `park`); one load of the waiter count when nobody parks.
+    fn wake_after_group(&mut self) {
+        let registered = fence::light_allowed(&mut self.registered);
+        park::notify(
+            &self.seg.lines().consumer_wake.value,
+            self.seg.header(),
+            registered,
+        );
     }
 
     /// `poll_once` of a member: an adopted claim first, then its own.
@@ -429,10 +464,16 @@ impl Consumer {
         let Some(mut m) = self.member.take() else {
             return;
         };
+        let before = m.adopted.len();
         while let Some(a) = find_left_claim(&self.seg, m.group, Some(self.seg.index()), true) {
             m.adopted.push(a);
         }
+        let adopted = m.adopted.len() > before;
         self.member = Some(m);
+        if adopted {
+            // A takeover may have moved the entry past a skip its last holder had begun.
+            self.wake_after_group();
+        }
     }
 
     /// Deliver what is published of the adopted claims; free each entry once it is done.
@@ -467,6 +508,7 @@ impl Consumer {
                 self.fold_skips(e);
                 let _ = table::consumer::free(&e.hot.word, word, consumer_state::FREE);
                 m.adopted.swap_remove(i);
+                self.wake_after_group();
             } else {
                 i += 1;
             }
@@ -602,6 +644,9 @@ impl Consumer {
                 self.seg.header(),
                 fence::light_allowed(&mut self.registered),
             );
+            // A consumer after the group may be parked waiting for the adopted claim (its
+            // barrier reads this entry's `next`): woken as by any commit.
+            self.wake_after_group();
             let s = &mut self.stats;
             s.delivered = s.delivered.wrapping_add(delivered);
             s.skipped = s.skipped.wrapping_add(skipped);
@@ -660,6 +705,7 @@ impl Consumer {
         };
         if let Ok(word) = table::consumer::give_up(&self.entry().hot.word, self.word, to) {
             self.word = word;
+            self.wake_after_group();
         }
     }
 
@@ -718,6 +764,7 @@ impl Consumer {
                 let _ = table::consumer::give_up(&e.hot.word, a.word, to);
             }
         }
+        self.wake_after_group();
     }
 }
 

@@ -541,4 +541,49 @@ mod tests {
             "an anonymous consumer, which no consumer can run after, wakes nobody as it goes"
         );
     }
+
+    /// A member delivering a claim it adopted commits the adopted entry's `next`, which a
+    /// consumer after the group reads (`group::finished`): that commit wakes parked
+    /// consumers, as the member's commit of its own claim does.
+    #[test]
+    fn a_member_delivering_an_adopted_claim_wakes_parked_consumers() {
+        let ns = shmring_testkit::Namespace::concurrent("consumer-adopted-wake");
+        let config = RingConfig {
+            capacity: 16,
+            max_consumers: 4,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let line = &ring.seg.lines().consumer_wake.value;
+        // `a` claims sequence 0 as it joins (and creates the group), `b` the next; event 0
+        // is published and `a` leaves without handling it: its entry holds the claim for a
+        // live member to adopt.
+        let a = ring
+            .consumer(ConsumerOptions::worker("w").batch_cap(1))
+            .expect("a joins");
+        let mut b = ring
+            .consumer(ConsumerOptions::worker("w").batch_cap(1))
+            .expect("b joins");
+        ring.producer()
+            .expect("producer")
+            .publish(b"0")
+            .expect("publish");
+        drop(a);
+        // `b` looks for left claims once per 1024 idle polls; the poll that delivers one is
+        // the one watched.
+        let mut got = Vec::new();
+        let mut woke = false;
+        for _ in 0..4096 {
+            let before = line.word.load(Ordering::Relaxed);
+            let raised = park::on(line).raise();
+            let n = b.poll_once(|ev| got.push(ev.sequence())).expect("poll b");
+            woke = line.word.load(Ordering::Relaxed) != before;
+            park::on(line).lower(raised);
+            if n > 0 {
+                break;
+            }
+        }
+        assert_eq!(got, vec![0], "b delivered the claim a left");
+        assert!(woke, "the adopted claim's commit woke nobody");
+    }
 }
