@@ -83,12 +83,20 @@ impl Ring {
     /// that re-attaches resumes at the head and counts the gap). `seen` is the entry's word
     /// as the caller read it (`ConsumerInfo::word`): only an ACTIVE, FAILED or DETACHED
     /// entry that still holds exactly that word is released, so an entry attached or taken
-    /// over meanwhile is never touched. Its holder keeps it. Returns whether it was
-    /// released.
+    /// over meanwhile is never touched. Its holder keeps it. A worker group's entry and its
+    /// members' are never released (their group recovers a member's claim; a consumer
+    /// after the group would pass events members still handle): false. Returns whether it
+    /// was released.
     pub fn release_consumer(&self, index: u32, seen: u64) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;
         };
+        // Relaxed: a group's or a member's flags are published with its first word; `seen`
+        // is checked by the CAS.
+        let group = consumer_flags::GROUP | consumer_flags::MEMBER;
+        if e.hot.flags.load(Ordering::Relaxed) & group != 0 {
+            return false;
+        }
         let done = table::consumer::release(&e.hot.word, seen);
         if done {
             // Registration read after the CAS (see `fence`: until registered, the light
@@ -104,11 +112,18 @@ impl Ring {
     /// forget (unsubscribe), an entry left CLAIMED by a process that died attaching. A
     /// durable entry left half taken over by a process that died keeps its name and
     /// position instead: DETACHED if it gated as a required consumer (RESUMING), else
-    /// RELEASED. Returns whether it changed.
+    /// RELEASED. A worker group's entry (its members claim from it, and one may attach at
+    /// any moment) and a member's (it holds a claim its group recovers) are never freed
+    /// here: false. Returns whether it changed.
     pub fn free_consumer(&self, index: u32, seen: u64) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;
         };
+        // Relaxed: as in `release_consumer`.
+        let group = consumer_flags::GROUP | consumer_flags::MEMBER;
+        if e.hot.flags.load(Ordering::Relaxed) & group != 0 {
+            return false;
+        }
         let start_time = e.cold.start_time.load(Ordering::Relaxed);
         if table::consumer::holder(&table::Os, seen, start_time) != Holder::Open {
             return false;

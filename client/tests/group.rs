@@ -211,6 +211,34 @@ fn a_group_name_and_a_durable_name_are_kept_apart() {
     }
 }
 
+#[test]
+fn a_groups_entries_are_neither_released_nor_freed_by_the_ring() {
+    let ns = Namespace::concurrent("group_no_release");
+    let ring = ring_with(&ns, 8, 4);
+    let m = ring.consumer(worker()).unwrap();
+    drop(m);
+    let info = ring.info();
+    let group = info.consumers.iter().find(|c| c.is_group).unwrap();
+    let member = info.consumers.iter().find(|c| c.group.is_some()).unwrap();
+    assert_eq!(
+        member.state, "DETACHED",
+        "the member left holding its claim"
+    );
+    for c in [group, member] {
+        assert!(
+            !ring.release_consumer(c.index, c.word),
+            "released {}",
+            c.index
+        );
+        assert!(!ring.free_consumer(c.index, c.word), "freed {}", c.index);
+    }
+    let after = ring.info();
+    for c in [group, member] {
+        let now = after.consumers.iter().find(|e| e.index == c.index).unwrap();
+        assert_eq!(now.word, c.word, "entry {} changed", c.index);
+    }
+}
+
 /// The consumer table, short.
 fn table(ring: &Ring) -> Vec<String> {
     let info = ring.info();

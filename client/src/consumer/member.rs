@@ -347,8 +347,9 @@ impl Consumer {
             }
             if n == 0 {
                 match stamp::read(stamp, seq) {
-                    // A repaired hole holds no event; a lapped slot can only follow a group
-                    // entry released from gating (a broker request): skip and count either.
+                    // A repaired hole holds no event; a lapped slot means the table was
+                    // written from outside (neither the broker nor `Ring` releases a group's
+                    // entries): skip and count either.
                     Stamp::Repaired => {
                         self.commit(seq + 1, 0, 1, 0);
                         self.claim_if_done();
