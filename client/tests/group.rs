@@ -239,6 +239,43 @@ fn a_groups_entries_are_neither_released_nor_freed_by_the_ring() {
     }
 }
 
+/// A claim left by a member and delivered by another, with no claim in between (the work
+/// sequence does not move): the consumer after the group sees it once delivered.
+#[test]
+fn a_consumer_after_a_group_gets_an_adopted_claim_once_it_is_delivered() {
+    let ns = Namespace::concurrent("group_then_adopted");
+    let ring = ring_with(&ns, 16, 6);
+    // `a` claims sequence 0 as it joins, `b` sequence 1; then event 0 is published and `a`
+    // leaves without handling it.
+    let a = ring.consumer(worker().batch_cap(1)).unwrap();
+    let mut b = ring.consumer(worker().batch_cap(1)).unwrap();
+    let mut d = ring
+        .consumer(ConsumerOptions::durable("d").after(["w"]))
+        .unwrap();
+    ring.producer()
+        .unwrap()
+        .publish(&7u64.to_le_bytes())
+        .unwrap();
+    drop(a);
+    let mut got = Vec::new();
+    // The first look walks the table, the next ones (the work sequence unmoved) read the
+    // members that walk found.
+    for _ in 0..3 {
+        assert_eq!(d.poll_once(|ev| got.push(value(&ev))).unwrap(), 0);
+    }
+    // `b` adopts the claim on one of its idle polls and delivers it.
+    let mut handled = 0;
+    for _ in 0..4096 {
+        handled += b.poll_once(|_| {}).unwrap();
+        if handled > 0 {
+            break;
+        }
+    }
+    assert_eq!(handled, 1, "b adopted and delivered the claim a left");
+    assert_eq!(d.poll_once(|ev| got.push(value(&ev))).unwrap(), 1);
+    assert_eq!(got, vec![7]);
+}
+
 /// The consumer table, short.
 fn table(ring: &Ring) -> Vec<String> {
     let info = ring.info();

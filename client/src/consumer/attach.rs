@@ -219,6 +219,7 @@ impl Consumer {
             stats: ConsumerStats::default(),
             upstream,
             member: None,
+            group_scan: Cell::default(),
             seg,
             _not_sync: PhantomData,
         };

@@ -42,7 +42,9 @@
 //! `next` is the group's work sequence, the first sequence no member has *claimed*. A
 //! member handles its claim after taking it, so the barrier of a group upstream is the
 //! lower of the work sequence and every gating member's `next` (`group::finished`, which
-//! says why the work sequence is read first). Members commit as any consumer does, and
+//! says why the work sequence is read first). The handle remembers the member entries of
+//! its last walk of the table and, while the work sequence has not moved since, reads only
+//! those (`Consumer::group_finished`). Members commit as any consumer does, and
 //! that commit wakes a parked downstream.
 //!
 //! ## A released upstream that gates again
@@ -68,7 +70,7 @@
 //! run is not delivered. `client/tests/loom_regate.rs` checks this with the shipping
 //! functions, and shows the run delivered without the check.
 
-use shmring_layout::MAX_UPSTREAM;
+use shmring_layout::{MAX_CONSUMERS, MAX_UPSTREAM};
 
 use super::attach::name_is;
 use super::*;
@@ -140,6 +142,43 @@ impl Upstreams {
 /// An upstream's word moved since the handle validated it.
 pub(crate) struct Stale;
 
+/// Words of a bitmap with one bit per consumer entry.
+const MEMBER_WORDS: usize = MAX_CONSUMERS as usize / 64;
+
+/// What the last full walk for a group upstream found (see `Consumer::group_finished`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GroupScan {
+    /// The group's entry index plus one (0: no walk yet) and the word it was validated with.
+    group: u32,
+    word: u64,
+    /// The work sequence read before the walk.
+    work: u64,
+    /// The member entries of the group, one bit per entry index.
+    members: [u64; MEMBER_WORDS],
+}
+
+impl GroupScan {
+    fn add(&mut self, index: u32) {
+        if let Some(w) = self.members.get_mut(index as usize / 64) {
+            *w |= 1 << (index % 64);
+        }
+    }
+
+    /// The entry indices recorded, in table order.
+    fn members(&self) -> impl Iterator<Item = u32> + '_ {
+        self.members.iter().enumerate().flat_map(|(k, &bits)| {
+            let mut bits = bits;
+            std::iter::from_fn(move || {
+                let i = bits.trailing_zeros();
+                (i < 64).then(|| {
+                    bits &= bits - 1;
+                    k as u32 * 64 + i
+                })
+            })
+        })
+    }
+}
+
 impl Consumer {
     /// The first sequence the upstreams do not allow yet (`u64::MAX` with none gating).
     #[inline]
@@ -155,7 +194,7 @@ impl Consumer {
             };
             if u.holds {
                 min = min.min(if u.group {
-                    self.group_finished(u.index, next)
+                    self.group_finished(u.index, u.word, next)
                 } else {
                     next
                 });
@@ -167,22 +206,48 @@ impl Consumer {
     /// The first sequence the worker group at `index` has not finished, from its work
     /// sequence `work` (loaded with Acquire by `upstream_next`, before any member entry is
     /// read: see `group::finished`).
+    ///
+    /// While the work sequence still holds the value the last full walk of the table read,
+    /// no member has claimed since (every claim raises it), so only the member entries that
+    /// walk found can hold a claim below the floor: those are read alone, and a consumer
+    /// waiting after an idle group reads its members' lines, not every entry's.
     #[inline(never)]
-    fn group_finished(&self, index: u32, work: u64) -> u64 {
+    fn group_finished(&self, index: u32, validated: u64, work: u64) -> u64 {
         let seg = &*self.seg;
         let tag = index + 1;
+        let is_member = |e: &ConsumerEntry| {
+            // Relaxed (both): written before the member's ACTIVE CAS, which the Acquire
+            // load of `work` orders before these reads for any member that claimed below
+            // it (`group::finished`); a stale reading of an entry being reused only
+            // lowers the floor.
+            e.hot.flags.load(Ordering::Relaxed) & consumer_flags::MEMBER != 0
+                && e.cold.group.load(Ordering::Relaxed) == tag
+        };
+        let last = self.group_scan.get();
+        if last.group == tag && last.word == validated && last.work == work {
+            let members = last
+                .members()
+                .filter_map(|i| seg.consumer(i))
+                .filter(|e| is_member(e))
+                .map(|e| (&e.hot.word, &e.hot.next));
+            return crate::group::finished(work, members);
+        }
+        let mut scan = GroupScan {
+            group: tag,
+            word: validated,
+            work,
+            members: [0; MEMBER_WORDS],
+        };
         let members = (0..seg.geometry().max_consumers)
-            .map_while(|i| seg.consumer(i))
-            .filter(|e| {
-                // Relaxed (both): written before the member's ACTIVE CAS, which the Acquire
-                // load of `work` orders before these reads for any member that claimed below
-                // it (`group::finished`); a stale reading of an entry being reused only
-                // lowers the floor.
-                e.hot.flags.load(Ordering::Relaxed) & consumer_flags::MEMBER != 0
-                    && e.cold.group.load(Ordering::Relaxed) == tag
-            })
-            .map(|e| (&e.hot.word, &e.hot.next));
-        crate::group::finished(work, members)
+            .map_while(|i| seg.consumer(i).map(|e| (i, e)))
+            .filter(|(_, e)| is_member(e))
+            .map(|(i, e)| {
+                scan.add(i);
+                (&e.hot.word, &e.hot.next)
+            });
+        let floor = crate::group::finished(work, members);
+        self.group_scan.set(scan);
+        floor
     }
 
     /// The barrier, revalidating upstreams whose word moved. With no upstream, `u64::MAX`.

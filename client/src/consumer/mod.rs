@@ -153,7 +153,9 @@ impl ConsumerOptions {
     /// back, unless the broker's policy releases a required one from gating; an upstream
     /// whose entry is freed ends this consumer with
     /// [`PollError::UpstreamLost`]. Producers still gate on every consumer. Calling it
-    /// again adds names.
+    /// again adds names. A worker group's name may be named too: an event then reaches this
+    /// consumer once the member that claimed it has returned from its handler (the
+    /// Disruptor's handlers after a `WorkerPool`).
     ///
     /// ```
     /// use shmring::{ConsumerOptions, Ring, RingConfig};
@@ -308,6 +310,8 @@ pub struct Consumer {
     upstream: barrier::Upstreams,
     /// For a worker group member: its group and claims (see `member`).
     member: Option<member::Member>,
+    /// For a consumer after a worker group: what the last walk of its members found.
+    group_scan: Cell<barrier::GroupScan>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
