@@ -78,11 +78,11 @@ pub fn consumer_report(
 }
 
 /// Fill each row's upstream names and stage lag from the table's recorded dependencies,
-/// with the rows' own positions (one sweep's, so the lag is consistent).
+/// with the positions of the snapshot the rows were made from (so the lag is consistent).
 fn fill_graph(consumers: &mut [ConsumerReport], info: &RingInfo) {
-    let rows: Vec<(u32, String, u64)> = consumers
+    let rows: Vec<(u32, String)> = consumers
         .iter()
-        .map(|c| (c.index, c.name.clone(), c.sequence))
+        .map(|c| (c.index, c.name.clone()))
         .collect();
     for c in consumers.iter_mut() {
         let Some(ci) = info.consumers.iter().find(|i| i.index == c.index) else {
@@ -97,10 +97,12 @@ fn fill_graph(consumers: &mut [ConsumerReport], info: &RingInfo) {
                     .map_or_else(|| format!("#{u}"), |r| r.1.clone())
             })
             .collect();
+        // A worker group upstream: where its members have finished, not its work sequence.
         c.stage_lag = ci
             .upstream
             .iter()
-            .filter_map(|&u| rows.iter().find(|r| r.0 == u).map(|r| r.2))
+            .filter_map(|&u| info.consumers.iter().find(|o| o.index == u))
+            .map(|o| shmring::upstream_position(info, o))
             .min()
             .map(|slowest| slowest.saturating_sub(c.sequence));
     }

@@ -54,3 +54,31 @@ fn status_shows_what_each_consumer_reads_behind_and_its_stage_lag() {
         "{text}"
     );
 }
+
+/// After a worker group, the stage lag counts what its members have finished, not what
+/// they have claimed (the group's work sequence).
+#[test]
+fn the_stage_lag_after_a_worker_group_counts_finished_events() {
+    let ns = Namespace::new("graph_status_group");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let r = Ring::open(ns.name(), "r").expect("open");
+    // The member claims sequence 0 as it joins (not published yet).
+    let mut member = r
+        .consumer(ConsumerOptions::worker("w").batch_cap(4))
+        .expect("member");
+    let _audit = r
+        .consumer(ConsumerOptions::durable("audit").after(["w"]))
+        .expect("audit");
+    let mut producer = r.producer().expect("producer");
+    for i in 0..10u64 {
+        producer.publish(&i.to_le_bytes()).expect("publish");
+    }
+    // Handles its claim (event 0), then claims events 1 to 4, which it has not handled.
+    assert_eq!(member.poll_once(|_| {}).expect("member polls"), 1);
+    let v = ns.wait_status("audit's stage lag in the report", |v, _| {
+        let audit = consumer(v, "r", "audit")?;
+        (audit["stage_lag"].as_u64() == Some(1)).then(|| v.clone())
+    });
+    let audit = consumer(&v, "r", "audit").expect("audit listed");
+    assert_eq!(audit["upstream"], serde_json::json!(["w"]), "{v:#}");
+}

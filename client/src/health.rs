@@ -176,7 +176,7 @@ pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
 
 /// Whether consumer `c` of the snapshot `info`, at position `next`, is held by an upstream
 /// consumer it reads behind (`ConsumerOptions::after`): one that holds it (`graph::upstream_holds`) and has not
-/// committed past `next`. Such a consumer has no work it can do, so it is never STALLED:
+/// committed past `next` (a worker group: whose members have not all finished `next`). Such a consumer has no work it can do, so it is never STALLED:
 /// the upstream holding it is the one to look at.
 pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
     c.upstream.iter().any(|&u| {
@@ -186,9 +186,23 @@ pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
             .is_some_and(|o| {
                 crate::graph::upstream_holds(o.state_code, o.required)
                     && !matches!(o.state_code, consumer_state::FREE | consumer_state::CLAIMED)
-                    && o.next <= next
+                    && upstream_position(info, o) <= next
             })
     })
+}
+
+/// Where upstream `o` of the snapshot `info` holds the consumers after it: its `next`, or
+/// for a worker group the lowest of its work sequence (what no member has claimed) and its
+/// gating members' positions, as their barrier reads it (`group::finished`).
+pub fn upstream_position(info: &RingInfo, o: &ConsumerInfo) -> u64 {
+    if !o.is_group {
+        return o.next;
+    }
+    info.consumers
+        .iter()
+        .filter(|m| m.group == Some(o.index) && consumer_state::gates(m.state_code))
+        .map(|m| m.next)
+        .fold(o.next, u64::min)
 }
 
 /// Whether a consumer with events pending since `pending_since` that last moved at

@@ -92,8 +92,8 @@ pub use consumer::{
 pub use error::{AttachError, DeclaredError, OpenError, PollError, PublishError, TryPublishError};
 pub use event::Event;
 pub use health::{
-    blocked_by, has_pending, held_by_upstream, instant_state, is_stalled, lag, wrap_gate,
-    ConsumerHealth, Gate, HealthState, HealthThresholds, HealthWatch, RingHealth,
+    blocked_by, has_pending, held_by_upstream, instant_state, is_stalled, lag, upstream_position,
+    wrap_gate, ConsumerHealth, Gate, HealthState, HealthThresholds, HealthWatch, RingHealth,
 };
 pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
 pub use lease::LeaseError;

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shmring::{AttachError, Consumer, ConsumerOptions, PollError, Ring, RingConfig, WaitStrategy};
+use shmring::{
+    AttachError, Consumer, ConsumerOptions, HealthState, HealthThresholds, PollError, Ring,
+    RingConfig, WaitStrategy,
+};
 
 use shmring_testkit::Namespace;
 
@@ -274,6 +277,37 @@ fn a_consumer_after_a_group_gets_an_adopted_claim_once_it_is_delivered() {
     assert_eq!(handled, 1, "b adopted and delivered the claim a left");
     assert_eq!(d.poll_once(|ev| got.push(value(&ev))).unwrap(), 1);
     assert_eq!(got, vec![7]);
+}
+
+/// Health, as `broker status` shows it: a consumer after the group waiting for an event a
+/// member holds is held there, not STALLED; the member is.
+#[test]
+fn a_consumer_after_a_group_held_by_a_member_is_not_stalled_the_member_is() {
+    let ns = Namespace::concurrent("group_then_health");
+    let ring = ring_with(&ns, 16, 6);
+    // The member claims sequence 0 as it joins; it never polls.
+    let _m = ring.consumer(worker().batch_cap(1)).unwrap();
+    let _d = ring
+        .consumer(ConsumerOptions::durable("d").after(["w"]))
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..3u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    let mut watch = ring.health(HealthThresholds {
+        stall: Duration::ZERO,
+    });
+    let h = watch.check();
+    let info = ring.info();
+    let member = info.consumers.iter().find(|c| c.group.is_some()).unwrap();
+    let state = |index: u32| h.consumers.iter().find(|c| c.index == index).unwrap().state;
+    assert_eq!(state(member.index), HealthState::Stalled, "{h:?}");
+    let d = info.consumers.iter().find(|c| c.name == "d").unwrap();
+    assert_eq!(
+        state(d.index),
+        HealthState::Healthy,
+        "held by the member, nothing to do: {h:?}"
+    );
 }
 
 /// The consumer table, short.
