@@ -473,6 +473,9 @@ impl Consumer {
                     let released = table::consumer::released(word);
                     let _ = table::consumer::free(&e.hot.word, released, consumer_state::FREE);
                 }
+                // A consumer after the name may have resolved this entry while it was ACTIVE:
+                // parked, it finds it lost now, as after any durable entry's free.
+                park::entry_changed(seg, e, consumer_state::FREE, fence::registered());
                 return Ok(Found::Retry);
             }
         }

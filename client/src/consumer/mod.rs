@@ -546,6 +546,50 @@ mod tests {
         );
     }
 
+    /// Two processes creating one durable name at once: the later ACTIVE CAS sees the
+    /// earlier entry and frees its own. A consumer after that name may have resolved the
+    /// entry being freed in between; parked, it is woken to find it lost (as after any
+    /// durable entry's free), not left to its 50 ms net. The race is set up by hand: an
+    /// entry holding the name already, and the fresh attach's duplicate check after it.
+    #[test]
+    fn a_durable_attach_giving_way_to_a_duplicate_name_wakes_parked_consumers() {
+        let ns = shmring_testkit::Namespace::concurrent("consumer-duplicate-wake");
+        let config = RingConfig {
+            capacity: 16,
+            max_consumers: 4,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let _x = ring
+            .consumer(ConsumerOptions::durable("x"))
+            .expect("attach x");
+        let line = &ring.seg.lines().consumer_wake.value;
+        let words = attach::pack_name("x").expect("a valid name");
+        let flags = consumer_flags::REQUIRED | consumer_flags::DURABLE;
+        let before = line.word.load(Ordering::Relaxed);
+        let raised = park::on(line).raise();
+        let found = Consumer::fresh(
+            &ring.seg,
+            Some(&words),
+            flags,
+            &ConsumerOptions::durable("x"),
+            &[0; shmring_layout::MAX_UPSTREAM],
+            None,
+        );
+        let woke = line.word.load(Ordering::Relaxed) != before;
+        park::on(line).lower(raised);
+        assert!(
+            matches!(found, Ok(attach::Found::Retry)),
+            "the second entry of the name gives way"
+        );
+        assert_eq!(
+            ring.info().consumers.len(),
+            1,
+            "the entry that gave way is free again"
+        );
+        assert!(woke, "freeing it woke nobody");
+    }
+
     /// A member delivering a claim it adopted commits the adopted entry's `next`, which a
     /// consumer after the group reads (`group::finished`): that commit wakes parked
     /// consumers, as the member's commit of its own claim does.
