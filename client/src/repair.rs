@@ -119,9 +119,13 @@ impl Ring {
         let Some(e) = self.seg.consumer(index) else {
             return false;
         };
-        // Relaxed: as in `release_consumer`.
+        // Relaxed: as in `release_consumer`. Only an entry that gates: one left CLAIMED by
+        // a process that died attaching holds nothing, and its flags may be a previous
+        // tenure's.
         let group = consumer_flags::GROUP | consumer_flags::MEMBER;
-        if e.hot.flags.load(Ordering::Relaxed) & group != 0 {
+        if consumer_state::gates(owned_word::state(seen))
+            && e.hot.flags.load(Ordering::Relaxed) & group != 0
+        {
             return false;
         }
         let start_time = e.cold.start_time.load(Ordering::Relaxed);

@@ -242,6 +242,30 @@ fn a_groups_entries_are_neither_released_nor_freed_by_the_ring() {
     }
 }
 
+/// An entry last a member's and left CLAIMED by a process that died taking it (its flags
+/// may still be the member's): it holds nothing, and `free_consumer` frees it, as the
+/// broker's sweep asks for such an entry.
+#[test]
+fn an_entry_left_claimed_with_a_members_flags_is_freed() {
+    use shmring_layout::{consumer_state, owned_word};
+    /// Above any pid_max: no process has it.
+    const GONE: u32 = 0x3fff_fff0;
+    let ns = Namespace::concurrent("group_claimed_orphan");
+    let ring = ring_with(&ns, 8, 4);
+    let m = ring.consumer(worker()).unwrap();
+    let index = m.index();
+    drop(m);
+    let word = entry_u64(&ring, index, entry_field::WORD, None);
+    let orphan = owned_word::next(word, consumer_state::CLAIMED, GONE);
+    entry_u64(&ring, index, entry_field::WORD, Some(orphan));
+    assert!(
+        ring.free_consumer(index, orphan),
+        "the orphaned entry was not freed"
+    );
+    let now = entry_u64(&ring, index, entry_field::WORD, None);
+    assert_eq!(owned_word::state(now), consumer_state::FREE);
+}
+
 /// A claim left by a member and delivered by another, with no claim in between (the work
 /// sequence does not move): the consumer after the group sees it once delivered.
 #[test]
