@@ -46,9 +46,17 @@ fn attaching_does_not_register_for_membarrier_and_the_first_publish_does() {
     let _single_producer = single.producer().expect("single producer");
     single.stop().expect("stop");
     single.start().expect("start");
+    // Worker group members joining (the first creates the group; each claims as it joins)
+    // and one leaving with its claim.
+    let member = ring.consumer(ConsumerOptions::worker("w")).expect("member");
+    let _other = ring
+        .consumer(ConsumerOptions::worker("w"))
+        .expect("other member");
+    drop(member);
     assert!(
         !shmring::membarrier_registered(),
-        "attaching, a WakeSet, a stop and a start registered this process for membarrier"
+        "attaching, a WakeSet, a stop and a start, a worker joining or leaving registered \
+         this process for membarrier"
     );
 
     producer.publish(b"first").expect("publish");

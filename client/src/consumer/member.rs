@@ -55,13 +55,22 @@ pub(super) fn attach(
     opts: &ConsumerOptions,
 ) -> Result<(Member, u32, u64, u64), AttachError> {
     let words = attach::pack_name(group_name)?;
+    let mut creating = 0u32;
     let group = loop {
         match find_group(seg, &words, group_name)? {
             GroupAt::Index(i) => break i,
             // Its creator is between its ACTIVE CAS and its DETACHED one, storing the work
             // sequence: a claim now could be undone by that store. A few instructions (or
-            // its death, after which `find_group` finishes the creation).
-            GroupAt::BeingCreated => std::thread::yield_now(),
+            // its death, after which `find_group` finishes the creation); a creator stopped
+            // there (a debugger, SIGSTOP) is waited for without spinning.
+            GroupAt::BeingCreated => {
+                creating += 1;
+                if creating < 256 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
             GroupAt::None => {
                 let flags =
                     consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::GROUP;
@@ -255,6 +264,9 @@ impl Consumer {
     pub(super) fn join_group(&mut self) {
         self.claim_if_done();
         self.adopt_left_claims();
+        // A member that carries on with an entry left holding a claim may have moved its
+        // position past a skip its last holder had begun (`take_over_record`).
+        self.wake_after_group();
     }
 
     /// Claim the next sequences from the group's work sequence (see `group::claim`).
@@ -290,12 +302,15 @@ impl Consumer {
     /// be parked on the floor before the change (its barrier reads the members' positions,
     /// `group::finished`). The change is "publish" (1) of the park protocol on the consumer
     /// wake line (see `park`); one load of the waiter count when nobody parks.
-    fn wake_after_group(&mut self) {
-        let registered = fence::light_allowed(&mut self.registered);
+    ///
+    /// It does not register the process for membarrier: a member's attach and drop make
+    /// these changes, and neither registers (see `fence`); unregistered, the notify's fence
+    /// is a full one.
+    fn wake_after_group(&self) {
         park::notify(
             &self.seg.lines().consumer_wake.value,
             self.seg.header(),
-            registered,
+            self.registered,
         );
     }
 
@@ -739,6 +754,7 @@ impl Consumer {
         // went to another holder has no counters left to move the skips to: they stay in
         // the adopted entry, counted once.
         let own_held = self.entry().hot.word.load(Ordering::Acquire) == self.word;
+        let mut gave_back = false;
         for a in adopted {
             if let Some(e) = seg.consumer(a.index) {
                 // Acquire: as above. An adopted entry no longer this member's is not touched.
@@ -762,10 +778,14 @@ impl Consumer {
                 } else {
                     consumer_state::FREE
                 };
-                let _ = table::consumer::give_up(&e.hot.word, a.word, to);
+                if table::consumer::give_up(&e.hot.word, a.word, to).is_ok() {
+                    gave_back = true;
+                }
             }
         }
-        self.wake_after_group();
+        if gave_back {
+            self.wake_after_group();
+        }
     }
 }
 

@@ -590,9 +590,11 @@ mod tests {
         assert!(woke, "freeing it woke nobody");
     }
 
-    /// A member delivering a claim it adopted commits the adopted entry's `next`, which a
-    /// consumer after the group reads (`group::finished`): that commit wakes parked
-    /// consumers, as the member's commit of its own claim does.
+    /// A member delivering part of a claim it adopted commits the adopted entry's `next`,
+    /// which a consumer after the group reads (`group::finished`): that commit wakes parked
+    /// consumers, as the member's commit of its own claim does. Here the claim is neither
+    /// finished nor given back in that poll (its second event waits for a retry), so the
+    /// commit is the only change.
     #[test]
     fn a_member_delivering_an_adopted_claim_wakes_parked_consumers() {
         let ns = shmring_testkit::Namespace::concurrent("consumer-adopted-wake");
@@ -603,35 +605,53 @@ mod tests {
         };
         let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
         let line = &ring.seg.lines().consumer_wake.value;
-        // `a` claims sequence 0 as it joins (and creates the group), `b` the next; event 0
-        // is published and `a` leaves without handling it: its entry holds the claim for a
-        // live member to adopt.
-        let a = ring
-            .consumer(ConsumerOptions::worker("w").batch_cap(1))
+        // `a` claims sequence 0 as it joins (and creates the group); with four events
+        // published it handles 0 and claims 1 and 2; `b` joins and claims 3; `a` leaves,
+        // its entry holding 1 and 2 for a live member to adopt.
+        let mut a = ring
+            .consumer(ConsumerOptions::worker("w").batch_cap(2))
             .expect("a joins");
+        let mut p = ring.producer().expect("producer");
+        for i in 0..4u64 {
+            p.publish(&i.to_le_bytes()).expect("publish");
+        }
+        assert_eq!(a.poll_once(|_| {}).expect("a polls"), 1);
         let mut b = ring
-            .consumer(ConsumerOptions::worker("w").batch_cap(1))
+            .consumer(ConsumerOptions::worker("w").batch_cap(1).on_error(
+                crate::ErrorPolicy::Retry {
+                    attempts: 3,
+                    backoff: Duration::from_secs(3600),
+                },
+            ))
             .expect("b joins");
-        ring.producer()
-            .expect("producer")
-            .publish(b"0")
-            .expect("publish");
         drop(a);
-        // `b` looks for left claims once per 1024 idle polls; the poll that delivers one is
-        // the one watched.
+        // `b` delivers its own event, then adopts the left claim on one of its idle polls
+        // (once per 1024) and delivers it: event 1, then event 2 fails and waits.
         let mut got = Vec::new();
         let mut woke = false;
         for _ in 0..4096 {
             let before = line.word.load(Ordering::Relaxed);
             let raised = park::on(line).raise();
-            let n = b.poll_once(|ev| got.push(ev.sequence())).expect("poll b");
+            let n = b
+                .poll_once_fallible(|ev| {
+                    if ev.sequence() == 2 {
+                        return Err("not now");
+                    }
+                    got.push(ev.sequence());
+                    Ok(())
+                })
+                .expect("poll b");
             woke = line.word.load(Ordering::Relaxed) != before;
             park::on(line).lower(raised);
-            if n > 0 {
+            if n > 0 && got.contains(&1) {
                 break;
             }
         }
-        assert_eq!(got, vec![0], "b delivered the claim a left");
+        assert_eq!(
+            got,
+            vec![3, 1],
+            "b delivered its own event, then the claim a left"
+        );
         assert!(woke, "the adopted claim's commit woke nobody");
     }
 }
