@@ -242,6 +242,36 @@ fn a_groups_entries_are_neither_released_nor_freed_by_the_ring() {
     }
 }
 
+/// A consumer after two groups waits for the members of both.
+#[test]
+fn a_consumer_after_two_groups_waits_for_both() {
+    let ns = Namespace::concurrent("group_then_two");
+    let ring = ring_with(&ns, 16, 6);
+    let mut m1 = ring
+        .consumer(ConsumerOptions::worker("g1").batch_cap(1))
+        .unwrap();
+    let mut m2 = ring
+        .consumer(ConsumerOptions::worker("g2").batch_cap(1))
+        .unwrap();
+    let mut d = ring
+        .consumer(ConsumerOptions::durable("d").after(["g1", "g2"]))
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    p.publish(&5u64.to_le_bytes()).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(m1.poll_once(|_| {}).unwrap(), 1);
+    for _ in 0..2 {
+        assert_eq!(
+            d.poll_once(|ev| got.push(value(&ev))).unwrap(),
+            0,
+            "g2 has not"
+        );
+    }
+    assert_eq!(m2.poll_once(|_| {}).unwrap(), 1);
+    assert_eq!(d.poll_once(|ev| got.push(value(&ev))).unwrap(), 1);
+    assert_eq!(got, vec![5]);
+}
+
 /// An entry last a member's and left CLAIMED by a process that died taking it (its flags
 /// may still be the member's): it holds nothing, and `free_consumer` frees it, as the
 /// broker's sweep asks for such an entry.

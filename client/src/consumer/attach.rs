@@ -219,7 +219,7 @@ impl Consumer {
             stats: ConsumerStats::default(),
             upstream,
             member: None,
-            group_scan: Cell::default(),
+            group_scan: Default::default(),
             seg,
             _not_sync: PhantomData,
         };

@@ -184,7 +184,7 @@ impl Consumer {
     #[inline]
     pub(crate) fn barrier(&self) -> Result<u64, Stale> {
         let mut min = u64::MAX;
-        for u in &self.upstream.list[..self.upstream.len] {
+        for (k, u) in self.upstream.list[..self.upstream.len].iter().enumerate() {
             let Some(e) = self.seg.consumer(u.index) else {
                 return Err(Stale);
             };
@@ -194,7 +194,7 @@ impl Consumer {
             };
             if u.holds {
                 min = min.min(if u.group {
-                    self.group_finished(u.index, u.word, next)
+                    self.group_finished(&self.group_scan[k], u.index, u.word, next)
                 } else {
                     next
                 });
@@ -212,7 +212,13 @@ impl Consumer {
     /// walk found can hold a claim below the floor: those are read alone, and a consumer
     /// waiting after an idle group reads its members' lines, not every entry's.
     #[inline(never)]
-    fn group_finished(&self, index: u32, validated: u64, work: u64) -> u64 {
+    fn group_finished(
+        &self,
+        remembered: &Cell<GroupScan>,
+        index: u32,
+        validated: u64,
+        work: u64,
+    ) -> u64 {
         let seg = &*self.seg;
         let tag = index + 1;
         let is_member = |e: &ConsumerEntry| {
@@ -223,7 +229,7 @@ impl Consumer {
             e.hot.flags.load(Ordering::Relaxed) & consumer_flags::MEMBER != 0
                 && e.cold.group.load(Ordering::Relaxed) == tag
         };
-        let last = self.group_scan.get();
+        let last = remembered.get();
         if last.group == tag && last.word == validated && last.work == work {
             let members = last
                 .members()
@@ -246,7 +252,7 @@ impl Consumer {
                 (&e.hot.word, &e.hot.next)
             });
         let floor = crate::group::finished(work, members);
-        self.group_scan.set(scan);
+        remembered.set(scan);
         floor
     }
 

@@ -310,8 +310,8 @@ pub struct Consumer {
     upstream: barrier::Upstreams,
     /// For a worker group member: its group and claims (see `member`).
     member: Option<member::Member>,
-    /// For a consumer after a worker group: what the last walk of its members found.
-    group_scan: Cell<barrier::GroupScan>,
+    /// For each upstream that is a worker group: what the last walk of its members found.
+    group_scan: [Cell<barrier::GroupScan>; shmring_layout::MAX_UPSTREAM],
     _not_sync: PhantomData<Cell<()>>,
 }
 
