@@ -455,6 +455,28 @@ mod tests {
     use super::*;
     use crate::{ConsumerOptions, RingConfig};
 
+    /// A ring of 16 slots and 4 consumer entries in `ns`.
+    fn small_ring(ns: &shmring_testkit::Namespace) -> Ring {
+        let config = RingConfig {
+            capacity: 16,
+            max_consumers: 4,
+            ..RingConfig::default()
+        };
+        Ring::create(ns.name(), "r", &config).expect("create ring r")
+    }
+
+    /// Whether `act` moved the word of `ring`'s consumer wake line, with its waiter count
+    /// raised around it as a parker raises it.
+    fn watch_wake<R>(ring: &Ring, act: impl FnOnce() -> R) -> (R, bool) {
+        let line = &ring.seg.lines().consumer_wake.value;
+        let before = line.word.load(Ordering::Relaxed);
+        let raised = park::on(line).raise();
+        let r = act();
+        let woke = line.word.load(Ordering::Relaxed) != before;
+        park::on(line).lower(raised);
+        (r, woke)
+    }
+
     /// A change of a consumer entry that lets a downstream act (a required consumer
     /// released: passed; a durable one freed: lost) wakes the consumers parked on the ring;
     /// so does a takeover that moves the entry ahead to the head; a detach, which still holds
@@ -464,21 +486,8 @@ mod tests {
     #[test]
     fn a_release_or_an_unsubscribe_wakes_parked_consumers() {
         let ns = shmring_testkit::Namespace::concurrent("consumer-downstream-wake");
-        let config = RingConfig {
-            capacity: 16,
-            max_consumers: 4,
-            ..RingConfig::default()
-        };
-        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
-        let line = &ring.seg.lines().consumer_wake.value;
-        let wakes = |act: &mut dyn FnMut()| {
-            let before = line.word.load(Ordering::Relaxed);
-            let raised = park::on(line).raise();
-            act();
-            let woke = line.word.load(Ordering::Relaxed) != before;
-            park::on(line).lower(raised);
-            woke
-        };
+        let ring = small_ring(&ns);
+        let wakes = |act: &mut dyn FnMut()| watch_wake(&ring, act).1;
         let a = ring
             .consumer(ConsumerOptions::durable("a"))
             .expect("attach a");
@@ -554,30 +563,22 @@ mod tests {
     #[test]
     fn a_durable_attach_giving_way_to_a_duplicate_name_wakes_parked_consumers() {
         let ns = shmring_testkit::Namespace::concurrent("consumer-duplicate-wake");
-        let config = RingConfig {
-            capacity: 16,
-            max_consumers: 4,
-            ..RingConfig::default()
-        };
-        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        let ring = small_ring(&ns);
         let _x = ring
             .consumer(ConsumerOptions::durable("x"))
             .expect("attach x");
-        let line = &ring.seg.lines().consumer_wake.value;
         let words = attach::pack_name("x").expect("a valid name");
         let flags = consumer_flags::REQUIRED | consumer_flags::DURABLE;
-        let before = line.word.load(Ordering::Relaxed);
-        let raised = park::on(line).raise();
-        let found = Consumer::fresh(
-            &ring.seg,
-            Some(&words),
-            flags,
-            &ConsumerOptions::durable("x"),
-            &[0; shmring_layout::MAX_UPSTREAM],
-            None,
-        );
-        let woke = line.word.load(Ordering::Relaxed) != before;
-        park::on(line).lower(raised);
+        let (found, woke) = watch_wake(&ring, || {
+            Consumer::fresh(
+                &ring.seg,
+                Some(&words),
+                flags,
+                &ConsumerOptions::durable("x"),
+                &[0; shmring_layout::MAX_UPSTREAM],
+                None,
+            )
+        });
         assert!(
             matches!(found, Ok(attach::Found::Retry)),
             "the second entry of the name gives way"
@@ -598,13 +599,7 @@ mod tests {
     #[test]
     fn a_member_delivering_an_adopted_claim_wakes_parked_consumers() {
         let ns = shmring_testkit::Namespace::concurrent("consumer-adopted-wake");
-        let config = RingConfig {
-            capacity: 16,
-            max_consumers: 4,
-            ..RingConfig::default()
-        };
-        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
-        let line = &ring.seg.lines().consumer_wake.value;
+        let ring = small_ring(&ns);
         // `a` claims sequence 0 as it joins (and creates the group); with four events
         // published it handles 0 and claims 1 and 2; `b` joins and claims 3; `a` leaves,
         // its entry holding 1 and 2 for a live member to adopt.
@@ -630,19 +625,17 @@ mod tests {
         let mut got = Vec::new();
         let mut woke = false;
         for _ in 0..4096 {
-            let before = line.word.load(Ordering::Relaxed);
-            let raised = park::on(line).raise();
-            let n = b
-                .poll_once_fallible(|ev| {
+            let (n, moved) = watch_wake(&ring, || {
+                b.poll_once_fallible(|ev| {
                     if ev.sequence() == 2 {
                         return Err("not now");
                     }
                     got.push(ev.sequence());
                     Ok(())
                 })
-                .expect("poll b");
-            woke = line.word.load(Ordering::Relaxed) != before;
-            park::on(line).lower(raised);
+                .expect("poll b")
+            });
+            woke = moved;
             if n > 0 && got.contains(&1) {
                 break;
             }
