@@ -478,7 +478,8 @@ mod tests {
     }
 
     /// A change of a consumer entry that lets a downstream act (a required consumer
-    /// released: passed; a durable one freed: lost) wakes the consumers parked on the ring;
+    /// released: passed; a durable one freed, by its unsubscribe or by `Ring::free_consumer`:
+    /// lost) wakes the consumers parked on the ring;
     /// so does a takeover that moves the entry ahead to the head; a detach, which still holds
     /// its downstreams (RELEASED for an optional one), does not, nor does an anonymous
     /// consumer's. Each step raises the waiter count as a parker does and checks whether the
@@ -545,6 +546,21 @@ mod tests {
             );
         }));
         assert_eq!(kept.as_ref().map(|t| t.next), Some(3));
+        // A detached durable consumer freed as the broker frees one (`Ring::free_consumer`):
+        // its downstreams find it lost.
+        let f = ring
+            .consumer(ConsumerOptions::durable("f"))
+            .expect("attach f");
+        let f_index = f.index();
+        drop(f);
+        let word = ring
+            .info()
+            .consumers
+            .into_iter()
+            .find(|c| c.index == f_index)
+            .expect("f's entry")
+            .word;
+        assert!(wakes(&mut || assert!(ring.free_consumer(f_index, word))));
         let c = ring
             .consumer(ConsumerOptions::anonymous())
             .expect("attach an anonymous consumer");
