@@ -175,9 +175,10 @@ pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
 }
 
 /// Whether consumer `c` of the snapshot `info`, at position `next`, is held by an upstream
-/// consumer it reads behind (`ConsumerOptions::after`): one that holds it (`graph::upstream_holds`) and has not
-/// committed past `next` (a worker group: whose members have not all finished `next`). Such a consumer has no work it can do, so it is never STALLED:
-/// the upstream holding it is the one to look at.
+/// consumer it reads behind (`ConsumerOptions::after`): one that holds it
+/// (`graph::upstream_holds`) and has not committed past `next` (a worker group: whose
+/// members have not all finished `next`, [`upstream_position`]). Such a consumer has no
+/// work it can do, so it is never STALLED: the upstream holding it is the one to look at.
 pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
     c.upstream.iter().any(|&u| {
         info.consumers

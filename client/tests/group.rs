@@ -274,7 +274,8 @@ fn a_consumer_after_two_groups_waits_for_both() {
 
 /// An entry last a member's and left CLAIMED by a process that died taking it (its flags
 /// may still be the member's): it holds nothing, and `free_consumer` frees it, as the
-/// broker's sweep asks for such an entry.
+/// broker's sweep asks for such an entry. The CLAIMED word is forged onto the entry a member
+/// left, whose flags are a member's, as a taker's death would leave them.
 #[test]
 fn an_entry_left_claimed_with_a_members_flags_is_freed() {
     use shmring_layout::{consumer_state, owned_word};

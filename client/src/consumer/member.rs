@@ -653,12 +653,15 @@ impl Consumer {
             a.suspect = None;
         }
         if delivered + skipped > 0 || dead_lettered || outcome.is_err() {
+            // Registered before the store, as in `commit`: never between the store and the
+            // wakes below.
+            let registered = fence::light_allowed(&mut self.registered);
             // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
             e.hot.next.store(a.at, Ordering::Release);
             park::notify(
                 &self.seg.lines().producer_wake.value,
                 self.seg.header(),
-                fence::light_allowed(&mut self.registered),
+                registered,
             );
             // A consumer after the group may be parked waiting for the adopted claim (its
             // barrier reads this entry's `next`): woken as by any commit.
