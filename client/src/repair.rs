@@ -113,8 +113,8 @@ impl Ring {
     /// durable entry left half taken over by a process that died keeps its name and
     /// position instead: DETACHED if it gated as a required consumer (RESUMING), else
     /// RELEASED. A worker group's entry (its members claim from it, and one may attach at
-    /// any moment) and a member's (it holds a claim its group recovers) are never freed
-    /// here: false. Returns whether it changed.
+    /// any moment) and a gating member's (it holds a claim its group recovers) are never
+    /// freed here: false. Returns whether it changed.
     pub fn free_consumer(&self, index: u32, seen: u64) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;
