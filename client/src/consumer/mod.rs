@@ -465,6 +465,16 @@ mod tests {
         Ring::create(ns.name(), "r", &config).expect("create ring r")
     }
 
+    /// The word of consumer entry `index`, as `Ring::info` reads it.
+    fn word_of(ring: &Ring, index: u32) -> u64 {
+        ring.info()
+            .consumers
+            .into_iter()
+            .find(|c| c.index == index)
+            .expect("the consumer's entry")
+            .word
+    }
+
     /// Whether `act` moved the word of `ring`'s consumer wake line, with its waiter count
     /// raised around it as a parker raises it.
     fn watch_wake<R>(ring: &Ring, act: impl FnOnce() -> R) -> (R, bool) {
@@ -498,13 +508,7 @@ mod tests {
             !wakes(&mut || drop(a.take())),
             "a durable consumer's detach (it still holds its downstreams) wakes nobody"
         );
-        let word = ring
-            .info()
-            .consumers
-            .into_iter()
-            .find(|c| c.index == index)
-            .expect("a's entry")
-            .word;
+        let word = word_of(&ring, index);
         assert!(wakes(&mut || assert!(ring.release_consumer(index, word))));
         let b = ring
             .consumer(ConsumerOptions::durable("b"))
@@ -553,13 +557,7 @@ mod tests {
             .expect("attach f");
         let f_index = f.index();
         drop(f);
-        let word = ring
-            .info()
-            .consumers
-            .into_iter()
-            .find(|c| c.index == f_index)
-            .expect("f's entry")
-            .word;
+        let word = word_of(&ring, f_index);
         assert!(wakes(&mut || assert!(ring.free_consumer(f_index, word))));
         let c = ring
             .consumer(ConsumerOptions::anonymous())
