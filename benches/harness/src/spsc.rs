@@ -24,18 +24,27 @@
 //! third, `Cursor`, has no stamps at all: the producer writes the payload and an 8-byte
 //! length and flags word (each in a packed array), then publishes the head (Release), and
 //! the consumer reads up to the head, as the LMAX single-producer sequencer publishes its
-//! cursor. The rows show what the slot format alone costs, and what other ones would give.
+//! cursor. A fourth, `Fixed`, is the floor's format (payload-only 8-byte slots, the head
+//! as a published cursor) with the per-event work a single producer of a fixed-size-event
+//! shmring ring would keep around it: its claim stored beside the head on the head's line
+//! before the payload, the lifecycle word loaded after the claim, a Release fence, the
+//! payload, the head, and the parked-consumer check (a load of a waiter count); its
+//! consumer makes the parked-producer check at every commit. No per-event counter. The rows
+//! show what the slot format alone costs, and what other ones would give.
 //!
 //! ```text
 //! Slot64: offset 384   slots: CAPACITY x 64 bytes [stamp u64 | len+flags u64 | payload..]
 //! Dense:  offset 384   headers: CAPACITY x 16 bytes [stamp u64 | len+flags u64]
 //!         then         payloads: CAPACITY x u64
 //! Cursor: offset 384   len+flags: CAPACITY x u64, then payloads as in Dense
+//! Fixed:  offset 8     claim (on the head's line)
+//!         offset 384   payloads as in Bare; after the largest format's slots, two
+//!         128-byte lines: the lifecycle word, the waiter count (both stay 0)
 //! ```
 
 use std::fs::OpenOptions;
 use std::path::Path;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -49,8 +58,11 @@ pub const CAPACITY: usize = 4096;
 const SLOTS_OFFSET: usize = 384;
 /// Where `Dense` keeps its payloads, after the headers.
 const DENSE_PAYLOADS: usize = SLOTS_OFFSET + CAPACITY * 16;
-/// Size of the ring's file: room for the largest format (`Slot64`).
-pub const FILE_SIZE: usize = SLOTS_OFFSET + CAPACITY * 64;
+/// Where `Fixed` keeps its lifecycle word and its waiter count (a 128-byte line each),
+/// after the largest format's slots.
+const FIXED_LINES: usize = SLOTS_OFFSET + CAPACITY * 64;
+/// Size of the ring's file: room for the largest format (`Slot64`) and `Fixed`'s lines.
+pub const FILE_SIZE: usize = FIXED_LINES + 2 * 128;
 /// The stamp bit of a slot being written (as shmring's `STAMP_WRITING`).
 const WRITING: u64 = 1 << 63;
 
@@ -65,6 +77,9 @@ pub enum Format {
     Dense,
     /// No stamps: packed lengths and payloads, published by the head.
     Cursor,
+    /// The floor's slots and head, with a single producer's claim, lifecycle look and wake
+    /// check around each event.
+    Fixed,
 }
 
 impl Format {
@@ -75,6 +90,7 @@ impl Format {
             Format::Slot64 => "slot64",
             Format::Dense => "dense",
             Format::Cursor => "cursor",
+            Format::Fixed => "fixed",
         }
     }
 
@@ -84,7 +100,10 @@ impl Format {
             "slot64" => Format::Slot64,
             "dense" => Format::Dense,
             "cursor" => Format::Cursor,
-            other => anyhow::bail!("unknown ring format {other:?} (bare, slot64, dense, cursor)"),
+            "fixed" => Format::Fixed,
+            other => {
+                anyhow::bail!("unknown ring format {other:?} (bare, slot64, dense, cursor, fixed)")
+            }
         })
     }
 
@@ -92,7 +111,7 @@ impl Format {
     fn offsets(self, i: u64) -> (usize, usize, usize) {
         let k = i as usize & (CAPACITY - 1);
         match self {
-            Format::Bare => (0, 0, SLOTS_OFFSET + k * 8),
+            Format::Bare | Format::Fixed => (0, 0, SLOTS_OFFSET + k * 8),
             Format::Slot64 => {
                 let at = SLOTS_OFFSET + k * 64;
                 (at, at + 8, at + 16)
@@ -144,6 +163,29 @@ impl Spsc {
     }
     fn slot(&self, i: u64) -> &AtomicU64 {
         self.word(Format::Bare.offsets(i).2)
+    }
+
+    /// Publish event `i` (the next) in the `Fixed` format. Returns whether the lifecycle
+    /// word said open (the probe never closes it: the look is there for its cost).
+    #[inline(always)]
+    fn publish_fixed(&self, i: u64) -> bool {
+        // Relaxed: the single producer's claim, read by a stopper after its barrier.
+        self.word(8).store(i + 1, Ordering::Relaxed);
+        // A single shmring producer's fence here is compiler-only (membarrier mode).
+        compiler_fence(Ordering::SeqCst);
+        // Relaxed: the lifecycle word, ordered by the stopper's barrier.
+        let open = self.word(FIXED_LINES).load(Ordering::Relaxed) == 0;
+        // Release fence: a copying reader that sees the payload sees the claim.
+        fence(Ordering::Release);
+        // Relaxed: published by the Release store of the head below.
+        self.slot(i).store(i, Ordering::Relaxed);
+        // Release: pairs with the consumer's Acquire load of the head.
+        self.head().store(i + 1, Ordering::Release);
+        // Relaxed: the parked-consumer check's load of the waiter count (never set here).
+        if self.word(FIXED_LINES + 128).load(Ordering::Relaxed) != 0 {
+            std::hint::spin_loop();
+        }
+        open
     }
 
     /// Claim and publish event `i` as a single shmring producer does (the claim, the
@@ -198,7 +240,7 @@ pub fn producer(args: &Args) -> Result<()> {
     ctl.wait_ready(1, Duration::from_secs(20))?;
     let (c0, t_start) = (kit::thread_cpu_ns(), kit::now_ns());
     let end = t_start + args.num::<u64>("duration_ns")?;
-    let (mut next, mut cached_tail) = (0u64, 0u64);
+    let (mut next, mut cached_tail, mut closed) = (0u64, 0u64, 0u64);
     'outer: loop {
         for _ in 0..256 {
             while next - cached_tail >= CAPACITY as u64 {
@@ -209,7 +251,11 @@ pub fn producer(args: &Args) -> Result<()> {
                     std::hint::spin_loop();
                 }
             }
-            if format == Format::Bare {
+            if format == Format::Fixed {
+                // Not open: the probe counts nothing (the word is never written).
+                closed += u64::from(!ring.publish_fixed(next));
+                next += 1;
+            } else if format == Format::Bare {
                 // Relaxed: published by the Release store of the head below.
                 ring.slot(next).store(next, Ordering::Relaxed);
                 next += 1;
@@ -233,6 +279,7 @@ pub fn producer(args: &Args) -> Result<()> {
         }
     }
     let t_end = kit::now_ns();
+    anyhow::ensure!(closed == 0, "the probe's lifecycle word changed");
     // Release: the consumer stops once it has read this many.
     ring.end().store(next, Ordering::Release);
     let mut m = Measured::default();
@@ -266,7 +313,7 @@ pub fn consumer(args: &Args) -> Result<()> {
             std::hint::spin_loop();
             continue;
         }
-        if format == Format::Bare {
+        if format == Format::Bare || format == Format::Fixed {
             while next < head {
                 sum = sum.wrapping_add(ring.slot(next).load(Ordering::Relaxed));
                 next += 1;
@@ -298,6 +345,11 @@ pub fn consumer(args: &Args) -> Result<()> {
         }
         // Release: pairs with the producer's Acquire load of the tail.
         ring.tail().store(next, Ordering::Release);
+        // Relaxed: the commit's parked-producer check, as a shmring consumer makes it (the
+        // probe's producer never parks: the word stays 0).
+        if format == Format::Fixed && ring.word(FIXED_LINES + 128).load(Ordering::Relaxed) != 0 {
+            std::hint::spin_loop();
+        }
     }
     let t_end = kit::now_ns();
     std::hint::black_box(sum);

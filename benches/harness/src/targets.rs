@@ -323,6 +323,14 @@ pub fn absolute_goals(rows: &[Row]) -> String {
             if r >= 45e6 { "met" } else { "missed" }
         );
     }
+    if let Some(d) = floor_drift(rows) {
+        let _ = writeln!(
+            out,
+            "- the floor ring measured again after every other throughput row: {d:.2}x the \
+             first floor row; a throughput target against the floor decides something only \
+             when this is near 1.00x (the guest moved between placements otherwise)"
+        );
+    }
     if let Some(c) =
         find(rows, latency::SUITE, latency::IDLE, "blocking").and_then(|r| r.consumer_cpu)
     {
@@ -334,6 +342,20 @@ pub fn absolute_goals(rows: &[Row]) -> String {
         );
     }
     out
+}
+
+/// The floor ring's second row of the throughput suite (measured after every other row)
+/// divided by its first: how much the same ring moved within the run.
+pub fn floor_drift(rows: &[Row]) -> Option<f64> {
+    let best = |name: &str| {
+        find(rows, throughput::SUITE, throughput::FLOOR, name)
+            .and_then(|r| r.best_ops_per_sec.or(r.ops_per_sec))
+    };
+    let (first, again) = (
+        best(throughput::FLOOR_ROW)?,
+        best(throughput::FLOOR_AGAIN_ROW)?,
+    );
+    (first > 0.0).then(|| again / first)
 }
 
 /// The targets as a markdown table.
@@ -407,6 +429,23 @@ mod tests {
         );
         // Rows the paired suite did not measure give no paired target.
         assert!(!targets.iter().any(|t| t.what.contains("floor, paired")));
+    }
+
+    #[test]
+    fn the_floor_drift_divides_the_second_floor_row_by_the_first() {
+        let floor_row = |name: &str, ops: f64| {
+            let mut row = Row::new(throughput::SUITE, throughput::FLOOR, name, Kind::Throughput);
+            row.best_ops_per_sec = Some(ops);
+            row
+        };
+        let mut rows = vec![floor_row(throughput::FLOOR_ROW, 50e6)];
+        assert_eq!(floor_drift(&rows), None, "no second row, no drift");
+        rows.push(floor_row(throughput::FLOOR_AGAIN_ROW, 600e6));
+        assert_eq!(floor_drift(&rows), Some(12.0));
+        assert!(absolute_goals(&rows).contains("12.00x the first floor row"));
+        // A failed second row says nothing.
+        rows[1].error = Some("spawn failed".into());
+        assert_eq!(floor_drift(&rows), None);
     }
 
     #[test]

@@ -2,15 +2,17 @@
 //! producer's first publish to the consumer's return after the last event, and every row
 //! says how many were published and how many arrived).
 //!
-//! The floor (a bare SPSC ring) and three slot format probes (that ring with shmring's
-//! claim and stamps, in shmring's 64-byte slots and in a dense format; and with packed
-//! lengths and payloads under a published head, no stamps), then
+//! The floor (a bare SPSC ring) and four slot format probes (that ring with shmring's
+//! claim and stamps, in shmring's 64-byte slots and in a dense format; with packed
+//! lengths and payloads under a published head, no stamps; and with fixed-size events, a
+//! single producer's claim and checks around its own slots and head), then
 //! 1P1C per-event and batched (10, 100) for 8, 64, 256 and 1024-byte events, with a
 //! busy-spin consumer; 1P1C per-event on a multi-producer ring (the `fetch_add` claim, same
 //! consumer); then 2P1C, 3P1C and 1P3C fan-out. On 2 cores the multi-process rows
 //! run 3-4 processes on 2 CPUs: their consumers use the default Adaptive strategy (a
 //! spinning consumer there would fight the producers for a CPU), and the numbers are what
-//! time-sharing gives, not what the ring could do with a core each.
+//! time-sharing gives, not what the ring could do with a core each. Last, the floor ring
+//! again: its ratio to the first floor row is how much the same ring moves within the run.
 
 use anyhow::{anyhow, Result};
 use shmring::ProducerMode;
@@ -40,6 +42,12 @@ pub const PROBE_SLOT64: &str = "stamped, 64-byte slot per event, per-event, 8 B"
 pub const PROBE_DENSE: &str = "stamped, 16-byte headers + packed payloads, per-event, 8 B";
 /// Row name of the probe without stamps: packed lengths and payloads under a published head.
 pub const PROBE_CURSOR: &str = "no stamps, packed lengths + payloads, published head, 8 B";
+/// Row name of the probe of fixed-size events: the floor's slots and published head with a
+/// single producer's claim, lifecycle look and wake check around each event.
+pub const PROBE_FIXED: &str = "fixed 8 B events: claim + payload + published head, no stamps";
+/// Row name of the floor measured again after every other row of the suite: how far the
+/// same ring moves within one run (its ratio to the floor row is the run's own noise).
+pub const FLOOR_AGAIN_ROW: &str = "bare SPSC ring again, after every other row (the run's noise)";
 
 /// Event sizes.
 pub const SIZES: [usize; 4] = [8, 64, 256, 1024];
@@ -57,7 +65,7 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 8
+    (SIZES.len() * FORMS.len()) as u64 + 10
 }
 
 /// Measure.
@@ -67,6 +75,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         (Format::Slot64, PROBE, PROBE_SLOT64),
         (Format::Dense, PROBE, PROBE_DENSE),
         (Format::Cursor, PROBE, PROBE_CURSOR),
+        (Format::Fixed, PROBE, PROBE_FIXED),
     ] {
         ctx.bar.set_message(format!("throughput: {name}"));
         let row = floor(ctx, format, group, name);
@@ -92,6 +101,10 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let row = one(ctx, 1, 8, p, c, n, MULTI);
         ctx.push(row);
     }
+    ctx.bar
+        .set_message(format!("throughput: {FLOOR_AGAIN_ROW}"));
+    let row = floor(ctx, Format::Bare, FLOOR, FLOOR_AGAIN_ROW);
+    ctx.push(row);
     Ok(())
 }
 
