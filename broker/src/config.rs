@@ -116,6 +116,10 @@ pub struct RingSpec {
     pub max_producers: u32,
     /// "single" or "multi".
     pub producer_mode: ModeSpec,
+    /// Events of exactly this many bytes (a multiple of 8) in a fixed-size ring
+    /// (`RingConfig::event_size`; needs `producer_mode = "single"`). Unset: stamped slots of
+    /// `slot_size` bytes.
+    pub event_size: Option<u32>,
     /// Slack of optional consumers (default capacity/2).
     pub optional_slack: Option<u64>,
     /// Segment file mode (default 0o600, 0o660 with a group). Read and write bits only;
@@ -166,6 +170,7 @@ impl Default for RingSpec {
             max_consumers: ring.max_consumers,
             max_producers: ring.max_producers,
             producer_mode: ModeSpec::Multi,
+            event_size: None,
             optional_slack: None,
             mode: None,
             allow_world_access: false,
@@ -231,6 +236,7 @@ impl RingSpec {
                 ModeSpec::Single => ProducerMode::Single,
                 ModeSpec::Multi => ProducerMode::Multi,
             },
+            event_size: self.event_size,
             optional_slack: self.optional_slack,
             mode: self.mode.unwrap_or(default_mode),
             group,

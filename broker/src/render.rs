@@ -180,8 +180,9 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     });
     let _ = writeln!(
         out,
-        "ring {:?}  {}{blocked}  run {}  epoch {}  capacity {} x {} B ({})  head {}  free {}  slowest {}",
+        "ring {:?}  {}{blocked}  run {}  epoch {}  capacity {} x {} B{} ({})  head {}  free {}  slowest {}",
         ring.name, ring.state, ring.run, ring.epoch, ring.capacity, ring.slot_size,
+        if ring.fixed_events { " fixed events" } else { "" },
         ring.producer_mode, ring.head, ring.free, slowest
     );
     let blocker = ring

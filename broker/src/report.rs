@@ -69,8 +69,11 @@ pub struct RingReport {
     pub epoch: u64,
     /// Slots.
     pub capacity: u64,
-    /// Bytes per slot (with its 16-byte header).
+    /// Bytes per slot (with its 16-byte header), or a fixed-size ring's event size.
     pub slot_size: u32,
+    /// A ring of fixed-size events (`event_size`): `slot_size` is every event's size.
+    #[serde(default)]
+    pub fixed_events: bool,
     /// "single" or "multi".
     pub producer_mode: String,
     /// Next sequence to claim.

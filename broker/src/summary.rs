@@ -160,6 +160,7 @@ pub fn ring_report(
         epoch: ring.broker_epoch(),
         capacity: geo.capacity,
         slot_size: geo.slot_size,
+        fixed_events: geo.fixed,
         producer_mode: match geo.producer_mode {
             ProducerMode::Single => "single",
             ProducerMode::Multi => "multi",

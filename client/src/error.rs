@@ -161,6 +161,9 @@ pub enum DeclaredError {
         /// The consumer table size.
         max_consumers: u32,
     },
+    /// Worker groups declared on a ring of fixed-size events, which carries none.
+    #[error("worker group {0:?} is declared on a ring of fixed-size events (event_size), which carries no worker groups: declare it on a ring of stamped slots")]
+    GroupOnFixedRing(String),
 }
 
 /// Attaching a producer or a consumer to a ring.
@@ -263,6 +266,12 @@ pub enum AttachError {
         /// The group.
         group: String,
     },
+    /// What a ring of fixed-size events (`RingConfig::event_size`) does not carry.
+    #[error("a {what} is not available on a ring of fixed-size events: use a ring of stamped slots (no event_size) for it")]
+    FixedSizeRing {
+        /// What was asked for.
+        what: &'static str,
+    },
 }
 
 /// `publish`, `publish_batch` and `claim`: the forms that wait for room.
@@ -277,6 +286,14 @@ pub enum PublishError {
         len: usize,
         /// Largest payload.
         max: usize,
+    },
+    /// A payload of another size than a fixed-size ring's events (`RingConfig::event_size`).
+    #[error("payload of {len} bytes on a ring of {size}-byte events: every event is exactly {size} bytes")]
+    WrongSize {
+        /// Payload length.
+        len: usize,
+        /// The ring's event size.
+        size: usize,
     },
     /// A batch outside `1..=capacity/2`.
     #[error("batch of {len} events is outside 1..={max}; nothing was published")]
@@ -321,6 +338,14 @@ pub enum TryPublishError {
         len: usize,
         /// Largest payload.
         max: usize,
+    },
+    /// As [`PublishError::WrongSize`].
+    #[error("payload of {len} bytes on a ring of {size}-byte events: every event is exactly {size} bytes")]
+    WrongSize {
+        /// Payload length.
+        len: usize,
+        /// The ring's event size.
+        size: usize,
     },
     /// As [`PublishError::BatchSize`]. No sequence was spent.
     #[error("batch of {len} events is outside 1..={max}; nothing was published")]

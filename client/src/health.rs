@@ -21,10 +21,9 @@
 //! ```
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shmring_layout::{consumer_state, stamp, Geometry};
+use shmring_layout::{consumer_state, Geometry};
 
 use crate::process::is_alive;
 use crate::{ConsumerInfo, Ring, RingInfo};
@@ -166,12 +165,7 @@ pub fn instant_state(c: &ConsumerInfo, alive: bool) -> HealthState {
 /// far the claims run past it: the consumer cannot move until the hole is repaired, and
 /// the dead producer's row shows it. So a consumer waiting at a hole is never STALLED.
 pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
-    // Acquire: pairs with the producer's Release stamp store.
-    next < head
-        && stamp::reached(
-            ring.seg.slot(next).header.stamp.load(Ordering::Acquire),
-            next,
-        )
+    next < head && ring.seg.reached(next)
 }
 
 /// Whether consumer `c` of the snapshot `info`, at position `next`, is held by an upstream

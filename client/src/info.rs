@@ -185,6 +185,22 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             continue;
         }
         let in_flight = e.in_flight.load(Ordering::Relaxed);
+        let stored = e.published.load(Ordering::Relaxed);
+        let tombstoned = e.tombstoned.load(Ordering::Relaxed);
+        let repaired = e.repaired.load(Ordering::Relaxed);
+        // A fixed-size ring's producer stores no per-event counter (see
+        // `ProducerEntry::base`): its events are the cursor's advance since it attached,
+        // less its tombstones and those repaired for it.
+        let base = e.base.load(Ordering::Relaxed);
+        let published = if geo.fixed && base != u64::MAX {
+            let (cursor, _) = crate::fixed::published(&seg.events());
+            cursor
+                .saturating_sub(base)
+                .saturating_sub(tombstoned.saturating_add(repaired))
+                .max(stored)
+        } else {
+            stored
+        };
         producers.push(ProducerInfo {
             index: i,
             word,
@@ -196,11 +212,11 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 .then(|| in_flight.checked_sub(1))
                 .flatten(),
             claiming: in_flight == shmring_layout::IN_FLIGHT_CLAIMING,
-            repaired: e.repaired.load(Ordering::Relaxed),
+            repaired,
             stats: ProducerStats {
-                published: e.published.load(Ordering::Relaxed),
+                published,
                 refused: e.refused.load(Ordering::Relaxed),
-                tombstoned: e.tombstoned.load(Ordering::Relaxed),
+                tombstoned,
                 parks: e.parks.load(Ordering::Relaxed),
                 late_wakeups: 0,
                 net_wakeups: 0,

@@ -44,6 +44,7 @@ use std::time::Duration;
 use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::SLOT_FLAG_TOMBSTONE;
 
+use crate::fixed;
 use crate::park::{self, PARK_NET};
 use crate::{Consumer, Event, Ring};
 
@@ -121,10 +122,10 @@ impl Consumer {
             .min(upstream.saturating_sub(from));
         let mut n = 0u64;
         while n < limit {
-            let seq = from + n;
-            // Acquire: SYNC POINT with the producer's Release stamp store, as in `poll_once`;
-            // the payload, len and flags of every slot in the run are visible after this.
-            if !stamp::is_done(self.seg.slot(seq).header.stamp.load(Ordering::Acquire), seq) {
+            // Acquire: SYNC POINT with the producer's Release stamp store (or cursor store),
+            // as in `poll_once`; the payload, len and flags of every slot in the run are
+            // visible after this.
+            if !self.seg.is_done(from + n) {
                 break;
             }
             n += 1;
@@ -136,15 +137,14 @@ impl Consumer {
         let end = from + n;
         let last_event = (from..end).rev().find(|&s| !self.holds_no_event(s));
         for seq in from..end {
-            let slot = self.seg.slot(seq);
             if self.holds_no_event(seq) {
                 continue;
             }
-            let len = (slot.header.len.load(Ordering::Relaxed) as usize).min(self.max_payload);
-            // SAFETY: the stamp equalled `seq` (Acquire) and `seq` lies within one capacity of
-            // this required consumer's committed position, which does not move during this
-            // call, so producers cannot reach this slot again until after the handler returns.
-            let bytes = unsafe { slot.payload(len) };
+            // SAFETY: the stamp equalled `seq` (or the cursor was past it; Acquire) and `seq`
+            // lies within one capacity of this required consumer's committed position, which
+            // does not move during this call, so producers cannot reach this slot again until
+            // after the handler returns.
+            let bytes = unsafe { self.held_payload(seq) };
             handler(Event {
                 seq,
                 bytes,
@@ -158,11 +158,33 @@ impl Consumer {
     /// which it still holds behind its gate, is a tombstone: its producer's (the flags) or a
     /// repair's (the stamp).
     fn holds_no_event(&self, seq: u64) -> bool {
+        if self.seg.is_fixed() {
+            let events = self.seg.events();
+            let (_, tomb_end) = fixed::published(&events);
+            return fixed::is_tombstone(&events, seq, tomb_end);
+        }
         let header = &self.seg.slot(seq).header;
         // Relaxed: ordered by the caller's Acquire stamp load; the slot does not change
         // while this consumer holds it.
         header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0
             || stamp::read(header.stamp.load(Ordering::Relaxed), seq) == Stamp::Repaired
+    }
+
+    /// The payload of the published `seq`, which this consumer holds behind its gate.
+    ///
+    /// # Safety
+    /// `seq` is published (seen Acquire) and within one capacity of this required consumer's
+    /// committed position, which does not move while the bytes are borrowed.
+    unsafe fn held_payload(&self, seq: u64) -> &[u8] {
+        if self.seg.is_fixed() {
+            // SAFETY: the caller's contract.
+            return unsafe { self.seg.events().payload(seq) };
+        }
+        let slot = self.seg.slot(seq);
+        // Relaxed: ordered by the caller's Acquire load.
+        let len = (slot.header.len.load(Ordering::Relaxed) as usize).min(self.max_payload);
+        // SAFETY: the caller's contract.
+        unsafe { slot.payload(len) }
     }
 
     /// Commit the position forward to `seq`: every sequence below it is consumed and its
@@ -180,11 +202,10 @@ impl Consumer {
         let head = self.seg.position();
         let (mut delivered, mut skipped) = (0u64, 0u64);
         for s in self.next..seq {
-            let slot = self.seg.slot(s);
-            // Acquire: pairs with the producer's Release stamp store, so the flags read next
-            // belong to this sequence's event. A stamp other than `s` (below the head or not)
-            // means the run is not published up to `seq`.
-            if s >= head || !stamp::is_done(slot.header.stamp.load(Ordering::Acquire), s) {
+            // Acquire: pairs with the producer's Release stamp (or cursor) store, so the flags
+            // read next belong to this sequence's event. A stamp other than `s` (below the
+            // head or not) means the run is not published up to `seq`.
+            if s >= head || !self.seg.is_done(s) {
                 return Err(LeaseError::NotPublished {
                     seq,
                     unpublished: s,

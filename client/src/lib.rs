@@ -54,6 +54,8 @@ mod error;
 mod event;
 mod fence;
 mod file;
+#[doc(hidden)]
+pub mod fixed;
 mod futex;
 #[doc(hidden)]
 pub mod gating;

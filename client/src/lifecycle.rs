@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shmring_layout::{consumer_state, owned_word, producer_state, stamp, RingState};
+use shmring_layout::{consumer_state, owned_word, producer_state, RingState};
 
 use crate::line::{Env, Line, LineError};
 use crate::segment::Segment;
@@ -125,9 +125,7 @@ impl Segment {
 impl Segment {
     /// The line's position (`line::Line::position`), with this segment's slot stamps.
     pub(crate) fn position(&self) -> u64 {
-        // Acquire: pairs with the producer's Release stamp store.
-        self.line()
-            .position(|s| stamp::is_done(self.slot(s).header.stamp.load(Ordering::Acquire), s))
+        self.line().position(|s| self.is_done(s))
     }
 }
 

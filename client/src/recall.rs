@@ -15,7 +15,7 @@ use std::sync::atomic::{fence, Ordering};
 use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::SLOT_FLAG_TOMBSTONE;
 
-use crate::Ring;
+use crate::{fixed, Ring};
 
 /// What [`Ring::recall`] found at a sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +45,9 @@ impl Ring {
         if seq >= self.seg.position() {
             return Recall::NotClaimed;
         }
+        if self.seg.is_fixed() {
+            return self.recall_fixed(seq, buf);
+        }
         let slot = self.seg.slot(seq);
         // Acquire: SYNC POINT with the producer's Release stamp store; the len, flags and
         // payload of `seq` are visible if the stamp says `seq`.
@@ -68,6 +71,27 @@ impl Ring {
             return Recall::Gone;
         }
         if flags & SLOT_FLAG_TOMBSTONE != 0 {
+            buf.clear();
+            return Recall::Tombstone;
+        }
+        Recall::Event
+    }
+
+    /// `recall` on a fixed-size ring: published below the cursor, checked against the claim
+    /// after the copy (see `fixed`).
+    fn recall_fixed(&self, seq: u64, buf: &mut Vec<u8>) -> Recall {
+        let events = self.seg.events();
+        let (cursor, tomb_end) = fixed::published(&events);
+        if seq >= cursor {
+            return Recall::Pending;
+        }
+        let tombstone = fixed::is_tombstone(&events, seq, tomb_end);
+        events.copy_racy(seq, buf);
+        if !fixed::copy_held(&events, seq) {
+            buf.clear();
+            return Recall::Gone;
+        }
+        if tombstone {
             buf.clear();
             return Recall::Tombstone;
         }

@@ -20,12 +20,10 @@
 use std::sync::atomic::Ordering;
 
 use shmring_layout::IN_FLIGHT_CLAIMING;
-use shmring_layout::{
-    consumer_flags, consumer_state, owned_word, producer_state, stamp, RingState,
-};
+use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state, RingState};
 
 use crate::table::{self, Holder, Tombstone};
-use crate::{fence, gating, park, Ring};
+use crate::{fence, fixed, gating, park, Ring};
 
 /// What a repair of dead claims did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -76,7 +74,7 @@ impl Ring {
 
     /// Whether sequence `seq`'s slot holds it: an event, or a tombstone of either kind.
     pub fn is_published(&self, seq: u64) -> bool {
-        stamp::is_done(self.seg.slot(seq).header.stamp.load(Ordering::Acquire), seq)
+        self.seg.is_done(seq)
     }
 
     /// Stop consumer `index` from gating producers (it may be lapped; a required consumer
@@ -199,7 +197,9 @@ impl Ring {
         };
         // Acquire: pairs with the dead producer's Release record of its claim.
         let held = e.in_flight.load(Ordering::Acquire);
-        if held == IN_FLIGHT_CLAIMING || self.seg.line().single {
+        if self.seg.is_fixed() {
+            repair = self.repair_fixed();
+        } else if held == IN_FLIGHT_CLAIMING || self.seg.line().single {
             // A single producer records no claim in its entry (its position is the line's):
             // its hole is every unpublished sequence below the position.
             repair = self.repair_unattributed(index);
@@ -230,6 +230,55 @@ impl Ring {
             tombstoned = repair.tombstoned,
             "repaired the claims of a producer that died; its entry is free"
         );
+        repair
+    }
+
+    /// A fixed-size ring whose single producer died: tombstone what it claimed and did not
+    /// publish (`cursor..claim`, see `fixed`), never claimed again, since it may have
+    /// written part of it (a copying reader's check needs the claim never to drop below a
+    /// write). While the line is closed, only the part below the stop sequence was
+    /// accepted: the rest was refused before any write, and the claim is taken back to the
+    /// stop sequence instead. The caller holds the dead producer's entry (REPAIRING), so no
+    /// producer attaches meanwhile.
+    fn repair_fixed(&self) -> Repair {
+        let mut repair = Repair::default();
+        let line = self.seg.line();
+        let life = line.life();
+        let closed = match life.state {
+            Some(RingState::Running) => false,
+            Some(RingState::Stopped | RingState::Draining | RingState::Deleted) => true,
+            // A stop or start decides the last claim's fate (see `line`): try again later.
+            _ => {
+                repair.waiting += 1;
+                return repair;
+            }
+        };
+        let events = self.seg.events();
+        // Acquire: what the dead producer stored (its claim before its writes).
+        let claim = line.claim.load(Ordering::Acquire);
+        let (cursor, _) = fixed::published(&events);
+        let end = if closed {
+            // Relaxed: recorded before the settled state read above (Acquire).
+            claim.min(line.stop_seq.load(Ordering::Relaxed))
+        } else {
+            claim
+        };
+        if end > cursor {
+            // The wrap gate for the last sequence: every gating consumer past its previous
+            // lap, so no reader entitled to those slots' tomb words still reads them.
+            let need = end.saturating_sub(self.capacity());
+            if gating::scan(&self.seg) < need {
+                repair.waiting += end - cursor;
+                return repair;
+            }
+            fixed::tombstone(&events, cursor, end);
+            repair.tombstoned = end - cursor;
+            park::wake(&self.seg.lines().consumer_wake.value);
+        }
+        if claim > end.max(cursor) {
+            // Refused, never written: the next run starts at the stop sequence.
+            line.claim.store(end.max(cursor), Ordering::Release);
+        }
         repair
     }
 

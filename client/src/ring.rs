@@ -11,10 +11,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{FileType, Gid, Mode};
 use shmring_layout::{
     config_checksum, consumer_flags, validate, FenceMode, Geometry, ProducerMode, RingState,
-    FINGERPRINT, HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, NAME_LEN, STAMP_EMPTY,
+    FINGERPRINT, HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, NAME_LEN, SLOT_FORMAT_FIXED,
+    SLOT_FORMAT_STAMPED, STAMP_EMPTY, TOMB_NONE,
 };
 
 use crate::file::FileError;
+use crate::fixed;
 use crate::names::{namespace_dir, ring_path};
 use crate::segment::Segment;
 use crate::{DeclaredError, OpenError, RingInfo};
@@ -32,6 +34,12 @@ pub struct RingConfig {
     pub max_producers: u32,
     /// One producer or many (default many).
     pub producer_mode: ProducerMode,
+    /// Events of exactly this many bytes (a multiple of 8), in payload-only slots published
+    /// by a cursor: a fixed-size ring, the fastest per-event path (see ARCHITECTURE.md,
+    /// "Fixed-size rings"). Needs `producer_mode: Single`; `slot_size` is then not used.
+    /// Every publish carries exactly this many bytes. `None` (the default): stamped slots of
+    /// `slot_size` bytes, each carrying an event of any length up to `slot_size - 16`.
+    pub event_size: Option<u32>,
     /// How far (in events) an optional consumer may hold producers back beyond the slowest
     /// required consumer before producers stop waiting for it and may lap it. `None`: half
     /// the capacity.
@@ -65,6 +73,7 @@ impl Default for RingConfig {
             max_consumers: 16,
             max_producers: 16,
             producer_mode: ProducerMode::Multi,
+            event_size: None,
             optional_slack: None,
             mode: 0o600,
             group: None,
@@ -78,13 +87,23 @@ impl RingConfig {
     /// Check the configuration (the declared consumers included) and lay it out.
     pub fn geometry(&self) -> Result<Geometry, OpenError> {
         self.declared_names().map_err(OpenError::Declared)?;
+        if let (Some(_), Some(group)) = (self.event_size, self.declared_groups.first()) {
+            return Err(OpenError::Declared(DeclaredError::GroupOnFixedRing(
+                group.clone(),
+            )));
+        }
         let max_producers = match self.producer_mode {
             ProducerMode::Single => 1,
             ProducerMode::Multi => self.max_producers,
         };
-        Geometry::new(
+        let (format, slot_size) = match self.event_size {
+            Some(size) => (SLOT_FORMAT_FIXED, size),
+            None => (SLOT_FORMAT_STAMPED, self.slot_size),
+        };
+        Geometry::with_format(
+            format,
             self.capacity,
-            self.slot_size,
+            slot_size,
             self.max_consumers,
             max_producers,
             self.producer_mode,
@@ -435,6 +454,7 @@ fn build(
     h.fingerprint.store(FINGERPRINT, Ordering::Relaxed);
     h.capacity.store(geo.capacity, Ordering::Relaxed);
     h.slot_size.store(geo.slot_size, Ordering::Relaxed);
+    h.slot_format.store(geo.slot_format(), Ordering::Relaxed);
     h.max_consumers.store(geo.max_consumers, Ordering::Relaxed);
     h.max_producers.store(geo.max_producers, Ordering::Relaxed);
     h.file_mode.store(config.mode, Ordering::Relaxed);
@@ -453,11 +473,18 @@ fn build(
     h.fence_mode
         .store(FenceMode::Unset as u32, Ordering::Relaxed);
     h.run.store(1, Ordering::Relaxed);
-    for seq in 0..geo.capacity {
-        seg.slot(seq)
-            .header
-            .stamp
-            .store(STAMP_EMPTY, Ordering::Relaxed);
+    if geo.fixed {
+        let events = seg.events();
+        for seq in 0..geo.capacity {
+            fixed::Words::tomb(&events, seq).store(TOMB_NONE, Ordering::Relaxed);
+        }
+    } else {
+        for seq in 0..geo.capacity {
+            seg.slot(seq)
+                .header
+                .stamp
+                .store(STAMP_EMPTY, Ordering::Relaxed);
+        }
     }
     declare(&seg, config)?;
     h.version.store(LAYOUT_VERSION, Ordering::Relaxed);

@@ -11,10 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
+use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::{
-    ConsumerEntry, Geometry, Header, ProducerEntry, SequenceLines, SlotHeader, HEADER_SIZE,
-    SEQ_LINES_OFFSET, SLOT_HEADER_SIZE,
+    ClaimLine, ConsumerEntry, Geometry, Header, ProducerEntry, SequenceLines, SlotHeader,
+    HEADER_SIZE, SEQ_LINES_OFFSET, SLOT_HEADER_SIZE,
 };
+
+use crate::fixed;
 
 /// A mapped, validated segment.
 pub(crate) struct Segment {
@@ -147,22 +150,78 @@ impl Segment {
         Some(unsafe { &*(self.base().add(off as usize) as *const ProducerEntry) })
     }
 
+    /// Whether the ring carries fixed-size events under a cursor (see `fixed`) rather than
+    /// stamped slots.
+    #[inline(always)]
+    pub(crate) fn is_fixed(&self) -> bool {
+        self.geo.fixed
+    }
+
+    /// A fixed-size ring's events and tomb words (see `fixed`). On a ring of stamped slots
+    /// the array is never used (its accessors are only called on fixed rings).
+    #[inline]
+    pub(crate) fn events(&self) -> Events<'_> {
+        debug_assert!(self.geo.fixed, "events of a ring of stamped slots");
+        Events {
+            array: self.event_array(),
+            _seg: std::marker::PhantomData,
+        }
+    }
+
+    fn event_array(&self) -> EventArray {
+        EventArray {
+            // SAFETY: `slots_offset` lies inside the mapping (see `SlotArray::of`).
+            first: unsafe { self.base().add(self.geo.slots_offset as usize) },
+            // SAFETY: on a fixed-size ring `Geometry` puts `capacity` tomb words, 8-aligned
+            // (line-aligned start), inside `total_size`; on a stamped ring `tombs_offset` is
+            // 0 (the header) and the array is never read.
+            tombs: unsafe { self.base().add(self.geo.tombs_offset as usize) } as *const AtomicU64,
+            claim: &self.lines().claim as *const ClaimLine,
+            mask: self.geo.mask(),
+            size: self.geo.slot_size as usize,
+        }
+    }
+
+    /// Whether `seq` is published: an event or a tombstone, not a later lap and not a claim
+    /// still being written. Acquire: what was published with it is visible after.
+    pub(crate) fn is_done(&self, seq: u64) -> bool {
+        if self.geo.fixed {
+            let ev = self.events();
+            seq < fixed::published(&ev).0 && !ev.lapped(seq)
+        } else {
+            // Acquire: pairs with the producer's Release stamp store.
+            stamp::is_done(self.slot(seq).header.stamp.load(Ordering::Acquire), seq)
+        }
+    }
+
+    /// Whether the ring has something at or past `seq` for a reader at `seq`: published,
+    /// a tombstone, or overwritten by a later lap. Acquire, as `is_done`.
+    pub(crate) fn reached(&self, seq: u64) -> bool {
+        if self.geo.fixed {
+            seq < fixed::published(&self.events()).0
+        } else {
+            // Acquire: pairs with the producer's Release stamp store.
+            stamp::reached(self.slot(seq).header.stamp.load(Ordering::Acquire), seq)
+        }
+    }
+
+    /// Whether `seq`'s slot holds (or is being written with) a later lap's event.
+    pub(crate) fn lapped(&self, seq: u64) -> bool {
+        if self.geo.fixed {
+            self.events().lapped(seq)
+        } else {
+            // Acquire: pairs with the producer's Release stamp store.
+            stamp::read(self.slot(seq).header.stamp.load(Ordering::Acquire), seq) == Stamp::Lapped
+        }
+    }
+
     /// The slot array, its geometry read once: for loops over many slots, whose slot
     /// lookups then make no loads of the segment's fields.
     #[inline]
     pub(crate) fn slots(&self) -> Slots<'_> {
+        debug_assert!(!self.geo.fixed, "stamped slots of a fixed-size ring");
         Slots {
-            array: SlotArray {
-                // SAFETY: the mapping is `total_size` bytes, and `Geometry` makes
-                // `total_size` `slots_offset` plus the slot array (capacity >= 2 slots of
-                // >= 64 bytes), so `slots_offset` lies inside it.
-                first: unsafe { self.base().add(self.geo.slots_offset as usize) },
-                #[cfg(debug_assertions)]
-                end: self.geo.total_size as usize - self.geo.slots_offset as usize,
-                mask: self.geo.mask(),
-                slot_size: self.geo.slot_size as usize,
-                capacity: self.geo.max_payload(),
-            },
+            array: SlotArray::of(self),
             _seg: std::marker::PhantomData,
         }
     }
@@ -183,6 +242,8 @@ pub(crate) struct Attached<E> {
     seg: Arc<Segment>,
     /// The slot array (as [`Segment::slots`] returns it, without the borrow).
     slots: SlotArray,
+    /// A fixed-size ring's events (as [`Segment::events`] returns them, without the borrow).
+    events: EventArray,
     /// The entry this handle holds, inside the mapping `seg` keeps.
     entry: NonNull<E>,
     /// That entry's index in its table.
@@ -214,7 +275,8 @@ impl<E> Attached<E> {
     /// `entry` must come from one of `seg`'s entry accessors, given `index`.
     fn new(seg: Arc<Segment>, entry: NonNull<E>, index: u32) -> Self {
         Attached {
-            slots: seg.slots().array,
+            slots: SlotArray::of(&seg),
+            events: seg.event_array(),
             entry,
             index,
             seg,
@@ -244,6 +306,15 @@ impl<E> Attached<E> {
     #[inline(always)]
     pub(crate) fn slot(&self, seq: u64) -> Slot<'_> {
         self.slots().get(seq)
+    }
+
+    /// A fixed-size ring's events, resolved at attach (as [`Segment::events`]).
+    #[inline(always)]
+    pub(crate) fn events(&self) -> Events<'_> {
+        Events {
+            array: self.events,
+            _seg: std::marker::PhantomData,
+        }
     }
 
     /// The entry this handle holds (as `Segment::producer` or `Segment::consumer` of its
@@ -276,6 +347,166 @@ struct SlotArray {
     slot_size: usize,
     /// Payload bytes per slot.
     capacity: usize,
+}
+
+impl SlotArray {
+    fn of(seg: &Segment) -> Self {
+        SlotArray {
+            // SAFETY: the mapping is `total_size` bytes, and `Geometry` makes `total_size`
+            // `slots_offset` plus the slot array (capacity >= 2 slots of >= 8 bytes, and a
+            // fixed-size ring's tomb words after them), so `slots_offset` lies inside it.
+            first: unsafe { seg.base().add(seg.geo.slots_offset as usize) },
+            #[cfg(debug_assertions)]
+            end: seg.geo.total_size as usize - seg.geo.slots_offset as usize,
+            mask: seg.geo.mask(),
+            slot_size: seg.geo.slot_size as usize,
+            capacity: seg.geo.max_payload(),
+        }
+    }
+}
+
+/// Where a fixed-size ring's events and tomb words are (see `fixed`).
+#[derive(Clone, Copy)]
+struct EventArray {
+    /// The first event's payload.
+    first: *mut u8,
+    /// The first tomb word.
+    tombs: *const AtomicU64,
+    /// The claim line (claim, cursor, tombstone bound).
+    claim: *const ClaimLine,
+    mask: u64,
+    /// Bytes per event (a multiple of 8).
+    size: usize,
+}
+
+/// A fixed-size ring's events (see [`Segment::events`]): payload-only slots, their tomb
+/// words, and the claim line that says which are published.
+#[derive(Clone, Copy)]
+pub(crate) struct Events<'a> {
+    array: EventArray,
+    _seg: std::marker::PhantomData<&'a Segment>,
+}
+
+impl<'a> Events<'a> {
+    /// Bytes per event.
+    #[inline(always)]
+    pub(crate) fn size(&self) -> usize {
+        self.array.size
+    }
+
+    #[inline(always)]
+    fn line(&self) -> &'a ClaimLine {
+        // SAFETY: the claim line of the mapping, which outlives 'a; made of atomics only.
+        unsafe { &*self.array.claim }
+    }
+
+    #[inline(always)]
+    fn at(&self, seq: u64) -> *mut u8 {
+        let a = &self.array;
+        // SAFETY: `seq & mask` is below the capacity, so the event lies inside the event
+        // array of the mapping (`Geometry` puts `capacity * size` bytes there).
+        unsafe { a.first.add((seq & a.mask) as usize * a.size) }
+    }
+
+    /// Whether the cursor is past `seq` (Acquire: pairs with the Release cursor store).
+    #[inline(always)]
+    pub(crate) fn reached_by_cursor(&self, seq: u64) -> bool {
+        seq < fixed::published(self).0
+    }
+
+    /// Whether `seq`'s slot holds, or is being written with, a later lap's event: the
+    /// single producer's claim is past `seq + capacity` (Acquire).
+    pub(crate) fn lapped(&self, seq: u64) -> bool {
+        // Acquire: the claim is stored before the payload it covers (see `fixed`).
+        self.line().value.load(Ordering::Acquire) > seq.saturating_add(self.array.mask + 1)
+    }
+
+    /// Write `bytes` (exactly one event's size) as the event of `seq`.
+    ///
+    /// # Safety
+    /// The caller holds `seq`'s claim and passed the wrap gate for it (see `Slot::write`).
+    #[inline(always)]
+    pub(crate) unsafe fn write(&self, seq: u64, bytes: &[u8]) {
+        debug_assert_eq!(bytes.len(), self.array.size);
+        let p = self.at(seq);
+        if bytes.len() == 8 {
+            // SAFETY: one 8-byte event, 8-aligned in the slot (reads of `bytes` unaligned);
+            // exclusive by the caller's contract.
+            unsafe {
+                let v = std::ptr::read_unaligned(bytes.as_ptr() as *const u64);
+                std::ptr::write(p as *mut u64, v);
+            }
+            return;
+        }
+        let n = bytes.len().min(self.array.size);
+        // SAFETY: n <= size bytes inside the slot; exclusive by the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n) };
+    }
+
+    /// The event of `seq`, writable.
+    ///
+    /// # Safety
+    /// As for [`Events::write`], and the borrow ends before `seq` is published.
+    #[inline]
+    pub(crate) unsafe fn payload_mut(&self, seq: u64) -> &'a mut [u8] {
+        // SAFETY: size bytes inside the slot; exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.at(seq), self.array.size) }
+    }
+
+    /// The event of `seq`, read in place.
+    ///
+    /// # Safety
+    /// The caller saw the cursor past `seq` (Acquire) and holds the producer off the slot
+    /// (its committed sequence gates it) for as long as the borrow lives.
+    #[inline(always)]
+    pub(crate) unsafe fn payload(&self, seq: u64) -> &'a [u8] {
+        // SAFETY: size bytes inside the slot; no writer by the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.at(seq), self.array.size) }
+    }
+
+    /// Copy the event of `seq` into `dst` with atomic word loads, for a reader that does not
+    /// hold the producer off the slot: the caller checks the copy with `fixed::copy_held`.
+    pub(crate) fn copy_racy(&self, seq: u64, dst: &mut Vec<u8>) {
+        let p = self.at(seq);
+        dst.clear();
+        dst.reserve(self.array.size);
+        for i in 0..self.array.size / 8 {
+            // SAFETY: events are a multiple of 8 bytes from a line-aligned array, so word i
+            // is 8-aligned and inside the slot. Atomic load: may race the producer.
+            let w = unsafe { &*(p.add(i * 8) as *const AtomicU64) };
+            dst.extend_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+    }
+}
+
+impl fixed::Words for Events<'_> {
+    type W = AtomicU64;
+    #[inline(always)]
+    fn claim(&self) -> &AtomicU64 {
+        &self.line().value
+    }
+    #[inline(always)]
+    fn cursor(&self) -> &AtomicU64 {
+        &self.line().cursor
+    }
+    #[inline(always)]
+    fn tomb_end(&self) -> &AtomicU64 {
+        &self.line().tomb_end
+    }
+    #[inline(always)]
+    fn tomb(&self, seq: u64) -> &AtomicU64 {
+        // SAFETY: `seq & mask` is below the capacity: a tomb word inside the mapping (see
+        // `Segment::event_array`), 8-aligned, atomic.
+        unsafe { &*self.array.tombs.add((seq & self.array.mask) as usize) }
+    }
+    #[inline(always)]
+    fn capacity(&self) -> u64 {
+        self.array.mask + 1
+    }
+    #[inline(always)]
+    fn fence(&self, order: Ordering) {
+        std::sync::atomic::fence(order)
+    }
 }
 
 /// The slot array of a segment (see [`Segment::slots`]).

@@ -76,6 +76,7 @@ fn rewrite_config(path: &Path, edit: impl FnOnce(&mut ConfigWords)) {
         optional_slack: u64_at(offset_of!(Header, optional_slack)),
         created_unix_ns: u64_at(offset_of!(Header, created_unix_ns)),
         total_size: u64_at(offset_of!(Header, total_size)),
+        slot_format: u32_at(offset_of!(Header, slot_format)),
     };
     edit(&mut w);
     put32(
@@ -101,6 +102,7 @@ fn rewrite_config(path: &Path, edit: impl FnOnce(&mut ConfigWords)) {
         w.optional_slack,
     );
     put64(path, offset_of!(Header, total_size) as u64, w.total_size);
+    put32(path, offset_of!(Header, slot_format) as u64, w.slot_format);
     put64(
         path,
         offset_of!(Header, config_checksum) as u64,

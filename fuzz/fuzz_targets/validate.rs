@@ -60,6 +60,7 @@ enum Input {
         optional_slack: u64,
         created: u64,
         total_size: u64,
+        slot_format: u32,
         len: Len,
     },
 }
@@ -106,7 +107,13 @@ fn check_accepted(bytes: &[u8], len: u64) {
     let g = v.geometry;
     assert_eq!(g.total_size, len, "accepted a file of another size");
     assert!(g.capacity.is_power_of_two() && g.capacity >= 2);
-    assert!(g.slot_size >= 64 && g.slot_size.is_multiple_of(64));
+    if g.fixed {
+        assert!(g.slot_size >= 8 && g.slot_size.is_multiple_of(8));
+        assert_eq!(g.producer_mode, ProducerMode::Single);
+        assert_eq!(g.tombs_offset % LINE as u64, 0);
+    } else {
+        assert!(g.slot_size >= 64 && g.slot_size.is_multiple_of(64));
+    }
     assert!(g.max_consumers >= 1 && g.max_producers >= 1);
     assert!(g.optional_slack <= g.capacity);
     assert_eq!(
@@ -127,8 +134,12 @@ fn check_accepted(bytes: &[u8], len: u64) {
     // Every sequence, however large, maps to a slot inside the file.
     for seq in [0, 1, g.capacity - 1, g.capacity, u64::MAX, u64::MAX / 3] {
         assert!(g.slot_offset(seq) + u64::from(g.slot_size) <= g.total_size);
+        if g.fixed {
+            assert!(g.slot_offset(seq) + u64::from(g.slot_size) <= g.tombs_offset);
+            assert!(g.tomb_offset(seq) + 8 <= g.total_size);
+        }
     }
-    assert!(g.max_payload() < g.slot_size as usize);
+    assert!(g.max_payload() <= g.slot_size as usize);
     // Deterministic, and the header a creator would write for it validates the same way.
     assert_eq!(validate(bytes, len), Ok(v));
     let again = header_image(&g, v.file_mode, v.created_unix_ns);
@@ -166,6 +177,7 @@ fuzz_target!(|input: Input| {
             optional_slack,
             created,
             total_size,
+            slot_format,
             len,
         } => {
             let words = ConfigWords {
@@ -178,6 +190,7 @@ fuzz_target!(|input: Input| {
                 optional_slack,
                 created_unix_ns: created,
                 total_size,
+                slot_format,
             };
             let valid = Geometry::new(16, 64, 1, 1, ProducerMode::Multi, 0).expect("valid");
             let mut img = header_image(&valid, 0o600, 0);
@@ -190,6 +203,7 @@ fuzz_target!(|input: Input| {
             put64(&mut img, offset_of!(Header, optional_slack), optional_slack);
             put64(&mut img, offset_of!(Header, created_unix_ns), created);
             put64(&mut img, offset_of!(Header, total_size), total_size);
+            put32(&mut img, offset_of!(Header, slot_format), slot_format);
             put64(
                 &mut img,
                 offset_of!(Header, config_checksum),

@@ -280,6 +280,10 @@ pub struct ProducerEntry {
     pub repaired: AtomicU64,
     /// Times this producer parked waiting for room.
     pub parks: AtomicU64,
+    /// A fixed-size ring's producer: the position it attached at. While it holds the entry
+    /// it does not store `published` per event; its events are the cursor's advance since
+    /// `base`, less its `tombstoned` (see `ProducerInfo`). Stored at attach, before ACTIVE.
+    pub base: AtomicU64,
 }
 
 impl ProducerEntry {
@@ -296,6 +300,7 @@ const _: () = assert!(size_of::<ProducerEntry>() == PRODUCER_ENTRY_SIZE);
 const _: () = assert!(offset_of!(ProducerEntry, start_time) == 8);
 const _: () = assert!(offset_of!(ProducerEntry, in_flight) == 16);
 const _: () = assert!(offset_of!(ProducerEntry, published) == 32);
+const _: () = assert!(offset_of!(ProducerEntry, base) == 72);
 
 /// The header of every slot. The payload follows it.
 ///

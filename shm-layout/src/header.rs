@@ -66,7 +66,11 @@ pub struct Header {
     /// broker that restarts keeps counting the ring's `unblock_timeout` from the first
     /// sighting.
     pub hole_seen_ns: AtomicU64,
-    _reserved: [AtomicU64; 17],
+    /// How a slot holds its event: [`crate::SLOT_FORMAT_STAMPED`] or
+    /// [`crate::SLOT_FORMAT_FIXED`]. A configuration field (in the checksum).
+    pub slot_format: AtomicU32,
+    _pad: AtomicU32,
+    _reserved: [AtomicU64; 16],
 }
 
 /// Size of [`Header`].
@@ -89,6 +93,7 @@ const _: () = assert!(offset_of!(Header, fence_mode) == 80);
 const _: () = assert!(offset_of!(Header, run) == 88);
 const _: () = assert!(offset_of!(Header, last_sweep_ns) == 104);
 const _: () = assert!(offset_of!(Header, hole_seen_ns) == 112);
+const _: () = assert!(offset_of!(Header, slot_format) == 120);
 
 /// The configuration words covered by [`Header::config_checksum`], in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +116,8 @@ pub struct ConfigWords {
     pub created_unix_ns: u64,
     /// See [`Header::total_size`].
     pub total_size: u64,
+    /// See [`Header::slot_format`].
+    pub slot_format: u32,
 }
 
 /// The checksum stored in [`Header::config_checksum`]: a bit flip in any configuration field
@@ -126,6 +133,7 @@ pub const fn config_checksum(w: &ConfigWords) -> u64 {
         w.optional_slack,
         w.created_unix_ns,
         w.total_size,
+        w.slot_format as u64,
         crate::FINGERPRINT,
     ])
 }
@@ -288,11 +296,8 @@ pub struct LifecycleLine {
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SequenceLines {
-    /// Multi-producer: the claim counter, next sequence to hand out, taken with `fetch_add`,
-    /// with [`crate::CLAIM_CLOSED`] in bit 63. Single producer: the producer's own position
-    /// (next sequence), written only by it with plain stores; the line is closed by the
-    /// lifecycle word alone.
-    pub claim: Padded<AtomicU64>,
+    /// The claim counter, and a fixed-size ring's cursor: see [`ClaimLine`].
+    pub claim: ClaimLine,
     /// A lower bound of every gating consumer's next sequence, shared by producers so that
     /// one scan of the consumer table serves them all.
     pub gating: Padded<AtomicU64>,
@@ -304,6 +309,25 @@ pub struct SequenceLines {
     pub lifecycle: Padded<LifecycleLine>,
 }
 
+/// The claim line.
+#[repr(C, align(128))]
+#[derive(Debug, Default)]
+pub struct ClaimLine {
+    /// The claim. Multi-producer: the claim counter, next sequence to hand out, taken with
+    /// `fetch_add`, with [`crate::CLAIM_CLOSED`] in bit 63. Single producer: the producer's
+    /// own position (next sequence), written only by it with plain stores (before it writes
+    /// the events); the line is closed by the lifecycle word alone.
+    pub value: AtomicU64,
+    /// A fixed-size ring's published cursor: every sequence below it holds its event or is
+    /// a tombstone. Stored (Release) by the single producer after its events, or by a repair
+    /// of a dead producer's claim; 0 and unused on a ring of stamped slots. On the claim's
+    /// line: the producer stores both for every event, and a consumer reads the cursor.
+    pub cursor: AtomicU64,
+    /// A fixed-size ring's tombstone bound: every tombstone lies below it (see
+    /// `Geometry::tombs_offset`). Stored before the cursor that publishes the tombstones.
+    pub tomb_end: AtomicU64,
+}
+
 /// Offset of [`SequenceLines`] in the segment.
 pub const SEQ_LINES_OFFSET: usize = HEADER_SIZE;
 /// Size of [`SequenceLines`].
@@ -311,6 +335,10 @@ pub const SEQ_LINES_SIZE: usize = 5 * LINE;
 const _: () = assert!(size_of::<Padded<AtomicU64>>() == LINE);
 const _: () = assert!(size_of::<SequenceLines>() == SEQ_LINES_SIZE);
 const _: () = assert!(offset_of!(SequenceLines, claim) == 0);
+const _: () = assert!(size_of::<ClaimLine>() == LINE);
+const _: () = assert!(offset_of!(ClaimLine, value) == 0);
+const _: () = assert!(offset_of!(ClaimLine, cursor) == 8);
+const _: () = assert!(offset_of!(ClaimLine, tomb_end) == 16);
 const _: () = assert!(offset_of!(SequenceLines, gating) == LINE);
 const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 2 * LINE);
 const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 3 * LINE);

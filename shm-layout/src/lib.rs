@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -124,6 +124,19 @@ pub const IN_FLIGHT_CLAIMING: u64 = u64::MAX;
 /// Size of the slot header that precedes every payload.
 pub const SLOT_HEADER_SIZE: usize = 16;
 
+/// [`Header::slot_format`] of a ring of stamped slots: each a [`SlotHeader`] then up to
+/// `slot_size - SLOT_HEADER_SIZE` payload bytes.
+pub const SLOT_FORMAT_STAMPED: u32 = 0;
+/// [`Header::slot_format`] of a fixed-size ring: each slot is exactly one event's payload
+/// (`slot_size` bytes), published by [`ClaimLine::cursor`], with a tomb word per slot after
+/// the slots (see `Geometry::tombs_offset`). Single producer only.
+pub const SLOT_FORMAT_FIXED: u32 = 1;
+/// A fixed-size ring's tomb word that names no sequence (every tomb word starts so): a
+/// tomb word equal to a sequence marks that sequence a tombstone.
+pub const TOMB_NONE: u64 = u64::MAX;
+/// A fixed-size ring's events are a multiple of this many bytes.
+pub const FIXED_EVENT_ALIGN: u32 = 8;
+
 /// Smallest slot (header + 48 bytes of payload).
 pub const MIN_SLOT_SIZE: u32 = 64;
 /// Largest slot: 16 MiB.
@@ -205,6 +218,11 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(Header, capacity) as u64,
     core::mem::offset_of!(Header, run) as u64,
     core::mem::offset_of!(Header, hole_seen_ns) as u64,
+    core::mem::offset_of!(Header, slot_format) as u64,
+    core::mem::offset_of!(ClaimLine, cursor) as u64,
+    core::mem::offset_of!(ClaimLine, tomb_end) as u64,
+    core::mem::offset_of!(ProducerEntry, base) as u64,
+    SLOT_FORMAT_FIXED as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
     core::mem::offset_of!(SequenceLines, lifecycle) as u64,
     core::mem::offset_of!(LifecycleLine, stop_seq) as u64,

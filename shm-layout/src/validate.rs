@@ -2,11 +2,12 @@
 
 use core::mem::offset_of;
 
+use crate::FIXED_EVENT_ALIGN;
 use crate::{
     config_checksum, ConfigWords, Header, ProducerMode, CONSUMER_ENTRY_SIZE, FINGERPRINT,
     HEADER_SIZE, LAYOUT_VERSION, LINE, MAGIC, MAX_CAPACITY, MAX_CONSUMERS, MAX_PRODUCERS,
     MAX_SEGMENT_SIZE, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, PRODUCER_ENTRY_SIZE,
-    SEQ_LINES_OFFSET, SEQ_LINES_SIZE, SLOT_HEADER_SIZE,
+    SEQ_LINES_OFFSET, SEQ_LINES_SIZE, SLOT_FORMAT_FIXED, SLOT_FORMAT_STAMPED, SLOT_HEADER_SIZE,
 };
 
 /// Why a segment (or a requested configuration) is not a ring this code can use.
@@ -50,6 +51,15 @@ pub enum LayoutError {
     /// Slot size out of range or not a multiple of 64.
     #[error("slot size {0} is not a multiple of 64 in {MIN_SLOT_SIZE}..={MAX_SLOT_SIZE}")]
     BadSlotSize(u32),
+    /// A fixed-size ring's event size out of range or not a multiple of 8.
+    #[error("event size {0} is not a multiple of {FIXED_EVENT_ALIGN} in {FIXED_EVENT_ALIGN}..={MAX_SLOT_SIZE}")]
+    BadEventSize(u32),
+    /// Unknown slot format.
+    #[error("slot format {0} is unknown")]
+    BadSlotFormat(u32),
+    /// A fixed-size ring asked for with many producers.
+    #[error("a ring of fixed-size events takes a single producer (producer_mode Single)")]
+    FixedNeedsSingleProducer,
     /// Consumer table size out of range.
     #[error("max consumers {0} is not in 1..={MAX_CONSUMERS}")]
     BadMaxConsumers(u32),
@@ -86,8 +96,12 @@ pub enum LayoutError {
 pub struct Geometry {
     /// Slots, a power of two.
     pub capacity: u64,
-    /// Bytes per slot, a multiple of 64.
+    /// Bytes per slot: a multiple of 64 (header and payload), or on a fixed-size ring the
+    /// event size (a multiple of 8, the slot is the payload).
     pub slot_size: u32,
+    /// Whether slots are fixed-size events under a cursor ([`SLOT_FORMAT_FIXED`]) rather
+    /// than stamped.
+    pub fixed: bool,
     /// Entries in the consumer table.
     pub max_consumers: u32,
     /// Entries in the producer table.
@@ -102,6 +116,9 @@ pub struct Geometry {
     pub producers_offset: u64,
     /// Offset of slot 0.
     pub slots_offset: u64,
+    /// A fixed-size ring: offset of the tomb words, one `u64` per slot after the slots
+    /// (0 on a stamped ring).
+    pub tombs_offset: u64,
     /// Total segment size.
     pub total_size: u64,
 }
@@ -111,8 +128,31 @@ fn round_up(v: u64, to: u64) -> u64 {
 }
 
 impl Geometry {
-    /// Check a requested configuration and lay it out.
+    /// Check a requested configuration of stamped slots and lay it out.
     pub fn new(
+        capacity: u64,
+        slot_size: u32,
+        max_consumers: u32,
+        max_producers: u32,
+        producer_mode: ProducerMode,
+        optional_slack: u64,
+    ) -> Result<Self, LayoutError> {
+        Self::with_format(
+            SLOT_FORMAT_STAMPED,
+            capacity,
+            slot_size,
+            max_consumers,
+            max_producers,
+            producer_mode,
+            optional_slack,
+        )
+    }
+
+    /// Check a requested configuration in slot format `format` ([`SLOT_FORMAT_STAMPED`]:
+    /// `slot_size` is a slot's header and payload; [`SLOT_FORMAT_FIXED`]: the event size)
+    /// and lay it out.
+    pub fn with_format(
+        format: u32,
         capacity: u64,
         slot_size: u32,
         max_consumers: u32,
@@ -123,7 +163,23 @@ impl Geometry {
         if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) || !capacity.is_power_of_two() {
             return Err(LayoutError::BadCapacity(capacity));
         }
-        if !(MIN_SLOT_SIZE..=MAX_SLOT_SIZE).contains(&slot_size) || !slot_size.is_multiple_of(64) {
+        let fixed = match format {
+            SLOT_FORMAT_STAMPED => false,
+            SLOT_FORMAT_FIXED => true,
+            other => return Err(LayoutError::BadSlotFormat(other)),
+        };
+        if fixed {
+            if !(FIXED_EVENT_ALIGN..=MAX_SLOT_SIZE).contains(&slot_size)
+                || !slot_size.is_multiple_of(FIXED_EVENT_ALIGN)
+            {
+                return Err(LayoutError::BadEventSize(slot_size));
+            }
+            if producer_mode != ProducerMode::Single {
+                return Err(LayoutError::FixedNeedsSingleProducer);
+            }
+        } else if !(MIN_SLOT_SIZE..=MAX_SLOT_SIZE).contains(&slot_size)
+            || !slot_size.is_multiple_of(64)
+        {
             return Err(LayoutError::BadSlotSize(slot_size));
         }
         if !(1..=MAX_CONSUMERS).contains(&max_consumers) {
@@ -146,13 +202,20 @@ impl Geometry {
             LINE as u64,
         );
         // Bounded inputs: capacity <= 2^24, slot_size <= 2^24, so this cannot overflow.
-        let total_size = slots_offset + capacity * u64::from(slot_size);
+        let slots_end = slots_offset + capacity * u64::from(slot_size);
+        let (tombs_offset, total_size) = if fixed {
+            let tombs = round_up(slots_end, LINE as u64);
+            (tombs, tombs + capacity * 8)
+        } else {
+            (0, slots_end)
+        };
         if total_size > MAX_SEGMENT_SIZE {
             return Err(LayoutError::TooLarge(total_size));
         }
         Ok(Self {
             capacity,
             slot_size,
+            fixed,
             max_consumers,
             max_producers,
             producer_mode,
@@ -160,6 +223,7 @@ impl Geometry {
             consumers_offset,
             producers_offset,
             slots_offset,
+            tombs_offset,
             total_size,
         })
     }
@@ -169,9 +233,28 @@ impl Geometry {
         self.capacity - 1
     }
 
-    /// Largest payload a slot carries.
+    /// Largest payload a slot carries (on a fixed-size ring: the event size).
     pub fn max_payload(&self) -> usize {
-        self.slot_size as usize - SLOT_HEADER_SIZE
+        if self.fixed {
+            self.slot_size as usize
+        } else {
+            self.slot_size as usize - SLOT_HEADER_SIZE
+        }
+    }
+
+    /// The slot format's header word.
+    pub fn slot_format(&self) -> u32 {
+        if self.fixed {
+            SLOT_FORMAT_FIXED
+        } else {
+            SLOT_FORMAT_STAMPED
+        }
+    }
+
+    /// A fixed-size ring: offset of the tomb word of sequence `seq` (always in range).
+    #[inline]
+    pub fn tomb_offset(&self, seq: u64) -> u64 {
+        self.tombs_offset + (seq & self.mask()) * 8
     }
 
     /// Offset of consumer entry `i`, or `None` out of range.
@@ -204,6 +287,7 @@ impl Geometry {
             optional_slack: self.optional_slack,
             created_unix_ns,
             total_size: self.total_size,
+            slot_format: self.slot_format(),
         }
     }
 }
@@ -267,13 +351,15 @@ pub fn validate(header: &[u8], file_len: u64) -> Result<Validated, LayoutError> 
         optional_slack: u64_at(header, offset_of!(Header, optional_slack)),
         created_unix_ns: u64_at(header, offset_of!(Header, created_unix_ns)),
         total_size: u64_at(header, offset_of!(Header, total_size)),
+        slot_format: u32_at(header, offset_of!(Header, slot_format)),
     };
     if u64_at(header, offset_of!(Header, config_checksum)) != config_checksum(&words) {
         return Err(LayoutError::BadChecksum);
     }
     let mode = ProducerMode::from_u32(words.producer_mode)
         .ok_or(LayoutError::BadProducerMode(words.producer_mode))?;
-    let geometry = Geometry::new(
+    let geometry = Geometry::with_format(
+        words.slot_format,
         words.capacity,
         words.slot_size,
         words.max_consumers,
@@ -321,6 +407,7 @@ pub fn header_image(
     put32(offset_of!(Header, max_consumers), geometry.max_consumers);
     put32(offset_of!(Header, max_producers), geometry.max_producers);
     put32(offset_of!(Header, file_mode), file_mode);
+    put32(offset_of!(Header, slot_format), geometry.slot_format());
     b
 }
 
@@ -389,7 +476,8 @@ mod tests {
         cap[offset_of!(Header, capacity)] = 17;
         assert_eq!(validate(&cap, g.total_size), Err(LayoutError::BadChecksum));
         // Every single-bit flip in the configuration words is caught.
-        for byte in 0..offset_of!(Header, fence_mode) {
+        let format = offset_of!(Header, slot_format);
+        for byte in (0..offset_of!(Header, fence_mode)).chain(format..format + 4) {
             for bit in 0..8 {
                 let mut f = img;
                 f[byte] ^= 1 << bit;
@@ -399,6 +487,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fixed_size_ring_packs_its_events_and_keeps_a_tomb_word_per_slot() {
+        let g =
+            Geometry::with_format(SLOT_FORMAT_FIXED, 16, 8, 4, 1, ProducerMode::Single, 0).unwrap();
+        assert!(g.fixed);
+        assert_eq!(g.max_payload(), 8);
+        assert_eq!(g.slot_offset(17), g.slots_offset + 8);
+        assert_eq!(
+            g.tombs_offset,
+            g.slots_offset + 128,
+            "the slots, rounded to a line"
+        );
+        assert_eq!(g.tomb_offset(17), g.tombs_offset + 8);
+        assert_eq!(g.total_size, g.tombs_offset + 16 * 8);
+        let img = header_image(&g, 0o600, 7);
+        assert_eq!(validate(&img, g.total_size).unwrap().geometry, g);
+        assert_eq!(
+            Geometry::with_format(SLOT_FORMAT_FIXED, 16, 12, 1, 1, ProducerMode::Single, 0),
+            Err(LayoutError::BadEventSize(12))
+        );
+        assert_eq!(
+            Geometry::with_format(SLOT_FORMAT_FIXED, 16, 8, 1, 2, ProducerMode::Multi, 0),
+            Err(LayoutError::FixedNeedsSingleProducer)
+        );
+        assert_eq!(
+            Geometry::with_format(9, 16, 64, 1, 1, ProducerMode::Single, 0),
+            Err(LayoutError::BadSlotFormat(9))
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@ use proptest::test_runner::TestRunner;
 use shmring_layout::{
     config_checksum, header_image, validate, ConfigWords, Geometry, Header, LayoutError,
     ProducerMode, CONSUMER_ENTRY_SIZE, HEADER_SIZE, LINE, MAX_CAPACITY, MAX_CONSUMERS,
-    MAX_PRODUCERS, MAX_SEGMENT_SIZE, MAX_SLOT_SIZE, PRODUCER_ENTRY_SIZE,
+    MAX_PRODUCERS, MAX_SEGMENT_SIZE, MAX_SLOT_SIZE, PRODUCER_ENTRY_SIZE, SLOT_FORMAT_FIXED,
+    SLOT_FORMAT_STAMPED,
 };
 
 /// A header carrying `w` with a checksum that matches it.
@@ -25,6 +26,7 @@ fn header_with(w: &ConfigWords) -> [u8; HEADER_SIZE] {
     put32(offset_of!(Header, max_consumers), w.max_consumers);
     put32(offset_of!(Header, max_producers), w.max_producers);
     put32(offset_of!(Header, file_mode), w.file_mode);
+    put32(offset_of!(Header, slot_format), w.slot_format);
     let mut put64 = |off: usize, v: u64| b[off..off + 8].copy_from_slice(&v.to_ne_bytes());
     put64(offset_of!(Header, capacity), w.capacity);
     put64(offset_of!(Header, optional_slack), w.optional_slack);
@@ -45,6 +47,7 @@ fn words(capacity: u64, slot_size: u32, consumers: u32, producers: u32) -> Confi
         optional_slack: 0,
         created_unix_ns: 1,
         total_size: 1 << 20,
+        slot_format: SLOT_FORMAT_STAMPED,
     }
 }
 
@@ -54,7 +57,9 @@ fn check_accepted(v: &shmring_layout::Validated, len: u64) {
     assert_eq!(g.total_size, len);
     assert!(g.total_size <= MAX_SEGMENT_SIZE);
     assert!(g.capacity.is_power_of_two() && g.capacity <= MAX_CAPACITY);
-    assert!(g.slot_size <= MAX_SLOT_SIZE && g.slot_size.is_multiple_of(64));
+    let align = if g.fixed { 8 } else { 64 };
+    assert!(g.slot_size <= MAX_SLOT_SIZE && g.slot_size.is_multiple_of(align));
+    assert!(g.max_payload() <= g.slot_size as usize);
     assert!((1..=MAX_CONSUMERS).contains(&g.max_consumers));
     assert!((1..=MAX_PRODUCERS).contains(&g.max_producers));
     let last_c = g.consumer_offset(g.max_consumers - 1).unwrap();
@@ -64,6 +69,11 @@ fn check_accepted(v: &shmring_layout::Validated, len: u64) {
     assert_eq!(g.slots_offset % LINE as u64, 0);
     for seq in [0, g.capacity - 1, u64::MAX] {
         assert!(g.slot_offset(seq) + u64::from(g.slot_size) <= g.total_size);
+        if g.fixed {
+            assert!(g.slot_offset(seq) + u64::from(g.slot_size) <= g.tombs_offset);
+            assert!(g.tomb_offset(seq) + 8 <= g.total_size);
+            assert_eq!(g.tombs_offset % LINE as u64, 0);
+        }
     }
 }
 
@@ -109,6 +119,27 @@ fn absurd_capacities_are_refused_even_with_a_valid_checksum() {
         validate(&img, u64::MAX),
         Err(LayoutError::TooLarge(_))
     ));
+    let mut w = words(16, 64, 1, 1);
+    w.slot_format = 2;
+    assert_eq!(
+        validate(&header_with(&w), 1 << 20),
+        Err(LayoutError::BadSlotFormat(2))
+    );
+    for event in [0, 4, 12, MAX_SLOT_SIZE + 8, u32::MAX] {
+        let mut w = words(16, event, 1, 1);
+        w.slot_format = SLOT_FORMAT_FIXED;
+        w.producer_mode = ProducerMode::Single as u32;
+        assert_eq!(
+            validate(&header_with(&w), 1 << 20),
+            Err(LayoutError::BadEventSize(event))
+        );
+    }
+    let mut w = words(16, 8, 1, 1);
+    w.slot_format = SLOT_FORMAT_FIXED;
+    assert_eq!(
+        validate(&header_with(&w), 1 << 20),
+        Err(LayoutError::FixedNeedsSingleProducer)
+    );
     let mut w = words(16, 64, 1, 1);
     w.producer_mode = 7;
     assert_eq!(
@@ -184,6 +215,7 @@ fn checksummed_configurations_are_refused_or_in_bounds() {
         prop_oneof![14 => 1u32..=MAX_PRODUCERS, 1 => 0u32..=MAX_PRODUCERS + 1, 1 => any::<u32>()],
         (any::<u64>(), 0u8..8),
         (0u8..8, any::<u64>()),
+        prop_oneof![12 => Just(SLOT_FORMAT_STAMPED), 3 => Just(SLOT_FORMAT_FIXED), 1 => any::<u32>()],
     );
     let accepted = AtomicU32::new(0);
     let mut runner = TestRunner::new(ProptestConfig {
@@ -200,6 +232,7 @@ fn checksummed_configurations_are_refused_or_in_bounds() {
             max_producers,
             (slack, sk),
             (lk, len),
+            slot_format,
         )| {
             // A slack below the capacity seven times in eight.
             let optional_slack = if sk == 0 {
@@ -217,9 +250,11 @@ fn checksummed_configurations_are_refused_or_in_bounds() {
                 optional_slack,
                 created_unix_ns: 9,
                 total_size: 0,
+                slot_format,
             };
             let mode = ProducerMode::from_u32(producer_mode).unwrap_or(ProducerMode::Multi);
-            let size = Geometry::new(
+            let size = Geometry::with_format(
+                slot_format,
                 capacity,
                 slot_size,
                 max_consumers,

@@ -9,7 +9,8 @@
 //! order (the `consume` role checks each producer's sequence is exactly the next, so
 //! nothing is lost, doubled or reordered), ring sequences strictly increase, every stop
 //! sequence a stormer saw only moves forward, and an attaching consumer sees a contiguous
-//! run from where it attached. Run for both producer modes; every
+//! run from where it attached. Run for both producer modes and a ring of fixed-size
+//! events (its single producer's cursor published after the claim; see `fixed`); every
 //! choice comes from a printed seed (`SHMRING_FAULT_SEED` replays it).
 
 use shmring::{ProducerMode, Ring, RingConfig};
@@ -17,13 +18,14 @@ use shmring_testkit::fault::Rng;
 use shmring_testkit::report::{line, num};
 use shmring_testkit::{testkit, Child, Namespace};
 
-fn storm(mode: ProducerMode, test: &str) {
+fn storm(mode: ProducerMode, event_size: Option<u32>, test: &str) {
     let mut rng = Rng::for_test(test);
     let ns = Namespace::new("lc_storm");
     let capacity = *rng.pick(&[16u64, 64]);
     let config = RingConfig {
         capacity,
         producer_mode: mode,
+        event_size,
         ..RingConfig::default()
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
@@ -123,17 +125,22 @@ fn storm(mode: ProducerMode, test: &str) {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let attaches = attacher.join().expect("attacher");
     println!(
-        "lifecycle storm ({mode:?}, capacity {capacity}): {accepted} events accepted and \
+        "lifecycle storm ({mode:?}, event size {event_size:?}, capacity {capacity}): {accepted} events accepted and \
          delivered, {retries} refusals retried, {attaches} attaches; stormers: {stats:?}"
     );
 }
 
 #[test]
 fn stop_start_drain_storm_multi_producer() {
-    storm(ProducerMode::Multi, "lifecycle_storm_multi");
+    storm(ProducerMode::Multi, None, "lifecycle_storm_multi");
 }
 
 #[test]
 fn stop_start_drain_storm_single_producer() {
-    storm(ProducerMode::Single, "lifecycle_storm_single");
+    storm(ProducerMode::Single, None, "lifecycle_storm_single");
+}
+
+#[test]
+fn stop_start_drain_storm_fixed_size_ring() {
+    storm(ProducerMode::Single, Some(8), "lifecycle_storm_fixed");
 }

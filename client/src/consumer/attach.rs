@@ -64,6 +64,11 @@ impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
         crate::lifecycle::attachable(&seg)?;
         if let Some(group) = &opts.group {
+            if seg.is_fixed() {
+                return Err(AttachError::FixedSizeRing {
+                    what: "worker group member",
+                });
+            }
             if !opts.upstream.is_empty() {
                 return Err(AttachError::WorkerAfter {
                     group: group.clone(),
@@ -202,6 +207,7 @@ impl Consumer {
             word,
             next,
             required,
+            fixed: geo.fixed,
             durable,
             batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
             max_payload: geo.max_payload(),
@@ -297,11 +303,7 @@ impl Consumer {
             // the entry says, it did not hold producers there (its holder may have died
             // between publishing ACTIVE and storing its start, see `fresh`).
             // Acquire: pairs with the producers' Release stamp store.
-            let lapped = old_next <= head
-                && stamp::read(
-                    seg.slot(old_next).header.stamp.load(Ordering::Acquire),
-                    old_next,
-                ) == Stamp::Lapped;
+            let lapped = old_next <= head && seg.lapped(old_next);
             let gated =
                 table::consumer::gated_required(state, old_flags, old_next, head) && !lapped;
             let Some(mine) = table::consumer::take_over(&e.hot.word, seen, me, gated) else {

@@ -38,6 +38,10 @@ impl Consumer {
                 Err(barrier::Stale) => return stale,
             }
         }
+        if self.fixed {
+            // The cursor, on the claim line the producer writes (see `fixed`).
+            return self.seg.events().reached_by_cursor(self.next);
+        }
         // A caught-up consumer looks at the next slot's stamp, in either producer mode: one
         // line, the one the producer writes, so the event is seen one line transfer after
         // its stamp (ARCHITECTURE.md, "Where a caught-up consumer looks").
@@ -122,6 +126,9 @@ impl Consumer {
         let cap = self
             .batch_cap
             .min(self.upstream_limit()?.saturating_sub(start));
+        if self.fixed {
+            return self.poll_fixed(start, cap, &mut handler);
+        }
         let mut n = 0u64;
         let mut lapped = false;
         let mut repaired = false;
@@ -149,6 +156,49 @@ impl Consumer {
         if n == 0 {
             return self.idle_checks(lapped);
         }
+        self.deliver_run::<Stamped, _, _>(start, n, (), &mut handler)
+    }
+
+    /// A fixed-size ring's poll from `start`, at most `cap` events: up to the cursor (see
+    /// `fixed`).
+    fn poll_fixed<F, E>(
+        &mut self,
+        start: u64,
+        cap: u64,
+        handler: &mut F,
+    ) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
+        let events = self.seg.events();
+        let (cursor, tomb_end) = fixed::published(&events);
+        if !self.required && events.lapped(start) {
+            // The ring no longer holds `start`: skip to the head and count the gap.
+            return self.idle_checks(true);
+        }
+        let n = cursor.saturating_sub(start).min(cap);
+        if n == 0 {
+            return self.idle_checks(false);
+        }
+        self.deliver_run::<Fixed, _, _>(start, n, tomb_end, handler)
+    }
+
+    /// Deliver the published run `start..start + n` read from `src`: the last checks, then
+    /// in place (required) or copied and checked (optional).
+    #[inline(always)]
+    fn deliver_run<S, F, E>(
+        &mut self,
+        start: u64,
+        mut n: u64,
+        args: S::Args,
+        handler: &mut F,
+    ) -> Result<usize, PollError>
+    where
+        S: Format,
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
         if !self.run_still_allowed() {
             // A released upstream gated again while the run was scanned: look again.
             return Ok(0);
@@ -165,9 +215,9 @@ impl Consumer {
             }
         }
         if self.required {
-            self.deliver_in_place(start, n, &mut handler)
+            self.deliver_in_place::<S, F, E>(start, n, args, handler)
         } else {
-            self.deliver_copied(start, n, &mut handler)
+            self.deliver_copied::<S, F, E>(start, n, args, handler)
         }
     }
 
@@ -276,24 +326,25 @@ impl Consumer {
         self.store_stats();
     }
 
-    pub(super) fn deliver_in_place<F, E>(
+    pub(super) fn deliver_in_place<S, F, E>(
         &mut self,
         start: u64,
         n: u64,
+        args: S::Args,
         handler: &mut F,
     ) -> Result<usize, PollError>
     where
+        S: Format,
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
     {
         let seg = &self.seg;
-        let slots = seg.slots();
-        let max = self.max_payload;
+        let src = S::source(seg, self.max_payload, args);
         let end = start + n;
         // The last event of the run that is not a tombstone (u64::MAX: none).
         let last_event = (start..end)
             .rev()
-            .find(|&s| slots.get(s).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0)
+            .find(|&s| !src.is_tombstone(s))
             .unwrap_or(u64::MAX);
         let mut flush = self.flush;
         // Read once: without a timed flush the loop has no flush work per event.
@@ -308,11 +359,10 @@ impl Consumer {
             // ARCHITECTURE.md, "Measured: where a per-event publish goes").
             while at < end && !timed && careful == 0 {
                 // SAFETY: the caller's scan (`poll`, `poll_member`) saw the stamp of every
-                // slot in `start..end` equal its sequence (Acquire) and this required
-                // consumer has not committed past `at`, so producers cannot reach the slot
-                // until after the handler returns.
-                let Some((bytes, len)) = (unsafe { in_place(&slots, at, max, &mut clamped) })
-                else {
+                // slot in `start..end` equal its sequence (Acquire), or the cursor past them,
+                // and this required consumer has not committed past `at`, so producers cannot
+                // reach the slot until after the handler returns.
+                let Some((bytes, len)) = (unsafe { src.in_place(at, &mut clamped) }) else {
                     skipped += 1;
                     at += 1;
                     continue;
@@ -331,8 +381,7 @@ impl Consumer {
             }
             while at < end {
                 // SAFETY: as above.
-                let Some((bytes, len)) = (unsafe { in_place(&slots, at, max, &mut clamped) })
-                else {
+                let Some((bytes, len)) = (unsafe { src.in_place(at, &mut clamped) }) else {
                     skipped += 1;
                     at += 1;
                     continue;
@@ -382,18 +431,20 @@ impl Consumer {
         }
     }
 
-    fn deliver_copied<F, E>(
+    fn deliver_copied<S, F, E>(
         &mut self,
         start: u64,
         n: u64,
+        args: S::Args,
         handler: &mut F,
     ) -> Result<usize, PollError>
     where
+        S: Format,
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
     {
         let seg = &self.seg;
-        let max = self.max_payload;
+        let src = S::source(seg, self.max_payload, args);
         let end = start + n;
         let mut flush = self.flush;
         // Read once: without a timed flush the loop has no flush work per event.
@@ -414,26 +465,17 @@ impl Consumer {
         let mut pending: Option<(u64, usize)> = None;
         let mut cur = 0usize;
         let mut lapped = false;
-        let slots = seg.slots();
         let outcome = (|| {
             while at < end {
-                let slot = slots.get(at);
-                let flags = slot.header.flags.load(Ordering::Relaxed);
-                let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
-                let was_clamped = len > max;
-                if was_clamped {
-                    len = max;
-                }
-                slot.copy_racy(len, bufs[cur]);
-                // Acquire fence: pairs with the producer's Release fence after its WRITING
-                // stamp; if the copy saw any byte of a newer write, the stamp read below
-                // sees that write's WRITING stamp (seqlock).
-                fence(Ordering::Acquire);
-                if slot.header.stamp.load(Ordering::Relaxed) != at {
-                    lapped = true;
-                    break;
-                }
-                if flags & SLOT_FLAG_TOMBSTONE != 0 {
+                let (tombstone, was_clamped) = match src.copy(at, bufs[cur]) {
+                    Copied::Lapped => {
+                        lapped = true;
+                        break;
+                    }
+                    Copied::Tombstone { clamped } => (true, clamped),
+                    Copied::Event { clamped } => (false, clamped),
+                };
+                if tombstone {
                     clamped += u64::from(was_clamped);
                     skipped += 1;
                     at += 1;
@@ -526,31 +568,162 @@ where
     }
 }
 
-/// The payload of the published slot `seq` to read in place, with its length clamped to
-/// `max` (counted in `clamped`); `None` for a tombstone.
-///
-/// # Safety
-///
-/// The caller saw the slot's stamp equal `seq` (Acquire) and gates producers at or before
-/// `seq` until it is done with the returned bytes.
-#[inline(always)]
-unsafe fn in_place<'a>(
-    slots: &Slots<'a>,
-    seq: u64,
+/// What a copying reader found at a sequence (see [`Source::copy`]).
+pub(super) enum Copied {
+    /// The ring no longer holds it (a later lap is there, or being written).
+    Lapped,
+    /// A tombstone (its length was corrupt and clamped, if `clamped`).
+    Tombstone { clamped: bool },
+    /// The event, copied whole (its length was corrupt and clamped, if `clamped`).
+    Event { clamped: bool },
+}
+
+/// A slot format the delivery loops read: stamped slots ([`Stamped`]) or a fixed-size
+/// ring's events ([`Fixed`]). The loops are generic over it, so each format gets its own.
+pub(super) trait Format {
+    /// What the poll read with the run, beyond the segment (a fixed-size ring's tombstone
+    /// bound).
+    type Args: Copy;
+    /// The run's events, read through a handle's segment.
+    type Src<'a>: Source + Copy;
+    /// The source of a handle's segment (`max`: its payload bound).
+    fn source(seg: &Attached<ConsumerEntry>, max: usize, args: Self::Args) -> Self::Src<'_>;
+}
+
+/// Where a published run's events are read from (see [`Format`]).
+pub(super) trait Source {
+    /// The payload of the published `seq` to read in place, with its length (clamped to
+    /// the slot, counted in `clamped`); `None` for a tombstone.
+    ///
+    /// # Safety
+    /// The caller saw `seq` published (its stamp equal to it, Acquire, or the cursor past
+    /// it) and gates producers at or before `seq` until it is done with the returned bytes.
+    unsafe fn in_place(&self, seq: u64, clamped: &mut u64) -> Option<(&[u8], usize)>;
+    /// Whether the published `seq` is a tombstone.
+    fn is_tombstone(&self, seq: u64) -> bool;
+    /// Copy the published (or lapped) `seq` into `buf` and check the copy (seqlock), for a
+    /// reader that does not hold producers off the slot.
+    fn copy(&self, seq: u64, buf: &mut Vec<u8>) -> Copied;
+}
+
+/// Stamped slots (the format of a ring without `event_size`).
+pub(super) enum Stamped {}
+
+impl Format for Stamped {
+    type Args = ();
+    type Src<'a> = StampedSrc<'a>;
+    #[inline(always)]
+    fn source(seg: &Attached<ConsumerEntry>, max: usize, (): ()) -> StampedSrc<'_> {
+        StampedSrc {
+            slots: seg.slots(),
+            max,
+        }
+    }
+}
+
+/// A fixed-size ring's events (see `fixed`).
+pub(super) enum Fixed {}
+
+impl Format for Fixed {
+    type Args = u64;
+    type Src<'a> = FixedSrc<'a>;
+    #[inline(always)]
+    fn source(seg: &Attached<ConsumerEntry>, _max: usize, tomb_end: u64) -> FixedSrc<'_> {
+        FixedSrc {
+            events: seg.events(),
+            tomb_end,
+        }
+    }
+}
+
+/// Stamped slots, each carrying an event of up to `max` bytes.
+#[derive(Clone, Copy)]
+pub(super) struct StampedSrc<'a> {
+    slots: Slots<'a>,
     max: usize,
-    clamped: &mut u64,
-) -> Option<(&'a [u8], usize)> {
-    let slot = slots.get(seq);
-    // Relaxed: ordered by the caller's Acquire stamp load.
-    if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
-        return None;
+}
+
+impl Source for StampedSrc<'_> {
+    #[inline(always)]
+    unsafe fn in_place(&self, seq: u64, clamped: &mut u64) -> Option<(&[u8], usize)> {
+        let slot = self.slots.get(seq);
+        // Relaxed: ordered by the caller's Acquire stamp load.
+        if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
+            return None;
+        }
+        let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
+        if len > self.max {
+            len = self.max;
+            *clamped += 1;
+        }
+        // SAFETY: the caller's contract: the stamp equalled `seq` and the slot is not
+        // reused while the bytes are borrowed.
+        Some((unsafe { slot.payload(len) }, len))
     }
-    let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
-    if len > max {
-        len = max;
-        *clamped += 1;
+
+    #[inline(always)]
+    fn is_tombstone(&self, seq: u64) -> bool {
+        // Relaxed: ordered by the caller's Acquire stamp load.
+        self.slots.get(seq).header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0
     }
-    // SAFETY: the caller's contract: the stamp equalled `seq` and the slot is not reused
-    // while the bytes are borrowed.
-    Some((unsafe { slot.payload(len) }, len))
+
+    #[inline(always)]
+    fn copy(&self, seq: u64, buf: &mut Vec<u8>) -> Copied {
+        let slot = self.slots.get(seq);
+        let flags = slot.header.flags.load(Ordering::Relaxed);
+        let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
+        let clamped = len > self.max;
+        if clamped {
+            len = self.max;
+        }
+        slot.copy_racy(len, buf);
+        // Acquire fence: pairs with the producer's Release fence after its WRITING stamp;
+        // if the copy saw any byte of a newer write, the stamp read below sees that write's
+        // WRITING stamp (seqlock).
+        fence(Ordering::Acquire);
+        if slot.header.stamp.load(Ordering::Relaxed) != seq {
+            Copied::Lapped
+        } else if flags & SLOT_FLAG_TOMBSTONE != 0 {
+            Copied::Tombstone { clamped }
+        } else {
+            Copied::Event { clamped }
+        }
+    }
+}
+
+/// A fixed-size ring's events, up to a cursor read with `tomb_end` (see `fixed`).
+#[derive(Clone, Copy)]
+pub(super) struct FixedSrc<'a> {
+    events: Events<'a>,
+    tomb_end: u64,
+}
+
+impl Source for FixedSrc<'_> {
+    #[inline(always)]
+    unsafe fn in_place(&self, seq: u64, _clamped: &mut u64) -> Option<(&[u8], usize)> {
+        if fixed::is_tombstone(&self.events, seq, self.tomb_end) {
+            return None;
+        }
+        // SAFETY: the caller's contract: the cursor was past `seq` (Acquire) and the slot is
+        // not reused while the bytes are borrowed.
+        Some((unsafe { self.events.payload(seq) }, self.events.size()))
+    }
+
+    #[inline(always)]
+    fn is_tombstone(&self, seq: u64) -> bool {
+        fixed::is_tombstone(&self.events, seq, self.tomb_end)
+    }
+
+    #[inline(always)]
+    fn copy(&self, seq: u64, buf: &mut Vec<u8>) -> Copied {
+        let tombstone = fixed::is_tombstone(&self.events, seq, self.tomb_end);
+        self.events.copy_racy(seq, buf);
+        if !fixed::copy_held(&self.events, seq) {
+            Copied::Lapped
+        } else if tombstone {
+            Copied::Tombstone { clamped: false }
+        } else {
+            Copied::Event { clamped: false }
+        }
+    }
 }

@@ -398,7 +398,7 @@ impl Consumer {
             }
         }
         let redeliver_until = self.member.as_ref().map_or(0, |m| m.redeliver_until);
-        let r = self.deliver_in_place(start, n, handler);
+        let r = self.deliver_in_place::<super::deliver::Stamped, _, _>(start, n, (), handler);
         if start < redeliver_until {
             // The events of a taken-over claim that reached the handler (tombstones aside).
             let handed = (self.next - start).min(redeliver_until - start);

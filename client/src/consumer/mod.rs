@@ -39,10 +39,10 @@ use shmring_layout::{
 
 use crate::lifecycle::is_deleted;
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
-use crate::segment::{Attached, Segment, Slots};
+use crate::segment::{Attached, Events, Segment, Slots};
 use crate::table::{self, Holder};
 use crate::wait::{Idler, Step};
-use crate::{fence, process, AttachError, Event, PollError, Ring, WaitStrategy};
+use crate::{fence, fixed, process, AttachError, Event, PollError, Ring, WaitStrategy};
 
 /// Default number of events one `poll_once` delivers at most.
 pub const DEFAULT_BATCH_CAP: usize = 1024;
@@ -275,6 +275,8 @@ pub struct Consumer {
     word: u64,
     pub(crate) next: u64,
     pub(crate) required: bool,
+    /// A fixed-size ring (see `fixed`): events read up to the cursor.
+    fixed: bool,
     durable: bool,
     batch_cap: u64,
     pub(crate) max_payload: usize,

@@ -555,9 +555,16 @@ impl Consumer {
     fn report_in_place(&mut self, at: u64, attempts: u32, error: &str, len: usize) {
         let seg = Arc::clone(self.seg.arc());
         let mut cb = self.dead_letter.take();
-        // SAFETY: the stamp equalled `at` and an entry this handle holds gates producers at
-        // or before `at` (see above), so the slot is not overwritten while it is read.
-        let payload = unsafe { seg.slot(at).payload(len) };
+        // SAFETY: the stamp equalled `at` (or the cursor was past it) and an entry this
+        // handle holds gates producers at or before `at` (see above), so the slot is not
+        // overwritten while it is read.
+        let payload = unsafe {
+            if seg.is_fixed() {
+                seg.events().payload(at)
+            } else {
+                seg.slot(at).payload(len)
+            }
+        };
         let letter = DeadLetter {
             sequence: at,
             attempts,
@@ -661,7 +668,11 @@ impl Consumer {
             Ok(_) => {}
             Err(e) => return Some(Err(e)),
         }
-        let slot = self.seg.slot(at);
+        if self.fixed {
+            return self.policy_first_fixed(at);
+        }
+        let seg = Arc::clone(self.seg.arc());
+        let slot = seg.slot(at);
         // Acquire: as in `poll_once`, SYNC POINT with the producer's Release stamp store;
         // the flags and length (Relaxed) below are ordered by it, and an optional consumer
         // checks the stamp again after its copy.
@@ -675,21 +686,56 @@ impl Consumer {
             // A released upstream gated again meanwhile (see `barrier`): look again.
             return Some(Ok(0));
         }
+        let len = (slot.header.len.load(Ordering::Relaxed) as usize).min(self.max_payload);
+        self.act_on_exhausted(at, len, |c| {
+            // A copy checked against the stamp afterwards, as `deliver_copied` does.
+            slot.copy_racy(len, &mut c.scratch[0]);
+            // Acquire fence: pairs with the producer's Release fence after its WRITING
+            // stamp (seqlock, see `deliver_copied`).
+            fence(Ordering::Acquire);
+            slot.header.stamp.load(Ordering::Relaxed) == at
+        })
+    }
+
+    /// `policy_first` on a fixed-size ring: the event at `at` is published once the cursor
+    /// is past it, and not a tombstone (see `fixed`).
+    fn policy_first_fixed(&mut self, at: u64) -> Option<Result<usize, PollError>> {
+        let seg = Arc::clone(self.seg.arc());
+        let events = seg.events();
+        let (cursor, tomb_end) = fixed::published(&events);
+        if at >= cursor || fixed::is_tombstone(&events, at, tomb_end) || events.lapped(at) {
+            // Not published yet, a tombstone, or lapped: the usual poll deals with it.
+            return None;
+        }
+        if !self.run_still_allowed() {
+            // A released upstream gated again meanwhile (see `barrier`): look again.
+            return Some(Ok(0));
+        }
+        self.act_on_exhausted(at, events.size(), |c| {
+            events.copy_racy(at, &mut c.scratch[0]);
+            fixed::copy_held(&events, at)
+        })
+    }
+
+    /// The policy's answer to the published event at `at` (`len` bytes) whose attempts
+    /// processes that died in the handler used up. An optional consumer reads it through
+    /// `copy` (into `scratch[0]`; false: the ring no longer holds it, the usual poll deals
+    /// with it).
+    fn act_on_exhausted(
+        &mut self,
+        at: u64,
+        len: usize,
+        copy: impl FnOnce(&mut Self) -> bool,
+    ) -> Option<Result<usize, PollError>> {
         let cold = &self.entry().cold;
         // Relaxed: this process is the record's only writer.
         let attempts = cold.poison_attempts.load(Ordering::Relaxed);
-        let len = (slot.header.len.load(Ordering::Relaxed) as usize).min(self.max_payload);
         match self.policy.verdict(attempts) {
             Verdict::Skip => {
                 let held = if self.required {
                     Held::InPlace(len)
                 } else {
-                    // A copy checked against the stamp afterwards, as `deliver_copied` does.
-                    slot.copy_racy(len, &mut self.scratch[0]);
-                    // Acquire fence: pairs with the producer's Release fence after its
-                    // WRITING stamp (seqlock, see `deliver_copied`).
-                    fence(Ordering::Acquire);
-                    if slot.header.stamp.load(Ordering::Relaxed) != at {
+                    if !copy(self) {
                         return None;
                     }
                     Held::Copied(0)

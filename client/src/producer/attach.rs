@@ -22,6 +22,9 @@ impl Producer {
         e.start_time.store(me.start_time, Ordering::Relaxed);
         e.in_flight.store(0, Ordering::Relaxed);
         e.in_flight_len.store(0, Ordering::Relaxed);
+        // Not known until the position is taken (after ACTIVE): readers of a fixed-size
+        // ring's counters fall back to `published` meanwhile (see `ProducerInfo`).
+        e.base.store(u64::MAX, Ordering::Relaxed);
         for c in [
             &e.published,
             &e.refused,
@@ -54,6 +57,11 @@ impl Producer {
         } else {
             0
         };
+        let fixed = geo.fixed;
+        if fixed {
+            // Relaxed: a counter's base, for display; read after the ACTIVE word.
+            e.base.store(next, Ordering::Relaxed);
+        }
         let cached_gate = gating::refresh(&seg, 0);
         let Some(seg) = Attached::producer(seg, entry) else {
             unreachable!("producer entry index checked by take_entry")
@@ -64,6 +72,8 @@ impl Producer {
             open_claim: None,
             single,
             next,
+            fixed,
+            base: next,
             registered: fence::registered(),
             parks: 0,
             room_waits: 0,

@@ -6,6 +6,10 @@ impl Producer {
     /// Stamp the claimed sequence `seq` as an event of `len` bytes (`flags` 0) or a
     /// tombstone, and count it.
     fn finish_claim(&mut self, seq: u64, len: usize, flags: u32) {
+        if self.fixed {
+            // The event is the whole slot: no length to store.
+            return self.finish_range(seq, 1, flags);
+        }
         // Relaxed: published by the Release stamp store in `finish_range`.
         self.seg
             .slot(seq)
@@ -19,6 +23,20 @@ impl Producer {
     /// lengths already in the slot headers) or as tombstones; one wake, then count them.
     fn finish_range(&mut self, first: u64, n: u64, flags: u32) {
         self.open_claim = None;
+        if self.fixed {
+            let events = self.seg.events();
+            if flags == 0 {
+                fixed::publish(&events, first + n);
+            } else {
+                // This producer holds the claim and passed the wrap gate for it.
+                fixed::tombstone(&events, first, first + n);
+            }
+            self.notify();
+            if flags != 0 {
+                self.count_tombstones(n);
+            }
+            return;
+        }
         for seq in first..first + n {
             let slot = self.seg.slot(seq);
             if flags != 0 {
@@ -34,12 +52,62 @@ impl Producer {
         if flags == 0 {
             self.count_published(n);
         } else {
-            self.tombstoned += n;
-            // Relaxed: a counter only this producer writes.
-            self.entry()
-                .tombstoned
-                .store(self.tombstoned, Ordering::Relaxed);
+            self.count_tombstones(n);
         }
+    }
+
+    fn count_tombstones(&mut self, n: u64) {
+        self.tombstoned += n;
+        // Relaxed: a counter only this producer writes.
+        self.entry()
+            .tombstoned
+            .store(self.tombstoned, Ordering::Relaxed);
+    }
+
+    /// Before the first write into a claim of `first..first + n`: the WRITING stamps of a
+    /// stamped ring (their lengths 0 until set), a fixed-size ring's Release fence.
+    fn begin_claim(&self, first: u64, n: u64, lens: bool) {
+        if self.fixed {
+            fixed::begin_write(&self.seg.events());
+            return;
+        }
+        for seq in first..first + n {
+            let slot = self.seg.slot(seq);
+            Self::begin_write(&slot, seq);
+            if lens {
+                // Relaxed: published by the Release stamp store in `finish_range`.
+                slot.header.len.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The writable payload of the claimed `seq`: the slot's payload area, or a fixed-size
+    /// ring's event.
+    ///
+    /// # Safety
+    /// As for `Slot::payload_mut`: this producer holds `seq`'s claim (past the wrap gate)
+    /// and the borrow ends before it is published.
+    unsafe fn claimed_payload(&mut self, seq: u64) -> &mut [u8] {
+        if self.fixed {
+            // SAFETY: the caller's contract.
+            unsafe { self.seg.events().payload_mut(seq) }
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { self.seg.slot(seq).payload_mut() }
+        }
+    }
+
+    /// A length a claimed event may have: at most the slot's payload, or on a fixed-size
+    /// ring exactly the event size.
+    fn check_claim_len(&self, len: usize) -> Result<(), PublishError> {
+        let max = self.max_payload;
+        if self.fixed && len != max {
+            return Err(PublishError::WrongSize { len, size: max });
+        }
+        if len > max {
+            return Err(PublishError::TooLarge { len, max });
+        }
+        Ok(())
     }
 
     /// A [`Claim`] or [`ClaimBatch`] leaked without commit or drop still holds its
@@ -64,7 +132,7 @@ impl Producer {
     /// and count.
     pub fn claim(&mut self) -> Result<Claim<'_>, PublishError> {
         let seq = self.claim_blocking(1)?;
-        Self::begin_write(&self.seg.slot(seq), seq);
+        self.begin_claim(seq, 1, false);
         self.open_claim = Some((seq, 1));
         Ok(Claim {
             producer: self,
@@ -108,12 +176,7 @@ impl Producer {
             return Err(PublishError::BatchSize { len: n, max });
         }
         let first = self.claim_blocking(n as u64)?;
-        for seq in first..first + n as u64 {
-            let slot = self.seg.slot(seq);
-            Self::begin_write(&slot, seq);
-            // Relaxed: published by the Release stamp store in `finish_range`.
-            slot.header.len.store(0, Ordering::Relaxed);
-        }
+        self.begin_claim(first, n as u64, true);
         self.open_claim = Some((first, n as u64));
         Ok(ClaimBatch {
             producer: self,
@@ -139,19 +202,18 @@ impl Claim<'_> {
     }
 
     /// The whole payload area of the slot (its length is the ring's max payload). Set the
-    /// event's length with [`Claim::set_len`].
+    /// event's length with [`Claim::set_len`]. On a fixed-size ring, the event itself (every
+    /// event is the whole area; no length to set).
     pub fn payload_mut(&mut self) -> &mut [u8] {
         // SAFETY: this claim owns the slot (claimed and past the wrap gate) until it is
         // stamped in `commit` or `drop`, and the borrow is tied to `&mut self`.
-        unsafe { self.producer.seg.slot(self.seq).payload_mut() }
+        unsafe { self.producer.claimed_payload(self.seq) }
     }
 
-    /// Set the event's length (bytes of the payload area that are the event).
+    /// Set the event's length (bytes of the payload area that are the event). On a
+    /// fixed-size ring only the event size is accepted.
     pub fn set_len(&mut self, len: usize) -> Result<(), PublishError> {
-        let max = self.producer.max_payload;
-        if len > max {
-            return Err(PublishError::TooLarge { len, max });
-        }
+        self.producer.check_claim_len(len)?;
         self.len = len;
         Ok(())
     }
@@ -230,21 +292,23 @@ impl ClaimBatch<'_> {
     }
 
     /// The whole payload area of slot `i` (its length is the ring's max payload), or
-    /// `None` if `i >= len()`. Set the event's length with [`ClaimBatch::set_len`].
+    /// `None` if `i >= len()`. Set the event's length with [`ClaimBatch::set_len`]. On a
+    /// fixed-size ring, event `i` itself (no length to set).
     pub fn payload_mut(&mut self, i: usize) -> Option<&mut [u8]> {
         let seq = self.check_index(i).ok()?;
         // SAFETY: this batch owns every slot of `first..first + n` (claimed and past the
         // wrap gate) until they are stamped in `commit` or `drop`, and the borrow is tied to
         // `&mut self`.
-        Some(unsafe { self.producer.seg.slot(seq).payload_mut() })
+        Some(unsafe { self.producer.claimed_payload(seq) })
     }
 
     /// Set the length of slot `i`'s event (bytes of its payload area that are the event).
+    /// On a fixed-size ring only the event size is accepted.
     pub fn set_len(&mut self, i: usize, len: usize) -> Result<(), PublishError> {
         let seq = self.check_index(i)?;
-        let max = self.producer.max_payload;
-        if len > max {
-            return Err(PublishError::TooLarge { len, max });
+        self.producer.check_claim_len(len)?;
+        if self.producer.fixed {
+            return Ok(());
         }
         // Relaxed: published by the Release stamp store in `Producer::finish_range`.
         self.producer

@@ -48,7 +48,7 @@ use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::{Attached, Segment, Slot};
 use crate::table::{self, Holder};
 use crate::wait::{producer_backoff, Step};
-use crate::{fence, gating, process};
+use crate::{fence, fixed, gating, process};
 use crate::{AttachError, PublishError, Ring, TryPublishError};
 
 /// A producer attached to one ring. `Send` (move it to another thread) but not `Sync`:
@@ -75,6 +75,11 @@ pub struct Producer {
     single: bool,
     /// Single producer: the next sequence this producer claims (its position).
     next: u64,
+    /// A fixed-size ring (see `fixed`): payload-only slots published by the cursor.
+    fixed: bool,
+    /// A fixed-size ring: the position this producer attached at. Its events are `next -
+    /// base - tombstoned`; it stores no per-event counter (see `ProducerEntry::base`).
+    base: u64,
     /// This process's pid, cached (named as the owner if it finishes a dead stopper's stop).
     pid: u32,
     /// The entry's word as this producer holds it (see `table`).
@@ -126,15 +131,24 @@ impl Producer {
         self.seg.entry()
     }
 
-    /// Largest payload of one event.
+    /// Largest payload of one event (on a fixed-size ring: the size of every event).
     pub fn max_payload(&self) -> usize {
         self.max_payload
+    }
+
+    /// Events published by this handle (tombstones excluded).
+    fn published(&self) -> u64 {
+        if self.fixed {
+            self.next - self.base - self.tombstoned
+        } else {
+            self.published
+        }
     }
 
     /// This producer's counters.
     pub fn stats(&self) -> ProducerStats {
         ProducerStats {
-            published: self.published,
+            published: self.published(),
             refused: self.refused,
             tombstoned: self.tombstoned,
             parks: self.parks,
@@ -148,6 +162,13 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.close_forgotten_claim();
+        if self.fixed {
+            // Relaxed: a counter only this producer writes; the entry's state change
+            // below publishes it. Its readers use it once the entry is no longer ACTIVE.
+            self.entry()
+                .published
+                .store(self.published(), Ordering::Relaxed);
+        }
         // From the word this producer holds: an entry that is no longer its own is left.
         let _ = table::producer::free(&self.entry().word, self.word);
     }

@@ -269,6 +269,32 @@ impl Producer {
         Self::stamp(&slot, seq);
     }
 
+    /// A fixed-size ring: write the event of `seq` (the claim's only sequence) and publish
+    /// it with the cursor (see `fixed`).
+    #[inline(always)]
+    fn write_fixed(&self, seq: u64, bytes: &[u8]) {
+        let events = self.seg.events();
+        fixed::begin_write(&events);
+        // SAFETY: this producer holds `seq`'s claim and passed the wrap gate for it; the
+        // length was checked against the event size.
+        unsafe { events.write(seq, bytes) };
+        fixed::publish(&events, seq + 1);
+    }
+
+    /// Write and publish one whole event of `seq`, in the ring's format, and count it.
+    #[inline]
+    fn write_event(&mut self, seq: u64, bytes: &[u8]) {
+        if self.fixed {
+            self.write_fixed(seq, bytes);
+            self.notify();
+        } else {
+            self.write_slot(seq, bytes, 0);
+            self.notify();
+            self.clear_in_flight();
+            self.count_published(1);
+        }
+    }
+
     /// Wake parked consumers, if any: one load when nobody parks.
     #[inline(always)]
     pub(super) fn notify(&self) {
@@ -289,17 +315,41 @@ impl Producer {
     }
 
     #[inline(always)]
-    fn check_len(&mut self, len: usize) -> Result<(), (usize, usize)> {
-        if len > self.max_payload {
-            return Err(self.too_large(len));
+    fn check_len(&mut self, len: usize) -> Result<(), LenRefused> {
+        if len > self.max_payload || (self.fixed && len != self.max_payload) {
+            return Err(self.bad_len(len));
         }
         Ok(())
     }
 
     #[cold]
-    fn too_large(&mut self, len: usize) -> (usize, usize) {
+    fn bad_len(&mut self, len: usize) -> LenRefused {
         self.refuse();
-        (len, self.max_payload)
+        if self.fixed {
+            LenRefused::WrongSize {
+                len,
+                size: self.max_payload,
+            }
+        } else {
+            LenRefused::TooLarge {
+                len,
+                max: self.max_payload,
+            }
+        }
+    }
+
+    /// A fixed-size ring's publish: the claim, the wrap gate, the event, the cursor, the
+    /// wake check; no per-event counter (see `fixed` and ARCHITECTURE.md, "Fixed-size
+    /// rings").
+    #[inline(always)]
+    fn publish_fixed<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
+        self.check_len(bytes.len())?;
+        let seq = self.claim_blocking(1)?;
+        self.write_fixed(seq, bytes);
+        if WAKE {
+            self.notify();
+        }
+        Ok(seq)
     }
 
     /// Publish one event, waiting for room. Returns its sequence.
@@ -319,8 +369,10 @@ impl Producer {
 
     #[inline(always)]
     fn publish_with<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
-        self.check_len(bytes.len())
-            .map_err(|(len, max)| PublishError::TooLarge { len, max })?;
+        if self.fixed {
+            return self.publish_fixed::<WAKE>(bytes);
+        }
+        self.check_len(bytes.len())?;
         let seq = self.claim_blocking(1)?;
         self.write_slot(seq, bytes, 0);
         if WAKE {
@@ -333,14 +385,10 @@ impl Producer {
 
     /// Publish one event if there is room now; never waits. A refusal spends no sequence.
     pub fn try_publish(&mut self, bytes: &[u8]) -> Result<u64, TryPublishError> {
-        self.check_len(bytes.len())
-            .map_err(|(len, max)| TryPublishError::TooLarge { len, max })?;
+        self.check_len(bytes.len())?;
         match self.claim_if_room(1) {
             Ok(seq) => {
-                self.write_slot(seq, bytes, 0);
-                self.notify();
-                self.clear_in_flight();
-                self.count_published(1);
+                self.write_event(seq, bytes);
                 Ok(seq)
             }
             Err(e) => {
@@ -366,15 +414,11 @@ impl Producer {
         bytes: &[u8],
         deadline: Instant,
     ) -> Result<u64, TryPublishError> {
-        self.check_len(bytes.len())
-            .map_err(|(len, max)| TryPublishError::TooLarge { len, max })?;
+        self.check_len(bytes.len())?;
         loop {
             match self.claim_if_room(1) {
                 Ok(seq) => {
-                    self.write_slot(seq, bytes, 0);
-                    self.notify();
-                    self.clear_in_flight();
-                    self.count_published(1);
+                    self.write_event(seq, bytes);
                     return Ok(seq);
                 }
                 Err(TryPublishError::Full) if Instant::now() < deadline => {
@@ -412,8 +456,7 @@ impl Producer {
             return Err(BatchRefused::Size { len: n, max });
         }
         for e in events {
-            self.check_len(e.len())
-                .map_err(|(len, max)| BatchRefused::TooLarge { len, max })?;
+            self.check_len(e.len()).map_err(BatchRefused::Len)?;
         }
         Ok(n as u64)
     }
@@ -422,6 +465,20 @@ impl Producer {
     /// before any stamp, the stamps in sequence order, one wake.
     #[inline]
     fn write_batch<'e>(&mut self, first: u64, events: impl Iterator<Item = &'e [u8]> + Clone) {
+        if self.fixed {
+            let ring = self.seg.events();
+            fixed::begin_write(&ring);
+            let mut seq = first;
+            for e in events {
+                // SAFETY: this producer holds the batch's claim and passed the wrap gate for
+                // its last sequence; every length was checked against the event size.
+                unsafe { ring.write(seq, e) };
+                seq += 1;
+            }
+            fixed::publish(&ring, seq);
+            self.notify();
+            return;
+        }
         let mut n = 0;
         let slots = self.seg.slots();
         for (i, e) in events.clone().enumerate() {
@@ -556,17 +613,42 @@ impl Producer {
     }
 }
 
+/// Why a payload's length was refused.
+#[derive(Clone, Copy)]
+pub(super) enum LenRefused {
+    TooLarge { len: usize, max: usize },
+    WrongSize { len: usize, size: usize },
+}
+
+impl From<LenRefused> for PublishError {
+    fn from(r: LenRefused) -> Self {
+        match r {
+            LenRefused::TooLarge { len, max } => PublishError::TooLarge { len, max },
+            LenRefused::WrongSize { len, size } => PublishError::WrongSize { len, size },
+        }
+    }
+}
+
+impl From<LenRefused> for TryPublishError {
+    fn from(r: LenRefused) -> Self {
+        match r {
+            LenRefused::TooLarge { len, max } => TryPublishError::TooLarge { len, max },
+            LenRefused::WrongSize { len, size } => TryPublishError::WrongSize { len, size },
+        }
+    }
+}
+
 /// Why a batch was refused before its claim.
 enum BatchRefused {
     Size { len: usize, max: usize },
-    TooLarge { len: usize, max: usize },
+    Len(LenRefused),
 }
 
 impl From<BatchRefused> for PublishError {
     fn from(r: BatchRefused) -> Self {
         match r {
             BatchRefused::Size { len, max } => PublishError::BatchSize { len, max },
-            BatchRefused::TooLarge { len, max } => PublishError::TooLarge { len, max },
+            BatchRefused::Len(l) => l.into(),
         }
     }
 }
@@ -575,7 +657,7 @@ impl From<BatchRefused> for TryPublishError {
     fn from(r: BatchRefused) -> Self {
         match r {
             BatchRefused::Size { len, max } => TryPublishError::BatchSize { len, max },
-            BatchRefused::TooLarge { len, max } => TryPublishError::TooLarge { len, max },
+            BatchRefused::Len(l) => l.into(),
         }
     }
 }

@@ -1,0 +1,129 @@
+//! The event protocol of a fixed-size ring (`RingConfig::event_size`): payload-only slots
+//! under a published cursor, for single-producer rings of events of one size.
+//!
+//! A stamped ring's slot carries a header (stamp, length, flags) that the producer writes
+//! twice per event on the line the consumer reads, and every event takes at least one
+//! 64-byte line. A fixed-size ring packs the payloads (eight 8-byte events to a line) and
+//! says what is published with one word, the cursor, stored on the claim line after the
+//! payloads, as the LMAX single-producer sequencer publishes its cursor. What the stamp did
+//! there is done here by:
+//!
+//! - **the cursor** (`ClaimLine::cursor`): every sequence below it is published or a
+//!   tombstone. Stored Release by the single producer after its payloads (or by a repair);
+//!   loaded Acquire by consumers.
+//! - **the claim** (`ClaimLine::value`): the producer's position, stored before the payloads
+//!   (the single-producer claim of `line`, whose stop handshake is unchanged). A copying
+//!   (optional) reader checks it after its copy: a write into the slot of `s` is a write of
+//!   `s + k * capacity` (k >= 1), whose claim, `>= s + capacity + 1`, was stored before it
+//!   (seqlock: the producer's Release fence between the claim and the payload, the reader's
+//!   Acquire fence between the copy and the check). A refused claim is taken back
+//!   (`claim = s`) before any payload is written, so the claim never drops below a write.
+//! - **tombstones** (`tombs`, one word per slot, apart from the payloads; and
+//!   `ClaimLine::tomb_end`): a sequence claimed and never filled (a claim guard dropped, a
+//!   producer that died mid-publish) is marked `tombs[s % capacity] = s`, then `tomb_end`
+//!   raised past it, then the cursor: a consumer checks the tomb word only below `tomb_end`,
+//!   so a ring without tombstones pays one compare per run. Only the holder of the
+//!   sequences writes their tomb words, after the wrap gate passed them (every gating
+//!   consumer is past `s - capacity`), so a reader that is entitled to `s - capacity`'s word
+//!   has read it; a copying reader's claim check covers the rest.
+//!
+//! ```text
+//! producer (claim s..e accepted, gate passed)     consumer
+//! fence(Release)            (seqlock)             c = cursor        (Acquire) ---+
+//! payloads of s..e          (plain)               t = tomb_end      (Relaxed)    |
+//! cursor = e                (Release) --SYNC----> events s < c: a tombstone if   |
+//!                                                  s < t and tombs[s] == s        |
+//! repair / dropped claim of s..e:                 required: read in place         |
+//! fence(Release)                                  optional: copy, then            |
+//! tombs[s..e] = s..e        (Relaxed)               fence(Acquire)                |
+//! tomb_end = e              (Relaxed)               claim <= s + capacity? held   |
+//! cursor = e                (Release) --SYNC--------------------------------------+
+//! ```
+//!
+//! The code is generic over its words ([`Words`]) so that the loom model in
+//! `client/tests/loom_fixed.rs` runs this very code.
+
+use std::sync::atomic::Ordering;
+
+use crate::line::Word;
+
+/// The words of a fixed-size ring the protocol reads and writes.
+pub trait Words {
+    /// The word type.
+    type W: Word;
+    /// The producer's claim (its position, stored before its payloads).
+    fn claim(&self) -> &Self::W;
+    /// The published cursor.
+    fn cursor(&self) -> &Self::W;
+    /// Every tombstone lies below this.
+    fn tomb_end(&self) -> &Self::W;
+    /// The tomb word of `seq`'s slot.
+    fn tomb(&self, seq: u64) -> &Self::W;
+    /// Slots in the ring.
+    fn capacity(&self) -> u64;
+    /// An atomic fence (`std`'s, or loom's in the model).
+    fn fence(&self, order: Ordering);
+}
+
+/// The producer, after its claim was accepted and the wrap gate passed it: before the first
+/// payload byte of the claim.
+#[inline(always)]
+pub fn begin_write<R: Words>(r: &R) {
+    // Release fence: a copying reader that sees any payload byte written after this point
+    // and then issues its Acquire fence (`copy_held`) also sees the claim stored before it.
+    r.fence(Ordering::Release);
+}
+
+/// The producer, after the payloads of every sequence below `end`: publish them.
+#[inline(always)]
+pub fn publish<R: Words>(r: &R, end: u64) {
+    // Release: SYNC POINT with the consumers' Acquire load in `published`; the payloads
+    // (and tomb words) below `end` happen-before their reads.
+    r.cursor().store(end, Ordering::Release);
+}
+
+/// Publish `seq..end` as tombstones: sequences their holder claimed (and passed the wrap
+/// gate for) and will not fill. The holder is the producer (a claim guard dropped) or a
+/// repair of a dead producer's claim. Every sequence below `seq` is published already.
+pub fn tombstone<R: Words>(r: &R, seq: u64, end: u64) {
+    // Release fence: a copying reader that sees a tomb word written below has its claim
+    // check see the claim of these sequences (see `copy_held`).
+    r.fence(Ordering::Release);
+    for s in seq..end {
+        // Relaxed: published by the Release cursor store below.
+        r.tomb(s).store(s, Ordering::Relaxed);
+    }
+    // Relaxed: published by the Release cursor store below. Holes lie at the cursor, so
+    // this only rises.
+    r.tomb_end().store(end, Ordering::Relaxed);
+    publish(r, end);
+}
+
+/// A consumer: the cursor (every sequence below it is published or a tombstone) and the
+/// tombstone bound read with it.
+#[inline(always)]
+pub fn published<R: Words>(r: &R) -> (u64, u64) {
+    // Acquire: SYNC POINT with the Release store in `publish`.
+    let cursor = r.cursor().load(Ordering::Acquire);
+    // Relaxed: stored before the cursor it was published with.
+    let tomb_end = r.tomb_end().load(Ordering::Relaxed);
+    (cursor, tomb_end)
+}
+
+/// Whether the published `seq` is a tombstone (`tomb_end` from [`published`]).
+#[inline(always)]
+pub fn is_tombstone<R: Words>(r: &R, seq: u64, tomb_end: u64) -> bool {
+    // Relaxed: ordered by the Acquire cursor load that published `seq`.
+    seq < tomb_end && r.tomb(seq).load(Ordering::Relaxed) == seq
+}
+
+/// A copying reader, after it read `seq`'s tomb word and copied its payload: whether what it
+/// read is `seq`'s, not a later lap's.
+#[inline(always)]
+pub fn copy_held<R: Words>(r: &R, seq: u64) -> bool {
+    // Acquire fence: pairs with the producer's Release fence in `begin_write` (and a
+    // tombstone's): if the copy saw a byte of a later write, the claim below includes it.
+    r.fence(Ordering::Acquire);
+    // Relaxed: ordered by the fence above.
+    r.claim().load(Ordering::Relaxed) <= seq + r.capacity()
+}

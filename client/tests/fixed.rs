@@ -1,0 +1,348 @@
+//! Rings of fixed-size events (`RingConfig::event_size`): payload-only slots published by a
+//! cursor (see `shmring::fixed`). Every publish form, the claim guards and their tombstones,
+//! required and optional consumers, the lifecycle, and what such a ring refuses.
+
+use std::sync::{Arc, Mutex};
+
+use shmring::{
+    AttachError, ConsumerOptions, DeclaredError, ErrorPolicy, LayoutError, OpenError, ProducerMode,
+    PublishError, Recall, Ring, RingConfig, TryPublishError,
+};
+
+use shmring_testkit::Namespace;
+
+/// A single-producer ring of `capacity` 8-byte events.
+fn config(capacity: u64) -> RingConfig {
+    RingConfig {
+        capacity,
+        producer_mode: ProducerMode::Single,
+        event_size: Some(8),
+        max_consumers: 4,
+        ..RingConfig::default()
+    }
+}
+
+fn ring(ns: &Namespace, capacity: u64) -> Ring {
+    Ring::create(ns.name(), "r", &config(capacity)).expect("create a fixed-size ring")
+}
+
+fn value(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().expect("8-byte events"))
+}
+
+/// Every event published so far, as (sequence, value), in `poll_once` steps.
+fn drain(c: &mut shmring::Consumer) -> Vec<(u64, u64)> {
+    let mut seen = Vec::new();
+    while c
+        .poll_once(|ev| seen.push((ev.sequence(), value(ev.bytes()))))
+        .expect("poll")
+        > 0
+    {}
+    seen
+}
+
+#[test]
+fn events_of_the_ring_size_arrive_in_order_and_other_sizes_are_refused() {
+    let ns = Namespace::concurrent("fixed-basic");
+    let ring = ring(&ns, 8);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    assert_eq!(p.max_payload(), 8);
+    assert_eq!(p.publish(&10u64.to_le_bytes()), Ok(0));
+    for bad in [&[1u8; 7][..], &[1u8; 9][..], &[][..]] {
+        assert_eq!(
+            p.publish(bad),
+            Err(PublishError::WrongSize {
+                len: bad.len(),
+                size: 8
+            })
+        );
+        assert_eq!(
+            p.try_publish(bad),
+            Err(TryPublishError::WrongSize {
+                len: bad.len(),
+                size: 8
+            })
+        );
+    }
+    assert_eq!(
+        p.publish_batch(&[&[0u8; 8][..], &[0u8; 4][..]]),
+        Err(PublishError::WrongSize { len: 4, size: 8 }),
+        "a batch with one wrong size publishes nothing"
+    );
+    assert_eq!(p.publish_value(&11u64), Ok(1), "no sequence was spent");
+    assert_eq!(p.try_publish(&12u64.to_le_bytes()), Ok(2));
+    assert_eq!(
+        p.publish_timeout(&13u64.to_le_bytes(), std::time::Duration::from_millis(10)),
+        Ok(3)
+    );
+    assert_eq!(p.publish_batch_values(&[14u64, 15, 16]), Ok(4));
+    let seen = drain(&mut c);
+    assert_eq!(seen, (0..7).map(|s| (s, 10 + s)).collect::<Vec<_>>());
+    let stats = p.stats();
+    assert_eq!((stats.published, stats.refused), (7, 7));
+    let info = ring.info();
+    assert_eq!(info.head, 7);
+    assert_eq!(
+        info.producers[0].stats.published, 7,
+        "derived from the cursor"
+    );
+    drop(p);
+    assert!(
+        ring.info().producers.is_empty(),
+        "the entry is freed on drop"
+    );
+}
+
+#[test]
+fn a_required_consumer_holds_the_producer_across_laps() {
+    let ns = Namespace::concurrent("fixed-laps");
+    let ring = ring(&ns, 4);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut seen = Vec::new();
+    for s in 0..4u64 {
+        p.publish(&s.to_le_bytes()).unwrap();
+    }
+    assert_eq!(
+        p.try_publish(&4u64.to_le_bytes()),
+        Err(TryPublishError::Full),
+        "the consumer has read nothing: no room"
+    );
+    for s in 4..40u64 {
+        seen.extend(drain(&mut c));
+        p.publish(&s.to_le_bytes()).unwrap();
+    }
+    seen.extend(drain(&mut c));
+    assert_eq!(seen, (0..40).map(|s| (s, s)).collect::<Vec<_>>());
+    assert_eq!(c.stats().delivered, 40);
+}
+
+#[test]
+fn claims_are_written_in_place_and_a_dropped_one_is_a_counted_tombstone() {
+    let ns = Namespace::concurrent("fixed-claims");
+    let ring = ring(&ns, 16);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut claim = p.claim().unwrap();
+    assert_eq!(claim.payload_mut().len(), 8, "the event itself");
+    assert_eq!(
+        claim.set_len(4),
+        Err(PublishError::WrongSize { len: 4, size: 8 })
+    );
+    claim.payload_mut().copy_from_slice(&100u64.to_le_bytes());
+    assert_eq!(claim.commit(), 0);
+    let mut dropped = p.claim().unwrap();
+    dropped.payload_mut().copy_from_slice(&666u64.to_le_bytes());
+    drop(dropped);
+    let mut batch = p.claim_batch(3).unwrap();
+    for i in 0..3 {
+        batch.write_value(i, &(200 + i as u64)).unwrap();
+    }
+    assert_eq!(batch.commit(), 2);
+    let mut batch = p.claim_batch(2).unwrap();
+    batch.write_value(0, &666u64).unwrap();
+    drop(batch);
+    std::mem::forget(p.claim().unwrap());
+    assert_eq!(
+        p.publish_value(&300u64),
+        Ok(8),
+        "the leaked claim became a tombstone"
+    );
+    let seen = drain(&mut c);
+    assert_eq!(
+        seen,
+        vec![(0, 100), (2, 200), (3, 201), (4, 202), (8, 300)],
+        "never a dropped claim's bytes"
+    );
+    assert_eq!(c.stats().skipped, 4);
+    assert_eq!(c.stats().delivered, 5);
+    let stats = p.stats();
+    assert_eq!((stats.published, stats.tombstoned), (5, 4));
+    assert_eq!(ring.info().producers[0].stats.published, 5);
+    let mut buf = Vec::new();
+    assert_eq!(ring.recall(1, &mut buf), Recall::Tombstone);
+    assert_eq!(ring.recall(3, &mut buf), Recall::Event);
+    assert_eq!(value(&buf), 201);
+    assert_eq!(ring.recall(9, &mut buf), Recall::NotClaimed);
+}
+
+#[test]
+fn a_tombstone_word_left_from_an_earlier_lap_does_not_hide_an_event() {
+    // Tombstones raise the bound below which consumers check tomb words; a slot whose tomb
+    // word names an earlier lap's sequence holds an event.
+    let ns = Namespace::concurrent("fixed-tomb-lap");
+    let ring = ring(&ns, 4);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    drop(p.claim().unwrap()); // 0: a tombstone
+    assert_eq!(drain(&mut c), vec![]);
+    for s in 1..5u64 {
+        p.publish_value(&s).unwrap(); // 4 reuses slot 0
+    }
+    let mut seen = drain(&mut c);
+    p.publish_value(&5u64).unwrap();
+    drop(p.claim().unwrap()); // 6: raises the bound past 4
+    p.publish_value(&7u64).unwrap();
+    seen.extend(drain(&mut c));
+    assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (7, 7)]);
+    assert_eq!(c.stats().skipped, 2);
+}
+
+#[test]
+fn an_optional_consumer_that_is_lapped_counts_the_gap_and_never_a_torn_event() {
+    let ns = Namespace::concurrent("fixed-optional");
+    let ring = Ring::create(
+        ns.name(),
+        "r",
+        &RingConfig {
+            optional_slack: Some(0),
+            ..config(4)
+        },
+    )
+    .unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().optional())
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    for s in 0..10u64 {
+        p.publish_value(&s).unwrap();
+    }
+    // The first poll finds the position overwritten: it jumps to the head, counting the gap.
+    assert_eq!(c.poll_once(|_| {}).unwrap(), 0);
+    assert_eq!(c.next_sequence(), 10);
+    assert_eq!(c.stats().dropped_behind, 10);
+    for s in 10..13u64 {
+        p.publish_value(&s).unwrap();
+    }
+    let seen = drain(&mut c);
+    assert_eq!(seen, vec![(10, 10), (11, 11), (12, 12)]);
+    let mut buf = Vec::new();
+    assert_eq!(ring.recall(2, &mut buf), Recall::Gone);
+}
+
+#[test]
+fn a_consumer_attached_while_stopped_gets_the_first_event_of_the_next_run() {
+    // The maintenance sequence of the claim line's issue, on a fixed-size ring.
+    let ns = Namespace::concurrent("fixed-stop");
+    let ring = ring(&ns, 8);
+    let mut p = ring.producer().unwrap();
+    p.publish_value(&1u64).unwrap();
+    assert_eq!(ring.stop(), Ok(1));
+    assert_eq!(p.publish_value(&2u64), Err(PublishError::Closed));
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    ring.start().unwrap();
+    assert_eq!(p.publish_value(&3u64), Ok(1));
+    assert_eq!(drain(&mut c), vec![(1, 3)]);
+}
+
+#[test]
+fn read_ahead_and_commit_to_work_in_place() {
+    let ns = Namespace::concurrent("fixed-lease");
+    let ring = ring(&ns, 8);
+    let mut c = ring.consumer(ConsumerOptions::durable("fwd")).unwrap();
+    let mut p = ring.producer().unwrap();
+    p.publish_batch_values(&[1u64, 2, 3]).unwrap();
+    drop(p.claim().unwrap());
+    let mut sent = Vec::new();
+    let end = c
+        .read_ahead(0, 16, |ev| sent.push(value(ev.bytes())))
+        .unwrap();
+    assert_eq!((sent, end), (vec![1, 2, 3], 4));
+    c.commit_to(end).unwrap();
+    assert_eq!((c.stats().delivered, c.stats().skipped), (3, 1));
+}
+
+#[test]
+fn a_skipped_event_is_dead_lettered_with_its_payload_in_place_and_copied() {
+    for required in [true, false] {
+        let ns = Namespace::concurrent("fixed-policy");
+        let ring = ring(&ns, 8);
+        let mut opts = ConsumerOptions::anonymous().on_error(ErrorPolicy::Skip { attempts: 2 });
+        if !required {
+            opts = opts.optional();
+        }
+        let mut c = ring.consumer(opts).unwrap();
+        let letters = Arc::new(Mutex::new(Vec::new()));
+        let l = letters.clone();
+        c.on_dead_letter(move |d| {
+            l.lock()
+                .unwrap()
+                .push((d.sequence, value(d.payload), d.attempts))
+        });
+        let mut p = ring.producer().unwrap();
+        p.publish_batch_values(&[1u64, 13, 3]).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            c.poll_once_fallible(|ev| {
+                let v = value(ev.bytes());
+                if v == 13 {
+                    return Err("unlucky");
+                }
+                got.push(v);
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert_eq!(got, vec![1, 3], "required {required}");
+        assert_eq!(
+            *letters.lock().unwrap(),
+            vec![(1, 13, 2)],
+            "required {required}"
+        );
+    }
+}
+
+#[test]
+fn a_consumer_after_another_reads_only_what_it_finished() {
+    let ns = Namespace::concurrent("fixed-after");
+    let ring = ring(&ns, 8);
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut b = ring
+        .consumer(ConsumerOptions::durable("b").after(["a"]))
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    p.publish_batch_values(&[1u64, 2, 3]).unwrap();
+    assert_eq!(drain(&mut b), vec![], "a has read nothing");
+    assert_eq!(a.poll_once(|_| {}).unwrap(), 3);
+    assert_eq!(drain(&mut b), vec![(0, 1), (1, 2), (2, 3)]);
+}
+
+#[test]
+fn what_a_fixed_size_ring_refuses() {
+    let ns = Namespace::concurrent("fixed-refuse");
+    let multi = RingConfig {
+        producer_mode: ProducerMode::Multi,
+        ..config(8)
+    };
+    assert!(matches!(
+        Ring::create(ns.name(), "m", &multi),
+        Err(OpenError::Config(LayoutError::FixedNeedsSingleProducer))
+    ));
+    let odd = RingConfig {
+        event_size: Some(12),
+        ..config(8)
+    };
+    assert!(matches!(
+        Ring::create(ns.name(), "o", &odd),
+        Err(OpenError::Config(LayoutError::BadEventSize(12)))
+    ));
+    let groups = RingConfig {
+        declared_groups: vec!["w".into()],
+        ..config(8)
+    };
+    assert!(matches!(
+        Ring::create(ns.name(), "g", &groups),
+        Err(OpenError::Declared(DeclaredError::GroupOnFixedRing(g))) if g == "w"
+    ));
+    let ring = ring(&ns, 8);
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::worker("w")),
+        Err(AttachError::FixedSizeRing { .. })
+    ));
+    let _p = ring.producer().unwrap();
+    assert!(matches!(
+        ring.producer(),
+        Err(AttachError::SingleProducerTaken { .. })
+    ));
+}
