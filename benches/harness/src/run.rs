@@ -163,6 +163,17 @@ impl Ctx {
         slot_size: u32,
         mode: ProducerMode,
     ) -> Result<(String, Ring)> {
+        self.ring_of(capacity, slot_size, mode, None)
+    }
+
+    /// [`Ctx::ring`], or a ring of fixed-size events of `event_size` bytes.
+    pub fn ring_of(
+        &mut self,
+        capacity: u64,
+        slot_size: u32,
+        mode: ProducerMode,
+        event_size: Option<u32>,
+    ) -> Result<(String, Ring)> {
         let name = self.tag("ring");
         let ring = Ring::create(
             &self.namespace,
@@ -173,6 +184,7 @@ impl Ctx {
                 max_consumers: 8,
                 max_producers: 8,
                 producer_mode: mode,
+                event_size,
                 ..RingConfig::default()
             },
         )

@@ -17,6 +17,9 @@ pub struct Setup {
     pub slot: u32,
     /// Single or multi producer.
     pub mode: ProducerMode,
+    /// A ring of fixed-size events of this many bytes (`RingConfig::event_size`; `slot` is
+    /// then unused), or stamped slots (`None`).
+    pub event_size: Option<u32>,
     /// Each consumer process's arguments (`wait=`, `mode=`, ...).
     pub consumers: Vec<Vec<String>>,
     /// Each producer process's arguments.
@@ -34,6 +37,7 @@ impl Setup {
             capacity: 1024,
             slot: 64,
             mode: ProducerMode::Single,
+            event_size: None,
             consumers: vec![consumer],
             producers: vec![producer],
             echo: false,
@@ -53,7 +57,7 @@ pub struct Parts {
 /// Run `setup`. The first consumer is pinned to CPU 1 and the first producer to CPU 0
 /// with `--pin`; any others float.
 pub fn run(ctx: &mut Ctx, what: &str, setup: Setup) -> Result<Parts> {
-    let (ring, _r) = ctx.ring(setup.capacity, setup.slot, setup.mode)?;
+    let (ring, _r) = ctx.ring_of(setup.capacity, setup.slot, setup.mode, setup.event_size)?;
     let echo = if setup.echo {
         Some(ctx.ring(setup.capacity, setup.slot, ProducerMode::Single)?)
     } else {

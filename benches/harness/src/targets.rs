@@ -201,6 +201,39 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         5.0,
         None,
     );
+    // The same throughput targets on a ring of fixed-size events (`event_size`).
+    push(
+        "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor",
+        tput(throughput::FIXED_ONE_ROW),
+        find(
+            rows,
+            throughput::SUITE,
+            throughput::FLOOR,
+            throughput::FLOOR_ROW,
+        ),
+        &ops,
+        ">=",
+        0.8,
+        None,
+    );
+    push(
+        "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process)",
+        tput(throughput::FIXED_ONE_ROW),
+        peer(peers::DISRUPTOR),
+        &ops,
+        ">=",
+        1.0,
+        None,
+    );
+    push(
+        "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event",
+        tput(throughput::FIXED_BATCH_ROW),
+        peer(peers::DISRUPTOR),
+        &ops,
+        ">=",
+        2.5,
+        None,
+    );
     // Busy-spin against iceoryx2.
     push(
         "busy-spin p50 / iceoryx2 p50 (paced)",
@@ -226,6 +259,27 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
     let batch_100 = paired::shm_row(100);
     for (what, a, b, bar) in [
         (
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor, paired",
+            paired::fixed_row(1),
+            paired::FLOOR_ROW,
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process), paired",
+            paired::fixed_row(1),
+            paired::DISRUPTOR_ROW,
+            1.0,
+        ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event, paired",
+            paired::fixed_row(100),
+            paired::DISRUPTOR_ROW,
+            2.5,
+        ),
+    ]
+    .into_iter()
+    .chain([
+        (
             "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor, paired",
             per_event.as_str(),
             paired::FLOOR_ROW,
@@ -249,7 +303,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             per_event.as_str(),
             5.0,
         ),
-    ] {
+    ]) {
         out.extend(paired_target(
             what,
             a,

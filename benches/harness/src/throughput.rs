@@ -30,6 +30,10 @@ pub const MULTI: &str = "multi-producer and fan-out (8-byte events, Adaptive con
 pub const FLOOR: &str = "floor: a bare SPSC ring of 8-byte events, cached indices (crate::spsc)";
 /// Row name of the 1P1C per-event row on a multi-producer ring.
 pub const MP_ONE_ROW: &str = "per-event, 8 B, multi-producer ring";
+/// Row name of the 1P1C per-event row on a ring of fixed-size 8-byte events.
+pub const FIXED_ONE_ROW: &str = "per-event, 8 B, fixed-size ring";
+/// Row name of the 1P1C batch-100 row on a ring of fixed-size 8-byte events.
+pub const FIXED_BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring";
 /// Row name of the floor row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B";
 /// The slot format probes: the floor ring running shmring's claim and stamp protocol and
@@ -65,7 +69,7 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 10
+    (SIZES.len() * FORMS.len()) as u64 + 12
 }
 
 /// Measure.
@@ -92,6 +96,11 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     ctx.bar.set_message(format!("throughput: {MP_ONE_ROW}"));
     let row = one_in(ctx, 1, 8, 1, 1, ProducerMode::Multi, MP_ONE_ROW, ONE);
     ctx.push(row);
+    for (batch, name) in [(1, FIXED_ONE_ROW), (100, FIXED_BATCH_ROW)] {
+        ctx.bar.set_message(format!("throughput: {name}"));
+        let row = one_of(ctx, batch, 8, ProducerMode::Single, Some(8), name, ONE);
+        ctx.push(row);
+    }
     for (p, c, n) in [
         (2, 1, "2P1C per-event"),
         (3, 1, "3P1C per-event"),
@@ -117,6 +126,12 @@ pub fn floor_row(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row 
 /// (1: per event), for another suite (`paired`).
 pub fn one_row(ctx: &mut Ctx, batch: usize, name: &str, group: &str) -> Row {
     one(ctx, batch, 8, 1, 1, name, group)
+}
+
+/// A 1P1C row on a ring of fixed-size 8-byte events with a busy-spin consumer, `batch`
+/// events per publish, for another suite (`paired`).
+pub fn fixed_row(ctx: &mut Ctx, batch: usize, name: &str, group: &str) -> Row {
+    one_of(ctx, batch, 8, ProducerMode::Single, Some(8), name, group)
 }
 
 /// The floor row (the bare SPSC ring) or a slot format probe (the same ring with shmring's
@@ -198,6 +213,36 @@ fn one_in(
     name: &str,
     group: &str,
 ) -> Row {
+    one_ring(
+        ctx, batch, size, producers, consumers, mode, None, name, group,
+    )
+}
+
+/// A 1P1C row on a ring of mode `mode`, of fixed-size events if `event_size` is set.
+fn one_of(
+    ctx: &mut Ctx,
+    batch: usize,
+    size: usize,
+    mode: ProducerMode,
+    event_size: Option<u32>,
+    name: &str,
+    group: &str,
+) -> Row {
+    one_ring(ctx, batch, size, 1, 1, mode, event_size, name, group)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_ring(
+    ctx: &mut Ctx,
+    batch: usize,
+    size: usize,
+    producers: usize,
+    consumers: usize,
+    mode: ProducerMode,
+    event_size: Option<u32>,
+    name: &str,
+    group: &str,
+) -> Row {
     let slot = (16 + size).div_ceil(64) as u32 * 64;
     let wait = if producers + consumers > 2 {
         "adaptive"
@@ -218,6 +263,7 @@ fn one_in(
         capacity: 4096,
         slot,
         mode,
+        event_size,
         consumers: (0..consumers)
             .map(|_| {
                 vec![
