@@ -99,3 +99,37 @@ fn modes_open_to_others_need_the_opt_in() {
         "setuid is refused even with the opt-in"
     );
 }
+
+/// `event_size` makes a ring of fixed-size events; the shapes such a ring cannot have are
+/// refused when the config is read, with the reason.
+#[test]
+fn event_size_makes_a_fixed_size_ring_and_its_limits_are_checked() {
+    let c = Config::parse(
+        "[rings.ticks]\nproducer_mode = \"single\"\nevent_size = 16\n",
+        "t",
+    )
+    .expect("parses");
+    let ring = c.rings["ticks"].ring_config(None).expect("ring config");
+    assert_eq!(ring.event_size, Some(16));
+    assert!(ring.geometry().expect("geometry").fixed);
+    assert_eq!(
+        Config::embedded().unwrap().rings["default"].event_size,
+        None
+    );
+    for (bad, says) in [
+        ("event_size = 8", "single producer"),
+        (
+            "producer_mode = \"single\"\nevent_size = 12",
+            "multiple of 8",
+        ),
+        (
+            "producer_mode = \"single\"\nevent_size = 8\ndeclared_groups = [\"w\"]",
+            "carries no worker groups",
+        ),
+    ] {
+        let err = Config::parse(&format!("[rings.x]\n{bad}\n"), "t")
+            .expect_err(bad)
+            .to_string();
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
+}

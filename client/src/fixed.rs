@@ -12,12 +12,14 @@
 //!   tombstone. Stored Release by the single producer after its payloads (or by a repair);
 //!   loaded Acquire by consumers.
 //! - **the claim** (`ClaimLine::value`): the producer's position, stored before the payloads
-//!   (the single-producer claim of `line`, whose stop handshake is unchanged). A copying
-//!   (optional) reader checks it after its copy: a write into the slot of `s` is a write of
-//!   `s + k * capacity` (k >= 1), whose claim, `>= s + capacity + 1`, was stored before it
-//!   (seqlock: the producer's Release fence between the claim and the payload, the reader's
-//!   Acquire fence between the copy and the check). A refused claim is taken back
-//!   (`claim = s`) before any payload is written, so the claim never drops below a write.
+//!   (the single-producer claim of `line`, whose stop handshake is unchanged) and only once
+//!   the wrap gate passed it: on this ring a claim says its slots may be being written, so a
+//!   producer waiting for room has not claimed yet. A copying (optional) reader checks it
+//!   after its copy: a write into the slot of `s` is a write of `s + k * capacity` (k >= 1),
+//!   whose claim, `>= s + capacity + 1`, was stored before it (seqlock: the producer's
+//!   Release fence between the claim and the payload, the reader's Acquire fence between the
+//!   copy and the check). A refused claim is taken back (`claim = s`) before any payload is
+//!   written, so the claim never drops below a write.
 //! - **tombstones** (`tombs`, one word per slot, apart from the payloads; and
 //!   `ClaimLine::tomb_end`): a sequence claimed and never filled (a claim guard dropped, a
 //!   producer that died mid-publish) is marked `tombs[s % capacity] = s`, then `tomb_end`
@@ -28,7 +30,7 @@
 //!   has read it; a copying reader's claim check covers the rest.
 //!
 //! ```text
-//! producer (claim s..e accepted, gate passed)     consumer
+//! producer (gate passed, then claim s..e accepted) consumer
 //! fence(Release)            (seqlock)             c = cursor        (Acquire) ---+
 //! payloads of s..e          (plain)               t = tomb_end      (Relaxed)    |
 //! cursor = e                (Release) --SYNC----> events s < c: a tombstone if   |

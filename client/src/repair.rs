@@ -326,8 +326,17 @@ impl Ring {
     }
 
     /// Mark sequence `seq` repaired if it is claimed but unpublished and its slot's previous
-    /// event has been read (see `table::tombstone`).
+    /// event has been read (see `table::tombstone`). On a ring of fixed-size events a single
+    /// sequence is never marked out of order (its tombstones are published with the cursor,
+    /// by `repair_dead_producer`): `NotNeeded` once `seq` is published, `Wait` before.
     pub fn tombstone(&self, seq: u64) -> Tombstone {
+        if self.seg.is_fixed() {
+            return if self.seg.reached(seq) {
+                Tombstone::NotNeeded
+            } else {
+                Tombstone::Wait
+            };
+        }
         let slot = self.seg.slot(seq);
         let need = (seq + 1).saturating_sub(self.capacity());
         let done = table::tombstone(&slot.header.stamp, seq, self.capacity(), || {

@@ -346,3 +346,126 @@ fn what_a_fixed_size_ring_refuses() {
         Err(AttachError::SingleProducerTaken { .. })
     ));
 }
+
+/// Publish `values` from a thread whose last publish waits at the wrap gate; returns once
+/// the producer is parked there (bounded: a producer that never parks fails the test).
+fn blocked_publisher(
+    ring: &Ring,
+    values: std::ops::Range<u64>,
+) -> std::thread::JoinHandle<Vec<u64>> {
+    let mut p = ring.producer().unwrap();
+    let handle = std::thread::spawn(move || {
+        values
+            .map(|v| p.publish_value(&v).expect("publish"))
+            .collect::<Vec<u64>>()
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while ring.info().producer_waiters == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the producer never parked at the wrap gate"
+        );
+        std::thread::yield_now();
+    }
+    handle
+}
+
+#[test]
+fn a_durable_consumer_reattaching_while_the_producer_waits_for_it_keeps_its_events() {
+    // The producer waits at the wrap gate for the detached durable consumer: nothing of the
+    // ring was overwritten, so the consumer resumes where it was.
+    let ns = Namespace::concurrent("fixed-resume-full");
+    let ring = ring(&ns, 8);
+    drop(ring.consumer(ConsumerOptions::durable("d")).unwrap());
+    let publisher = blocked_publisher(&ring, 0..9);
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    assert_eq!(c.next_sequence(), 0, "resumed, not jumped to the head");
+    assert_eq!(c.stats().dropped_behind, 0);
+    let mut seen = Vec::new();
+    while seen.len() < 9 {
+        seen.extend(drain(&mut c));
+        std::thread::yield_now();
+    }
+    assert_eq!(publisher.join().unwrap(), (0..9).collect::<Vec<_>>());
+    assert_eq!(seen, (0..9).map(|s| (s, s)).collect::<Vec<_>>());
+}
+
+#[test]
+fn read_ahead_reaches_the_end_of_a_full_ring_while_the_producer_waits() {
+    let ns = Namespace::concurrent("fixed-lease-full");
+    let ring = ring(&ns, 8);
+    let mut c = ring.consumer(ConsumerOptions::durable("fwd")).unwrap();
+    let publisher = blocked_publisher(&ring, 0..9);
+    let mut sent = Vec::new();
+    let end = c
+        .read_ahead(0, 16, |ev| sent.push(value(ev.bytes())))
+        .unwrap();
+    assert_eq!((sent, end), ((0..8).collect::<Vec<_>>(), 8));
+    assert!(ring.is_published(7));
+    c.commit_to(8).unwrap();
+    publisher.join().unwrap();
+    assert_eq!(drain(&mut c), vec![(8, 8)]);
+}
+
+#[test]
+fn an_optional_consumer_the_producer_waits_for_is_not_lapped() {
+    let ns = Namespace::concurrent("fixed-optional-full");
+    let ring = ring(&ns, 8);
+    let mut required = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut optional = ring
+        .consumer(ConsumerOptions::anonymous().optional())
+        .unwrap();
+    let publisher = blocked_publisher(&ring, 0..9);
+    assert_eq!(
+        drain(&mut optional),
+        (0..8).map(|s| (s, s)).collect::<Vec<_>>(),
+        "everything the ring holds, nothing dropped"
+    );
+    assert_eq!(optional.stats().dropped_behind, 0);
+    let mut seen = Vec::new();
+    while seen.len() < 9 {
+        seen.extend(drain(&mut required));
+        std::thread::yield_now();
+    }
+    publisher.join().unwrap();
+    assert_eq!(drain(&mut optional), vec![(8, 8)]);
+}
+
+#[test]
+fn a_claim_committed_without_a_write_never_carries_an_earlier_event() {
+    let ns = Namespace::concurrent("fixed-claim-unwritten");
+    let ring = ring(&ns, 4);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for v in 100..104u64 {
+        p.publish_value(&v).unwrap();
+    }
+    assert_eq!(drain(&mut c).len(), 4);
+    assert_eq!(
+        p.claim().unwrap().commit(),
+        4,
+        "the slot of 0, never written"
+    );
+    let mut batch = p.claim_batch(2).unwrap();
+    batch.write_value(1, &7u64).unwrap();
+    batch.commit();
+    assert_eq!(drain(&mut c), vec![(4, 0), (5, 0), (6, 7)]);
+}
+
+#[test]
+fn a_single_sequence_is_never_marked_out_of_order() {
+    // `Ring::tombstone` belongs to stamped slots; on a fixed-size ring it touches nothing.
+    let ns = Namespace::concurrent("fixed-tombstone-api");
+    let ring = ring(&ns, 8);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for v in 0..8u64 {
+        p.publish_value(&v).unwrap();
+    }
+    assert_eq!(drain(&mut c).len(), 8);
+    assert_eq!(ring.tombstone(9), shmring::Tombstone::Wait);
+    assert_eq!(ring.tombstone(3), shmring::Tombstone::NotNeeded);
+    let mut buf = Vec::new();
+    assert_eq!(ring.recall(1, &mut buf), Recall::Event);
+    assert_eq!(value(&buf), 1, "event 1 untouched");
+}

@@ -5,8 +5,8 @@
 //!
 //! ```text
 //! producer                                  required consumer      optional consumer
-//! claim_single_fast (claim = s + 1)         c = cursor (Acquire)   c = cursor (Acquire)
-//! wait for room (required only)             read s < c in place    copy s, copy_held(s)?
+//! wait for room (required only)             c = cursor (Acquire)   c = cursor (Acquire)
+//! claim_single_fast (claim = s + 1)         read s < c in place    copy s, copy_held(s)?
 //! begin_write; payload words; publish(s+1)  commit next (Release)  (claim check)
 //!
 //! repair of a dead producer's claim s: tombstone(s, s + 1) once the producer is gone
@@ -97,12 +97,14 @@ impl<const CAP: usize> Ring<CAP> {
         }
     }
 
-    /// Claim, write and publish `seq` (payload words `seq`, `seq`).
+    /// Claim, write and publish `seq` (payload words `seq`, `seq`). As `Producer::claim_blocking`
+    /// on a fixed-size ring: the wrap gate first, then the claim (a claim says its slot may
+    /// be being written).
     fn publish(&self, seq: u64, gated: bool) {
-        self.claim_one(seq);
         if gated {
             self.wait_for_room(seq);
         }
+        self.claim_one(seq);
         fixed::begin_write(self);
         for w in self.slot(seq) {
             // Relaxed: the payload (plain bytes in the ring), published by the cursor.
@@ -221,8 +223,8 @@ fn a_dead_producers_claim(tomb_word: bool) {
             let ring = ring.clone();
             thread::spawn(move || {
                 ring.publish(0, true);
-                ring.claim_one(1);
                 ring.wait_for_room(1);
+                ring.claim_one(1);
                 fixed::begin_write(&*ring);
                 // Relaxed: the one payload word written before the process died.
                 ring.slot(1)[0].store(1, Ordering::Relaxed);

@@ -107,6 +107,9 @@ fn check_accepted(bytes: &[u8], len: u64) {
     let g = v.geometry;
     assert_eq!(g.total_size, len, "accepted a file of another size");
     assert!(g.capacity.is_power_of_two() && g.capacity >= 2);
+    if g.producer_mode == ProducerMode::Single {
+        assert_eq!(g.max_producers, 1, "one entry for a single producer");
+    }
     if g.fixed {
         assert!(g.slot_size >= 8 && g.slot_size.is_multiple_of(8));
         assert_eq!(g.producer_mode, ProducerMode::Single);

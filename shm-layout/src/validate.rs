@@ -57,6 +57,9 @@ pub enum LayoutError {
     /// Unknown slot format.
     #[error("slot format {0} is unknown")]
     BadSlotFormat(u32),
+    /// A single-producer ring whose producer table has more than one entry.
+    #[error("a single-producer ring has one producer entry, not {0}")]
+    SingleWithProducers(u32),
     /// A fixed-size ring asked for with many producers.
     #[error("a ring of fixed-size events takes a single producer (producer_mode Single)")]
     FixedNeedsSingleProducer,
@@ -187,6 +190,10 @@ impl Geometry {
         }
         if !(1..=MAX_PRODUCERS).contains(&max_producers) {
             return Err(LayoutError::BadMaxProducers(max_producers));
+        }
+        if producer_mode == ProducerMode::Single && max_producers != 1 {
+            // Two entries would let two live producers store the one claim word.
+            return Err(LayoutError::SingleWithProducers(max_producers));
         }
         if optional_slack > capacity {
             return Err(LayoutError::BadSlack {
@@ -516,6 +523,16 @@ mod tests {
         assert_eq!(
             Geometry::with_format(9, 16, 64, 1, 1, ProducerMode::Single, 0),
             Err(LayoutError::BadSlotFormat(9))
+        );
+        // A single-producer ring (fixed-size or not) has one producer entry: two would let
+        // two live producers store its claim word.
+        assert_eq!(
+            Geometry::with_format(SLOT_FORMAT_FIXED, 16, 8, 1, 2, ProducerMode::Single, 0),
+            Err(LayoutError::SingleWithProducers(2))
+        );
+        assert_eq!(
+            Geometry::new(16, 64, 1, 3, ProducerMode::Single, 0),
+            Err(LayoutError::SingleWithProducers(3))
         );
     }
 

@@ -57,6 +57,9 @@ fn check_accepted(v: &shmring_layout::Validated, len: u64) {
     assert_eq!(g.total_size, len);
     assert!(g.total_size <= MAX_SEGMENT_SIZE);
     assert!(g.capacity.is_power_of_two() && g.capacity <= MAX_CAPACITY);
+    if g.producer_mode == ProducerMode::Single {
+        assert_eq!(g.max_producers, 1, "one entry for a single producer");
+    }
     let align = if g.fixed { 8 } else { 64 };
     assert!(g.slot_size <= MAX_SLOT_SIZE && g.slot_size.is_multiple_of(align));
     assert!(g.max_payload() <= g.slot_size as usize);

@@ -68,7 +68,14 @@ impl Producer {
     /// stamped ring (their lengths 0 until set), a fixed-size ring's Release fence.
     fn begin_claim(&self, first: u64, n: u64, lens: bool) {
         if self.fixed {
-            fixed::begin_write(&self.seg.events());
+            let events = self.seg.events();
+            fixed::begin_write(&events);
+            for seq in first..first + n {
+                // SAFETY: this producer holds the claim and passed the wrap gate for it.
+                // Zeroed: an event committed without a write never carries another one's
+                // bytes.
+                unsafe { events.payload_mut(seq) }.fill(0);
+            }
             return;
         }
         for seq in first..first + n {

@@ -139,7 +139,9 @@ impl Producer {
     /// Events published by this handle (tombstones excluded).
     fn published(&self) -> u64 {
         if self.fixed {
-            self.next - self.base - self.tombstoned
+            // An open claim guard's sequences are not published yet.
+            let open = self.open_claim.map_or(0, |(_, n)| n);
+            self.next - self.base - self.tombstoned - open
         } else {
             self.published
         }

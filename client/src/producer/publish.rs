@@ -84,6 +84,15 @@ impl Producer {
     #[inline(always)]
     pub(super) fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
         self.before_claim();
+        if self.fixed {
+            // A fixed-size ring's claim is what copying readers check their copies against
+            // (see `fixed`): it says a slot may be being overwritten, so it is stored only
+            // once the wrap gate passed the claim, never while the producer waits for room.
+            let last = self.next + n - 1;
+            if !self.has_room(last) {
+                self.room_before_claim(last)?;
+            }
+        }
         if self.single {
             let c = match self.claim_single(n) {
                 Ok(c) => c,
@@ -96,7 +105,7 @@ impl Producer {
                 }
             };
             let last = c + n - 1;
-            if !self.has_room(last) && !self.wait_for_room(last, None) {
+            if !self.has_room(last) && !self.wait_for_room(last, None, false) {
                 return Err(PublishError::Deleted);
             }
             return Ok(c);
@@ -119,22 +128,39 @@ impl Producer {
         };
         self.mark_in_flight(c, n);
         let last = c + n - 1;
-        if !self.has_room(last) && !self.wait_for_room(last, None) {
+        if !self.has_room(last) && !self.wait_for_room(last, None, false) {
             return Err(PublishError::Deleted);
         }
         Ok(c)
     }
 
-    /// Wait until `last` may be written: spin, yield, then park on the producer wake line
-    /// until a consumer commits. Returns false if the ring was deleted, or if `deadline`
-    /// passed first.
+    /// A fixed-size ring's wait for room before its claim: a stop meanwhile refuses the
+    /// publish (nothing was claimed), as a claim would.
     #[cold]
-    fn wait_for_room(&mut self, last: u64, deadline: Option<Instant>) -> bool {
+    fn room_before_claim(&mut self, last: u64) -> Result<(), PublishError> {
+        if self.wait_for_room(last, None, true) {
+            return Ok(());
+        }
+        if self.deleted() {
+            return Err(PublishError::Deleted);
+        }
+        self.refuse();
+        Err(PublishError::Closed)
+    }
+
+    /// Wait until `last` may be written: spin, yield, then park on the producer wake line
+    /// until a consumer commits. Returns false if the ring was deleted, if `deadline`
+    /// passed first, or (`until_closed`: the caller holds no claim yet) if the ring closed.
+    #[cold]
+    fn wait_for_room(&mut self, last: u64, deadline: Option<Instant>, until_closed: bool) -> bool {
         self.room_waits += 1;
         let mut idle = producer_backoff();
         let need = (last + 1).saturating_sub(self.capacity);
         while !self.has_room(last) {
-            if self.deleted() || deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.deleted()
+                || deadline.is_some_and(|d| Instant::now() >= d)
+                || (until_closed && self.seg.line().is_closed())
+            {
                 return false;
             }
             match idle.next() {
@@ -429,7 +455,7 @@ impl Producer {
                     } else {
                         self.seg.position()
                     };
-                    self.wait_for_room(next, Some(deadline));
+                    self.wait_for_room(next, Some(deadline), false);
                 }
                 Err(TryPublishError::Full) => {
                     self.refuse();
@@ -573,7 +599,7 @@ impl Producer {
                     } else {
                         self.seg.position()
                     };
-                    self.wait_for_room(next + n - 1, Some(deadline));
+                    self.wait_for_room(next + n - 1, Some(deadline), false);
                 }
                 Err(TryPublishError::Full) => {
                     self.refuse();
