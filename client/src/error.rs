@@ -394,6 +394,9 @@ pub enum PollError {
     /// The ring was deleted.
     #[error("ring was deleted")]
     Deleted,
+    /// `Consumer::poll_runs` on a ring of stamped slots: runs are a fixed-size ring's.
+    #[error("poll_runs needs a ring of fixed-size events (RingConfig::event_size): use poll_once")]
+    NotFixedSize,
     /// This consumer's table entry is no longer its own: another process freed or took it
     /// (only a damaged segment or a process that wrote into it by hand does that). The
     /// handle delivers nothing more.

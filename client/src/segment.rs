@@ -464,6 +464,39 @@ impl<'a> Events<'a> {
         unsafe { std::slice::from_raw_parts(self.at(seq), self.array.size) }
     }
 
+    /// The `count` events from `seq`, read in place as one slice (they must not run past
+    /// the end of the slot array: `seq % capacity + count <= capacity`).
+    ///
+    /// # Safety
+    /// As for [`Events::payload`], for every one of the events.
+    #[inline]
+    pub(crate) unsafe fn run(&self, seq: u64, count: usize) -> &'a [u8] {
+        let a = &self.array;
+        let first = (seq & a.mask) as usize;
+        let count = count.min((a.mask as usize + 1).saturating_sub(first));
+        // SAFETY: `first + count` slots lie inside the slot array (clamped above); no
+        // writer by the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.at(seq), count * a.size) }
+    }
+
+    /// Copy the `count` events from `seq` (not past the end of the slot array) into `dst`
+    /// with atomic word loads, for a reader that checks the copy with `fixed::copy_held`.
+    pub(crate) fn copy_run_racy(&self, seq: u64, count: usize, dst: &mut Vec<u8>) {
+        let a = &self.array;
+        let first = (seq & a.mask) as usize;
+        let count = count.min((a.mask as usize + 1).saturating_sub(first));
+        let p = self.at(seq);
+        let words = count * a.size / 8;
+        dst.clear();
+        dst.reserve(words * 8);
+        for i in 0..words {
+            // SAFETY: the events are 8-aligned and `words` words from `p` stay inside the
+            // slot array (clamped above). Atomic load: may race the producer.
+            let w = unsafe { &*(p.add(i * 8) as *const AtomicU64) };
+            dst.extend_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        }
+    }
+
     /// Copy the event of `seq` into `dst` with atomic word loads, for a reader that does not
     /// hold the producer off the slot: the caller checks the copy with `fixed::copy_held`.
     pub(crate) fn copy_racy(&self, seq: u64, dst: &mut Vec<u8>) {

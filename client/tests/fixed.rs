@@ -469,3 +469,155 @@ fn a_single_sequence_is_never_marked_out_of_order() {
     assert_eq!(ring.recall(1, &mut buf), Recall::Event);
     assert_eq!(value(&buf), 1, "event 1 untouched");
 }
+
+/// Every run `poll_runs` hands over, as (first sequence, values).
+fn runs(c: &mut shmring::Consumer) -> Vec<(u64, Vec<u64>)> {
+    let mut got = Vec::new();
+    while c
+        .poll_runs(|first, bytes| got.push((first, bytes.chunks(8).map(value).collect::<Vec<_>>())))
+        .expect("poll_runs")
+        > 0
+    {}
+    got
+}
+
+#[test]
+fn runs_are_cut_where_the_slots_wrap_and_around_tombstones() {
+    for optional in [false, true] {
+        let ns = Namespace::concurrent("fixed-runs");
+        let ring = ring(&ns, 8);
+        let opts = if optional {
+            ConsumerOptions::anonymous().optional()
+        } else {
+            ConsumerOptions::anonymous()
+        };
+        let mut c = ring.consumer(opts).unwrap();
+        let mut p = ring.producer().unwrap();
+        for v in 0..6u64 {
+            p.publish_value(&v).unwrap();
+        }
+        assert_eq!(
+            runs(&mut c),
+            vec![(0, (0..6).collect())],
+            "optional {optional}"
+        );
+        for v in 6..9u64 {
+            p.publish_value(&v).unwrap();
+        }
+        drop(p.claim().unwrap()); // 9: a tombstone
+        for v in 10..12u64 {
+            p.publish_value(&v).unwrap();
+        }
+        assert_eq!(
+            runs(&mut c),
+            vec![(6, vec![6, 7]), (8, vec![8]), (10, vec![10, 11])],
+            "optional {optional}: cut at the wrap (slot 7) and at the tombstone"
+        );
+        assert_eq!(
+            (c.stats().delivered, c.stats().skipped),
+            (11, 1),
+            "optional {optional}"
+        );
+        assert_eq!(c.next_sequence(), 12);
+    }
+}
+
+#[test]
+fn a_panicking_run_handler_fails_the_consumer_at_its_first_event() {
+    let ns = Namespace::concurrent("fixed-runs-panic");
+    let ring = ring(&ns, 8);
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    let mut p = ring.producer().unwrap();
+    for v in 0..6u64 {
+        p.publish_value(&v).unwrap();
+    }
+    // A durable consumer's first events come one per slice (its marking window, as after
+    // any durable attach); the values are the run's either way.
+    let first: Vec<u64> = runs(&mut c).into_iter().flat_map(|(_, v)| v).collect();
+    assert_eq!(first, (0..6).collect::<Vec<_>>());
+    for v in 6..10u64 {
+        p.publish_value(&v).unwrap();
+    }
+    let r = c.poll_runs(|first, _| {
+        if first == 8 {
+            panic!("the second slice");
+        }
+    });
+    assert_eq!(r, Err(shmring::PollError::HandlerPanicked { sequence: 8 }));
+    assert_eq!(c.next_sequence(), 8, "the slice before it committed");
+    drop(c);
+    let mut again = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    assert_eq!(
+        again.next_sequence(),
+        8,
+        "a re-attach resumes at the failing slice"
+    );
+    // Its marking window hands the events over one at a time.
+    assert_eq!(runs(&mut again), vec![(8, vec![8]), (9, vec![9])]);
+}
+
+#[test]
+fn runs_are_a_fixed_size_rings() {
+    let ns = Namespace::concurrent("fixed-runs-stamped");
+    let ring = Ring::create(ns.name(), "s", &RingConfig::default()).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    assert_eq!(
+        c.poll_runs(|_, _| {}),
+        Err(shmring::PollError::NotFixedSize)
+    );
+}
+
+#[test]
+fn a_stop_refuses_a_publish_waiting_for_room_at_once() {
+    // Nothing is claimed while a publish waits for room (on a fixed-size ring every form
+    // waits first; `publish_timeout` on any ring), so a stop refuses it without waiting out
+    // its timeout. The bound is a liveness check far above the wake-up (50 ms at most).
+    for fixed in [true, false] {
+        for timed in [true, false] {
+            if !fixed && !timed {
+                continue; // a stamped ring's blocking publish holds its claim: delivered later
+            }
+            let ns = Namespace::concurrent("fixed-stop-waiting");
+            let cfg = if fixed {
+                config(4)
+            } else {
+                RingConfig {
+                    capacity: 4,
+                    ..RingConfig::default()
+                }
+            };
+            let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
+            let _c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+            let mut p = ring.producer().unwrap();
+            for v in 0..4u64 {
+                p.publish_value(&v).unwrap();
+            }
+            let waiting = std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                let r = if timed {
+                    p.publish_timeout(&9u64.to_le_bytes(), std::time::Duration::from_secs(120))
+                        .map_err(|e| e.to_string())
+                } else {
+                    p.publish_value(&9u64).map_err(|e| e.to_string())
+                };
+                (r, t0.elapsed())
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while ring.info().producer_waiters == 0 {
+                assert!(std::time::Instant::now() < deadline, "never parked");
+                std::thread::yield_now();
+            }
+            assert_eq!(ring.stop(), Ok(4));
+            let (r, took) = waiting.join().unwrap();
+            assert_eq!(
+                r,
+                Err("ring is stopped: publish refused".to_owned()),
+                "fixed {fixed}, timed {timed}"
+            );
+            assert!(
+                took < std::time::Duration::from_secs(60),
+                "fixed {fixed}, timed {timed}: waited {took:?}"
+            );
+        }
+    }
+}

@@ -258,7 +258,7 @@ impl Consumer {
     }
 
     /// Lapped (or released): skip to the head and count the gap.
-    fn jump_to_head(&mut self) {
+    pub(super) fn jump_to_head(&mut self) {
         let released = table::consumer::released(self.word);
         // Acquire: pairs with the broker's SeqCst release CAS.
         if self.entry().hot.word.load(Ordering::Acquire) == released {

@@ -324,6 +324,7 @@ mod flush;
 mod idle;
 mod member;
 mod policy;
+mod runs;
 
 use flush::Flush;
 pub(crate) use policy::read_poison;

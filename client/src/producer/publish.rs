@@ -141,10 +141,10 @@ impl Producer {
         if self.wait_for_room(last, None, true) {
             return Ok(());
         }
+        self.refuse();
         if self.deleted() {
             return Err(PublishError::Deleted);
         }
-        self.refuse();
         Err(PublishError::Closed)
     }
 
@@ -172,11 +172,13 @@ impl Producer {
                         d.saturating_duration_since(Instant::now()).min(PARK_NET)
                     });
                     let seg = &*self.seg;
+                    // A stop wakes this line: a caller that may give up on it looks too.
+                    let closed = || until_closed && seg.line().is_closed();
                     let parked = park::park(&seg.lines().producer_wake.value, net, || {
-                        gating::refresh(seg, need) >= need || self.deleted()
+                        gating::refresh(seg, need) >= need || self.deleted() || closed()
                     });
                     self.wakes
-                        .count(parked, || gating::refresh(seg, need) >= need);
+                        .count(parked, || gating::refresh(seg, need) >= need || closed());
                     if parked != Parked::Ready {
                         self.parks += 1;
                         // Relaxed: a counter only this producer writes.
@@ -455,7 +457,9 @@ impl Producer {
                     } else {
                         self.seg.position()
                     };
-                    self.wait_for_room(next, Some(deadline), false);
+                    // No claim is held here (the CAS takes it once there is room): a stop ends the
+                    // wait, and the claim then refuses.
+                    self.wait_for_room(next, Some(deadline), true);
                 }
                 Err(TryPublishError::Full) => {
                     self.refuse();
@@ -599,7 +603,8 @@ impl Producer {
                     } else {
                         self.seg.position()
                     };
-                    self.wait_for_room(next + n - 1, Some(deadline), false);
+                    // As in `publish_deadline`.
+                    self.wait_for_room(next + n - 1, Some(deadline), true);
                 }
                 Err(TryPublishError::Full) => {
                     self.refuse();

@@ -1,0 +1,125 @@
+//! Runs: a fixed-size ring's published events handed over as contiguous slices.
+//!
+//! On a ring of fixed-size events (`RingConfig::event_size`) the events of a published run
+//! lie side by side in the slot array, so a handler can take them as one slice instead of
+//! one call each: what a consumer that sums, copies or forwards events in bulk wants, and
+//! the per-event handler call is what bounds a batched stream's delivery (ARCHITECTURE.md,
+//! "Fixed-size rings: what the format buys"). A run is cut where the slot array wraps and
+//! around tombstones.
+
+use super::*;
+
+impl Consumer {
+    /// On a ring of fixed-size events: deliver the published run from this consumer's
+    /// position (up to the batch cap, and its upstreams) as contiguous slices, then commit
+    /// once. `handler(first, events)` gets `events.len() / event_size` events, the first of
+    /// them sequence `first`; a run is cut where the ring's slot array wraps and around
+    /// tombstones (skipped and counted, as `poll_once` does). Returns the number of events
+    /// handed over.
+    ///
+    /// The slices are the ring's own slots for a required consumer (zero-copy, borrowed for
+    /// the call), a checked copy for an optional one. A handler that panics fails the
+    /// consumer at the first event of its slice (the events before it are committed),
+    /// whatever the error policy: per-event policies need `poll_once`. While a policy or a
+    /// durable attach's marking window is at work, or a timed flush is set, the events are
+    /// handed over one per slice through `poll_once`'s path.
+    ///
+    /// On a ring of stamped slots: `PollError::NotFixedSize`.
+    pub fn poll_runs<F>(&mut self, mut handler: F) -> Result<usize, PollError>
+    where
+        F: FnMut(u64, &[u8]),
+    {
+        if !self.fixed {
+            return Err(PollError::NotFixedSize);
+        }
+        if self.failed {
+            return Err(PollError::Failed);
+        }
+        if self.exhausted
+            || self.retry_at.is_some()
+            || self.poison.is_some()
+            || self.careful > 0
+            || self.flush.is_some()
+        {
+            return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
+        }
+        // Relaxed: a hint on this consumer's own line, as in `poll`.
+        if self.required && self.entry().hot.word.load(Ordering::Relaxed) != self.word {
+            return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
+        }
+        let start = self.next;
+        let cap = self
+            .batch_cap
+            .min(self.upstream_limit()?.saturating_sub(start));
+        let events = self.seg.events();
+        let (cursor, tomb_end) = fixed::published(&events);
+        if !self.required && events.lapped(start) {
+            return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
+        }
+        let n = cursor.saturating_sub(start).min(cap);
+        if n == 0 {
+            return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
+        }
+        if !self.run_still_allowed() {
+            return Ok(0);
+        }
+        let end = start + n;
+        let capacity = fixed::Words::capacity(&events);
+        let (mut at, mut delivered, mut skipped) = (start, 0u64, 0u64);
+        let mut lapped = false;
+        let mut panicked = None;
+        while at < end {
+            if fixed::is_tombstone(&events, at, tomb_end) {
+                skipped += 1;
+                at += 1;
+                continue;
+            }
+            // The slice: up to the next tombstone, the end of the run, or the end of the
+            // slot array.
+            let to_wrap = capacity - (at % capacity);
+            let mut stop = end.min(at + to_wrap);
+            if tomb_end > at {
+                let tomb = (at + 1..stop).find(|&s| fixed::is_tombstone(&events, s, tomb_end));
+                if let Some(t) = tomb {
+                    stop = t;
+                }
+            }
+            let count = (stop - at) as usize;
+            let outcome = if self.required {
+                // SAFETY: the cursor was past `at..stop` (Acquire) and this required
+                // consumer has not committed past `at`, so the producer cannot reach these
+                // slots until after the handler returns.
+                let bytes = unsafe { events.run(at, count) };
+                catch_unwind(AssertUnwindSafe(|| handler(at, bytes)))
+            } else {
+                let buf = &mut self.scratch[0];
+                events.copy_run_racy(at, count, buf);
+                if !fixed::copy_held(&events, at) {
+                    lapped = true;
+                    break;
+                }
+                catch_unwind(AssertUnwindSafe(|| handler(at, buf)))
+            };
+            if let Err(payload) = outcome {
+                panicked = Some(Failure::panic(&*payload));
+                break;
+            }
+            delivered += count as u64;
+            at = stop;
+        }
+        self.commit(at, delivered, skipped, 0);
+        if let Some(failure) = panicked {
+            tracing::warn!(
+                consumer = self.seg.index(),
+                sequence = at,
+                error = failure.text.as_str(),
+                "run handler panicked; consumer stops (FAILED)"
+            );
+            return Err(self.fail(at, 1, true));
+        }
+        if lapped {
+            self.jump_to_head();
+        }
+        Ok(delivered as usize)
+    }
+}
