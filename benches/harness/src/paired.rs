@@ -1,6 +1,7 @@
 //! Suite `paired`: the rows behind the throughput targets (the floor ring, shmring's 1P1C
 //! per-event and batch-100 rows with 8-byte events, on a ring of stamped slots and on one
-//! of fixed-size events, and the `disruptor` crate) and behind
+//! of fixed-size events (its consumer taking one event per handler call, or a run at a
+//! time), and the `disruptor` crate) and behind
 //! the busy-spin latency targets (the spin floor and shmring's busy-spin consumer, ping-pong
 //! and paced 100 µs), measured one after the other in each of several rounds, in an order
 //! rotated from round to round.
@@ -20,7 +21,7 @@ use crate::spsc::Format;
 use crate::{floor, latency, peers, throughput};
 
 pub const SUITE: &str = "paired";
-/// Rounds of the rows (six throughput rows, and a busy-spin row and its floor per latency
+/// Rounds of the rows (eight throughput rows, and a busy-spin row and its floor per latency
 /// shape).
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
@@ -44,12 +45,13 @@ pub fn shm_row(batch: usize) -> String {
 }
 
 /// Row name of a 1P1C row of the round on a ring of fixed-size events (per event or
-/// batches of 100), as `throughput` names it.
-pub fn fixed_row(batch: usize) -> &'static str {
-    if batch == 1 {
-        throughput::FIXED_ONE_ROW
-    } else {
-        throughput::FIXED_BATCH_ROW
+/// batches of 100; its consumer reading runs if `runs`), as `throughput` names it.
+pub fn fixed_row(batch: usize, runs: bool) -> &'static str {
+    match (batch == 1, runs) {
+        (true, false) => throughput::FIXED_ONE_ROW,
+        (false, false) => throughput::FIXED_BATCH_ROW,
+        (true, true) => throughput::FIXED_RUNS_ONE_ROW,
+        (false, true) => throughput::FIXED_RUNS_BATCH_ROW,
     }
 }
 
@@ -65,18 +67,18 @@ pub fn latency_round(r: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (ROUNDS * (6 + 2 * LATENCY.len())) as u64
+    (ROUNDS * (8 + 2 * LATENCY.len())) as u64
 }
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Six throughput rows, then one unit per latency pair (its floor and busy-spin row).
-    const UNITS: usize = 6 + LATENCY.len();
+    // Eight throughput rows, then one unit per latency pair (its floor and busy-spin row).
+    const UNITS: usize = 8 + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        let mut rows = Vec::with_capacity(6 + 2 * LATENCY.len());
+        let mut rows = Vec::with_capacity(8 + 2 * LATENCY.len());
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -86,10 +88,22 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 1 => rows.push(throughput::one_row(ctx, 1, &shm_row(1), &group)),
                 2 => rows.push(throughput::one_row(ctx, 100, &shm_row(100), &group)),
                 3 => rows.push(peers::disruptor_throughput(ctx, &group)),
-                4 => rows.push(throughput::fixed_row(ctx, 1, fixed_row(1), &group)),
-                5 => rows.push(throughput::fixed_row(ctx, 100, fixed_row(100), &group)),
+                4 => rows.push(throughput::fixed_row(ctx, 1, fixed_row(1, false), &group)),
+                5 => rows.push(throughput::fixed_row(
+                    ctx,
+                    100,
+                    fixed_row(100, false),
+                    &group,
+                )),
+                6 => rows.push(throughput::fixed_row(ctx, 1, fixed_row(1, true), &group)),
+                7 => rows.push(throughput::fixed_row(
+                    ctx,
+                    100,
+                    fixed_row(100, true),
+                    &group,
+                )),
                 u => {
-                    let (name, shape, spin_floor) = LATENCY[u - 6];
+                    let (name, shape, spin_floor) = LATENCY[u - 8];
                     for floor_now in [r % 2 == 1, r % 2 == 0] {
                         rows.push(if floor_now {
                             floor::one(ctx, spin_floor, &lat_group)

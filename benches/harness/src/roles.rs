@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use shmring::{ConsumerOptions, Event, Producer, Ring, WaitStrategy, WakeSet};
+use shmring::{ConsumerOptions, Event, Producer, Ring, WaitOutcome, WaitStrategy, WakeSet};
 use shmring_peers::kit::{self, new_hist, now_ns, Args, Measured, Pacer};
 
 /// Every wait strategy the latency suite measures, by name.
@@ -59,6 +59,8 @@ enum ConsumerMode {
     Echo,
     /// Count (throughput).
     Count,
+    /// Count, taking a fixed-size ring's events a run at a time (`Consumer::poll_runs`).
+    Runs,
 }
 
 fn shm_consumer(args: &Args) -> Result<()> {
@@ -75,6 +77,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
         "latency" => ConsumerMode::Latency,
         "echo" => ConsumerMode::Echo,
         "count" => ConsumerMode::Count,
+        "runs" => ConsumerMode::Runs,
         m => bail!("unknown consumer mode {m}"),
     };
     let mut echo = match mode {
@@ -90,34 +93,52 @@ fn shm_consumer(args: &Args) -> Result<()> {
     let mut meter = kit::RateMeter::new();
     let (mut c0, mut w0) = (kit::thread_cpu_ns(), now_ns());
     ctl.arrive();
-    c.run(
-        |ev: Event<'_>| {
-            let b = ev.bytes();
-            n += 1;
-            match mode {
-                ConsumerMode::Count => {
-                    sum = sum.wrapping_add(u64_at(b, 0));
+    if mode == ConsumerMode::Runs {
+        // The same work per event as `Count` (and as the floor ring's consumer), over the
+        // slices `poll_runs` hands over.
+        let size = ring.max_payload();
+        loop {
+            let got = c.poll_runs(|_, events| {
+                for e in events.chunks_exact(size) {
+                    n += 1;
+                    sum = sum.wrapping_add(u64_at(e, 0));
                     meter.tick(n);
                 }
-                ConsumerMode::Latency | ConsumerMode::Echo => {
-                    let now = now_ns();
-                    let seq = u64_at(b, 0);
-                    if seq >= warmup {
-                        hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
+            })?;
+            if got == 0 && c.wait()? == WaitOutcome::Closed {
+                break;
+            }
+        }
+    } else {
+        c.run(
+            |ev: Event<'_>| {
+                let b = ev.bytes();
+                n += 1;
+                match mode {
+                    ConsumerMode::Count | ConsumerMode::Runs => {
+                        sum = sum.wrapping_add(u64_at(b, 0));
+                        meter.tick(n);
                     }
-                    if seq == warmup {
-                        (c0, w0) = (kit::thread_cpu_ns(), now_ns());
-                    }
-                    if let Some(p) = echo.as_mut() {
-                        if let Err(e) = p.publish(&b[..8]) {
-                            failed.get_or_insert(e);
+                    ConsumerMode::Latency | ConsumerMode::Echo => {
+                        let now = now_ns();
+                        let seq = u64_at(b, 0);
+                        if seq >= warmup {
+                            hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
+                        }
+                        if seq == warmup {
+                            (c0, w0) = (kit::thread_cpu_ns(), now_ns());
+                        }
+                        if let Some(p) = echo.as_mut() {
+                            if let Err(e) = p.publish(&b[..8]) {
+                                failed.get_or_insert(e);
+                            }
                         }
                     }
                 }
-            }
-        },
-        || false,
-    )?;
+            },
+            || false,
+        )?;
+    }
     let t_end = now_ns();
     if let Some(e) = failed {
         bail!("echo publish failed: {e}");
@@ -125,7 +146,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
     std::hint::black_box(sum);
     let st = c.stats();
     let mut m = Measured::default();
-    if mode != ConsumerMode::Count {
+    if mode != ConsumerMode::Count && mode != ConsumerMode::Runs {
         m.hist = Some(hist);
     } else if let Some(r) = meter.best(args.num_or("best_window_ns", 100_000_000)) {
         m.set("best_ops_per_sec", r);

@@ -234,6 +234,29 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         2.5,
         None,
     );
+    push(
+        "1P1C 8 B per-event, fixed-size ring, run reads (best 100 ms) / bare SPSC ring floor",
+        tput(throughput::FIXED_RUNS_ONE_ROW),
+        find(
+            rows,
+            throughput::SUITE,
+            throughput::FLOOR,
+            throughput::FLOOR_ROW,
+        ),
+        &ops,
+        ">=",
+        0.8,
+        None,
+    );
+    push(
+        "1P1C 8 B batch-100, fixed-size ring, run reads (best 100 ms) / disruptor crate per-event",
+        tput(throughput::FIXED_RUNS_BATCH_ROW),
+        peer(peers::DISRUPTOR),
+        &ops,
+        ">=",
+        2.5,
+        None,
+    );
     // Busy-spin against iceoryx2.
     push(
         "busy-spin p50 / iceoryx2 p50 (paced)",
@@ -260,19 +283,31 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
     for (what, a, b, bar) in [
         (
             "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor, paired",
-            paired::fixed_row(1),
+            paired::fixed_row(1, false),
             paired::FLOOR_ROW,
             0.8,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process), paired",
-            paired::fixed_row(1),
+            paired::fixed_row(1, false),
             paired::DISRUPTOR_ROW,
             1.0,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event, paired",
-            paired::fixed_row(100),
+            paired::fixed_row(100, false),
+            paired::DISRUPTOR_ROW,
+            2.5,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring, run reads (best 100 ms) / bare SPSC ring floor, paired",
+            paired::fixed_row(1, true),
+            paired::FLOOR_ROW,
+            0.8,
+        ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring, run reads (best 100 ms) / disruptor crate per-event, paired",
+            paired::fixed_row(100, true),
             paired::DISRUPTOR_ROW,
             2.5,
         ),

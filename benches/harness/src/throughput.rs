@@ -34,6 +34,11 @@ pub const MP_ONE_ROW: &str = "per-event, 8 B, multi-producer ring";
 pub const FIXED_ONE_ROW: &str = "per-event, 8 B, fixed-size ring";
 /// Row name of the 1P1C batch-100 row on a ring of fixed-size 8-byte events.
 pub const FIXED_BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring";
+/// Row name of the 1P1C per-event row on a ring of fixed-size 8-byte events whose consumer
+/// takes the events a run at a time (`Consumer::poll_runs`), as the floor ring's does.
+pub const FIXED_RUNS_ONE_ROW: &str = "per-event, 8 B, fixed-size ring, run reads";
+/// Row name of the batch-100 row on that ring, run reads.
+pub const FIXED_RUNS_BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring, run reads";
 /// Row name of the floor row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B";
 /// The slot format probes: the floor ring running shmring's claim and stamp protocol and
@@ -69,7 +74,7 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 12
+    (SIZES.len() * FORMS.len()) as u64 + 14
 }
 
 /// Measure.
@@ -96,9 +101,14 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     ctx.bar.set_message(format!("throughput: {MP_ONE_ROW}"));
     let row = one_in(ctx, 1, 8, 1, 1, ProducerMode::Multi, MP_ONE_ROW, ONE);
     ctx.push(row);
-    for (batch, name) in [(1, FIXED_ONE_ROW), (100, FIXED_BATCH_ROW)] {
+    for (batch, name) in [
+        (1, FIXED_ONE_ROW),
+        (100, FIXED_BATCH_ROW),
+        (1, FIXED_RUNS_ONE_ROW),
+        (100, FIXED_RUNS_BATCH_ROW),
+    ] {
         ctx.bar.set_message(format!("throughput: {name}"));
-        let row = one_of(ctx, batch, 8, ProducerMode::Single, Some(8), name, ONE);
+        let row = fixed_row(ctx, batch, name, ONE);
         ctx.push(row);
     }
     for (p, c, n) in [
@@ -130,8 +140,23 @@ pub fn one_row(ctx: &mut Ctx, batch: usize, name: &str, group: &str) -> Row {
 
 /// A 1P1C row on a ring of fixed-size 8-byte events with a busy-spin consumer, `batch`
 /// events per publish, for another suite (`paired`).
+/// The run-read rows (`FIXED_RUNS_*`) read with `Consumer::poll_runs`.
 pub fn fixed_row(ctx: &mut Ctx, batch: usize, name: &str, group: &str) -> Row {
-    one_of(ctx, batch, 8, ProducerMode::Single, Some(8), name, group)
+    let reads = if name == FIXED_RUNS_ONE_ROW || name == FIXED_RUNS_BATCH_ROW {
+        "runs"
+    } else {
+        "count"
+    };
+    one_ring(
+        ctx,
+        batch,
+        8,
+        (1, 1),
+        (ProducerMode::Single, Some(8)),
+        reads,
+        name,
+        group,
+    )
 }
 
 /// The floor row (the bare SPSC ring) or a slot format probe (the same ring with shmring's
@@ -214,32 +239,27 @@ fn one_in(
     group: &str,
 ) -> Row {
     one_ring(
-        ctx, batch, size, producers, consumers, mode, None, name, group,
+        ctx,
+        batch,
+        size,
+        (producers, consumers),
+        (mode, None),
+        "count",
+        name,
+        group,
     )
 }
 
-/// A 1P1C row on a ring of mode `mode`, of fixed-size events if `event_size` is set.
-fn one_of(
-    ctx: &mut Ctx,
-    batch: usize,
-    size: usize,
-    mode: ProducerMode,
-    event_size: Option<u32>,
-    name: &str,
-    group: &str,
-) -> Row {
-    one_ring(ctx, batch, size, 1, 1, mode, event_size, name, group)
-}
-
 #[allow(clippy::too_many_arguments)]
+/// A row of `producers` and `consumers` processes on a ring of mode `mode` (of fixed-size
+/// events if `event_size` is set), its consumers in mode `reads` (`count`, or `runs`).
 fn one_ring(
     ctx: &mut Ctx,
     batch: usize,
     size: usize,
-    producers: usize,
-    consumers: usize,
-    mode: ProducerMode,
-    event_size: Option<u32>,
+    (producers, consumers): (usize, usize),
+    (mode, event_size): (ProducerMode, Option<u32>),
+    reads: &str,
     name: &str,
     group: &str,
 ) -> Row {
@@ -268,7 +288,7 @@ fn one_ring(
             .map(|_| {
                 vec![
                     kv("wait", wait),
-                    kv("mode", "count"),
+                    kv("mode", reads),
                     kv("best_window_ns", kit::best_window(dur)),
                 ]
             })
