@@ -6,38 +6,16 @@
 //! behind it while it was held), never a slot of the uncommitted batch, and the ring keeps
 //! flowing for the other producer over several laps.
 
-use std::time::Instant;
-
-use shmring::{Consumer, ConsumerOptions, Repair, Ring, RingConfig};
+use shmring::{ConsumerOptions, Repair, Ring, RingConfig};
+use shmring_testkit::poll::read_values_to;
 use shmring_testkit::report::num;
-use shmring_testkit::{testkit, Namespace, WAIT};
+use shmring_testkit::{testkit, Namespace};
 
 const CAPACITY: u64 = 16;
 /// What the killed process writes into the slots it never commits (see the role).
 const UNCOMMITTED: u64 = 999_999;
 /// Events the live producer publishes while the batch is held (behind the hole).
 const BEHIND: u64 = 4;
-
-fn value(bytes: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&bytes[..8]);
-    u64::from_le_bytes(b)
-}
-
-/// Poll until the consumer reaches `head` (bounded by the kit's wait), collecting
-/// (sequence, value).
-fn read_to(c: &mut Consumer, head: u64, got: &mut Vec<(u64, u64)>) {
-    let deadline = Instant::now() + WAIT;
-    while c.next_sequence() < head {
-        assert!(
-            Instant::now() < deadline,
-            "consumer stuck at {} short of {head}; got {got:?}",
-            c.next_sequence()
-        );
-        c.poll_once(|ev| got.push((ev.sequence(), value(ev.bytes()))))
-            .expect("poll");
-    }
-}
 
 /// The killed process publishes `before` events, then claims `n` and writes `written` of
 /// them.
@@ -67,7 +45,7 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
     victim.expect_line("ready");
     // Read what precedes the batch (the batch may wait at the wrap gate for it).
     let mut got = Vec::new();
-    read_to(&mut c, before, &mut got);
+    read_values_to(&mut c, before, &mut got);
     let claimed = victim.expect_line("claimed");
     let first = num(&claimed, "first");
     assert_eq!(
@@ -120,7 +98,7 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
 
     let head = ring.head();
     assert_eq!(head, before + n + BEHIND, "{what}");
-    read_to(&mut c, head, &mut got);
+    read_values_to(&mut c, head, &mut got);
     let behind: Vec<(u64, u64)> = (0..BEHIND).map(|i| (first + n + i, 1000 + i)).collect();
     assert_eq!(
         &got[before as usize..],
@@ -137,7 +115,7 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
     let mut more = Vec::new();
     for i in 0..3 * CAPACITY {
         let seq = live.publish(&(2000 + i).to_le_bytes()).expect("publish");
-        read_to(&mut c, seq + 1, &mut more);
+        read_values_to(&mut c, seq + 1, &mut more);
     }
     assert_eq!(
         more,
@@ -151,7 +129,7 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
     let mut again = ring.producer().expect("a new producer");
     let seq = again.publish(&7u64.to_le_bytes()).expect("publish");
     let mut last = Vec::new();
-    read_to(&mut c, seq + 1, &mut last);
+    read_values_to(&mut c, seq + 1, &mut last);
     assert_eq!(last, vec![(seq, 7)], "{what}");
 }
 

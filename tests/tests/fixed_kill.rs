@@ -7,34 +7,14 @@
 //! after the batch (its sequences are never handed out again, since part of them may hold a
 //! partial write) over several laps.
 
-use std::time::Instant;
-
-use shmring::{Consumer, ConsumerOptions, ProducerMode, Repair, Ring, RingConfig};
+use shmring::{ConsumerOptions, ProducerMode, Repair, Ring, RingConfig};
+use shmring_testkit::poll::{first_u64, read_values_to};
 use shmring_testkit::report::num;
-use shmring_testkit::{testkit, Namespace, WAIT};
+use shmring_testkit::{testkit, Namespace};
 
 const CAPACITY: u64 = 16;
 /// What the killed process writes into the events it never commits (see the role).
 const UNCOMMITTED: u64 = 999_999;
-
-fn value(bytes: &[u8]) -> u64 {
-    u64::from_le_bytes(bytes.try_into().expect("8-byte events"))
-}
-
-/// Poll until the consumer reaches `head` (bounded by the kit's wait), collecting
-/// (sequence, value).
-fn read_to(c: &mut Consumer, head: u64, got: &mut Vec<(u64, u64)>) {
-    let deadline = Instant::now() + WAIT;
-    while c.next_sequence() < head {
-        assert!(
-            Instant::now() < deadline,
-            "consumer stuck at {} short of {head}; got {got:?}",
-            c.next_sequence()
-        );
-        c.poll_once(|ev| got.push((ev.sequence(), value(ev.bytes()))))
-            .expect("poll");
-    }
-}
 
 fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
     let what = format!("batch of {n} after {before}, {written} written");
@@ -65,7 +45,7 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
     );
     victim.expect_line("ready");
     let mut got = Vec::new();
-    read_to(&mut c, before, &mut got);
+    read_values_to(&mut c, before, &mut got);
     let claimed = victim.expect_line("claimed");
     let first = num(&claimed, "first");
     assert_eq!(
@@ -79,7 +59,7 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
         "{what}: the consumer waits at the held batch"
     );
     optional
-        .poll_once(|ev| seen_optional.push(value(ev.bytes())))
+        .poll_once(|ev| seen_optional.push(first_u64(ev.bytes())))
         .expect("optional poll");
 
     let pid = victim.pid();
@@ -108,7 +88,7 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
         "{what}: the dead producer's entry is freed"
     );
     assert_eq!(ring.head(), before + n, "{what}");
-    read_to(&mut c, before + n, &mut got);
+    read_values_to(&mut c, before + n, &mut got);
     assert_eq!(
         got,
         (0..before).map(|s| (s, s)).collect::<Vec<_>>(),
@@ -122,9 +102,9 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
     for i in 0..3 * CAPACITY {
         let seq = live.publish(&(2000 + i).to_le_bytes()).expect("publish");
         assert_eq!(seq, before + n + i, "{what}: no sequence handed out again");
-        read_to(&mut c, seq + 1, &mut more);
+        read_values_to(&mut c, seq + 1, &mut more);
         optional
-            .poll_once(|ev| seen_optional.push(value(ev.bytes())))
+            .poll_once(|ev| seen_optional.push(first_u64(ev.bytes())))
             .expect("optional poll");
     }
     assert_eq!(

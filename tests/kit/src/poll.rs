@@ -30,3 +30,26 @@ pub fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     wait_until(what, || cond().then_some(()))
 }
+
+/// Poll `c` until its position reaches `head` (for at most [`WAIT`]), collecting each event
+/// as (sequence, the little-endian `u64` in its first 8 bytes).
+pub fn read_values_to(c: &mut shmring::Consumer, head: u64, got: &mut Vec<(u64, u64)>) {
+    let deadline = Instant::now() + WAIT;
+    while c.next_sequence() < head {
+        assert!(
+            Instant::now() < deadline,
+            "consumer stuck at {} short of {head}; got {got:?}",
+            c.next_sequence()
+        );
+        c.poll_once(|ev| got.push((ev.sequence(), first_u64(ev.bytes()))))
+            .expect("poll");
+    }
+}
+
+/// The little-endian `u64` in the first 8 bytes of `bytes` (0-padded if shorter).
+pub fn first_u64(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = bytes.len().min(8);
+    b[..n].copy_from_slice(&bytes[..n]);
+    u64::from_le_bytes(b)
+}
