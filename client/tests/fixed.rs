@@ -526,27 +526,46 @@ fn runs_are_cut_where_the_slots_wrap_and_around_tombstones() {
 fn a_panicking_run_handler_fails_the_consumer_at_its_first_event() {
     let ns = Namespace::concurrent("fixed-runs-panic");
     let ring = ring(&ns, 8);
-    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    // A batch cap of 2: the marking window of a durable attach (one event per slice, as
+    // `poll_once` hands them over) covers the first two events, then runs are up to two.
+    let mut c = ring
+        .consumer(ConsumerOptions::durable("d").batch_cap(2))
+        .unwrap();
     let mut p = ring.producer().unwrap();
     for v in 0..6u64 {
         p.publish_value(&v).unwrap();
     }
-    // A durable consumer's first events come one per slice (its marking window, as after
-    // any durable attach); the values are the run's either way.
-    let first: Vec<u64> = runs(&mut c).into_iter().flat_map(|(_, v)| v).collect();
-    assert_eq!(first, (0..6).collect::<Vec<_>>());
+    assert_eq!(
+        runs(&mut c),
+        vec![(0, vec![0]), (1, vec![1]), (2, vec![2, 3]), (4, vec![4, 5])]
+    );
     for v in 6..10u64 {
         p.publish_value(&v).unwrap();
     }
-    let r = c.poll_runs(|first, _| {
+    let panicky = |first: u64, _: &[u8]| {
         if first == 8 {
             panic!("the second slice");
         }
-    });
+    };
+    assert_eq!(c.poll_runs(panicky), Ok(2));
+    let r = c.poll_runs(panicky);
     assert_eq!(r, Err(shmring::PollError::HandlerPanicked { sequence: 8 }));
     assert_eq!(c.next_sequence(), 8, "the slice before it committed");
+    let info = ring.info();
+    let entry = info
+        .consumers
+        .iter()
+        .find(|e| e.index == c.index())
+        .expect("its entry");
+    assert_eq!(
+        entry.poison,
+        Some((8, 1)),
+        "the attempt is recorded, as for a handler failing in poll_once"
+    );
     drop(c);
-    let mut again = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    let mut again = ring
+        .consumer(ConsumerOptions::durable("d").batch_cap(2))
+        .unwrap();
     assert_eq!(
         again.next_sequence(),
         8,

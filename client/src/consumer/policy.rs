@@ -473,7 +473,7 @@ impl Consumer {
     }
 
     /// Count one failed attempt at `at` in the entry. Returns the attempts so far.
-    fn count_attempt(&mut self, at: u64) -> u32 {
+    pub(super) fn count_attempt(&mut self, at: u64) -> u32 {
         let suspect = self.suspect.take();
         let attempts = count_attempt_in(&self.entry().cold, at, suspect);
         self.poison = Some(at);

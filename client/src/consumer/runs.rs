@@ -109,13 +109,17 @@ impl Consumer {
         }
         self.commit(at, delivered, skipped, 0);
         if let Some(failure) = panicked {
+            // The attempt is recorded against the slice's first event, as `on_failure`
+            // records one (the poison record a durable re-attach's policy reads).
+            let attempts = self.count_attempt(at);
             tracing::warn!(
                 consumer = self.seg.index(),
                 sequence = at,
+                attempts,
                 error = failure.text.as_str(),
                 "run handler panicked; consumer stops (FAILED)"
             );
-            return Err(self.fail(at, 1, true));
+            return Err(self.fail(at, attempts, true));
         }
         if lapped {
             self.jump_to_head();
