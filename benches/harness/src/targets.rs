@@ -160,103 +160,75 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         20.0,
         Some(40.0),
     );
-    push(
-        "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process)",
-        tput(&per_event),
-        peer(peers::DISRUPTOR),
-        &ops,
-        ">=",
-        1.0,
-        None,
+    // Throughput against the floor ring and the `disruptor` crate, on a ring of stamped
+    // slots and on one of fixed-size events (`event_size`; its consumer taking one event per
+    // handler call, or a run at a time).
+    let floor_row = find(
+        rows,
+        throughput::SUITE,
+        throughput::FLOOR,
+        throughput::FLOOR_ROW,
     );
-    push(
-        "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor",
-        tput(&per_event),
-        find(
-            rows,
-            throughput::SUITE,
-            throughput::FLOOR,
-            throughput::FLOOR_ROW,
+    let crate_row = peer(peers::DISRUPTOR);
+    let batch_100 = throughput::name(100, 8);
+    for (what, a, b, bar) in [
+        (
+            "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process)",
+            per_event.as_str(),
+            crate_row,
+            1.0,
         ),
-        &ops,
-        ">=",
-        0.8,
-        None,
-    );
-    push(
-        "1P1C 8 B batch-100 throughput (best 100 ms) / disruptor crate per-event",
-        tput(&throughput::name(100, 8)),
-        peer(peers::DISRUPTOR),
-        &ops,
-        ">=",
-        2.5,
-        None,
-    );
-    push(
-        "1P1C 8 B batch-100 throughput / per-event (best 100 ms)",
-        tput(&throughput::name(100, 8)),
-        tput(&per_event),
-        &ops,
-        ">=",
-        5.0,
-        None,
-    );
-    // The same throughput targets on a ring of fixed-size events (`event_size`).
-    push(
-        "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor",
-        tput(throughput::FIXED_ONE_ROW),
-        find(
-            rows,
-            throughput::SUITE,
-            throughput::FLOOR,
-            throughput::FLOOR_ROW,
+        (
+            "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor",
+            per_event.as_str(),
+            floor_row,
+            0.8,
         ),
-        &ops,
-        ">=",
-        0.8,
-        None,
-    );
-    push(
-        "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process)",
-        tput(throughput::FIXED_ONE_ROW),
-        peer(peers::DISRUPTOR),
-        &ops,
-        ">=",
-        1.0,
-        None,
-    );
-    push(
-        "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event",
-        tput(throughput::FIXED_BATCH_ROW),
-        peer(peers::DISRUPTOR),
-        &ops,
-        ">=",
-        2.5,
-        None,
-    );
-    push(
-        "1P1C 8 B per-event, fixed-size ring, run reads (best 100 ms) / bare SPSC ring floor",
-        tput(throughput::FIXED_RUNS_ONE_ROW),
-        find(
-            rows,
-            throughput::SUITE,
-            throughput::FLOOR,
-            throughput::FLOOR_ROW,
+        (
+            "1P1C 8 B batch-100 throughput (best 100 ms) / disruptor crate per-event",
+            batch_100.as_str(),
+            crate_row,
+            2.5,
         ),
-        &ops,
-        ">=",
-        0.8,
-        None,
-    );
-    push(
-        "1P1C 8 B batch-100, fixed-size ring, run reads (best 100 ms) / disruptor crate per-event",
-        tput(throughput::FIXED_RUNS_BATCH_ROW),
-        peer(peers::DISRUPTOR),
-        &ops,
-        ">=",
-        2.5,
-        None,
-    );
+        (
+            "1P1C 8 B batch-100 throughput / per-event (best 100 ms)",
+            batch_100.as_str(),
+            tput(&per_event),
+            5.0,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor",
+            throughput::FIXED_ONE_ROW,
+            floor_row,
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process)",
+            throughput::FIXED_ONE_ROW,
+            crate_row,
+            1.0,
+        ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event",
+            throughput::FIXED_BATCH_ROW,
+            crate_row,
+            2.5,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring, run reads (best 100 ms) / bare SPSC ring floor",
+            throughput::FIXED_RUNS_ONE_ROW,
+            floor_row,
+            0.8,
+        ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring, run reads (best 100 ms) / disruptor crate per-event",
+            throughput::FIXED_RUNS_BATCH_ROW,
+            crate_row,
+            2.5,
+        ),
+    ] {
+        push(what, tput(a), b, &ops, ">=", bar, None);
+    }
     // Busy-spin against iceoryx2.
     push(
         "busy-spin p50 / iceoryx2 p50 (paced)",
