@@ -11,7 +11,10 @@
 //! change several-fold from one second to the next (ARCHITECTURE.md, "What the slot format
 //! costs"). Here the two rows of a ratio run seconds apart, round after round; the targets
 //! table gives the median of the rounds' ratios and their range. A median of five rounds
-//! still moves when three of them are disturbed: read the range beside it.
+//! still moves when three of them are disturbed: read the range beside it. Each round ends
+//! with the floor ring measured again: a round whose two floor rows differ by more than
+//! [`STEADY`] ran in two placements of the guest and decides no throughput target (the
+//! targets table says how many rounds it left out).
 
 use anyhow::Result;
 
@@ -26,6 +29,11 @@ pub const SUITE: &str = "paired";
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
 pub const FLOOR_ROW: &str = throughput::FLOOR_ROW;
+/// The floor ring again, the last row of each round.
+pub const FLOOR_AGAIN_ROW: &str = "bare SPSC ring, end of the round";
+/// How far the two floor rows of a round may differ (either way) for its throughput ratios
+/// to count.
+pub const STEADY: f64 = 1.25;
 pub const DISRUPTOR_ROW: &str = peers::DISRUPTOR;
 
 /// The latency pairs of a round: (shmring's row name here, the `latency` group it is
@@ -67,7 +75,7 @@ pub fn latency_round(r: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (ROUNDS * (8 + 2 * LATENCY.len())) as u64
+    (ROUNDS * (9 + 2 * LATENCY.len())) as u64
 }
 
 /// Measure.
@@ -78,7 +86,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        let mut rows = Vec::with_capacity(8 + 2 * LATENCY.len());
+        let mut rows = Vec::with_capacity(9 + 2 * LATENCY.len());
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -116,6 +124,13 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 }
             }
         }
+        // Last, whatever the rotation: the round's steadiness check (see `STEADY`).
+        rows.push(throughput::floor_row(
+            ctx,
+            Format::Bare,
+            &group,
+            FLOOR_AGAIN_ROW,
+        ));
         for row in finish_round(rows, r) {
             ctx.push(row);
         }
@@ -152,14 +167,44 @@ fn finish_round(mut rows: Vec<Row>, r: usize) -> Vec<Row> {
     rows
 }
 
-/// The ratio `a / b` of each round that measured both rows (best 100 ms of each).
+/// The ratio `a / b` of each steady round that measured both rows (best 100 ms of each).
 pub fn ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
-    ratios_by(rows, round, a, b, |r| r.best_ops_per_sec.or(r.ops_per_sec))
+    let best = |r: &Row| r.best_ops_per_sec.or(r.ops_per_sec);
+    let steady: Vec<bool> = (1..=ROUNDS).map(|r| steady(rows, r)).collect();
+    ratios_by(rows, round, a, b, best)
+        .into_iter()
+        .filter(|&(r, _)| steady[r - 1])
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// The rounds left out of the throughput ratios: their floor moved more than [`STEADY`]
+/// between its two rows.
+pub fn unsteady_rounds(rows: &[Row]) -> usize {
+    (1..=ROUNDS).filter(|&r| !steady(rows, r)).count()
+}
+
+/// Whether round `r`'s two floor rows agree within [`STEADY`] (a round without both, as
+/// one that failed to measure one, counts as steady: there is nothing to tell).
+fn steady(rows: &[Row], r: usize) -> bool {
+    let g = round(r);
+    let floor = |name: &str| {
+        rows.iter()
+            .find(|x| x.suite == SUITE && x.group == g && x.name == name && x.error.is_none())
+            .and_then(|x| x.best_ops_per_sec.or(x.ops_per_sec))
+    };
+    match (floor(FLOOR_ROW), floor(FLOOR_AGAIN_ROW)) {
+        (Some(a), Some(b)) if a > 0.0 && b > 0.0 => (1.0 / STEADY..=STEADY).contains(&(b / a)),
+        _ => true,
+    }
 }
 
 /// The ratio `a / b` of the p50s of each round's latency rows that measured both.
 pub fn latency_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
     ratios_by(rows, latency_round, a, b, |r| r.p50_ns.map(|v| v as f64))
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect()
 }
 
 fn ratios_by(
@@ -168,7 +213,7 @@ fn ratios_by(
     a: &str,
     b: &str,
     value: impl Fn(&Row) -> Option<f64>,
-) -> Vec<f64> {
+) -> Vec<(usize, f64)> {
     let get = |group: &str, name: &str| {
         rows.iter()
             .find(|r| r.suite == SUITE && r.group == group && r.name == name && r.error.is_none())
@@ -178,7 +223,7 @@ fn ratios_by(
         .filter_map(|r| {
             let g = group(r);
             match (get(&g, a), get(&g, b)) {
-                (Some(x), Some(y)) if y > 0.0 => Some(x / y),
+                (Some(x), Some(y)) if y > 0.0 => Some((r, x / y)),
                 _ => None,
             }
         })

@@ -315,7 +315,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             what,
             a,
             b,
-            &paired::ratios(rows, a, b),
+            (&paired::ratios(rows, a, b), paired::unsteady_rounds(rows)),
             ">=",
             bar,
         ));
@@ -327,7 +327,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             &format!("{name} p50 / {spin_floor} floor p50, paired"),
             name,
             spin_floor,
-            &paired::latency_ratios(rows, name, spin_floor),
+            (&paired::latency_ratios(rows, name, spin_floor), 0),
             "<=",
             1.3,
         ));
@@ -335,20 +335,29 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
     out
 }
 
-/// A target of suite `paired`: `a / b` in each round (`v`), judged by the median.
+/// A target of suite `paired`: `a / b` in each round (`v`; `left_out`: the rounds the suite
+/// dropped as unsteady), judged by the median.
 fn paired_target(
     what: &str,
     a: &str,
     b: &str,
-    v: &[f64],
+    (v, left_out): (&[f64], usize),
     cmp: &'static str,
     bar: f64,
 ) -> Option<Target> {
     let (median, least, greatest) = paired::spread(v)?;
+    let left_out = if left_out > 0 {
+        format!(
+            " ({left_out} more left out: the floor moved beyond {}x within them)",
+            paired::STEADY
+        )
+    } else {
+        String::new()
+    };
     Some(Target {
         what: what.to_owned(),
         from: format!(
-            "{a} [{s}] / {b} [{s}], each round: median of {} rounds, range \
+            "{a} [{s}] / {b} [{s}], each round: median of {} rounds{left_out}, range \
              {least:.2}-{greatest:.2}x",
             v.len(),
             s = paired::SUITE
@@ -490,6 +499,41 @@ mod tests {
         );
         // Rows the paired suite did not measure give no paired target.
         assert!(!targets.iter().any(|t| t.what.contains("floor, paired")));
+    }
+
+    #[test]
+    fn a_round_whose_floor_moved_decides_no_paired_throughput_target() {
+        let mut rows = Vec::new();
+        // Round 2 changed placement between its two floor rows (100 then 500): its ratio
+        // (4.0) is left out; rounds 1 and 3 give 1.0 and 2.0.
+        for (r, shm, disruptor, floor, again) in [
+            (1, 100.0, 100.0, 500.0, 450.0),
+            (2, 400.0, 100.0, 100.0, 500.0),
+            (3, 200.0, 100.0, 500.0, 600.0),
+        ] {
+            for (name, ops) in [
+                (paired::shm_row(1), shm),
+                (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                (paired::FLOOR_ROW.to_owned(), floor),
+                (paired::FLOOR_AGAIN_ROW.to_owned(), again),
+            ] {
+                let mut row = Row::new(paired::SUITE, &paired::round(r), &name, Kind::Throughput);
+                row.best_ops_per_sec = Some(ops);
+                rows.push(row);
+            }
+        }
+        assert_eq!(paired::unsteady_rounds(&rows), 1);
+        let targets = evaluate(&rows);
+        let t = targets
+            .iter()
+            .find(|t| t.what == "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired")
+            .expect("the paired per-event / disruptor target");
+        assert_eq!(t.ratio, 1.5, "the median of 1.0 and 2.0");
+        assert!(
+            t.from.contains("median of 2 rounds (1 more left out"),
+            "{}",
+            t.from
+        );
     }
 
     #[test]
