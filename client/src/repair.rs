@@ -276,8 +276,18 @@ impl Ring {
             park::wake(&self.seg.lines().consumer_wake.value);
         }
         if claim > end.max(cursor) {
-            // Refused, never written: the next run starts at the stop sequence.
-            line.claim.store(end.max(cursor), Ordering::Release);
+            // Refused, never written: the next run starts at the stop sequence. One CAS from
+            // the claim read above: only a start (which takes a dead producer's refused
+            // claim back to the stop sequence itself, see `line::reopen_owned`) or a new
+            // producer (held off by this REPAIRING entry) writes it, so while it still holds
+            // that value the line was not reopened and the stop sequence read with it
+            // stands. SeqCst: as the start's CAS on the same word.
+            let _ = line.claim.compare_exchange(
+                claim,
+                end.max(cursor),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            );
         }
         repair
     }

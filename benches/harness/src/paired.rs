@@ -52,17 +52,6 @@ pub fn shm_row(batch: usize) -> String {
     throughput::name(batch, 8)
 }
 
-/// Row name of a 1P1C row of the round on a ring of fixed-size events (per event or
-/// batches of 100; its consumer reading runs if `runs`), as `throughput` names it.
-pub fn fixed_row(batch: usize, runs: bool) -> &'static str {
-    match (batch == 1, runs) {
-        (true, false) => throughput::FIXED_ONE_ROW,
-        (false, false) => throughput::FIXED_BATCH_ROW,
-        (true, true) => throughput::FIXED_RUNS_ONE_ROW,
-        (false, true) => throughput::FIXED_RUNS_BATCH_ROW,
-    }
-}
-
 /// The group of round `r` (from 1).
 pub fn round(r: usize) -> String {
     format!("round {r}")
@@ -96,20 +85,10 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 1 => rows.push(throughput::one_row(ctx, 1, &shm_row(1), &group)),
                 2 => rows.push(throughput::one_row(ctx, 100, &shm_row(100), &group)),
                 3 => rows.push(peers::disruptor_throughput(ctx, &group)),
-                4 => rows.push(throughput::fixed_row(ctx, 1, fixed_row(1, false), &group)),
-                5 => rows.push(throughput::fixed_row(
-                    ctx,
-                    100,
-                    fixed_row(100, false),
-                    &group,
-                )),
-                6 => rows.push(throughput::fixed_row(ctx, 1, fixed_row(1, true), &group)),
-                7 => rows.push(throughput::fixed_row(
-                    ctx,
-                    100,
-                    fixed_row(100, true),
-                    &group,
-                )),
+                4 => rows.push(throughput::fixed_row(ctx, 1, false, &group)),
+                5 => rows.push(throughput::fixed_row(ctx, 100, false, &group)),
+                6 => rows.push(throughput::fixed_row(ctx, 1, true, &group)),
+                7 => rows.push(throughput::fixed_row(ctx, 100, true, &group)),
                 u => {
                     let (name, shape, spin_floor) = LATENCY[u - 8];
                     for floor_now in [r % 2 == 1, r % 2 == 0] {

@@ -255,31 +255,31 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
     for (what, a, b, bar) in [
         (
             "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor, paired",
-            paired::fixed_row(1, false),
+            throughput::fixed_name(1, false),
             paired::FLOOR_ROW,
             0.8,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process), paired",
-            paired::fixed_row(1, false),
+            throughput::fixed_name(1, false),
             paired::DISRUPTOR_ROW,
             1.0,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event, paired",
-            paired::fixed_row(100, false),
+            throughput::fixed_name(100, false),
             paired::DISRUPTOR_ROW,
             2.5,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, run reads (best 100 ms) / bare SPSC ring floor, paired",
-            paired::fixed_row(1, true),
+            throughput::fixed_name(1, true),
             paired::FLOOR_ROW,
             0.8,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring, run reads (best 100 ms) / disruptor crate per-event, paired",
-            paired::fixed_row(100, true),
+            throughput::fixed_name(100, true),
             paired::DISRUPTOR_ROW,
             2.5,
         ),

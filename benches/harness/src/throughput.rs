@@ -101,14 +101,10 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     ctx.bar.set_message(format!("throughput: {MP_ONE_ROW}"));
     let row = one_in(ctx, 1, 8, 1, 1, ProducerMode::Multi, MP_ONE_ROW, ONE);
     ctx.push(row);
-    for (batch, name) in [
-        (1, FIXED_ONE_ROW),
-        (100, FIXED_BATCH_ROW),
-        (1, FIXED_RUNS_ONE_ROW),
-        (100, FIXED_RUNS_BATCH_ROW),
-    ] {
-        ctx.bar.set_message(format!("throughput: {name}"));
-        let row = fixed_row(ctx, batch, name, ONE);
+    for (batch, runs) in [(1, false), (100, false), (1, true), (100, true)] {
+        ctx.bar
+            .set_message(format!("throughput: {}", fixed_name(batch, runs)));
+        let row = fixed_row(ctx, batch, runs, ONE);
         ctx.push(row);
     }
     for (p, c, n) in [
@@ -138,15 +134,23 @@ pub fn one_row(ctx: &mut Ctx, batch: usize, name: &str, group: &str) -> Row {
     one(ctx, batch, 8, 1, 1, name, group)
 }
 
+/// Row name of a 1P1C row on a ring of fixed-size 8-byte events: per event (`batch` 1) or
+/// batches of 100, its consumer taking one event per handler call or runs (`runs`).
+pub fn fixed_name(batch: usize, runs: bool) -> &'static str {
+    match (batch == 1, runs) {
+        (true, false) => FIXED_ONE_ROW,
+        (false, false) => FIXED_BATCH_ROW,
+        (true, true) => FIXED_RUNS_ONE_ROW,
+        (false, true) => FIXED_RUNS_BATCH_ROW,
+    }
+}
+
 /// A 1P1C row on a ring of fixed-size 8-byte events with a busy-spin consumer, `batch`
-/// events per publish, for another suite (`paired`).
-/// The run-read rows (`FIXED_RUNS_*`) read with `Consumer::poll_runs`.
-pub fn fixed_row(ctx: &mut Ctx, batch: usize, name: &str, group: &str) -> Row {
-    let reads = if name == FIXED_RUNS_ONE_ROW || name == FIXED_RUNS_BATCH_ROW {
-        "runs"
-    } else {
-        "count"
-    };
+/// events per publish, its consumer reading with `Consumer::poll_runs` if `runs` (also for
+/// `paired`).
+pub fn fixed_row(ctx: &mut Ctx, batch: usize, runs: bool, group: &str) -> Row {
+    let reads = if runs { "runs" } else { "count" };
+    let name = fixed_name(batch, runs);
     one_ring(
         ctx,
         batch,

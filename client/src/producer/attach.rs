@@ -23,7 +23,8 @@ impl Producer {
         e.in_flight.store(0, Ordering::Relaxed);
         e.in_flight_len.store(0, Ordering::Relaxed);
         // Not known until the position is taken (after ACTIVE): readers of a fixed-size
-        // ring's counters fall back to `published` meanwhile (see `ProducerInfo`).
+        // ring's counters fall back to `published` meanwhile (see `ProducerInfo`). Relaxed:
+        // published by the Release CAS to ACTIVE below, as the counters are.
         e.base.store(u64::MAX, Ordering::Relaxed);
         for c in [
             &e.published,

@@ -84,16 +84,16 @@ impl Producer {
     #[inline(always)]
     pub(super) fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
         self.before_claim();
-        if self.fixed {
+        if self.single {
+            // The claim's sequences are `next..next + n`.
+            let last = self.next + n - 1;
             // A fixed-size ring's claim is what copying readers check their copies against
             // (see `fixed`): it says a slot may be being overwritten, so it is stored only
             // once the wrap gate passed the claim, never while the producer waits for room.
-            let last = self.next + n - 1;
-            if !self.has_room(last) {
+            // A stamped ring's producer claims first and waits after.
+            if self.fixed && !self.has_room(last) {
                 self.room_before_claim(last)?;
             }
-        }
-        if self.single {
             let c = match self.claim_single(n) {
                 Ok(c) => c,
                 Err(r) => {
@@ -104,8 +104,7 @@ impl Producer {
                     });
                 }
             };
-            let last = c + n - 1;
-            if !self.has_room(last) && !self.wait_for_room(last, None, false) {
+            if !self.fixed && !self.has_room(last) && !self.wait_for_room(last, None, false) {
                 return Err(PublishError::Deleted);
             }
             return Ok(c);
