@@ -1,5 +1,5 @@
 //! The per-event path, in one thread, for an instruction profile: publish `N` 8-byte events
-//! into a single- or multi-producer ring and deliver them with `poll_once`, 256 at a time
+//! into a single- or multi-producer ring (or a fixed-size ring: `per_event fixed`) and deliver them with `poll_once`, 256 at a time
 //! (`per_event single N 1`: one at a time, as a consumer that keeps up sees them).
 //!
 //! ```sh
@@ -22,10 +22,13 @@ const N: u64 = 1_000_000;
 const BURST: u64 = 256;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mode = match std::env::args().nth(1).as_deref() {
+    let form = std::env::args().nth(1);
+    let mode = match form.as_deref() {
         Some("multi") => ProducerMode::Multi,
         _ => ProducerMode::Single,
     };
+    // `fixed`: a single producer on a fixed-size ring of 8-byte events.
+    let event_size = (form.as_deref() == Some("fixed")).then_some(8);
     let n: u64 = match std::env::args().nth(2) {
         Some(a) => a.parse()?,
         None => N,
@@ -39,6 +42,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         capacity: 4096,
         slot_size: 64,
         producer_mode: mode,
+        event_size,
         ..RingConfig::default()
     };
     let ring = Ring::create(&ns, "r", &config)?;
@@ -57,6 +61,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop((c, p));
     Ring::remove(&ns, "r")?;
     std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
-    println!("{mode:?}: {n} events published and delivered");
+    println!("{mode:?} (event size {event_size:?}): {n} events published and delivered");
     Ok(())
 }

@@ -56,13 +56,16 @@
 //! (p1) life Running? else refuse, no store  (s1) CAS life Running -> Stopping(me)
 //! (p2) claim = s + n                        (s2) heavy fence (membarrier)
 //! (p3) light fence (compiler only)          (s3) c = claim
-//! (p4) life still Running? accepted         (s4) stop_seq = c; CAS life -> Stopped (Release)
+//! (p4) life as (p1) read it? accepted       (s4) stop_seq = c; CAS life -> Stopped (Release)
 //! (p5) else wait for a settled state:
+//!      Running (a stop and a start since): accepted
 //!      s + n <= stop_seq: accepted
 //!      otherwise refused: claim = s (rollback)
 //! ```
 //!
-//! If (p4) sees Running, (s3) sees `s + n` (so the claim is below the stop). If it does not,
+//! (p4) compares the whole word (generation included) with (p1)'s, so an unchanged word is
+//! Running with no transition in between. If (p4) sees it, (s3) sees `s + n` (so the claim
+//! is below the stop). If it does not,
 //! the producer waits for the record, which says either way, and obeys it. `c` is `s` or
 //! `s + n`: the producer stores its position once per claim and waits at (p5) before another.
 //! A start waits until the producer has obeyed (its position is at most `stop_seq`, or it is
@@ -194,27 +197,47 @@ pub enum Fast {
     Decide,
 }
 
+/// The lifecycle word a single producer last found Running (generation and owner
+/// included): (p1) compares the word with it, and decodes the state only when the word
+/// changed. It only ever holds a word whose state is Running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeenRunning(u64);
+
+impl Default for SeenRunning {
+    /// The word a new ring starts with (Running, generation 0): Running by construction.
+    fn default() -> Self {
+        SeenRunning(lifecycle::pack(0, RingState::Running as u32, 0))
+    }
+}
+
 /// (p1) to (p4) of a single-producer claim, on the two words alone (the publish path does
-/// not build a [`Line`]).
+/// not build a [`Line`]). `seen`: the producer's own, from one claim to the next.
 #[inline(always)]
 pub fn claim_single_fast<W: Word>(
     claim: &W,
     life: &W,
+    seen: &mut SeenRunning,
     next: u64,
     n: u64,
     light: impl Fn(),
 ) -> Fast {
     // (p1) Relaxed: only a filter; (p4) decides.
-    if lifecycle::state(life.load(Ordering::Relaxed)) != RingState::Running as u32 {
-        return Fast::NotRunning;
+    let running = life.load(Ordering::Relaxed);
+    if running != seen.0 {
+        if lifecycle::state(running) != RingState::Running as u32 {
+            return Fast::NotRunning;
+        }
+        *seen = SeenRunning(running);
     }
     // (p2) Relaxed: the fence pair orders it against the stopper's (s3); the gate scan has
     // its own fence (see `gating`).
     claim.store(next + n, Ordering::Relaxed);
     // (p3)
     light();
-    // (p4) Relaxed: the fence pair above orders it after (p2).
-    if lifecycle::state(life.load(Ordering::Relaxed)) == RingState::Running as u32 {
+    // (p4) Relaxed: the fence pair above orders it after (p2). The word (p1) read, unchanged:
+    // still Running. Any change, even back to Running (a stop and a start between the two
+    // loads), goes to (p5), which accepts a claim that finds the line Running.
+    if life.load(Ordering::Relaxed) == running {
         Fast::Accepted
     } else {
         Fast::Decide
@@ -580,11 +603,12 @@ impl<W: Word> Line<'_, W> {
     pub fn claim_single(
         &self,
         env: &impl Env,
+        seen: &mut SeenRunning,
         next: u64,
         n: u64,
         light: impl Fn(),
     ) -> Result<(), Refused> {
-        let fast = claim_single_fast(self.claim, self.lifecycle, next, n, light);
+        let fast = claim_single_fast(self.claim, self.lifecycle, seen, next, n, light);
         self.finish_claim_single(env, fast, next, n)
     }
 

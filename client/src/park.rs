@@ -326,12 +326,22 @@ pub(crate) fn park(line: &WakeLine, timeout: Duration, ready: impl FnOnce() -> b
 /// waker in a mixed ring pays the full fence.
 #[inline(always)]
 pub(crate) fn notify(line: &WakeLine, header: &Header, registered: bool) {
-    on(line).notify(|| {
-        // Relaxed: the mode is set at attach, before any park of that process.
-        let light =
-            registered && header.fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32;
-        fence::light(light);
-    });
+    notify_light(line, light(header, registered));
+}
+
+/// Whether a handle of this process may use the compiler-only fence on `header`'s ring
+/// (`registered` as in [`notify`]). A publish that fences twice reads it once for both: the
+/// mode only rises, and nothing between the two fences orders a later read of it.
+#[inline(always)]
+pub(crate) fn light(header: &Header, registered: bool) -> bool {
+    // Relaxed: the mode is set at attach, before any park of that process.
+    registered && header.fence_mode.load(Ordering::Relaxed) == FenceMode::Membarrier as u32
+}
+
+/// [`notify`] with the fence mode already read ([`light`]).
+#[inline(always)]
+pub(crate) fn notify_light(line: &WakeLine, light: bool) {
+    on(line).notify(|| fence::light(light));
 }
 
 /// After a consumer entry changed so that its downstreams can act (a required one released:

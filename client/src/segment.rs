@@ -240,6 +240,9 @@ impl Segment {
 /// ARCHITECTURE.md, "Instructions per event"). Derefs to the [`Segment`] for the rest.
 pub(crate) struct Attached<E> {
     seg: Arc<Segment>,
+    /// The mapping's first byte (as [`Segment::base`]): the header and the sequence lines
+    /// one load away.
+    base: *mut u8,
     /// The slot array (as [`Segment::slots`] returns it, without the borrow).
     slots: SlotArray,
     /// A fixed-size ring's events (as [`Segment::events`] returns them, without the borrow).
@@ -275,6 +278,7 @@ impl<E> Attached<E> {
     /// `entry` must come from one of `seg`'s entry accessors, given `index`.
     fn new(seg: Arc<Segment>, entry: NonNull<E>, index: u32) -> Self {
         Attached {
+            base: seg.base(),
             slots: SlotArray::of(&seg),
             events: seg.event_array(),
             entry,
@@ -291,6 +295,21 @@ impl<E> Attached<E> {
     /// The segment itself, to share.
     pub(crate) fn arc(&self) -> &Arc<Segment> {
         &self.seg
+    }
+
+    /// The header (as [`Segment::header`]), from the base resolved at attach.
+    #[inline(always)]
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: as in `Segment::header`; `base` is that segment's, kept by `self.seg`.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    /// The ring-wide sequence lines (as [`Segment::lines`]), from the base resolved at
+    /// attach.
+    #[inline(always)]
+    pub(crate) fn lines(&self) -> &SequenceLines {
+        // SAFETY: as in `Segment::lines`; `base` is that segment's, kept by `self.seg`.
+        unsafe { &*(self.base.add(SEQ_LINES_OFFSET) as *const SequenceLines) }
     }
 
     /// The slot array, from the geometry resolved at attach (as [`Segment::slots`]).
@@ -673,6 +692,14 @@ mod tests {
             let want = seg.producer(i).expect("producer entry") as *const _;
             assert_eq!(a.entry() as *const _, want, "producer entry {i}");
             assert_eq!(a.index(), i);
+            assert!(
+                std::ptr::eq(a.header(), seg.header()),
+                "header of producer {i}"
+            );
+            assert!(
+                std::ptr::eq(a.lines(), seg.lines()),
+                "lines of producer {i}"
+            );
             for seq in (0..3 * config.capacity).chain([u64::MAX - 1, u64::MAX]) {
                 let (got, want) = (a.slot(seq), seg.slot(seq));
                 assert_eq!(addr(got.header), addr(want.header), "slot of {seq}");

@@ -167,6 +167,33 @@ fn claims_are_written_in_place_and_a_dropped_one_is_a_counted_tombstone() {
     assert_eq!(ring.recall(9, &mut buf), Recall::NotClaimed);
 }
 
+/// A claim guard leaked while `publish` runs its common case (set up by the publishes
+/// before it) sends the next publish the general way, which tombstones the leaked
+/// sequences first; the common case's own checks would not see them.
+#[test]
+fn a_claim_leaked_between_publishes_is_a_tombstone_before_the_next_event() {
+    let ns = Namespace::concurrent("fixed-leak");
+    let ring = ring(&ns, 16);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for v in 0..3u64 {
+        assert_eq!(p.publish_value(&v), Ok(v));
+    }
+    std::mem::forget(p.claim().unwrap());
+    assert_eq!(p.publish_value(&4u64), Ok(4));
+    std::mem::forget(p.claim_batch(2).unwrap());
+    assert_eq!(p.publish_value(&7u64), Ok(7));
+    assert_eq!(p.publish_value(&8u64), Ok(8));
+    assert_eq!(
+        drain(&mut c),
+        vec![(0, 0), (1, 1), (2, 2), (4, 4), (7, 7), (8, 8)],
+        "the leaked sequences are tombstones, not events"
+    );
+    assert_eq!(c.stats().skipped, 3);
+    let stats = p.stats();
+    assert_eq!((stats.published, stats.tombstoned), (6, 3));
+}
+
 #[test]
 fn a_tombstone_word_left_from_an_earlier_lap_does_not_hide_an_event() {
     // Tombstones raise the bound below which consumers check tomb words; a slot whose tomb

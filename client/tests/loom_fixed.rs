@@ -27,7 +27,7 @@ use loom::thread;
 use loom_word::{model, W};
 
 use shmring::fixed::{self, Words};
-use shmring::line::{self, Fast, Word};
+use shmring::line::{self, Fast, SeenRunning, Word};
 use shmring_layout::{lifecycle, RingState};
 
 /// A ring of `CAP` slots of two payload words each.
@@ -85,7 +85,14 @@ impl<const CAP: usize> Ring<CAP> {
     /// The single producer's claim of `seq`, as `Producer::claim_single` (no stopper here:
     /// the light fence stands for the membarrier pair, which the line models cover).
     fn claim_one(&self, seq: u64) {
-        let fast = line::claim_single_fast(&self.claim, &self.life, seq, 1, || {});
+        let fast = line::claim_single_fast(
+            &self.claim,
+            &self.life,
+            &mut SeenRunning::default(),
+            seq,
+            1,
+            || {},
+        );
         assert_eq!(fast, Fast::Accepted);
     }
 

@@ -26,7 +26,7 @@ use loom::thread;
 mod loom_word;
 
 use loom_word::{model, W};
-use shmring::line::{Env, Line, LineError, Refused, Word};
+use shmring::line::{Env, Line, LineError, Refused, SeenRunning, Word};
 use shmring::RingState;
 use shmring_layout::{lifecycle, CLAIM_CLOSED};
 
@@ -117,9 +117,10 @@ fn publish_claims(ring: &Ring, count: u64, n: u64, fenced: bool) -> Vec<u64> {
     let line = ring.line();
     let mut accepted = Vec::new();
     let mut next = 0;
+    let mut seen = SeenRunning::default();
     for _ in 0..count {
         let claimed = if ring.single {
-            line.claim_single(&e, next, n, || {
+            line.claim_single(&e, &mut seen, next, n, || {
                 if fenced {
                     fence(Ordering::SeqCst)
                 }
@@ -193,7 +194,9 @@ fn stop_attach_race(single: bool, batch: u64) {
         ring.line().reopen(&env(&ring, 3, true)).expect("start");
         let next = if single {
             ring.line()
-                .claim_single(&e, stop, 1, || fence(Ordering::SeqCst))
+                .claim_single(&e, &mut SeenRunning::default(), stop, 1, || {
+                    fence(Ordering::SeqCst)
+                })
                 .map(|()| stop)
         } else {
             ring.line().claim_multi(1)
@@ -304,7 +307,9 @@ fn start_racing_remove() {
             let e = env(&ring, 1, true);
             let claim = if single {
                 ring.line()
-                    .claim_single(&e, 0, 1, || fence(Ordering::SeqCst))
+                    .claim_single(&e, &mut SeenRunning::default(), 0, 1, || {
+                        fence(Ordering::SeqCst)
+                    })
                     .map(|()| 0)
             } else {
                 ring.line().claim_multi(1)

@@ -71,6 +71,8 @@ impl Producer {
             pid: me.pid,
             word,
             open_claim: None,
+            seen: line::SeenRunning::default(),
+            fast_end: 0,
             single,
             next,
             fixed,

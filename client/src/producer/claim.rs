@@ -141,6 +141,7 @@ impl Producer {
         let seq = self.claim_blocking(1)?;
         self.begin_claim(seq, 1, false);
         self.open_claim = Some((seq, 1));
+        self.fast_end = 0;
         Ok(Claim {
             producer: self,
             seq,
@@ -185,6 +186,7 @@ impl Producer {
         let first = self.claim_blocking(n as u64)?;
         self.begin_claim(first, n as u64, true);
         self.open_claim = Some((first, n as u64));
+        self.fast_end = 0;
         Ok(ClaimBatch {
             producer: self,
             first,

@@ -84,6 +84,13 @@ pub struct Producer {
     pid: u32,
     /// The entry's word as this producer holds it (see `table`).
     word: u64,
+    /// The lifecycle word this producer's last claim found Running (see `line`).
+    seen: line::SeenRunning,
+    /// A fixed-size ring: `publish` takes its common case (see `publish_fixed`) for a
+    /// sequence below this, which says there is room under the cached gate, the process is
+    /// registered for membarrier and no claim guard is open. 0 (never) until the general
+    /// path sets it, and again once a claim guard is taken.
+    fast_end: u64,
     /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither
     /// committed nor dropped (leaked with `mem::forget`): tombstoned before the next claim
     /// or at detach, so they are no hole.

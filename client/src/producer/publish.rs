@@ -48,6 +48,7 @@ impl Producer {
         let fast = line::claim_single_fast(
             &lines.claim.value,
             &lines.lifecycle.value.lifecycle,
+            &mut self.seen,
             seq,
             n,
             || Self::light_fence(registered, seg),
@@ -94,16 +95,7 @@ impl Producer {
             if self.fixed && !self.has_room(last) {
                 self.room_before_claim(last)?;
             }
-            let c = match self.claim_single(n) {
-                Ok(c) => c,
-                Err(r) => {
-                    self.refuse();
-                    return Err(match r {
-                        Refused::Closed => PublishError::Closed,
-                        Refused::Deleted => PublishError::Deleted,
-                    });
-                }
-            };
+            let c = self.claim_single(n).map_err(|r| self.refused_claim(r))?;
             if !self.fixed && !self.has_room(last) && !self.wait_for_room(last, None, false) {
                 return Err(PublishError::Deleted);
             }
@@ -365,18 +357,72 @@ impl Producer {
         }
     }
 
-    /// A fixed-size ring's publish: the claim, the wrap gate, the event, the cursor, the
+    /// A fixed-size ring's publish: the wrap gate, the claim, the event, the cursor, the
     /// wake check; no per-event counter (see `fixed` and ARCHITECTURE.md, "Fixed-size
-    /// rings").
+    /// rings: the publish in the fewest instructions").
+    ///
+    /// The common case (the event's size, room under the cached gate, this process
+    /// registered for membarrier, no leaked claim guard) is the claim of `line` and the
+    /// writes of `fixed`, each shared word read once and the fence mode once for both
+    /// fences; anything else goes the general way.
     #[inline(always)]
     fn publish_fixed<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
+        let seq = self.next;
+        if bytes.len() != self.max_payload || seq >= self.fast_end {
+            return self.publish_fixed_general::<WAKE>(bytes);
+        }
+        let lines = self.seg.lines();
+        let light = park::light(self.seg.header(), true);
+        let fast = line::claim_single_fast(
+            &lines.claim.value,
+            &lines.lifecycle.value.lifecycle,
+            &mut self.seen,
+            seq,
+            1,
+            || fence::light(light),
+        );
+        if fast != Fast::Accepted {
+            self.finish_claim_single(fast, seq, 1)
+                .map_err(|r| self.refused_claim(r))?;
+        }
+        self.next = seq + 1;
+        self.write_fixed(seq, bytes);
+        if WAKE {
+            park::notify_light(&self.seg.lines().consumer_wake.value, light);
+        }
+        Ok(seq)
+    }
+
+    /// [`Producer::publish_fixed`] when the common case does not hold: a wrong size, a
+    /// wait for room, a first publish that registers the process, a leaked claim guard.
+    #[cold]
+    #[inline(never)]
+    fn publish_fixed_general<const WAKE: bool>(
+        &mut self,
+        bytes: &[u8],
+    ) -> Result<u64, PublishError> {
         self.check_len(bytes.len())?;
         let seq = self.claim_blocking(1)?;
         self.write_fixed(seq, bytes);
         if WAKE {
             self.notify();
         }
+        self.fast_end = if self.registered && self.open_claim.is_none() {
+            self.cached_gate.saturating_add(self.capacity)
+        } else {
+            0
+        };
         Ok(seq)
+    }
+
+    /// A single-producer claim refused: counted, and the error.
+    #[cold]
+    fn refused_claim(&mut self, r: Refused) -> PublishError {
+        self.refuse();
+        match r {
+            Refused::Closed => PublishError::Closed,
+            Refused::Deleted => PublishError::Deleted,
+        }
     }
 
     /// Publish one event, waiting for room. Returns its sequence.
