@@ -109,30 +109,35 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 break;
             }
         }
+    } else if mode == ConsumerMode::Count {
+        // The floor ring's consumer's work per event, in a handler of its own: small enough
+        // to be inlined into the delivery loop, as a throughput handler would be (the
+        // latency handler below, called out of line, cost this row half its rate).
+        c.run(
+            |ev: Event<'_>| {
+                n += 1;
+                sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
+                meter.tick(n);
+            },
+            || false,
+        )?;
     } else {
+        // Latency and Echo.
         c.run(
             |ev: Event<'_>| {
                 let b = ev.bytes();
                 n += 1;
-                match mode {
-                    ConsumerMode::Count | ConsumerMode::Runs => {
-                        sum = sum.wrapping_add(u64_at(b, 0));
-                        meter.tick(n);
-                    }
-                    ConsumerMode::Latency | ConsumerMode::Echo => {
-                        let now = now_ns();
-                        let seq = u64_at(b, 0);
-                        if seq >= warmup {
-                            hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
-                        }
-                        if seq == warmup {
-                            (c0, w0) = (kit::thread_cpu_ns(), now_ns());
-                        }
-                        if let Some(p) = echo.as_mut() {
-                            if let Err(e) = p.publish(&b[..8]) {
-                                failed.get_or_insert(e);
-                            }
-                        }
+                let now = now_ns();
+                let seq = u64_at(b, 0);
+                if seq >= warmup {
+                    hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
+                }
+                if seq == warmup {
+                    (c0, w0) = (kit::thread_cpu_ns(), now_ns());
+                }
+                if let Some(p) = echo.as_mut() {
+                    if let Err(e) = p.publish(&b[..8]) {
+                        failed.get_or_insert(e);
                     }
                 }
             },
@@ -312,6 +317,27 @@ fn shm_producer(args: &Args) -> Result<()> {
             }
             published = total;
             m.set("rtt_p50_ns", kit::pct(&rtt, 0.5) as f64);
+        }
+        "stream" if !stamp && !time_each && how == Publish::Normal => {
+            // The throughput rows' form: back-to-back publishes of the event's number until
+            // `count` (if given) or the duration, with nothing else in the loop (as the
+            // floor ring's producer loop).
+            let end = t_start + args.num_or("duration_ns", u64::MAX / 4);
+            let limit = if count > 0 { total } else { u64::MAX };
+            let event = &mut buf[..size];
+            'plain: loop {
+                for _ in 0..256 {
+                    if published >= limit {
+                        break 'plain;
+                    }
+                    event[..8].copy_from_slice(&published.to_ne_bytes());
+                    p.publish(event)?;
+                    published += 1;
+                }
+                if now_ns() >= end {
+                    break;
+                }
+            }
         }
         "stream" => {
             // Back-to-back single publishes until `count` (if given) or the duration.
