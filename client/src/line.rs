@@ -641,8 +641,11 @@ impl<W: Word> Line<'_, W> {
         loop {
             let life = self.life();
             match life.state {
-                // A stop and a start both happened after the store: the start waited until
-                // the position was at most the stop sequence, so the claim is below it.
+                // Running again: a stop and a start since (p1). A stop that read this claim
+                // recorded it below its stop sequence; one that read the position before it
+                // recorded that position, which the start reopened at, and the claim's
+                // sequences are the first of the new run (the start waited until the
+                // position was at most the stop sequence, so no rollback follows).
                 Some(RingState::Running) => return Ok(()),
                 Some(RingState::Stopping) => {
                     // The record is on its way; a dead owner's stop is finished here.

@@ -179,16 +179,26 @@ fn a_claim_leaked_between_publishes_is_a_tombstone_before_the_next_event() {
     for v in 0..3u64 {
         assert_eq!(p.publish_value(&v), Ok(v));
     }
+    if !shmring::membarrier_registered() {
+        // Without membarrier every publish goes the general way: the test still checks the
+        // tombstones, not the common case's bound.
+        eprintln!("membarrier unavailable: the common-case publish is not reached here");
+    }
+    // Each read right after the publish that follows the leak: a later claim would tombstone
+    // a leak that publish skipped, and hide it.
     std::mem::forget(p.claim().unwrap());
     assert_eq!(p.publish_value(&4u64), Ok(4));
-    std::mem::forget(p.claim_batch(2).unwrap());
-    assert_eq!(p.publish_value(&7u64), Ok(7));
-    assert_eq!(p.publish_value(&8u64), Ok(8));
     assert_eq!(
         drain(&mut c),
-        vec![(0, 0), (1, 1), (2, 2), (4, 4), (7, 7), (8, 8)],
-        "the leaked sequences are tombstones, not events"
+        vec![(0, 0), (1, 1), (2, 2), (4, 4)],
+        "the leaked claim is a tombstone, not an event"
     );
+    assert_eq!(c.stats().skipped, 1);
+    std::mem::forget(p.claim_batch(2).unwrap());
+    assert_eq!(p.publish_value(&7u64), Ok(7));
+    assert_eq!(drain(&mut c), vec![(7, 7)], "the leaked batch too");
+    assert_eq!(p.publish_value(&8u64), Ok(8));
+    assert_eq!(drain(&mut c), vec![(8, 8)]);
     assert_eq!(c.stats().skipped, 3);
     let stats = p.stats();
     assert_eq!((stats.published, stats.tombstoned), (6, 3));

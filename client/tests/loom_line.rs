@@ -388,3 +388,35 @@ fn single_producer_without_the_fences_accepts_past_the_stop() {
         }
     });
 }
+
+/// A stop and a start race two single-producer claims made with one `SeenRunning`: a claim
+/// whose (p4) sees a changed word goes to (p5), which accepts it when it finds the line
+/// Running again. Every accepted sequence is the next one (no reuse, no hole), and the line
+/// ends Running at the producer's position.
+#[test]
+fn single_producer_stop_then_start_racing_claims() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 2, true))
+        };
+        let e = env(&ring, 2, true);
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        let started = ring.line().reopen(&e).expect("start");
+        assert_eq!(started, stop);
+        let accepted = publisher.join().unwrap();
+        let n = accepted.len() as u64;
+        assert_eq!(accepted, (0..n).collect::<Vec<_>>());
+        assert!(stop <= n, "stop {stop} past {accepted:?}");
+        assert_eq!(ring.line().life().state, Some(RingState::Running));
+        assert_eq!(
+            ring.claim.load(Ordering::SeqCst),
+            n,
+            "{accepted:?} stop {stop}"
+        );
+        for s in 0..accepted.len() {
+            assert_eq!(ring.stamps[s].load(Ordering::SeqCst), s as u64);
+        }
+    });
+}

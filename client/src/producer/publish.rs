@@ -372,7 +372,7 @@ impl Producer {
             return self.publish_fixed_general::<WAKE>(bytes);
         }
         let lines = self.seg.lines();
-        let light = park::light(self.seg.header(), true);
+        let mut light = park::light(self.seg.header(), true);
         let fast = line::claim_single_fast(
             &lines.claim.value,
             &lines.lifecycle.value.lifecycle,
@@ -384,6 +384,10 @@ impl Producer {
         if fast != Fast::Accepted {
             self.finish_claim_single(fast, seq, 1)
                 .map_err(|r| self.refused_claim(r))?;
+            // (p5) read the lifecycle word (Acquire) a stopper may have published with a
+            // raised fence mode: the wake check below reads the mode after that, as it
+            // would have without the first reading.
+            light = park::light(self.seg.header(), true);
         }
         self.next = seq + 1;
         self.write_fixed(seq, bytes);
