@@ -266,6 +266,13 @@ pub enum AttachError {
         /// The group.
         group: String,
     },
+    /// A single-producer ring's position (a word of the segment) is at or past
+    /// `shmring_layout::MAX_SEQUENCE`, which no ring reaches: the segment was overwritten.
+    #[error("the ring's position {position:#x} is past any sequence a ring reaches: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
+    CorruptPosition {
+        /// The position found.
+        position: u64,
+    },
     /// What a ring of fixed-size events (`RingConfig::event_size`) does not carry.
     #[error("a {what} is not available on a ring of fixed-size events: use a ring of stamped slots (no event_size) for it")]
     FixedSizeRing {

@@ -14,7 +14,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use shmring::{AttachError, ConsumerOptions, LayoutError, OpenError, Ring};
+use shmring::{
+    AttachError, ConsumerOptions, LayoutError, OpenError, ProducerMode, Ring, RingConfig,
+};
 use shmring_layout::{
     config_checksum, consumer_state, owned_word, producer_state, ConfigWords, ConsumerCold,
     ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry, SequenceLines,
@@ -421,6 +423,36 @@ fn a_durable_position_beyond_the_head_is_not_trusted() {
         let mut got = 0;
         poll_quiet(&ring, &mut c, |_| got += 1).unwrap();
         assert!(got >= 1, "resumed at {next} and misses new events");
+    }
+}
+
+/// A single producer starts at the line's position, a word every process of the ring may
+/// write. One at or past `MAX_SEQUENCE` (no ring lives long enough to get there; near
+/// `u64::MAX` the publish arithmetic overflows) is refused at attach, saying the segment is
+/// corrupt. (The position of a running ring is the claim word less the claim still being
+/// written, at most half the capacity: these words are past that.)
+#[test]
+fn a_single_producer_position_past_any_real_sequence_is_refused() {
+    for event_size in [None, Some(8)] {
+        for word in [shmring_layout::MAX_SEQUENCE + 64, u64::MAX - 1, u64::MAX] {
+            let ns = Namespace::concurrent("position");
+            let config = RingConfig {
+                producer_mode: ProducerMode::Single,
+                max_producers: 1,
+                event_size,
+                ..hostile()
+            };
+            let ring = Ring::create(ns.name(), "r", &config).unwrap();
+            put64(ring.path(), SEQ_LINES_OFFSET as u64, word);
+            match ring.producer() {
+                Err(e @ AttachError::CorruptPosition { position }) => {
+                    assert!(position >= shmring_layout::MAX_SEQUENCE, "{e}");
+                    assert!(e.to_string().contains("corrupt"), "{e}");
+                }
+                Err(e) => panic!("claim word {word:#x} ({event_size:?}): {e}"),
+                Ok(_) => panic!("claim word {word:#x} ({event_size:?}): attached"),
+            }
+        }
     }
 }
 

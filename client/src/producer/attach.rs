@@ -169,6 +169,10 @@ impl Producer {
             // Stopped or Starting: the stop sequence, which also takes back a refused claim a
             // dead predecessor left (a starter waits for exactly that).
             let p = seg.position();
+            if p >= shmring_layout::MAX_SEQUENCE {
+                // Another process wrote it: the publish arithmetic would overflow on it.
+                return Err(AttachError::CorruptPosition { position: p });
+            }
             // SeqCst, then a SeqCst fence before the re-check: a stop that begins after the
             // re-check reads this position (its own load follows its fence).
             line.claim.store(p, Ordering::SeqCst);
