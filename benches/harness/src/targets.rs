@@ -315,7 +315,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             what,
             a,
             b,
-            (&paired::ratios(rows, a, b), paired::unsteady_rounds(rows)),
+            &paired::ratios(rows, a, b),
             ">=",
             bar,
         ));
@@ -327,7 +327,10 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             &format!("{name} p50 / {spin_floor} floor p50, paired"),
             name,
             spin_floor,
-            (&paired::latency_ratios(rows, name, spin_floor), 0),
+            &paired::Ratios {
+                values: paired::latency_ratios(rows, name, spin_floor),
+                ..Default::default()
+            },
             "<=",
             1.3,
         ));
@@ -335,24 +338,37 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
     out
 }
 
-/// A target of suite `paired`: `a / b` in each round (`v`; `left_out`: the rounds the suite
-/// dropped as unsteady), judged by the median.
+/// A target of suite `paired`: `a / b` in each round that counts (`r`, with the rounds the
+/// suite left out and why), judged by the median.
 fn paired_target(
     what: &str,
     a: &str,
     b: &str,
-    (v, left_out): (&[f64], usize),
+    r: &paired::Ratios,
     cmp: &'static str,
     bar: f64,
 ) -> Option<Target> {
+    let v = &r.values;
     let (median, least, greatest) = paired::spread(v)?;
-    let left_out = if left_out > 0 {
-        format!(
-            " ({left_out} more left out: the floor moved beyond {}x within them)",
+    let mut why = Vec::new();
+    if r.unsteady > 0 {
+        why.push(format!(
+            "{} with the floor moved beyond {}x within them",
+            r.unsteady,
             paired::STEADY
-        )
-    } else {
+        ));
+    }
+    if r.slow > 0 {
+        why.push(format!(
+            "{} with a row below 1/{} of its fastest round (the slow placement)",
+            r.slow,
+            paired::SLOW
+        ));
+    }
+    let left_out = if why.is_empty() {
         String::new()
+    } else {
+        format!(" (more left out: {})", why.join("; "))
     };
     Some(Target {
         what: what.to_owned(),
@@ -474,7 +490,7 @@ mod tests {
     #[test]
     fn a_paired_target_is_the_median_of_the_rounds_ratios() {
         let mut rows = Vec::new();
-        for (r, shm, disruptor) in [(1, 50.0, 200.0), (2, 13.0, 40.0), (3, 52.0, 40.0)] {
+        for (r, shm, disruptor) in [(1, 50.0, 200.0), (2, 65.0, 200.0), (3, 104.0, 80.0)] {
             for (name, ops) in [
                 (paired::shm_row(1), shm),
                 (paired::DISRUPTOR_ROW.to_owned(), disruptor),
@@ -502,6 +518,40 @@ mod tests {
     }
 
     #[test]
+    fn a_row_alone_in_the_slow_placement_decides_no_paired_throughput_target() {
+        let mut rows = Vec::new();
+        // Round 2's floor held at both ends, but the shmring row between them ran in the slow
+        // placement (a fifth of its other rounds): its ratio (0.2) is left out.
+        for (r, shm, disruptor) in [(1, 400.0, 200.0), (2, 80.0, 400.0), (3, 500.0, 250.0)] {
+            for (name, ops) in [
+                (paired::shm_row(1), shm),
+                (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                (paired::FLOOR_ROW.to_owned(), 500.0),
+                (paired::FLOOR_AGAIN_ROW.to_owned(), 520.0),
+            ] {
+                let mut row = Row::new(paired::SUITE, &paired::round(r), &name, Kind::Throughput);
+                row.best_ops_per_sec = Some(ops);
+                rows.push(row);
+            }
+        }
+        let r = paired::ratios(&rows, &paired::shm_row(1), paired::DISRUPTOR_ROW);
+        assert_eq!((r.values, r.unsteady, r.slow), (vec![2.0, 2.0], 0, 1));
+        let targets = evaluate(&rows);
+        let t = targets
+            .iter()
+            .find(|t| t.what == "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired")
+            .expect("the paired per-event / disruptor target");
+        assert_eq!(t.ratio, 2.0);
+        assert!(t.met);
+        assert!(
+            t.from
+                .contains("median of 2 rounds (more left out: 1 with a row below 1/3"),
+            "{}",
+            t.from
+        );
+    }
+
+    #[test]
     fn a_round_whose_floor_moved_decides_no_paired_throughput_target() {
         let mut rows = Vec::new();
         // Round 2 changed placement between its two floor rows (100 then 500): its ratio
@@ -522,7 +572,10 @@ mod tests {
                 rows.push(row);
             }
         }
-        assert_eq!(paired::unsteady_rounds(&rows), 1);
+        assert_eq!(
+            paired::ratios(&rows, &paired::shm_row(1), paired::DISRUPTOR_ROW).unsteady,
+            1
+        );
         let targets = evaluate(&rows);
         let t = targets
             .iter()
@@ -530,7 +583,8 @@ mod tests {
             .expect("the paired per-event / disruptor target");
         assert_eq!(t.ratio, 1.5, "the median of 1.0 and 2.0");
         assert!(
-            t.from.contains("median of 2 rounds (1 more left out"),
+            t.from
+                .contains("median of 2 rounds (more left out: 1 with the floor moved"),
             "{}",
             t.from
         );
