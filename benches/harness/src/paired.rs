@@ -167,6 +167,11 @@ pub struct Ratios {
 /// row that alone fell into the slow placement and back.
 pub const SLOW: f64 = 3.0;
 
+/// Rounds a throughput ratio needs to decide its target. A row measured in no round of the
+/// fast placement passes the [`SLOW`] check in every round (its fastest round is a slow
+/// one): with one or two rounds left, a ratio may still mix the placements.
+pub const MIN_ROUNDS: usize = 3;
+
 /// The ratio `a / b` of each steady round that measured both rows, each row within
 /// [`SLOW`] of its fastest steady round.
 pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {

@@ -21,8 +21,11 @@ pub struct Target {
     pub cmp: &'static str,
     /// The bar this round set.
     pub bar: f64,
-    /// Whether the bar is met.
+    /// Whether the bar is met (false when not `decided`).
     pub met: bool,
+    /// Whether the run measured enough to judge: a paired throughput target needs
+    /// [`paired::MIN_ROUNDS`] rounds in which both of its rows ran in one placement.
+    pub decided: bool,
     /// The longer-term goal, where there is one as a ratio.
     pub goal: Option<f64>,
     /// Whether the goal is met.
@@ -71,6 +74,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             cmp,
             bar,
             met: check(ratio, cmp, bar),
+            decided: true,
             goal,
             goal_met: goal.map(|g| check(ratio, cmp, g)),
         });
@@ -316,6 +320,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             a,
             b,
             &paired::ratios(rows, a, b),
+            paired::MIN_ROUNDS,
             ">=",
             bar,
         ));
@@ -331,6 +336,7 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
                 values: paired::latency_ratios(rows, name, spin_floor),
                 ..Default::default()
             },
+            1,
             "<=",
             1.3,
         ));
@@ -339,17 +345,19 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
 }
 
 /// A target of suite `paired`: `a / b` in each round that counts (`r`, with the rounds the
-/// suite left out and why), judged by the median.
+/// suite left out and why), judged by the median once `min_rounds` rounds count.
 fn paired_target(
     what: &str,
     a: &str,
     b: &str,
     r: &paired::Ratios,
+    min_rounds: usize,
     cmp: &'static str,
     bar: f64,
 ) -> Option<Target> {
     let v = &r.values;
     let (median, least, greatest) = paired::spread(v)?;
+    let decided = v.len() >= min_rounds;
     let mut why = Vec::new();
     if r.unsteady > 0 {
         why.push(format!(
@@ -381,7 +389,8 @@ fn paired_target(
         ratio: median,
         cmp,
         bar,
-        met: check(median, cmp, bar),
+        met: decided && check(median, cmp, bar),
+        decided,
         goal: None,
         goal_met: None,
     })
@@ -468,7 +477,16 @@ pub fn table(targets: &[Target]) -> String {
             t.ratio,
             t.cmp,
             t.bar,
-            if t.met { "met".to_owned() } else { by(t.bar) },
+            if !t.decided {
+                format!(
+                    "undecided: too few rounds in one placement (at least {} needed)",
+                    paired::MIN_ROUNDS
+                )
+            } else if t.met {
+                "met".to_owned()
+            } else {
+                by(t.bar)
+            },
             t.goal
                 .map_or(String::new(), |g| format!("{} {g:.2}x", t.cmp)),
             match (t.goal, t.goal_met) {
@@ -522,7 +540,12 @@ mod tests {
         let mut rows = Vec::new();
         // Round 2's floor held at both ends, but the shmring row between them ran in the slow
         // placement (a fifth of its other rounds): its ratio (0.2) is left out.
-        for (r, shm, disruptor) in [(1, 400.0, 200.0), (2, 80.0, 400.0), (3, 500.0, 250.0)] {
+        for (r, shm, disruptor) in [
+            (1, 400.0, 200.0),
+            (2, 80.0, 400.0),
+            (3, 500.0, 250.0),
+            (4, 420.0, 210.0),
+        ] {
             for (name, ops) in [
                 (paired::shm_row(1), shm),
                 (paired::DISRUPTOR_ROW.to_owned(), disruptor),
@@ -535,20 +558,30 @@ mod tests {
             }
         }
         let r = paired::ratios(&rows, &paired::shm_row(1), paired::DISRUPTOR_ROW);
-        assert_eq!((r.values, r.unsteady, r.slow), (vec![2.0, 2.0], 0, 1));
+        assert_eq!((r.values, r.unsteady, r.slow), (vec![2.0, 2.0, 2.0], 0, 1));
         let targets = evaluate(&rows);
         let t = targets
             .iter()
             .find(|t| t.what == "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired")
             .expect("the paired per-event / disruptor target");
         assert_eq!(t.ratio, 2.0);
-        assert!(t.met);
+        assert!(t.decided && t.met);
         assert!(
             t.from
-                .contains("median of 2 rounds (more left out: 1 with a row below 1/3"),
+                .contains("median of 3 rounds (more left out: 1 with a row below 1/3"),
             "{}",
             t.from
         );
+        // With round 4 gone too, two rounds are left: too few to decide.
+        rows.retain(|row| row.group != paired::round(4));
+        let targets = evaluate(&rows);
+        let t = targets
+            .iter()
+            .find(|t| t.what == "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired")
+            .expect("the paired per-event / disruptor target, undecided");
+        assert_eq!(t.ratio, 2.0);
+        assert!(!t.decided && !t.met);
+        assert!(table(&targets).contains("undecided: too few rounds in one placement"));
     }
 
     #[test]
