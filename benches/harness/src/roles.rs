@@ -330,8 +330,14 @@ fn shm_producer(args: &Args) -> Result<()> {
                     if published >= limit {
                         break 'plain;
                     }
-                    event[..8].copy_from_slice(&published.to_ne_bytes());
-                    p.publish(event)?;
+                    if size == 8 {
+                        // The event's number from a register, as the floor's producer
+                        // stores its index (no buffer written and read back per event).
+                        p.publish(&published.to_ne_bytes())?;
+                    } else {
+                        event[..8].copy_from_slice(&published.to_ne_bytes());
+                        p.publish(event)?;
+                    }
                     published += 1;
                 }
                 if now_ns() >= end {
