@@ -324,7 +324,6 @@ fn shm_producer(args: &Args) -> Result<()> {
             // floor ring's producer loop).
             let end = t_start + args.num_or("duration_ns", u64::MAX / 4);
             let limit = if count > 0 { total } else { u64::MAX };
-            let event = &mut buf[..size];
             'plain: loop {
                 for _ in 0..256 {
                     if published >= limit {
@@ -335,8 +334,9 @@ fn shm_producer(args: &Args) -> Result<()> {
                         // stores its index (no buffer written and read back per event).
                         p.publish(&published.to_ne_bytes())?;
                     } else {
-                        event[..8].copy_from_slice(&published.to_ne_bytes());
-                        p.publish(event)?;
+                        // `buf` holds at least 16 bytes, whatever the size.
+                        buf[..8].copy_from_slice(&published.to_ne_bytes());
+                        p.publish(&buf[..size])?;
                     }
                     published += 1;
                 }
