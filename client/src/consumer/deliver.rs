@@ -670,6 +670,8 @@ impl Source for StampedSrc<'_> {
     #[inline(always)]
     fn copy(&self, seq: u64, buf: &mut Vec<u8>) -> Copied {
         let slot = self.slots.get(seq);
+        // Relaxed: racy reads of a slot a producer may be rewriting; the stamp check after
+        // the Acquire fence below says whether they, and the copy, are this event's.
         let flags = slot.header.flags.load(Ordering::Relaxed);
         let mut len = slot.header.len.load(Ordering::Relaxed) as usize;
         let clamped = len > self.max;
