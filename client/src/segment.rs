@@ -606,17 +606,23 @@ impl<'a> Slot<'a> {
     #[inline]
     pub(crate) unsafe fn write(&self, bytes: &[u8]) {
         debug_assert!(bytes.len() <= self.capacity);
-        let n = bytes.len().min(self.capacity);
-        if n == 8 {
+        // A validated slot is at least `MIN_SLOT_SIZE` (64) bytes, 16 of them its header:
+        // every payload holds 8 bytes. So an 8-byte event is decided by its length alone,
+        // before the clamp: when the caller's length is a constant 8, the `memcpy` below is
+        // not compiled in, and the caller's event can stay in a register (a `memcpy` taking
+        // its address would keep it in memory, a stack store and load per publish).
+        debug_assert!(self.capacity >= 8);
+        if bytes.len() == 8 {
             // The common small event as one 8-byte move instead of a `memcpy` call. SAFETY:
-            // 8 <= capacity bytes inside the slot (payloads are 16-byte aligned, reads of
-            // `bytes` unaligned); exclusive by the caller's contract.
+            // 8 <= capacity bytes inside the slot (above; payloads are 16-byte aligned, reads
+            // of `bytes` unaligned); exclusive by the caller's contract.
             unsafe {
                 let v = std::ptr::read_unaligned(bytes.as_ptr() as *const u64);
                 std::ptr::write_unaligned(self.payload as *mut u64, v);
             }
             return;
         }
+        let n = bytes.len().min(self.capacity);
         // SAFETY: n <= capacity bytes inside the slot; exclusive by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.payload, n) };
     }

@@ -70,6 +70,7 @@ fn events_of_the_ring_size_arrive_in_order_and_other_sizes_are_refused() {
         Err(PublishError::WrongSize { len: 4, size: 8 }),
         "a batch with one wrong size publishes nothing"
     );
+    assert_eq!(p.stats().refused, 7, "each wrong size is a refusal");
     assert_eq!(p.publish_value(&11u64), Ok(1), "no sequence was spent");
     assert_eq!(p.try_publish(&12u64.to_le_bytes()), Ok(2));
     assert_eq!(

@@ -361,35 +361,42 @@ impl Producer {
     /// wake check; no per-event counter (see `fixed` and ARCHITECTURE.md, "Fixed-size
     /// rings: the publish in the fewest instructions").
     ///
-    /// The common case (the event's size, room under the cached gate, this process
-    /// registered for membarrier, no leaked claim guard) is the claim of `line` and the
-    /// writes of `fixed`, each shared word read once and the fence mode once for both
-    /// fences; anything else goes the general way.
+    /// The common case (room under the cached gate, this process registered for
+    /// membarrier, no leaked claim guard) is the claim of `line`, each shared word read once
+    /// and the fence mode once for both fences; anything else claims the general way. Either
+    /// way the event is written here: no out-of-line call receives `bytes`, so a caller's
+    /// event built in a register (`&x.to_ne_bytes()`) stays there instead of being stored on
+    /// the stack for such a call and read back (a store per event: see ARCHITECTURE.md).
     #[inline(always)]
     fn publish_fixed<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
+        if bytes.len() != self.max_payload {
+            return Err(self.bad_len(bytes.len()).into());
+        }
         let seq = self.next;
-        if bytes.len() != self.max_payload || seq >= self.fast_end {
-            return self.publish_fixed_general::<WAKE>(bytes);
-        }
-        let lines = self.seg.lines();
-        let mut light = park::light(self.seg.header(), true);
-        let fast = line::claim_single_fast(
-            &lines.claim.value,
-            &lines.lifecycle.value.lifecycle,
-            &mut self.seen,
-            seq,
-            1,
-            || fence::light(light),
-        );
-        if fast != Fast::Accepted {
-            self.finish_claim_single(fast, seq, 1)
-                .map_err(|r| self.refused_claim(r))?;
-            // (p5) read the lifecycle word (Acquire) a stopper may have published with a
-            // raised fence mode: the wake check below reads the mode after that, as it
-            // would have without the first reading.
-            light = park::light(self.seg.header(), true);
-        }
-        self.next = seq + 1;
+        let (seq, light) = if seq < self.fast_end {
+            let lines = self.seg.lines();
+            let mut light = park::light(self.seg.header(), true);
+            let fast = line::claim_single_fast(
+                &lines.claim.value,
+                &lines.lifecycle.value.lifecycle,
+                &mut self.seen,
+                seq,
+                1,
+                || fence::light(light),
+            );
+            if fast != Fast::Accepted {
+                self.finish_claim_single(fast, seq, 1)
+                    .map_err(|r| self.refused_claim(r))?;
+                // (p5) read the lifecycle word (Acquire) a stopper may have published with a
+                // raised fence mode: the wake check below reads the mode after that, as it
+                // would have without the first reading.
+                light = park::light(self.seg.header(), true);
+            }
+            self.next = seq + 1;
+            (seq, light)
+        } else {
+            self.claim_fixed_general()?
+        };
         self.write_fixed(seq, bytes);
         if WAKE {
             park::notify_light(&self.seg.lines().consumer_wake.value, light);
@@ -397,26 +404,19 @@ impl Producer {
         Ok(seq)
     }
 
-    /// [`Producer::publish_fixed`] when the common case does not hold: a wrong size, a
-    /// wait for room, a first publish that registers the process, a leaked claim guard.
+    /// [`Producer::publish_fixed`]'s claim when the common case does not hold (a wait for
+    /// room, a first publish that registers the process, a leaked claim guard): the
+    /// sequence and the fence mode for the wake check.
     #[cold]
     #[inline(never)]
-    fn publish_fixed_general<const WAKE: bool>(
-        &mut self,
-        bytes: &[u8],
-    ) -> Result<u64, PublishError> {
-        self.check_len(bytes.len())?;
+    fn claim_fixed_general(&mut self) -> Result<(u64, bool), PublishError> {
         let seq = self.claim_blocking(1)?;
-        self.write_fixed(seq, bytes);
-        if WAKE {
-            self.notify();
-        }
         self.fast_end = if self.registered && self.open_claim.is_none() {
             self.cached_gate.saturating_add(self.capacity)
         } else {
             0
         };
-        Ok(seq)
+        Ok((seq, park::light(self.seg.header(), self.registered)))
     }
 
     /// A single-producer claim refused: counted, and the error.
