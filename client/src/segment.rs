@@ -443,20 +443,27 @@ impl<'a> Events<'a> {
     /// Write `bytes` (exactly one event's size) as the event of `seq`.
     ///
     /// # Safety
-    /// The caller holds `seq`'s claim and passed the wrap gate for it (see `Slot::write`).
+    /// The caller holds `seq`'s claim and passed the wrap gate for it (see `Slot::write`),
+    /// and `bytes` is one event's size (checked by every publish; an event is at least 8
+    /// bytes, so an 8-byte write stays inside the array even otherwise).
     #[inline(always)]
     pub(crate) unsafe fn write(&self, seq: u64, bytes: &[u8]) {
         debug_assert_eq!(bytes.len(), self.array.size);
-        let p = self.at(seq);
         if bytes.len() == 8 {
-            // SAFETY: one 8-byte event, 8-aligned in the slot (reads of `bytes` unaligned);
-            // exclusive by the caller's contract.
+            // The event's size is the caller's length (its contract): with a constant 8 the
+            // slot's address is a shift, not a multiply by the size read from the array.
+            let a = &self.array;
+            // SAFETY: `seq & mask` is below the capacity and the size is 8, so the event lies
+            // inside the event array (as in `at`); one 8-byte event, 8-aligned in the slot
+            // (reads of `bytes` unaligned); exclusive by the caller's contract.
             unsafe {
+                let p = a.first.add((seq & a.mask) as usize * 8);
                 let v = std::ptr::read_unaligned(bytes.as_ptr() as *const u64);
                 std::ptr::write(p as *mut u64, v);
             }
             return;
         }
+        let p = self.at(seq);
         let n = bytes.len().min(self.array.size);
         // SAFETY: n <= size bytes inside the slot; exclusive by the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n) };

@@ -362,46 +362,56 @@ impl Producer {
     /// rings: the publish in the fewest instructions").
     ///
     /// The common case (room under the cached gate, this process registered for
-    /// membarrier, no leaked claim guard) is the claim of `line`, each shared word read once
-    /// and the fence mode once for both fences; anything else claims the general way. Either
-    /// way the event is written here: no out-of-line call receives `bytes`, so a caller's
-    /// event built in a register (`&x.to_ne_bytes()`) stays there instead of being stored on
-    /// the stack for such a call and read back (a store per event: see ARCHITECTURE.md).
+    /// membarrier, no leaked claim guard: `fast_end`; and the ring's fence mode membarrier,
+    /// read once for both fences) is the claim of `line` with compiler-only fences, each
+    /// shared word read once; anything else claims the general way. Each way writes the
+    /// event itself: no out-of-line call receives `bytes`, so a caller's event built in a
+    /// register (`&x.to_ne_bytes()`) stays there instead of being stored on the stack for
+    /// such a call and read back.
     #[inline(always)]
     fn publish_fixed<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
         if bytes.len() != self.max_payload {
             return Err(self.bad_len(bytes.len()).into());
         }
         let seq = self.next;
-        let (seq, light) = if seq < self.fast_end {
+        if seq < self.fast_end && park::light(self.seg.header(), true) {
             let lines = self.seg.lines();
-            let mut light = park::light(self.seg.header(), true);
             let fast = line::claim_single_fast(
                 &lines.claim.value,
                 &lines.lifecycle.value.lifecycle,
                 &mut self.seen,
                 seq,
                 1,
-                || fence::light(light),
+                || fence::light(true),
             );
             if fast != Fast::Accepted {
                 self.finish_claim_single(fast, seq, 1)
                     .map_err(|r| self.refused_claim(r))?;
-                // (p5) read the lifecycle word (Acquire) a stopper may have published with a
-                // raised fence mode: the wake check below reads the mode after that, as it
-                // would have without the first reading.
-                light = park::light(self.seg.header(), true);
+                // (p5) read the lifecycle word (Acquire) a stopper may have published with
+                // a raised fence mode: the wake check reads the mode after that, as it would
+                // have without the first reading.
+                let light = park::light(self.seg.header(), true);
+                self.next = seq + 1;
+                return Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, light));
             }
             self.next = seq + 1;
-            (seq, light)
-        } else {
-            self.claim_fixed_general()?
-        };
+            // The fence mode as read above, a constant here: the wake check's fence is
+            // compiler-only with no test of the mode.
+            return Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, true));
+        }
+        let (seq, light) = self.claim_fixed_general()?;
+        Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, light))
+    }
+
+    /// A fixed-size publish after its claim: the event, the cursor and (`WAKE`) the
+    /// parked-consumer check with the fence mode `light` read for the claim.
+    #[inline(always)]
+    fn write_fixed_and_wake<const WAKE: bool>(&self, seq: u64, bytes: &[u8], light: bool) -> u64 {
         self.write_fixed(seq, bytes);
         if WAKE {
             park::notify_light(&self.seg.lines().consumer_wake.value, light);
         }
-        Ok(seq)
+        seq
     }
 
     /// [`Producer::publish_fixed`]'s claim when the common case does not hold (a wait for
