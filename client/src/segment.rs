@@ -444,8 +444,8 @@ impl<'a> Events<'a> {
     ///
     /// # Safety
     /// The caller holds `seq`'s claim and passed the wrap gate for it (see `Slot::write`),
-    /// and `bytes` is one event's size (checked by every publish; an event is at least 8
-    /// bytes, so an 8-byte write stays inside the array even otherwise).
+    /// and `bytes` is one event's size (checked by every publish; were it 8 bytes of a larger
+    /// event, the write would land inside the array, but in another sequence's slot).
     #[inline(always)]
     pub(crate) unsafe fn write(&self, seq: u64, bytes: &[u8]) {
         debug_assert_eq!(bytes.len(), self.array.size);
@@ -613,8 +613,9 @@ impl<'a> Slot<'a> {
     #[inline]
     pub(crate) unsafe fn write(&self, bytes: &[u8]) {
         debug_assert!(bytes.len() <= self.capacity);
-        // A validated slot is at least `MIN_SLOT_SIZE` (64) bytes, 16 of them its header:
-        // every payload holds 8 bytes. So an 8-byte event is decided by its length alone,
+        // A stamped ring's validated slot is at least `MIN_SLOT_SIZE` (64) bytes, 16 of them
+        // its header: every payload holds 8 bytes (a fixed-size ring's slots are never
+        // written through `Slot`). So an 8-byte event is decided by its length alone,
         // before the clamp: when the caller's length is a constant 8, the `memcpy` below is
         // not compiled in, and the caller's event can stay in a register (a `memcpy` taking
         // its address would keep it in memory, a stack store and load per publish).

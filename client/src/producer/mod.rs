@@ -88,8 +88,9 @@ pub struct Producer {
     seen: line::SeenRunning,
     /// A fixed-size ring: `publish` takes its common case (see `publish_fixed`) for a
     /// sequence below this, which says there is room under the cached gate, the process is
-    /// registered for membarrier and no claim guard is open. 0 (never) until the general
-    /// path sets it, and again once a claim guard is taken.
+    /// registered for membarrier and no claim guard is open (the common case also reads the
+    /// ring's fence mode, which must be membarrier). 0 (never) until the general path sets
+    /// it, and again once a claim guard is taken.
     fast_end: u64,
     /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither
     /// committed nor dropped (leaked with `mem::forget`): tombstoned before the next claim

@@ -415,8 +415,9 @@ impl Producer {
     }
 
     /// [`Producer::publish_fixed`]'s claim when the common case does not hold (a wait for
-    /// room, a first publish that registers the process, a leaked claim guard): the
-    /// sequence and the fence mode for the wake check.
+    /// room, a first publish that registers the process, a leaked claim guard, a fence mode
+    /// raised by a process without membarrier: then every publish comes here): the sequence
+    /// and the fence mode for the wake check.
     #[cold]
     #[inline(never)]
     fn claim_fixed_general(&mut self) -> Result<(u64, bool), PublishError> {
