@@ -14,8 +14,9 @@
 //! still moves when three of them are disturbed: read the range beside it. Each round ends
 //! with the floor ring measured again: a round whose two floor rows differ by more than
 //! [`STEADY`] ran in two placements of the guest and decides no throughput target. Nor does
-//! a round in which one row of a ratio ran below its fastest steady round divided by
-//! [`SLOW`]: that row alone fell into the slow placement, between floor rows that did not.
+//! a round in which one row of a ratio ran below its fastest round (in any round, steady or
+//! not) divided by [`SLOW`]: that row alone fell into the slow placement, between floor rows
+//! that did not, or the whole round ran there.
 //! The targets table says how many rounds each ratio left out, and why.
 
 use anyhow::Result;
@@ -155,32 +156,35 @@ pub struct Ratios {
     pub values: Vec<f64>,
     /// Rounds that measured both rows but whose floor moved beyond [`STEADY`].
     pub unsteady: usize,
-    /// Steady rounds in which one of the two rows ran below its fastest steady round
-    /// divided by [`SLOW`]: that row alone ran in the slow placement.
+    /// Steady rounds in which one of the two rows ran below its fastest round divided by
+    /// [`SLOW`]: that row (or the whole round) ran in the slow placement.
     pub slow: usize,
 }
 
-/// A throughput row below its fastest steady round divided by this ran in the guest's
-/// slow placement. The two placements differ 5-10x for every row of this suite; within the
+/// A throughput row below its fastest round divided by this ran in the guest's slow
+/// placement. The two placements differ 5-10x for every row of this suite; within the
 /// fast one a row moved at most 2.5x between rounds (the `disruptor` crate, two threads of
 /// one process) in the runs of 2026-12-01. A round's floor rows at both ends do not catch a
 /// row that alone fell into the slow placement and back.
 pub const SLOW: f64 = 3.0;
 
 /// Rounds a throughput ratio needs to decide its target. A row measured in no round of the
-/// fast placement passes the [`SLOW`] check in every round (its fastest round is a slow
-/// one): with one or two rounds left, a ratio may still mix the placements.
+/// fast placement, steady or not, passes the [`SLOW`] check in every round (its fastest
+/// round is a slow one): with one or two rounds left, a ratio may still mix the placements.
 pub const MIN_ROUNDS: usize = 3;
 
 /// The ratio `a / b` of each steady round that measured both rows, each row within
-/// [`SLOW`] of its fastest steady round.
+/// [`SLOW`] of its fastest round. The fastest round of a row is sought among all rounds,
+/// steady or not: a row measured in the fast placement only in a round whose floor moved
+/// afterwards still shows what the fast placement gives, and so tells steady rounds that
+/// ran wholly in the slow placement from the others.
 pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
     let best = |r: &Row| r.best_ops_per_sec.or(r.ops_per_sec);
     let steady: Vec<bool> = (1..=ROUNDS).map(|r| steady(rows, r)).collect();
     let pairs = values_by(rows, round, a, b, best);
-    let (kept, unsteady): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| steady[p.0 - 1]);
-    let peak = |pick: fn(&(usize, f64, f64)) -> f64| kept.iter().map(pick).fold(0.0, f64::max);
+    let peak = |pick: fn(&(usize, f64, f64)) -> f64| pairs.iter().map(pick).fold(0.0, f64::max);
     let (peak_a, peak_b) = (peak(|p| p.1), peak(|p| p.2));
+    let (kept, unsteady): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| steady[p.0 - 1]);
     let (fast, slow): (Vec<_>, Vec<_>) = kept
         .iter()
         .partition(|&&(_, x, y)| x * SLOW >= peak_a && y * SLOW >= peak_b);
