@@ -15,7 +15,8 @@ pub struct Target {
     pub what: String,
     /// The two rows (numerator / denominator).
     pub from: String,
-    /// The measured ratio.
+    /// The measured ratio (NaN, `null` in JSON, for a paired target no round of which
+    /// counts).
     pub ratio: f64,
     /// `<=` or `>=`.
     pub cmp: &'static str,
@@ -356,8 +357,16 @@ fn paired_target(
     bar: f64,
 ) -> Option<Target> {
     let v = &r.values;
-    let (median, least, greatest) = paired::spread(v)?;
-    let decided = v.len() >= min_rounds;
+    // A target with rounds measured but none left counts as undecided, stated with why; one
+    // the run did not measure at all is not stated.
+    if v.is_empty() && r.unsteady + r.slow == 0 {
+        return None;
+    }
+    let (median, range) = match paired::spread(v) {
+        Some((median, least, greatest)) => (median, format!(", range {least:.2}-{greatest:.2}x")),
+        None => (f64::NAN, String::new()),
+    };
+    let decided = !v.is_empty() && v.len() >= min_rounds;
     let mut why = Vec::new();
     if r.unsteady > 0 {
         why.push(format!(
@@ -381,8 +390,7 @@ fn paired_target(
     Some(Target {
         what: what.to_owned(),
         from: format!(
-            "{a} [{s}] / {b} [{s}], each round: median of {} rounds{left_out}, range \
-             {least:.2}-{greatest:.2}x",
+            "{a} [{s}] / {b} [{s}], each round: median of {} rounds{left_out}{range}",
             v.len(),
             s = paired::SUITE
         ),
@@ -470,11 +478,16 @@ pub fn table(targets: &[Target]) -> String {
             };
             format!("missed by {:.0}%", off * 100.0)
         };
+        let ratio = if t.ratio.is_nan() {
+            "-".to_owned()
+        } else {
+            format!("{:.2}x", t.ratio)
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.2}x | {} {:.2}x | {} | {} | {} | {} |",
+            "| {} | {} | {} {:.2}x | {} | {} | {} | {} |",
             t.what,
-            t.ratio,
+            ratio,
             t.cmp,
             t.bar,
             if !t.decided {
@@ -611,15 +624,29 @@ mod tests {
         }
         let r = paired::ratios(&rows, &paired::shm_row(1), paired::FLOOR_ROW);
         assert_eq!((r.values.len(), r.unsteady, r.slow), (0, 1, 4));
-        // No round counts: the target is not stated at all (as for a run that measured
-        // nothing), rather than decided from the slow placement.
+        // No round counts: the target is undecided, and says why.
         let targets = evaluate(&rows);
+        let t = targets
+            .iter()
+            .find(|t| {
+                t.what
+                    == "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor, paired"
+            })
+            .expect("the paired per-event / floor target, undecided");
+        assert!(!t.decided && !t.met && t.ratio.is_nan(), "{t:?}");
         assert!(
-            !targets
-                .iter()
-                .any(|t| t.what.contains(", paired") && t.decided),
+            t.from.contains(
+                "median of 0 rounds (more left out: 1 with the floor moved beyond 1.25x within \
+                 them; 4 with a row below 1/3"
+            ),
             "{}",
-            table(&targets)
+            t.from
+        );
+        let shown = table(&targets);
+        assert!(shown.contains("| - | >= 0.80x | undecided"), "{shown}");
+        assert!(
+            serde_json::to_string(t).unwrap().contains("\"ratio\":null"),
+            "a NaN ratio is null in the JSON"
         );
     }
 
