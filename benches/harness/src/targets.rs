@@ -518,18 +518,24 @@ mod tests {
     use super::*;
     use crate::row::Kind;
 
+    /// A throughput row of the paired suite's round `r`.
+    fn paired_row(r: usize, name: &str, ops: f64) -> Row {
+        let mut row = Row::new(paired::SUITE, &paired::round(r), name, Kind::Throughput);
+        row.best_ops_per_sec = Some(ops);
+        row
+    }
+
     #[test]
     fn a_paired_target_is_the_median_of_the_rounds_ratios() {
         let mut rows = Vec::new();
         for (r, shm, disruptor) in [(1, 50.0, 200.0), (2, 65.0, 200.0), (3, 104.0, 80.0)] {
-            for (name, ops) in [
-                (paired::shm_row(1), shm),
-                (paired::DISRUPTOR_ROW.to_owned(), disruptor),
-            ] {
-                let mut row = Row::new(paired::SUITE, &paired::round(r), &name, Kind::Throughput);
-                row.best_ops_per_sec = Some(ops);
-                rows.push(row);
-            }
+            rows.extend(
+                [
+                    (paired::shm_row(1), shm),
+                    (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
         }
         let targets = evaluate(&rows);
         let t = targets
@@ -559,16 +565,15 @@ mod tests {
             (3, 500.0, 250.0),
             (4, 420.0, 210.0),
         ] {
-            for (name, ops) in [
-                (paired::shm_row(1), shm),
-                (paired::DISRUPTOR_ROW.to_owned(), disruptor),
-                (paired::FLOOR_ROW.to_owned(), 500.0),
-                (paired::FLOOR_AGAIN_ROW.to_owned(), 520.0),
-            ] {
-                let mut row = Row::new(paired::SUITE, &paired::round(r), &name, Kind::Throughput);
-                row.best_ops_per_sec = Some(ops);
-                rows.push(row);
-            }
+            rows.extend(
+                [
+                    (paired::shm_row(1), shm),
+                    (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                    (paired::FLOOR_ROW.to_owned(), 500.0),
+                    (paired::FLOOR_AGAIN_ROW.to_owned(), 520.0),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
         }
         let r = paired::ratios(&rows, &paired::shm_row(1), paired::DISRUPTOR_ROW);
         assert_eq!((r.values, r.unsteady, r.slow), (vec![2.0, 2.0, 2.0], 0, 1));
@@ -612,15 +617,14 @@ mod tests {
             (4, 69.0, 53.0, 64.0),
             (5, 69.0, 51.0, 56.0),
         ] {
-            for (name, ops) in [
-                (paired::shm_row(1), shm),
-                (paired::FLOOR_ROW.to_owned(), floor),
-                (paired::FLOOR_AGAIN_ROW.to_owned(), again),
-            ] {
-                let mut row = Row::new(paired::SUITE, &paired::round(r), &name, Kind::Throughput);
-                row.best_ops_per_sec = Some(ops);
-                rows.push(row);
-            }
+            rows.extend(
+                [
+                    (paired::shm_row(1), shm),
+                    (paired::FLOOR_ROW.to_owned(), floor),
+                    (paired::FLOOR_AGAIN_ROW.to_owned(), again),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
         }
         let r = paired::ratios(&rows, &paired::shm_row(1), paired::FLOOR_ROW);
         assert_eq!((r.values.len(), r.unsteady, r.slow), (0, 1, 4));
@@ -660,16 +664,15 @@ mod tests {
             (2, 250.0, 100.0, 100.0, 500.0),
             (3, 200.0, 100.0, 500.0, 600.0),
         ] {
-            for (name, ops) in [
-                (paired::shm_row(1), shm),
-                (paired::DISRUPTOR_ROW.to_owned(), disruptor),
-                (paired::FLOOR_ROW.to_owned(), floor),
-                (paired::FLOOR_AGAIN_ROW.to_owned(), again),
-            ] {
-                let mut row = Row::new(paired::SUITE, &paired::round(r), &name, Kind::Throughput);
-                row.best_ops_per_sec = Some(ops);
-                rows.push(row);
-            }
+            rows.extend(
+                [
+                    (paired::shm_row(1), shm),
+                    (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                    (paired::FLOOR_ROW.to_owned(), floor),
+                    (paired::FLOOR_AGAIN_ROW.to_owned(), again),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
         }
         assert_eq!(
             paired::ratios(&rows, &paired::shm_row(1), paired::DISRUPTOR_ROW).unsteady,
