@@ -518,6 +518,18 @@ mod tests {
     use super::*;
     use crate::row::Kind;
 
+    /// The paired per-event / `disruptor` crate target's name.
+    const PER_EVENT_CRATE: &str =
+        "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired";
+
+    /// The target named `what` (exactly).
+    fn target<'a>(targets: &'a [Target], what: &str) -> &'a Target {
+        targets
+            .iter()
+            .find(|t| t.what == what)
+            .unwrap_or_else(|| panic!("no target {what:?} in\n{}", table(targets)))
+    }
+
     /// A throughput row of the paired suite's round `r`.
     fn paired_row(r: usize, name: &str, ops: f64) -> Row {
         let mut row = Row::new(paired::SUITE, &paired::round(r), name, Kind::Throughput);
@@ -578,10 +590,7 @@ mod tests {
         let r = paired::ratios(&rows, &paired::shm_row(1), paired::DISRUPTOR_ROW);
         assert_eq!((r.values, r.unsteady, r.slow), (vec![2.0, 2.0, 2.0], 0, 1));
         let targets = evaluate(&rows);
-        let t = targets
-            .iter()
-            .find(|t| t.what == "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired")
-            .expect("the paired per-event / disruptor target");
+        let t = target(&targets, PER_EVENT_CRATE);
         assert_eq!(t.ratio, 2.0);
         assert!(t.decided && t.met);
         assert!(
@@ -593,10 +602,7 @@ mod tests {
         // With round 4 gone too, two rounds are left: too few to decide.
         rows.retain(|row| row.group != paired::round(4));
         let targets = evaluate(&rows);
-        let t = targets
-            .iter()
-            .find(|t| t.what == "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired")
-            .expect("the paired per-event / disruptor target, undecided");
+        let t = target(&targets, PER_EVENT_CRATE);
         assert_eq!(t.ratio, 2.0);
         assert!(!t.decided && !t.met);
         assert!(table(&targets).contains("undecided: too few rounds in one placement"));
@@ -630,13 +636,10 @@ mod tests {
         assert_eq!((r.values.len(), r.unsteady, r.slow), (0, 1, 4));
         // No round counts: the target is undecided, and says why.
         let targets = evaluate(&rows);
-        let t = targets
-            .iter()
-            .find(|t| {
-                t.what
-                    == "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor, paired"
-            })
-            .expect("the paired per-event / floor target, undecided");
+        let t = target(
+            &targets,
+            "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor, paired",
+        );
         assert!(!t.decided && !t.met && t.ratio.is_nan(), "{t:?}");
         assert!(
             t.from.contains(
@@ -679,10 +682,7 @@ mod tests {
             1
         );
         let targets = evaluate(&rows);
-        let t = targets
-            .iter()
-            .find(|t| t.what == "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired")
-            .expect("the paired per-event / disruptor target");
+        let t = target(&targets, PER_EVENT_CRATE);
         assert_eq!(t.ratio, 1.5, "the median of 1.0 and 2.0");
         assert!(
             t.from
