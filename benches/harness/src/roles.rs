@@ -230,6 +230,47 @@ fn publish(p: &mut Producer, how: Publish, bytes: &[u8]) -> Result<u64> {
     })
 }
 
+/// The throughput rows' producer loop (see "stream" in `shm_producer`): back-to-back
+/// publishes of the event's number until `limit` events or the clock passes `end`. Returns
+/// the count published.
+///
+/// A function of its own, as the floor ring's producer loop is: inside `shm_producer`, with
+/// every mode's locals around it, the compiler kept the event counter on the stack and
+/// stored it there on every publish, one store per event the floor's loop does not make
+/// (fixed-size per-event 455-570 M/s in the loop there, 620-665 here; ARCHITECTURE.md,
+/// "Fixed-size rings: the position in a register").
+#[inline(never)]
+fn stream_plain(
+    p: &mut Producer,
+    size: usize,
+    buf: &mut [u8],
+    limit: u64,
+    end: u64,
+) -> Result<u64> {
+    let mut published = 0u64;
+    'plain: loop {
+        for _ in 0..256 {
+            if published >= limit {
+                break 'plain;
+            }
+            if size == 8 {
+                // The event's number from a register, as the floor's producer
+                // stores its index (no buffer written and read back per event).
+                p.publish(&published.to_ne_bytes())?;
+            } else {
+                // `buf` holds at least 16 bytes, whatever the size.
+                buf[..8].copy_from_slice(&published.to_ne_bytes());
+                p.publish(&buf[..size])?;
+            }
+            published += 1;
+        }
+        if now_ns() >= end {
+            break;
+        }
+    }
+    Ok(published)
+}
+
 fn shm_producer(args: &Args) -> Result<()> {
     args.pin();
     if args.str_or("fence", "default") == "seqcst" {
@@ -326,26 +367,7 @@ fn shm_producer(args: &Args) -> Result<()> {
             // 213-223 -> 168-189 M/s, fixed-size 402-413 -> 178-218, alternated runs).
             let end = t_start + args.num_or("duration_ns", u64::MAX / 4);
             let limit = if count > 0 { total } else { u64::MAX };
-            'plain: loop {
-                for _ in 0..256 {
-                    if published >= limit {
-                        break 'plain;
-                    }
-                    if size == 8 {
-                        // The event's number from a register, as the floor's producer
-                        // stores its index (no buffer written and read back per event).
-                        p.publish(&published.to_ne_bytes())?;
-                    } else {
-                        // `buf` holds at least 16 bytes, whatever the size.
-                        buf[..8].copy_from_slice(&published.to_ne_bytes());
-                        p.publish(&buf[..size])?;
-                    }
-                    published += 1;
-                }
-                if now_ns() >= end {
-                    break;
-                }
-            }
+            published = stream_plain(&mut p, size, &mut buf, limit, end)?;
         }
         "stream" => {
             // Back-to-back single publishes until `count` (if given) or the duration.
