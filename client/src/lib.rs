@@ -101,7 +101,7 @@ pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
 pub use lease::LeaseError;
 pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
 pub use park::PARK_NET;
-pub use producer::{Claim, ClaimBatch, Producer, ProducerStats};
+pub use producer::{Claim, ClaimBatch, Producer, ProducerStats, Publisher};
 pub use recall::Recall;
 pub use repair::Repair;
 pub use ring::{Ring, RingConfig};

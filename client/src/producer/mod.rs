@@ -10,6 +10,10 @@
 //!   unwound without `commit` publishes a tombstone, so no claimed sequence is a hole.
 //!   [`Producer::claim_batch`] does the same for `n` consecutive slots ([`ClaimBatch`]).
 //!
+//! [`Producer::publisher`] lends a loop of publishes a [`Publisher`] that holds the
+//! producer's position by value, so that on a fixed-size ring it stays in a register
+//! instead of being stored to the handle per event; each of its publishes is a `publish`.
+//!
 //! Batches (`publish_batch`, `try_publish_batch`, `publish_batch_timeout`, a committed
 //! `ClaimBatch`) take one claim of consecutive sequences, write every payload before any
 //! stamp, stamp in sequence order and wake consumers once. The try and timeout forms are
@@ -29,7 +33,7 @@
 //! The parts: this file (the handle, its counters and its detach), `attach` (taking an
 //! entry and, on a single-producer ring, the position), `publish` (claims, the wrap gate,
 //! the slot write and every `publish` form), `claim` (the in-place claim guards,
-//! one slot or a batch).
+//! one slot or a batch), `publisher` (the position lent to a loop).
 
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -73,7 +77,9 @@ pub struct Producer {
     registered: bool,
     /// A single-producer ring: the claim is a plain store of `next` (see `line`).
     single: bool,
-    /// Single producer: the next sequence this producer claims (its position).
+    /// Single producer: the next sequence this producer claims (its position). Stale while
+    /// a [`Publisher`] holds it (see `publisher`): only that publisher and the publishes it
+    /// hands to the handle use the handle then, and it writes its position back first.
     next: u64,
     /// A fixed-size ring (see `fixed`): payload-only slots published by the cursor.
     fixed: bool,
@@ -130,8 +136,10 @@ pub struct ProducerStats {
 mod attach;
 mod claim;
 mod publish;
+mod publisher;
 
 pub use claim::{Claim, ClaimBatch};
+pub use publisher::Publisher;
 
 impl Producer {
     #[inline(always)]

@@ -375,30 +375,58 @@ impl Producer {
         }
         let seq = self.next;
         if seq < self.fast_end && park::light(self.seg.header(), true) {
-            let lines = self.seg.lines();
-            let fast = line::claim_single_fast(
-                &lines.claim.value,
-                &lines.lifecycle.value.lifecycle,
-                &mut self.seen,
-                seq,
-                1,
-                || fence::light(true),
-            );
-            if fast != Fast::Accepted {
-                self.finish_claim_single(fast, seq, 1)
-                    .map_err(|r| self.refused_claim(r))?;
-                // (p5) read the lifecycle word (Acquire) a stopper may have published with
-                // a raised fence mode: the wake check reads the mode after that, as it would
-                // have without the first reading.
-                let light = park::light(self.seg.header(), true);
-                self.next = seq + 1;
-                return Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, light));
-            }
+            self.publish_fixed_at::<WAKE>(seq, bytes)?;
             self.next = seq + 1;
-            // The fence mode as read above, a constant here: the wake check's fence is
-            // compiler-only with no test of the mode.
-            return Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, true));
+            return Ok(seq);
         }
+        self.publish_fixed_general::<WAKE>(bytes)
+    }
+
+    /// The common case of [`Producer::publish_fixed`] at `seq`, the position (below
+    /// `fast_end`, the ring's fence mode membarrier, `bytes` of the event size): the claim,
+    /// the event, the cursor, the wake check. The caller advances its position (`next`, or
+    /// a [`Publisher`]'s copy of it) once this returns `Ok`; a refusal leaves it.
+    ///
+    /// `self.next` is not read here: a publisher's position runs ahead of it.
+    #[inline(always)]
+    pub(super) fn publish_fixed_at<const WAKE: bool>(
+        &mut self,
+        seq: u64,
+        bytes: &[u8],
+    ) -> Result<(), PublishError> {
+        debug_assert!(self.fixed && seq < self.fast_end && bytes.len() == self.max_payload);
+        let lines = self.seg.lines();
+        let fast = line::claim_single_fast(
+            &lines.claim.value,
+            &lines.lifecycle.value.lifecycle,
+            &mut self.seen,
+            seq,
+            1,
+            || fence::light(true),
+        );
+        if fast != Fast::Accepted {
+            self.finish_claim_single(fast, seq, 1)
+                .map_err(|r| self.refused_claim(r))?;
+            // (p5) read the lifecycle word (Acquire) a stopper may have published with a
+            // raised fence mode: the wake check reads the mode after that, as it would have
+            // without the first reading.
+            let light = park::light(self.seg.header(), true);
+            self.write_fixed_and_wake::<WAKE>(seq, bytes, light);
+            return Ok(());
+        }
+        // The fence mode as read by the caller, a constant here: the wake check's fence is
+        // compiler-only with no test of the mode.
+        self.write_fixed_and_wake::<WAKE>(seq, bytes, true);
+        Ok(())
+    }
+
+    /// A fixed-size publish outside its common case: the general claim (out of line), then
+    /// the event and the wake check inline.
+    #[inline(always)]
+    fn publish_fixed_general<const WAKE: bool>(
+        &mut self,
+        bytes: &[u8],
+    ) -> Result<u64, PublishError> {
         let (seq, light) = self.claim_fixed_general()?;
         Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, light))
     }
