@@ -1,7 +1,8 @@
 //! Suite `paired`: the rows behind the throughput targets (the floor ring, shmring's 1P1C
 //! per-event and batch-100 rows with 8-byte events, on a ring of stamped slots and on one
 //! of fixed-size events (its consumer taking one event per handler call, or a run at a
-//! time), and the `disruptor` crate) and behind
+//! time; per event, its producer also through a `Publisher`), and the `disruptor` crate)
+//! and behind
 //! the busy-spin latency targets (the spin floor and shmring's busy-spin consumer, ping-pong
 //! and paced 100 µs), measured one after the other in each of several rounds, in an order
 //! rotated from round to round.
@@ -27,7 +28,7 @@ use crate::spsc::Format;
 use crate::{floor, latency, peers, throughput};
 
 pub const SUITE: &str = "paired";
-/// Rounds of the rows (eight throughput rows, and a busy-spin row and its floor per latency
+/// Rounds of the rows (nine throughput rows, and a busy-spin row and its floor per latency
 /// shape).
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
@@ -67,18 +68,18 @@ pub fn latency_round(r: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (ROUNDS * (9 + 2 * LATENCY.len())) as u64
+    (ROUNDS * (10 + 2 * LATENCY.len())) as u64
 }
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Eight throughput rows, then one unit per latency pair (its floor and busy-spin row).
-    const UNITS: usize = 8 + LATENCY.len();
+    // Nine throughput rows, then one unit per latency pair (its floor and busy-spin row).
+    const UNITS: usize = 9 + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        let mut rows = Vec::with_capacity(9 + 2 * LATENCY.len());
+        let mut rows = Vec::with_capacity(10 + 2 * LATENCY.len());
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -92,8 +93,9 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 5 => rows.push(throughput::fixed_row(ctx, 100, false, &group)),
                 6 => rows.push(throughput::fixed_row(ctx, 1, true, &group)),
                 7 => rows.push(throughput::fixed_row(ctx, 100, true, &group)),
+                8 => rows.push(throughput::fixed_publisher_row(ctx, &group)),
                 u => {
-                    let (name, shape, spin_floor) = LATENCY[u - 8];
+                    let (name, shape, spin_floor) = LATENCY[u - 9];
                     for floor_now in [r % 2 == 1, r % 2 == 0] {
                         rows.push(if floor_now {
                             floor::one(ctx, spin_floor, &lat_group)

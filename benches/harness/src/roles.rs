@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use shmring::{ConsumerOptions, Event, Producer, Ring, WaitOutcome, WaitStrategy, WakeSet};
 use shmring_peers::kit::{self, new_hist, now_ns, Args, Measured, Pacer};
 
@@ -271,6 +271,29 @@ fn stream_plain(
     Ok(published)
 }
 
+/// [`stream_plain`] of 8-byte events through a `Publisher` (`Producer::publisher`): the
+/// producer's position stays in a register instead of being stored to the handle per
+/// event.
+#[inline(never)]
+fn stream_publisher(p: &mut Producer, limit: u64, end: u64) -> Result<u64> {
+    p.publisher(|w| {
+        let mut published = 0u64;
+        'plain: loop {
+            for _ in 0..256 {
+                if published >= limit {
+                    break 'plain;
+                }
+                w.publish(&published.to_ne_bytes())?;
+                published += 1;
+            }
+            if now_ns() >= end {
+                break;
+            }
+        }
+        Ok(published)
+    })
+}
+
 fn shm_producer(args: &Args) -> Result<()> {
     args.pin();
     if args.str_or("fence", "default") == "seqcst" {
@@ -287,6 +310,8 @@ fn shm_producer(args: &Args) -> Result<()> {
         o => bail!("unknown publish form {o}"),
     };
     let time_each = args.num_or("time_each", 0u8) != 0;
+    // Publish through a `Publisher` (the throughput rows' stream form of 8-byte events only).
+    let publisher = args.num_or("publisher", 0u8) != 0;
     // Stream mode: write the publish time into bytes 8..16 of every event.
     let stamp = args.num_or("stamp", 0u8) != 0;
     let warmup: u64 = args.num_or("warmup", 0);
@@ -294,6 +319,10 @@ fn shm_producer(args: &Args) -> Result<()> {
     let total = warmup + count;
     let size: usize = args.num_or("size", 16);
     let producers: u32 = args.num_or("producers", 1);
+    ensure!(
+        !publisher || (mode == "stream" && !stamp && !time_each && how == Publish::Normal),
+        "a Publisher publishes in the plain stream form only"
+    );
     let mut echo = match mode {
         "pingpong" => {
             let r = Ring::open(ns, args.str("echo")?)?;
@@ -367,7 +396,12 @@ fn shm_producer(args: &Args) -> Result<()> {
             // 213-223 -> 168-189 M/s, fixed-size 402-413 -> 178-218, alternated runs).
             let end = t_start + args.num_or("duration_ns", u64::MAX / 4);
             let limit = if count > 0 { total } else { u64::MAX };
-            published = stream_plain(&mut p, size, &mut buf, limit, end)?;
+            published = if publisher {
+                ensure!(size == 8, "a Publisher row publishes 8-byte events");
+                stream_publisher(&mut p, limit, end)?
+            } else {
+                stream_plain(&mut p, size, &mut buf, limit, end)?
+            };
         }
         "stream" => {
             // Back-to-back single publishes until `count` (if given) or the duration.

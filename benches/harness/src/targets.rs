@@ -214,6 +214,18 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             1.0,
         ),
         (
+            "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / bare SPSC ring floor",
+            throughput::FIXED_PUBLISHER_ROW,
+            floor_row,
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / disruptor crate (in-process)",
+            throughput::FIXED_PUBLISHER_ROW,
+            crate_row,
+            1.0,
+        ),
+        (
             "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event",
             throughput::FIXED_BATCH_ROW,
             crate_row,
@@ -267,6 +279,18 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         (
             "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process), paired",
             throughput::fixed_name(1, false),
+            paired::DISRUPTOR_ROW,
+            1.0,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / bare SPSC ring floor, paired",
+            throughput::FIXED_PUBLISHER_ROW,
+            paired::FLOOR_ROW,
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / disruptor crate (in-process), paired",
+            throughput::FIXED_PUBLISHER_ROW,
             paired::DISRUPTOR_ROW,
             1.0,
         ),

@@ -8,7 +8,9 @@
 //! single producer's claim and checks around its own slots and head), then
 //! 1P1C per-event and batched (10, 100) for 8, 64, 256 and 1024-byte events, with a
 //! busy-spin consumer; 1P1C per-event on a multi-producer ring (the `fetch_add` claim, same
-//! consumer); then 2P1C, 3P1C and 1P3C fan-out. On 2 cores the multi-process rows
+//! consumer); 1P1C on a ring of fixed-size 8-byte events (per event, batch-100, with a
+//! handler call per event or run reads; per event also through a `Publisher`); then 2P1C,
+//! 3P1C and 1P3C fan-out. On 2 cores the multi-process rows
 //! run 3-4 processes on 2 CPUs: their consumers use the default Adaptive strategy (a
 //! spinning consumer there would fight the producers for a CPU), and the numbers are what
 //! time-sharing gives, not what the ring could do with a core each. Last, the floor ring
@@ -32,6 +34,9 @@ pub const FLOOR: &str = "floor: a bare SPSC ring of 8-byte events, cached indice
 pub const MP_ONE_ROW: &str = "per-event, 8 B, multi-producer ring";
 /// Row name of the 1P1C per-event row on a ring of fixed-size 8-byte events.
 pub const FIXED_ONE_ROW: &str = "per-event, 8 B, fixed-size ring";
+/// Row name of the 1P1C per-event row on a ring of fixed-size 8-byte events whose producer
+/// publishes through a `Publisher` (`Producer::publisher`: its position in a register).
+pub const FIXED_PUBLISHER_ROW: &str = "per-event, 8 B, fixed-size ring, Publisher";
 /// Row name of the 1P1C batch-100 row on a ring of fixed-size 8-byte events.
 pub const FIXED_BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring";
 /// Row name of the 1P1C per-event row on a ring of fixed-size 8-byte events whose consumer
@@ -74,7 +79,7 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 14
+    (SIZES.len() * FORMS.len()) as u64 + 15
 }
 
 /// Measure.
@@ -107,6 +112,10 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let row = fixed_row(ctx, batch, runs, ONE);
         ctx.push(row);
     }
+    ctx.bar
+        .set_message(format!("throughput: {FIXED_PUBLISHER_ROW}"));
+    let row = fixed_publisher_row(ctx, ONE);
+    ctx.push(row);
     for (p, c, n) in [
         (2, 1, "2P1C per-event"),
         (3, 1, "3P1C per-event"),
@@ -157,8 +166,24 @@ pub fn fixed_row(ctx: &mut Ctx, batch: usize, runs: bool, group: &str) -> Row {
         8,
         (1, 1),
         (ProducerMode::Single, Some(8)),
-        reads,
+        (reads, false),
         name,
+        group,
+    )
+}
+
+/// The 1P1C per-event row on a ring of fixed-size 8-byte events (busy-spin consumer, one
+/// event per handler call), its producer publishing through a `Publisher` (also for
+/// `paired`).
+pub fn fixed_publisher_row(ctx: &mut Ctx, group: &str) -> Row {
+    one_ring(
+        ctx,
+        1,
+        8,
+        (1, 1),
+        (ProducerMode::Single, Some(8)),
+        ("count", true),
+        FIXED_PUBLISHER_ROW,
         group,
     )
 }
@@ -248,7 +273,7 @@ fn one_in(
         size,
         (producers, consumers),
         (mode, None),
-        "count",
+        ("count", false),
         name,
         group,
     )
@@ -256,14 +281,15 @@ fn one_in(
 
 #[allow(clippy::too_many_arguments)]
 /// A row of `producers` and `consumers` processes on a ring of mode `mode` (of fixed-size
-/// events if `event_size` is set), its consumers in mode `reads` (`count`, or `runs`).
+/// events if `event_size` is set), its consumers in mode `reads` (`count`, or `runs`), its
+/// producers publishing per event through a `Publisher` if `publisher`.
 fn one_ring(
     ctx: &mut Ctx,
     batch: usize,
     size: usize,
     (producers, consumers): (usize, usize),
     (mode, event_size): (ProducerMode, Option<u32>),
-    reads: &str,
+    (reads, publisher): (&str, bool),
     name: &str,
     group: &str,
 ) -> Row {
@@ -278,6 +304,9 @@ fn one_ring(
         let mut a = vec![kv("size", size), kv("duration_ns", dur.as_nanos())];
         if batch == 1 {
             a.push(kv("mode", "stream"));
+            if publisher {
+                a.push(kv("publisher", 1));
+            }
         } else {
             a.extend([kv("mode", "batch"), kv("batch", batch)]);
         }
