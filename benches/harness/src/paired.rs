@@ -17,8 +17,10 @@
 //! [`STEADY`] ran in two placements of the guest and decides no throughput target. Nor does
 //! a round in which one row of a ratio ran below its fastest round (in any round, steady or
 //! not) divided by [`SLOW`]: that row alone fell into the slow placement, between floor rows
-//! that did not, or the whole round ran there.
-//! The targets table says how many rounds each ratio left out, and why.
+//! that did not, or the whole round ran there. Nor does a round in which one of shmring's
+//! per-event rows outran the floor ring by more than [`BEATEN`]: the floor was not at its
+//! best there (a run that never left the slow placement, which the rows' fastest rounds
+//! cannot show). The targets table says how many rounds each ratio left out, and why.
 
 use anyhow::Result;
 
@@ -158,6 +160,9 @@ pub struct Ratios {
     pub values: Vec<f64>,
     /// Rounds that measured both rows but whose floor moved beyond [`STEADY`].
     pub unsteady: usize,
+    /// Steady rounds in which a per-event row ran faster than [`BEATEN`] times the floor
+    /// ring: the floor was not at its best there.
+    pub beaten: usize,
     /// Steady rounds in which one of the two rows ran below its fastest round divided by
     /// [`SLOW`]: that row (or the whole round) ran in the slow placement.
     pub slow: usize,
@@ -170,13 +175,35 @@ pub struct Ratios {
 /// row that alone fell into the slow placement and back.
 pub const SLOW: f64 = 3.0;
 
+/// A round in which one of shmring's 1P1C per-event rows of 8-byte events
+/// ([`PER_EVENT_ROWS`]) ran faster than this times the floor ring is left out of every
+/// throughput ratio. The floor ring is the least a cross-process ring of those events can
+/// do per event, and each of these rows does more; in the fast placement the closest of
+/// them runs at about 0.8-1.0x of it. Wholly in the slow placement, the floor ring slows
+/// more than the rows do (it ran at 39-61 M/s where the fixed-size per-event row ran at
+/// 81-84, 2026-12-01): a round there measures the guest, and the rows' own fastest rounds
+/// ([`SLOW`]) do not catch a run that never left it.
+pub const BEATEN: f64 = 1.2;
+
+/// shmring's 1P1C per-event rows of 8-byte events, which a round's floor ring bounds (see
+/// [`BEATEN`]).
+pub fn per_event_rows() -> [String; 4] {
+    [
+        shm_row(1),
+        throughput::FIXED_ONE_ROW.to_owned(),
+        throughput::FIXED_RUNS_ONE_ROW.to_owned(),
+        throughput::FIXED_PUBLISHER_ROW.to_owned(),
+    ]
+}
+
 /// Rounds a throughput ratio needs to decide its target. A row measured in no round of the
 /// fast placement, steady or not, passes the [`SLOW`] check in every round (its fastest
 /// round is a slow one): with one or two rounds left, a ratio may still mix the placements.
 pub const MIN_ROUNDS: usize = 3;
 
-/// The ratio `a / b` of each steady round that measured both rows, each row within
-/// [`SLOW`] of its fastest round. The fastest round of a row is sought among all rounds,
+/// The ratio `a / b` of each steady round that measured both rows, no per-event row above
+/// [`BEATEN`] times its floor ring, each of the two rows within [`SLOW`] of its fastest
+/// round. The fastest round of a row is sought among all rounds,
 /// steady or not: a row measured in the fast placement only in a round whose floor moved
 /// afterwards still shows what the fast placement gives, and so tells steady rounds that
 /// ran wholly in the slow placement from the others.
@@ -187,14 +214,34 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
     let peak = |pick: fn(&(usize, f64, f64)) -> f64| pairs.iter().map(pick).fold(0.0, f64::max);
     let (peak_a, peak_b) = (peak(|p| p.1), peak(|p| p.2));
     let (kept, unsteady): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| steady[p.0 - 1]);
+    let (kept, beaten): (Vec<_>, Vec<_>) = kept.into_iter().partition(|p| !beaten(rows, p.0));
     let (fast, slow): (Vec<_>, Vec<_>) = kept
         .iter()
         .partition(|&&(_, x, y)| x * SLOW >= peak_a && y * SLOW >= peak_b);
     Ratios {
         values: fast.into_iter().map(|&(_, x, y)| x / y).collect(),
         unsteady: unsteady.len(),
+        beaten: beaten.len(),
         slow: slow.len(),
     }
+}
+
+/// Whether a per-event row of round `r` ran faster than [`BEATEN`] times the round's floor
+/// ring (the floor row the ratios divide by).
+fn beaten(rows: &[Row], r: usize) -> bool {
+    let g = round(r);
+    let best = |name: &str| {
+        rows.iter()
+            .find(|x| x.suite == SUITE && x.group == g && x.name == name && x.error.is_none())
+            .and_then(|x| x.best_ops_per_sec.or(x.ops_per_sec))
+    };
+    let Some(floor) = best(FLOOR_ROW).filter(|f| *f > 0.0) else {
+        return false;
+    };
+    per_event_rows()
+        .iter()
+        .filter_map(|name| best(name))
+        .any(|v| v > floor * BEATEN)
 }
 
 /// Whether round `r`'s two floor rows agree within [`STEADY`] (a round without both, as

@@ -383,7 +383,7 @@ fn paired_target(
     let v = &r.values;
     // A target with rounds measured but none left counts as undecided, stated with why; one
     // the run did not measure at all is not stated.
-    if v.is_empty() && r.unsteady + r.slow == 0 {
+    if v.is_empty() && r.unsteady + r.beaten + r.slow == 0 {
         return None;
     }
     let (median, range) = match paired::spread(v) {
@@ -397,6 +397,13 @@ fn paired_target(
             "{} with the floor moved beyond {}x within them",
             r.unsteady,
             paired::STEADY
+        ));
+    }
+    if r.beaten > 0 {
+        why.push(format!(
+            "{} with a per-event row above {}x the floor ring (the floor not at its best)",
+            r.beaten,
+            paired::BEATEN
         ));
     }
     if r.slow > 0 {
@@ -657,7 +664,9 @@ mod tests {
             );
         }
         let r = paired::ratios(&rows, &paired::shm_row(1), paired::FLOOR_ROW);
-        assert_eq!((r.values.len(), r.unsteady, r.slow), (0, 1, 4));
+        // Left out as beaten (the per-event row outran the floor ring in each of them), which
+        // is checked before the slow placement: either rule leaves them out.
+        assert_eq!((r.values.len(), r.unsteady, r.beaten, r.slow), (0, 1, 4, 0));
         // No round counts: the target is undecided, and says why.
         let targets = evaluate(&rows);
         let t = target(
@@ -668,7 +677,7 @@ mod tests {
         assert!(
             t.from.contains(
                 "median of 0 rounds (more left out: 1 with the floor moved beyond 1.25x within \
-                 them; 4 with a row below 1/3"
+                 them; 4 with a per-event row above 1.2x the floor ring"
             ),
             "{}",
             t.from
@@ -679,6 +688,58 @@ mod tests {
             serde_json::to_string(t).unwrap().contains("\"ratio\":null"),
             "a NaN ratio is null in the JSON"
         );
+    }
+
+    #[test]
+    fn a_run_wholly_in_the_slow_placement_decides_no_paired_throughput_target() {
+        // A run of 2026-12-01 (23:45 UTC) that never left the slow placement: no row ran in
+        // the fast one in any round, so the slow-placement rule (each row against its own
+        // fastest round) saw nothing, three rounds were steady, and the fixed-size
+        // per-event row was printed at 1.74x the floor, "met". There, the per-event rows
+        // outran the floor ring itself (81-84 M/s against 39-61): a round in which a
+        // per-event row beats the bare ring of the same events measured the guest, not
+        // the rings.
+        let mut rows = Vec::new();
+        for (r, fixed, stamped, floor, again, disruptor) in [
+            (1, 82.7, 47.8, 39.0, 46.3, 24.4),
+            (2, 83.6, 65.9, 48.0, 59.2, 23.9),
+            (3, 82.2, 66.5, 48.0, 42.4, 24.1),
+            (4, 84.2, 54.4, 44.3, 55.9, 24.9),
+            (5, 80.8, 64.3, 60.9, 48.1, 23.9),
+        ] {
+            rows.extend(
+                [
+                    (throughput::FIXED_ONE_ROW.to_owned(), fixed),
+                    (paired::shm_row(1), stamped),
+                    (paired::FLOOR_ROW.to_owned(), floor),
+                    (paired::FLOOR_AGAIN_ROW.to_owned(), again),
+                    (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
+        }
+        let r = paired::ratios(&rows, throughput::FIXED_ONE_ROW, paired::FLOOR_ROW);
+        assert_eq!(
+            (r.values.len(), r.unsteady, r.beaten, r.slow),
+            (0, 2, 3, 0),
+            "{r:?}"
+        );
+        let targets = evaluate(&rows);
+        for what in [
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor, paired",
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process), paired",
+            PER_EVENT_CRATE,
+        ] {
+            let t = target(&targets, what);
+            assert!(!t.decided && !t.met, "{t:?}");
+            assert!(
+                t.from.contains(
+                    "3 with a per-event row above 1.2x the floor ring (the floor not at its best)"
+                ),
+                "{}",
+                t.from
+            );
+        }
     }
 
     #[test]
