@@ -237,7 +237,7 @@ fn publish(p: &mut Producer, how: Publish, bytes: &[u8]) -> Result<u64> {
 /// A function of its own, as the floor ring's producer loop is: inside `shm_producer`, with
 /// every mode's locals around it, the compiler kept the event counter on the stack and
 /// stored it there on every publish, one store per event the floor's loop does not make
-/// (fixed-size per-event 455-570 M/s in the loop there, 620-665 here; ARCHITECTURE.md,
+/// (fixed-size per-event 455-570 M/s in the loop there, 636-664 here; ARCHITECTURE.md,
 /// "Fixed-size rings: the position in a register").
 #[inline(never)]
 fn stream_plain(
@@ -320,8 +320,9 @@ fn shm_producer(args: &Args) -> Result<()> {
     let size: usize = args.num_or("size", 16);
     let producers: u32 = args.num_or("producers", 1);
     ensure!(
-        !publisher || (mode == "stream" && !stamp && !time_each && how == Publish::Normal),
-        "a Publisher publishes in the plain stream form only"
+        !publisher
+            || (mode == "stream" && !stamp && !time_each && how == Publish::Normal && size == 8),
+        "a Publisher publishes 8-byte events in the plain stream form only"
     );
     let mut echo = match mode {
         "pingpong" => {
@@ -391,13 +392,13 @@ fn shm_producer(args: &Args) -> Result<()> {
         "stream" if !stamp && !time_each && how == Publish::Normal => {
             // The throughput rows' form: back-to-back publishes of the event's number until
             // `count` (if given) or the duration, with nothing else in the loop (as the
-            // floor ring's producer loop). Written out rather than shared with the loop below
-            // through a closure: that form cost the per-event rows a fifth to a half (stamped
-            // 213-223 -> 168-189 M/s, fixed-size 402-413 -> 178-218, alternated runs).
+            // floor ring's producer loop), in a function of its own (`stream_plain`, or
+            // `stream_publisher` through a `Publisher`), not the loop below with its
+            // per-event `publish` helper: that form cost the per-event rows a fifth to a half
+            // (stamped 213-223 -> 168-189 M/s, fixed-size 402-413 -> 178-218, alternated runs).
             let end = t_start + args.num_or("duration_ns", u64::MAX / 4);
             let limit = if count > 0 { total } else { u64::MAX };
             published = if publisher {
-                ensure!(size == 8, "a Publisher row publishes 8-byte events");
                 stream_publisher(&mut p, limit, end)?
             } else {
                 stream_plain(&mut p, size, &mut buf, limit, end)?
