@@ -3,7 +3,6 @@
 //! required and optional consumers, the lifecycle, and what such a ring refuses.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use shmring::{
     AttachError, ConsumerOptions, DeclaredError, ErrorPolicy, FenceMode, LayoutError, OpenError,
@@ -11,7 +10,7 @@ use shmring::{
     WaitStrategy,
 };
 
-use shmring_testkit::Namespace;
+use shmring_testkit::{eventually, Namespace};
 
 /// A single-producer ring of `capacity` 8-byte events.
 fn config(capacity: u64) -> RingConfig {
@@ -714,15 +713,6 @@ fn a_handler_failing_after_a_tombstone_commits_what_came_before_it() {
             "required {required}"
         );
         assert_eq!(c.next_sequence(), 2, "required {required}");
-    }
-}
-
-/// Wait for `cond`, checking every millisecond, for at most 20 s.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use shmring::{
     ConsumerOptions, ProducerMode, PublishError, Ring, RingConfig, RunExit, WaitStrategy,
 };
-use shmring_testkit::Namespace;
+use shmring_testkit::{eventually, Namespace};
 
 /// A ring of `capacity` slots: fixed-size 8-byte events (`fixed`), or 256-byte stamped
 /// slots.
@@ -207,15 +207,6 @@ fn a_claim_leaked_before_a_publisher_is_a_tombstone_before_its_first_event() {
     assert_eq!(drain(&mut c), vec![(0, 0), (2, 2), (3, 3)]);
     assert_eq!(c.stats().skipped, 1);
     assert_eq!((p.stats().published, p.stats().tombstoned), (3, 1));
-}
-
-/// Wait for `cond`, checking every millisecond, for at most 20 s.
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Each publish through a publisher wakes a consumer parked on the ring, as

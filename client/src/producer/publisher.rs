@@ -81,6 +81,23 @@ impl Producer {
 /// A [`Producer`] lent to a loop of publishes, its position held by value (see
 /// [`Producer::publisher`]). Only [`Producer::publisher`] makes one, and it ends with the
 /// closure it was lent to.
+///
+/// The closure borrows it for the call alone: it cannot keep it, nor swap it with another
+/// producer's (each would leave a handle with the other's position):
+///
+/// ```compile_fail
+/// fn swap(a: &mut shmring::Producer, b: &mut shmring::Producer) {
+///     a.publisher(|pa| b.publisher(|pb| std::mem::swap(pa, pb)));
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn keep(a: &mut shmring::Producer) {
+///     let mut kept = None;
+///     a.publisher(|p| kept = Some(p));
+///     drop(kept);
+/// }
+/// ```
 pub struct Publisher<'p> {
     producer: &'p mut Producer,
     /// The producer's position: the handle's `next` is stale while this publisher lives,
