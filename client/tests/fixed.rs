@@ -10,7 +10,7 @@ use shmring::{
     WaitStrategy,
 };
 
-use shmring_testkit::{eventually, Namespace};
+use shmring_testkit::{Namespace, ParkedConsumer};
 
 /// A single-producer ring of `capacity` 8-byte events.
 fn config(capacity: u64) -> RingConfig {
@@ -724,10 +724,9 @@ fn a_handler_failing_after_a_tombstone_commits_what_came_before_it() {
 fn a_raised_fence_mode_leaves_the_common_case_and_still_wakes_a_parked_consumer() {
     let ns = Namespace::concurrent("fixed-fence-raised");
     let ring = ring(&ns, 64);
-    let mut c = ring
+    let c = ring
         .consumer(ConsumerOptions::anonymous().wait(WaitStrategy::Blocking))
         .unwrap();
-    let index = c.index();
     let mut p = ring.producer().unwrap();
     // The first publish registers the process and opens the common case for the next ones.
     for i in 0..4u64 {
@@ -741,40 +740,15 @@ fn a_raised_fence_mode_leaves_the_common_case_and_still_wakes_a_parked_consumer(
     );
     assert_eq!(ring.fence_mode(), Some(FenceMode::SeqCstFence));
     let n = 10u64;
-    let progress = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let progress2 = progress.clone();
-    let consumer = std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let exit = c
-            .run(
-                |ev| {
-                    seen.push((ev.sequence(), value(ev.bytes())));
-                    progress2.store(ev.sequence() + 1, std::sync::atomic::Ordering::SeqCst);
-                },
-                || false,
-            )
-            .unwrap();
-        (exit, seen, c.stats())
-    });
+    let consumer = ParkedConsumer::spawn(c);
     // Each publish goes to a consumer that has taken everything before it and parked: only
     // the publish's wake (or the 50 ms net, which the stats count) gets it going again.
-    let idle_at = |i: u64| {
-        progress.load(std::sync::atomic::Ordering::SeqCst) == i
-            && ring
-                .info()
-                .consumers
-                .iter()
-                .any(|e| e.index == index && e.parked)
-    };
     for i in 4..n {
-        eventually("the consumer to take everything and park", || idle_at(i));
+        consumer.wait_parked_at(&ring, i);
         assert_eq!(p.publish_value(&i), Ok(i));
     }
-    eventually("the consumer to take the last event and park", || {
-        idle_at(n)
-    });
-    ring.stop().unwrap();
-    let (exit, seen, stats) = consumer.join().unwrap();
+    consumer.wait_parked_at(&ring, n);
+    let (exit, seen, stats) = consumer.finish(&ring);
     assert_eq!(exit, RunExit::Closed);
     assert_eq!(seen, (0..n).map(|i| (i, i)).collect::<Vec<_>>());
     assert_eq!(

@@ -3,14 +3,12 @@
 //! wake-ups), and the position goes back to the producer however the closure ends.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring::{
     ConsumerOptions, ProducerMode, PublishError, Ring, RingConfig, RunExit, WaitStrategy,
 };
-use shmring_testkit::{eventually, Namespace};
+use shmring_testkit::{Namespace, ParkedConsumer};
 
 /// A ring of `capacity` slots: fixed-size 8-byte events (`fixed`), or 256-byte stamped
 /// slots.
@@ -215,46 +213,20 @@ fn a_claim_leaked_before_a_publisher_is_a_tombstone_before_its_first_event() {
 fn each_publish_wakes_a_parked_consumer() {
     let ns = Namespace::concurrent("publisher-wakes");
     let ring = fixed_ring(&ns, "r", 64);
-    let mut c = ring
+    let c = ring
         .consumer(ConsumerOptions::anonymous().wait(WaitStrategy::Blocking))
         .unwrap();
-    let index = c.index();
     let mut p = ring.producer().unwrap();
-    let progress = Arc::new(AtomicU64::new(0));
-    let progress2 = progress.clone();
-    let consumer = std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let exit = c
-            .run(
-                |ev| {
-                    seen.push((ev.sequence(), ev.read::<u64>().unwrap_or(u64::MAX)));
-                    progress2.store(ev.sequence() + 1, Ordering::SeqCst);
-                },
-                || false,
-            )
-            .unwrap();
-        (exit, seen, c.stats())
-    });
-    let idle_at = |i: u64| {
-        progress.load(Ordering::SeqCst) == i
-            && ring
-                .info()
-                .consumers
-                .iter()
-                .any(|e| e.index == index && e.parked)
-    };
+    let consumer = ParkedConsumer::spawn(c);
     let n = 10u64;
     p.publisher(|w| {
         for i in 0..n {
-            eventually("the consumer to take everything and park", || idle_at(i));
+            consumer.wait_parked_at(&ring, i);
             assert_eq!(w.publish_value(&i), Ok(i));
         }
     });
-    eventually("the consumer to take the last event and park", || {
-        idle_at(n)
-    });
-    ring.stop().unwrap();
-    let (exit, seen, stats) = consumer.join().unwrap();
+    consumer.wait_parked_at(&ring, n);
+    let (exit, seen, stats) = consumer.finish(&ring);
     assert_eq!(exit, RunExit::Closed);
     assert_eq!(seen, expected(0..n));
     assert_eq!(

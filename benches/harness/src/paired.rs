@@ -233,12 +233,7 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
 /// ring (the faster of its two floor rows, which a steady round lets differ by up to
 /// [`STEADY`]).
 fn beaten(rows: &[Row], r: usize) -> bool {
-    let g = round(r);
-    let best = |name: &str| {
-        rows.iter()
-            .find(|x| x.suite == SUITE && x.group == g && x.name == name && x.error.is_none())
-            .and_then(|x| x.best_ops_per_sec.or(x.ops_per_sec))
-    };
+    let best = |name: &str| best_in(rows, r, name);
     let Some(floor) = [best(FLOOR_ROW), best(FLOOR_AGAIN_ROW)]
         .into_iter()
         .flatten()
@@ -256,16 +251,22 @@ fn beaten(rows: &[Row], r: usize) -> bool {
 /// Whether round `r`'s two floor rows agree within [`STEADY`] (a round without both, as
 /// one that failed to measure one, counts as steady: there is nothing to tell).
 fn steady(rows: &[Row], r: usize) -> bool {
-    let g = round(r);
-    let floor = |name: &str| {
-        rows.iter()
-            .find(|x| x.suite == SUITE && x.group == g && x.name == name && x.error.is_none())
-            .and_then(|x| x.best_ops_per_sec.or(x.ops_per_sec))
-    };
-    match (floor(FLOOR_ROW), floor(FLOOR_AGAIN_ROW)) {
+    match (
+        best_in(rows, r, FLOOR_ROW),
+        best_in(rows, r, FLOOR_AGAIN_ROW),
+    ) {
         (Some(a), Some(b)) if a > 0.0 && b > 0.0 => (1.0 / STEADY..=STEADY).contains(&(b / a)),
         _ => true,
     }
+}
+
+/// The best 100 ms (or the whole run's rate) of throughput row `name` in round `r`, if it
+/// was measured.
+fn best_in(rows: &[Row], r: usize, name: &str) -> Option<f64> {
+    let g = round(r);
+    rows.iter()
+        .find(|x| x.suite == SUITE && x.group == g && x.name == name && x.error.is_none())
+        .and_then(|x| x.best_ops_per_sec.or(x.ops_per_sec))
 }
 
 /// The ratio `a / b` of the p50s of each round's latency rows that measured both.

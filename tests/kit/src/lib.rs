@@ -28,6 +28,8 @@
 //! - [`raw`]: raw words of a segment at `shmring_layout` offsets, to read the wake lines and
 //!   to lay down the state a process killed at one exact instruction leaves.
 //! - [`Wait`]: the wait strategies the tests pick from, by their short names.
+//! - [`ParkedConsumer`]: a consumer on a thread that parks whenever it has taken
+//!   everything, for the tests that check every publish wakes it.
 //!
 //! The `shmring-testkit` binary (package `shmring-tests`, whose tests spawn it with
 //! [`testkit!`]) is this kit's child program: Cargo hands a binary's path only to the
@@ -38,6 +40,7 @@ pub mod fault;
 pub mod namespace;
 pub mod order;
 pub mod output;
+pub mod parked;
 pub mod payload;
 pub mod poll;
 pub mod procfs;
@@ -49,6 +52,7 @@ pub mod strategy;
 pub use child::{Child, WAIT};
 pub use namespace::{serial, Namespace};
 pub use output::output;
+pub use parked::ParkedConsumer;
 pub use poll::{eventually, wait_until};
 pub use strategy::Wait;
 
