@@ -374,12 +374,22 @@ impl Producer {
             return Err(self.bad_len(bytes.len()).into());
         }
         let seq = self.next;
-        if seq < self.fast_end && park::light(self.seg.header(), true) {
+        if self.fixed_common_case(seq, bytes.len()) {
             self.publish_fixed_at::<WAKE>(seq, bytes)?;
             self.next = seq + 1;
             return Ok(seq);
         }
         self.publish_fixed_general::<WAKE>(bytes)
+    }
+
+    /// Whether a fixed-size publish of `len` bytes at `seq` takes the common case: room under
+    /// the cached gate, this process registered, no claim guard open (`fast_end`, 0 on every
+    /// ring but a fixed-size one), the event's size, and the ring's fence mode membarrier
+    /// (read once here for both of the claim's fences). The one test of it, for
+    /// `publish_fixed` and for a [`Publisher`] (whose `seq` is its own position).
+    #[inline(always)]
+    pub(super) fn fixed_common_case(&self, seq: u64, len: usize) -> bool {
+        seq < self.fast_end && len == self.max_payload && park::light(self.seg.header(), true)
     }
 
     /// The common case of [`Producer::publish_fixed`] at `seq`, the position (below

@@ -6,10 +6,10 @@
 //! fixed-size ring that store is one of four per event (claim, event, cursor, position), and
 //! the producer, whose stores wait behind the claim line it shares with its consumers, pays
 //! for each of them (ARCHITECTURE.md, "Fixed-size rings: the position in a register").
-//! [`Producer::publisher`] lends a closure a [`Publisher`] that holds the position and the
-//! common case's bound as plain values: once the closure is inlined into the caller's loop
-//! (it is generic, so it normally is) no out-of-line call receives the publisher, and both
-//! stay in registers. The position goes back to the handle when the closure returns or
+//! [`Producer::publisher`] lends a closure a [`Publisher`] that holds the position as a
+//! plain value: once the closure is inlined into the caller's loop (it is generic, so it
+//! normally is) no out-of-line call receives the publisher, and the position stays in a
+//! register. The position goes back to the handle when the closure returns or
 //! unwinds; the closure only borrows the publisher, for a lifetime of the call alone, so it
 //! cannot move, swap or leak it.
 //!
@@ -68,11 +68,10 @@ impl Producer {
     /// ```
     #[inline(always)]
     pub fn publisher<R>(&mut self, f: impl FnOnce(&mut Publisher<'_>) -> R) -> R {
-        let (next, fast_end) = (self.next, self.fast_end);
+        let next = self.next;
         let mut publisher = Publisher {
             producer: self,
             next,
-            fast_end,
         };
         f(&mut publisher)
     }
@@ -104,9 +103,6 @@ pub struct Publisher<'p> {
     /// and gets this back when it is dropped and before each publish it hands to the handle.
     /// [`HANDED`] while the handle publishes (if that unwinds, the handle's is the one).
     next: u64,
-    /// The handle's `fast_end` (see `Producer::fast_end`), read back after each publish
-    /// handed to the handle: 0 on every ring but a fixed-size one.
-    fast_end: u64,
 }
 
 impl Publisher<'_> {
@@ -117,8 +113,7 @@ impl Publisher<'_> {
         let p = &mut *self.producer;
         // The common case of `Producer::publish_fixed`, with the position from this value
         // (`HANDED` never passes the bound).
-        if seq < self.fast_end && bytes.len() == p.max_payload && park::light(p.seg.header(), true)
-        {
+        if p.fixed_common_case(seq, bytes.len()) {
             p.publish_fixed_at::<true>(seq, bytes)?;
             self.next = seq + 1;
             return Ok(seq);
@@ -133,7 +128,7 @@ impl Publisher<'_> {
     }
 
     /// Anything but the common case: the handle publishes at this publisher's position, and
-    /// its position and bound come back.
+    /// its position comes back.
     #[inline(always)]
     fn through_handle(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
         // A small event is copied here, on this path only, and the copy goes out of line: a
@@ -149,9 +144,8 @@ impl Publisher<'_> {
             None => bytes,
         };
         let next = std::mem::replace(&mut self.next, HANDED);
-        let (r, next, fast_end) = through_handle(self.producer, next, bytes);
+        let (r, next) = through_handle(self.producer, next, bytes);
         self.next = next;
-        self.fast_end = fast_end;
         r
     }
 
@@ -171,21 +165,16 @@ impl Publisher<'_> {
 
 /// [`Publisher::publish`] outside its common case, out of line: the handle publishes at
 /// `next` (unless it is [`HANDED`]: an earlier handed publish unwound, and the handle's
-/// position is the one); returns what it returned, and the handle's position and bound
-/// after it. It takes no reference to the publisher, whose position then stays a value in
-/// a register.
+/// position is the one); returns what it returned, and the handle's position after it. It
+/// takes no reference to the publisher, whose position then stays a value in a register.
 #[cold]
 #[inline(never)]
-fn through_handle(
-    p: &mut Producer,
-    next: u64,
-    bytes: &[u8],
-) -> (Result<u64, PublishError>, u64, u64) {
+fn through_handle(p: &mut Producer, next: u64, bytes: &[u8]) -> (Result<u64, PublishError>, u64) {
     if next != HANDED {
         p.next = next;
     }
     let r = p.publish(bytes);
-    (r, p.next, p.fast_end)
+    (r, p.next)
 }
 
 impl Drop for Publisher<'_> {

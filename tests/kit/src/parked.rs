@@ -32,6 +32,7 @@ impl ParkedConsumer {
                 .run(
                     |ev| {
                         seen.push((ev.sequence(), first_u64(ev.bytes())));
+                        // SeqCst: read by `wait_parked_at` (SeqCst), a test's progress flag.
                         shared.store(ev.sequence() + 1, Ordering::SeqCst);
                     },
                     || false,
@@ -49,6 +50,7 @@ impl ParkedConsumer {
     /// Wait until it has taken every event below `i`, and no more, and is parked on `ring`.
     pub fn wait_parked_at(&self, ring: &Ring, i: u64) {
         eventually("the consumer to take everything and park", || {
+            // SeqCst: pairs with the consumer thread's store after each event.
             self.progress.load(Ordering::SeqCst) == i
                 && ring
                     .info()
