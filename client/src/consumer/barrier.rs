@@ -121,11 +121,13 @@ impl Upstreams {
         r
     }
 
+    #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Whether some upstream does not hold this consumer (a required one released).
+    #[inline]
     pub(crate) fn releasing(&self) -> bool {
         self.list[..self.len].iter().any(|u| !u.holds)
     }
