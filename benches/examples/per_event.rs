@@ -1,6 +1,7 @@
 //! The per-event path, in one thread, for an instruction profile: publish `N` 8-byte events
 //! into a single- or multi-producer ring (or a fixed-size ring: `per_event fixed`) and deliver them with `poll_once`, 256 at a time
-//! (`per_event single N 1`: one at a time, as a consumer that keeps up sees them).
+//! (`per_event single N 1`: one at a time, as a consumer that keeps up sees them;
+//! `per_event single N 256 publisher`: each burst published through a `Publisher`).
 //!
 //! ```sh
 //! cargo build --release -p shmring-benches --example per_event
@@ -50,10 +51,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut p = ring.producer()?;
     let mut sum = 0u64;
     let mut sent = 0u64;
+    // `publisher` as the fourth argument: each burst through a `Publisher`.
+    let through_publisher = std::env::args().nth(4).as_deref() == Some("publisher");
     while sent < n {
-        for _ in 0..burst {
-            p.publish(&sent.to_le_bytes())?;
-            sent += 1;
+        if through_publisher {
+            // The count in a local of the closure, as `sent` is in the other loop (a
+            // captured `sent` would be stored to memory per event).
+            sent = p.publisher(|w| {
+                let mut s = sent;
+                for _ in 0..burst {
+                    w.publish(&s.to_le_bytes())?;
+                    s += 1;
+                }
+                Ok::<_, shmring::PublishError>(s)
+            })?;
+        } else {
+            for _ in 0..burst {
+                p.publish(&sent.to_le_bytes())?;
+                sent += 1;
+            }
         }
         while c.poll_once(|ev| sum = sum.wrapping_add(ev.sequence()))? > 0 {}
     }
