@@ -259,12 +259,18 @@ pub enum AttachError {
         /// The name.
         name: String,
     },
-    /// A worker group member named upstream consumers (`ConsumerOptions::worker` with
-    /// `after`): members claim from the group's work sequence, which has no barrier.
-    #[error("a member of worker group {group:?} cannot read behind other consumers: put a dependent consumer before the group and have it republish into a ring of its own")]
-    WorkerAfter {
+    /// A worker group member named upstream consumers (`ConsumerOptions::after`) other
+    /// than the group's: the member that created the group recorded them in its entry, and
+    /// every member reads behind those (a declared group has none).
+    #[error("worker group {group:?} runs after {recorded:?}, and a member asked for {asked:?}: give every member of a group the same `after`; a group's upstreams are fixed when its first member creates it, so changing them takes a new group name or a new ring")]
+    GroupUpstreams {
         /// The group.
         group: String,
+        /// The names the group's entry records (an entry that no longer holds a durable
+        /// name shows as `#index`).
+        recorded: Vec<String>,
+        /// The names the member asked for.
+        asked: Vec<String>,
     },
     /// A single-producer ring's position (a word of the segment) is at or past
     /// `shmring_layout::MAX_SEQUENCE`, which no ring reaches: the segment was overwritten.

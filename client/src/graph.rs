@@ -4,7 +4,9 @@
 //! A consumer attached with `ConsumerOptions::after([...])` names upstream consumers of
 //! the same ring by durable name. At attach the names are resolved to table entries and
 //! recorded, each as its entry index plus one, in `ConsumerCold::upstream` of the
-//! attaching entry, before the compare-and-swap that makes it ACTIVE. Delivery then stops
+//! attaching entry, before the compare-and-swap that makes it ACTIVE. A worker group's
+//! upstreams are recorded the same way in the group's entry, by the member that creates it
+//! (which runs the cycle check below for it); its members record none. Delivery then stops
 //! below the lowest `next` of the gating upstreams (see `consumer/barrier.rs`).
 //!
 //! ## The cycle check: record first, then look

@@ -108,8 +108,9 @@ pub fn finished<'e, W: Word + 'e>(
 }
 
 /// Claim the next sequences of the group from the work sequence `work`: `[start, end)`,
-/// with `end - start` in `1..=cap`. `run(w)` is the number of published events from `w`
-/// (0 when `w` is not published yet: the member then claims `w` alone and waits for it).
+/// with `end - start` in `1..=cap`. `run(w)` is the number of events from `w` the member
+/// may take: published, and finished by the group's upstreams if it has any (0 when `w` is
+/// not: the member then claims `w` alone and waits for it).
 /// `next` and `claim_end` are the member entry's; they are stored before the CAS that takes
 /// the claim (see the module comment).
 pub fn claim<V: Word, W: Word>(

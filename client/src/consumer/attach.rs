@@ -69,13 +69,15 @@ impl Consumer {
                     what: "worker group member",
                 });
             }
-            if !opts.upstream.is_empty() {
-                return Err(AttachError::WorkerAfter {
-                    group: group.clone(),
+            if opts.upstream.iter().any(|u| u == group) {
+                return Err(AttachError::SelfUpstream {
+                    name: group.clone(),
                 });
             }
-            let (m, entry, next, word) = member::attach(&seg, group, &opts)?;
-            let upstream = barrier::Upstreams::default();
+            // A member reads behind the group's upstreams as a dependent consumer does; the
+            // group's entry records them (see `member::attach`).
+            let upstream = Self::resolve(&seg, &opts)?;
+            let (m, entry, next, word) = member::attach(&seg, group, &opts, &upstream)?;
             let mut c = Self::handle(seg, &opts, entry, next, word, true, false, upstream);
             c.member = Some(m);
             // A member carries on the poison record of an entry it took over, as a durable

@@ -26,17 +26,22 @@ impl Consumer {
 
     /// `has_pending`, with what a changed upstream (`barrier::Stale`) reads as.
     fn pending(&self, stale: bool) -> bool {
-        if self.member.is_some() {
-            return self.member_pending();
-        }
         // The upstreams first: an upstream lost while nothing is published still reads as
         // pending.
-        if !self.upstream.is_empty() {
+        let limit = if self.upstream.is_empty() {
+            u64::MAX
+        } else {
             match self.barrier() {
-                Ok(limit) if limit <= self.next => return false,
-                Ok(_) => {}
+                Ok(limit) => limit,
                 Err(barrier::Stale) => return stale,
             }
+        };
+        if self.member.is_some() {
+            // A member's claims may lie below its own position (adopted ones).
+            return self.member_pending(limit);
+        }
+        if limit <= self.next {
+            return false;
         }
         if self.fixed {
             // The cursor, on the claim line the producer writes (see `fixed`).

@@ -6,6 +6,7 @@ use shmring_layout::MAX_UPSTREAM;
 use super::deliver::call;
 use super::policy::{self, Verdict, DIED_IN_HANDLER};
 use super::*;
+use crate::graph;
 use crate::group;
 
 /// Claims between two scans of the group's members for claims left behind.
@@ -53,12 +54,17 @@ pub(super) fn attach(
     seg: &Arc<Segment>,
     group_name: &str,
     opts: &ConsumerOptions,
+    upstream: &barrier::Upstreams,
 ) -> Result<(Member, u32, u64, u64), AttachError> {
     let words = attach::pack_name(group_name)?;
+    let record = upstream.record();
     let mut creating = 0u32;
     let group = loop {
         match find_group(seg, &words, group_name)? {
-            GroupAt::Index(i) => break i,
+            GroupAt::Index(i) => {
+                same_upstreams(seg, i, group_name, &record, opts)?;
+                break i;
+            }
             // Its creator is between its ACTIVE CAS and its DETACHED one, storing the work
             // sequence: a claim now could be undone by that store. A few instructions (or
             // its death, after which `find_group` finishes the creation); a creator stopped
@@ -74,14 +80,38 @@ pub(super) fn attach(
             GroupAt::None => {
                 let flags =
                     consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::GROUP;
+                // The group's upstreams are recorded in its entry, before its ACTIVE CAS, as
+                // a dependent consumer's are in its own (see `graph`).
                 if let attach::Found::Attached { index, word, .. } =
-                    Consumer::fresh(seg, Some(&words), flags, opts, &[0; MAX_UPSTREAM], None)?
+                    Consumer::fresh(seg, Some(&words), flags, opts, &record, None)?
                 {
-                    // The group gates with no holder: DETACHED, like a durable consumer
-                    // whose events wait for it. From this word or the broker's release of it.
                     let e = seg
                         .consumer(index)
                         .unwrap_or_else(|| unreachable!("index from the table scan"));
+                    if !upstream.is_empty() {
+                        // After the ACTIVE CAS: record first, then look (see `graph`).
+                        let cycle = graph::find_cycle(&**seg, index, &record, || {
+                            // SeqCst fence: (3) in `graph`.
+                            fence(Ordering::SeqCst)
+                        });
+                        if let Some(path) = cycle {
+                            // No member joined yet (they wait while it is ACTIVE): the entry
+                            // goes back as it came, with no record.
+                            graph::record(&**seg, index, &[0; MAX_UPSTREAM]);
+                            let _ =
+                                table::consumer::give_up(&e.hot.word, word, consumer_state::FREE);
+                            return Err(AttachError::Cycle {
+                                names: path
+                                    .iter()
+                                    .map(|&i| {
+                                        seg.consumer(i).map(attach::entry_name).unwrap_or_default()
+                                    })
+                                    .collect(),
+                            });
+                        }
+                    }
+                    // The group gates with no holder: DETACHED, like a durable consumer
+                    // whose events wait for it. From this word or the broker's release of it.
                     if table::consumer::give_up(&e.hot.word, word, consumer_state::DETACHED).is_ok()
                     {
                         break index;
@@ -109,6 +139,40 @@ pub(super) fn attach(
         }
         std::thread::yield_now();
     }
+}
+
+/// Whether a member that names `record` (entry indices plus one, see `graph`) may join the
+/// group at `group`: the group's entry records the upstreams the member that created it
+/// named, and every member reads behind those (as sets; a declared group records none).
+fn same_upstreams(
+    seg: &Segment,
+    group: u32,
+    group_name: &str,
+    record: &[u32; MAX_UPSTREAM],
+    opts: &ConsumerOptions,
+) -> Result<(), AttachError> {
+    use crate::graph::Graph;
+    // Relaxed: written before the group's ACTIVE CAS, which `find_group`'s Acquire load of
+    // its word (or of a later word) synchronizes with.
+    let recorded: Vec<u32> = (0..MAX_UPSTREAM)
+        .map(|k| seg.upstream(group, k, Ordering::Relaxed))
+        .filter(|&u| u != 0)
+        .collect();
+    let asked: Vec<u32> = record.iter().copied().filter(|&u| u != 0).collect();
+    if recorded.len() == asked.len() && asked.iter().all(|u| recorded.contains(u)) {
+        return Ok(());
+    }
+    let name = |u: u32| {
+        seg.consumer(u - 1)
+            .filter(|e| e.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE != 0)
+            .map(attach::entry_name)
+            .unwrap_or_else(|| format!("#{}", u - 1))
+    };
+    Err(AttachError::GroupUpstreams {
+        group: group_name.to_owned(),
+        recorded: recorded.into_iter().map(name).collect(),
+        asked: opts.upstream.clone(),
+    })
 }
 
 /// Take over, as this member's own entry, an entry of the group that its member left
@@ -276,13 +340,22 @@ impl Consumer {
         };
         let seg = &*self.seg;
         let cap = self.batch_cap;
+        // A group after other consumers claims only what they have finished (a claim of one
+        // at the work sequence otherwise, as when nothing is published: it is delivered once
+        // they pass it). An upstream that changed reads as nothing finished: the poll
+        // revalidates it.
+        let limit = if self.upstream.is_empty() {
+            u64::MAX
+        } else {
+            self.barrier().unwrap_or(0)
+        };
         let e = self.entry();
         let (start, end) = group::claim(
             &self.group_entry(&m).hot.next,
             &e.hot.next,
             &e.cold.claim_end,
             cap,
-            |w| published_run(seg, w, cap),
+            |w| published_run(seg, w, cap.min(limit.saturating_sub(w))),
         );
         self.next = start;
         m.claim_end = end;
@@ -331,7 +404,10 @@ impl Consumer {
             self.undo_suspect();
             self.careful = self.careful.max(1);
         }
-        let n = match self.poll_adopted(handler) {
+        // What every upstream has finished (none: no bound). Delivery stops there, in the
+        // adopted claims and in its own, whatever a claim covers.
+        let limit = self.upstream_limit()?;
+        let n = match self.poll_adopted(handler, limit) {
             Ok(n) => n,
             Err(e) => {
                 // Stopped at an adopted claim's event (that claim is left FAILED there): its
@@ -351,8 +427,9 @@ impl Consumer {
             return Ok(0);
         };
         let start = self.next;
+        let end = claim_end.min(limit);
         let mut n = 0u64;
-        while start + n < claim_end {
+        while start + n < end {
             let seq = start + n;
             // Acquire: SYNC POINT with the producer's Release stamp store, as `poll_once`.
             let stamp = self.seg.slot(seq).header.stamp.load(Ordering::Acquire);
@@ -383,6 +460,10 @@ impl Consumer {
         }
         if n == 0 {
             return self.member_idle();
+        }
+        if !self.run_still_allowed() {
+            // A released upstream gated again while the run was scanned: look again.
+            return Ok(0);
         }
         if self.poison.is_some() {
             // As in `poll`: the batch ends before an event whose attempts are used up, and
@@ -455,12 +536,13 @@ impl Consumer {
         Ok(0)
     }
 
-    /// Whether a member has an event waiting (its own claim or an adopted one).
-    pub(super) fn member_pending(&self) -> bool {
+    /// Whether a member has an event waiting (its own claim or an adopted one), below
+    /// `limit`, what its upstreams have finished.
+    pub(super) fn member_pending(&self, limit: u64) -> bool {
         let reached = |seq: u64| {
             // Acquire: as in `poll_once`.
             let s = self.seg.slot(seq).header.stamp.load(Ordering::Acquire);
-            stamp::reached(s, seq)
+            seq < limit && stamp::reached(s, seq)
         };
         let adopted = self
             .member
@@ -493,7 +575,7 @@ impl Consumer {
     }
 
     /// Deliver what is published of the adopted claims; free each entry once it is done.
-    fn poll_adopted<F, E>(&mut self, handler: &mut F) -> Result<usize, PollError>
+    fn poll_adopted<F, E>(&mut self, handler: &mut F, limit: u64) -> Result<usize, PollError>
     where
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
@@ -506,7 +588,7 @@ impl Consumer {
         let mut i = 0;
         while i < m.adopted.len() {
             let a = &mut m.adopted[i];
-            r = self.deliver_adopted(a, handler);
+            r = self.deliver_adopted(a, handler, limit);
             let done = a.at >= a.end || seg.line().closed_at().is_some_and(|stop| a.at >= stop);
             let (index, word) = (a.index, a.word);
             let Some(e) = seg.consumer(index) else {
@@ -544,6 +626,7 @@ impl Consumer {
         &mut self,
         a: &mut Adopted,
         handler: &mut F,
+        limit: u64,
     ) -> Result<usize, PollError>
     where
         F: FnMut(Event<'_>) -> Result<(), E>,
@@ -558,7 +641,12 @@ impl Consumer {
         let (mut delivered, mut skipped, mut clamped) = (0u64, 0u64, 0u64);
         let (mut dead_lettered, mut failed_attempt) = (false, false);
         let mut outcome = Ok(());
-        while a.at < a.end && delivered + skipped < self.batch_cap {
+        // The claim up to what the upstreams have finished (see `poll_member`).
+        let end = a.end.min(limit);
+        if a.at < end && !self.run_still_allowed() {
+            return Ok(0);
+        }
+        while a.at < end && delivered + skipped < self.batch_cap {
             let seq = a.at;
             let slot = seg.slot(seq);
             // Acquire: SYNC POINT with the producer's Release stamp store.
@@ -609,7 +697,7 @@ impl Consumer {
             let ev = Event {
                 seq,
                 bytes,
-                end_of_batch: a.at + 1 == a.end,
+                end_of_batch: a.at + 1 == end,
             };
             if let Err(failure) = call(handler, ev) {
                 let attempts = policy::count_attempt_in(cold, seq, a.suspect.take());

@@ -157,6 +157,12 @@ impl ConsumerOptions {
     /// consumer once the member that claimed it has returned from its handler (the
     /// Disruptor's handlers after a `WorkerPool`).
     ///
+    /// A worker group may itself run after other consumers (`ConsumerOptions::worker("w")
+    /// .after([...])`, the Disruptor's `WorkerPool` after its handlers): its members hand
+    /// an event to their handler only once every upstream has finished it. The member that
+    /// creates the group records its upstreams in the group's entry, and every member must
+    /// name the same ones ([`AttachError::GroupUpstreams`]; a declared group has none).
+    ///
     /// ```
     /// use shmring::{ConsumerOptions, Ring, RingConfig};
     /// # let ns = format!("doc-after-{}", std::process::id());

@@ -1,0 +1,287 @@
+//! A worker group after other consumers (`ConsumerOptions::worker(..).after([..])`, the
+//! Disruptor's worker pool after its handlers): members hand an event to their handler only
+//! once every upstream has finished it, in their own claims and in the claims they take
+//! over; the group's upstreams are the same for every member; a cycle through a group is
+//! refused; a parked member wakes when an upstream commits.
+
+use std::time::{Duration, Instant};
+
+use shmring::{AttachError, Consumer, ConsumerOptions, Ring, RingConfig, RunExit, WaitStrategy};
+use shmring_testkit::{Namespace, ParkedConsumer};
+
+mod common;
+use common::small;
+
+/// The bound on every wait of these tests (a watchdog, not a timing assertion).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+fn value(ev: &shmring::Event<'_>) -> u64 {
+    u64::from_le_bytes(ev.bytes().try_into().expect("8-byte events"))
+}
+
+fn ring(ns: &Namespace, capacity: u64) -> Ring {
+    let cfg = RingConfig {
+        max_consumers: 8,
+        ..small(capacity)
+    };
+    Ring::create(ns.name(), "r", &cfg).expect("create the ring")
+}
+
+/// A member of group `w` reading behind `journal`.
+fn worker_after_journal() -> ConsumerOptions {
+    ConsumerOptions::worker("w").after(["journal"])
+}
+
+/// Poll every member `rounds` times; what each delivered, as event values.
+fn poll_members(members: &mut [Consumer], rounds: usize, seen: &mut [Vec<u64>]) {
+    for _ in 0..rounds {
+        for (m, s) in members.iter_mut().zip(seen.iter_mut()) {
+            m.poll_once(|ev| s.push(value(&ev)))
+                .expect("a member's poll");
+        }
+    }
+}
+
+/// Poll the members until they have delivered `n` events between them.
+fn poll_members_until(members: &mut [Consumer], n: usize, seen: &mut [Vec<u64>]) {
+    let deadline = Instant::now() + PATIENCE;
+    while seen.iter().map(Vec::len).sum::<usize>() < n {
+        assert!(
+            Instant::now() < deadline,
+            "the members stopped at {seen:?}, short of {n}"
+        );
+        poll_members(members, 1, seen);
+    }
+}
+
+fn sorted(seen: &[Vec<u64>]) -> Vec<u64> {
+    let mut all = seen.concat();
+    all.sort_unstable();
+    all
+}
+
+#[test]
+fn members_deliver_only_what_the_upstream_has_finished() {
+    let ns = Namespace::concurrent("group_after_bound");
+    let ring = ring(&ns, 64);
+    let mut journal = ring
+        .consumer(ConsumerOptions::durable("journal").batch_cap(10))
+        .unwrap();
+    let mut members: Vec<Consumer> = (0..2)
+        .map(|_| ring.consumer(worker_after_journal().batch_cap(4)).unwrap())
+        .collect();
+    // A consumer after the group sees every event once a member has finished it.
+    let mut audit = ring
+        .consumer(ConsumerOptions::durable("audit").after(["w"]))
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..40u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    let mut seen = vec![Vec::new(); 2];
+    // Every event is published and claimable, and none is handed over: the journal has
+    // finished none of them.
+    poll_members(&mut members, 50, &mut seen);
+    assert_eq!(sorted(&seen), Vec::<u64>::new());
+    assert_eq!(audit.poll_once(|_| {}).unwrap(), 0);
+
+    assert_eq!(journal.poll_once(|_| {}).unwrap(), 10);
+    poll_members_until(&mut members, 10, &mut seen);
+    poll_members(&mut members, 50, &mut seen);
+    assert_eq!(
+        sorted(&seen),
+        (0..10).collect::<Vec<_>>(),
+        "no further than 10"
+    );
+
+    while journal.poll_once(|_| {}).unwrap() > 0 {}
+    poll_members_until(&mut members, 40, &mut seen);
+    assert_eq!(
+        sorted(&seen),
+        (0..40).collect::<Vec<_>>(),
+        "each event exactly once"
+    );
+    assert!(
+        seen.iter().all(|s| !s.is_empty()),
+        "both members took a share"
+    );
+
+    let mut after = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while after.len() < 40 {
+        assert!(Instant::now() < deadline, "audit stopped at {after:?}");
+        audit.poll_once(|ev| after.push(value(&ev))).unwrap();
+    }
+    assert_eq!(after, (0..40).collect::<Vec<_>>(), "in order, each once");
+
+    // The group's entry records its upstream, as a dependent consumer's does.
+    let info = ring.info();
+    let group = info.consumers.iter().find(|c| c.is_group).unwrap();
+    assert_eq!(group.upstream, vec![journal.index()]);
+}
+
+/// A member holds a claim of one at the work sequence while it waits (here: for the
+/// journal). A member that takes over a claim left by another while running, and one that
+/// carries on with it when it joins, both wait for the journal too.
+#[test]
+fn a_claim_taken_over_waits_for_the_upstream_too() {
+    let ns = Namespace::concurrent("group_after_takeover");
+    let ring = ring(&ns, 64);
+    let mut journal = ring
+        .consumer(ConsumerOptions::durable("journal").batch_cap(2))
+        .unwrap();
+    // `a` joins first and claims sequence 0, `b` then claims 1.
+    let a = ring.consumer(worker_after_journal()).unwrap();
+    let b = ring.consumer(worker_after_journal()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..3u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    // `a` leaves holding its claim of 0: its entry stays open for another member.
+    drop(a);
+    // Running, `b` takes it over in one of its scans for left claims (every 1024 empty
+    // polls): still nothing, the journal has finished nothing.
+    let mut members = vec![b];
+    let mut seen = vec![Vec::new()];
+    poll_members(&mut members, 3000, &mut seen);
+    assert_eq!(seen, vec![Vec::<u64>::new()]);
+    let info = ring.info();
+    let held: Vec<&str> = info
+        .consumers
+        .iter()
+        .filter(|c| c.group.is_some())
+        .map(|c| c.state)
+        .collect();
+    // Taken over: held by `b`'s process (shown as ATTACHING), not open (DETACHED).
+    assert!(
+        !held.contains(&"DETACHED"),
+        "the left claim is taken over: {held:?}"
+    );
+
+    // The journal finishes 0 and 1: `b` delivers the claim it took over and its own, and
+    // then holds a claim of one at 2, which the journal has not finished.
+    assert_eq!(journal.poll_once(|_| {}).unwrap(), 2);
+    poll_members_until(&mut members, 2, &mut seen);
+    poll_members(&mut members, 50, &mut seen);
+    assert_eq!(sorted(&seen), vec![0, 1]);
+    assert_eq!(members[0].stats().redelivered, 0, "a claim left, not lost");
+
+    // A member that joins carries on with the claim `b` left, and waits for the journal
+    // as well.
+    drop(members);
+    let c = ring.consumer(worker_after_journal()).unwrap();
+    let mut members = vec![c];
+    let mut more = vec![Vec::new()];
+    p.publish(&3u64.to_le_bytes()).unwrap();
+    poll_members(&mut members, 50, &mut more);
+    assert_eq!(more, vec![Vec::<u64>::new()]);
+    assert_eq!(journal.poll_once(|_| {}).unwrap(), 2);
+    poll_members_until(&mut members, 2, &mut more);
+    assert_eq!(more, vec![vec![2, 3]]);
+}
+
+#[test]
+fn every_member_names_the_groups_upstreams() {
+    let ns = Namespace::concurrent("group_after_names");
+    let ring = ring(&ns, 16);
+    let _journal = ring.consumer(ConsumerOptions::durable("journal")).unwrap();
+    let _audit = ring.consumer(ConsumerOptions::durable("audit")).unwrap();
+    let _first = ring.consumer(worker_after_journal()).unwrap();
+    match ring.consumer(ConsumerOptions::worker("w")) {
+        Err(AttachError::GroupUpstreams {
+            group,
+            recorded,
+            asked,
+        }) => {
+            assert_eq!(group, "w");
+            assert_eq!(recorded, vec!["journal".to_owned()]);
+            assert!(asked.is_empty());
+        }
+        other => panic!(
+            "a member without the group's upstream: {:?}",
+            other.map(|c| c.index())
+        ),
+    }
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::worker("w").after(["journal", "audit"])),
+        Err(AttachError::GroupUpstreams { .. })
+    ));
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::worker("w").after(["audit"])),
+        Err(AttachError::GroupUpstreams { .. })
+    ));
+    // The same names in another order, or twice: the same upstreams.
+    let _second = ring
+        .consumer(ConsumerOptions::worker("w").after(["journal", "journal"]))
+        .unwrap();
+    // A group with no upstreams takes no member that names one.
+    let _plain = ring.consumer(ConsumerOptions::worker("v")).unwrap();
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::worker("v").after(["journal"])),
+        Err(AttachError::GroupUpstreams { .. })
+    ));
+    // A group cannot read behind itself, nor name a consumer that does not exist.
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::worker("u").after(["u"])),
+        Err(AttachError::SelfUpstream { .. })
+    ));
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::worker("u").after(["nobody"])),
+        Err(AttachError::UnknownUpstream { .. })
+    ));
+    assert!(
+        !ring.info().consumers.iter().any(|c| c.name == "u"),
+        "a refused first member leaves no group behind"
+    );
+}
+
+/// `audit` read behind group `w` before, and re-attaches after it while `w` reads behind
+/// `audit`: a cycle through the group's entry, refused.
+#[test]
+fn a_cycle_through_a_group_is_refused() {
+    let ns = Namespace::concurrent("group_after_cycle");
+    let ring = ring(&ns, 16);
+    let audit = ring.consumer(ConsumerOptions::durable("audit")).unwrap();
+    drop(audit);
+    let _member = ring
+        .consumer(ConsumerOptions::worker("w").after(["audit"]))
+        .unwrap();
+    match ring.consumer(ConsumerOptions::durable("audit").after(["w"])) {
+        Err(AttachError::Cycle { names }) => {
+            assert_eq!(names.first().map(String::as_str), Some("audit"));
+            assert!(names.iter().any(|n| n == "w"), "{names:?}");
+        }
+        other => panic!("a cycle through the group: {:?}", other.map(|c| c.index())),
+    }
+    // Without `after`, `audit` attaches as before.
+    ring.consumer(ConsumerOptions::durable("audit")).unwrap();
+}
+
+/// A member parked because the journal has not finished the next event wakes when the
+/// journal commits it: members park on the line every commit notifies.
+#[test]
+fn a_parked_member_wakes_when_the_upstream_commits() {
+    let ns = Namespace::concurrent("group_after_park");
+    let ring = ring(&ns, 64);
+    let mut journal = ring.consumer(ConsumerOptions::durable("journal")).unwrap();
+    let member = ring
+        .consumer(worker_after_journal().wait(WaitStrategy::Blocking))
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..5u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    // Its run starts with five events published that the journal has not finished: it
+    // parks (a member that took them for waiting events would spin instead).
+    let parked = ParkedConsumer::spawn(member);
+    parked.wait_parked_at(&ring, 0);
+    assert_eq!(journal.poll_once(|_| {}).unwrap(), 5);
+    parked.wait_parked_at(&ring, 5);
+    let (exit, seen, stats) = parked.finish(&ring);
+    assert_eq!(exit, RunExit::Closed);
+    assert_eq!(seen, (0..5).map(|i| (i, i)).collect::<Vec<_>>());
+    assert_eq!(
+        stats.net_wakeups, 0,
+        "woken by the commit, not by the timed net"
+    );
+}
