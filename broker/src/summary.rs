@@ -97,14 +97,16 @@ fn fill_graph(consumers: &mut [ConsumerReport], info: &RingInfo) {
                     .map_or_else(|| format!("#{u}"), |r| r.1.clone())
             })
             .collect();
-        // A worker group upstream: where its members have finished, not its work sequence.
+        // A worker group upstream: where its members have finished, not its work sequence;
+        // and a worker group after other consumers trails them from there too.
+        let own = shmring::upstream_position(info, ci);
         c.stage_lag = ci
             .upstream
             .iter()
             .filter_map(|&u| info.consumers.iter().find(|o| o.index == u))
             .map(|o| shmring::upstream_position(info, o))
             .min()
-            .map(|slowest| slowest.saturating_sub(c.sequence));
+            .map(|slowest| slowest.saturating_sub(own));
     }
 }
 

@@ -85,3 +85,35 @@ fn the_stage_lag_after_a_worker_group_counts_finished_events() {
     let audit = consumer(&v, "r", "audit").expect("audit listed");
     assert_eq!(audit["upstream"], serde_json::json!(["w"]), "{v:#}");
 }
+
+/// A worker group after other consumers: its row names them, and its stage lag counts from
+/// what its members have finished, not from what they have claimed.
+#[test]
+fn a_worker_group_after_a_consumer_shows_its_upstream_and_stage_lag() {
+    let ns = Namespace::new("graph_status_group_after");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let r = Ring::open(ns.name(), "r").expect("open");
+    let mut journal = r
+        .consumer(ConsumerOptions::durable("journal"))
+        .expect("journal");
+    // The member claims sequence 0 as it joins (not published yet).
+    let mut member = r
+        .consumer(ConsumerOptions::worker("w").after(["journal"]).batch_cap(4))
+        .expect("member");
+    let mut producer = r.producer().expect("producer");
+    for i in 0..10u64 {
+        producer.publish(&i.to_le_bytes()).expect("publish");
+    }
+    assert_eq!(journal.poll_once(|_| {}).expect("journal polls"), 10);
+    // Handles its claim (event 0), then claims events 1 to 4: the group's work sequence
+    // is 5, what its members have finished 1.
+    assert_eq!(member.poll_once(|_| {}).expect("member polls"), 1);
+    let v = ns.wait_status("the group's stage lag in the report", |v, _| {
+        let group = consumer(v, "r", "w")?;
+        (num(group, "sequence") == 5 && group["stage_lag"].as_u64() == Some(9)).then(|| v.clone())
+    });
+    let group = consumer(&v, "r", "w").expect("group listed");
+    assert_eq!(group["upstream"], serde_json::json!(["journal"]), "{v:#}");
+    let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
+    assert!(text.contains("w after: journal (stage lag 9)"), "{text}");
+}

@@ -262,7 +262,7 @@ pub enum AttachError {
     /// A worker group member named upstream consumers (`ConsumerOptions::after`) other
     /// than the group's: the member that created the group recorded them in its entry, and
     /// every member reads behind those (a declared group has none).
-    #[error("worker group {group:?} runs after {recorded:?}, and a member asked for {asked:?}: give every member of a group the same `after`; a group's upstreams are fixed when its first member creates it, so changing them takes a new group name or a new ring")]
+    #[error("worker group {group:?} runs after {recorded:?}, and a member asked for {asked:?}: give every member of a group the same `after`; a group's upstreams are fixed when its first member creates it (a declared group runs after nothing), so changing them takes a new group name or a new ring")]
     GroupUpstreams {
         /// The group.
         group: String,

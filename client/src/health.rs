@@ -169,12 +169,19 @@ pub fn has_pending(ring: &Ring, head: u64, next: u64) -> bool {
 }
 
 /// Whether consumer `c` of the snapshot `info`, at position `next`, is held by an upstream
-/// consumer it reads behind (`ConsumerOptions::after`): one that holds it
+/// consumer it reads behind (`ConsumerOptions::after`; for a worker group member, its
+/// group's): one that holds it
 /// (`graph::upstream_holds`) and has not committed past `next` (a worker group: whose
 /// members have not all finished `next`, [`upstream_position`]). Such a consumer has no
 /// work it can do, so it is never STALLED: the upstream holding it is the one to look at.
 pub fn held_by_upstream(info: &RingInfo, c: &ConsumerInfo, next: u64) -> bool {
-    c.upstream.iter().any(|&u| {
+    // A worker group member reads behind its group's upstreams, which the group's entry
+    // records (its own records none).
+    let upstream = c
+        .group
+        .and_then(|g| info.consumers.iter().find(|o| o.index == g))
+        .map_or(&c.upstream, |g| &g.upstream);
+    upstream.iter().any(|&u| {
         info.consumers
             .iter()
             .find(|o| o.index == u)

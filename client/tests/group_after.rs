@@ -6,7 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use shmring::{AttachError, Consumer, ConsumerOptions, Ring, RingConfig, RunExit, WaitStrategy};
+use shmring::{
+    AttachError, Consumer, ConsumerOptions, HealthState, HealthThresholds, Ring, RingConfig,
+    RunExit, WaitStrategy,
+};
 use shmring_testkit::{Namespace, ParkedConsumer};
 
 mod common;
@@ -21,7 +24,7 @@ fn value(ev: &shmring::Event<'_>) -> u64 {
 
 fn ring(ns: &Namespace, capacity: u64) -> Ring {
     let cfg = RingConfig {
-        max_consumers: 8,
+        max_consumers: 10,
         ..small(capacity)
     };
     Ring::create(ns.name(), "r", &cfg).expect("create the ring")
@@ -210,9 +213,16 @@ fn every_member_names_the_groups_upstreams() {
         ring.consumer(ConsumerOptions::worker("w").after(["audit"])),
         Err(AttachError::GroupUpstreams { .. })
     ));
-    // The same names in another order, or twice: the same upstreams.
+    // The same name twice: the same upstreams.
     let _second = ring
         .consumer(ConsumerOptions::worker("w").after(["journal", "journal"]))
+        .unwrap();
+    // The same names in another order: the same upstreams.
+    let _x = ring
+        .consumer(ConsumerOptions::worker("x").after(["journal", "audit"]))
+        .unwrap();
+    let _y = ring
+        .consumer(ConsumerOptions::worker("x").after(["audit", "journal"]))
         .unwrap();
     // A group with no upstreams takes no member that names one.
     let _plain = ring.consumer(ConsumerOptions::worker("v")).unwrap();
@@ -229,10 +239,6 @@ fn every_member_names_the_groups_upstreams() {
         ring.consumer(ConsumerOptions::worker("u").after(["nobody"])),
         Err(AttachError::UnknownUpstream { .. })
     ));
-    assert!(
-        !ring.info().consumers.iter().any(|c| c.name == "u"),
-        "a refused first member leaves no group behind"
-    );
 }
 
 /// `audit` read behind group `w` before, and re-attaches after it while `w` reads behind
@@ -255,6 +261,81 @@ fn a_cycle_through_a_group_is_refused() {
     }
     // Without `after`, `audit` attaches as before.
     ring.consumer(ConsumerOptions::durable("audit")).unwrap();
+}
+
+/// The member that creates a group runs the cycle check of its upstreams: `d` read behind
+/// `x`, whose entry was freed; the group takes that entry and names `d` as its upstream, so
+/// `d`'s record now points at the group, which reads behind `d`. Refused, and the group's
+/// entry is given back.
+#[test]
+fn a_group_whose_creation_closes_a_cycle_is_not_created() {
+    let ns = Namespace::concurrent("group_after_new_cycle");
+    let ring = ring(&ns, 16);
+    let x = ring.consumer(ConsumerOptions::durable("x")).unwrap();
+    let x_index = x.index();
+    drop(x);
+    let d = ring
+        .consumer(ConsumerOptions::durable("d").after(["x"]))
+        .unwrap();
+    drop(d);
+    let word = ring
+        .info()
+        .consumers
+        .iter()
+        .find(|c| c.index == x_index)
+        .map(|c| c.word)
+        .unwrap();
+    assert!(ring.free_consumer(x_index, word), "x freed");
+    match ring.consumer(ConsumerOptions::worker("w").after(["d"])) {
+        Err(AttachError::Cycle { names }) => {
+            assert_eq!(names.first().map(String::as_str), Some("w"), "{names:?}");
+            assert!(names.iter().any(|n| n == "d"), "{names:?}");
+        }
+        other => panic!(
+            "the group closes a cycle through d: {:?}",
+            other.map(|c| c.index())
+        ),
+    }
+    let info = ring.info();
+    assert!(
+        !info.consumers.iter().any(|c| c.is_group || c.name == "w"),
+        "no group left behind: {:?}",
+        info.consumers
+    );
+    // Without the cycle (a group after a consumer that reads behind nothing), it is made.
+    ring.consumer(ConsumerOptions::durable("e")).unwrap();
+    ring.consumer(ConsumerOptions::worker("w").after(["e"]))
+        .unwrap();
+}
+
+/// A member whose next event the journal has not finished has nothing to do: not STALLED,
+/// the journal is (the member reads behind its group's upstream).
+#[test]
+fn a_member_held_by_the_groups_upstream_is_not_stalled() {
+    let ns = Namespace::concurrent("group_after_health");
+    let ring = ring(&ns, 16);
+    let journal = ring.consumer(ConsumerOptions::durable("journal")).unwrap();
+    let member = ring.consumer(worker_after_journal()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..3u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    let mut watch = ring.health(HealthThresholds {
+        stall: Duration::ZERO,
+    });
+    let h = watch.check();
+    let state = |index: u32| {
+        h.consumers
+            .iter()
+            .find(|c| c.index == index)
+            .map(|c| c.state)
+    };
+    assert_eq!(state(journal.index()), Some(HealthState::Stalled), "{h:?}");
+    assert_eq!(
+        state(member.index()),
+        Some(HealthState::Healthy),
+        "held by the journal, nothing to do: {h:?}"
+    );
 }
 
 /// A member parked because the journal has not finished the next event wakes when the

@@ -78,8 +78,15 @@ impl Consumer {
             // group's entry records them (see `member::attach`).
             let upstream = Self::resolve(&seg, &opts)?;
             let (m, entry, next, word) = member::attach(&seg, group, &opts, &upstream)?;
+            let lost = upstream.named_at(entry);
             let mut c = Self::handle(seg, &opts, entry, next, word, true, false, upstream);
             c.member = Some(m);
+            if let Some(name) = lost {
+                // An upstream was freed while this member attached, and its entry took the
+                // upstream's place: it is gone. The member leaves as any does.
+                drop(c);
+                return Err(AttachError::UnknownUpstream { name });
+            }
             // A member carries on the poison record of an entry it took over, as a durable
             // consumer does at its attach (see `policy`).
             c.mark_suspect();

@@ -69,6 +69,14 @@
 //! upstream will read. If (2) comes first, (c)'s load of the word reads (1) or later: the
 //! run is not delivered. `client/tests/loom_regate.rs` checks this with the shipping
 //! functions, and shows the run delivered without the check.
+//!
+//! ## Worker group members
+//!
+//! A member of a group that runs after other consumers holds this barrier too (the group's
+//! upstreams). It delivers its own claim and the claims it took over only below the barrier,
+//! in the same order: barrier, scan of what is published below it, re-check, delivery
+//! (`consumer/member.rs`). Those claims may lie below the member's position, so a
+//! revalidation that finds an upstream still moving answers 0, not the position.
 
 use shmring_layout::{MAX_CONSUMERS, MAX_UPSTREAM};
 
@@ -317,8 +325,10 @@ impl Consumer {
             u.holds = holds(word, flags);
             u.group = flags & consumer_flags::GROUP != 0;
         }
-        // Still moving: deliver nothing this time (the next call looks again).
-        Ok(self.barrier().unwrap_or(self.next))
+        // Still moving: deliver nothing this time (the next call looks again). Nothing means
+        // 0, not this consumer's position: a worker group member delivers the claims it took
+        // over below its own position.
+        Ok(self.barrier().unwrap_or(0))
     }
 }
 

@@ -88,27 +88,14 @@ pub(super) fn attach(
                     let e = seg
                         .consumer(index)
                         .unwrap_or_else(|| unreachable!("index from the table scan"));
-                    if !upstream.is_empty() {
-                        // After the ACTIVE CAS: record first, then look (see `graph`).
-                        let cycle = graph::find_cycle(&**seg, index, &record, || {
-                            // SeqCst fence: (3) in `graph`.
-                            fence(Ordering::SeqCst)
-                        });
-                        if let Some(path) = cycle {
-                            // No member joined yet (they wait while it is ACTIVE): the entry
-                            // goes back as it came, with no record.
-                            graph::record(&**seg, index, &[0; MAX_UPSTREAM]);
-                            let _ =
-                                table::consumer::give_up(&e.hot.word, word, consumer_state::FREE);
-                            return Err(AttachError::Cycle {
-                                names: path
-                                    .iter()
-                                    .map(|&i| {
-                                        seg.consumer(i).map(attach::entry_name).unwrap_or_default()
-                                    })
-                                    .collect(),
-                            });
-                        }
+                    if let Some(name) = upstream.named_at(index) {
+                        // An upstream was freed while this member attached, and the group's
+                        // entry took its place: it is gone.
+                        free_new_group(seg, e, word);
+                        return Err(AttachError::UnknownUpstream { name });
+                    }
+                    if let Some(cycle) = cycle_of_new_group(seg, index, word) {
+                        return Err(cycle);
                     }
                     // The group gates with no holder: DETACHED, like a durable consumer
                     // whose events wait for it. From this word or the broker's release of it.
@@ -138,6 +125,41 @@ pub(super) fn attach(
             return Ok((Member::new(group), index, next, word));
         }
         std::thread::yield_now();
+    }
+}
+
+/// The cycle check of a group being created (see `graph`: record first, then look), by its
+/// creator after its ACTIVE CAS, or by a process finishing the creation of a creator that
+/// died: the group's recorded upstreams, walked after a SeqCst fence. A cycle: the entry
+/// (ACTIVE as `word`; no member joins it while it is) is freed, and the cycle returned.
+fn cycle_of_new_group(seg: &Segment, index: u32, word: u64) -> Option<AttachError> {
+    use crate::graph::Graph;
+    let e = seg.consumer(index)?;
+    // Relaxed: written before the ACTIVE CAS that the caller made or read (Acquire).
+    let record: [u32; MAX_UPSTREAM] =
+        std::array::from_fn(|k| seg.upstream(index, k, Ordering::Relaxed));
+    if record.iter().all(|&u| u == 0) {
+        return None;
+    }
+    let path = graph::find_cycle(seg, index, &record, || {
+        // SeqCst fence: (3) in `graph`.
+        fence(Ordering::SeqCst)
+    })?;
+    free_new_group(seg, e, word);
+    Some(AttachError::Cycle {
+        names: path
+            .iter()
+            .map(|&i| seg.consumer(i).map(attach::entry_name).unwrap_or_default())
+            .collect(),
+    })
+}
+
+/// Give back a group's entry that is being created (ACTIVE as `word`) as FREE: a consumer
+/// after the group's name may have resolved it meanwhile and parked; it finds it lost now,
+/// as after any durable entry's free.
+fn free_new_group(seg: &Segment, e: &ConsumerEntry, word: u64) {
+    if table::consumer::give_up(&e.hot.word, word, consumer_state::FREE).is_ok() {
+        park::entry_changed(seg, e, consumer_state::FREE, fence::registered());
     }
 }
 
@@ -284,9 +306,16 @@ fn find_group(
             });
         }
         if state == consumer_state::ACTIVE {
-            // Its creator died between making it ACTIVE and DETACHED: finish that for it.
+            // Its creator died between making it ACTIVE and DETACHED: finish that for it,
+            // the cycle check of its upstreams included (this process's fence comes after
+            // the creator's ACTIVE CAS, which its load above read, so the argument of
+            // `graph` holds for it as for the creator). A cycle frees the entry: the
+            // attaching member then creates the group again, and is refused itself.
             let start_time = e.cold.start_time.load(Ordering::Relaxed);
             if table::consumer::holder(&table::Os, seen, start_time) != Holder::Open {
+                return Ok(GroupAt::BeingCreated);
+            }
+            if cycle_of_new_group(seg, i, seen).is_some() {
                 return Ok(GroupAt::BeingCreated);
             }
             if table::consumer::give_up(&e.hot.word, seen, consumer_state::DETACHED).is_err() {
@@ -641,11 +670,23 @@ impl Consumer {
         let (mut delivered, mut skipped, mut clamped) = (0u64, 0u64, 0u64);
         let (mut dead_lettered, mut failed_attempt) = (false, false);
         let mut outcome = Ok(());
-        // The claim up to what the upstreams have finished (see `poll_member`).
+        // The claim up to what the upstreams have finished (see `poll_member`), and of that
+        // the run published (or repaired) now: scanned before the re-check of a released
+        // upstream, as `poll` does (barrier, scan, re-check: see `barrier`).
         let end = a.end.min(limit);
-        if a.at < end && !self.run_still_allowed() {
+        let mut scanned = a.at;
+        while scanned < end {
+            // Acquire: SYNC POINT with the producer's Release stamp store (read again below).
+            let st = seg.slot(scanned).header.stamp.load(Ordering::Acquire);
+            if st != scanned && stamp::read(st, scanned) != Stamp::Repaired {
+                break;
+            }
+            scanned += 1;
+        }
+        if scanned > a.at && !self.run_still_allowed() {
             return Ok(0);
         }
+        let end = scanned;
         while a.at < end && delivered + skipped < self.batch_cap {
             let seq = a.at;
             let slot = seg.slot(seq);

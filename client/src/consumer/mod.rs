@@ -161,7 +161,9 @@ impl ConsumerOptions {
     /// .after([...])`, the Disruptor's `WorkerPool` after its handlers): its members hand
     /// an event to their handler only once every upstream has finished it. The member that
     /// creates the group records its upstreams in the group's entry, and every member must
-    /// name the same ones ([`AttachError::GroupUpstreams`]; a declared group has none).
+    /// name the same ones ([`AttachError::GroupUpstreams`]; a declared group has none). The
+    /// group's entry is never freed: an upstream of a group freed while the ring lives
+    /// leaves the group with its events and no member that can join.
     ///
     /// ```
     /// use shmring::{ConsumerOptions, Ring, RingConfig};
