@@ -24,7 +24,7 @@ fn value(ev: &shmring::Event<'_>) -> u64 {
 
 fn ring(ns: &Namespace, capacity: u64) -> Ring {
     let cfg = RingConfig {
-        max_consumers: 10,
+        max_consumers: 12,
         ..small(capacity)
     };
     Ring::create(ns.name(), "r", &cfg).expect("create the ring")
@@ -181,6 +181,43 @@ fn a_claim_taken_over_waits_for_the_upstream_too() {
     assert_eq!(journal.poll_once(|_| {}).unwrap(), 2);
     poll_members_until(&mut members, 2, &mut more);
     assert_eq!(more, vec![vec![2, 3]]);
+}
+
+/// A claim taken over from a member with a larger batch cap is handed over in batches of
+/// the adopter's cap, each ending with `end_of_batch` on its last event.
+#[test]
+fn a_taken_over_claim_ends_each_batch() {
+    let ns = Namespace::concurrent("group_after_batches");
+    let ring = ring(&ns, 64);
+    let mut journal = ring.consumer(ConsumerOptions::durable("journal")).unwrap();
+    // `a` claims 0 and `b` 1 as they join (nothing published, nothing finished).
+    let mut a = ring.consumer(worker_after_journal().batch_cap(8)).unwrap();
+    let mut b = ring.consumer(worker_after_journal().batch_cap(3)).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..20u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    while journal.poll_once(|_| {}).unwrap() > 0 {}
+    // `a` hands over 0, claims 2..10, and leaves with that claim.
+    assert_eq!(a.poll_once(|ev| assert_eq!(ev.sequence(), 0)).unwrap(), 1);
+    drop(a);
+    // `b` delivers its own claims to the end, then, idle, takes over 2..10.
+    let mut got: Vec<(u64, bool)> = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while got.len() < 19 {
+        assert!(Instant::now() < deadline, "b stopped at {got:?}");
+        b.poll_once(|ev| got.push((ev.sequence(), ev.is_end_of_batch())))
+            .unwrap();
+    }
+    let mut seqs: Vec<u64> = got.iter().map(|g| g.0).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..20).collect::<Vec<_>>(), "each once");
+    let ends: Vec<u64> = got
+        .iter()
+        .filter(|g| (2..10).contains(&g.0) && g.1)
+        .map(|g| g.0)
+        .collect();
+    assert_eq!(ends, vec![4, 7, 9], "{got:?}");
 }
 
 #[test]

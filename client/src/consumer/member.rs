@@ -670,15 +670,23 @@ impl Consumer {
         let (mut delivered, mut skipped, mut clamped) = (0u64, 0u64, 0u64);
         let (mut dead_lettered, mut failed_attempt) = (false, false);
         let mut outcome = Ok(());
-        // The claim up to what the upstreams have finished (see `poll_member`), and of that
-        // the run published (or repaired) now: scanned before the re-check of a released
-        // upstream, as `poll` does (barrier, scan, re-check: see `barrier`).
-        let end = a.end.min(limit);
-        let mut scanned = a.at;
+        // The claim up to what the upstreams have finished (see `poll_member`) and this
+        // member's batch cap, and of that the run published (or repaired) now: scanned
+        // before the re-check of a released upstream, as `poll` does (barrier, scan,
+        // re-check: see `barrier`). The last event of the run that is not a tombstone or a
+        // repaired slot ends the batch (u64::MAX: none).
+        let end = a.end.min(limit).min(a.at.saturating_add(self.batch_cap));
+        let (mut scanned, mut last_event) = (a.at, u64::MAX);
         while scanned < end {
+            let slot = seg.slot(scanned);
             // Acquire: SYNC POINT with the producer's Release stamp store (read again below).
-            let st = seg.slot(scanned).header.stamp.load(Ordering::Acquire);
-            if st != scanned && stamp::read(st, scanned) != Stamp::Repaired {
+            let st = slot.header.stamp.load(Ordering::Acquire);
+            if st == scanned {
+                // Relaxed: ordered by the Acquire stamp load above.
+                if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0 {
+                    last_event = scanned;
+                }
+            } else if stamp::read(st, scanned) != Stamp::Repaired {
                 break;
             }
             scanned += 1;
@@ -738,7 +746,7 @@ impl Consumer {
             let ev = Event {
                 seq,
                 bytes,
-                end_of_batch: a.at + 1 == end,
+                end_of_batch: seq == last_event,
             };
             if let Err(failure) = call(handler, ev) {
                 let attempts = policy::count_attempt_in(cold, seq, a.suspect.take());
