@@ -15,7 +15,7 @@ use shmring::{
 use shmring_testkit::Namespace;
 
 mod common;
-use common::{graph_ring, poll_all, publish_range, small};
+use common::{graph_ring, health_now, poll_all, publish_range, small};
 
 /// A watchdog for waits that must end: far beyond any honest run, never a timing assertion.
 const WATCHDOG: Duration = Duration::from_secs(30);
@@ -378,10 +378,7 @@ fn a_downstream_held_by_its_upstream_is_not_stalled_its_upstream_is() {
         .consumer(ConsumerOptions::durable("c").after(["a"]))
         .unwrap();
     publish_range(&ring, 0..3);
-    let mut watch = ring.health(HealthThresholds {
-        stall: Duration::ZERO,
-    });
-    let h = watch.check();
+    let h = health_now(&ring);
     let state = |name: &str| h.consumers.iter().find(|c| c.name == name).unwrap().state;
     assert_eq!(state("a"), HealthState::Stalled, "{h:?}");
     assert_eq!(

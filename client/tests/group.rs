@@ -8,14 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shmring::{
-    AttachError, Consumer, ConsumerOptions, HealthState, HealthThresholds, PollError, Ring,
-    RingConfig, WaitStrategy,
+    AttachError, Consumer, ConsumerOptions, HealthState, PollError, Ring, RingConfig, WaitStrategy,
 };
 
 use shmring_testkit::Namespace;
 
 mod common;
-use common::small;
+use common::{health_now, publish_range, small};
 
 /// The bound on every wait of these tests (a watchdog, not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -345,14 +344,8 @@ fn a_consumer_after_a_group_held_by_a_member_is_not_stalled_the_member_is() {
     let _d = ring
         .consumer(ConsumerOptions::durable("d").after(["w"]))
         .unwrap();
-    let mut p = ring.producer().unwrap();
-    for i in 0..3u64 {
-        p.publish(&i.to_le_bytes()).unwrap();
-    }
-    let mut watch = ring.health(HealthThresholds {
-        stall: Duration::ZERO,
-    });
-    let h = watch.check();
+    publish_range(&ring, 0..3);
+    let h = health_now(&ring);
     let info = ring.info();
     let member = info.consumers.iter().find(|c| c.group.is_some()).unwrap();
     let state = |index: u32| h.consumers.iter().find(|c| c.index == index).unwrap().state;

@@ -7,13 +7,12 @@
 use std::time::{Duration, Instant};
 
 use shmring::{
-    AttachError, Consumer, ConsumerOptions, HealthState, HealthThresholds, Ring, RingConfig,
-    RunExit, WaitStrategy,
+    AttachError, Consumer, ConsumerOptions, HealthState, Ring, RingConfig, RunExit, WaitStrategy,
 };
 use shmring_testkit::{Namespace, ParkedConsumer};
 
 mod common;
-use common::small;
+use common::{health_now, publish_range, small};
 
 /// The bound on every wait of these tests (a watchdog, not a timing assertion).
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -353,14 +352,8 @@ fn a_member_held_by_the_groups_upstream_is_not_stalled() {
     let ring = ring(&ns, 16);
     let journal = ring.consumer(ConsumerOptions::durable("journal")).unwrap();
     let member = ring.consumer(worker_after_journal()).unwrap();
-    let mut p = ring.producer().unwrap();
-    for i in 0..3u64 {
-        p.publish(&i.to_le_bytes()).unwrap();
-    }
-    let mut watch = ring.health(HealthThresholds {
-        stall: Duration::ZERO,
-    });
-    let h = watch.check();
+    publish_range(&ring, 0..3);
+    let h = health_now(&ring);
     let state = |index: u32| {
         h.consumers
             .iter()

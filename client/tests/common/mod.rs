@@ -68,6 +68,15 @@ pub fn publish_range(ring: &shmring::Ring, range: std::ops::Range<u64>) {
     }
 }
 
+/// The ring's health at one check with no stall threshold: a consumer with work waiting
+/// and no progress is STALLED at once (for the tests of who is held by whom).
+pub fn health_now(ring: &shmring::Ring) -> shmring::RingHealth {
+    ring.health(shmring::HealthThresholds {
+        stall: std::time::Duration::ZERO,
+    })
+    .check()
+}
+
 /// Poll until nothing is delivered; the sequences delivered, in order.
 pub fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
     let mut seen = Vec::new();
