@@ -140,6 +140,12 @@ pub fn record<G: Graph + ?Sized>(g: &G, me: u32, upstream: &[u32; MAX_UPSTREAM])
     }
 }
 
+/// Entry `me`'s recorded upstreams (entry indices plus one, 0 for none), loaded with
+/// `order`.
+pub fn recorded<G: Graph + ?Sized>(g: &G, me: u32, order: Ordering) -> [u32; MAX_UPSTREAM] {
+    std::array::from_fn(|k| g.upstream(me, k, order))
+}
+
 /// Whether the walk follows the record of an entry whose word is `word`.
 fn settled(word: u64) -> bool {
     matches!(

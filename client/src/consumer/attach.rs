@@ -5,6 +5,17 @@ use shmring_layout::MAX_UPSTREAM;
 use super::*;
 use crate::graph;
 
+/// The error of an attach whose dependencies would close the cycle `path` (entry indices,
+/// from `graph::find_cycle`).
+pub(super) fn cycle_error(seg: &Segment, path: &[u32]) -> AttachError {
+    AttachError::Cycle {
+        names: path
+            .iter()
+            .map(|&i| seg.consumer(i).map(entry_name).unwrap_or_default())
+            .collect(),
+    }
+}
+
 pub(crate) fn pack_name(name: &str) -> Result<[u64; NAME_LEN / 8], AttachError> {
     if name.is_empty() || name.len() > NAME_LEN || name.contains('\0') {
         return Err(AttachError::BadName(name.to_owned()));
@@ -157,12 +168,7 @@ impl Consumer {
                     // orders against the other attacher's.
                     fence(Ordering::SeqCst)
                 })
-                .map(|path| AttachError::Cycle {
-                    names: path
-                        .iter()
-                        .map(|&i| c.seg.consumer(i).map(entry_name).unwrap_or_default())
-                        .collect(),
-                })
+                .map(|path| cycle_error(&c.seg, &path))
             };
             if let Some(err) = refused {
                 // Put the record back as it was, then give the entry back as a detach does
@@ -336,8 +342,7 @@ impl Consumer {
             Self::fill_cold(e, opts);
             // Relaxed: this process holds the entry; the last holder's record was published
             // by its last CAS, which the take-over CAS read.
-            let previous: [u32; MAX_UPSTREAM] =
-                std::array::from_fn(|k| e.cold.upstream[k].load(Ordering::Relaxed));
+            let previous = graph::recorded(seg, i, Ordering::Relaxed);
             graph::record(seg, i, record);
             // A declared consumer stays declared whoever takes it over. Relaxed: published
             // by the SeqCst CAS to ACTIVE below.

@@ -133,11 +133,9 @@ pub(super) fn attach(
 /// died: the group's recorded upstreams, walked after a SeqCst fence. A cycle: the entry
 /// (ACTIVE as `word`; no member joins it while it is) is freed, and the cycle returned.
 fn cycle_of_new_group(seg: &Segment, index: u32, word: u64) -> Option<AttachError> {
-    use crate::graph::Graph;
     let e = seg.consumer(index)?;
     // Relaxed: written before the ACTIVE CAS that the caller made or read (Acquire).
-    let record: [u32; MAX_UPSTREAM] =
-        std::array::from_fn(|k| seg.upstream(index, k, Ordering::Relaxed));
+    let record = graph::recorded(seg, index, Ordering::Relaxed);
     if record.iter().all(|&u| u == 0) {
         return None;
     }
@@ -146,12 +144,7 @@ fn cycle_of_new_group(seg: &Segment, index: u32, word: u64) -> Option<AttachErro
         fence(Ordering::SeqCst)
     })?;
     free_new_group(seg, e, word);
-    Some(AttachError::Cycle {
-        names: path
-            .iter()
-            .map(|&i| seg.consumer(i).map(attach::entry_name).unwrap_or_default())
-            .collect(),
-    })
+    Some(attach::cycle_error(seg, &path))
 }
 
 /// Give back a group's entry that is being created (ACTIVE as `word`) as FREE: a consumer
@@ -173,11 +166,10 @@ fn same_upstreams(
     record: &[u32; MAX_UPSTREAM],
     opts: &ConsumerOptions,
 ) -> Result<(), AttachError> {
-    use crate::graph::Graph;
     // Relaxed: written before the group's ACTIVE CAS, which `find_group`'s Acquire load of
     // its word (or of a later word) synchronizes with.
-    let recorded: Vec<u32> = (0..MAX_UPSTREAM)
-        .map(|k| seg.upstream(group, k, Ordering::Relaxed))
+    let recorded: Vec<u32> = graph::recorded(seg, group, Ordering::Relaxed)
+        .into_iter()
         .filter(|&u| u != 0)
         .collect();
     let asked: Vec<u32> = record.iter().copied().filter(|&u| u != 0).collect();
