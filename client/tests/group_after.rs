@@ -2,7 +2,8 @@
 //! Disruptor's worker pool after its handlers): members hand an event to their handler only
 //! once every upstream has finished it, in their own claims and in the claims they take
 //! over; the group's upstreams are the same for every member; a cycle through a group is
-//! refused; a parked member wakes when an upstream commits.
+//! refused; a parked member wakes when an upstream commits; a group may run after a group;
+//! a member answering a failure with its error policy stays behind its upstream.
 
 use std::time::{Duration, Instant};
 
@@ -395,4 +396,130 @@ fn a_parked_member_wakes_when_the_upstream_commits() {
         stats.net_wakeups, 0,
         "woken by the commit, not by the timed net"
     );
+}
+
+/// Every event that `later` delivered has all of its predecessors, and itself, in
+/// `earlier`: `later` never ran ahead of what `earlier` had finished.
+fn assert_behind(later: &[Vec<u64>], earlier: &[Vec<u64>]) {
+    let finished = sorted(earlier);
+    for &x in later.iter().flatten() {
+        assert!(
+            (0..=x).all(|k| finished.binary_search(&k).is_ok()),
+            "{x} delivered after the upstream group, which had finished {finished:?}"
+        );
+    }
+}
+
+/// A group may run after another group: its members hand over an event only once every
+/// member of the first group is past it (the first group's members commit one small claim
+/// at a time here, so the second group's polls fall between them).
+#[test]
+fn a_group_after_a_group_waits_for_every_member_of_the_first() {
+    let ns = Namespace::concurrent("group_after_group");
+    let ring = ring(&ns, 64);
+    let mut first: Vec<Consumer> = (0..2)
+        .map(|_| {
+            ring.consumer(ConsumerOptions::worker("w").batch_cap(3))
+                .unwrap()
+        })
+        .collect();
+    let mut second: Vec<Consumer> = (0..2)
+        .map(|_| {
+            ring.consumer(ConsumerOptions::worker("v").after(["w"]).batch_cap(4))
+                .unwrap()
+        })
+        .collect();
+    let mut p = ring.producer().unwrap();
+    for i in 0..40u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    let (mut by_w, mut by_v) = (vec![Vec::new(); 2], vec![Vec::new(); 2]);
+    poll_members(&mut second, 50, &mut by_v);
+    assert_eq!(sorted(&by_v), Vec::<u64>::new(), "w has finished nothing");
+
+    let deadline = Instant::now() + PATIENCE;
+    let mut turn = 0;
+    while sorted(&by_v).len() < 40 {
+        assert!(
+            Instant::now() < deadline,
+            "v stopped at {by_v:?} ({by_w:?})"
+        );
+        // One poll of one member of `w`, then every member of `v` a few times.
+        let k = turn % 2;
+        turn += 1;
+        first[k]
+            .poll_once(|ev| by_w[k].push(value(&ev)))
+            .expect("a member of w");
+        poll_members(&mut second, 3, &mut by_v);
+        assert_behind(&by_v, &by_w);
+    }
+    assert_eq!(sorted(&by_w), (0..40).collect::<Vec<_>>(), "w: each once");
+    assert_eq!(sorted(&by_v), (0..40).collect::<Vec<_>>(), "v: each once");
+    let info = ring.info();
+    let v = info
+        .consumers
+        .iter()
+        .find(|c| c.is_group && c.name == "v")
+        .unwrap();
+    let w = info
+        .consumers
+        .iter()
+        .find(|c| c.is_group && c.name == "w")
+        .unwrap();
+    assert_eq!(v.upstream, vec![w.index], "v's record names w");
+}
+
+/// A member whose handler fails answers with its error policy and still never hands an
+/// event to its handler, a failed attempt included, before the journal has finished it.
+#[test]
+fn a_member_skipping_a_failing_event_stays_behind_the_upstream() {
+    let ns = Namespace::concurrent("group_after_skip");
+    let ring = ring(&ns, 64);
+    let mut journal = ring
+        .consumer(ConsumerOptions::durable("journal").batch_cap(5))
+        .unwrap();
+    let opts = || worker_after_journal().on_error(shmring::ErrorPolicy::Skip { attempts: 2 });
+    let mut members: Vec<Consumer> = (0..2).map(|_| ring.consumer(opts()).unwrap()).collect();
+    let mut p = ring.producer().unwrap();
+    for i in 0..20u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    // Every call of a handler (an attempt that fails included), and what succeeded.
+    let (mut calls, mut done) = (Vec::new(), Vec::new());
+    let mut finished = 0u64;
+    let deadline = Instant::now() + PATIENCE;
+    let mut round = 0;
+    while done.len() < 19 {
+        assert!(Instant::now() < deadline, "stopped at {done:?}");
+        // The journal moves every fourth round: the members catch up with it in between.
+        if round % 4 == 0 {
+            finished += journal.poll_once(|_| {}).unwrap() as u64;
+        }
+        round += 1;
+        for m in members.iter_mut() {
+            m.poll_once_fallible(|ev| {
+                let v = value(&ev);
+                calls.push(v);
+                if v == 7 {
+                    return Err("event 7 fails");
+                }
+                done.push(v);
+                Ok(())
+            })
+            .expect("a member's poll");
+            assert!(
+                calls.iter().all(|&c| c < finished),
+                "a handler saw an event the journal has not finished ({finished}): {calls:?}"
+            );
+        }
+    }
+    done.sort_unstable();
+    assert_eq!(
+        done,
+        (0..20).filter(|&v| v != 7).collect::<Vec<_>>(),
+        "each once, 7 skipped"
+    );
+    assert_eq!(calls.iter().filter(|&&c| c == 7).count(), 2, "two attempts");
+    let dead: u64 = members.iter().map(|m| m.stats().dead_lettered).sum();
+    assert_eq!(dead, 1);
 }
