@@ -6,8 +6,15 @@
 //! Each worker has a batch cap of 1, so a claim is one event and the killed member's claim
 //! is the event it hangs on: it printed that event (it was handed it), and a survivor
 //! delivers it again, counted in `redelivered`.
+//!
+//! A group after a durable consumer (`worker --after journal`): a member SIGKILLed while it
+//! waits for the journal leaves a claim the journal has not finished; the survivor that
+//! takes it over waits for the journal too (every worker checks, inside its handler, that
+//! the journal has committed past the event), and every event reaches the group once.
 
 use std::collections::BTreeMap;
+
+use std::time::{Duration, Instant};
 
 use shmring::{Ring, RingConfig};
 use shmring_testkit::report::{line, num};
@@ -91,5 +98,128 @@ fn a_member_killed_mid_event_loses_nothing_and_its_claim_is_redelivered_once() {
         redelivered,
         duplicates.len() as u64,
         "the survivors count the killed member's claim as redelivered"
+    );
+}
+
+/// The members' entries of group `g` (not the group's own).
+fn members(ring: &Ring) -> Vec<shmring::ConsumerInfo> {
+    ring.info()
+        .consumers
+        .into_iter()
+        .filter(|c| c.group.is_some() && !c.is_group)
+        .collect()
+}
+
+#[test]
+fn a_member_killed_waiting_for_the_upstream_leaves_a_claim_that_still_waits() {
+    let ns = Namespace::new("group_kill_after");
+    let config = RingConfig {
+        capacity: 16,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let count = 500u64;
+    // The journal attaches and then reads nothing until it is told to resume.
+    let mut journal = testkit!(
+        ns,
+        "journal",
+        "consume --ns {ns} --ring r --name journal --per-producer {count} --wait block --hold"
+    );
+    journal.expect_line("ready");
+    let worker = |label: &str| {
+        testkit!(
+            ns,
+            label,
+            "worker --ns {ns} --ring r --group g --after journal --batch-cap 4 --wait block"
+        )
+    };
+    let mut victim = worker("victim");
+    victim.expect_line("ready");
+    let mut survivors = vec![worker("survivor 0"), worker("survivor 1")];
+    for s in &mut survivors {
+        s.expect_line("ready");
+    }
+    let producer = testkit!(
+        ns,
+        "producer",
+        "produce --ns {ns} --ring r --producer-id 0 --count {count} --size 8 --mode mixed"
+    );
+
+    // Every member holds a claim of one event the journal has not finished, and sleeps.
+    let watchdog = Instant::now();
+    let patience = Duration::from_secs(50);
+    let victim_claim = loop {
+        let m = members(&ring);
+        if m.len() == 3 && m.iter().all(|c| c.parked) {
+            let v = m
+                .iter()
+                .find(|c| c.pid == victim.pid())
+                .expect("the victim's entry");
+            break (v.index, v.next);
+        }
+        assert!(
+            watchdog.elapsed() < patience,
+            "members never all parked: {m:?}"
+        );
+        std::thread::yield_now();
+    };
+    victim.kill();
+    assert!(
+        events(victim.seen()).is_empty(),
+        "the victim was handed nothing: {:?}",
+        victim.seen()
+    );
+
+    // A survivor takes the dead member's claim over (before it sleeps again: within the
+    // park's net), and holds it while the journal has still finished nothing.
+    let watchdog = Instant::now();
+    loop {
+        let m = members(&ring);
+        let v = m.iter().find(|c| c.index == victim_claim.0);
+        if v.is_some_and(|v| v.pid != victim.pid() && v.pid != 0) {
+            break;
+        }
+        assert!(
+            watchdog.elapsed() < patience,
+            "no survivor took the claim at {} over: {m:?}",
+            victim_claim.1
+        );
+        std::thread::yield_now();
+    }
+    for s in &mut survivors {
+        let early: Vec<String> = s
+            .try_lines()
+            .into_iter()
+            .filter(|l| l.starts_with("ev ") || l.starts_with("violation"))
+            .collect();
+        assert!(
+            early.is_empty(),
+            "{}: handed {early:?} before the journal moved",
+            s.label()
+        );
+    }
+
+    journal.send_line("resume");
+    producer.wait_ok();
+    journal.wait_ok();
+    ring.stop().expect("stop the ring");
+    let mut handed: BTreeMap<u64, u32> = BTreeMap::new();
+    for s in survivors {
+        for e in events(&s.wait_ok()) {
+            *handed.entry(e).or_default() += 1;
+        }
+    }
+    let lost: Vec<u64> = (0..count).filter(|s| !handed.contains_key(s)).collect();
+    assert!(lost.is_empty(), "events never delivered: {lost:?}");
+    let twice: Vec<u64> = handed
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(&s, _)| s)
+        .collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    assert!(
+        handed.contains_key(&victim_claim.1),
+        "the victim's claim at {} reached the group",
+        victim_claim.1
     );
 }

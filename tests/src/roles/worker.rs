@@ -7,6 +7,12 @@
 //!
 //! `--hang-after N` blocks forever inside the handler of the N-th event, after printing
 //! its `ev` line and `hang ring_seq=R`: the member's claim is never finished.
+//!
+//! `--after NAME` (repeatable) makes the group read behind the durable consumer NAME
+//! (`ConsumerOptions::worker(..).after`), and checks inside the handler of every event,
+//! before its `ev` line, that each such upstream's committed position, read from the
+//! ring's table, is already past it: a member handed an event too early prints
+//! `violation ...` and fails.
 
 use anyhow::Context;
 use shmring::{ConsumerOptions, PollError, RunExit};
@@ -27,6 +33,9 @@ pub struct Args {
     /// Block forever inside the handler of the N-th event.
     #[arg(long)]
     hang_after: Option<u64>,
+    /// The group reads behind this durable consumer (repeatable), checked per event.
+    #[arg(long)]
+    after: Vec<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -35,13 +44,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .consumer(
             ConsumerOptions::worker(a.group.as_str())
                 .batch_cap(a.batch_cap)
-                .wait(a.wait.strategy()),
+                .wait(a.wait.strategy())
+                .after(a.after.iter().cloned()),
         )
         .context("attaching the worker")?;
     println!("ready index={}", c.index());
     let mut handed = 0u64;
+    let violation = std::cell::RefCell::new(None);
     let exit = c.run(
         |ev| {
+            if violation.borrow().is_some() {
+                return;
+            }
+            if let Some(v) = ahead_of_upstream(&ring, &a.after, ev.sequence()) {
+                println!("violation {v}");
+                *violation.borrow_mut() = Some(v);
+                return;
+            }
             handed += 1;
             println!("ev {}", ev.sequence());
             if Some(handed) == a.hang_after {
@@ -52,8 +71,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
             }
         },
-        || false,
+        || violation.borrow().is_some(),
     );
+    if let Some(v) = violation.into_inner() {
+        anyhow::bail!("{v}");
+    }
     match exit {
         Ok(RunExit::Closed) => {}
         Ok(RunExit::Stopped) => anyhow::bail!("stopped without a stop predicate"),
@@ -66,4 +88,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         s.delivered, s.redelivered
     );
     Ok(())
+}
+
+/// Why `seq` may not be handed over yet: an upstream in `after` that has not committed past
+/// it (its position in the ring's table), or is not in the table at all.
+fn ahead_of_upstream(ring: &shmring::Ring, after: &[String], seq: u64) -> Option<String> {
+    if after.is_empty() {
+        return None;
+    }
+    let info = ring.info();
+    after.iter().find_map(|n| {
+        let next = info.consumers.iter().find(|c| &c.name == n).map(|c| c.next);
+        next.is_none_or(|next| next <= seq).then(|| {
+            format!(
+                "ring sequence {seq} handed over before upstream {n:?} committed past it \
+                 (its position: {next:?})"
+            )
+        })
+    })
 }
