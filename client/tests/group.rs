@@ -1063,3 +1063,62 @@ fn a_consumer_after_a_group_sees_an_event_only_once_its_member_finished_it() {
     d.poll_once(|ev| after.push(value(&ev))).unwrap();
     assert_eq!(after, vec![7, 8]);
 }
+
+/// A member's timed flush (`flush_within`) holds in the claims it takes over as in its
+/// own: a handler that blocks past the interval in an adopted claim sees the next event
+/// as an edge, and the batch commits there. Without `flush_within` (the control) the
+/// adopted claim is one batch.
+#[test]
+fn a_taken_over_claim_is_cut_by_the_timed_flush() {
+    let within = Duration::from_millis(100);
+    for flush in [true, false] {
+        let ns = Namespace::concurrent(if flush {
+            "group_adopt_flush"
+        } else {
+            "group_adopt_noflush"
+        });
+        let ring = ring_with(&ns, 64, 4);
+        // `a` claims 0 and `b` 1 as they join (nothing is published yet).
+        let mut a = ring.consumer(worker().batch_cap(8)).unwrap();
+        let mut opts = worker().batch_cap(32);
+        if flush {
+            opts = opts.flush_within(within);
+        }
+        let mut b = ring.consumer(opts).unwrap();
+        publish_range(&ring, 0..20);
+        // `a` hands over 0, claims 2..10, and leaves with that claim.
+        assert_eq!(a.poll_once(|ev| assert_eq!(value(&ev), 0)).unwrap(), 1);
+        drop(a);
+        // `b` delivers its own claims, then takes 2..10 over; it holds event 4 until the
+        // interval opened at event 2 (the first after an edge) has surely passed.
+        let mut got: Vec<(u64, bool)> = Vec::new();
+        let mut opened: Option<Instant> = None;
+        let deadline = Instant::now() + PATIENCE;
+        while got.len() < 19 {
+            assert!(Instant::now() < deadline, "b stopped at {got:?}");
+            b.poll_once(|ev| {
+                let v = value(&ev);
+                if v == 2 {
+                    opened = Some(Instant::now());
+                }
+                if let (4, Some(t)) = (v, opened) {
+                    while t.elapsed() < within + Duration::from_millis(25) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                got.push((v, ev.is_end_of_batch()));
+            })
+            .unwrap();
+            if got.len() < 19 {
+                b.wait().unwrap();
+            }
+        }
+        let edges: Vec<u64> = got
+            .iter()
+            .filter(|g| (2..10).contains(&g.0) && g.1)
+            .map(|g| g.0)
+            .collect();
+        let expected: &[u64] = if flush { &[5, 9] } else { &[9] };
+        assert_eq!(edges, expected, "flush {flush}: {got:?}");
+    }
+}

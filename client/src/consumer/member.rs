@@ -735,10 +735,14 @@ impl Consumer {
             // producers at `a.at <= seq` until the commit below, so the slot is not
             // overwritten while the handler reads it.
             let bytes = unsafe { slot.payload(len) };
+            let last = seq == last_event;
+            // The timed flush cuts the batch here, as in the member's own claims (no clock
+            // read when it is unset).
+            let cut = !last && self.flush.as_mut().is_some_and(Flush::due);
             let ev = Event {
                 seq,
                 bytes,
-                end_of_batch: seq == last_event,
+                end_of_batch: last || cut,
             };
             if let Err(failure) = call(handler, ev) {
                 let attempts = policy::count_attempt_in(cold, seq, a.suspect.take());
@@ -774,6 +778,14 @@ impl Consumer {
             }
             delivered += 1;
             a.at += 1;
+            if last || cut {
+                if let Some(f) = self.flush.as_mut() {
+                    f.edge();
+                }
+                if cut {
+                    break;
+                }
+            }
         }
         if a.poison.is_some_and(|k| a.at > k) {
             // Past the event its record named (delivered or skipped).
