@@ -19,6 +19,9 @@ pub const SUITE: &str = "latency";
 pub const PACED: &str = "paced 100 µs, one-way (from the intended send time)";
 pub const PINGPONG: &str = "back-to-back ping-pong over two rings, one-way";
 pub const IDLE: &str = "after 2 ms idle, one-way";
+/// Runs of events in turn over the ring and over the spin floor's bare line, in the same
+/// two pinned processes (`paced_interleaved`).
+pub const INTERLEAVED_RUN: u64 = 50;
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
@@ -135,5 +138,57 @@ fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
             r
         }
         Err(e) => row.failed(&e),
+    }
+}
+
+/// The busy-spin consumer paced 100 µs apart and the spin floor in the same two pinned
+/// processes, in turn, [`INTERLEAVED_RUN`] events at a time: the producer sends each run
+/// over the ring or over a bare line (the spin floor's: the send time, then the sequence),
+/// and the consumer spins on that line for the floor's runs. Both see the same placement of
+/// the guest's vCPUs, which two rows measured seconds apart do not (ARCHITECTURE.md,
+/// "Measured inside one run"). Returns (shmring's row, the floor's row), named `name` and
+/// `floor_name`, in `group`.
+pub fn paced_interleaved(ctx: &mut Ctx, group: &str, name: &str, floor_name: &str) -> (Row, Row) {
+    let s = ctx.sizes;
+    ctx.bar.set_message(format!(
+        "latency: busy-spin and the spin floor, {PACED}, in turn"
+    ));
+    let (count, warmup) = (2 * s.paced, s.warmup);
+    let setup = Setup::one_to_one(
+        vec![
+            kv("wait", "busy-spin"),
+            kv("mode", "latency"),
+            kv("warmup", warmup),
+            kv("count", count),
+            kv("floor_every", INTERLEAVED_RUN),
+        ],
+        vec![
+            kv("mode", "paced"),
+            kv("count", count),
+            kv("warmup", warmup),
+            kv("interval_ns", PACE.as_nanos()),
+            kv("floor_every", INTERLEAVED_RUN),
+        ],
+        ctx.timeout(count, PACE),
+    );
+    let row = Row::new(SUITE, group, name, Kind::Latency);
+    let floor_row = Row::new(SUITE, group, floor_name, Kind::Latency);
+    match shm::run(ctx, "lat", setup) {
+        Ok(p) => {
+            let c = &p.consumers[0];
+            let mut r = row.with(c);
+            r.consumer_cpu = c.get("cpu_share");
+            r.producer_cpu = p.producers[0].get("cpu_share");
+            let mut f = floor_row;
+            match &c.hist_b {
+                Some(h) => f.set_hist(h),
+                None => f = f.failed(&anyhow::anyhow!("the consumer recorded no floor latencies")),
+            }
+            if let Some(v) = c.get("floor_missed") {
+                f.extra.insert("missed".into(), v);
+            }
+            (r, f)
+        }
+        Err(e) => (row.failed(&e), floor_row.failed(&e)),
     }
 }

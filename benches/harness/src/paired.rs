@@ -44,10 +44,19 @@ pub const DISRUPTOR_ROW: &str = peers::DISRUPTOR;
 
 /// The latency pairs of a round: (shmring's row name here, the `latency` group it is
 /// measured in, the spin floor row it is divided by).
-pub const LATENCY: [(&str, &str, &str); 2] = [
+pub const LATENCY: [(&str, &str, &str); 3] = [
     (BUSY_PINGPONG, latency::PINGPONG, floor::SPIN_PINGPONG),
     (BUSY_PACED, latency::PACED, floor::SPIN_PACED),
+    (BUSY_PACED_INTERLEAVED, INTERLEAVED, SPIN_PACED_INTERLEAVED),
 ];
+/// The shape of the interleaved pair: both rows from one measurement
+/// (`latency::paced_interleaved`).
+pub const INTERLEAVED: &str = "interleaved";
+/// shmring's busy-spin consumer, paced 100 µs, one-way, in turn with the spin floor in the
+/// same processes.
+pub const BUSY_PACED_INTERLEAVED: &str = "busy-spin, paced 100 µs, in turn with the floor";
+/// The spin floor measured in turn with [`BUSY_PACED_INTERLEAVED`].
+pub const SPIN_PACED_INTERLEAVED: &str = "spin, paced 100 µs, in turn with busy-spin";
 /// shmring's busy-spin consumer, back-to-back ping-pong over two rings, one-way.
 pub const BUSY_PINGPONG: &str = "busy-spin, ping-pong";
 /// shmring's busy-spin consumer, paced 100 µs, one-way.
@@ -96,6 +105,12 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 6 => rows.push(throughput::fixed_row(ctx, 1, true, &group)),
                 7 => rows.push(throughput::fixed_row(ctx, 100, true, &group)),
                 8 => rows.push(throughput::fixed_publisher_row(ctx, &group)),
+                u if LATENCY[u - 9].1 == INTERLEAVED => {
+                    let (name, _, spin_floor) = LATENCY[u - 9];
+                    let (busy, spin) =
+                        latency::paced_interleaved(ctx, &lat_group, name, spin_floor);
+                    rows.extend([spin, busy]);
+                }
                 u => {
                     let (name, shape, spin_floor) = LATENCY[u - 9];
                     for floor_now in [r % 2 == 1, r % 2 == 0] {

@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use shmring::{ConsumerOptions, Event, Producer, Ring, WaitOutcome, WaitStrategy, WakeSet};
+use shmring::{
+    ConsumerOptions, Event, Producer, Ring, RunExit, WaitOutcome, WaitStrategy, WakeSet,
+};
 use shmring_peers::kit::{self, new_hist, now_ns, Args, Measured, Pacer};
 
 /// Every wait strategy the latency suite measures, by name.
@@ -85,7 +87,12 @@ fn shm_consumer(args: &Args) -> Result<()> {
         _ => None,
     };
     let warmup: u64 = args.num_or("warmup", 0);
+    // Latency mode: every other run of this many events comes over a bare floor line (see
+    // `on_floor`), recorded apart.
+    let floor_every: u64 = args.num_or("floor_every", 0);
     let mut hist = new_hist();
+    let mut floor_hist = new_hist();
+    let mut floor_missed = 0u64;
     let (mut n, mut sum) = (0u64, 0u64);
     let mut failed = None;
     // CPU over the recorded part only (from the first recorded event; the whole run when
@@ -121,6 +128,50 @@ fn shm_consumer(args: &Args) -> Result<()> {
             },
             || false,
         )?;
+    } else if mode == ConsumerMode::Latency && floor_every > 0 {
+        // Runs of `floor_every` events over the ring and over the floor line in turn, from
+        // the same pinned processes (see `on_floor`): the ring's latencies in `hist`, the
+        // floor's in `floor_hist`.
+        let total = warmup + args.num::<u64>("count")?;
+        let line = ctl.line(0);
+        let mut i = 0u64;
+        while i < total {
+            let end = ((i / floor_every + 1) * floor_every).min(total);
+            if on_floor(floor_every, i) {
+                while i < end {
+                    let (seen, stamp) = floor_recv(line, i + 1, false);
+                    let now = now_ns();
+                    // The line carries the newest event only: one missed is not recorded.
+                    if seen > warmup {
+                        floor_hist.saturating_record(now.saturating_sub(stamp));
+                    }
+                    floor_missed += seen - 1 - i;
+                    i = seen;
+                }
+                continue;
+            }
+            let handled = std::cell::Cell::new(i);
+            let exit = c.run(
+                |ev: Event<'_>| {
+                    let b = ev.bytes();
+                    let now = now_ns();
+                    let seq = u64_at(b, 0);
+                    if seq >= warmup {
+                        hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
+                    }
+                    if seq == warmup {
+                        (c0, w0) = (kit::thread_cpu_ns(), now_ns());
+                    }
+                    n += 1;
+                    handled.set(seq + 1);
+                },
+                || handled.get() >= end,
+            )?;
+            if exit == RunExit::Closed {
+                break;
+            }
+            i = end;
+        }
     } else {
         // Latency and Echo.
         c.run(
@@ -153,6 +204,10 @@ fn shm_consumer(args: &Args) -> Result<()> {
     let mut m = Measured::default();
     if mode != ConsumerMode::Count && mode != ConsumerMode::Runs {
         m.hist = Some(hist);
+        if floor_every > 0 {
+            m.hist_b = Some(floor_hist);
+            m.set("floor_missed", floor_missed as f64);
+        }
     } else if let Some(r) = meter.best(args.num_or("best_window_ns", 100_000_000)) {
         m.set("best_ops_per_sec", r);
     }
@@ -223,6 +278,12 @@ enum Publish {
 }
 
 #[inline(always)]
+/// Whether event `i` of a paced run goes over the floor line rather than the ring: every
+/// other run of `every` events (none when `every` is 0), starting with the ring.
+fn on_floor(every: u64, i: u64) -> bool {
+    every > 0 && (i / every) % 2 == 1
+}
+
 fn publish(p: &mut Producer, how: Publish, bytes: &[u8]) -> Result<u64> {
     Ok(match how {
         Publish::Normal => p.publish(bytes)?,
@@ -317,6 +378,9 @@ fn shm_producer(args: &Args) -> Result<()> {
     let warmup: u64 = args.num_or("warmup", 0);
     let count: u64 = args.num_or("count", 0);
     let total = warmup + count;
+    // Paced mode: every other run of this many events goes over a bare floor line instead
+    // of the ring (`on_floor`); 0: all over the ring.
+    let floor_every: u64 = args.num_or("floor_every", 0);
     let size: usize = args.num_or("size", 16);
     let producers: u32 = args.num_or("producers", 1);
     ensure!(
@@ -348,11 +412,19 @@ fn shm_producer(args: &Args) -> Result<()> {
             // page faults land there), then the recorded messages at the interval.
             let interval = Duration::from_nanos(args.num("interval_ns")?);
             let mut pacer = Pacer::new(interval.min(Duration::from_micros(100)));
+            ensure!(
+                floor_every == 0 || !time_each,
+                "the interleaved floor is measured without per-publish times"
+            );
             for i in 0..total {
                 if i == warmup {
                     pacer = Pacer::new(interval);
                 }
                 let due = pacer.wait(if i < warmup { i } else { i - warmup });
+                if on_floor(floor_every, i) {
+                    floor_send(ctl.line(0), i + 1, due);
+                    continue;
+                }
                 buf[..8].copy_from_slice(&i.to_ne_bytes());
                 buf[8..16].copy_from_slice(&due.to_ne_bytes());
                 if time_each {
@@ -603,6 +675,36 @@ fn ws_producer(args: &Args) -> Result<()> {
 
 /// The floor: one cache line per direction (spin) or a futex word per direction, with the
 /// send time in the line. Side A sends; side B records.
+/// Send `seq` (from 1) with `stamp` on a floor line: the stamp, then the sequence
+/// (Release: the stamp is visible with it, Acquire in [`floor_recv`]).
+fn floor_send(line: &kit::Line, seq: u64, stamp: u64) {
+    line.stamp.store(stamp, Ordering::Relaxed);
+    line.seq.store(seq, Ordering::Release);
+}
+
+/// Wait until a floor line carries `seq` or a later one (a receiver descheduled for longer
+/// than the pacing gap misses messages; it then records the newest), spinning or (`futex`)
+/// sleeping on its word. Returns (sequence seen, its stamp).
+fn floor_recv(line: &kit::Line, seq: u64, futex: bool) -> (u64, u64) {
+    loop {
+        let w = line.word.load(Ordering::Acquire);
+        let seen = line.seq.load(Ordering::Acquire);
+        if seen >= seq {
+            return (seen, line.stamp.load(Ordering::Relaxed));
+        }
+        if futex {
+            let _ = rustix::thread::futex::wait(
+                &line.word,
+                rustix::thread::futex::Flags::empty(),
+                w,
+                None,
+            );
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 fn floor_side(args: &Args, a_side: bool) -> Result<()> {
     args.pin();
     let ctl = args.ctl()?;
@@ -612,9 +714,7 @@ fn floor_side(args: &Args, a_side: bool) -> Result<()> {
     let total = args.num::<u64>("count")? + warmup;
     let (to_b, to_a) = (ctl.line(0), ctl.line(1));
     let send = |line: &kit::Line, seq: u64, stamp: u64| {
-        line.stamp.store(stamp, Ordering::Relaxed);
-        // Release: the stamp is visible with the sequence (Acquire in `recv`).
-        line.seq.store(seq, Ordering::Release);
+        floor_send(line, seq, stamp);
         if futex {
             // Release: pairs with the Acquire load of the word before a waiter sleeps.
             line.word.fetch_add(1, Ordering::Release);
@@ -622,28 +722,7 @@ fn floor_side(args: &Args, a_side: bool) -> Result<()> {
                 rustix::thread::futex::wake(&line.word, rustix::thread::futex::Flags::empty(), 1);
         }
     };
-    // Wait until the line carries `seq` or a later one (a receiver descheduled for longer
-    // than the pacing gap misses messages; it then records the newest). Returns
-    // (sequence seen, its stamp).
-    let recv = |line: &kit::Line, seq: u64| -> (u64, u64) {
-        loop {
-            let w = line.word.load(Ordering::Acquire);
-            let seen = line.seq.load(Ordering::Acquire);
-            if seen >= seq {
-                return (seen, line.stamp.load(Ordering::Relaxed));
-            }
-            if futex {
-                let _ = rustix::thread::futex::wait(
-                    &line.word,
-                    rustix::thread::futex::Flags::empty(),
-                    w,
-                    None,
-                );
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    };
+    let recv = |line: &kit::Line, seq: u64| floor_recv(line, seq, futex);
     let mut hist = new_hist();
     let mut rtt = new_hist();
     let (c0, w0) = (kit::thread_cpu_ns(), now_ns());

@@ -220,6 +220,9 @@ pub fn new_hist() -> Histogram<u64> {
 pub struct Measured {
     /// Latencies (ns), if this role recorded any.
     pub hist: Option<Histogram<u64>>,
+    /// A second set of latencies (ns), for a role that measures two things in turn in the
+    /// same processes (the `paired` suite's interleaved rows: the spin floor's line).
+    pub hist_b: Option<Histogram<u64>>,
     /// Named numbers: counts, timestamps, CPU times, anything else a row reports.
     pub values: HashMap<String, f64>,
 }
@@ -244,12 +247,16 @@ impl Measured {
 
     /// Take `other`'s histogram (merged) and numbers (prefixed with `prefix`).
     pub fn absorb(&mut self, prefix: &str, other: Measured) {
-        if let Some(h) = other.hist {
-            match &mut self.hist {
+        for (h, mine) in [
+            (other.hist, &mut self.hist),
+            (other.hist_b, &mut self.hist_b),
+        ] {
+            let Some(h) = h else { continue };
+            match mine {
                 Some(mine) => {
                     let _ = mine.add(&h);
                 }
-                None => self.hist = Some(h),
+                None => *mine = Some(h),
             }
         }
         for (k, v) in other.values {
@@ -257,16 +264,18 @@ impl Measured {
         }
     }
 
-    /// Write as text: `v <key> <value>` and `h <value> <count>` lines.
+    /// Write as text: `v <key> <value>`, `h <value> <count>` and (`hist_b`) `g <value>
+    /// <count>` lines.
     pub fn write_to(&self, path: &Path) -> Result<()> {
         let mut out = String::new();
         for (k, v) in &self.values {
             out.push_str(&format!("v {k} {v}\n"));
         }
-        if let Some(h) = &self.hist {
+        for (tag, h) in [("h", &self.hist), ("g", &self.hist_b)] {
+            let Some(h) = h else { continue };
             for it in h.iter_recorded() {
                 out.push_str(&format!(
-                    "h {} {}\n",
+                    "{tag} {} {}\n",
                     it.value_iterated_to(),
                     it.count_at_value()
                 ));
@@ -289,9 +298,13 @@ impl Measured {
                 (Some("v"), Some(k), Some(v)) => {
                     m.values.insert(k.to_owned(), v.parse()?);
                 }
-                (Some("h"), Some(v), Some(c)) => {
-                    m.hist
-                        .get_or_insert_with(new_hist)
+                (Some(tag @ ("h" | "g")), Some(v), Some(c)) => {
+                    let h = if tag == "h" {
+                        &mut m.hist
+                    } else {
+                        &mut m.hist_b
+                    };
+                    h.get_or_insert_with(new_hist)
                         .saturating_record_n(v.parse()?, c.parse()?);
                 }
                 _ => bail!("bad result line {line:?} in {}", path.display()),
@@ -677,6 +690,11 @@ mod tests {
             h.record(v).unwrap();
         }
         m.hist = Some(h.clone());
+        let mut g = new_hist();
+        for v in [7u64, 9, 11] {
+            g.record(v).unwrap();
+        }
+        m.hist_b = Some(g.clone());
         m.set("delivered", 42.0).set("cpu_share", 0.25);
         m.write_to(&path).unwrap();
         let back = Measured::read_from(&path).unwrap();
@@ -685,6 +703,8 @@ mod tests {
         assert_eq!(hb.len(), h.len());
         assert_eq!(hb.value_at_quantile(0.5), h.value_at_quantile(0.5));
         assert_eq!(hb.max(), h.max());
+        let gb = back.hist_b.clone().unwrap();
+        assert_eq!((gb.len(), gb.min(), gb.max()), (3, 7, 11));
         assert_eq!(back.get("delivered"), Some(42.0));
         assert_eq!(back.get("cpu_share"), Some(0.25));
     }
