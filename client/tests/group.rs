@@ -1091,11 +1091,14 @@ fn a_taken_over_claim_is_cut_by_the_timed_flush() {
         drop(a);
         // `b` delivers its own claims, then takes 2..10 over; it holds event 4 until the
         // interval opened at event 2 (the first after an edge) has surely passed.
-        let mut got: Vec<(u64, bool)> = Vec::new();
+        // (event, end of batch, the poll that handed it over)
+        let mut got: Vec<(u64, bool, u32)> = Vec::new();
         let mut opened: Option<Instant> = None;
         let deadline = Instant::now() + PATIENCE;
+        let mut poll = 0u32;
         while got.len() < 19 {
             assert!(Instant::now() < deadline, "b stopped at {got:?}");
+            poll += 1;
             b.poll_once(|ev| {
                 let v = value(&ev);
                 if v == 2 {
@@ -1106,7 +1109,7 @@ fn a_taken_over_claim_is_cut_by_the_timed_flush() {
                         std::thread::sleep(Duration::from_millis(1));
                     }
                 }
-                got.push((v, ev.is_end_of_batch()));
+                got.push((v, ev.is_end_of_batch(), poll));
             })
             .unwrap();
             if got.len() < 19 {
@@ -1120,5 +1123,9 @@ fn a_taken_over_claim_is_cut_by_the_timed_flush() {
             .collect();
         let expected: &[u64] = if flush { &[5, 9] } else { &[9] };
         assert_eq!(edges, expected, "flush {flush}: {got:?}");
+        // The batch commits at the edge: the events after it come in a later poll.
+        let poll_of = |v: u64| got.iter().find(|g| g.0 == v).map(|g| g.2);
+        let cut_there = poll_of(6) > poll_of(5);
+        assert_eq!(cut_there, flush, "flush {flush}: {got:?}");
     }
 }
