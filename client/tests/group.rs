@@ -1129,3 +1129,68 @@ fn a_taken_over_claim_is_cut_by_the_timed_flush() {
         assert_eq!(cut_there, flush, "flush {flush}: {got:?}");
     }
 }
+
+/// A member that takes over a claim whose holder died in the handler of its last event
+/// hands the events before that one over as a batch ending with `end_of_batch`, and then
+/// answers the event whose attempts are used up (here: dead-lettered, never handed over)
+/// on its own, as a member's own claim does.
+#[test]
+fn a_taken_over_claim_ends_its_batch_before_an_event_whose_attempts_are_used_up() {
+    use shmring_layout::{consumer_state, owned_word};
+    let ns = Namespace::concurrent("group_adopt_used_up");
+    let ring = ring_with(&ns, 64, 4);
+    // `a` claims 0 and `b` 1 as they join.
+    let mut a = ring.consumer(worker().batch_cap(3)).unwrap();
+    let mut b = ring
+        .consumer(
+            worker()
+                .batch_cap(16)
+                .on_error(shmring::ErrorPolicy::Skip { attempts: 1 }),
+        )
+        .unwrap();
+    publish_range(&ring, 0..20);
+    // `a` hands over 0, claims 2..5, and leaves with that claim.
+    assert_eq!(a.poll_once(|ev| assert_eq!(value(&ev), 0)).unwrap(), 1);
+    let left = a.index();
+    drop(a);
+    // As a member that took that claim over and died in the handler of 4 leaves it: held
+    // (RESUMING) by a process that is gone, still at 2 (2 and 3 were handed over, not
+    // committed), its attempt at 4 marked under way (bit 62 of the record's sequence plus
+    // one, `consumer/policy.rs`).
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = raw.consumer_word(left);
+    raw.set_consumer_poison(left, 5 | 1 << 62, 1);
+    raw.set_consumer_word(
+        left,
+        owned_word::pack(
+            owned_word::generation(word).wrapping_add(1),
+            consumer_state::RESUMING,
+            dead,
+        ),
+    );
+    let mut got: Vec<(u64, bool)> = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    // Every event but 0 (`a` handed it over) and 4, and 4 dead-lettered.
+    let done =
+        |got: &Vec<(u64, bool)>, b: &Consumer| got.len() == 18 && b.stats().dead_lettered == 1;
+    while !done(&got, &b) {
+        assert!(Instant::now() < deadline, "b stopped at {got:?}");
+        b.poll_once(|ev| got.push((value(&ev), ev.is_end_of_batch())))
+            .unwrap();
+        if !done(&got, &b) {
+            b.wait().unwrap();
+        }
+    }
+    let adopted: Vec<(u64, bool)> = got
+        .iter()
+        .copied()
+        .filter(|g| g.0 == 2 || g.0 == 3)
+        .collect();
+    assert_eq!(adopted, vec![(2, false), (3, true)], "{got:?}");
+    assert!(
+        !got.iter().any(|g| g.0 == 4),
+        "4 is never handed over: {got:?}"
+    );
+    assert_eq!(b.stats().dead_lettered, 1);
+}

@@ -670,6 +670,15 @@ impl Consumer {
         let end = a.end.min(limit).min(a.at.saturating_add(self.batch_cap));
         let (mut scanned, mut last_event) = (a.at, u64::MAX);
         while scanned < end {
+            if scanned > a.at
+                && a.poison == Some(scanned)
+                && policy::used_up(cold, scanned, a.suspect, self.policy).is_some()
+            {
+                // The batch ends before an event whose attempts are used up (as `poll_member`
+                // ends a run of its own claim): the events before it are handed over with
+                // the edge on the last, and the next poll acts on that event alone.
+                break;
+            }
             let slot = seg.slot(scanned);
             // Acquire: SYNC POINT with the producer's Release stamp store (read again below).
             let st = slot.header.stamp.load(Ordering::Acquire);

@@ -196,6 +196,47 @@ impl RawSegment {
         );
     }
 
+    /// Consumer entry `index`'s word (its state, owner and generation).
+    pub fn consumer_word(&self, index: u32) -> u64 {
+        self.read_u64(self.consumer_hot(index) + offset_of!(ConsumerHot, word) as u64)
+    }
+
+    /// Set consumer entry `index`'s word, as a holder's CAS would have left it.
+    pub fn set_consumer_word(&self, index: u32, word: u64) {
+        self.write_u64(
+            self.consumer_hot(index) + offset_of!(ConsumerHot, word) as u64,
+            word,
+        );
+    }
+
+    /// Set consumer entry `index`'s poison record (`ConsumerCold::poison_seq` and
+    /// `poison_attempts`): the event whose handler is failing, as its holders left it.
+    pub fn set_consumer_poison(&self, index: u32, poison_seq: u64, attempts: u32) {
+        let cold = self.consumer_cold(index);
+        self.write_u32(
+            cold + offset_of!(ConsumerCold, poison_attempts) as u64,
+            attempts,
+        );
+        self.write_u64(
+            cold + offset_of!(ConsumerCold, poison_seq) as u64,
+            poison_seq,
+        );
+    }
+
+    fn consumer_base(&self, index: u32) -> u64 {
+        self.geo
+            .consumer_offset(index)
+            .unwrap_or_else(|| panic!("consumer index {index} out of range"))
+    }
+
+    fn consumer_hot(&self, index: u32) -> u64 {
+        self.consumer_base(index) + offset_of!(ConsumerEntry, hot) as u64
+    }
+
+    fn consumer_cold(&self, index: u32) -> u64 {
+        self.consumer_base(index) + offset_of!(ConsumerEntry, cold) as u64
+    }
+
     /// Lay down consumer entry `index` as its holder left it: `word`, `flags`
     /// (`shmring_layout::consumer_flags`), `name` (empty: anonymous) and position `next`.
     /// The entry must be free (nobody else writes it meanwhile).
