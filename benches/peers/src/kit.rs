@@ -102,16 +102,21 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    /// A pacer whose first message is due `interval` from now.
+    /// A pacer whose first message is due `interval` from now (from when it is made: its
+    /// histograms, a few hundred kilobytes each, are allocated and the timer slack set
+    /// before the clock is read, so that a pacer made between two phases of a run does
+    /// not start with its first message due before it was ready, late by the time the
+    /// allocation took).
     pub fn new(interval: Duration) -> Self {
         tight_timer_slack();
         let interval = interval.as_nanos() as u64;
+        let (late, held) = (new_hist(), new_hist());
         Self {
             next_due: now_ns() + interval,
             interval,
             margin: (interval / 4).min(30_000),
-            late: new_hist(),
-            held: new_hist(),
+            late,
+            held,
         }
     }
 
