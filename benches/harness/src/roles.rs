@@ -416,13 +416,18 @@ fn shm_producer(args: &Args) -> Result<()> {
                 floor_every == 0 || !time_each,
                 "the interleaved floor is measured without per-publish times"
             );
+            // The floor's line, and whether each event goes over it, known before the
+            // pacer's clock read that stamps the event: from there to the store the floor's
+            // sender runs what `floor_side`'s does.
+            let floor_line = ctl.line(0);
             for i in 0..total {
                 if i == warmup {
-                    pacer = Pacer::new(interval);
+                    pacer.restart(interval);
                 }
+                let to_floor = on_floor(floor_every, i);
                 let due = pacer.wait(if i < warmup { i } else { i - warmup });
-                if on_floor(floor_every, i) {
-                    floor_send(ctl.line(0), i + 1, due);
+                if to_floor {
+                    floor_send(floor_line, i + 1, due);
                     continue;
                 }
                 buf[..8].copy_from_slice(&i.to_ne_bytes());
@@ -677,6 +682,7 @@ fn ws_producer(args: &Args) -> Result<()> {
 /// send time in the line. Side A sends; side B records.
 /// Send `seq` (from 1) with `stamp` on a floor line: the stamp, then the sequence
 /// (Release: the stamp is visible with it, Acquire in [`floor_recv`]).
+#[inline(always)]
 fn floor_send(line: &kit::Line, seq: u64, stamp: u64) {
     line.stamp.store(stamp, Ordering::Relaxed);
     line.seq.store(seq, Ordering::Release);

@@ -120,9 +120,24 @@ impl Pacer {
         }
     }
 
+    /// Start again at `interval`, the first message due `interval` from now: the schedule
+    /// and both histograms cleared (no allocation, no free), the clock read last. For a
+    /// sender whose warm-up ran at another interval.
+    pub fn restart(&mut self, interval: Duration) {
+        let interval = interval.as_nanos() as u64;
+        self.late.reset();
+        self.held.reset();
+        self.interval = interval;
+        self.margin = (interval / 4).min(30_000);
+        self.next_due = now_ns() + interval;
+    }
+
     /// Wait for the next message's due time; returns the time to stamp it with. (`_i`, the
     /// message's index, is for the caller's readability only.)
-    #[inline]
+    // Always inlined: what runs between the clock read that stamps a message and the
+    // message's send is then the same code in every sender loop (the floor's and the
+    // rings'), whatever else the loop's function holds.
+    #[inline(always)]
     pub fn wait(&mut self, _i: u64) -> u64 {
         let due = self.next_due;
         self.next_due += self.interval;
