@@ -20,6 +20,15 @@ use shmring::{Ring, RingConfig};
 use shmring_testkit::report::{line, num};
 use shmring_testkit::{testkit, Namespace};
 
+/// Ring `r` of `ns`, 16 slots: a producer soon waits for the group.
+fn ring16(ns: &Namespace) -> Ring {
+    let config = RingConfig {
+        capacity: 16,
+        ..RingConfig::default()
+    };
+    Ring::create(ns.name(), "r", &config).expect("create ring")
+}
+
 fn events(lines: &[String]) -> Vec<u64> {
     lines
         .iter()
@@ -31,11 +40,7 @@ fn events(lines: &[String]) -> Vec<u64> {
 #[test]
 fn a_member_killed_mid_event_loses_nothing_and_its_claim_is_redelivered_once() {
     let ns = Namespace::new("group_kill");
-    let config = RingConfig {
-        capacity: 16,
-        ..RingConfig::default()
-    };
-    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let ring = ring16(&ns);
     let count = 3000u64;
     let worker = |label: &str, extra: &str| {
         testkit!(
@@ -113,11 +118,7 @@ fn members(ring: &Ring) -> Vec<shmring::ConsumerInfo> {
 #[test]
 fn a_member_killed_waiting_for_the_upstream_leaves_a_claim_that_still_waits() {
     let ns = Namespace::new("group_kill_after");
-    let config = RingConfig {
-        capacity: 16,
-        ..RingConfig::default()
-    };
-    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let ring = ring16(&ns);
     let count = 500u64;
     // The journal attaches and then reads nothing until it is told to resume.
     let mut journal = testkit!(

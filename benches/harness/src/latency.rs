@@ -95,20 +95,24 @@ fn paced(ctx: &mut Ctx, group: &str, wait: &str, count: u64, warmup: u64, gap: D
     );
     let row = Row::new(SUITE, group, wait, Kind::Latency);
     match shm::run(ctx, "lat", setup) {
-        Ok(p) => {
-            let c = &p.consumers[0];
-            let mut r = row.with(c);
-            r.consumer_cpu = c.get("cpu_share");
-            r.producer_cpu = p.producers[0].get("cpu_share");
-            for k in ["pacer_late_p99_ns", "pacer_held_p99_ns"] {
-                if let Some(v) = p.producers[0].get(k) {
-                    r.extra.insert(k.into(), v);
-                }
-            }
-            r
-        }
+        Ok(p) => paced_row(row, &p),
         Err(e) => row.failed(&e),
     }
+}
+
+/// A paced row from what its processes measured: the consumer's latencies and CPU, the
+/// producer's CPU and its pacer's lateness.
+fn paced_row(row: Row, p: &shm::Parts) -> Row {
+    let c = &p.consumers[0];
+    let mut r = row.with(c);
+    r.consumer_cpu = c.get("cpu_share");
+    r.producer_cpu = p.producers[0].get("cpu_share");
+    for k in ["pacer_late_p99_ns", "pacer_held_p99_ns"] {
+        if let Some(v) = p.producers[0].get(k) {
+            r.extra.insert(k.into(), v);
+        }
+    }
+    r
 }
 
 fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
@@ -176,9 +180,7 @@ pub fn paced_interleaved(ctx: &mut Ctx, group: &str, name: &str, floor_name: &st
     match shm::run(ctx, "lat", setup) {
         Ok(p) => {
             let c = &p.consumers[0];
-            let mut r = row.with(c);
-            r.consumer_cpu = c.get("cpu_share");
-            r.producer_cpu = p.producers[0].get("cpu_share");
+            let r = paced_row(row, &p);
             let mut f = floor_row;
             match &c.hist_b {
                 Some(h) => f.set_hist(h),

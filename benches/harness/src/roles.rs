@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
+use hdrhistogram::Histogram;
 use shmring::{
     ConsumerOptions, Event, Producer, Ring, RunExit, WaitOutcome, WaitStrategy, WakeSet,
 };
@@ -65,6 +66,27 @@ enum ConsumerMode {
     Runs,
 }
 
+/// A latency consumer's handler work on an event `b` (its number, then its send time):
+/// record the one-way latency once past the warm-up, and start the CPU window (thread CPU,
+/// wall clock) at the first recorded event. Returns the event's number.
+#[inline(always)]
+fn record_latency(
+    b: &[u8],
+    warmup: u64,
+    hist: &mut Histogram<u64>,
+    window: &mut (u64, u64),
+) -> u64 {
+    let now = now_ns();
+    let seq = u64_at(b, 0);
+    if seq >= warmup {
+        hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
+    }
+    if seq == warmup {
+        *window = (kit::thread_cpu_ns(), now_ns());
+    }
+    seq
+}
+
 fn shm_consumer(args: &Args) -> Result<()> {
     args.pin();
     if args.str_or("fence", "default") == "seqcst" {
@@ -98,7 +120,8 @@ fn shm_consumer(args: &Args) -> Result<()> {
     // CPU over the recorded part only (from the first recorded event; the whole run when
     // counting).
     let mut meter = kit::RateMeter::new();
-    let (mut c0, mut w0) = (kit::thread_cpu_ns(), now_ns());
+    // (thread CPU, wall clock) at the start of the measured part.
+    let mut window = (kit::thread_cpu_ns(), now_ns());
     ctl.arrive();
     if mode == ConsumerMode::Runs {
         // The same work per event as `Count` (and as the floor ring's consumer), over the
@@ -153,15 +176,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
             let handled = std::cell::Cell::new(i);
             let exit = c.run(
                 |ev: Event<'_>| {
-                    let b = ev.bytes();
-                    let now = now_ns();
-                    let seq = u64_at(b, 0);
-                    if seq >= warmup {
-                        hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
-                    }
-                    if seq == warmup {
-                        (c0, w0) = (kit::thread_cpu_ns(), now_ns());
-                    }
+                    let seq = record_latency(ev.bytes(), warmup, &mut hist, &mut window);
                     n += 1;
                     handled.set(seq + 1);
                 },
@@ -178,14 +193,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
             |ev: Event<'_>| {
                 let b = ev.bytes();
                 n += 1;
-                let now = now_ns();
-                let seq = u64_at(b, 0);
-                if seq >= warmup {
-                    hist.saturating_record(now.saturating_sub(u64_at(b, 1)));
-                }
-                if seq == warmup {
-                    (c0, w0) = (kit::thread_cpu_ns(), now_ns());
-                }
+                record_latency(b, warmup, &mut hist, &mut window);
                 if let Some(p) = echo.as_mut() {
                     if let Err(e) = p.publish(&b[..8]) {
                         failed.get_or_insert(e);
@@ -211,7 +219,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
     } else if let Some(r) = meter.best(args.num_or("best_window_ns", 100_000_000)) {
         m.set("best_ops_per_sec", r);
     }
-    m.set("cpu_share", cpu_share(c0, w0))
+    m.set("cpu_share", cpu_share(window.0, window.1))
         .set("delivered", n as f64)
         .set("t_end", t_end as f64)
         .set("wakeups", st.wakeups as f64)
