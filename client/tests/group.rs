@@ -1131,66 +1131,83 @@ fn a_taken_over_claim_is_cut_by_the_timed_flush() {
 }
 
 /// A member that takes over a claim whose holder died in the handler of its last event
-/// hands the events before that one over as a batch ending with `end_of_batch`, and then
-/// answers the event whose attempts are used up (here: dead-lettered, never handed over)
-/// on its own, as a member's own claim does.
+/// hands the events before that one over as a batch ending with `end_of_batch`, and only
+/// then answers the event whose attempts are used up, without handing it over: skipped
+/// (`Skip`) or stopped at (`Retry`, whose attempts are used up too).
 #[test]
 fn a_taken_over_claim_ends_its_batch_before_an_event_whose_attempts_are_used_up() {
+    use shmring::ErrorPolicy;
     use shmring_layout::{consumer_state, owned_word};
-    let ns = Namespace::concurrent("group_adopt_used_up");
-    let ring = ring_with(&ns, 64, 4);
-    // `a` claims 0 and `b` 1 as they join.
-    let mut a = ring.consumer(worker().batch_cap(3)).unwrap();
-    let mut b = ring
-        .consumer(
-            worker()
-                .batch_cap(16)
-                .on_error(shmring::ErrorPolicy::Skip { attempts: 1 }),
-        )
-        .unwrap();
-    publish_range(&ring, 0..20);
-    // `a` hands over 0, claims 2..5, and leaves with that claim.
-    assert_eq!(a.poll_once(|ev| assert_eq!(value(&ev), 0)).unwrap(), 1);
-    let left = a.index();
-    drop(a);
-    // As a member that took that claim over and died in the handler of 4 leaves it: held
-    // (RESUMING) by a process that is gone, still at 2 (2 and 3 were handed over, not
-    // committed), its attempt at 4 marked under way (bit 62 of the record's sequence plus
-    // one, `consumer/policy.rs`).
-    let raw = shmring_testkit::raw::RawSegment::open(&ring);
-    let (dead, _) = shmring_testkit::fault::dead_process();
-    let word = raw.consumer_word(left);
-    raw.set_consumer_poison(left, 5 | 1 << 62, 1);
-    raw.set_consumer_word(
-        left,
-        owned_word::pack(
-            owned_word::generation(word).wrapping_add(1),
-            consumer_state::RESUMING,
-            dead,
-        ),
-    );
-    let mut got: Vec<(u64, bool)> = Vec::new();
-    let deadline = Instant::now() + PATIENCE;
-    // Every event but 0 (`a` handed it over) and 4, and 4 dead-lettered.
-    let done =
-        |got: &Vec<(u64, bool)>, b: &Consumer| got.len() == 18 && b.stats().dead_lettered == 1;
-    while !done(&got, &b) {
-        assert!(Instant::now() < deadline, "b stopped at {got:?}");
-        b.poll_once(|ev| got.push((value(&ev), ev.is_end_of_batch())))
+    let retry = ErrorPolicy::Retry {
+        attempts: 1,
+        backoff: Duration::from_millis(1),
+    };
+    for (tag, policy) in [
+        ("skip", ErrorPolicy::Skip { attempts: 1 }),
+        ("retry", retry),
+    ] {
+        let ns = Namespace::concurrent(&format!("group_adopt_used_up_{tag}"));
+        let ring = ring_with(&ns, 64, 4);
+        // `a` claims 0 and `b` 1 as they join.
+        let mut a = ring.consumer(worker().batch_cap(3)).unwrap();
+        let mut b = ring
+            .consumer(worker().batch_cap(16).on_error(policy))
             .unwrap();
-        if !done(&got, &b) {
+        publish_range(&ring, 0..20);
+        // `a` hands over 0, claims 2..5, and leaves with that claim.
+        assert_eq!(a.poll_once(|ev| assert_eq!(value(&ev), 0)).unwrap(), 1);
+        let left = a.index();
+        drop(a);
+        // As a member that took that claim over and died in the handler of 4 leaves it:
+        // held (RESUMING) by a process that is gone, still at 2 (2 and 3 were handed over,
+        // not committed), its attempt at 4 marked under way (bit 62 of the record's
+        // sequence plus one, `consumer/policy.rs`).
+        let raw = shmring_testkit::raw::RawSegment::open(&ring);
+        let (dead, _) = shmring_testkit::fault::dead_process();
+        let word = raw.consumer_word(left);
+        raw.set_consumer_poison(left, 5 | 1 << 62, 1);
+        raw.set_consumer_word(
+            left,
+            owned_word::pack(
+                owned_word::generation(word).wrapping_add(1),
+                consumer_state::RESUMING,
+                dead,
+            ),
+        );
+        // (event, end of batch, the poll that handed it over)
+        let mut got: Vec<(u64, bool, u32)> = Vec::new();
+        let deadline = Instant::now() + PATIENCE;
+        let mut poll = 0u32;
+        // Every event but 0 (`a` handed it over) and 4; then 4 dead-lettered, or the poll
+        // that stops at it.
+        let stopped_at = loop {
+            assert!(Instant::now() < deadline, "{tag}: b stopped at {got:?}");
+            poll += 1;
+            match b.poll_once(|ev| got.push((value(&ev), ev.is_end_of_batch(), poll))) {
+                Ok(_) => {}
+                Err(PollError::HandlerFailed { sequence, .. }) => break Some((sequence, poll)),
+                Err(e) => panic!("{tag}: {e}"),
+            }
+            if got.len() == 18 && b.stats().dead_lettered == 1 {
+                break None;
+            }
             b.wait().unwrap();
+        };
+        let adopted: Vec<(u64, bool)> = got
+            .iter()
+            .filter(|g| g.0 == 2 || g.0 == 3)
+            .map(|g| (g.0, g.1))
+            .collect();
+        assert_eq!(adopted, vec![(2, false), (3, true)], "{tag}: {got:?}");
+        assert!(
+            !got.iter().any(|g| g.0 == 4),
+            "{tag}: 4 is never handed over: {got:?}"
+        );
+        let poll_of_3 = got.iter().find(|g| g.0 == 3).map_or(0, |g| g.2);
+        match (tag, stopped_at) {
+            ("skip", None) => {}
+            ("retry", Some((4, at))) => assert!(at > poll_of_3, "{tag}: {got:?}"),
+            other => panic!("{tag}: ended with {other:?}: {got:?}"),
         }
     }
-    let adopted: Vec<(u64, bool)> = got
-        .iter()
-        .copied()
-        .filter(|g| g.0 == 2 || g.0 == 3)
-        .collect();
-    assert_eq!(adopted, vec![(2, false), (3, true)], "{got:?}");
-    assert!(
-        !got.iter().any(|g| g.0 == 4),
-        "4 is never handed over: {got:?}"
-    );
-    assert_eq!(b.stats().dead_lettered, 1);
 }

@@ -676,7 +676,8 @@ impl Consumer {
             {
                 // The batch ends before an event whose attempts are used up (as `poll_member`
                 // ends a run of its own claim): the events before it are handed over with
-                // the edge on the last, and the next poll acts on that event alone.
+                // the edge on the last, and the next poll starts at that event (skipped, and
+                // the events after it handed over in the same batch; or stopped at).
                 break;
             }
             let slot = seg.slot(scanned);

@@ -241,12 +241,7 @@ impl RawSegment {
     /// (`shmring_layout::consumer_flags`), `name` (empty: anonymous) and position `next`.
     /// The entry must be free (nobody else writes it meanwhile).
     pub fn fabricate_consumer(&self, index: u32, word: u64, flags: u32, name: &str, next: u64) {
-        let base = self
-            .geo
-            .consumer_offset(index)
-            .unwrap_or_else(|| panic!("consumer index {index} out of range"));
-        let hot = base + offset_of!(ConsumerEntry, hot) as u64;
-        let cold = base + offset_of!(ConsumerEntry, cold) as u64;
+        let (hot, cold) = (self.consumer_hot(index), self.consumer_cold(index));
         assert!(name.len() <= NAME_LEN, "name too long");
         let mut padded = [0u8; NAME_LEN];
         padded[..name.len()].copy_from_slice(name.as_bytes());
