@@ -285,13 +285,14 @@ enum Publish {
     NoWake,
 }
 
-#[inline(always)]
 /// Whether event `i` of a paced run goes over the floor line rather than the ring: every
 /// other run of `every` events (none when `every` is 0), starting with the ring.
+#[inline(always)]
 fn on_floor(every: u64, i: u64) -> bool {
     every > 0 && (i / every) % 2 == 1
 }
 
+#[inline(always)]
 fn publish(p: &mut Producer, how: Publish, bytes: &[u8]) -> Result<u64> {
     Ok(match how {
         Publish::Normal => p.publish(bytes)?,
@@ -686,8 +687,6 @@ fn ws_producer(args: &Args) -> Result<()> {
     kit::report(args, &m)
 }
 
-/// The floor: one cache line per direction (spin) or a futex word per direction, with the
-/// send time in the line. Side A sends; side B records.
 /// Send `seq` (from 1) with `stamp` on a floor line: the stamp, then the sequence
 /// (Release: the stamp is visible with it, Acquire in [`floor_recv`]).
 #[inline(always)]
@@ -719,6 +718,8 @@ fn floor_recv(line: &kit::Line, seq: u64, futex: bool) -> (u64, u64) {
     }
 }
 
+/// The floor: one cache line per direction (spin) or a futex word per direction, with the
+/// send time in the line. Side A sends; side B records.
 fn floor_side(args: &Args, a_side: bool) -> Result<()> {
     args.pin();
     let ctl = args.ctl()?;
