@@ -30,6 +30,7 @@ mod spsc;
 mod svg;
 mod targets;
 mod throughput;
+mod turn;
 mod wakeset;
 
 use std::path::PathBuf;

@@ -27,11 +27,11 @@ use anyhow::Result;
 use crate::row::{Kind, Row};
 use crate::run::Ctx;
 use crate::spsc::Format;
-use crate::{floor, latency, peers, throughput};
+use crate::{floor, latency, peers, throughput, turn};
 
 pub const SUITE: &str = "paired";
-/// Rounds of the rows (nine throughput rows and the floor ring again, and a busy-spin row
-/// and its floor per latency shape).
+/// Rounds of the rows (nine throughput rows, the fixed-size ring and the floor ring in turn,
+/// and the floor ring again, and a busy-spin row and its floor per latency shape).
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
 pub const FLOOR_ROW: &str = throughput::FLOOR_ROW;
@@ -79,18 +79,20 @@ pub fn latency_round(r: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (ROUNDS * (10 + 2 * LATENCY.len())) as u64
+    (ROUNDS * (12 + 2 * LATENCY.len())) as u64
 }
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Nine throughput rows, then one unit per latency pair (its floor and busy-spin row).
-    const UNITS: usize = 9 + LATENCY.len();
+    // Nine throughput rows, the pair in turn, then one unit per latency pair (its floor and
+    // busy-spin row).
+    const THROUGHPUT_UNITS: usize = 10;
+    const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        let mut rows = Vec::with_capacity(10 + 2 * LATENCY.len());
+        let mut rows = Vec::with_capacity(12 + 2 * LATENCY.len());
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -105,14 +107,18 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 6 => rows.push(throughput::fixed_row(ctx, 1, true, &group)),
                 7 => rows.push(throughput::fixed_row(ctx, 100, true, &group)),
                 8 => rows.push(throughput::fixed_publisher_row(ctx, &group)),
-                u if LATENCY[u - 9].1 == INTERLEAVED => {
-                    let (name, _, spin_floor) = LATENCY[u - 9];
+                9 => {
+                    let (ring, floor) = turn::rows(ctx, &group);
+                    rows.extend([ring, floor]);
+                }
+                u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
+                    let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let (busy, spin) =
                         latency::paced_interleaved(ctx, &lat_group, name, spin_floor);
                     rows.extend([spin, busy]);
                 }
                 u => {
-                    let (name, shape, spin_floor) = LATENCY[u - 9];
+                    let (name, shape, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     for floor_now in [r % 2 == 1, r % 2 == 0] {
                         rows.push(if floor_now {
                             floor::one(ctx, spin_floor, &lat_group)
@@ -181,6 +187,8 @@ pub struct Ratios {
     /// Steady rounds, not beaten, in which one of the two rows ran below its fastest round
     /// divided by [`SLOW`]: that row (or the whole round) ran in the slow placement.
     pub slow: usize,
+    /// Rounds whose measurement in turn kept fewer than [`turn::MIN_PAIRS`] pairs.
+    pub few: usize,
 }
 
 /// A throughput row below its fastest round divided by this ran in the guest's slow
@@ -241,7 +249,22 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
         unsteady: unsteady.len(),
         beaten: beaten.len(),
         slow: slow.len(),
+        few: 0,
     }
+}
+
+/// The fixed-size ring's ratio to the floor ring measured in turn (`turn`), over the
+/// rounds: each round's median of its kept pairs, the rounds with too few left out.
+pub fn turn_ratios(rows: &[Row]) -> Ratios {
+    let mut r = Ratios::default();
+    for round in 1..=ROUNDS {
+        match turn::round_ratio(rows, round) {
+            Some(Some(v)) => r.values.push(v),
+            Some(None) => r.few += 1,
+            None => {}
+        }
+    }
+    r
 }
 
 /// Whether a per-event row of round `r` ran faster than [`BEATEN`] times the round's floor

@@ -64,6 +64,8 @@ enum ConsumerMode {
     Count,
     /// Count, taking a fixed-size ring's events a run at a time (`Consumer::poll_runs`).
     Runs,
+    /// Count chunks over the ring and over the floor ring in turn (`turn`).
+    Turn,
 }
 
 /// A latency consumer's handler work on an event `b` (its number, then its send time):
@@ -102,6 +104,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
         "echo" => ConsumerMode::Echo,
         "count" => ConsumerMode::Count,
         "runs" => ConsumerMode::Runs,
+        "turn" => ConsumerMode::Turn,
         m => bail!("unknown consumer mode {m}"),
     };
     let mut echo = match mode {
@@ -139,6 +142,37 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 break;
             }
         }
+    } else if mode == ConsumerMode::Turn {
+        // Chunks over the ring and over the floor ring in turn, each acknowledged once read
+        // (`turn`); the producer's stop after its last pair ends the ring's next chunk.
+        let chunk: u64 = args.num("chunk")?;
+        let mut floor = crate::spsc::BareReceiver::open(std::path::Path::new(args.str("floor")?))?;
+        let ack = &ctl.line(crate::turn::ACK_LINE).seq;
+        let count = std::cell::Cell::new(0u64);
+        let mut chunks = 0u64;
+        loop {
+            let end = count.get() + chunk;
+            // The counting handler's work per event, as `Count` (without its rate meter:
+            // the chunks are timed by the producer).
+            let exit = c.run(
+                |ev: Event<'_>| {
+                    count.set(count.get() + 1);
+                    sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
+                },
+                || count.get() >= end,
+            )?;
+            if exit == RunExit::Closed {
+                break;
+            }
+            chunks += 1;
+            // Release: the producer's Acquire load sees the chunk read.
+            ack.store(chunks, Ordering::Release);
+            floor.recv(chunk);
+            chunks += 1;
+            // Release: as above.
+            ack.store(chunks, Ordering::Release);
+        }
+        n = count.get() + floor.received();
     } else if mode == ConsumerMode::Count {
         // The floor ring's consumer's work per event, in a handler of its own: small enough
         // to be inlined into the delivery loop, as a throughput handler would be (the
@@ -210,7 +244,10 @@ fn shm_consumer(args: &Args) -> Result<()> {
     std::hint::black_box(sum);
     let st = c.stats();
     let mut m = Measured::default();
-    if mode != ConsumerMode::Count && mode != ConsumerMode::Runs {
+    if !matches!(
+        mode,
+        ConsumerMode::Count | ConsumerMode::Runs | ConsumerMode::Turn
+    ) {
         m.hist = Some(hist);
         if floor_every > 0 {
             m.hist_b = Some(floor_hist);
@@ -519,6 +556,50 @@ fn shm_producer(args: &Args) -> Result<()> {
                     break;
                 }
             }
+        }
+        "turn" => {
+            // Chunks over the ring (the fixed-size per-event row's loop) and over the floor
+            // ring (its producer's loop) in turn, each timed from its first publish to the
+            // consumer's acknowledgement, until the duration has passed at the end of a
+            // pair (`turn`).
+            let chunk: u64 = args.num("chunk")?;
+            ensure!(
+                chunk > 0 && chunk.is_multiple_of(256),
+                "chunk must be a positive multiple of 256"
+            );
+            let mut floor =
+                crate::spsc::BareSender::open(std::path::Path::new(args.str("floor")?))?;
+            let ack = &ctl.line(crate::turn::ACK_LINE).seq;
+            let end = t_start + args.num::<u64>("duration_ns")?;
+            let mut pairs = Vec::new();
+            let mut chunks = 0u64;
+            loop {
+                let mut took = [0u64; 2];
+                for (side, t) in took.iter_mut().enumerate() {
+                    let t0 = now_ns();
+                    if side == 0 {
+                        stream_plain(&mut p, 8, &mut buf, chunk, u64::MAX)?;
+                    } else {
+                        floor.send(chunk);
+                    }
+                    chunks += 1;
+                    // Acquire: pairs with the consumer's Release of the chunks it has read.
+                    let acked = || ack.load(Ordering::Acquire) >= chunks;
+                    let deadline = t0 + 60_000_000_000;
+                    while !acked() {
+                        std::hint::spin_loop();
+                        ensure!(now_ns() < deadline, "chunk {chunks} not read within 60 s");
+                    }
+                    *t = now_ns() - t0;
+                }
+                pairs.push((took[0], took[1]));
+                published += 2 * chunk;
+                if now_ns() >= end {
+                    break;
+                }
+            }
+            // The first pair warmed both rings up: not judged.
+            crate::turn::report(&mut m, &crate::turn::judge(&pairs[1..], chunk));
         }
         "batch" => {
             let k: usize = args.num("batch")?;

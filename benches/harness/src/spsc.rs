@@ -219,6 +219,100 @@ impl Spsc {
     }
 }
 
+/// The floor ring's producer side a chunk at a time, for a measurement that runs it in
+/// turn with a shmring ring in the same pinned processes (`turn`): the same per-event work
+/// as [`producer`]'s `Bare` loop, a clock read after every 256 events included.
+pub struct BareSender {
+    ring: Spsc,
+    next: u64,
+    cached_tail: u64,
+}
+
+impl BareSender {
+    /// Map the ring's file (made by [`create`]).
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(BareSender {
+            ring: Spsc::open(path)?,
+            next: 0,
+            cached_tail: 0,
+        })
+    }
+
+    /// Publish the next `n` events (a multiple of 256), waiting for room as the floor's
+    /// producer does.
+    #[inline(never)]
+    pub fn send(&mut self, n: u64) {
+        let (ring, mut next, mut cached_tail) = (&self.ring, self.next, self.cached_tail);
+        for _ in 0..n.div_ceil(256) {
+            for _ in 0..256 {
+                while next - cached_tail >= CAPACITY as u64 {
+                    // Acquire: pairs with the consumer's Release of its index; its reads
+                    // of the slots below happen before this producer overwrites them.
+                    cached_tail = ring.tail().load(Ordering::Acquire);
+                    if next - cached_tail >= CAPACITY as u64 {
+                        std::hint::spin_loop();
+                    }
+                }
+                // Relaxed: published by the Release store of the head below.
+                ring.slot(next).store(next, Ordering::Relaxed);
+                next += 1;
+                // Release: pairs with the consumer's Acquire load of the head.
+                ring.head().store(next, Ordering::Release);
+            }
+            // The floor's producer reads the clock here to see whether its run is over.
+            std::hint::black_box(kit::now_ns());
+        }
+        (self.next, self.cached_tail) = (next, cached_tail);
+    }
+}
+
+/// The floor ring's consumer side a chunk at a time (see [`BareSender`]): the same
+/// per-event work as [`consumer`]'s `Bare` loop.
+pub struct BareReceiver {
+    ring: Spsc,
+    next: u64,
+    sum: u64,
+}
+
+impl BareReceiver {
+    /// Map the ring's file (made by [`create`]).
+    pub fn open(path: &Path) -> Result<Self> {
+        Ok(BareReceiver {
+            ring: Spsc::open(path)?,
+            next: 0,
+            sum: 0,
+        })
+    }
+
+    /// Events read so far.
+    pub fn received(&self) -> u64 {
+        self.next
+    }
+
+    /// Read the next `n` events, busy-spinning while none is there.
+    #[inline(never)]
+    pub fn recv(&mut self, n: u64) {
+        let (ring, mut next, mut sum) = (&self.ring, self.next, self.sum);
+        let to = next + n;
+        while next < to {
+            // Acquire: pairs with the producer's Release of the head; the slots below it
+            // are written.
+            let head = ring.head().load(Ordering::Acquire).min(to);
+            if head == next {
+                std::hint::spin_loop();
+                continue;
+            }
+            while next < head {
+                sum = sum.wrapping_add(ring.slot(next).load(Ordering::Relaxed));
+                next += 1;
+            }
+            // Release: pairs with the producer's Acquire load of the tail.
+            ring.tail().store(next, Ordering::Release);
+        }
+        (self.next, self.sum) = (next, std::hint::black_box(sum));
+    }
+}
+
 /// Create the floor ring's file for a row.
 pub fn create(path: &Path) -> Result<()> {
     let f = std::fs::File::create(path)?;

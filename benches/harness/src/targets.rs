@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::row::Row;
-use crate::{floor, latency, paired, peers, publish_cost, throughput};
+use crate::{floor, latency, paired, peers, publish_cost, throughput, turn};
 
 /// One target, evaluated.
 #[derive(Debug, Clone, Serialize)]
@@ -350,6 +350,17 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             bar,
         ));
     }
+    // The fixed-size ring against the floor ring measured in turn inside the same two
+    // processes (`turn`): each round's median over its pairs in one placement.
+    out.extend(paired_target(
+        "1P1C 8 B per-event, fixed-size ring / bare SPSC ring floor, in turn, paired",
+        turn::RING_ROW,
+        turn::FLOOR_ROW,
+        &paired::turn_ratios(rows),
+        paired::MIN_ROUNDS,
+        ">=",
+        0.8,
+    ));
     // Busy-spin p50 against the spin floor of the same round: the median of the rounds'
     // ratios at most 1.3x (the bar of the whole-run target above, from seconds-apart rows).
     for (name, _, spin_floor) in paired::LATENCY {
@@ -383,7 +394,7 @@ fn paired_target(
     let v = &r.values;
     // A target with rounds measured but none left counts as undecided, stated with why; one
     // the run did not measure at all is not stated.
-    if v.is_empty() && r.unsteady + r.beaten + r.slow == 0 {
+    if v.is_empty() && r.unsteady + r.beaten + r.slow + r.few == 0 {
         return None;
     }
     let (median, range) = match paired::spread(v) {
@@ -411,6 +422,13 @@ fn paired_target(
             "{} with a row below 1/{} of its fastest round (the slow placement)",
             r.slow,
             paired::SLOW
+        ));
+    }
+    if r.few > 0 {
+        why.push(format!(
+            "{} with fewer than {} pairs in one placement with the floor ahead",
+            r.few,
+            turn::MIN_PAIRS
         ));
     }
     let left_out = if why.is_empty() {
@@ -637,6 +655,48 @@ mod tests {
         assert_eq!(t.ratio, 2.0);
         assert!(!t.decided && !t.met);
         assert!(table(&targets).contains("undecided: too few rounds in one placement"));
+    }
+
+    #[test]
+    fn the_in_turn_target_is_the_median_of_the_rounds_with_enough_pairs() {
+        const IN_TURN: &str =
+            "1P1C 8 B per-event, fixed-size ring / bare SPSC ring floor, in turn, paired";
+        let turn_row = |r: usize, kept: usize, ratio: f64| {
+            let mut row = paired_row(r, turn::RING_ROW, 700.0);
+            row.extra.insert("kept".into(), kept as f64);
+            row.extra.insert("ratio".into(), ratio);
+            row
+        };
+        // Rounds 1, 2 and 4 kept enough pairs; round 3 kept too few (its median, 1.5, is
+        // not read); round 5 did not measure the pair.
+        let mut rows = vec![
+            turn_row(1, 40, 0.82),
+            turn_row(2, turn::MIN_PAIRS, 0.9),
+            turn_row(3, turn::MIN_PAIRS - 1, 1.5),
+            turn_row(4, 300, 0.78),
+        ];
+        let targets = evaluate(&rows);
+        let t = target(&targets, IN_TURN);
+        assert_eq!(t.ratio, 0.82);
+        assert!(t.decided && t.met, "{t:?}");
+        assert!(
+            t.from.contains(
+                "median of 3 rounds (more left out: 1 with fewer than 5 pairs in one \
+                 placement with the floor ahead), range 0.78-0.90x"
+            ),
+            "{}",
+            t.from
+        );
+        // Round 2 gone: two rounds are too few to decide.
+        rows.remove(1);
+        let t = target(&evaluate(&rows), IN_TURN).clone();
+        assert!(!t.decided && !t.met, "{t:?}");
+        // Below the bar: decided and missed.
+        rows.push(turn_row(5, 50, 0.7));
+        rows.push(turn_row(2, 50, 0.75));
+        let t = target(&evaluate(&rows), IN_TURN).clone();
+        assert_eq!(t.ratio, 0.765);
+        assert!(t.decided && !t.met, "{t:?}");
     }
 
     #[test]
