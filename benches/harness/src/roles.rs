@@ -120,6 +120,8 @@ fn shm_consumer(args: &Args) -> Result<()> {
     let mut floor_missed = 0u64;
     let (mut n, mut sum) = (0u64, 0u64);
     let mut failed = None;
+    // Turn mode: the events read over the ring and over the floor ring.
+    let mut turn_read = None;
     // CPU over the recorded part only (from the first recorded event; the whole run when
     // counting).
     let mut meter = kit::RateMeter::new();
@@ -146,6 +148,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
         // Chunks over the ring and over the floor ring in turn, each acknowledged once read
         // (`turn`); the producer's stop after its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
+        ensure!(chunk > 0, "chunk must be positive");
         let mut floor = crate::spsc::BareReceiver::open(std::path::Path::new(args.str("floor")?))?;
         let ack = &ctl.line(crate::turn::ACK_LINE).seq;
         let count = std::cell::Cell::new(0u64);
@@ -165,13 +168,15 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 break;
             }
             chunks += 1;
-            // Release: the producer's Acquire load sees the chunk read.
+            // Release: pairs with the producer's Acquire load of the count in its wait;
+            // the chunk's reads happen before the next chunk's writes.
             ack.store(chunks, Ordering::Release);
             floor.recv(chunk);
             chunks += 1;
-            // Release: as above.
+            // Release: pairs with the same Acquire load, for the floor's chunk.
             ack.store(chunks, Ordering::Release);
         }
+        turn_read = Some((count.get(), floor.received()));
         n = count.get() + floor.received();
     } else if mode == ConsumerMode::Count {
         // The floor ring's consumer's work per event, in a handler of its own: small enough
@@ -263,6 +268,10 @@ fn shm_consumer(args: &Args) -> Result<()> {
         .set("net_wakeups", st.net_wakeups as f64)
         .set("dropped_behind", st.dropped_behind as f64)
         .set("batches", st.batches as f64);
+    if let Some((ring, floor)) = turn_read {
+        m.set("turn_ring_read", ring as f64)
+            .set("turn_floor_read", floor as f64);
+    }
     kit::report(args, &m)
 }
 
@@ -598,8 +607,8 @@ fn shm_producer(args: &Args) -> Result<()> {
                     break;
                 }
             }
-            // The first pair warmed both rings up: not judged.
-            crate::turn::report(&mut m, &crate::turn::judge(&pairs[1..], chunk));
+            // The first pair warmed both rings up (`judge` does not judge it).
+            crate::turn::report(&mut m, &crate::turn::judge(&pairs, chunk));
         }
         "batch" => {
             let k: usize = args.num("batch")?;

@@ -238,12 +238,13 @@ impl BareSender {
         })
     }
 
-    /// Publish the next `n` events (a multiple of 256), waiting for room as the floor's
-    /// producer does.
+    /// Publish the next `n` events (`n` a multiple of 256: the `turn` producer checks its
+    /// chunk), waiting for room as the floor's producer does.
     #[inline(never)]
     pub fn send(&mut self, n: u64) {
+        debug_assert!(n.is_multiple_of(256));
         let (ring, mut next, mut cached_tail) = (&self.ring, self.next, self.cached_tail);
-        for _ in 0..n.div_ceil(256) {
+        for _ in 0..n / 256 {
             for _ in 0..256 {
                 while next - cached_tail >= CAPACITY as u64 {
                     // Acquire: pairs with the consumer's Release of its index; its reads
@@ -267,7 +268,8 @@ impl BareSender {
 }
 
 /// The floor ring's consumer side a chunk at a time (see [`BareSender`]): the same
-/// per-event work as [`consumer`]'s `Bare` loop.
+/// per-event work as [`consumer`]'s `Bare` loop without its rate meter (the `turn` producer
+/// times the chunks; the ring's side of `turn` has no meter either).
 pub struct BareReceiver {
     ring: Spsc,
     next: u64,

@@ -426,9 +426,11 @@ fn paired_target(
     }
     if r.few > 0 {
         why.push(format!(
-            "{} with fewer than {} pairs in one placement with the floor ahead",
+            "{} with fewer than {} pairs kept in turn (the floor steady around the ring's \
+             chunk, the ring not above {}x of it)",
             r.few,
-            turn::MIN_PAIRS
+            turn::MIN_PAIRS,
+            paired::BEATEN
         ));
     }
     let left_out = if why.is_empty() {
@@ -681,8 +683,9 @@ mod tests {
         assert!(t.decided && t.met, "{t:?}");
         assert!(
             t.from.contains(
-                "median of 3 rounds (more left out: 1 with fewer than 5 pairs in one \
-                 placement with the floor ahead), range 0.78-0.90x"
+                "median of 3 rounds (more left out: 1 with fewer than 5 pairs kept in turn \
+                 (the floor steady around the ring's chunk, the ring not above 1.2x of it)), \
+                 range 0.78-0.90x"
             ),
             "{}",
             t.from

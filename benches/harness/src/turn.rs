@@ -11,17 +11,24 @@
 //! consumer reads each chunk with its row's loop (`Consumer::run` with the counting
 //! handler, the floor consumer's loop) and acknowledges it on a line of the control page.
 //! A chunk's time runs from its first publish to the acknowledgement, so it holds every
-//! event's hand-over and one line transfer more (a millisecond or more against about a
-//! quarter of a microsecond).
+//! event's hand-over and one line transfer more (milliseconds against about a quarter of a
+//! microsecond). Every chunk starts from an empty ring and a caught-up consumer, on either
+//! side.
 //!
-//! Each ring chunk and the floor chunk after it make a pair. The first pair (page faults,
-//! caches) is not judged. A pair in which one chunk ran below the fastest chunk of its side
-//! divided by [`paired::SLOW`] mixed the placements, and one in which the ring outran the
-//! floor by more than [`paired::BEATEN`] ran where the floor is not at its best (the slow
-//! placement, `paired::BEATEN`): both are left out, and the measurement's ratio is the
-//! median of the other pairs' ratios.
+//! Each ring chunk is judged against the two floor chunks around it (the one before it,
+//! ending the previous pair, and the one after it, ending its own). The guest's placement
+//! changes every few seconds at most, and a chunk lasts milliseconds: when those two floor
+//! chunks agree within [`paired::STEADY`], the ring chunk between them ran where they did,
+//! and its ratio is its rate over their mean; when they do not, the placement changed around
+//! it and the pair is left out (`mixed`). A pair whose ring chunk outran that mean by more
+//! than [`paired::BEATEN`] is left out too (`beaten`): there the floor ring was not at its
+//! best (as with the rows apart, where it runs slower than shmring's rows in the guest's
+//! slow placement). That rule drops only ratios above the bar, so it can lower a median,
+//! never raise it. The measurement's ratio is the median of the pairs kept. The first pair
+//! (page faults, caches) is not judged; its floor chunk is only the one before pair 1's
+//! ring chunk.
 
-use anyhow::{anyhow, Result};
+use anyhow::{ensure, Result};
 use shmring::ProducerMode;
 
 use crate::paired;
@@ -30,9 +37,9 @@ use crate::run::Ctx;
 use crate::shm::{self, kv, Setup};
 use crate::throughput::SUITE;
 
-/// Events per chunk: 1-2 ms in the guest's fast placement, 10-25 ms in its slow one, so
-/// that both chunks of a pair nearly always run in one placement (it changes every few
-/// seconds at most) and a round's run holds hundreds of pairs or dozens.
+/// Events per chunk: at the 40-550 M events/s either side ran at on the 2-vCPU guest, 2-26
+/// ms, so that the chunks around a pair nearly always run in one placement (it changes
+/// every few seconds at most) and a round's two seconds hold dozens of pairs or hundreds.
 pub const CHUNK: u64 = 1 << 20;
 /// The control page's line that carries the consumer's acknowledgement (chunks read).
 pub const ACK_LINE: usize = 1;
@@ -46,57 +53,68 @@ pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fi
 /// What the pairs of one measurement say.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Judged {
-    /// Pairs measured after the first.
+    /// Pairs judged (every pair after the first).
     pub pairs: usize,
-    /// Ring / floor rate of each pair kept.
+    /// Each kept pair's ring rate over the mean of the floor chunks around it.
     pub ratios: Vec<f64>,
-    /// Pairs left out: one chunk below its side's fastest divided by `paired::SLOW`.
-    pub slow: usize,
-    /// Pairs left out: the ring above `paired::BEATEN` times the floor.
+    /// Pairs left out: the floor chunks around the ring chunk differ by more than
+    /// `paired::STEADY`.
+    pub mixed: usize,
+    /// Pairs left out: the ring chunk above `paired::BEATEN` times the floor around it.
     pub beaten: usize,
-    /// Median chunk rate of each side over every judged pair (events/s).
+    /// Each side's events over its chunks' time, every judged pair (events/s).
     pub ring_rate: f64,
     pub floor_rate: f64,
-    /// The fastest chunk of each side (events/s).
+    /// The median chunk rate of each side over every judged pair (events/s).
+    pub ring_median: f64,
+    pub floor_median: f64,
+    /// The fastest chunk of each side over every judged pair (events/s).
     pub ring_fastest: f64,
     pub floor_fastest: f64,
 }
 
-/// Judge the pairs `(ring chunk ns, floor chunk ns)` of `chunk` events each, the warm-up
-/// pair already removed.
+/// Judge the pairs `(ring chunk ns, floor chunk ns)` of `chunk` events each, in the order
+/// they ran; the first is the warm-up pair.
 pub fn judge(pairs: &[(u64, u64)], chunk: u64) -> Judged {
     let rate = |ns: u64| chunk as f64 * 1e9 / ns.max(1) as f64;
-    let rates: Vec<(f64, f64)> = pairs.iter().map(|&(r, f)| (rate(r), rate(f))).collect();
-    let fastest = |side: fn(&(f64, f64)) -> f64| rates.iter().map(side).fold(0.0, f64::max);
-    let (top_ring, top_floor) = (fastest(|p| p.0), fastest(|p| p.1));
     let mut j = Judged {
-        pairs: rates.len(),
-        ring_fastest: top_ring,
-        floor_fastest: top_floor,
+        pairs: pairs.len().saturating_sub(1),
         ..Default::default()
     };
-    for &(ring, floor) in &rates {
-        if ring * paired::SLOW < top_ring || floor * paired::SLOW < top_floor {
-            j.slow += 1;
+    for w in pairs.windows(2) {
+        let (before, (ring_ns, floor_ns)) = (rate(w[0].1), w[1]);
+        let (ring, after) = (rate(ring_ns), rate(floor_ns));
+        let floor = (before + after) / 2.0;
+        if !(1.0 / paired::STEADY..=paired::STEADY).contains(&(after / before)) {
+            j.mixed += 1;
         } else if ring > floor * paired::BEATEN {
             j.beaten += 1;
         } else {
             j.ratios.push(ring / floor);
         }
     }
-    let median = |side: fn(&(f64, f64)) -> f64| {
-        let v: Vec<f64> = rates.iter().map(side).collect();
-        paired::spread(&v).map_or(0.0, |(m, _, _)| m)
+    let judged = pairs.get(1..).unwrap_or_default();
+    let side = |pick: fn(&(u64, u64)) -> u64| {
+        let total: u64 = judged.iter().map(pick).sum();
+        let rates: Vec<f64> = judged.iter().map(|p| rate(pick(p))).collect();
+        let median = paired::spread(&rates).map_or(0.0, |(m, _, _)| m);
+        let fastest = rates.iter().copied().fold(0.0, f64::max);
+        let overall = if total == 0 {
+            0.0
+        } else {
+            (chunk * judged.len() as u64) as f64 * 1e9 / total as f64
+        };
+        (overall, median, fastest)
     };
-    j.ring_rate = median(|p| p.0);
-    j.floor_rate = median(|p| p.1);
+    (j.ring_rate, j.ring_median, j.ring_fastest) = side(|p| p.0);
+    (j.floor_rate, j.floor_median, j.floor_fastest) = side(|p| p.1);
     j
 }
 
 /// Measure the pair in turn for `ctx.sizes.throughput` of each side: the ring's row and the
-/// floor's, in `group`, each at the median of its chunks' rates (`extra`: `fastest_chunk`).
-/// The ring's row carries the judged ratio (`extra`: `ratio`, `least`, `greatest`, `pairs`,
-/// `kept`, `slow`, `beaten`).
+/// floor's, in `group`, each at its events over its chunks' time (`extra`: `median_chunk`,
+/// `fastest_chunk`). The ring's row carries the judged ratio (`extra`: `ratio`, `least`,
+/// `greatest`, `pairs`, `kept`, `mixed`, `beaten`).
 pub fn rows(ctx: &mut Ctx, group: &str) -> (Row, Row) {
     ctx.bar
         .set_message(format!("throughput: {RING_ROW}, {CHUNK} events a chunk"));
@@ -125,36 +143,45 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> (Row, Row) {
                 floor,
             ]],
             echo: false,
-            // A chunk in the slowest placement seen takes about 50 ms.
+            // The run ends at the first pair past twice the duration; the slowest chunks
+            // seen took about 26 ms. Far more than that means a process is stuck.
             timeout: dur * 40 + std::time::Duration::from_secs(60),
         };
         let p = shm::run(ctx, "turn", setup)?;
         let (c, pr) = (&p.consumers[0], &p.producers[0]);
-        let pairs = pr.need("turn_pairs")? as usize;
+        let pairs = pr.need("turn_pairs")? as u64;
         let kept = pr.need("turn_kept")? as usize;
-        if pairs == 0 {
-            return Err(anyhow!("no pair measured after the warm-up"));
-        }
+        ensure!(pairs > 0, "no pair measured after the warm-up");
+        // Each side published a chunk per pair, the warm-up pair included; the consumer says
+        // what it read of each.
+        let each = (pairs + 1) * CHUNK;
+        let read = [c.need("turn_ring_read")?, c.need("turn_floor_read")?];
+        ensure!(
+            read.iter().all(|&n| n == each as f64),
+            "the consumer read {} ring and {} floor events of {each} each",
+            read[0],
+            read[1]
+        );
         let mut ring = Row::new(SUITE, group, RING_ROW, Kind::Throughput);
         let mut fl = Row::new(SUITE, group, FLOOR_ROW, Kind::Throughput);
-        ring.ops_per_sec = Some(pr.need("turn_ring_rate")?);
-        fl.ops_per_sec = Some(pr.need("turn_floor_rate")?);
-        ring.extra
-            .insert("fastest_chunk".into(), pr.need("turn_ring_fastest")?);
-        fl.extra
-            .insert("fastest_chunk".into(), pr.need("turn_floor_fastest")?);
-        let events = (pairs + 1) as u64 * CHUNK;
-        for r in [&mut ring, &mut fl] {
-            r.published = Some(events);
-            r.delivered = Some(events);
+        for (r, side) in [(&mut ring, "ring"), (&mut fl, "floor")] {
+            r.ops_per_sec = Some(pr.need(&format!("turn_{side}_rate"))?);
+            for key in ["median", "fastest"] {
+                r.extra.insert(
+                    format!("{key}_chunk"),
+                    pr.need(&format!("turn_{side}_{key}"))?,
+                );
+            }
+            r.published = Some(each);
+            r.delivered = Some(each);
             r.dropped = Some(0);
-            r.samples = pairs as u64;
+            r.samples = pairs;
             r.consumer_cpu = c.get("cpu_share");
             r.producer_cpu = pr.get("cpu_share");
             r.extra.insert("event_bytes".into(), 8.0);
             r.extra.insert("chunk".into(), CHUNK as f64);
         }
-        for key in ["pairs", "kept", "slow", "beaten"] {
+        for key in ["pairs", "kept", "mixed", "beaten"] {
             ring.extra
                 .insert(key.into(), pr.need(&format!("turn_{key}"))?);
         }
@@ -179,10 +206,12 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> (Row, Row) {
 pub fn report(m: &mut shmring_peers::kit::Measured, j: &Judged) {
     m.set("turn_pairs", j.pairs as f64)
         .set("turn_kept", j.ratios.len() as f64)
-        .set("turn_slow", j.slow as f64)
+        .set("turn_mixed", j.mixed as f64)
         .set("turn_beaten", j.beaten as f64)
         .set("turn_ring_rate", j.ring_rate)
         .set("turn_floor_rate", j.floor_rate)
+        .set("turn_ring_median", j.ring_median)
+        .set("turn_floor_median", j.floor_median)
         .set("turn_ring_fastest", j.ring_fastest)
         .set("turn_floor_fastest", j.floor_fastest);
     if let Some((median, least, greatest)) = paired::spread(&j.ratios) {
@@ -212,50 +241,100 @@ pub fn round_ratio(rows: &[Row], r: usize) -> Option<Option<f64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use anyhow::anyhow;
 
-    fn ns(rate_m: f64) -> u64 {
-        (CHUNK as f64 * 1e9 / (rate_m * 1e6)) as u64
+    /// A chunk's time at `m` million events a second.
+    fn ns(m: f64) -> u64 {
+        (CHUNK as f64 * 1e9 / (m * 1e6)).round() as u64
+    }
+
+    fn shown(v: &[f64]) -> Vec<String> {
+        v.iter().map(|r| format!("{r:.2}")).collect()
     }
 
     #[test]
-    fn judge_keeps_pairs_in_one_placement_with_the_floor_ahead() {
+    fn each_ring_chunk_is_judged_against_the_floor_chunks_around_it() {
         let pairs = [
-            // Fast placement: kept, ratios 0.8 and 0.9.
+            // Warm-up: its ring chunk is not judged; its floor chunk is the one before pair
+            // 1's ring chunk.
+            (ns(10.0), ns(800.0)),
+            // Kept: 640 over the mean of 800 and 800.
             (ns(640.0), ns(800.0)),
-            (ns(720.0), ns(800.0)),
-            // The ring chunk fell into the slow placement: left out as slow.
-            (ns(80.0), ns(800.0)),
-            // Both slow: left out as slow (the fastest chunks are fast ones).
-            (ns(80.0), ns(50.0)),
-            // The ring ahead of the floor by more than BEATEN: left out.
-            (ns(800.0), ns(600.0)),
-            // Kept: 1.0.
+            // Kept: 700 over the mean of 800 and 700 (0.875x apart, within 1.25x).
             (ns(700.0), ns(700.0)),
+            // Mixed: the floor went from 700 to 60 around it.
+            (ns(80.0), ns(60.0)),
+            // Kept, in another placement: 50 over the mean of 60 and 60.
+            (ns(50.0), ns(60.0)),
+            // Beaten: 80 against 60 and 60.
+            (ns(80.0), ns(60.0)),
         ];
         let j = judge(&pairs, CHUNK);
-        assert_eq!(j.pairs, 6);
-        assert_eq!((j.slow, j.beaten), (2, 1));
-        let r: Vec<String> = j.ratios.iter().map(|v| format!("{v:.2}")).collect();
-        assert_eq!(r, ["0.80", "0.90", "1.00"]);
-        // Medians over every pair, kept or not.
-        assert!((j.floor_rate / 1e6 - 750.0).abs() < 1.0, "{}", j.floor_rate);
-        assert!((j.ring_rate / 1e6 - 670.0).abs() < 1.0, "{}", j.ring_rate);
-        assert!((j.ring_fastest / 1e6 - 800.0).abs() < 1.0);
-        assert!((j.floor_fastest / 1e6 - 800.0).abs() < 1.0);
+        assert_eq!((j.pairs, j.mixed, j.beaten), (5, 1, 1));
+        assert_eq!(shown(&j.ratios), ["0.80", "0.93", "0.83"]);
+        // Over the judged pairs only: the warm-up's 10 M/s ring chunk is not among them.
+        assert!(
+            (j.ring_fastest / 1e6 - 700.0).abs() < 0.01,
+            "{}",
+            j.ring_fastest
+        );
+        assert!(
+            (j.ring_median / 1e6 - 80.0).abs() < 0.01,
+            "{}",
+            j.ring_median
+        );
+        assert!((j.floor_fastest / 1e6 - 800.0).abs() < 0.01);
+        assert!((j.floor_median / 1e6 - 60.0).abs() < 0.01);
+        // Events over time: five chunks in 1/640 + 1/700 + 1/80 + 1/50 + 1/80 seconds per
+        // million events.
+        let expected = 5.0 / (1.0 / 640.0 + 1.0 / 700.0 + 1.0 / 80.0 + 1.0 / 50.0 + 1.0 / 80.0);
+        assert!(
+            (j.ring_rate / 1e6 - expected).abs() < 0.01,
+            "{}",
+            j.ring_rate
+        );
     }
 
     #[test]
-    fn a_run_wholly_in_the_slow_placement_is_left_out_as_beaten() {
-        // Where the floor ring runs slower than the fixed-size ring (39-61 against 81-84
-        // M/s, 2026-12-01), no pair is slow against its own run and every one is beaten.
-        let pairs = [
-            (ns(83.0), ns(50.0)),
-            (ns(81.0), ns(61.0)),
-            (ns(84.0), ns(39.0)),
-        ];
+    fn three_speeds_in_a_round_each_keep_their_own_ratio() {
+        // A round of 2026-12-02: both sides at about 160 M/s, then the floor alone at about
+        // 520 with the ring at 200. Each pair is judged where it ran; only the pair whose
+        // floor chunks straddle the change is left out.
+        let mut pairs = vec![(ns(160.0), ns(170.0)); 5];
+        pairs.extend([(ns(200.0), ns(520.0)); 4]);
         let j = judge(&pairs, CHUNK);
-        assert_eq!((j.pairs, j.slow, j.beaten), (3, 0, 3));
-        assert!(j.ratios.is_empty());
+        assert_eq!((j.pairs, j.mixed, j.beaten), (8, 1, 0));
+        let r = shown(&j.ratios);
+        assert_eq!(r[..4], ["0.94"; 4]);
+        assert_eq!(r[4..], ["0.38"; 3]);
+    }
+
+    #[test]
+    fn the_bounds() {
+        // Floor chunks exactly STEADY apart (125 and 100 M/s: exact chunk times) are one
+        // placement, a little more apart are not; a ring chunk just under BEATEN times the
+        // floor is kept, just over it is not.
+        let j = judge(&[(ns(1.0), ns(100.0)), (ns(100.0), ns(125.0))], CHUNK);
+        assert_eq!((j.mixed, j.beaten, j.ratios.len()), (0, 0, 1));
+        let j = judge(&[(ns(1.0), ns(100.0)), (ns(100.0), ns(126.0))], CHUNK);
+        assert_eq!((j.mixed, j.ratios.len()), (1, 0));
+        let j = judge(&[(ns(1.0), ns(100.0)), (ns(119.0), ns(100.0))], CHUNK);
+        assert_eq!((j.mixed, j.beaten), (0, 0));
+        assert_eq!(shown(&j.ratios), ["1.19"]);
+        let j = judge(&[(ns(1.0), ns(100.0)), (ns(121.0), ns(100.0))], CHUNK);
+        assert_eq!((j.beaten, j.ratios.len()), (1, 0));
+    }
+
+    #[test]
+    fn a_warm_up_pair_alone_judges_nothing() {
+        for pairs in [&[][..], &[(ns(50.0), ns(60.0))][..]] {
+            let j = judge(pairs, CHUNK);
+            assert_eq!((j.pairs, j.ratios.len(), j.mixed, j.beaten), (0, 0, 0, 0));
+            assert_eq!(
+                (j.ring_rate, j.floor_median, j.ring_fastest),
+                (0.0, 0.0, 0.0)
+            );
+        }
     }
 
     #[test]
