@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use shmring::{Ring, RingConfig};
 use shmring_testkit::report::{line, num};
-use shmring_testkit::{testkit, Namespace};
+use shmring_testkit::{testkit, Child, Namespace};
 
 /// Ring `r` of `ns`, 16 slots: a producer soon waits for the group.
 fn ring16(ns: &Namespace) -> Ring {
@@ -37,29 +37,71 @@ fn events(lines: &[String]) -> Vec<u64> {
         .collect()
 }
 
+/// The victim and two survivors, each started by `worker` and ready, in that order.
+fn members_ready(worker: impl Fn(&str) -> Child) -> (Child, Vec<Child>) {
+    let mut victim = worker("victim");
+    victim.expect_line("ready");
+    let mut survivors = vec![worker("survivor 0"), worker("survivor 1")];
+    for s in &mut survivors {
+        s.expect_line("ready");
+    }
+    (victim, survivors)
+}
+
+/// A producer of `count` 8-byte events on ring `r`.
+fn produce(ns: &Namespace, count: u64) -> Child {
+    testkit!(
+        ns,
+        "producer",
+        "produce --ns {ns} --ring r --producer-id 0 --count {count} --size 8 --mode mixed"
+    )
+}
+
+/// How many times each event was handed to the group.
+#[derive(Default)]
+struct Handed(BTreeMap<u64, u32>);
+
+impl Handed {
+    fn add(&mut self, events: &[u64]) {
+        for &e in events {
+            *self.0.entry(e).or_default() += 1;
+        }
+    }
+
+    /// Events of `0..count` never handed.
+    fn lost(&self, count: u64) -> Vec<u64> {
+        (0..count).filter(|s| !self.0.contains_key(s)).collect()
+    }
+
+    /// Events handed more than once.
+    fn repeated(&self) -> Vec<u64> {
+        self.0
+            .iter()
+            .filter(|(_, &n)| n > 1)
+            .map(|(&s, _)| s)
+            .collect()
+    }
+}
+
 #[test]
 fn a_member_killed_mid_event_loses_nothing_and_its_claim_is_redelivered_once() {
     let ns = Namespace::new("group_kill");
     let ring = ring16(&ns);
     let count = 3000u64;
-    let worker = |label: &str, extra: &str| {
+    let (mut victim, survivors) = members_ready(|label| {
+        // Only the victim hangs, on its sixth event.
+        let extra = if label == "victim" {
+            "--hang-after 5"
+        } else {
+            ""
+        };
         testkit!(
             ns,
             label,
             "worker --ns {ns} --ring r --group g --batch-cap 1 --wait block {extra}"
         )
-    };
-    let mut victim = worker("victim", "--hang-after 5");
-    victim.expect_line("ready");
-    let mut survivors = vec![worker("survivor 0", ""), worker("survivor 1", "")];
-    for s in &mut survivors {
-        s.expect_line("ready");
-    }
-    let producer = testkit!(
-        ns,
-        "producer",
-        "produce --ns {ns} --ring r --producer-id 0 --count {count} --size 8 --mode mixed"
-    );
+    });
+    let producer = produce(&ns, count);
     let hang = victim.expect_line("hang");
     let hung_on = num(&hang, "ring_seq");
     victim.kill();
@@ -69,13 +111,11 @@ fn a_member_killed_mid_event_loses_nothing_and_its_claim_is_redelivered_once() {
     ring.stop().expect("stop the ring");
 
     let mut redelivered = 0u64;
-    let mut handed: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut handed = Handed::default();
     for s in survivors {
         let lines = s.wait_ok();
         redelivered += num(line(&lines, "done"), "redelivered");
-        for e in events(&lines) {
-            *handed.entry(e).or_default() += 1;
-        }
+        handed.add(&events(&lines));
     }
     let victims = events(&victim_lines);
     assert_eq!(
@@ -83,16 +123,10 @@ fn a_member_killed_mid_event_loses_nothing_and_its_claim_is_redelivered_once() {
         Some(&hung_on),
         "the victim hung on its last event"
     );
-    for &e in &victims {
-        *handed.entry(e).or_default() += 1;
-    }
-    let lost: Vec<u64> = (0..count).filter(|s| !handed.contains_key(s)).collect();
+    handed.add(&victims);
+    let lost = handed.lost(count);
     assert!(lost.is_empty(), "events never delivered: {lost:?}");
-    let duplicates: Vec<u64> = handed
-        .iter()
-        .filter(|(_, &n)| n > 1)
-        .map(|(&s, _)| s)
-        .collect();
+    let duplicates = handed.repeated();
     // The killed member's claim was the one event it hung on (batch cap 1).
     assert_eq!(
         duplicates,
@@ -127,24 +161,14 @@ fn a_member_killed_waiting_for_the_upstream_leaves_a_claim_that_still_waits() {
         "consume --ns {ns} --ring r --name journal --per-producer {count} --wait block --hold"
     );
     journal.expect_line("ready");
-    let worker = |label: &str| {
+    let (mut victim, mut survivors) = members_ready(|label| {
         testkit!(
             ns,
             label,
             "worker --ns {ns} --ring r --group g --after journal --batch-cap 4 --wait block"
         )
-    };
-    let mut victim = worker("victim");
-    victim.expect_line("ready");
-    let mut survivors = vec![worker("survivor 0"), worker("survivor 1")];
-    for s in &mut survivors {
-        s.expect_line("ready");
-    }
-    let producer = testkit!(
-        ns,
-        "producer",
-        "produce --ns {ns} --ring r --producer-id 0 --count {count} --size 8 --mode mixed"
-    );
+    });
+    let producer = produce(&ns, count);
 
     // Every member holds a claim of one event the journal has not finished, and sleeps.
     let watchdog = Instant::now();
@@ -209,22 +233,16 @@ fn a_member_killed_waiting_for_the_upstream_leaves_a_claim_that_still_waits() {
     producer.wait_ok();
     journal.wait_ok();
     ring.stop().expect("stop the ring");
-    let mut handed: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut handed = Handed::default();
     for s in survivors {
-        for e in events(&s.wait_ok()) {
-            *handed.entry(e).or_default() += 1;
-        }
+        handed.add(&events(&s.wait_ok()));
     }
-    let lost: Vec<u64> = (0..count).filter(|s| !handed.contains_key(s)).collect();
+    let lost = handed.lost(count);
     assert!(lost.is_empty(), "events never delivered: {lost:?}");
-    let twice: Vec<u64> = handed
-        .iter()
-        .filter(|(_, &n)| n > 1)
-        .map(|(&s, _)| s)
-        .collect();
+    let twice = handed.repeated();
     assert!(twice.is_empty(), "delivered twice: {twice:?}");
     assert!(
-        handed.contains_key(&victim_claim.1),
+        handed.0.contains_key(&victim_claim.1),
         "the victim's claim at {} reached the group",
         victim_claim.1
     );
