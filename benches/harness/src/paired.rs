@@ -30,8 +30,8 @@ use crate::spsc::Format;
 use crate::{floor, latency, peers, throughput, turn};
 
 pub const SUITE: &str = "paired";
-/// Rounds of the rows (nine throughput rows, the fixed-size ring and the floor ring in turn,
-/// and the floor ring again, and a busy-spin row and its floor per latency shape).
+/// Rounds of the rows (nine throughput rows, the rows measured in turn (`turn`), the floor
+/// ring again, and a busy-spin row and its floor per latency shape).
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
 pub const FLOOR_ROW: &str = throughput::FLOOR_ROW;
@@ -79,12 +79,12 @@ pub fn latency_round(r: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (ROUNDS * (12 + 2 * LATENCY.len())) as u64
+    (ROUNDS * (10 + turn::sides().len() + 2 * LATENCY.len())) as u64
 }
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Nine throughput rows, the pair in turn, then one unit per latency pair (its floor and
+    // Nine throughput rows, the sides in turn, then one unit per latency pair (its floor and
     // busy-spin row).
     const THROUGHPUT_UNITS: usize = 10;
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
@@ -92,7 +92,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        let mut rows = Vec::with_capacity(12 + 2 * LATENCY.len());
+        let mut rows = Vec::with_capacity(10 + turn::sides().len() + 2 * LATENCY.len());
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -107,10 +107,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 6 => rows.push(throughput::fixed_row(ctx, 1, true, &group)),
                 7 => rows.push(throughput::fixed_row(ctx, 100, true, &group)),
                 8 => rows.push(throughput::fixed_publisher_row(ctx, &group)),
-                9 => {
-                    let (ring, floor) = turn::rows(ctx, &group);
-                    rows.extend([ring, floor]);
-                }
+                9 => rows.extend(turn::rows(ctx, &group)),
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let (busy, spin) =
@@ -253,12 +250,13 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
     }
 }
 
-/// The fixed-size ring's ratio to the floor ring measured in turn (`turn`), over the
-/// rounds: each round's median of its kept pairs, the rounds with too few left out.
-pub fn turn_ratios(rows: &[Row]) -> Ratios {
+/// A ratio measured in turn (`turn`): row `row`'s comparison under `prefix`
+/// (`turn::COMPARED`) over the rounds, each round's median of its kept pairs, the rounds
+/// with too few left out.
+pub fn turn_ratios(rows: &[Row], row: &str, prefix: &str) -> Ratios {
     let mut r = Ratios::default();
     for round in 1..=ROUNDS {
-        match turn::round_ratio(rows, round) {
+        match turn::round_ratio(rows, round, row, prefix) {
             Some(Some(v)) => r.values.push(v),
             Some(None) => r.few += 1,
             None => {}

@@ -145,36 +145,49 @@ fn shm_consumer(args: &Args) -> Result<()> {
             }
         }
     } else if mode == ConsumerMode::Turn {
-        // Chunks over the ring and over the floor ring in turn, each acknowledged once read
-        // (`turn`); the producer's stop after its last pair ends the ring's next chunk.
+        // Chunks in turn, each acknowledged once read (`turn`): the ring per event, the ring
+        // in batches (both read the same way), the floor ring, and (`crate=1`) asleep while
+        // the producer process runs the `disruptor` crate's chunk. The producer's stop after
+        // its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
         ensure!(chunk > 0, "chunk must be positive");
+        let krate = args.num_or("crate", 0u8) != 0;
         let mut floor = crate::spsc::BareReceiver::open(std::path::Path::new(args.str("floor")?))?;
         let ack = &ctl.line(crate::turn::ACK_LINE).seq;
+        let crate_line = ctl.line(crate::turn::CRATE_LINE);
         let count = std::cell::Cell::new(0u64);
-        let mut chunks = 0u64;
-        loop {
-            let end = count.get() + chunk;
-            // The counting handler's work per event, as `Count` (without its rate meter:
-            // the chunks are timed by the producer).
-            let exit = c.run(
-                |ev: Event<'_>| {
-                    count.set(count.get() + 1);
-                    sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
-                },
-                || count.get() >= end,
-            )?;
-            if exit == RunExit::Closed {
-                break;
+        let (mut chunks, mut crates) = (0u64, 0u64);
+        'pairs: loop {
+            for _ in 0..2 {
+                let end = count.get() + chunk;
+                // The counting handler's work per event, as `Count` (without its rate
+                // meter: the chunks are timed by the producer).
+                let exit = c.run(
+                    |ev: Event<'_>| {
+                        count.set(count.get() + 1);
+                        sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
+                    },
+                    || count.get() >= end,
+                )?;
+                if exit == RunExit::Closed {
+                    break 'pairs;
+                }
+                chunks += 1;
+                // Release: pairs with the producer's Acquire load of the count in its wait;
+                // the chunk's reads happen before the next chunk's writes.
+                ack.store(chunks, Ordering::Release);
             }
-            chunks += 1;
-            // Release: pairs with the producer's Acquire load of the count in its wait;
-            // the chunk's reads happen before the next chunk's writes.
-            ack.store(chunks, Ordering::Release);
             floor.recv(chunk);
             chunks += 1;
             // Release: pairs with the same Acquire load, for the floor's chunk.
             ack.store(chunks, Ordering::Release);
+            if krate {
+                crates += 1;
+                crate_wait(crate_line, crates)?;
+                chunks += 1;
+                // Release: pairs with the same Acquire load: awake, the next chunk may start.
+                ack.store(chunks, Ordering::Release);
+            }
         }
         turn_read = Some((count.get(), floor.received()));
         n = count.get() + floor.received();
@@ -567,48 +580,81 @@ fn shm_producer(args: &Args) -> Result<()> {
             }
         }
         "turn" => {
-            // Chunks over the ring (the fixed-size per-event row's loop) and over the floor
-            // ring (its producer's loop) in turn, each timed from its first publish to the
-            // consumer's acknowledgement, until the duration has passed at the end of a
-            // pair (`turn`).
+            // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
+            // loop), the ring in batches, the floor ring (its producer's loop) and the
+            // `disruptor` crate (`crate=1`), until the duration has passed at the end of a
+            // pair.
             let chunk: u64 = args.num("chunk")?;
             ensure!(
                 chunk > 0 && chunk.is_multiple_of(256),
                 "chunk must be a positive multiple of 256"
             );
+            let krate = args.num_or("crate", 0u8) != 0;
+            let crate_pin = args.num_or("crate_pin", 0u8) != 0;
             let mut floor =
                 crate::spsc::BareSender::open(std::path::Path::new(args.str("floor")?))?;
             let ack = &ctl.line(crate::turn::ACK_LINE).seq;
+            let crate_line = ctl.line(crate::turn::CRATE_LINE);
+            let mut bufs = vec![vec![0u8; 8]; crate::turn::BATCH];
             let end = t_start + args.num::<u64>("duration_ns")?;
             let mut pairs = Vec::new();
-            let mut chunks = 0u64;
+            let (mut chunks, mut crates) = (0u64, 0u64);
             loop {
-                let mut took = [0u64; 2];
-                for (side, t) in took.iter_mut().enumerate() {
+                let mut took = [0u64; 4];
+                for side in crate::turn::SIDES {
                     let t0 = now_ns();
-                    if side == 0 {
-                        stream_plain(&mut p, 8, &mut buf, chunk, u64::MAX)?;
-                    } else {
-                        floor.send(chunk);
+                    match side {
+                        crate::turn::Side::Ring => {
+                            stream_plain(&mut p, 8, &mut buf, chunk, u64::MAX)?;
+                        }
+                        crate::turn::Side::Batch => {
+                            let mut left = chunk;
+                            while left > 0 {
+                                let k = bufs.len().min(left as usize);
+                                bufs[0].copy_from_slice(&left.to_ne_bytes());
+                                p.publish_batch(&bufs[..k])?;
+                                left -= k as u64;
+                            }
+                        }
+                        crate::turn::Side::Floor => floor.send(chunk),
+                        crate::turn::Side::Crate if !krate => continue,
+                        crate::turn::Side::Crate => {
+                            // Timed inside: from its first timed publish to its consumer's
+                            // handling of the last event.
+                            took[3] = crate_chunk(chunk, crate_pin)?;
+                            crates += 1;
+                            // Release: pairs with the consumer's Acquire load after its
+                            // futex wait; the bump makes a wait that raced it return.
+                            crate_line.seq.store(crates, Ordering::Release);
+                            crate_line.word.fetch_add(1, Ordering::Release);
+                            let _ = rustix::thread::futex::wake(
+                                &crate_line.word,
+                                rustix::thread::futex::Flags::empty(),
+                                1,
+                            );
+                        }
                     }
                     chunks += 1;
-                    // Acquire: pairs with the consumer's Release of the chunks it has read.
+                    // Acquire: pairs with the consumer's Release of the chunks it has read
+                    // (after the crate's chunk: that it is awake again).
                     let acked = || ack.load(Ordering::Acquire) >= chunks;
                     let deadline = t0 + 60_000_000_000;
                     while !acked() {
                         std::hint::spin_loop();
                         ensure!(now_ns() < deadline, "chunk {chunks} not read within 60 s");
                     }
-                    *t = now_ns() - t0;
+                    if side != crate::turn::Side::Crate {
+                        took[side as usize] = now_ns() - t0;
+                    }
                 }
-                pairs.push((took[0], took[1]));
-                published += 2 * chunk;
+                pairs.push(took);
+                published += 3 * chunk;
                 if now_ns() >= end {
                     break;
                 }
             }
-            // The first pair warmed both rings up (`judge` does not judge it).
-            crate::turn::report(&mut m, &crate::turn::judge(&pairs, chunk));
+            // The first pair warmed every side up (`judge` does not judge it).
+            crate::turn::report(&mut m, &pairs, chunk, krate);
         }
         "batch" => {
             let k: usize = args.num("batch")?;
@@ -775,6 +821,42 @@ fn ws_producer(args: &Args) -> Result<()> {
     m.set("pacer_late_p99_ns", kit::pct(&pacer.late, 0.99) as f64)
         .set("pacer_held_p99_ns", kit::pct(&pacer.held, 0.99) as f64);
     kit::report(args, &m)
+}
+
+/// Sleep on the crate line's futex word until the producer has run `k` crate chunks
+/// (`turn`), for at most 60 s.
+fn crate_wait(line: &kit::Line, k: u64) -> Result<()> {
+    let deadline = now_ns() + 60_000_000_000;
+    loop {
+        // The word before the count: a bump between the two makes the wait return at once.
+        let w = line.word.load(Ordering::Acquire);
+        // Acquire: pairs with the producer's Release store of the count.
+        if line.seq.load(Ordering::Acquire) >= k {
+            return Ok(());
+        }
+        ensure!(now_ns() < deadline, "crate chunk {k} not done within 60 s");
+        let _ = rustix::thread::futex::wait(
+            &line.word,
+            rustix::thread::futex::Flags::empty(),
+            w,
+            Some(&rustix::time::Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            }),
+        );
+    }
+}
+
+/// One chunk of the `disruptor` crate in this process (`turn`): its time in nanoseconds.
+#[cfg(feature = "peers")]
+fn crate_chunk(events: u64, pin: bool) -> Result<u64> {
+    shmring_peers::inproc::chunk(events, crate::turn::CAPACITY as usize, pin)
+}
+
+/// Without the `peers` feature the crate's side is never asked for (`turn::rows`).
+#[cfg(not(feature = "peers"))]
+fn crate_chunk(_events: u64, _pin: bool) -> Result<u64> {
+    bail!("not built: rebuild the harness with `--features peers`")
 }
 
 /// Send `seq` (from 1) with `stamp` on a floor line: the stamp, then the sequence

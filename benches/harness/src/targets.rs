@@ -350,17 +350,42 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             bar,
         ));
     }
-    // The fixed-size ring against the floor ring measured in turn inside the same two
-    // processes (`turn`): each round's median over its pairs in one placement.
-    out.extend(paired_target(
-        "1P1C 8 B per-event, fixed-size ring / bare SPSC ring floor, in turn, paired",
-        turn::RING_ROW,
-        turn::FLOOR_ROW,
-        &paired::turn_ratios(rows),
-        paired::MIN_ROUNDS,
-        ">=",
-        0.8,
-    ));
+    // The fixed-size ring against the floor ring and the `disruptor` crate, measured in
+    // turn inside the same two processes (`turn`): each round's median over its pairs in
+    // one placement.
+    for (what, a, b, prefix, bar) in [
+        (
+            "1P1C 8 B per-event, fixed-size ring / bare SPSC ring floor, in turn, paired",
+            turn::RING_ROW,
+            turn::FLOOR_ROW,
+            "",
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring / disruptor crate per-event, in turn, paired",
+            turn::RING_ROW,
+            turn::CRATE_ROW,
+            "crate_",
+            1.0,
+        ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring / disruptor crate per-event, in turn, paired",
+            turn::BATCH_ROW,
+            turn::CRATE_ROW,
+            "crate_",
+            2.5,
+        ),
+    ] {
+        out.extend(paired_target(
+            what,
+            a,
+            b,
+            &paired::turn_ratios(rows, a, prefix),
+            paired::MIN_ROUNDS,
+            ">=",
+            bar,
+        ));
+    }
     // Busy-spin p50 against the spin floor of the same round: the median of the rounds'
     // ratios at most 1.3x (the bar of the whole-run target above, from seconds-apart rows).
     for (name, _, spin_floor) in paired::LATENCY {
@@ -426,8 +451,8 @@ fn paired_target(
     }
     if r.few > 0 {
         why.push(format!(
-            "{} with fewer than {} pairs kept in turn (the floor steady around the ring's \
-             chunk, the ring not above {}x of it)",
+            "{} with fewer than {} pairs kept in turn (the chunks around the judged one \
+             steady; against the floor, the ring not above {}x of it)",
             r.few,
             turn::MIN_PAIRS,
             paired::BEATEN
@@ -684,7 +709,8 @@ mod tests {
         assert!(
             t.from.contains(
                 "median of 3 rounds (more left out: 1 with fewer than 5 pairs kept in turn \
-                 (the floor steady around the ring's chunk, the ring not above 1.2x of it)), \
+                 (the chunks around the judged one steady; against the floor, the ring not \
+                 above 1.2x of it)), \
                  range 0.78-0.90x"
             ),
             "{}",

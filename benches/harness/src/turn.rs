@@ -1,32 +1,43 @@
-//! Throughput in turn: shmring's per-event row on a ring of fixed-size 8-byte events and
-//! the floor ring, measured alternately inside the same two pinned processes, so that both
-//! halves of every ratio see the same placement of the guest's vCPUs.
+//! Throughput in turn: shmring's per-event and batch-100 rows on a ring of fixed-size 8-byte
+//! events, the floor ring and the in-process `disruptor` crate, measured alternately inside
+//! the same two pinned processes, so that every ratio's two halves see the same placement of
+//! the guest's vCPUs.
 //!
 //! The rows of `paired` run seconds apart, each in processes of its own; on a guest whose
 //! cross-core line transfers change speed several-fold from one second to the next, even
-//! those seconds decide a ratio (ARCHITECTURE.md, "Measured inside one run"). Here the
-//! producer publishes a chunk of [`CHUNK`] events over the shmring ring (`Producer::publish`,
-//! the fixed-size per-event row's loop), waits until the consumer says it has read them
-//! all, then a chunk over the floor ring (its producer's loop), and so on, alternating; the
-//! consumer reads each chunk with its row's loop (`Consumer::run` with the counting
-//! handler, the floor consumer's loop) and acknowledges it on a line of the control page.
-//! A chunk's time runs from its first publish to the acknowledgement, so it holds every
-//! event's hand-over and one line transfer more (milliseconds against about a quarter of a
-//! microsecond). Every chunk starts from an empty ring and a caught-up consumer, on either
-//! side.
+//! those seconds decide a ratio (ARCHITECTURE.md, "Measured inside one run"). Here a pair is
+//! four chunks of [`CHUNK`] events, one per [`Side`], in this order:
 //!
-//! Each ring chunk is judged against the two floor chunks around it (the one before it,
-//! ending the previous pair, and the one after it, ending its own). The guest's placement
-//! changes every few seconds at most, and a chunk lasts milliseconds: when those two floor
-//! chunks agree within [`paired::STEADY`], the ring chunk between them ran where they did,
-//! and its ratio is its rate over their mean; when they do not, the placement changed around
-//! it and the pair is left out (`mixed`). A pair whose ring chunk outran that mean by more
-//! than [`paired::BEATEN`] is left out too (`beaten`): there the floor ring was not at its
-//! best (as with the rows apart, where it runs slower than shmring's rows in the guest's
-//! slow placement). That rule drops only ratios above the bar, so it can lower a median,
-//! never raise it. The measurement's ratio is the median of the pairs kept. The first pair
-//! (page faults, caches) is not judged; its floor chunk is only the one before pair 1's
-//! ring chunk.
+//! - the ring, per event: the producer publishes with `Producer::publish` (the fixed-size
+//!   per-event row's loop), the consumer reads with `Consumer::run` and the counting
+//!   handler;
+//! - the ring, [`BATCH`] events per `publish_batch`, read the same way;
+//! - the floor ring: its producer's loop and its consumer's;
+//! - the `disruptor` crate (a build with the `peers` feature): a fresh crate ring of
+//!   [`CAPACITY`] 8-byte events in the producer process, its producer on the producer's
+//!   thread (CPU 0) and its BusySpin consumer thread on CPU 1, while the consumer process
+//!   sleeps on a futex ([`CRATE_LINE`]), so that nothing else runs on either CPU.
+//!
+//! After each chunk the producer waits until the consumer says on a line of the control page
+//! that it has read it (after the crate's: that it is awake again). A shmring or floor chunk's
+//! time runs from its first publish to that acknowledgement, so it holds every event's
+//! hand-over and one line transfer more (milliseconds against about a quarter of a
+//! microsecond); the crate's from its first timed publish to its consumer's handling of the
+//! last event, both clocks read in the one process. Every chunk starts from an empty ring and
+//! a caught-up consumer.
+//!
+//! A side is judged against another ([`COMPARED`]) chunk by chunk: pair `i`'s chunk of the
+//! judged side ran between pair `i - 1`'s and pair `i`'s chunks of the other. The guest's
+//! placement changes every few seconds at most, and a pair lasts tens of milliseconds: when
+//! those two chunks agree within [`paired::STEADY`], the chunk between them ran where they
+//! did, and its ratio is its rate over their mean; when they do not, the placement changed
+//! around it and the pair is left out (`mixed`). Against the floor, a ring chunk that outran
+//! that mean by more than [`paired::BEATEN`] is left out too (`beaten`): there the floor ring
+//! was not at its best (as with the rows apart, where it runs slower than shmring's rows in
+//! the guest's slow placement). That rule drops only ratios above the bar, so it can lower a
+//! median, never raise it; against the crate no chunk is left out for being fast. A
+//! comparison's ratio is the median of its pairs kept. The first pair (page faults, caches)
+//! is not judged; its chunks are only the ones before pair 1's.
 
 use anyhow::{ensure, Result};
 use shmring::ProducerMode;
@@ -41,91 +52,196 @@ use crate::throughput::SUITE;
 /// ms, so that the chunks around a pair nearly always run in one placement (it changes
 /// every few seconds at most) and a round's two seconds hold dozens of pairs or hundreds.
 pub const CHUNK: u64 = 1 << 20;
+/// Events the shmring ring holds, and the `disruptor` crate's ring in its chunks.
+pub const CAPACITY: u64 = 4096;
+/// Events per `publish_batch` in the batch chunk.
+pub const BATCH: usize = 100;
 /// The control page's line that carries the consumer's acknowledgement (chunks read).
 pub const ACK_LINE: usize = 1;
+/// The control page's line on which the consumer sleeps (futex) while the `disruptor`
+/// crate's chunk runs: `seq` is the count of crate chunks done.
+pub const CRATE_LINE: usize = 2;
 /// A measurement with fewer pairs left than this decides nothing.
 pub const MIN_PAIRS: usize = 5;
-/// The ring's row.
+/// The ring's per-event row.
 pub const RING_ROW: &str = "per-event, 8 B, fixed-size ring, in turn with the floor";
 /// The floor's row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fixed-size ring";
+/// The ring's batch-100 row.
+pub const BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring, in turn with the disruptor crate";
+/// The `disruptor` crate's row.
+pub const CRATE_ROW: &str =
+    "disruptor crate (threads, BusySpin), per-event, 8 B, in turn with the fixed-size ring";
 
-/// What the pairs of one measurement say.
+/// The sides of a pair, in the order they run (the crate's only where it is built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// shmring's fixed-size ring, per event (`Producer::publish`).
+    Ring = 0,
+    /// shmring's fixed-size ring, [`BATCH`] events per `publish_batch`.
+    Batch = 1,
+    /// The floor ring.
+    Floor = 2,
+    /// The `disruptor` crate, per event.
+    Crate = 3,
+}
+
+/// Every side, in order.
+pub const SIDES: [Side; 4] = [Side::Ring, Side::Batch, Side::Floor, Side::Crate];
+
+/// The sides this build measures: the crate's only with the `peers` feature.
+pub fn sides() -> Vec<Side> {
+    SIDES
+        .into_iter()
+        .filter(|&s| cfg!(feature = "peers") || s != Side::Crate)
+        .collect()
+}
+
+impl Side {
+    /// Its name in the role's result keys.
+    pub fn key(self) -> &'static str {
+        match self {
+            Side::Ring => "ring",
+            Side::Batch => "batch",
+            Side::Floor => "floor",
+            Side::Crate => "crate",
+        }
+    }
+}
+
+/// The comparisons judged: (the side judged, the side around it, the prefix of their keys
+/// and row extras, whether a judged chunk above [`paired::BEATEN`] times the side around it
+/// is left out).
+pub const COMPARED: [(Side, Side, &str, bool); 3] = [
+    (Side::Ring, Side::Floor, "", true),
+    (Side::Ring, Side::Crate, "crate_", false),
+    (Side::Batch, Side::Crate, "crate_", false),
+];
+
+/// What one comparison's pairs say.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Judged {
     /// Pairs judged (every pair after the first).
     pub pairs: usize,
-    /// Each kept pair's ring rate over the mean of the floor chunks around it.
+    /// Each kept pair's judged chunk rate over the mean of the two chunks around it.
     pub ratios: Vec<f64>,
-    /// Pairs left out: the floor chunks around the ring chunk differ by more than
+    /// Pairs left out: the chunks around the judged one differ by more than
     /// `paired::STEADY`.
     pub mixed: usize,
-    /// Pairs left out: the ring chunk above `paired::BEATEN` times the floor around it.
+    /// Pairs left out: the judged chunk above `paired::BEATEN` times the chunks around it
+    /// (only where the comparison asks for it).
     pub beaten: usize,
-    /// Each side's events over its chunks' time, every judged pair (events/s).
-    pub ring_rate: f64,
-    pub floor_rate: f64,
-    /// The median chunk rate of each side over every judged pair (events/s).
-    pub ring_median: f64,
-    pub floor_median: f64,
-    /// The fastest chunk of each side over every judged pair (events/s).
-    pub ring_fastest: f64,
-    pub floor_fastest: f64,
 }
 
-/// Judge the pairs `(ring chunk ns, floor chunk ns)` of `chunk` events each, in the order
-/// they ran; the first is the warm-up pair.
-pub fn judge(pairs: &[(u64, u64)], chunk: u64) -> Judged {
+/// Judge `judged` against `around`, the chunk times (ns, `chunk` events each) of two sides
+/// in the order their pairs ran: pair `i`'s judged chunk ran after pair `i - 1`'s chunk of
+/// the side around it and before pair `i`'s. The first pair is the warm-up (not judged).
+/// With `beaten`, a judged chunk above [`paired::BEATEN`] times the mean around it is left
+/// out.
+pub fn judge(judged: &[u64], around: &[u64], chunk: u64, beaten: bool) -> Judged {
     let rate = |ns: u64| chunk as f64 * 1e9 / ns.max(1) as f64;
+    let n = judged.len().min(around.len());
     let mut j = Judged {
-        pairs: pairs.len().saturating_sub(1),
+        pairs: n.saturating_sub(1),
         ..Default::default()
     };
-    for w in pairs.windows(2) {
-        let (before, (ring_ns, floor_ns)) = (rate(w[0].1), w[1]);
-        let (ring, after) = (rate(ring_ns), rate(floor_ns));
-        let floor = (before + after) / 2.0;
+    for i in 1..n {
+        let (before, after) = (rate(around[i - 1]), rate(around[i]));
+        let (x, mean) = (rate(judged[i]), (before + after) / 2.0);
         if !(1.0 / paired::STEADY..=paired::STEADY).contains(&(after / before)) {
             j.mixed += 1;
-        } else if ring > floor * paired::BEATEN {
+        } else if beaten && x > mean * paired::BEATEN {
             j.beaten += 1;
         } else {
-            j.ratios.push(ring / floor);
+            j.ratios.push(x / mean);
         }
     }
-    let judged = pairs.get(1..).unwrap_or_default();
-    let side = |pick: fn(&(u64, u64)) -> u64| {
-        let total: u64 = judged.iter().map(pick).sum();
-        let rates: Vec<f64> = judged.iter().map(|p| rate(pick(p))).collect();
-        let median = paired::spread(&rates).map_or(0.0, |(m, _, _)| m);
-        let fastest = rates.iter().copied().fold(0.0, f64::max);
-        let overall = if total == 0 {
-            0.0
-        } else {
-            (chunk * judged.len() as u64) as f64 * 1e9 / total as f64
-        };
-        (overall, median, fastest)
-    };
-    (j.ring_rate, j.ring_median, j.ring_fastest) = side(|p| p.0);
-    (j.floor_rate, j.floor_median, j.floor_fastest) = side(|p| p.1);
     j
 }
 
-/// Measure the pair in turn for `ctx.sizes.throughput` of each side: the ring's row and the
-/// floor's, in `group`, each at its events over its chunks' time (`extra`: `median_chunk`,
-/// `fastest_chunk`). The ring's row carries the judged ratio (`extra`: `ratio`, `least`,
-/// `greatest`, `pairs`, `kept`, `mixed`, `beaten`).
-pub fn rows(ctx: &mut Ctx, group: &str) -> (Row, Row) {
+/// One side's chunk times over the judged pairs (the first, the warm-up, left out): its
+/// events over their time, its median chunk rate and its fastest (events/s).
+pub fn side_rates(times: &[u64], chunk: u64) -> (f64, f64, f64) {
+    let judged = times.get(1..).unwrap_or_default();
+    let rates: Vec<f64> = judged
+        .iter()
+        .map(|&ns| chunk as f64 * 1e9 / ns.max(1) as f64)
+        .collect();
+    let median = paired::spread(&rates).map_or(0.0, |(m, _, _)| m);
+    let fastest = rates.iter().copied().fold(0.0, f64::max);
+    let total: u64 = judged.iter().sum();
+    let overall = if total == 0 {
+        0.0
+    } else {
+        (chunk * judged.len() as u64) as f64 * 1e9 / total as f64
+    };
+    (overall, median, fastest)
+}
+
+/// The result key of a comparison: `turn_{judged}_vs_{around}_{what}`.
+fn compared_key(judged: Side, around: Side, what: &str) -> String {
+    format!("turn_{}_vs_{}_{what}", judged.key(), around.key())
+}
+
+/// Write what the chunk times of every pair say into a role's results: each side's rates
+/// (`turn_{side}_rate`, `_median`, `_fastest`) and each comparison of [`COMPARED`] whose
+/// sides both ran (`crate` false: the crate's did not).
+pub fn report(m: &mut shmring_peers::kit::Measured, pairs: &[[u64; 4]], chunk: u64, krate: bool) {
+    let times = |s: Side| -> Vec<u64> { pairs.iter().map(|p| p[s as usize]).collect() };
+    m.set("turn_pairs", pairs.len().saturating_sub(1) as f64);
+    for side in SIDES {
+        if side == Side::Crate && !krate {
+            continue;
+        }
+        let (overall, median, fastest) = side_rates(&times(side), chunk);
+        m.set(&format!("turn_{}_rate", side.key()), overall)
+            .set(&format!("turn_{}_median", side.key()), median)
+            .set(&format!("turn_{}_fastest", side.key()), fastest);
+    }
+    for (a, b, _, beaten) in COMPARED {
+        if b == Side::Crate && !krate {
+            continue;
+        }
+        let j = judge(&times(a), &times(b), chunk, beaten);
+        m.set(&compared_key(a, b, "kept"), j.ratios.len() as f64)
+            .set(&compared_key(a, b, "mixed"), j.mixed as f64)
+            .set(&compared_key(a, b, "beaten"), j.beaten as f64);
+        if let Some((median, least, greatest)) = paired::spread(&j.ratios) {
+            m.set(&compared_key(a, b, "ratio"), median)
+                .set(&compared_key(a, b, "least"), least)
+                .set(&compared_key(a, b, "greatest"), greatest);
+        }
+    }
+}
+
+/// The row of a side.
+fn row_name(side: Side) -> &'static str {
+    match side {
+        Side::Ring => RING_ROW,
+        Side::Batch => BATCH_ROW,
+        Side::Floor => FLOOR_ROW,
+        Side::Crate => CRATE_ROW,
+    }
+}
+
+/// Measure the sides in turn for about twice `ctx.sizes.throughput`: a row per side (the
+/// crate's only in a build with the `peers` feature), in `group`, each at its events over
+/// its chunks' time (`extra`: `median_chunk`, `fastest_chunk`). A judged side's row carries
+/// each comparison's ratio under the comparison's prefix ([`COMPARED`]; `extra`: `ratio`,
+/// `least`, `greatest`, `pairs`, `kept`, `mixed`, `beaten`).
+pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
+    let sides = sides();
+    let krate = sides.contains(&Side::Crate);
     ctx.bar
         .set_message(format!("throughput: {RING_ROW}, {CHUNK} events a chunk"));
     let dur = ctx.sizes.throughput;
     let tag = ctx.tag("turn");
     let floor_path = ctx.dir.join(format!("{tag}.spsc"));
-    let measured = (|| -> Result<(Row, Row)> {
+    let measured = (|| -> Result<Vec<Row>> {
         crate::spsc::create(&floor_path)?;
         let floor = kv("floor", floor_path.display());
         let setup = Setup {
-            capacity: 4096,
+            capacity: CAPACITY,
             slot: 64,
             mode: ProducerMode::Single,
             event_size: Some(8),
@@ -133,6 +249,7 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> (Row, Row) {
                 kv("wait", "busy-spin"),
                 kv("mode", "turn"),
                 kv("chunk", CHUNK),
+                kv("crate", u8::from(krate)),
                 floor.clone(),
             ]],
             producers: vec![vec![
@@ -140,6 +257,8 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> (Row, Row) {
                 kv("size", 8),
                 kv("chunk", CHUNK),
                 kv("duration_ns", (2 * dur).as_nanos()),
+                kv("crate", u8::from(krate)),
+                kv("crate_pin", u8::from(ctx.pin)),
                 floor,
             ]],
             echo: false,
@@ -150,89 +269,80 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> (Row, Row) {
         let p = shm::run(ctx, "turn", setup)?;
         let (c, pr) = (&p.consumers[0], &p.producers[0]);
         let pairs = pr.need("turn_pairs")? as u64;
-        let kept = pr.need("turn_kept")? as usize;
         ensure!(pairs > 0, "no pair measured after the warm-up");
         // Each side published a chunk per pair, the warm-up pair included; the consumer says
-        // what it read of each.
+        // what it read of shmring's ring (both of its sides) and of the floor's.
         let each = (pairs + 1) * CHUNK;
         let read = [c.need("turn_ring_read")?, c.need("turn_floor_read")?];
         ensure!(
-            read.iter().all(|&n| n == each as f64),
-            "the consumer read {} ring and {} floor events of {each} each",
+            read == [(2 * each) as f64, each as f64],
+            "the consumer read {} ring and {} floor events, of {} and {each}",
             read[0],
-            read[1]
+            read[1],
+            2 * each
         );
-        let mut ring = Row::new(SUITE, group, RING_ROW, Kind::Throughput);
-        let mut fl = Row::new(SUITE, group, FLOOR_ROW, Kind::Throughput);
-        for (r, side) in [(&mut ring, "ring"), (&mut fl, "floor")] {
-            r.ops_per_sec = Some(pr.need(&format!("turn_{side}_rate"))?);
+        let mut rows = Vec::new();
+        for &side in &sides {
+            let k = side.key();
+            let mut r = Row::new(SUITE, group, row_name(side), Kind::Throughput);
+            r.ops_per_sec = Some(pr.need(&format!("turn_{k}_rate"))?);
             for key in ["median", "fastest"] {
-                r.extra.insert(
-                    format!("{key}_chunk"),
-                    pr.need(&format!("turn_{side}_{key}"))?,
-                );
+                r.extra
+                    .insert(format!("{key}_chunk"), pr.need(&format!("turn_{k}_{key}"))?);
             }
             r.published = Some(each);
             r.delivered = Some(each);
             r.dropped = Some(0);
             r.samples = pairs;
-            r.consumer_cpu = c.get("cpu_share");
+            if side != Side::Crate {
+                // The crate's threads ran in the producer's process; the consumer process
+                // slept through its chunks.
+                r.consumer_cpu = c.get("cpu_share");
+            }
             r.producer_cpu = pr.get("cpu_share");
             r.extra.insert("event_bytes".into(), 8.0);
             r.extra.insert("chunk".into(), CHUNK as f64);
-        }
-        for key in ["pairs", "kept", "mixed", "beaten"] {
-            ring.extra
-                .insert(key.into(), pr.need(&format!("turn_{key}"))?);
-        }
-        if kept > 0 {
-            for key in ["ratio", "least", "greatest"] {
-                ring.extra
-                    .insert(key.into(), pr.need(&format!("turn_{key}"))?);
+            for (a, b, prefix, _) in COMPARED {
+                if a != side || !sides.contains(&b) {
+                    continue;
+                }
+                r.extra.insert(format!("{prefix}pairs"), pairs as f64);
+                for key in ["kept", "mixed", "beaten"] {
+                    r.extra
+                        .insert(format!("{prefix}{key}"), pr.need(&compared_key(a, b, key))?);
+                }
+                for key in ["ratio", "least", "greatest"] {
+                    if let Some(v) = pr.get(&compared_key(a, b, key)) {
+                        r.extra.insert(format!("{prefix}{key}"), v);
+                    }
+                }
             }
+            rows.push(r);
         }
-        Ok((ring, fl))
+        Ok(rows)
     })();
     let _ = std::fs::remove_file(&floor_path);
     measured.unwrap_or_else(|e| {
-        (
-            Row::new(SUITE, group, RING_ROW, Kind::Throughput).failed(&e),
-            Row::new(SUITE, group, FLOOR_ROW, Kind::Throughput).failed(&e),
-        )
+        sides
+            .iter()
+            .map(|&s| Row::new(SUITE, group, row_name(s), Kind::Throughput).failed(&e))
+            .collect()
     })
 }
 
-/// Write what `judge` says into a role's results (`turn_*` keys).
-pub fn report(m: &mut shmring_peers::kit::Measured, j: &Judged) {
-    m.set("turn_pairs", j.pairs as f64)
-        .set("turn_kept", j.ratios.len() as f64)
-        .set("turn_mixed", j.mixed as f64)
-        .set("turn_beaten", j.beaten as f64)
-        .set("turn_ring_rate", j.ring_rate)
-        .set("turn_floor_rate", j.floor_rate)
-        .set("turn_ring_median", j.ring_median)
-        .set("turn_floor_median", j.floor_median)
-        .set("turn_ring_fastest", j.ring_fastest)
-        .set("turn_floor_fastest", j.floor_fastest);
-    if let Some((median, least, greatest)) = paired::spread(&j.ratios) {
-        m.set("turn_ratio", median)
-            .set("turn_least", least)
-            .set("turn_greatest", greatest);
-    }
-}
-
-/// The ratio of round `r`'s measurement in turn, if at least [`MIN_PAIRS`] pairs were
-/// kept: `Some(None)` when it measured but too few pairs were left, `None` when the round
-/// has no such row.
-pub fn round_ratio(rows: &[Row], r: usize) -> Option<Option<f64>> {
+/// The ratio of round `r`'s comparison in turn on row `row` under `prefix` ([`COMPARED`]),
+/// if at least [`MIN_PAIRS`] pairs were kept: `Some(None)` when it measured but too few
+/// pairs were left, `None` when the round has no such row or comparison.
+pub fn round_ratio(rows: &[Row], r: usize, row: &str, prefix: &str) -> Option<Option<f64>> {
     let g = paired::round(r);
-    let row = rows.iter().find(|x| {
-        x.suite == paired::SUITE && x.group == g && x.name == RING_ROW && x.error.is_none()
-    })?;
-    let kept = row.extra.get("kept").copied().unwrap_or(0.0) as usize;
+    let found = rows
+        .iter()
+        .find(|x| x.suite == paired::SUITE && x.group == g && x.name == row && x.error.is_none())?;
+    let kept = *found.extra.get(&format!("{prefix}kept"))? as usize;
     Some(
-        row.extra
-            .get("ratio")
+        found
+            .extra
+            .get(&format!("{prefix}ratio"))
             .copied()
             .filter(|_| kept >= MIN_PAIRS),
     )
@@ -252,47 +362,53 @@ mod tests {
         v.iter().map(|r| format!("{r:.2}")).collect()
     }
 
+    /// `judge` of (judged, around) chunk rates in M/s, pair by pair.
+    fn judged(pairs: &[(f64, f64)], beaten: bool) -> Judged {
+        let a: Vec<u64> = pairs.iter().map(|p| ns(p.0)).collect();
+        let b: Vec<u64> = pairs.iter().map(|p| ns(p.1)).collect();
+        judge(&a, &b, CHUNK, beaten)
+    }
+
     #[test]
     fn each_ring_chunk_is_judged_against_the_floor_chunks_around_it() {
         let pairs = [
             // Warm-up: its ring chunk is not judged; its floor chunk is the one before pair
             // 1's ring chunk.
-            (ns(10.0), ns(800.0)),
+            (10.0, 800.0),
             // Kept: 640 over the mean of 800 and 800.
-            (ns(640.0), ns(800.0)),
+            (640.0, 800.0),
             // Kept: 700 over the mean of 800 and 700 (0.875x apart, within 1.25x).
-            (ns(700.0), ns(700.0)),
+            (700.0, 700.0),
             // Mixed: the floor went from 700 to 60 around it.
-            (ns(80.0), ns(60.0)),
+            (80.0, 60.0),
             // Kept, in another placement: 50 over the mean of 60 and 60.
-            (ns(50.0), ns(60.0)),
+            (50.0, 60.0),
             // Beaten: 80 against 60 and 60.
-            (ns(80.0), ns(60.0)),
+            (80.0, 60.0),
         ];
-        let j = judge(&pairs, CHUNK);
+        let j = judged(&pairs, true);
         assert_eq!((j.pairs, j.mixed, j.beaten), (5, 1, 1));
         assert_eq!(shown(&j.ratios), ["0.80", "0.93", "0.83"]);
-        // Over the judged pairs only: the warm-up's 10 M/s ring chunk is not among them.
-        assert!(
-            (j.ring_fastest / 1e6 - 700.0).abs() < 0.01,
-            "{}",
-            j.ring_fastest
-        );
-        assert!(
-            (j.ring_median / 1e6 - 80.0).abs() < 0.01,
-            "{}",
-            j.ring_median
-        );
-        assert!((j.floor_fastest / 1e6 - 800.0).abs() < 0.01);
-        assert!((j.floor_median / 1e6 - 60.0).abs() < 0.01);
+        // Without the beaten rule (against the crate) the fast chunk is kept.
+        let j = judged(&pairs, false);
+        assert_eq!((j.pairs, j.mixed, j.beaten), (5, 1, 0));
+        assert_eq!(shown(&j.ratios), ["0.80", "0.93", "0.83", "1.33"]);
+    }
+
+    #[test]
+    fn a_side_s_rates_leave_the_warm_up_out() {
+        let times: Vec<u64> = [10.0, 640.0, 700.0, 80.0, 50.0, 80.0]
+            .iter()
+            .map(|&m| ns(m))
+            .collect();
+        let (overall, median, fastest) = side_rates(&times, CHUNK);
+        // Over the judged pairs only: the warm-up's 10 M/s chunk is not among them.
+        assert!((fastest / 1e6 - 700.0).abs() < 0.01, "{fastest}");
+        assert!((median / 1e6 - 80.0).abs() < 0.01, "{median}");
         // Events over time: five chunks in 1/640 + 1/700 + 1/80 + 1/50 + 1/80 seconds per
         // million events.
         let expected = 5.0 / (1.0 / 640.0 + 1.0 / 700.0 + 1.0 / 80.0 + 1.0 / 50.0 + 1.0 / 80.0);
-        assert!(
-            (j.ring_rate / 1e6 - expected).abs() < 0.01,
-            "{}",
-            j.ring_rate
-        );
+        assert!((overall / 1e6 - expected).abs() < 0.01, "{overall}");
     }
 
     #[test]
@@ -300,9 +416,9 @@ mod tests {
         // A round of 2026-12-02: both sides at about 160 M/s, then the floor alone at about
         // 520 with the ring at 200. Each pair is judged where it ran; only the pair whose
         // floor chunks straddle the change is left out.
-        let mut pairs = vec![(ns(160.0), ns(170.0)); 5];
-        pairs.extend([(ns(200.0), ns(520.0)); 4]);
-        let j = judge(&pairs, CHUNK);
+        let mut pairs = vec![(160.0, 170.0); 5];
+        pairs.extend([(200.0, 520.0); 4]);
+        let j = judged(&pairs, true);
         assert_eq!((j.pairs, j.mixed, j.beaten), (8, 1, 0));
         let r = shown(&j.ratios);
         assert_eq!(r[..4], ["0.94"; 4]);
@@ -311,30 +427,61 @@ mod tests {
 
     #[test]
     fn the_bounds() {
-        // Floor chunks exactly STEADY apart (125 and 100 M/s: exact chunk times) are one
+        // Chunks around exactly STEADY apart (125 and 100 M/s: exact chunk times) are one
         // placement, a little more apart are not; a ring chunk just under BEATEN times the
         // floor is kept, just over it is not.
-        let j = judge(&[(ns(1.0), ns(100.0)), (ns(100.0), ns(125.0))], CHUNK);
+        let j = judged(&[(1.0, 100.0), (100.0, 125.0)], true);
         assert_eq!((j.mixed, j.beaten, j.ratios.len()), (0, 0, 1));
-        let j = judge(&[(ns(1.0), ns(100.0)), (ns(100.0), ns(126.0))], CHUNK);
+        let j = judged(&[(1.0, 100.0), (100.0, 126.0)], true);
         assert_eq!((j.mixed, j.ratios.len()), (1, 0));
-        let j = judge(&[(ns(1.0), ns(100.0)), (ns(119.0), ns(100.0))], CHUNK);
+        let j = judged(&[(1.0, 100.0), (119.0, 100.0)], true);
         assert_eq!((j.mixed, j.beaten), (0, 0));
         assert_eq!(shown(&j.ratios), ["1.19"]);
-        let j = judge(&[(ns(1.0), ns(100.0)), (ns(121.0), ns(100.0))], CHUNK);
+        let j = judged(&[(1.0, 100.0), (121.0, 100.0)], true);
         assert_eq!((j.beaten, j.ratios.len()), (1, 0));
     }
 
     #[test]
     fn a_warm_up_pair_alone_judges_nothing() {
-        for pairs in [&[][..], &[(ns(50.0), ns(60.0))][..]] {
-            let j = judge(pairs, CHUNK);
+        for pairs in [&[][..], &[(50.0, 60.0)][..]] {
+            let j = judged(pairs, true);
             assert_eq!((j.pairs, j.ratios.len(), j.mixed, j.beaten), (0, 0, 0, 0));
-            assert_eq!(
-                (j.ring_rate, j.floor_median, j.ring_fastest),
-                (0.0, 0.0, 0.0)
-            );
+            let times: Vec<u64> = pairs.iter().map(|p| ns(p.0)).collect();
+            assert_eq!(side_rates(&times, CHUNK), (0.0, 0.0, 0.0));
         }
+    }
+
+    #[test]
+    fn the_report_judges_each_comparison_between_its_own_sides() {
+        // Ring, batch, floor, crate in M/s per pair: the floor steady, the crate changing
+        // speed in pair 2, so only the crate comparisons lose a pair.
+        let rates = [
+            [10.0, 10.0, 100.0, 50.0],
+            [80.0, 250.0, 100.0, 50.0],
+            [80.0, 250.0, 100.0, 100.0],
+            [90.0, 300.0, 100.0, 100.0],
+        ];
+        let pairs: Vec<[u64; 4]> = rates.iter().map(|p| p.map(ns)).collect();
+        let mut m = shmring_peers::kit::Measured::default();
+        report(&mut m, &pairs, CHUNK, true);
+        let got = |k: &str| m.get(k).map(|v| format!("{v:.2}"));
+        assert_eq!(got("turn_pairs").as_deref(), Some("3.00"));
+        // Ring over floor: 0.80, 0.80, 0.90.
+        assert_eq!(got("turn_ring_vs_floor_kept").as_deref(), Some("3.00"));
+        assert_eq!(got("turn_ring_vs_floor_ratio").as_deref(), Some("0.80"));
+        // Ring over crate: 1.60, (mixed), 0.90; batch over crate: 5.00, (mixed), 3.00.
+        assert_eq!(got("turn_ring_vs_crate_mixed").as_deref(), Some("1.00"));
+        assert_eq!(got("turn_ring_vs_crate_least").as_deref(), Some("0.90"));
+        assert_eq!(got("turn_ring_vs_crate_greatest").as_deref(), Some("1.60"));
+        assert_eq!(got("turn_batch_vs_crate_least").as_deref(), Some("3.00"));
+        assert_eq!(got("turn_batch_vs_crate_greatest").as_deref(), Some("5.00"));
+        assert_eq!(got("turn_crate_fastest").as_deref(), Some("100000000.00"));
+        // Without the crate's side: no crate keys at all.
+        let mut m = shmring_peers::kit::Measured::default();
+        report(&mut m, &pairs, CHUNK, false);
+        assert!(m.get("turn_crate_rate").is_none());
+        assert!(m.get("turn_ring_vs_crate_kept").is_none());
+        assert!(m.get("turn_ring_vs_floor_kept").is_some());
     }
 
     #[test]
@@ -347,15 +494,21 @@ mod tests {
             }
             r
         };
+        let ratio = |rows: &[Row], r: usize| round_ratio(rows, r, RING_ROW, "");
+        assert_eq!(ratio(&[row(MIN_PAIRS, Some(0.9))], 2), Some(Some(0.9)));
+        assert_eq!(ratio(&[row(MIN_PAIRS - 1, Some(0.9))], 2), Some(None));
+        assert_eq!(ratio(&[row(0, None)], 2), Some(None));
+        // Another round, another comparison, another row, or a failed row: nothing.
+        assert_eq!(ratio(&[row(MIN_PAIRS, Some(0.9))], 3), None);
         assert_eq!(
-            round_ratio(&[row(MIN_PAIRS, Some(0.9))], 2),
-            Some(Some(0.9))
+            round_ratio(&[row(MIN_PAIRS, Some(0.9))], 2, RING_ROW, "crate_"),
+            None
         );
-        assert_eq!(round_ratio(&[row(MIN_PAIRS - 1, Some(0.9))], 2), Some(None));
-        assert_eq!(round_ratio(&[row(0, None)], 2), Some(None));
-        // Another round, or a failed row: nothing.
-        assert_eq!(round_ratio(&[row(MIN_PAIRS, Some(0.9))], 3), None);
+        assert_eq!(
+            round_ratio(&[row(MIN_PAIRS, Some(0.9))], 2, BATCH_ROW, ""),
+            None
+        );
         let failed = row(MIN_PAIRS, Some(0.9)).failed(&anyhow!("x"));
-        assert_eq!(round_ratio(&[failed], 2), None);
+        assert_eq!(ratio(&[failed], 2), None);
     }
 }

@@ -240,6 +240,73 @@ fn role(args: &Args) -> Result<()> {
     kit::report(args, &m)
 }
 
+/// One chunk of `events` 8-byte events through a fresh `disruptor` crate ring of
+/// `capacity` (single producer, BusySpin), for a measurement in turn with shmring's rings
+/// inside the calling process: the calling thread publishes, the crate's consumer thread
+/// (pinned to CPU 1 with `pin`, before any timed event) sums. Returns the nanoseconds from
+/// the first timed publish to the consumer's handling of the last.
+///
+/// The crate's BusySpin consumer spins for as long as its ring lives, so a ring lives only
+/// for its chunk: built, warmed by one untimed event (which also waits for the consumer
+/// thread to run where it is pinned), `events` timed, dropped (which joins the thread).
+pub fn chunk(events: u64, capacity: usize, pin: bool) -> Result<u64> {
+    // Set by the consumer: 1 once it has handled the warm-up event; the clock when it
+    // handled the last one; the sum of what it read.
+    let ready = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let total = Arc::new(AtomicU64::new(0));
+    let (r, d, t) = (ready.clone(), done.clone(), total.clone());
+    let mut sum = 0u64;
+    let mut producer = build_single_producer(capacity, || 0u64, BusySpin)
+        .handle_events_with(move |e: &u64, seq: i64, _eob: bool| {
+            if seq == 0 {
+                if pin {
+                    kit::pin_to(1);
+                }
+                // Release: pairs with the producer's Acquire load before its clock read.
+                r.store(1, Ordering::Release);
+                return;
+            }
+            // The counting handler's work per event, as shmring's consumer in turn.
+            sum = sum.wrapping_add(*e);
+            if seq as u64 == events {
+                let now = now_ns();
+                t.store(sum, Ordering::Relaxed);
+                // Release: pairs with the producer's Acquire load; the sum is visible with it.
+                d.store(now, Ordering::Release);
+            }
+        })
+        .build();
+    let deadline = now_ns() + 60_000_000_000;
+    let wait = |word: &AtomicU64, what: &str| -> Result<u64> {
+        loop {
+            let v = word.load(Ordering::Acquire);
+            if v != 0 {
+                return Ok(v);
+            }
+            if now_ns() > deadline {
+                bail!("the disruptor crate's consumer did not {what} within 60 s");
+            }
+            std::hint::spin_loop();
+        }
+    };
+    producer.publish(|e| *e = 0);
+    wait(&ready, "start")?;
+    let t0 = now_ns();
+    for i in 1..=events {
+        producer.publish(|e| *e = i);
+    }
+    let end = wait(&done, "read the chunk")?;
+    // Dropping the producer drains the ring and joins the consumer thread.
+    drop(producer);
+    let expected = events.wrapping_mul(events.wrapping_add(1)) / 2;
+    let got = total.load(Ordering::Relaxed);
+    if got != expected {
+        bail!("the disruptor crate's consumer summed {got}, expected {expected}");
+    }
+    Ok(end.saturating_sub(t0))
+}
+
 /// Run an in-process peer role, if `role` is one.
 pub fn run_role(role_name: &str, args: &Args) -> Option<Result<()>> {
     (role_name == "peer-inproc").then(|| role(args))
