@@ -146,7 +146,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
         }
     } else if mode == ConsumerMode::Turn {
         // Chunks in turn, each acknowledged once read (`turn`): the ring per event, the ring
-        // in batches (both read the same way), the floor ring, and (`crate=1`) asleep while
+        // in batches (read the same way, then a run at a time), the floor ring, and (`crate=1`) asleep while
         // the producer process runs the `disruptor` crate's chunk. The producer's stop after
         // its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
@@ -158,6 +158,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
         let count = std::cell::Cell::new(0u64);
         let (mut chunks, mut crates) = (0u64, 0u64);
         'pairs: loop {
+            // The ring per event, then in batches (read the same way).
             for _ in 0..2 {
                 let end = count.get() + chunk;
                 // The counting handler's work per event, as `Count` (without its rate
@@ -177,6 +178,24 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 // the chunk's reads happen before the next chunk's writes.
                 ack.store(chunks, Ordering::Release);
             }
+            // The batches again, read a run at a time, with the counting work per event.
+            let end = count.get() + chunk;
+            let size = ring.max_payload();
+            while count.get() < end {
+                let got = c.poll_runs(|_, events| {
+                    for e in events.chunks_exact(size) {
+                        count.set(count.get() + 1);
+                        sum = sum.wrapping_add(u64_at(e, 0));
+                    }
+                })?;
+                ensure!(
+                    got > 0 || c.wait()? != WaitOutcome::Closed,
+                    "the ring closed inside a chunk"
+                );
+            }
+            chunks += 1;
+            // Release: as above.
+            ack.store(chunks, Ordering::Release);
             floor.recv(chunk);
             chunks += 1;
             // Release: pairs with the same Acquire load, for the floor's chunk.
@@ -581,7 +600,8 @@ fn shm_producer(args: &Args) -> Result<()> {
         }
         "turn" => {
             // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
-            // loop), the ring in batches, the floor ring (its producer's loop) and the
+            // loop), the ring in batches (twice: the consumer reads them per event, then a run
+            // at a time), the floor ring (its producer's loop) and the
             // `disruptor` crate (`crate=1`), until the duration has passed at the end of a
             // pair.
             let chunk: u64 = args.num("chunk")?;
@@ -600,14 +620,14 @@ fn shm_producer(args: &Args) -> Result<()> {
             let mut pairs = Vec::new();
             let (mut chunks, mut crates) = (0u64, 0u64);
             loop {
-                let mut took = [0u64; 4];
+                let mut took = [0u64; 5];
                 for side in crate::turn::SIDES {
                     let t0 = now_ns();
                     match side {
                         crate::turn::Side::Ring => {
                             stream_plain(&mut p, 8, &mut buf, chunk, u64::MAX)?;
                         }
-                        crate::turn::Side::Batch => {
+                        crate::turn::Side::Batch | crate::turn::Side::BatchRuns => {
                             let mut left = chunk;
                             while left > 0 {
                                 let k = bufs.len().min(left as usize);
@@ -621,7 +641,7 @@ fn shm_producer(args: &Args) -> Result<()> {
                         crate::turn::Side::Crate => {
                             // Timed inside: from its first timed publish to its consumer's
                             // handling of the last event.
-                            took[3] = crate_chunk(chunk, crate_pin)?;
+                            took[side as usize] = crate_chunk(chunk, crate_pin)?;
                             crates += 1;
                             // Release: pairs with the consumer's Acquire load after its
                             // futex wait; the bump makes a wait that raced it return.
@@ -648,7 +668,7 @@ fn shm_producer(args: &Args) -> Result<()> {
                     }
                 }
                 pairs.push(took);
-                published += 3 * chunk;
+                published += 4 * chunk;
                 if now_ns() >= end {
                     break;
                 }

@@ -375,6 +375,13 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             "crate_",
             2.5,
         ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring, run reads / disruptor crate per-event, in turn, paired",
+            turn::BATCH_RUNS_ROW,
+            turn::CRATE_ROW,
+            "crate_",
+            2.5,
+        ),
     ] {
         out.extend(paired_target(
             what,

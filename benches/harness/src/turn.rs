@@ -1,17 +1,19 @@
 //! Throughput in turn: shmring's per-event and batch-100 rows on a ring of fixed-size 8-byte
-//! events, the floor ring and the in-process `disruptor` crate, measured alternately inside
+//! events (batches read per event and a run at a time), the floor ring and the in-process `disruptor` crate, measured alternately inside
 //! the same two pinned processes, so that every ratio's two halves see the same placement of
 //! the guest's vCPUs.
 //!
 //! The rows of `paired` run seconds apart, each in processes of its own; on a guest whose
 //! cross-core line transfers change speed several-fold from one second to the next, even
 //! those seconds decide a ratio (ARCHITECTURE.md, "Measured inside one run"). Here a pair is
-//! four chunks of [`CHUNK`] events, one per [`Side`], in this order:
+//! five chunks of [`CHUNK`] events, one per [`Side`], in this order:
 //!
 //! - the ring, per event: the producer publishes with `Producer::publish` (the fixed-size
 //!   per-event row's loop), the consumer reads with `Consumer::run` and the counting
 //!   handler;
 //! - the ring, [`BATCH`] events per `publish_batch`, read the same way;
+//! - the same again, read a run at a time (`Consumer::poll_runs`, the counting work over
+//!   each slice);
 //! - the floor ring: its producer's loop and its consumer's;
 //! - the `disruptor` crate (a build with the `peers` feature): a fresh crate ring of
 //!   [`CAPACITY`] 8-byte events in the producer process, its producer on the producer's
@@ -67,8 +69,11 @@ pub const MIN_PAIRS: usize = 5;
 pub const RING_ROW: &str = "per-event, 8 B, fixed-size ring, in turn with the floor";
 /// The floor's row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fixed-size ring";
-/// The ring's batch-100 row.
+/// The ring's batch-100 row, read an event per handler call.
 pub const BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring, in turn with the disruptor crate";
+/// The ring's batch-100 row, read a run at a time.
+pub const BATCH_RUNS_ROW: &str =
+    "batch 100, 8 B, fixed-size ring, run reads, in turn with the disruptor crate";
 /// The `disruptor` crate's row.
 pub const CRATE_ROW: &str =
     "disruptor crate (threads, BusySpin), per-event, 8 B, in turn with the fixed-size ring";
@@ -78,16 +83,24 @@ pub const CRATE_ROW: &str =
 pub enum Side {
     /// shmring's fixed-size ring, per event (`Producer::publish`).
     Ring = 0,
-    /// shmring's fixed-size ring, [`BATCH`] events per `publish_batch`.
+    /// shmring's fixed-size ring, [`BATCH`] events per `publish_batch`, read as `Ring`.
     Batch = 1,
+    /// The same, read a run at a time (`Consumer::poll_runs`).
+    BatchRuns = 2,
     /// The floor ring.
-    Floor = 2,
+    Floor = 3,
     /// The `disruptor` crate, per event.
-    Crate = 3,
+    Crate = 4,
 }
 
 /// Every side, in order.
-pub const SIDES: [Side; 4] = [Side::Ring, Side::Batch, Side::Floor, Side::Crate];
+pub const SIDES: [Side; 5] = [
+    Side::Ring,
+    Side::Batch,
+    Side::BatchRuns,
+    Side::Floor,
+    Side::Crate,
+];
 
 /// The sides this build measures: the crate's only with the `peers` feature.
 pub fn sides() -> Vec<Side> {
@@ -103,6 +116,7 @@ impl Side {
         match self {
             Side::Ring => "ring",
             Side::Batch => "batch",
+            Side::BatchRuns => "batch_runs",
             Side::Floor => "floor",
             Side::Crate => "crate",
         }
@@ -112,10 +126,11 @@ impl Side {
 /// The comparisons judged: (the side judged, the side around it, the prefix of their keys
 /// and row extras, whether a judged chunk above [`paired::BEATEN`] times the side around it
 /// is left out).
-pub const COMPARED: [(Side, Side, &str, bool); 3] = [
+pub const COMPARED: [(Side, Side, &str, bool); 4] = [
     (Side::Ring, Side::Floor, "", true),
     (Side::Ring, Side::Crate, "crate_", false),
     (Side::Batch, Side::Crate, "crate_", false),
+    (Side::BatchRuns, Side::Crate, "crate_", false),
 ];
 
 /// What one comparison's pairs say.
@@ -186,7 +201,7 @@ fn compared_key(judged: Side, around: Side, what: &str) -> String {
 /// Write what the chunk times of every pair say into a role's results: each side's rates
 /// (`turn_{side}_rate`, `_median`, `_fastest`) and each comparison of [`COMPARED`] whose
 /// sides both ran (`crate` false: the crate's did not).
-pub fn report(m: &mut shmring_peers::kit::Measured, pairs: &[[u64; 4]], chunk: u64, krate: bool) {
+pub fn report(m: &mut shmring_peers::kit::Measured, pairs: &[[u64; 5]], chunk: u64, krate: bool) {
     let times = |s: Side| -> Vec<u64> { pairs.iter().map(|p| p[s as usize]).collect() };
     m.set("turn_pairs", pairs.len().saturating_sub(1) as f64);
     for side in SIDES {
@@ -219,6 +234,7 @@ fn row_name(side: Side) -> &'static str {
     match side {
         Side::Ring => RING_ROW,
         Side::Batch => BATCH_ROW,
+        Side::BatchRuns => BATCH_RUNS_ROW,
         Side::Floor => FLOOR_ROW,
         Side::Crate => CRATE_ROW,
     }
@@ -271,15 +287,15 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
         let pairs = pr.need("turn_pairs")? as u64;
         ensure!(pairs > 0, "no pair measured after the warm-up");
         // Each side published a chunk per pair, the warm-up pair included; the consumer says
-        // what it read of shmring's ring (both of its sides) and of the floor's.
+        // what it read of shmring's ring (its three sides) and of the floor's.
         let each = (pairs + 1) * CHUNK;
         let read = [c.need("turn_ring_read")?, c.need("turn_floor_read")?];
         ensure!(
-            read == [(2 * each) as f64, each as f64],
+            read == [(3 * each) as f64, each as f64],
             "the consumer read {} ring and {} floor events, of {} and {each}",
             read[0],
             read[1],
-            2 * each
+            3 * each
         );
         let mut rows = Vec::new();
         for &side in &sides {
@@ -453,15 +469,15 @@ mod tests {
 
     #[test]
     fn the_report_judges_each_comparison_between_its_own_sides() {
-        // Ring, batch, floor, crate in M/s per pair: the floor steady, the crate changing
-        // speed in pair 2, so only the crate comparisons lose a pair.
+        // Ring, batch, batch with run reads, floor, crate in M/s per pair: the floor steady,
+        // the crate changing speed in pair 2, so only the crate comparisons lose a pair.
         let rates = [
-            [10.0, 10.0, 100.0, 50.0],
-            [80.0, 250.0, 100.0, 50.0],
-            [80.0, 250.0, 100.0, 100.0],
-            [90.0, 300.0, 100.0, 100.0],
+            [10.0, 10.0, 10.0, 100.0, 50.0],
+            [80.0, 250.0, 400.0, 100.0, 50.0],
+            [80.0, 250.0, 400.0, 100.0, 100.0],
+            [90.0, 300.0, 500.0, 100.0, 100.0],
         ];
-        let pairs: Vec<[u64; 4]> = rates.iter().map(|p| p.map(ns)).collect();
+        let pairs: Vec<[u64; 5]> = rates.iter().map(|p| p.map(ns)).collect();
         let mut m = shmring_peers::kit::Measured::default();
         report(&mut m, &pairs, CHUNK, true);
         let got = |k: &str| m.get(k).map(|v| format!("{v:.2}"));
@@ -475,6 +491,19 @@ mod tests {
         assert_eq!(got("turn_ring_vs_crate_greatest").as_deref(), Some("1.60"));
         assert_eq!(got("turn_batch_vs_crate_least").as_deref(), Some("3.00"));
         assert_eq!(got("turn_batch_vs_crate_greatest").as_deref(), Some("5.00"));
+        // Batch with run reads over crate: 8.00, (mixed), 5.00.
+        assert_eq!(
+            got("turn_batch_runs_vs_crate_kept").as_deref(),
+            Some("2.00")
+        );
+        assert_eq!(
+            got("turn_batch_runs_vs_crate_least").as_deref(),
+            Some("5.00")
+        );
+        assert_eq!(
+            got("turn_batch_runs_vs_crate_greatest").as_deref(),
+            Some("8.00")
+        );
         assert_eq!(got("turn_crate_fastest").as_deref(), Some("100000000.00"));
         // Without the crate's side: no crate keys at all.
         let mut m = shmring_peers::kit::Measured::default();
