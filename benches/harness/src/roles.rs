@@ -640,7 +640,10 @@ fn shm_producer(args: &Args) -> Result<()> {
                         crate::turn::Side::Crate if !krate => continue,
                         crate::turn::Side::Crate => {
                             // Timed inside: from its first timed publish to its consumer's
-                            // handling of the last event.
+                            // handling of the last event. The consumer process went to sleep
+                            // right after its floor acknowledgement, a few hundred
+                            // instructions before the futex; building the crate's ring and
+                            // starting its thread take far longer.
                             took[side as usize] = crate_chunk(chunk, crate_pin)?;
                             crates += 1;
                             // Release: pairs with the consumer's Acquire load after its
@@ -673,7 +676,8 @@ fn shm_producer(args: &Args) -> Result<()> {
                     break;
                 }
             }
-            // The first pair warmed every side up (`judge` does not judge it).
+            // The first pair warmed the rings up (`judge` does not judge it); the crate's
+            // ring is new in every chunk, warmed by its own untimed event.
             crate::turn::report(&mut m, &pairs, chunk, krate);
         }
         "batch" => {

@@ -736,6 +736,52 @@ mod tests {
     }
 
     #[test]
+    fn the_crate_targets_in_turn_read_the_crate_ratios_and_only_those() {
+        let names = [
+            (
+                "1P1C 8 B per-event, fixed-size ring / disruptor crate per-event, in turn, paired",
+                turn::RING_ROW,
+            ),
+            (
+                "1P1C 8 B batch-100, fixed-size ring / disruptor crate per-event, in turn, paired",
+                turn::BATCH_ROW,
+            ),
+            (
+                "1P1C 8 B batch-100, fixed-size ring, run reads / disruptor crate per-event, in turn, paired",
+                turn::BATCH_RUNS_ROW,
+            ),
+        ];
+        // Each row carries the floor's comparison (unprefixed) at 5.0 and the crate's at
+        // its own value: a target that read the wrong one would show 5.0.
+        let mut rows = Vec::new();
+        for r in 1..=3 {
+            for (k, (_, name)) in names.iter().enumerate() {
+                let mut row = paired_row(r, name, 700.0);
+                row.extra.insert("kept".into(), 50.0);
+                row.extra.insert("ratio".into(), 5.0);
+                row.extra.insert("crate_kept".into(), 50.0);
+                row.extra
+                    .insert("crate_ratio".into(), 0.5 + k as f64 + r as f64 * 0.1);
+                rows.push(row);
+            }
+        }
+        let targets = evaluate(&rows);
+        for (k, (what, _)) in names.iter().enumerate() {
+            let t = target(&targets, what);
+            assert!((t.ratio - (0.7 + k as f64)).abs() < 1e-9, "{what}: {t:?}");
+            assert!(t.decided, "{t:?}");
+        }
+        // A build without the crate's side: no crate extras, no crate target stated.
+        for row in &mut rows {
+            row.extra.retain(|k, _| !k.starts_with("crate_"));
+        }
+        let targets = evaluate(&rows);
+        for (what, _) in names {
+            assert!(targets.iter().all(|t| t.what != what), "{what} stated");
+        }
+    }
+
+    #[test]
     fn steady_rounds_all_in_the_slow_placement_decide_no_paired_throughput_target() {
         // A run of 2026-12-01: round 1 ran fast until its last floor row, which fell into
         // the slow placement (unsteady), and rounds 2-5 ran wholly in the slow placement,

@@ -311,8 +311,9 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
             r.dropped = Some(0);
             r.samples = pairs;
             if side != Side::Crate {
-                // The crate's threads ran in the producer's process; the consumer process
-                // slept through its chunks.
+                // The consumer process's share over the whole measurement: with the crate's
+                // side, it counts the crate's chunks it slept through (about a fifth of the
+                // time). The crate's threads ran in the producer's process.
                 r.consumer_cpu = c.get("cpu_share");
             }
             r.producer_cpu = pr.get("cpu_share");
@@ -514,6 +515,18 @@ mod tests {
     }
 
     #[test]
+    fn every_judged_side_runs_before_the_side_it_is_compared_with() {
+        // `judge` takes pair i's judged chunk to lie between pair i - 1's and pair i's
+        // chunks of the other side: true only if it runs first within a pair.
+        for (a, b, _, _) in COMPARED {
+            let at = |x: Side| SIDES.iter().position(|&s| s == x);
+            assert!(at(a) < at(b), "{a:?} must run before {b:?}");
+            assert_eq!(at(a), Some(a as usize));
+            assert_eq!(at(b), Some(b as usize));
+        }
+    }
+
+    #[test]
     fn round_ratio_needs_min_pairs_kept() {
         let row = |kept: usize, ratio: Option<f64>| {
             let mut r = Row::new(paired::SUITE, &paired::round(2), RING_ROW, Kind::Throughput);
@@ -539,5 +552,14 @@ mod tests {
         );
         let failed = row(MIN_PAIRS, Some(0.9)).failed(&anyhow!("x"));
         assert_eq!(ratio(&[failed], 2), None);
+        // A comparison under its prefix, beside the floor's on the same row.
+        let mut both = row(MIN_PAIRS, Some(0.9));
+        both.extra.insert("crate_kept".into(), MIN_PAIRS as f64);
+        both.extra.insert("crate_ratio".into(), 0.7);
+        assert_eq!(
+            round_ratio(std::slice::from_ref(&both), 2, RING_ROW, "crate_"),
+            Some(Some(0.7))
+        );
+        assert_eq!(ratio(&[both], 2), Some(Some(0.9)));
     }
 }
