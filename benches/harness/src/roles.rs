@@ -146,9 +146,9 @@ fn shm_consumer(args: &Args) -> Result<()> {
         }
     } else if mode == ConsumerMode::Turn {
         // Chunks in turn, each acknowledged once read (`turn`): the ring per event, the ring
-        // in batches (read the same way, then a run at a time), the floor ring, and (`crate=1`) asleep while
-        // the producer process runs the `disruptor` crate's chunk. The producer's stop after
-        // its last pair ends the ring's next chunk.
+        // in batches (read the same way, then a run at a time), the floor ring, and
+        // (`crate=1`) asleep while the producer process runs the `disruptor` crate's chunk.
+        // The producer's stop after its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
         ensure!(chunk > 0, "chunk must be positive");
         let krate = args.num_or("crate", 0u8) != 0;
@@ -601,9 +601,8 @@ fn shm_producer(args: &Args) -> Result<()> {
         "turn" => {
             // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
             // loop), the ring in batches (twice: the consumer reads them per event, then a run
-            // at a time), the floor ring (its producer's loop) and the
-            // `disruptor` crate (`crate=1`), until the duration has passed at the end of a
-            // pair.
+            // at a time), the floor ring (its producer's loop) and the `disruptor` crate
+            // (`crate=1`), until the duration has passed at the end of a pair.
             let chunk: u64 = args.num("chunk")?;
             ensure!(
                 chunk > 0 && chunk.is_multiple_of(256),

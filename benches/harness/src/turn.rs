@@ -1,7 +1,7 @@
 //! Throughput in turn: shmring's per-event and batch-100 rows on a ring of fixed-size 8-byte
-//! events (batches read per event and a run at a time), the floor ring and the in-process `disruptor` crate, measured alternately inside
-//! the same two pinned processes, so that every ratio's two halves see the same placement of
-//! the guest's vCPUs.
+//! events (batches read per event and a run at a time), the floor ring and the in-process
+//! `disruptor` crate, measured alternately inside the same two pinned processes, so that
+//! every ratio's two halves see the same placement of the guest's vCPUs.
 //!
 //! The rows of `paired` run seconds apart, each in processes of its own; on a guest whose
 //! cross-core line transfers change speed several-fold from one second to the next, even
