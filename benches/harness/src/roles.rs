@@ -202,7 +202,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
             ack.store(chunks, Ordering::Release);
             if krate {
                 crates += 1;
-                crate_wait(crate_line, crates)?;
+                crate_wait(crate_line, crates, || ring.is_closed())?;
                 chunks += 1;
                 // Release: pairs with the same Acquire load: awake, the next chunk may start.
                 ack.store(chunks, Ordering::Release);
@@ -450,6 +450,9 @@ fn shm_producer(args: &Args) -> Result<()> {
     let ctl = args.ctl()?;
     let ns = args.str("ns")?;
     let ring = Ring::open(ns, args.str("ring")?)?;
+    // A producer that fails stops the ring on its way out, so that its consumers end at
+    // once instead of waiting for the harness's timeout.
+    let stop_on_error = StopOnError(Some(&ring));
     let mut p = ring.producer()?;
     let mode = args.str("mode")?;
     let how = match args.str_or("publish", "normal") {
@@ -721,6 +724,7 @@ fn shm_producer(args: &Args) -> Result<()> {
         m.hist = Some(hist);
     }
     drop(echo);
+    stop_on_error.disarm();
     // The last producer to finish closes the line: consumers drain and return.
     if ctl.done().fetch_add(1, Ordering::AcqRel) + 1 == producers {
         ring.stop().map_err(|e| anyhow!("stop: {e}"))?;
@@ -846,9 +850,29 @@ fn ws_producer(args: &Args) -> Result<()> {
     kit::report(args, &m)
 }
 
+/// Stops its ring when dropped armed: a producer role that returns an error on the way.
+struct StopOnError<'a>(Option<&'a Ring>);
+
+impl StopOnError<'_> {
+    /// The role ends normally: its own stop (or another producer's) closes the ring.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for StopOnError<'_> {
+    fn drop(&mut self) {
+        if let Some(ring) = self.0 {
+            // Best effort: the role's own error is what it reports.
+            let _ = ring.stop();
+        }
+    }
+}
+
 /// Sleep on the crate line's futex word until the producer has run `k` crate chunks
-/// (`turn`), for at most 60 s.
-fn crate_wait(line: &kit::Line, k: u64) -> Result<()> {
+/// (`turn`), for at most 60 s; an error at once (within the 1 s net) once `stopped` says the
+/// producer gave up.
+fn crate_wait(line: &kit::Line, k: u64, stopped: impl Fn() -> bool) -> Result<()> {
     let deadline = now_ns() + 60_000_000_000;
     loop {
         // The word before the count: a bump between the two makes the wait return at once.
@@ -857,6 +881,10 @@ fn crate_wait(line: &kit::Line, k: u64) -> Result<()> {
         if line.seq.load(Ordering::Acquire) >= k {
             return Ok(());
         }
+        ensure!(
+            !stopped(),
+            "the ring stopped before crate chunk {k} was done"
+        );
         ensure!(now_ns() < deadline, "crate chunk {k} not done within 60 s");
         let _ = rustix::thread::futex::wait(
             &line.word,
@@ -998,4 +1026,22 @@ pub fn run_role(role: &str, args: &Args) -> Option<Result<()>> {
         "spsc-consumer" => crate::spsc::consumer(args),
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmring::RingConfig;
+    use shmring_testkit::namespace::Namespace;
+
+    #[test]
+    fn a_producer_role_that_fails_stops_its_ring_and_one_that_ends_does_not() {
+        let ns = Namespace::new("harness_stop_on_error");
+        let failed = Ring::create(ns.name(), "failed", &RingConfig::default()).expect("ring");
+        let ended = Ring::create(ns.name(), "ended", &RingConfig::default()).expect("ring");
+        drop(StopOnError(Some(&failed)));
+        StopOnError(Some(&ended)).disarm();
+        assert!(failed.is_closed());
+        assert!(!ended.is_closed());
+    }
 }
