@@ -196,7 +196,12 @@ fn shm_consumer(args: &Args) -> Result<()> {
             chunks += 1;
             // Release: as above.
             ack.store(chunks, Ordering::Release);
-            floor.recv(chunk);
+            // A producer that fails stops the ring (`StopOnError`): inside a floor chunk,
+            // that is the only word of it.
+            ensure!(
+                floor.recv(chunk, || ring.is_closed()),
+                "the ring stopped inside a floor chunk"
+            );
             chunks += 1;
             // Release: pairs with the same Acquire load, for the floor's chunk.
             ack.store(chunks, Ordering::Release);
