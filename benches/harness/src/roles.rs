@@ -196,8 +196,10 @@ fn shm_consumer(args: &Args) -> Result<()> {
             chunks += 1;
             // Release: as above.
             ack.store(chunks, Ordering::Release);
-            // A producer that fails stops the ring (`StopOnError`): inside a floor chunk,
-            // that is the only word of it.
+            // The producer sends a floor chunk whole once it starts it, but it can fail just
+            // before (its wait for the previous acknowledgement running out as that arrives,
+            // say): it then stops the ring on its way out (`StopOnError`), and that is the
+            // only word of it the floor's receiver gets.
             ensure!(
                 floor.recv(chunk, || ring.is_closed()),
                 "the ring stopped inside a floor chunk"

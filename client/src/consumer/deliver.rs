@@ -151,12 +151,15 @@ impl Consumer {
         }
         if n == 0 {
             // Caught up: the event this consumer waits for goes to the slot of `start`, and
-            // the poll that delivers it reads the stamp after it (where its run ends) before
-            // calling the handler. That line was last used a lap ago and may have left this
-            // core's cache while the consumer waited: asked for now, it does not delay the
-            // handler then (ARCHITECTURE.md, "Where the busy-spin latency goes, by
-            // timestamps").
-            slots.get(start + 1).prefetch();
+            // the poll that delivers it reads the stamp after it (where its run ends, when
+            // its cap allows two events) before calling the handler. That line was last
+            // used a lap ago and may have left this core's cache while the consumer waited:
+            // asked for now, it does not delay the handler then (ARCHITECTURE.md, "Where the
+            // busy-spin latency goes, by timestamps"). A group member's scan of its claim
+            // (`poll_member`) is not measured and does not ask.
+            if cap > 1 {
+                slots.get(start + 1).prefetch();
+            }
             // What the position's own slot holds matters only when there is no run to
             // deliver (kept off the path of a run: a caught-up consumer's one event).
             return match ended.map(|stamp| stamp::read(stamp, start)) {
