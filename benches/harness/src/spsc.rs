@@ -293,8 +293,8 @@ impl BareReceiver {
 
     /// Read the next `n` events, busy-spinning while none is there. Returns false, with
     /// fewer read, if `gave_up` says so: asked once every [`RECV_LOOKS`] empty looks, so
-    /// that a consumer whose producer failed inside a chunk ends instead of spinning until
-    /// the harness's timeout, without a call per event.
+    /// that a consumer whose producer failed before sending the whole chunk ends instead of
+    /// spinning until the harness's timeout, without a call per event.
     #[inline(never)]
     pub fn recv(&mut self, n: u64, gave_up: impl Fn() -> bool) -> bool {
         let (ring, mut next, mut sum) = (&self.ring, self.next, self.sum);
