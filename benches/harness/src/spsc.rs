@@ -477,29 +477,15 @@ pub fn consumer(args: &Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A floor ring file of this test's own, removed when dropped.
-    struct File(std::path::PathBuf);
-
-    impl File {
-        fn new(test: &str) -> Self {
-            let path =
-                std::env::temp_dir().join(format!("shmring-spsc-{test}-{}", std::process::id()));
-            create(&path).expect("floor ring file");
-            File(path)
-        }
-    }
-
-    impl Drop for File {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
+    use shmring_testkit::namespace::Namespace;
 
     #[test]
     fn a_receiver_gives_up_on_an_empty_ring_when_asked_to_and_reads_what_was_sent() {
-        let f = File::new("recv");
-        let mut rx = BareReceiver::open(&f.0).expect("receiver");
+        // The namespace's scratch directory holds the floor ring's file and goes with it.
+        let ns = Namespace::new("harness_spsc_recv");
+        let path = ns.scratch().join("floor");
+        create(&path).expect("floor ring file");
+        let mut rx = BareReceiver::open(&path).expect("receiver");
         let asked = std::cell::Cell::new(0u32);
         // Nothing sent: the receiver asks after RECV_LOOKS empty looks, goes on spinning
         // when told not to give up, asks again after as many more, and gives up when told
@@ -510,7 +496,7 @@ mod tests {
         }));
         assert_eq!((rx.received(), asked.get()), (0, 2));
         // A chunk sent: read whole, without asking (the ring never runs empty before it ends).
-        let mut tx = BareSender::open(&f.0).expect("sender");
+        let mut tx = BareSender::open(&path).expect("sender");
         tx.send(256);
         assert!(rx.recv(256, || panic!("asked to give up with events waiting")));
         assert_eq!(rx.received(), 256);
