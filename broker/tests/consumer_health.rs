@@ -126,6 +126,71 @@ fn killed_consumer_with_alert_keeps_holding_and_its_restart_gets_everything() {
     });
 }
 
+/// A ring whose config names no policy: a durable consumer that dies keeps gating (`alert`
+/// is the default), and once the producer has filled the ring behind it the ring is
+/// BLOCKED by it, named with its state, in the JSON and in the text.
+#[test]
+fn a_dead_consumer_under_the_default_policy_keeps_gating_and_blocks_the_ring() {
+    let ns = Namespace::new("deflt");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\n"));
+    let (mut victim, _producer) = victim_holding_a_producer(&ns, 100);
+
+    victim.kill();
+    let sweeps = ns.wait_status_for("the victim to be DEAD", TWO_PERIODS, |v, _| {
+        let c = consumer(v, "r", "victim")?;
+        (c["state"] == "DEAD").then(|| num(&v["broker"], "sweeps"))
+    });
+    let (v, code) = ns.wait_status("two more sweeps", |v, code| {
+        (num(&v["broker"], "sweeps") >= sweeps + 2).then(|| (v.clone(), code))
+    });
+    let r = ring(&v, "r").expect("r");
+    assert_eq!(
+        consumer(&v, "r", "victim").expect("victim")["state"],
+        "DEAD",
+        "the default policy released or freed it: {v:#}"
+    );
+    assert_eq!(num(&r["health"], "releases"), 0, "{v:#}");
+    assert_eq!(
+        (num(&r["producers"][0], "published"), num(r, "free")),
+        (64, 0),
+        "still held: {v:#}"
+    );
+    assert_eq!(r["blocked_by"]["name"], "victim", "{v:#}");
+    assert_eq!(code, 1, "a blocked ring is unhealthy: {v:#}");
+    let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
+    assert!(text.contains("BLOCKED by victim (DEAD)"), "{text}");
+}
+
+/// A durable consumer whose handler failed keeps gating at the failing event under the
+/// default policy: the producer stops a ring ahead of it and the ring is BLOCKED by it.
+#[test]
+fn a_failed_consumer_under_the_default_policy_blocks_the_ring() {
+    let ns = Namespace::new("deffail");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\n"));
+    let mut c = ns.role(
+        "consumer",
+        &env(&[("ROLE_NAME", "failing"), ("ROLE_PANIC_AT", "10")]),
+    );
+    c.expect("@ready");
+    let _p = ns.role("producer", &env(&[("ROLE_COUNT", "200")]));
+    assert_eq!(c.expect("@failed"), "sequence=10");
+    let (v, code) = ns.wait_status("the ring blocked by the failed consumer", |v, code| {
+        let r = ring(v, "r")?;
+        (r["blocked_by"].is_object() && num(r, "free") == 0).then(|| (v.clone(), code))
+    });
+    let r = ring(&v, "r").expect("r");
+    assert_eq!(r["blocked_by"]["name"], "failing", "{v:#}");
+    assert_eq!(
+        consumer(&v, "r", "failing").expect("failing")["state"],
+        "FAILED",
+        "{v:#}"
+    );
+    assert_eq!(num(&r["producers"][0], "published"), 74, "{v:#}");
+    assert_eq!(code, 1, "{v:#}");
+    let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
+    assert!(text.contains("BLOCKED by failing (FAILED)"), "{text}");
+}
+
 #[test]
 fn a_consumer_that_stops_polling_is_stalled_then_healthy_again() {
     let ns = Namespace::new("stall");
