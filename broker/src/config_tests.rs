@@ -133,3 +133,18 @@ fn event_size_makes_a_fixed_size_ring_and_its_limits_are_checked() {
         assert!(err.contains(says), "{bad:?}: {err}");
     }
 }
+
+/// What a ring section that names nothing but its capacity gets (README, "Consumer health"
+/// and "What a dead process leaves"): dead consumers alerted, not released; a hole repaired
+/// after 1 s.
+#[test]
+fn a_ring_that_names_nothing_gets_the_documented_defaults() {
+    let c = Config::parse("[rings.r]\ncapacity = 64\n", "t").expect("parses");
+    let spec = &c.rings["r"];
+    assert_eq!(spec.policy_for("anyone"), Policy::Alert);
+    assert_eq!(spec.unblock_timeout, Duration::from_secs(1));
+    assert_eq!(
+        spec.optional_slack, None,
+        "the client's default slack applies"
+    );
+}

@@ -13,14 +13,22 @@ pub const RING_SUFFIX: &str = ".ring";
 
 /// The shared-memory root (`$SHMRING_ROOT` or `/dev/shm`).
 pub fn root() -> PathBuf {
-    std::env::var_os(ROOT_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+    root_from(std::env::var_os(ROOT_ENV))
+}
+
+/// The root `$SHMRING_ROOT` (`var`) names, or `/dev/shm`.
+fn root_from(var: Option<std::ffi::OsString>) -> PathBuf {
+    var.map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from)
 }
 
 /// The namespace from `$SHMRING_NAMESPACE`, or `default`.
 pub fn default_namespace() -> String {
-    std::env::var(NAMESPACE_ENV).unwrap_or_else(|_| "default".to_owned())
+    namespace_from(std::env::var(NAMESPACE_ENV).ok())
+}
+
+/// The namespace `$SHMRING_NAMESPACE` (`var`) names, or `default`.
+fn namespace_from(var: Option<String>) -> String {
+    var.unwrap_or_else(|| "default".to_owned())
 }
 
 pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), OpenError> {
@@ -86,6 +94,20 @@ pub fn rings_in(dir: &Path) -> std::io::Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without the environment variables, rings live in `/dev/shm/shmring.default/` (the
+    /// README's opening).
+    #[test]
+    fn the_default_root_and_namespace_are_the_documented_ones() {
+        assert_eq!(root_from(None), PathBuf::from("/dev/shm"));
+        assert_eq!(root_from(Some("/run/x".into())), PathBuf::from("/run/x"));
+        assert_eq!(namespace_from(None), "default");
+        assert_eq!(namespace_from(Some("lab".into())), "lab");
+        assert_eq!(
+            ring_path("n", "r").unwrap(),
+            root().join("shmring.n").join("r.ring")
+        );
+    }
 
     #[test]
     fn names_are_checked() {
