@@ -190,6 +190,36 @@ fn a_declared_group_keeps_what_is_published_before_its_first_member() {
     ));
 }
 
+/// A declared group runs after nothing: its entry exists before any member could name
+/// upstreams, so a member that names some is refused, with the group's empty record.
+#[test]
+fn a_member_of_a_declared_group_cannot_name_upstreams() {
+    let ns = Namespace::concurrent("declared-after");
+    let config = RingConfig {
+        declared_groups: vec!["g".to_owned()],
+        ..cfg(&["writer"])
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    match ring.consumer(ConsumerOptions::worker("g").after(["writer"])) {
+        Err(shmring::AttachError::GroupUpstreams {
+            group,
+            recorded,
+            asked,
+        }) => {
+            assert_eq!(group, "g");
+            assert!(
+                recorded.is_empty(),
+                "a declared group recorded {recorded:?}"
+            );
+            assert_eq!(asked, ["writer"]);
+        }
+        Err(e) => panic!("a member naming upstreams of a declared group: {e}"),
+        Ok(_) => panic!("a member naming upstreams of a declared group joined"),
+    }
+    // Without upstreams it joins.
+    ring.consumer(ConsumerOptions::worker("g")).unwrap();
+}
+
 #[test]
 fn a_name_declared_as_a_consumer_and_as_a_group_is_refused() {
     let ns = Namespace::concurrent("declared-both");

@@ -1211,3 +1211,19 @@ fn a_taken_over_claim_ends_its_batch_before_an_event_whose_attempts_are_used_up(
         }
     }
 }
+
+/// A group nobody declared starts at the head when its first member joins: what was
+/// published before that is not the group's.
+#[test]
+fn an_undeclared_group_starts_at_the_head_when_its_first_member_joins() {
+    let ns = Namespace::concurrent("group-head");
+    let ring = ring_with(&ns, 16, 4);
+    publish_range(&ring, 0..5);
+    let mut a = ring.consumer(worker()).expect("the first member");
+    publish_range(&ring, 5..8);
+    let mut got = Vec::new();
+    for _ in 0..8 {
+        a.poll_once(|ev| got.push(value(&ev))).expect("poll");
+    }
+    assert_eq!(got, [5, 6, 7]);
+}
