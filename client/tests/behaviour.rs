@@ -56,6 +56,31 @@ fn handler_panic_fails_the_consumer_and_a_durable_restart_resumes_at_the_failing
     assert_eq!(drain(&mut c), (3..19).collect::<Vec<_>>());
 }
 
+/// A failed anonymous consumer keeps gating at the failing event while its handle lives
+/// (nobody can attach again to resume it) and frees its entry when the handle drops: the
+/// producers go on without it.
+#[test]
+fn a_failed_anonymous_consumer_frees_its_entry_when_its_handle_drops() {
+    let ns = Namespace::concurrent("anon-failed");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    for i in 0..3u64 {
+        p.publish(&i.to_le_bytes()).unwrap();
+    }
+    let r = c.poll_once(|ev| assert!(ev.sequence() != 1, "handler fails on 1"));
+    assert_eq!(r, Err(PollError::HandlerPanicked { sequence: 1 }));
+    assert_eq!(ring.info().consumers[0].state, "FAILED");
+    // Sequences up to 8 fit behind the failing event 1.
+    for i in 3..9u64 {
+        assert_eq!(p.try_publish(&i.to_le_bytes()), Ok(i));
+    }
+    assert_eq!(p.try_publish(&[0; 8]), Err(TryPublishError::Full));
+    drop(c);
+    assert!(ring.info().consumers.is_empty(), "{:?}", ring.info());
+    assert_eq!(p.try_publish(&9u64.to_le_bytes()), Ok(9));
+}
+
 /// The same for an optional consumer, which copies each event out before its handler runs
 /// and hands it over one slot late: the error names the event the handler failed on, and a
 /// durable restart resumes there (not one past it).

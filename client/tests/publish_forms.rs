@@ -2,7 +2,7 @@
 //! batch forms, typed batches and the multi-slot claim guard. Each runs on a single- and a
 //! multi-producer ring.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shmring::{
     Consumer, ConsumerOptions, ProducerMode, PublishError, Ring, RingConfig, TryPublishError,
@@ -358,4 +358,48 @@ fn batch_forms_of_concurrent_producers_land_contiguous() {
         h.join().unwrap();
     }
     assert_eq!(c.stats().skipped, 0);
+}
+
+/// The bounded forms wait at most their bound, and for it: on a full ring each returns
+/// `Timeout` no sooner than its timeout (a deadline already past: at once, without
+/// waiting for room that cannot come), and no sequence is spent.
+#[test]
+fn a_timed_publish_waits_for_its_timeout_then_gives_up() {
+    const BOUND: Duration = Duration::from_millis(50);
+    // Far above any wait for room the ring's back-off adds (a watchdog, not a timing
+    // target).
+    const LATE: Duration = Duration::from_secs(10);
+    for mode in MODES {
+        let ns = Namespace::concurrent("timed");
+        let ring = ring(&ns, mode);
+        let _c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish_batch(&events(0..8)).unwrap();
+        p.publish_batch(&events(8..16)).unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            p.publish_timeout(&[1; 8], BOUND),
+            Err(TryPublishError::Timeout)
+        );
+        let waited = t.elapsed();
+        assert!(waited >= BOUND && waited < LATE, "{mode:?}: {waited:?}");
+        let t = Instant::now();
+        assert_eq!(
+            p.publish_batch_timeout(&events(100..102), BOUND),
+            Err(TryPublishError::Timeout)
+        );
+        let waited = t.elapsed();
+        assert!(waited >= BOUND && waited < LATE, "{mode:?}: {waited:?}");
+        let past = Instant::now();
+        assert_eq!(
+            p.publish_deadline(&[1; 8], past),
+            Err(TryPublishError::Timeout)
+        );
+        assert_eq!(
+            p.publish_batch_deadline(&events(100..102), past),
+            Err(TryPublishError::Timeout)
+        );
+        assert_eq!(p.remaining_capacity(), 0, "{mode:?}");
+        assert_eq!(ring.info().head, 16, "{mode:?}: a timeout spent a sequence");
+    }
 }
