@@ -167,6 +167,39 @@ fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
         }
     }
 
+    // The README's sample: each metric is exported, with every label the sample shows.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let sample = readme
+        .split_once("A sample:")
+        .and_then(|(_, rest)| rest.split_once("```text"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(sample, _)| sample)
+        .expect("the README's metrics sample");
+    let mut checked = 0;
+    for line in sample.lines().filter(|l| !l.trim().is_empty()) {
+        let series = line.split(' ').next().unwrap_or(line);
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        let keys: Vec<&str> = labels
+            .trim_end_matches('}')
+            .split(',')
+            .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+            .collect();
+        let exported = body.lines().any(|l| {
+            let (n, rest) = l.split_once(['{', ' ']).unwrap_or((l, ""));
+            n == name && keys.iter().all(|k| rest.contains(&format!("{k}=\"")))
+        });
+        assert!(
+            exported,
+            "README's sample shows {series}, not exported with those labels:\n{body}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 5,
+        "the README's sample was not found whole: {sample}"
+    );
+
     let (status, _) = get(&addr, "/other");
     assert_eq!(status, "HTTP/1.1 404 Not Found");
     drop((reader, producer));
