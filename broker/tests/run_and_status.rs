@@ -197,3 +197,42 @@ fn the_printed_default_config_is_valid() {
     assert_eq!(check.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&check.stderr).contains("ring \"x\""));
 }
+
+/// A ring created after the broker started, by a client and not in the config, is found
+/// by the broker's rescan and watched like its own: listed with its consumers, and a
+/// consumer of it that dies is seen DEAD.
+#[test]
+fn a_ring_created_after_the_broker_started_is_adopted_and_watched() {
+    let ns = Namespace::new("late");
+    let _broker = ns.broker(None);
+    let late = shmring::Ring::create(
+        ns.name(),
+        "late",
+        &shmring::RingConfig {
+            capacity: 64,
+            ..shmring::RingConfig::default()
+        },
+    )
+    .expect("create late");
+    let mut reader = ns.role(
+        "consumer",
+        &[
+            ("ROLE_RING", "late".to_owned()),
+            ("ROLE_NAME", "reader".to_owned()),
+        ],
+    );
+    reader.expect("@ready");
+    let mut p = late.producer().expect("producer");
+    for i in 0..5u64 {
+        p.publish(&i.to_le_bytes()).expect("publish");
+    }
+    ns.wait_status("the late ring listed with its reader", |v, _| {
+        let r = ring(v, "late")?;
+        let c = common::consumer(v, "late", "reader")?;
+        (num(r, "head") == 5 && num(r, "epoch") >= 1 && c["state"] == "HEALTHY").then_some(())
+    });
+    reader.kill();
+    ns.wait_status("the late ring's reader DEAD", |v, _| {
+        (common::consumer(v, "late", "reader")?["state"] == "DEAD").then_some(())
+    });
+}
