@@ -361,3 +361,59 @@ fn an_optional_consumer_lapped_while_it_retries_drops_the_record() {
         "the lapped event is never handed over: {seen:?}"
     );
 }
+
+/// The log a `tracing` subscriber receives, as text.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A skipped event is logged as a `tracing` warning, once, naming its sequence and the
+/// error; the events around it are not logged.
+#[test]
+fn a_skipped_event_is_logged_once_as_a_warning() {
+    let ns = Namespace::concurrent("policy_skip_log");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().on_error(ErrorPolicy::Skip { attempts: 2 }))
+        .unwrap();
+    publish(&ring, 0..4);
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let mut seen = Vec::new();
+    tracing::subscriber::with_default(subscriber, || {
+        for _ in 0..10 {
+            c.poll_once_fallible(|ev| {
+                let v = value(ev.bytes());
+                if v == 2 {
+                    return Err(format!("bad {v}"));
+                }
+                seen.push(v);
+                Ok(())
+            })
+            .expect("skip keeps the consumer going");
+        }
+    });
+    assert_eq!(seen, [0, 1, 3]);
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    let w = warnings[0];
+    assert!(
+        w.contains("dead letter") && w.contains("sequence=2") && w.contains("bad 2"),
+        "{w}"
+    );
+}
