@@ -67,6 +67,14 @@ fn the_demo_runs_end_to_end_and_cleans_up() {
     let table = &text[text
         .find("what each consumer saw")
         .expect("the final table")..];
+    // "N events published in ...; what each consumer saw": the ring is stopped and drained
+    // at the end, so every consumer that ran throughout saw every event.
+    let published: u64 = text[..text.find(" events published in").expect("the count")]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("the published count");
+    assert!(published > 0, "{text}");
     for (name, wait) in [
         ("spin", "busy-spin"),
         ("blocking", "blocking"),
@@ -81,6 +89,12 @@ fn the_demo_runs_end_to_end_and_cleans_up() {
         assert_eq!(cols[1], wait, "{row}");
         let events: u64 = cols[2].parse().expect("events");
         assert!(events > 0, "{name} saw nothing: {table}");
+        if name == "restarted" {
+            // Only what it received after its restart.
+            assert!(events <= published, "{table}");
+        } else {
+            assert_eq!(events, published, "{name} did not drain the ring: {table}");
+        }
     }
     assert_cleaned_up(&namespace);
 }
