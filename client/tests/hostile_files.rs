@@ -142,3 +142,70 @@ fn a_remove_the_ring_refuses_changes_nothing() {
     Ring::remove(ns.name(), "r").expect("a deleted ring's name is removed");
     assert!(!ring.path().exists());
 }
+
+/// A ring is built under a hidden temporary name and renamed into place whole, and removed
+/// by renaming it aside first: a process that opens the name while others create and
+/// remove it, over and over, finds a whole ring or no ring, never a half-built or
+/// half-removed one. Two `open_or_create` calls racing on a missing name both get the same
+/// ring.
+#[test]
+fn a_ring_being_created_or_removed_is_never_opened_half_built() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ns = Namespace::concurrent("half-built");
+    let name = ns.name().to_owned();
+    let done = AtomicBool::new(false);
+    let (opened, missing) = std::thread::scope(|s| {
+        let churn = s.spawn(|| {
+            for _ in 0..400 {
+                match Ring::create(&name, "x", &cfg()) {
+                    Ok(_) | Err(OpenError::AlreadyExists { .. }) => {}
+                    Err(e) => panic!("create: {e}"),
+                }
+                match Ring::remove(&name, "x") {
+                    Ok(()) | Err(OpenError::NotFound { .. }) => {}
+                    Err(e) => panic!("remove: {e}"),
+                }
+            }
+            done.store(true, Ordering::Release);
+        });
+        let (mut opened, mut missing) = (0u64, 0u64);
+        while !done.load(Ordering::Acquire) {
+            match Ring::open(&name, "x") {
+                Ok(r) => {
+                    assert_eq!(r.capacity(), 64, "a ring opened with another geometry");
+                    opened += 1;
+                }
+                Err(OpenError::NotFound { .. }) => missing += 1,
+                Err(e) => panic!("open found a ring half built or half removed: {e}"),
+            }
+        }
+        churn.join().expect("the creating thread");
+        (opened, missing)
+    });
+    assert!(opened + missing > 0);
+    eprintln!("opened {opened}, not found {missing}");
+    let left: Vec<String> = std::fs::read_dir(ns.dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+
+    for _ in 0..50 {
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| Ring::open_or_create(&name, "y", &cfg()).expect("first"));
+            let b = s.spawn(|| Ring::open_or_create(&name, "y", &cfg()).expect("second"));
+            (a.join().expect("first"), b.join().expect("second"))
+        });
+        let mut c = b.consumer(ConsumerOptions::anonymous()).expect("consumer");
+        a.producer()
+            .expect("producer")
+            .publish(b"one")
+            .expect("publish");
+        assert_eq!(c.poll_once(|ev| assert_eq!(ev.bytes(), b"one")), Ok(1));
+        drop((a, c));
+        Ring::remove(&name, "y").expect("remove y");
+    }
+}
