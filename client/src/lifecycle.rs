@@ -22,7 +22,6 @@ use shmring_layout::{consumer_state, owned_word, producer_state, RingState};
 
 use crate::line::{Env, Line, LineError};
 use crate::segment::Segment;
-use crate::table::{self, Holder};
 use crate::{park, process, Ring};
 
 /// How long a lifecycle call waits for another live process that owns the lifecycle (a stop
@@ -201,22 +200,6 @@ impl Env for SegEnv<'_> {
             _ => std::thread::sleep(Duration::from_micros(50 << (round - 80).min(6))),
         }
         true
-    }
-
-    fn producer_alive(&self) -> bool {
-        (0..self.seg.geometry().max_producers).any(|i| {
-            self.seg.producer(i).is_some_and(|p| {
-                // Acquire: the start time below was written before the word.
-                let word = p.word.load(Ordering::Acquire);
-                matches!(
-                    owned_word::state(word),
-                    producer_state::ACTIVE | producer_state::ATTACHING
-                ) && matches!(
-                    table::producer::holder(&table::Os, word, p.start_time.load(Ordering::Relaxed)),
-                    Holder::Held(_)
-                )
-            })
-        })
     }
 }
 

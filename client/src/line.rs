@@ -57,19 +57,39 @@
 //! (p2) claim = s + n                        (s2) heavy fence (membarrier)
 //! (p3) light fence (compiler only)          (s3) c = claim
 //! (p4) life as (p1) read it? accepted       (s4) stop_seq = c; CAS life -> Stopped (Release)
-//! (p5) else wait for a settled state:
-//!      Running (a stop and a start since): accepted
-//!      s + n <= stop_seq: accepted
-//!      otherwise refused: claim = s (rollback)
+//! (p5) else wait out Stopping and Starting, then:
+//!      settled closed: accepted iff s + n <= stop_seq, refused otherwise (no store)
+//!      Running (a stop and a start since): accepted iff claim still s + n
 //! ```
 //!
 //! (p4) compares the whole word (generation included) with (p1)'s, so an unchanged word is
 //! Running with no transition in between. If (p4) sees it, (s3) sees `s + n` (so the claim
-//! is below the stop). If it does not,
-//! the producer waits for the record, which says either way, and obeys it. `c` is `s` or
-//! `s + n`: the producer stores its position once per claim and waits at (p5) before another.
-//! A start waits until the producer has obeyed (its position is at most `stop_seq`, or it is
-//! dead) before it reopens, so a rollback never lands in the next run.
+//! is below the stop). If it does not, the producer waits for the record, which says either
+//! way, and obeys it. `c` is `s` or `s + n`: the producer stores its position once per claim
+//! and never again for that claim, whatever (p5) decides.
+//!
+//! Reopening, single producer: a refused claim leaves the position at `s + n`, past the stop
+//! sequence. The producer does not take it back: a store of its own could land after a start
+//! and a later stop had read `s + n` as accepted (that stop would then record a sequence
+//! nobody publishes, and the run after it would reuse it). The starter takes it back, while
+//! it owns `Starting` and so no stop can read the position, with the same handshake as the
+//! stop's:
+//!
+//! ```text
+//! starter (owner of Starting)
+//! (t1) CAS life Stopped | Draining -> Starting(me)
+//! (t2) heavy fence (membarrier)
+//! (t3) c = claim; while c > stop_seq: CAS claim c -> stop_seq
+//! (t4) CAS life -> Running (Release)
+//! ```
+//!
+//! A producer whose (p4) or (p5) read the word before (t1) stored `s + n` before it, so (t3)
+//! sees it and takes it back. One whose (p4) read `Starting` or later waits in (p5) for
+//! Running, then reads the position: (t3) either took the claim back (refused) or read the
+//! position before the claim's store (the stop read `s` too, the run reopens at `s`, and the
+//! claim's sequences are its first: accepted). The next claim's (p1) acquires Running, so
+//! its store follows (t3) and is never undone by it. A dead producer's refused claim is
+//! taken back the same way.
 //!
 //! Limits. An owner is named by its pid alone (the word has no room for a start time), so a
 //! pid reused by an unrelated process makes a dead owner look alive: the transition then
@@ -147,8 +167,6 @@ pub trait Env {
     fn has_barrier(&self) -> bool;
     /// Wait a little before looking again (round counts from 0). `false`: give up.
     fn pause(&self, round: u32) -> bool;
-    /// Single producer: whether a live process holds the ring's producer entry.
-    fn producer_alive(&self) -> bool;
 }
 
 /// Why a transition did not happen.
@@ -221,8 +239,10 @@ pub fn claim_single_fast<W: Word>(
     n: u64,
     light: impl Fn(),
 ) -> Fast {
-    // (p1) Relaxed: only a filter; (p4) decides.
-    let running = life.load(Ordering::Relaxed);
+    // (p1) Acquire: pairs with the Release CAS that published Running, so a starter's
+    // take-back of a refused claim (t3) happens before this claim's store (p2): the store
+    // comes after it in the word's order and is never undone by it. (p4) decides.
+    let running = life.load(Ordering::Acquire);
     if running != seen.0 {
         if lifecycle::state(running) != RingState::Running as u32 {
             return Fast::NotRunning;
@@ -388,8 +408,9 @@ impl<W: Word> Line<'_, W> {
                         continue;
                     }
                     // The owner is dead: take the word over (new generation, this pid). A
-                    // single-producer close needs the barrier (see `Env::has_barrier`).
-                    if s == RingState::Stopping && self.single && !env.has_barrier() {
+                    // single-producer close or reopen needs the barrier (see
+                    // `Env::has_barrier`).
+                    if self.single && !env.has_barrier() {
                         return Err(LineError::NoBarrier);
                     }
                     let mine = next_word(&life, s, env.me());
@@ -399,7 +420,7 @@ impl<W: Word> Line<'_, W> {
                             self.close_owned(env);
                             self.publish_owned(&owned, RingState::Stopped)?;
                         } else {
-                            self.reopen_or_release(env, &owned)?;
+                            self.finish_start(env, &owned)?;
                         }
                     }
                 }
@@ -510,57 +531,51 @@ impl<W: Word> Line<'_, W> {
                 Some(RingState::Running) => return Err(LineError::AlreadyRunning),
                 Some(RingState::Deleted) => return Err(LineError::Deleted),
                 _ => {
+                    if self.single && !env.has_barrier() {
+                        return Err(LineError::NoBarrier);
+                    }
                     let owned = Life::of(next_word(&life, RingState::Starting, env.me()));
                     if !self.cas(life.word, owned.word) {
                         continue;
                     }
-                    return self.reopen_or_release(env, &owned);
+                    return self.finish_start(env, &owned);
                 }
             }
         }
     }
 
-    /// As the owner of `Starting`: reopen and publish Running, or, if the producer does not
-    /// obey the stop in time, give the word back as Stopped (the line was not reopened).
-    fn reopen_or_release(&self, env: &impl Env, owned: &Life) -> Result<u64, LineError> {
-        match self.reopen_owned(env, 0) {
-            Ok(stop) => {
-                self.publish_owned(owned, RingState::Running)?;
-                Ok(stop)
-            }
-            Err(e) => {
-                self.publish_owned(owned, RingState::Stopped)?;
-                Err(e)
-            }
-        }
+    /// As the owner of `Starting`: reopen the line and publish Running.
+    fn finish_start(&self, env: &impl Env, owned: &Life) -> Result<u64, LineError> {
+        let stop = self.reopen_owned(env);
+        self.publish_owned(owned, RingState::Running)?;
+        Ok(stop)
     }
 
     /// The owner of `Starting` reopens the line at the stop sequence.
-    fn reopen_owned(&self, env: &impl Env, mut round: u32) -> Result<u64, LineError> {
+    fn reopen_owned(&self, env: &impl Env) -> u64 {
         // Relaxed: the owner acquired the settled word that published it.
         let stop = self.stop_seq.load(Ordering::Relaxed);
         if self.single {
-            // Wait until the producer has obeyed the stop (position at most `stop`), so that a
-            // rollback of a refused claim never lands in the next run.
-            loop {
-                // SeqCst: pairs with the producer's store of its position.
-                let pos = self.claim.load(Ordering::SeqCst);
-                if pos <= stop {
-                    return Ok(stop);
+            // (t2): the producer's store of a claim that (p4) found refused is visible below
+            // (the handshake of the stop, with this Starting word in the place of Stopping).
+            env.heavy_fence();
+            // (t3) SeqCst: after the fence. A position past the stop is a claim the stop
+            // refused (read `s` before its store): take it back here, while no stop can read
+            // the position (closing needs Running). The producer never takes it back itself,
+            // so no store of it can land in a later run. A dead producer's refused claim is
+            // taken back the same way; a producer attaching meanwhile stores the stop
+            // sequence itself (the CAS then fails, and the loop reads that).
+            let mut pos = self.claim.load(Ordering::SeqCst);
+            while pos > stop {
+                match self
+                    .claim
+                    .compare_exchange(pos, stop, Ordering::SeqCst, Ordering::SeqCst)
+                {
+                    Ok(_) => break,
+                    Err(now) => pos = now,
                 }
-                if !env.producer_alive() {
-                    // Its refused claim will never be rolled back: do it for it. A producer that
-                    // attaches meanwhile stores `stop` itself; the CAS then fails harmlessly.
-                    let _ =
-                        self.claim
-                            .compare_exchange(pos, stop, Ordering::SeqCst, Ordering::SeqCst);
-                    continue;
-                }
-                if !env.pause(round) {
-                    return Err(LineError::Busy(0));
-                }
-                round += 1;
             }
+            return stop;
         }
         // SeqCst: one point in the order of the claims, like the close.
         let mut c = self.claim.load(Ordering::SeqCst);
@@ -574,7 +589,7 @@ impl<W: Word> Line<'_, W> {
                 Err(now) => c = now,
             }
         }
-        Ok(stop)
+        stop
     }
 
     /// End a drain: Draining -> Stopped, only if the word is still the one the drain left.
@@ -634,21 +649,31 @@ impl<W: Word> Line<'_, W> {
         Refused::in_state(self.life().state)
     }
 
-    /// (p5): a claim whose position was stored met a lifecycle change.
+    /// (p5): a claim whose position was stored met a lifecycle change. Never stores: a
+    /// refused claim's position is taken back by the next start (t3).
     #[cold]
     fn decide(&self, env: &impl Env, next: u64, n: u64) -> Result<(), Refused> {
         let mut round = 0;
         loop {
             let life = self.life();
             match life.state {
-                // Running again: a stop and a start since (p1). A stop that read this claim
-                // recorded it below its stop sequence; one that read the position before it
-                // recorded that position, which the start reopened at, and the claim's
-                // sequences are the first of the new run (the start waited until the
-                // position was at most the stop sequence, so no rollback follows).
-                Some(RingState::Running) => return Ok(()),
-                Some(RingState::Stopping) => {
-                    // The record is on its way; a dead owner's stop is finished here.
+                // A stop and a start since (p1). The start took the position back if the
+                // stop refused the claim; otherwise the position still holds the claim: a
+                // stop that read it recorded it below its stop sequence, or the stop read the
+                // position before it and so did the start, which reopened there, and the
+                // claim's sequences are the first of the new run. Relaxed: the Acquire load
+                // of Running ordered the starter's take-back before it, and only a starter
+                // writes the word besides this producer.
+                Some(RingState::Running) => {
+                    return if self.claim.load(Ordering::Relaxed) == next + n {
+                        Ok(())
+                    } else {
+                        Err(Refused::Closed)
+                    };
+                }
+                Some(RingState::Stopping | RingState::Starting) => {
+                    // The record (or the take-back) is on its way; a dead owner's transition
+                    // is finished here.
                     if !env.alive(life.owner) {
                         let _ = self.settle(env);
                     }
@@ -661,9 +686,8 @@ impl<W: Word> Line<'_, W> {
                     if next + n <= stop {
                         return Ok(());
                     }
-                    // Refused: take the position back so the next run starts there. Relaxed:
-                    // the starter waits for it (SeqCst load) before it reopens.
-                    self.claim.store(next, Ordering::Relaxed);
+                    // Refused: the position stays past the stop (which every reader ignores
+                    // while the line is closed) until a start takes it back.
                     return Err(Refused::in_state(state));
                 }
             }

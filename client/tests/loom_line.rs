@@ -19,7 +19,7 @@
 //! Preemption bound 2 by default (`LOOM_MAX_PREEMPTIONS` overrides it): the store-buffering
 //! and takeover bugs each need one preemption to show.
 
-use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use loom::sync::atomic::{fence, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -42,7 +42,6 @@ struct Ring {
     stop_seq: W,
     single: bool,
     stamps: [AtomicU64; SLOTS],
-    producer_alive: AtomicBool,
 }
 
 impl Ring {
@@ -53,7 +52,6 @@ impl Ring {
             stop_seq: W::new(0),
             single,
             stamps: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
-            producer_alive: AtomicBool::new(true),
         }
     }
 
@@ -68,13 +66,12 @@ impl Ring {
     }
 }
 
-struct ModelEnv<'a> {
-    ring: &'a Ring,
+struct ModelEnv {
     me: u32,
     fenced: bool,
 }
 
-impl Env for ModelEnv<'_> {
+impl Env for ModelEnv {
     fn me(&self) -> u32 {
         self.me
     }
@@ -93,13 +90,10 @@ impl Env for ModelEnv<'_> {
         thread::yield_now();
         true
     }
-    fn producer_alive(&self) -> bool {
-        self.ring.producer_alive.load(Ordering::SeqCst)
-    }
 }
 
-fn env(ring: &Ring, me: u32, fenced: bool) -> ModelEnv<'_> {
-    ModelEnv { ring, me, fenced }
+fn env(me: u32, fenced: bool) -> ModelEnv {
+    ModelEnv { me, fenced }
 }
 
 fn running() -> u64 {
@@ -113,7 +107,7 @@ fn publish(ring: &Ring, count: u64, fenced: bool) -> Vec<u64> {
 
 /// `count` claims of `n` sequences each (a batch publish stamps all `n` in order).
 fn publish_claims(ring: &Ring, count: u64, n: u64, fenced: bool) -> Vec<u64> {
-    let e = env(ring, 1, fenced);
+    let e = env(1, fenced);
     let line = ring.line();
     let mut accepted = Vec::new();
     let mut next = 0;
@@ -175,10 +169,10 @@ fn stop_attach_race(single: bool, batch: u64) {
         };
         let stopper = {
             let ring = ring.clone();
-            thread::spawn(move || ring.line().close(&env(&ring, 2, true), RingState::Stopped))
+            thread::spawn(move || ring.line().close(&env(2, true), RingState::Stopped))
         };
         // The attacher: where a consumer attaching now starts, and what a gate scan reads.
-        let e = env(&ring, 3, true);
+        let e = env(3, true);
         let published = |s: u64| ring.stamps[s as usize].load(Ordering::Acquire) == s;
         let attach = ring.line().position(published);
         let scan = ring.line().position(published);
@@ -191,7 +185,7 @@ fn stop_attach_race(single: bool, batch: u64) {
         assert!(scan <= stop, "a scan read {scan} past the stop at {stop}");
         check_run(&ring, &accepted, stop);
         // Start: the next claim gets exactly the stop sequence.
-        ring.line().reopen(&env(&ring, 3, true)).expect("start");
+        ring.line().reopen(&env(3, true)).expect("start");
         let next = if single {
             ring.line()
                 .claim_single(&e, &mut SeenRunning::default(), stop, 1, || {
@@ -238,7 +232,7 @@ fn two_starts(single: bool) {
         let starters: Vec<_> = (0..2u32)
             .map(|i| {
                 let ring = ring.clone();
-                thread::spawn(move || ring.line().reopen(&env(&ring, 10 + i, true)))
+                thread::spawn(move || ring.line().reopen(&env(10 + i, true)))
             })
             .collect();
         // A claim racing the starts (multi-producer: a `fetch_add`, refused or at 1).
@@ -293,9 +287,9 @@ fn start_racing_remove() {
             let ring = Arc::new(Ring::new(single, stopped, claim));
             let starter = {
                 let ring = ring.clone();
-                thread::spawn(move || ring.line().reopen(&env(&ring, 10, true)))
+                thread::spawn(move || ring.line().reopen(&env(10, true)))
             };
-            let removed = ring.line().close(&env(&ring, 11, true), RingState::Deleted);
+            let removed = ring.line().close(&env(11, true), RingState::Deleted);
             let started = starter.join().unwrap();
             assert!(removed.is_ok(), "{removed:?}");
             assert!(
@@ -304,7 +298,7 @@ fn start_racing_remove() {
             );
             assert_eq!(ring.line().life().state, Some(RingState::Deleted));
             assert!(ring.line().is_closed());
-            let e = env(&ring, 1, true);
+            let e = env(1, true);
             let claim = if single {
                 ring.line()
                     .claim_single(&e, &mut SeenRunning::default(), 0, 1, || {
@@ -335,11 +329,11 @@ fn a_dead_stoppers_transition_is_finished_once() {
             ring.stamps[0].store(0, Ordering::SeqCst);
             let stopper = {
                 let ring = ring.clone();
-                thread::spawn(move || ring.line().close(&env(&ring, 20, true), RingState::Stopped))
+                thread::spawn(move || ring.line().close(&env(20, true), RingState::Stopped))
             };
             let starter = {
                 let ring = ring.clone();
-                thread::spawn(move || ring.line().reopen(&env(&ring, 21, true)))
+                thread::spawn(move || ring.line().reopen(&env(21, true)))
             };
             let claim = ring.line().claim_multi(1);
             if let Ok(s) = claim {
@@ -380,7 +374,7 @@ fn single_producer_without_the_fences_accepts_past_the_stop() {
         };
         let (stop, _) = ring
             .line()
-            .close(&env(&ring, 2, false), RingState::Stopped)
+            .close(&env(2, false), RingState::Stopped)
             .expect("stop");
         let accepted = publisher.join().unwrap();
         if accepted.iter().any(|&s| s >= stop) {
@@ -401,7 +395,7 @@ fn single_producer_stop_then_start_racing_claims() {
             let ring = ring.clone();
             thread::spawn(move || publish(&ring, 2, true))
         };
-        let e = env(&ring, 2, true);
+        let e = env(2, true);
         let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
         let started = ring.line().reopen(&e).expect("start");
         assert_eq!(started, stop);
@@ -418,5 +412,105 @@ fn single_producer_stop_then_start_racing_claims() {
         for s in 0..accepted.len() {
             assert_eq!(ring.stamps[s].load(Ordering::SeqCst), s as u64);
         }
+    });
+}
+
+/// A single-producer claim races a stop, a start and a second stop. The claim's fate
+/// follows the last stop's record whatever the order: a claim that a stop refused is never
+/// taken back after a later stop read it as accepted (that stop would then say `0..stop`
+/// were accepted with one of them never published, and the run after it would reuse the
+/// sequence), and the start after the last stop reopens exactly there.
+#[test]
+fn single_producer_stop_start_stop_racing_a_claim() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 1, true))
+        };
+        let e = env(2, true);
+        ring.line().close(&e, RingState::Stopped).expect("stop");
+        ring.line().reopen(&e).expect("start");
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        let accepted = publisher.join().unwrap();
+        check_run(&ring, &accepted, stop);
+        assert_eq!(ring.line().reopen(&e), Ok(stop), "reopened at the stop");
+        assert_eq!(
+            ring.line().position(|_| true),
+            stop,
+            "the next claim gets the stop sequence"
+        );
+    });
+}
+
+/// A start races a single-producer claim that a stop refused (its position stored, then
+/// the stop seen): the claim is refused or, if the start read the position before the
+/// claim's store, accepted as the first of the new run; never both, and the line runs at
+/// the producer's next position.
+#[test]
+fn single_producer_start_racing_a_refused_claim() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let e = env(2, true);
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 1, true))
+        };
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        let started = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().reopen(&env(3, true)))
+        };
+        let accepted = publisher.join().unwrap();
+        assert_eq!(started.join().unwrap(), Ok(stop));
+        let n = accepted.len() as u64;
+        assert_eq!(accepted, (0..n).collect::<Vec<_>>());
+        assert_eq!(
+            ring.line().position(|_| true),
+            n,
+            "the line runs at the producer's next position (stop {stop})"
+        );
+        let (stop2, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        check_run(&ring, &accepted, stop2);
+    });
+}
+
+/// Without the start's heavy fence (t2), loom finds a claim the first stop refused that the
+/// start does not take back (it misses the claim's store): the second stop then records it
+/// as accepted, and it is never published.
+#[test]
+#[should_panic(expected = "never published")]
+fn single_producer_start_without_the_fence_keeps_a_refused_claim() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 1, true))
+        };
+        let e = env(2, true);
+        ring.line().close(&e, RingState::Stopped).expect("stop");
+        ring.line().reopen(&env(2, false)).expect("start");
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        let accepted = publisher.join().unwrap();
+        check_run(&ring, &accepted, stop);
+    });
+}
+
+/// As `single_producer_stop_start_stop_racing_a_claim`, with two claims: the second may
+/// follow a refusal (at the same sequence) or an acceptance.
+#[test]
+fn single_producer_stop_start_stop_racing_two_claims() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 2, true))
+        };
+        let e = env(2, true);
+        ring.line().close(&e, RingState::Stopped).expect("stop");
+        ring.line().reopen(&e).expect("start");
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        let accepted = publisher.join().unwrap();
+        check_run(&ring, &accepted, stop);
     });
 }

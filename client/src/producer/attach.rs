@@ -167,7 +167,7 @@ impl Producer {
                 continue;
             }
             // Stopped or Starting: the stop sequence, which also takes back a refused claim a
-            // dead predecessor left (a starter waits for exactly that).
+            // dead predecessor left (as a starter does: `line`, (t3)).
             let p = seg.position();
             if p >= shmring_layout::MAX_SEQUENCE {
                 // Another process wrote it: the publish arithmetic would overflow on it.
