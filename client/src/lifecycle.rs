@@ -263,6 +263,22 @@ impl Ring {
         result
     }
 
+    /// End a drain that nobody may be waiting for any more (a broker that finds a ring
+    /// Draining when it adopts it): Draining -> Stopped with one CAS on the word read here,
+    /// so a start, stop or drain since wins and nothing changes. Returns the stop sequence
+    /// when it ended one. A drain still running in another process ends as it would have:
+    /// it waits for its consumers, and its own end finds the word changed and leaves it.
+    pub fn stop_if_draining(&self) -> Option<u64> {
+        let line = self.seg.line();
+        let life = line.life();
+        if life.state != Some(RingState::Draining) {
+            return None;
+        }
+        // Relaxed: ordered by the Acquire load of the settled word.
+        let stop = line.stop_seq.load(Ordering::Relaxed);
+        line.finish_drain(life.word).then_some(stop)
+    }
+
     /// Gating consumers whose position is below `stop`.
     fn behind(&self, stop: u64) -> Vec<(u32, String, u64)> {
         let geo = self.seg.geometry();

@@ -90,6 +90,51 @@ fn drain_waits_for_consumers_and_reports_who_is_behind() {
     assert_eq!(drainer.join().unwrap(), Ok(6));
 }
 
+/// `stop_if_draining` ends a drain with one CAS on the Draining word it reads: a running,
+/// stopped or restarted ring is left as it is, and a drain still waiting for its consumer
+/// ends as it would have once that consumer has everything.
+#[test]
+fn stop_if_draining_acts_only_on_a_draining_ring() {
+    let ns = Namespace::concurrent("drainend");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
+    assert_eq!(ring.stop_if_draining(), None);
+    assert_eq!(ring.state(), Some(RingState::Running));
+    for i in 0..4u8 {
+        p.publish(&[i]).unwrap();
+    }
+    let drainer = {
+        let ring = ring.clone();
+        thread::spawn(move || ring.drain(Duration::from_secs(20)))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ring.state() != Some(RingState::Draining) {
+        assert!(Instant::now() < deadline, "the drain never began");
+        thread::yield_now();
+    }
+    assert_eq!(ring.stop_if_draining(), Some(4));
+    assert_eq!(ring.state(), Some(RingState::Stopped));
+    assert_eq!(
+        ring.stop_if_draining(),
+        None,
+        "a stopped ring is left as it is"
+    );
+    let mut got = Vec::new();
+    c.run(|ev| got.push(ev.bytes()[0]), || false).unwrap();
+    assert_eq!(got, [0, 1, 2, 3]);
+    assert_eq!(drainer.join().unwrap(), Ok(4));
+    assert_eq!(ring.state(), Some(RingState::Stopped));
+    ring.start().unwrap();
+    assert_eq!(
+        ring.stop_if_draining(),
+        None,
+        "a started ring is left as it is"
+    );
+    assert_eq!(ring.state(), Some(RingState::Running));
+    assert_eq!(p.publish(&[4]), Ok(4));
+}
+
 /// Three producer threads publish their own counters (thread id, 0, 1, 2, ...) as fast as
 /// they can while the ring is stopped under them; the consumer checks every event by
 /// identity (per thread: the next counter, no gap, no repeat) and, once drained, that each

@@ -208,7 +208,7 @@ impl Broker {
             return;
         }
         let epoch = ring.adopt(self.pid);
-        finish_half_done(&name, &ring);
+        finish_adopted(&name, &ring);
         let period = spec.sweep_period();
         if period < self.period {
             self.period = period;
@@ -335,8 +335,8 @@ fn kind_name(t: std::fs::FileType) -> &'static str {
 
 /// A ring whose last lifecycle operation did not finish: a stop or start whose owner died
 /// half-way is finished (a stop ends STOPPED at its recorded sequence, every accepted event
-/// stays for the consumers; a start ends RUNNING); a DRAINING ring has nobody waiting for its
-/// drain any more and is left STOPPED. `broker start` reopens a stopped ring.
+/// stays for the consumers; a start ends RUNNING). `broker start` reopens a stopped ring.
+/// Sweeps call this when they see a transitional state.
 pub fn finish_half_done(name: &str, ring: &Ring) {
     match ring.finish_interrupted() {
         Ok((_, true)) => warn!(ring = %name, state = ?ring.state(), head = ring.head(),
@@ -344,13 +344,19 @@ pub fn finish_half_done(name: &str, ring: &Ring) {
         Ok(_) => {}
         Err(e) => warn!(ring = %name, "could not finish a half-done lifecycle change: {e}"),
     }
-    if ring.state() != Some(RingState::Draining) {
-        return;
-    }
-    match ring.stop() {
-        Ok(stop) => warn!(ring = %name, stop,
-            "finished a drain left by a process that died: ring STOPPED at sequence {stop}; `broker start {name}` reopens it"),
-        Err(e) => warn!(ring = %name, "could not finish a half-done drain: {e}"),
+}
+
+/// At adoption, besides [`finish_half_done`]: a DRAINING ring was left by a drain that this
+/// broker did not start, whose process may be gone (the Draining word names no owner), and
+/// is left STOPPED. One CAS on the Draining word read (`Ring::stop_if_draining`): a start
+/// or stop since wins. A drain still running in another process ends as it would have.
+/// Sweeps never do this: a drain running now (the broker's own request, or a library
+/// call) is Draining while it waits, and ends itself.
+fn finish_adopted(name: &str, ring: &Ring) {
+    finish_half_done(name, ring);
+    if let Some(stop) = ring.stop_if_draining() {
+        warn!(ring = %name, stop,
+            "found the ring DRAINING with no drain of this broker behind it: left STOPPED at sequence {stop}; `broker start {name}` reopens it");
     }
 }
 
