@@ -514,3 +514,31 @@ fn single_producer_stop_start_stop_racing_two_claims() {
         check_run(&ring, &accepted, stop);
     });
 }
+
+/// A single-producer stopper dies right after its CAS to Stopping (before its fence and its
+/// read of the position). The producer, whose claim meets that word, and another stopper
+/// race to take the stop over (either may: each takeover is a CAS to a new generation):
+/// the line settles Stopped once, at a stop sequence that the claim obeys.
+#[test]
+fn single_producer_claim_racing_the_takeover_of_a_dead_stopper() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 1, true))
+        };
+        // The dead stopper's (s1), and nothing after it.
+        let dead = lifecycle::next(running(), RingState::Stopping as u32, DEAD);
+        ring.life
+            .compare_exchange(running(), dead, Ordering::AcqRel, Ordering::Acquire)
+            .expect("the dead stopper's CAS");
+        let (stop, _) = ring
+            .line()
+            .close(&env(3, true), RingState::Stopped)
+            .expect("stop");
+        let accepted = publisher.join().unwrap();
+        assert_eq!(ring.line().life().state, Some(RingState::Stopped));
+        assert_eq!(ring.stop_seq.load(Ordering::SeqCst), stop);
+        check_run(&ring, &accepted, stop);
+    });
+}
