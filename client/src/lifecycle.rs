@@ -40,12 +40,12 @@ pub enum LifecycleError {
     /// Another live process is stopping or starting the ring and did not finish in time.
     #[error("process {pid} is changing the ring's lifecycle and has not finished; try again")]
     Busy {
-        /// The pid named in the lifecycle word (0: the ring's producer, finishing a claim).
+        /// The pid named in the lifecycle word.
         pid: u32,
     },
-    /// This process cannot stop a single-producer ring: the kernel (or a seccomp filter)
-    /// refuses it `membarrier`, which the producer's publish path relies on.
-    #[error("this process cannot stop a single-producer ring whose producer runs in another process: membarrier is not available to it (allow the membarrier system call, or stop the ring from the broker)")]
+    /// This process cannot stop or start a single-producer ring: the kernel (or a seccomp
+    /// filter) refuses it `membarrier`, which the producer's publish path relies on.
+    #[error("this process cannot stop or start a single-producer ring whose producer runs in another process: membarrier is not available to it (allow the membarrier system call, or stop and start the ring from the broker)")]
     NoBarrier,
     /// The ring's lifecycle word is not a known state.
     #[error("ring lifecycle word {0:#x} is corrupt: remove the ring and create it again")]

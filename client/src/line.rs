@@ -180,7 +180,8 @@ pub enum LineError {
     Busy(u32),
     /// The lifecycle word holds no known state.
     Corrupt(u64),
-    /// A single-producer line cannot be closed from this process: it has no `membarrier`.
+    /// A single-producer line cannot be closed or reopened from this process: it has no
+    /// `membarrier`.
     NoBarrier,
 }
 
