@@ -415,6 +415,24 @@ fn single_producer_stop_then_start_racing_claims() {
     });
 }
 
+/// A single producer makes `claims` claims while the main thread stops the ring, starts it
+/// (with the start's heavy fence or, `start_fenced` false, without) and stops it again;
+/// refused-or-delivered is checked at the second stop. Returns the ring and that stop.
+fn stop_start_stop(claims: u64, start_fenced: bool) -> (Arc<Ring>, u64) {
+    let ring = Arc::new(Ring::new(true, running(), 0));
+    let publisher = {
+        let ring = ring.clone();
+        thread::spawn(move || publish(&ring, claims, true))
+    };
+    let e = env(2, true);
+    ring.line().close(&e, RingState::Stopped).expect("stop");
+    ring.line().reopen(&env(2, start_fenced)).expect("start");
+    let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+    let accepted = publisher.join().unwrap();
+    check_run(&ring, &accepted, stop);
+    (ring, stop)
+}
+
 /// A single-producer claim races a stop, a start and a second stop. The claim's fate
 /// follows the last stop's record whatever the order: a claim that a stop refused is never
 /// taken back after a later stop read it as accepted (that stop would then say `0..stop`
@@ -423,18 +441,12 @@ fn single_producer_stop_then_start_racing_claims() {
 #[test]
 fn single_producer_stop_start_stop_racing_a_claim() {
     model(|| {
-        let ring = Arc::new(Ring::new(true, running(), 0));
-        let publisher = {
-            let ring = ring.clone();
-            thread::spawn(move || publish(&ring, 1, true))
-        };
-        let e = env(2, true);
-        ring.line().close(&e, RingState::Stopped).expect("stop");
-        ring.line().reopen(&e).expect("start");
-        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
-        let accepted = publisher.join().unwrap();
-        check_run(&ring, &accepted, stop);
-        assert_eq!(ring.line().reopen(&e), Ok(stop), "reopened at the stop");
+        let (ring, stop) = stop_start_stop(1, true);
+        assert_eq!(
+            ring.line().reopen(&env(2, true)),
+            Ok(stop),
+            "reopened at the stop"
+        );
         assert_eq!(
             ring.line().position(|_| true),
             stop,
@@ -482,17 +494,7 @@ fn single_producer_start_racing_a_refused_claim() {
 #[should_panic(expected = "never published")]
 fn single_producer_start_without_the_fence_keeps_a_refused_claim() {
     model(|| {
-        let ring = Arc::new(Ring::new(true, running(), 0));
-        let publisher = {
-            let ring = ring.clone();
-            thread::spawn(move || publish(&ring, 1, true))
-        };
-        let e = env(2, true);
-        ring.line().close(&e, RingState::Stopped).expect("stop");
-        ring.line().reopen(&env(2, false)).expect("start");
-        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
-        let accepted = publisher.join().unwrap();
-        check_run(&ring, &accepted, stop);
+        stop_start_stop(1, false);
     });
 }
 
@@ -501,17 +503,7 @@ fn single_producer_start_without_the_fence_keeps_a_refused_claim() {
 #[test]
 fn single_producer_stop_start_stop_racing_two_claims() {
     model(|| {
-        let ring = Arc::new(Ring::new(true, running(), 0));
-        let publisher = {
-            let ring = ring.clone();
-            thread::spawn(move || publish(&ring, 2, true))
-        };
-        let e = env(2, true);
-        ring.line().close(&e, RingState::Stopped).expect("stop");
-        ring.line().reopen(&e).expect("start");
-        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
-        let accepted = publisher.join().unwrap();
-        check_run(&ring, &accepted, stop);
+        stop_start_stop(2, true);
     });
 }
 
