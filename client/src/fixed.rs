@@ -18,8 +18,11 @@
 //!   after its copy: a write into the slot of `s` is a write of `s + k * capacity` (k >= 1),
 //!   whose claim, `>= s + capacity + 1`, was stored before it (seqlock: the producer's
 //!   Release fence between the claim and the payload, the reader's Acquire fence between the
-//!   copy and the check). A refused claim is taken back (`claim = s`) before any payload is
-//!   written, so the claim never drops below a write.
+//!   copy and the check). A refused claim writes no payload and is taken back (`claim = s`)
+//!   by the next start, so the claim never drops below a write. Until then it stays in the
+//!   word: a copying reader that lags more than a ring behind while the ring is stopped
+//!   may take up to that claim's `n` events as overwritten (counted in `dropped_behind`,
+//!   as a lap is); a gating reader never looks at the claim.
 //! - **tombstones** (`tombs`, one word per slot, apart from the payloads; and
 //!   `ClaimLine::tomb_end`): a sequence claimed and never filled (a claim guard dropped, a
 //!   producer that died mid-publish) is marked `tombs[s % capacity] = s`, then `tomb_end`

@@ -95,8 +95,15 @@
 //! pid reused by an unrelated process makes a dead owner look alive: the transition then
 //! waits (lifecycle calls give up after `LIFECYCLE_WAIT`) until that process exits. Every
 //! process sharing a ring must see the same pid namespace, as the rest of the liveness
-//! checks already require. A single producer waiting in (p5) for a live stopper has no
-//! deadline: a stopper stopped by a signal between (s1) and (s4) holds it.
+//! checks already require. The transitions assume one live owner at a time, so a live
+//! process judged dead breaks them: a process whose main thread has exited while its other
+//! threads run reads as a zombie, and `/proc` mounted with `hidepid` hides other users'
+//! processes; a taker then finishes a transition its owner is still making (a starter that
+//! resumes after such a takeover can CAS back a claim accepted meanwhile, since a single
+//! producer's position values recur). Run lifecycle changes from a thread that outlives
+//! them, with `/proc` visible. A single producer waiting in (p5) for a live stopper or
+//! starter has no deadline (a `try_publish` too): a stopper or starter stopped by a signal
+//! between (s1) and (s4), or (t1) and (t4), holds it.
 //!
 //! Reopening, multi-producer: the owner of `Starting` CASes the counter from its closed value
 //! (refused claims change it: reload and retry) to `stop_seq`. No other process writes the
@@ -664,7 +671,8 @@ impl<W: Word> Line<'_, W> {
                 // position before it and so did the start, which reopened there, and the
                 // claim's sequences are the first of the new run. Relaxed: the Acquire load
                 // of Running ordered the starter's take-back before it, and only a starter
-                // writes the word besides this producer.
+                // writes the word besides this producer (an attaching producer and a repair
+                // of a fixed-size ring write it too, but only once this producer is dead).
                 Some(RingState::Running) => {
                     return if self.claim.load(Ordering::Relaxed) == next + n {
                         Ok(())

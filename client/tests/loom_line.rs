@@ -534,3 +534,67 @@ fn single_producer_claim_racing_the_takeover_of_a_dead_stopper() {
         check_run(&ring, &accepted, stop);
     });
 }
+
+/// A starter died right after its CAS to Starting, with a claim the stop refused possibly
+/// still in the word. The producer (in (p5)) and another starter race to take the start
+/// over: either takes the claim back, and a second stop finds refused-or-delivered.
+#[test]
+fn single_producer_claim_racing_the_takeover_of_a_dead_starter() {
+    model(|| {
+        let ring = Arc::new(Ring::new(true, running(), 0));
+        let publisher = {
+            let ring = ring.clone();
+            thread::spawn(move || publish(&ring, 1, true))
+        };
+        let e = env(2, true);
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        // The dead starter's (t1), and nothing after it.
+        let w = ring.life.load(Ordering::SeqCst);
+        let dead = lifecycle::next(w, RingState::Starting as u32, DEAD);
+        ring.life
+            .compare_exchange(w, dead, Ordering::AcqRel, Ordering::Acquire)
+            .expect("the dead starter's CAS");
+        let starter = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().reopen(&env(3, true)))
+        };
+        let accepted = publisher.join().unwrap();
+        let started = starter.join().unwrap();
+        assert!(
+            started == Ok(stop) || started == Err(LineError::AlreadyRunning),
+            "{started:?}"
+        );
+        assert_eq!(ring.line().life().state, Some(RingState::Running));
+        let (stop2, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        check_run(&ring, &accepted, stop2);
+    });
+}
+
+/// Two starters race on a single-producer line holding a refused claim (position 2, past
+/// the stop at 1): exactly one reopens, and the claim is taken back.
+#[test]
+fn single_producer_two_starts_take_a_refused_claim_back() {
+    model(|| {
+        let stopped = lifecycle::pack(3, RingState::Stopped as u32, 0);
+        let ring = Arc::new(Ring::new(true, stopped, 2));
+        ring.stop_seq.store(1, Ordering::SeqCst);
+        ring.stamps[0].store(0, Ordering::SeqCst);
+        let starters: Vec<_> = (0..2u32)
+            .map(|i| {
+                let ring = ring.clone();
+                thread::spawn(move || ring.line().reopen(&env(10 + i, true)))
+            })
+            .collect();
+        let results: Vec<_> = starters.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(
+            results.iter().filter(|r| **r == Ok(1)).count(),
+            1,
+            "{results:?}"
+        );
+        assert_eq!(
+            ring.claim.load(Ordering::SeqCst),
+            1,
+            "the refused claim taken back"
+        );
+    });
+}
