@@ -134,9 +134,9 @@ fn event_size_makes_a_fixed_size_ring_and_its_limits_are_checked() {
     }
 }
 
-/// What a ring section that names nothing but its capacity gets (README, "Consumer health"
-/// and "What a dead process leaves"): dead consumers alerted, not released; a hole repaired
-/// after 1 s.
+/// What a ring section that names nothing but its capacity gets (README, "Running the
+/// broker" and "What a dead process leaves"): dead consumers alerted, not released; a hole
+/// repaired after 1 s.
 #[test]
 fn a_ring_that_names_nothing_gets_the_documented_defaults() {
     let c = Config::parse("[rings.r]\ncapacity = 64\n", "t").expect("parses");
