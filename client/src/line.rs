@@ -96,12 +96,13 @@
 //! waits (lifecycle calls give up after `LIFECYCLE_WAIT`) until that process exits. Every
 //! process sharing a ring must see the same pid namespace, as the rest of the liveness
 //! checks already require. The transitions assume one live owner at a time, so a live
-//! process judged dead breaks them: a process whose main thread has exited while its other
-//! threads run reads as a zombie, and `/proc` mounted with `hidepid` hides other users'
-//! processes; a taker then finishes a transition its owner is still making (a starter that
-//! resumes after such a takeover can CAS back a claim accepted meanwhile, since a single
-//! producer's position values recur). Run lifecycle changes from a thread that outlives
-//! them, with `/proc` visible. A single producer waiting in (p5) for a live stopper or
+//! process judged dead breaks them: `/proc` mounted with `hidepid` hides other users'
+//! processes, and a taker then finishes a transition its owner is still making (a starter
+//! that resumes after such a takeover can CAS back a claim accepted meanwhile, since a
+//! single producer's position values recur). Share rings only between processes that can
+//! see each other in `/proc`. (A process whose main thread exited while others run reads
+//! as a zombie in its own `stat`; `process::start_time` looks at its threads, so it is
+//! alive.) A single producer waiting in (p5) for a live stopper or
 //! starter has no deadline (a `try_publish` too): a stopper or starter stopped by a signal
 //! between (s1) and (s4), or (t1) and (t4), holds it.
 //!

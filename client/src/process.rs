@@ -16,14 +16,37 @@ pub struct ProcessId {
 /// (a zombie waiting to be reaped, or a dead task, is not running anything).
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
-    // Field 3 is the state; Z (zombie) and X (dead) mean it has exited.
-    if matches!(fields.next()?, "Z" | "X") {
+    let mut fields = fields_after_name(&stat)?;
+    // Field 3 is the state; Z (zombie) and X (dead) mean the main thread has exited. The
+    // process has exited only if no other thread runs either: a program may end its main
+    // thread alone (`pthread_exit`) and go on in the others.
+    if matches!(fields.next()?, "Z" | "X") && !another_thread_runs(pid) {
         return None;
     }
     // Start time is field 22, i.e. the 19th after the state.
     fields.nth(18)?.parse().ok()
+}
+
+/// The fields of a `stat` file after the command name (field 2), which may hold spaces and
+/// parentheses: counted from the last ')'.
+fn fields_after_name(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace())
+}
+
+/// Whether a thread of `pid` is neither a zombie nor dead (`/proc/PID/task/*/stat`).
+fn another_thread_runs(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = fields_after_name(&stat)?.next()?;
+                Some(!matches!(state, "Z" | "X"))
+            })
+            .unwrap_or(false)
+    })
 }
 
 /// Whether the process that wrote `(pid, start_time)` still runs.

@@ -16,6 +16,25 @@ use std::str::FromStr;
 use anyhow::Context;
 use shmring::Ring;
 
+/// A process whose main thread exits while another thread runs on, as a program that ends
+/// `main` with `pthread_exit` does: `/proc/PID/stat` then says zombie while the process
+/// still runs. The other thread says `ready` and sleeps until the watchdog or the parent
+/// ends the process.
+pub fn main_exits() -> anyhow::Result<()> {
+    std::thread::spawn(|| {
+        println!("ready");
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    });
+    // The raw `exit` system call ends the calling thread alone, without unwinding (glibc's
+    // `pthread_exit` unwinds, which aborts through the Rust runtime's frames).
+    // SAFETY: nothing on this thread's stack is used afterwards, and no lock is held; the
+    // process lives on in the thread spawned above.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    unreachable!("the exit system call returned")
+}
+
 /// Which ring to attach to.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RingArgs {
