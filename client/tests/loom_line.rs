@@ -139,6 +139,17 @@ fn publish_claims(ring: &Ring, count: u64, n: u64, fenced: bool) -> Vec<u64> {
     accepted
 }
 
+/// A running single-producer ring and a thread publishing `count` events into it
+/// (`fenced`: with the producer's fence), which returns the accepted sequences.
+fn single_with_publisher(count: u64, fenced: bool) -> (Arc<Ring>, thread::JoinHandle<Vec<u64>>) {
+    let ring = Arc::new(Ring::new(true, running(), 0));
+    let publisher = {
+        let ring = ring.clone();
+        thread::spawn(move || publish(&ring, count, fenced))
+    };
+    (ring, publisher)
+}
+
 /// Every stamp below `stop` is its sequence, none at or above it: refused or delivered.
 fn check_run(ring: &Ring, accepted: &[u64], stop: u64) {
     for (s, stamp) in ring.stamps.iter().enumerate() {
@@ -219,22 +230,31 @@ fn single_producer_stop_racing_a_batch_and_attach() {
     stop_attach_race(true, 2);
 }
 
+/// A ring stopped at 1 (sequence 0 published) whose claim word holds `claim`.
+fn stopped_at_one(single: bool, claim: u64) -> Arc<Ring> {
+    let stopped = lifecycle::pack(3, RingState::Stopped as u32, 0);
+    let ring = Arc::new(Ring::new(single, stopped, claim));
+    ring.stop_seq.store(1, Ordering::SeqCst);
+    ring.stamps[0].store(0, Ordering::SeqCst);
+    ring
+}
+
+/// Two threads starting `ring` (as processes 10 and 11).
+fn two_starters(ring: &Arc<Ring>) -> Vec<thread::JoinHandle<Result<u64, LineError>>> {
+    (0..2u32)
+        .map(|i| {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().reopen(&env(10 + i, true)))
+        })
+        .collect()
+}
+
 /// Two starters and a refused claim race on a stopped line: exactly one start reopens it,
 /// at the stop sequence.
 fn two_starts(single: bool) {
     model(move || {
-        // Stopped at 1 (one event published before).
-        let stopped = lifecycle::pack(3, RingState::Stopped as u32, 0);
-        let claim = if single { 1 } else { 1 | CLAIM_CLOSED };
-        let ring = Arc::new(Ring::new(single, stopped, claim));
-        ring.stop_seq.store(1, Ordering::SeqCst);
-        ring.stamps[0].store(0, Ordering::SeqCst);
-        let starters: Vec<_> = (0..2u32)
-            .map(|i| {
-                let ring = ring.clone();
-                thread::spawn(move || ring.line().reopen(&env(10 + i, true)))
-            })
-            .collect();
+        let ring = stopped_at_one(single, if single { 1 } else { 1 | CLAIM_CLOSED });
+        let starters = two_starters(&ring);
         // A claim racing the starts (multi-producer: a `fetch_add`, refused or at 1).
         let raced = if single {
             None
@@ -367,11 +387,7 @@ fn a_dead_stoppers_transition_is_finished_once() {
 #[should_panic(expected = "past the stop")]
 fn single_producer_without_the_fences_accepts_past_the_stop() {
     model(|| {
-        let ring = Arc::new(Ring::new(true, running(), 0));
-        let publisher = {
-            let ring = ring.clone();
-            thread::spawn(move || publish(&ring, 1, false))
-        };
+        let (ring, publisher) = single_with_publisher(1, false);
         let (stop, _) = ring
             .line()
             .close(&env(2, false), RingState::Stopped)
@@ -390,11 +406,7 @@ fn single_producer_without_the_fences_accepts_past_the_stop() {
 #[test]
 fn single_producer_stop_then_start_racing_claims() {
     model(|| {
-        let ring = Arc::new(Ring::new(true, running(), 0));
-        let publisher = {
-            let ring = ring.clone();
-            thread::spawn(move || publish(&ring, 2, true))
-        };
+        let (ring, publisher) = single_with_publisher(2, true);
         let e = env(2, true);
         let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
         let started = ring.line().reopen(&e).expect("start");
@@ -419,11 +431,7 @@ fn single_producer_stop_then_start_racing_claims() {
 /// (with the start's heavy fence or, `start_fenced` false, without) and stops it again;
 /// refused-or-delivered is checked at the second stop. Returns the ring and that stop.
 fn stop_start_stop(claims: u64, start_fenced: bool) -> (Arc<Ring>, u64) {
-    let ring = Arc::new(Ring::new(true, running(), 0));
-    let publisher = {
-        let ring = ring.clone();
-        thread::spawn(move || publish(&ring, claims, true))
-    };
+    let (ring, publisher) = single_with_publisher(claims, true);
     let e = env(2, true);
     ring.line().close(&e, RingState::Stopped).expect("stop");
     ring.line().reopen(&env(2, start_fenced)).expect("start");
@@ -514,11 +522,7 @@ fn single_producer_stop_start_stop_racing_two_claims() {
 #[test]
 fn single_producer_claim_racing_the_takeover_of_a_dead_stopper() {
     model(|| {
-        let ring = Arc::new(Ring::new(true, running(), 0));
-        let publisher = {
-            let ring = ring.clone();
-            thread::spawn(move || publish(&ring, 1, true))
-        };
+        let (ring, publisher) = single_with_publisher(1, true);
         // The dead stopper's (s1), and nothing after it.
         let dead = lifecycle::next(running(), RingState::Stopping as u32, DEAD);
         ring.life
@@ -541,11 +545,7 @@ fn single_producer_claim_racing_the_takeover_of_a_dead_stopper() {
 #[test]
 fn single_producer_claim_racing_the_takeover_of_a_dead_starter() {
     model(|| {
-        let ring = Arc::new(Ring::new(true, running(), 0));
-        let publisher = {
-            let ring = ring.clone();
-            thread::spawn(move || publish(&ring, 1, true))
-        };
+        let (ring, publisher) = single_with_publisher(1, true);
         let e = env(2, true);
         let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
         // The dead starter's (t1), and nothing after it.
@@ -575,16 +575,9 @@ fn single_producer_claim_racing_the_takeover_of_a_dead_starter() {
 #[test]
 fn single_producer_two_starts_take_a_refused_claim_back() {
     model(|| {
-        let stopped = lifecycle::pack(3, RingState::Stopped as u32, 0);
-        let ring = Arc::new(Ring::new(true, stopped, 2));
-        ring.stop_seq.store(1, Ordering::SeqCst);
-        ring.stamps[0].store(0, Ordering::SeqCst);
-        let starters: Vec<_> = (0..2u32)
-            .map(|i| {
-                let ring = ring.clone();
-                thread::spawn(move || ring.line().reopen(&env(10 + i, true)))
-            })
-            .collect();
+        // A refused claim's position (2) past the stop.
+        let ring = stopped_at_one(true, 2);
+        let starters = two_starters(&ring);
         let results: Vec<_> = starters.into_iter().map(|h| h.join().unwrap()).collect();
         assert_eq!(
             results.iter().filter(|r| **r == Ok(1)).count(),
