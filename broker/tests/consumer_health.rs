@@ -126,13 +126,29 @@ fn killed_consumer_with_alert_keeps_holding_and_its_restart_gets_everything() {
     });
 }
 
+/// Ring `r` with no dead-consumer policy named: the default applies.
+const NO_POLICY: &str = "[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\n";
+
+/// Report `v` (with exit code `code`) says ring `r` is BLOCKED by consumer `name`, and so
+/// does the status screen, with the consumer's `state`; a blocked ring is unhealthy.
+fn assert_blocked_by(ns: &Namespace, v: &serde_json::Value, code: i32, name: &str, state: &str) {
+    let r = ring(v, "r").expect("r");
+    assert_eq!(r["blocked_by"]["name"], name, "{v:#}");
+    assert_eq!(code, 1, "a blocked ring is unhealthy: {v:#}");
+    let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
+    assert!(
+        text.contains(&format!("BLOCKED by {name} ({state})")),
+        "{text}"
+    );
+}
+
 /// A ring whose config names no policy: a durable consumer that dies keeps gating (`alert`
 /// is the default), and once the producer has filled the ring behind it the ring is
 /// BLOCKED by it, named with its state, in the JSON and in the text.
 #[test]
 fn a_dead_consumer_under_the_default_policy_keeps_gating_and_blocks_the_ring() {
     let ns = Namespace::new("deflt");
-    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\n"));
+    let _broker = ns.broker(Some(NO_POLICY));
     let (mut victim, _producer) = victim_holding_a_producer(&ns, 100);
 
     victim.kill();
@@ -155,10 +171,7 @@ fn a_dead_consumer_under_the_default_policy_keeps_gating_and_blocks_the_ring() {
         (64, 0),
         "still held: {v:#}"
     );
-    assert_eq!(r["blocked_by"]["name"], "victim", "{v:#}");
-    assert_eq!(code, 1, "a blocked ring is unhealthy: {v:#}");
-    let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
-    assert!(text.contains("BLOCKED by victim (DEAD)"), "{text}");
+    assert_blocked_by(&ns, &v, code, "victim", "DEAD");
 }
 
 /// A durable consumer whose handler failed keeps gating at the failing event under the
@@ -166,7 +179,7 @@ fn a_dead_consumer_under_the_default_policy_keeps_gating_and_blocks_the_ring() {
 #[test]
 fn a_failed_consumer_under_the_default_policy_blocks_the_ring() {
     let ns = Namespace::new("deffail");
-    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\n"));
+    let _broker = ns.broker(Some(NO_POLICY));
     let mut c = ns.role(
         "consumer",
         &env(&[("ROLE_NAME", "failing"), ("ROLE_PANIC_AT", "10")]),
@@ -179,16 +192,13 @@ fn a_failed_consumer_under_the_default_policy_blocks_the_ring() {
         (r["blocked_by"].is_object() && num(r, "free") == 0).then(|| (v.clone(), code))
     });
     let r = ring(&v, "r").expect("r");
-    assert_eq!(r["blocked_by"]["name"], "failing", "{v:#}");
     assert_eq!(
         consumer(&v, "r", "failing").expect("failing")["state"],
         "FAILED",
         "{v:#}"
     );
     assert_eq!(num(&r["producers"][0], "published"), 74, "{v:#}");
-    assert_eq!(code, 1, "{v:#}");
-    let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
-    assert!(text.contains("BLOCKED by failing (FAILED)"), "{text}");
+    assert_blocked_by(&ns, &v, code, "failing", "FAILED");
 }
 
 #[test]

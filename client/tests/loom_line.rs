@@ -515,6 +515,16 @@ fn single_producer_stop_start_stop_racing_two_claims() {
     });
 }
 
+/// A process CASes the lifecycle word to `state` as its owner and dies before doing
+/// anything else: the word names the dead pid.
+fn take_and_die(ring: &Ring, state: RingState) {
+    let w = ring.life.load(Ordering::SeqCst);
+    let dead = lifecycle::next(w, state as u32, DEAD);
+    ring.life
+        .compare_exchange(w, dead, Ordering::AcqRel, Ordering::Acquire)
+        .expect("the dead owner's CAS");
+}
+
 /// A single-producer stopper dies right after its CAS to Stopping (before its fence and its
 /// read of the position). The producer, whose claim meets that word, and another stopper
 /// race to take the stop over (either may: each takeover is a CAS to a new generation):
@@ -524,10 +534,7 @@ fn single_producer_claim_racing_the_takeover_of_a_dead_stopper() {
     model(|| {
         let (ring, publisher) = single_with_publisher(1, true);
         // The dead stopper's (s1), and nothing after it.
-        let dead = lifecycle::next(running(), RingState::Stopping as u32, DEAD);
-        ring.life
-            .compare_exchange(running(), dead, Ordering::AcqRel, Ordering::Acquire)
-            .expect("the dead stopper's CAS");
+        take_and_die(&ring, RingState::Stopping);
         let (stop, _) = ring
             .line()
             .close(&env(3, true), RingState::Stopped)
@@ -549,11 +556,7 @@ fn single_producer_claim_racing_the_takeover_of_a_dead_starter() {
         let e = env(2, true);
         let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
         // The dead starter's (t1), and nothing after it.
-        let w = ring.life.load(Ordering::SeqCst);
-        let dead = lifecycle::next(w, RingState::Starting as u32, DEAD);
-        ring.life
-            .compare_exchange(w, dead, Ordering::AcqRel, Ordering::Acquire)
-            .expect("the dead starter's CAS");
+        take_and_die(&ring, RingState::Starting);
         let starter = {
             let ring = ring.clone();
             thread::spawn(move || ring.line().reopen(&env(3, true)))
