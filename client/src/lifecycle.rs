@@ -164,7 +164,7 @@ impl Env for SegEnv<'_> {
     }
 
     fn alive(&self, pid: u32) -> bool {
-        pid == self.me || (pid != 0 && process::start_time(pid).is_some())
+        pid == self.me || process::exists(pid)
     }
 
     fn heavy_fence(&self) {

@@ -96,13 +96,12 @@
 //! waits (lifecycle calls give up after `LIFECYCLE_WAIT`) until that process exits. Every
 //! process sharing a ring must see the same pid namespace, as the rest of the liveness
 //! checks already require. The transitions assume one live owner at a time, so a live
-//! process judged dead breaks them: `/proc` mounted with `hidepid` hides other users'
-//! processes, and a taker then finishes a transition its owner is still making (a starter
-//! that resumes after such a takeover can CAS back a claim accepted meanwhile, since a
-//! single producer's position values recur). Share rings only between processes that can
-//! see each other in `/proc`. (A process whose main thread exited while others run reads
-//! as a zombie in its own `stat`; `process::start_time` looks at its threads, so it is
-//! alive.) A single producer waiting in (p5) for a live stopper or
+//! process judged dead would break them (a starter that resumes after such a takeover could
+//! CAS back a claim accepted meanwhile, since a single producer's position values recur).
+//! `process::exists` never judges a live process dead: a process whose main thread exited
+//! while others run reads as a zombie in its own `stat`, and its threads are looked at; a
+//! process that `/proc` mounted with `hidepid` hides is alive while the kernel says its pid
+//! is in use. A single producer waiting in (p5) for a live stopper or
 //! starter has no deadline (a `try_publish` too): a stopper or starter stopped by a signal
 //! between (s1) and (s4), or (t1) and (t4), holds it.
 //!

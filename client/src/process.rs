@@ -1,7 +1,11 @@
 //! Process identity: pid plus start time, so that a reused pid is never mistaken for the
-//! process that wrote an entry. Nothing here signals a process.
+//! process that wrote an entry. Nothing here signals a process (signal 0 only asks the
+//! kernel whether a pid is in use).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::io::Errno;
+use rustix::process::Pid;
 
 /// Pid and start time of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,11 +16,46 @@ pub struct ProcessId {
     pub start_time: u64,
 }
 
-/// Read a process's start time, or `None` if there is no such process or it has exited
-/// (a zombie waiting to be reaped, or a dead task, is not running anything).
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let mut fields = fields_after_name(&stat)?;
+/// What can be learnt about a pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    /// No process has the pid, or the one that has it has exited (a zombie waiting to be
+    /// reaped, or a dead task, is not running anything).
+    Gone,
+    /// A running process, which started at this time.
+    Started(u64),
+    /// A process has the pid, but `/proc` does not show it to this one: `/proc` mounted with
+    /// `hidepid` hides other users' processes (`hidepid=2` as if absent, `hidepid=1` with
+    /// its files unreadable). Its start time cannot be read, so it cannot be told apart from
+    /// the process an entry names.
+    Hidden,
+}
+
+fn look(pid: u32) -> Seen {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => started(pid, &stat).map_or(Seen::Gone, Seen::Started),
+        // Unreadable or absent: the kernel says whether the pid is in use, whatever `/proc`
+        // shows (a process that ends in between is gone either way).
+        Err(_) if in_use(pid) => Seen::Hidden,
+        Err(_) => Seen::Gone,
+    }
+}
+
+/// Whether any process (a zombie included) has pid `pid`, asked of the kernel with signal 0:
+/// allowed, or refused for permission, the pid is in use.
+fn in_use(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e == Errno::PERM,
+    }
+}
+
+/// The start time in a readable `stat`, or `None` if the process has exited.
+fn started(pid: u32, stat: &str) -> Option<u64> {
+    let mut fields = fields_after_name(stat)?;
     // Field 3 is the state; Z (zombie) and X (dead) mean the main thread has exited. The
     // process has exited only if no other thread runs either: a program may end its main
     // thread alone (`pthread_exit`) and go on in the others.
@@ -25,6 +64,21 @@ pub fn start_time(pid: u32) -> Option<u64> {
     }
     // Start time is field 22, i.e. the 19th after the state.
     fields.nth(18)?.parse().ok()
+}
+
+/// Read a process's start time, or `None` if there is no such process, it has exited, or
+/// `/proc` hides it (see [`exists`] and [`is_alive`], which tell those apart).
+pub fn start_time(pid: u32) -> Option<u64> {
+    match look(pid) {
+        Seen::Started(start) => Some(start),
+        Seen::Gone | Seen::Hidden => None,
+    }
+}
+
+/// Whether a running process has pid `pid`, including one that `/proc` hides from this
+/// process (0: none).
+pub fn exists(pid: u32) -> bool {
+    pid != 0 && look(pid) != Seen::Gone
 }
 
 /// The fields of a `stat` file after the command name (field 2), which may hold spaces and
@@ -50,8 +104,18 @@ fn another_thread_runs(pid: u32) -> bool {
 }
 
 /// Whether the process that wrote `(pid, start_time)` still runs.
+///
+/// A process that `/proc` hides (mounted with `hidepid`) counts as alive while its pid is in
+/// use: its start time cannot be checked, and taking over a live process's entry or
+/// transition breaks what that process is doing, where holding a dead one's only waits
+/// (until the process reusing the pid exits).
 pub fn is_alive(pid: u32, start: u64) -> bool {
-    pid != 0 && start_time(pid) == Some(start)
+    pid != 0
+        && match look(pid) {
+            Seen::Started(s) => s == start,
+            Seen::Hidden => true,
+            Seen::Gone => false,
+        }
 }
 
 // The pid the cache was filled for, and its start time: recomputed after fork.
@@ -102,6 +166,8 @@ mod tests {
             std::thread::yield_now();
         }
         assert_eq!(start_time(pid), None);
+        assert!(!exists(pid), "a zombie counts as a running process");
         child.wait().unwrap();
+        assert!(!exists(pid), "a reaped child still exists");
     }
 }

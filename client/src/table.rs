@@ -94,7 +94,7 @@ impl Procs for Os {
         crate::process::is_alive(pid, start_time)
     }
     fn exists(&self, pid: u32) -> bool {
-        pid != 0 && crate::process::start_time(pid).is_some()
+        crate::process::exists(pid)
     }
 }
 

@@ -37,3 +37,53 @@ fn a_process_whose_main_thread_exited_is_alive_while_another_thread_runs() {
         "a killed process judged alive"
     );
 }
+
+/// `/proc` mounted with `hidepid` hides other users' processes: `hidepid=2` as if they were
+/// absent, `hidepid=1` with their files unreadable. A live process hidden that way is
+/// alive (taken over as dead, its entries and half-made transitions would be finished
+/// under it); a process that has exited is still dead. The judging process runs in its
+/// own mount namespace with such a `/proc`, as another user; it needs root to set that up,
+/// and says why it was skipped otherwise.
+#[test]
+fn a_process_hidden_by_hidepid_is_alive_and_an_exited_one_is_not() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: mounting a hidepid /proc needs root");
+        return;
+    }
+    let ns = Namespace::new("hidepid");
+    let me = process::current();
+    let (exited, never_started) = shmring_testkit::fault::dead_process();
+    for mode in ["1", "2"] {
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(concat!(
+                "m=$1; shift; ",
+                "mount -t proc -o hidepid=$m proc /proc || exit 77; ",
+                r#"exec setpriv --reuid 65534 --regid 65534 --clear-groups "$0" "$@""#,
+            ))
+            .arg(env!("CARGO_BIN_EXE_shmring-testkit"))
+            .arg(mode)
+            .args(["--timeout-secs", "30", "liveness"])
+            .arg(format!("--process={}:{}", me.pid, me.start_time))
+            .arg(format!("--process={exited}:{never_started}"));
+        let mut child = ns.spawn(&format!("judge under hidepid={mode}"), cmd);
+        let status = child.wait_status();
+        let lines = child.rest_of_stdout();
+        if status.code() == Some(77) || child.stderr_has("unshare failed") {
+            eprintln!(
+                "skipped: no hidepid /proc could be mounted here: {}",
+                child.stderr_so_far()
+            );
+            return;
+        }
+        assert!(status.success(), "judge exited with {status}: {lines:?}");
+        assert_eq!(
+            lines,
+            [
+                format!("seen pid={} visible=false alive=true exists=true", me.pid),
+                format!("seen pid={exited} visible=false alive=false exists=false"),
+            ],
+            "hidepid={mode}"
+        );
+    }
+}

@@ -80,8 +80,9 @@ impl Watches {
         let raw = i32::try_from(pid).ok()?;
         let fd = pidfd_open(Pid::from_raw(raw)?, PidfdFlags::empty()).ok()?;
         // Re-check after opening: the pid may have been reused between the entry's write
-        // and our open. From here on the pidfd pins this process.
-        if shmring::process::start_time(pid) != Some(start) {
+        // and our open. From here on the pidfd pins this process. (A process that `/proc`
+        // hides counts as the one named: see `process::is_alive`.)
+        if !shmring::process::is_alive(pid, start) {
             return None;
         }
         // Already exited (a zombie keeps its /proc entry): the pidfd is readable now.

@@ -35,6 +35,35 @@ pub fn main_exits() -> anyhow::Result<()> {
     unreachable!("the exit system call returned")
 }
 
+/// Processes to judge, each as `PID:START` (its pid and the start time an entry would hold).
+#[derive(clap::Args, Debug)]
+pub struct Liveness {
+    #[arg(long = "process", value_parser = parse_process)]
+    processes: Vec<(u32, u64)>,
+}
+
+fn parse_process(s: &str) -> Result<(u32, u64), String> {
+    let (pid, start) = s.split_once(':').ok_or("expected PID:START")?;
+    Ok((
+        pid.parse().map_err(|e| format!("pid {pid}: {e}"))?,
+        start.parse().map_err(|e| format!("start {start}: {e}"))?,
+    ))
+}
+
+/// One line per process: `seen pid=P visible=B alive=B exists=B`, where `visible` says
+/// whether this process can read the other's `/proc/PID/stat`.
+pub fn liveness(args: Liveness) -> anyhow::Result<()> {
+    for (pid, start) in args.processes {
+        let visible = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok();
+        println!(
+            "seen pid={pid} visible={visible} alive={} exists={}",
+            shmring::process::is_alive(pid, start),
+            shmring::process::exists(pid),
+        );
+    }
+    Ok(())
+}
+
 /// Which ring to attach to.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RingArgs {
