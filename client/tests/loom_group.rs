@@ -99,7 +99,7 @@ impl Procs for Processes<'_> {
     fn alive(&self, pid: u32, _: u64) -> bool {
         // Acquire: pairs with B's Release store at its death (a process's exit is a full
         // barrier for whoever sees it gone).
-        pid != PID_B || self.0.load(Ordering::Acquire) == 0
+        pid != PID_B || Word::load(self.0, Ordering::Acquire) == 0
     }
     fn exists(&self, pid: u32) -> bool {
         self.alive(pid, 0)
@@ -342,23 +342,29 @@ impl Ring {
         moved
     }
 
-    /// Member B: claims once and dies. Returns the claim its entry names.
+    /// Member B: claims once and dies. Returns the claim its entry named when it died
+    /// (read after its death, the entry would show an adopter's progress through it).
     fn member_b(&self, death: Death) -> (u64, u64) {
         match death {
-            Death::ControlBetweenCasAndStores => control_claim(&self.group.next, &self.b_dead),
+            Death::ControlBetweenCasAndStores => {
+                // Relaxed: B's own entry, as it stays (the control never stores it).
+                let named = (
+                    self.b.next.load(Ordering::Relaxed),
+                    self.b.claim_end.load(Ordering::Relaxed),
+                );
+                control_claim(&self.group.next, &self.b_dead);
+                named
+            }
             _ => {
                 let work = Dying {
                     work: &self.group.next,
                     dead: &self.b_dead,
                     death,
                 };
-                group::claim(&work, &self.b.next, &self.b.claim_end, 1, |w| self.run(w));
+                // The claim stored in the entry before the CAS it died at.
+                group::claim(&work, &self.b.next, &self.b.claim_end, 1, |w| self.run(w))
             }
         }
-        (
-            self.b.next.load(Ordering::Relaxed),
-            self.b.claim_end.load(Ordering::Relaxed),
-        )
     }
 }
 

@@ -113,7 +113,7 @@ impl Line {
     }
 
     fn count(&self) -> u32 {
-        waiters::count(self.waiters.0.load(Ordering::Relaxed))
+        waiters::count(shmring::line::Word::load(&self.waiters, Ordering::Relaxed))
     }
 }
 

@@ -5,21 +5,46 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 use shmring::line::Word;
 
 /// A 64-bit word of a model, run through the shipping code's `Word` trait.
-pub struct W(pub AtomicU64);
+///
+/// Every load is preceded by a Relaxed read-modify-write of a shadow word that holds
+/// nothing. loom's partial-order reduction remembers one last access per atomic, and takes
+/// two loads for independent: a thread that loads a word and then writes it hides, behind
+/// its own load, another thread's earlier load of that word, so the interleaving with the
+/// write first is never run (tokio-rs/loom#392; `client/tests/loom_explores.rs` fails
+/// without the shadow). Through the shadow two loads of one word race as writes do, and
+/// the thread that loads and then writes is run first from the other's load on. Stores and
+/// read-modify-writes need no shadow: loom checks them against every last access. A
+/// Relaxed RMW synchronises nothing, so the loads still see every value the memory model
+/// allows. Models' own plain loom atomics (stamps, counters) have no shadow.
+pub struct W {
+    /// The word.
+    pub value: AtomicU64,
+    shadow: AtomicU64,
+}
 
 impl W {
     /// A word holding `v`.
     pub fn new(v: u64) -> Self {
-        W(AtomicU64::new(v))
+        W {
+            value: AtomicU64::new(v),
+            shadow: AtomicU64::new(0),
+        }
+    }
+
+    /// The access to the shadow word that makes a load race the other loads of the word.
+    fn touch(&self) {
+        // Relaxed: orders nothing; only the scheduler looks at it.
+        self.shadow.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 impl Word for W {
     fn load(&self, order: Ordering) -> u64 {
-        self.0.load(order)
+        self.touch();
+        self.value.load(order)
     }
     fn store(&self, value: u64, order: Ordering) {
-        self.0.store(value, order)
+        self.value.store(value, order)
     }
     fn compare_exchange(
         &self,
@@ -28,10 +53,10 @@ impl Word for W {
         ok: Ordering,
         err: Ordering,
     ) -> Result<u64, u64> {
-        self.0.compare_exchange(current, new, ok, err)
+        self.value.compare_exchange(current, new, ok, err)
     }
     fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
-        self.0.fetch_add(value, order)
+        self.value.fetch_add(value, order)
     }
 }
 
