@@ -20,9 +20,12 @@
 //!   Release fence between the claim and the payload, the reader's Acquire fence between the
 //!   copy and the check). A refused claim writes no payload and is taken back (`claim = s`)
 //!   by the next start, so the claim never drops below a write. Until then it stays in the
-//!   word: a copying reader that lags more than a ring behind while the ring is stopped
-//!   may take up to that claim's `n` events as overwritten (counted in `dropped_behind`,
-//!   as a lap is); a gating reader never looks at the claim.
+//!   word, past the stop sequence: while the line is settled closed, nothing at or past
+//!   `stop_seq` has been written, so the check bounds the claim by `stop_seq`, read after
+//!   the claim (`overwritten`). A copy that saw a byte of the next run's write came after
+//!   that run's start (the producer's (p1) acquired its Running, before its Release
+//!   fence), so the lifecycle word it reads is that Running or a later stop, whose
+//!   `stop_seq` lies past the write. A gating reader never looks at the claim.
 //! - **tombstones** (`tombs`, one word per slot, apart from the payloads; and
 //!   `ClaimLine::tomb_end`): a sequence claimed and never filled (a claim guard dropped, a
 //!   producer that died mid-publish) is marked `tombs[s % capacity] = s`, then `tomb_end`
@@ -50,7 +53,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::line::Word;
+use crate::line::{self, Word};
 
 /// The words of a fixed-size ring the protocol reads and writes.
 pub trait Words {
@@ -64,6 +67,10 @@ pub trait Words {
     fn tomb_end(&self) -> &Self::W;
     /// The tomb word of `seq`'s slot.
     fn tomb(&self, seq: u64) -> &Self::W;
+    /// The lifecycle word (`line`).
+    fn lifecycle(&self) -> &Self::W;
+    /// The stop sequence (`line`).
+    fn stop_seq(&self) -> &Self::W;
     /// Slots in the ring.
     fn capacity(&self) -> u64;
     /// An atomic fence (`std`'s, or loom's in the model).
@@ -127,8 +134,20 @@ pub fn is_tombstone<R: Words>(r: &R, seq: u64, tomb_end: u64) -> bool {
 #[inline(always)]
 pub fn copy_held<R: Words>(r: &R, seq: u64) -> bool {
     // Acquire fence: pairs with the producer's Release fence in `begin_write` (and a
-    // tombstone's): if the copy saw a byte of a later write, the claim below includes it.
+    // tombstone's): if the copy saw a byte of a later write, the claim below includes it,
+    // and the lifecycle word `overwritten` reads is that write's run's or later.
     r.fence(Ordering::Acquire);
     // Relaxed: ordered by the fence above.
-    r.claim().load(Ordering::Relaxed) <= seq + r.capacity()
+    !overwritten(r, seq, r.claim().load(Ordering::Relaxed))
+}
+
+/// Whether a later lap's write may have reached `seq`'s slot, given a claim read before
+/// this call: the claim is past `seq + capacity`, and the line is not settled closed at or
+/// below `seq + capacity` (a claim refused by a stop stays in the word until the next
+/// start, and wrote nothing: see the module comment).
+#[inline]
+pub fn overwritten<R: Words>(r: &R, seq: u64, claim: u64) -> bool {
+    let bound = seq.saturating_add(r.capacity());
+    // Only when the claim says so: the common case reads one word.
+    claim > bound && line::closed_at(r.lifecycle(), r.stop_seq()).is_none_or(|stop| stop > bound)
 }

@@ -272,6 +272,20 @@ pub fn claim_single_fast<W: Word>(
     }
 }
 
+/// [`Line::closed_at`] from the two words it reads: the stop sequence once the line has
+/// settled closed (Stopped, Draining, Starting or Deleted); `None` while it runs, is
+/// closing, or the word is corrupt.
+#[inline]
+pub fn closed_at<W: Word>(lifecycle: &W, stop_seq: &W) -> Option<u64> {
+    // Acquire: pairs with the Release CAS of whoever changed it, so a settled state comes
+    // with the stop sequence recorded before it.
+    match Life::of(lifecycle.load(Ordering::Acquire)).state {
+        Some(RingState::Running | RingState::Stopping) | None => None,
+        // Relaxed: ordered by the Acquire load of the settled word.
+        Some(_) => Some(stop_seq.load(Ordering::Relaxed)),
+    }
+}
+
 /// The lifecycle word, decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Life {
@@ -390,11 +404,7 @@ impl<W: Word> Line<'_, W> {
     /// The stop sequence once the line has settled closed (Stopped, Draining, Starting or
     /// Deleted); `None` while it runs or is closing.
     pub fn closed_at(&self) -> Option<u64> {
-        match self.life().state {
-            Some(RingState::Running | RingState::Stopping) | None => None,
-            // Relaxed: ordered by the Acquire load of the settled word.
-            Some(_) => Some(self.stop_seq.load(Ordering::Relaxed)),
-        }
+        closed_at(self.lifecycle, self.stop_seq)
     }
 
     /// Wait until no live process owns the lifecycle: a dead owner's transition is taken

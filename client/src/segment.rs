@@ -176,7 +176,7 @@ impl Segment {
             // (line-aligned start), inside `total_size`; on a stamped ring `tombs_offset` is
             // 0 (the header) and the array is never read.
             tombs: unsafe { self.base().add(self.geo.tombs_offset as usize) } as *const AtomicU64,
-            claim: &self.lines().claim as *const ClaimLine,
+            lines: self.lines() as *const SequenceLines,
             mask: self.geo.mask(),
             size: self.geo.slot_size as usize,
         }
@@ -391,8 +391,9 @@ struct EventArray {
     first: *mut u8,
     /// The first tomb word.
     tombs: *const AtomicU64,
-    /// The claim line (claim, cursor, tombstone bound).
-    claim: *const ClaimLine,
+    /// The sequence lines: the claim line (claim, cursor, tombstone bound) and the
+    /// lifecycle line.
+    lines: *const SequenceLines,
     mask: u64,
     /// Bytes per event (a multiple of 8).
     size: usize,
@@ -415,8 +416,13 @@ impl<'a> Events<'a> {
 
     #[inline(always)]
     fn line(&self) -> &'a ClaimLine {
-        // SAFETY: the claim line of the mapping, which outlives 'a; made of atomics only.
-        unsafe { &*self.array.claim }
+        &self.lines().claim
+    }
+
+    #[inline(always)]
+    fn lines(&self) -> &'a SequenceLines {
+        // SAFETY: the sequence lines of the mapping, which outlives 'a; made of atomics only.
+        unsafe { &*self.array.lines }
     }
 
     #[inline(always)]
@@ -434,10 +440,12 @@ impl<'a> Events<'a> {
     }
 
     /// Whether `seq`'s slot holds, or is being written with, a later lap's event: the
-    /// single producer's claim is past `seq + capacity` (Acquire).
+    /// single producer's claim is past `seq + capacity` (Acquire), and no stop refused it
+    /// (`fixed::overwritten`).
     pub(crate) fn lapped(&self, seq: u64) -> bool {
         // Acquire: the claim is stored before the payload it covers (see `fixed`).
-        self.line().value.load(Ordering::Acquire) > seq.saturating_add(self.array.mask + 1)
+        let claim = self.line().value.load(Ordering::Acquire);
+        fixed::overwritten(self, seq, claim)
     }
 
     /// Write `bytes` (exactly one event's size) as the event of `seq`.
@@ -551,6 +559,14 @@ impl fixed::Words for Events<'_> {
     #[inline(always)]
     fn tomb_end(&self) -> &AtomicU64 {
         &self.line().tomb_end
+    }
+    #[inline(always)]
+    fn lifecycle(&self) -> &AtomicU64 {
+        &self.lines().lifecycle.value.lifecycle
+    }
+    #[inline(always)]
+    fn stop_seq(&self) -> &AtomicU64 {
+        &self.lines().lifecycle.value.stop_seq
     }
     #[inline(always)]
     fn tomb(&self, seq: u64) -> &AtomicU64 {

@@ -259,6 +259,42 @@ fn an_optional_consumer_that_is_lapped_counts_the_gap_and_never_a_torn_event() {
     assert_eq!(ring.recall(2, &mut buf), Recall::Gone);
 }
 
+/// A publish refused while the ring is stopped leaves its claim in the claim word until the
+/// next start, and writes nothing: an optional consumer (and `recall`) a whole ring behind
+/// still reads every event the ring holds, none counted as overwritten.
+#[test]
+fn a_publish_refused_while_stopped_overwrites_nothing_for_a_reader_a_ring_behind() {
+    let ns = Namespace::concurrent("fixed-optional-stopped");
+    let ring = Ring::create(
+        ns.name(),
+        "r",
+        &RingConfig {
+            optional_slack: Some(0),
+            ..config(4)
+        },
+    )
+    .unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().optional())
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    for s in 0..4u64 {
+        p.publish_value(&s).unwrap();
+    }
+    assert_eq!(ring.stop(), Ok(4));
+    assert_eq!(p.publish_value(&9u64), Err(PublishError::Closed));
+    let mut buf = Vec::new();
+    assert_eq!(ring.recall(0, &mut buf), Recall::Event);
+    assert_eq!(value(&buf), 0);
+    assert_eq!(drain(&mut c), (0..4).map(|s| (s, s)).collect::<Vec<_>>());
+    assert_eq!(c.stats().dropped_behind, 0);
+    ring.start().unwrap();
+    // The next run overwrites sequence 0's slot: now it is gone.
+    assert_eq!(p.publish_value(&4u64), Ok(4));
+    assert_eq!(ring.recall(0, &mut buf), Recall::Gone);
+    assert_eq!(drain(&mut c), vec![(4, 4)]);
+}
+
 #[test]
 fn a_consumer_attached_while_stopped_gets_the_first_event_of_the_next_run() {
     // The maintenance sequence of the claim line's issue, on a fixed-size ring.

@@ -14,11 +14,16 @@
 //!
 //! Properties: a required consumer reads every event whole, in order, and skips exactly
 //! the tombstones; an optional consumer never hands over a copy holding another lap's
-//! bytes or a dead producer's partial write. The controls break one step each (the copy
+//! bytes or a dead producer's partial write, and takes no event the ring still holds for
+//! overwritten because a stop refused a claim. The controls break one step each (the copy
 //! checked against the cursor instead of the claim; a repair that moves the cursor
-//! without a tomb word) and are expected to fail.
+//! without a tomb word; the stop sequence trusted without the lifecycle word) and are
+//! expected to fail.
 
+mod loom_env;
 mod loom_word;
+
+use loom_env::env;
 
 use loom::sync::atomic::{fence, Ordering};
 use loom::sync::Arc;
@@ -27,7 +32,7 @@ use loom::thread;
 use loom_word::{model, W};
 
 use shmring::fixed::{self, Words};
-use shmring::line::{self, Fast, SeenRunning, Word};
+use shmring::line::{self, Fast, Line, Refused, SeenRunning, Word};
 use shmring_layout::{lifecycle, RingState};
 
 /// A ring of `CAP` slots of two payload words each.
@@ -36,6 +41,7 @@ struct Ring<const CAP: usize> {
     cursor: W,
     tomb_end: W,
     life: W,
+    stop_seq: W,
     tombs: [W; CAP],
     slots: [[W; 2]; CAP],
     /// The required consumer's position (0 when the model has none).
@@ -56,6 +62,12 @@ impl<const CAP: usize> Words for Ring<CAP> {
     fn tomb(&self, seq: u64) -> &W {
         &self.tombs[seq as usize % CAP]
     }
+    fn lifecycle(&self) -> &W {
+        &self.life
+    }
+    fn stop_seq(&self) -> &W {
+        &self.stop_seq
+    }
     fn capacity(&self) -> u64 {
         CAP as u64
     }
@@ -71,10 +83,22 @@ impl<const CAP: usize> Ring<CAP> {
             cursor: W::new(0),
             tomb_end: W::new(0),
             life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
+            stop_seq: W::new(0),
             // No sequence is a tombstone of slot k before the first lap (`u64::MAX`).
             tombs: std::array::from_fn(|_| W::new(u64::MAX)),
             slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
             next: W::new(0),
+        }
+    }
+
+    /// The sequence line over the model's words (one-event claims).
+    fn line(&self) -> Line<'_, W> {
+        Line {
+            claim: &self.claim,
+            lifecycle: &self.life,
+            stop_seq: &self.stop_seq,
+            single: true,
+            max_claim: 1,
         }
     }
 
@@ -271,4 +295,85 @@ fn a_dead_producers_partial_write_is_skipped_as_a_tombstone() {
 #[should_panic(expected = "another write")]
 fn control_a_repair_without_a_tomb_word_delivers_the_partial_write() {
     a_dead_producers_claim(false);
+}
+
+/// The stop sequence trusted without the lifecycle word: a reader that read the claim of
+/// the next run's write, past its sequence's slot, but a stop sequence recorded before it.
+fn held_by_stop_seq_alone<const CAP: usize>(r: &Ring<CAP>, seq: u64) -> bool {
+    fence(Ordering::Acquire);
+    let bound = seq + CAP as u64;
+    r.claim.load(Ordering::Relaxed) <= bound || r.stop_seq.load(Ordering::Relaxed) <= bound
+}
+
+/// A ring of two slots stopped at 2 (events 0 and 1 published) while a claim of sequence 2
+/// was being made: the stop refused it, and its claim (3) stays in the word until the next
+/// start. One thread starts the ring, another publishes 2 once it runs (into sequence 0's
+/// slot); a reader a whole ring behind copies 0 meanwhile. A copy it keeps is 0's, and a
+/// copy made while the ring stayed stopped is kept: the refused claim wrote nothing.
+fn a_reader_a_ring_behind_a_refused_claim(held: fn(&Ring<2>, u64) -> bool) {
+    model(move || {
+        let ring = Arc::new(Ring::<2>::new());
+        ring.publish(0, false);
+        ring.publish(1, false);
+        let stopped = lifecycle::pack(1, RingState::Stopped as u32, 0);
+        ring.stop_seq.store(2, Ordering::SeqCst);
+        ring.life.store(stopped, Ordering::SeqCst);
+        ring.claim.store(3, Ordering::SeqCst);
+        let starter = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().reopen(&env(2, true)))
+        };
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let e = env(1, true);
+                let mut seen = SeenRunning::default();
+                loop {
+                    let claimed = ring
+                        .line()
+                        .claim_single(&e, &mut seen, 2, 1, || fence(Ordering::SeqCst));
+                    match claimed {
+                        Ok(()) => break,
+                        Err(Refused::Closed) => thread::yield_now(),
+                        Err(Refused::Deleted) => unreachable!("nobody removes the ring"),
+                    }
+                }
+                fixed::begin_write(&*ring);
+                for w in ring.slot(2) {
+                    // Relaxed: the payload, published by the cursor.
+                    w.store(2, Ordering::Relaxed);
+                }
+                fixed::publish(&*ring, 3);
+            })
+        };
+        // Acquire: as `closed_at`'s load.
+        let before = ring.life.load(Ordering::Acquire);
+        let [a, b] = ring.slot(0);
+        // Relaxed: a racy copy, checked below.
+        let copy = (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed));
+        let kept = held(&ring, 0);
+        let after = ring.life.load(Ordering::Acquire);
+        if kept {
+            assert_eq!(copy, (0, 0), "an optional copy of 0 kept another write");
+        }
+        if before == stopped && after == stopped {
+            assert!(
+                kept,
+                "a copy made while the ring stayed stopped was dropped"
+            );
+        }
+        assert_eq!(starter.join().unwrap(), Ok(2));
+        producer.join().unwrap();
+    });
+}
+
+#[test]
+fn a_claim_refused_by_a_stop_overwrites_nothing_for_a_reader_a_ring_behind() {
+    a_reader_a_ring_behind_a_refused_claim(fixed::copy_held);
+}
+
+#[test]
+#[should_panic(expected = "kept another write")]
+fn control_a_stop_sequence_trusted_without_the_lifecycle_keeps_the_next_runs_write() {
+    a_reader_a_ring_behind_a_refused_claim(held_by_stop_seq_alone);
 }

@@ -23,18 +23,18 @@ use loom::sync::atomic::{fence, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
+mod loom_env;
 mod loom_word;
 
+use loom_env::{env, DEAD};
 use loom_word::{model, W};
-use shmring::line::{Env, Line, LineError, Refused, SeenRunning, Word};
+use shmring::line::{Line, LineError, Refused, SeenRunning, Word};
 use shmring::RingState;
 use shmring_layout::{lifecycle, CLAIM_CLOSED};
 
 /// Slots in the model's ring: more than the claims any interleaving makes.
 const SLOTS: usize = 4;
 const EMPTY: u64 = u64::MAX;
-/// A pid that is not running.
-const DEAD: u32 = 99;
 
 struct Ring {
     claim: W,
@@ -64,36 +64,6 @@ impl Ring {
             max_claim: (SLOTS / 2) as u64,
         }
     }
-}
-
-struct ModelEnv {
-    me: u32,
-    fenced: bool,
-}
-
-impl Env for ModelEnv {
-    fn me(&self) -> u32 {
-        self.me
-    }
-    fn alive(&self, pid: u32) -> bool {
-        pid != 0 && pid != DEAD
-    }
-    fn heavy_fence(&self) {
-        if self.fenced {
-            fence(Ordering::SeqCst);
-        }
-    }
-    fn has_barrier(&self) -> bool {
-        true
-    }
-    fn pause(&self, _round: u32) -> bool {
-        thread::yield_now();
-        true
-    }
-}
-
-fn env(me: u32, fenced: bool) -> ModelEnv {
-    ModelEnv { me, fenced }
 }
 
 fn running() -> u64 {
