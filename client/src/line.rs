@@ -101,9 +101,10 @@
 //! `process::exists` never judges a live process dead: a process whose main thread exited
 //! while others run reads as a zombie in its own `stat`, and its threads are looked at; a
 //! process that `/proc` mounted with `hidepid` hides is alive while the kernel says its pid
-//! is in use. A single producer waiting in (p5) for a live stopper or
-//! starter has no deadline (a `try_publish` too): a stopper or starter stopped by a signal
-//! between (s1) and (s4), or (t1) and (t4), holds it.
+//! is in use (a zombie too, until its parent reaps it). A single producer waiting in (p5)
+//! for a live stopper or starter has no deadline (a `try_publish` too): a stopper or
+//! starter stopped by a signal between (s1) and (s4), or (t1) and (t4), holds it, and so
+//! does one that died there and that `hidepid` hides, until it is reaped.
 //!
 //! Reopening, multi-producer: the owner of `Starting` CASes the counter from its closed value
 //! (refused claims change it: reload and retry) to `stop_seq`. No other process writes the

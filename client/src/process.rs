@@ -27,7 +27,8 @@ enum Seen {
     /// A process has the pid, but `/proc` does not show it to this one: `/proc` mounted with
     /// `hidepid` hides other users' processes (`hidepid=2` as if absent, `hidepid=1` with
     /// its files unreadable). Its start time cannot be read, so it cannot be told apart from
-    /// the process an entry names.
+    /// the process an entry names; nor can its state, so a hidden zombie counts too, until
+    /// its parent reaps it.
     Hidden,
 }
 
@@ -42,14 +43,15 @@ fn look(pid: u32) -> Seen {
 }
 
 /// Whether any process (a zombie included) has pid `pid`, asked of the kernel with signal 0:
-/// allowed, or refused for permission, the pid is in use.
+/// only "no such process" says it is free. Any other refusal (permission, a security
+/// module, a seccomp filter) leaves it in use: a live process is never judged dead.
 fn in_use(pid: u32) -> bool {
     let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return false;
     };
     match rustix::process::test_kill_process(pid) {
         Ok(()) => true,
-        Err(e) => e == Errno::PERM,
+        Err(e) => e != Errno::SRCH,
     }
 }
 
@@ -76,7 +78,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 }
 
 /// Whether a running process has pid `pid`, including one that `/proc` hides from this
-/// process (0: none).
+/// process, which may also be a zombie not yet reaped (0: none).
 pub fn exists(pid: u32) -> bool {
     pid != 0 && look(pid) != Seen::Gone
 }

@@ -42,8 +42,9 @@ fn a_process_whose_main_thread_exited_is_alive_while_another_thread_runs() {
 /// absent, `hidepid=1` with their files unreadable. A live process hidden that way is
 /// alive (taken over as dead, its entries and half-made transitions would be finished
 /// under it); a process that has exited is still dead. The judging process runs in its
-/// own mount namespace with such a `/proc`, as another user; it needs root to set that up,
-/// and says why it was skipped otherwise.
+/// own mount namespace with such a `/proc`, as another user; it needs root, `unshare` and
+/// `setpriv` to set that up, and a test binary that user may run, and says why it was
+/// skipped otherwise.
 #[test]
 fn a_process_hidden_by_hidepid_is_alive_and_an_exited_one_is_not() {
     if !rustix::process::geteuid().is_root() {
@@ -58,6 +59,7 @@ fn a_process_hidden_by_hidepid_is_alive_and_an_exited_one_is_not() {
         cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
             .arg(concat!(
                 "m=$1; shift; ",
+                "command -v setpriv > /dev/null || exit 77; ",
                 "mount -t proc -o hidepid=$m proc /proc || exit 77; ",
                 r#"exec setpriv --reuid 65534 --regid 65534 --clear-groups "$0" "$@""#,
             ))
@@ -69,9 +71,11 @@ fn a_process_hidden_by_hidepid_is_alive_and_an_exited_one_is_not() {
         let mut child = ns.spawn(&format!("judge under hidepid={mode}"), cmd);
         let status = child.wait_status();
         let lines = child.rest_of_stdout();
-        if status.code() == Some(77) || child.stderr_has("unshare failed") {
+        // 77: no `setpriv`, or the mount was refused; 126: the other user may not run the
+        // test binary (a private target directory).
+        if matches!(status.code(), Some(77 | 126)) || child.stderr_has("unshare failed") {
             eprintln!(
-                "skipped: no hidepid /proc could be mounted here: {}",
+                "skipped: no hidepid /proc and other user could be set up here: {}",
                 child.stderr_so_far()
             );
             return;
