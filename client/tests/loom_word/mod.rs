@@ -6,16 +6,17 @@ use shmring::line::Word;
 
 /// A 64-bit word of a model, run through the shipping code's `Word` trait.
 ///
-/// Every load is preceded by a Relaxed read-modify-write of a shadow word that holds
-/// nothing. loom's partial-order reduction remembers one last access per atomic, and takes
+/// Every load is preceded by a Relaxed store to a shadow word that nobody reads. loom's partial-order reduction remembers one last access per atomic, and takes
 /// two loads for independent: a thread that loads a word and then writes it hides, behind
 /// its own load, another thread's earlier load of that word, so the interleaving with the
 /// write first is never run (tokio-rs/loom#392; `client/tests/loom_explores.rs` fails
 /// without the shadow). Through the shadow two loads of one word race as writes do, and
 /// the thread that loads and then writes is run first from the other's load on. Stores and
-/// read-modify-writes need no shadow: loom checks them against every last access. A
-/// Relaxed RMW synchronises nothing, so the loads still see every value the memory model
-/// allows. Models' own plain loom atomics (stamps, counters) have no shadow.
+/// read-modify-writes need no shadow: loom checks them against every last access. A store
+/// that nobody loads synchronises nothing, so the loads still see every value the memory
+/// model allows (a read-modify-write would not do: it reads the latest store and takes on
+/// its release, an edge the program does not have). Models' own plain loom atomics
+/// (stamps, counters) have no shadow.
 pub struct W {
     /// The word.
     pub value: AtomicU64,
@@ -33,8 +34,8 @@ impl W {
 
     /// The access to the shadow word that makes a load race the other loads of the word.
     fn touch(&self) {
-        // Relaxed: orders nothing; only the scheduler looks at it.
-        self.shadow.fetch_add(1, Ordering::Relaxed);
+        // Relaxed, and never loaded: orders nothing; only the scheduler looks at it.
+        self.shadow.store(0, Ordering::Relaxed);
     }
 }
 
