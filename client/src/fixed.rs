@@ -21,11 +21,12 @@
 //!   copy and the check). A refused claim writes no payload and is taken back (`claim = s`)
 //!   by the next start, so the claim never drops below a write. Until then it stays in the
 //!   word, past the stop sequence: while the line is settled closed, nothing at or past
-//!   `stop_seq` has been written, so the check bounds the claim by `stop_seq`, read after
-//!   the claim (`overwritten`). A copy that saw a byte of the next run's write came after
-//!   that run's start (the producer's (p1) acquired its Running, before its Release
-//!   fence), so the lifecycle word it reads is that Running or a later stop, whose
-//!   `stop_seq` lies past the write. A gating reader never looks at the claim.
+//!   `stop_seq` has been written, so the check bounds the claim by `stop_seq`, both read
+//!   after the copy's Acquire fence (`overwritten`). A copy that saw a byte of the next
+//!   run's write came after that run's start (the producer acquired its Running, in (p1)
+//!   or in (p5)'s look at the settled word, before its Release fence), so the lifecycle
+//!   word it reads is that Running or a later stop, whose `stop_seq` lies past the write.
+//!   A gating reader never looks at the claim.
 //! - **tombstones** (`tombs`, one word per slot, apart from the payloads; and
 //!   `ClaimLine::tomb_end`): a sequence claimed and never filled (a claim guard dropped, a
 //!   producer that died mid-publish) is marked `tombs[s % capacity] = s`, then `tomb_end`
@@ -144,7 +145,10 @@ pub fn copy_held<R: Words>(r: &R, seq: u64) -> bool {
 /// Whether a later lap's write may have reached `seq`'s slot, given a claim read before
 /// this call: the claim is past `seq + capacity`, and the line is not settled closed at or
 /// below `seq + capacity` (a claim refused by a stop stays in the word until the next
-/// start, and wrote nothing: see the module comment).
+/// start, and wrote nothing: see the module comment). Only a copying reader's check may
+/// lean on the bound ([`copy_held`], or a look before a copy that it checks): without the
+/// copy's fence pair, the claim read may be the next run's while the lifecycle word read
+/// here is still the stop's.
 #[inline]
 pub fn overwritten<R: Words>(r: &R, seq: u64, claim: u64) -> bool {
     let bound = seq.saturating_add(r.capacity());

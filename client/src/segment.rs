@@ -440,10 +440,19 @@ impl<'a> Events<'a> {
     }
 
     /// Whether `seq`'s slot holds, or is being written with, a later lap's event: the
-    /// single producer's claim is past `seq + capacity` (Acquire), and no stop refused it
-    /// (`fixed::overwritten`).
+    /// single producer's claim is past `seq + capacity` (Acquire). A claim that a stop
+    /// refused counts too (see [`Events::overwritten`]).
     pub(crate) fn lapped(&self, seq: u64) -> bool {
         // Acquire: the claim is stored before the payload it covers (see `fixed`).
+        self.line().value.load(Ordering::Acquire) > seq.saturating_add(self.array.mask + 1)
+    }
+
+    /// [`Events::lapped`] without a claim that a stop refused (`fixed::overwritten`): for a
+    /// copying reader's look before its copy, which `fixed::copy_held` checks after it.
+    /// Alone it is not enough: the claim read here may be the next run's (its store is
+    /// Relaxed) while the lifecycle word read after it is still the stop's.
+    pub(crate) fn overwritten(&self, seq: u64) -> bool {
+        // Acquire: as in `lapped`.
         let claim = self.line().value.load(Ordering::Acquire);
         fixed::overwritten(self, seq, claim)
     }

@@ -188,7 +188,7 @@ impl Consumer {
     {
         let events = self.seg.events();
         let (cursor, tomb_end) = fixed::published(&events);
-        if !self.required && events.lapped(start) {
+        if !self.required && events.overwritten(start) {
             // The ring no longer holds `start`: skip to the head and count the gap.
             return self.idle_checks(true);
         }

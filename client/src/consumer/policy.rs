@@ -703,7 +703,7 @@ impl Consumer {
         let seg = Arc::clone(self.seg.arc());
         let events = seg.events();
         let (cursor, tomb_end) = fixed::published(&events);
-        if at >= cursor || fixed::is_tombstone(&events, at, tomb_end) || events.lapped(at) {
+        if at >= cursor || fixed::is_tombstone(&events, at, tomb_end) || events.overwritten(at) {
             // Not published yet, a tombstone, or lapped: the usual poll deals with it.
             return None;
         }

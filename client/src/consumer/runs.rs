@@ -53,7 +53,7 @@ impl Consumer {
             .min(self.upstream_limit()?.saturating_sub(start));
         let events = self.seg.events();
         let (cursor, tomb_end) = fixed::published(&events);
-        if !self.required && events.lapped(start) {
+        if !self.required && events.overwritten(start) {
             return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
         }
         let n = cursor.saturating_sub(start).min(cap);
