@@ -612,7 +612,8 @@ fn shm_producer(args: &Args) -> Result<()> {
             // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
             // loop), the ring in batches (twice: the consumer reads them per event, then a run
             // at a time), the floor ring (its producer's loop) and the `disruptor` crate
-            // (`crate=1`), until the duration has passed at the end of a pair.
+            // (`crate=1`), until the duration has passed at the end of a pair (and the
+            // warm-up pair is not the only one).
             let chunk: u64 = args.num("chunk")?;
             ensure!(
                 chunk > 0 && chunk.is_multiple_of(256),
@@ -681,7 +682,9 @@ fn shm_producer(args: &Args) -> Result<()> {
                 }
                 pairs.push(took);
                 published += 4 * chunk;
-                if now_ns() >= end {
+                // One pair past the warm-up at least, however long the warm-up took (a
+                // loaded machine can spend the whole duration on it).
+                if now_ns() >= end && pairs.len() >= 2 {
                     break;
                 }
             }
