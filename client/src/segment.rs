@@ -450,7 +450,9 @@ impl<'a> Events<'a> {
     /// [`Events::lapped`] without a claim that a stop refused (`fixed::overwritten`): for a
     /// copying reader's look before its copy, which `fixed::copy_held` checks after it.
     /// Alone it is not enough: the claim read here may be the next run's (its store is
-    /// Relaxed) while the lifecycle word read after it is still the stop's.
+    /// Relaxed) while the lifecycle word read after it is still the stop's. (A required
+    /// consumer's look through `policy_first_fixed` uses it too: a consumer that gates is
+    /// never a ring behind the claim, so it reads as `lapped` would.)
     pub(crate) fn overwritten(&self, seq: u64) -> bool {
         // Acquire: as in `lapped`.
         let claim = self.line().value.load(Ordering::Acquire);

@@ -6,8 +6,9 @@ use shmring::line::Word;
 
 /// A 64-bit word of a model, run through the shipping code's `Word` trait.
 ///
-/// Every load is preceded by a Relaxed store to a shadow word that nobody reads. loom's partial-order reduction remembers one last access per atomic, and takes
-/// two loads for independent: a thread that loads a word and then writes it hides, behind
+/// Every load is preceded by a Relaxed store to a shadow word that nobody reads. loom's
+/// partial-order reduction remembers one last access per atomic, and takes two loads for
+/// independent: a thread that loads a word and then writes it hides, behind
 /// its own load, another thread's earlier load of that word, so the interleaving with the
 /// write first is never run (tokio-rs/loom#392; `client/tests/loom_explores.rs` fails
 /// without the shadow). Through the shadow two loads of one word race as writes do, and
