@@ -224,8 +224,12 @@ fn producers_killed_between_claim_and_commit_leave_only_counted_tombstones() {
         handle.head(),
         "both consumers reached the stop sequence"
     );
-    assert_eq!(a.net, 0, "wake-ups by the net: {a:?}");
-    assert_eq!(b.net, 0, "wake-ups by the net: {b:?}");
+    // A producer killed between its stamp and its wake leaves a consumer parked right then
+    // to the 50 ms net, unless another publish wakes it first (docs/FAILURE_MODES.md): at
+    // most one net wake-up per kill, never more.
+    let kills = outcomes.len() as u64;
+    assert!(a.net <= kills, "wake-ups by the net, {kills} kills: {a:?}");
+    assert!(b.net <= kills, "wake-ups by the net, {kills} kills: {b:?}");
 
     let v = ns.wait_status("the last sweep to see the consumers at the end", |v, _| {
         let r = ring(v, "r")?;
