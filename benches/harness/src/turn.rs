@@ -279,7 +279,8 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
             ]],
             echo: false,
             // The run ends at the first pair past twice the duration (the second pair at the
-            // earliest); the slowest chunks seen took about 26 ms. Far more than that means a process is stuck.
+            // earliest); the slowest chunks seen took about 26 ms. Far more than that means a
+            // process is stuck.
             timeout: dur * 40 + std::time::Duration::from_secs(60),
         };
         let p = shm::run(ctx, "turn", setup)?;
