@@ -160,6 +160,47 @@ fn an_unattributed_hole_waits_for_the_unblock_timeout() {
     );
 }
 
+/// A publish stamps its event, then wakes parked consumers: a producer killed between the
+/// two leaves an event that consumers parked at that moment would only find at their 50 ms
+/// net. The broker wakes the consumer line once when it first sees a producer dead, before
+/// any repair (a held claim waits the unblock timeout, an hour here), and not again on
+/// later sweeps.
+#[test]
+fn a_producer_seen_dead_wakes_the_consumer_line_once() {
+    use shmring_testkit::raw::{Line, RawSegment};
+    let ns = Namespace::new("deadwake");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"3600s\"\n",
+    ));
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let mut producer = handle.producer().expect("producer");
+    for v in 0..3u64 {
+        producer.publish(&v.to_le_bytes()).expect("publish");
+    }
+    let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
+    // Nothing parks on this ring: nothing else moves the consumer line's word.
+    let word = raw.wake_word(Line::Consumer);
+    // Sequence 3 held by a producer that died inside its claim.
+    let (pid, start) = shmring_testkit::fault::dead_process();
+    raw.set_claim_word(4);
+    raw.fabricate_dead_producer(1, pid, start, 3 + 1, 1);
+    let v = ns.wait_status("five more sweeps", |v, _| {
+        (num(&v["broker"], "sweeps") >= before + 5).then(|| v.clone())
+    });
+    let dead = ring(&v, "r").expect("r")["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .any(|p| p["pid"].as_u64() == Some(u64::from(pid)) && p["alive"] == false);
+    assert!(dead, "the dead producer is seen, not repaired yet: {v:#}");
+    assert_eq!(
+        raw.wake_word(Line::Consumer).wrapping_sub(word),
+        1,
+        "one wake of the consumer line for one producer seen dead"
+    );
+}
+
 /// A consumer waiting at a hole has nothing to do: it stays HEALTHY however long the hole
 /// lasts and however full the ring gets behind it (here the claims run a whole ring past
 /// it, the last one held by a producer that died waiting for room). The hole shows on the

@@ -165,6 +165,15 @@ impl Ring {
         self.seg.header().last_sweep_ns.load(Ordering::Relaxed)
     }
 
+    /// Wake every consumer parked on this ring. A publish stamps its event, then wakes
+    /// parked consumers: a producer that died between the two left an event that the
+    /// consumers parked at that moment find only at their 50 ms net. Whoever first sees a
+    /// producer dead calls this (the broker does, at the sweep that sees it), before any
+    /// repair: a held claim waits for the unblock timeout, the stamped event does not.
+    pub fn wake_consumers(&self) {
+        park::wake(&self.seg.lines().consumer_wake.value);
+    }
+
     /// Repair the claim left by the dead producer of entry `index`, whose word the caller
     /// read as `seen` (`ProducerInfo::word`): the repair holds the entry (REPAIRING) while
     /// it marks the claim's unpublished sequences as repaired, then frees it. A slot whose

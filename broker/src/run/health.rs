@@ -154,6 +154,8 @@ pub struct ProducerHealth {
     pub repaired: u64,
     /// A stuck repair was already logged.
     pub warned: bool,
+    /// The consumer line was woken for this death (`Ring::wake_consumers`).
+    pub woken: bool,
 }
 
 impl ProducerHealth {
@@ -164,6 +166,7 @@ impl ProducerHealth {
             start_time,
             repaired: 0,
             warned: false,
+            woken: false,
         }
     }
 

@@ -1,7 +1,9 @@
-//! Producers that died: an entry without a claim is freed at once; a claim left in flight
-//! is tombstoned once the ring has had a hole for its unblock timeout, so consumers skip
-//! the hole (and count it). A repair that finds the slot still unread is retried every
-//! sweep.
+//! Producers that died: the consumer line is woken once, at the sweep that first sees the
+//! death (a producer killed between its stamp and its wake leaves parked consumers an event
+//! they would otherwise find only at their 50 ms net); an entry without a claim is freed at
+//! once; a claim left in flight is tombstoned once the ring has had a hole for its unblock
+//! timeout, so consumers skip the hole (and count it). A repair that finds the slot still
+//! unread is retried every sweep.
 //!
 //! The timeout runs on the ring's unblock clock, in the segment (`Ring::note_hole`, the
 //! client's `unblock` module): the first sweep of any broker that sees a hole starts it, a
@@ -34,6 +36,12 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
             .or_insert_with(|| ProducerHealth::new(p.pid, p.start_time));
         if watches.alive(p.pid, p.start_time) {
             continue;
+        }
+        if !rec.woken {
+            // Once per death, before the repair: the producer may have died between its
+            // stamp and its wake, with consumers parked on an event they cannot see.
+            rec.woken = true;
+            t.ring.wake_consumers();
         }
         // A claim whose sequence is not recorded yet (`claiming`) waits out the timeout
         // too: its repair searches for the hole, which is only safe once every live
