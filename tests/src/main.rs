@@ -1,7 +1,7 @@
 //! `shmring-testkit`: the child processes of the multi-process integration tests.
 //!
 //! Each subcommand is one role (`produce`, `consume`, `attach-loop`, `claim-batch`,
-//! `ping-pong`, `wake-set`, `run-closed`, `lifecycle-storm`, `worker`, `main-exits`, `liveness`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
+//! `ping-pong`, `wake-set`, `run-closed`, `lifecycle-storm`, `worker`, `main-exits`, `liveness`, `data-path`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
 //! `ready` once attached (the parent waits for it instead of sleeping), `done ...` with its
 //! counters at the end. A violation of an ordering or integrity rule is printed on stderr
 //! and exits with status 1; a panic exits with 101.
@@ -50,6 +50,8 @@ enum Role {
     MainExits,
     /// Report how this process judges other processes: whether each is alive and exists.
     Liveness(roles::Liveness),
+    /// Every publish and delivery form under a filter that kills at the first system call.
+    DataPath(roles::data_path::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,5 +77,6 @@ fn main() -> anyhow::Result<()> {
         Role::Worker(a) => roles::worker::run(a),
         Role::MainExits => roles::main_exits(),
         Role::Liveness(a) => roles::liveness(a),
+        Role::DataPath(a) => roles::data_path::run(a),
     }
 }

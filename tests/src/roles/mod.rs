@@ -4,6 +4,7 @@
 pub mod attach_loop;
 pub mod claim_batch;
 pub mod consume;
+pub mod data_path;
 pub mod lifecycle_storm;
 pub mod ping_pong;
 pub mod produce;
