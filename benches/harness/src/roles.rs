@@ -145,8 +145,9 @@ fn shm_consumer(args: &Args) -> Result<()> {
             }
         }
     } else if mode == ConsumerMode::Turn {
-        // Chunks in turn, each acknowledged once read (`turn`): the ring per event, the ring
-        // in batches (read the same way, then a run at a time), the floor ring, and
+        // Chunks in turn, each acknowledged once read (`turn`): the ring per event (twice: by
+        // `publish`, then through a `Publisher`), the ring in batches (read the same way, then
+        // a run at a time), the floor ring, and
         // (`crate=1`) asleep while the producer process runs the `disruptor` crate's chunk.
         // The producer's stop after its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
@@ -158,8 +159,9 @@ fn shm_consumer(args: &Args) -> Result<()> {
         let count = std::cell::Cell::new(0u64);
         let (mut chunks, mut crates) = (0u64, 0u64);
         'pairs: loop {
-            // The ring per event, then in batches (read the same way).
-            for _ in 0..2 {
+            // The ring per event (published with `publish`, then through a `Publisher`),
+            // then in batches (read the same way).
+            for _ in 0..3 {
                 let end = count.get() + chunk;
                 // The counting handler's work per event, as `Count` (without its rate
                 // meter: the chunks are timed by the producer).
@@ -610,7 +612,7 @@ fn shm_producer(args: &Args) -> Result<()> {
         }
         "turn" => {
             // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
-            // loop), the ring in batches (twice: the consumer reads them per event, then a run
+            // loop, then its `Publisher` form's), the ring in batches (twice: the consumer reads them per event, then a run
             // at a time), the floor ring (its producer's loop) and the `disruptor` crate
             // (`crate=1`), until the duration has passed at the end of a pair (and the
             // warm-up pair is not the only one).
@@ -630,12 +632,15 @@ fn shm_producer(args: &Args) -> Result<()> {
             let mut pairs = Vec::new();
             let (mut chunks, mut crates) = (0u64, 0u64);
             loop {
-                let mut took = [0u64; 5];
+                let mut took = [0u64; 6];
                 for side in crate::turn::SIDES {
                     let t0 = now_ns();
                     match side {
                         crate::turn::Side::Ring => {
                             stream_plain(&mut p, 8, &mut buf, chunk, u64::MAX)?;
+                        }
+                        crate::turn::Side::Publisher => {
+                            stream_publisher(&mut p, chunk, u64::MAX)?;
                         }
                         crate::turn::Side::Batch | crate::turn::Side::BatchRuns => {
                             let mut left = chunk;
@@ -681,7 +686,7 @@ fn shm_producer(args: &Args) -> Result<()> {
                     }
                 }
                 pairs.push(took);
-                published += 4 * chunk;
+                published += 5 * chunk;
                 // One pair past the warm-up at least, however long the warm-up took (a
                 // loaded machine can spend the whole duration on it).
                 if now_ns() >= end && pairs.len() >= 2 {

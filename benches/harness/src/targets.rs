@@ -369,6 +369,20 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             1.0,
         ),
         (
+            "1P1C 8 B per-event, fixed-size ring, Publisher / bare SPSC ring floor, in turn, paired",
+            turn::PUBLISHER_ROW,
+            turn::FLOOR_ROW,
+            "",
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, fixed-size ring, Publisher / disruptor crate per-event, in turn, paired",
+            turn::PUBLISHER_ROW,
+            turn::CRATE_ROW,
+            "crate_",
+            1.0,
+        ),
+        (
             "1P1C 8 B batch-100, fixed-size ring / disruptor crate per-event, in turn, paired",
             turn::BATCH_ROW,
             turn::CRATE_ROW,

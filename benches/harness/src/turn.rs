@@ -6,11 +6,13 @@
 //! The rows of `paired` run seconds apart, each in processes of its own; on a guest whose
 //! cross-core line transfers change speed several-fold from one second to the next, even
 //! those seconds decide a ratio (ARCHITECTURE.md, "Measured inside one run"). Here a pair is
-//! five chunks of [`CHUNK`] events, one per [`Side`], in this order:
+//! six chunks of [`CHUNK`] events, one per [`Side`], in this order:
 //!
 //! - the ring, per event: the producer publishes with `Producer::publish` (the fixed-size
 //!   per-event row's loop), the consumer reads with `Consumer::run` and the counting
 //!   handler;
+//! - the ring, per event through a `Publisher` (`Producer::publisher`, each event its own
+//!   publish with the position held in a register), read the same way;
 //! - the ring, [`BATCH`] events per `publish_batch`, read the same way;
 //! - the same again, read a run at a time (`Consumer::poll_runs`, the counting work over
 //!   each slice);
@@ -67,6 +69,9 @@ pub const CRATE_LINE: usize = 2;
 pub const MIN_PAIRS: usize = 5;
 /// The ring's per-event row.
 pub const RING_ROW: &str = "per-event, 8 B, fixed-size ring, in turn with the floor";
+/// The ring's per-event row through a `Publisher`.
+pub const PUBLISHER_ROW: &str =
+    "per-event, 8 B, fixed-size ring, Publisher, in turn with the floor";
 /// The floor's row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fixed-size ring";
 /// The ring's batch-100 row, read an event per handler call.
@@ -83,19 +88,22 @@ pub const CRATE_ROW: &str =
 pub enum Side {
     /// shmring's fixed-size ring, per event (`Producer::publish`).
     Ring = 0,
+    /// shmring's fixed-size ring, per event through a `Publisher`, read as `Ring`.
+    Publisher = 1,
     /// shmring's fixed-size ring, [`BATCH`] events per `publish_batch`, read as `Ring`.
-    Batch = 1,
+    Batch = 2,
     /// The same, read a run at a time (`Consumer::poll_runs`).
-    BatchRuns = 2,
+    BatchRuns = 3,
     /// The floor ring.
-    Floor = 3,
+    Floor = 4,
     /// The `disruptor` crate, per event.
-    Crate = 4,
+    Crate = 5,
 }
 
 /// Every side, in order.
-pub const SIDES: [Side; 5] = [
+pub const SIDES: [Side; 6] = [
     Side::Ring,
+    Side::Publisher,
     Side::Batch,
     Side::BatchRuns,
     Side::Floor,
@@ -115,6 +123,7 @@ impl Side {
     pub fn key(self) -> &'static str {
         match self {
             Side::Ring => "ring",
+            Side::Publisher => "publisher",
             Side::Batch => "batch",
             Side::BatchRuns => "batch_runs",
             Side::Floor => "floor",
@@ -126,9 +135,11 @@ impl Side {
 /// The comparisons judged: (the side judged, the side around it, the prefix of their keys
 /// and row extras, whether a judged chunk above [`paired::BEATEN`] times the side around it
 /// is left out).
-pub const COMPARED: [(Side, Side, &str, bool); 4] = [
+pub const COMPARED: [(Side, Side, &str, bool); 6] = [
     (Side::Ring, Side::Floor, "", true),
     (Side::Ring, Side::Crate, "crate_", false),
+    (Side::Publisher, Side::Floor, "", true),
+    (Side::Publisher, Side::Crate, "crate_", false),
     (Side::Batch, Side::Crate, "crate_", false),
     (Side::BatchRuns, Side::Crate, "crate_", false),
 ];
@@ -201,7 +212,7 @@ fn compared_key(judged: Side, around: Side, what: &str) -> String {
 /// Write what the chunk times of every pair say into a role's results: each side's rates
 /// (`turn_{side}_rate`, `_median`, `_fastest`) and each comparison of [`COMPARED`] whose
 /// sides both ran (`crate` false: the crate's did not).
-pub fn report(m: &mut shmring_peers::kit::Measured, pairs: &[[u64; 5]], chunk: u64, krate: bool) {
+pub fn report(m: &mut shmring_peers::kit::Measured, pairs: &[[u64; 6]], chunk: u64, krate: bool) {
     let times = |s: Side| -> Vec<u64> { pairs.iter().map(|p| p[s as usize]).collect() };
     m.set("turn_pairs", pairs.len().saturating_sub(1) as f64);
     for side in SIDES {
@@ -233,6 +244,7 @@ pub fn report(m: &mut shmring_peers::kit::Measured, pairs: &[[u64; 5]], chunk: u
 fn row_name(side: Side) -> &'static str {
     match side {
         Side::Ring => RING_ROW,
+        Side::Publisher => PUBLISHER_ROW,
         Side::Batch => BATCH_ROW,
         Side::BatchRuns => BATCH_RUNS_ROW,
         Side::Floor => FLOOR_ROW,
@@ -288,15 +300,15 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
         let pairs = pr.need("turn_pairs")? as u64;
         ensure!(pairs > 0, "no pair measured after the warm-up");
         // Each side published a chunk per pair, the warm-up pair included; the consumer says
-        // what it read of shmring's ring (its three sides) and of the floor's.
+        // what it read of shmring's ring (its four sides) and of the floor's.
         let each = (pairs + 1) * CHUNK;
         let read = [c.need("turn_ring_read")?, c.need("turn_floor_read")?];
         ensure!(
-            read == [(3 * each) as f64, each as f64],
+            read == [(4 * each) as f64, each as f64],
             "the consumer read {} ring and {} floor events, of {} and {each}",
             read[0],
             read[1],
-            3 * each
+            4 * each
         );
         let mut rows = Vec::new();
         for &side in &sides {
@@ -471,15 +483,16 @@ mod tests {
 
     #[test]
     fn the_report_judges_each_comparison_between_its_own_sides() {
-        // Ring, batch, batch with run reads, floor, crate in M/s per pair: the floor steady,
-        // the crate changing speed in pair 2, so only the crate comparisons lose a pair.
+        // Ring, publisher, batch, batch with run reads, floor, crate in M/s per pair: the
+        // floor steady, the crate changing speed in pair 2, so only the crate comparisons
+        // lose a pair.
         let rates = [
-            [10.0, 10.0, 10.0, 100.0, 50.0],
-            [80.0, 250.0, 400.0, 100.0, 50.0],
-            [80.0, 250.0, 400.0, 100.0, 100.0],
-            [90.0, 300.0, 500.0, 100.0, 100.0],
+            [10.0, 10.0, 10.0, 10.0, 100.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 100.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 100.0, 100.0],
+            [90.0, 115.0, 300.0, 500.0, 100.0, 100.0],
         ];
-        let pairs: Vec<[u64; 5]> = rates.iter().map(|p| p.map(ns)).collect();
+        let pairs: Vec<[u64; 6]> = rates.iter().map(|p| p.map(ns)).collect();
         let mut m = shmring_peers::kit::Measured::default();
         report(&mut m, &pairs, CHUNK, true);
         let got = |k: &str| m.get(k).map(|v| format!("{v:.2}"));
@@ -505,6 +518,24 @@ mod tests {
         assert_eq!(
             got("turn_batch_runs_vs_crate_greatest").as_deref(),
             Some("8.00")
+        );
+        // Publisher over floor: 1.10, 1.10, 1.15 (none above BEATEN); over crate: 2.20,
+        // (mixed), 1.15.
+        assert_eq!(
+            got("turn_publisher_vs_floor_ratio").as_deref(),
+            Some("1.10")
+        );
+        assert_eq!(
+            got("turn_publisher_vs_floor_beaten").as_deref(),
+            Some("0.00")
+        );
+        assert_eq!(
+            got("turn_publisher_vs_crate_least").as_deref(),
+            Some("1.15")
+        );
+        assert_eq!(
+            got("turn_publisher_vs_crate_greatest").as_deref(),
+            Some("2.20")
         );
         assert_eq!(got("turn_crate_fastest").as_deref(), Some("100000000.00"));
         // Without the crate's side: no crate keys at all.
