@@ -91,6 +91,27 @@
 //! its store follows (t3) and is never undone by it. A dead producer's refused claim is
 //! taken back the same way.
 //!
+//! Attaching, single producer: a new producer (its predecessor detached, or died and had its
+//! claims stamped or repaired first, so nobody else claims) takes the position as its next
+//! sequence and makes it the claim word ([`Line::take_position`]):
+//!
+//! ```text
+//! new single producer
+//! (a1) w = life; Stopping: wait it out (finish it if its owner is dead), again from (a1)
+//! (a2) p = position (stop_seq while settled closed, else the claim word)
+//! (a3) claim = p (SeqCst); full fence
+//! (a4) life still w? p is the producer's next sequence; else again from (a1)
+//! ```
+//!
+//! (a3) and (a4) against (s1) to (s3) are the stop's handshake again: if (a4) finds `w`, a
+//! stop's (s1) comes after it, so its (s3) reads (a3) (or a later claim of this producer) and
+//! records `p`; if a stop began, (a4) sees its word, and the producer waits for its record
+//! and takes that. Against a start, (a3) and (t3) write the same value, the stop
+//! sequence. What (a3) changes: while the line is settled closed, a refused claim's position
+//! past the stop (a dead predecessor's) comes down to the stop sequence, as (t3) would do;
+//! while it runs, nothing once the predecessor's last claim is stamped (the attach repairs
+//! it first), and the handshake above covers a running line whose word is past its position.
+//!
 //! Limits. An owner is named by its pid alone (the word has no room for a start time), so a
 //! pid reused by an unrelated process makes a dead owner look alive: the transition then
 //! waits (lifecycle calls give up after `LIFECYCLE_WAIT`) until that process exits. Every
@@ -113,7 +134,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use shmring_layout::{lifecycle, RingState, CLAIM_CLOSED};
+use shmring_layout::{lifecycle, RingState, CLAIM_CLOSED, MAX_SEQUENCE};
 
 /// A 64-bit atomic word of the line. Implemented for the segment's `AtomicU64`; the loom
 /// models implement it for loom's.
@@ -191,6 +212,17 @@ pub enum LineError {
     /// A single-producer line cannot be closed or reopened from this process: it has no
     /// `membarrier`.
     NoBarrier,
+}
+
+/// Why a new single producer did not take the line's position ([`Line::take_position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeError {
+    /// A stop in progress did not finish in time (its owner lives), or finishing a dead
+    /// stopper's failed.
+    Busy,
+    /// The position read is at or past `shmring_layout::MAX_SEQUENCE`, which no ring
+    /// reaches: the word was overwritten.
+    CorruptPosition(u64),
 }
 
 /// Why a claim was refused.
@@ -373,6 +405,52 @@ impl<W: Word> Line<'_, W> {
             c
         } else {
             self.stop_seq.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Single producer: a new producer takes the position as its next sequence and stores
+    /// it into the claim word ((a1) to (a4) in the module comment). A dead predecessor may
+    /// have left a refused claim's position there; a claim it left unfinished was repaired
+    /// by the caller. `published` as for [`Line::position`]; `fence` is a full (SeqCst)
+    /// fence, loom's in the models.
+    pub fn take_position(
+        &self,
+        env: &impl Env,
+        published: impl Fn(u64) -> bool,
+        fence: impl Fn(),
+    ) -> Result<u64, TakeError> {
+        debug_assert!(self.single, "take_position on a multi-producer line");
+        let mut round = 0;
+        loop {
+            // (a1) Acquire (`life`): pairs with the Release CAS that left the state, so a
+            // settled word comes with its stop sequence.
+            let life = self.life();
+            if life.state == Some(RingState::Stopping) {
+                // The stop reads the position: let it finish (or finish a dead stopper's).
+                if !env.alive(life.owner) {
+                    self.settle(env).map_err(|_| TakeError::Busy)?;
+                } else if !env.pause(round) {
+                    return Err(TakeError::Busy);
+                }
+                round += 1;
+                continue;
+            }
+            // (a2) Running: the claim word. Settled closed or Starting: the stop sequence, which
+            // also takes back a refused claim a dead predecessor left (as a starter does, (t3)).
+            let p = self.position(&published);
+            if p >= MAX_SEQUENCE {
+                // Another process wrote it: the publish arithmetic would overflow on it.
+                return Err(TakeError::CorruptPosition(p));
+            }
+            // (a3) SeqCst store, then the full fence: pairs with the stopper's heavy fence (s2)
+            // and its SeqCst load (s3), so a stop that (a4) does not see reads this store.
+            self.claim.store(p, Ordering::SeqCst);
+            fence();
+            // (a4) Acquire (`life`), after the fence: a stop whose (s3) missed (a3) has its
+            // Stopping word seen here. The whole word, so a stop and a start since (a1) count.
+            if self.life().word == life.word {
+                return Ok(p);
+            }
         }
     }
 

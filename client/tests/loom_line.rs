@@ -16,6 +16,14 @@
 //! `loom_park.rs`. The last model removes them and requires loom to find the single-producer
 //! claim that is accepted past the stop: the model is only worth something if it can fail.
 //!
+//! The models of a new single producer taking the position (`Line::take_position`, (a1) to
+//! (a4) in `line.rs`) come last. Under the attach's preconditions (the predecessor gone, its
+//! claims stamped or repaired), whoever else writes the claim word during the step writes
+//! the value (a3) writes, so those models hold with or without the step's fence and
+//! re-check, and fail on a wrong position. The handshake itself is checked on a running line
+//! whose word is past its position (a last claim left unstamped), where the two controls
+//! that drop the fence or the re-check must fail.
+//!
 //! Preemption bound 2 by default (`LOOM_MAX_PREEMPTIONS` overrides it): the store-buffering
 //! and takeover bugs each need one preemption to show.
 
@@ -26,11 +34,11 @@ use loom::thread;
 mod loom_env;
 mod loom_word;
 
-use loom_env::{env, DEAD};
+use loom_env::{env, ModelEnv, DEAD};
 use loom_word::{model, W};
-use shmring::line::{Line, LineError, Refused, SeenRunning, Word};
+use shmring::line::{Env, Line, LineError, Refused, SeenRunning, TakeError, Word};
 use shmring::RingState;
-use shmring_layout::{lifecycle, CLAIM_CLOSED};
+use shmring_layout::{lifecycle, CLAIM_CLOSED, MAX_SEQUENCE};
 
 /// Slots in the model's ring: more than the claims any interleaving makes.
 const SLOTS: usize = 4;
@@ -55,6 +63,12 @@ impl Ring {
         }
     }
 
+    /// Whether slot `s` holds sequence `s` (the `published` of `Line::position`).
+    fn published(&self, s: u64) -> bool {
+        // Acquire: pairs with the Release stamp in `publish_from`.
+        self.stamps[s as usize].load(Ordering::Acquire) == s
+    }
+
     fn line(&self) -> Line<'_, W> {
         Line {
             claim: &self.claim,
@@ -77,10 +91,15 @@ fn publish(ring: &Ring, count: u64, fenced: bool) -> Vec<u64> {
 
 /// `count` claims of `n` sequences each (a batch publish stamps all `n` in order).
 fn publish_claims(ring: &Ring, count: u64, n: u64, fenced: bool) -> Vec<u64> {
+    publish_from(ring, 0, count, n, fenced)
+}
+
+/// As `publish_claims`, from the sequence `next` (a single producer's position; its first
+/// claim starts from the default `SeenRunning`, as a new producer's does).
+fn publish_from(ring: &Ring, mut next: u64, count: u64, n: u64, fenced: bool) -> Vec<u64> {
     let e = env(1, fenced);
     let line = ring.line();
     let mut accepted = Vec::new();
-    let mut next = 0;
     let mut seen = SeenRunning::default();
     for _ in 0..count {
         let claimed = if ring.single {
@@ -122,7 +141,12 @@ fn single_with_publisher(count: u64, fenced: bool) -> (Arc<Ring>, thread::JoinHa
 
 /// Every stamp below `stop` is its sequence, none at or above it: refused or delivered.
 fn check_run(ring: &Ring, accepted: &[u64], stop: u64) {
-    for (s, stamp) in ring.stamps.iter().enumerate() {
+    check_run_from(ring, accepted, 0, stop);
+}
+
+/// As `check_run`, for the sequences from `from` on (`accepted`: exactly `from..stop`).
+fn check_run_from(ring: &Ring, accepted: &[u64], from: u64, stop: u64) {
+    for (s, stamp) in ring.stamps.iter().enumerate().skip(from as usize) {
         let stamp = stamp.load(Ordering::Acquire);
         if (s as u64) < stop {
             assert_eq!(
@@ -136,7 +160,7 @@ fn check_run(ring: &Ring, accepted: &[u64], stop: u64) {
             );
         }
     }
-    assert_eq!(accepted, (0..stop).collect::<Vec<_>>());
+    assert_eq!(accepted, (from..stop).collect::<Vec<_>>());
 }
 
 /// A publisher, a stopper and an attacher race; then the main thread starts the ring again
@@ -562,5 +586,254 @@ fn single_producer_two_starts_take_a_refused_claim_back() {
             1,
             "the refused claim taken back"
         );
+    });
+}
+
+// A new single producer takes the line's position (`Line::take_position`, (a1) to (a4) in
+// `line.rs`), as `Producer::attach` does once its entry is taken, and claims from it. The
+// predecessor published sequence 0 and is gone (its entry repaired and freed), so the line's
+// position is 1 whatever the race: the new producer must take exactly 1 (a rewound 0 would
+// accept 0 twice, an inflated 2 would leave 1 unpublished below a stop), which `check_run`
+// checks once the line settles closed.
+
+/// How the model's new single producer takes the position.
+#[derive(Clone, Copy)]
+enum Take {
+    /// The shipping `Line::take_position`.
+    Shipping,
+    /// Control: the shipping step with no fence between (a3) and (a4).
+    WithoutTheFence,
+    /// Control: `take_without_the_recheck`.
+    WithoutTheRecheck,
+}
+
+/// Control: `Line::take_position` without (a4): the position stored, fenced and returned
+/// whatever the lifecycle word says by then.
+fn take_without_the_recheck(
+    line: &Line<'_, W>,
+    env: &ModelEnv,
+    published: impl Fn(u64) -> bool,
+) -> Result<u64, TakeError> {
+    let mut round = 0;
+    loop {
+        let life = line.life();
+        if life.state == Some(RingState::Stopping) {
+            if !env.alive(life.owner) {
+                line.settle(env).map_err(|_| TakeError::Busy)?;
+            } else {
+                env.pause(round);
+            }
+            round += 1;
+            continue;
+        }
+        let p = line.position(&published);
+        // SeqCst and the fence, as the shipping step.
+        line.claim.store(p, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        return Ok(p);
+    }
+}
+
+/// The new single producer (process 1): takes the position (`take`), then makes `claims`
+/// claims of one sequence from it. Returns the position taken and the sequences accepted.
+fn attach_and_publish(ring: &Ring, take: Take, claims: u64) -> (u64, Vec<u64>) {
+    let e = env(1, true);
+    let line = ring.line();
+    let published = |s| ring.published(s);
+    let taken = match take {
+        Take::Shipping => line.take_position(&e, published, || fence(Ordering::SeqCst)),
+        Take::WithoutTheFence => line.take_position(&e, published, || {}),
+        Take::WithoutTheRecheck => take_without_the_recheck(&line, &e, published),
+    };
+    let p = taken.expect("take the position");
+    (p, publish_from(ring, p, claims, 1, true))
+}
+
+/// The new producer's thread.
+fn spawn_attach(ring: &Arc<Ring>, take: Take, claims: u64) -> thread::JoinHandle<(u64, Vec<u64>)> {
+    let ring = ring.clone();
+    thread::spawn(move || attach_and_publish(&ring, take, claims))
+}
+
+/// A running single-producer ring at position 1: its dead predecessor published sequence 0.
+fn running_at_one() -> Arc<Ring> {
+    let ring = Arc::new(Ring::new(true, running(), 1));
+    ring.stamps[0].store(0, Ordering::SeqCst);
+    ring
+}
+
+/// Sequence 0 (the predecessor's), then the new producer's.
+fn with_predecessor(mine: &[u64]) -> Vec<u64> {
+    std::iter::once(0).chain(mine.iter().copied()).collect()
+}
+
+/// The new producer joined, having taken exactly the position 1; the line stopped at the
+/// end (by `stop`, or here): refused or delivered from 0, and a start reopens there.
+fn check_taken(ring: &Ring, taker: thread::JoinHandle<(u64, Vec<u64>)>, stop: Option<u64>) {
+    let (p, mine) = taker.join().unwrap();
+    assert_eq!(p, 1, "the new producer takes the line's position");
+    let e = env(2, true);
+    let stop = stop.unwrap_or_else(|| ring.line().close(&e, RingState::Stopped).expect("stop").0);
+    check_run(ring, &with_predecessor(&mine), stop);
+    assert_eq!(ring.line().reopen(&e), Ok(stop), "reopened at the stop");
+    assert_eq!(
+        ring.line().position(|_| true),
+        stop,
+        "the next claim gets the stop sequence"
+    );
+}
+
+/// The new producer takes the position and claims once while the ring stops: (a4) sees the
+/// stop and takes again, or the stop's (s3) reads the position (a3) stored.
+#[test]
+fn take_position_racing_a_stop() {
+    model(|| {
+        let ring = running_at_one();
+        let taker = spawn_attach(&ring, Take::Shipping, 1);
+        let (stop, _) = ring
+            .line()
+            .close(&env(2, true), RingState::Stopped)
+            .expect("stop");
+        check_taken(&ring, taker, Some(stop));
+    });
+}
+
+/// The predecessor's last claim was refused by a stop, its position (2) left past the stop
+/// sequence (1). The new producer takes the position while a start takes that claim back
+/// ((t3)): both bring the word down to the stop sequence, whichever writes last, and the new
+/// producer's claim is refused before Running, accepted at 1 after it.
+#[test]
+fn take_position_racing_a_start_that_takes_a_refused_claim_back() {
+    model(|| {
+        let ring = stopped_at_one(true, 2);
+        let taker = spawn_attach(&ring, Take::Shipping, 1);
+        assert_eq!(ring.line().reopen(&env(2, true)), Ok(1), "started");
+        check_taken(&ring, taker, None);
+    });
+}
+
+/// A stopper died owning Stopping (before its fence and its read of the position). The new
+/// producer (which finishes that stop when it sees it dead) races a live stop that finishes
+/// it too and then starts the ring: the line stops once, at 1, and the producer's claim is
+/// refused or, after the start, accepted at 1.
+#[test]
+fn take_position_over_a_dead_stop_racing_a_stop_and_a_start() {
+    model(|| {
+        let ring = running_at_one();
+        take_and_die(&ring, RingState::Stopping);
+        let taker = spawn_attach(&ring, Take::Shipping, 1);
+        let e = env(2, true);
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        assert_eq!(stop, 1, "the dead stop closes at the position");
+        assert_eq!(ring.line().reopen(&e), Ok(1), "started");
+        check_taken(&ring, taker, None);
+    });
+}
+
+/// As `take_position_over_a_dead_stop_racing_a_stop_and_a_start`, the racer a start (which
+/// finishes the dead stop itself, or waits for the new producer to).
+#[test]
+fn take_position_over_a_dead_stop_racing_a_start() {
+    model(|| {
+        let ring = running_at_one();
+        take_and_die(&ring, RingState::Stopping);
+        let taker = spawn_attach(&ring, Take::Shipping, 1);
+        assert_eq!(ring.line().reopen(&env(2, true)), Ok(1), "started");
+        check_taken(&ring, taker, None);
+    });
+}
+
+/// A starter died owning Starting, the predecessor's refused claim (2) still past the stop
+/// sequence (1). The new producer takes the position (the stop sequence: it does not wait
+/// for Starting) while a start finishes the dead one, taking the claim back ((t3)); the
+/// producer's claim is refused until Running, accepted at 1 after it.
+#[test]
+fn take_position_over_a_dead_start_racing_a_start() {
+    model(|| {
+        let ring = stopped_at_one(true, 2);
+        take_and_die(&ring, RingState::Starting);
+        let taker = spawn_attach(&ring, Take::Shipping, 1);
+        assert_eq!(
+            ring.line().reopen(&env(2, true)),
+            Err(LineError::AlreadyRunning),
+            "the dead start finished, reopened at 1"
+        );
+        check_taken(&ring, taker, None);
+    });
+}
+
+/// The ring was stopped and started (its word is no longer the default `SeenRunning`, so the
+/// new producer's first (p1) decodes it). The new producer takes the position and makes two
+/// claims (`claim_single_fast`, then (p5) if a stop came between (p1) and (p4)) while the
+/// ring stops.
+#[test]
+fn claims_after_take_position_racing_a_stop() {
+    model(|| {
+        let ring = stopped_at_one(true, 1);
+        assert_eq!(ring.line().reopen(&env(2, true)), Ok(1), "restarted");
+        let taker = spawn_attach(&ring, Take::Shipping, 2);
+        let (stop, _) = ring
+            .line()
+            .close(&env(2, true), RingState::Stopped)
+            .expect("stop");
+        check_taken(&ring, taker, Some(stop));
+    });
+}
+
+/// A running line whose claim word (2) is past its position (1): the predecessor's last
+/// claim left unstamped (the attach repairs it first, so the shipping attach never meets
+/// this line; here it is the one race where (a3) changes a running line's word). The new
+/// producer takes the position while the ring stops: the stop records the taken position
+/// (or the new producer's claim after it), or (a4) sees the stop and the producer takes its
+/// record. Either way it is accepted exactly from its position up to the stop; a stop that
+/// read the old word while the producer kept the position below it fails with "never
+/// published".
+fn take_over_an_unstamped_claim_racing_a_stop(take: Take) {
+    model(move || {
+        let ring = Arc::new(Ring::new(true, running(), 2));
+        ring.stamps[0].store(0, Ordering::SeqCst);
+        let taker = spawn_attach(&ring, take, 1);
+        let (stop, _) = ring
+            .line()
+            .close(&env(2, true), RingState::Stopped)
+            .expect("stop");
+        let (p, mine) = taker.join().unwrap();
+        assert!(p <= stop, "taken at {p}, past the stop at {stop}");
+        // Slot 1 below `p` is the predecessor's hole, left to the repair.
+        check_run_from(&ring, &mine, p, stop);
+    });
+}
+
+#[test]
+fn take_position_over_an_unstamped_claim_racing_a_stop() {
+    take_over_an_unstamped_claim_racing_a_stop(Take::Shipping);
+}
+
+/// Without the fence between (a3) and (a4), loom finds the store-buffering outcome: (a4)
+/// misses Stopping and the stop's (s3) misses (a3), so the stop records 2 while the new
+/// producer takes 1; its claim at 1, refused, leaves 1 below the stop unpublished.
+#[test]
+#[should_panic(expected = "never published")]
+fn take_position_without_the_fence_loses_a_sequence_below_the_stop() {
+    take_over_an_unstamped_claim_racing_a_stop(Take::WithoutTheFence);
+}
+
+/// Without the re-check (a4), a stop that read the word before (a3) goes unseen: loom finds
+/// the same lost sequence.
+#[test]
+#[should_panic(expected = "never published")]
+fn take_position_without_the_recheck_loses_a_sequence_below_the_stop() {
+    take_over_an_unstamped_claim_racing_a_stop(Take::WithoutTheRecheck);
+}
+
+/// A position at or past `MAX_SEQUENCE` is refused (`AttachError::CorruptPosition`).
+#[test]
+fn take_position_refuses_a_corrupt_position() {
+    model(|| {
+        let ring = Ring::new(true, running(), MAX_SEQUENCE);
+        let taken = ring
+            .line()
+            .take_position(&env(1, true), |_| true, || fence(Ordering::SeqCst));
+        assert_eq!(taken, Err(TakeError::CorruptPosition(MAX_SEQUENCE)));
     });
 }

@@ -146,40 +146,21 @@ impl Producer {
         })
     }
 
-    /// Single producer: start at the line's position and make it the claim word (a dead
-    /// predecessor may have left a refused or unfinished claim's position there; an
-    /// unfinished claim's sequence is simply claimed again). Done while no stop or start is
-    /// in progress, and again if one began meanwhile.
+    /// Single producer: start at the line's position and make it the claim word
+    /// (`line::Line::take_position`, which waits out a stop in progress and takes the
+    /// position again if one began meanwhile).
     fn take_position(seg: &Segment) -> Result<u64, AttachError> {
-        let line = seg.line();
-        let env = SegEnv::lifecycle(seg);
-        let mut round = 0;
-        loop {
-            let life = line.life();
-            if life.state == Some(shmring_layout::RingState::Stopping) {
-                // The stop reads the position: let it finish (or finish a dead stopper's).
-                if !crate::line::Env::alive(&env, life.owner) {
-                    line.settle(&env).map_err(|_| AttachError::Busy)?;
-                } else if !crate::line::Env::pause(&env, round) {
-                    return Err(AttachError::Busy);
+        seg.line()
+            .take_position(
+                &SegEnv::lifecycle(seg),
+                |s| seg.is_done(s),
+                || fence(Ordering::SeqCst),
+            )
+            .map_err(|err| match err {
+                line::TakeError::Busy => AttachError::Busy,
+                line::TakeError::CorruptPosition(position) => {
+                    AttachError::CorruptPosition { position }
                 }
-                round += 1;
-                continue;
-            }
-            // Stopped or Starting: the stop sequence, which also takes back a refused claim a
-            // dead predecessor left (as a starter does: `line`, (t3)).
-            let p = seg.position();
-            if p >= shmring_layout::MAX_SEQUENCE {
-                // Another process wrote it: the publish arithmetic would overflow on it.
-                return Err(AttachError::CorruptPosition { position: p });
-            }
-            // SeqCst, then a SeqCst fence before the re-check: a stop that begins after the
-            // re-check reads this position (its own load follows its fence).
-            line.claim.store(p, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if line.life().word == life.word {
-                return Ok(p);
-            }
-        }
+            })
     }
 }
