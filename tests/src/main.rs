@@ -50,7 +50,7 @@ enum Role {
     MainExits,
     /// Report how this process judges other processes: whether each is alive and exists.
     Liveness(roles::Liveness),
-    /// Every publish and delivery form under a filter that kills at the first system call.
+    /// Every publish and delivery form in seccomp strict mode: killed at a system call.
     DataPath(roles::data_path::Args),
 }
 

@@ -2,14 +2,7 @@
 //! table entry, a claim): a process is dead only once none of its threads runs.
 
 use shmring::process;
-use shmring_testkit::{eventually, testkit, Namespace};
-
-/// The state letter of `/proc/PID/stat` (the main thread's).
-fn main_thread_state(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().next().map(str::to_owned)
-}
+use shmring_testkit::{eventually, procfs, testkit, Namespace};
 
 /// A process whose main thread has exited while another thread runs reads as a zombie in
 /// `/proc/PID/stat`. It still runs (it can be halfway through a stop or a start): judged
@@ -22,7 +15,7 @@ fn a_process_whose_main_thread_exited_is_alive_while_another_thread_runs() {
     child.expect("ready");
     let pid = child.pid();
     eventually("the child's main thread to exit", || {
-        main_thread_state(pid).as_deref() == Some("Z")
+        procfs::main_thread_state(pid) == Some('Z')
     });
     let start = process::start_time(pid);
     assert!(

@@ -58,6 +58,15 @@ pub fn blocked_in(pid: u32, tid: u32) -> Option<i64> {
         .filter(|&nr| nr >= 0)
 }
 
+/// The state letter of `pid`'s main thread (`/proc/<pid>/stat`), `None` once the process is
+/// gone. A main thread that exited, or was killed alone (seccomp's strict mode kills only
+/// the thread), while another thread runs reads as a zombie (`Z`).
+pub fn main_thread_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().next()?.chars().next()
+}
+
 /// What the kernel says each thread of `pid` is doing (state, system call, wait channel,
 /// kernel stack): attached to a failure when a child does not get ready in time.
 pub fn diagnose(pid: u32) -> String {

@@ -1,20 +1,23 @@
-//! `data-path`: every publish and delivery form, run after a seccomp filter that kills the
-//! process at its first system call (other than `exit_group`). shmring says a ring's data
-//! path is plain loads and stores on the mapped segment: with nobody parked, none of these
-//! calls may enter the kernel.
+//! `data-path`: every publish and delivery form, run in seccomp's strict mode, where the
+//! kernel kills the thread's process (SIGKILL) at its first system call other than `read`,
+//! `write`, `exit` and `sigreturn`. shmring says a ring's data path is plain loads and
+//! stores on the mapped segment: with nobody parked, none of these calls may enter the
+//! kernel.
 //!
 //! Three rings (stamped slots with a multi-producer and a single-producer line, and a
 //! fixed-size ring of 8-byte events), each with a producer, a required and an optional
 //! consumer. One warm-up pass first does what only the first use does (the membarrier
 //! registration at the first claim and commit, page faults on first touch, the optional
-//! consumer's copy buffer growing). The role prints `armed`, installs the filter, runs the
-//! forms again and exits 0 if every event came back as published, 1 if not; a system call
-//! on the way kills it with SIGSYS. `--control` makes one system call under the filter,
-//! which must kill it.
+//! consumer's copy buffer growing). The role prints `armed`, enters strict mode, runs the
+//! forms again, writes `done ok=B` (B: every event came back as published) with a bare
+//! `write`, and blocks reading stdin until the test ends it. A system call on the way kills
+//! it before `done`. `--control` makes one system call in strict mode, which must kill it.
 
 use std::io::Write;
+use std::os::fd::AsFd;
 
 use anyhow::{bail, Context};
+use rustix::thread::SecureComputingMode;
 use shmring::{ConsumerOptions, ProducerMode, Ring, RingConfig};
 
 #[derive(clap::Args, Debug)]
@@ -132,9 +135,6 @@ impl Side {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    if !cfg!(target_arch = "x86_64") {
-        bail!("the seccomp filter is written for x86_64");
-    }
     let mut sides = [
         Side::new(&a.ns, "multi", ProducerMode::Multi, false)?,
         Side::new(&a.ns, "single", ProducerMode::Single, false)?,
@@ -149,11 +149,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     println!("armed");
-    std::io::stdout().flush()?;
-    kill_at_the_first_system_call()?;
+    let stdout = std::io::stdout();
+    stdout.lock().flush()?;
+    // Only this thread is restricted: the watchdog thread, started earlier, is not.
+    rustix::thread::set_secure_computing_mode(SecureComputingMode::Strict)
+        .context("entering seccomp strict mode")?;
     if a.control {
-        // SAFETY: getppid takes no arguments and cannot fail.
-        unsafe { libc::getppid() };
+        std::hint::black_box(rustix::process::getppid());
     }
     let mut ok = true;
     for _ in 0..a.rounds {
@@ -161,53 +163,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             ok &= s.round();
         }
     }
-    // The raw exit: Rust's `exit` flushes and runs handlers, which may make system calls.
-    // SAFETY: ends the process; nothing runs after it.
-    unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-}
-
-/// A seccomp filter on this thread (the watchdog thread, started earlier, is not under it):
-/// every system call but `exit_group` kills the process.
-fn kill_at_the_first_system_call() -> anyhow::Result<()> {
-    // Classic BPF over `struct seccomp_data { int nr; u32 arch; ... }`.
-    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
-    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-    const RET_ALLOW: u32 = 0x7fff_0000;
-    const RET_KILL_PROCESS: u32 = 0x8000_0000;
-    let f = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
-    let prog = [
-        f(LD_W_ABS, 0, 0, 4),
-        f(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
-        f(RET_K, 0, 0, RET_KILL_PROCESS),
-        f(LD_W_ABS, 0, 0, 0),
-        f(JEQ_K, 0, 1, libc::SYS_exit_group as u32),
-        f(RET_K, 0, 0, RET_ALLOW),
-        f(RET_K, 0, 0, RET_KILL_PROCESS),
-    ];
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr().cast_mut(),
+    let line: &[u8] = if ok {
+        b"done ok=true\n"
+    } else {
+        b"done ok=false\n"
     };
-    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only; PR_SET_SECCOMP reads `fprog`, which
-    // points at `prog`, both alive for the call (the kernel copies the program).
-    let rc = unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            -1
-        } else {
-            libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &fprog as *const libc::sock_fprog,
-            )
-        }
-    };
-    if rc != 0 {
-        bail!(
-            "cannot install the seccomp filter: {}",
-            std::io::Error::last_os_error()
-        );
-    }
+    // `write` and `read` are allowed in strict mode; Rust's exit is not (`exit_group`).
+    let _ = rustix::io::write(stdout.as_fd(), line);
+    let mut byte = [0u8; 1];
+    while rustix::io::read(std::io::stdin().as_fd(), &mut byte).is_ok_and(|n| n > 0) {}
+    // Stdin closed: the test is over. Any system call from here kills the process, which
+    // is how it ends.
+    std::hint::black_box(rustix::process::getppid());
     Ok(())
 }
