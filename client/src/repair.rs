@@ -167,9 +167,11 @@ impl Ring {
 
     /// Wake every consumer parked on this ring. A publish stamps its event, then wakes
     /// parked consumers: a producer that died between the two left an event that the
-    /// consumers parked at that moment find only at their 50 ms net. Whoever first sees a
-    /// producer dead calls this (the broker does, at the sweep that sees it), before any
-    /// repair: a held claim waits for the unblock timeout, the stamped event does not.
+    /// consumers parked at that moment find only at their 50 ms net. Whoever sees a
+    /// producer dead calls this: the broker, at the sweep that first sees the death (again
+    /// after a restart: a spare wake costs a futex call), before any repair (a held claim
+    /// waits for the unblock timeout, the stamped event does not); and a single producer
+    /// that takes over a dead one's entry, which may see the death before any broker.
     pub fn wake_consumers(&self) {
         park::wake(&self.seg.lines().consumer_wake.value);
     }

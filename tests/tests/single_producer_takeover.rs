@@ -58,3 +58,38 @@ fn a_producer_that_died_mid_batch_leaves_tombstones_not_a_hole() {
     );
     assert_eq!(c.stats().skipped, 2, "its two sequences are tombstones");
 }
+
+/// A producer that died between its last stamp and its wake (a publish stamps, then wakes)
+/// left an event that consumers parked right then do not know about. The next producer
+/// repairs the dead one before it takes the entry, and so is the first to see the death:
+/// it wakes the consumer line, even though there is nothing to tombstone (without a broker,
+/// nobody else would until the consumers' 50 ms net).
+#[test]
+fn a_producer_taking_over_a_dead_one_wakes_the_consumer_line() {
+    use shmring_testkit::raw::Line;
+    let ns = Namespace::new("sp_takeover_wake");
+    let config = RingConfig {
+        capacity: 16,
+        producer_mode: ProducerMode::Single,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let mut first = ring.producer().expect("producer");
+    for i in 0..3u8 {
+        first.publish(&[i]).expect("publish");
+    }
+    drop(first);
+    // What a producer SIGKILLed right after its last stamp leaves: its entry ACTIVE under a
+    // dead pid, every claim stamped (nothing to repair).
+    let raw = RawSegment::open(&ring);
+    raw.fabricate_dead_producer(0, dead_pid(), 1, 0, 0);
+    // Nothing parks on this ring: nothing else moves the consumer line's word.
+    let word = raw.wake_word(Line::Consumer);
+    let mut next = ring.producer().expect("the next producer takes over");
+    assert_eq!(
+        raw.wake_word(Line::Consumer).wrapping_sub(word),
+        1,
+        "the takeover woke the consumer line once"
+    );
+    assert_eq!(next.publish(b"x").expect("publish"), 3);
+}
