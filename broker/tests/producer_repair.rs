@@ -162,13 +162,88 @@ fn an_unattributed_hole_waits_for_the_unblock_timeout() {
 
 /// A publish stamps its event, then wakes parked consumers: a producer killed between the
 /// two leaves an event that consumers parked at that moment would only find at their 50 ms
-/// net. The broker wakes the consumer line once when it first sees a producer dead, before
-/// any repair (a held claim waits the unblock timeout, an hour here), and not again on
-/// later sweeps.
+/// net. The broker wakes the consumer line once when it first sees a producer dead, and not
+/// again on later sweeps: the line's word moves once, and a consumer parked on it wakes (a
+/// futex wake, not its net: a word moved without one would count as a late wake-up). The
+/// dead producer here holds no claim, so its entry is freed at that sweep; one that holds
+/// a claim is woken for just the same, before its repair waits out the unblock timeout
+/// (`a_dead_producer_holding_a_claim_is_woken_for_before_its_repair`).
 #[test]
 fn a_producer_seen_dead_wakes_the_consumer_line_once() {
+    use shmring::{RingInfo, WaitStrategy};
     use shmring_testkit::raw::{Line, RawSegment};
     let ns = Namespace::new("deadwake");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\n",
+    ));
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let mut producer = handle.producer().expect("producer");
+    for v in 0..3u64 {
+        producer.publish(&v.to_le_bytes()).expect("publish");
+    }
+    let mut parked = handle
+        .consumer(ConsumerOptions::anonymous().wait(WaitStrategy::Blocking))
+        .expect("consumer");
+    // Anonymous: it starts at the head (3), with nothing to read.
+    assert_eq!(parked.next_sequence(), 3);
+    let index = parked.index();
+    // Parks until an event comes (a wake with nothing to read parks it again).
+    let waiter = std::thread::spawn(move || parked.wait().map(|_| parked.stats()));
+    common::wait_until("the consumer to park", || {
+        (raw.waiters(Line::Consumer) == 1).then_some(())
+    });
+    let stats = |info: &RingInfo| {
+        info.consumers
+            .iter()
+            .find(|c| c.index == index)
+            .map(|c| c.stats)
+            .expect("the parked consumer's row")
+    };
+    let before = stats(&handle.info());
+    let sweeps = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
+    // Nothing else wakes this line meanwhile: nobody publishes.
+    let word = raw.wake_word(Line::Consumer);
+    let (pid, start) = shmring_testkit::fault::dead_process();
+    raw.fabricate_dead_producer(1, pid, start, 0, 0);
+    let v = ns.wait_status("five more sweeps", |v, _| {
+        (num(&v["broker"], "sweeps") >= sweeps + 5).then(|| v.clone())
+    });
+    assert_eq!(
+        ring(&v, "r").expect("r")["producers"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "the dead producer's entry is freed: {v:#}"
+    );
+    assert_eq!(
+        raw.wake_word(Line::Consumer).wrapping_sub(word),
+        1,
+        "one wake of the consumer line for one producer seen dead"
+    );
+    common::wait_until("the parked consumer to count its wake-up", || {
+        (stats(&handle.info()).wakeups > before.wakeups).then_some(())
+    });
+    let woken = stats(&handle.info());
+    assert_eq!(
+        (
+            woken.wakeups - before.wakeups,
+            woken.late_wakeups - before.late_wakeups
+        ),
+        (1, 0),
+        "woken by the futex wake, not by its net after the word moved: {woken:?}"
+    );
+    // An event ends the wait.
+    producer.publish(&3u64.to_le_bytes()).expect("publish");
+    waiter.join().expect("the waiter").expect("wait");
+}
+
+/// A dead producer holding a claim is woken for at the sweep that first sees it, long
+/// before its repair (the unblock timeout is an hour here).
+#[test]
+fn a_dead_producer_holding_a_claim_is_woken_for_before_its_repair() {
+    use shmring_testkit::raw::{Line, RawSegment};
+    let ns = Namespace::new("deadwakeheld");
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"3600s\"\n",
     ));
@@ -178,15 +253,14 @@ fn a_producer_seen_dead_wakes_the_consumer_line_once() {
     for v in 0..3u64 {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
-    let before = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
-    // Nothing parks on this ring: nothing else moves the consumer line's word.
+    let sweeps = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
     let word = raw.wake_word(Line::Consumer);
     // Sequence 3 held by a producer that died inside its claim.
     let (pid, start) = shmring_testkit::fault::dead_process();
     raw.set_claim_word(4);
     raw.fabricate_dead_producer(1, pid, start, 3 + 1, 1);
     let v = ns.wait_status("five more sweeps", |v, _| {
-        (num(&v["broker"], "sweeps") >= before + 5).then(|| v.clone())
+        (num(&v["broker"], "sweeps") >= sweeps + 5).then(|| v.clone())
     });
     let dead = ring(&v, "r").expect("r")["producers"]
         .as_array()
@@ -197,7 +271,7 @@ fn a_producer_seen_dead_wakes_the_consumer_line_once() {
     assert_eq!(
         raw.wake_word(Line::Consumer).wrapping_sub(word),
         1,
-        "one wake of the consumer line for one producer seen dead"
+        "one wake of the consumer line, before the repair"
     );
 }
 

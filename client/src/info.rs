@@ -114,7 +114,8 @@ pub struct RingInfo {
     pub producer_waiters: u32,
     /// Wake-ups issued to parked consumers since the ring was created, each one a
     /// `futex_wake` paid by the publisher (or stopper) that issued it: the producers'
-    /// wake-up bill. A 32-bit count that wraps.
+    /// wake-up bill, plus one per producer death a broker or a taking-over producer saw
+    /// (`Ring::wake_consumers`). A 32-bit count that wraps.
     pub consumer_wakes: u32,
     /// Wake-ups issued to parked producers (by consumers that freed room, releases, starts).
     /// A 32-bit count that wraps.

@@ -10,6 +10,7 @@
 //! sweep that finds no hole left clears it, and a broker that restarts keeps counting.
 
 use shmring::RingInfo;
+use shmring_layout::producer_state;
 use tracing::{info, warn};
 
 use super::health::ProducerHealth;
@@ -37,9 +38,11 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
         if watches.alive(p.pid, p.start_time) {
             continue;
         }
-        if !rec.woken {
-            // Once per death, before the repair: the producer may have died between its
-            // stamp and its wake, with consumers parked on an event they cannot see.
+        // Once per death this broker sees, before the repair: the producer may have died
+        // between its stamp and its wake, with consumers parked on an event they cannot
+        // see. Only a producer that was publishing (ACTIVE): an entry caught mid-attach
+        // or mid-repair names a process that never published through it.
+        if !rec.woken && p.state_code == producer_state::ACTIVE {
             rec.woken = true;
             t.ring.wake_consumers();
         }
