@@ -216,7 +216,6 @@ fn find_left_claim(
     skip: Option<u32>,
     published_only: bool,
 ) -> Option<Adopted> {
-    let me = process::current().pid;
     for i in 0..seg.geometry().max_consumers {
         let Some(e) = seg.consumer(i) else { break };
         if Some(i) == skip {
@@ -241,6 +240,9 @@ fn find_left_claim(
             }
         }
         let start_time = e.cold.start_time.load(Ordering::Relaxed);
+        // Asked only here, with a candidate in hand: `process::current` makes a system
+        // call (getpid), and a member scans every few claims, on its data path.
+        let me = process::current().pid;
         let Some(word) = group::adopt(&table::Os, &e.hot.word, seen, start_time, me) else {
             continue;
         };
