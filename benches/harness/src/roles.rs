@@ -320,50 +320,12 @@ fn shm_consumer(args: &Args) -> Result<()> {
 /// client falls back to a `SeqCst` fence on every publish: the fallback measured without
 /// touching the client.
 fn forbid_membarrier() -> Result<()> {
-    // Classic BPF over `struct seccomp_data { int nr; u32 arch; ... }`.
-    const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20)
-    const JEQ_K: u16 = 0x05 | 0x10; // BPF_JMP | BPF_JEQ | BPF_K
-    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-    const RET_ALLOW: u32 = 0x7fff_0000;
-    const RET_ERRNO: u32 = 0x0005_0000;
-    if !cfg!(target_arch = "x86_64") {
-        bail!("the membarrier filter is written for x86_64");
-    }
-    let f = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
-    let prog = [
-        f(LD_W_ABS, 0, 0, 4),
-        f(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
-        f(RET_K, 0, 0, RET_ALLOW),
-        f(LD_W_ABS, 0, 0, 0),
-        f(JEQ_K, 0, 1, libc::SYS_membarrier as u32),
-        f(RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32),
-        f(RET_K, 0, 0, RET_ALLOW),
-    ];
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr().cast_mut(),
-    };
-    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only; PR_SET_SECCOMP reads `fprog`, which
-    // points at `prog`, both alive for the call (the kernel copies the program).
-    let rc = unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            -1
-        } else {
-            libc::prctl(
-                libc::PR_SET_SECCOMP,
-                libc::SECCOMP_MODE_FILTER,
-                &fprog as *const libc::sock_fprog,
-            )
-        }
-    };
-    if rc != 0 {
-        bail!(
-            "cannot install the seccomp filter: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    use shmring_testkit::seccomp;
+    let prog = seccomp::program(
+        &[(libc::SYS_membarrier, seccomp::errno(libc::ENOSYS))],
+        seccomp::ALLOW,
+    );
+    seccomp::install(&prog).context("cannot install the seccomp filter")
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

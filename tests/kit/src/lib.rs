@@ -27,6 +27,7 @@
 //! - [`report`]: parsing the `key=value` summary lines the children print.
 //! - [`raw`]: raw words of a segment at `shmring_layout` offsets, to read the wake lines and
 //!   to lay down the state a process killed at one exact instruction leaves.
+//! - [`seccomp`]: a filter that kills, or fails, the system calls a test must not see.
 //! - [`Wait`]: the wait strategies the tests pick from, by their short names.
 //! - [`ParkedConsumer`]: a consumer on a thread that parks whenever it has taken
 //!   everything, for the tests that check every publish wakes it.
@@ -47,6 +48,7 @@ pub mod procfs;
 pub mod raw;
 pub mod report;
 pub mod role;
+pub mod seccomp;
 pub mod strategy;
 
 pub use child::{Child, WAIT};
