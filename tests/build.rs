@@ -1,5 +1,5 @@
 //! The Rust code blocks of the user-facing documents (README.md, docs/DEPLOYMENT.md), made
-//! into code that `tests/tests/readme.rs` compiles: a document whose example no longer
+//! into code that `tests/tests/doc_blocks.rs` compiles: a document whose example no longer
 //! compiles fails the tests, instead of misleading the reader.
 //!
 //! A block with a `fn main` becomes a module of its own. Any other block is the body of a
@@ -28,7 +28,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", path.display());
         let text = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-        for (line, block) in rust_blocks(&text) {
+        for (line, block) in rust_blocks(doc, &text) {
             let name = format!("block_{count}");
             let from = format!("// {doc}, line {line}\n");
             if block.contains("fn main(") {
@@ -56,14 +56,29 @@ fn main() {
     std::fs::write(&dest, out).unwrap_or_else(|e| panic!("writing {}: {e}", dest.display()));
 }
 
-/// The ```rust blocks of a Markdown text: (line of the fence, code).
-fn rust_blocks(text: &str) -> Vec<(usize, String)> {
+/// Whether a fence's info string names Rust (`rust`, `rs`, or either among
+/// comma-separated attributes such as `rust,no_run`).
+fn names_rust(info: &str) -> bool {
+    info.split(|c: char| c == ',' || c.is_whitespace())
+        .any(|w| w.eq_ignore_ascii_case("rust") || w.eq_ignore_ascii_case("rs"))
+}
+
+/// The ```rust blocks of a Markdown text: (line of the fence, code). Any other fence
+/// naming Rust (```rust,ignore, ~~~rust, ...) stops the build: it would go unchecked.
+fn rust_blocks(doc: &str, text: &str) -> Vec<(usize, String)> {
     let mut blocks = Vec::new();
     let mut open: Option<(usize, String)> = None;
     for (i, line) in text.lines().enumerate() {
-        let fence = line.trim_start().starts_with("```");
+        let t = line.trim();
+        let fence = t.starts_with("```") || t.starts_with("~~~");
+        if fence && open.is_none() && names_rust(&t[3..]) && t != "```rust" {
+            panic!(
+                "line {}: fence `{t}`: write Rust examples as plain ```rust blocks",
+                i + 1
+            );
+        }
         match open.as_mut() {
-            None if fence && line.trim() == "```rust" => open = Some((i + 1, String::new())),
+            None if fence && t == "```rust" => open = Some((i + 1, String::new())),
             Some(_) if fence => blocks.extend(open.take()),
             Some((_, code)) => {
                 code.push_str(line);

@@ -98,7 +98,8 @@
 //! ```text
 //! new single producer
 //! (a1) w = life; Stopping: wait it out (finish it if its owner is dead), again from (a1)
-//! (a2) p = position (stop_seq while settled closed, else the claim word)
+//! (a2) p = position (stop_seq while settled closed, else the claim word less an unstamped
+//!      last claim)
 //! (a3) claim = p (SeqCst); full fence
 //! (a4) life still w? p is the producer's next sequence; else again from (a1)
 //! ```
@@ -435,8 +436,10 @@ impl<W: Word> Line<'_, W> {
                 round += 1;
                 continue;
             }
-            // (a2) Running: the claim word. Settled closed or Starting: the stop sequence, which
-            // also takes back a refused claim a dead predecessor left (as a starter does, (t3)).
+            // (a2) Running: the claim word, stepped back over a last claim not all stamped
+            // (none, once the predecessor's repair ran). Settled closed or Starting: the stop
+            // sequence, which also takes back a refused claim a dead predecessor left (as a
+            // starter does, (t3)).
             let p = self.position(&published);
             if p >= MAX_SEQUENCE {
                 // Another process wrote it: the publish arithmetic would overflow on it.

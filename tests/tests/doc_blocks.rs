@@ -8,7 +8,7 @@ mod blocks {
 }
 
 /// Every ```rust fence of the documents made it into the build: a fence the build script
-/// missed would go unchecked.
+/// missed would go unchecked (and the build script refuses any other fence naming Rust).
 #[test]
 fn every_rust_block_of_the_user_documents_is_compiled() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
