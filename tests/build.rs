@@ -73,7 +73,7 @@ fn rust_blocks(doc: &str, text: &str) -> Vec<(usize, String)> {
         let fence = t.starts_with("```") || t.starts_with("~~~");
         if fence && open.is_none() && names_rust(&t[3..]) && t != "```rust" {
             panic!(
-                "line {}: fence `{t}`: write Rust examples as plain ```rust blocks",
+                "{doc}:{}: fence `{t}`: write Rust examples as plain ```rust blocks",
                 i + 1
             );
         }
