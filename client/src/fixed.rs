@@ -49,12 +49,35 @@
 //! cursor = e                (Release) --SYNC--------------------------------------+
 //! ```
 //!
-//! The code is generic over its words ([`Words`]) so that the loom model in
-//! `client/tests/loom_fixed.rs` runs this very code.
+//! A dead producer's claim is never claimed again ([`repair_dead`], behind
+//! `Ring::repair_dead_producer`): it may have written part of it, and a copying reader's
+//! check needs the claim never to drop below a write. The repair publishes `cursor..claim`
+//! as tombstones, once the wrap gate passed the last of them. While the line is settled
+//! closed only the part below the stop sequence was accepted; the rest was refused before any
+//! write and is taken back to the stop sequence with one CAS, which races the start that
+//! takes a refused claim back itself ((t3) in `line`): both write the same value, and
+//! nobody else writes the word meanwhile (the repairer holds the dead producer's entry, so no
+//! producer attaches).
+//!
+//! ```text
+//! repair of a dead producer's claim (the caller holds its entry, REPAIRING)
+//! life = lifecycle       (Acquire) Running: open; Stopped | Draining | Deleted: closed;
+//!                                  Stopping | Starting: try later (the stop or start decides)
+//! claim                  (Acquire) after life: a Running set by a start comes after (t3)
+//! cursor                 (Acquire)
+//! end = claim, or min(claim, stop_seq) while closed (stop_seq Relaxed, after life)
+//! end > cursor: wrap gate for end - 1? else try later; tombstone(cursor..end)
+//! claim > max(end, cursor): CAS claim -> max(end, cursor) (SeqCst, as (t3))
+//! ```
+//!
+//! The code is generic over its words ([`Words`]) so that the loom models in
+//! `client/tests/loom_fixed.rs` and `client/tests/loom_repair_fixed.rs` run this very code.
 
 use std::sync::atomic::Ordering;
 
-use crate::line::{self, Word};
+use shmring_layout::RingState;
+
+use crate::line::{self, Line, Word};
 
 /// The words of a fixed-size ring the protocol reads and writes.
 pub trait Words {
@@ -154,4 +177,89 @@ pub fn overwritten<R: Words>(r: &R, seq: u64, claim: u64) -> bool {
     let bound = seq.saturating_add(r.capacity());
     // Only when the claim says so: the common case reads one word.
     claim > bound && line::closed_at(r.lifecycle(), r.stop_seq()).is_none_or(|stop| stop > bound)
+}
+
+/// What [`repair_dead`] did with a dead producer's claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repaired {
+    /// The claim is repaired: `tombstoned` sequences (perhaps none) published as
+    /// tombstones, and a refused claim's position taken back to the stop sequence.
+    Done {
+        /// Sequences published as tombstones.
+        tombstoned: u64,
+    },
+    /// Nothing was written: try again later. `waiting` sequences wait for the wrap gate,
+    /// or 1 while a stop or a start decides the last claim's fate.
+    Wait {
+        /// Sequences (or the one lifecycle change) waited for.
+        waiting: u64,
+    },
+}
+
+/// Repair the claim a dead single producer left (`Ring::repair_dead_producer`, see the
+/// module comment): tombstone what it claimed and did not publish, `cursor..claim`, never
+/// claimed again, since it may have written part of it. While the line is settled closed,
+/// only the part below the stop sequence was accepted: the rest was refused before any write,
+/// and the claim is taken back to the stop sequence instead. The caller holds the dead
+/// producer's entry (REPAIRING), so no producer attaches (and writes the claim) meanwhile.
+/// `gate_passed(need)`: whether every gating consumer is at or past `need`
+/// (`gating::scan`). The caller wakes the consumers once tombstones were published.
+pub fn repair_dead<R: Words>(r: &R, gate_passed: impl FnOnce(u64) -> bool) -> Repaired {
+    let line = Line {
+        claim: r.claim(),
+        lifecycle: r.lifecycle(),
+        stop_seq: r.stop_seq(),
+        single: true,
+        max_claim: r.capacity() / 2,
+    };
+    // Acquire (`life`): pairs with the Release CAS that settled the state, so a closed state
+    // comes with its stop sequence, and a Running that a start left with the start's
+    // take-back of a refused claim ((t3) in `line`).
+    let closed = match line.life().state {
+        Some(RingState::Running) => false,
+        Some(RingState::Stopped | RingState::Draining | RingState::Deleted) => true,
+        // A stop or start decides the last claim's fate (see `line`): try again later.
+        _ => return Repaired::Wait { waiting: 1 },
+    };
+    // Read after the lifecycle word: a Running that a start published (read above) comes
+    // with the start's take-back of a refused claim, so this never reads a refused claim as
+    // a running line's (`loom_repair_fixed`'s control that reads the claim first tombstones
+    // one). Acquire: pairs with the SeqCst CAS of a take-back (a start's, or an earlier
+    // repair's) when it reads that; the dead producer's own store reaches this process
+    // through its death, which the caller saw.
+    let claim = r.claim().load(Ordering::Acquire);
+    // Acquire (`published`): pairs with the Release cursor store of the producer's last
+    // publish or an earlier repair's.
+    let (cursor, _) = published(r);
+    let end = if closed {
+        // Relaxed: recorded before the settled state read above (Acquire).
+        claim.min(r.stop_seq().load(Ordering::Relaxed))
+    } else {
+        claim
+    };
+    let mut tombstoned = 0;
+    if end > cursor {
+        // The wrap gate for the last sequence: every gating consumer past its previous
+        // lap, so no reader entitled to those slots' tomb words still reads them.
+        if !gate_passed(end.saturating_sub(r.capacity())) {
+            return Repaired::Wait {
+                waiting: end - cursor,
+            };
+        }
+        tombstone(r, cursor, end);
+        tombstoned = end - cursor;
+    }
+    let to = end.max(cursor);
+    if claim > to {
+        // Refused, never written: the next run starts at the stop sequence. One CAS from
+        // the claim read above: only a start (which takes a dead producer's refused claim
+        // back to the stop sequence itself, (t3) in `line`) or a new producer (held off by
+        // the caller's REPAIRING entry) writes it, so while it still holds that value the
+        // line was not reopened and the stop sequence read with it stands. SeqCst: as the
+        // start's CAS on the same word (t3); Relaxed on failure, the value is not used.
+        let _ = r
+            .claim()
+            .compare_exchange(claim, to, Ordering::SeqCst, Ordering::Relaxed);
+    }
+    Repaired::Done { tombstoned }
 }

@@ -245,62 +245,27 @@ impl Ring {
     }
 
     /// A fixed-size ring whose single producer died: tombstone what it claimed and did not
-    /// publish (`cursor..claim`, see `fixed`), never claimed again, since it may have
-    /// written part of it (a copying reader's check needs the claim never to drop below a
-    /// write). While the line is closed, only the part below the stop sequence was
-    /// accepted: the rest was refused before any write, and the claim is taken back to the
-    /// stop sequence instead. The caller holds the dead producer's entry (REPAIRING), so no
-    /// producer attaches meanwhile.
+    /// publish, or take a claim a stop refused back to the stop sequence
+    /// (`fixed::repair_dead`, whose loom models are `client/tests/loom_repair_fixed.rs`),
+    /// then wake the consumers if tombstones were published. The caller holds the dead
+    /// producer's entry (REPAIRING), so no producer attaches meanwhile.
     fn repair_fixed(&self) -> Repair {
-        let mut repair = Repair::default();
-        let line = self.seg.line();
-        let life = line.life();
-        let closed = match life.state {
-            Some(RingState::Running) => false,
-            Some(RingState::Stopped | RingState::Draining | RingState::Deleted) => true,
-            // A stop or start decides the last claim's fate (see `line`): try again later.
-            _ => {
-                repair.waiting += 1;
-                return repair;
+        let done = fixed::repair_dead(&self.seg.events(), |need| gating::scan(&self.seg) >= need);
+        match done {
+            fixed::Repaired::Done { tombstoned } => {
+                if tombstoned > 0 {
+                    park::wake(&self.seg.lines().consumer_wake.value);
+                }
+                Repair {
+                    tombstoned,
+                    waiting: 0,
+                }
             }
-        };
-        let events = self.seg.events();
-        // Acquire: what the dead producer stored (its claim before its writes).
-        let claim = line.claim.load(Ordering::Acquire);
-        let (cursor, _) = fixed::published(&events);
-        let end = if closed {
-            // Relaxed: recorded before the settled state read above (Acquire).
-            claim.min(line.stop_seq.load(Ordering::Relaxed))
-        } else {
-            claim
-        };
-        if end > cursor {
-            // The wrap gate for the last sequence: every gating consumer past its previous
-            // lap, so no reader entitled to those slots' tomb words still reads them.
-            let need = end.saturating_sub(self.capacity());
-            if gating::scan(&self.seg) < need {
-                repair.waiting += end - cursor;
-                return repair;
-            }
-            fixed::tombstone(&events, cursor, end);
-            repair.tombstoned = end - cursor;
-            park::wake(&self.seg.lines().consumer_wake.value);
+            fixed::Repaired::Wait { waiting } => Repair {
+                tombstoned: 0,
+                waiting,
+            },
         }
-        if claim > end.max(cursor) {
-            // Refused, never written: the next run starts at the stop sequence. One CAS from
-            // the claim read above: only a start (which takes a dead producer's refused
-            // claim back to the stop sequence itself, see `line::reopen_owned`) or a new
-            // producer (held off by this REPAIRING entry) writes it, so while it still holds
-            // that value the line was not reopened and the stop sequence read with it
-            // stands. SeqCst: as the start's CAS on the same word.
-            let _ = line.claim.compare_exchange(
-                claim,
-                end.max(cursor),
-                Ordering::SeqCst,
-                Ordering::Relaxed,
-            );
-        }
-        repair
     }
 
     /// Tombstone every unpublished sequence from the slowest consumer to the head that no
