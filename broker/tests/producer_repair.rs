@@ -275,6 +275,48 @@ fn a_dead_producer_holding_a_claim_is_woken_for_before_its_repair() {
     );
 }
 
+/// The mirror of a producer's death: a consumer commits its position, then wakes the
+/// producers parked for room and the consumers parked behind it. One killed between the two
+/// leaves them parked on room or a position they cannot see. The broker wakes both lines
+/// once at the sweep that first sees a gating consumer dead (here a durable one under the
+/// default policy, which keeps gating), and not again on later sweeps.
+#[test]
+fn a_consumer_seen_dead_wakes_both_lines_once() {
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+    use shmring_testkit::raw::{Line, RawSegment};
+    let ns = Namespace::new("deadconswake");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\n",
+    ));
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let sweeps = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
+    let words = || (raw.wake_word(Line::Consumer), raw.wake_word(Line::Producer));
+    let before = words();
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    raw.fabricate_consumer(
+        0,
+        owned_word::pack(1, consumer_state::ACTIVE, dead),
+        consumer_flags::REQUIRED | consumer_flags::DURABLE,
+        "audit",
+        0,
+    );
+    let v = ns.wait_status("five more sweeps", |v, _| {
+        (num(&v["broker"], "sweeps") >= sweeps + 5).then(|| v.clone())
+    });
+    let audit = common::consumer(&v, "r", "audit").expect("audit");
+    assert_eq!(audit["state"], "DEAD", "{v:#}");
+    let after = words();
+    assert_eq!(
+        (
+            after.0.wrapping_sub(before.0),
+            after.1.wrapping_sub(before.1)
+        ),
+        (1, 1),
+        "one wake of each line for one consumer seen dead"
+    );
+}
+
 /// A consumer waiting at a hole has nothing to do: it stays HEALTHY however long the hole
 /// lasts and however full the ring gets behind it (here the claims run a whole ring past
 /// it, the last one held by a producer that died waiting for room). The hole shows on the

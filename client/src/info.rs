@@ -117,7 +117,8 @@ pub struct RingInfo {
     /// wake-up bill, plus one per producer death a broker or a taking-over producer saw
     /// (`Ring::wake_consumers`). A 32-bit count that wraps.
     pub consumer_wakes: u32,
-    /// Wake-ups issued to parked producers (by consumers that freed room, releases, starts).
+    /// Wake-ups issued to parked producers (by consumers that freed room, releases, starts,
+    /// and a broker that saw a consumer die).
     /// A 32-bit count that wraps.
     pub producer_wakes: u32,
 }

@@ -176,6 +176,15 @@ impl Ring {
         park::wake(&self.seg.lines().consumer_wake.value);
     }
 
+    /// Wake every producer parked on this ring for room. A consumer commits its position,
+    /// then wakes: one that died between the two left producers parked for the room it
+    /// freed until their 50 ms net. The broker calls this (with [`Ring::wake_consumers`],
+    /// for the consumers parked behind it) at the sweep that first sees a gating consumer
+    /// dead.
+    pub fn wake_producers(&self) {
+        park::wake(&self.seg.lines().producer_wake.value);
+    }
+
     /// Repair the claim left by the dead producer of entry `index`, whose word the caller
     /// read as `seen` (`ProducerInfo::word`): the repair holds the entry (REPAIRING) while
     /// it marks the claim's unpublished sequences as repaired, then frees it. A slot whose

@@ -19,6 +19,13 @@ fn who(c: &ConsumerInfo) -> String {
 
 pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
     let threshold = t.spec.stall_threshold;
+    if edge == Edge::Died {
+        // A consumer commits, then wakes: one killed between the two leaves the producers
+        // parked for the room it freed, and the consumers parked behind it, to their net.
+        // Once per death this broker sees (the edge fires once), before any policy.
+        t.ring.wake_producers();
+        t.ring.wake_consumers();
+    }
     if c.group.is_some()
         && shmring_layout::consumer_state::gates(c.state_code)
         && matches!(edge, Edge::Orphaned | Edge::Died | Edge::Failed)
