@@ -122,9 +122,14 @@ impl Segment {
 }
 
 impl Segment {
-    /// The line's position (`line::Line::position`), with this segment's slot stamps.
+    /// The line's position (`line::Line::position`), with this segment's slot stamps: the
+    /// look-back over a single producer's last claim ends at a slot that holds its
+    /// sequence, a tombstone, or a later lap (`reached`). A later lap is no claim still to
+    /// be stamped: the producer moved past it since the claim word was read, and a
+    /// look-back that stepped over it would start an attach below a position a gate scan
+    /// may already have used (`client/tests/loom_attach.rs`).
     pub(crate) fn position(&self) -> u64 {
-        self.line().position(|s| self.is_done(s))
+        self.line().position(|s| self.reached(s))
     }
 }
 

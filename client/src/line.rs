@@ -376,7 +376,8 @@ impl<W: Word> Line<'_, W> {
 
     /// The line's position: the next sequence a claim will get, or, while the line is
     /// closed, the sequence the next run starts at. The only definition (see the module
-    /// comment's table); never waits. `published(s)`: whether slot `s` holds sequence `s`.
+    /// comment's table); never waits. `published(s)`: whether slot `s` holds sequence `s`
+    /// (an event or a tombstone) or a later one, i.e. is not a claim still to be stamped.
     pub fn position(&self, published: impl Fn(u64) -> bool) -> u64 {
         if self.single {
             let life = self.life();

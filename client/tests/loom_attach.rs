@@ -1,5 +1,9 @@
-//! A loom model of a consumer attaching while a producer computes the wrap gate (the attach
-//! protocol in `client/src/gating.rs`), on loom's atomics through the `Word` trait.
+//! Loom models of a consumer attaching while producers claim and compute the wrap gate (the
+//! attach protocol in `client/src/gating.rs`), on loom's atomics through the `Word` trait:
+//! first on a multi-producer ring, then on a single-producer ring, where the line's
+//! position is defined differently.
+//!
+//! ## Multi-producer rings
 //!
 //! The consumer's side runs the shipping code: `table::consumer::set` (the SeqCst CAS of its
 //! entry to ACTIVE) and `line::Line::position` (the SeqCst load of its start), then the
@@ -32,20 +36,97 @@
 //! Second control (`#[should_panic]`): a scan that reads the entry before the position (with
 //! the provisional start). It can miss the ACTIVE store and still read a position taken
 //! after the consumer's start.
+//!
+//! ## Single-producer rings
+//!
+//! A single producer claims with a plain store of its position ((p1) to (p5) in `line.rs`),
+//! and while the line runs or is stopping, `Line::position` steps back from that position
+//! over the slots of its last claim that are not stamped yet: a racing stop may still
+//! refuse that claim, and then the next start takes it back. The producer runs the
+//! shipping `line::claim_single_fast` and `Line::finish_claim_single`, then waits at the
+//! wrap gate (its cached gate, else a scan: the SeqCst fence, `Line::position`, the shipping
+//! `gating::gate`), writes its event and stamps it. The attach is `Consumer::fresh`'s: the
+//! provisional position (`graph::provisional_position`), the CAS to ACTIVE
+//! (`table::consumer::set`), the start read from `Line::position` with the segment's
+//! `published` (`Segment::is_done`: the slot holds that sequence), `next = start`. The
+//! ring has two slots. What every model checks, in every interleaving:
+//!
+//! - **from below**: the start is at or after every sequence published before the attach
+//!   began, and at or after the provisional position (a scan that read the entry ACTIVE
+//!   before the start was stored gated there, and may have let the producer lap what lies
+//!   below);
+//! - **from above**: the start is at or before every event claimed after the attach
+//!   returned and, on a running ring, every event stamped after it (the look-back: a claim
+//!   not stamped yet at the attach is received);
+//! - **no lap**: the consumer, reading from its start, finds every event intact: the
+//!   producer overwrites no slot it is entitled to before it has read it, and a scan that
+//!   did not see the entry computed a gate at most the start. That half rests on the single
+//!   SeqCst total order of the CAS and the position's load, which loom does not model: a
+//!   SeqCst fence after the CAS stands in for it (the locked CAS is one on x86_64);
+//! - **stop**: raced against a stop (a claim refused, its position left past the stop) and
+//!   a start (which takes it back), an attach that read the line before the restarted run
+//!   starts at or before the stop sequence, and the next run's first event, at the stop
+//!   sequence, is delivered to it.
+//!
+//! The controls read the start without the look-back (loom finds it one past the stop,
+//! reading a refused claim's position while the ring stops) and as the claim word itself
+//! (the same, before the start takes the claim back).
+//!
+//! ## What these models found: an attach below its provisional position
+//!
+//! The attach used to step back over every slot not holding its own sequence and to take
+//! the position it read after the CAS as its start. Loom found two interleavings where that
+//! start was below the provisional position the entry had already gated at, so that the
+//! producer could lap the start:
+//!
+//! ```text
+//! 1. consumer (attach)                                producer
+//!    provisional: claim 1, slot 0 holds 0: 1; next = 1
+//!    CAS ACTIVE; start: claim = 1
+//!                                                     publish 1; claim 2, scan: next 1,
+//!                                                     gate 1, slot 0 <- 2, stamp
+//!    start: slot 0 holds 2, not 0: steps back to 0
+//!    next = 0; slot 0 is lapped
+//!
+//! 2. producer: claim 0 accepted (the stop read 1), not stamped yet
+//!    consumer: provisional, line Stopped: stop_seq 1; next = 1; CAS ACTIVE
+//!    starter:  Running
+//!    consumer: start, line Running: claim 1, slot 0 not stamped: steps back to 0; next = 0
+//!    (a scan between the two stores gates at 1: the producer stamps 0, publishes 1 and 2
+//!    into slot 0, and the consumer at 0 finds it lapped)
+//! ```
+//!
+//! A required consumer that finds its slot lapped goes to the head (`jump_to_head`), past 1
+//! and 2, which were claimed after its start was read: they were lost to it and counted as
+//! `dropped_behind`. The fix has two parts, each needed: (a) the look-back ends at a slot
+//! that holds a later lap (a lapped slot is a published sequence, never a claim still to be
+//! stamped): `Segment::position` passes `reached` (`stamp::reached`; a fixed-size ring's
+//! `seq < cursor`) where it passed `is_done`; (b) the attach starts at least at its
+//! provisional position (`Consumer::fresh` and `resume`: `start.max(provisional)`). The
+//! controls `control_an_attach_whose_look_back_steps_over_a_lap_starts_below_its_gate` (the
+//! attach as it was) and `control_an_attach_below_its_provisional_position_across_a_start`
+//! ((a) alone) fail. (b) alone passes these models, but not a ring of four slots where a
+//! scan that did not see the entry yet gated at 4 (the provisional position was 3, read
+//! before sequence 3 was stamped), the start reads the claim word 5, slot 4 not stamped
+//! yet, then slot 3 already lapped by 7, and steps back to 3 (found at preemption bound 3,
+//! too slow to keep here).
 
+mod loom_env;
 mod loom_word;
 
-use loom::sync::atomic::Ordering;
+use loom::sync::atomic::{fence, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
+use loom_env::env;
 use loom_word::{model, W};
-use std::cell::Cell;
+use std::cell::RefCell;
 
 use shmring::gating::{self, Flags};
-use shmring::line::{Line, Word};
+use shmring::graph;
+use shmring::line::{self, Line, Refused, SeenRunning, Word};
 use shmring::table;
-use shmring_layout::{consumer_flags, consumer_state, lifecycle, owned_word, RingState};
+use shmring_layout::{consumer_flags, consumer_state, lifecycle, owned_word, stamp, RingState};
 
 /// The control's `next` before the start is stored: above every sequence.
 const UNSET: u64 = u64::MAX;
@@ -62,27 +143,38 @@ impl Flags for Required {
     }
 }
 
-/// A word as one scan sees it: remembers the value its first SeqCst load read (the entry's
-/// state as the pass over required consumers saw it).
+/// A word as one scan sees it: remembers the values its SeqCst loads read, one per pass of
+/// `gating::gate` over the entries (worker groups, required, optional).
 struct Seen<'a> {
     word: &'a W,
-    seqcst: Cell<Option<u64>>,
+    seqcst: RefCell<Vec<u64>>,
 }
+
+/// The pass of `gating::gate` over the required entries: its second SeqCst load of a word.
+const REQUIRED_PASS: usize = 1;
 
 impl<'a> Seen<'a> {
     fn new(word: &'a W) -> Self {
         Seen {
             word,
-            seqcst: Cell::new(None),
+            seqcst: RefCell::new(Vec::new()),
         }
+    }
+
+    /// Whether pass `pass` read the entry in a state that gates.
+    fn saw_gating(&self, pass: usize) -> bool {
+        self.seqcst
+            .borrow()
+            .get(pass)
+            .is_some_and(|&w| consumer_state::gates(owned_word::state(w)))
     }
 }
 
 impl Word for Seen<'_> {
     fn load(&self, order: Ordering) -> u64 {
         let v = self.word.load(order);
-        if order == Ordering::SeqCst && self.seqcst.get().is_none() {
-            self.seqcst.set(Some(v));
+        if order == Ordering::SeqCst {
+            self.seqcst.borrow_mut().push(v);
         }
         v
     }
@@ -167,11 +259,7 @@ impl Ring {
         let head = self.line().position(|_| true);
         let (word, next) = (Seen::new(&self.word), Seen::new(&self.next));
         let gate = gating::gate(head, || std::iter::once((&word, &Required, &next)), 0);
-        let saw = word
-            .seqcst
-            .get()
-            .is_some_and(|w| consumer_state::gates(owned_word::state(w)));
-        (gate, saw)
+        (gate, word.saw_gating(REQUIRED_PASS))
     }
 }
 
@@ -229,4 +317,567 @@ fn control_an_attach_without_a_provisional_position_is_lapped() {
 #[should_panic(expected = "first slot overwritten")]
 fn control_a_scan_reading_the_entry_before_the_position_laps_the_new_consumer() {
     attach_against_a_scan(true, true, 1);
+}
+
+// Single-producer rings (see the module comment): the attach races the producer's claims,
+// its wrap gate, a stop and a start.
+
+/// The single-producer models' ring: two slots, so that the third claim laps the first;
+/// a claim takes one sequence (`max_claim`, capacity / 2).
+const SP_CAPACITY: u64 = 2;
+const SLOTS: usize = SP_CAPACITY as usize;
+
+/// A slot that was never written.
+const EMPTY: u64 = shmring_layout::STAMP_EMPTY;
+
+/// How a single-producer model's attach reads the line's position.
+#[derive(Clone, Copy)]
+enum Position {
+    /// The shipping `Segment::position`: `Line::position` whose look-back steps back over a
+    /// slot only while it is pending (`stamp::reached` false, as `Segment::reached`): a slot
+    /// that holds a later lap ends it.
+    Shipping,
+    /// Control: the look-back as it was, stepping back over every slot that does not hold
+    /// its own sequence (`stamp::is_done` false), a slot a later lap overwrote included.
+    OverLaps,
+    /// Control: `Line::position` without the look-back (every slot reads as published).
+    NoLookBack,
+    /// Control: the claim word itself.
+    RawClaim,
+}
+
+/// How a single-producer model's attach takes its start.
+#[derive(Clone, Copy)]
+struct Start {
+    position: Position,
+    /// The start is at least the provisional position read before the CAS to ACTIVE.
+    at_least_provisional: bool,
+}
+
+/// The shipping attach (`Consumer::fresh`).
+const SHIPPING: Start = Start {
+    position: Position::Shipping,
+    at_least_provisional: true,
+};
+
+/// A single-producer ring, one consumer entry (CLAIMED by the attaching consumer) and the
+/// models' two markers.
+struct Sp {
+    claim: W,
+    lifecycle: W,
+    stop_seq: W,
+    word: W,
+    next: W,
+    stamps: [W; SLOTS],
+    /// Each slot's event: the sequence it was written for.
+    payloads: [W; SLOTS],
+    /// Marker: 1 once the attach has returned (stored after the start).
+    attached: W,
+    /// Marker: one past the last sequence stamped (stored after the stamp).
+    stamped_to: W,
+}
+
+/// Where an attach started, and what its bounds are checked against.
+#[derive(Clone, Copy)]
+struct Attached {
+    /// `stamped_to` when the attach began: everything below was published before it.
+    before: u64,
+    /// The provisional position stored as `next` before the CAS to ACTIVE.
+    provisional: u64,
+    start: u64,
+}
+
+/// A scan as the producer ran it: the gate, and whether its pass over the required entries
+/// saw the new entry gating.
+struct Scan {
+    gate: u64,
+    saw_entry: bool,
+}
+
+fn slot(s: u64) -> usize {
+    (s % SP_CAPACITY) as usize
+}
+
+fn running() -> u64 {
+    lifecycle::pack(0, RingState::Running as u32, 0)
+}
+
+impl Sp {
+    /// A single-producer ring whose lifecycle word is `life` and claim word `claim`, with
+    /// the sequences in `published` published (at most one lap).
+    fn new(life: u64, claim: u64, published: std::ops::Range<u64>) -> Self {
+        let ring = Sp {
+            claim: W::new(claim),
+            lifecycle: W::new(life),
+            stop_seq: W::new(0),
+            word: W::new(owned_word::pack(1, consumer_state::CLAIMED, CONSUMER)),
+            next: W::new(UNSET),
+            stamps: std::array::from_fn(|_| W::new(EMPTY)),
+            payloads: std::array::from_fn(|_| W::new(EMPTY)),
+            attached: W::new(0),
+            stamped_to: W::new(published.end),
+        };
+        for s in published {
+            ring.payloads[slot(s)].store(s, Ordering::Relaxed);
+            ring.stamps[slot(s)].store(s, Ordering::Relaxed);
+        }
+        ring
+    }
+
+    /// A ring stopped at `stop` whose claim word is `claim` (past the stop: a refused
+    /// claim's position; at it: the last accepted claim's), its sequences below `published`
+    /// published.
+    fn stopped(stop: u64, claim: u64, published: u64) -> Self {
+        let stopped = lifecycle::pack(2, RingState::Stopped as u32, 0);
+        let ring = Sp::new(stopped, claim, 0..published);
+        ring.stop_seq.store(stop, Ordering::Relaxed);
+        ring
+    }
+
+    fn line(&self) -> Line<'_, W> {
+        Line {
+            claim: &self.claim,
+            lifecycle: &self.lifecycle,
+            stop_seq: &self.stop_seq,
+            single: true,
+            max_claim: SP_CAPACITY / 2,
+        }
+    }
+
+    /// The stamp of `s`'s slot, as a reader expecting `s` reads it. Acquire: pairs with
+    /// the Release stamp store in `SpProducer::finish`.
+    fn stamp(&self, s: u64) -> stamp::Stamp {
+        stamp::read(self.stamps[slot(s)].load(Ordering::Acquire), s)
+    }
+
+    /// `Segment::is_done`: `s` is published.
+    fn published(&self, s: u64) -> bool {
+        self.stamp(s) == stamp::Stamp::Published
+    }
+
+    /// The line's position as `how` reads it.
+    fn position(&self, how: Position) -> u64 {
+        match how {
+            // Acquire: as in `stamp`.
+            Position::Shipping => self
+                .line()
+                .position(|s| stamp::reached(self.stamps[slot(s)].load(Ordering::Acquire), s)),
+            Position::OverLaps => self.line().position(|s| self.published(s)),
+            Position::NoLookBack => self.line().position(|_| true),
+            // SeqCst: as in `Line::position`.
+            Position::RawClaim => self.claim.load(Ordering::SeqCst),
+        }
+    }
+
+    /// `Consumer::fresh`'s attach: the provisional position (`graph::provisional_position`),
+    /// the SeqCst CAS to ACTIVE (`table::consumer::set`), the start, `next = start`
+    /// (Release). `total_order`: a SeqCst fence after the CAS stands in for the single total
+    /// order of the CAS and the position's SeqCst load, which loom does not model (on
+    /// x86_64 the locked CAS is such a fence).
+    fn attach(&self, how: Start, total_order: bool) -> Attached {
+        // Acquire: pairs with the producer's Release store after its stamp.
+        let before = self.stamped_to.load(Ordering::Acquire);
+        let mine = self.word.load(Ordering::Acquire);
+        let provisional = self.position(how.position);
+        graph::provisional_position(&self.next, provisional);
+        table::consumer::set(&self.word, mine, consumer_state::ACTIVE)
+            .expect("nobody else changes the entry");
+        if total_order {
+            fence(Ordering::SeqCst);
+        }
+        let mut start = self.position(how.position);
+        if how.at_least_provisional {
+            start = start.max(provisional);
+        }
+        // Release: pairs with the scan's Acquire load of `next`.
+        self.next.store(start, Ordering::Release);
+        // Release: pairs with the producer's Acquire load of the marker.
+        self.attached.store(1, Ordering::Release);
+        Attached {
+            before,
+            provisional,
+            start,
+        }
+    }
+
+    /// `gating::scan` on a single-producer ring: the SeqCst fence, the position, then the
+    /// shipping `gating::gate` over the one entry.
+    fn scan(&self) -> Scan {
+        fence(Ordering::SeqCst);
+        let head = self.position(Position::Shipping);
+        let (word, next) = (Seen::new(&self.word), Seen::new(&self.next));
+        let gate = gating::gate(head, || std::iter::once((&word, &Required, &next)), 0);
+        Scan {
+            gate,
+            saw_entry: word.saw_gating(REQUIRED_PASS),
+        }
+    }
+
+    /// The consumer reads `from..end` in place, as `Consumer::poll_once` does: the stamp
+    /// (Acquire), the event, then the commit of `next` (Release). The event is read last
+    /// before the commit, where a lap of the slot during the read would show.
+    fn read(&self, from: u64, end: u64) {
+        for s in from..end {
+            loop {
+                match self.stamp(s) {
+                    stamp::Stamp::Published => break,
+                    stamp::Stamp::Lapped => {
+                        panic!("sequence {s} overwritten before the consumer read it")
+                    }
+                    _ => thread::yield_now(),
+                }
+            }
+            // Relaxed: ordered by the Acquire stamp load.
+            let event = self.payloads[slot(s)].load(Ordering::Relaxed);
+            assert_eq!(
+                event, s,
+                "sequence {s} overwritten while the consumer read it"
+            );
+            // Release: the commit; pairs with the scan's Acquire load of `next`.
+            self.next.store(s + 1, Ordering::Release);
+        }
+    }
+}
+
+/// When the producer looks whether the attach has returned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// Before each claim: the events claimed after the attach, which every attach receives.
+    Claim,
+    /// Before each stamp: the events stamped after the attach, which an attach that read a
+    /// running line receives too (the look-back; one that read a closed line starts at the
+    /// stop sequence, above an accepted claim its producer has not stamped yet).
+    Stamp,
+}
+
+/// The single producer: its claim state, its cached gate, and what the checks need.
+struct SpProducer {
+    seen: SeenRunning,
+    next: u64,
+    cached_gate: u64,
+    scans: Vec<Scan>,
+    mark: After,
+    /// Sequences claimed or stamped (`mark`) after the producer saw the attach return.
+    after_attach: Vec<u64>,
+}
+
+impl SpProducer {
+    /// The producer at `next`, its cached gate 0.
+    fn new(next: u64, mark: After) -> Self {
+        SpProducer {
+            seen: SeenRunning::default(),
+            next,
+            cached_gate: 0,
+            scans: Vec::new(),
+            mark,
+            after_attach: Vec::new(),
+        }
+    }
+
+    /// Whether the attach has returned, looked at only when `mark` says. Acquire: pairs
+    /// with the attach's Release store of the marker.
+    fn attached(&self, ring: &Sp, now: After) -> bool {
+        now == self.mark && ring.attached.load(Ordering::Acquire) == 1
+    }
+
+    /// `Producer::claim_blocking` and the publish of one event on a stamped ring.
+    fn publish(&mut self, ring: &Sp) -> Result<u64, Refused> {
+        let s = self.claim(ring)?;
+        self.finish(ring, s);
+        Ok(s)
+    }
+
+    /// As `publish`, trying again while the ring is closed (until a start).
+    fn publish_once_running(&mut self, ring: &Sp) -> u64 {
+        loop {
+            match self.publish(ring) {
+                Ok(s) => return s,
+                Err(Refused::Closed) => thread::yield_now(),
+                Err(Refused::Deleted) => panic!("the ring is not deleted"),
+            }
+        }
+    }
+
+    /// The claim of one sequence: the shipping `claim_single_fast` and, past it,
+    /// `Line::finish_claim_single` ((p1) to (p5) in `line.rs`).
+    fn claim(&mut self, ring: &Sp) -> Result<u64, Refused> {
+        let s = self.next;
+        let after = self.attached(ring, After::Claim);
+        let fast =
+            line::claim_single_fast(&ring.claim, &ring.lifecycle, &mut self.seen, s, 1, || {
+                fence(Ordering::SeqCst)
+            });
+        ring.line().finish_claim_single(&env(1, true), fast, s, 1)?;
+        if after {
+            self.after_attach.push(s);
+        }
+        self.next = s + 1;
+        Ok(s)
+    }
+
+    /// The rest of the publish of the claimed `s`: the wait at the wrap gate (`has_room`:
+    /// the cached gate, else a scan), the event, the stamp.
+    fn finish(&mut self, ring: &Sp, s: u64) {
+        let need = (s + 1).saturating_sub(SP_CAPACITY);
+        while self.cached_gate < need {
+            let scan = ring.scan();
+            self.cached_gate = self.cached_gate.max(scan.gate);
+            self.scans.push(scan);
+            if self.cached_gate < need {
+                thread::yield_now();
+            }
+        }
+        // Relaxed: published by the Release stamp store.
+        ring.payloads[slot(s)].store(s, Ordering::Relaxed);
+        if self.attached(ring, After::Stamp) {
+            self.after_attach.push(s);
+        }
+        // Release: the stamp (`Producer::stamp`); pairs with the readers' Acquire loads.
+        ring.stamps[slot(s)].store(s, Ordering::Release);
+        // Release: pairs with the attach's Acquire load of the marker.
+        ring.stamped_to.store(s + 1, Ordering::Release);
+    }
+}
+
+/// The start's bounds: at or after everything published before the attach began (which
+/// it may miss), at or after the provisional position a scan may have gated at (a `next`
+/// that moves back is below a gate already computed from it), and at or before every
+/// event claimed (or, on a running line, stamped) after the attach returned.
+fn check_start(a: Attached, after_attach: &[u64]) {
+    let start = a.start;
+    assert!(
+        a.before <= start,
+        "start {start} is before sequence {}, published before the attach began",
+        a.before - 1
+    );
+    assert!(
+        a.provisional <= start,
+        "start {start} is below the provisional position {} a scan may have gated at",
+        a.provisional
+    );
+    for &s in after_attach {
+        assert!(
+            s >= start,
+            "sequence {s}, claimed or stamped after the attach returned, is skipped: \
+             start {start}"
+        );
+    }
+}
+
+/// A consumer attaches to a running single-producer ring (sequence 0 published) and reads
+/// up to sequence 3, while the producer publishes 1, 2 and 3 on the two slots: 2 laps 0 and
+/// 3 laps 1, which needs the consumer past 1 (the wrap gate saw its entry) or started after
+/// it.
+fn sp_attach_racing_claims(how: Start) {
+    model(move || {
+        let ring = Arc::new(Sp::new(running(), 1, 0..1));
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let mut p = SpProducer::new(1, After::Stamp);
+                for _ in 1..4 {
+                    p.publish(&ring).expect("the ring runs");
+                }
+                p
+            })
+        };
+        let a = ring.attach(how, true);
+        ring.read(a.start, 4);
+        let p = producer.join().unwrap();
+        check_start(a, &p.after_attach);
+        for scan in p.scans.iter().filter(|s| !s.saw_entry) {
+            assert!(
+                scan.gate <= a.start,
+                "first slot overwritten: a scan that did not see the entry computed gate {}, \
+                 allowing sequence {} = start {} + capacity {SP_CAPACITY}",
+                scan.gate,
+                scan.gate + SP_CAPACITY - 1,
+                a.start
+            );
+        }
+    });
+}
+
+#[test]
+fn single_producer_attach_racing_claims_that_lap_the_ring() {
+    sp_attach_racing_claims(SHIPPING);
+}
+
+/// The attach as it was (the look-back over a lapped slot, no floor at the provisional
+/// position): the first interleaving of the module comment.
+#[test]
+#[should_panic(expected = "overwritten before the consumer read it")]
+fn control_an_attach_whose_look_back_steps_over_a_lap_starts_below_its_gate() {
+    sp_attach_racing_claims(Start {
+        position: Position::OverLaps,
+        at_least_provisional: false,
+    });
+}
+
+/// After the line settled closed at `stop` (the attach and any claim joined), the next
+/// run's first event, at `stop`, is delivered from the start: every sequence from the start
+/// up to it is published.
+fn check_delivered(ring: &Sp, a: Attached, stop: u64) {
+    for s in a.start..=stop {
+        assert!(
+            ring.published(s),
+            "sequence {s}, between the start {} and the next run's first event {stop}, is \
+             never published",
+            a.start
+        );
+    }
+}
+
+/// A consumer attaches to an empty single-producer ring while the producer claims sequence
+/// 0 and another process stops the ring: the claim is accepted (the stop reads its
+/// position) or refused (the stop read the position before the claim's store, which stays
+/// past the stop). Then the ring starts again (taking a refused claim back) and the
+/// producer publishes the next run's first event, at the stop sequence. The attach starts
+/// at or before the stop sequence and receives that event.
+fn sp_attach_racing_a_stop(how: Start) {
+    model(move || {
+        let ring = Arc::new(Sp::new(running(), 0, 0..0));
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let mut p = SpProducer::new(0, After::Claim);
+                let _ = p.publish(&ring);
+                p
+            })
+        };
+        let stopper = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let (stop, _) = ring
+                    .line()
+                    .close(&env(2, true), RingState::Stopped)
+                    .expect("stop");
+                stop
+            })
+        };
+        let a = ring.attach(how, false);
+        let mut p = producer.join().unwrap();
+        let stop = stopper.join().unwrap();
+        assert!(
+            a.start <= stop,
+            "an attach at {} starts past the stop at {stop}",
+            a.start
+        );
+        assert_eq!(ring.line().reopen(&env(2, true)), Ok(stop), "started");
+        let first = p.publish(&ring).expect("the ring runs again");
+        assert_eq!(first, stop, "the next run starts at the stop sequence");
+        check_start(a, &p.after_attach);
+        check_delivered(&ring, a, stop);
+    });
+}
+
+#[test]
+fn single_producer_attach_racing_a_stop() {
+    sp_attach_racing_a_stop(SHIPPING);
+}
+
+/// Without the look-back, an attach that reads the claim word of a claim the stop refused
+/// (the stopper read the position before the claim's store) starts one past the stop, and
+/// the next run's first event, at the stop sequence, is lost to it.
+#[test]
+#[should_panic(expected = "past the stop")]
+fn control_an_attach_without_the_look_back_starts_past_the_stop() {
+    sp_attach_racing_a_stop(Start {
+        position: Position::NoLookBack,
+        ..SHIPPING
+    });
+}
+
+/// What a stopped single-producer ring holds when a start races the attach.
+#[derive(Clone, Copy)]
+enum Left {
+    /// A claim of sequence 0 that the stop at 0 refused: the claim word (1) is past the
+    /// stop until the start takes it back.
+    Refused,
+    /// A claim of sequence 0 that the stop at 1 accepted and its producer has not stamped.
+    Unstamped,
+}
+
+/// A consumer attaches to a stopped single-producer ring while another process starts it
+/// and the producer publishes the next run's first event (at the stop sequence, once the
+/// ring runs; with `Left::Unstamped`, after it stamps its accepted claim). An attach that
+/// read the line before the restarted run starts at or before the stop sequence; the
+/// next run's first event is delivered from the start.
+fn sp_attach_racing_a_start(how: Start, left: Left) {
+    model(move || {
+        let (ring, stop, unstamped) = match left {
+            Left::Refused => (Sp::stopped(0, 1, 0), 0, None),
+            Left::Unstamped => (Sp::stopped(1, 1, 0), 1, Some(0)),
+        };
+        let ring = Arc::new(ring);
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let mut p = SpProducer::new(stop, After::Claim);
+                if let Some(s) = unstamped {
+                    p.finish(&ring, s);
+                }
+                let first = p.publish_once_running(&ring);
+                (p, first)
+            })
+        };
+        let starter = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().reopen(&env(2, true)))
+        };
+        let a = ring.attach(how, false);
+        // After the attach: Running means the attach may have read the line after the start
+        // (and after the next run's first event).
+        let restarted = ring.line().life().state == Some(RingState::Running);
+        let (p, first) = producer.join().unwrap();
+        assert_eq!(starter.join().unwrap(), Ok(stop), "started");
+        assert_eq!(first, stop, "the next run starts at the stop sequence");
+        assert!(
+            restarted || a.start <= stop,
+            "an attach at {} starts past the stop at {stop}",
+            a.start
+        );
+        check_start(a, &p.after_attach);
+        if a.start <= stop {
+            check_delivered(&ring, a, stop);
+        }
+    });
+}
+
+#[test]
+fn single_producer_attach_racing_a_start_after_an_unstamped_claim() {
+    sp_attach_racing_a_start(SHIPPING, Left::Unstamped);
+}
+
+/// The look-back that ends at a lap, without the floor at the provisional position: the
+/// second interleaving of the module comment.
+#[test]
+#[should_panic(expected = "below the provisional position")]
+fn control_an_attach_below_its_provisional_position_across_a_start() {
+    sp_attach_racing_a_start(
+        Start {
+            at_least_provisional: false,
+            ..SHIPPING
+        },
+        Left::Unstamped,
+    );
+}
+
+#[test]
+fn single_producer_attach_racing_a_start_that_takes_a_refused_claim_back() {
+    sp_attach_racing_a_start(SHIPPING, Left::Refused);
+}
+
+/// Reading the claim word as the start: before the start takes the refused claim back,
+/// the attach starts one past the stop, and the next run's first event is lost to it.
+#[test]
+#[should_panic(expected = "past the stop")]
+fn control_an_attach_reading_the_claim_word_starts_past_the_stop() {
+    sp_attach_racing_a_start(
+        Start {
+            position: Position::RawClaim,
+            ..SHIPPING
+        },
+        Left::Refused,
+    );
 }

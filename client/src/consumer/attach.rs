@@ -333,12 +333,14 @@ impl Consumer {
             // one keeps any sane position: it checks every slot's stamp.
             let required = flags & consumer_flags::REQUIRED != 0;
             let keep = if required { gated } else { old_next <= head };
-            if !keep {
-                // A provisional position read just before the CAS to ACTIVE, as a fresh
-                // attach stores (see `fresh`). Release: a dependent consumer that reads it
-                // then reads this holder's word (see `consumer/barrier.rs`).
-                graph::provisional_position(&e.hot.next, seg.position());
-            }
+            // A provisional position read just before the CAS to ACTIVE, as a fresh attach
+            // stores (see `fresh`). Release: a dependent consumer that reads it then reads
+            // this holder's word (see `consumer/barrier.rs`).
+            let provisional = (!keep).then(|| {
+                let p = seg.position();
+                graph::provisional_position(&e.hot.next, p);
+                p
+            });
             Self::fill_cold(e, opts);
             // Relaxed: this process holds the entry; the last holder's record was published
             // by its last CAS, which the take-over CAS read.
@@ -364,8 +366,9 @@ impl Consumer {
                 };
                 return Ok(Some((found, 0)));
             }
-            // Read after the SeqCst ACTIVE CAS: the attach protocol (see `gating`).
-            let head = seg.position();
+            // Read after the SeqCst ACTIVE CAS: the attach protocol (see `gating`); never
+            // below the provisional position, which a scan may have gated at (see `fresh`).
+            let head = seg.position().max(provisional.unwrap_or(0));
             let lost = head.saturating_sub(old_next);
             // Release: pairs with the producers' Acquire scan.
             e.hot.next.store(head, Ordering::Release);
@@ -458,14 +461,20 @@ impl Consumer {
         // would let such a scan gate at its own, later, position and lap the start.
         // Release (not published by the CAS alone): a dependent consumer that reads it then
         // reads this holder's word, never the previous one's (see `consumer/barrier.rs`).
-        graph::provisional_position(&e.hot.next, start_at());
+        let provisional = start_at();
+        graph::provisional_position(&e.hot.next, provisional);
         // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
         // `gating`). Every field above is published by this CAS.
         let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
             // Freed under this process, which cannot happen while it runs: look again.
             return Ok(Found::Retry);
         };
-        let start = start_at();
+        // Never below the provisional position: a scan that read the entry ACTIVE may have
+        // gated there, and let the producer lap anything below it. (A single producer's
+        // line can read lower the second time: a start reopens at the stop sequence and
+        // the look-back then steps over an accepted claim not stamped yet; see
+        // `client/tests/loom_attach.rs`.)
+        let start = start_at().max(provisional);
         // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
         e.hot.next.store(start, Ordering::Release);
 

@@ -157,7 +157,7 @@ impl Producer {
         seg.line()
             .take_position(
                 &SegEnv::lifecycle(seg),
-                |s| seg.is_done(s),
+                |s| seg.reached(s),
                 || fence(Ordering::SeqCst),
             )
             .map_err(|err| match err {
