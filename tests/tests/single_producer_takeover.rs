@@ -18,16 +18,17 @@ fn dead_pid() -> u32 {
     pid
 }
 
-#[test]
-fn a_producer_that_died_mid_batch_leaves_tombstones_not_a_hole() {
-    let ns = Namespace::new("sp_takeover");
+/// A single-producer ring of 16 slots in `ns` with a consumer attached (anonymous, from
+/// sequence 0), where a producer published 0, 1 and 2 and detached, and what a producer
+/// SIGKILLed in entry 0 leaves: its entry ACTIVE under a dead pid.
+fn ring_with_a_dead_producer(ns: &Namespace) -> (Ring, shmring::Consumer, RawSegment) {
     let config = RingConfig {
         capacity: 16,
         producer_mode: ProducerMode::Single,
         ..RingConfig::default()
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
-    let mut c = ring
+    let c = ring
         .consumer(ConsumerOptions::anonymous())
         .expect("consumer");
     let mut first = ring.producer().expect("producer");
@@ -35,10 +36,17 @@ fn a_producer_that_died_mid_batch_leaves_tombstones_not_a_hole() {
         first.publish(&[i]).expect("publish");
     }
     drop(first);
-    // What a producer SIGKILLed inside `publish_batch` of two events leaves: its entry
-    // ACTIVE under a dead pid, its position 5, sequences 3 and 4 never stamped.
     let raw = RawSegment::open(&ring);
     raw.fabricate_dead_producer(0, dead_pid(), 1, 0, 0);
+    (ring, c, raw)
+}
+
+#[test]
+fn a_producer_that_died_mid_batch_leaves_tombstones_not_a_hole() {
+    let ns = Namespace::new("sp_takeover");
+    let (ring, mut c, raw) = ring_with_a_dead_producer(&ns);
+    // Killed inside `publish_batch` of two events: its position 5, sequences 3 and 4 never
+    // stamped.
     raw.set_claim_word(5);
     let mut next = ring.producer().expect("the next producer takes over");
     assert_eq!(
@@ -68,21 +76,8 @@ fn a_producer_that_died_mid_batch_leaves_tombstones_not_a_hole() {
 fn a_producer_taking_over_a_dead_one_wakes_the_consumer_line() {
     use shmring_testkit::raw::Line;
     let ns = Namespace::new("sp_takeover_wake");
-    let config = RingConfig {
-        capacity: 16,
-        producer_mode: ProducerMode::Single,
-        ..RingConfig::default()
-    };
-    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
-    let mut first = ring.producer().expect("producer");
-    for i in 0..3u8 {
-        first.publish(&[i]).expect("publish");
-    }
-    drop(first);
-    // What a producer SIGKILLed right after its last stamp leaves: its entry ACTIVE under a
-    // dead pid, every claim stamped (nothing to repair).
-    let raw = RawSegment::open(&ring);
-    raw.fabricate_dead_producer(0, dead_pid(), 1, 0, 0);
+    // Killed right after its last stamp: every claim stamped, nothing to repair.
+    let (ring, _c, raw) = ring_with_a_dead_producer(&ns);
     // Nothing parks on this ring: nothing else moves the consumer line's word.
     let word = raw.wake_word(Line::Consumer);
     let mut next = ring.producer().expect("the next producer takes over");
