@@ -377,7 +377,9 @@ impl Ring {
     }
 
     /// The line's position: the next sequence a producer will claim, or, while the line is
-    /// closed, the sequence the next run starts at.
+    /// closed, the sequence the next run starts at; on a single-producer ring, before the
+    /// slots of its last claim that are not stamped yet (a claim still to be decided, or
+    /// accepted by a stop and about to be stamped).
     pub fn head(&self) -> u64 {
         self.seg.position()
     }

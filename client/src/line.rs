@@ -98,8 +98,8 @@
 //! ```text
 //! new single producer
 //! (a1) w = life; Stopping: wait it out (finish it if its owner is dead), again from (a1)
-//! (a2) p = position (stop_seq while settled closed, else the claim word less an unstamped
-//!      last claim)
+//! (a2) p = stop_seq while settled closed, else the position (the claim word less an
+//!      unstamped last claim)
 //! (a3) claim = p (SeqCst); full fence
 //! (a4) life still w? p is the producer's next sequence; else again from (a1)
 //! ```
@@ -381,24 +381,27 @@ impl<W: Word> Line<'_, W> {
     pub fn position(&self, published: impl Fn(u64) -> bool) -> u64 {
         if self.single {
             let life = self.life();
-            return match life.state {
-                Some(RingState::Running | RingState::Stopping) => {
-                    // SeqCst: the attach protocol's load of the head (see `gating`).
-                    let p = self.claim.load(Ordering::SeqCst);
-                    // The last claim's fate is decided by the producer's (p4) after its
-                    // store: until its slots are stamped it may still be refused and taken
-                    // back, so the position is before it (an attach then linearises before
-                    // that claim, which it receives if it is accepted). A claim is at most
-                    // `max_claim` sequences, stamped in order once accepted.
-                    let mut q = p;
-                    while q > 0 && p - q < self.max_claim && !published(q - 1) {
-                        q -= 1;
-                    }
-                    q
-                }
+            let p = match life.state {
+                // SeqCst: the attach protocol's load of the head (see `gating`).
+                Some(RingState::Running | RingState::Stopping) => self.claim.load(Ordering::SeqCst),
                 // Relaxed: ordered by the Acquire load of the settled word.
                 _ => self.stop_seq.load(Ordering::Relaxed),
             };
+            // The last claim's fate is decided by the producer's (p4) after its store: until
+            // its slots are stamped it may still be refused and taken back, so the position is
+            // before it (an attach then linearises before that claim, which it receives if it
+            // is accepted). A claim is at most `max_claim` sequences, stamped in order once
+            // accepted. Closed too, from the stop sequence: a claim the stop accepted and its
+            // producer has not stamped yet lies below it, and once a start reopens the line
+            // the running position steps back over it; stepping back here as well keeps the
+            // position from going down across a start, which a gate computed while the line
+            // was closed relies on (`loom_attach`'s
+            // `single_producer_attach_after_a_scan_while_stopped`).
+            let mut q = p;
+            while q > 0 && p - q < self.max_claim && !published(q - 1) {
+                q -= 1;
+            }
+            return q;
         }
         // SeqCst: the attach protocol's load of the head (see `gating`); it also reads from
         // the closing CAS's release sequence, so `stop_seq` (recorded before it) is visible.
@@ -440,8 +443,11 @@ impl<W: Word> Line<'_, W> {
             // (a2) Running: the claim word, stepped back over a last claim not all stamped
             // (none, once the predecessor's repair ran). Settled closed or Starting: the stop
             // sequence, which also takes back a refused claim a dead predecessor left (as a
-            // starter does, (t3)).
-            let p = self.position(&published);
+            // starter does, (t3)): the sequence the next run starts at, which is what a new
+            // producer claims next, not the position (which steps back from it over an
+            // accepted claim's unstamped slots while the line is closed).
+            let p = closed_at(self.lifecycle, self.stop_seq)
+                .unwrap_or_else(|| self.position(&published));
             if p >= MAX_SEQUENCE {
                 // Another process wrote it: the publish arithmetic would overflow on it.
                 return Err(TakeError::CorruptPosition(p));

@@ -48,8 +48,10 @@
 //! `gating::gate`), writes its event and stamps it. The attach is `Consumer::fresh`'s: the
 //! provisional position (`graph::provisional_position`), the CAS to ACTIVE
 //! (`table::consumer::set`), the start read from `Line::position` with the segment's
-//! `published` (`Segment::is_done`: the slot holds that sequence), `next = start`. The
-//! ring has two slots. What every model checks, in every interleaving:
+//! `published` (`Segment::reached`: the slot holds that sequence or a later one), at least
+//! the provisional position, `next = start`. The ring has two slots. What the models check,
+//! in every interleaving (the "no lap" half in the models whose producer reads on past the
+//! start, and after a scan while stopped):
 //!
 //! - **from below**: the start is at or after every sequence published before the attach
 //!   began, and at or after the provisional position (a scan that read the entry ACTIVE
@@ -110,6 +112,14 @@
 //! before sequence 3 was stamped), the start reads the claim word 5, slot 4 not stamped
 //! yet, then slot 3 already lapped by 7, and steps back to 3 (found at preemption bound 3,
 //! too slow to keep here).
+//!
+//! A review then found a third way down, which `single_producer_attach_after_a_scan_while_stopped`
+//! models: a producer waiting for room for a claim the stop accepted scans while the ring
+//! is stopped and gates at the stop sequence; after a start, an attach's position steps
+//! back over that claim's unstamped slots, below the gate, in both of its reads. The
+//! position now steps back from the stop sequence too while the line is closed, so it never
+//! goes down across a start (`control_a_scan_at_the_stop_sequence_gates_above_a_later_attach`
+//! fails without it); with that, part (b) is a second guard.
 
 mod loom_env;
 mod loom_word;
@@ -340,6 +350,9 @@ enum Position {
     /// Control: the look-back as it was, stepping back over every slot that does not hold
     /// its own sequence (`stamp::is_done` false), a slot a later lap overwrote included.
     OverLaps,
+    /// Control: the position as it was while the line is closed, the stop sequence itself
+    /// (no look-back over an accepted claim not stamped yet), else `Shipping`.
+    ClosedAtTheStop,
     /// Control: `Line::position` without the look-back (every slot reads as published).
     NoLookBack,
     /// Control: the claim word itself.
@@ -463,6 +476,10 @@ impl Sp {
                 .line()
                 .position(|s| stamp::reached(self.stamps[slot(s)].load(Ordering::Acquire), s)),
             Position::OverLaps => self.line().position(|s| self.published(s)),
+            Position::ClosedAtTheStop => match self.line().closed_at() {
+                Some(stop) => stop,
+                None => self.position(Position::Shipping),
+            },
             Position::NoLookBack => self.line().position(|_| true),
             // SeqCst: as in `Line::position`.
             Position::RawClaim => self.claim.load(Ordering::SeqCst),
@@ -503,8 +520,13 @@ impl Sp {
     /// `gating::scan` on a single-producer ring: the SeqCst fence, the position, then the
     /// shipping `gating::gate` over the one entry.
     fn scan(&self) -> Scan {
+        self.scan_with(Position::Shipping)
+    }
+
+    /// `scan` with the position read as `how` reads it.
+    fn scan_with(&self, how: Position) -> Scan {
         fence(Ordering::SeqCst);
-        let head = self.position(Position::Shipping);
+        let head = self.position(how);
         let (word, next) = (Seen::new(&self.word), Seen::new(&self.next));
         let gate = gating::gate(head, || std::iter::once((&word, &Required, &next)), 0);
         Scan {
@@ -849,15 +871,15 @@ fn single_producer_attach_racing_a_start_after_an_unstamped_claim() {
     sp_attach_racing_a_start(SHIPPING, Left::Unstamped);
 }
 
-/// The look-back that ends at a lap, without the floor at the provisional position: the
-/// second interleaving of the module comment.
+/// The position as it was while closed (the stop sequence itself), without the floor at
+/// the provisional position: the second interleaving of the module comment.
 #[test]
 #[should_panic(expected = "below the provisional position")]
 fn control_an_attach_below_its_provisional_position_across_a_start() {
     sp_attach_racing_a_start(
         Start {
+            position: Position::ClosedAtTheStop,
             at_least_provisional: false,
-            ..SHIPPING
         },
         Left::Unstamped,
     );
@@ -866,6 +888,46 @@ fn control_an_attach_below_its_provisional_position_across_a_start() {
 #[test]
 fn single_producer_attach_racing_a_start_that_takes_a_refused_claim_back() {
     sp_attach_racing_a_start(SHIPPING, Left::Refused);
+}
+
+/// A gate scan while the ring is stopped, then a start and an attach, one after another:
+/// the stop at 3 accepted the producer's claim of 2, which it has not stamped yet, and the
+/// producer, waiting for room for it, scans while the ring is still stopped (the new entry
+/// not yet gating). The start reopens at 3 and the consumer attaches, its position stepping
+/// back over 2. The gate that scan computed must not be above that start, or the producer,
+/// trusting it, laps the start's slot: the line's position, closed or not, steps back over
+/// the last accepted claim's unstamped slots, so it never goes down across a start.
+fn sp_scan_while_stopped_then_attach(how: Start) {
+    model(move || {
+        let ring = Sp::stopped(3, 3, 2);
+        let scan = ring.scan_with(how.position);
+        assert!(!scan.saw_entry);
+        assert_eq!(ring.line().reopen(&env(2, true)), Ok(3), "started");
+        let a = ring.attach(how, true);
+        assert!(
+            scan.gate <= a.start,
+            "a scan while stopped gated at {}, above the start {} of a later attach",
+            scan.gate,
+            a.start
+        );
+    });
+}
+
+#[test]
+fn single_producer_attach_after_a_scan_while_stopped() {
+    sp_scan_while_stopped_then_attach(SHIPPING);
+}
+
+/// The position as it was while closed, the stop sequence itself: the scan gates at 3,
+/// the attach after the start starts at 2 (the floor at the provisional position does not
+/// help: both of its reads came after the start).
+#[test]
+#[should_panic(expected = "above the start")]
+fn control_a_scan_at_the_stop_sequence_gates_above_a_later_attach() {
+    sp_scan_while_stopped_then_attach(Start {
+        position: Position::ClosedAtTheStop,
+        ..SHIPPING
+    });
 }
 
 /// Reading the claim word as the start: before the start takes the refused claim back,
