@@ -40,9 +40,10 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
         }
         // Once per death this broker sees, before the repair: the producer may have died
         // between its stamp and its wake, with consumers parked on an event they cannot
-        // see. Only a producer that was publishing (ACTIVE): an entry caught mid-attach
-        // or mid-repair names a process that never published through it.
-        if !rec.woken && p.state_code == producer_state::ACTIVE {
+        // see. Not for an entry caught mid-attach (ATTACHING): its process never published
+        // through it. A REPAIRING entry left by a dead repairer stands for a producer death
+        // whose wake may be missing too.
+        if !rec.woken && p.state_code != producer_state::ATTACHING {
             rec.woken = true;
             t.ring.wake_consumers();
         }

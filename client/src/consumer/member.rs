@@ -240,8 +240,10 @@ fn find_left_claim(
             }
         }
         let start_time = e.cold.start_time.load(Ordering::Relaxed);
-        // Asked only here, with a candidate in hand: `process::current` makes a system
-        // call (getpid), and a member scans every few claims, on its data path.
+        // Asked only here, with a candidate in hand (a member of the group with a
+        // published event waiting: `adopt` then reads /proc to judge its holder anyway):
+        // `process::current` makes a system call (getpid), and a member scans every few
+        // claims, on its data path, where mostly no other member has an event waiting.
         let me = process::current().pid;
         let Some(word) = group::adopt(&table::Os, &e.hot.word, seen, start_time, me) else {
             continue;

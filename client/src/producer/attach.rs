@@ -118,13 +118,14 @@ impl Producer {
             let dead = owned_word::owner(seen);
             if geo.producer_mode == ProducerMode::Single {
                 let ring = Ring { seg: seg.clone() };
+                // The first to see the death may be this attach (before any broker sweep):
+                // the dead producer may have stamped events and not woken the consumers
+                // parked on them (see `Ring::wake_consumers`). Before the repair, which may
+                // have to wait.
+                ring.wake_consumers();
                 if ring.repair_dead_producer(i, seen).waiting > 0 {
                     return Err(AttachError::PredecessorClaim { pid: dead });
                 }
-                // The first to see the death may be this attach (before any broker sweep):
-                // the dead producer may have stamped its last event and not woken the
-                // consumers parked on it (see `Ring::wake_consumers`).
-                ring.wake_consumers();
                 // Acquire: as above.
                 let freed = e.word.load(Ordering::Acquire);
                 if let Some(taken) = table::producer::take_free(&e.word, freed, me) {
