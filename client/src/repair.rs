@@ -157,7 +157,7 @@ impl Ring {
             to = consumer_state::name(to),
             "consumer entry no longer gates producers"
         );
-        park::wake(&self.seg.lines().producer_wake.value);
+        self.wake_producers();
     }
 
     /// Monotonic nanoseconds of the broker's last sweep over this ring (0: never).
@@ -263,7 +263,7 @@ impl Ring {
         match done {
             fixed::Repaired::Done { tombstoned } => {
                 if tombstoned > 0 {
-                    park::wake(&self.seg.lines().consumer_wake.value);
+                    self.wake_consumers();
                 }
                 Repair {
                     tombstoned,
@@ -338,7 +338,7 @@ impl Ring {
             gating::scan(&self.seg) >= need
         });
         if done == Tombstone::Written {
-            park::wake(&self.seg.lines().consumer_wake.value);
+            self.wake_consumers();
         }
         done
     }
