@@ -19,6 +19,9 @@
 //! last phase); the next publish then has to wake whoever parked.
 //!
 //! `--retry-closed` retries a publish refused by a stopped ring until the ring starts again.
+//! Each refusal retried checks the handle's counters first: `ProducerStats::published` must
+//! be the events accepted so far (a refusal spends no position). `--report-refusals` also
+//! prints `refused` at the first refusal after an accepted publish.
 //!
 //! Prints `ready` after attaching, `started` after the first publish, and at the end
 //! `done published=N tombstones=T refused=R stats_published=N stats_tombstoned=T parks=P
@@ -83,6 +86,29 @@ pub struct Args {
     /// yield) until the ring starts again; only a deleted ring ends the run early.
     #[arg(long)]
     retry_closed: bool,
+    /// Print `refused` at the first refusal after an accepted publish.
+    #[arg(long)]
+    report_refusals: bool,
+}
+
+/// A refusal about to be retried: the handle's count of published events must be the
+/// events accepted so far (`published`), and (`report`) the first refusal of a closed
+/// period is reported.
+fn check_refusal(
+    p: &Producer,
+    published: u64,
+    report: bool,
+    reported: &mut bool,
+) -> anyhow::Result<()> {
+    let counted = p.stats().published;
+    if counted != published {
+        bail!("after a refusal the producer counts {counted} events published, not {published}");
+    }
+    if report && !*reported {
+        *reported = true;
+        println!("refused at={published}");
+    }
+    Ok(())
 }
 
 /// Wait until every consumer of `ring` caught up with the head and at least `parked` of them
@@ -146,10 +172,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let forever = a.count == 0;
     let (mut next_idle, mut idles) = (a.idle_every, 0u64);
     let mut retries = 0u64;
+    let mut reported = false;
     while forever || seq < a.count {
         claims += 1;
         if a.tombstone_every > 0 && claims % a.tombstone_every == 0 {
-            match p.claim() {
+            let refused = match p.claim() {
                 Ok(mut c) => {
                     // Half-written, never committed: dropped, it must publish a tombstone.
                     c.payload_mut()[..4].copy_from_slice(b"junk");
@@ -157,16 +184,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     tombstones += 1;
                     continue;
                 }
-                Err(e) => {
-                    closed(e)?;
-                    if a.retry_closed && !ring.is_deleted() {
-                        retries += 1;
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    break;
-                }
+                Err(e) => e,
+            };
+            closed(refused)?;
+            if a.retry_closed && !ring.is_deleted() {
+                check_refusal(&p, seq, a.report_refusals, &mut reported)?;
+                retries += 1;
+                std::thread::yield_now();
+                continue;
             }
+            break;
         }
         let mode = match a.mode {
             Mode::Mixed => [
@@ -229,6 +256,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }?;
         if outcome == 0 {
             if a.retry_closed && !ring.is_deleted() {
+                check_refusal(&p, seq, a.report_refusals, &mut reported)?;
                 retries += 1;
                 std::thread::yield_now();
                 continue;
@@ -236,6 +264,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             break;
         }
         seq += outcome;
+        reported = false;
         if !started {
             started = true;
             println!("started");
