@@ -12,7 +12,8 @@
 //!
 //! [`Producer::publisher`] lends a loop of publishes a [`Publisher`] that holds the
 //! producer's position by value, so that on a fixed-size ring it stays in a register
-//! instead of being stored to the handle per event; each of its publishes is a `publish`.
+//! instead of being loaded from the claim word per event (where `publish` keeps it in its
+//! common case, see [`Producer::position`]); each of its publishes is a `publish`.
 //!
 //! Batches (`publish_batch`, `try_publish_batch`, `publish_batch_timeout`, a committed
 //! `ClaimBatch`) take one claim of consecutive sequences, write every payload before any
@@ -77,9 +78,11 @@ pub struct Producer {
     registered: bool,
     /// A single-producer ring: the claim is a plain store of `next` (see `line`).
     single: bool,
-    /// Single producer: the next sequence this producer claims (its position). Stale while
-    /// a [`Publisher`] holds it (see `publisher`): only that publisher and the publishes it
-    /// hands to the handle use the handle then, and it writes its position back first.
+    /// Single producer: the next sequence this producer claims (its position), unless the
+    /// fixed-size common case is armed (`fast_end` set): the claim word holds it then, and
+    /// this is stale (see [`Producer::position`]). Stale too while a [`Publisher`] holds it
+    /// (see `publisher`): only that publisher and the publishes it hands to the handle use
+    /// the handle then, and it writes its position back first.
     next: u64,
     /// A fixed-size ring (see `fixed`): payload-only slots published by the cursor.
     fixed: bool,
@@ -96,7 +99,8 @@ pub struct Producer {
     /// sequence below this, which says there is room under the cached gate, the process is
     /// registered for membarrier and no claim guard is open (the common case also reads the
     /// ring's fence mode, which must be membarrier). 0 (never) until the general path sets
-    /// it, and again once a claim guard is taken.
+    /// it, and again from any other claim (see [`Producer::hold_position`]) or a common
+    /// case that was not accepted at once. While it is set, the claim word is the position.
     fast_end: u64,
     /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither
     /// committed nor dropped (leaked with `mem::forget`): tombstoned before the next claim
@@ -152,12 +156,43 @@ impl Producer {
         self.max_payload
     }
 
+    /// A single producer's position: the next sequence it claims.
+    ///
+    /// A fixed-size ring's common-case publish (`publish_fixed`) does not store it to the
+    /// handle: its claim store (`line`'s (p2)) already wrote it to the claim word, and a
+    /// loop of publishes would otherwise pay a fourth store per event, behind the claim
+    /// line's. While that case is armed (`fast_end` set, only right after an accepted
+    /// claim, when the claim word is `next`), every accepted claim keeps the two equal, and
+    /// nobody else writes the claim word: a start takes back only a refused claim ((t3)),
+    /// and a refusal or an undecided claim disarms the case first (`publish_fixed_at`); an
+    /// attach or a repair writes it only for a producer that is gone.
+    #[inline(always)]
+    fn position(&self) -> u64 {
+        if self.fast_end != 0 {
+            // Relaxed: this producer's own last store to the word (see above).
+            self.seg.lines().claim.value.load(Ordering::Relaxed)
+        } else {
+            self.next
+        }
+    }
+
+    /// Disarm the fixed-size common case: the handle holds the position again. Every claim
+    /// but the common case's starts here (`before_claim`), so `next` is current in all of
+    /// them; the general path arms the case again after its claim.
+    #[inline(always)]
+    fn hold_position(&mut self) {
+        if self.fast_end != 0 {
+            self.next = self.position();
+            self.fast_end = 0;
+        }
+    }
+
     /// Events published by this handle (tombstones excluded).
     fn published(&self) -> u64 {
         if self.fixed {
             // An open claim guard's sequences are not published yet.
             let open = self.open_claim.map_or(0, |(_, n)| n);
-            self.next - self.base - self.tombstoned - open
+            self.position() - self.base - self.tombstoned - open
         } else {
             self.published
         }

@@ -30,6 +30,7 @@ impl Producer {
     /// for a waker that is inside the registration.
     #[inline(always)]
     fn before_claim(&mut self) {
+        self.hold_position();
         fence::light_allowed(&mut self.registered);
         if self.open_claim.is_some() {
             self.close_forgotten_claim();
@@ -373,10 +374,14 @@ impl Producer {
         if bytes.len() != self.max_payload {
             return Err(self.bad_len(bytes.len()).into());
         }
-        let seq = self.next;
+        // The claim word is the position while the common case is armed: the claim below
+        // stores the next position there, and the handle keeps none (see `position`).
+        // Read whether or not it is armed: disarmed, `fast_end` is 0 and no value passes
+        // the bound, and the general path takes the handle's.
+        // Relaxed: this producer's own last store to the word, while it is armed.
+        let seq = self.seg.lines().claim.value.load(Ordering::Relaxed);
         if self.fixed_common_case(seq, bytes.len()) {
             self.publish_fixed_at::<WAKE>(seq, bytes)?;
-            self.next = seq + 1;
             return Ok(seq);
         }
         self.publish_fixed_general::<WAKE>(bytes)
@@ -395,7 +400,9 @@ impl Producer {
     /// The common case of [`Producer::publish_fixed`] at `seq`, the position (below
     /// `fast_end`, the ring's fence mode membarrier, `bytes` of the event size): the claim,
     /// the event, the cursor, the wake check. The caller advances its position (`next`, or
-    /// a [`Publisher`]'s copy of it) once this returns `Ok`; a refusal leaves it.
+    /// a [`Publisher`]'s copy of it) once this returns `Ok`; a refusal leaves it. The claim
+    /// word is the handle's position after an accepted claim here, as long as the common
+    /// case stays armed (see `position`).
     ///
     /// `self.next` is not read here: a publisher's position runs ahead of it.
     #[inline(always)]
@@ -415,8 +422,15 @@ impl Producer {
             || fence::light(true),
         );
         if fast != Fast::Accepted {
+            // Disarm the common case before the claim is decided: a refused claim leaves the
+            // claim word past the position until a start takes it back ((t3)), so the handle
+            // holds the position from here, also if what follows unwinds. The general path
+            // arms the case again at the next publish.
+            self.next = seq;
+            self.fast_end = 0;
             self.finish_claim_single(fast, seq, 1)
                 .map_err(|r| self.refused_claim(r))?;
+            self.next = seq + 1;
             // (p5) read the lifecycle word (Acquire) a stopper may have published with a
             // raised fence mode: the wake check reads the mode after that, as it would have
             // without the first reading.
@@ -551,7 +565,7 @@ impl Producer {
                     // Wait for room for the sequence a claim would take now; the claim is
                     // taken (by CAS) only once there is room, so no sequence is spent.
                     let next = if self.single {
-                        self.next
+                        self.position()
                     } else {
                         self.seg.position()
                     };
@@ -697,7 +711,7 @@ impl Producer {
                     // As in `publish_deadline`: wait for room for the last sequence a claim
                     // would take now; the CAS takes the batch only once there is room.
                     let next = if self.single {
-                        self.next
+                        self.position()
                     } else {
                         self.seg.position()
                     };
@@ -725,7 +739,7 @@ impl Producer {
             return 0;
         }
         let head = if self.single {
-            self.next
+            self.position()
         } else {
             self.seg.position()
         };

@@ -1,17 +1,17 @@
 //! [`Publisher`]: a producer's position held by value for a loop of publishes.
 //!
-//! [`Producer::publish`] keeps the producer's position (`next`) in the handle, so a loop of
-//! publishes stores it to the handle's memory once per event: the compiler cannot keep a
-//! field of a `&mut` handle in a register across the atomic stores of a publish. On a
-//! fixed-size ring that store is one of four per event (claim, event, cursor, position), and
-//! the producer, whose stores wait behind the claim line it shares with its consumers, pays
-//! for each of them (ARCHITECTURE.md, "Fixed-size rings: the position in a register").
+//! The compiler cannot keep a field of a `&mut` handle in a register across the atomic
+//! stores of a publish. [`Producer::publish`] on a fixed-size ring therefore takes its
+//! position from the claim word in its common case (`Producer::position`: the claim store
+//! writes it there anyway), which costs a load and a test of whether that case is armed per
+//! event, where storing it to the handle would cost a fourth store per event behind the
+//! claim line's (ARCHITECTURE.md, "Fixed-size rings: the position in a register").
 //! [`Producer::publisher`] lends a closure a [`Publisher`] that holds the position as a
 //! plain value: once the closure is inlined into the caller's loop (it is generic, so it
 //! normally is) no out-of-line call receives the publisher, and the position stays in a
-//! register. The position goes back to the handle when the closure returns or
-//! unwinds; the closure only borrows the publisher, for a lifetime of the call alone, so it
-//! cannot move, swap or leak it.
+//! register, with neither the load nor the test. The position goes back to the handle when
+//! the closure returns or unwinds; the closure only borrows the publisher, for a lifetime of
+//! the call alone, so it cannot move, swap or leak it.
 //!
 //! Every publish through it is a [`Producer::publish`]: one event, visible to consumers on
 //! its own, the same sequence, the same refusals and errors, the same wake-ups. A fixed-size
@@ -37,9 +37,9 @@ const HANDED: u64 = u64::MAX;
 
 impl Producer {
     /// Run `f` with a [`Publisher`] of this producer: on a fixed-size ring, a loop of
-    /// publishes through it keeps the producer's position in a register instead of storing
-    /// it to the handle per event (ARCHITECTURE.md, "Fixed-size rings: the position in a
-    /// register", has the measurements). Each publish is a [`Producer::publish`]; on a ring
+    /// publishes through it keeps the producer's position in a register instead of loading
+    /// it from the claim word per event (ARCHITECTURE.md, "Fixed-size rings: the position in
+    /// a register", has the measurements). Each publish is a [`Producer::publish`]; on a ring
     /// of stamped slots it is exactly that call. Returns what `f` returns.
     ///
     /// ```
@@ -72,7 +72,7 @@ impl Producer {
     pub fn publisher<R>(&mut self, f: impl FnOnce(&mut Publisher<'_>) -> R) -> R {
         // On a ring of stamped slots the handle keeps its position: every publish is the
         // handle's own.
-        let next = if self.fixed { self.next } else { HANDED };
+        let next = if self.fixed { self.position() } else { HANDED };
         let mut publisher = Publisher {
             producer: self,
             next,
