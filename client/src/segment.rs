@@ -774,6 +774,61 @@ mod tests {
         assert!(Attached::consumer(Arc::clone(seg), 4).is_none());
     }
 
+    /// `Segment::position` on a single-producer ring of stamped slots: the look-back over the
+    /// last claim steps back over slots still to be stamped (an older lap's stamp, or the
+    /// sequence being written), at most `max_claim` of them, and stops at a slot that holds
+    /// its sequence, a tombstone, or a later lap. A later lap is no claim still to be
+    /// stamped: a look-back that stepped over it would start an attach below a position a
+    /// gate scan may already have used (`client/tests/loom_attach.rs`).
+    #[test]
+    fn position_steps_back_over_unstamped_slots_only() {
+        use shmring_layout::{ProducerMode, STAMP_TOMBSTONE, STAMP_WRITING};
+        use std::sync::atomic::Ordering;
+
+        let ns = shmring_testkit::Namespace::concurrent("segment-position");
+        let config = RingConfig {
+            capacity: 8,
+            slot_size: 64,
+            producer_mode: ProducerMode::Single,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create ring r");
+        {
+            let mut p = ring.producer().expect("attach a producer");
+            for i in 0..10u64 {
+                p.publish(&i.to_le_bytes()).expect("publish");
+            }
+        }
+        let seg = &*ring.seg;
+        let claim = &seg.lines().claim.value;
+        let stamp =
+            |seq: u64, value: u64| seg.slot(seq).header.stamp.store(value, Ordering::SeqCst);
+        assert_eq!(seg.position(), 10, "every claim stamped");
+        // A claim of 10 and 11 stored, neither slot stamped yet: they hold the last lap's 2, 3.
+        claim.store(12, Ordering::SeqCst);
+        assert_eq!(seg.position(), 10, "the last lap's stamps");
+        stamp(10, 10 | STAMP_WRITING);
+        assert_eq!(seg.position(), 10, "10 being written");
+        stamp(10, 10);
+        assert_eq!(seg.position(), 11, "10 stamped, 11 not");
+        stamp(11, 11 | STAMP_TOMBSTONE);
+        assert_eq!(seg.position(), 12, "11 a tombstone");
+        // 11's slot holds a later lap (19): the producer moved past the claim since.
+        stamp(10, 2);
+        stamp(11, 19);
+        assert_eq!(seg.position(), 12, "a later lap in 11's slot");
+        stamp(11, 19 | STAMP_WRITING);
+        assert_eq!(seg.position(), 12, "a later lap being written in 11's slot");
+        // Nothing stamped past 9 and a claim word five past it: at most `max_claim` (4) back.
+        stamp(11, 3);
+        claim.store(15, Ordering::SeqCst);
+        assert_eq!(
+            seg.position(),
+            11,
+            "the look-back is bounded by the largest claim"
+        );
+    }
+
     /// `Slots::get` (and `Segment::slot`, which calls it) finds each sequence's slot where
     /// the layout puts it (`Geometry::slot_offset`), with the layout's payload capacity,
     /// across laps and near the end of the sequence space.
