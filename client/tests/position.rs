@@ -211,9 +211,19 @@ fn step(ring: &Ring, p: &mut Producer, m: &mut Model, op: &Op) -> Result<(), Tes
             }
         },
         Op::Room => {
-            // The consumer is drained after every step: the whole ring is free while it
-            // runs, none of it once stopped.
-            let room = if closed { 0 } else { CAPACITY };
+            // The consumer is drained after every step; three more events first, so that
+            // the room depends on the producer's position: the ring less those three while
+            // it runs, none of it once stopped.
+            let room = if closed {
+                0
+            } else {
+                for _ in 0..3 {
+                    let v = m.value();
+                    let seq = m.accept(&[v]);
+                    prop_assert_eq!(p.publish(&v.to_le_bytes()), Ok(seq));
+                }
+                CAPACITY - 3
+            };
             prop_assert_eq!(p.remaining_capacity(), room);
         }
         Op::Stop => {

@@ -20,7 +20,7 @@ use shmring_testkit::{eventually, testkit, Namespace};
 
 const ROUNDS: u32 = 400;
 
-fn frozen_mid_publish(mode: ProducerMode, event_size: Option<u32>) {
+fn frozen_mid_publish(mode: ProducerMode, event_size: Option<u32>, form: &str) {
     let ns = Namespace::new("preempted");
     let config = RingConfig {
         capacity: 64,
@@ -32,7 +32,7 @@ fn frozen_mid_publish(mode: ProducerMode, event_size: Option<u32>) {
     let mut producer = testkit!(
         ns,
         "producer",
-        "produce --ns {ns} --ring r --count 0 --mode publish --retry-closed --report-refusals"
+        "produce --ns {ns} --ring r --count 0 --mode {form} --retry-closed --report-refusals"
     );
     producer.expect_line("ready");
     producer.expect_line("started");
@@ -73,15 +73,22 @@ fn frozen_mid_publish(mode: ProducerMode, event_size: Option<u32>) {
 
 #[test]
 fn a_fixed_size_producer_frozen_mid_publish_across_stops_keeps_its_position() {
-    frozen_mid_publish(ProducerMode::Single, Some(8));
+    frozen_mid_publish(ProducerMode::Single, Some(8), "publish");
+}
+
+/// The same through a `Publisher`, whose common case holds the position in a register and
+/// hands it to the handle outside it.
+#[test]
+fn a_fixed_size_publisher_frozen_mid_publish_across_stops_keeps_its_position() {
+    frozen_mid_publish(ProducerMode::Single, Some(8), "publisher");
 }
 
 #[test]
 fn a_single_producer_frozen_mid_publish_across_stops_keeps_its_position() {
-    frozen_mid_publish(ProducerMode::Single, None);
+    frozen_mid_publish(ProducerMode::Single, None, "publish");
 }
 
 #[test]
 fn a_multi_producer_frozen_mid_publish_across_stops_keeps_its_position() {
-    frozen_mid_publish(ProducerMode::Multi, None);
+    frozen_mid_publish(ProducerMode::Multi, None, "publish");
 }

@@ -86,8 +86,9 @@ pub struct Producer {
     next: u64,
     /// A fixed-size ring (see `fixed`): payload-only slots published by the cursor.
     fixed: bool,
-    /// A fixed-size ring: the position this producer attached at. Its events are `next -
-    /// base - tombstoned`; it stores no per-event counter (see `ProducerEntry::base`).
+    /// A fixed-size ring: the position this producer attached at. Its events are
+    /// `position() - base - tombstoned`; it stores no per-event counter (see
+    /// `ProducerEntry::base`).
     base: u64,
     /// This process's pid, cached (named as the owner if it finishes a dead stopper's stop).
     pid: u32,

@@ -186,7 +186,9 @@ fn through_handle(p: &mut Producer, next: u64, bytes: &[u8]) -> (Result<u64, Pub
         p.next = next;
     }
     let r = p.publish(bytes);
-    (r, p.next)
+    // `position`, not `next`: the handle's publish may have taken its common case, which
+    // keeps the position in the claim word.
+    (r, p.position())
 }
 
 impl Drop for Publisher<'_> {

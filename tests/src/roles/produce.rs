@@ -2,8 +2,8 @@
 //!
 //! Events carry the producer's own sequence 0, 1, 2, ... (see `shmring_testkit::payload`).
 //! `--mode` picks the publishing form; `mixed` cycles through all of them, so one stream
-//! exercises `publish`, `publish_batch`, the claim guard, `publish_timeout` and
-//! `try_publish` in turn. Every form that waits for room backs off inside the client (a
+//! exercises `publish`, `publish_batch`, the claim guard, `publish_timeout`, `try_publish`
+//! and a loop through a `Publisher` in turn. Every form that waits for room backs off inside the client (a
 //! few spins and yields, then a park on the futex), so a gated producer does not keep a
 //! core busy.
 //!
@@ -51,6 +51,9 @@ pub enum Mode {
     Timeout,
     /// `try_publish`, falling back to `publish` when full.
     Try,
+    /// Up to 64 events through one `Producer::publisher`, each its own publish; the loop
+    /// ends at the first refusal.
+    Publisher,
     /// All of the above in turn.
     Mixed,
 }
@@ -202,7 +205,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 Mode::Claim,
                 Mode::Timeout,
                 Mode::Try,
-            ][(claims % 5) as usize],
+                Mode::Publisher,
+            ][(claims % 6) as usize],
             m => m,
         };
         let origin = Origin {
@@ -247,6 +251,28 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     Ok(_) => Ok(1),
                     Err(TryPublishError::Full) => p.publish(&buf).map(|_| 1).or_else(closed),
                     Err(e) => try_closed(e),
+                }
+            }
+            Mode::Publisher => {
+                let k = if forever { 64 } else { 64.min(a.count - seq) };
+                let mut n = 0u64;
+                let r = p.publisher(|w| {
+                    for i in 0..k {
+                        let origin = Origin {
+                            producer: a.producer_id,
+                            seq: seq + i,
+                        };
+                        encode_into(&mut buf, origin);
+                        w.publish(&buf)?;
+                        n += 1;
+                    }
+                    Ok(())
+                });
+                match r {
+                    Ok(()) => Ok(n),
+                    // The events before the refusal were accepted; a refusal of the first
+                    // is the ring's closing, as for the other forms.
+                    Err(e) => closed(e).map(|_| n),
                 }
             }
             Mode::Publish | Mode::Mixed => {
