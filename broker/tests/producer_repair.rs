@@ -318,6 +318,75 @@ fn a_consumer_seen_dead_wakes_both_lines_once() {
     );
 }
 
+/// What that wake is for: a producer parked for room that a consumer freed just before it
+/// died (it committed, and died before its wake) publishes on the broker's wake, not at its
+/// park's 50 ms net. The consumer's entry is laid down as this process's, at 0 behind a full
+/// ring; the producer parks for room; the entry's position moves on by one (the commit) and
+/// its owner becomes a dead process, with no wake. Without the broker's wake the park ends
+/// at the net with the wake line unmoved (`ProducerStats::net_wakeups`), every time. A sweep
+/// later than the net would too (a loaded machine), so each of three rings gets one try, and
+/// one park ended by a wake is enough.
+#[test]
+fn a_producer_parked_for_room_a_dead_consumer_freed_is_woken_by_the_broker() {
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+    use shmring_testkit::raw::{Line, RawSegment};
+    let ns = Namespace::new("deadconsroom");
+    let rings = ["r0", "r1", "r2"];
+    let config: String = rings
+        .iter()
+        .map(|r| format!("[rings.{r}]\ncapacity = 64\nstall_threshold = \"20ms\"\n"))
+        .collect();
+    let _broker = ns.broker(Some(&config));
+    let me = shmring::process::current();
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let mut tries = Vec::new();
+    for r in rings {
+        let handle = Ring::open(ns.name(), r).expect("open");
+        let raw = RawSegment::open(&handle);
+        // The start time first: an ACTIVE word without it would read as a dead owner's.
+        raw.set_consumer_start_time(0, me.start_time);
+        raw.fabricate_consumer(
+            0,
+            owned_word::pack(1, consumer_state::ACTIVE, me.pid),
+            consumer_flags::REQUIRED | consumer_flags::DURABLE,
+            "audit",
+            0,
+        );
+        let producer = {
+            let handle = handle.clone();
+            std::thread::spawn(move || {
+                let mut p = handle.producer().expect("producer");
+                // 64 fill the ring behind the consumer at 0; the 65th waits for room.
+                for v in 0..65u64 {
+                    p.publish(&v.to_le_bytes()).expect("publish");
+                }
+                p.stats()
+            })
+        };
+        shmring_testkit::eventually("the producer parks for room", || {
+            raw.waiters(Line::Producer) >= 1
+        });
+        let v = ns.wait_status("a sweep with the consumer alive", |v, _| {
+            common::consumer(v, r, "audit").map(|_| v.clone())
+        });
+        let audit = common::consumer(&v, r, "audit").expect("audit");
+        assert_ne!(audit["state"], "DEAD", "{v:#}");
+        raw.set_consumer_next(0, 1);
+        raw.set_consumer_word(0, owned_word::pack(1, consumer_state::ACTIVE, dead));
+        let stats = producer.join().expect("the producer thread");
+        tries.push(stats);
+        if stats.net_wakeups == 0 {
+            break;
+        }
+    }
+    let last = tries.last().expect("a try");
+    assert_eq!(
+        (last.net_wakeups, last.late_wakeups),
+        (0, 0),
+        "the park for room ended by a wake: {tries:?}"
+    );
+}
+
 /// A consumer waiting at a hole has nothing to do: it stays HEALTHY however long the hole
 /// lasts and however full the ring gets behind it (here the claims run a whole ring past
 /// it, the last one held by a producer that died waiting for room). The hole shows on the

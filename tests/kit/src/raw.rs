@@ -237,6 +237,24 @@ impl RawSegment {
         self.consumer_base(index) + offset_of!(ConsumerEntry, cold) as u64
     }
 
+    /// Set consumer entry `index`'s position (`ConsumerHot::next`), as its holder's commit
+    /// leaves it.
+    pub fn set_consumer_next(&self, index: u32, next: u64) {
+        self.write_u64(
+            self.consumer_hot(index) + offset_of!(ConsumerHot, next) as u64,
+            next,
+        );
+    }
+
+    /// Set consumer entry `index`'s owner start time (`ConsumerCold::start_time`): with a
+    /// live pid in the word, the entry then reads as that process's.
+    pub fn set_consumer_start_time(&self, index: u32, start_time: u64) {
+        self.write_u64(
+            self.consumer_cold(index) + offset_of!(ConsumerCold, start_time) as u64,
+            start_time,
+        );
+    }
+
     /// Lay down consumer entry `index` as its holder left it: `word`, `flags`
     /// (`shmring_layout::consumer_flags`), `name` (empty: anonymous) and position `next`.
     /// The entry must be free (nobody else writes it meanwhile).
