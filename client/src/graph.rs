@@ -99,6 +99,55 @@ pub fn provisional_position<W: Word + ?Sized>(next: &W, position: u64) {
     next.store(position, Ordering::Release);
 }
 
+/// What [`start_fresh`] left in the entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    /// The entry's word after the CAS to ACTIVE.
+    pub word: u64,
+    /// The provisional position stored before that CAS.
+    pub provisional: u64,
+    /// Where the new holder starts: the position read after the CAS, never below the
+    /// provisional one.
+    pub start: u64,
+}
+
+/// A fresh attach's start, on an entry the caller holds as `mine` (`Consumer::fresh`, run
+/// by the loom models in `client/tests/loom_attach.rs` too): the provisional position
+/// ([`provisional_position`]), the SeqCst CAS to ACTIVE, then the position read again and
+/// stored as `next`, never below the provisional one. `position` reads the line's position
+/// (or the group's work sequence); `after_cas` runs right after the CAS (nothing in shipping
+/// code; the models' stand-in for the total order of SeqCst operations). `Err`: the word
+/// changed under the holder.
+///
+/// A scan that sees the entry ACTIVE gates at or before the provisional position, read
+/// just before the CAS; the start is read later and kept at least there, so such a scan
+/// never lets the producer lap it. (A single producer's line can read lower the second time:
+/// a start reopens at the stop sequence and the look-back then steps over an accepted claim
+/// not stamped yet.)
+#[inline]
+pub fn start_fresh<W: Word>(
+    next: &W,
+    word: &W,
+    mine: u64,
+    position: impl Fn() -> u64,
+    after_cas: impl FnOnce(),
+) -> Result<Started, u64> {
+    let provisional = position();
+    provisional_position(next, provisional);
+    // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
+    // `gating`). Every field stored before is published by this CAS.
+    let word = crate::table::consumer::set(word, mine, consumer_state::ACTIVE)?;
+    after_cas();
+    let start = position().max(provisional);
+    // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
+    next.store(start, Ordering::Release);
+    Ok(Started {
+        word,
+        provisional,
+        start,
+    })
+}
+
 /// The consumer table as the dependency graph sees it. Implemented for the segment; the
 /// loom model implements it on loom's atomics.
 pub trait Graph {

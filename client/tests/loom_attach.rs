@@ -45,11 +45,11 @@
 //! refuse that claim, and then the next start takes it back. The producer runs the
 //! shipping `line::claim_single_fast` and `Line::finish_claim_single`, then waits at the
 //! wrap gate (its cached gate, else a scan: the SeqCst fence, `Line::position`, the shipping
-//! `gating::gate`), writes its event and stamps it. The attach is `Consumer::fresh`'s: the
-//! provisional position (`graph::provisional_position`), the CAS to ACTIVE
-//! (`table::consumer::set`), the start read from `Line::position` with the segment's
-//! `published` (`Segment::reached`: the slot holds that sequence or a later one), at least
-//! the provisional position, `next = start`. The ring has two slots. What the models check,
+//! `gating::gate`), writes its event and stamps it. The attach is `Consumer::fresh`'s own
+//! `graph::start_fresh`: the provisional position (`graph::provisional_position`), the CAS
+//! to ACTIVE (`table::consumer::set`), the start read from `Line::position` with the
+//! segment's `published` (`Segment::reached`: the slot holds that sequence or a later one),
+//! at least the provisional position, `next = start`. The ring has two slots. What the models check,
 //! in every interleaving (the "no lap" half in the models whose producer reads on past the
 //! start, and after a scan while stopped):
 //!
@@ -111,7 +111,13 @@
 //! scan that did not see the entry yet gated at 4 (the provisional position was 3, read
 //! before sequence 3 was stamped), the start reads the claim word 5, slot 4 not stamped
 //! yet, then slot 3 already lapped by 7, and steps back to 3 (found at preemption bound 3,
-//! too slow to keep here).
+//! too slow to keep here). Since the position steps back from the stop sequence too while
+//! the line is closed (so it never goes down across a start), the floor at the provisional
+//! position is not needed by these models: `graph::start_fresh` without it passes them all.
+//! It stays, a second guard that costs a compare. Without its provisional store, two of
+//! them fail (`a_scan_that_sees_the_attaching_entry_gates_at_or_before_its_start` and
+//! `single_producer_attach_racing_claims_that_lap_the_ring`): the models run that function
+//! itself, so a change to it is a change to what they check.
 //!
 //! A review then found a third way down, which `single_producer_attach_after_a_scan_while_stopped`
 //! models: a producer waiting for room for a claim the stop accepted scans while the ring
@@ -237,14 +243,22 @@ impl Ring {
         }
     }
 
-    /// `Consumer::attach`'s last steps: ACTIVE, then the start. Returns the start.
-    /// `provisional`: the variant that stores the position read before the CAS as `next`.
+    /// `Consumer::fresh`'s last steps: ACTIVE, then the start. Returns the start.
+    /// `provisional`: the shipping steps (`graph::start_fresh`, which stores the position
+    /// read before the CAS as `next`); without it, the control: the same steps with no
+    /// provisional position, written out.
     fn attach(&self, provisional: bool) -> u64 {
         let mine = self.word.load(Ordering::Acquire);
         if provisional {
-            // Relaxed: published by the SeqCst CAS below.
-            self.next
-                .store(self.line().position(|_| true), Ordering::Relaxed);
+            return graph::start_fresh(
+                &self.next,
+                &self.word,
+                mine,
+                || self.line().position(|_| true),
+                || (),
+            )
+            .expect("nobody else changes the entry")
+            .start;
         }
         table::consumer::set(&self.word, mine, consumer_state::ACTIVE)
             .expect("nobody else changes the entry");
@@ -486,28 +500,43 @@ impl Sp {
         }
     }
 
-    /// `Consumer::fresh`'s attach: the provisional position (`graph::provisional_position`),
-    /// the SeqCst CAS to ACTIVE (`table::consumer::set`), the start, `next = start`
-    /// (Release). `total_order`: a SeqCst fence after the CAS stands in for the single total
+    /// `Consumer::fresh`'s attach, `graph::start_fresh` (the controls without its floor at
+    /// the provisional position: the same steps, written out). `total_order`: a SeqCst fence
+    /// after the CAS stands in for the single total
     /// order of the CAS and the position's SeqCst load, which loom does not model (on
     /// x86_64 the locked CAS is such a fence).
     fn attach(&self, how: Start, total_order: bool) -> Attached {
         // Acquire: pairs with the producer's Release store after its stamp.
         let before = self.stamped_to.load(Ordering::Acquire);
         let mine = self.word.load(Ordering::Acquire);
-        let provisional = self.position(how.position);
-        graph::provisional_position(&self.next, provisional);
-        table::consumer::set(&self.word, mine, consumer_state::ACTIVE)
+        let after_cas = || {
+            if total_order {
+                fence(Ordering::SeqCst);
+            }
+        };
+        let (provisional, start) = if how.at_least_provisional {
+            // The shipping start itself.
+            let started = graph::start_fresh(
+                &self.next,
+                &self.word,
+                mine,
+                || self.position(how.position),
+                after_cas,
+            )
             .expect("nobody else changes the entry");
-        if total_order {
-            fence(Ordering::SeqCst);
-        }
-        let mut start = self.position(how.position);
-        if how.at_least_provisional {
-            start = start.max(provisional);
-        }
-        // Release: pairs with the scan's Acquire load of `next`.
-        self.next.store(start, Ordering::Release);
+            (started.provisional, started.start)
+        } else {
+            // The control: `start_fresh` without its floor at the provisional position.
+            let provisional = self.position(how.position);
+            graph::provisional_position(&self.next, provisional);
+            table::consumer::set(&self.word, mine, consumer_state::ACTIVE)
+                .expect("nobody else changes the entry");
+            after_cas();
+            let start = self.position(how.position);
+            // Release: pairs with the scan's Acquire load of `next`.
+            self.next.store(start, Ordering::Release);
+            (provisional, start)
+        };
         // Release: pairs with the producer's Acquire load of the marker.
         self.attached.store(1, Ordering::Release);
         Attached {

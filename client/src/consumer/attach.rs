@@ -455,28 +455,19 @@ impl Consumer {
             .group
             .store(group.map_or(0, |g| g + 1), Ordering::Relaxed);
         e.hot.flags.store(flags, Ordering::Relaxed);
-        // A provisional position, read just before the CAS to ACTIVE: a scan that sees the
-        // entry ACTIVE before its start is stored below gates at or before it (the start is
-        // read later, so it is not below this). A value that never lowers the gate here
-        // would let such a scan gate at its own, later, position and lap the start.
-        // Release (not published by the CAS alone): a dependent consumer that reads it then
-        // reads this holder's word, never the previous one's (see `consumer/barrier.rs`).
-        let provisional = start_at();
-        graph::provisional_position(&e.hot.next, provisional);
-        // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
-        // `gating`). Every field above is published by this CAS.
-        let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
+        // The provisional position, the CAS to ACTIVE, the start (`graph::start_fresh`,
+        // which the loom models run too). A scan that sees the entry ACTIVE before its start
+        // is stored gates at or before the provisional position; a value that never lowers
+        // the gate there would let such a scan gate at its own, later, position and lap the
+        // start. The provisional store is Release (not published by the CAS alone): a
+        // dependent consumer that reads it then reads this holder's word, never the previous
+        // one's (see `consumer/barrier.rs`). Every field above is published by the CAS.
+        let Ok(graph::Started { word, start, .. }) =
+            graph::start_fresh(&e.hot.next, &e.hot.word, mine, start_at, || ())
+        else {
             // Freed under this process, which cannot happen while it runs: look again.
             return Ok(Found::Retry);
         };
-        // Never below the provisional position: a scan that read the entry ACTIVE may have
-        // gated there, and let the producer lap anything below it. (A single producer's
-        // line can read lower the second time: a start reopens at the stop sequence and
-        // the look-back then steps over an accepted claim not stamped yet; see
-        // `client/tests/loom_attach.rs`.)
-        let start = start_at().max(provisional);
-        // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
-        e.hot.next.store(start, Ordering::Release);
 
         if let Some(w) = words {
             // Two processes creating the same new durable name at once: the later of the two
