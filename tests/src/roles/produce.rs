@@ -178,8 +178,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut reported = false;
     while forever || seq < a.count {
         claims += 1;
-        if a.tombstone_every > 0 && claims % a.tombstone_every == 0 {
-            let refused = match p.claim() {
+        let tombstone_turn = a.tombstone_every > 0 && claims % a.tombstone_every == 0;
+        let outcome = if tombstone_turn {
+            match p.claim() {
                 Ok(mut c) => {
                     // Half-written, never committed: dropped, it must publish a tombstone.
                     c.payload_mut()[..4].copy_from_slice(b"junk");
@@ -187,99 +188,92 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     tombstones += 1;
                     continue;
                 }
-                Err(e) => e,
-            };
-            closed(refused)?;
-            if a.retry_closed && !ring.is_deleted() {
-                check_refusal(&p, seq, a.report_refusals, &mut reported)?;
-                retries += 1;
-                std::thread::yield_now();
-                continue;
+                Err(e) => closed(e)?,
             }
-            break;
-        }
-        let mode = match a.mode {
-            Mode::Mixed => [
-                Mode::Publish,
-                Mode::Batch,
-                Mode::Claim,
-                Mode::Timeout,
-                Mode::Try,
-                Mode::Publisher,
-            ][(claims % 6) as usize],
-            m => m,
-        };
-        let origin = Origin {
-            producer: a.producer_id,
-            seq,
-        };
-        let outcome = match mode {
-            Mode::Batch => {
-                let mut k = 1 + rng.next() % half;
-                if !forever {
-                    k = k.min(a.count - seq);
+        } else {
+            let mode = match a.mode {
+                Mode::Mixed => [
+                    Mode::Publish,
+                    Mode::Batch,
+                    Mode::Claim,
+                    Mode::Timeout,
+                    Mode::Try,
+                    Mode::Publisher,
+                ][(claims % 6) as usize],
+                m => m,
+            };
+            let origin = Origin {
+                producer: a.producer_id,
+                seq,
+            };
+            match mode {
+                Mode::Batch => {
+                    let mut k = 1 + rng.next() % half;
+                    if !forever {
+                        k = k.min(a.count - seq);
+                    }
+                    let events: Vec<Vec<u8>> = (0..k)
+                        .map(|i| {
+                            encode(
+                                Origin {
+                                    producer: a.producer_id,
+                                    seq: seq + i,
+                                },
+                                len,
+                            )
+                        })
+                        .collect();
+                    p.publish_batch(&events).map(|_| k).or_else(closed)
                 }
-                let events: Vec<Vec<u8>> = (0..k)
-                    .map(|i| {
-                        encode(
-                            Origin {
+                Mode::Claim => match p.claim() {
+                    Ok(mut c) => {
+                        encode_into(&mut c.payload_mut()[..len], origin);
+                        c.set_len(len)?;
+                        c.commit();
+                        Ok(1)
+                    }
+                    Err(e) => closed(e),
+                },
+                Mode::Timeout => {
+                    encode_into(&mut buf, origin);
+                    publish_timeout(&mut p, &buf)
+                }
+                Mode::Try => {
+                    encode_into(&mut buf, origin);
+                    match p.try_publish(&buf) {
+                        Ok(_) => Ok(1),
+                        Err(TryPublishError::Full) => p.publish(&buf).map(|_| 1).or_else(closed),
+                        Err(e) => try_closed(e),
+                    }
+                }
+                Mode::Publisher => {
+                    let k = if forever { 64 } else { 64.min(a.count - seq) };
+                    let mut n = 0u64;
+                    let r = p.publisher(|w| {
+                        for i in 0..k {
+                            let origin = Origin {
                                 producer: a.producer_id,
                                 seq: seq + i,
-                            },
-                            len,
-                        )
-                    })
-                    .collect();
-                p.publish_batch(&events).map(|_| k).or_else(closed)
-            }
-            Mode::Claim => match p.claim() {
-                Ok(mut c) => {
-                    encode_into(&mut c.payload_mut()[..len], origin);
-                    c.set_len(len)?;
-                    c.commit();
-                    Ok(1)
-                }
-                Err(e) => closed(e),
-            },
-            Mode::Timeout => {
-                encode_into(&mut buf, origin);
-                publish_timeout(&mut p, &buf)
-            }
-            Mode::Try => {
-                encode_into(&mut buf, origin);
-                match p.try_publish(&buf) {
-                    Ok(_) => Ok(1),
-                    Err(TryPublishError::Full) => p.publish(&buf).map(|_| 1).or_else(closed),
-                    Err(e) => try_closed(e),
-                }
-            }
-            Mode::Publisher => {
-                let k = if forever { 64 } else { 64.min(a.count - seq) };
-                let mut n = 0u64;
-                let r = p.publisher(|w| {
-                    for i in 0..k {
-                        let origin = Origin {
-                            producer: a.producer_id,
-                            seq: seq + i,
-                        };
-                        encode_into(&mut buf, origin);
-                        w.publish(&buf)?;
-                        n += 1;
+                            };
+                            encode_into(&mut buf, origin);
+                            w.publish(&buf)?;
+                            n += 1;
+                        }
+                        Ok(())
+                    });
+                    match r {
+                        Ok(()) => Ok(n),
+                        // The events before the refusal were accepted; a refusal of the first
+                        // is the ring's closing, as for the other forms.
+                        Err(e) => closed(e).map(|_| n),
                     }
-                    Ok(())
-                });
-                match r {
-                    Ok(()) => Ok(n),
-                    // The events before the refusal were accepted; a refusal of the first
-                    // is the ring's closing, as for the other forms.
-                    Err(e) => closed(e).map(|_| n),
                 }
-            }
-            Mode::Publish | Mode::Mixed => {
-                encode_into(&mut buf, origin);
-                p.publish(&buf).map(|_| 1).or_else(closed)
-            }
-        }?;
+                Mode::Publish | Mode::Mixed => {
+                    encode_into(&mut buf, origin);
+                    p.publish(&buf).map(|_| 1).or_else(closed)
+                }
+            }?
+        };
         if outcome == 0 {
             if a.retry_closed && !ring.is_deleted() {
                 check_refusal(&p, seq, a.report_refusals, &mut reported)?;
