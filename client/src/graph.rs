@@ -120,10 +120,9 @@ pub struct Started {
 /// changed under the holder.
 ///
 /// A scan that sees the entry ACTIVE gates at or before the provisional position, read
-/// just before the CAS; the start is read later and kept at least there, so such a scan
-/// never lets the producer lap it. (A single producer's line can read lower the second time:
-/// a start reopens at the stop sequence and the look-back then steps over an accepted claim
-/// not stamped yet.)
+/// just before the CAS; the start is read later. The position does not go down between the
+/// two reads (`Line::position`), and the start is kept at least at the provisional one as
+/// a second guard, which the models in `client/tests/loom_attach.rs` do not need.
 #[inline]
 pub fn start_fresh<W: Word>(
     next: &W,

@@ -801,6 +801,8 @@ mod tests {
         }
         let seg = &*ring.seg;
         let claim = &seg.lines().claim.value;
+        // SeqCst stores throughout: this thread plays the producer and reads what it wrote;
+        // no other thread or process has the ring.
         let stamp =
             |seq: u64, value: u64| seg.slot(seq).header.stamp.store(value, Ordering::SeqCst);
         assert_eq!(seg.position(), 10, "every claim stamped");

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
-use shmring::{Consumer, ConsumerOptions, Producer, ProducerMode, PublishError, Ring, RingConfig};
+use shmring::{
+    Consumer, ConsumerOptions, FenceMode, Producer, ProducerMode, PublishError, Ring, RingConfig,
+};
 use shmring_testkit::Namespace;
 
 const CAPACITY: u64 = 16;
@@ -248,6 +250,11 @@ fn run(kind: &str, ops: &[Op]) -> Result<(), TestCaseError> {
         .consumer(ConsumerOptions::anonymous())
         .expect("attach a consumer");
     let mut p = ring.producer().expect("attach a producer");
+    if kind == "fixed" {
+        // The common case, which keeps the position in the claim word, needs membarrier:
+        // without it these steps would never reach it.
+        prop_assert_eq!(ring.fence_mode(), Some(FenceMode::Membarrier), "{}", kind);
+    }
     let mut m = Model {
         running: true,
         run: ring.run_number(),
@@ -267,6 +274,13 @@ fn run(kind: &str, ops: &[Op]) -> Result<(), TestCaseError> {
             op
         );
         prop_assert_eq!(ring.head(), m.next, "{}: head after step {}", kind, i);
+    }
+    if kind == "fixed" && m.published + m.refused + m.tombstoned > 0 {
+        // And the publishing process registered for it at its first publish.
+        prop_assert!(
+            shmring::membarrier_registered(),
+            "membarrier not registered"
+        );
     }
     // The handle's position survives it: a new producer continues after a detach.
     drop(p);

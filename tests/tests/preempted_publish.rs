@@ -3,8 +3,8 @@
 //! store its claim after the stopper read the claim word, and is then refused with the claim
 //! word one past its position (`line`: the start takes that claim back). Whatever the point,
 //! the producer must go on from its own position: after each refusal it counts exactly the
-//! events it was told were accepted (the `produce` role checks), every accepted event has its
-//! own sequence, and the last stop's sequence is the number accepted.
+//! events it was told were accepted (the `produce` role checks), each round's first refusal
+//! comes at that round's stop sequence, and the last stop's sequence is the number accepted.
 //!
 //! The producer publishes with nobody gating it, so it spends its time in the publish
 //! itself, the fixed-size ring's common case most of all, where the position lives in the
@@ -13,7 +13,7 @@
 //! and waits for it to publish again: the rounds are ordered by those events, not by time.
 
 use rustix::process::Signal;
-use shmring::{ProducerMode, Ring, RingConfig};
+use shmring::{FenceMode, ProducerMode, Ring, RingConfig};
 use shmring_testkit::procfs::main_thread_state;
 use shmring_testkit::report::{line, num};
 use shmring_testkit::{eventually, testkit, Namespace};
@@ -36,6 +36,9 @@ fn frozen_mid_publish(mode: ProducerMode, event_size: Option<u32>, form: &str) {
     );
     producer.expect_line("ready");
     producer.expect_line("started");
+    // The fixed-size common case, and a single producer's stop, need membarrier: the
+    // producer wrote its mode into the ring when it attached.
+    assert_eq!(ring.fence_mode(), Some(FenceMode::Membarrier));
     let pid = producer.pid();
     let mut last_stop = 0;
     for round in 0..ROUNDS {

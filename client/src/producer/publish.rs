@@ -399,10 +399,10 @@ impl Producer {
 
     /// The common case of [`Producer::publish_fixed`] at `seq`, the position (below
     /// `fast_end`, the ring's fence mode membarrier, `bytes` of the event size): the claim,
-    /// the event, the cursor, the wake check. The caller advances its position (`next`, or
-    /// a [`Publisher`]'s copy of it) once this returns `Ok`; a refusal leaves it. The claim
-    /// word is the handle's position after an accepted claim here, as long as the common
-    /// case stays armed (see `position`).
+    /// the event, the cursor, the wake check. Accepted at once, the claim word is the
+    /// handle's position after it (the common case stays armed, see `position`), and a
+    /// [`Publisher`] advances its own copy; otherwise this disarms the common case and
+    /// leaves the handle's `next` at `seq` (refused) or `seq + 1` (accepted).
     ///
     /// `self.next` is not read here: a publisher's position runs ahead of it.
     #[inline(always)]
