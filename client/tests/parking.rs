@@ -208,3 +208,65 @@ fn park_until_a_past_deadline_returns_at_once() {
         WakeReason::Deadline
     );
 }
+
+/// A durable consumer whose holder died between its commit and its wake is resumed before
+/// any broker sweeps: the resume wakes the producers parked for the room that commit freed
+/// (as the broker does at a death it sees), so their park ends by a wake, not at its 50 ms
+/// net. The entry is laid down as this process's, at 0 behind a full ring; the producer
+/// parks for room; the entry moves on by one (the commit) and its owner becomes a dead
+/// process, with no wake; then this process resumes the name. Without the resume's wake
+/// every try's park ends at the net with the wake line unmoved (`net_wakeups`); a resume
+/// later than the net (a loaded machine) would too, so each of three rings gets one try.
+#[test]
+fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room() {
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+    use shmring_testkit::raw::{Line, RawSegment};
+    let ns = Namespace::concurrent("resume-wakes");
+    let me = shmring::process::current();
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let mut tries = Vec::new();
+    for r in ["r0", "r1", "r2"] {
+        let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
+        let raw = RawSegment::open(&ring);
+        // The start time first: an ACTIVE word without it would read as a dead owner's.
+        raw.set_consumer_start_time(0, me.start_time);
+        raw.fabricate_consumer(
+            0,
+            owned_word::pack(1, consumer_state::ACTIVE, me.pid),
+            consumer_flags::REQUIRED | consumer_flags::DURABLE,
+            "audit",
+            0,
+        );
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let mut p = ring.producer().expect("producer");
+                // 16 fill the ring behind the consumer at 0; the 17th waits for room.
+                for v in 0..17u64 {
+                    p.publish(&v.to_le_bytes()).expect("publish");
+                }
+                p.stats()
+            })
+        };
+        eventually("the producer parks for room", || {
+            raw.waiters(Line::Producer) >= 1
+        });
+        raw.set_consumer_next(0, 1);
+        raw.set_consumer_word(0, owned_word::pack(1, consumer_state::ACTIVE, dead));
+        let c = ring
+            .consumer(ConsumerOptions::durable("audit"))
+            .expect("resume the durable consumer");
+        assert_eq!(c.next_sequence(), 1, "resumed where its holder committed");
+        let stats = producer.join().expect("the producer thread");
+        tries.push(stats);
+        if (stats.net_wakeups, stats.late_wakeups) == (0, 0) {
+            break;
+        }
+    }
+    let last = tries.last().expect("a try");
+    assert_eq!(
+        (last.net_wakeups, last.late_wakeups),
+        (0, 0),
+        "the park for room ended by a wake: {tries:?}"
+    );
+}

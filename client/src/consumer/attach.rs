@@ -356,6 +356,15 @@ impl Consumer {
                 // Freed under this process, which cannot happen while it runs: look again.
                 return Ok(Some((Found::Retry, 0)));
             };
+            if state == consumer_state::ACTIVE {
+                // Its holder died while ACTIVE (an ACTIVE word whose holder lives is held),
+                // maybe between a commit and its wake: producers parked for the room it freed,
+                // and consumers parked behind it, look again, as at the broker's first sweep
+                // that sees a death (this resume may come before any). A holder that detached
+                // or failed made its own wakes.
+                park::wake(&seg.lines().producer_wake.value);
+                park::wake(&seg.lines().consumer_wake.value);
+            }
             if keep {
                 let found = Found::Attached {
                     index: i,
