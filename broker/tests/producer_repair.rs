@@ -326,16 +326,9 @@ fn a_consumer_seen_dead_wakes_both_lines_once() {
 /// at the net with the wake line unmoved (`ProducerStats::net_wakeups`), every time. A sweep
 /// later than the net would end it there too, or count its wake late (a loaded machine), so
 /// each of three rings gets one try, and one park ended by a wake in time is enough.
-/// Whether a producer's one wait for room parked and was ended by a wake in time: not at
-/// the net, not late, and not found ready before it slept.
-fn woken(stats: &shmring::ProducerStats) -> bool {
-    stats.parks >= 1 && (stats.net_wakeups, stats.late_wakeups) == (0, 0)
-}
-
 #[test]
 fn a_producer_parked_for_room_a_dead_consumer_freed_is_woken_by_the_broker() {
-    use shmring_layout::{consumer_flags, consumer_state, owned_word};
-    use shmring_testkit::raw::{Line, RawSegment};
+    use shmring_testkit::parked::{woken, ParkedProducer};
     let ns = Namespace::new("deadconsroom");
     let rings = ["r0", "r1", "r2"];
     let config: String = rings
@@ -343,47 +336,22 @@ fn a_producer_parked_for_room_a_dead_consumer_freed_is_woken_by_the_broker() {
         .map(|r| format!("[rings.{r}]\ncapacity = 64\nstall_threshold = \"20ms\"\n"))
         .collect();
     let _broker = ns.broker(Some(&config));
-    let me = shmring::process::current();
     let (dead, _) = shmring_testkit::fault::dead_process();
     let mut tries = Vec::new();
     for r in rings {
         let handle = Ring::open(ns.name(), r).expect("open");
-        let raw = RawSegment::open(&handle);
-        // The start time first: an ACTIVE word without it would read as a dead owner's.
-        raw.set_consumer_start_time(0, me.start_time);
-        raw.fabricate_consumer(
-            0,
-            owned_word::pack(1, consumer_state::ACTIVE, me.pid),
-            consumer_flags::REQUIRED | consumer_flags::DURABLE,
-            "audit",
-            0,
-        );
-        let producer = {
-            let handle = handle.clone();
-            std::thread::spawn(move || {
-                let mut p = handle.producer().expect("producer");
-                // 64 fill the ring behind the consumer at 0; the 65th waits for room.
-                for v in 0..65u64 {
-                    p.publish(&v.to_le_bytes()).expect("publish");
-                }
-                p.stats()
-            })
-        };
-        shmring_testkit::eventually("the producer parks for room", || {
-            raw.waiters(Line::Producer) >= 1
-        });
+        let raw = shmring_testkit::raw::RawSegment::open(&handle);
+        let producer = ParkedProducer::behind_a_live_consumer(&handle, &raw, "audit");
         let v = ns.wait_status("a sweep with the consumer alive", |v, _| {
             common::consumer(v, r, "audit").map(|_| v.clone())
         });
         let audit = common::consumer(&v, r, "audit").expect("audit");
         assert_ne!(audit["state"], "DEAD", "{v:#}");
-        raw.set_consumer_next(0, 1);
-        raw.set_consumer_word(0, owned_word::pack(1, consumer_state::ACTIVE, dead));
-        let stats = producer.join().expect("the producer thread");
+        ParkedProducer::commit_one_and_die(&raw, dead);
+        let stats = producer.join();
         tries.push(stats);
         // A wake after the net (a sweep late on a loaded machine) counts as late, and a park
-        // that found the room before it slept counts no park (the commit landed between the
-        // producer's count of itself as a waiter and its last look): try again.
+        // that found the room before it slept counts no park: try again.
         if woken(&stats) {
             break;
         }

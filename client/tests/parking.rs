@@ -217,57 +217,25 @@ fn park_until_a_past_deadline_returns_at_once() {
 /// process, with no wake; then this process resumes the name. Without the resume's wake
 /// every try's park ends at the net with the wake line unmoved (`net_wakeups`); a resume
 /// later than the net (a loaded machine) would too, so each of three rings gets one try.
-/// Whether a producer's one wait for room parked and was ended by a wake in time: not at
-/// the net, not late, and not found ready before it slept.
-fn woken(stats: &shmring::ProducerStats) -> bool {
-    stats.parks >= 1 && (stats.net_wakeups, stats.late_wakeups) == (0, 0)
-}
-
 #[test]
 fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room() {
-    use shmring_layout::{consumer_flags, consumer_state, owned_word};
-    use shmring_testkit::raw::{Line, RawSegment};
+    use shmring_testkit::parked::{woken, ParkedProducer};
     let ns = Namespace::concurrent("resume-wakes");
-    let me = shmring::process::current();
     let (dead, _) = shmring_testkit::fault::dead_process();
     let mut tries = Vec::new();
     for r in ["r0", "r1", "r2"] {
         let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
-        let raw = RawSegment::open(&ring);
-        // The start time first: an ACTIVE word without it would read as a dead owner's.
-        raw.set_consumer_start_time(0, me.start_time);
-        raw.fabricate_consumer(
-            0,
-            owned_word::pack(1, consumer_state::ACTIVE, me.pid),
-            consumer_flags::REQUIRED | consumer_flags::DURABLE,
-            "audit",
-            0,
-        );
-        let producer = {
-            let ring = ring.clone();
-            thread::spawn(move || {
-                let mut p = ring.producer().expect("producer");
-                // 16 fill the ring behind the consumer at 0; the 17th waits for room.
-                for v in 0..17u64 {
-                    p.publish(&v.to_le_bytes()).expect("publish");
-                }
-                p.stats()
-            })
-        };
-        eventually("the producer parks for room", || {
-            raw.waiters(Line::Producer) >= 1
-        });
-        raw.set_consumer_next(0, 1);
-        raw.set_consumer_word(0, owned_word::pack(1, consumer_state::ACTIVE, dead));
+        let raw = shmring_testkit::raw::RawSegment::open(&ring);
+        let producer = ParkedProducer::behind_a_live_consumer(&ring, &raw, "audit");
+        ParkedProducer::commit_one_and_die(&raw, dead);
         let c = ring
             .consumer(ConsumerOptions::durable("audit"))
             .expect("resume the durable consumer");
         assert_eq!(c.next_sequence(), 1, "resumed where its holder committed");
-        let stats = producer.join().expect("the producer thread");
+        let stats = producer.join();
         tries.push(stats);
         // A resume later than the net counts at the net, a wake after it late, and a park
-        // that found the room before it slept counts no park (the commit landed between the
-        // producer's count of itself as a waiter and its last look): try again.
+        // that found the room before it slept counts no park: try again.
         if woken(&stats) {
             break;
         }

@@ -66,3 +66,65 @@ impl ParkedConsumer {
         self.thread.join().expect("the consumer thread")
     }
 }
+
+/// A producer parked for room behind a consumer that then dies between its commit and its
+/// wake: for the tests of who wakes such a producer (the broker's sweep, a resume).
+/// Consumer entry 0 is laid down as this process's (a required durable consumer named
+/// `name`, at sequence 0, its start time written before its word, so it reads as alive);
+/// a producer thread fills the ring behind it and parks for room on one more event.
+pub struct ParkedProducer {
+    thread: JoinHandle<shmring::ProducerStats>,
+}
+
+impl ParkedProducer {
+    /// Lay down the consumer and park the producer behind it; returns once the producer
+    /// counts as a waiter on the producer wake line.
+    pub fn behind_a_live_consumer(ring: &Ring, raw: &crate::raw::RawSegment, name: &str) -> Self {
+        use shmring_layout::{consumer_flags, consumer_state, owned_word};
+        let me = shmring::process::current();
+        // The start time first: an ACTIVE word without it would read as a dead owner's.
+        raw.set_consumer_start_time(0, me.start_time);
+        raw.fabricate_consumer(
+            0,
+            owned_word::pack(1, consumer_state::ACTIVE, me.pid),
+            consumer_flags::REQUIRED | consumer_flags::DURABLE,
+            name,
+            0,
+        );
+        let ring = ring.clone();
+        let capacity = ring.capacity();
+        let thread = std::thread::spawn(move || {
+            let mut p = ring.producer().expect("producer");
+            // `capacity` fill the ring behind the consumer at 0; one more waits for room.
+            for v in 0..=capacity {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+            p.stats()
+        });
+        eventually("the producer parks for room", || {
+            raw.waiters(crate::raw::Line::Producer) >= 1
+        });
+        ParkedProducer { thread }
+    }
+
+    /// The consumer commits one event (room for the producer) and dies: its word names
+    /// `dead`, a process that no longer runs. Nothing is woken.
+    pub fn commit_one_and_die(raw: &crate::raw::RawSegment, dead: u32) {
+        use shmring_layout::{consumer_state, owned_word};
+        raw.set_consumer_next(0, 1);
+        raw.set_consumer_word(0, owned_word::pack(1, consumer_state::ACTIVE, dead));
+    }
+
+    /// The producer's counters once its last publish is through.
+    pub fn join(self) -> shmring::ProducerStats {
+        self.thread.join().expect("the producer thread")
+    }
+}
+
+/// Whether a producer's one wait for room parked and was ended by a wake in time: not at
+/// the net (`net_wakeups`), not late (`late_wakeups`), and not found ready before it slept
+/// (no park counted: a commit that landed between its count of itself as a waiter and its
+/// last look).
+pub fn woken(stats: &shmring::ProducerStats) -> bool {
+    stats.parks >= 1 && (stats.net_wakeups, stats.late_wakeups) == (0, 0)
+}
