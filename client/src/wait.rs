@@ -247,6 +247,24 @@ impl Idler {
         self.rounds = 0;
     }
 
+    /// Take up to `max` spin steps at once: how many were left in the spin phase (all of
+    /// `max` for a strategy that only spins). A waiter that makes progress before it has
+    /// used them resets the idler anyway.
+    #[inline]
+    pub(crate) fn take_spins(&mut self, max: u32) -> u32 {
+        let spins = u64::from(self.spins);
+        let left = if self.rounds < spins {
+            (spins - self.rounds).min(u64::from(max))
+        } else if self.last == Step::Spin && self.rounds >= spins + u64::from(self.yields) {
+            u64::from(max)
+        } else {
+            0
+        };
+        self.rounds += left;
+        // `left` <= `max`, a u32.
+        left as u32
+    }
+
     /// The next step to take.
     #[inline]
     pub(crate) fn next(&mut self) -> Step {
@@ -274,6 +292,60 @@ pub(crate) fn producer_backoff() -> Idler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `take_spins` hands out the spin phase in bursts and nothing past it: the steps after
+    /// it are the ones `next` would have given after as many spins.
+    #[test]
+    fn take_spins_hands_out_the_spin_phase_and_no_more() {
+        let mut busy = Idler::new(WaitStrategy::BusySpin);
+        for _ in 0..3 {
+            assert_eq!(busy.take_spins(64), 64);
+        }
+        assert_eq!(busy.next(), Step::Spin);
+
+        let mut yielding = Idler::new(WaitStrategy::Yielding { spins: 100 });
+        assert_eq!(yielding.take_spins(64), 64);
+        assert_eq!(yielding.take_spins(64), 36);
+        assert_eq!(yielding.take_spins(64), 0);
+        assert_eq!(yielding.next(), Step::Yield);
+        yielding.reset();
+        assert_eq!(
+            yielding.take_spins(64),
+            64,
+            "a reset starts the spins again"
+        );
+
+        let mut phased = Idler::new(WaitStrategy::PhasedBackoff {
+            spins: 10,
+            yields: 2,
+            fallback: Fallback::Park,
+        });
+        assert_eq!(phased.take_spins(64), 10);
+        assert_eq!(phased.next(), Step::Yield);
+        assert_eq!(phased.take_spins(64), 0);
+        assert_eq!(phased.next(), Step::Yield);
+        assert_eq!(phased.next(), Step::Park);
+        assert_eq!(phased.take_spins(64), 0);
+
+        for strategy in [
+            WaitStrategy::Blocking,
+            WaitStrategy::TimeoutBlocking {
+                timeout: Duration::from_millis(1),
+            },
+        ] {
+            assert_eq!(Idler::new(strategy).take_spins(64), 0, "{strategy}");
+        }
+        let mut adaptive = Idler::new(WaitStrategy::Adaptive);
+        let mut spun = 0;
+        loop {
+            match adaptive.take_spins(64) {
+                0 => break,
+                n => spun += n,
+            }
+        }
+        assert_eq!(spun, ADAPTIVE_SPINS);
+        assert_eq!(adaptive.next(), Step::Yield);
+    }
 
     #[test]
     fn every_kind_is_named_at_its_code_and_its_name_parses_back() {

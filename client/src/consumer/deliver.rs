@@ -202,7 +202,7 @@ impl Consumer {
     /// Deliver the published run `start..start + n` read from `src`: the last checks, then
     /// in place (required) or copied and checked (optional).
     #[inline(always)]
-    fn deliver_run<S, F, E>(
+    pub(super) fn deliver_run<S, F, E>(
         &mut self,
         start: u64,
         mut n: u64,
@@ -341,6 +341,42 @@ impl Consumer {
         self.store_stats();
     }
 
+    /// A required consumer's delivery of the one published event at `at` (its position),
+    /// in place, when it has nothing else to do per event (no poison record, no timed
+    /// flush, no marking window): what `deliver_in_place` does for a run of one, without
+    /// its loops. A caught-up spinning consumer's event after a wait goes this way: fewer
+    /// instructions between the stamp and the handler (ARCHITECTURE.md, "A caught-up
+    /// consumer's spin").
+    #[inline(always)]
+    pub(super) fn deliver_one<F, E>(&mut self, at: u64, handler: &mut F) -> Result<usize, PollError>
+    where
+        F: FnMut(Event<'_>) -> Result<(), E>,
+        E: std::fmt::Display,
+    {
+        let mut clamped = 0;
+        let src = Stamped::source(&self.seg, self.max_payload, ());
+        // SAFETY: the caller (`spin_for_next`) saw the stamp of `at` equal it (Acquire), and
+        // this required consumer, gating at `at`, commits past it only below, after the
+        // handler returns: producers cannot reach the slot before then.
+        let Some((bytes, len)) = (unsafe { src.in_place(at, &mut clamped) }) else {
+            // A producer's tombstone: skipped and counted.
+            self.commit(at + 1, 0, 1, clamped);
+            return Ok(0);
+        };
+        let ev = Event {
+            seq: at,
+            bytes,
+            end_of_batch: true,
+        };
+        match call(handler, ev) {
+            Ok(()) => {
+                self.commit(at + 1, 1, 0, clamped);
+                Ok(1)
+            }
+            Err(failure) => self.on_failure(at, (0, 0, clamped), failure, Held::InPlace(len)),
+        }
+    }
+
     pub(super) fn deliver_in_place<S, F, E>(
         &mut self,
         start: u64,
@@ -379,10 +415,11 @@ impl Consumer {
             // nothing else in it (batched rows across processes a fifth faster; see
             // ARCHITECTURE.md, "Measured: where a per-event publish goes").
             while at < end && !timed && careful == 0 {
-                // SAFETY: the caller's scan (`poll`, `poll_member`) saw the stamp of every
-                // slot in `start..end` equal its sequence (Acquire), or the cursor past them,
-                // and this required consumer has not committed past `at`, so producers cannot
-                // reach the slot until after the handler returns.
+                // SAFETY: the caller's scan (`poll`, `poll_member`, or `spin_for_next` for
+                // a run of one) saw the stamp of every slot in `start..end` equal its
+                // sequence (Acquire), or the cursor past them, and this required consumer
+                // has not committed past `at`, so producers cannot reach the slot until
+                // after the handler returns.
                 let Some((bytes, len)) = (unsafe { src.in_place(at, &mut clamped) }) else {
                     skipped += 1;
                     at += 1;
