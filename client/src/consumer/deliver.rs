@@ -353,11 +353,19 @@ impl Consumer {
         F: FnMut(Event<'_>) -> Result<(), E>,
         E: std::fmt::Display,
     {
+        // Relaxed: a check of the caller's contract in debug builds (see the SAFETY below).
+        debug_assert_eq!(
+            self.seg.slot(at).header.stamp.load(Ordering::Relaxed),
+            at,
+            "deliver_one at an unpublished sequence"
+        );
         let mut clamped = 0;
         let src = Stamped::source(&self.seg, self.max_payload, ());
-        // SAFETY: the caller (`spin_for_next`) saw the stamp of `at` equal it (Acquire), and
-        // this required consumer, gating at `at`, commits past it only below, after the
-        // handler returns: producers cannot reach the slot before then.
+        // SAFETY: the caller (`deliver_next`, after `spin_for_next`) saw the stamp of `at`
+        // equal it (Acquire) and this required consumer's entry still held as it holds it
+        // (ACTIVE, not released by the broker), so it gates producers at `at`; it commits
+        // past `at` only below, after the handler returns: producers cannot reach the slot
+        // before then.
         let Some((bytes, len)) = (unsafe { src.in_place(at, &mut clamped) }) else {
             // A producer's tombstone: skipped and counted.
             self.commit(at + 1, 0, 1, clamped);

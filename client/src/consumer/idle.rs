@@ -11,7 +11,7 @@ impl Consumer {
     /// Poll until `stop` returns true or the ring is closed and drained, waiting between
     /// empty polls with this consumer's wait strategy. `stop` is checked after every batch
     /// and every idle step (a park lasts at most the 50 ms net, or the `TimeoutBlocking`
-    /// timeout; spinning, at most 64 pauses).
+    /// timeout; spinning, about 64 pauses).
     pub fn run<F, S>(&mut self, mut handler: F, stop: S) -> Result<RunExit, PollError>
     where
         F: FnMut(Event<'_>),
@@ -72,23 +72,29 @@ impl Consumer {
 
     /// The wait strategy's spin steps, at most [`SPIN_BURST`] of them, on a consumer that
     /// waits on the next slot's stamp (a stamped ring, no upstreams, not a group member):
-    /// each a pause and a look at that stamp, with nothing else in the loop. Returns
-    /// whether the event at the position was published (the stamp equals the position,
-    /// Acquire); `false` when the steps ran out, the strategy is past its spins, the
-    /// consumer waits elsewhere, or the stamp says something else (a tombstone, a repair,
-    /// a lap: the poll deals with those).
+    /// each a look at that stamp and a pause, with nothing else in the loop. Returns
+    /// whether the position was published (the stamp equals it, Acquire: an event, or a
+    /// producer's tombstone, which the delivery skips); `false` when the steps ran out,
+    /// the strategy is past its spins, the consumer waits elsewhere, or the stamp says
+    /// something else to act on (a repair, a lap: the spin ends there and the poll deals
+    /// with it). A closed, deleted or released ring is seen by the idle checks after the
+    /// burst.
     #[inline]
     fn spin_for_next(&mut self) -> bool {
         if self.failed || self.fixed || self.member.is_some() || !self.upstream.is_empty() {
             return false;
         }
         let at = self.next;
-        let stamp = &self.seg.slot(at).header.stamp;
+        let slot = &self.seg.slot(at).header.stamp;
         for _ in 0..self.idler.take_spins(SPIN_BURST) {
             // Acquire: SYNC POINT with the producer's Release stamp store, as the poll's
             // scan: the slot's payload, length and flags are visible after it.
-            if stamp.load(Ordering::Acquire) == at {
+            let seen = slot.load(Ordering::Acquire);
+            if seen == at {
                 return true;
+            }
+            if stamp::reached(seen, at) {
+                return false;
             }
             std::hint::spin_loop();
         }
@@ -126,17 +132,14 @@ impl Consumer {
     /// and drained, or (`TimeoutBlocking` only) the timeout passes.
     pub fn wait(&mut self) -> Result<WaitOutcome, PollError> {
         loop {
-            if self.spin_for_next() {
-                self.idler.reset();
-                self.idle_since = None;
-                return Ok(WaitOutcome::Ready);
-            }
+            // The idle step's looks first: a waiting event, a closed and drained ring or a
+            // failure is answered at once, before a spin burst.
             if let Some(outcome) = self.idle_step()? {
                 if outcome != WaitOutcome::Ready {
                     return Ok(outcome);
                 }
             }
-            if self.has_pending() {
+            if self.spin_for_next() || self.has_pending() {
                 self.idler.reset();
                 self.idle_since = None;
                 return Ok(WaitOutcome::Ready);
