@@ -245,3 +245,62 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room(
         "no park for room ended by a wake: {tries:?}"
     );
 }
+
+/// The consumer line of the same resume: a consumer `after` a durable consumer parks
+/// waiting for it; the upstream's entry moves on by one (the commit) and its owner becomes
+/// a dead process, with no wake; then this process resumes the name. The downstream must be
+/// woken (a park of its ended by a wake), not left to its net: a net that ends with the
+/// upstream's entry changed counts nothing (see `Consumer::event_waiting`), so the test
+/// reads the downstream's wake-ups from its entry before and after. One try per ring, as
+/// above (a resume later than the downstream's net lets the net deliver the event).
+#[test]
+fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it() {
+    use shmring_testkit::{parked::ParkedProducer, ParkedConsumer};
+    let ns = Namespace::concurrent("resume-wakes-down");
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let wakeups = |ring: &Ring, index: u32| {
+        let info = ring.info();
+        let e = info.consumers.iter().find(|e| e.index == index);
+        e.expect("the downstream's entry").stats.wakeups
+    };
+    let mut tries = Vec::new();
+    for r in ["r0", "r1", "r2"] {
+        let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
+        let raw = shmring_testkit::raw::RawSegment::open(&ring);
+        ParkedProducer::lay_down_live_consumer(&raw, "audit");
+        let down = ring
+            .consumer(
+                ConsumerOptions::anonymous()
+                    .after(["audit"])
+                    .wait(WaitStrategy::Blocking),
+            )
+            .expect("attach after audit");
+        let index = down.index();
+        // Published before the downstream runs, so that no wake from the publish reaches
+        // it after the count below is read.
+        let mut p = ring.producer().expect("producer");
+        p.publish(&7u64.to_le_bytes()).expect("publish");
+        let down = ParkedConsumer::spawn(down);
+        // Parked with the event published: its upstream has not committed it.
+        down.wait_parked_at(&ring, 0);
+        let before = wakeups(&ring, index);
+        ParkedProducer::commit_one_and_die(&raw, dead);
+        let c = ring
+            .consumer(ConsumerOptions::durable("audit"))
+            .expect("resume the durable consumer");
+        assert_eq!(c.next_sequence(), 1, "resumed where its holder committed");
+        down.wait_parked_at(&ring, 1);
+        let woken = wakeups(&ring, index) > before;
+        let (exit, seen, _) = down.finish(&ring);
+        assert_eq!(exit, RunExit::Closed);
+        assert_eq!(seen, vec![(0, 7)]);
+        tries.push(woken);
+        if woken {
+            break;
+        }
+    }
+    assert!(
+        tries.iter().any(|&w| w),
+        "the downstream was never woken for the event, only its net: {tries:?}"
+    );
+}

@@ -80,17 +80,7 @@ impl ParkedProducer {
     /// Lay down the consumer and park the producer behind it; returns once the producer
     /// counts as a waiter on the producer wake line.
     pub fn behind_a_live_consumer(ring: &Ring, raw: &crate::raw::RawSegment, name: &str) -> Self {
-        use shmring_layout::{consumer_flags, consumer_state, owned_word};
-        let me = shmring::process::current();
-        // The start time first: an ACTIVE word without it would read as a dead owner's.
-        raw.set_consumer_start_time(0, me.start_time);
-        raw.fabricate_consumer(
-            0,
-            owned_word::pack(1, consumer_state::ACTIVE, me.pid),
-            consumer_flags::REQUIRED | consumer_flags::DURABLE,
-            name,
-            0,
-        );
+        Self::lay_down_live_consumer(raw, name);
         let ring = ring.clone();
         let capacity = ring.capacity();
         let thread = std::thread::spawn(move || {
@@ -105,6 +95,23 @@ impl ParkedProducer {
             raw.waiters(crate::raw::Line::Producer) >= 1
         });
         ParkedProducer { thread }
+    }
+
+    /// Lay down consumer entry 0 as this process's: a required durable consumer named
+    /// `name`, ACTIVE at sequence 0, its start time written before its word, so that it
+    /// reads as alive (and a consumer `after` it can name it).
+    pub fn lay_down_live_consumer(raw: &crate::raw::RawSegment, name: &str) {
+        use shmring_layout::{consumer_flags, consumer_state, owned_word};
+        let me = shmring::process::current();
+        // The start time first: an ACTIVE word without it would read as a dead owner's.
+        raw.set_consumer_start_time(0, me.start_time);
+        raw.fabricate_consumer(
+            0,
+            owned_word::pack(1, consumer_state::ACTIVE, me.pid),
+            consumer_flags::REQUIRED | consumer_flags::DURABLE,
+            name,
+            0,
+        );
     }
 
     /// The consumer commits one event (room for the producer) and dies: its word names
