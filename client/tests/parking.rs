@@ -246,6 +246,55 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room(
     );
 }
 
+/// The same gap in a worker group: member `a` holds the claim of sequence 0 (taken as it
+/// joined), a producer parks for room behind it, then `a` commits its claim and dies with
+/// no wake, holding its entry ACTIVE, or RESUMING (as a member that died delivering an
+/// adopted claim leaves it). Member `b` joins before any broker sweep and carries on with
+/// `a`'s entry: the takeover wakes the parked producer, which would otherwise wait for its
+/// net (the broker would never see `a` dead once `b` holds the entry). One try per ring,
+/// as above.
+#[test]
+fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for_room() {
+    use shmring_layout::{consumer_state, owned_word};
+    use shmring_testkit::parked::{woken, ParkedProducer};
+    for state in [consumer_state::ACTIVE, consumer_state::RESUMING] {
+        let ns = Namespace::concurrent("member-takeover-wakes");
+        let (dead, _) = shmring_testkit::fault::dead_process();
+        let mut tries = Vec::new();
+        for r in ["r0", "r1", "r2"] {
+            let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
+            let raw = shmring_testkit::raw::RawSegment::open(&ring);
+            let a = ring
+                .consumer(ConsumerOptions::worker("w"))
+                .expect("member a");
+            let producer = ParkedProducer::park_behind(&ring, &raw);
+            let w = raw.consumer_word(a.index());
+            raw.set_consumer_word(
+                a.index(),
+                owned_word::pack(owned_word::generation(w), state, owned_word::owner(w)),
+            );
+            ParkedProducer::commit_and_die(&raw, a.index(), 1, dead);
+            let b = ring
+                .consumer(ConsumerOptions::worker("w"))
+                .expect("member b");
+            assert_eq!(b.index(), a.index(), "b carries on with a's entry");
+            assert_eq!(b.next_sequence(), 1, "where a committed");
+            let stats = producer.join();
+            tries.push(stats);
+            // `a`'s handle drops after `b` took its entry: it leaves the entry alone.
+            drop((a, b));
+            if woken(&stats) {
+                break;
+            }
+        }
+        assert!(
+            tries.iter().any(woken),
+            "{}: no park for room ended by a wake: {tries:?}",
+            consumer_state::name(state)
+        );
+    }
+}
+
 /// The consumer line of the same resume: a consumer `after` a durable consumer parks
 /// waiting for it; the upstream's entry moves on by one (the commit) and its owner becomes
 /// a dead process, with no wake; then this process resumes the name. The downstream must be

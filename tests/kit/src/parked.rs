@@ -81,6 +81,13 @@ impl ParkedProducer {
     /// counts as a waiter on the producer wake line.
     pub fn behind_a_live_consumer(ring: &Ring, raw: &crate::raw::RawSegment, name: &str) -> Self {
         Self::lay_down_live_consumer(raw, name);
+        Self::park_behind(ring, raw)
+    }
+
+    /// Park a producer thread for room behind whatever gates `ring` at sequence 0: it
+    /// fills the ring and waits on one more event. Returns once the producer counts as a
+    /// waiter on the producer wake line.
+    pub fn park_behind(ring: &Ring, raw: &crate::raw::RawSegment) -> Self {
         let ring = ring.clone();
         let capacity = ring.capacity();
         let thread = std::thread::spawn(move || {
@@ -117,9 +124,19 @@ impl ParkedProducer {
     /// The consumer commits one event (room for the producer) and dies: its word names
     /// `dead`, a process that no longer runs. Nothing is woken.
     pub fn commit_one_and_die(raw: &crate::raw::RawSegment, dead: u32) {
-        use shmring_layout::{consumer_state, owned_word};
-        raw.set_consumer_next(0, 1);
-        raw.set_consumer_word(0, owned_word::pack(1, consumer_state::ACTIVE, dead));
+        Self::commit_and_die(raw, 0, 1, dead);
+    }
+
+    /// Consumer entry `index` commits up to `next` and dies: its word keeps its generation
+    /// and state and names `dead`, a process that no longer runs. Nothing is woken.
+    pub fn commit_and_die(raw: &crate::raw::RawSegment, index: u32, next: u64, dead: u32) {
+        use shmring_layout::owned_word;
+        raw.set_consumer_next(index, next);
+        let w = raw.consumer_word(index);
+        raw.set_consumer_word(
+            index,
+            owned_word::pack(owned_word::generation(w), owned_word::state(w), dead),
+        );
     }
 
     /// The producer's counters once its last publish is through.
