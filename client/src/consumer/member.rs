@@ -248,23 +248,25 @@ fn find_left_claim(
         let Some(word) = group::adopt(&table::Os, &e.hot.word, seen, start_time, me) else {
             continue;
         };
-        if matches!(
-            owned_word::state(seen),
-            consumer_state::ACTIVE | consumer_state::RESUMING
-        ) {
-            // Its holder (the member, or a member delivering it as an adopted claim) died
-            // holding it, maybe between a commit and its wake: producers parked for the room
-            // it freed look again, as at the broker's first sweep that sees a death. This
-            // takeover may come before any sweep, and once the entry is held or freed again
-            // no sweep sees the death. A member that left or failed made its own wakes; the
-            // consumers after the group are woken by the caller (`wake_after_group`).
-            park::wake(&seg.lines().producer_wake.value);
-        }
-        let (at, _) = group::claim_range(&e.hot.next, &e.cold.claim_end);
+        let (before, _) = group::claim_range(&e.hot.next, &e.cold.claim_end);
         // Release: SYNC POINT with the producers' Acquire gate scan, as `commit`.
         let poison =
-            policy::take_over_record(&e.cold, at, |n| e.hot.next.store(n, Ordering::Release));
+            policy::take_over_record(&e.cold, before, |n| e.hot.next.store(n, Ordering::Release));
         let (at, end) = group::claim_range(&e.hot.next, &e.cold.claim_end);
+        let died_holding = matches!(
+            owned_word::state(seen),
+            consumer_state::ACTIVE | consumer_state::RESUMING
+        );
+        if died_holding || at > before {
+            // Its holder (the member, or a member delivering it as an adopted claim) died
+            // holding it, maybe between a commit and its wake, or the takeover just moved
+            // the entry past a skip its holder had begun: producers parked for the room
+            // look again, as at the broker's first sweep that sees a death. This takeover
+            // may come before any sweep, and once the entry is held or freed again no sweep
+            // sees the death. A member that left or failed made its own wakes; the consumers
+            // after the group are woken by the caller (`wake_after_group`).
+            park::wake(&seg.lines().producer_wake.value);
+        }
         return Some(Adopted {
             index: i,
             word,
