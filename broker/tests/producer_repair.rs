@@ -328,7 +328,7 @@ fn a_consumer_seen_dead_wakes_both_lines_once() {
 /// each of three rings gets one try, and one park ended by a wake in time is enough.
 #[test]
 fn a_producer_parked_for_room_a_dead_consumer_freed_is_woken_by_the_broker() {
-    use shmring_testkit::parked::{woken, ParkedProducer};
+    use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
     let ns = Namespace::new("deadconsroom");
     let rings = ["r0", "r1", "r2"];
     let config: String = rings
@@ -337,28 +337,24 @@ fn a_producer_parked_for_room_a_dead_consumer_freed_is_woken_by_the_broker() {
         .collect();
     let _broker = ns.broker(Some(&config));
     let (dead, _) = shmring_testkit::fault::dead_process();
-    let mut tries = Vec::new();
-    for r in rings {
-        let handle = Ring::open(ns.name(), r).expect("open");
-        let raw = shmring_testkit::raw::RawSegment::open(&handle);
-        let producer = ParkedProducer::behind_a_live_consumer(&handle, &raw, "audit");
-        let v = ns.wait_status("a sweep with the consumer alive", |v, _| {
-            common::consumer(v, r, "audit").map(|_| v.clone())
-        });
-        let audit = common::consumer(&v, r, "audit").expect("audit");
-        assert_ne!(audit["state"], "DEAD", "{v:#}");
-        ParkedProducer::commit_one_and_die(&raw, dead);
-        let stats = producer.join();
-        tries.push(stats);
-        // A wake after the net (a sweep late on a loaded machine) counts as late, and a park
-        // that found the room before it slept counts no park: try again.
-        if woken(&stats) {
-            break;
-        }
-    }
-    assert!(
-        tries.iter().any(woken),
-        "no park for room ended by a wake: {tries:?}"
+    // A wake after the net (a sweep late on a loaded machine) counts as late, and a park
+    // that found the room before it slept counts no park: try again.
+    in_one_try(
+        &rings,
+        "no park for room ended by a wake",
+        |r| {
+            let handle = Ring::open(ns.name(), r).expect("open");
+            let raw = shmring_testkit::raw::RawSegment::open(&handle);
+            let producer = ParkedProducer::behind_a_live_consumer(&handle, &raw, "audit");
+            let v = ns.wait_status("a sweep with the consumer alive", |v, _| {
+                common::consumer(v, r, "audit").map(|_| v.clone())
+            });
+            let audit = common::consumer(&v, r, "audit").expect("audit");
+            assert_ne!(audit["state"], "DEAD", "{v:#}");
+            ParkedProducer::commit_one_and_die(&raw, dead);
+            producer.join()
+        },
+        woken,
     );
 }
 

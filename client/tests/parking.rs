@@ -219,30 +219,26 @@ fn park_until_a_past_deadline_returns_at_once() {
 /// later than the net (a loaded machine) would too, so each of three rings gets one try.
 #[test]
 fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room() {
-    use shmring_testkit::parked::{woken, ParkedProducer};
+    use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
     let ns = Namespace::concurrent("resume-wakes");
     let (dead, _) = shmring_testkit::fault::dead_process();
-    let mut tries = Vec::new();
-    for r in ["r0", "r1", "r2"] {
-        let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
-        let raw = shmring_testkit::raw::RawSegment::open(&ring);
-        let producer = ParkedProducer::behind_a_live_consumer(&ring, &raw, "audit");
-        ParkedProducer::commit_one_and_die(&raw, dead);
-        let c = ring
-            .consumer(ConsumerOptions::durable("audit"))
-            .expect("resume the durable consumer");
-        assert_eq!(c.next_sequence(), 1, "resumed where its holder committed");
-        let stats = producer.join();
-        tries.push(stats);
-        // A resume later than the net counts at the net, a wake after it late, and a park
-        // that found the room before it slept counts no park: try again.
-        if woken(&stats) {
-            break;
-        }
-    }
-    assert!(
-        tries.iter().any(woken),
-        "no park for room ended by a wake: {tries:?}"
+    // A resume later than the net counts at the net, a wake after it late, and a park that
+    // found the room before it slept counts no park: try again.
+    in_one_try(
+        &["r0", "r1", "r2"],
+        "no park for room ended by a wake",
+        |r| {
+            let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
+            let raw = shmring_testkit::raw::RawSegment::open(&ring);
+            let producer = ParkedProducer::behind_a_live_consumer(&ring, &raw, "audit");
+            ParkedProducer::commit_one_and_die(&raw, dead);
+            let c = ring
+                .consumer(ConsumerOptions::durable("audit"))
+                .expect("resume the durable consumer");
+            assert_eq!(c.next_sequence(), 1, "resumed where its holder committed");
+            producer.join()
+        },
+        woken,
     );
 }
 
@@ -256,12 +252,15 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room(
 #[test]
 fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for_room() {
     use shmring_layout::{consumer_state, owned_word};
-    use shmring_testkit::parked::{woken, ParkedProducer};
+    use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
     for state in [consumer_state::ACTIVE, consumer_state::RESUMING] {
         let ns = Namespace::concurrent("member-takeover-wakes");
         let (dead, _) = shmring_testkit::fault::dead_process();
-        let mut tries = Vec::new();
-        for r in ["r0", "r1", "r2"] {
+        let what = format!(
+            "{}: no park for room ended by a wake",
+            consumer_state::name(state)
+        );
+        let attempt = |r: &str| {
             let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
             let raw = shmring_testkit::raw::RawSegment::open(&ring);
             let a = ring
@@ -280,18 +279,11 @@ fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for
             assert_eq!(b.index(), a.index(), "b carries on with a's entry");
             assert_eq!(b.next_sequence(), 1, "where a committed");
             let stats = producer.join();
-            tries.push(stats);
             // `a`'s handle drops after `b` took its entry: it leaves the entry alone.
             drop((a, b));
-            if woken(&stats) {
-                break;
-            }
-        }
-        assert!(
-            tries.iter().any(woken),
-            "{}: no park for room ended by a wake: {tries:?}",
-            consumer_state::name(state)
-        );
+            stats
+        };
+        in_one_try(&["r0", "r1", "r2"], &what, attempt, woken);
     }
 }
 
@@ -304,7 +296,8 @@ fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for
 /// above (a resume later than the downstream's net lets the net deliver the event).
 #[test]
 fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it() {
-    use shmring_testkit::{parked::ParkedProducer, ParkedConsumer};
+    use shmring_testkit::parked::{in_one_try, ParkedProducer};
+    use shmring_testkit::ParkedConsumer;
     let ns = Namespace::concurrent("resume-wakes-down");
     let (dead, _) = shmring_testkit::fault::dead_process();
     let wakeups = |ring: &Ring, index: u32| {
@@ -312,8 +305,7 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it
         let e = info.consumers.iter().find(|e| e.index == index);
         e.expect("the downstream's entry").stats.wakeups
     };
-    let mut tries = Vec::new();
-    for r in ["r0", "r1", "r2"] {
+    let attempt = |r: &str| {
         let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
         let raw = shmring_testkit::raw::RawSegment::open(&ring);
         ParkedProducer::lay_down_live_consumer(&raw, "audit");
@@ -343,13 +335,12 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it
         let (exit, seen, _) = down.finish(&ring);
         assert_eq!(exit, RunExit::Closed);
         assert_eq!(seen, vec![(0, 7)]);
-        tries.push(woken);
-        if woken {
-            break;
-        }
-    }
-    assert!(
-        tries.iter().any(|&w| w),
-        "the downstream was never woken for the event, only its net: {tries:?}"
+        woken
+    };
+    in_one_try(
+        &["r0", "r1", "r2"],
+        "the downstream was never woken for the event, only its net",
+        attempt,
+        |&w| w,
     );
 }

@@ -152,3 +152,25 @@ impl ParkedProducer {
 pub fn woken(stats: &shmring::ProducerStats) -> bool {
     stats.parks >= 1 && (stats.net_wakeups, stats.late_wakeups) == (0, 0)
 }
+
+/// The tries of a wake test: `attempt` on each of `rings` in turn until `ok` says one
+/// succeeded. A wake that comes later than a park's 50 ms net (a loaded machine) leaves
+/// that try to the net, so one success is enough; when none succeeds, panics with `what`
+/// and every try's outcome.
+pub fn in_one_try<T: std::fmt::Debug>(
+    rings: &[&str],
+    what: &str,
+    mut attempt: impl FnMut(&str) -> T,
+    ok: impl Fn(&T) -> bool,
+) {
+    let mut tries = Vec::new();
+    for r in rings {
+        let t = attempt(r);
+        let done = ok(&t);
+        tries.push(t);
+        if done {
+            return;
+        }
+    }
+    panic!("{what}: {tries:?}");
+}
