@@ -253,13 +253,14 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room(
 fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for_room() {
     use shmring_layout::{consumer_state, owned_word};
     use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
-    for state in [consumer_state::ACTIVE, consumer_state::RESUMING] {
+    // By the state's name: the status name of RESUMING is ATTACHING.
+    for (label, state) in [
+        ("ACTIVE", consumer_state::ACTIVE),
+        ("RESUMING", consumer_state::RESUMING),
+    ] {
         let ns = Namespace::concurrent("member-takeover-wakes");
         let (dead, _) = shmring_testkit::fault::dead_process();
-        let what = format!(
-            "{}: no park for room ended by a wake",
-            consumer_state::name(state)
-        );
+        let what = format!("{label}: no park for room ended by a wake");
         let attempt = |r: &str| {
             let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
             let raw = shmring_testkit::raw::RawSegment::open(&ring);
@@ -287,6 +288,73 @@ fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for
     }
 }
 
+/// The running member's side of the same takeover: member `b` has delivered every event of
+/// its own claims, and `a`, which holds sequence 0 (claimed as it joined), commits it and
+/// dies with no wake, holding its entry ACTIVE or RESUMING, a producer parked for room
+/// behind it. `b` adopts `a`'s entry on one of its idle polls (`adopt_left_claims`) and the
+/// takeover wakes the producer, whose event `b` then delivers. One try per ring, as above.
+#[test]
+fn a_running_member_adopting_a_dead_members_entry_wakes_the_producers_parked_for_room() {
+    use shmring_layout::{consumer_state, owned_word};
+    use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
+    // By the state's name: the status name of RESUMING is ATTACHING.
+    for (label, state) in [
+        ("ACTIVE", consumer_state::ACTIVE),
+        ("RESUMING", consumer_state::RESUMING),
+    ] {
+        let ns = Namespace::concurrent("member-adopt-wakes");
+        let (dead, _) = shmring_testkit::fault::dead_process();
+        let what = format!("{label}: no park for room ended by a wake");
+        let attempt = |r: &str| {
+            let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
+            let raw = shmring_testkit::raw::RawSegment::open(&ring);
+            let worker = || ConsumerOptions::worker("w").batch_cap(1);
+            // Claims of one: `a` claims sequence 0 as it joins, `b` sequence 1.
+            let a = ring.consumer(worker()).expect("member a");
+            let mut b = ring.consumer(worker()).expect("member b");
+            let mut p = ring.producer().expect("producer");
+            for v in 0..ring.capacity() {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+            drop(p);
+            let mut got = Vec::new();
+            for _ in 0..1000 {
+                if got.len() == 15 {
+                    break;
+                }
+                b.poll_once(|ev| got.push(ev.sequence())).expect("b polls");
+            }
+            assert_eq!(got, (1..16).collect::<Vec<_>>(), "b delivers its claims");
+            // The ring is full behind `a` at 0.
+            let producer = ParkedProducer::park_on_full(&ring, &raw);
+            let w = raw.consumer_word(a.index());
+            raw.set_consumer_word(
+                a.index(),
+                owned_word::pack(owned_word::generation(w), state, owned_word::owner(w)),
+            );
+            ParkedProducer::commit_and_die(&raw, a.index(), 1, dead);
+            // Polled without a pause: an adoption later than the producer's 50 ms net
+            // would leave the wait to the net. The scans come every 1024 idle polls.
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !got.contains(&16) {
+                assert!(Instant::now() < deadline, "b never delivered sequence 16");
+                b.poll_once(|ev| got.push(ev.sequence())).expect("b polls");
+            }
+            let left = raw.consumer_word(a.index());
+            assert_eq!(
+                owned_word::state(left),
+                consumer_state::FREE,
+                "b adopted a's entry"
+            );
+            let stats = producer.join();
+            // `a`'s handle drops after its entry was taken over: it leaves the entry alone.
+            drop((a, b));
+            stats
+        };
+        in_one_try(&["r0", "r1", "r2"], &what, attempt, woken);
+    }
+}
+
 /// The consumer line of the same resume: a consumer `after` a durable consumer parks
 /// waiting for it; the upstream's entry moves on by one (the commit) and its owner becomes
 /// a dead process, with no wake; then this process resumes the name. The downstream must be
@@ -300,11 +368,6 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it
     use shmring_testkit::ParkedConsumer;
     let ns = Namespace::concurrent("resume-wakes-down");
     let (dead, _) = shmring_testkit::fault::dead_process();
-    let wakeups = |ring: &Ring, index: u32| {
-        let info = ring.info();
-        let e = info.consumers.iter().find(|e| e.index == index);
-        e.expect("the downstream's entry").stats.wakeups
-    };
     let attempt = |r: &str| {
         let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
         let raw = shmring_testkit::raw::RawSegment::open(&ring);
@@ -324,14 +387,14 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it
         let down = ParkedConsumer::spawn(down);
         // Parked with the event published: its upstream has not committed it.
         down.wait_parked_at(&ring, 0);
-        let before = wakeups(&ring, index);
+        let before = wakeups_of(&ring, index);
         ParkedProducer::commit_one_and_die(&raw, dead);
         let c = ring
             .consumer(ConsumerOptions::durable("audit"))
             .expect("resume the durable consumer");
         assert_eq!(c.next_sequence(), 1, "resumed where its holder committed");
         down.wait_parked_at(&ring, 1);
-        let woken = wakeups(&ring, index) > before;
+        let woken = wakeups_of(&ring, index) > before;
         let (exit, seen, _) = down.finish(&ring);
         assert_eq!(exit, RunExit::Closed);
         assert_eq!(seen, vec![(0, 7)]);
@@ -340,6 +403,83 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it
     in_one_try(
         &["r0", "r1", "r2"],
         "the downstream was never woken for the event, only its net",
+        attempt,
+        |&w| w,
+    );
+}
+
+/// The wake-ups (parks ended by a wake) that consumer entry `index` has counted.
+fn wakeups_of(ring: &Ring, index: u32) -> u64 {
+    let info = ring.info();
+    let e = info.consumers.iter().find(|e| e.index == index);
+    e.expect("the consumer's entry").stats.wakeups
+}
+
+/// The consumer line of a member's takeover: member `a` delivers sequence 0 and claims 1
+/// and 2; a consumer `after` the group takes 0 and parks for the group at 1. `a` dies having
+/// decided to skip sequence 1 (step A of a skip, see `policy`), with no wake. Member `b`
+/// joins, carries on with `a`'s entry and finishes the skip, which moves the group's floor
+/// past sequence 1 while the claim goes on (no new claim, whose own wake would hide a
+/// missing one): the downstream must be woken, not left to its net. One try per ring, as
+/// above.
+#[test]
+fn a_member_finishing_a_dead_members_skip_wakes_the_consumers_after_the_group() {
+    use shmring_testkit::parked::{in_one_try, ParkedProducer};
+    use shmring_testkit::ParkedConsumer;
+    /// The decision of a skip in a poison record (`policy::begin_skip`).
+    const SKIPPING: u64 = 1 << 63;
+    let ns = Namespace::concurrent("member-skip-wakes-down");
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let attempt = |r: &str| {
+        let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
+        let raw = shmring_testkit::raw::RawSegment::open(&ring);
+        // Nothing published: `a` claims sequence 0 alone as it joins.
+        let mut a = ring
+            .consumer(ConsumerOptions::worker("w"))
+            .expect("member a");
+        let down = ring
+            .consumer(
+                ConsumerOptions::anonymous()
+                    .after(["w"])
+                    .wait(WaitStrategy::Blocking),
+            )
+            .expect("attach after the group");
+        let index = down.index();
+        let mut p = ring.producer().expect("producer");
+        for v in 10..13u64 {
+            p.publish(&v.to_le_bytes()).expect("publish");
+        }
+        let mut got = Vec::new();
+        a.poll_once(|ev| got.push(ev.sequence())).expect("a polls");
+        assert_eq!(
+            got,
+            vec![0],
+            "a delivers its first claim, then claims 1 and 2"
+        );
+        let down = ParkedConsumer::spawn(down);
+        down.wait_parked_at(&ring, 1);
+        let before = wakeups_of(&ring, index);
+        raw.set_consumer_poison(a.index(), 2 | SKIPPING, 0);
+        ParkedProducer::commit_and_die(&raw, a.index(), 1, dead);
+        let mut b = ring
+            .consumer(ConsumerOptions::worker("w"))
+            .expect("member b");
+        assert_eq!(b.index(), a.index(), "b carries on with a's entry");
+        assert_eq!(b.next_sequence(), 2, "past the skip a had begun");
+        down.wait_parked_at(&ring, 2);
+        let woken = wakeups_of(&ring, index) > before;
+        got.clear();
+        b.poll_once(|ev| got.push(ev.sequence())).expect("b polls");
+        assert_eq!(got, vec![2], "b delivers the rest of a's claim");
+        let (exit, seen, _) = down.finish(&ring);
+        assert_eq!(exit, RunExit::Closed);
+        assert_eq!(seen, vec![(0, 10), (1, 11), (2, 12)]);
+        drop((a, b));
+        woken
+    };
+    in_one_try(
+        &["r0", "r1", "r2"],
+        "the downstream was never woken past the skip, only its net",
         attempt,
         |&w| w,
     );

@@ -88,12 +88,22 @@ impl ParkedProducer {
     /// fills the ring and waits on one more event. Returns once the producer counts as a
     /// waiter on the producer wake line.
     pub fn park_behind(ring: &Ring, raw: &crate::raw::RawSegment) -> Self {
+        // `capacity` fill the ring behind the consumer at 0; one more waits for room.
+        Self::publish_parked(ring, raw, ring.capacity() + 1)
+    }
+
+    /// Park a producer thread for room on one event, on a ring already full behind whatever
+    /// gates it. Returns once the producer counts as a waiter on the producer wake line.
+    pub fn park_on_full(ring: &Ring, raw: &crate::raw::RawSegment) -> Self {
+        Self::publish_parked(ring, raw, 1)
+    }
+
+    /// A producer thread publishing `n` events, the last of which waits for room.
+    fn publish_parked(ring: &Ring, raw: &crate::raw::RawSegment, n: u64) -> Self {
         let ring = ring.clone();
-        let capacity = ring.capacity();
         let thread = std::thread::spawn(move || {
             let mut p = ring.producer().expect("producer");
-            // `capacity` fill the ring behind the consumer at 0; one more waits for room.
-            for v in 0..=capacity {
+            for v in 0..n {
                 p.publish(&v.to_le_bytes()).expect("publish");
             }
             p.stats()
