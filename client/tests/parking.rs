@@ -242,6 +242,32 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room(
     );
 }
 
+/// The states a member's entry is left in when its member dies holding a claim: ACTIVE, or
+/// RESUMING (a member that died delivering an adopted claim), by name (the status name of
+/// RESUMING is ATTACHING).
+const HELD_STATES: [(&str, u32); 2] = [
+    ("ACTIVE", shmring_layout::consumer_state::ACTIVE),
+    ("RESUMING", shmring_layout::consumer_state::RESUMING),
+];
+
+/// Member entry `index` commits up to `next` and dies holding the entry in `state`: its
+/// word names `dead`, a process that no longer runs. Nothing is woken.
+fn die_holding(
+    raw: &shmring_testkit::raw::RawSegment,
+    index: u32,
+    state: u32,
+    next: u64,
+    dead: u32,
+) {
+    use shmring_layout::owned_word;
+    let w = raw.consumer_word(index);
+    raw.set_consumer_word(
+        index,
+        owned_word::pack(owned_word::generation(w), state, owned_word::owner(w)),
+    );
+    shmring_testkit::parked::ParkedProducer::commit_and_die(raw, index, next, dead);
+}
+
 /// The same gap in a worker group: member `a` holds the claim of sequence 0 (taken as it
 /// joined), a producer parks for room behind it, then `a` commits its claim and dies with
 /// no wake, holding its entry ACTIVE, or RESUMING (as a member that died delivering an
@@ -251,13 +277,8 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room(
 /// as above.
 #[test]
 fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for_room() {
-    use shmring_layout::{consumer_state, owned_word};
     use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
-    // By the state's name: the status name of RESUMING is ATTACHING.
-    for (label, state) in [
-        ("ACTIVE", consumer_state::ACTIVE),
-        ("RESUMING", consumer_state::RESUMING),
-    ] {
+    for (label, state) in HELD_STATES {
         let ns = Namespace::concurrent("member-takeover-wakes");
         let (dead, _) = shmring_testkit::fault::dead_process();
         let what = format!("{label}: no park for room ended by a wake");
@@ -268,12 +289,7 @@ fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for
                 .consumer(ConsumerOptions::worker("w"))
                 .expect("member a");
             let producer = ParkedProducer::park_behind(&ring, &raw);
-            let w = raw.consumer_word(a.index());
-            raw.set_consumer_word(
-                a.index(),
-                owned_word::pack(owned_word::generation(w), state, owned_word::owner(w)),
-            );
-            ParkedProducer::commit_and_die(&raw, a.index(), 1, dead);
+            die_holding(&raw, a.index(), state, 1, dead);
             let b = ring
                 .consumer(ConsumerOptions::worker("w"))
                 .expect("member b");
@@ -297,11 +313,7 @@ fn a_member_carrying_on_with_a_dead_members_entry_wakes_the_producers_parked_for
 fn a_running_member_adopting_a_dead_members_entry_wakes_the_producers_parked_for_room() {
     use shmring_layout::{consumer_state, owned_word};
     use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
-    // By the state's name: the status name of RESUMING is ATTACHING.
-    for (label, state) in [
-        ("ACTIVE", consumer_state::ACTIVE),
-        ("RESUMING", consumer_state::RESUMING),
-    ] {
+    for (label, state) in HELD_STATES {
         let ns = Namespace::concurrent("member-adopt-wakes");
         let (dead, _) = shmring_testkit::fault::dead_process();
         let what = format!("{label}: no park for room ended by a wake");
@@ -327,12 +339,7 @@ fn a_running_member_adopting_a_dead_members_entry_wakes_the_producers_parked_for
             assert_eq!(got, (1..16).collect::<Vec<_>>(), "b delivers its claims");
             // The ring is full behind `a` at 0.
             let producer = ParkedProducer::park_on_full(&ring, &raw);
-            let w = raw.consumer_word(a.index());
-            raw.set_consumer_word(
-                a.index(),
-                owned_word::pack(owned_word::generation(w), state, owned_word::owner(w)),
-            );
-            ParkedProducer::commit_and_die(&raw, a.index(), 1, dead);
+            die_holding(&raw, a.index(), state, 1, dead);
             // Polled without a pause: an adoption later than the producer's 50 ms net
             // leaves the wait to the net (a try that fails, not the test). The scans come
             // every 1024 idle polls; slot 1 keeps its event, so `b` adopts `a`'s entry
