@@ -1,9 +1,8 @@
 //! Suite `paired`: the rows behind the throughput targets (the floor ring, shmring's 1P1C
 //! per-event and batch-100 rows with 8-byte events, on a ring of stamped slots and on one
 //! of fixed-size events (its consumer taking one event per handler call, or a run at a
-//! time; per event, its producer also through a `Publisher`), and the `disruptor` crate)
-//! and behind
-//! the busy-spin latency targets (the spin floor and shmring's busy-spin consumer, ping-pong
+//! time; per event, its producer also through a `Publisher`), the `disruptor` crate and
+//! iceoryx2) and behind the busy-spin latency targets (the spin floor and shmring's busy-spin consumer, ping-pong
 //! and paced 100 µs), measured one after the other in each of several rounds, in an order
 //! rotated from round to round.
 //!
@@ -30,7 +29,7 @@ use crate::spsc::Format;
 use crate::{floor, latency, peers, throughput, turn};
 
 pub const SUITE: &str = "paired";
-/// Rounds of the rows (nine throughput rows, the rows measured in turn (`turn`), the floor
+/// Rounds of the rows (ten throughput rows, the rows measured in turn (`turn`), the floor
 /// ring again, and a busy-spin row and its floor per latency shape).
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
@@ -41,6 +40,8 @@ pub const FLOOR_AGAIN_ROW: &str = "bare SPSC ring, end of the round";
 /// to count.
 pub const STEADY: f64 = 1.25;
 pub const DISRUPTOR_ROW: &str = peers::DISRUPTOR;
+/// iceoryx2's per-event row (busy-poll subscriber).
+pub const IOX_ROW: &str = peers::IOX;
 
 /// The latency pairs of a round: (shmring's row name here, the `latency` group it is
 /// measured in, the spin floor row it is divided by).
@@ -79,20 +80,24 @@ pub fn latency_round(r: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (ROUNDS * (10 + turn::sides().len() + 2 * LATENCY.len())) as u64
+    (ROUNDS * (THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len())) as u64
 }
+
+/// The throughput units of a round: ten rows and the sides in turn (so, with the floor ring
+/// again at its end, a round has this many throughput rows besides the sides).
+const THROUGHPUT_UNITS: usize = 11;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Nine throughput rows, the sides in turn, then one unit per latency pair (its floor and
+    // Ten throughput rows, the sides in turn, then one unit per latency pair (its floor and
     // busy-spin row).
-    const THROUGHPUT_UNITS: usize = 10;
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        let mut rows = Vec::with_capacity(10 + turn::sides().len() + 2 * LATENCY.len());
+        let mut rows =
+            Vec::with_capacity(THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len());
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -108,6 +113,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 7 => rows.push(throughput::fixed_row(ctx, 100, true, &group)),
                 8 => rows.push(throughput::fixed_publisher_row(ctx, &group)),
                 9 => rows.extend(turn::rows(ctx, &group)),
+                10 => rows.push(peers::iox_throughput_row(ctx, &group)),
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let (busy, spin) =

@@ -204,23 +204,26 @@ fn iox_latency(ctx: &mut Ctx, pingpong: bool) -> Result<()> {
     Ok(())
 }
 
-#[cfg(feature = "peers")]
 fn iox_throughput(ctx: &mut Ctx) -> Result<()> {
     ctx.bar.set_message(format!("peers: {IOX} throughput"));
-    let tag = ctx.tag("iot");
-    let m = shmring_peers::iox::throughput(&ctx.plan(0, PACE), &tag);
-    let row = finish(
-        ctx,
-        Row::new(SUITE, THROUGHPUT, IOX, Kind::Throughput),
-        m,
-        "",
-    );
+    let row = iox_throughput_row(ctx, THROUGHPUT);
     ctx.push(row);
     Ok(())
 }
 
+/// iceoryx2's per-event throughput row (busy-poll subscriber), for this suite and for
+/// another (`paired`).
+#[cfg(feature = "peers")]
+pub fn iox_throughput_row(ctx: &mut Ctx, group: &str) -> Row {
+    let tag = ctx.tag("iot");
+    let m = shmring_peers::iox::throughput(&ctx.plan(0, PACE), &tag);
+    finish(ctx, Row::new(SUITE, group, IOX, Kind::Throughput), m, "")
+}
+
+/// Without the `peers` feature: a row that says so.
 #[cfg(not(feature = "peers"))]
-fn iox_throughput(ctx: &mut Ctx) -> Result<()> {
-    not_built(ctx, THROUGHPUT, IOX, Kind::Throughput);
-    Ok(())
+pub fn iox_throughput_row(_ctx: &mut Ctx, group: &str) -> Row {
+    let mut r = Row::new(SUITE, group, IOX, Kind::Throughput);
+    r.error = Some("not built: rebuild the harness with `--features peers`".into());
+    r
 }

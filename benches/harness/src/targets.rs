@@ -351,6 +351,21 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             per_event.as_str(),
             5.0,
         ),
+        // iceoryx2 measured in the same rounds: the whole-run targets above divide by its
+        // row of the `peers` suite, minutes apart, which mostly says which placement the
+        // shmring row ran in (iceoryx2 ran at 2.9-3.2 M/s in either).
+        (
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / iceoryx2, paired",
+            throughput::FIXED_ONE_ROW,
+            paired::IOX_ROW,
+            20.0,
+        ),
+        (
+            "1P1C 8 B per-event throughput (best 100 ms) / iceoryx2, paired",
+            per_event.as_str(),
+            paired::IOX_ROW,
+            20.0,
+        ),
     ]) {
         out.extend(paired_target(
             what,
@@ -673,6 +688,50 @@ mod tests {
         );
         // Rows the paired suite did not measure give no paired target.
         assert!(!targets.iter().any(|t| t.what.contains("floor, paired")));
+    }
+
+    #[test]
+    fn the_paired_iceoryx2_targets_divide_by_iceoryx2_of_the_same_round() {
+        let mut rows = Vec::new();
+        // Round 4: the fixed-size row alone in the slow placement (below a third of its
+        // fastest round), left out of its ratio and not of the stamped row's.
+        for (r, fixed, stamped, iox) in [
+            (1, 150.0, 48.0, 3.0),
+            (2, 140.0, 50.0, 2.0),
+            (3, 130.0, 46.0, 2.6),
+            (4, 34.0, 45.0, 3.0),
+        ] {
+            rows.extend(
+                [
+                    (throughput::FIXED_ONE_ROW.to_owned(), fixed),
+                    (paired::shm_row(1), stamped),
+                    (paired::IOX_ROW.to_owned(), iox),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
+        }
+        let targets = evaluate(&rows);
+        let fixed = target(
+            &targets,
+            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / iceoryx2, paired",
+        );
+        // 50, 70, 50: the median of the three rounds that count, each divided by its own
+        // round's iceoryx2 (a whole-run ratio over the four rounds would be about 39x).
+        assert_eq!(fixed.ratio, 50.0);
+        assert!(fixed.met && fixed.decided);
+        assert!(fixed.from.contains("median of 3 rounds"), "{}", fixed.from);
+        assert!(
+            fixed.from.contains("1 with a row below 1/3"),
+            "{}",
+            fixed.from
+        );
+        let stamped = target(
+            &targets,
+            "1P1C 8 B per-event throughput (best 100 ms) / iceoryx2, paired",
+        );
+        // 16, 25, 17.69 (17 + 9/13), 15: median 16.85, below the bar.
+        assert!((stamped.ratio - (16.0 + 17.0 + 9.0 / 13.0) / 2.0).abs() < 1e-9);
+        assert!(!stamped.met && stamped.decided);
     }
 
     #[test]
