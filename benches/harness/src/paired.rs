@@ -188,7 +188,7 @@ pub struct Ratios {
     /// ring: the floor was not at its best there.
     pub beaten: usize,
     /// Steady rounds, not beaten, in which one of the two rows ran below its fastest round
-    /// divided by [`SLOW`]: that row (or the whole round) ran in the slow placement.
+    /// divided by [`slow_factor`]: that row (or the whole round) ran in the slow placement.
     pub slow: usize,
     /// Rounds whose measurement in turn kept fewer than [`turn::MIN_PAIRS`] pairs.
     pub few: usize,
@@ -200,6 +200,22 @@ pub struct Ratios {
 /// one process) in the runs of 2026-12-01. A round's floor rows at both ends do not catch a
 /// row that alone fell into the slow placement and back.
 pub const SLOW: f64 = 3.0;
+
+/// [`SLOW`] for iceoryx2's row: its two rates differ less than shmring's rows' do (2.6-4.2
+/// M/s in most rounds and 0.99-1.07 in the others, in the runs of 2026-12-03), so a third
+/// of its fastest round would keep a slow round, and a slow iceoryx2 inflates every ratio
+/// divided by it. Half its fastest keeps every round of its usual rate.
+pub const IOX_SLOW: f64 = 2.0;
+
+/// How far below its fastest round row `name` may run and still count as in the fast
+/// placement: [`SLOW`], or [`IOX_SLOW`] for iceoryx2.
+pub fn slow_factor(name: &str) -> f64 {
+    if name == IOX_ROW {
+        IOX_SLOW
+    } else {
+        SLOW
+    }
+}
 
 /// A round in which one of shmring's 1P1C per-event rows of 8-byte events
 /// ([`per_event_rows`]) ran faster than this times the floor ring is left out of every
@@ -231,8 +247,8 @@ pub fn per_event_rows() -> [String; 4] {
 pub const MIN_ROUNDS: usize = 3;
 
 /// The ratio `a / b` of each steady round that measured both rows, no per-event row above
-/// [`BEATEN`] times its floor ring, each of the two rows within [`SLOW`] of its fastest
-/// round. The fastest round of a row is sought among all rounds,
+/// [`BEATEN`] times its floor ring, each of the two rows within [`slow_factor`] of its
+/// fastest round. The fastest round of a row is sought among all rounds,
 /// steady or not: a row measured in the fast placement only in a round whose floor moved
 /// afterwards still shows what the fast placement gives, and so tells steady rounds that
 /// ran wholly in the slow placement from the others.
@@ -244,9 +260,10 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
     let (peak_a, peak_b) = (peak(|p| p.1), peak(|p| p.2));
     let (kept, unsteady): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| steady[p.0 - 1]);
     let (kept, beaten): (Vec<_>, Vec<_>) = kept.into_iter().partition(|p| !beaten(rows, p.0));
+    let (slow_a, slow_b) = (slow_factor(a), slow_factor(b));
     let (fast, slow): (Vec<_>, Vec<_>) = kept
         .iter()
-        .partition(|&&(_, x, y)| x * SLOW >= peak_a && y * SLOW >= peak_b);
+        .partition(|&&(_, x, y)| x * slow_a >= peak_a && y * slow_b >= peak_b);
     Ratios {
         values: fast.into_iter().map(|&(_, x, y)| x / y).collect(),
         unsteady: unsteady.len(),
