@@ -41,11 +41,17 @@ fn finish(ctx: &Ctx, row: Row, m: Result<Measured>, floor_name: &str) -> Row {
     row
 }
 
+/// A row of a peer the harness was built without (no `peers` feature), saying so.
 #[cfg_attr(feature = "peers", allow(dead_code))]
-fn not_built(ctx: &mut Ctx, group: &str, name: &str, kind: Kind) {
+fn not_built_row(group: &str, name: &str, kind: Kind) -> Row {
     let mut r = Row::new(SUITE, group, name, kind);
     r.error = Some("not built: rebuild the harness with `--features peers`".into());
-    ctx.push(r);
+    r
+}
+
+#[cfg_attr(feature = "peers", allow(dead_code))]
+fn not_built(ctx: &mut Ctx, group: &str, name: &str, kind: Kind) {
+    ctx.push(not_built_row(group, name, kind));
 }
 
 /// Measure every peer.
@@ -166,9 +172,7 @@ pub fn disruptor_throughput(ctx: &mut Ctx, group: &str) -> Row {
 /// Without the `peers` feature: a row that says so.
 #[cfg(not(feature = "peers"))]
 pub fn disruptor_throughput(_ctx: &mut Ctx, group: &str) -> Row {
-    let mut r = Row::new(SUITE, group, DISRUPTOR, Kind::Throughput);
-    r.error = Some("not built: rebuild the harness with `--features peers`".into());
-    r
+    not_built_row(group, DISRUPTOR, Kind::Throughput)
 }
 
 #[cfg(not(feature = "peers"))]
@@ -223,7 +227,5 @@ pub fn iox_throughput_row(ctx: &mut Ctx, group: &str) -> Row {
 /// Without the `peers` feature: a row that says so.
 #[cfg(not(feature = "peers"))]
 pub fn iox_throughput_row(_ctx: &mut Ctx, group: &str) -> Row {
-    let mut r = Row::new(SUITE, group, IOX, Kind::Throughput);
-    r.error = Some("not built: rebuild the harness with `--features peers`".into());
-    r
+    not_built_row(group, IOX, Kind::Throughput)
 }
