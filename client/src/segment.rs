@@ -484,8 +484,9 @@ impl<'a> Events<'a> {
         }
         let p = self.at(seq);
         let n = bytes.len().min(self.array.size);
-        // SAFETY: n <= size bytes inside the slot; exclusive by the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n) };
+        // SAFETY: n <= size bytes inside the slot; exclusive by the caller's contract, so no
+        // byte of the caller's `bytes` lies in it.
+        unsafe { copy_payload(&bytes[..n], p) };
     }
 
     /// The event of `seq`, writable.
@@ -659,7 +660,7 @@ impl<'a> Slot<'a> {
         // A stamped ring's validated slot is at least `MIN_SLOT_SIZE` (64) bytes, 16 of them
         // its header: every payload holds 8 bytes (a fixed-size ring's slots are never
         // written through `Slot`). So an 8-byte event is decided by its length alone,
-        // before the clamp: when the caller's length is a constant 8, the `memcpy` below is
+        // before the clamp: when the caller's length is a constant 8, the copy below is
         // not compiled in, and the caller's event can stay in a register (a `memcpy` taking
         // its address would keep it in memory, a stack store and load per publish).
         debug_assert!(self.capacity >= 8);
@@ -674,8 +675,9 @@ impl<'a> Slot<'a> {
             return;
         }
         let n = bytes.len().min(self.capacity);
-        // SAFETY: n <= capacity bytes inside the slot; exclusive by the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.payload, n) };
+        // SAFETY: n <= capacity bytes inside the slot; exclusive by the caller's contract, so
+        // no byte of the caller's `bytes` lies in it.
+        unsafe { copy_payload(&bytes[..n], self.payload) };
     }
 
     /// The whole payload area, writable.
@@ -719,14 +721,157 @@ impl<'a> Slot<'a> {
     }
 }
 
+/// Copy an event's bytes into its slot: up to [`INLINE_COPY`] bytes in line, as two
+/// overlapping moves of the widest size that fits (2, 4, 8 or 16 bytes; one move for a
+/// 1-byte event), longer ones through `copy_nonoverlapping`.
+///
+/// `copy_nonoverlapping` of a length known only at run time is a call to the C library's
+/// `memcpy` (in a dynamically linked build, through the dynamic linker's table). On a paced
+/// publish, the producer back from a sleep, that call cost a 16-byte event 47.5 ns at the
+/// median in one series of in-run switches on the 2-vCPU KVM guest of
+/// `benches/harness/results/2vcpu-kvm-paced-bare-ring-2026-12-03.md`, and 0 ns at the
+/// median in three later series (ARCHITECTURE.md, "The publish's `memcpy` call"); over the
+/// 120 rounds the call's half was the faster at p50 in 19, by at most 9 ns. The 32-byte
+/// bound is not measured: it is where two 16-byte moves stop covering the event.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes of writes and overlaps no byte of `src`.
+#[inline(always)]
+unsafe fn copy_payload(src: &[u8], dst: *mut u8) {
+    use std::ptr::{read_unaligned as get, write_unaligned as put};
+    let n = src.len();
+    let s = src.as_ptr();
+    // Every in-line arm of width `w` reads `[0, w)` and `[n - w, n)` of `src` and writes the
+    // same ranges of `dst`, with `w <= n` in its arm; the two ranges overlap when `n < 2w`,
+    // and then write the same bytes twice.
+    // SAFETY: both ranges lie inside `src` and, by the caller's contract, inside `dst`,
+    // which overlaps no byte of `src`; the moves are unaligned.
+    unsafe {
+        match n {
+            0 => {}
+            1 => *dst = *s,
+            2..=3 => {
+                let (a, b) = (get(s as *const u16), get(s.add(n - 2) as *const u16));
+                put(dst as *mut u16, a);
+                put(dst.add(n - 2) as *mut u16, b);
+            }
+            4..=7 => {
+                let (a, b) = (get(s as *const u32), get(s.add(n - 4) as *const u32));
+                put(dst as *mut u32, a);
+                put(dst.add(n - 4) as *mut u32, b);
+            }
+            8..=15 => {
+                let (a, b) = (get(s as *const u64), get(s.add(n - 8) as *const u64));
+                put(dst as *mut u64, a);
+                put(dst.add(n - 8) as *mut u64, b);
+            }
+            16..=INLINE_COPY => {
+                let (a, b) = (get(s as *const u128), get(s.add(n - 16) as *const u128));
+                put(dst as *mut u128, a);
+                put(dst.add(n - 16) as *mut u128, b);
+            }
+            _ => std::ptr::copy_nonoverlapping(s, dst, n),
+        }
+    }
+}
+
+/// The longest event [`copy_payload`] copies in line.
+const INLINE_COPY: usize = 32;
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use shmring_layout::SLOT_HEADER_SIZE;
 
-    use super::Attached;
+    use super::{copy_payload, Attached, INLINE_COPY};
     use crate::{Ring, RingConfig};
+
+    /// Every length up to well past the in-line sizes, at source and destination offsets
+    /// 0-3: exactly the source's bytes land, and no byte before or after them changes.
+    #[test]
+    fn copy_payload_writes_exactly_the_event_s_bytes() {
+        const SENTINEL: u8 = 0xA5;
+        let src_buf: Vec<u8> = (0..80u8)
+            .map(|b| b.wrapping_mul(37).wrapping_add(1))
+            .collect();
+        for n in 0..=2 * INLINE_COPY + 3 {
+            for src_off in 0..4 {
+                for dst_off in 0..4 {
+                    let src = &src_buf[src_off..src_off + n];
+                    let mut dst = vec![SENTINEL; dst_off + n + 8];
+                    // SAFETY: `dst` holds `dst_off + n + 8` bytes, a buffer apart from `src`.
+                    unsafe { copy_payload(src, dst.as_mut_ptr().add(dst_off)) };
+                    assert_eq!(
+                        &dst[dst_off..dst_off + n],
+                        src,
+                        "length {n}, offsets {src_off}/{dst_off}"
+                    );
+                    assert!(
+                        dst[..dst_off]
+                            .iter()
+                            .chain(&dst[dst_off + n..])
+                            .all(|&b| b == SENTINEL),
+                        "length {n}, offsets {src_off}/{dst_off}: a byte outside the event changed"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Through a ring: an event of every length from 0 to past the in-line sizes comes out
+    /// of a stamped ring as it went in, and events of 16-64 bytes out of fixed-size rings of
+    /// that size (a fixed size is a multiple of 8).
+    #[test]
+    fn every_short_length_arrives_as_published() {
+        let ns = shmring_testkit::Namespace::concurrent("segment-copy-lengths");
+        let bytes: Vec<u8> = (0..=255u8).rev().collect();
+        let stamped = Ring::create(
+            ns.name(),
+            "stamped",
+            &RingConfig {
+                capacity: 8,
+                slot_size: 128,
+                ..RingConfig::default()
+            },
+        )
+        .expect("create the stamped ring");
+        let mut c = stamped
+            .consumer(crate::ConsumerOptions::anonymous())
+            .expect("consumer");
+        let mut p = stamped.producer().expect("producer");
+        for n in 0..=2 * INLINE_COPY + 3 {
+            p.publish(&bytes[n..2 * n]).expect("publish");
+            let mut got = Vec::new();
+            c.poll_once(|ev| got.push(ev.bytes().to_vec()))
+                .expect("poll");
+            assert_eq!(got, vec![bytes[n..2 * n].to_vec()], "stamped, length {n}");
+        }
+        for size in [16usize, 24, 32, 40, 64] {
+            let ring = Ring::create(
+                ns.name(),
+                &format!("fixed{size}"),
+                &RingConfig {
+                    capacity: 8,
+                    producer_mode: crate::ProducerMode::Single,
+                    event_size: Some(size as u32),
+                    ..RingConfig::default()
+                },
+            )
+            .expect("create the fixed-size ring");
+            let mut c = ring
+                .consumer(crate::ConsumerOptions::anonymous())
+                .expect("consumer");
+            let mut p = ring.producer().expect("producer");
+            for k in 0..10 {
+                let ev = &bytes[k..k + size];
+                p.publish(ev).expect("publish");
+                let mut got = Vec::new();
+                c.poll_once(|e| got.push(e.bytes().to_vec())).expect("poll");
+                assert_eq!(got, vec![ev.to_vec()], "fixed size {size}, event {k}");
+            }
+        }
+    }
 
     /// What `Attached` resolved at attach is what the segment's own accessors find: each
     /// sequence's slot and its payload capacity, and the entry of the index it was made for;
