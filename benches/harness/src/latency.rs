@@ -19,8 +19,8 @@ pub const SUITE: &str = "latency";
 pub const PACED: &str = "paced 100 µs, one-way (from the intended send time)";
 pub const PINGPONG: &str = "back-to-back ping-pong over two rings, one-way";
 pub const IDLE: &str = "after 2 ms idle, one-way";
-/// Runs of events in turn over the ring and over the spin floor's bare line, in the same
-/// two pinned processes (`paced_interleaved`).
+/// Runs of events in turn over the ring, over the spin floor's bare line and over a bare ring
+/// of lines, in the same two pinned processes (`paced_interleaved`).
 pub const INTERLEAVED_RUN: u64 = 50;
 
 /// Rows this suite adds.
@@ -145,19 +145,31 @@ fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
     }
 }
 
-/// The busy-spin consumer paced 100 µs apart and the spin floor in the same two pinned
-/// processes, in turn, [`INTERLEAVED_RUN`] events at a time: the producer sends each run
-/// over the ring or over a bare line (the spin floor's: the send time, then the sequence),
-/// and the consumer spins on that line for the floor's runs. Both see the same placement of
-/// the guest's vCPUs, which two rows measured seconds apart do not (ARCHITECTURE.md,
-/// "Measured inside one run"). Returns (shmring's row, the floor's row), named `name` and
-/// `floor_name`, in `group`.
-pub fn paced_interleaved(ctx: &mut Ctx, group: &str, name: &str, floor_name: &str) -> (Row, Row) {
+/// The names of the three rows [`paced_interleaved`] measures.
+pub struct InTurn<'a> {
+    /// shmring's busy-spin consumer.
+    pub ring: &'a str,
+    /// The spin floor's one line.
+    pub floor: &'a str,
+    /// The bare ring of lines.
+    pub bare: &'a str,
+}
+
+/// The busy-spin consumer paced 100 µs apart, the spin floor and a bare ring of lines in the
+/// same two pinned processes, in turn, [`INTERLEAVED_RUN`] events at a time: the producer
+/// sends each run over the ring, over a bare line (the spin floor's: the send time, then
+/// the sequence), or over a bare ring of 16 such lines (a new line per event, as the ring
+/// moves one, with nothing of shmring's in the path), and the consumer spins on the line
+/// for the bare runs. All three see the same placement of the guest's vCPUs, which rows
+/// measured seconds apart do not (ARCHITECTURE.md, "Measured inside one run"). Returns the
+/// rows named in `names` (ring, floor, bare ring), in `group`, each lane with
+/// `ctx.sizes.paced` recorded events (less the warm-up's share).
+pub fn paced_interleaved(ctx: &mut Ctx, group: &str, names: &InTurn<'_>) -> (Row, Row, Row) {
     let s = ctx.sizes;
     ctx.bar.set_message(format!(
-        "latency: busy-spin and the spin floor, {PACED}, in turn"
+        "latency: busy-spin, the spin floor and a bare ring, {PACED}, in turn"
     ));
-    let (count, warmup) = (2 * s.paced, s.warmup);
+    let (count, warmup) = (3 * s.paced, s.warmup);
     let setup = Setup::one_to_one(
         vec![
             kv("wait", "busy-spin"),
@@ -175,22 +187,33 @@ pub fn paced_interleaved(ctx: &mut Ctx, group: &str, name: &str, floor_name: &st
         ],
         ctx.timeout(count, PACE),
     );
-    let row = Row::new(SUITE, group, name, Kind::Latency);
-    let floor_row = Row::new(SUITE, group, floor_name, Kind::Latency);
+    let row = Row::new(SUITE, group, names.ring, Kind::Latency);
+    let floor_row = Row::new(SUITE, group, names.floor, Kind::Latency);
+    let bare_row = Row::new(SUITE, group, names.bare, Kind::Latency);
     match shm::run(ctx, "lat", setup) {
         Ok(p) => {
             let c = &p.consumers[0];
             let r = paced_row(row, &p);
-            let mut f = floor_row;
-            match &c.hist_b {
-                Some(h) => f.set_hist(h),
-                None => f = f.failed(&anyhow::anyhow!("the consumer recorded no floor latencies")),
-            }
-            if let Some(v) = c.get("floor_missed") {
-                f.extra.insert("missed".into(), v);
-            }
-            (r, f)
+            let lane = |row: Row, h: &Option<hdrhistogram::Histogram<u64>>, what, missed| {
+                let mut row = match h {
+                    Some(h) if !h.is_empty() => {
+                        let mut row = row;
+                        row.set_hist(h);
+                        row
+                    }
+                    _ => row.failed(&anyhow::anyhow!(
+                        "the consumer recorded no {what} latencies"
+                    )),
+                };
+                if let Some(v) = c.get(missed) {
+                    row.extra.insert("missed".into(), v);
+                }
+                row
+            };
+            let f = lane(floor_row, &c.hist_b, "floor", "floor_missed");
+            let b = lane(bare_row, &c.hist_c, "bare ring", "bare_missed");
+            (r, f, b)
         }
-        Err(e) => (row.failed(&e), floor_row.failed(&e)),
+        Err(e) => (row.failed(&e), floor_row.failed(&e), bare_row.failed(&e)),
     }
 }

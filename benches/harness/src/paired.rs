@@ -58,6 +58,11 @@ pub const INTERLEAVED: &str = "interleaved";
 pub const BUSY_PACED_INTERLEAVED: &str = "busy-spin, paced 100 µs, in turn with the floor";
 /// The spin floor measured in turn with [`BUSY_PACED_INTERLEAVED`].
 pub const SPIN_PACED_INTERLEAVED: &str = "spin, paced 100 µs, in turn with busy-spin";
+/// A bare ring of lines measured in turn with [`BUSY_PACED_INTERLEAVED`] and its floor
+/// (`latency::paced_interleaved`): what the guest charges for a new line per event, with
+/// nothing of shmring's in the path; compared with the spin floor of its own round.
+pub const BARE_PACED_INTERLEAVED: &str =
+    "bare ring of 16 lines, paced 100 µs, in turn with busy-spin";
 /// shmring's busy-spin consumer, back-to-back ping-pong over two rings, one-way.
 pub const BUSY_PINGPONG: &str = "busy-spin, ping-pong";
 /// shmring's busy-spin consumer, paced 100 µs, one-way.
@@ -78,9 +83,9 @@ pub fn latency_round(r: usize) -> String {
     format!("round {r}, latency")
 }
 
-/// Rows this suite adds.
+/// Rows this suite adds (a latency pair's two rows, and the bare ring of the pair in turn).
 pub fn rows() -> u64 {
-    (ROUNDS * (THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len())) as u64
+    (ROUNDS * (THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len() + 1)) as u64
 }
 
 /// The throughput units of a round: ten rows and the sides in turn (so, with the floor ring
@@ -97,7 +102,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
         let mut rows =
-            Vec::with_capacity(THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len());
+            Vec::with_capacity(THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len() + 1);
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -116,9 +121,13 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 10 => rows.push(peers::iox_throughput_row(ctx, &group)),
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
-                    let (busy, spin) =
-                        latency::paced_interleaved(ctx, &lat_group, name, spin_floor);
-                    rows.extend([spin, busy]);
+                    let names = latency::InTurn {
+                        ring: name,
+                        floor: spin_floor,
+                        bare: BARE_PACED_INTERLEAVED,
+                    };
+                    let (busy, spin, bare) = latency::paced_interleaved(ctx, &lat_group, &names);
+                    rows.extend([spin, busy, bare]);
                 }
                 u => {
                     let (name, shape, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
@@ -149,10 +158,12 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
 }
 
 /// The rows of round `r` as this suite records them: its suite and groups (throughput rows
-/// in `round(r)`, latency rows in `latency_round(r)`), each busy-spin row compared with the
-/// spin floor of this round only (and with none if that floor failed).
+/// in `round(r)`, latency rows in `latency_round(r)`), each busy-spin row (and the bare ring
+/// in turn) compared with the spin floor of this round only (and with none if that floor
+/// failed).
 fn finish_round(mut rows: Vec<Row>, r: usize) -> Vec<Row> {
-    for (name, _, spin_floor) in LATENCY {
+    let bare = (BARE_PACED_INTERLEAVED, "", SPIN_PACED_INTERLEAVED);
+    for (name, _, spin_floor) in LATENCY.into_iter().chain([bare]) {
         let f = rows
             .iter()
             .find(|x| x.name == spin_floor && x.error.is_none())

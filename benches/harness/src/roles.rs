@@ -112,12 +112,13 @@ fn shm_consumer(args: &Args) -> Result<()> {
         _ => None,
     };
     let warmup: u64 = args.num_or("warmup", 0);
-    // Latency mode: every other run of this many events comes over a bare floor line (see
-    // `on_floor`), recorded apart.
+    // Latency mode: runs of this many events come in turn over the ring, a bare floor line
+    // and a bare ring of lines (see `lane`), recorded apart.
     let floor_every: u64 = args.num_or("floor_every", 0);
     let mut hist = new_hist();
     let mut floor_hist = new_hist();
-    let mut floor_missed = 0u64;
+    let mut bare_hist = new_hist();
+    let (mut floor_missed, mut bare_missed) = (0u64, 0u64);
     let (mut n, mut sum) = (0u64, 0u64);
     let mut failed = None;
     // Turn mode: the events read over the ring and over the floor ring.
@@ -232,26 +233,46 @@ fn shm_consumer(args: &Args) -> Result<()> {
             || false,
         )?;
     } else if mode == ConsumerMode::Latency && floor_every > 0 {
-        // Runs of `floor_every` events over the ring and over the floor line in turn, from
-        // the same pinned processes (see `on_floor`): the ring's latencies in `hist`, the
-        // floor's in `floor_hist`.
+        // Runs of `floor_every` events over the ring, the floor line and the bare ring of
+        // lines in turn, from the same pinned processes (see `lane`): the ring's latencies
+        // in `hist`, the floor's in `floor_hist`, the bare ring's in `bare_hist`.
         let total = warmup + args.num::<u64>("count")?;
         let line = ctl.line(0);
         let mut i = 0u64;
         while i < total {
             let end = ((i / floor_every + 1) * floor_every).min(total);
-            if on_floor(floor_every, i) {
-                while i < end {
-                    let (seen, stamp) = floor_recv(line, i + 1, false);
-                    let now = now_ns();
-                    // The line carries the newest event only: one missed is not recorded.
-                    if seen > warmup {
-                        floor_hist.saturating_record(now.saturating_sub(stamp));
+            match lane(floor_every, i) {
+                Lane::Floor => {
+                    while i < end {
+                        let (seen, stamp) = floor_recv(line, i + 1, false);
+                        let now = now_ns();
+                        // The line carries the newest event only: one missed is not recorded.
+                        if seen > warmup {
+                            floor_hist.saturating_record(now.saturating_sub(stamp));
+                        }
+                        floor_missed += seen - 1 - i;
+                        i = seen;
                     }
-                    floor_missed += seen - 1 - i;
-                    i = seen;
+                    continue;
                 }
-                continue;
+                Lane::Bare => {
+                    while i < end {
+                        let (seen, stamp) = floor_recv(bare_line(&ctl, i), i + 1, false);
+                        let now = now_ns();
+                        // A later event on the line: this consumer fell a whole ring of
+                        // lines behind (descheduled), and this event is not recorded.
+                        if seen == i + 1 {
+                            if i >= warmup {
+                                bare_hist.saturating_record(now.saturating_sub(stamp));
+                            }
+                        } else {
+                            bare_missed += 1;
+                        }
+                        i += 1;
+                    }
+                    continue;
+                }
+                Lane::Ring => {}
             }
             let handled = std::cell::Cell::new(i);
             let exit = c.run(
@@ -297,7 +318,9 @@ fn shm_consumer(args: &Args) -> Result<()> {
         m.hist = Some(hist);
         if floor_every > 0 {
             m.hist_b = Some(floor_hist);
-            m.set("floor_missed", floor_missed as f64);
+            m.hist_c = Some(bare_hist);
+            m.set("floor_missed", floor_missed as f64)
+                .set("bare_missed", bare_missed as f64);
         }
     } else if let Some(r) = meter.best(args.num_or("best_window_ns", 100_000_000)) {
         m.set("best_ops_per_sec", r);
@@ -334,11 +357,42 @@ enum Publish {
     NoWake,
 }
 
-/// Whether event `i` of a paced run goes over the floor line rather than the ring: every
-/// other run of `every` events (none when `every` is 0), starting with the ring.
+/// What an event of a paced run goes over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// shmring's ring.
+    Ring,
+    /// The spin floor's one line: the send time, then the sequence.
+    Floor,
+    /// A bare ring of [`BARE_LINES`] lines ([`bare_line`]), each written as the floor's line.
+    Bare,
+}
+
+/// The lane of event `i` of a paced run: runs of `every` events in turn over the ring, the
+/// floor's line and the bare ring of lines, starting with the ring (all over the ring when
+/// `every` is 0).
 #[inline(always)]
-fn on_floor(every: u64, i: u64) -> bool {
-    every > 0 && (i / every) % 2 == 1
+fn lane(every: u64, i: u64) -> Lane {
+    match i.checked_div(every).map(|run| run % 3) {
+        None | Some(0) => Lane::Ring,
+        Some(1) => Lane::Floor,
+        Some(_) => Lane::Bare,
+    }
+}
+
+/// The bare ring of lines of a paced run: control lines from [`BARE_FIRST_LINE`], 256 bytes
+/// apart, event `i` on line `BARE_FIRST_LINE + i % BARE_LINES`. It shows what this guest
+/// charges for a new line per event against the floor's one line, with nothing of shmring
+/// in the path.
+const BARE_LINES: u64 = 16;
+/// The first control line of the bare ring: the lines below it are the floor's (0, 1) and
+/// the in-turn throughput rows' (`turn::ACK_LINE`, `turn::CRATE_LINE`).
+const BARE_FIRST_LINE: usize = 4;
+
+/// The bare ring's line for event `i`.
+#[inline(always)]
+fn bare_line(ctl: &kit::Ctl, i: u64) -> &kit::Line {
+    ctl.line(BARE_FIRST_LINE + (i % BARE_LINES) as usize)
 }
 
 #[inline(always)]
@@ -477,19 +531,27 @@ fn shm_producer(args: &Args) -> Result<()> {
                 floor_every == 0 || !time_each,
                 "the interleaved floor is measured without per-publish times"
             );
-            // The floor's line, and whether each event goes over it, known before the
-            // pacer's clock read that stamps the event: from there to the store the floor's
-            // sender runs what `floor_side`'s does.
+            // The floor's line, the bare ring's line and the lane of each event, known before
+            // the pacer's clock read that stamps the event: from there to the store the
+            // floor's and the bare ring's sender runs what `floor_side`'s does.
             let floor_line = ctl.line(0);
             for i in 0..total {
                 if i == warmup {
                     pacer.restart(interval);
                 }
-                let to_floor = on_floor(floor_every, i);
+                let lane_now = lane(floor_every, i);
+                let bare = bare_line(&ctl, i);
                 let due = pacer.wait(if i < warmup { i } else { i - warmup });
-                if to_floor {
-                    floor_send(floor_line, i + 1, due);
-                    continue;
+                match lane_now {
+                    Lane::Floor => {
+                        floor_send(floor_line, i + 1, due);
+                        continue;
+                    }
+                    Lane::Bare => {
+                        floor_send(bare, i + 1, due);
+                        continue;
+                    }
+                    Lane::Ring => {}
                 }
                 buf[..8].copy_from_slice(&i.to_ne_bytes());
                 buf[8..16].copy_from_slice(&due.to_ne_bytes());
@@ -1020,5 +1082,47 @@ mod tests {
         StopOnError(Some(&ended)).disarm();
         assert!(failed.is_closed());
         assert!(!ended.is_closed());
+    }
+
+    /// Runs of `every` events go over the ring, the floor's line and the bare ring in that
+    /// order, round and round; with `every` 0 all go over the ring.
+    #[test]
+    fn a_paced_run_in_turn_sends_runs_over_the_ring_the_floor_and_the_bare_ring() {
+        let lanes: Vec<Lane> = (0..14).map(|i| lane(2, i)).collect();
+        use Lane::{Bare, Floor, Ring as R};
+        assert_eq!(
+            lanes,
+            [R, R, Floor, Floor, Bare, Bare, R, R, Floor, Floor, Bare, Bare, R, R]
+        );
+        assert!((0..1000).all(|i| lane(0, i) == R));
+    }
+
+    /// The bare ring's lines are distinct, clear of the floor's and the in-turn rows' lines,
+    /// and inside the control file; event `i` and `i + BARE_LINES` share one.
+    #[test]
+    fn the_bare_ring_s_lines_are_its_own() {
+        // Its scratch directory, with the control file, goes when it drops, even on a failure.
+        let ns = Namespace::concurrent("harness_bare_lines");
+        let ctl = kit::Ctl::create(&ns.scratch().join("ctl")).expect("control file");
+        let addr = |l: &kit::Line| l as *const kit::Line as usize;
+        let mut lines: Vec<usize> = (0..BARE_LINES).map(|i| addr(bare_line(&ctl, i))).collect();
+        assert_eq!(
+            addr(bare_line(&ctl, 3)),
+            addr(bare_line(&ctl, 3 + BARE_LINES))
+        );
+        let others = [
+            addr(ctl.line(0)),
+            addr(ctl.line(1)),
+            addr(ctl.line(crate::turn::ACK_LINE)),
+            addr(ctl.line(crate::turn::CRATE_LINE)),
+        ];
+        assert!(lines.iter().all(|l| !others.contains(l)));
+        lines.sort_unstable();
+        lines.dedup();
+        assert_eq!(lines.len(), BARE_LINES as usize);
+        assert!(
+            lines.windows(2).all(|w| w[1] - w[0] >= 64),
+            "each line its own"
+        );
     }
 }

@@ -450,6 +450,30 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             1.3,
         ));
     }
+    // The busy-spin row in turn against the bare ring of lines measured in turn with it:
+    // the same bar, over a denominator that pays what the guest charges for a new line per
+    // event and nothing of shmring's. Where the floor's target misses and this one too, the
+    // gap is shmring's path, not the ring's shape.
+    out.extend(paired_target(
+        &format!(
+            "{} p50 / {} p50, paired",
+            paired::BUSY_PACED_INTERLEAVED,
+            paired::BARE_PACED_INTERLEAVED
+        ),
+        paired::BUSY_PACED_INTERLEAVED,
+        paired::BARE_PACED_INTERLEAVED,
+        &paired::Ratios {
+            values: paired::latency_ratios(
+                rows,
+                paired::BUSY_PACED_INTERLEAVED,
+                paired::BARE_PACED_INTERLEAVED,
+            ),
+            ..Default::default()
+        },
+        1,
+        "<=",
+        1.3,
+    ));
     out
 }
 
@@ -1077,5 +1101,62 @@ mod tests {
         );
         // No paced rows were measured: no paced target.
         assert!(!targets.iter().any(|t| t.what.contains("paced 100 µs p50")));
+    }
+
+    /// The busy-spin row in turn is judged against the bare ring of lines of its own round
+    /// too, beside the floor of its own round; a run without the bare ring states no such
+    /// target.
+    #[test]
+    fn the_in_turn_latency_target_against_the_bare_ring_divides_by_its_own_round() {
+        let mut rows = Vec::new();
+        // (round, busy-spin, floor, bare ring): the bare ring at the floor's speed in two
+        // rounds, in round 3 slower than shmring's ring.
+        for (r, busy, spin, bare) in [(1, 140, 100, 100), (2, 300, 250, 200), (3, 90, 50, 100)] {
+            for (name, p50) in [
+                (paired::BUSY_PACED_INTERLEAVED, busy),
+                (paired::SPIN_PACED_INTERLEAVED, spin),
+                (paired::BARE_PACED_INTERLEAVED, bare),
+            ] {
+                let mut row = Row::new(
+                    paired::SUITE,
+                    &paired::latency_round(r),
+                    name,
+                    Kind::Latency,
+                );
+                row.p50_ns = Some(p50);
+                rows.push(row);
+            }
+        }
+        let find = |targets: &[Target], denominator: &str| {
+            targets
+                .iter()
+                .find(|t| {
+                    t.what
+                        == format!(
+                            "{} p50 / {denominator} p50, paired",
+                            paired::BUSY_PACED_INTERLEAVED
+                        )
+                })
+                .cloned()
+        };
+        let targets = evaluate(&rows);
+        let bare = find(&targets, paired::BARE_PACED_INTERLEAVED).expect("the bare-ring target");
+        // Ratios 1.4, 1.5, 0.9: median 1.4, missed. Against the floor: 1.4, 1.2, 1.8.
+        assert_eq!(bare.ratio, 1.4);
+        assert!(!bare.met);
+        assert!(
+            bare.from.contains("median of 3 rounds, range 0.90-1.50x"),
+            "{}",
+            bare.from
+        );
+        let floor = find(
+            &targets,
+            &format!("{} floor", paired::SPIN_PACED_INTERLEAVED),
+        )
+        .expect("the floor target");
+        assert_eq!(floor.ratio, 1.4);
+        // Without the bare ring's rows, no target against it.
+        rows.retain(|r| r.name != paired::BARE_PACED_INTERLEAVED);
+        assert!(find(&evaluate(&rows), paired::BARE_PACED_INTERLEAVED).is_none());
     }
 }

@@ -243,6 +243,9 @@ pub struct Measured {
     /// A second set of latencies (ns), for a role that measures two things in turn in the
     /// same processes (the `paired` suite's interleaved rows: the spin floor's line).
     pub hist_b: Option<Histogram<u64>>,
+    /// A third set of latencies (ns), for a role that measures three things in turn (the
+    /// `paired` suite's interleaved rows: the bare ring of lines).
+    pub hist_c: Option<Histogram<u64>>,
     /// Named numbers: counts, timestamps, CPU times, anything else a row reports.
     pub values: HashMap<String, f64>,
 }
@@ -270,6 +273,7 @@ impl Measured {
         for (h, mine) in [
             (other.hist, &mut self.hist),
             (other.hist_b, &mut self.hist_b),
+            (other.hist_c, &mut self.hist_c),
         ] {
             let Some(h) = h else { continue };
             match mine {
@@ -284,14 +288,14 @@ impl Measured {
         }
     }
 
-    /// Write as text: `v <key> <value>`, `h <value> <count>` and (`hist_b`) `g <value>
-    /// <count>` lines.
+    /// Write as text: `v <key> <value>`, `h <value> <count>`, (`hist_b`) `g <value>
+    /// <count>` and (`hist_c`) `c <value> <count>` lines.
     pub fn write_to(&self, path: &Path) -> Result<()> {
         let mut out = String::new();
         for (k, v) in &self.values {
             out.push_str(&format!("v {k} {v}\n"));
         }
-        for (tag, h) in [("h", &self.hist), ("g", &self.hist_b)] {
+        for (tag, h) in [("h", &self.hist), ("g", &self.hist_b), ("c", &self.hist_c)] {
             let Some(h) = h else { continue };
             for it in h.iter_recorded() {
                 out.push_str(&format!(
@@ -318,11 +322,11 @@ impl Measured {
                 (Some("v"), Some(k), Some(v)) => {
                     m.values.insert(k.to_owned(), v.parse()?);
                 }
-                (Some(tag @ ("h" | "g")), Some(v), Some(c)) => {
-                    let h = if tag == "h" {
-                        &mut m.hist
-                    } else {
-                        &mut m.hist_b
+                (Some(tag @ ("h" | "g" | "c")), Some(v), Some(c)) => {
+                    let h = match tag {
+                        "h" => &mut m.hist,
+                        "g" => &mut m.hist_b,
+                        _ => &mut m.hist_c,
                     };
                     h.get_or_insert_with(new_hist)
                         .saturating_record_n(v.parse()?, c.parse()?);
@@ -715,6 +719,11 @@ mod tests {
             g.record(v).unwrap();
         }
         m.hist_b = Some(g.clone());
+        let mut k = new_hist();
+        for v in [300u64, 310] {
+            k.record(v).unwrap();
+        }
+        m.hist_c = Some(k);
         m.set("delivered", 42.0).set("cpu_share", 0.25);
         m.write_to(&path).unwrap();
         let back = Measured::read_from(&path).unwrap();
@@ -725,6 +734,8 @@ mod tests {
         assert_eq!(hb.max(), h.max());
         let gb = back.hist_b.clone().unwrap();
         assert_eq!((gb.len(), gb.min(), gb.max()), (3, 7, 11));
+        let kb = back.hist_c.clone().unwrap();
+        assert_eq!((kb.len(), kb.min(), kb.max()), (2, 300, 310));
         assert_eq!(back.get("delivered"), Some(42.0));
         assert_eq!(back.get("cpu_share"), Some(0.25));
     }
