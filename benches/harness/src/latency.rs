@@ -158,18 +158,21 @@ pub struct InTurn<'a> {
 /// The busy-spin consumer paced 100 µs apart, the spin floor and a bare ring of lines in the
 /// same two pinned processes, in turn, [`INTERLEAVED_RUN`] events at a time: the producer
 /// sends each run over the ring, over a bare line (the spin floor's: the send time, then
-/// the sequence), or over a bare ring of 16 such lines (a new line per event, as the ring
-/// moves one, with nothing of shmring's in the path), and the consumer spins on the line
-/// for the bare runs. All three see the same placement of the guest's vCPUs, which rows
+/// the sequence), or over a bare ring of 1024 such lines, 64 bytes apart, as the ring's
+/// 1024 slots are (a new line per event, a line coming back after 1024 of the lane's
+/// events as a slot does, with nothing of shmring's in the path), and the consumer spins
+/// on the line for the bare runs. All three see the same placement of the guest's vCPUs, which rows
 /// measured seconds apart do not (ARCHITECTURE.md, "Measured inside one run"). Returns the
 /// rows named in `names` (ring, floor, bare ring), in `group`, each lane with
-/// `ctx.sizes.paced` recorded events (less the warm-up's share).
+/// `ctx.sizes.paced` events after the warm-up (the floor's and the bare ring's, less any the
+/// consumer missed).
 pub fn paced_interleaved(ctx: &mut Ctx, group: &str, names: &InTurn<'_>) -> (Row, Row, Row) {
     let s = ctx.sizes;
     ctx.bar.set_message(format!(
         "latency: busy-spin, the spin floor and a bare ring, {PACED}, in turn"
     ));
-    let (count, warmup) = (3 * s.paced, s.warmup);
+    // Each lane gets the share of the warm-up the ring got when the row had two lanes.
+    let (count, warmup) = (3 * s.paced, s.warmup * 3 / 2);
     let setup = Setup::one_to_one(
         vec![
             kv("wait", "busy-spin"),
@@ -215,5 +218,21 @@ pub fn paced_interleaved(ctx: &mut Ctx, group: &str, names: &InTurn<'_>) -> (Row
             (r, f, b)
         }
         Err(e) => (row.failed(&e), floor_row.failed(&e), bare_row.failed(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::shm::Setup;
+
+    /// The bare ring of the paced row in turn has as many lines as the row's ring has
+    /// slots, each a slot's size apart: the two lanes move the same working set.
+    #[test]
+    fn the_bare_ring_is_the_size_of_the_latency_ring() {
+        let s = Setup::one_to_one(Vec::new(), Vec::new(), Duration::ZERO);
+        assert_eq!(s.capacity, shmring_peers::kit::CTL_RING_LINES as u64);
+        assert_eq!(s.slot, 64);
     }
 }

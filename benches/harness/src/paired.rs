@@ -62,7 +62,7 @@ pub const SPIN_PACED_INTERLEAVED: &str = "spin, paced 100 µs, in turn with busy
 /// (`latency::paced_interleaved`): what the guest charges for a new line per event, with
 /// nothing of shmring's in the path; compared with the spin floor of its own round.
 pub const BARE_PACED_INTERLEAVED: &str =
-    "bare ring of 16 lines, paced 100 µs, in turn with busy-spin";
+    "bare ring of 1024 lines, paced 100 µs, in turn with busy-spin";
 /// shmring's busy-spin consumer, back-to-back ping-pong over two rings, one-way.
 pub const BUSY_PINGPONG: &str = "busy-spin, ping-pong";
 /// shmring's busy-spin consumer, paced 100 µs, one-way.

@@ -239,6 +239,15 @@ fn shm_consumer(args: &Args) -> Result<()> {
         let total = warmup + args.num::<u64>("count")?;
         let line = ctl.line(0);
         let mut i = 0u64;
+        // Whether the CPU window started: at the first recorded event, whichever lane it
+        // goes over.
+        let mut started = false;
+        let start = |started: &mut bool, window: &mut (u64, u64)| {
+            if !*started {
+                *window = (kit::thread_cpu_ns(), now_ns());
+                *started = true;
+            }
+        };
         while i < total {
             let end = ((i / floor_every + 1) * floor_every).min(total);
             match lane(floor_every, i) {
@@ -246,6 +255,17 @@ fn shm_consumer(args: &Args) -> Result<()> {
                     while i < end {
                         let (seen, stamp) = floor_recv(line, i + 1, false);
                         let now = now_ns();
+                        if seen > warmup {
+                            start(&mut started, &mut window);
+                        }
+                        if seen > end {
+                            // An event of a later floor run: this consumer fell a whole
+                            // cycle of runs behind. The rest of this run is missed; that
+                            // event is its own run's to record.
+                            floor_missed += end - i;
+                            i = end;
+                            break;
+                        }
                         // The line carries the newest event only: one missed is not recorded.
                         if seen > warmup {
                             floor_hist.saturating_record(now.saturating_sub(stamp));
@@ -257,8 +277,12 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 }
                 Lane::Bare => {
                     while i < end {
-                        let (seen, stamp) = floor_recv(bare_line(&ctl, i), i + 1, false);
+                        let line = bare_line(&ctl, floor_every, i);
+                        let (seen, stamp) = floor_recv(line, i + 1, false);
                         let now = now_ns();
+                        if i >= warmup {
+                            start(&mut started, &mut window);
+                        }
                         // A later event on the line: this consumer fell a whole ring of
                         // lines behind (descheduled), and this event is not recorded.
                         if seen == i + 1 {
@@ -278,6 +302,9 @@ fn shm_consumer(args: &Args) -> Result<()> {
             let exit = c.run(
                 |ev: Event<'_>| {
                     let seq = record_latency(ev.bytes(), warmup, &mut hist, &mut window);
+                    if seq >= warmup {
+                        start(&mut started, &mut window);
+                    }
                     n += 1;
                     handled.set(seq + 1);
                 },
@@ -364,7 +391,7 @@ enum Lane {
     Ring,
     /// The spin floor's one line: the send time, then the sequence.
     Floor,
-    /// A bare ring of [`BARE_LINES`] lines ([`bare_line`]), each written as the floor's line.
+    /// A bare ring of lines ([`bare_line`]), each written as the floor's line.
     Bare,
 }
 
@@ -380,19 +407,26 @@ fn lane(every: u64, i: u64) -> Lane {
     }
 }
 
-/// The bare ring of lines of a paced run: control lines from [`BARE_FIRST_LINE`], 256 bytes
-/// apart, event `i` on line `BARE_FIRST_LINE + i % BARE_LINES`. It shows what this guest
-/// charges for a new line per event against the floor's one line, with nothing of shmring
-/// in the path.
-const BARE_LINES: u64 = 16;
-/// The first control line of the bare ring: the lines below it are the floor's (0, 1) and
-/// the in-turn throughput rows' (`turn::ACK_LINE`, `turn::CRATE_LINE`).
-const BARE_FIRST_LINE: usize = 4;
-
-/// The bare ring's line for event `i`.
+/// The bare ring's line for event `i` of a paced run in turn with runs of `every` events:
+/// the control file's ring of lines ([`kit::Ctl::ring_line`]: 1024 lines, 64 bytes apart,
+/// as the latency rows' ring has 1024 slots of 64 bytes), taken in order by the lane's own
+/// events, so that a line comes back after as many bare-ring events as a slot does after
+/// ring events. It shows what this guest charges for a new line per event, in a ring of the
+/// ring's size, against the floor's one line, with nothing of shmring's in the path.
+/// Meaningful for an event of the bare lane (any other gets some line).
 #[inline(always)]
-fn bare_line(ctl: &kit::Ctl, i: u64) -> &kit::Line {
-    ctl.line(BARE_FIRST_LINE + (i % BARE_LINES) as usize)
+fn bare_line(ctl: &kit::Ctl, every: u64, i: u64) -> &kit::Line {
+    ctl.ring_line((bare_index(every, i) % kit::CTL_RING_LINES as u64) as usize)
+}
+
+/// The number of bare-lane events before event `i` (of the bare lane) in a paced run in
+/// turn with runs of `every` events: the bare lane's own count. 0 when `every` is 0.
+fn bare_index(every: u64, i: u64) -> u64 {
+    let cycle = 3 * every;
+    match i.checked_div(cycle) {
+        Some(cycles) => cycles * every + (i % cycle).saturating_sub(2 * every),
+        None => 0,
+    }
 }
 
 #[inline(always)]
@@ -493,8 +527,8 @@ fn shm_producer(args: &Args) -> Result<()> {
     let warmup: u64 = args.num_or("warmup", 0);
     let count: u64 = args.num_or("count", 0);
     let total = warmup + count;
-    // Paced mode: every other run of this many events goes over a bare floor line instead
-    // of the ring (`on_floor`); 0: all over the ring.
+    // Paced mode: runs of this many events go in turn over the ring, a bare floor line and
+    // a bare ring of lines (`lane`); 0: all over the ring.
     let floor_every: u64 = args.num_or("floor_every", 0);
     let size: usize = args.num_or("size", 16);
     let producers: u32 = args.num_or("producers", 1);
@@ -539,8 +573,9 @@ fn shm_producer(args: &Args) -> Result<()> {
                 if i == warmup {
                     pacer.restart(interval);
                 }
-                let lane_now = lane(floor_every, i);
-                let bare = bare_line(&ctl, i);
+                // `black_box`: computed here, not sunk past the clock read to their use.
+                let lane_now = std::hint::black_box(lane(floor_every, i));
+                let bare = std::hint::black_box(bare_line(&ctl, floor_every, i));
                 let due = pacer.wait(if i < warmup { i } else { i - warmup });
                 match lane_now {
                     Lane::Floor => {
@@ -1097,32 +1132,46 @@ mod tests {
         assert!((0..1000).all(|i| lane(0, i) == R));
     }
 
-    /// The bare ring's lines are distinct, clear of the floor's and the in-turn rows' lines,
-    /// and inside the control file; event `i` and `i + BARE_LINES` share one.
+    /// The bare lane takes the ring of lines in order by its own events: run after run, its
+    /// events get consecutive lines, and a line comes back after `CTL_RING_LINES` of them.
     #[test]
-    fn the_bare_ring_s_lines_are_its_own() {
+    fn the_bare_ring_takes_its_lines_in_order_by_its_own_events() {
+        let every = 2;
+        // Cycles of 6 events: ring (0, 1), floor (2, 3), bare (4, 5).
+        let bare: Vec<u64> = (0..30)
+            .filter(|&i| lane(every, i) == Lane::Bare)
+            .map(|i| bare_index(every, i))
+            .collect();
+        assert_eq!(bare, (0..10).collect::<Vec<u64>>());
+        assert_eq!(bare_index(0, 7), 0);
         // Its scratch directory, with the control file, goes when it drops, even on a failure.
         let ns = Namespace::concurrent("harness_bare_lines");
         let ctl = kit::Ctl::create(&ns.scratch().join("ctl")).expect("control file");
         let addr = |l: &kit::Line| l as *const kit::Line as usize;
-        let mut lines: Vec<usize> = (0..BARE_LINES).map(|i| addr(bare_line(&ctl, i))).collect();
-        assert_eq!(
-            addr(bare_line(&ctl, 3)),
-            addr(bare_line(&ctl, 3 + BARE_LINES))
-        );
-        let others = [
-            addr(ctl.line(0)),
-            addr(ctl.line(1)),
-            addr(ctl.line(crate::turn::ACK_LINE)),
-            addr(ctl.line(crate::turn::CRATE_LINE)),
-        ];
-        assert!(lines.iter().all(|l| !others.contains(l)));
-        lines.sort_unstable();
-        lines.dedup();
-        assert_eq!(lines.len(), BARE_LINES as usize);
+        let n = kit::CTL_RING_LINES as u64;
+        // The first n bare events (n / every cycles): each line once, 64 bytes apart.
+        let first: Vec<usize> = (0..3 * n)
+            .filter(|&i| lane(every, i) == Lane::Bare)
+            .map(|i| addr(bare_line(&ctl, every, i)))
+            .collect();
+        assert_eq!(first.len() as u64, n);
+        let mut sorted = first.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len() as u64, n, "every line once");
         assert!(
-            lines.windows(2).all(|w| w[1] - w[0] >= 64),
-            "each line its own"
+            first.windows(2).all(|w| w[1] == w[0] + 64),
+            "in order, 64 bytes apart"
         );
+        // The next bare event takes the first line again.
+        let next = (3 * n..)
+            .find(|&i| lane(every, i) == Lane::Bare)
+            .expect("a bare event");
+        assert_eq!(addr(bare_line(&ctl, every, next)), first[0]);
+        // No line of the ring is a spare line (the floor's, the in-turn rows').
+        let spare: Vec<usize> = (0..kit::CTL_SPARE_LINES)
+            .map(|k| addr(ctl.line(k)))
+            .collect();
+        assert!(first.iter().all(|l| !spare.contains(l)));
     }
 }

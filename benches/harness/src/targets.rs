@@ -450,10 +450,11 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             1.3,
         ));
     }
-    // The busy-spin row in turn against the bare ring of lines measured in turn with it:
-    // the same bar, over a denominator that pays what the guest charges for a new line per
-    // event and nothing of shmring's. Where the floor's target misses and this one too, the
-    // gap is shmring's path, not the ring's shape.
+    // The busy-spin row in turn against the bare ring of lines measured in turn with it (as
+    // many lines as the ring has slots, 64 bytes apart): the same bar, over a denominator
+    // that pays what the guest charges for a new line per event and nothing of shmring's.
+    // Where the floor's target misses and this one too, the gap is shmring's path, not the
+    // line per event.
     out.extend(paired_target(
         &format!(
             "{} p50 / {} p50, paired",
@@ -1109,9 +1110,9 @@ mod tests {
     #[test]
     fn the_in_turn_latency_target_against_the_bare_ring_divides_by_its_own_round() {
         let mut rows = Vec::new();
-        // (round, busy-spin, floor, bare ring): the bare ring at the floor's speed in two
-        // rounds, in round 3 slower than shmring's ring.
-        for (r, busy, spin, bare) in [(1, 140, 100, 100), (2, 300, 250, 200), (3, 90, 50, 100)] {
+        // (round, busy-spin, floor, bare ring): the bare ring slower than the floor in
+        // round 1, faster in round 2, slower than shmring's ring in round 3.
+        for (r, busy, spin, bare) in [(1, 150, 100, 125), (2, 300, 250, 200), (3, 90, 50, 100)] {
             for (name, p50) in [
                 (paired::BUSY_PACED_INTERLEAVED, busy),
                 (paired::SPIN_PACED_INTERLEAVED, spin),
@@ -1141,9 +1142,10 @@ mod tests {
         };
         let targets = evaluate(&rows);
         let bare = find(&targets, paired::BARE_PACED_INTERLEAVED).expect("the bare-ring target");
-        // Ratios 1.4, 1.5, 0.9: median 1.4, missed. Against the floor: 1.4, 1.2, 1.8.
-        assert_eq!(bare.ratio, 1.4);
-        assert!(!bare.met);
+        // Ratios 1.2, 1.5, 0.9: median 1.2, met. Against the floor: 1.5, 1.2, 1.8, median
+        // 1.5, missed.
+        assert_eq!(bare.ratio, 1.2);
+        assert!(bare.met);
         assert!(
             bare.from.contains("median of 3 rounds, range 0.90-1.50x"),
             "{}",
@@ -1154,7 +1156,8 @@ mod tests {
             &format!("{} floor", paired::SPIN_PACED_INTERLEAVED),
         )
         .expect("the floor target");
-        assert_eq!(floor.ratio, 1.4);
+        assert_eq!(floor.ratio, 1.5);
+        assert!(!floor.met);
         // Without the bare ring's rows, no target against it.
         rows.retain(|r| r.name != paired::BARE_PACED_INTERLEAVED);
         assert!(find(&evaluate(&rows), paired::BARE_PACED_INTERLEAVED).is_none());

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use hdrhistogram::Histogram;
 
 /// The hidden subcommand a role process is started with: `ipc-bench __role <name> k=v ...`.
@@ -404,8 +404,9 @@ impl Args {
 }
 
 /// A page of shared control words in a file, mapped by every process of one measurement:
-/// a ready count and a go flag (the start barrier), a done flag, and spare lines for the
-/// floor's ping-pong and the peers that need a shared word.
+/// a ready count and a go flag (the start barrier), a done flag, spare lines for the
+/// floor's ping-pong and the peers that need a shared word, and a ring of lines
+/// ([`Ctl::ring_line`]).
 pub struct Ctl {
     map: memmap2::MmapMut,
 }
@@ -417,10 +418,15 @@ const CTL_GO: usize = 256;
 const CTL_DONE: usize = 512;
 /// First of the spare lines.
 const CTL_LINES: usize = 1024;
-/// Size of the control file.
-const CTL_SIZE: usize = 4096 * 2;
+/// End of the spare lines, where the ring of lines starts.
+const CTL_RING: usize = 4096 * 2;
 /// Spare lines.
-pub const CTL_SPARE_LINES: usize = (CTL_SIZE - CTL_LINES) / 256;
+pub const CTL_SPARE_LINES: usize = (CTL_RING - CTL_LINES) / 256;
+/// Lines of the ring of lines, 64 bytes apart as a ring's slots are: as many as the slots
+/// of the harness's latency rings.
+pub const CTL_RING_LINES: usize = 1024;
+/// Size of the control file.
+const CTL_SIZE: usize = CTL_RING + CTL_RING_LINES * 64;
 
 /// One spare line of the control page: a futex word and two 64-bit words.
 #[repr(C, align(64))]
@@ -433,6 +439,9 @@ pub struct Line {
     /// A timestamp.
     pub stamp: AtomicU64,
 }
+
+// The ring of lines' stride is a line's size.
+const _: () = assert!(std::mem::size_of::<Line>() == 64);
 
 impl Ctl {
     /// Create a zeroed control file.
@@ -458,9 +467,16 @@ impl Ctl {
     }
 
     fn map(f: &File) -> Result<Self> {
-        // SAFETY: the file is ours (in the run's private directory) and stays CTL_SIZE
-        // bytes; every access to the mapping goes through atomics.
-        let map = unsafe { memmap2::MmapMut::map_mut(f)? };
+        // Populated: no page of it faults in the middle of a measurement.
+        // SAFETY: the file is ours (in the run's private directory), made CTL_SIZE bytes
+        // long by `create` (checked below) and never truncated; every access to the mapping
+        // goes through atomics.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map_mut(f)? };
+        ensure!(
+            map.len() >= CTL_SIZE,
+            "the control file is {} bytes, not {CTL_SIZE}",
+            map.len()
+        );
         Ok(Self { map })
     }
 
@@ -492,6 +508,17 @@ impl Ctl {
         let off = CTL_LINES + i * 256;
         // SAFETY: in bounds (asserted), 64-aligned (page-aligned mapping, 256-byte
         // stride), lives as long as `self`; `Line` is atomics only, valid for any bits.
+        unsafe { &*(self.map.as_ptr().add(off) as *const Line) }
+    }
+
+    /// Line `i` of the ring of lines: [`CTL_RING_LINES`] lines, each on its own 64 bytes,
+    /// after the spare lines.
+    pub fn ring_line(&self, i: usize) -> &Line {
+        assert!(i < CTL_RING_LINES, "ring line {i} out of range");
+        let off = CTL_RING + i * 64;
+        // SAFETY: in bounds (asserted: CTL_SIZE holds every ring line), 64-aligned
+        // (page-aligned mapping, page-aligned start, 64-byte stride, and `Line` is 64 bytes),
+        // lives as long as `self`; `Line` is atomics only, valid for any bits.
         unsafe { &*(self.map.as_ptr().add(off) as *const Line) }
     }
 
