@@ -403,7 +403,7 @@ impl Args {
     }
 }
 
-/// A page of shared control words in a file, mapped by every process of one measurement:
+/// Shared control words in a file, mapped by every process of one measurement:
 /// a ready count and a go flag (the start barrier), a done flag, spare lines for the
 /// floor's ping-pong and the peers that need a shared word, and a ring of lines
 /// ([`Ctl::ring_line`]).
@@ -411,8 +411,9 @@ pub struct Ctl {
     map: memmap2::MmapMut,
 }
 
-/// Byte offsets of the control page's lines (each on its own 256-byte stretch, so that the
-/// adjacent-line prefetcher never couples two of them).
+/// Byte offsets of the control file's flag and spare lines (each on its own 256-byte
+/// stretch, so that the adjacent-line prefetcher never couples two of them; the ring of
+/// lines after them is 64 bytes apart, as a ring's slots are).
 const CTL_READY: usize = 0;
 const CTL_GO: usize = 256;
 const CTL_DONE: usize = 512;
@@ -428,7 +429,8 @@ pub const CTL_RING_LINES: usize = 1024;
 /// Size of the control file.
 const CTL_SIZE: usize = CTL_RING + CTL_RING_LINES * 64;
 
-/// One spare line of the control page: a futex word and two 64-bit words.
+/// One line of the control file (a spare line or a line of its ring of lines): a futex word
+/// and two 64-bit words.
 #[repr(C, align(64))]
 pub struct Line {
     /// A 32-bit word, futex-able.
