@@ -691,6 +691,18 @@ mod tests {
         row
     }
 
+    /// A latency row of round `r` of the paired suite, with its p50.
+    fn paired_latency_row(r: usize, name: &str, p50: u64) -> Row {
+        let mut row = Row::new(
+            paired::SUITE,
+            &paired::latency_round(r),
+            name,
+            Kind::Latency,
+        );
+        row.p50_ns = Some(p50);
+        row
+    }
+
     #[test]
     fn a_paired_target_is_the_median_of_the_rounds_ratios() {
         let mut rows = Vec::new();
@@ -1065,14 +1077,7 @@ mod tests {
         // (the first one found, or the slow one), the ratios' median moves off 1.3.
         for (r, busy, spin) in [(1, 130, 100), (2, 400, 250), (3, 90, 50)] {
             for (name, p50) in [(paired::BUSY_PINGPONG, busy), (floor::SPIN_PINGPONG, spin)] {
-                let mut row = Row::new(
-                    paired::SUITE,
-                    &paired::latency_round(r),
-                    name,
-                    Kind::Latency,
-                );
-                row.p50_ns = Some(p50);
-                rows.push(row);
+                rows.push(paired_latency_row(r, name, p50));
             }
         }
         // A floor row of the throughput rounds' group is not the latency rounds' floor.
@@ -1118,14 +1123,7 @@ mod tests {
                 (paired::SPIN_PACED_INTERLEAVED, spin),
                 (paired::BARE_PACED_INTERLEAVED, bare),
             ] {
-                let mut row = Row::new(
-                    paired::SUITE,
-                    &paired::latency_round(r),
-                    name,
-                    Kind::Latency,
-                );
-                row.p50_ns = Some(p50);
-                rows.push(row);
+                rows.push(paired_latency_row(r, name, p50));
             }
         }
         let find = |targets: &[Target], denominator: &str| {
