@@ -197,17 +197,15 @@ pub fn paced_interleaved(ctx: &mut Ctx, group: &str, names: &InTurn<'_>) -> (Row
         Ok(p) => {
             let c = &p.consumers[0];
             let r = paced_row(row, &p);
-            let lane = |row: Row, h: &Option<hdrhistogram::Histogram<u64>>, what, missed| {
-                let mut row = match h {
-                    Some(h) if !h.is_empty() => {
-                        let mut row = row;
-                        row.set_hist(h);
-                        row
+            let lane = |mut row: Row, h: &Option<hdrhistogram::Histogram<u64>>, what, missed| {
+                match h {
+                    Some(h) if !h.is_empty() => row.set_hist(h),
+                    _ => {
+                        row = row.failed(&anyhow::anyhow!(
+                            "the consumer recorded no {what} latencies"
+                        ))
                     }
-                    _ => row.failed(&anyhow::anyhow!(
-                        "the consumer recorded no {what} latencies"
-                    )),
-                };
+                }
                 if let Some(v) = c.get(missed) {
                     row.extra.insert("missed".into(), v);
                 }

@@ -426,8 +426,10 @@ pub const CTL_SPARE_LINES: usize = (CTL_RING - CTL_LINES) / 256;
 /// Lines of the ring of lines, 64 bytes apart as a ring's slots are: as many as the slots
 /// of the harness's latency rings.
 pub const CTL_RING_LINES: usize = 1024;
+/// The distance between two lines of the ring of lines: one line.
+const CTL_RING_STRIDE: usize = std::mem::size_of::<Line>();
 /// Size of the control file.
-const CTL_SIZE: usize = CTL_RING + CTL_RING_LINES * 64;
+const CTL_SIZE: usize = CTL_RING + CTL_RING_LINES * CTL_RING_STRIDE;
 
 /// One line of the control file (a spare line or a line of its ring of lines): a futex word
 /// and two 64-bit words.
@@ -442,8 +444,8 @@ pub struct Line {
     pub stamp: AtomicU64,
 }
 
-// The ring of lines' stride is a line's size.
-const _: () = assert!(std::mem::size_of::<Line>() == 64);
+// The ring of lines is laid out as a ring of 64-byte slots is.
+const _: () = assert!(CTL_RING_STRIDE == 64);
 
 impl Ctl {
     /// Create a zeroed control file.
@@ -517,9 +519,9 @@ impl Ctl {
     /// after the spare lines.
     pub fn ring_line(&self, i: usize) -> &Line {
         assert!(i < CTL_RING_LINES, "ring line {i} out of range");
-        let off = CTL_RING + i * 64;
+        let off = CTL_RING + i * CTL_RING_STRIDE;
         // SAFETY: in bounds (asserted: CTL_SIZE holds every ring line), 64-aligned
-        // (page-aligned mapping, page-aligned start, 64-byte stride, and `Line` is 64 bytes),
+        // (page-aligned mapping, page-aligned start, a stride of `Line`'s 64 bytes),
         // lives as long as `self`; `Line` is atomics only, valid for any bits.
         unsafe { &*(self.map.as_ptr().add(off) as *const Line) }
     }
