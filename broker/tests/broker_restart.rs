@@ -84,8 +84,9 @@ fn sweeps_after(ns: &Namespace, n: u64) -> serde_json::Value {
 }
 
 /// A creator killed between building a segment and renaming it into place leaves it under
-/// its temporary name, `.NAME.PID.TIME.tmp`. It is never opened as the ring, never adopted
-/// by a broker (this one or the next), never listed as unreadable, and never removed.
+/// its temporary name, `.NAME.PID.SERIAL.TIME.tmp`. It is never opened as the ring, never
+/// adopted by a broker (this one or the next), never listed as unreadable, and never
+/// removed.
 #[test]
 fn a_creators_tmp_leftover_is_never_opened_adopted_or_removed() {
     let ns = Namespace::new("tmpleft");
@@ -97,7 +98,7 @@ fn a_creators_tmp_leftover_is_never_opened_adopted_or_removed() {
         ..shmring::RingConfig::default()
     };
     drop(shmring::Ring::create(ns.name(), "x", &cfg).expect("create x"));
-    let tmp = ns.dir().join(".x.4242.17.tmp");
+    let tmp = ns.dir().join(".x.4242.0.17.tmp");
     std::fs::rename(ns.dir().join("x.ring"), &tmp).expect("rename to the temporary name");
     let check = |v: &serde_json::Value, who: &str| {
         assert!(ring(v, "x").is_none(), "{who} adopted the leftover: {v:#}");

@@ -48,6 +48,20 @@ pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), OpenError
     }
 }
 
+/// A hidden name in a namespace directory for ring `name` while it is built or removed:
+/// `.NAME.PID.SERIAL.NANOS.SUFFIX`. The serial is taken from one counter per process, so two
+/// threads of one process that ask at the same instant get different names; the process id
+/// keeps processes apart; the time keeps a process apart from a dead one whose id it reuses.
+/// A leading dot keeps the name out of [`rings_in`].
+pub(crate) fn hidden_name(name: &str, nanos: u64, suffix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SERIAL: AtomicU64 = AtomicU64::new(0);
+    // Relaxed: the serial only has to differ between calls; no other memory is published
+    // through it.
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    format!(".{name}.{}.{serial}.{nanos}.{suffix}", std::process::id())
+}
+
 /// The directory of a namespace: `<root>/shmring.<namespace>`.
 pub fn namespace_dir(namespace: &str) -> Result<PathBuf, OpenError> {
     check_name("namespace", namespace)?;
@@ -107,6 +121,17 @@ mod tests {
             ring_path("n", "r").unwrap(),
             root().join("shmring.n").join("r.ring")
         );
+    }
+
+    #[test]
+    fn hidden_names_asked_at_one_instant_differ() {
+        let a = hidden_name("r", 7, "tmp");
+        let b = hidden_name("r", 7, "tmp");
+        assert_ne!(a, b, "one process, one instant, two names");
+        for n in [&a, &b] {
+            assert!(n.starts_with(".r.") && n.ends_with(".7.tmp"), "{n}");
+            assert!(check_name("ring", n).is_err(), "{n} is hidden");
+        }
     }
 
     #[test]

@@ -7,10 +7,11 @@
 //! ring may refuse the second (another live process is in the middle of a stop or start).
 //! So the steps are ordered to make both refusals undoable:
 //!
-//! 1. rename the file to a hidden name in the same directory, `.NAME.PID.NANOS.removing`
-//!    (scans skip names that start with a dot: it is never opened, adopted or listed). The
-//!    kernel applies an unlink's rules to a rename, so a refusal here leaves everything as
-//!    it was, and a success proves the final unlink is allowed.
+//! 1. rename the file to a hidden name in the same directory,
+//!    `.NAME.PID.SERIAL.NANOS.removing` (scans skip names that start with a dot: it is
+//!    never opened, adopted or listed). The kernel applies an unlink's rules to a rename,
+//!    so a refusal here leaves everything as it was, and a success proves the final
+//!    unlink is allowed.
 //! 2. check that the hidden name is the inode this process mapped: the name may have been
 //!    pointed at another file between the open and the rename. If not, rename it back.
 //! 3. mark the ring deleted through the mapping. If the ring refuses, rename it back.
@@ -90,12 +91,8 @@ impl Ring {
         let dir = path.parent().unwrap_or(Path::new("."));
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let aside = dir.join(format!(
-            ".{}.{}.{nanos}.removing",
-            self.name(),
-            std::process::id()
-        ));
+            .map_or(0, |d| d.as_nanos() as u64);
+        let aside = dir.join(crate::names::hidden_name(self.name(), nanos, "removing"));
         rustix::fs::renameat_with(CWD, path, CWD, &aside, RenameFlags::NOREPLACE)
             .map_err(|e| remove_error(self.namespace(), self.name(), path, e.into()))?;
         let mapped = crate::file::identity(self.seg.file());

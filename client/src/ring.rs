@@ -174,7 +174,7 @@ impl Ring {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let tmp = dir.join(format!(".{name}.{}.{created}.tmp", std::process::id()));
+        let tmp = dir.join(crate::names::hidden_name(name, created, "tmp"));
         let file = OpenOptions::new()
             .read(true)
             .write(true)

@@ -213,3 +213,47 @@ fn a_ring_being_created_or_removed_is_never_opened_half_built() {
         Ring::remove(&name, "y").expect("remove y");
     }
 }
+
+/// Threads of one process that create the same ring at the same instant each build under a
+/// temporary name of their own: every call gets the ring or `AlreadyExists`, never an
+/// error about another thread's temporary file, and none is left behind.
+#[test]
+fn threads_creating_one_ring_at_once_never_collide_on_a_temporary_name() {
+    let ns = Namespace::concurrent("same-instant");
+    let name = ns.name().to_owned();
+    let threads = 4;
+    let barrier = std::sync::Barrier::new(threads);
+    for _ in 0..200 {
+        let created = std::thread::scope(|s| {
+            let calls: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        Ring::create(&name, "z", &cfg())
+                    })
+                })
+                .collect();
+            calls
+                .into_iter()
+                .map(|c| match c.join().expect("a creating thread") {
+                    Ok(_) => 1,
+                    Err(OpenError::AlreadyExists { .. }) => 0,
+                    Err(e) => panic!("a create racing others failed: {e}"),
+                })
+                .sum::<u32>()
+        });
+        assert_eq!(
+            created, 1,
+            "exactly one of the racing creates builds the ring"
+        );
+        Ring::remove(&name, "z").expect("remove z");
+    }
+    let left: Vec<String> = std::fs::read_dir(ns.dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
