@@ -114,8 +114,9 @@ pub enum OpenError {
         /// Bytes of the segment.
         size: u64,
     },
-    /// The name was changed to refer to another file between the open and the remove, so
-    /// nothing was removed.
+    /// The name was changed to refer to another file between the open of a ring and the
+    /// unlink of its leftover file ([`crate::Ring::unlink_deleted`]), so nothing was
+    /// removed.
     #[error("{path} was replaced by another file while it was being removed; nothing was removed: try again")]
     Replaced {
         /// The path.

@@ -7,13 +7,15 @@
 //! ring may refuse the second (another live process is in the middle of a stop or start).
 //! So the steps are ordered to make both refusals undoable:
 //!
-//! 1. rename the file to a hidden name in the same directory,
+//! 1. rename the name to a hidden name in the same directory,
 //!    `.NAME.PID.SERIAL.NANOS.removing` (scans skip names that start with a dot: it is
 //!    never opened, adopted or listed). The kernel applies an unlink's rules to a rename,
 //!    so a refusal here leaves everything as it was, and a success proves the final
 //!    unlink is allowed.
-//! 2. check that the hidden name is the inode this process mapped: the name may have been
-//!    pointed at another file between the open and the rename. If not, rename it back.
+//! 2. open the file under the hidden name, which no other process uses: what is looked at
+//!    from here on is exactly what the name referred to at the rename, whatever has been
+//!    put at the name before or since. A file that is not a ring this client can map
+//!    (garbage, a truncated file, a symbolic link, a FIFO) goes straight to step 4.
 //! 3. mark the ring deleted through the mapping. If the ring refuses, rename it back.
 //! 4. unlink the hidden name.
 //!
@@ -22,9 +24,12 @@
 //! `open_or_create` makes a new, separate ring under the name, as it would after the remove.
 //! Marking first (the other order) cuts every client off before it is known whether the
 //! name can go, and a refused unlink then leaves a deleted ring under its name for every
-//! opener to find. The one thing an undo cannot restore is the name, when a new ring took it
-//! between steps 1 and 3 and step 3 was refused: the error then names the hidden file, whose
-//! clients carry on unaware of the new ring.
+//! opener to find. Opening by the name and then unlinking by the name (the check-then-act
+//! order) would unlink whatever another process put there in between: a whole ring, whose
+//! clients would carry on unmarked beside the next ring made under the name. The one thing
+//! an undo cannot restore is the name, when a new ring took it between steps 1 and 3 and
+//! step 3 was refused: the error then names the hidden file, whose clients carry on unaware
+//! of the new ring.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -43,17 +48,25 @@ impl Ring {
     ///
     /// A name that is not a ring this client can map (it fails validation, it was truncated,
     /// or it is not a regular file) is unlinked all the same; a symbolic link is removed
-    /// itself, never its target.
+    /// itself, never its target. What is removed is what the name referred to when it was
+    /// set aside (step 1 of the module header): a ring put at the name by another process
+    /// is never unlinked without being marked deleted first.
     pub fn remove(namespace: &str, name: &str) -> Result<(), OpenError> {
         let path = ring_path(namespace, name)?;
-        match Self::open(namespace, name) {
-            Ok(ring) => ring.remove_mapped(),
+        let aside = aside_path(&path, name);
+        rustix::fs::renameat_with(CWD, &path, CWD, &aside, RenameFlags::NOREPLACE)
+            .map_err(|e| remove_error(namespace, name, &path, e.into()))?;
+        match Ring::open_at(aside.clone(), namespace, name) {
+            Ok(ring) => ring.remove_set_aside(&aside, &path),
             Err(
                 OpenError::Layout { .. }
                 | OpenError::Truncated { .. }
                 | OpenError::NotRegular { .. },
-            ) => std::fs::remove_file(&path).map_err(|e| remove_error(namespace, name, &path, e)),
-            Err(e) => Err(e),
+            ) => std::fs::remove_file(&aside).map_err(|e| OpenError::io("remove", &aside, e)),
+            Err(e) => Err(match put_back(&aside, &path) {
+                Ok(()) => e,
+                Err(left) => left,
+            }),
         }
     }
 
@@ -69,37 +82,33 @@ impl Ring {
         Ok(true)
     }
 
-    /// Steps 1 to 4 of the module header, on this mapped ring.
-    fn remove_mapped(&self) -> Result<(), OpenError> {
-        let aside = self.set_aside()?;
+    /// Steps 3 and 4 on this ring, set aside at `aside` from its name `path`.
+    fn remove_set_aside(&self, aside: &Path, path: &Path) -> Result<(), OpenError> {
         match self.mark_deleted() {
             // Already deleted (by a remover that could not unlink it): only the file is left.
             Ok(_) | Err(crate::LifecycleError::Deleted) => {}
             Err(e) => {
-                return Err(match self.put_back(&aside) {
+                return Err(match put_back(aside, path) {
                     Ok(()) => OpenError::Lifecycle(self.name().to_owned(), e),
                     Err(left) => left,
                 })
             }
         }
-        std::fs::remove_file(&aside).map_err(|e| OpenError::io("remove", &aside, e))
+        std::fs::remove_file(aside).map_err(|e| OpenError::io("remove", aside, e))
     }
 
-    /// Steps 1 and 2: the file under a hidden name, checked to be the mapped one.
+    /// The mapped file under a hidden name, checked to be the mapped one: the name may have
+    /// been pointed at another file since this ring was opened. If not, it is renamed back.
     fn set_aside(&self) -> Result<PathBuf, OpenError> {
         let path = self.path();
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let aside = dir.join(crate::names::hidden_name(self.name(), nanos, "removing"));
+        let aside = aside_path(path, self.name());
         rustix::fs::renameat_with(CWD, path, CWD, &aside, RenameFlags::NOREPLACE)
             .map_err(|e| remove_error(self.namespace(), self.name(), path, e.into()))?;
         let mapped = crate::file::identity(self.seg.file());
         let named = crate::file::identity_of(&aside);
         match (mapped, named) {
             (Ok(a), Ok(b)) if a == b => Ok(aside),
-            _ => Err(match self.put_back(&aside) {
+            _ => Err(match put_back(&aside, path) {
                 Ok(()) => OpenError::Replaced {
                     path: path.to_owned(),
                 },
@@ -107,17 +116,27 @@ impl Ring {
             }),
         }
     }
+}
 
-    /// Undo step 1. The error, if the name was taken meanwhile, names the hidden file.
-    fn put_back(&self, aside: &Path) -> Result<(), OpenError> {
-        rustix::fs::renameat_with(CWD, aside, CWD, self.path(), RenameFlags::NOREPLACE).map_err(
-            |e| OpenError::Io {
-                op: "rename back (a new ring took the name meanwhile; the old one is left under the hidden name)",
-                path: aside.to_owned(),
-                source: e.into(),
-            },
-        )
-    }
+/// A hidden name beside `path` for ring `name` while it is removed.
+fn aside_path(path: &Path, name: &str) -> PathBuf {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    dir.join(crate::names::hidden_name(name, nanos, "removing"))
+}
+
+/// Undo step 1: the file at `aside` back to its name `path`. The error, if the name was
+/// taken meanwhile, names the hidden file.
+fn put_back(aside: &Path, path: &Path) -> Result<(), OpenError> {
+    rustix::fs::renameat_with(CWD, aside, CWD, path, RenameFlags::NOREPLACE).map_err(|e| {
+        OpenError::Io {
+            op: "rename back (a new ring took the name meanwhile; the old one is left under the hidden name)",
+            path: aside.to_owned(),
+            source: e.into(),
+        }
+    })
 }
 
 /// The error of a refused rename or unlink of ring `name` at `path`.

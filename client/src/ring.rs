@@ -3,7 +3,7 @@
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -193,7 +193,12 @@ impl Ring {
     /// Open an existing ring, validating its segment. The file is opened without following
     /// a symbolic link and must be a regular file ([`OpenError::NotRegular`]).
     pub fn open(namespace: &str, name: &str) -> Result<Ring, OpenError> {
-        let path = ring_path(namespace, name)?;
+        Self::open_at(ring_path(namespace, name)?, namespace, name)
+    }
+
+    /// Open the file at `path` as ring `name` of `namespace` (its own name, or the hidden
+    /// name a remove set it aside under).
+    pub(crate) fn open_at(path: PathBuf, namespace: &str, name: &str) -> Result<Ring, OpenError> {
         let file = match crate::file::open_regular(&path) {
             Ok(f) => f,
             Err(FileError::NotRegular(kind)) => return Err(OpenError::NotRegular { path, kind }),

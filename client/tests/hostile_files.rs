@@ -257,3 +257,83 @@ fn threads_creating_one_ring_at_once_never_collide_on_a_temporary_name() {
         .unwrap_or_default();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// A remove that finds a name it cannot map (here a file of garbage) unlinks only that:
+/// when another remover takes the garbage away and a whole ring is put at the name between
+/// the failed open and the unlink, the ring is removed like any ring (marked deleted, so
+/// its clients get `Deleted`) or left alone, never unlinked unmarked under its clients.
+#[test]
+fn removing_an_unmappable_name_never_unlinks_a_ring_that_took_its_place() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let ns = Namespace::concurrent("unmappable_race");
+    let name = ns.name().to_owned();
+    let target = ns.ring_path("x");
+    let garbage = ns.dir().join(".garbage");
+    let done = AtomicBool::new(false);
+    let rounds = std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    match Ring::remove(&name, "x") {
+                        Ok(()) | Err(OpenError::NotFound { .. }) => {}
+                        Err(e) => panic!("remove: {e}"),
+                    }
+                }
+            });
+        }
+        let planter = s.spawn(|| {
+            let result = std::panic::catch_unwind(|| {
+                let mut rounds = 0u32;
+                for round in 0..300 {
+                    // A whole ring under a name of its own, ready to be moved into place.
+                    let staged = Ring::create(&name, "staged", &cfg()).expect("stage a ring");
+                    std::fs::write(&garbage, [0xa5u8; 512]).expect("write garbage");
+                    if std::fs::hard_link(&garbage, &target).is_err() {
+                        // The ring of the last round is still at the name: its removers
+                        // have not finished; wait for them.
+                        std::fs::remove_file(&garbage).expect("drop garbage");
+                        Ring::remove(&name, "staged").expect("remove the staged ring");
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    std::fs::remove_file(&garbage).expect("drop garbage");
+                    // The removers take the garbage away; the ring takes its place at once.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while target.symlink_metadata().is_ok() {
+                        assert!(Instant::now() < deadline, "the garbage was never removed");
+                        std::hint::spin_loop();
+                    }
+                    if std::fs::hard_link(staged.path(), &target).is_err() {
+                        Ring::remove(&name, "staged").expect("remove the staged ring");
+                        continue;
+                    }
+                    std::fs::remove_file(staged.path()).expect("unname the staged ring");
+                    rounds += 1;
+                    // Its only name is now the ring's: it leaves that name only by a remove
+                    // that marks it deleted first.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while staged.state() != Some(RingState::Deleted) {
+                        assert!(
+                            Instant::now() < deadline,
+                            "round {round}: the ring is gone from its name ({}) but not \
+                             marked deleted: {:?}",
+                            target.exists(),
+                            staged.state()
+                        );
+                        std::thread::yield_now();
+                    }
+                }
+                rounds
+            });
+            done.store(true, Ordering::Release);
+            result
+        });
+        match planter.join().expect("the planter") {
+            Ok(rounds) => rounds,
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    });
+    eprintln!("{rounds} rounds with a ring put in the garbage's place");
+    assert!(rounds > 0, "no round put a ring in the garbage's place");
+}
