@@ -48,6 +48,38 @@ pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), OpenError
     }
 }
 
+/// Make namespace directory `dir` with permission bits `mode` and, with `gid`, that group,
+/// if nothing is at the name. Returns whether this call made it: `Ok(false)` when the name
+/// was taken already, possibly by another process making it at the same moment, whose
+/// mode and group stand; the caller checks what is there. Only the maker sets the mode
+/// and group, on a descriptor of the directory it made (never by a name that may have
+/// been replaced since): two processes making the directory at once with different
+/// settings never leave it with a mix, or with the settings of the one that lost. The
+/// root above it is made too if it is missing.
+pub fn make_namespace_dir(dir: &Path, mode: u32, gid: Option<u32>) -> std::io::Result<bool> {
+    use rustix::fs::{Mode, OFlags};
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(root) = dir.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(root)?;
+    }
+    match rustix::fs::mkdir(dir, Mode::from_raw_mode(mode)) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::EXIST) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty())?;
+    // The umask may have removed bits, and mkdir does not set setgid: set them.
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+    if let Some(g) = gid {
+        rustix::fs::fchown(&fd, None, Some(rustix::fs::Gid::from_raw(g)))?;
+    }
+    Ok(true)
+}
+
 /// A hidden name in a namespace directory for ring `name` while it is built or removed:
 /// `.NAME.PID.SERIAL.NANOS.SUFFIX`. The serial is taken from one counter per process, so two
 /// threads of one process that ask at the same instant get different names; the process id
@@ -121,6 +153,36 @@ mod tests {
             ring_path("n", "r").unwrap(),
             root().join("shmring.n").join("r.ring")
         );
+    }
+
+    #[test]
+    fn a_namespace_directory_is_made_once_with_its_maker_s_mode() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let root = std::env::temp_dir().join(format!("shmring-mkdir-{}", std::process::id()));
+        let dir = root.join("shmring.ns");
+        let gid = rustix::process::getegid().as_raw();
+        assert!(make_namespace_dir(&dir, 0o3770, Some(gid)).unwrap());
+        let made = std::fs::symlink_metadata(&dir).unwrap();
+        // setgid and sticky, past the umask.
+        assert_eq!(made.permissions().mode() & 0o7777, 0o3770);
+        assert_eq!(made.gid(), gid);
+        // A second maker with other settings finds it there and changes nothing.
+        assert!(!make_namespace_dir(&dir, 0o700, None).unwrap());
+        let again = std::fs::symlink_metadata(&dir).unwrap();
+        assert_eq!(again.permissions().mode() & 0o7777, 0o3770);
+        // A symbolic link at the name is not a directory this call made, nor followed.
+        let link = root.join("shmring.link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(!make_namespace_dir(&link, 0o700, None).unwrap());
+        assert_eq!(
+            std::fs::symlink_metadata(&dir)
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o7777,
+            0o3770
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Creating, opening and removing rings; attaching producers and consumers.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -333,39 +333,41 @@ impl Ring {
 /// rename only the files it owns). An existing directory is used as it is (the broker
 /// checks and repairs it), unless the name is not a directory (a symbolic link).
 fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
-    match rustix::fs::lstat(dir) {
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => return Ok(()),
+    let is_dir = |dir: &Path| match rustix::fs::lstat(dir) {
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(true),
         Ok(st) => {
             let kind = crate::file::kind_name(FileType::from_raw_mode(st.st_mode));
-            return Err(OpenError::Io {
+            Err(OpenError::Io {
                 op: "use the namespace directory",
                 path: dir.to_owned(),
                 source: std::io::Error::other(format!(
                     "it is {kind}, not a directory (a namespace directory is never followed through a link): remove it"
                 )),
-            });
+            })
         }
-        Err(_) => {}
+        Err(_) => Ok(false),
+    };
+    if is_dir(dir)? {
+        return Ok(());
     }
     let mode = if config.group.is_some() {
         0o3770
     } else {
         0o700
     };
-    match DirBuilder::new().recursive(true).mode(mode).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(OpenError::io("create directory", dir, e)),
+    match crate::names::make_namespace_dir(dir, mode, config.group) {
+        Ok(true) => Ok(()),
+        // Made by another process meanwhile (or something else put there): check it.
+        Ok(false) => match is_dir(dir)? {
+            true => Ok(()),
+            false => Err(OpenError::io(
+                "use the namespace directory",
+                dir,
+                std::io::Error::other("it was removed while it was being made: try again"),
+            )),
+        },
+        Err(e) => Err(OpenError::io("create directory", dir, e)),
     }
-    // The umask may have removed bits (and DirBuilder does not set setgid or sticky): set
-    // them.
-    rustix::fs::chmod(dir, Mode::from_raw_mode(mode))
-        .map_err(|e| OpenError::io("chmod directory", dir, e.into()))?;
-    if let Some(g) = config.group {
-        rustix::fs::chown(dir, None, Some(gid(g)))
-            .map_err(|e| OpenError::io("chown directory", dir, e.into()))?;
-    }
-    Ok(())
 }
 
 fn gid(g: u32) -> Gid {

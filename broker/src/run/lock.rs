@@ -10,12 +10,11 @@
 //! replaced anyway (by root, or in a directory that could not be made sticky), the broker
 //! takes the lock again under the name, or exits if another broker holds it there.
 
-use std::fs::{DirBuilder, File};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, FlockOperation, Gid, Mode, OFlags};
+use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use tracing::warn;
 
 /// The lock file's name in the namespace directory.
@@ -78,19 +77,12 @@ pub fn ensure_dir(dir: &Path, gid: Option<u32>) -> std::io::Result<()> {
         Err(e) => return Err(e.into()),
     }
     let mode = if gid.is_some() { 0o3770 } else { 0o700 };
-    match DirBuilder::new().recursive(true).mode(mode).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return check_dir(dir, &rustix::fs::lstat(dir)?)
-        }
-        Err(e) => return Err(e),
+    if shmring::names::make_namespace_dir(dir, mode, gid)? {
+        return Ok(());
     }
-    // The umask may have removed bits and DirBuilder does not set setgid or sticky: set them.
-    rustix::fs::chmod(dir, Mode::from_raw_mode(mode))?;
-    if let Some(g) = gid {
-        rustix::fs::chown(dir, None, Some(Gid::from_raw(g)))?;
-    }
-    Ok(())
+    // Made by another process meanwhile (a client creating a ring, or something else put
+    // at the name): check it like any directory that was there.
+    check_dir(dir, &rustix::fs::lstat(dir)?)
 }
 
 /// Check (and where needed repair) an existing namespace directory.
