@@ -116,3 +116,75 @@ fn an_interrupted_demo_cleans_up() {
     assert_cleaned_up(&namespace);
     eprintln!("cleaned up {:?} after SIGINT", started.elapsed());
 }
+
+/// Tests that need root (a private pid namespace, so the demo's process id, and so its
+/// namespace's name, is known before it starts). A plain `cargo test` lists them as
+/// ignored; CI runs as root and runs them with `cargo test --workspace -- --ignored
+/// as_root::` (`.ci/run`), where they fail if they cannot do what they test.
+mod as_root {
+    use super::*;
+
+    /// Run the demo as process 1 of a new pid namespace with `root` as `SHMRING_ROOT`, so
+    /// that its namespace directory is `root/shmring.demo-1`: its exit code and stderr.
+    fn demo_as_pid_1(root: &std::path::Path) -> (Option<i32>, String) {
+        let out = Command::new("unshare")
+            .args(["--pid", "--fork", BIN, "demo", "--duration", "1s"])
+            .env(shmring::names::ROOT_ENV, root)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run unshare: {e}"));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A demo whose namespace directory is already there (another demo's, one left by a
+    /// killed demo, or a link someone put there) refuses to run, says why, and neither
+    /// writes into it nor removes it: the demo's config is written only in a directory
+    /// the demo made itself.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_demo_never_uses_or_removes_a_namespace_directory_it_did_not_make() {
+        let ns = Namespace::new("demo_taken");
+        let root = ns.scratch();
+        let taken = root.join("shmring.demo-1");
+        std::fs::create_dir(&taken).expect("make the directory");
+        std::fs::write(taken.join("keep"), b"kept").expect("a file of its own");
+        let (code, stderr) = demo_as_pid_1(&root);
+        assert_eq!(code, Some(1), "the demo refuses: {stderr}");
+        assert!(stderr.contains("already there"), "{stderr}");
+        assert_eq!(
+            std::fs::read(taken.join("keep")).ok().as_deref(),
+            Some(&b"kept"[..])
+        );
+        let entries: Vec<_> = std::fs::read_dir(&taken)
+            .expect("still there")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(entries, ["keep"], "nothing written into it");
+
+        // A link at the name, to a directory elsewhere: not followed, not written through.
+        std::fs::remove_dir_all(&taken).expect("clear");
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("make the link's target");
+        std::os::unix::fs::symlink(&elsewhere, &taken).expect("symlink");
+        let (code, stderr) = demo_as_pid_1(&root);
+        assert_eq!(code, Some(1), "the demo refuses a link: {stderr}");
+        assert!(taken.symlink_metadata().is_ok(), "the link is left alone");
+        assert_eq!(
+            std::fs::read_dir(&elsewhere).expect("target").count(),
+            0,
+            "nothing written through the link"
+        );
+
+        // The control: with the name free, the same run makes, uses and removes it.
+        std::fs::remove_file(&taken).expect("remove the link");
+        let (code, stderr) = demo_as_pid_1(&root);
+        assert_eq!(code, Some(0), "the demo runs: {stderr}");
+        assert!(
+            taken.symlink_metadata().is_err(),
+            "the demo removed its namespace"
+        );
+    }
+}

@@ -13,7 +13,8 @@
 
 pub mod role;
 
-use std::io::{BufRead, BufReader, IsTerminal};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,6 +67,7 @@ impl Kid {
         let mut child = Command::new(exe)
             .arg("demo-role")
             .args(args)
+            .env(role::PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -136,7 +138,6 @@ impl Drop for Demo {
         }
         let _ = Ring::remove(&self.namespace, RING);
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = std::fs::remove_file(&self.config);
     }
 }
 
@@ -148,8 +149,20 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
     }
     let namespace = format!("demo-{}", std::process::id());
     let dir = shmring::names::namespace_dir(&namespace)?;
+    // The demo's namespace is its own: made here, 0700, so that its config (a hidden file
+    // in it, which the broker's scans skip) is written where no other user can put a link
+    // or a file first. One already there is not the demo's to use, or to remove.
+    if !shmring::names::make_namespace_dir(&dir, 0o700, None)
+        .with_context(|| format!("making the demo's namespace directory {}", dir.display()))?
+    {
+        anyhow::bail!(
+            "{} is already there: the namespace of another demo, or one left by a demo that was killed; remove it if no demo runs with process id {}",
+            dir.display(),
+            std::process::id()
+        );
+    }
     let mut demo = Demo {
-        config: std::env::temp_dir().join(format!("shmring-{namespace}.toml")),
+        config: dir.join(".demo.toml"),
         namespace: namespace.clone(),
         dir,
         broker: None,
@@ -164,11 +177,16 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
 
     // The demo's one ring, created by its broker; a consumer that dies keeps gating
     // (policy alert), so the kill shows.
-    std::fs::write(
-        &demo.config,
-        format!("[rings.{RING}]\ncapacity = 4096\nslot_size = 64\nstall_threshold = \"200ms\"\ndead_policy = \"alert\"\n"),
-    )
-    .context("writing the demo's config")?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&demo.config)
+        .and_then(|mut f| {
+            f.write_all(format!("[rings.{RING}]\ncapacity = 4096\nslot_size = 64\nstall_threshold = \"200ms\"\ndead_policy = \"alert\"\n").as_bytes())
+        })
+        .with_context(|| format!("writing the demo's config {}", demo.config.display()))?;
     let metrics = opts.metrics_listen.map(|a| a.to_string());
     let config = demo.config.display().to_string();
     let mut broker_args = vec!["broker", "--namespace", &namespace, "--config", &config];

@@ -30,10 +30,24 @@ pub struct Seen {
 /// Prefix of the result line.
 pub const RESULT: &str = "@seen ";
 
-/// Die with the parent, and not start at all if it is already gone.
+/// The environment variable in which the demo gives its processes its process id.
+pub const PARENT_ENV: &str = "SHMRING_DEMO_PARENT";
+
+/// Die with the parent, and not start at all if it is already gone: the parent is the
+/// demo that `PARENT_ENV` names (the demo may itself be process 1, in a pid namespace of
+/// its own). Run by hand without it, a parent of 1 means the starter is gone.
 fn tie_to_parent() -> anyhow::Result<()> {
     rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-    if rustix::process::getppid().is_none_or(|p| p.as_raw_nonzero().get() == 1) {
+    let starter = std::env::var(PARENT_ENV)
+        .ok()
+        .and_then(|p| p.parse::<i32>().ok());
+    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    let alive = match (starter, parent) {
+        (Some(want), Some(have)) => want == have,
+        (None, Some(have)) => have != 1,
+        (_, None) => false,
+    };
+    if !alive {
         anyhow::bail!("the demo that started this process is gone");
     }
     Ok(())
