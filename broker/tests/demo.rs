@@ -126,16 +126,27 @@ mod as_root {
 
     /// Run the demo as process 1 of a new pid namespace with `root` as `SHMRING_ROOT`, so
     /// that its namespace directory is `root/shmring.demo-1`: its exit code and stderr.
-    fn demo_as_pid_1(root: &std::path::Path) -> (Option<i32>, String) {
-        let out = Command::new("unshare")
-            .args(["--pid", "--fork", BIN, "demo", "--duration", "1s"])
-            .env(shmring::names::ROOT_ENV, root)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run unshare: {e}"));
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+    /// `/proc` is mounted anew in the pid namespace (`--mount-proc`), so that the demo's
+    /// processes see their own process ids there as the client's liveness checks expect.
+    fn demo_as_pid_1(ns: &Namespace, root: &std::path::Path) -> (Option<i32>, String) {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test makes a pid namespace: run it as root"
+        );
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            BIN,
+            "demo",
+            "--duration",
+            "1s",
+        ])
+        .env(shmring::names::ROOT_ENV, root);
+        let mut demo = ns.spawn("demo", cmd);
+        let code = demo.wait_status().code();
+        (code, demo.stderr())
     }
 
     /// A demo whose namespace directory is already there (another demo's, one left by a
@@ -150,7 +161,7 @@ mod as_root {
         let taken = root.join("shmring.demo-1");
         std::fs::create_dir(&taken).expect("make the directory");
         std::fs::write(taken.join("keep"), b"kept").expect("a file of its own");
-        let (code, stderr) = demo_as_pid_1(&root);
+        let (code, stderr) = demo_as_pid_1(&ns, &root);
         assert_eq!(code, Some(1), "the demo refuses: {stderr}");
         assert!(stderr.contains("already there"), "{stderr}");
         assert_eq!(
@@ -169,7 +180,7 @@ mod as_root {
         let elsewhere = root.join("elsewhere");
         std::fs::create_dir(&elsewhere).expect("make the link's target");
         std::os::unix::fs::symlink(&elsewhere, &taken).expect("symlink");
-        let (code, stderr) = demo_as_pid_1(&root);
+        let (code, stderr) = demo_as_pid_1(&ns, &root);
         assert_eq!(code, Some(1), "the demo refuses a link: {stderr}");
         assert!(taken.symlink_metadata().is_ok(), "the link is left alone");
         assert_eq!(
@@ -180,7 +191,7 @@ mod as_root {
 
         // The control: with the name free, the same run makes, uses and removes it.
         std::fs::remove_file(&taken).expect("remove the link");
-        let (code, stderr) = demo_as_pid_1(&root);
+        let (code, stderr) = demo_as_pid_1(&ns, &root);
         assert_eq!(code, Some(0), "the demo runs: {stderr}");
         assert!(
             taken.symlink_metadata().is_err(),

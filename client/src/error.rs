@@ -125,6 +125,28 @@ pub enum OpenError {
 }
 
 impl OpenError {
+    /// This error with `from` replaced by `to` where it names a path: an error met under a
+    /// hidden name, told about the name it was put back to.
+    pub(crate) fn renamed(mut self, from: &std::path::Path, to: &std::path::Path) -> Self {
+        match &mut self {
+            Self::NotFound { path, .. }
+            | Self::AlreadyExists { path, .. }
+            | Self::PermissionDenied { path, .. }
+            | Self::Layout { path, .. }
+            | Self::NoSpace { path, .. }
+            | Self::Io { path, .. }
+            | Self::NotRegular { path, .. }
+            | Self::Truncated { path, .. }
+            | Self::Replaced { path }
+                if path == from =>
+            {
+                to.clone_into(path);
+            }
+            _ => {}
+        }
+        self
+    }
+
     pub(crate) fn io(op: &'static str, path: &std::path::Path, e: std::io::Error) -> Self {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
             OpenError::PermissionDenied {

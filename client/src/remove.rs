@@ -26,10 +26,15 @@
 //! name can go, and a refused unlink then leaves a deleted ring under its name for every
 //! opener to find. Opening by the name and then unlinking by the name (the check-then-act
 //! order) would unlink whatever another process put there in between: a whole ring, whose
-//! clients would carry on unmarked beside the next ring made under the name. The one thing
-//! an undo cannot restore is the name, when a new ring took it between steps 1 and 3 and
-//! step 3 was refused: the error then names the hidden file, whose clients carry on unaware
-//! of the new ring.
+//! clients would carry on unmarked beside the next ring made under the name. (The name is
+//! opened once before step 1 all the same, only so that an error that is not about what the
+//! file is, such as a missing ring or a refused open, comes back with nothing renamed.)
+//!
+//! The one thing an undo cannot restore is the name, when a new ring took it while the
+//! file was set aside and the remove was then refused (the ring refused step 3, the file
+//! under the hidden name could not be opened, or it is a directory, which cannot be
+//! unlinked): the error then names the hidden file, whose clients carry on unaware of the
+//! new ring.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -53,20 +58,26 @@ impl Ring {
     /// is never unlinked without being marked deleted first.
     pub fn remove(namespace: &str, name: &str) -> Result<(), OpenError> {
         let path = ring_path(namespace, name)?;
+        // Opened by name first, only to give an error that is not about what the file is
+        // (no such ring, no right to open it, no descriptor left) with the name untouched.
+        match Self::open(namespace, name) {
+            Ok(_) => {}
+            Err(e) if unmappable(&e) => {}
+            Err(e) => return Err(e),
+        }
         let aside = aside_path(&path, name);
         rustix::fs::renameat_with(CWD, &path, CWD, &aside, RenameFlags::NOREPLACE)
             .map_err(|e| remove_error(namespace, name, &path, e.into()))?;
+        let undo = |e: OpenError| match put_back(&aside, &path) {
+            Ok(()) => e.renamed(&aside, &path),
+            Err(left) => left,
+        };
         match Ring::open_at(aside.clone(), namespace, name) {
             Ok(ring) => ring.remove_set_aside(&aside, &path),
-            Err(
-                OpenError::Layout { .. }
-                | OpenError::Truncated { .. }
-                | OpenError::NotRegular { .. },
-            ) => std::fs::remove_file(&aside).map_err(|e| OpenError::io("remove", &aside, e)),
-            Err(e) => Err(match put_back(&aside, &path) {
-                Ok(()) => e,
-                Err(left) => left,
-            }),
+            // A directory at the name cannot be unlinked: it goes back, with the error.
+            Err(e) if unmappable(&e) => std::fs::remove_file(&aside)
+                .map_err(|e| undo(remove_error(namespace, name, &path, e))),
+            Err(e) => Err(undo(e)),
         }
     }
 
@@ -116,6 +127,14 @@ impl Ring {
             }),
         }
     }
+}
+
+/// Whether `e` says the name is there but is not a ring this client can map.
+fn unmappable(e: &OpenError) -> bool {
+    matches!(
+        e,
+        OpenError::Layout { .. } | OpenError::Truncated { .. } | OpenError::NotRegular { .. }
+    )
 }
 
 /// A hidden name beside `path` for ring `name` while it is removed.

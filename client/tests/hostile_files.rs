@@ -336,4 +336,38 @@ fn removing_an_unmappable_name_never_unlinks_a_ring_that_took_its_place() {
     });
     eprintln!("{rounds} rounds with a ring put in the garbage's place");
     assert!(rounds > 0, "no round put a ring in the garbage's place");
+    let left: Vec<String> = std::fs::read_dir(ns.dir())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A directory at a ring's name cannot be unlinked: the remove says so and leaves it at
+/// its name with what is in it, never under a hidden name nothing lists.
+#[test]
+fn a_directory_at_a_ring_name_is_refused_and_left_where_it_was() {
+    let ns = Namespace::concurrent("dir_at_name");
+    Ring::create(ns.name(), "other", &cfg()).expect("make the namespace");
+    let at = ns.ring_path("d");
+    std::fs::create_dir(&at).expect("a directory at the name");
+    std::fs::write(at.join("inside"), b"kept").expect("a file in it");
+    let e = Ring::remove(ns.name(), "d").expect_err("a directory is not removed");
+    assert!(e.to_string().contains(&*at.to_string_lossy()), "{e}");
+    assert_eq!(
+        std::fs::read(at.join("inside")).ok().as_deref(),
+        Some(&b"kept"[..])
+    );
+    let hidden: Vec<_> = std::fs::read_dir(ns.dir())
+        .expect("read dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(hidden.is_empty(), "no hidden name left: {hidden:?}");
+    std::fs::remove_dir_all(&at).expect("clean up");
+    Ring::remove(ns.name(), "other").expect("remove other");
 }
