@@ -330,8 +330,9 @@ impl Ring {
 
 /// Make the namespace directory if it is not there: 0700, or 03770 with a group (setgid,
 /// so that files made in it get its group; sticky, so that a group member can remove or
-/// rename only the files it owns). An existing directory is used as it is (the broker
-/// checks and repairs it), unless the name is not a directory (a symbolic link).
+/// rename only the files it owns). An existing directory is used as it is, whoever made
+/// it and with whatever mode (the broker adds only a missing sticky bit, see
+/// docs/DEPLOYMENT.md), unless the name is not a directory (a symbolic link).
 fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
     let is_dir = |dir: &Path| match rustix::fs::lstat(dir) {
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(true),

@@ -11,6 +11,17 @@ use shmring::{ConsumerOptions, OpenError, Ring, RingConfig, RingState};
 mod common;
 use shmring_testkit::Namespace;
 
+/// The names in directory `dir` (none if it is gone).
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn cfg() -> RingConfig {
     RingConfig {
         capacity: 64,
@@ -125,11 +136,9 @@ fn a_remove_the_ring_refuses_changes_nothing() {
     let e = Ring::remove(ns.name(), "r").expect_err("a ring that cannot be marked deleted");
     assert!(matches!(e, OpenError::Lifecycle(..)), "{e}");
     assert!(ring.path().exists(), "the name was put back");
-    let hidden: Vec<_> = std::fs::read_dir(ns.dir())
-        .expect("read dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| n.to_string_lossy().starts_with('.'))
+    let hidden: Vec<String> = names_in(ns.dir())
+        .into_iter()
+        .filter(|n| n.starts_with('.'))
         .collect();
     assert!(hidden.is_empty(), "no hidden name left: {hidden:?}");
     file.write_all_at(&word, lifecycle_offset())
@@ -188,13 +197,7 @@ fn a_ring_being_created_or_removed_is_never_opened_half_built() {
         (opened, missing)
     });
     eprintln!("opened {opened}, not found {missing}");
-    let left: Vec<String> = std::fs::read_dir(ns.dir())
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let left = names_in(ns.dir());
     assert!(left.is_empty(), "left behind: {left:?}");
 
     for _ in 0..50 {
@@ -248,13 +251,7 @@ fn threads_creating_one_ring_at_once_never_collide_on_a_temporary_name() {
         );
         Ring::remove(&name, "z").expect("remove z");
     }
-    let left: Vec<String> = std::fs::read_dir(ns.dir())
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let left = names_in(ns.dir());
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -336,13 +333,7 @@ fn removing_an_unmappable_name_never_unlinks_a_ring_that_took_its_place() {
     });
     eprintln!("{rounds} rounds with a ring put in the garbage's place");
     assert!(rounds > 0, "no round put a ring in the garbage's place");
-    let left: Vec<String> = std::fs::read_dir(ns.dir())
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let left = names_in(ns.dir());
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -361,11 +352,9 @@ fn a_directory_at_a_ring_name_is_refused_and_left_where_it_was() {
         std::fs::read(at.join("inside")).ok().as_deref(),
         Some(&b"kept"[..])
     );
-    let hidden: Vec<_> = std::fs::read_dir(ns.dir())
-        .expect("read dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .filter(|n| n.to_string_lossy().starts_with('.'))
+    let hidden: Vec<String> = names_in(ns.dir())
+        .into_iter()
+        .filter(|n| n.starts_with('.'))
         .collect();
     assert!(hidden.is_empty(), "no hidden name left: {hidden:?}");
     std::fs::remove_dir_all(&at).expect("clean up");
