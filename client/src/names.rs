@@ -48,17 +48,19 @@ pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), OpenError
     }
 }
 
-/// Make namespace directory `dir` with permission bits `mode` and, with `gid`, that group,
-/// if nothing is at the name. Returns whether this call made it: `Ok(false)` when the name
+/// Make namespace directory `dir` if nothing is at the name: 0700, or with `gid` 03770 and
+/// that group (setgid, so that files made in it get the group; sticky, so that a group
+/// member can remove or rename only the files it owns). Returns whether this call made it: `Ok(false)` when the name
 /// was taken already, possibly by another process making it at the same moment, whose
 /// mode and group stand; the caller checks what is there. Only the maker sets the mode
 /// and group, on a descriptor of the directory it made (never by a name that may have
 /// been replaced since): two processes making the directory at once with different
 /// settings never leave it with a mix, or with the settings of the one that lost. The
 /// root above it is made too if it is missing.
-pub fn make_namespace_dir(dir: &Path, mode: u32, gid: Option<u32>) -> std::io::Result<bool> {
+pub fn make_namespace_dir(dir: &Path, gid: Option<u32>) -> std::io::Result<bool> {
     use rustix::fs::{Mode, OFlags};
     use std::os::unix::fs::DirBuilderExt;
+    let mode = if gid.is_some() { 0o3770 } else { 0o700 };
     if let Some(root) = dir.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -161,19 +163,19 @@ mod tests {
         let root = std::env::temp_dir().join(format!("shmring-mkdir-{}", std::process::id()));
         let dir = root.join("shmring.ns");
         let gid = rustix::process::getegid().as_raw();
-        assert!(make_namespace_dir(&dir, 0o3770, Some(gid)).unwrap());
+        assert!(make_namespace_dir(&dir, Some(gid)).unwrap());
         let made = std::fs::symlink_metadata(&dir).unwrap();
         // setgid and sticky, past the umask.
         assert_eq!(made.permissions().mode() & 0o7777, 0o3770);
         assert_eq!(made.gid(), gid);
         // A second maker with other settings finds it there and changes nothing.
-        assert!(!make_namespace_dir(&dir, 0o700, None).unwrap());
+        assert!(!make_namespace_dir(&dir, None).unwrap());
         let again = std::fs::symlink_metadata(&dir).unwrap();
         assert_eq!(again.permissions().mode() & 0o7777, 0o3770);
         // A symbolic link at the name is not a directory this call made, nor followed.
         let link = root.join("shmring.link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
-        assert!(!make_namespace_dir(&link, 0o700, None).unwrap());
+        assert!(!make_namespace_dir(&link, None).unwrap());
         assert_eq!(
             std::fs::symlink_metadata(&dir)
                 .unwrap()

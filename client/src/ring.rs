@@ -328,9 +328,8 @@ impl Ring {
     }
 }
 
-/// Make the namespace directory if it is not there: 0700, or 03770 with a group (setgid,
-/// so that files made in it get its group; sticky, so that a group member can remove or
-/// rename only the files it owns). An existing directory is used as it is, whoever made
+/// Make the namespace directory if it is not there ([`crate::names::make_namespace_dir`]
+/// gives its mode). An existing directory is used as it is, whoever made
 /// it and with whatever mode (the broker adds only a missing sticky bit, see
 /// docs/DEPLOYMENT.md), unless the name is not a directory (a symbolic link).
 fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
@@ -351,22 +350,15 @@ fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
     if is_dir(dir)? {
         return Ok(());
     }
-    let mode = if config.group.is_some() {
-        0o3770
-    } else {
-        0o700
-    };
-    match crate::names::make_namespace_dir(dir, mode, config.group) {
+    match crate::names::make_namespace_dir(dir, config.group) {
         Ok(true) => Ok(()),
         // Made by another process meanwhile (or something else put there): check it.
-        Ok(false) => match is_dir(dir)? {
-            true => Ok(()),
-            false => Err(OpenError::io(
-                "use the namespace directory",
-                dir,
-                std::io::Error::other("it was removed while it was being made: try again"),
-            )),
-        },
+        Ok(false) if is_dir(dir)? => Ok(()),
+        Ok(false) => Err(OpenError::io(
+            "use the namespace directory",
+            dir,
+            std::io::Error::other("it was removed while it was being made: try again"),
+        )),
         Err(e) => Err(OpenError::io("create directory", dir, e)),
     }
 }

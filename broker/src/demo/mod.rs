@@ -152,7 +152,7 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
     // The demo's namespace is its own: made here, 0700, so that its config (a hidden file
     // in it, which the broker's scans skip) is written where no other user can put a link
     // or a file first. One already there is not the demo's to use, or to remove.
-    if !shmring::names::make_namespace_dir(&dir, 0o700, None)
+    if !shmring::names::make_namespace_dir(&dir, None)
         .with_context(|| format!("making the demo's namespace directory {}", dir.display()))?
     {
         anyhow::bail!(

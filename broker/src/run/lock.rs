@@ -76,8 +76,7 @@ pub fn ensure_dir(dir: &Path, gid: Option<u32>) -> std::io::Result<()> {
         Err(rustix::io::Errno::NOENT) => {}
         Err(e) => return Err(e.into()),
     }
-    let mode = if gid.is_some() { 0o3770 } else { 0o700 };
-    if shmring::names::make_namespace_dir(dir, mode, gid)? {
+    if shmring::names::make_namespace_dir(dir, gid)? {
         return Ok(());
     }
     // Made by another process meanwhile (a client creating a ring, or something else put
