@@ -129,7 +129,7 @@ pub fn ring_entries_in(dir: &Path) -> std::io::Result<Vec<(String, std::fs::File
 
 /// The rings in a namespace directory: the names of its `<name>.ring` regular files (a
 /// symbolic link or anything else under a ring's name is not a ring), sorted. Hidden files
-/// are left out (a create builds its segment under a hidden temporary name), and so are
+/// are left out (a create without `O_TMPFILE` builds under a hidden temporary name), and so are
 /// names that are not UTF-8; an entry that cannot be read is skipped.
 pub fn rings_in(dir: &Path) -> std::io::Result<Vec<String>> {
     Ok(ring_entries_in(dir)?

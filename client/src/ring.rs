@@ -2,6 +2,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -164,9 +165,23 @@ impl Ring {
     /// Create ring `name` in `namespace`. Fails with [`OpenError::AlreadyExists`] if it is
     /// there: a live segment is never replaced (a waiter on the old file would never wake).
     ///
-    /// The segment is built under a temporary name and renamed into place (no-replace), with
-    /// its magic written last: no process can open a half-built ring.
+    /// The segment is built in a file without a name (`O_TMPFILE`) and linked in at the
+    /// ring's name once whole, with its magic written last: no process can open a half-built
+    /// ring, and a creator that dies while it builds leaves nothing behind. Where the file
+    /// system has no `O_TMPFILE` (or `/proc` is not mounted) it is built under a hidden
+    /// temporary name and renamed into place (no-replace) instead.
     pub fn create(namespace: &str, name: &str, config: &RingConfig) -> Result<Ring, OpenError> {
+        Self::create_staged(namespace, name, config, true)
+    }
+
+    /// [`Ring::create`]; `unnamed: false` builds under a temporary name even where a file
+    /// without a name could be made.
+    fn create_staged(
+        namespace: &str,
+        name: &str,
+        config: &RingConfig,
+        unnamed: bool,
+    ) -> Result<Ring, OpenError> {
         let geo = config.geometry()?;
         let path = ring_path(namespace, name)?;
         let dir = namespace_dir(namespace)?;
@@ -174,18 +189,18 @@ impl Ring {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let tmp = dir.join(crate::names::hidden_name(name, created, "tmp"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .mode(config.mode)
-            .open(&tmp)
-            .map_err(|e| OpenError::io("create", &tmp, e))?;
-        let result = build(file, geo, config, created, &tmp, &path, namespace, name);
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        let unnamed = if unnamed {
+            unnamed_file(&dir, config.mode)?
+        } else {
+            None
+        };
+        let (file, staging) = match unnamed {
+            Some(file) => (file, Staging::Unnamed),
+            None => named_file(&dir, name, created, config.mode)?,
+        };
+        let result = build(file, geo, config, created, &staging, &path, namespace, name);
+        if let (Err(_), Staging::Named(tmp)) = (&result, &staging) {
+            let _ = std::fs::remove_file(tmp);
         }
         result
     }
@@ -411,11 +426,16 @@ fn build(
     geo: Geometry,
     config: &RingConfig,
     created: u64,
-    tmp: &Path,
+    staging: &Staging,
     path: &Path,
     namespace: &str,
     name: &str,
 ) -> Result<Ring, OpenError> {
+    // What an error names: the temporary name, or the ring's name the file will take.
+    let tmp = match staging {
+        Staging::Named(tmp) => tmp.as_path(),
+        Staging::Unnamed => path,
+    };
     // Explicit mode and group: the umask would turn a requested 0660 into 0640.
     rustix::fs::fchmod(&file, Mode::from_raw_mode(config.mode))
         .map_err(|e| OpenError::io("chmod", tmp, e.into()))?;
@@ -447,8 +467,8 @@ fn build(
     let seg =
         Segment::map(file, geo, path, namespace, name).map_err(|e| OpenError::io("map", tmp, e))?;
     let h = seg.header();
-    // Nobody else can see the file yet (it has a temporary name): Relaxed stores, published
-    // by the Release store of the magic below and by the rename.
+    // Nobody else can see the file yet (it has no name, or a temporary one): Relaxed
+    // stores, published by the Release store of the magic below and by the link or rename.
     h.producer_mode
         .store(geo.producer_mode as u32, Ordering::Relaxed);
     h.fingerprint.store(FINGERPRINT, Ordering::Relaxed);
@@ -492,18 +512,140 @@ fn build(
     // that sees the magic sees every field above.
     h.magic.store(MAGIC, Ordering::Release);
 
-    match rustix::fs::renameat_with(
-        rustix::fs::CWD,
-        tmp,
-        rustix::fs::CWD,
-        path,
-        rustix::fs::RenameFlags::NOREPLACE,
-    ) {
+    // Both fail with EEXIST where the name is taken (by anything, a dangling link
+    // included): a ring is never replaced.
+    let named = match staging {
+        // Through the descriptor's /proc link: `AT_EMPTY_PATH` would need a capability.
+        Staging::Unnamed => rustix::fs::linkat(
+            rustix::fs::CWD,
+            format!("/proc/self/fd/{}", seg.file().as_raw_fd()),
+            rustix::fs::CWD,
+            path,
+            rustix::fs::AtFlags::SYMLINK_FOLLOW,
+        ),
+        Staging::Named(tmp) => rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            tmp,
+            rustix::fs::CWD,
+            path,
+            rustix::fs::RenameFlags::NOREPLACE,
+        ),
+    };
+    match named {
         Ok(()) => Ok(Ring { seg: Arc::new(seg) }),
         Err(rustix::io::Errno::EXIST) => Err(OpenError::AlreadyExists {
             name: name.to_owned(),
             path: path.to_owned(),
         }),
-        Err(e) => Err(OpenError::io("rename", path, e.into())),
+        Err(e) => Err(OpenError::io(
+            match staging {
+                Staging::Unnamed => "link",
+                Staging::Named(_) => "rename",
+            },
+            path,
+            e.into(),
+        )),
+    }
+}
+
+/// Where a create builds the segment before it takes the ring's name.
+enum Staging {
+    /// A file without a name (`O_TMPFILE`), linked in at the ring's name when whole.
+    Unnamed,
+    /// A hidden temporary name in the namespace directory, renamed to the ring's name when
+    /// whole: a creator that dies while it builds leaves the file behind.
+    Named(PathBuf),
+}
+
+/// A new file without a name in `dir` (`O_TMPFILE`), to build a segment in; `None` where
+/// it cannot be made and named later: no `O_TMPFILE` in the file system or the kernel, or
+/// no `/proc` to link it through.
+fn unnamed_file(dir: &Path, mode: u32) -> Result<Option<File>, OpenError> {
+    use rustix::fs::OFlags;
+    if !Path::new("/proc/self/fd").is_dir() {
+        return Ok(None);
+    }
+    let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(dir, flags, Mode::from_raw_mode(mode)) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        // EOPNOTSUPP: a file system without it; EISDIR or EINVAL: a kernel without it.
+        Err(rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL) => {
+            Ok(None)
+        }
+        Err(e) => Err(OpenError::io("create", dir, e.into())),
+    }
+}
+
+/// A new file under a hidden temporary name in `dir`, to build ring `name`'s segment in.
+fn named_file(
+    dir: &Path,
+    name: &str,
+    created: u64,
+    mode: u32,
+) -> Result<(File, Staging), OpenError> {
+    let tmp = dir.join(crate::names::hidden_name(name, created, "tmp"));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(|e| OpenError::io("create", &tmp, e))?;
+    Ok((file, Staging::Named(tmp)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_ns::Ns;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read the namespace directory")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Where no file without a name can be made, a create builds under a hidden name and
+    /// renames it into place: the ring opens whole, a second create of the name is refused
+    /// with `AlreadyExists` and removes its own temporary file, and a create refused after
+    /// building leaves none either.
+    #[test]
+    fn a_ring_built_under_a_temporary_name_is_renamed_into_place_whole() {
+        let ns = Ns(format!("named-build-{}", std::process::id()));
+        let config = RingConfig {
+            capacity: 16,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create_staged(&ns.0, "r", &config, false).expect("create r");
+        let dir = namespace_dir(&ns.0).expect("namespace directory");
+        assert_eq!(names(&dir), ["r.ring"]);
+        let opened = Ring::open(&ns.0, "r").expect("open r");
+        assert_eq!(opened.capacity(), 16);
+        let mut c = opened
+            .consumer(crate::ConsumerOptions::anonymous())
+            .expect("consumer");
+        ring.producer()
+            .expect("producer")
+            .publish(b"whole")
+            .expect("publish");
+        assert_eq!(c.poll_once(|ev| assert_eq!(ev.bytes(), b"whole")), Ok(1));
+        assert!(matches!(
+            Ring::create_staged(&ns.0, "r", &config, false),
+            Err(OpenError::AlreadyExists { .. })
+        ));
+        let declared = RingConfig {
+            declared: vec!["a".into(), "a".into()],
+            ..config
+        };
+        assert!(matches!(
+            Ring::create_staged(&ns.0, "s", &declared, false),
+            Err(OpenError::Declared(DeclaredError::Duplicate(_)))
+        ));
+        assert_eq!(names(&dir), ["r.ring"], "a temporary file was left behind");
     }
 }

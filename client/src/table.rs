@@ -153,7 +153,7 @@ pub mod consumer {
     }
 
     /// Lay out a declared consumer's entry in a segment that no other process can see yet
-    /// (being built under a temporary name, before its magic is published): DETACHED with
+    /// (being built, before it has its name and its magic): DETACHED with
     /// no holder (pid 0). DETACHED is open to a takeover whoever it names ([`holder`]), and
     /// no pid is right to name: no process has held the entry, so none may be watched for
     /// it, signalled or taken for its holder. It gates from the ring's first publish and a

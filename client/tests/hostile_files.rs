@@ -152,7 +152,7 @@ fn a_remove_the_ring_refuses_changes_nothing() {
     assert!(!ring.path().exists());
 }
 
-/// A ring is built under a hidden temporary name and renamed into place whole, and removed
+/// A ring is built without a name and linked into place whole, and removed
 /// by renaming it aside first: a process that opens the name while others create and
 /// remove it, over and over, finds a whole ring or no ring, never a half-built or
 /// half-removed one. Two `open_or_create` calls racing on a missing name both get the same
@@ -217,9 +217,9 @@ fn a_ring_being_created_or_removed_is_never_opened_half_built() {
     }
 }
 
-/// Threads of one process that create the same ring at the same instant each build under a
-/// temporary name of their own: every call gets the ring or `AlreadyExists`, never an
-/// error about another thread's temporary file, and none is left behind.
+/// Threads of one process that create the same ring at the same instant each build a file
+/// of their own: every call gets the ring or `AlreadyExists`, never an error about another
+/// thread's file, and none is left behind.
 #[test]
 fn threads_creating_one_ring_at_once_never_collide_on_a_temporary_name() {
     let ns = Namespace::concurrent("same-instant");
@@ -253,6 +253,61 @@ fn threads_creating_one_ring_at_once_never_collide_on_a_temporary_name() {
     }
     let left = names_in(ns.dir());
     assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A create names nothing in the namespace directory but the ring, and only once it is
+/// whole: the segment is built in a file without a name and linked in at the end. So a
+/// creator killed while it builds leaves nothing behind (the file's pages go back with its
+/// last descriptor) and no other process can find the half-built file under any name. The
+/// directory is watched (inotify) through a stamped and a fixed-size ring's create, and
+/// through a create that finds the name taken.
+#[test]
+fn a_create_names_nothing_in_the_directory_but_the_whole_ring() {
+    use rustix::fs::inotify;
+    let ns = Namespace::concurrent("unnamed-build");
+    // A first ring makes the directory, so that it can be watched.
+    drop(Ring::create(ns.name(), "first", &cfg()).expect("create first"));
+    let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
+        .expect("inotify_init");
+    inotify::add_watch(
+        &watch,
+        ns.dir(),
+        inotify::WatchFlags::CREATE | inotify::WatchFlags::MOVED_TO,
+    )
+    .expect("watch the namespace directory");
+    let fixed = RingConfig {
+        event_size: Some(8),
+        producer_mode: shmring::ProducerMode::Single,
+        ..cfg()
+    };
+    drop(Ring::create(ns.name(), "r", &cfg()).expect("create r"));
+    drop(Ring::create(ns.name(), "f", &fixed).expect("create f"));
+    assert!(matches!(
+        Ring::create(ns.name(), "r", &cfg()),
+        Err(OpenError::AlreadyExists { .. })
+    ));
+    let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+    let mut events = inotify::Reader::new(&watch, &mut buf);
+    let mut named = Vec::new();
+    loop {
+        match events.next() {
+            Ok(ev) => named.push(
+                ev.file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+            Err(rustix::io::Errno::AGAIN) => break,
+            Err(e) => panic!("reading the watch: {e}"),
+        }
+    }
+    assert_eq!(
+        named,
+        ["r.ring", "f.ring"],
+        "names made in the directory by the creates"
+    );
+    let mut left = names_in(ns.dir());
+    left.sort();
+    assert_eq!(left, ["f.ring", "first.ring", "r.ring"]);
 }
 
 /// A remove that finds a name it cannot map (here a file of garbage) unlinks only that:

@@ -228,8 +228,8 @@ fn tmp_files(ns: &Namespace) -> Vec<String> {
     })
 }
 
-/// A create that fails after it built its segment under a temporary name (the ring exists
-/// already, so the rename into place is refused) removes the temporary file. (A refused
+/// A create that fails after it built its segment (the ring exists already, so giving it
+/// the name is refused) leaves no file of its own behind. (A refused
 /// configuration fails before any file is made; the out-of-space path is checked in
 /// `client/tests/shm_full.rs`.)
 #[test]
