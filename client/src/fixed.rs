@@ -237,6 +237,11 @@ pub fn repair_dead<R: Words>(r: &R, gate_passed: impl FnOnce(u64) -> bool) -> Re
     } else {
         claim
     };
+    // A single producer claims at most `max_claim` past its cursor (one event on the
+    // models' ring of one slot), and publishes before it claims again: a word that says
+    // more is damaged. What lies past that bound was never written, so the repair
+    // tombstones up to it and takes the word back there (below), in bounded steps.
+    let end = end.min(cursor.saturating_add(line.max_claim.max(1)));
     let mut tombstoned = 0;
     if end > cursor {
         // The wrap gate for the last sequence: every gating consumer past its previous

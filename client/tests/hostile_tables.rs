@@ -269,6 +269,87 @@ fn a_dead_producer_claim_of_absurd_length_is_repaired_in_bounded_steps() {
     }
 }
 
+/// A fixed-size ring's dead single producer whose claim word says it claimed far past the
+/// cursor (a single producer's claim is at most `capacity / 2` ahead of it, so only a
+/// damaged word says more): the repair tombstones at most `capacity / 2` sequences, takes
+/// the word back to where it stopped, and returns; a new producer then publishes from
+/// there and a consumer reads its event after the tombstones.
+#[test]
+fn a_dead_fixed_producer_claim_far_past_the_cursor_is_repaired_in_bounded_steps() {
+    let ns = Namespace::concurrent("fixed_absurd_claim");
+    let config = RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        ..hostile()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let path = ring.path().to_owned();
+    let (pid, start) = (1, init_start() + 1);
+    let claim = SEQ_LINES_OFFSET as u64;
+    let cap = ring.capacity();
+    for damaged in [10 * cap, 1 << 40, (1 << 62) - 1, u64::MAX >> 1] {
+        // Published up to here: the cursor, before the damaged claim.
+        let cursor = {
+            let mut p = ring.producer().expect("producer");
+            p.publish(&[1; 8]).expect("publish") + 1
+        };
+        let p = |f| producer_field(&ring, 0, f);
+        let word = owned_word::pack(1, producer_state::ACTIVE, pid);
+        put64(&path, p(offset_of!(ProducerEntry, word)), word);
+        put64(&path, p(offset_of!(ProducerEntry, start_time)), start);
+        put64(&path, claim, damaged);
+        let r = ring.repair_dead_producer(0, word);
+        assert!(
+            r.tombstoned + r.waiting <= cap / 2,
+            "claim {damaged:#x}: {r:?}"
+        );
+        assert_eq!(r.waiting, 0, "nothing gates the repair: {r:?}");
+        let mut c = ring
+            .consumer(ConsumerOptions::anonymous())
+            .expect("consumer");
+        let mut p = ring.producer().expect("a producer after the repair");
+        let at = p.publish(&[2; 8]).expect("publish after the repair");
+        assert_eq!(
+            at,
+            cursor + r.tombstoned,
+            "claim {damaged:#x}: the new producer starts after the tombstones"
+        );
+        let mut got = Vec::new();
+        let _ = poll_quiet(&ring, &mut c, |ev| got.push((ev.sequence(), ev.bytes()[0])));
+        assert_eq!(got, [(at, 2)], "claim {damaged:#x}");
+    }
+}
+
+/// A fixed-size ring's claim word taken below a live producer's start by another process:
+/// the producer's counters and its drop (which records them) read a damaged position as
+/// nothing published, never an overflow.
+#[test]
+fn a_claim_word_below_a_fixed_producer_s_start_is_no_overflow() {
+    let ns = Namespace::concurrent("fixed_low_claim");
+    let config = RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        ..hostile()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("consumer");
+    {
+        let mut first = ring.producer().expect("first producer");
+        for _ in 0..3 {
+            first.publish(&[1; 8]).expect("publish");
+        }
+    }
+    let _ = poll_quiet(&ring, &mut c, |_| {});
+    let mut p = ring.producer().expect("second producer, starting at 3");
+    assert_eq!(p.publish(&[2; 8]), Ok(3));
+    assert_eq!(p.stats().published, 1);
+    put64(ring.path(), SEQ_LINES_OFFSET as u64, 0);
+    assert_eq!(p.stats().published, 0);
+    drop(p);
+}
+
 /// A dead producer caught between announcing and recording a claim (IN_FLIGHT_CLAIMING),
 /// with a head far ahead of every consumer: the search for its hole is bounded.
 #[test]

@@ -193,7 +193,12 @@ impl Producer {
         if self.fixed {
             // An open claim guard's sequences are not published yet.
             let open = self.open_claim.map_or(0, |(_, n)| n);
-            self.position() - self.base - self.tombstoned - open
+            // Saturating: the position may be read from the claim word, which a damaged
+            // segment can hold below this handle's start.
+            self.position()
+                .saturating_sub(self.base)
+                .saturating_sub(self.tombstoned)
+                .saturating_sub(open)
         } else {
             self.published
         }
