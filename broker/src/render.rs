@@ -85,7 +85,9 @@ fn groups(out: &mut String, ring: &RingReport) {
             .iter()
             .filter(|c| c.group == Some(g.index))
             .collect();
-        let total: u64 = members.iter().map(|m| m.delivered).sum();
+        // Wider than a counter: the counters come from the segment, and any member process
+        // can write them.
+        let total: u128 = members.iter().map(|m| u128::from(m.delivered)).sum();
         let _ = writeln!(
             out,
             "  group {:?} (#{}): work sequence {}, {} member entr{}, {} delivered",
@@ -418,6 +420,34 @@ mod tests {
             row.contains("skip: 9 x2"),
             "the poison event and its attempts: {row}"
         );
+    }
+
+    /// A worker group whose members' delivered counters (read from the segment, which any
+    /// member process can write) add up past `u64::MAX`: the group's line gives their sum
+    /// and each member its share, never an overflow.
+    #[test]
+    fn a_group_whose_members_counters_add_past_the_largest_count_renders() {
+        let mut r = report();
+        let ring = &mut r.rings[0];
+        let mut group = ring.consumers[0].clone();
+        (group.index, group.name, group.is_group) = (1, "g".into(), true);
+        let mut members = Vec::new();
+        for index in [2, 3] {
+            let mut m = ring.consumers[0].clone();
+            (m.index, m.name, m.group, m.delivered) = (index, String::new(), Some(1), u64::MAX);
+            members.push(m);
+        }
+        ring.consumers.push(group);
+        ring.consumers.extend(members);
+        let text = render(&r, None);
+        assert!(
+            text.contains(&format!(
+                "2 member entries, {} delivered",
+                2 * u128::from(u64::MAX)
+            )),
+            "{text}"
+        );
+        assert!(text.contains("(50.0%)"), "{text}");
     }
 
     /// A declared consumer that never attached reads DECLARED, with no pid, and the text

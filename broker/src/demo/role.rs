@@ -3,6 +3,7 @@
 //! `demo-role` command, and each dies with the demo (`PR_SET_PDEATHSIG`), so a demo killed
 //! outright leaves no process behind.
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -98,7 +99,8 @@ pub fn consumer(namespace: &str, ring: &str, name: &str, wait: WaitStrategy) -> 
     tie_to_parent()?;
     let ring = Ring::open(namespace, ring)?;
     let mut consumer = ring.consumer(ConsumerOptions::durable(name).wait(wait))?;
-    println!("@attached");
+    // Written, not printed: a demo that is gone (a closed pipe) is an error, not a panic.
+    writeln!(std::io::stdout(), "@attached")?;
     let started = Instant::now();
     let mut latencies: Vec<u64> = Vec::with_capacity(1 << 16);
     let exit = consumer.run(
@@ -131,6 +133,10 @@ pub fn consumer(namespace: &str, ring: &str, name: &str, wait: WaitStrategy) -> 
         cpu_s: cpu.tv_sec as f64 + cpu.tv_nsec as f64 / 1e9,
         wall_s: started.elapsed().as_secs_f64(),
     };
-    println!("{RESULT}{}", serde_json::to_string(&seen)?);
+    writeln!(
+        std::io::stdout(),
+        "{RESULT}{}",
+        serde_json::to_string(&seen)?
+    )?;
     Ok(())
 }
