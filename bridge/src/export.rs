@@ -322,7 +322,8 @@ impl Exporter<'_> {
                 bail!("source ring {:?} was deleted", self.args.ring);
             }
             let committed = self.shared.committed.load(Ordering::Relaxed);
-            if self.args.mode == Mode::Reliable && self.cursor >= committed + capacity {
+            if self.args.mode == Mode::Reliable && self.cursor >= committed.saturating_add(capacity)
+            {
                 // A ring's worth is unconfirmed: nothing more can be read until an ack
                 // lands (the ack callback unparks this thread).
                 std::thread::park_timeout(heartbeat);

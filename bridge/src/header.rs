@@ -69,7 +69,8 @@ pub struct Bridged<'a> {
 
 impl<'a> Bridged<'a> {
     /// Split an event published by an importer; `None` if it does not start with a bridge
-    /// header of this version (an event some other producer published into the ring).
+    /// header of this version (an event some other producer published into the ring), or
+    /// names a sequence no ring hands out.
     pub fn parse(event: &'a [u8]) -> Option<Self> {
         if event.len() < HEADER_LEN || event[0..4] != MAGIC {
             return None;
@@ -84,11 +85,17 @@ impl<'a> Bridged<'a> {
         if u32::from_le_bytes(v) != VERSION {
             return None;
         }
+        let seq = word(24);
+        // Ring sequences stay below MAX_SEQUENCE: a larger one is no importer's (the wire
+        // refuses it), and the importer's read-back adds one to what it finds.
+        if seq >= shmring_layout::MAX_SEQUENCE {
+            return None;
+        }
         Some(Bridged {
             header: SourceHeader {
                 source: word(8),
                 run: word(16),
-                seq: word(24),
+                seq,
             },
             payload: &event[HEADER_LEN..],
         })
@@ -131,6 +138,16 @@ mod tests {
         .encode();
         wrong_version[4] = 2;
         assert_eq!(Bridged::parse(&wrong_version), None);
+        // A sequence no ring hands out: no importer wrote it (the wire refuses such
+        // sequences), and an importer reading its ring back must not count past it.
+        for seq in [shmring_layout::MAX_SEQUENCE, u64::MAX] {
+            let h = SourceHeader {
+                source: 1,
+                run: 0,
+                seq,
+            };
+            assert_eq!(Bridged::parse(&h.encode()), None, "{seq:#x}");
+        }
     }
 
     #[test]

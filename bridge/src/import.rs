@@ -310,8 +310,9 @@ impl Importer<'_> {
         if plan.new_source {
             info!(source = format_args!("{:016x}", h.source), "new source");
         }
-        self.stats.duplicates += plan.duplicates;
-        self.stats.dropped += plan.dropped;
+        // Saturating: each is bounded by the wire's sequences, not their sum over a run.
+        self.stats.duplicates = self.stats.duplicates.saturating_add(plan.duplicates);
+        self.stats.dropped = self.stats.dropped.saturating_add(plan.dropped);
         if let Some(from) = plan.resend {
             if !batch.is_heartbeat() {
                 self.stats.out_of_order += 1;

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, stop.clone()) {
-            eprintln!("shmring-bridge: cannot install the signal handler: {e}");
+            say(format_args!("cannot install the signal handler: {e}"));
             return ExitCode::FAILURE;
         }
     }
@@ -44,8 +44,15 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Once, on stderr (where the tracing output goes too).
-            eprintln!("shmring-bridge: {e:#}");
+            say(format_args!("{e:#}"));
             ExitCode::FAILURE
         }
     }
+}
+
+/// One line on stderr. A stderr nobody reads any more (a closed pipe) drops it: the exit
+/// code still says how the run ended.
+fn say(message: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "shmring-bridge: {message}");
 }

@@ -36,6 +36,11 @@
 //!  16     8  next: every event of `source` below `next` is published in the importer's ring
 //!  24     8  reserved (0)
 //! ```
+//!
+//! Every sequence in either message is at most `MAX_SEQUENCE` (2^62), the most a ring
+//! hands out; a message naming a larger one is refused.
+
+use shmring_layout::MAX_SEQUENCE;
 
 /// Wire format version of both messages.
 pub const VERSION: u8 = 1;
@@ -144,6 +149,9 @@ impl BatchWriter {
     }
 }
 
+/// What [`WireError::Field`] says of a sequence past the largest a ring hands out.
+const PAST_MAX: &str = "sequence past the largest a ring hands out";
+
 /// Why a message was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -220,6 +228,11 @@ impl<'a> Batch<'a> {
         };
         if header.start > header.end {
             return Err(WireError::Field("start > end"));
+        }
+        // A ring's sequences stay below MAX_SEQUENCE: bounding them here keeps every sum the
+        // importer makes of them (drops, positions) far from overflow.
+        if header.end > MAX_SEQUENCE || header.committed > MAX_SEQUENCE {
+            return Err(WireError::Field(PAST_MAX));
         }
         let count = u32_at(msg, 56);
         let batch = Batch {
@@ -323,9 +336,13 @@ impl Ack {
         if msg[5] & !1 != 0 {
             return Err(WireError::Field("ack flags"));
         }
+        let next = u64_at(msg, 16);
+        if next > MAX_SEQUENCE {
+            return Err(WireError::Field(PAST_MAX));
+        }
         Ok(Ack {
             source: u64_at(msg, 8),
-            next: u64_at(msg, 16),
+            next,
             resend: msg[5] & 1 != 0,
         })
     }
@@ -334,6 +351,7 @@ impl Ack {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shmring_layout::MAX_SEQUENCE;
 
     fn header() -> BatchHeader {
         BatchHeader {
@@ -422,6 +440,49 @@ mod tests {
         let mut bad = msg;
         bad.push(0);
         assert!(Batch::parse(&bad).is_err());
+    }
+
+    /// A ring's sequences stay below `MAX_SEQUENCE`: a batch or an ack that names one past
+    /// it is refused, so the importer's and exporter's sums over them cannot overflow.
+    #[test]
+    fn sequences_past_the_largest_a_ring_hands_out_are_refused() {
+        let mut w = BatchWriter::default();
+        let past = Some(WireError::Field(
+            "sequence past the largest a ring hands out",
+        ));
+        for (committed, start, end) in [
+            (10, 0, u64::MAX),
+            (10, 12, MAX_SEQUENCE + 1),
+            (MAX_SEQUENCE + 1, 12, 20),
+            (u64::MAX, 12, 20),
+        ] {
+            w.begin();
+            let h = BatchHeader {
+                committed,
+                start,
+                end,
+                mode: Mode::Drop,
+                ..header()
+            };
+            let msg = w.finish(&h).to_vec();
+            assert_eq!(Batch::parse(&msg).err(), past, "{h:?}");
+        }
+        w.begin();
+        let h = BatchHeader {
+            committed: MAX_SEQUENCE,
+            start: 12,
+            end: MAX_SEQUENCE,
+            ..header()
+        };
+        assert!(Batch::parse(&w.finish(&h)).is_ok(), "up to the largest");
+        for next in [MAX_SEQUENCE + 1, u64::MAX] {
+            let a = Ack {
+                source: 1,
+                next,
+                resend: false,
+            };
+            assert_eq!(Ack::parse(&a.encode()).err(), past);
+        }
     }
 
     #[test]
