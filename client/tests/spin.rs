@@ -294,6 +294,63 @@ fn a_stop_policy_fails_the_consumer_at_an_event_that_arrived_while_it_spun() {
     }
 }
 
+/// A handler that panics at an event handed over from the spin is a failure as in a poll:
+/// with `Stop` the consumer is FAILED there (`HandlerPanicked`, the event not committed);
+/// with `Skip` the event is tried again, then dead-lettered, and the run goes on.
+#[test]
+fn a_handler_panic_at_an_event_that_arrived_while_the_consumer_spun_is_a_failure() {
+    let panics_at_3 = |seq, _| {
+        if seq == 3 {
+            panic!("the handler panics at 3");
+        }
+        false
+    };
+    for (i, opts) in [ConsumerOptions::anonymous(), ConsumerOptions::durable("d")]
+        .into_iter()
+        .enumerate()
+    {
+        let ns = Namespace::concurrent("spin-panic");
+        let ring = Ring::create(ns.name(), "r", &small(16)).expect("create");
+        let out = one_at_a_time(
+            &ring,
+            opts.wait(WaitStrategy::BusySpin),
+            &events(6),
+            3,
+            panics_at_3,
+        );
+        assert_eq!(
+            out.exit,
+            Err(PollError::HandlerPanicked { sequence: 3 }),
+            "consumer {i}"
+        );
+        let seqs: Vec<u64> = out.calls.iter().map(|c| c.0).collect();
+        assert_eq!(seqs, vec![0, 1, 2, 3], "consumer {i}");
+        assert_eq!((out.next, out.committed), (3, 3), "consumer {i}");
+        assert_eq!(out.state, "FAILED", "consumer {i}");
+    }
+    let ns = Namespace::concurrent("spin-panic-skip");
+    let ring = Ring::create(ns.name(), "r", &small(16)).expect("create");
+    let out = one_at_a_time(
+        &ring,
+        ConsumerOptions::anonymous()
+            .wait(WaitStrategy::BusySpin)
+            .on_error(ErrorPolicy::Skip { attempts: 2 }),
+        &events(6),
+        5,
+        panics_at_3,
+    );
+    assert_eq!(out.exit, Ok(RunExit::Stopped));
+    let seqs: Vec<u64> = out.calls.iter().map(|c| c.0).collect();
+    assert_eq!(
+        seqs,
+        vec![0, 1, 2, 3, 3, 4, 5],
+        "two attempts at 3, then on"
+    );
+    let s = out.stats;
+    assert_eq!((s.delivered, s.failures, s.dead_lettered), (5, 2, 1));
+    assert_eq!((out.next, out.committed), (6, 6));
+}
+
 #[test]
 fn a_skip_policy_dead_letters_an_event_that_arrived_while_the_consumer_spun() {
     let ns = Namespace::concurrent("spin-skip");
