@@ -232,6 +232,39 @@ fn second_broker(ns: &Namespace) -> (Option<i32>, String) {
     (status, p.stderr())
 }
 
+/// A symbolic link at the namespace directory's name (to a directory others may write,
+/// without the sticky bit), or a regular file there: the broker refuses to start, says what
+/// it found, and changes nothing where the link points (no mode change, no lock file).
+#[test]
+fn a_link_or_a_file_at_the_namespace_directory_is_refused_and_left_alone() {
+    let ns = Namespace::new("dirlink");
+    let target = ns.scratch().join("elsewhere");
+    std::fs::create_dir(&target).expect("a directory to point at");
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let _ = std::fs::remove_dir_all(ns.dir());
+    symlink(&target, ns.dir()).expect("a link at the namespace directory");
+    let (code, log) = second_broker(&ns);
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}: {log}");
+    assert!(log.contains("is not a directory"), "{log}");
+    let mode = std::fs::metadata(&target)
+        .expect("target")
+        .permissions()
+        .mode()
+        & 0o7777;
+    assert_eq!(mode, 0o777, "the link's target was changed");
+    assert_eq!(
+        std::fs::read_dir(&target).expect("target").count(),
+        0,
+        "something was made in the link's target"
+    );
+    std::fs::remove_file(ns.dir()).expect("remove the link");
+    std::fs::write(ns.dir(), "").expect("a file at the namespace directory");
+    let (code, log) = second_broker(&ns);
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}: {log}");
+    assert!(log.contains("is not a directory"), "{log}");
+    std::fs::remove_file(ns.dir()).expect("remove the file");
+}
+
 /// `rm broker.lock` beside a live broker: at its next sweep the broker takes the lock again
 /// under the name, so a second broker is still refused.
 #[test]

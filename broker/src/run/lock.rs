@@ -12,6 +12,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
@@ -71,28 +72,36 @@ pub struct NamespaceLock {
 /// symbolic link) owned by this user or root; if others may write it and it is not sticky,
 /// the sticky bit is added, or a warning says it could not be.
 pub fn ensure_dir(dir: &Path, gid: Option<u32>) -> std::io::Result<()> {
-    match rustix::fs::lstat(dir) {
-        Ok(st) => return check_dir(dir, &st),
-        Err(rustix::io::Errno::NOENT) => {}
-        Err(e) => return Err(e.into()),
+    match check_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        other => return other,
     }
     if shmring::names::make_namespace_dir(dir, gid)? {
         return Ok(());
     }
     // Made by another process meanwhile (a client creating a ring, or something else put
     // at the name): check it like any directory that was there.
-    check_dir(dir, &rustix::fs::lstat(dir)?)
+    check_dir(dir)
 }
 
-/// Check (and where needed repair) an existing namespace directory.
-fn check_dir(dir: &Path, st: &rustix::fs::Stat) -> std::io::Result<()> {
-    let kind = FileType::from_raw_mode(st.st_mode);
-    if kind != FileType::Directory {
-        return Err(std::io::Error::other(format!(
-            "{} is not a directory ({kind:?}): the broker does not follow a symbolic link to its namespace; remove it",
-            dir.display()
-        )));
-    }
+/// Check (and where needed repair) an existing namespace directory, through one descriptor
+/// of it (`O_PATH`, never through a link): what is checked is what is repaired, even if
+/// the name is replaced meanwhile. `NotFound` when nothing is at the name.
+fn check_dir(dir: &Path) -> std::io::Result<()> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = match rustix::fs::open(dir, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        // A link or another kind of file at the name: say which.
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+            let kind = rustix::fs::lstat(dir).map(|st| FileType::from_raw_mode(st.st_mode))?;
+            return Err(std::io::Error::other(format!(
+                "{} is not a directory ({kind:?}): the broker does not follow a symbolic link to its namespace; remove it",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let st = rustix::fs::fstat(&fd)?;
     let me = rustix::process::geteuid().as_raw();
     if st.st_uid != me && st.st_uid != 0 {
         return Err(std::io::Error::other(format!(
@@ -104,7 +113,10 @@ fn check_dir(dir: &Path, st: &rustix::fs::Stat) -> std::io::Result<()> {
     let mode = st.st_mode & 0o7777;
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
         let sticky = mode | 0o1000;
-        match rustix::fs::chmod(dir, Mode::from_raw_mode(sticky)) {
+        // Through the descriptor's /proc link (an `O_PATH` descriptor takes no fchmod): the
+        // directory checked above, whatever the name holds now.
+        let opened = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        match rustix::fs::chmod(opened.as_str(), Mode::from_raw_mode(sticky)) {
             Ok(()) => warn!(dir = %dir.display(),
                 "the namespace directory was writable by others without the sticky bit: mode {mode:04o} -> {sticky:04o}, so that only a file's owner may remove it"),
             Err(e) => warn!(dir = %dir.display(),
