@@ -515,10 +515,12 @@ fn build(
     // Both fail with EEXIST where the name is taken (by anything, a dangling link
     // included): a ring is never replaced.
     let named = match staging {
-        // Through the descriptor's /proc link: `AT_EMPTY_PATH` would need a capability.
+        // Through the descriptor's /proc link (`AT_EMPTY_PATH` would need a capability), the
+        // calling thread's: `/proc/self` is the main thread's, which has no open files once
+        // it has exited while other threads run.
         Staging::Unnamed => rustix::fs::linkat(
             rustix::fs::CWD,
-            format!("/proc/self/fd/{}", seg.file().as_raw_fd()),
+            format!("{THREAD_FDS}/{}", seg.file().as_raw_fd()),
             rustix::fs::CWD,
             path,
             rustix::fs::AtFlags::SYMLINK_FOLLOW,
@@ -557,12 +559,16 @@ enum Staging {
     Named(PathBuf),
 }
 
+/// The calling thread's descriptors in `/proc`, through which a file without a name is
+/// linked in.
+const THREAD_FDS: &str = "/proc/thread-self/fd";
+
 /// A new file without a name in `dir` (`O_TMPFILE`), to build a segment in; `None` where
 /// it cannot be made and named later: no `O_TMPFILE` in the file system or the kernel, or
 /// no `/proc` to link it through.
 fn unnamed_file(dir: &Path, mode: u32) -> Result<Option<File>, OpenError> {
     use rustix::fs::OFlags;
-    if !Path::new("/proc/self/fd").is_dir() {
+    if !Path::new(THREAD_FDS).is_dir() {
         return Ok(None);
     }
     let flags = OFlags::TMPFILE | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -611,9 +617,8 @@ mod tests {
     }
 
     /// Where no file without a name can be made, a create builds under a hidden name and
-    /// renames it into place: the ring opens whole, a second create of the name is refused
-    /// with `AlreadyExists` and removes its own temporary file, and a create refused after
-    /// building leaves none either.
+    /// renames it into place: the ring opens whole, and a second create of the name, refused
+    /// with `AlreadyExists` after it built, removes its own temporary file.
     #[test]
     fn a_ring_built_under_a_temporary_name_is_renamed_into_place_whole() {
         let ns = Ns(format!("named-build-{}", std::process::id()));
@@ -638,14 +643,47 @@ mod tests {
             Ring::create_staged(&ns.0, "r", &config, false),
             Err(OpenError::AlreadyExists { .. })
         ));
-        let declared = RingConfig {
-            declared: vec!["a".into(), "a".into()],
-            ..config
-        };
-        assert!(matches!(
-            Ring::create_staged(&ns.0, "s", &declared, false),
-            Err(OpenError::Declared(DeclaredError::Duplicate(_)))
-        ));
         assert_eq!(names(&dir), ["r.ring"], "a temporary file was left behind");
+    }
+
+    /// Threads of one process building the same ring under temporary names at the same
+    /// instant each get a name of their own: every call gets the ring or `AlreadyExists`,
+    /// never an error about another thread's file, and none is left behind.
+    #[test]
+    fn threads_building_under_temporary_names_at_once_never_collide() {
+        let ns = Ns(format!("named-race-{}", std::process::id()));
+        let config = RingConfig {
+            capacity: 16,
+            ..RingConfig::default()
+        };
+        let threads = 4;
+        let barrier = std::sync::Barrier::new(threads);
+        for _ in 0..100 {
+            let created: u32 = std::thread::scope(|s| {
+                let calls: Vec<_> = (0..threads)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            Ring::create_staged(&ns.0, "z", &config, false)
+                        })
+                    })
+                    .collect();
+                calls
+                    .into_iter()
+                    .map(|c| match c.join().expect("a creating thread") {
+                        Ok(_) => 1,
+                        Err(OpenError::AlreadyExists { .. }) => 0,
+                        Err(e) => panic!("a create racing others failed: {e}"),
+                    })
+                    .sum()
+            });
+            assert_eq!(
+                created, 1,
+                "exactly one of the racing creates builds the ring"
+            );
+            Ring::remove(&ns.0, "z").expect("remove z");
+        }
+        let dir = namespace_dir(&ns.0).expect("namespace directory");
+        assert_eq!(names(&dir), Vec::<String>::new(), "left behind");
     }
 }

@@ -260,13 +260,21 @@ fn threads_creating_one_ring_at_once_never_collide_on_a_temporary_name() {
 /// creator killed while it builds leaves nothing behind (the file's pages go back with its
 /// last descriptor) and no other process can find the half-built file under any name. The
 /// directory is watched (inotify) through a stamped and a fixed-size ring's create, and
-/// through a create that finds the name taken.
+/// through a create that finds the name taken. (Where the file system has no `O_TMPFILE`,
+/// each create makes a hidden temporary name first: the test says so and checks that.)
 #[test]
 fn a_create_names_nothing_in_the_directory_but_the_whole_ring() {
-    use rustix::fs::inotify;
+    use rustix::fs::{inotify, Mode, OFlags};
     let ns = Namespace::concurrent("unnamed-build");
     // A first ring makes the directory, so that it can be watched.
     drop(Ring::create(ns.name(), "first", &cfg()).expect("create first"));
+    let unnamed = std::path::Path::new("/proc/thread-self/fd").is_dir()
+        && rustix::fs::open(
+            ns.dir(),
+            OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .is_ok();
     let watch = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
         .expect("inotify_init");
     inotify::add_watch(
@@ -300,11 +308,22 @@ fn a_create_names_nothing_in_the_directory_but_the_whole_ring() {
             Err(e) => panic!("reading the watch: {e}"),
         }
     }
+    let (hidden, named): (Vec<String>, Vec<String>) =
+        named.into_iter().partition(|n| n.starts_with('.'));
     assert_eq!(
         named,
         ["r.ring", "f.ring"],
         "names made in the directory by the creates"
     );
+    if unnamed {
+        assert_eq!(hidden, Vec::<String>::new(), "names made while building");
+    } else {
+        eprintln!(
+            "no O_TMPFILE in {}: each create built under a hidden name",
+            ns.dir().display()
+        );
+        assert_eq!(hidden.len(), 3, "{hidden:?}");
+    }
     let mut left = names_in(ns.dir());
     left.sort();
     assert_eq!(left, ["f.ring", "first.ring", "r.ring"]);

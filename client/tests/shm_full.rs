@@ -36,16 +36,25 @@ fn role() {
         Ok(r) => format!("created {}", r.geometry().total_size),
         Err(e) => format!("error {e}"),
     };
-    // Temporary files of the create left in the namespace directory.
+    // Files of the create's own left in the namespace directory (hidden names).
     let tmp_left = shmring::names::namespace_dir("full")
         .ok()
         .and_then(|d| std::fs::read_dir(d).ok())
         .map_or(0, |d| {
             d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+                .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
                 .count()
         });
-    println!("{MARK}{outcome} tmp_left={tmp_left}");
+    // Whether the space a failed create reserved went back: a small ring fits after it.
+    let small = RingConfig {
+        capacity: 16,
+        ..config
+    };
+    let after = match Ring::create("full", "s", &small) {
+        Ok(_) => "fits".to_owned(),
+        Err(e) => format!("refused ({e})"),
+    };
+    println!("{MARK}{outcome} tmp_left={tmp_left} small_after={after}");
     std::process::exit(0);
 }
 
@@ -138,10 +147,14 @@ mod as_root {
             line.contains("space"),
             "{line} does not say it is out of space"
         );
-        // The failed create removed its temporary file: nothing holds the space.
+        // The failed create left no file, and nothing holds the space it reserved.
         assert!(
             line.contains("tmp_left=0"),
             "a temporary file was left: {line}"
+        );
+        assert!(
+            line.contains("small_after=fits"),
+            "the failed create's space was not given back: {line}"
         );
     }
 }

@@ -47,7 +47,7 @@ enum Role {
     /// A member of a worker group that prints every event it is handed.
     Worker(roles::worker::Args),
     /// A process whose main thread exits while another of its threads runs on.
-    MainExits,
+    MainExits(roles::MainExits),
     /// Report how this process judges other processes: whether each is alive and exists.
     Liveness(roles::Liveness),
     /// Every publish and delivery form in seccomp strict mode: killed at a system call.
@@ -75,7 +75,7 @@ fn main() -> anyhow::Result<()> {
         Role::RunClosed(a) => roles::run_closed::run(a),
         Role::LifecycleStorm(a) => roles::lifecycle_storm::run(a),
         Role::Worker(a) => roles::worker::run(a),
-        Role::MainExits => roles::main_exits(),
+        Role::MainExits(a) => roles::main_exits(a),
         Role::Liveness(a) => roles::liveness(a),
         Role::DataPath(a) => roles::data_path::run(a),
     }

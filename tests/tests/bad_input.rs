@@ -218,12 +218,12 @@ fn a_capacity_that_is_not_a_power_of_two_is_a_config_error() {
     assert!(ns.segments().is_empty(), "a refused config left a segment");
 }
 
-/// Temporary files in `ns`'s directory.
+/// The hidden names in the namespace directory: files a create or a remove made for itself.
 fn tmp_files(ns: &Namespace) -> Vec<String> {
     std::fs::read_dir(ns.dir()).map_or(Vec::new(), |d| {
         d.flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".tmp"))
+            .filter(|n| n.starts_with('.'))
             .collect()
     })
 }

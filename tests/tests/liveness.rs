@@ -31,6 +31,20 @@ fn a_process_whose_main_thread_exited_is_alive_while_another_thread_runs() {
     );
 }
 
+/// A process whose main thread has exited creates a ring from another thread as any
+/// process does. (The create names its file through its own thread's `/proc` entry: the
+/// process's, `/proc/self`, is the exited main thread's and has no open files.)
+#[test]
+fn a_process_whose_main_thread_exited_creates_a_ring() {
+    let ns = Namespace::new("mainexits-create");
+    let mut child = testkit!(ns, "main exits", "main-exits --create {}", ns.name());
+    assert_eq!(child.expect_line("create"), "created");
+    child.expect("ready");
+    let ring = shmring::Ring::open(ns.name(), "r").expect("the ring the child created");
+    assert_eq!(ring.capacity(), shmring::RingConfig::default().capacity);
+    child.kill();
+}
+
 /// `/proc` mounted with `hidepid` hides other users' processes: `hidepid=2` as if they were
 /// absent, `hidepid=1` with their files unreadable. A live process hidden that way is
 /// alive (taken over as dead, its entries and half-made transitions would be finished

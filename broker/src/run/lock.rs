@@ -113,9 +113,9 @@ fn check_dir(dir: &Path) -> std::io::Result<()> {
     let mode = st.st_mode & 0o7777;
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
         let sticky = mode | 0o1000;
-        // Through the descriptor's /proc link (an `O_PATH` descriptor takes no fchmod): the
-        // directory checked above, whatever the name holds now.
-        let opened = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        // Through the descriptor's /proc link (an `O_PATH` descriptor takes no fchmod), the
+        // calling thread's: the directory checked above, whatever the name holds now.
+        let opened = format!("/proc/thread-self/fd/{}", fd.as_raw_fd());
         match rustix::fs::chmod(opened.as_str(), Mode::from_raw_mode(sticky)) {
             Ok(()) => warn!(dir = %dir.display(),
                 "the namespace directory was writable by others without the sticky bit: mode {mode:04o} -> {sticky:04o}, so that only a file's owner may remove it"),

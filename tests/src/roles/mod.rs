@@ -17,12 +17,39 @@ use std::str::FromStr;
 use anyhow::Context;
 use shmring::Ring;
 
+/// What the thread that outlives the main thread does.
+#[derive(clap::Args, Debug)]
+pub struct MainExits {
+    /// Once the main thread has exited, create ring `r` in this namespace and say
+    /// `created` (or `create failed: ERROR`).
+    #[arg(long)]
+    create: Option<String>,
+}
+
 /// A process whose main thread exits while another thread runs on, as a program that ends
 /// `main` with `pthread_exit` does: `/proc/PID/stat` then says zombie while the process
-/// still runs. The other thread says `ready` and sleeps until the watchdog or the parent
-/// ends the process.
-pub fn main_exits() -> anyhow::Result<()> {
-    std::thread::spawn(|| {
+/// still runs. The other thread says `ready` (first, with `--create`, it waits for the main
+/// thread to be gone and creates a ring) and sleeps until the watchdog or the parent ends
+/// the process.
+pub fn main_exits(args: MainExits) -> anyhow::Result<()> {
+    let main = rustix::process::getpid().as_raw_nonzero().get();
+    std::thread::spawn(move || {
+        if let Some(namespace) = args.create {
+            // The main thread's own task entry says Z once it has exited. A bounded wait:
+            // the watchdog ends the process otherwise.
+            let stat = format!("/proc/{main}/task/{main}/stat");
+            while std::fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('Z')))
+                != Some(true)
+            {
+                std::thread::yield_now();
+            }
+            match Ring::create(&namespace, "r", &shmring::RingConfig::default()) {
+                Ok(_) => println!("created"),
+                Err(e) => println!("create failed: {e}"),
+            }
+        }
         println!("ready");
         loop {
             std::thread::sleep(std::time::Duration::from_secs(1));
