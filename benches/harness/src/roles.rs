@@ -148,7 +148,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
     } else if mode == ConsumerMode::Turn {
         // Chunks in turn, each acknowledged once read (`turn`): the ring per event (twice: by
         // `publish`, then through a `Publisher`), the ring in batches (read the same way, then
-        // a run at a time), the floor ring, and
+        // a run at a time), the ring per event read a run at a time, the floor ring, and
         // (`crate=1`) asleep while the producer process runs the `disruptor` crate's chunk.
         // The producer's stop after its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
@@ -181,24 +181,27 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 // the chunk's reads happen before the next chunk's writes.
                 ack.store(chunks, Ordering::Release);
             }
-            // The batches again, read a run at a time, with the counting work per event.
-            let end = count.get() + chunk;
-            let size = ring.max_payload();
-            while count.get() < end {
-                let got = c.poll_runs(|_, events| {
-                    for e in events.chunks_exact(size) {
-                        count.set(count.get() + 1);
-                        sum = sum.wrapping_add(u64_at(e, 0));
-                    }
-                })?;
-                ensure!(
-                    got > 0 || c.wait()? != WaitOutcome::Closed,
-                    "the ring closed inside a chunk"
-                );
+            // The batches again, then the ring per event again, each read a run at a time
+            // with the counting work per event.
+            for _ in 0..2 {
+                let end = count.get() + chunk;
+                let size = ring.max_payload();
+                while count.get() < end {
+                    let got = c.poll_runs(|_, events| {
+                        for e in events.chunks_exact(size) {
+                            count.set(count.get() + 1);
+                            sum = sum.wrapping_add(u64_at(e, 0));
+                        }
+                    })?;
+                    ensure!(
+                        got > 0 || c.wait()? != WaitOutcome::Closed,
+                        "the ring closed inside a chunk"
+                    );
+                }
+                chunks += 1;
+                // Release: as above.
+                ack.store(chunks, Ordering::Release);
             }
-            chunks += 1;
-            // Release: as above.
-            ack.store(chunks, Ordering::Release);
             // The producer sends a floor chunk whole once it starts it, but it can fail just
             // before (its wait for the previous acknowledgement running out as that arrives,
             // say): it then stops the ring on its way out (`StopOnError`), and that is the
@@ -671,8 +674,9 @@ fn shm_producer(args: &Args) -> Result<()> {
         }
         "turn" => {
             // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
-            // loop, then its `Publisher` form's), the ring in batches (twice: the consumer reads them per event, then a run
-            // at a time), the floor ring (its producer's loop) and the `disruptor` crate
+            // loop, then its `Publisher` form's), the ring in batches (twice: the consumer
+            // reads them per event, then a run at a time), the ring per event again (read a
+            // run at a time), the floor ring (its producer's loop) and the `disruptor` crate
             // (`crate=1`), until the duration has passed at the end of a pair (and the
             // warm-up pair is not the only one).
             let chunk: u64 = args.num("chunk")?;
@@ -691,11 +695,11 @@ fn shm_producer(args: &Args) -> Result<()> {
             let mut pairs = Vec::new();
             let (mut chunks, mut crates) = (0u64, 0u64);
             loop {
-                let mut took = [0u64; 6];
+                let mut took = [0u64; crate::turn::SIDES.len()];
                 for side in crate::turn::SIDES {
                     let t0 = now_ns();
                     match side {
-                        crate::turn::Side::Ring => {
+                        crate::turn::Side::Ring | crate::turn::Side::RingRuns => {
                             stream_plain(&mut p, 8, &mut buf, chunk, u64::MAX)?;
                         }
                         crate::turn::Side::Publisher => {
@@ -745,7 +749,7 @@ fn shm_producer(args: &Args) -> Result<()> {
                     }
                 }
                 pairs.push(took);
-                published += 5 * chunk;
+                published += (crate::turn::RING_SIDES + 1) * chunk;
                 // One pair past the warm-up at least, however long the warm-up took (a
                 // loaded machine can spend the whole duration on it).
                 if now_ns() >= end && pairs.len() >= 2 {

@@ -396,6 +396,13 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             1.0,
         ),
         (
+            "1P1C 8 B per-event, fixed-size ring, run reads / bare SPSC ring floor, in turn, paired",
+            turn::RING_RUNS_ROW,
+            turn::FLOOR_ROW,
+            "",
+            0.8,
+        ),
+        (
             "1P1C 8 B per-event, fixed-size ring, Publisher / bare SPSC ring floor, in turn, paired",
             turn::PUBLISHER_ROW,
             turn::FLOOR_ROW,

@@ -1,12 +1,12 @@
 //! Throughput in turn: shmring's per-event and batch-100 rows on a ring of fixed-size 8-byte
-//! events (batches read per event and a run at a time), the floor ring and the in-process
+//! events (each read per event and a run at a time), the floor ring and the in-process
 //! `disruptor` crate, measured alternately inside the same two pinned processes, so that
 //! every ratio's two halves see the same placement of the guest's vCPUs.
 //!
 //! The rows of `paired` run seconds apart, each in processes of its own; on a guest whose
 //! cross-core line transfers change speed several-fold from one second to the next, even
 //! those seconds decide a ratio (ARCHITECTURE.md, "Measured inside one run"). Here a pair is
-//! six chunks of [`CHUNK`] events, one per [`Side`], in this order:
+//! seven chunks of [`CHUNK`] events, one per [`Side`], in this order:
 //!
 //! - the ring, per event: the producer publishes with `Producer::publish` (the fixed-size
 //!   per-event row's loop), the consumer reads with `Consumer::run` and the counting
@@ -16,6 +16,8 @@
 //! - the ring, [`BATCH`] events per `publish_batch`, read the same way;
 //! - the same again, read a run at a time (`Consumer::poll_runs`, the counting work over
 //!   each slice);
+//! - the ring per event again (`Producer::publish`), read a run at a time as the batches
+//!   are;
 //! - the floor ring: its producer's loop and its consumer's;
 //! - the `disruptor` crate (a build with the `peers` feature): a fresh crate ring of
 //!   [`CAPACITY`] 8-byte events in the producer process, its producer on the producer's
@@ -76,6 +78,9 @@ pub const PUBLISHER_ROW: &str =
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fixed-size ring";
 /// The ring's batch-100 row, read an event per handler call.
 pub const BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring, in turn with the disruptor crate";
+/// The ring's per-event row, read a run at a time.
+pub const RING_RUNS_ROW: &str =
+    "per-event, 8 B, fixed-size ring, run reads, in turn with the floor";
 /// The ring's batch-100 row, read a run at a time.
 pub const BATCH_RUNS_ROW: &str =
     "batch 100, 8 B, fixed-size ring, run reads, in turn with the disruptor crate";
@@ -94,21 +99,27 @@ pub enum Side {
     Batch = 2,
     /// The same, read a run at a time (`Consumer::poll_runs`).
     BatchRuns = 3,
+    /// shmring's fixed-size ring per event (`Producer::publish`), read as `BatchRuns`.
+    RingRuns = 4,
     /// The floor ring.
-    Floor = 4,
+    Floor = 5,
     /// The `disruptor` crate, per event.
-    Crate = 5,
+    Crate = 6,
 }
 
 /// Every side, in order.
-pub const SIDES: [Side; 6] = [
+pub const SIDES: [Side; 7] = [
     Side::Ring,
     Side::Publisher,
     Side::Batch,
     Side::BatchRuns,
+    Side::RingRuns,
     Side::Floor,
     Side::Crate,
 ];
+
+/// The sides over shmring's ring: every side but the floor's and the crate's.
+pub const RING_SIDES: u64 = SIDES.len() as u64 - 2;
 
 /// The sides this build measures: the crate's only with the `peers` feature.
 pub fn sides() -> Vec<Side> {
@@ -126,6 +137,7 @@ impl Side {
             Side::Publisher => "publisher",
             Side::Batch => "batch",
             Side::BatchRuns => "batch_runs",
+            Side::RingRuns => "ring_runs",
             Side::Floor => "floor",
             Side::Crate => "crate",
         }
@@ -135,8 +147,9 @@ impl Side {
 /// The comparisons judged: (the side judged, the side around it, the prefix of their keys
 /// and row extras, whether a judged chunk above [`paired::BEATEN`] times the side around it
 /// is left out).
-pub const COMPARED: [(Side, Side, &str, bool); 6] = [
+pub const COMPARED: [(Side, Side, &str, bool); 7] = [
     (Side::Ring, Side::Floor, "", true),
+    (Side::RingRuns, Side::Floor, "", true),
     (Side::Ring, Side::Crate, "crate_", false),
     (Side::Publisher, Side::Floor, "", true),
     (Side::Publisher, Side::Crate, "crate_", false),
@@ -212,7 +225,12 @@ fn compared_key(judged: Side, around: Side, what: &str) -> String {
 /// Write what the chunk times of every pair say into a role's results: each side's rates
 /// (`turn_{side}_rate`, `_median`, `_fastest`) and each comparison of [`COMPARED`] whose
 /// sides both ran (`crate` false: the crate's did not).
-pub fn report(m: &mut shmring_peers::kit::Measured, pairs: &[[u64; 6]], chunk: u64, krate: bool) {
+pub fn report(
+    m: &mut shmring_peers::kit::Measured,
+    pairs: &[[u64; SIDES.len()]],
+    chunk: u64,
+    krate: bool,
+) {
     let times = |s: Side| -> Vec<u64> { pairs.iter().map(|p| p[s as usize]).collect() };
     m.set("turn_pairs", pairs.len().saturating_sub(1) as f64);
     for side in SIDES {
@@ -247,6 +265,7 @@ fn row_name(side: Side) -> &'static str {
         Side::Publisher => PUBLISHER_ROW,
         Side::Batch => BATCH_ROW,
         Side::BatchRuns => BATCH_RUNS_ROW,
+        Side::RingRuns => RING_RUNS_ROW,
         Side::Floor => FLOOR_ROW,
         Side::Crate => CRATE_ROW,
     }
@@ -300,15 +319,15 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
         let pairs = pr.need("turn_pairs")? as u64;
         ensure!(pairs > 0, "no pair measured after the warm-up");
         // Each side published a chunk per pair, the warm-up pair included; the consumer says
-        // what it read of shmring's ring (its four sides) and of the floor's.
+        // what it read of shmring's ring (its `RING_SIDES` sides) and of the floor's.
         let each = (pairs + 1) * CHUNK;
         let read = [c.need("turn_ring_read")?, c.need("turn_floor_read")?];
         ensure!(
-            read == [(4 * each) as f64, each as f64],
+            read == [(RING_SIDES * each) as f64, each as f64],
             "the consumer read {} ring and {} floor events, of {} and {each}",
             read[0],
             read[1],
-            4 * each
+            RING_SIDES * each
         );
         let mut rows = Vec::new();
         for &side in &sides {
@@ -483,16 +502,16 @@ mod tests {
 
     #[test]
     fn the_report_judges_each_comparison_between_its_own_sides() {
-        // Ring, publisher, batch, batch with run reads, floor, crate in M/s per pair: the
-        // floor steady, the crate changing speed in pair 2, so only the crate comparisons
-        // lose a pair.
+        // Ring, publisher, batch, batch with run reads, ring with run reads, floor, crate in
+        // M/s per pair: the floor steady, the crate changing speed in pair 2, so only the
+        // crate comparisons lose a pair.
         let rates = [
-            [10.0, 10.0, 10.0, 10.0, 100.0, 50.0],
-            [80.0, 110.0, 250.0, 400.0, 100.0, 50.0],
-            [80.0, 110.0, 250.0, 400.0, 100.0, 100.0],
-            [90.0, 115.0, 300.0, 500.0, 100.0, 100.0],
+            [10.0, 10.0, 10.0, 10.0, 10.0, 100.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 70.0, 100.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 100.0, 100.0, 100.0],
+            [90.0, 115.0, 300.0, 500.0, 90.0, 100.0, 100.0],
         ];
-        let pairs: Vec<[u64; 6]> = rates.iter().map(|p| p.map(ns)).collect();
+        let pairs: Vec<[u64; SIDES.len()]> = rates.iter().map(|p| p.map(ns)).collect();
         let mut m = shmring_peers::kit::Measured::default();
         report(&mut m, &pairs, CHUNK, true);
         let got = |k: &str| m.get(k).map(|v| format!("{v:.2}"));
@@ -500,6 +519,17 @@ mod tests {
         // Ring over floor: 0.80, 0.80, 0.90.
         assert_eq!(got("turn_ring_vs_floor_kept").as_deref(), Some("3.00"));
         assert_eq!(got("turn_ring_vs_floor_ratio").as_deref(), Some("0.80"));
+        // Ring with run reads over floor: 0.70, 1.00, 0.90.
+        assert_eq!(got("turn_ring_runs_vs_floor_kept").as_deref(), Some("3.00"));
+        assert_eq!(
+            got("turn_ring_runs_vs_floor_ratio").as_deref(),
+            Some("0.90")
+        );
+        assert_eq!(
+            got("turn_ring_runs_vs_floor_least").as_deref(),
+            Some("0.70")
+        );
+        assert!(m.get("turn_ring_runs_vs_crate_kept").is_none());
         // Ring over crate: 1.60, (mixed), 0.90; batch over crate: 5.00, (mixed), 3.00.
         assert_eq!(got("turn_ring_vs_crate_mixed").as_deref(), Some("1.00"));
         assert_eq!(got("turn_ring_vs_crate_least").as_deref(), Some("0.90"));
