@@ -34,7 +34,7 @@ use shmring::{
     names, ConsumerOptions, ErrorPolicy, Event, ProducerMode, PublishError, Ring, RingConfig,
     RunExit, TryPublishError, WaitStrategy,
 };
-use shmring_examples::{field, Children};
+use shmring_examples::{field, note, say, Children};
 
 const APPS: u32 = 3;
 const DEFAULT_LINES: u64 = 200_000;
@@ -102,7 +102,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         Some("app") => app(&args[1..]),
         Some("writer") => writer(&args[1..]),
         Some("-h" | "--help") => {
-            println!("{USAGE}");
+            say!("{USAGE}");
             Ok(())
         }
         _ => {
@@ -136,7 +136,7 @@ fn parent(mode: Mode, lines: u64) -> Result<(), Box<dyn Error>> {
     let dir = names::namespace_dir(&namespace)?;
     let dir_existed = dir.exists();
     let ring = Ring::create(&namespace, &ring_name, &config)?;
-    println!(
+    say!(
         "ring {} ({} slots), {mode} mode: {APPS} application processes x {lines} lines -> \
          writer process -> {}",
         ring.path().display(),
@@ -161,7 +161,7 @@ fn parent(mode: Mode, lines: u64) -> Result<(), Box<dyn Error>> {
         // Fails (harmlessly) if someone else put a ring there meanwhile.
         let _ = std::fs::remove_dir(&dir);
     }
-    println!("removed ring {ring_name:?} and the log file");
+    say!("removed ring {ring_name:?} and the log file");
     result
 }
 
@@ -218,7 +218,7 @@ fn run_children(
     let dead = field(&report, "dead_lettered")?;
     let in_file = BufReader::new(File::open(log)?).lines().count() as u64;
 
-    println!(
+    say!(
         "{before_writer} lines were logged before the writer started; {accepted} accepted \
          (sequences 0..{stop}), {dropped} dropped by the applications, {written} written, \
          {dead} dead-lettered"
@@ -236,7 +236,7 @@ fn run_children(
     if mode == Mode::Block && dropped != 0 {
         return Err(format!("BLOCK mode dropped {dropped} lines").into());
     }
-    println!("ok: every accepted line is in the file or was dead-lettered");
+    say!("ok: every accepted line is in the file or was dead-lettered");
     Ok(())
 }
 
@@ -292,7 +292,7 @@ fn app(args: &[String]) -> Result<(), Box<dyn Error>> {
             dropped += 1;
         }
     }
-    println!("app {index}: accepted={accepted} dropped={dropped} bad={bad}");
+    say!("app {index}: accepted={accepted} dropped={dropped} bad={bad}");
     Ok(())
 }
 
@@ -347,9 +347,11 @@ fn writer(args: &[String]) -> Result<(), Box<dyn Error>> {
             .wait(WaitStrategy::Blocking),
     )?;
     consumer.on_dead_letter(|dead| {
-        eprintln!(
+        note!(
             "writer: skipped line at sequence {} after {} attempt(s): {}",
-            dead.sequence, dead.attempts, dead.error
+            dead.sequence,
+            dead.attempts,
+            dead.error
         );
     });
     let path = PathBuf::from(path);
@@ -371,7 +373,7 @@ fn writer(args: &[String]) -> Result<(), Box<dyn Error>> {
     let stats = consumer.stats();
     // Every line is written, or dead-lettered, once: the writer's own count and the
     // consumer's agree.
-    println!(
+    say!(
         "writer: written={written} dead_lettered={} flushes={flushes} ({})",
         stats.dead_lettered,
         match exit {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use shmring::{names, ConsumerOptions, PollError, Ring, RunExit};
 use shmring_examples::{
-    finish, ring_config, stop_on_ctrl_c, Tick, DEFAULT_COUNT, FLAG_LAST, READER, RING,
+    finish, note, ring_config, say, stop_on_ctrl_c, Tick, DEFAULT_COUNT, FLAG_LAST, READER, RING,
 };
 
 /// Idle this long at a claimed but unpublished sequence before saying so.
@@ -38,7 +38,7 @@ fn main() -> ExitCode {
 fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
+        say!("{USAGE}");
         return Ok(());
     }
     let env_count = std::env::var("QUICKSTART_COUNT").ok();
@@ -55,7 +55,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let ring = Ring::open_or_create(&namespace, RING, &ring_config())?;
     let mut consumer = ring.consumer(ConsumerOptions::durable(READER))?;
     let backlog = ring.head().saturating_sub(consumer.next_sequence());
-    println!(
+    say!(
         "consumer {READER:?} attached to {} at sequence {} ({backlog} waiting); expecting {expected} events",
         ring.path().display(),
         consumer.next_sequence(),
@@ -130,8 +130,8 @@ fn run() -> Result<(), Box<dyn Error>> {
         (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
         _ => 0.0,
     };
-    println!("stopped: {why}");
-    println!(
+    say!("stopped: {why}");
+    say!(
         "received {n} events in {secs:.3} s: {:.1} M events/s",
         if secs > 0.0 {
             n as f64 / secs / 1e6
@@ -139,13 +139,13 @@ fn run() -> Result<(), Box<dyn Error>> {
             0.0
         },
     );
-    println!(
+    say!(
         "end-of-batch edges: {} (average batch {:.1} events)",
         end_of_batch.get(),
         n as f64 / end_of_batch.get().max(1) as f64,
     );
     let stats = consumer.stats();
-    println!(
+    say!(
         "out of order: {}, not a Tick: {}, tombstones skipped: {}, committed up to sequence {}",
         out_of_order.get(),
         malformed.get(),
@@ -173,7 +173,7 @@ fn hint_if_stuck(ring: &Ring) -> bool {
         .iter()
         .filter(|p| !shmring::process::is_alive(p.pid, p.start_time))
         .count();
-    eprintln!(
+    note!(
         "waiting at sequence {}: it was claimed (the head is at {head}) but has not been \
          published for {} s. Its producer probably died mid-publish ({dead} dead producer \
          entries). The broker repairs such holes: run `cargo run --release -p shmring-broker \

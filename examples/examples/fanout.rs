@@ -19,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use shmring::{names, ConsumerOptions, ProducerMode, Ring, RingConfig, WaitOutcome};
+use shmring_examples::say;
 
 const PRODUCERS: u32 = 2;
 const CONSUMERS: u32 = 2;
@@ -52,7 +53,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         Some("producer") => producer(&args[1..]),
         Some("consumer") => consumer(&args[1..]),
         Some("-h" | "--help") => {
-            println!("{USAGE}");
+            say!("{USAGE}");
             Ok(())
         }
         Some(n) => parent(parse(n, "EVENTS_PER_PRODUCER")?),
@@ -103,7 +104,7 @@ fn parent(per_producer: u64) -> Result<(), Box<dyn Error>> {
         ..RingConfig::default()
     };
     let ring = Ring::create(&namespace, &ring_name, &config)?;
-    println!(
+    say!(
         "ring {} ({} slots): {PRODUCERS} producer processes x {per_producer} events, \
          {CONSUMERS} consumer processes",
         ring.path().display(),
@@ -119,7 +120,7 @@ fn parent(per_producer: u64) -> Result<(), Box<dyn Error>> {
         // Fails (harmlessly) if someone else put a ring there meanwhile.
         let _ = std::fs::remove_dir(&dir);
     }
-    println!("removed ring {ring_name:?}");
+    say!("removed ring {ring_name:?}");
     result
 }
 
@@ -191,10 +192,10 @@ fn run_children(
     }
 
     for (name, report) in &reports {
-        println!("{name}: {report}");
+        say!("{name}: {report}");
     }
     let total = per_producer * u64::from(PRODUCERS);
-    println!(
+    say!(
         "every consumer received {total} events; {:.1} M events/s per consumer over {:.3} s \
          (process start-up included)",
         total as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6,
@@ -232,7 +233,7 @@ fn producer(args: &[String]) -> Result<(), Box<dyn Error>> {
         })?;
     }
     let secs = start.elapsed().as_secs_f64();
-    println!(
+    say!(
         "published {} events in {secs:.3} s ({:.1} M events/s)",
         producer.stats().published,
         producer.stats().published as f64 / secs.max(1e-9) / 1e6,
@@ -272,7 +273,7 @@ fn consumer(args: &[String]) -> Result<(), Box<dyn Error>> {
         .flat_map(|p| (0..a.per_producer).map(move |s| value_of(p, s)))
         .fold(0u64, u64::wrapping_add);
     let per_producer: Vec<String> = next_seq.iter().map(u64::to_string).collect();
-    println!(
+    say!(
         "received {received} (per producer {}), out of order {out_of_order}, foreign {foreign}, \
          checksum {}, batches {}",
         per_producer.join(" + "),

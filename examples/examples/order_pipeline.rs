@@ -35,7 +35,7 @@ use shmring::{
     names, ConsumerOptions, ErrorPolicy, Event, ProducerMode, Ring, RingConfig, RunExit,
     WaitStrategy,
 };
-use shmring_examples::{field, Children};
+use shmring_examples::{field, note, say, Children};
 
 const GATEWAYS: u32 = 2;
 const NOTIFIERS: u32 = 2;
@@ -101,7 +101,7 @@ fn run() -> Result<(), Box<dyn Error>> {
             child(role, &args[1..])
         }
         Some("-h" | "--help") => {
-            println!("{USAGE}");
+            say!("{USAGE}");
             Ok(())
         }
         Some(n) if args.len() == 1 => parent(parse(n, "ORDERS_PER_GATEWAY")?),
@@ -147,7 +147,7 @@ fn parent(per_gateway: u64) -> Result<(), Box<dyn Error>> {
             return Err(e.into());
         }
     };
-    println!(
+    say!(
         "rings {} and {}: {GATEWAYS} gateways x {per_gateway} orders -> journal, risk -> \
          matching -> {NOTIFIERS} notifiers (group {GROUP:?})",
         orders.path().display(),
@@ -164,7 +164,7 @@ fn parent(per_gateway: u64) -> Result<(), Box<dyn Error>> {
         // Fails (harmlessly) if someone else put a ring there meanwhile.
         let _ = std::fs::remove_dir(&dir);
     }
-    println!("removed both rings");
+    say!("removed both rings");
     result
 }
 
@@ -227,15 +227,20 @@ fn run_children(
     }
 
     for r in &reports {
-        println!("{}", r.0.trim());
+        say!("{}", r.0.trim());
     }
-    println!();
-    println!(
+    say!("");
+    say!(
         "{:<12} {:>10} {:>12} {:>10} {:>10} {:>10}",
-        "stage", "events", "events/s", "p50 µs", "p99 µs", "skipped"
+        "stage",
+        "events",
+        "events/s",
+        "p50 µs",
+        "p99 µs",
+        "skipped"
     );
     for r in &reports {
-        println!(
+        say!(
             "{:<12} {:>10} {:>12} {:>10.1} {:>10.1} {:>10}",
             r.0.split_whitespace()
                 .next()
@@ -248,7 +253,7 @@ fn run_children(
             r.get("dead_lettered")?,
         );
     }
-    println!();
+    say!("");
 
     // Every count: journal and risk saw every order, matching all but the poison one
     // (dead-lettered once), the notifiers shared the fills without loss or duplicate.
@@ -289,7 +294,7 @@ fn run_children(
     if !problems.is_empty() {
         return Err(problems.join("; ").into());
     }
-    println!(
+    say!(
         "ok: {sent} orders journaled and risk-checked, {} matched, 1 poison order skipped and \
          reported, {shared} fills shared by {NOTIFIERS} notifiers",
         sent - 1
@@ -335,7 +340,7 @@ fn gateway(orders: &Ring, index: u32, count: u64) -> Result<(), Box<dyn Error>> 
         };
         producer.publish_value(&order)?;
     }
-    println!("stage=gateway orders={count}");
+    say!("stage=gateway orders={count}");
     Ok(())
 }
 
@@ -417,7 +422,7 @@ fn check_stage(orders: &Ring, stage: &str) -> Result<(), Box<dyn Error>> {
         },
         || false,
     )?;
-    println!(
+    say!(
         "{}",
         meter.report(
             stage,
@@ -449,9 +454,11 @@ fn matching(orders: &Ring, fills: &Ring) -> Result<(), Box<dyn Error>> {
             .wait(WaitStrategy::Blocking),
     )?;
     consumer.on_dead_letter(|dead| {
-        eprintln!(
+        note!(
             "matching: order at sequence {} skipped after {} attempts: {}",
-            dead.sequence, dead.attempts, dead.error
+            dead.sequence,
+            dead.attempts,
+            dead.error
         );
     });
     let mut producer = fills.producer()?;
@@ -481,7 +488,7 @@ fn matching(orders: &Ring, fills: &Ring) -> Result<(), Box<dyn Error>> {
         || false,
     )?;
     let s = consumer.stats();
-    println!(
+    say!(
         "{}",
         meter.report(
             "matching",
@@ -511,7 +518,7 @@ fn notifier(fills: &Ring, index: u32) -> Result<(), Box<dyn Error>> {
         || false,
     )?;
     let s = consumer.stats();
-    println!(
+    say!(
         "{}",
         meter.report(
             &format!("notifier-{index}"),

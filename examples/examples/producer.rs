@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use shmring::{names, Ring, TryPublishError};
-use shmring_examples::{finish, ring_config, Tick, DEFAULT_COUNT, FLAG_LAST, RING};
+use shmring_examples::{finish, note, ring_config, say, Tick, DEFAULT_COUNT, FLAG_LAST, RING};
 
 /// How long a publish waits on a full ring before the producer says why it is waiting.
 const FULL_NOTICE: Duration = Duration::from_secs(1);
@@ -39,12 +39,12 @@ fn run() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let namespace = names::default_namespace();
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("{USAGE}");
+        say!("{USAGE}");
         return Ok(());
     }
     if args.iter().any(|a| a == "--remove") {
         Ring::remove(&namespace, RING)?;
-        println!("removed ring {RING:?} from namespace {namespace:?}");
+        say!("removed ring {RING:?} from namespace {namespace:?}");
         return Ok(());
     }
     let env_count = std::env::var("QUICKSTART_COUNT").ok();
@@ -66,8 +66,8 @@ fn run() -> Result<(), Box<dyn Error>> {
         .into());
     }
     let mut producer = ring.producer()?;
-    explain_consumers(&ring);
-    println!(
+    explain_consumers(&ring)?;
+    say!(
         "publishing {count} events of {} bytes into {} (batch {batch})",
         std::mem::size_of::<Tick>(),
         ring.path().display(),
@@ -105,7 +105,7 @@ fn run() -> Result<(), Box<dyn Error>> {
                     Ok(_) => break,
                     Err(TryPublishError::Timeout) => {
                         if !told_full {
-                            eprintln!(
+                            note!(
                                 "the ring is full: waiting for its required consumers \
                                  (start the consumer example if it is not running)"
                             );
@@ -128,7 +128,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let elapsed = start.elapsed();
 
     let stats = producer.stats();
-    println!(
+    say!(
         "published {} events in {:.3} s: {:.1} M events/s",
         stats.published,
         elapsed.as_secs_f64(),
@@ -138,16 +138,16 @@ fn run() -> Result<(), Box<dyn Error>> {
 }
 
 /// Tell the user what will happen to the events, from who is attached.
-fn explain_consumers(ring: &Ring) {
+fn explain_consumers(ring: &Ring) -> std::io::Result<()> {
     let info = ring.info();
     if info.consumers.is_empty() {
-        println!(
+        say!(
             "note: no consumer is attached, so nobody receives these events; start \
              `cargo run --release -p shmring-examples --example consumer` first"
         );
     }
     for c in info.consumers.iter().filter(|c| c.state != "ACTIVE") {
-        println!(
+        say!(
             "note: consumer {:?} is {} with {} events waiting for it{}",
             c.name,
             c.state,
@@ -160,6 +160,7 @@ fn explain_consumers(ring: &Ring) {
             },
         );
     }
+    Ok(())
 }
 
 fn parse_number(s: &str, what: &str) -> Result<u64, String> {

@@ -64,13 +64,38 @@ pub fn stop_on_ctrl_c() -> std::io::Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// `println!` for a function that returns a `Result` with room for an `io::Error`: a
+/// standard output that cannot be written (its reader gone, as `example | head -1` leaves
+/// it) is returned as an error, where `println!` would panic.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        ::std::io::Write::write_fmt(
+            &mut ::std::io::stdout().lock(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        )?
+    };
+}
+
+/// `eprintln!` that drops what a closed standard error cannot take, where `eprintln!`
+/// would panic: what an example says there is advice, and its exit code still tells.
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        let _ = ::std::io::Write::write_fmt(
+            &mut ::std::io::stderr().lock(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        );
+    }};
+}
+
 /// The end of `main`: an error is printed with its message (not its debug form) and the
 /// exit code is 1.
 pub fn finish(result: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            note!("error: {e}");
             ExitCode::FAILURE
         }
     }
