@@ -14,6 +14,17 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 mod bridge;
+/// `eprintln!` that drops what a closed standard error cannot take, where `eprintln!`
+/// would panic: the exit code still says how the run ended.
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        let _ = ::std::io::Write::write_fmt(
+            &mut ::std::io::stderr().lock(),
+            format_args!("{}\n", format_args!($($arg)*)),
+        );
+    }};
+}
+
 #[cfg(feature = "bridge")]
 mod bridge_roles;
 mod floor;
@@ -33,6 +44,7 @@ mod throughput;
 mod turn;
 mod wakeset;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -88,7 +100,7 @@ fn main() {
     let code = match bench(&cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("ipc-bench: {e:#}");
+            tell!("ipc-bench: {e:#}");
             2
         }
     };
@@ -98,13 +110,13 @@ fn main() {
 fn role_main(argv: &[String]) -> i32 {
     kit::die_with_parent();
     let Some(role) = argv.first() else {
-        eprintln!("ipc-bench {ROLE_ARG}: no role");
+        tell!("ipc-bench {ROLE_ARG}: no role");
         return 2;
     };
     let args = match Args::parse(&argv[1..]) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("ipc-bench {ROLE_ARG} {role}: {e:#}");
+            tell!("ipc-bench {ROLE_ARG} {role}: {e:#}");
             return 2;
         }
     };
@@ -116,7 +128,7 @@ fn role_main(argv: &[String]) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("ipc-bench {ROLE_ARG} {role}: {e:#}");
+            tell!("ipc-bench {ROLE_ARG} {role}: {e:#}");
             1
         }
     }
@@ -130,6 +142,16 @@ fn bridge_role(role: &str, args: &Args) -> Option<Result<()>> {
 #[cfg(not(feature = "bridge"))]
 fn bridge_role(_role: &str, _args: &Args) -> Option<Result<()>> {
     None
+}
+
+/// Write `text` and a newline to stdout, where the tables go: an error once nobody reads
+/// them (`ipc-bench all | head`), so that the run ends and removes its files, where
+/// `println!` would panic.
+fn say(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .context("writing the tables to stdout")
 }
 
 fn read(path: &str) -> String {
@@ -172,10 +194,9 @@ fn bench(cli: &Cli) -> Result<i32> {
     let mut ctx = Ctx::new(cli.quick, cli.pin)?;
     let mut meta = machine();
     let command: Vec<String> = std::env::args().collect();
-    println!("## ipc-bench {}", cli.suite);
-    println!();
-    println!(
-        "- command: `{}`\n- machine: {} CPUs, {}, kernel {}, clocksource {}\n- load average at start: {}\n- sizes: {}{}",
+    say(&format!(
+        "## ipc-bench {}\n\n- command: `{}`\n- machine: {} CPUs, {}, kernel {}, clocksource {}\n- load average at start: {}\n- sizes: {}{}",
+        cli.suite,
         command.join(" "),
         meta["cpus"],
         meta["cpu_model"].as_str().unwrap_or("?"),
@@ -184,7 +205,7 @@ fn bench(cli: &Cli) -> Result<i32> {
         meta["loadavg_start"].as_str().unwrap_or("?"),
         if cli.quick { "--quick" } else { "default" },
         if cli.pin { ", pinned (producer side CPU 0, consumer side CPU 1)" } else { ", not pinned" },
-    );
+    ))?;
     let mut total = 0;
     let with_floor = !selected.contains(&floor::SUITE);
     if with_floor {
@@ -208,7 +229,7 @@ fn bench(cli: &Cli) -> Result<i32> {
         floor::run(&mut ctx)?;
         let t = row::print_suite(&ctx.rows, floor::SUITE);
         ctx.bar
-            .suspend(|| println!("\n### floor (measured for the ratios)\n{t}"));
+            .suspend(|| say(&format!("\n### floor (measured for the ratios)\n{t}")))?;
     }
     for s in &selected {
         let t0 = Instant::now();
@@ -226,7 +247,7 @@ fn bench(cli: &Cli) -> Result<i32> {
         let t = row::print_suite(&ctx.rows, s);
         let took = t0.elapsed();
         ctx.bar
-            .suspend(|| println!("\n### {s} ({:.1} s)\n{t}", took.as_secs_f64()));
+            .suspend(|| say(&format!("\n### {s} ({:.1} s)\n{t}", took.as_secs_f64())))?;
     }
     let targets = targets::evaluate(&ctx.rows);
     let goals = targets::absolute_goals(&ctx.rows);
@@ -240,15 +261,16 @@ fn bench(cli: &Cli) -> Result<i32> {
     meta["bridge_built"] = serde_json::json!(cfg!(feature = "bridge"));
     ctx.bar.finish_and_clear();
     if !targets.is_empty() || !goals.is_empty() {
-        println!("\n### targets and goals, as ratios measured in this run\n");
-        println!("{}", targets::table(&targets));
-        print!("{goals}");
+        say(&format!(
+            "\n### targets and goals, as ratios measured in this run\n\n{}\n{goals}",
+            targets::table(&targets)
+        ))?;
     }
-    println!(
+    say(&format!(
         "\n- took {:.1} s; load average at end: {}",
         elapsed.as_secs_f64(),
         meta["loadavg_end"].as_str().unwrap_or("?")
-    );
+    ))?;
     if let Some(path) = &cli.json {
         let doc = serde_json::json!({
             "meta": meta,
@@ -257,11 +279,11 @@ fn bench(cli: &Cli) -> Result<i32> {
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("write {}", path.display()))?;
-        eprintln!("ipc-bench: wrote {}", path.display());
+        tell!("ipc-bench: wrote {}", path.display());
     }
     if let Some(path) = &cli.svg {
         svg::draw(&ctx.rows, path)?;
-        eprintln!("ipc-bench: wrote {}", path.display());
+        tell!("ipc-bench: wrote {}", path.display());
     }
     let failed = ctx
         .rows
@@ -273,7 +295,7 @@ fn bench(cli: &Cli) -> Result<i32> {
         })
         .count();
     if failed > 0 {
-        eprintln!("ipc-bench: {failed} row(s) failed");
+        tell!("ipc-bench: {failed} row(s) failed");
         return Ok(1);
     }
     Ok(0)

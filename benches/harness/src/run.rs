@@ -272,7 +272,7 @@ fn install_signal_cleanup() {
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
             cleanup();
-            eprintln!("\nipc-bench: interrupted (signal {sig}); removed this run's files");
+            tell!("\nipc-bench: interrupted (signal {sig}); removed this run's files");
             std::process::exit(128 + sig);
         }
     });
