@@ -295,8 +295,9 @@ pub enum AttachError {
         /// The names the member asked for.
         asked: Vec<String>,
     },
-    /// A single-producer ring's position (a word of the segment) is at or past
-    /// `shmring_layout::MAX_SEQUENCE`, which no ring reaches: the segment was overwritten.
+    /// The ring's position (the claim word, or the stop sequence of a closed line) is at or
+    /// past `shmring_layout::MAX_SEQUENCE`, which no ring reaches: the segment was
+    /// overwritten. A producer's and a consumer's attach both refuse it.
     #[error("the ring's position {position:#x} is past any sequence a ring reaches: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
     CorruptPosition {
         /// The position found.

@@ -18,9 +18,9 @@ use shmring::{
     AttachError, ConsumerOptions, LayoutError, OpenError, ProducerMode, Ring, RingConfig,
 };
 use shmring_layout::{
-    config_checksum, consumer_state, owned_word, producer_state, ConfigWords, ConsumerCold,
-    ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry, SequenceLines,
-    HEADER_SIZE, IN_FLIGHT_CLAIMING, SEQ_LINES_OFFSET,
+    config_checksum, consumer_state, owned_word, producer_state, ClaimLine, ConfigWords,
+    ConsumerCold, ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry,
+    SequenceLines, HEADER_SIZE, IN_FLIGHT_CLAIMING, MAX_SEQUENCE, SEQ_LINES_OFFSET,
 };
 
 mod common;
@@ -348,6 +348,92 @@ fn a_claim_word_below_a_fixed_producer_s_start_is_no_overflow() {
     put64(ring.path(), SEQ_LINES_OFFSET as u64, 0);
     assert_eq!(p.stats().published, 0);
     drop(p);
+}
+
+/// Offset of the claim word.
+const CLAIM_WORD: u64 =
+    (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(ClaimLine, value)) as u64;
+/// Offset of the stop sequence.
+const STOP_SEQ: u64 = (SEQ_LINES_OFFSET
+    + offset_of!(SequenceLines, lifecycle)
+    + offset_of!(LifecycleLine, stop_seq)) as u64;
+/// Offset of a fixed-size ring's cursor.
+const CURSOR: u64 =
+    (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(ClaimLine, cursor)) as u64;
+
+/// A position past any sequence a ring reaches, written by another process: on a
+/// multi-producer ring a claim word closed with the largest stop sequence (the state still
+/// Running), on a fixed-size ring a claim word and cursor near 2^64. A consumer's attach
+/// refuses it with `CorruptPosition` (where it would start at that position and overflow
+/// counting past it), and a consumer already attached that was lapped stays where it is.
+#[test]
+fn a_position_past_any_sequence_is_refused_at_a_consumer_s_attach() {
+    let ns = Namespace::concurrent("corrupt_position");
+    let multi = Ring::create(ns.name(), "m", &hostile()).unwrap();
+    let mut behind = multi
+        .consumer(ConsumerOptions::anonymous().optional())
+        .expect("an optional consumer, before the damage");
+    put64(multi.path(), STOP_SEQ, u64::MAX);
+    put64(multi.path(), CLAIM_WORD, shmring_layout::CLAIM_CLOSED);
+    for opts in [
+        ConsumerOptions::anonymous(),
+        ConsumerOptions::anonymous().optional(),
+        ConsumerOptions::durable("d"),
+    ] {
+        match multi.consumer(opts) {
+            Err(AttachError::CorruptPosition { position }) => assert_eq!(position, u64::MAX),
+            other => panic!(
+                "attached at a corrupt position: {:?}",
+                other.map(|c| c.next_sequence())
+            ),
+        }
+    }
+    // The optional consumer attached before: nothing to deliver, no jump to the position.
+    assert_eq!(poll_quiet(&multi, &mut behind, |_| {}), Ok(0));
+    assert_eq!(behind.next_sequence(), 0);
+
+    let config = RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        capacity: 16,
+        ..hostile()
+    };
+    let fixed = Ring::create(ns.name(), "f", &config).unwrap();
+    put64(fixed.path(), CLAIM_WORD, u64::MAX - 5);
+    put64(fixed.path(), CURSOR, u64::MAX);
+    match fixed.consumer(ConsumerOptions::anonymous()) {
+        Err(AttachError::CorruptPosition { position }) => assert!(position >= MAX_SEQUENCE),
+        other => panic!(
+            "attached at a corrupt position: {:?}",
+            other.map(|c| c.next_sequence())
+        ),
+    }
+}
+
+/// A fixed-size ring's claim word overwritten by another process while its producer is
+/// attached: the producer's next publish takes its position from the cursor (where its last
+/// publish left it) instead of counting on from a position no ring reaches.
+#[test]
+fn a_fixed_producer_s_claim_word_overwritten_past_any_sequence_is_no_overflow() {
+    let ns = Namespace::concurrent("corrupt_claim");
+    let config = RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        ..hostile()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("consumer");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(&[1; 8]), Ok(0));
+    assert_eq!(p.publish(&[2; 8]), Ok(1));
+    put64(ring.path(), CLAIM_WORD, u64::MAX);
+    assert_eq!(p.publish(&[3; 8]), Ok(2));
+    assert_eq!(p.try_publish(&[4; 8]), Ok(3));
+    let mut got = Vec::new();
+    while poll_quiet(&ring, &mut c, |ev| got.push(ev.bytes()[0])).expect("poll") > 0 {}
+    assert_eq!(got, [1, 2, 3, 4]);
 }
 
 /// A dead producer caught between announcing and recording a claim (IN_FLIGHT_CLAIMING),

@@ -1,6 +1,6 @@
 //! Attaching a consumer: a free entry, or a durable name taken over (see `table`).
 
-use shmring_layout::MAX_UPSTREAM;
+use shmring_layout::{MAX_SEQUENCE, MAX_UPSTREAM};
 
 use super::*;
 use crate::graph;
@@ -74,6 +74,13 @@ pub(super) enum Found {
 impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
         crate::lifecycle::attachable(&seg)?;
+        // A position no ring reaches (another process overwrote the claim word or the stop
+        // sequence): refused before an entry is taken, as a producer's attach refuses it,
+        // where the consumer would start there and count past the largest sequence.
+        let head = seg.position();
+        if head >= MAX_SEQUENCE {
+            return Err(AttachError::CorruptPosition { position: head });
+        }
         if let Some(group) = &opts.group {
             if seg.is_fixed() {
                 return Err(AttachError::FixedSizeRing {

@@ -288,7 +288,9 @@ impl Consumer {
             }
         }
         let head = self.seg.position();
-        if head > self.next {
+        // Never to a position no ring reaches (another process overwrote the claim word or
+        // the stop sequence): the consumer stays where it is.
+        if head > self.next && head < shmring_layout::MAX_SEQUENCE {
             // Before the store, as in `commit`: never between the store and the wake.
             let registered = fence::light_allowed(&mut self.registered);
             self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(head - self.next);

@@ -43,8 +43,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmring_layout::{
-    owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, SLOT_FLAG_TOMBSTONE,
-    STAMP_WRITING,
+    owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, MAX_SEQUENCE,
+    SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
 use crate::lifecycle::{is_deleted, SegEnv};
@@ -183,9 +183,31 @@ impl Producer {
     #[inline(always)]
     fn hold_position(&mut self) {
         if self.fast_end != 0 {
-            self.next = self.position();
+            let p = self.position();
+            self.next = if p < MAX_SEQUENCE {
+                p
+            } else {
+                self.position_from_cursor(p)
+            };
             self.fast_end = 0;
         }
+    }
+
+    /// The claim word, which holds this producer's position while the common case is
+    /// armed, says `word`, a position no ring reaches: another process overwrote it. The
+    /// cursor holds the same position (every accepted publish of the armed case stores it
+    /// last), so the producer goes on from there. It stays past any sequence only if the
+    /// cursor was overwritten too; it is then held at the largest (no claim counts past it).
+    #[cold]
+    fn position_from_cursor(&self, word: u64) -> u64 {
+        let (cursor, _) = fixed::published(&self.seg.events());
+        tracing::warn!(
+            ring = self.seg.name(),
+            claim_word = word,
+            cursor,
+            "the ring's claim word was overwritten past any sequence; this producer goes on from its cursor"
+        );
+        cursor.min(MAX_SEQUENCE)
     }
 
     /// Events published by this handle (tombstones excluded).
