@@ -265,6 +265,21 @@ fn a_link_or_a_file_at_the_namespace_directory_is_refused_and_left_alone() {
     std::fs::remove_file(ns.dir()).expect("remove the file");
 }
 
+/// A lock file whose epoch is the largest number (left by hand, or a corrupt file of the
+/// broker's own user): the next broker starts and keeps that number, where it must not
+/// overflow counting past it.
+#[test]
+fn a_lock_file_at_the_largest_epoch_still_starts_a_broker() {
+    let ns = Namespace::new("lockepoch");
+    std::fs::create_dir(ns.dir()).expect("the namespace directory");
+    std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let lock = ns.dir().join("broker.lock");
+    std::fs::write(&lock, format!("pid=1 epoch={}\n", u64::MAX)).expect("write broker.lock");
+    let _broker = ns.broker(Some(SMALL));
+    let (report, _) = ns.status();
+    assert_eq!(num(&report["broker"], "epoch"), u64::MAX, "{report}");
+}
+
 /// `rm broker.lock` beside a live broker: at its next sweep the broker takes the lock again
 /// under the name, so a second broker is still refused.
 #[test]

@@ -190,7 +190,8 @@ pub fn acquire(namespace: &str, dir: &Path) -> Result<NamespaceLock, LockError> 
         .find_map(|w| w.strip_prefix("epoch="))
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
-    let epoch = previous + 1;
+    // Saturating: the number is read from a file, and a corrupt one may hold the largest.
+    let epoch = previous.saturating_add(1);
     write_holder(&mut file, epoch).map_err(io)?;
     let id = identity(&file).map_err(io)?;
     Ok(NamespaceLock {
