@@ -15,6 +15,11 @@ use crate::human::serde_duration;
 /// The embedded default configuration (one ring, `default`).
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
+/// The longest `stall_threshold` a ring may ask for: the broker sweeps every half of it, and
+/// a day keeps that wait far inside what an `epoll_wait` timeout takes on every kernel
+/// (about 24 days in milliseconds).
+pub const MAX_STALL_THRESHOLD: Duration = Duration::from_secs(24 * 3600);
+
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -289,6 +294,15 @@ impl Config {
                 return Err(invalid(
                     name,
                     "stall_threshold and unblock_timeout must be above zero".into(),
+                ));
+            }
+            if spec.stall_threshold > MAX_STALL_THRESHOLD {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "stall_threshold must be at most 24h (the broker sweeps every half of it), not {:?}",
+                        spec.stall_threshold
+                    ),
                 ));
             }
             if let Some(c) = spec.policies.keys().find(|c| c.is_empty() || c.len() > 48) {

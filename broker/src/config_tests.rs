@@ -30,6 +30,22 @@ fn policies_and_errors() {
     }
 }
 
+/// A stall threshold above a day is refused with a message that names the limit: the broker
+/// sweeps every half of it, and a wait of weeks is not one every kernel takes (so a file
+/// that asks for it could stop a running broker at a reload). A day is accepted.
+#[test]
+fn a_stall_threshold_above_a_day_is_refused() {
+    for ok in ["24h", "3600s", "1ms"] {
+        let text = format!("[rings.x]\ncapacity = 64\nstall_threshold = \"{ok}\"\n");
+        Config::parse(&text, "t").unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in ["25h", "18446744073709551615s"] {
+        let text = format!("[rings.x]\ncapacity = 64\nstall_threshold = \"{bad}\"\n");
+        let e = Config::parse(&text, "t").expect_err(bad).to_string();
+        assert!(e.contains("at most 24h"), "{bad}: {e}");
+    }
+}
+
 /// `declared_consumers` reaches the ring's configuration; names that cannot be laid out are
 /// refused when the config is read, with the ring named.
 #[test]
