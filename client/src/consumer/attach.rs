@@ -163,6 +163,14 @@ impl Consumer {
             durable,
             upstream,
         );
+        if next >= MAX_SEQUENCE {
+            // The position was overwritten past any sequence after the look above, before
+            // this consumer read its start: given back as a refused attach gives it back.
+            graph::record(&*c.seg, entry, &previous);
+            c.durable &= !fresh;
+            drop(c);
+            return Err(AttachError::CorruptPosition { position: next });
+        }
         if !c.upstream.is_empty() {
             let refused = if let Some(name) = c.upstream.named_at(entry) {
                 // The upstream was freed while this consumer attached, and this attach took

@@ -196,8 +196,10 @@ impl Producer {
     /// The claim word, which holds this producer's position while the common case is
     /// armed, says `word`, a position no ring reaches: another process overwrote it. The
     /// cursor holds the same position (every accepted publish of the armed case stores it
-    /// last), so the producer goes on from there. It stays past any sequence only if the
-    /// cursor was overwritten too; it is then held at the largest (no claim counts past it).
+    /// last), so the producer goes on from there. If the cursor was overwritten too, it goes
+    /// on from the largest sequence, which keeps its counting from overflowing: the segment
+    /// is beyond repair then (no consumer attaches at such a position), and what it
+    /// publishes there may repeat sequences.
     #[cold]
     fn position_from_cursor(&self, word: u64) -> u64 {
         let (cursor, _) = fixed::published(&self.seg.events());
