@@ -136,23 +136,30 @@ fn parent(mode: Mode, lines: u64) -> Result<(), Box<dyn Error>> {
     let dir = names::namespace_dir(&namespace)?;
     let dir_existed = dir.exists();
     let ring = Ring::create(&namespace, &ring_name, &config)?;
-    say!(
-        "ring {} ({} slots), {mode} mode: {APPS} application processes x {lines} lines -> \
-         writer process -> {}",
-        ring.path().display(),
-        config.capacity,
-        log.display(),
-    );
+    // Said once the ring exists, and never before its cleanup below: a stdout that cannot
+    // be written ends the run there, and the ring is still removed.
+    let said = (|| -> Result<(), Box<dyn Error>> {
+        say!(
+            "ring {} ({} slots), {mode} mode: {APPS} application processes x {lines} lines -> \
+             writer process -> {}",
+            ring.path().display(),
+            config.capacity,
+            log.display(),
+        );
+        Ok(())
+    })();
     let mut children = Children::default();
-    let result = run_children(
-        &ring,
-        &mut children,
-        &namespace,
-        &ring_name,
-        &log,
-        mode,
-        lines,
-    );
+    let result = said.and_then(|()| {
+        run_children(
+            &ring,
+            &mut children,
+            &namespace,
+            &ring_name,
+            &log,
+            mode,
+            lines,
+        )
+    });
     children.kill_all();
     drop(ring);
     Ring::remove(&namespace, &ring_name)?;

@@ -104,14 +104,19 @@ fn parent(per_producer: u64) -> Result<(), Box<dyn Error>> {
         ..RingConfig::default()
     };
     let ring = Ring::create(&namespace, &ring_name, &config)?;
-    say!(
-        "ring {} ({} slots): {PRODUCERS} producer processes x {per_producer} events, \
-         {CONSUMERS} consumer processes",
-        ring.path().display(),
-        config.capacity,
-    );
+    // Said once the ring exists, and never before its cleanup below: a stdout that cannot
+    // be written ends the run there, and the ring is still removed.
+    let said = (|| -> Result<(), Box<dyn Error>> {
+        say!(
+            "ring {} ({} slots): {PRODUCERS} producer processes x {per_producer} events, \
+             {CONSUMERS} consumer processes",
+            ring.path().display(),
+            config.capacity,
+        );
+        Ok(())
+    })();
 
-    let result = run_children(&ring, &namespace, &ring_name, per_producer);
+    let result = said.and_then(|()| run_children(&ring, &namespace, &ring_name, per_producer));
 
     // Clean up whatever happened: the ring, and the namespace directory if we made it.
     drop(ring);

@@ -147,15 +147,21 @@ fn parent(per_gateway: u64) -> Result<(), Box<dyn Error>> {
             return Err(e.into());
         }
     };
-    say!(
-        "rings {} and {}: {GATEWAYS} gateways x {per_gateway} orders -> journal, risk -> \
-         matching -> {NOTIFIERS} notifiers (group {GROUP:?})",
-        orders.path().display(),
-        fills.path().display(),
-    );
+    // Said once the ring exists, and never before its cleanup below: a stdout that cannot
+    // be written ends the run there, and the ring is still removed.
+    let said = (|| -> Result<(), Box<dyn Error>> {
+        say!(
+            "rings {} and {}: {GATEWAYS} gateways x {per_gateway} orders -> journal, risk -> \
+             matching -> {NOTIFIERS} notifiers (group {GROUP:?})",
+            orders.path().display(),
+            fills.path().display(),
+        );
+        Ok(())
+    })();
     let mut children = Children::default();
     let args = [namespace.clone(), orders_name.clone(), fills_name.clone()];
-    let result = run_children(&orders, &fills, &mut children, &args, per_gateway);
+    let result =
+        said.and_then(|()| run_children(&orders, &fills, &mut children, &args, per_gateway));
     children.kill_all();
     drop((orders, fills));
     Ring::remove(&namespace, &orders_name)?;

@@ -69,3 +69,23 @@ fn an_example_with_a_closed_stderr_still_ends_with_its_own_code() {
         assert_eq!(code, Some(1), "{name}");
     }
 }
+
+/// The examples that make a ring of their own and start child processes say what they
+/// made once it exists: with a closed stdout they end there, and remove the ring (and the
+/// namespace directory they made) as a finished run does.
+#[test]
+fn an_example_that_cannot_say_what_it_made_removes_it() {
+    let ns = Namespace::new("ex_closed_rm");
+    for (name, args) in [
+        ("fanout", &["10"][..]),
+        ("order_pipeline", &["10"][..]),
+        ("async_logger", &["block", "10"][..]),
+    ] {
+        let (code, err) = run_closed(&ns, name, args, true);
+        assert_eq!(code, Some(1), "{name} {args:?}: {err}");
+        assert!(!err.contains("panicked"), "{name} {args:?}: {err}");
+        let left = shmring::names::rings_in(ns.dir()).unwrap_or_default();
+        assert_eq!(left, Vec::<String>::new(), "{name} left rings behind");
+        assert!(!ns.dir().exists(), "{name} left {}", ns.dir().display());
+    }
+}
