@@ -320,21 +320,28 @@ fn a_dead_fixed_producer_claim_far_past_the_cursor_is_repaired_in_bounded_steps(
     }
 }
 
-/// A fixed-size ring's claim word taken below a live producer's start by another process:
-/// the producer's counters and its drop (which records them) read a damaged position as
-/// nothing published, never an overflow.
-#[test]
-fn a_claim_word_below_a_fixed_producer_s_start_is_no_overflow() {
-    let ns = Namespace::concurrent("fixed_low_claim");
+/// Ring "r" of 8-byte fixed-size events in `ns` (single producer), and an anonymous consumer
+/// of it.
+fn fixed_ring(ns: &Namespace) -> (Ring, shmring::Consumer) {
     let config = RingConfig {
         event_size: Some(8),
         producer_mode: ProducerMode::Single,
         ..hostile()
     };
     let ring = Ring::create(ns.name(), "r", &config).unwrap();
-    let mut c = ring
+    let c = ring
         .consumer(ConsumerOptions::anonymous())
         .expect("consumer");
+    (ring, c)
+}
+
+/// A fixed-size ring's claim word taken below a live producer's start by another process:
+/// the producer's counters and its drop (which records them) read a damaged position as
+/// nothing published, never an overflow.
+#[test]
+fn a_claim_word_below_a_fixed_producer_s_start_is_no_overflow() {
+    let ns = Namespace::concurrent("fixed_low_claim");
+    let (ring, mut c) = fixed_ring(&ns);
     {
         let mut first = ring.producer().expect("first producer");
         for _ in 0..3 {
@@ -416,15 +423,7 @@ fn a_position_past_any_sequence_is_refused_at_a_consumer_s_attach() {
 #[test]
 fn a_fixed_producer_s_claim_word_overwritten_past_any_sequence_is_no_overflow() {
     let ns = Namespace::concurrent("corrupt_claim");
-    let config = RingConfig {
-        event_size: Some(8),
-        producer_mode: ProducerMode::Single,
-        ..hostile()
-    };
-    let ring = Ring::create(ns.name(), "r", &config).unwrap();
-    let mut c = ring
-        .consumer(ConsumerOptions::anonymous())
-        .expect("consumer");
+    let (ring, mut c) = fixed_ring(&ns);
     let mut p = ring.producer().expect("producer");
     assert_eq!(p.publish(&[1; 8]), Ok(0));
     assert_eq!(p.publish(&[2; 8]), Ok(1));
