@@ -13,7 +13,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
-mod bridge;
 /// `eprintln!` that drops what a closed standard error cannot take, where `eprintln!`
 /// would panic: the exit code still says how the run ended.
 macro_rules! tell {
@@ -25,6 +24,7 @@ macro_rules! tell {
     }};
 }
 
+mod bridge;
 #[cfg(feature = "bridge")]
 mod bridge_roles;
 mod floor;
