@@ -295,9 +295,10 @@ pub enum AttachError {
         /// The names the member asked for.
         asked: Vec<String>,
     },
-    /// The ring's position (the claim word, or the stop sequence of a closed line) is at or
-    /// past `shmring_layout::MAX_SEQUENCE`, which no ring reaches: the segment was
-    /// overwritten. A producer's and a consumer's attach both refuse it.
+    /// The ring's position (the claim word, or the stop sequence of a closed line), or a
+    /// worker group's work sequence at a member's attach, is at or past
+    /// `shmring_layout::MAX_SEQUENCE`, which no ring reaches: the segment was overwritten.
+    /// A producer's and a consumer's attach both refuse it.
     #[error("the ring's position {position:#x} is past any sequence a ring reaches: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
     CorruptPosition {
         /// The position found.
@@ -447,5 +448,15 @@ pub enum PollError {
     UpstreamLost {
         /// The upstream's name.
         name: String,
+    },
+    /// This consumer was lapped (or released by the broker) and would go on from the ring's
+    /// position, or this worker's claim came from its group's work sequence, but that
+    /// position is at or past `shmring_layout::MAX_SEQUENCE`, which no ring reaches: another
+    /// process overwrote the segment. The consumer stays where it was; each poll returns
+    /// this until the position reads as a sequence again (never, for a worker).
+    #[error("the ring's position {position:#x} is past any sequence a ring reaches: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
+    CorruptPosition {
+        /// The position found.
+        position: u64,
     },
 }

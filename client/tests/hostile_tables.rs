@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use shmring::{
-    AttachError, ConsumerOptions, LayoutError, OpenError, ProducerMode, Ring, RingConfig,
+    AttachError, ConsumerOptions, LayoutError, OpenError, PollError, ProducerMode, Ring, RingConfig,
 };
 use shmring_layout::{
     config_checksum, consumer_state, owned_word, producer_state, ClaimLine, ConfigWords,
@@ -415,6 +415,103 @@ fn a_position_past_any_sequence_is_refused_at_a_consumer_s_attach() {
             other.map(|c| c.next_sequence())
         ),
     }
+}
+
+/// A consumer already attached that is lapped while the ring's position reads past any
+/// sequence (another process overwrote it) cannot jump to that position: every poll says so
+/// with `PollError::CorruptPosition` instead of delivering nothing, silently, for ever.
+#[test]
+fn a_lapped_consumer_at_a_corrupt_position_gets_an_error() {
+    let ns = Namespace::concurrent("corrupt_lapped");
+    let multi = Ring::create(ns.name(), "m", &hostile()).unwrap();
+    let mut behind = multi
+        .consumer(ConsumerOptions::anonymous().optional())
+        .expect("an optional consumer");
+    let mut p = multi.producer().expect("producer");
+    for i in 0..3 * multi.capacity() {
+        p.publish(&i.to_ne_bytes()).expect("publish");
+    }
+    drop(p);
+    put64(multi.path(), STOP_SEQ, u64::MAX);
+    put64(multi.path(), CLAIM_WORD, shmring_layout::CLAIM_CLOSED);
+    for _ in 0..2 {
+        assert_eq!(
+            poll_quiet(&multi, &mut behind, |_| {}),
+            Err(PollError::CorruptPosition { position: u64::MAX })
+        );
+    }
+    assert!(behind.next_sequence() < MAX_SEQUENCE);
+
+    let config = RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        capacity: 16,
+        ..hostile()
+    };
+    let fixed = Ring::create(ns.name(), "f", &config).unwrap();
+    let mut behind = fixed
+        .consumer(ConsumerOptions::anonymous().optional())
+        .expect("an optional consumer");
+    let mut p = fixed.producer().expect("producer");
+    for i in 0..3 * fixed.capacity() {
+        p.publish(&i.to_ne_bytes()).expect("publish");
+    }
+    drop(p);
+    put64(fixed.path(), CLAIM_WORD, u64::MAX - 5);
+    put64(fixed.path(), CURSOR, u64::MAX);
+    for _ in 0..2 {
+        match poll_quiet(&fixed, &mut behind, |_| {}) {
+            Err(PollError::CorruptPosition { position }) => assert!(position >= MAX_SEQUENCE),
+            other => panic!(
+                "{other:?} at a corrupt position, next {}",
+                behind.next_sequence()
+            ),
+        }
+    }
+    assert!(behind.next_sequence() < MAX_SEQUENCE);
+}
+
+/// A worker group's work sequence overwritten by another process with a position past any
+/// sequence: a member's attach refuses it, and a member already attached whose next claim
+/// comes from it gets `PollError::CorruptPosition` instead of waiting, silently, for a
+/// sequence no ring reaches.
+#[test]
+fn a_group_s_work_sequence_past_any_sequence_is_an_error() {
+    let ns = Namespace::concurrent("corrupt_work");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
+    let mut a = ring
+        .consumer(ConsumerOptions::worker("g"))
+        .expect("a member");
+    let group = ring
+        .info()
+        .consumers
+        .iter()
+        .find(|e| e.name == "g")
+        .map(|e| e.index)
+        .expect("the group's entry");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(&[1; 8]), Ok(0));
+    let bad = u64::MAX - 3;
+    put64(ring.path(), consumer_field(&ring, group, HOT_NEXT), bad);
+    match ring.consumer(ConsumerOptions::worker("g")) {
+        Err(AttachError::CorruptPosition { position }) => assert_eq!(position, bad),
+        other => panic!(
+            "a member attached at a corrupt work sequence: {:?}",
+            other.map(|c| c.next_sequence())
+        ),
+    }
+    // The claim taken at the join (sequence 0) is delivered; the next one comes from the
+    // damaged work sequence.
+    let mut got = Vec::new();
+    let mut outcome = Ok(0);
+    for _ in 0..4 {
+        outcome = poll_quiet(&ring, &mut a, |ev| got.push(ev.sequence()));
+        if outcome.is_err() {
+            break;
+        }
+    }
+    assert_eq!(got, [0]);
+    assert_eq!(outcome, Err(PollError::CorruptPosition { position: bad }));
 }
 
 /// A fixed-size ring's claim word overwritten by another process while its producer is

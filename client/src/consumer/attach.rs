@@ -105,6 +105,13 @@ impl Consumer {
                 drop(c);
                 return Err(AttachError::UnknownUpstream { name });
             }
+            if let Some(position) = c.corrupt_work() {
+                // A work sequence no ring reaches (another process overwrote the group's
+                // entry): its claims would wait there for ever. The member leaves as any
+                // does.
+                drop(c);
+                return Err(AttachError::CorruptPosition { position });
+            }
             // A member carries on the poison record of an entry it took over, as a durable
             // consumer does at its attach (see `policy`).
             c.mark_suspect();

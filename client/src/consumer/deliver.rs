@@ -264,7 +264,7 @@ impl Consumer {
             return Err(PollError::EntryLost);
         }
         if lapped || word != self.word {
-            self.jump_to_head();
+            self.jump_to_head()?;
         }
         if is_deleted(&self.seg) {
             return Err(PollError::Deleted);
@@ -272,8 +272,10 @@ impl Consumer {
         Ok(0)
     }
 
-    /// Lapped (or released): skip to the head and count the gap.
-    pub(super) fn jump_to_head(&mut self) {
+    /// Lapped (or released): skip to the head and count the gap. A head at or past
+    /// `MAX_SEQUENCE` (another process overwrote the claim word or the stop sequence) is no
+    /// position to go on from: the consumer stays where it is, and this says so.
+    pub(super) fn jump_to_head(&mut self) -> Result<(), PollError> {
         let released = table::consumer::released(self.word);
         // Acquire: pairs with the broker's SeqCst release CAS.
         if self.entry().hot.word.load(Ordering::Acquire) == released {
@@ -288,9 +290,10 @@ impl Consumer {
             }
         }
         let head = self.seg.position();
-        // Never to a position no ring reaches (another process overwrote the claim word or
-        // the stop sequence): the consumer stays where it is.
-        if head > self.next && head < shmring_layout::MAX_SEQUENCE {
+        if head >= shmring_layout::MAX_SEQUENCE {
+            return Err(PollError::CorruptPosition { position: head });
+        }
+        if head > self.next {
             // Before the store, as in `commit`: never between the store and the wake.
             let registered = fence::light_allowed(&mut self.registered);
             self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(head - self.next);
@@ -307,6 +310,7 @@ impl Consumer {
                 registered,
             );
         }
+        Ok(())
     }
 
     pub(crate) fn commit(&mut self, next: u64, delivered: u64, skipped: u64, clamped: u64) {
@@ -600,7 +604,10 @@ impl Consumer {
             Ok(()) => {
                 self.commit(at, delivered, skipped, clamped);
                 if lapped {
-                    self.jump_to_head();
+                    // What was delivered is committed and counted: a corrupt position is
+                    // this poll's news only when there was nothing else (the next poll
+                    // finds the lap again and reports it).
+                    self.jump_to_head().or_else(|e| on_nothing(delivered, e))?;
                 }
                 Ok(delivered as usize)
             }
@@ -793,5 +800,15 @@ impl Source for FixedSrc<'_> {
         } else {
             Copied::Event { clamped: false }
         }
+    }
+}
+
+/// After a run that was lapped: a failed jump to the head is the poll's error only when the
+/// run delivered nothing.
+pub(super) fn on_nothing(delivered: u64, e: PollError) -> Result<(), PollError> {
+    if delivered == 0 {
+        Err(e)
+    } else {
+        Ok(())
     }
 }

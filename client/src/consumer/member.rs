@@ -1,7 +1,7 @@
 //! Worker group members: attaching to a group, claiming from its work sequence, adopting
 //! the claims of members that are gone, and leaving (the protocol is in `crate::group`).
 
-use shmring_layout::MAX_UPSTREAM;
+use shmring_layout::{MAX_SEQUENCE, MAX_UPSTREAM};
 
 use super::deliver::call;
 use super::policy::{self, Verdict, DIED_IN_HANDLER};
@@ -552,6 +552,16 @@ impl Consumer {
         }
     }
 
+    /// The group's work sequence, or this member's position, if either is at or past
+    /// `MAX_SEQUENCE` (another process overwrote the table): a member's attach refuses it.
+    pub(super) fn corrupt_work(&self) -> Option<u64> {
+        let m = self.member.as_ref()?;
+        // Acquire: pairs with the SeqCst CAS of the member that claimed last; only the
+        // value is looked at.
+        let work = self.group_entry(m).hot.next.load(Ordering::Acquire);
+        [work, self.next].into_iter().find(|&p| p >= MAX_SEQUENCE)
+    }
+
     /// Nothing of the claims is published: check the entry, and now and then look for
     /// claims left behind.
     fn member_idle(&mut self) -> Result<usize, PollError> {
@@ -564,6 +574,13 @@ impl Consumer {
         }
         if is_deleted(&self.seg) {
             return Err(PollError::Deleted);
+        }
+        if self.next >= MAX_SEQUENCE {
+            // Its claim came from a work sequence no ring reaches (another process overwrote
+            // the group's entry): nothing is ever published there.
+            return Err(PollError::CorruptPosition {
+                position: self.next,
+            });
         }
         let scan = self.member.as_mut().is_some_and(|m| {
             m.idle_polls = m.idle_polls.wrapping_add(1);

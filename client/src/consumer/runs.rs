@@ -122,7 +122,9 @@ impl Consumer {
             return Err(self.fail(at, attempts, true));
         }
         if lapped {
-            self.jump_to_head();
+            // As `deliver_run`'s: reported here only when nothing was delivered.
+            self.jump_to_head()
+                .or_else(|e| super::deliver::on_nothing(delivered, e))?;
         }
         Ok(delivered as usize)
     }
