@@ -56,6 +56,16 @@ pub struct ImportArgs {
     /// Print the counters as one JSON line this often (ms; 0: only at exit).
     #[arg(long, default_value_t = 1000)]
     pub stats_ms: u64,
+    /// Know at most this many sources (those recalled from the ring included); a message
+    /// from one more is ignored and counted in `refused_sources` until the importer
+    /// restarts. The link is not authenticated: this bounds what a stray or forged sender
+    /// can make it keep.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub max_sources: u64,
+    /// The heartbeat's acks go only to sources heard from within this many ms; a quiet
+    /// source's next message is acknowledged as it arrives.
+    #[arg(long, default_value_t = 10_000)]
+    pub ack_quiet_ms: u64,
     /// Zenoh session.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -92,6 +102,8 @@ pub struct ImportStats {
     pub expected: u64,
     /// Sources known (from the ring's record or the link).
     pub sources: u64,
+    /// Messages ignored because they came from a new source past `--max-sources`.
+    pub refused_sources: u64,
     /// Claims of dead predecessors repaired at start.
     pub repaired: u64,
     /// "up" while the exporter's messages arrive, else "down".
@@ -139,7 +151,11 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
         ring_name: &args.ring,
         producer,
         scratch: Vec::new(),
-        sources: Sources::new(recalled, Duration::from_millis(args.resend_ms)),
+        sources: Sources::new(
+            recalled,
+            Duration::from_millis(args.resend_ms),
+            usize::try_from(args.max_sources).unwrap_or(usize::MAX),
+        ),
         ack_pub: &ack_pub,
         stats: ImportStats {
             role: "import",
@@ -233,8 +249,14 @@ impl Importer<'_> {
             }
             if last_ack.elapsed() >= heartbeat {
                 last_ack = Instant::now();
-                let all: Vec<(u64, u64)> = self.sources.positions().collect();
-                for (source, next) in all {
+                let quiet = Duration::from_millis(self.args.ack_quiet_ms);
+                let lately: Vec<(u64, u64)> = match last_ack.checked_sub(quiet) {
+                    Some(since) => self.sources.heard_since(since).collect(),
+                    // The clock started less than `quiet` ago: every source was heard lately
+                    // or not at all.
+                    None => self.sources.heard_ever().collect(),
+                };
+                for (source, next) in lately {
                     self.ack(source, next, false)?;
                 }
                 self.link_check(heartbeat);
@@ -307,6 +329,20 @@ impl Importer<'_> {
         let plan = self
             .sources
             .plan(&h, batch.events().map(|e| e.seq), Instant::now());
+        if plan.refused {
+            self.stats.refused_sources = self.stats.refused_sources.saturating_add(1);
+            // The first refusal and then every power of two: a flood of them cannot flood the
+            // log.
+            if self.stats.refused_sources.is_power_of_two() {
+                warn!(
+                    source = format_args!("{:016x}", h.source),
+                    known = self.sources.len(),
+                    refused = self.stats.refused_sources,
+                    "a message from a new source ignored: the importer knows --max-sources sources already"
+                );
+            }
+            return Ok(());
+        }
         if plan.new_source {
             info!(source = format_args!("{:016x}", h.source), "new source");
         }

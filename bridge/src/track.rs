@@ -15,6 +15,12 @@
 //!
 //! A source the importer has no record of starts, reliable, at the exporter's committed
 //! position, and, dropping, at the first batch it sees.
+//!
+//! The link is not authenticated (docs/SCALE_OUT.md), and every source identity a message
+//! names would otherwise stay known for the importer's life: the importer knows at most
+//! `max` sources (those recalled from its ring included) and ignores a message from one
+//! more until it restarts, and its heartbeat acknowledges only the sources heard from
+//! within `quiet`, so a source that has gone away costs nothing per heartbeat.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -28,6 +34,8 @@ pub struct Source {
     pub expected: u64,
     /// The last resend asked for, and when.
     resent: Option<(u64, Instant)>,
+    /// When a message from it last arrived (`None`: recalled from the ring, not heard since).
+    heard: Option<Instant>,
 }
 
 /// What to do with one batch.
@@ -45,6 +53,9 @@ pub struct Plan {
     pub dropped: u64,
     /// Whether the source was new.
     pub new_source: bool,
+    /// The source was new and the importer already knows its largest number of sources:
+    /// the message is ignored (nothing else in the plan is set).
+    pub refused: bool,
 }
 
 /// Every source an importer knows.
@@ -52,11 +63,18 @@ pub struct Plan {
 pub struct Sources {
     map: HashMap<u64, Source>,
     resend_every: Duration,
+    /// The most sources it knows: a new one past this is refused.
+    max: usize,
 }
 
 impl Sources {
-    /// Sources recalled from the ring: `(identity, next sequence needed)`.
-    pub fn new(recalled: impl IntoIterator<Item = (u64, u64)>, resend_every: Duration) -> Self {
+    /// Sources recalled from the ring: `(identity, next sequence needed)`; at most `max`
+    /// sources in all (the recalled ones are all kept).
+    pub fn new(
+        recalled: impl IntoIterator<Item = (u64, u64)>,
+        resend_every: Duration,
+        max: usize,
+    ) -> Self {
         Self {
             map: recalled
                 .into_iter()
@@ -66,17 +84,36 @@ impl Sources {
                         Source {
                             expected,
                             resent: None,
+                            heard: None,
                         },
                     )
                 })
                 .collect(),
             resend_every,
+            max,
         }
     }
 
     /// Every source and its next needed sequence.
     pub fn positions(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.map.iter().map(|(s, e)| (*s, e.expected))
+    }
+
+    /// The sources heard from since the importer started, and their next needed sequence.
+    pub fn heard_ever(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.map
+            .iter()
+            .filter(|(_, e)| e.heard.is_some())
+            .map(|(s, e)| (*s, e.expected))
+    }
+
+    /// The sources heard from at or after `since`, and their next needed sequence: those
+    /// the importer's heartbeat acknowledges.
+    pub fn heard_since(&self, since: Instant) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.map
+            .iter()
+            .filter(move |(_, e)| e.heard.is_some_and(|t| t >= since))
+            .map(|(s, e)| (*s, e.expected))
     }
 
     /// Number of sources.
@@ -97,13 +134,19 @@ impl Sources {
             Mode::Reliable => h.committed,
             Mode::Drop => h.start,
         };
+        if !self.map.contains_key(&h.source) && self.map.len() >= self.max {
+            plan.refused = true;
+            return plan;
+        }
         let src = self.map.entry(h.source).or_insert_with(|| {
             plan.new_source = true;
             Source {
                 expected: fresh,
                 resent: None,
+                heard: None,
             }
         });
+        src.heard = Some(now);
         let mut expected = src.expected;
         match h.mode {
             Mode::Reliable => {
@@ -169,7 +212,7 @@ mod tests {
 
     #[test]
     fn reliable_keeps_only_what_the_ring_lacks() {
-        let mut s = Sources::new([(7, 10)], 200 * MS);
+        let mut s = Sources::new([(7, 10)], 200 * MS, 16);
         let t = Instant::now();
         // Replay after an exporter restart: 5..10 are already in the ring.
         let p = s.plan(&batch(Mode::Reliable, 5, 5, 15), 5..15, t);
@@ -184,7 +227,7 @@ mod tests {
 
     #[test]
     fn reliable_asks_for_what_is_missing_at_most_once_per_period() {
-        let mut s = Sources::new([], 200 * MS);
+        let mut s = Sources::new([], 200 * MS, 16);
         let t = Instant::now();
         // A new source starts at the exporter's committed position.
         let p = s.plan(&batch(Mode::Reliable, 100, 120, 130), 120..130, t);
@@ -211,7 +254,7 @@ mod tests {
     fn reliable_skips_tombstones_the_exporter_committed() {
         // The ring's record ends at 9 (expected 10); 10..12 were tombstones in the source,
         // confirmed (via `end`) before a restart.
-        let mut s = Sources::new([(7, 10)], 200 * MS);
+        let mut s = Sources::new([(7, 10)], 200 * MS, 16);
         let p = s.plan(&batch(Mode::Reliable, 12, 12, 14), 12..14, Instant::now());
         assert_eq!((p.keep_from, p.resend, p.ack), (Some(12), None, Some(14)));
         // Tombstones inside a batch: covered by `end`, nothing to publish for them.
@@ -225,7 +268,7 @@ mod tests {
 
     #[test]
     fn drop_counts_every_sequence_it_did_not_get() {
-        let mut s = Sources::new([], 200 * MS);
+        let mut s = Sources::new([], 200 * MS, 16);
         let t = Instant::now();
         let hb = s.plan(&batch(Mode::Drop, 0, 0, 0), std::iter::empty(), t);
         assert_eq!((hb.dropped, hb.ack), (0, Some(0)));
@@ -238,5 +281,59 @@ mod tests {
         let p = s.plan(&batch(Mode::Drop, 25, 25, 25), std::iter::empty(), t);
         assert_eq!(p.dropped, 5);
         assert_eq!(s.positions().collect::<Vec<_>>(), vec![(7, 25)]);
+    }
+
+    fn from(source: u64, committed: u64) -> BatchHeader {
+        BatchHeader {
+            source,
+            ..batch(Mode::Reliable, committed, committed, committed)
+        }
+    }
+
+    #[test]
+    fn a_new_source_past_the_largest_number_is_refused() {
+        // One source recalled from the ring, room for two.
+        let mut s = Sources::new([(7, 10)], 200 * MS, 2);
+        let t = Instant::now();
+        let p = s.plan(&from(8, 0), std::iter::empty(), t);
+        assert!(p.new_source && !p.refused);
+        assert_eq!(p.ack, Some(0));
+        for source in [9, 10, u64::MAX] {
+            let p = s.plan(&from(source, 5), 5..6, t);
+            assert_eq!(
+                p,
+                Plan {
+                    refused: true,
+                    ..Plan::default()
+                },
+                "source {source}"
+            );
+        }
+        assert_eq!(s.len(), 2);
+        // The sources it knows carry on.
+        let p = s.plan(&batch(Mode::Reliable, 10, 10, 12), 10..12, t);
+        assert_eq!((p.keep_from, p.ack, p.refused), (Some(10), Some(12), false));
+        let p = s.plan(&from(8, 3), std::iter::empty(), t);
+        assert_eq!((p.ack, p.refused), (Some(3), false));
+    }
+
+    #[test]
+    fn the_heartbeat_acknowledges_only_sources_heard_lately() {
+        let mut s = Sources::new([(7, 10)], 200 * MS, 16);
+        let t = Instant::now();
+        // Recalled, not heard yet: nothing to acknowledge until it speaks.
+        assert_eq!(s.heard_since(t).count(), 0);
+        s.plan(&from(8, 4), std::iter::empty(), t);
+        s.plan(&from(7, 10), std::iter::empty(), t + 500 * MS);
+        let mut lately: Vec<_> = s.heard_since(t).collect();
+        lately.sort_unstable();
+        assert_eq!(lately, [(7, 10), (8, 4)]);
+        // Source 8 has been quiet since `t`.
+        assert_eq!(s.heard_since(t + MS).collect::<Vec<_>>(), [(7, 10)]);
+        assert_eq!(s.heard_since(t + 501 * MS).count(), 0);
+        // Both are still known: a quiet source's next message is planned as before.
+        assert_eq!(s.len(), 2);
+        let p = s.plan(&from(8, 4), std::iter::empty(), t + 600 * MS);
+        assert_eq!((p.new_source, p.ack), (false, Some(4)));
     }
 }

@@ -51,8 +51,28 @@ pub fn exporter(
 
 /// The importer, a child of `ns`: connects to `port`, publishes into `ring` in `ns`.
 pub fn importer(label: &str, ns: &Namespace, ring: &str, key: &str, port: u16) -> Child {
+    importer_with(label, ns, ring, key, port, &[])
+}
+
+/// As [`importer`], with `extra` flags.
+pub fn importer_with(
+    label: &str,
+    ns: &Namespace,
+    ring: &str,
+    key: &str,
+    port: u16,
+    extra: &[&str],
+) -> Child {
     let connect = format!("tcp/127.0.0.1:{port}");
-    bridge(label, ns, "import", ring, key, ["--connect", &connect], &[])
+    bridge(
+        label,
+        ns,
+        "import",
+        ring,
+        key,
+        ["--connect", &connect],
+        extra,
+    )
 }
 
 /// `shmring-bridge VERB` on `ring` of `ns` with `key`, reaching the other side at

@@ -1,0 +1,165 @@
+//! The importer against senders it does not know. The link is not authenticated, so any
+//! process on the bridge's key can name new sources: the importer keeps at most
+//! `--max-sources` of them and ignores (and counts) a message from one more, and its
+//! heartbeat acknowledges only the sources heard from within `--ack-quiet-ms`, so a source
+//! that went away costs nothing per heartbeat.
+//!
+//! The test process is the "exporter" side itself: a Zenoh session listening on 127.0.0.1
+//! (scouting off), publishing heartbeats of made-up sources and reading the acks.
+
+mod common;
+
+use std::time::Instant;
+
+use serde_json::Value;
+use shmring::{Ring, RingConfig};
+use shmring_bridge::link::{Keys, LinkArgs};
+use shmring_bridge::wire::{Ack, BatchHeader, BatchWriter};
+use shmring_bridge::Mode;
+use shmring_testkit::{Child, Namespace};
+use zenoh::handlers::{FifoChannel, FifoChannelHandler};
+use zenoh::pubsub::Subscriber;
+use zenoh::sample::Sample;
+use zenoh::Wait;
+
+use common::{importer_with, num};
+
+/// A reliable heartbeat of `source` at `committed`.
+fn heartbeat(source: u64, committed: u64) -> Vec<u8> {
+    let mut w = BatchWriter::default();
+    w.begin();
+    w.finish(&BatchHeader {
+        mode: Mode::Reliable,
+        source,
+        run: 1,
+        committed,
+        start: committed,
+        end: committed,
+        dropped: 0,
+    })
+}
+
+/// Every ack received so far, as `(source, next)`.
+fn drain(acks: &Subscriber<FifoChannelHandler<Sample>>) -> Vec<(u64, u64)> {
+    let mut got = Vec::new();
+    while let Ok(Some(s)) = acks.try_recv() {
+        let ack = Ack::parse(&s.payload().to_bytes()).expect("the importer's ack parses");
+        got.push((ack.source, ack.next));
+    }
+    got
+}
+
+/// The importer's next counter line (one every 50 ms: the pace of the loops below), or,
+/// past `deadline`, the test fails with the importer's stderr: every loop below is bounded
+/// by one deadline.
+fn counters(im: &mut Child, deadline: Instant, waiting_for: &str) -> Value {
+    if Instant::now() > deadline {
+        im.fail(&format!("still waiting for {waiting_for}"));
+    }
+    common::stats_until(im, |_| true)
+}
+
+#[test]
+fn the_importer_keeps_at_most_max_sources_and_acks_only_the_ones_it_hears() {
+    let ns = Namespace::new("bridge_sources");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let _dst = Ring::create(ns.name(), "dst", &config).expect("create the importer's ring");
+    let key = format!("shmring/sources/{}", ns.name());
+    let keys = Keys::new(&key).expect("keys");
+    let port = common::free_port();
+    let session = LinkArgs {
+        listen: vec![format!("tcp/127.0.0.1:{port}")],
+        ..LinkArgs::default()
+    }
+    .open()
+    .expect("the test's zenoh session");
+    let acks = session
+        .declare_subscriber(keys.ack.clone())
+        .with(FifoChannel::new(1 << 16))
+        .wait()
+        .expect("subscribe to the acks");
+    let data = session
+        .declare_publisher(keys.data.clone())
+        .wait()
+        .expect("declare the data publisher");
+    let put = |source: u64, committed: u64| {
+        data.put(heartbeat(source, committed))
+            .wait()
+            .expect("publish a heartbeat");
+    };
+    let mut im = importer_with(
+        "importer",
+        &ns,
+        "dst",
+        &key,
+        port,
+        &[
+            "--max-sources",
+            "2",
+            "--heartbeat-ms",
+            "20",
+            "--ack-quiet-ms",
+            "200",
+        ],
+    );
+
+    let deadline = Instant::now() + shmring_testkit::WAIT;
+    // Five sources speak, 1 and 2 first: the importer keeps those two and refuses the rest
+    // (until it is connected, what is put is lost, so they speak until it counts them).
+    loop {
+        for source in 1..=5 {
+            put(source, 0);
+        }
+        let v = counters(&mut im, deadline, "three sources refused");
+        if num(&v, "refused_sources") >= 3 {
+            assert_eq!(num(&v, "sources"), 2, "{v}");
+            break;
+        }
+    }
+    let heard: Vec<u64> = drain(&acks).into_iter().map(|(s, _)| s).collect();
+    assert!(
+        !heard.is_empty() && heard.iter().all(|s| [1, 2].contains(s)),
+        "acks went to {heard:?}"
+    );
+
+    // Source 1 goes quiet; source 2 goes on, its committed position counting the time
+    // since, so that an ack of source 2 dates what the importer had seen when it sent it.
+    let quiet_since = Instant::now();
+    let stamp = || quiet_since.elapsed().as_millis() as u64;
+    // Acked past `ms` (by the test's clock since source 1 went quiet): the importer has
+    // taken in source 2's message of that moment.
+    let acked_past = |ms: u64, im: &mut Child| -> Vec<(u64, u64)> {
+        let mut got = Vec::new();
+        loop {
+            put(2, stamp());
+            counters(im, deadline, &format!("an ack of source 2 past {ms} ms"));
+            got.extend(drain(&acks));
+            if got.iter().any(|&(s, next)| s == 2 && next >= ms) {
+                return got;
+            }
+        }
+    };
+    // Well past the quiet period (200 ms) and a few heartbeats (20 ms) on the importer's
+    // side, then a window of 600 ms more in which source 1 must get nothing.
+    acked_past(1_000, &mut im);
+    let window = acked_past(1_600, &mut im);
+    let to_1 = window.iter().filter(|(s, _)| *s == 1).count();
+    let to_2 = window.iter().filter(|(s, _)| *s == 2).count();
+    assert_eq!(to_1, 0, "a quiet source still acked: {window:?}");
+    assert!(to_2 > 0);
+
+    // Heard again, source 1 is acknowledged again: it was quiet, not forgotten.
+    loop {
+        put(1, 7);
+        counters(&mut im, deadline, "source 1 acknowledged again");
+        if drain(&acks).contains(&(1, 7)) {
+            break;
+        }
+    }
+    let v = counters(&mut im, deadline, "the last counters");
+    assert_eq!(num(&v, "sources"), 2, "{v}");
+    assert!(num(&v, "refused_sources") >= 3, "{v}");
+}
