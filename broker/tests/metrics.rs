@@ -204,3 +204,53 @@ fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
     assert_eq!(status, "HTTP/1.1 404 Not Found");
     drop((reader, producer));
 }
+
+/// A client that sends its request a byte at a time and never finishes it (a stuck or
+/// hostile scraper) neither holds up another scrape nor keeps its connection open: the
+/// request head has one deadline in all, not one per read.
+#[test]
+fn a_client_that_trickles_its_request_holds_up_no_scrape() {
+    let ns = Namespace::new("metrics_trickle");
+    let path = ns.config("[rings.m]\ncapacity = 64\n");
+    let broker = ns.broker_with(Some(&path), &["--metrics-listen", "127.0.0.1:0"]);
+    let addr = metrics_address(&broker);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut slow = TcpStream::connect(&addr).expect("connect the slow client");
+    slow.write_all(b"G").expect("the first byte");
+    let trickler = {
+        let stop = stop.clone();
+        let mut slow = slow.try_clone().expect("clone the socket");
+        // One byte every 100 ms, well inside any per-read timeout, until the broker closes
+        // the connection or the test says stop (bounded: never past the kit's deadline).
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + common::WAIT;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                && std::time::Instant::now() < until
+            {
+                // A watchdog pace for the trickle, not a synchronisation sleep.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                if slow.write_all(b"E").is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    // Answered while the slow client is still sending (the read times out after the kit's
+    // deadline otherwise, and `get` fails).
+    let (status, _) = get(&addr, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    // And the slow client is cut off: its connection reads as closed (an end of file, or a
+    // reset if the broker closed it with bytes unread), where it would time out.
+    slow.set_read_timeout(Some(common::WAIT)).expect("timeout");
+    let closed = slow.read_to_end(&mut Vec::new());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickler.join().expect("the trickler");
+    assert!(
+        closed.is_ok()
+            || closed
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the trickling connection stayed open: {closed:?}"
+    );
+}

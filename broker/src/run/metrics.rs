@@ -9,16 +9,18 @@
 //!
 //! The HTTP side is a `std::net::TcpListener` serving that one path: a scraper sends one
 //! small request every few seconds, so an HTTP stack and an async runtime would be most of
-//! the broker's dependencies for nothing. One connection at a time on its own thread, the
-//! request head bounded to 8 KiB and 2 s, `Connection: close`; the report is copied under
-//! the broker's lock and encoded outside it, so a slow scraper never delays a sweep.
+//! the broker's dependencies for nothing. Each connection has a thread of its own (at most
+//! `MAX_CONNECTIONS` at once; one more is answered 503), its request head bounded to 8 KiB
+//! and 2 s in all (not per read: a client sending a byte at a time is cut off like one
+//! sending nothing), `Connection: close`; the report is copied under the broker's lock and
+//! encoded outside it, so a slow scraper never delays a sweep or another scrape.
 
 use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -34,8 +36,11 @@ use crate::report::{ConsumerReport, ProducerReport, RingReport, StatusReport};
 
 /// Longest request head read.
 const MAX_HEAD: u64 = 8 * 1024;
-/// How long a scraper may take to send its request.
+/// How long a scraper may take to send its request head, in all; and each write of the
+/// response.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections served at once.
+const MAX_CONNECTIONS: usize = 8;
 /// Content type of the OpenMetrics text format.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -440,25 +445,70 @@ fn producer_metrics(s: &mut Scrape, rings: &[RingReport]) {
 
 /// Serve `GET /metrics` until the process exits.
 pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
+    let active = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
-        match stream {
-            Ok(s) => {
-                if let Err(e) = answer(s, &shared) {
-                    debug!("metrics connection: {e}");
-                }
-            }
+        let stream = match stream {
+            Ok(s) => s,
             Err(e) => {
                 warn!("metrics accept failed: {e}");
                 std::thread::sleep(Duration::from_millis(10));
+                continue;
             }
+        };
+        // AcqRel (both): a count shared with the connection threads' decrements; it orders
+        // nothing else.
+        if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::AcqRel);
+            let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
+            let _ = respond(
+                &stream,
+                "503 Service Unavailable",
+                "text/plain",
+                "too many metrics connections at once\n",
+            );
+            continue;
+        }
+        let shared = shared.clone();
+        let done = active.clone();
+        let spawned = std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || {
+                if let Err(e) = answer(stream, &shared) {
+                    debug!("metrics connection: {e}");
+                }
+                done.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(e) = spawned {
+            active.fetch_sub(1, Ordering::AcqRel);
+            warn!("cannot start a metrics thread: {e}");
         }
     }
 }
 
+/// A stream read against one deadline: each read waits at most what is left of it.
+struct Until<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for Until<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buf)
+    }
+}
+
 fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(READ_TIMEOUT))?;
     stream.set_write_timeout(Some(READ_TIMEOUT))?;
-    let mut reader = BufReader::new((&stream).take(MAX_HEAD));
+    let until = Until {
+        stream: &stream,
+        deadline: Instant::now() + READ_TIMEOUT,
+    };
+    let mut reader = BufReader::new(until.take(MAX_HEAD));
     let mut first = String::new();
     reader.read_line(&mut first)?;
     // The rest of the head, up to the empty line (bounded by MAX_HEAD).
