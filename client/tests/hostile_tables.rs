@@ -471,6 +471,56 @@ fn a_lapped_consumer_at_a_corrupt_position_gets_an_error() {
     assert!(behind.next_sequence() < MAX_SEQUENCE);
 }
 
+/// A required consumer released (as the broker releases a stalled one) while the ring's
+/// position reads past any sequence: it stays released and every poll says so, where
+/// gating again first left it ACTIVE at its old position, reading in place slots that
+/// producers were not held back from while it was released.
+#[test]
+fn a_released_consumer_at_a_corrupt_position_stays_released() {
+    let ns = Namespace::concurrent("corrupt_released");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("a required consumer");
+    let mut p = ring.producer().expect("producer");
+    for i in 0..4u64 {
+        p.publish(&i.to_ne_bytes()).expect("publish");
+    }
+    drop(p);
+    let entry = ring
+        .info()
+        .consumers
+        .into_iter()
+        .find(|e| e.index == c.index())
+        .expect("its entry");
+    let released = owned_word::next(
+        entry.word,
+        consumer_state::RELEASED,
+        owned_word::owner(entry.word),
+    );
+    put64(
+        ring.path(),
+        consumer_field(&ring, c.index(), HOT_WORD),
+        released,
+    );
+    put64(ring.path(), STOP_SEQ, u64::MAX);
+    put64(ring.path(), CLAIM_WORD, shmring_layout::CLAIM_CLOSED);
+    for _ in 0..2 {
+        let mut got = Vec::new();
+        assert_eq!(
+            poll_quiet(&ring, &mut c, |ev| got.push(ev.sequence())),
+            Err(PollError::CorruptPosition { position: u64::MAX })
+        );
+        assert_eq!(got, [0u64; 0], "read in place after gating again");
+    }
+    let word = ring
+        .info()
+        .consumers
+        .into_iter()
+        .find(|e| e.index == c.index());
+    assert_eq!(word.map(|e| e.word), Some(released));
+}
+
 /// A worker group's work sequence overwritten by another process with a position past any
 /// sequence: a member's attach refuses it, and a member already attached whose next claim
 /// comes from it gets `PollError::CorruptPosition` instead of waiting, silently, for a
@@ -515,8 +565,9 @@ fn a_group_s_work_sequence_past_any_sequence_is_an_error() {
 }
 
 /// A fixed-size ring's claim word overwritten by another process while its producer is
-/// attached: the producer's next publish takes its position from the cursor (where its last
-/// publish left it) instead of counting on from a position no ring reaches.
+/// attached: the producer's next publish, and its counters, take its position from the
+/// cursor (where its last publish left it) instead of counting on from a position no ring
+/// reaches.
 #[test]
 fn a_fixed_producer_s_claim_word_overwritten_past_any_sequence_is_no_overflow() {
     let ns = Namespace::concurrent("corrupt_claim");
@@ -525,8 +576,11 @@ fn a_fixed_producer_s_claim_word_overwritten_past_any_sequence_is_no_overflow() 
     assert_eq!(p.publish(&[1; 8]), Ok(0));
     assert_eq!(p.publish(&[2; 8]), Ok(1));
     put64(ring.path(), CLAIM_WORD, u64::MAX);
+    // Its counters read the position from the cursor too, not a count near 2^64.
+    assert_eq!(p.stats().published, 2);
     assert_eq!(p.publish(&[3; 8]), Ok(2));
     assert_eq!(p.try_publish(&[4; 8]), Ok(3));
+    assert_eq!(p.stats().published, 4);
     let mut got = Vec::new();
     while poll_quiet(&ring, &mut c, |ev| got.push(ev.bytes()[0])).expect("poll") > 0 {}
     assert_eq!(got, [1, 2, 3, 4]);

@@ -263,35 +263,52 @@ impl Consumer {
             self.failed = true;
             return Err(PollError::EntryLost);
         }
-        if lapped || word != self.word {
-            self.jump_to_head()?;
-        }
+        // A deleted ring first: its position is nothing to report on.
         if is_deleted(&self.seg) {
             return Err(PollError::Deleted);
+        }
+        if lapped || word != self.word {
+            self.jump_to_head()?;
         }
         Ok(0)
     }
 
     /// Lapped (or released): skip to the head and count the gap. A head at or past
     /// `MAX_SEQUENCE` (another process overwrote the claim word or the stop sequence) is no
-    /// position to go on from: the consumer stays where it is, and this says so.
+    /// position to go on from: the consumer stays where it is, and this says so. A released
+    /// consumer stays released then: gating again at its old position, it would read in
+    /// place slots that producers were not held back from while it was released.
     pub(super) fn jump_to_head(&mut self) -> Result<(), PollError> {
         let released = table::consumer::released(self.word);
+        let mut gated_again = false;
         // Acquire: pairs with the broker's SeqCst release CAS.
         if self.entry().hot.word.load(Ordering::Acquire) == released {
+            corrupt(self.seg.position())?;
             // Gate again, by the attach protocol: SeqCst CAS, then read the head.
             if let Ok(word) =
                 table::consumer::set(&self.entry().hot.word, released, consumer_state::ACTIVE)
             {
                 self.word = word;
+                gated_again = true;
                 // SeqCst fence: (2) in `consumer/barrier.rs`, between gating again and reading
                 // the head, ordered against the fence of a downstream that let this consumer go.
                 fence(Ordering::SeqCst);
             }
         }
         let head = self.seg.position();
-        if head >= shmring_layout::MAX_SEQUENCE {
-            return Err(PollError::CorruptPosition { position: head });
+        if let Err(e) = corrupt(head) {
+            if gated_again {
+                // Overwritten between the look above and this read: released again, as the
+                // broker releases (SeqCst CAS), and the downstreams that may now pass it
+                // woken as the broker wakes them. The next poll finds it released.
+                table::consumer::release(&self.entry().hot.word, self.word);
+                park::notify(
+                    &self.seg.lines().consumer_wake.value,
+                    self.seg.header(),
+                    self.registered,
+                );
+            }
+            return Err(e);
         }
         if head > self.next {
             // Before the store, as in `commit`: never between the store and the wake.
@@ -808,6 +825,15 @@ impl Source for FixedSrc<'_> {
 pub(super) fn on_nothing(delivered: u64, e: PollError) -> Result<(), PollError> {
     if delivered == 0 {
         Err(e)
+    } else {
+        Ok(())
+    }
+}
+
+/// A position at or past `MAX_SEQUENCE`, which no ring reaches, as the poll's error.
+fn corrupt(position: u64) -> Result<(), PollError> {
+    if position >= shmring_layout::MAX_SEQUENCE {
+        Err(PollError::CorruptPosition { position })
     } else {
         Ok(())
     }

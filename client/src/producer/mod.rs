@@ -202,14 +202,21 @@ impl Producer {
     /// publishes there may repeat sequences.
     #[cold]
     fn position_from_cursor(&self, word: u64) -> u64 {
-        let (cursor, _) = fixed::published(&self.seg.events());
+        let cursor = self.cursor_position();
         tracing::warn!(
             ring = self.seg.name(),
             claim_word = word,
             cursor,
             "the ring's claim word was overwritten past any sequence; this producer goes on from its cursor"
         );
-        cursor.min(MAX_SEQUENCE)
+        cursor
+    }
+
+    /// The position as the cursor holds it, bounded by the largest sequence (see
+    /// `position_from_cursor`).
+    #[cold]
+    fn cursor_position(&self) -> u64 {
+        fixed::published(&self.seg.events()).0.min(MAX_SEQUENCE)
     }
 
     /// Events published by this handle (tombstones excluded).
@@ -217,10 +224,16 @@ impl Producer {
         if self.fixed {
             // An open claim guard's sequences are not published yet.
             let open = self.open_claim.map_or(0, |(_, n)| n);
-            // Saturating: the position may be read from the claim word, which a damaged
-            // segment can hold below this handle's start.
-            self.position()
-                .saturating_sub(self.base)
+            // A claim word overwritten past any sequence is no count: the cursor holds the
+            // position then (`position_from_cursor`). Saturating: a damaged segment's claim
+            // word can also hold a position below this handle's start.
+            let p = self.position();
+            let p = if p < MAX_SEQUENCE {
+                p
+            } else {
+                self.cursor_position()
+            };
+            p.saturating_sub(self.base)
                 .saturating_sub(self.tombstoned)
                 .saturating_sub(open)
         } else {
