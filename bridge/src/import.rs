@@ -46,8 +46,8 @@ pub struct ImportArgs {
     /// Namespace of the local ring (default: $SHMRING_NAMESPACE, else "default").
     #[arg(long)]
     pub namespace: Option<String>,
-    /// Acknowledge every known source this often, and count the link down after five
-    /// periods without a message (ms).
+    /// Acknowledge every source heard from within --ack-quiet-ms this often, and count the
+    /// link down after five periods without a message (ms).
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
     /// Ask again for the same missing position at most this often (ms).
@@ -56,16 +56,22 @@ pub struct ImportArgs {
     /// Print the counters as one JSON line this often (ms; 0: only at exit).
     #[arg(long, default_value_t = 1000)]
     pub stats_ms: u64,
-    /// Know at most this many sources (those recalled from the ring included); a message
-    /// from one more is ignored and counted in `refused_sources` until the importer
-    /// restarts. The link is not authenticated: this bounds what a stray or forged sender
-    /// can make it keep.
+    /// Know at most this many sources (those recalled from the ring included). A new one
+    /// past that takes the place of the source quiet the longest, if that one has been
+    /// quiet for --forget-after-ms (counted in `forgotten_sources`); otherwise its message
+    /// is ignored (counted in `refused_sources`). The link is not authenticated: this
+    /// bounds what a stray or forged sender can make the importer keep.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub max_sources: u64,
     /// The heartbeat's acks go only to sources heard from within this many ms; a quiet
     /// source's next message is acknowledged as it arrives.
     #[arg(long, default_value_t = 10_000)]
     pub ack_quiet_ms: u64,
+    /// A source quiet this long gives its place to a new one once --max-sources are known
+    /// (ms). Heard again, it is a new source: reliable, it starts at its exporter's
+    /// committed position.
+    #[arg(long, default_value_t = 3_600_000)]
+    pub forget_after_ms: u64,
     /// Zenoh session.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -102,8 +108,11 @@ pub struct ImportStats {
     pub expected: u64,
     /// Sources known (from the ring's record or the link).
     pub sources: u64,
-    /// Messages ignored because they came from a new source past `--max-sources`.
+    /// Messages ignored because they came from a new source past `--max-sources`, none of
+    /// the known ones quiet for `--forget-after-ms`.
     pub refused_sources: u64,
+    /// Sources forgotten, quiet for `--forget-after-ms`, to make room for a new one.
+    pub forgotten_sources: u64,
     /// Claims of dead predecessors repaired at start.
     pub repaired: u64,
     /// "up" while the exporter's messages arrive, else "down".
@@ -154,7 +163,11 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
         sources: Sources::new(
             recalled,
             Duration::from_millis(args.resend_ms),
-            usize::try_from(args.max_sources).unwrap_or(usize::MAX),
+            (
+                usize::try_from(args.max_sources).unwrap_or(usize::MAX),
+                Duration::from_millis(args.forget_after_ms),
+            ),
+            Instant::now(),
         ),
         ack_pub: &ack_pub,
         stats: ImportStats {
@@ -338,10 +351,18 @@ impl Importer<'_> {
                     source = format_args!("{:016x}", h.source),
                     known = self.sources.len(),
                     refused = self.stats.refused_sources,
-                    "a message from a new source ignored: the importer knows --max-sources sources already"
+                    "a message from a new source ignored: the importer knows --max-sources sources, none quiet for --forget-after-ms"
                 );
             }
             return Ok(());
+        }
+        if let Some(old) = plan.forgot {
+            self.stats.forgotten_sources = self.stats.forgotten_sources.saturating_add(1);
+            info!(
+                source = format_args!("{old:016x}"),
+                new = format_args!("{:016x}", h.source),
+                "a source quiet for --forget-after-ms forgotten for a new one"
+            );
         }
         if plan.new_source {
             info!(source = format_args!("{:016x}", h.source), "new source");

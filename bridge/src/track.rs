@@ -17,10 +17,14 @@
 //! position, and, dropping, at the first batch it sees.
 //!
 //! The link is not authenticated (docs/SCALE_OUT.md), and every source identity a message
-//! names would otherwise stay known for the importer's life: the importer knows at most
-//! `max` sources (those recalled from its ring included) and ignores a message from one
-//! more until it restarts, and its heartbeat acknowledges only the sources heard from
-//! within `quiet`, so a source that has gone away costs nothing per heartbeat.
+//! names would otherwise stay known for the importer's life (a source ring created again
+//! is a new identity too): the importer knows at most `max` sources (those recalled from
+//! its ring included). A new one past that takes the place of the source quiet the longest
+//! if that one has been quiet for `forget`, and is refused (its message ignored) if none
+//! has. A forgotten source heard again is a new one: reliable, it starts at its exporter's
+//! committed position, so events its last lost acks covered are published a second time.
+//! The importer's heartbeat acknowledges only the sources heard from lately (see
+//! `heard_since`), so a source that has gone away costs nothing per heartbeat.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -53,9 +57,12 @@ pub struct Plan {
     pub dropped: u64,
     /// Whether the source was new.
     pub new_source: bool,
-    /// The source was new and the importer already knows its largest number of sources:
-    /// the message is ignored (nothing else in the plan is set).
+    /// The source was new, the importer already knows its largest number of sources, and
+    /// every one of them was heard from lately: the message is ignored (nothing else in the
+    /// plan is set).
     pub refused: bool,
+    /// The source was new, and this source, quiet the longest, was forgotten to make room.
+    pub forgot: Option<u64>,
 }
 
 /// Every source an importer knows.
@@ -63,17 +70,23 @@ pub struct Plan {
 pub struct Sources {
     map: HashMap<u64, Source>,
     resend_every: Duration,
-    /// The most sources it knows: a new one past this is refused.
+    /// The most sources it knows.
     max: usize,
+    /// How long a source must have been quiet to be forgotten for a new one.
+    forget: Duration,
+    /// When the recalled sources became known: their quiet time counts from here.
+    since: Instant,
 }
 
 impl Sources {
-    /// Sources recalled from the ring: `(identity, next sequence needed)`; at most `max`
-    /// sources in all (the recalled ones are all kept).
+    /// Sources recalled from the ring at `now`: `(identity, next sequence needed)`; at most
+    /// `max` sources in all (the recalled ones are all kept), one quiet for `forget` giving
+    /// its place to a new one.
     pub fn new(
         recalled: impl IntoIterator<Item = (u64, u64)>,
         resend_every: Duration,
-        max: usize,
+        (max, forget): (usize, Duration),
+        now: Instant,
     ) -> Self {
         Self {
             map: recalled
@@ -91,6 +104,8 @@ impl Sources {
                 .collect(),
             resend_every,
             max,
+            forget,
+            since: now,
         }
     }
 
@@ -135,8 +150,21 @@ impl Sources {
             Mode::Drop => h.start,
         };
         if !self.map.contains_key(&h.source) && self.map.len() >= self.max {
-            plan.refused = true;
-            return plan;
+            let quietest = self
+                .map
+                .iter()
+                .map(|(s, e)| (e.heard.unwrap_or(self.since), *s))
+                .min();
+            match quietest {
+                Some((heard, s)) if now.saturating_duration_since(heard) >= self.forget => {
+                    self.map.remove(&s);
+                    plan.forgot = Some(s);
+                }
+                _ => {
+                    plan.refused = true;
+                    return plan;
+                }
+            }
         }
         let src = self.map.entry(h.source).or_insert_with(|| {
             plan.new_source = true;
@@ -197,6 +225,7 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+    const HOUR: Duration = Duration::from_secs(3600);
 
     fn batch(mode: Mode, committed: u64, start: u64, end: u64) -> BatchHeader {
         BatchHeader {
@@ -212,7 +241,7 @@ mod tests {
 
     #[test]
     fn reliable_keeps_only_what_the_ring_lacks() {
-        let mut s = Sources::new([(7, 10)], 200 * MS, 16);
+        let mut s = Sources::new([(7, 10)], 200 * MS, (16, HOUR), Instant::now());
         let t = Instant::now();
         // Replay after an exporter restart: 5..10 are already in the ring.
         let p = s.plan(&batch(Mode::Reliable, 5, 5, 15), 5..15, t);
@@ -227,7 +256,7 @@ mod tests {
 
     #[test]
     fn reliable_asks_for_what_is_missing_at_most_once_per_period() {
-        let mut s = Sources::new([], 200 * MS, 16);
+        let mut s = Sources::new([], 200 * MS, (16, HOUR), Instant::now());
         let t = Instant::now();
         // A new source starts at the exporter's committed position.
         let p = s.plan(&batch(Mode::Reliable, 100, 120, 130), 120..130, t);
@@ -254,7 +283,7 @@ mod tests {
     fn reliable_skips_tombstones_the_exporter_committed() {
         // The ring's record ends at 9 (expected 10); 10..12 were tombstones in the source,
         // confirmed (via `end`) before a restart.
-        let mut s = Sources::new([(7, 10)], 200 * MS, 16);
+        let mut s = Sources::new([(7, 10)], 200 * MS, (16, HOUR), Instant::now());
         let p = s.plan(&batch(Mode::Reliable, 12, 12, 14), 12..14, Instant::now());
         assert_eq!((p.keep_from, p.resend, p.ack), (Some(12), None, Some(14)));
         // Tombstones inside a batch: covered by `end`, nothing to publish for them.
@@ -268,7 +297,7 @@ mod tests {
 
     #[test]
     fn drop_counts_every_sequence_it_did_not_get() {
-        let mut s = Sources::new([], 200 * MS, 16);
+        let mut s = Sources::new([], 200 * MS, (16, HOUR), Instant::now());
         let t = Instant::now();
         let hb = s.plan(&batch(Mode::Drop, 0, 0, 0), std::iter::empty(), t);
         assert_eq!((hb.dropped, hb.ack), (0, Some(0)));
@@ -293,8 +322,8 @@ mod tests {
     #[test]
     fn a_new_source_past_the_largest_number_is_refused() {
         // One source recalled from the ring, room for two.
-        let mut s = Sources::new([(7, 10)], 200 * MS, 2);
         let t = Instant::now();
+        let mut s = Sources::new([(7, 10)], 200 * MS, (2, HOUR), t);
         let p = s.plan(&from(8, 0), std::iter::empty(), t);
         assert!(p.new_source && !p.refused);
         assert_eq!(p.ack, Some(0));
@@ -318,9 +347,33 @@ mod tests {
     }
 
     #[test]
-    fn the_heartbeat_acknowledges_only_sources_heard_lately() {
-        let mut s = Sources::new([(7, 10)], 200 * MS, 16);
+    fn a_source_quiet_for_the_forget_period_gives_its_place_to_a_new_one() {
         let t = Instant::now();
+        // Source 7 recalled at `t` and never heard since; source 8 heard at `t + 10 min`.
+        let mut s = Sources::new([(7, 10)], 200 * MS, (2, HOUR), t);
+        s.plan(&from(8, 4), std::iter::empty(), t + 600 * 1000 * MS);
+        // Neither quiet for an hour yet: refused.
+        let p = s.plan(&from(9, 0), std::iter::empty(), t + HOUR - MS);
+        assert!(p.refused && p.forgot.is_none());
+        // Source 7 has been: forgotten for source 9, which is then known as any other.
+        let p = s.plan(&from(9, 0), std::iter::empty(), t + HOUR);
+        assert_eq!((p.refused, p.forgot, p.new_source), (false, Some(7), true));
+        assert_eq!(p.ack, Some(0));
+        let mut known: Vec<u64> = s.positions().map(|(id, _)| id).collect();
+        known.sort_unstable();
+        assert_eq!(known, [8, 9]);
+        // Source 9 was just heard, source 8 only 50 min ago: the next new one is refused.
+        let p = s.plan(&from(10, 0), std::iter::empty(), t + HOUR + MS);
+        assert!(p.refused);
+        // Source 7 back, a new source now: it starts at its exporter's committed position.
+        let p = s.plan(&from(7, 12), std::iter::empty(), t + 2 * HOUR);
+        assert_eq!((p.forgot, p.new_source, p.ack), (Some(8), true, Some(12)));
+    }
+
+    #[test]
+    fn the_heartbeat_acknowledges_only_sources_heard_lately() {
+        let t = Instant::now();
+        let mut s = Sources::new([(7, 10)], 200 * MS, (16, HOUR), t);
         // Recalled, not heard yet: nothing to acknowledge until it speaks.
         assert_eq!(s.heard_since(t).count(), 0);
         s.plan(&from(8, 4), std::iter::empty(), t);

@@ -264,6 +264,9 @@ fn br_import(args: &Args) -> Result<()> {
         heartbeat_ms: 100,
         resend_ms: 200,
         stats_ms: 0,
+        max_sources: 1024,
+        ack_quiet_ms: 10_000,
+        forget_after_ms: 3_600_000,
         link: link(args, false)?,
     };
     until_done(args, |stop| {
