@@ -241,8 +241,11 @@ fn a_client_that_trickles_its_request_holds_up_no_scrape() {
     let (status, _) = get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     // And the slow client is cut off: its connection reads as closed (an end of file, or a
-    // reset if the broker closed it with bytes unread), where it would time out.
-    slow.set_read_timeout(Some(common::WAIT)).expect("timeout");
+    // reset if the broker closed it with bytes unread), 2 s after it connected, where it
+    // would time out: the trickle goes on for the kit's whole deadline (60 s), far past
+    // this read's 20 s.
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .expect("timeout");
     let closed = slow.read_to_end(&mut Vec::new());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     trickler.join().expect("the trickler");

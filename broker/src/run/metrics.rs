@@ -11,9 +11,11 @@
 //! small request every few seconds, so an HTTP stack and an async runtime would be most of
 //! the broker's dependencies for nothing. Each connection has a thread of its own (at most
 //! `MAX_CONNECTIONS` at once; one more is answered 503), its request head bounded to 8 KiB
-//! and 2 s in all (not per read: a client sending a byte at a time is cut off like one
-//! sending nothing), `Connection: close`; the report is copied under the broker's lock and
-//! encoded outside it, so a slow scraper never delays a sweep or another scrape.
+//! and 2 s in all and its response to 10 s in all (not per read or write: a client
+//! trickling its request or reading its response a byte at a time is cut off like one
+//! that sends nothing), `Connection: close`; the report is copied under the broker's lock
+//! and encoded outside it, so a slow scraper never delays a sweep, nor another scrape
+//! unless `MAX_CONNECTIONS` slow ones are connected at once.
 
 use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -36,9 +38,10 @@ use crate::report::{ConsumerReport, ProducerReport, RingReport, StatusReport};
 
 /// Longest request head read.
 const MAX_HEAD: u64 = 8 * 1024;
-/// How long a scraper may take to send its request head, in all; and each write of the
-/// response.
+/// How long a scraper may take to send its request head, in all.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a scraper may take to read its response, in all.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once.
 const MAX_CONNECTIONS: usize = 8;
 /// Content type of the OpenMetrics text format.
@@ -459,7 +462,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
         // nothing else.
         if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::AcqRel);
-            let _ = stream.set_write_timeout(Some(READ_TIMEOUT));
+            // A short reply into a fresh socket's send buffer: it does not wait.
             let _ = respond(
                 &stream,
                 "503 Service Unavailable",
@@ -469,41 +472,68 @@ pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
             continue;
         }
         let shared = shared.clone();
-        let done = active.clone();
+        // Its slot is given back when the thread ends, by returning or by unwinding, or
+        // when the thread cannot be started (the closure is dropped unrun).
+        let slot = Slot(active.clone());
         let spawned = std::thread::Builder::new()
             .name("metrics".into())
             .spawn(move || {
+                let _slot = slot;
                 if let Err(e) = answer(stream, &shared) {
                     debug!("metrics connection: {e}");
                 }
-                done.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
-            active.fetch_sub(1, Ordering::AcqRel);
             warn!("cannot start a metrics thread: {e}");
         }
     }
 }
 
-/// A stream read against one deadline: each read waits at most what is left of it.
+/// A connection's place among the `MAX_CONNECTIONS`, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // AcqRel: the count's other side (see `serve`).
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A stream read or written against one deadline: each call waits at most what is left.
 struct Until<'a> {
     stream: &'a TcpStream,
     deadline: Instant,
 }
 
-impl Read for Until<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+impl Until<'_> {
+    fn left(&self) -> std::io::Result<Duration> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(std::io::ErrorKind::TimedOut.into());
         }
-        self.stream.set_read_timeout(Some(left))?;
+        Ok(left)
+    }
+}
+
+impl Read for Until<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
         self.stream.read(buf)
     }
 }
 
+impl Write for Until<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
+}
+
 fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
-    stream.set_write_timeout(Some(READ_TIMEOUT))?;
     let until = Until {
         stream: &stream,
         deadline: Instant::now() + READ_TIMEOUT,
@@ -548,8 +578,9 @@ fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
     respond(&stream, status, content_type, &body)
 }
 
+/// Write the response, all of it within [`WRITE_TIMEOUT`].
 fn respond(
-    mut stream: &TcpStream,
+    stream: &TcpStream,
     status: &str,
     content_type: &str,
     body: &str,
@@ -558,9 +589,13 @@ fn respond(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
+    let mut out = Until {
+        stream,
+        deadline: Instant::now() + WRITE_TIMEOUT,
+    };
+    out.write_all(head.as_bytes())?;
+    out.write_all(body.as_bytes())?;
+    out.flush()
 }
 
 #[cfg(test)]
