@@ -355,6 +355,14 @@ pub enum PublishError {
     /// The ring was deleted while waiting.
     #[error("ring was deleted")]
     Deleted,
+    /// The claim on a multi-producer ring got a position at or past
+    /// `shmring_layout::MAX_SEQUENCE`, which no ring reaches: another process overwrote the
+    /// claim word. Nothing was published.
+    #[error("the ring's position {position:#x} is past any sequence a ring reaches: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
+    CorruptPosition {
+        /// The position found.
+        position: u64,
+    },
 }
 
 /// `try_publish`, `publish_timeout` and their batch forms: the forms that do not wait, or wait
@@ -399,6 +407,12 @@ pub enum TryPublishError {
     /// The ring was deleted.
     #[error("ring was deleted")]
     Deleted,
+    /// As [`PublishError::CorruptPosition`]. No sequence was spent.
+    #[error("the ring's position {position:#x} is past any sequence a ring reaches: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
+    CorruptPosition {
+        /// The position found.
+        position: u64,
+    },
 }
 
 /// `Consumer::poll_once` and `Consumer::run`.

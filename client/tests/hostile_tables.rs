@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use shmring::{
-    AttachError, ConsumerOptions, LayoutError, OpenError, PollError, ProducerMode, Ring, RingConfig,
+    AttachError, ConsumerOptions, LayoutError, OpenError, PollError, ProducerMode, PublishError,
+    Ring, RingConfig, TryPublishError,
 };
 use shmring_layout::{
     config_checksum, consumer_state, owned_word, producer_state, ClaimLine, ConfigWords,
@@ -519,6 +520,41 @@ fn a_released_consumer_at_a_corrupt_position_stays_released() {
         .into_iter()
         .find(|e| e.index == c.index());
     assert_eq!(word.map(|e| e.word), Some(released));
+}
+
+/// A multi-producer ring's claim word overwritten by another process with a position past
+/// any sequence while its producers are attached: each publish form says so, where the
+/// waiting forms waited for room for ever (or until their deadline) and `try_publish`
+/// reported a full ring.
+#[test]
+fn a_multi_producer_claim_past_any_sequence_is_an_error() {
+    let ns = Namespace::concurrent("corrupt_multi_claim");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
+    let _gating = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("a required consumer");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(&[1; 8]), Ok(0));
+    let bad = MAX_SEQUENCE + 5;
+    put64(ring.path(), CLAIM_WORD, bad);
+    let corrupt = TryPublishError::CorruptPosition { position: bad };
+    assert_eq!(p.try_publish(&[2; 8]), Err(corrupt));
+    assert_eq!(
+        p.publish_timeout(&[2; 8], Duration::from_secs(30)),
+        Err(corrupt)
+    );
+    assert_eq!(p.try_publish_batch(&[[2u8; 8]; 2]), Err(corrupt));
+    // The waiting form on a thread of its own, so that a wait for ever fails the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = p.publish(&[3; 8]);
+        let _ = tx.send((r, p.stats().refused));
+    });
+    let (r, refused) = rx
+        .recv_timeout(shmring_testkit::WAIT)
+        .expect("publish waited for room at a corrupt position");
+    assert_eq!(r, Err(PublishError::CorruptPosition { position: bad }));
+    assert_eq!(refused, 4);
 }
 
 /// A worker group's work sequence overwritten by another process with a position past any

@@ -118,12 +118,25 @@ impl Producer {
                 });
             }
         };
+        if c >= MAX_SEQUENCE {
+            return Err(self.corrupt_claim(c));
+        }
         self.mark_in_flight(c, n);
         let last = c + n - 1;
         if !self.has_room(last) && !self.wait_for_room(last, None, false) {
             return Err(PublishError::Deleted);
         }
         Ok(c)
+    }
+
+    /// A multi-producer claim at `position`, at or past `MAX_SEQUENCE`: another process
+    /// overwrote the claim word. Nothing is recorded in flight (no slot is written, so
+    /// there is no hole to repair); the refusal is counted.
+    #[cold]
+    fn corrupt_claim(&mut self, position: u64) -> PublishError {
+        self.clear_in_flight();
+        self.refuse();
+        PublishError::CorruptPosition { position }
     }
 
     /// A fixed-size ring's wait for room before its claim: a stop meanwhile refuses the
@@ -203,6 +216,10 @@ impl Producer {
             let c = self.seg.lines().claim.value.load(Ordering::Acquire);
             if c & CLAIM_CLOSED != 0 {
                 return Err(self.closed_error());
+            }
+            if c >= MAX_SEQUENCE {
+                // Another process overwrote the claim word: no wait for room ends that.
+                return Err(TryPublishError::CorruptPosition { position: c });
             }
             if !self.has_room(c + n - 1) {
                 return Err(TryPublishError::Full);
