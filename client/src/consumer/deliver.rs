@@ -299,14 +299,16 @@ impl Consumer {
         if let Err(e) = corrupt(head) {
             if gated_again {
                 // Overwritten between the look above and this read: released again, as the
-                // broker releases (SeqCst CAS), and the downstreams that may now pass it
-                // woken as the broker wakes them. The next poll finds it released.
+                // broker releases (SeqCst CAS), and woken as the broker wakes them: the
+                // downstreams that may now pass it, and a producer that found it gating at
+                // its old position in between. The next poll finds it released.
                 table::consumer::release(&self.entry().hot.word, self.word);
-                park::notify(
-                    &self.seg.lines().consumer_wake.value,
-                    self.seg.header(),
-                    self.registered,
+                tracing::warn!(
+                    ring = self.seg.name(),
+                    consumer = self.seg.index(),
+                    "the ring's position is past any sequence; this consumer stays released"
                 );
+                self.wake_both();
             }
             return Err(e);
         }
@@ -319,8 +321,15 @@ impl Consumer {
             self.entry().hot.next.store(head, Ordering::Release);
             self.moved(head);
             self.store_stats();
-            // A consumer reading behind this one may be parked waiting for it to move (see
-            // `commit`); the jump moves it as a commit does.
+            // A producer may be parked on the room the jump makes (gating again, this
+            // consumer held producers at its old position until now), and a consumer reading
+            // behind this one may be parked waiting for it to move (see `commit`): the jump
+            // moves it as a commit does.
+            park::notify(
+                &self.seg.lines().producer_wake.value,
+                self.seg.header(),
+                registered,
+            );
             park::notify(
                 &self.seg.lines().consumer_wake.value,
                 self.seg.header(),
@@ -328,6 +337,17 @@ impl Consumer {
             );
         }
         Ok(())
+    }
+
+    /// Wake both lines, as a change of this consumer's gating does.
+    #[cold]
+    fn wake_both(&self) {
+        for line in [
+            &self.seg.lines().producer_wake.value,
+            &self.seg.lines().consumer_wake.value,
+        ] {
+            park::notify(line, self.seg.header(), self.registered);
+        }
     }
 
     pub(crate) fn commit(&mut self, next: u64, delivered: u64, skipped: u64, clamped: u64) {
