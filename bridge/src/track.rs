@@ -76,6 +76,11 @@ pub struct Sources {
     forget: Duration,
     /// When the recalled sources became known: their quiet time counts from here.
     since: Instant,
+    /// No known source can be forgotten before this: the quietest one's last message,
+    /// plus `forget`, when the sources were last looked through for one (the times they
+    /// were heard only move on, so the bound holds until then). A refusal before it costs
+    /// no look through the sources.
+    none_forgettable_before: Option<Instant>,
 }
 
 impl Sources {
@@ -106,6 +111,7 @@ impl Sources {
             max,
             forget,
             since: now,
+            none_forgettable_before: None,
         }
     }
 
@@ -150,6 +156,10 @@ impl Sources {
             Mode::Drop => h.start,
         };
         if !self.map.contains_key(&h.source) && self.map.len() >= self.max {
+            if self.none_forgettable_before.is_some_and(|t| now < t) {
+                plan.refused = true;
+                return plan;
+            }
             let quietest = self
                 .map
                 .iter()
@@ -161,6 +171,8 @@ impl Sources {
                     plan.forgot = Some(s);
                 }
                 _ => {
+                    self.none_forgettable_before =
+                        quietest.and_then(|(heard, _)| heard.checked_add(self.forget));
                     plan.refused = true;
                     return plan;
                 }
@@ -364,6 +376,14 @@ mod tests {
         assert_eq!(known, [8, 9]);
         // Source 9 was just heard, source 8 only 50 min ago: the next new one is refused.
         let p = s.plan(&from(10, 0), std::iter::empty(), t + HOUR + MS);
+        assert!(p.refused);
+        // Refused again up to 10 min before source 8's hour is up (without a look through
+        // the sources: the bound from the last one), not after.
+        let p = s.plan(
+            &from(11, 0),
+            std::iter::empty(),
+            t + 70 * 60 * 1000 * MS - MS,
+        );
         assert!(p.refused);
         // Source 7 back, a new source now: it starts at its exporter's committed position.
         let p = s.plan(&from(7, 12), std::iter::empty(), t + 2 * HOUR);

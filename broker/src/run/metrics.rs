@@ -42,6 +42,8 @@ const MAX_HEAD: u64 = 8 * 1024;
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a scraper may take to read its response, in all.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the "too many connections" reply may take (written on the accept thread).
+const BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Connections served at once.
 const MAX_CONNECTIONS: usize = 8;
 /// Content type of the OpenMetrics text format.
@@ -462,9 +464,11 @@ pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
         // nothing else.
         if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::AcqRel);
-            // A short reply into a fresh socket's send buffer: it does not wait.
+            // A short reply into a fresh socket's send buffer, on the accept thread: it does
+            // not wait, and the deadline is short in case it would.
             let _ = respond(
                 &stream,
+                BUSY_WRITE_TIMEOUT,
                 "503 Service Unavailable",
                 "text/plain",
                 "too many metrics connections at once\n",
@@ -556,6 +560,7 @@ fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
                 _ => {
                     return respond(
                         &stream,
+                        WRITE_TIMEOUT,
                         "500 Internal Server Error",
                         "text/plain",
                         "no report\n",
@@ -575,12 +580,13 @@ fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
             "GET /metrics only\n".to_owned(),
         ),
     };
-    respond(&stream, status, content_type, &body)
+    respond(&stream, WRITE_TIMEOUT, status, content_type, &body)
 }
 
-/// Write the response, all of it within [`WRITE_TIMEOUT`].
+/// Write the response, all of it `within`.
 fn respond(
     stream: &TcpStream,
+    within: Duration,
     status: &str,
     content_type: &str,
     body: &str,
@@ -591,7 +597,7 @@ fn respond(
     );
     let mut out = Until {
         stream,
-        deadline: Instant::now() + WRITE_TIMEOUT,
+        deadline: Instant::now() + within,
     };
     out.write_all(head.as_bytes())?;
     out.write_all(body.as_bytes())?;
