@@ -418,6 +418,18 @@ fn a_position_past_any_sequence_is_refused_at_a_consumer_s_attach() {
     }
 }
 
+/// An optional consumer of `ring`, lapped: three laps of 8-byte events published past it.
+fn lapped_optional(ring: &Ring) -> shmring::Consumer {
+    let behind = ring
+        .consumer(ConsumerOptions::anonymous().optional())
+        .expect("an optional consumer");
+    let mut p = ring.producer().expect("producer");
+    for i in 0..3 * ring.capacity() {
+        p.publish(&i.to_ne_bytes()).expect("publish");
+    }
+    behind
+}
+
 /// A consumer already attached that is lapped while the ring's position reads past any
 /// sequence (another process overwrote it) cannot jump to that position: every poll says so
 /// with `PollError::CorruptPosition` instead of delivering nothing, silently, for ever.
@@ -425,14 +437,7 @@ fn a_position_past_any_sequence_is_refused_at_a_consumer_s_attach() {
 fn a_lapped_consumer_at_a_corrupt_position_gets_an_error() {
     let ns = Namespace::concurrent("corrupt_lapped");
     let multi = Ring::create(ns.name(), "m", &hostile()).unwrap();
-    let mut behind = multi
-        .consumer(ConsumerOptions::anonymous().optional())
-        .expect("an optional consumer");
-    let mut p = multi.producer().expect("producer");
-    for i in 0..3 * multi.capacity() {
-        p.publish(&i.to_ne_bytes()).expect("publish");
-    }
-    drop(p);
+    let mut behind = lapped_optional(&multi);
     put64(multi.path(), STOP_SEQ, u64::MAX);
     put64(multi.path(), CLAIM_WORD, shmring_layout::CLAIM_CLOSED);
     for _ in 0..2 {
@@ -450,14 +455,7 @@ fn a_lapped_consumer_at_a_corrupt_position_gets_an_error() {
         ..hostile()
     };
     let fixed = Ring::create(ns.name(), "f", &config).unwrap();
-    let mut behind = fixed
-        .consumer(ConsumerOptions::anonymous().optional())
-        .expect("an optional consumer");
-    let mut p = fixed.producer().expect("producer");
-    for i in 0..3 * fixed.capacity() {
-        p.publish(&i.to_ne_bytes()).expect("publish");
-    }
-    drop(p);
+    let mut behind = lapped_optional(&fixed);
     put64(fixed.path(), CLAIM_WORD, u64::MAX - 5);
     put64(fixed.path(), CURSOR, u64::MAX);
     for _ in 0..2 {
