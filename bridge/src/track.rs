@@ -377,8 +377,8 @@ mod tests {
         // Source 9 was just heard, source 8 only 50 min ago: the next new one is refused.
         let p = s.plan(&from(10, 0), std::iter::empty(), t + HOUR + MS);
         assert!(p.refused);
-        // Refused again up to 10 min before source 8's hour is up (without a look through
-        // the sources: the bound from the last one), not after.
+        // Refused again just before source 8's hour is up at 70 min, from the bound the last
+        // look through the sources left (no look this time).
         let p = s.plan(
             &from(11, 0),
             std::iter::empty(),
