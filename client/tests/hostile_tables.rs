@@ -321,15 +321,20 @@ fn a_dead_fixed_producer_claim_far_past_the_cursor_is_repaired_in_bounded_steps(
     }
 }
 
+/// A ring of `capacity` 8-byte fixed-size events (single producer), otherwise `hostile`.
+fn fixed_config(capacity: u64) -> RingConfig {
+    RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        capacity,
+        ..hostile()
+    }
+}
+
 /// Ring "r" of 8-byte fixed-size events in `ns` (single producer), and an anonymous consumer
 /// of it.
 fn fixed_ring(ns: &Namespace) -> (Ring, shmring::Consumer) {
-    let config = RingConfig {
-        event_size: Some(8),
-        producer_mode: ProducerMode::Single,
-        ..hostile()
-    };
-    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let ring = Ring::create(ns.name(), "r", &fixed_config(hostile().capacity)).unwrap();
     let c = ring
         .consumer(ConsumerOptions::anonymous())
         .expect("consumer");
@@ -400,13 +405,7 @@ fn a_position_past_any_sequence_is_refused_at_a_consumer_s_attach() {
     assert_eq!(poll_quiet(&multi, &mut behind, |_| {}), Ok(0));
     assert_eq!(behind.next_sequence(), 0);
 
-    let config = RingConfig {
-        event_size: Some(8),
-        producer_mode: ProducerMode::Single,
-        capacity: 16,
-        ..hostile()
-    };
-    let fixed = Ring::create(ns.name(), "f", &config).unwrap();
+    let fixed = Ring::create(ns.name(), "f", &fixed_config(16)).unwrap();
     put64(fixed.path(), CLAIM_WORD, u64::MAX - 5);
     put64(fixed.path(), CURSOR, u64::MAX);
     match fixed.consumer(ConsumerOptions::anonymous()) {
@@ -448,13 +447,7 @@ fn a_lapped_consumer_at_a_corrupt_position_gets_an_error() {
     }
     assert!(behind.next_sequence() < MAX_SEQUENCE);
 
-    let config = RingConfig {
-        event_size: Some(8),
-        producer_mode: ProducerMode::Single,
-        capacity: 16,
-        ..hostile()
-    };
-    let fixed = Ring::create(ns.name(), "f", &config).unwrap();
+    let fixed = Ring::create(ns.name(), "f", &fixed_config(16)).unwrap();
     let mut behind = lapped_optional(&fixed);
     put64(fixed.path(), CLAIM_WORD, u64::MAX - 5);
     put64(fixed.path(), CURSOR, u64::MAX);

@@ -183,13 +183,19 @@ impl Producer {
     #[inline(always)]
     fn hold_position(&mut self) {
         if self.fast_end != 0 {
-            let p = self.position();
-            self.next = if p < MAX_SEQUENCE {
-                p
-            } else {
-                self.position_from_cursor(p)
-            };
+            self.next = self.sound_position();
             self.fast_end = 0;
+        }
+    }
+
+    /// [`Producer::position`], unless it reads past any sequence: then the cursor's (see
+    /// `position_from_cursor`).
+    fn sound_position(&self) -> u64 {
+        let p = self.position();
+        if p < MAX_SEQUENCE {
+            p
+        } else {
+            self.position_from_cursor(p)
         }
     }
 
@@ -202,7 +208,7 @@ impl Producer {
     /// publishes there may repeat sequences.
     #[cold]
     fn position_from_cursor(&self, word: u64) -> u64 {
-        let cursor = self.cursor_position();
+        let cursor = fixed::published(&self.seg.events()).0.min(MAX_SEQUENCE);
         tracing::warn!(
             ring = self.seg.name(),
             claim_word = word,
@@ -212,28 +218,16 @@ impl Producer {
         cursor
     }
 
-    /// The position as the cursor holds it, bounded by the largest sequence (see
-    /// `position_from_cursor`).
-    #[cold]
-    fn cursor_position(&self) -> u64 {
-        fixed::published(&self.seg.events()).0.min(MAX_SEQUENCE)
-    }
-
     /// Events published by this handle (tombstones excluded).
     fn published(&self) -> u64 {
         if self.fixed {
             // An open claim guard's sequences are not published yet.
             let open = self.open_claim.map_or(0, |(_, n)| n);
             // A claim word overwritten past any sequence is no count: the cursor holds the
-            // position then (`position_from_cursor`). Saturating: a damaged segment's claim
-            // word can also hold a position below this handle's start.
-            let p = self.position();
-            let p = if p < MAX_SEQUENCE {
-                p
-            } else {
-                self.cursor_position()
-            };
-            p.saturating_sub(self.base)
+            // position then. Saturating: a damaged segment's claim word can also hold a
+            // position below this handle's start.
+            self.sound_position()
+                .saturating_sub(self.base)
                 .saturating_sub(self.tombstoned)
                 .saturating_sub(open)
         } else {
