@@ -473,4 +473,20 @@ pub enum PollError {
         /// The position found.
         position: u64,
     },
+    /// A fixed-size ring's cursor reads more than the capacity past this consumer's
+    /// position. No producer publishes that far past a consumer (the wrap gate holds a
+    /// required consumer's producers within the capacity; an optional consumer further behind
+    /// is lapped, which the claim says), so another process overwrote the cursor and the
+    /// slots between are not events. Nothing was delivered and the consumer stays where it
+    /// was; each poll returns this until the cursor reads as a position again (the
+    /// producer's next publish stores it from its own position).
+    #[error("the ring's cursor {cursor:#x} is more than its {capacity} slots past this consumer's position {next}: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
+    CorruptCursor {
+        /// The cursor found.
+        cursor: u64,
+        /// The consumer's position.
+        next: u64,
+        /// The ring's capacity.
+        capacity: u64,
+    },
 }

@@ -873,3 +873,54 @@ fn corrupt_state_words_give_errors_not_hangs() {
         p.try_publish(b"not gated by a corrupt entry").unwrap();
     }
 }
+
+/// A fixed-size ring's cursor overwritten by another process with a value more than a ring
+/// past a consumer's position. No producer can publish that far past a consumer (the wrap
+/// gate holds a required one's producers within the capacity, and an optional one further
+/// behind than that is lapped, which the claim says). So the slots between are not events:
+/// every poll form says so with `PollError::CorruptCursor`, delivers nothing and keeps the
+/// consumer where it is, where it delivered whatever the slots held before. Once the
+/// producer's next publish stores the cursor again, the consumer goes on from where it was.
+#[test]
+fn a_fixed_ring_s_cursor_more_than_a_ring_ahead_delivers_nothing() {
+    let ns = Namespace::concurrent("corrupt_cursor");
+    let ring = Ring::create(ns.name(), "f", &fixed_config(16)).unwrap();
+    let mut required = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("a required consumer");
+    let mut optional = ring
+        .consumer(ConsumerOptions::anonymous().optional())
+        .expect("an optional consumer");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(&[1; 8]), Ok(0));
+    assert_eq!(p.publish(&[2; 8]), Ok(1));
+    let cap = ring.capacity();
+    for damaged in [cap + 1, 1 << 40, MAX_SEQUENCE - 1, u64::MAX] {
+        put64(ring.path(), CURSOR, damaged);
+        for (what, c) in [("required", &mut required), ("optional", &mut optional)] {
+            let mut got = Vec::new();
+            let once = poll_quiet(&ring, c, |ev| got.push(ev.sequence()));
+            let runs = c.poll_runs(|seq, _| got.push(seq));
+            for r in [once, runs] {
+                assert_eq!(
+                    r,
+                    Err(PollError::CorruptCursor {
+                        cursor: damaged,
+                        next: 0,
+                        capacity: cap,
+                    }),
+                    "{what} consumer, cursor {damaged:#x}"
+                );
+            }
+            assert_eq!(got, [0u64; 0], "{what} consumer, cursor {damaged:#x}");
+            assert_eq!(c.next_sequence(), 0, "{what} consumer moved");
+        }
+    }
+    // The producer stores the cursor from its own position again.
+    assert_eq!(p.publish(&[3; 8]), Ok(2));
+    for c in [&mut required, &mut optional] {
+        let mut got = Vec::new();
+        while poll_quiet(&ring, c, |ev| got.push(ev.bytes()[0])).expect("poll") > 0 {}
+        assert_eq!(got, [1, 2, 3]);
+    }
+}

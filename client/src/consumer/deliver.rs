@@ -192,6 +192,9 @@ impl Consumer {
             // The ring no longer holds `start`: skip to the head and count the gap.
             return self.idle_checks(true);
         }
+        if cursor.saturating_sub(start) > fixed::Words::capacity(&events) {
+            return self.cursor_ahead(cursor);
+        }
         let n = cursor.saturating_sub(start).min(cap);
         if n == 0 {
             return self.idle_checks(false);
@@ -234,6 +237,26 @@ impl Consumer {
         } else {
             self.deliver_copied::<S, F, E>(start, n, args, handler)
         }
+    }
+
+    /// A fixed-size ring's cursor read more than the capacity past this consumer's position
+    /// (after an optional consumer's lap check, which the claim would have failed had a
+    /// producer really gone that far). A required consumer released meanwhile was not
+    /// gating, so producers may be past it: `idle_checks` takes it to the head. Otherwise
+    /// no producer wrote that cursor (see `PollError::CorruptCursor`).
+    #[cold]
+    pub(super) fn cursor_ahead(&mut self, cursor: u64) -> Result<usize, PollError> {
+        // Acquire: pairs with the broker's SeqCst release CAS. A cursor stored past this
+        // consumer by a producer that saw it released (Acquire cursor load above) orders
+        // that release before this load.
+        if self.entry().hot.word.load(Ordering::Acquire) != self.word {
+            return self.idle_checks(false);
+        }
+        Err(PollError::CorruptCursor {
+            cursor,
+            next: self.next,
+            capacity: self.seg.geometry().capacity,
+        })
     }
 
     /// Skip the repaired sequences (see `table::tombstone`) from this consumer's position:

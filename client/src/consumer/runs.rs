@@ -56,6 +56,9 @@ impl Consumer {
         if !self.required && events.overwritten(start) {
             return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
         }
+        if cursor.saturating_sub(start) > fixed::Words::capacity(&events) {
+            return self.cursor_ahead(cursor);
+        }
         let n = cursor.saturating_sub(start).min(cap);
         if n == 0 {
             return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
