@@ -214,6 +214,13 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             if first { "start it (a declared consumer that never attached)" } else { "restart it" }
         );
     }
+    for w in &ring.corrupt {
+        let _ = writeln!(
+            out,
+            "  CORRUPT: {}; stop every process attached to it, `broker delete {}` and create it again",
+            w.message, ring.name
+        );
+    }
     if swept {
         let _ = writeln!(
         out,

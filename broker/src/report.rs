@@ -23,8 +23,8 @@ pub struct StatusReport {
     pub rings: Vec<RingReport>,
     /// Segment files that failed validation (left alone).
     pub unreadable: Vec<Unreadable>,
-    /// True when no consumer is STALLED, DEAD or FAILED, no ring is BLOCKED and every
-    /// segment is readable.
+    /// True when no consumer is STALLED, DEAD or FAILED, no ring is BLOCKED or holds a
+    /// corrupt word, and every segment is readable.
     pub healthy: bool,
 }
 
@@ -112,6 +112,35 @@ pub struct RingReport {
     pub consumers: Vec<ConsumerReport>,
     /// Attached producers.
     pub producers: Vec<ProducerReport>,
+    /// Words of the segment holding values no ring writes there: another process overwrote
+    /// them. Any makes the report unhealthy.
+    #[serde(default)]
+    pub corrupt: Vec<CorruptReport>,
+}
+
+/// A word of a ring's segment another process overwrote (`shmring::CorruptWord`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CorruptReport {
+    /// Which word: lifecycle, fence_mode, position, cursor, consumer_position or
+    /// consumer_state.
+    pub word: String,
+    /// The value found.
+    pub value: u64,
+    /// The consumer entry it belongs to, if it is one of an entry's.
+    pub consumer: Option<u32>,
+    /// What was found, in words.
+    pub message: String,
+}
+
+impl From<&shmring::CorruptWord> for CorruptReport {
+    fn from(w: &shmring::CorruptWord) -> Self {
+        Self {
+            word: w.word().to_owned(),
+            value: w.value(),
+            consumer: w.consumer(),
+            message: w.to_string(),
+        }
+    }
 }
 
 /// The slowest gating consumer.
@@ -332,7 +361,10 @@ impl StatusReport {
     /// Recompute `healthy` from the rings.
     pub fn compute_healthy(&mut self) {
         self.healthy = self.unreadable.is_empty()
-            && self.rings.iter().all(|r| r.blocked_by.is_none())
+            && self
+                .rings
+                .iter()
+                .all(|r| r.blocked_by.is_none() && r.corrupt.is_empty())
             && self
                 .rings
                 .iter()

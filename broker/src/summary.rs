@@ -181,6 +181,7 @@ pub fn ring_report(
         health,
         consumers,
         producers,
+        corrupt: info.corrupt.iter().map(Into::into).collect(),
     }
 }
 

@@ -6,37 +6,13 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use common::{ring, BrokerNs, Child, Namespace};
+use common::{get, metrics_address, ring, BrokerNs, Namespace};
 use prometheus_parse::{Scrape, Value};
 use shmring::{ConsumerOptions, Ring};
 
 #[test]
 fn role() {
     common::roles::run_if_child();
-}
-
-/// The address the broker logged for its metrics.
-fn metrics_address(broker: &Child) -> String {
-    let log = broker.stderr_so_far();
-    let at = log
-        .find("metrics at http://")
-        .expect("metrics address logged");
-    let rest = &log[at + "metrics at http://".len()..];
-    rest[..rest.find('/').expect("a path")].to_owned()
-}
-
-/// `GET path`: the status line and the body.
-fn get(addr: &str, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(common::WAIT)).expect("timeout");
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("request");
-    let mut response = String::new();
-    s.read_to_string(&mut response).expect("response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
-    (
-        head.lines().next().unwrap_or("").to_owned(),
-        body.to_owned(),
-    )
 }
 
 fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{consumer, num, ring, BrokerNs, Namespace};
+use common::{consumer, get, metrics_address, num, ring, BrokerNs, Namespace};
 use shmring::{ConsumerOptions, ErrorPolicy, Ring, TryPublishError, WaitStrategy};
 
 #[test]
@@ -137,4 +137,102 @@ fn the_error_policy_and_the_poison_event_are_shown() {
     assert_eq!(num(d, "dead_lettered"), 0, "{d:#}");
     let text = String::from_utf8_lossy(&ns.cli(&["status", "p"]).stdout).into_owned();
     assert!(text.contains("skip: 1 x2"), "{text}");
+}
+
+/// Offset of the claim word (the ring's position on a running multi-producer ring).
+const CLAIM_WORD: u64 = (shmring_layout::SEQ_LINES_OFFSET
+    + std::mem::offset_of!(shmring_layout::SequenceLines, claim)
+    + std::mem::offset_of!(shmring_layout::ClaimLine, value)) as u64;
+
+fn put64(path: &std::path::Path, off: u64, v: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open the segment");
+    f.write_all_at(&v.to_ne_bytes(), off).expect("write");
+}
+
+/// A position another process overwrote with one no ring reaches makes the ring unhealthy
+/// in `broker status` (exit 1, the word named, what to do said), in the JSON, with the
+/// broker down too, and in the metrics; healthy again once the word is sound. Before, the
+/// report showed the damaged position as the head and called the ring healthy, while its
+/// caught-up consumer polled `Ok(0)` for ever and every attach was refused.
+#[test]
+fn a_damaged_position_makes_the_ring_unhealthy_and_says_what_to_do() {
+    let ns = Namespace::new("corrupt");
+    let config = ns.config("[rings.r]\ncapacity = 64\nproducer_mode = \"multi\"\n");
+    let broker = ns.broker_with(Some(&config), &["--metrics-listen", "127.0.0.1:0"]);
+    let r = Ring::open(ns.name(), "r").expect("open");
+    let mut c = r.consumer(ConsumerOptions::anonymous()).expect("consumer");
+    let mut p = r.producer().expect("producer");
+    assert_eq!(p.publish(b"one"), Ok(0));
+    assert_eq!(c.poll_once(|_| {}), Ok(1));
+    ns.wait_status("healthy before the damage", |v, code| {
+        (code == 0 && num(ring(v, "r")?, "head") == 1).then_some(())
+    });
+
+    let damaged = shmring_layout::MAX_SEQUENCE + 7;
+    put64(r.path(), CLAIM_WORD, damaged);
+    assert_eq!(
+        c.poll_once(|_| {}),
+        Ok(0),
+        "a caught-up consumer sees nothing"
+    );
+    let (v, code) = ns.wait_status("the damage reported", |v, code| {
+        (!ring(v, "r")?["corrupt"].as_array()?.is_empty()).then(|| (v.clone(), code))
+    });
+    assert_eq!(code, 1, "a corrupt ring is unhealthy: {v:#}");
+    assert_eq!(v["healthy"], false);
+    let corrupt = &ring(&v, "r").expect("r")["corrupt"][0];
+    assert_eq!(corrupt["word"], "position", "{v:#}");
+    assert!(
+        num(corrupt, "value") >= shmring_layout::MAX_SEQUENCE,
+        "{v:#}"
+    );
+    let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
+    assert!(text.contains("CORRUPT: position"), "{text}");
+    assert!(
+        text.contains("`broker delete r` and create it again"),
+        "{text}"
+    );
+    assert!(
+        broker.expect_stderr_within("the segment is corrupt", common::WAIT),
+        "the broker logs the damage: {}",
+        broker.stderr_so_far()
+    );
+
+    let (_, scrape) = get(&metrics_address(&broker), "/metrics");
+    assert!(
+        scrape.contains("shmring_ring_corrupt_words{ring=\"r\"} 1"),
+        "{scrape}"
+    );
+    assert!(scrape.contains("shmring_healthy 0"), "{scrape}");
+
+    // With the broker down, `status` reads the segment and judges it the same way.
+    drop(broker);
+    let out = ns.cli(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        ring(&v, "r").expect("r")["corrupt"][0]["word"],
+        "position",
+        "{v:#}"
+    );
+    assert_eq!(v["healthy"], false, "{v:#}");
+
+    // The word sound again (as the producer's next claim would leave it): healthy, and the
+    // broker says so.
+    let broker = ns.broker_with(Some(&config), &[]);
+    ns.wait_status("the damage reported again", |v, _| {
+        (!ring(v, "r")?["corrupt"].as_array()?.is_empty()).then_some(())
+    });
+    put64(r.path(), CLAIM_WORD, 1);
+    ns.wait_status("healthy once the word is sound", |v, code| {
+        (code == 0 && ring(v, "r")?["corrupt"].as_array()?.is_empty()).then_some(())
+    });
+    assert!(
+        broker.expect_stderr_within("reads sound again", common::WAIT),
+        "{}",
+        broker.stderr_so_far()
+    );
 }

@@ -6,7 +6,8 @@
 //! stall (events pending at its position and no progress for the threshold; a hole a dead
 //! producer left is not pending, see [`has_pending`]), a ring
 //! BLOCKED (no room left, and the consumer at the gate cannot move: detached, dead or
-//! failed), and the lag (published events beyond a consumer, never more than the capacity).
+//! failed), the lag (published events beyond a consumer, never more than the capacity),
+//! and the words of the segment another process overwrote ([`crate::CorruptWord`]).
 //!
 //! ```
 //! use shmring::{HealthThresholds, Ring, RingConfig};
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 use shmring_layout::{consumer_state, Geometry};
 
 use crate::process::is_alive;
-use crate::{ConsumerInfo, Ring, RingInfo};
+use crate::{ConsumerInfo, CorruptWord, Ring, RingInfo};
 
 /// A consumer's health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -261,12 +262,16 @@ pub struct RingHealth {
     pub gate: Gate,
     /// The consumer that blocks producers (see [`blocked_by`]).
     pub blocked_by: Option<u32>,
+    /// Words of the segment another process overwrote (see [`RingInfo::corrupt`]).
+    pub corrupt: Vec<CorruptWord>,
 }
 
 impl RingHealth {
-    /// No consumer STALLED, DEAD or FAILED, and the ring not blocked.
+    /// No consumer STALLED, DEAD or FAILED, the ring not blocked, and no corrupt word.
     pub fn is_healthy(&self) -> bool {
-        self.blocked_by.is_none() && self.consumers.iter().all(|c| !c.state.is_unhealthy())
+        self.blocked_by.is_none()
+            && self.corrupt.is_empty()
+            && self.consumers.iter().all(|c| !c.state.is_unhealthy())
     }
 }
 
@@ -355,6 +360,7 @@ impl HealthWatch {
             consumers,
             gate,
             blocked_by: blocked,
+            corrupt: info.corrupt,
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use shmring_layout::{
-    consumer_flags, consumer_state, owned_word, producer_state, waiters, RingState,
+    consumer_flags, consumer_state, owned_word, producer_state, waiters, RingState, MAX_SEQUENCE,
 };
 
 use crate::consumer::{entry_name, read_poison};
@@ -89,6 +89,161 @@ pub struct ProducerInfo {
     pub stats: ProducerStats,
 }
 
+/// A word of the segment holding a value no ring writes there: another process overwrote
+/// it. What each one does to the ring, and what to do: docs/FAILURE_MODES.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CorruptWord {
+    /// The lifecycle word names no state: every lifecycle change refuses it
+    /// (`LifecycleError::CorruptState`).
+    Lifecycle {
+        /// The word found.
+        word: u64,
+    },
+    /// The fence mode word names no mode.
+    FenceMode {
+        /// The word found.
+        word: u32,
+    },
+    /// The ring's position (the claim word, or the stop sequence of a closed line) is at or
+    /// past `shmring_layout::MAX_SEQUENCE`, which no ring reaches: attaches refuse it, and a
+    /// caught-up consumer, which never reads it, waits for events that never come.
+    Position {
+        /// The position found.
+        position: u64,
+    },
+    /// A fixed-size ring's cursor is past its claim (the producer stores its claim before
+    /// the cursor), or at or past `MAX_SEQUENCE`: consumers would read slots nobody wrote.
+    Cursor {
+        /// The cursor found.
+        cursor: u64,
+        /// The claim read after it.
+        claim: u64,
+    },
+    /// A consumer entry's position (a worker group's: its work sequence) is at or past
+    /// `MAX_SEQUENCE`.
+    ConsumerPosition {
+        /// The entry's index.
+        index: u32,
+        /// The position found.
+        next: u64,
+    },
+    /// A consumer entry's state is one no code writes: it does not gate.
+    ConsumerState {
+        /// The entry's index.
+        index: u32,
+        /// The state code found.
+        state: u32,
+    },
+}
+
+impl CorruptWord {
+    /// A short name for the word: `lifecycle`, `fence_mode`, `position`, `cursor`,
+    /// `consumer_position` or `consumer_state`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            CorruptWord::Lifecycle { .. } => "lifecycle",
+            CorruptWord::FenceMode { .. } => "fence_mode",
+            CorruptWord::Position { .. } => "position",
+            CorruptWord::Cursor { .. } => "cursor",
+            CorruptWord::ConsumerPosition { .. } => "consumer_position",
+            CorruptWord::ConsumerState { .. } => "consumer_state",
+        }
+    }
+
+    /// The value found.
+    pub fn value(&self) -> u64 {
+        match *self {
+            CorruptWord::Lifecycle { word } => word,
+            CorruptWord::FenceMode { word } => u64::from(word),
+            CorruptWord::Position { position } => position,
+            CorruptWord::Cursor { cursor, .. } => cursor,
+            CorruptWord::ConsumerPosition { next, .. } => next,
+            CorruptWord::ConsumerState { state, .. } => u64::from(state),
+        }
+    }
+
+    /// The consumer entry the word belongs to, if it is one of an entry's.
+    pub fn consumer(&self) -> Option<u32> {
+        match *self {
+            CorruptWord::ConsumerPosition { index, .. }
+            | CorruptWord::ConsumerState { index, .. } => Some(index),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CorruptWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            CorruptWord::Lifecycle { word } => write!(f, "lifecycle word {word:#x} names no state"),
+            CorruptWord::FenceMode { word } => write!(f, "fence mode word {word:#x} names no mode"),
+            CorruptWord::Position { position } => {
+                write!(
+                    f,
+                    "position {position:#x} is past any sequence a ring reaches"
+                )
+            }
+            CorruptWord::Cursor { cursor, claim } => write!(
+                f,
+                "cursor {cursor:#x} is past the claim {claim:#x} or any sequence a ring reaches"
+            ),
+            CorruptWord::ConsumerPosition { index, next } => write!(
+                f,
+                "consumer entry {index}'s position {next:#x} is past any sequence a ring reaches"
+            ),
+            CorruptWord::ConsumerState { index, state } => {
+                write!(f, "consumer entry {index}'s state {state} is no state")
+            }
+        }?;
+        f.write_str(": the segment is corrupt")
+    }
+}
+
+/// The words of `seg` holding values no ring writes there, for [`RingInfo::corrupt`]:
+/// `head` is the position the snapshot read, `consumers` its entries.
+fn corrupt_words(seg: &Segment, head: u64, consumers: &[ConsumerInfo]) -> Vec<CorruptWord> {
+    let mut found = Vec::new();
+    let life = seg.line().life();
+    if life.state.is_none() {
+        found.push(CorruptWord::Lifecycle { word: life.word });
+    }
+    // Relaxed: a display value.
+    let fence = seg.header().fence_mode.load(Ordering::Relaxed);
+    if shmring_layout::FenceMode::from_u32(fence).is_none() {
+        found.push(CorruptWord::FenceMode { word: fence });
+    }
+    // The line's one definition of its position (`Line::position`), which reads a damaged
+    // word as it is, never stepped back over unpublished slots to below `MAX_SEQUENCE`.
+    if head >= MAX_SEQUENCE {
+        found.push(CorruptWord::Position { position: head });
+    }
+    if seg.geometry().fixed {
+        let events = seg.events();
+        let (cursor, _) = crate::fixed::published(&events);
+        // Relaxed: stored before the cursor read above (Acquire), and never below it since:
+        // a start takes a refused claim back to the stop sequence, which the cursor never
+        // passes, and a repair moves the cursor up to the claim.
+        let claim = crate::fixed::Words::claim(&events).load(Ordering::Relaxed);
+        if cursor > claim || cursor >= MAX_SEQUENCE {
+            found.push(CorruptWord::Cursor { cursor, claim });
+        }
+    }
+    for c in consumers {
+        if !consumer_state::is_known(c.state_code) {
+            found.push(CorruptWord::ConsumerState {
+                index: c.index,
+                state: c.state_code,
+            });
+        } else if c.next >= MAX_SEQUENCE {
+            found.push(CorruptWord::ConsumerPosition {
+                index: c.index,
+                next: c.next,
+            });
+        }
+    }
+    found
+}
+
 /// A snapshot of a ring.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RingInfo {
@@ -121,6 +276,9 @@ pub struct RingInfo {
     /// and a broker that saw a consumer die).
     /// A 32-bit count that wraps.
     pub producer_wakes: u32,
+    /// Words of the segment holding values no ring writes there (another process overwrote
+    /// them); empty for a sound segment.
+    pub corrupt: Vec<CorruptWord>,
 }
 
 pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
@@ -227,6 +385,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         });
     }
     let lines = seg.lines();
+    let corrupt = corrupt_words(seg, head, &consumers);
     RingInfo {
         // Relaxed: display only; nothing is ordered against these reads.
         consumer_waiters: waiters::count(lines.consumer_wake.value.waiters.load(Ordering::Relaxed)),
@@ -240,5 +399,6 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         closed: seg.line().is_closed(),
         consumers,
         producers,
+        corrupt,
     }
 }

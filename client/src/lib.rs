@@ -97,7 +97,7 @@ pub use health::{
     blocked_by, has_pending, held_by_upstream, instant_state, is_stalled, lag, upstream_position,
     wrap_gate, ConsumerHealth, Gate, HealthState, HealthThresholds, HealthWatch, RingHealth,
 };
-pub use info::{ConsumerInfo, ProducerInfo, RingInfo};
+pub use info::{ConsumerInfo, CorruptWord, ProducerInfo, RingInfo};
 pub use lease::LeaseError;
 pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
 pub use park::PARK_NET;

@@ -396,7 +396,13 @@ impl<W: Word> Line<'_, W> {
             // the running position steps back over it; stepping back here as well keeps the
             // position from going down across a start, which a gate computed while the line
             // was closed relies on (`loom_attach`'s
-            // `single_producer_attach_after_a_scan_while_stopped`).
+            // `single_producer_attach_after_a_scan_while_stopped`). A word at or past
+            // `MAX_SEQUENCE` is no claim (no ring gets there): another process wrote it, and
+            // stepping back from it would make it read as a sequence, so it is the position
+            // as it is, for every reader to refuse.
+            if p >= MAX_SEQUENCE {
+                return p;
+            }
             let mut q = p;
             while q > 0 && p - q < self.max_claim && !published(q - 1) {
                 q -= 1;

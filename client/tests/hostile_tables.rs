@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use shmring::{
-    AttachError, ConsumerOptions, LayoutError, OpenError, PollError, ProducerMode, PublishError,
-    Ring, RingConfig, TryPublishError,
+    AttachError, ConsumerOptions, CorruptWord, HealthThresholds, LayoutError, OpenError, PollError,
+    ProducerMode, PublishError, Ring, RingConfig, TryPublishError,
 };
 use shmring_layout::{
     config_checksum, consumer_state, owned_word, producer_state, ClaimLine, ConfigWords,
@@ -772,13 +772,16 @@ fn a_durable_position_beyond_the_head_is_not_trusted() {
 
 /// A single producer starts at the line's position, a word every process of the ring may
 /// write. One at or past `MAX_SEQUENCE` (no ring lives long enough to get there; near
-/// `u64::MAX` the publish arithmetic overflows) is refused at attach, saying the segment is
-/// corrupt. (The position of a running ring is the claim word less the claim still being
-/// written, at most half the capacity: these words are past that.)
+/// `u64::MAX` the publish arithmetic overflows) is refused at a producer's and a consumer's
+/// attach, saying the segment is corrupt. The position of a running ring is the claim word
+/// less the claim still being written (at most half the capacity), but not from a word
+/// at or past `MAX_SEQUENCE`: stepped back from `MAX_SEQUENCE + 1`, the position read as a
+/// sequence just below it, and a consumer attached there.
 #[test]
 fn a_single_producer_position_past_any_real_sequence_is_refused() {
+    let max = shmring_layout::MAX_SEQUENCE;
     for event_size in [None, Some(8)] {
-        for word in [shmring_layout::MAX_SEQUENCE + 64, u64::MAX - 1, u64::MAX] {
+        for word in [max, max + 1, max + 64, u64::MAX - 1, u64::MAX] {
             let ns = Namespace::concurrent("position");
             let config = RingConfig {
                 producer_mode: ProducerMode::Single,
@@ -795,6 +798,14 @@ fn a_single_producer_position_past_any_real_sequence_is_refused() {
                 }
                 Err(e) => panic!("claim word {word:#x} ({event_size:?}): {e}"),
                 Ok(_) => panic!("claim word {word:#x} ({event_size:?}): attached"),
+            }
+            match ring.consumer(ConsumerOptions::anonymous()) {
+                Err(AttachError::CorruptPosition { position }) => assert_eq!(position, word),
+                Err(e) => panic!("claim word {word:#x} ({event_size:?}): {e}"),
+                Ok(c) => panic!(
+                    "claim word {word:#x} ({event_size:?}): a consumer attached at {:#x}",
+                    c.next_sequence()
+                ),
             }
         }
     }
@@ -847,13 +858,7 @@ fn corrupt_state_words_give_errors_not_hangs() {
     let path = ring.path().to_owned();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut p = ring.producer().unwrap();
-    put64(
-        &path,
-        (SEQ_LINES_OFFSET
-            + offset_of!(SequenceLines, lifecycle)
-            + offset_of!(LifecycleLine, lifecycle)) as u64,
-        77,
-    );
+    put64(&path, LIFECYCLE_WORD, 77);
     assert_eq!(ring.state(), None);
     assert_eq!(ring.stop(), Err(shmring::LifecycleError::CorruptState(77)));
     assert_eq!(ring.start(), Err(shmring::LifecycleError::CorruptState(77)));
@@ -923,4 +928,115 @@ fn a_fixed_ring_s_cursor_more_than_a_ring_ahead_delivers_nothing() {
         while poll_quiet(&ring, c, |ev| got.push(ev.bytes()[0])).expect("poll") > 0 {}
         assert_eq!(got, [1, 2, 3]);
     }
+}
+
+/// Offset of the lifecycle word.
+const LIFECYCLE_WORD: u64 = (SEQ_LINES_OFFSET
+    + offset_of!(SequenceLines, lifecycle)
+    + offset_of!(LifecycleLine, lifecycle)) as u64;
+
+/// Every word holding a value no ring writes there (another process overwrote it) is named
+/// by the snapshot (`RingInfo::corrupt`) and makes the health check unhealthy, which
+/// `broker status` reports. Before, the snapshot carried such a position like any other and
+/// the check called the ring healthy: a caught-up consumer never reads the position, and
+/// polls `Ok(0)` for ever while the claim word is damaged.
+#[test]
+fn damaged_words_are_named_by_the_snapshot_and_make_a_ring_unhealthy() {
+    let ns = Namespace::concurrent("corrupt_words");
+    let multi = Ring::create(ns.name(), "m", &hostile()).unwrap();
+    let index = multi
+        .consumer(ConsumerOptions::durable("d"))
+        .expect("a durable consumer")
+        .index();
+    let other = multi
+        .consumer(ConsumerOptions::anonymous())
+        .expect("another consumer");
+    let mut health = multi.health(HealthThresholds::default());
+    assert_eq!(multi.info().corrupt, []);
+    assert!(health.check().is_healthy());
+
+    put64(multi.path(), STOP_SEQ, u64::MAX);
+    put64(multi.path(), CLAIM_WORD, shmring_layout::CLAIM_CLOSED);
+    put64(
+        multi.path(),
+        consumer_field(&multi, index, HOT_NEXT),
+        MAX_SEQUENCE + 3,
+    );
+    put64(
+        multi.path(),
+        consumer_field(&multi, other.index(), HOT_WORD),
+        owned_word::pack(9, 99, std::process::id()),
+    );
+    let expected = [
+        CorruptWord::Position { position: u64::MAX },
+        CorruptWord::ConsumerPosition {
+            index,
+            next: MAX_SEQUENCE + 3,
+        },
+        CorruptWord::ConsumerState {
+            index: other.index(),
+            state: 99,
+        },
+    ];
+    assert_eq!(multi.info().corrupt, expected);
+    let report = health.check();
+    assert_eq!(report.corrupt, expected);
+    assert!(!report.is_healthy());
+    for word in &expected {
+        assert!(word.to_string().contains("corrupt"), "{word}");
+    }
+
+    put64(multi.path(), LIFECYCLE_WORD, 77);
+    put32(multi.path(), offset_of!(Header, fence_mode) as u64, 9);
+    let corrupt = multi.info().corrupt;
+    assert!(
+        corrupt.contains(&CorruptWord::Lifecycle { word: 77 }),
+        "{corrupt:?}"
+    );
+    assert!(
+        corrupt.contains(&CorruptWord::FenceMode { word: 9 }),
+        "{corrupt:?}"
+    );
+
+    // A single producer's claim word just past any sequence: the position steps back over
+    // the slots it has not published, below `MAX_SEQUENCE`, but the word itself is named.
+    let single = Ring::create(
+        ns.name(),
+        "s",
+        &RingConfig {
+            producer_mode: ProducerMode::Single,
+            ..hostile()
+        },
+    )
+    .unwrap();
+    put64(single.path(), CLAIM_WORD, MAX_SEQUENCE + 1);
+    assert_eq!(
+        single.info().corrupt,
+        [CorruptWord::Position {
+            position: MAX_SEQUENCE + 1
+        }]
+    );
+
+    // A fixed-size ring's cursor is never past its claim (the producer stores the claim
+    // first, and a start that takes a refused claim back takes it to the stop sequence).
+    let fixed = Ring::create(ns.name(), "f", &fixed_config(16)).unwrap();
+    let mut p = fixed.producer().expect("producer");
+    p.publish(&[1; 8]).expect("publish");
+    p.publish(&[2; 8]).expect("publish");
+    assert_eq!(fixed.info().corrupt, []);
+    put64(fixed.path(), CURSOR, 5);
+    assert_eq!(
+        fixed.info().corrupt,
+        [CorruptWord::Cursor {
+            cursor: 5,
+            claim: 2
+        }]
+    );
+    assert!(!fixed
+        .health(HealthThresholds::default())
+        .check()
+        .is_healthy());
+    // The producer's next publish stores the cursor from its own position again.
+    p.publish(&[3; 8]).expect("publish");
+    assert_eq!(fixed.info().corrupt, []);
 }

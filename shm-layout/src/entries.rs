@@ -46,6 +46,11 @@ pub mod consumer_state {
         matches!(state, RESUMING | ACTIVE | DETACHED | FAILED)
     }
 
+    /// Whether `state` is one the code writes (any other is a corrupt entry).
+    pub const fn is_known(state: u32) -> bool {
+        state <= REATTACHING
+    }
+
     /// A display name for a state code.
     pub const fn name(state: u32) -> &'static str {
         match state {

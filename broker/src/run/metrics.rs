@@ -159,7 +159,7 @@ fn broker_metrics(s: &mut Scrape, r: &StatusReport) {
     );
     s.one(
         "shmring_healthy",
-        "1 when no consumer is STALLED, DEAD or FAILED, no ring BLOCKED and every segment readable",
+        "1 when no consumer is STALLED, DEAD or FAILED, no ring BLOCKED or corrupt and every segment readable",
         f64::from(u8::from(r.healthy)),
     );
 }
@@ -168,7 +168,7 @@ const RING_STATES: [&str; 5] = ["RUNNING", "STOPPED", "DRAINING", "DELETED", "CO
 const FENCE_MODES: [&str; 3] = ["membarrier", "seqcst-fence", "unset"];
 
 fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
-    let gauges: [Metric<RingReport, f64>; 11] = [
+    let gauges: [Metric<RingReport, f64>; 12] = [
         ("shmring_ring_head", "Next sequence to claim", |r| {
             r.head as f64
         }),
@@ -197,6 +197,11 @@ fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
             "shmring_ring_blocked",
             "1 when producers have no room and the consumer at the wrap gate cannot move",
             |r| f64::from(u8::from(r.blocked_by.is_some())),
+        ),
+        (
+            "shmring_ring_corrupt_words",
+            "Words of the segment another process overwrote with values no ring writes",
+            |r| r.corrupt.len() as f64,
         ),
         (
             "shmring_ring_consumer_waiters",

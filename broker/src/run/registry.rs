@@ -37,6 +37,8 @@ pub struct Tracked {
     /// Held for the whole of a lifecycle request on this ring (a drain included), so the
     /// broker runs them one at a time per ring.
     pub lifecycle: std::sync::Arc<std::sync::Mutex<()>>,
+    /// The corrupt words the last sweep found (logged once each, and again when sound).
+    pub corrupt: Vec<shmring::CorruptWord>,
 }
 
 /// Everything the sweep loop and the control socket share (behind one mutex: one sweeper
@@ -231,6 +233,7 @@ impl Broker {
                 producers: HashMap::new(),
                 last: None,
                 lifecycle: Default::default(),
+                corrupt: Vec::new(),
             },
         );
     }

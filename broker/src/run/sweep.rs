@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use shmring::{ConsumerInfo, RingState};
-use tracing::info;
+use shmring::{ConsumerInfo, CorruptWord, RingState};
+use tracing::{error, info};
 
 use super::health::{ConsumerHealth, Seen};
 use super::policy::{on_edge, release_again};
@@ -49,6 +49,7 @@ fn monotonic_ns() -> u64 {
 
 fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) {
     let info = t.ring.info();
+    log_corrupt(name, &mut t.corrupt, &info.corrupt);
     let threshold = t.spec.stall_threshold;
     t.consumers
         .retain(|i, _| info.consumers.iter().any(|c| c.index == *i));
@@ -100,6 +101,28 @@ fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) 
         producers,
         t.counters.clone(),
     ));
+}
+
+/// Log each corrupt word the first sweep that finds it, and once more when it reads sound
+/// again; `seen` is what the last sweep found. A word is the same one while its kind and
+/// entry are (its value may change between sweeps).
+fn log_corrupt(name: &str, seen: &mut Vec<CorruptWord>, now: &[CorruptWord]) {
+    let key = |w: &CorruptWord| (w.word(), w.consumer());
+    for w in now
+        .iter()
+        .filter(|w| !seen.iter().any(|s| key(s) == key(w)))
+    {
+        error!(ring = %name, word = w.word(), value = w.value(),
+            "{w}: stop every process attached to it, delete the ring and create it again");
+    }
+    for w in seen
+        .iter()
+        .filter(|s| !now.iter().any(|w| key(s) == key(w)))
+    {
+        info!(ring = %name, word = w.word(), "the {} word reads sound again", w.word());
+    }
+    seen.clear();
+    seen.extend_from_slice(now);
 }
 
 fn consumer_report(

@@ -8,6 +8,8 @@
 pub mod fault;
 pub mod roles;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -165,4 +167,28 @@ pub fn run_as(cmd: &mut Command, uid: u32, gid: u32, groups: &[u32]) {
             Ok(())
         });
     }
+}
+
+/// The address the broker logged for its metrics.
+pub fn metrics_address(broker: &Child) -> String {
+    let log = broker.stderr_so_far();
+    let at = log
+        .find("metrics at http://")
+        .expect("metrics address logged");
+    let rest = &log[at + "metrics at http://".len()..];
+    rest[..rest.find('/').expect("a path")].to_owned()
+}
+
+/// `GET path`: the status line and the body.
+pub fn get(addr: &str, path: &str) -> (String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(WAIT)).expect("timeout");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("request");
+    let mut response = String::new();
+    s.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    (
+        head.lines().next().unwrap_or("").to_owned(),
+        body.to_owned(),
+    )
 }
