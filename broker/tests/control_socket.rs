@@ -79,6 +79,89 @@ fn malformed_oversized_and_unknown_requests_are_refused_and_the_broker_stays_up(
     assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
 }
 
+/// Peers that trickle their requests a byte at a time, well inside any per-read timeout,
+/// as many as the broker serves at once, hold up no other request for long: each request
+/// line has one deadline in all (5 s), not one per read, so the broker cuts them off and
+/// answers the next peer. Before, each read had its own 5 s, so the trickling peers held
+/// every connection slot and every other request got "broker busy" for as long as they
+/// trickled.
+#[test]
+fn peers_that_trickle_their_requests_hold_up_no_other_request() {
+    use std::io::Read;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    let ns = Namespace::new("ctl_trickle");
+    let _broker = ns.broker(None);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    // As many as the broker serves at once (`MAX_CONNECTIONS`).
+    let slow: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+            s.write_all(b"{").expect("the first byte");
+            s
+        })
+        .collect();
+    let tricklers: Vec<_> = slow
+        .iter()
+        .map(|s| {
+            let mut s = s.try_clone().expect("clone the socket");
+            let stop = stop.clone();
+            // One space every 200 ms until the broker closes the connection or the test
+            // says stop (bounded: never past the kit's deadline).
+            std::thread::spawn(move || {
+                let until = Instant::now() + common::WAIT;
+                while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+                    // A pace for the trickle, not a synchronisation sleep.
+                    std::thread::sleep(Duration::from_millis(200));
+                    if s.write_all(b" ").is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect();
+    // Answered within 20 s, while the trickles go on for the kit's whole deadline (60 s).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answered = loop {
+        let v = exchange(&ns, b"{\"op\":\"ping\"}\n");
+        if v["reply"] == "pong" {
+            break true;
+        }
+        assert!(error_of(&v).contains("busy"), "{v}");
+        if Instant::now() >= deadline {
+            break false;
+        }
+        // A pace for the retries, not a synchronisation sleep.
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Every trickling connection was cut off: it reads as closed (an end of file, or a
+    // reset if the broker closed it with bytes unread).
+    let mut open = 0;
+    for mut s in slow {
+        s.set_read_timeout(Some(Duration::from_secs(1)))
+            .expect("timeout");
+        let mut reply = Vec::new();
+        let closed = s.read_to_end(&mut reply);
+        if !(closed.is_ok()
+            || closed
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset))
+        {
+            open += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tricklers {
+        t.join().expect("a trickler");
+    }
+    assert!(
+        answered,
+        "the trickling peers held every connection for 20 s"
+    );
+    assert_eq!(open, 0, "trickling connections left open");
+}
+
 /// Tests that need root. A plain `cargo test` lists them as ignored, so a run without root
 /// says they were skipped rather than passing them; CI runs as root and runs them with
 /// `cargo test --workspace -- --ignored as_root::` (`.ci/run`), where they fail if they

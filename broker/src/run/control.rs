@@ -4,7 +4,8 @@
 //! supplementary groups): only the broker's uid, root, or a member of the configured group
 //! (primary or supplementary) may send requests. One thread accepts; each connection
 //! gets a thread of its own (at most `MAX_CONNECTIONS` at once), reads newline-delimited
-//! JSON requests of bounded size with a timeout, and answers each one. Nothing a peer
+//! JSON requests of bounded size, each within one deadline in all (not one per read), and
+//! answers each one within another. Nothing a peer
 //! sends can take the broker down: a bad request gets an error reply.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,19 +13,26 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::fs::{Gid, Mode};
 use tracing::{debug, warn};
 
 use super::ops;
 use super::registry::Broker;
+use super::until::Until;
 use crate::protocol::{Deadline, Reply, Request, MAX_REQUEST};
 
 /// Connections served at once; more are answered "busy" and closed.
 const MAX_CONNECTIONS: usize = 16;
-/// How long a peer may take to send a request line.
+/// How long a peer may take to send a request line, in all (from when the broker starts
+/// reading it: the connection's first, or the one after a reply).
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer may take to read a reply, in all.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a refused peer may take to send its request line, and the accept thread to
+/// write a "busy" reply, in all.
+const BRIEF: Duration = Duration::from_secs(1);
 
 /// Who may send requests.
 #[derive(Debug, Clone, Copy)]
@@ -116,6 +124,7 @@ pub fn serve(listener: UnixListener, shared: Arc<Mutex<Broker>>, access: Access)
             let _ = reply(
                 &stream,
                 &Reply::error("broker busy: too many control connections, try again"),
+                BRIEF,
             );
             continue;
         }
@@ -141,6 +150,7 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
             let _ = reply(
                 &stream,
                 &Reply::error(format!("cannot identify the peer: {e}")),
+                BRIEF,
             );
             return;
         }
@@ -159,10 +169,9 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
             pid = peer.pid.as_raw_nonzero().get(),
             "refused a control connection"
         );
-        // Take the request line first (briefly, bounded), so the refusal is its reply and
-        // not a reset the peer sees as a broken pipe.
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-        let _ = BufReader::new(&stream)
+        // Take the request line first (briefly, bounded in all), so the refusal is its
+        // reply and not a reset the peer sees as a broken pipe.
+        let _ = BufReader::new(Until::within(&stream, BRIEF))
             .take(MAX_REQUEST as u64)
             .read_until(b'\n', &mut Vec::new());
         let group = access
@@ -175,16 +184,14 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
         };
         let _ = reply(&stream, &Reply::error(format!(
             "permission denied: uid {uid} (gid {gid}, groups {groups:?}) may not control this broker; allowed: {owner}root{group}"
-        )));
+        )), BRIEF);
         return;
     }
-    if stream.set_read_timeout(Some(READ_TIMEOUT)).is_err()
-        || stream.set_write_timeout(Some(READ_TIMEOUT)).is_err()
-    {
-        return;
-    }
-    let mut reader = BufReader::new(&stream);
+    let mut reader = BufReader::new(Until::within(&stream, READ_TIMEOUT));
     loop {
+        // One deadline for the whole line: a peer that trickles it a byte at a time runs out
+        // of time as one that sends nothing does.
+        reader.get_mut().deadline = Instant::now() + READ_TIMEOUT;
         let mut line = Vec::new();
         let n = match (&mut reader)
             .take(MAX_REQUEST as u64 + 1)
@@ -203,6 +210,7 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
             let _ = reply(
                 &stream,
                 &Reply::error(format!("request longer than {MAX_REQUEST} bytes refused")),
+                WRITE_TIMEOUT,
             );
             return;
         }
@@ -213,7 +221,7 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
             }
             Err(message) => Reply::error(message),
         };
-        if reply(&stream, &answer).is_err() {
+        if reply(&stream, &answer, WRITE_TIMEOUT).is_err() {
             return;
         }
     }
@@ -227,10 +235,11 @@ pub fn parse(line: &[u8]) -> Result<(Request, Option<Deadline>), String> {
     })
 }
 
-fn reply(mut stream: &UnixStream, reply: &Reply) -> std::io::Result<()> {
+/// Write `reply` and its newline, all of it `within`.
+fn reply(stream: &UnixStream, reply: &Reply, within: Duration) -> std::io::Result<()> {
     let mut out = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
     out.push(b'\n');
-    stream.write_all(&out)
+    Until::within(stream, within).write_all(&out)
 }
 
 /// The socket path of a namespace directory.

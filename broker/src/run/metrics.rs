@@ -22,7 +22,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,6 +33,7 @@ use tracing::{debug, warn};
 
 use super::ops;
 use super::registry::Broker;
+use super::until::Until;
 use crate::protocol::Reply;
 use crate::report::{ConsumerReport, ProducerReport, RingReport, StatusReport};
 
@@ -508,45 +509,8 @@ impl Drop for Slot {
     }
 }
 
-/// A stream read or written against one deadline: each call waits at most what is left.
-struct Until<'a> {
-    stream: &'a TcpStream,
-    deadline: Instant,
-}
-
-impl Until<'_> {
-    fn left(&self) -> std::io::Result<Duration> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::TimedOut.into());
-        }
-        Ok(left)
-    }
-}
-
-impl Read for Until<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.stream.set_read_timeout(Some(self.left()?))?;
-        self.stream.read(buf)
-    }
-}
-
-impl Write for Until<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.stream.set_write_timeout(Some(self.left()?))?;
-        self.stream.write(buf)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.stream.flush()
-    }
-}
-
 fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
-    let until = Until {
-        stream: &stream,
-        deadline: Instant::now() + READ_TIMEOUT,
-    };
+    let until = Until::within(&stream, READ_TIMEOUT);
     let mut reader = BufReader::new(until.take(MAX_HEAD));
     let mut first = String::new();
     reader.read_line(&mut first)?;
@@ -600,10 +564,7 @@ fn respond(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    let mut out = Until {
-        stream,
-        deadline: Instant::now() + within,
-    };
+    let mut out = Until::within(stream, within);
     out.write_all(head.as_bytes())?;
     out.write_all(body.as_bytes())?;
     out.flush()

@@ -25,6 +25,7 @@ mod registry;
 mod reload;
 mod repair;
 mod sweep;
+mod until;
 mod watch;
 
 use std::io::Read;
