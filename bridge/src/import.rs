@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use shmring::{Producer, PublishError, Recall, Ring};
+use shmring::{Producer, PublishError, Recall, Ring, TryPublishError};
 use tracing::{info, warn};
 use zenoh::handlers::FifoChannel;
 use zenoh::qos::CongestionControl;
@@ -119,6 +119,36 @@ pub struct ImportStats {
     pub link: &'static str,
 }
 
+/// The clock of the sources' quiet time (`--forget-after-ms`, `--ack-quiet-ms`): the wall
+/// clock less the time the importer spent waiting for room in its ring. While it waits it
+/// hears no source (their messages wait in the subscriber's queue), so a source whose
+/// events it waited to publish is not quiet for that time; an importer held up for longer
+/// than the forget period would otherwise forget a source for the first new one it hears
+/// when its ring has room again.
+struct Clock {
+    start: Instant,
+    stalled: Duration,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            stalled: Duration::ZERO,
+        }
+    }
+
+    /// Now, by this clock: never ahead of the wall clock, never going back.
+    fn now(&self) -> Instant {
+        self.start + self.start.elapsed().saturating_sub(self.stalled)
+    }
+
+    /// The importer waited `d` for room.
+    fn stalled(&mut self, d: Duration) {
+        self.stalled = self.stalled.saturating_add(d);
+    }
+}
+
 /// Run the importer until `stop` is set. Returns the final counters.
 pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
     let namespace = args
@@ -155,6 +185,7 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
         .congestion_control(CongestionControl::Block)
         .wait()
         .map_err(|e| anyhow!("declaring the publisher on {}: {e}", keys.ack))?;
+    let clock = Clock::new();
     let mut im = Importer {
         args,
         ring_name: &args.ring,
@@ -167,8 +198,9 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
                 usize::try_from(args.max_sources).unwrap_or(usize::MAX),
                 Duration::from_millis(args.forget_after_ms),
             ),
-            Instant::now(),
+            clock.now(),
         ),
+        clock,
         ack_pub: &ack_pub,
         stats: ImportStats {
             role: "import",
@@ -234,6 +266,8 @@ struct Importer<'a> {
     producer: Producer,
     scratch: Vec<u8>,
     sources: Sources,
+    /// The clock of the sources' quiet time.
+    clock: Clock,
     ack_pub: &'a zenoh::pubsub::Publisher<'static>,
     stats: ImportStats,
     last_msg: Option<Instant>,
@@ -263,7 +297,7 @@ impl Importer<'_> {
             if last_ack.elapsed() >= heartbeat {
                 last_ack = Instant::now();
                 let quiet = Duration::from_millis(self.args.ack_quiet_ms);
-                let lately: Vec<(u64, u64)> = match last_ack.checked_sub(quiet) {
+                let lately: Vec<(u64, u64)> = match self.clock.now().checked_sub(quiet) {
                     Some(since) => self.sources.heard_since(since).collect(),
                     // The clock started less than `quiet` ago: every source was heard lately
                     // or not at all.
@@ -341,7 +375,7 @@ impl Importer<'_> {
         }
         let plan = self
             .sources
-            .plan(&h, batch.events().map(|e| e.seq), Instant::now());
+            .plan(&h, batch.events().map(|e| e.seq), self.clock.now());
         if plan.refused {
             self.stats.refused_sources = self.stats.refused_sources.saturating_add(1);
             // The first refusal and then every power of two: a flood of them cannot flood the
@@ -407,16 +441,30 @@ impl Importer<'_> {
         self.scratch.clear();
         self.scratch.extend_from_slice(&header.encode());
         self.scratch.extend_from_slice(payload);
-        match self.producer.publish(&self.scratch) {
-            Ok(_) => {
-                self.stats.published += 1;
-                Ok(())
+        const WHAT: &str = "publishing into the importer's ring";
+        match self.producer.try_publish(&self.scratch) {
+            Ok(_) => {}
+            Err(TryPublishError::Full) => {
+                // Waiting for room: no source can be heard meanwhile (their messages wait in
+                // the subscriber's queue), so this is not their quiet time.
+                let waited = Instant::now();
+                let r = self.producer.publish(&self.scratch);
+                self.clock.stalled(waited.elapsed());
+                match r {
+                    Ok(_) => {}
+                    Err(PublishError::Closed) => return self.stopped(),
+                    Err(e) => return Err(e).context(WHAT),
+                }
             }
-            Err(PublishError::Closed) => {
-                bail!("ring {:?} is stopped: cannot publish", self.ring_name)
-            }
-            Err(e) => Err(e).context("publishing into the importer's ring"),
+            Err(TryPublishError::Closed) => return self.stopped(),
+            Err(e) => return Err(e).context(WHAT),
         }
+        self.stats.published += 1;
+        Ok(())
+    }
+
+    fn stopped(&self) -> Result<()> {
+        bail!("ring {:?} is stopped: cannot publish", self.ring_name)
     }
 
     fn snapshot(&self) -> ImportStats {

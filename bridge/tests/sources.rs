@@ -13,7 +13,7 @@ mod common;
 use std::time::Instant;
 
 use serde_json::Value;
-use shmring::{Ring, RingConfig};
+use shmring::{ConsumerOptions, Ring, RingConfig};
 use shmring_bridge::link::{Keys, LinkArgs};
 use shmring_bridge::wire::{Ack, BatchHeader, BatchWriter};
 use shmring_bridge::Mode;
@@ -38,6 +38,56 @@ fn heartbeat(source: u64, committed: u64) -> Vec<u8> {
         end: committed,
         dropped: 0,
     })
+}
+
+/// The test's side of the link: a Zenoh session listening on 127.0.0.1 (scouting off),
+/// publishing on the bridge's data key and reading the importer's acks.
+struct Sender {
+    key: String,
+    port: u16,
+    acks: Subscriber<FifoChannelHandler<Sample>>,
+    data: zenoh::pubsub::Publisher<'static>,
+    _session: zenoh::Session,
+}
+
+impl Sender {
+    /// On a key of `ns`'s own.
+    fn new(ns: &Namespace) -> Self {
+        let key = format!("shmring/sources/{}", ns.name());
+        let keys = Keys::new(&key).expect("keys");
+        let port = common::free_port();
+        let session = LinkArgs {
+            listen: vec![format!("tcp/127.0.0.1:{port}")],
+            ..LinkArgs::default()
+        }
+        .open()
+        .expect("the test's zenoh session");
+        let acks = session
+            .declare_subscriber(keys.ack.clone())
+            .with(FifoChannel::new(1 << 16))
+            .wait()
+            .expect("subscribe to the acks");
+        let data = session
+            .declare_publisher(keys.data.clone())
+            .wait()
+            .expect("declare the data publisher");
+        Self {
+            key,
+            port,
+            acks,
+            data,
+            _session: session,
+        }
+    }
+
+    fn put(&self, msg: Vec<u8>) {
+        self.data.put(msg).wait().expect("publish a message");
+    }
+
+    /// The importer into ring "dst" of `ns`, reached through this link, with `extra` flags.
+    fn importer(&self, ns: &Namespace, extra: &[&str]) -> Child {
+        importer_with("importer", ns, "dst", &self.key, self.port, extra)
+    }
 }
 
 /// Every ack received so far, as `(source, next)`.
@@ -68,35 +118,11 @@ fn the_importer_keeps_at_most_max_sources_and_acks_only_the_ones_it_hears() {
         ..RingConfig::default()
     };
     let _dst = Ring::create(ns.name(), "dst", &config).expect("create the importer's ring");
-    let key = format!("shmring/sources/{}", ns.name());
-    let keys = Keys::new(&key).expect("keys");
-    let port = common::free_port();
-    let session = LinkArgs {
-        listen: vec![format!("tcp/127.0.0.1:{port}")],
-        ..LinkArgs::default()
-    }
-    .open()
-    .expect("the test's zenoh session");
-    let acks = session
-        .declare_subscriber(keys.ack.clone())
-        .with(FifoChannel::new(1 << 16))
-        .wait()
-        .expect("subscribe to the acks");
-    let data = session
-        .declare_publisher(keys.data.clone())
-        .wait()
-        .expect("declare the data publisher");
-    let put = |source: u64, committed: u64| {
-        data.put(heartbeat(source, committed))
-            .wait()
-            .expect("publish a heartbeat");
-    };
-    let mut im = importer_with(
-        "importer",
+    let link = Sender::new(&ns);
+    let acks = &link.acks;
+    let put = |source: u64, committed: u64| link.put(heartbeat(source, committed));
+    let mut im = link.importer(
         &ns,
-        "dst",
-        &key,
-        port,
         &[
             "--max-sources",
             "2",
@@ -115,7 +141,7 @@ fn the_importer_keeps_at_most_max_sources_and_acks_only_the_ones_it_hears() {
         loop {
             put(source, 0);
             counters(&mut im, deadline, &format!("an ack of source {source}"));
-            heard.extend(drain(&acks));
+            heard.extend(drain(acks));
             if heard.contains(&(source, 0)) {
                 break;
             }
@@ -133,7 +159,7 @@ fn the_importer_keeps_at_most_max_sources_and_acks_only_the_ones_it_hears() {
             break;
         }
     }
-    heard.extend(drain(&acks));
+    heard.extend(drain(acks));
     assert!(
         heard.iter().all(|(s, _)| [1, 2].contains(s)),
         "acks went to {heard:?}"
@@ -150,7 +176,7 @@ fn the_importer_keeps_at_most_max_sources_and_acks_only_the_ones_it_hears() {
         loop {
             put(2, stamp());
             counters(im, deadline, &format!("an ack of source 2 past {ms} ms"));
-            got.extend(drain(&acks));
+            got.extend(drain(acks));
             if got.iter().any(|&(s, next)| s == 2 && next >= ms) {
                 return got;
             }
@@ -169,11 +195,103 @@ fn the_importer_keeps_at_most_max_sources_and_acks_only_the_ones_it_hears() {
     loop {
         put(1, 7);
         counters(&mut im, deadline, "source 1 acknowledged again");
-        if drain(&acks).contains(&(1, 7)) {
+        if drain(acks).contains(&(1, 7)) {
             break;
         }
     }
     let v = counters(&mut im, deadline, "the last counters");
     assert_eq!(num(&v, "sources"), 2, "{v}");
     assert!(num(&v, "refused_sources") >= 3, "{v}");
+}
+
+/// Time the importer spends blocked on its full ring is not time its sources were quiet:
+/// the source whose events it waits to publish is not forgotten for a new one the moment
+/// the ring has room again. Before, quiet time was counted by the wall clock, so an importer
+/// blocked for longer than `--forget-after-ms` found every source quiet when it went on,
+/// forgot one for the first new source it heard, and took the forgotten one back as new:
+/// from its exporter's committed position, publishing again what its last acks covered.
+#[test]
+fn time_blocked_on_a_full_ring_is_not_quiet_time() {
+    let ns = Namespace::new("bridge_blocked");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let dst = Ring::create(ns.name(), "dst", &config).expect("create the importer's ring");
+    // A durable required consumer, detached: it gates, so the ring fills.
+    drop(
+        dst.consumer(ConsumerOptions::durable("held"))
+            .expect("the held consumer"),
+    );
+    let link = Sender::new(&ns);
+    let mut im = link.importer(
+        &ns,
+        &[
+            "--max-sources",
+            "1",
+            "--forget-after-ms",
+            "1000",
+            "--heartbeat-ms",
+            "20",
+        ],
+    );
+    let deadline = Instant::now() + shmring_testkit::WAIT;
+    // Source 1 is known (what is put before the importer has subscribed is lost).
+    loop {
+        link.put(heartbeat(1, 0));
+        counters(&mut im, deadline, "an ack of source 1");
+        if drain(&link.acks).contains(&(1, 0)) {
+            break;
+        }
+    }
+    // A batch of 100 events from source 1: 64 fit, the importer waits to publish the 65th.
+    let mut w = BatchWriter::default();
+    w.begin();
+    for seq in 0..100 {
+        w.push(seq, &common::payload(seq));
+    }
+    link.put(w.finish(&BatchHeader {
+        mode: Mode::Reliable,
+        source: 1,
+        run: 1,
+        committed: 0,
+        start: 0,
+        end: 100,
+        dropped: 0,
+    }));
+    // Full: 64 published, the importer's claim of the 65th counted in the head (the ring
+    // has several producers' claim counter).
+    shmring_testkit::wait_until("the importer's ring full", || {
+        (dst.info().head >= 64).then_some(())
+    });
+    // Blocked for twice the forget period, then a new source speaks.
+    let blocked = Instant::now();
+    while blocked.elapsed() < std::time::Duration::from_secs(2) {
+        assert!(
+            dst.info().head <= 65,
+            "the importer went on with its ring full"
+        );
+        // A pace for the look, not a synchronisation sleep: the wait is for time to pass.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    link.put(heartbeat(2, 0));
+    // Room again: the held consumer takes every event.
+    let mut held = dst
+        .consumer(ConsumerOptions::durable("held"))
+        .expect("the held consumer back");
+    let mut got = 0;
+    shmring_testkit::wait_until("all 100 events delivered", || {
+        got += held.poll_once(|_| {}).expect("poll");
+        (got >= 100).then_some(())
+    });
+    // Source 2 is refused, and source 1 kept: it was heard just before the block.
+    let v = loop {
+        link.put(heartbeat(2, 0));
+        let v = counters(&mut im, deadline, "source 2 refused or admitted");
+        if num(&v, "refused_sources") + num(&v, "forgotten_sources") > 0 {
+            break v;
+        }
+    };
+    assert_eq!(num(&v, "forgotten_sources"), 0, "{v}");
+    assert_eq!(num(&v, "sources"), 1, "{v}");
 }
