@@ -80,6 +80,18 @@ pub enum LeaseError {
     /// `PollError::UpstreamLost`): re-attach with the current dependencies.
     #[error("an upstream consumer was unsubscribed or its entry reused: re-attach with the current dependencies")]
     UpstreamLost,
+    /// As `PollError::CorruptCursor`: a fixed-size ring's cursor reads more than the
+    /// capacity past the committed position, which no producer publishes; nothing was
+    /// delivered.
+    #[error("the ring's cursor {cursor:#x} is more than its {capacity} slots past this consumer's position {next}: the segment is corrupt; stop every process attached to it, remove the ring and create it again")]
+    CorruptCursor {
+        /// The cursor found.
+        cursor: u64,
+        /// The committed position.
+        next: u64,
+        /// The ring's capacity.
+        capacity: u64,
+    },
 }
 
 impl Consumer {
@@ -117,9 +129,25 @@ impl Consumer {
         let upstream = self
             .upstream_limit()
             .map_err(|_| LeaseError::UpstreamLost)?;
-        let limit = (max as u64)
-            .min((self.next + self.seg.geometry().capacity).saturating_sub(from))
+        let capacity = self.seg.geometry().capacity;
+        let mut limit = (max as u64)
+            .min((self.next + capacity).saturating_sub(from))
             .min(upstream.saturating_sub(from));
+        if self.seg.is_fixed() {
+            // Acquire: as `is_done` below.
+            let (cursor, _) = fixed::published(&self.seg.events());
+            // As in `poll_once` (`cursor_ahead`): no producer publishes more than a ring past
+            // a gating consumer, so such a cursor was written by another process, unless
+            // this one was released meanwhile.
+            if cursor.saturating_sub(self.next) > capacity && self.entry_unchanged() {
+                return Err(LeaseError::CorruptCursor {
+                    cursor,
+                    next: self.next,
+                    capacity,
+                });
+            }
+            limit = limit.min(cursor.saturating_sub(from));
+        }
         let mut n = 0u64;
         while n < limit {
             // Acquire: SYNC POINT with the producer's Release stamp store (or cursor store),

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use shmring::{
-    AttachError, ConsumerOptions, CorruptWord, HealthThresholds, LayoutError, OpenError, PollError,
-    ProducerMode, PublishError, Ring, RingConfig, TryPublishError,
+    AttachError, ConsumerOptions, CorruptWord, HealthThresholds, LayoutError, LeaseError,
+    OpenError, PollError, ProducerMode, PublishError, Ring, RingConfig, TryPublishError,
 };
 use shmring_layout::{
     config_checksum, consumer_state, owned_word, producer_state, ClaimLine, ConfigWords,
@@ -920,6 +920,18 @@ fn a_fixed_ring_s_cursor_more_than_a_ring_ahead_delivers_nothing() {
             assert_eq!(got, [0u64; 0], "{what} consumer, cursor {damaged:#x}");
             assert_eq!(c.next_sequence(), 0, "{what} consumer moved");
         }
+        // Reading ahead (a required consumer's lease, the bridge exporter's read) too.
+        let mut got = Vec::new();
+        assert_eq!(
+            required.read_ahead(0, 100, |ev| got.push(ev.sequence())),
+            Err(LeaseError::CorruptCursor {
+                cursor: damaged,
+                next: 0,
+                capacity: cap,
+            }),
+            "cursor {damaged:#x}"
+        );
+        assert_eq!(got, [0u64; 0], "read ahead, cursor {damaged:#x}");
     }
     // The producer stores the cursor from its own position again.
     assert_eq!(p.publish(&[3; 8]), Ok(2));
@@ -998,8 +1010,8 @@ fn damaged_words_are_named_by_the_snapshot_and_make_a_ring_unhealthy() {
         "{corrupt:?}"
     );
 
-    // A single producer's claim word just past any sequence: the position steps back over
-    // the slots it has not published, below `MAX_SEQUENCE`, but the word itself is named.
+    // A single producer's claim word just past any sequence: the position is the word as it
+    // is, not stepped back over the slots it has not published to below `MAX_SEQUENCE`.
     let single = Ring::create(
         ns.name(),
         "s",

@@ -246,10 +246,9 @@ impl Consumer {
     /// no producer wrote that cursor (see `PollError::CorruptCursor`).
     #[cold]
     pub(super) fn cursor_ahead(&mut self, cursor: u64) -> Result<usize, PollError> {
-        // Acquire: pairs with the broker's SeqCst release CAS. A cursor stored past this
-        // consumer by a producer that saw it released (Acquire cursor load above) orders
-        // that release before this load.
-        if self.entry().hot.word.load(Ordering::Acquire) != self.word {
+        // A producer past this consumer because it read the release: the cursor load
+        // before (Acquire) makes this read the release (`entry_unchanged`).
+        if !self.entry_unchanged() {
             return self.idle_checks(false);
         }
         Err(PollError::CorruptCursor {

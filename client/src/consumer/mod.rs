@@ -346,6 +346,16 @@ impl Consumer {
         self.seg.entry()
     }
 
+    /// Whether its entry still holds the word this handle holds it with: not released by
+    /// the broker, not taken. A producer (or repair) that published past this consumer did
+    /// so because it read the release; a cursor or stamp of that publish read before this
+    /// (Acquire) makes the release happen before this load, which by coherence reads it or
+    /// a later word.
+    pub(crate) fn entry_unchanged(&self) -> bool {
+        // Acquire: what the releaser or a new holder wrote before the word comes with it.
+        self.entry().hot.word.load(Ordering::Acquire) == self.word
+    }
+
     fn load_stats(&mut self) {
         let cold = &self.entry().cold;
         self.stats = ConsumerStats::read(&cold.counters, &cold.graph);
