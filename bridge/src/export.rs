@@ -370,8 +370,21 @@ impl Exporter<'_> {
                 writer.push(ev.sequence(), ev.bytes());
             }) {
                 Ok(end) => end,
-                // The ack callback committed past the cursor in between: start there.
+                // The ack callback committed past the cursor in between, or the source
+                // ring's broker released this consumer and it went to the head, letting the
+                // events in between go: start there, and tell the importer (the next
+                // header's committed position) so that it does not ask for them.
                 Err(LeaseError::BeforePosition { next, .. }) => {
+                    // The callback stores what it committed before it lets the lock go.
+                    let acked = self.shared.committed.fetch_max(next, Ordering::Relaxed);
+                    if next > acked {
+                        warn!(
+                            from = acked,
+                            to = next,
+                            "released by the source ring's broker: the events in between are not sent"
+                        );
+                    }
+                    self.stats.dropped = c.stats().dropped_behind;
                     self.cursor = next;
                     return Ok(true);
                 }

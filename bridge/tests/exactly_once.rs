@@ -218,3 +218,74 @@ fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
     assert_eq!(dst.head(), FIRST + MORE, "nothing doubled");
     drop((ex, im));
 }
+
+/// The exporter released by the source ring's broker (its `release` policy, after the
+/// exporter stalled with the importer away) goes on from the head: it gates again there,
+/// tells the importer its committed position moved (so the importer does not ask, for ever,
+/// for what the ring no longer holds), and counts the events it let go in `dropped`. Before,
+/// its reads ahead returned nothing at its old position, for ever, and producers were never
+/// held for it again.
+#[test]
+fn a_released_exporter_goes_on_from_the_head() {
+    let ns_a = Namespace::new("bridge_released");
+    let ns_b = ns_a.sibling("b");
+    let (src, dst) = common::src_and_dst(&ns_a, 64, &ns_b, 1024);
+    let key = format!("shmring/released/{}", ns_a.name());
+    let name = shmring_bridge::export::default_consumer_name(&key);
+    let port = common::free_port();
+    let mut consumer = dst
+        .consumer(ConsumerOptions::anonymous())
+        .expect("attach the consumer on B");
+    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
+    let mut im = importer("importer", &ns_b, "dst", &key, port);
+    common::await_attached(&mut ex, &src, &name);
+    let mut p = src.producer().expect("attach the producer on A");
+
+    const FIRST: u64 = 50;
+    for i in 0..FIRST {
+        p.publish(&payload(i)).expect("publish");
+    }
+    common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST);
+    im.kill();
+    // Unconfirmed with the importer away, the exporter's position stays: release it, as the
+    // broker releases a stalled consumer, and publish two laps past it.
+    for i in FIRST..FIRST + 10 {
+        p.publish(&payload(i)).expect("publish");
+    }
+    let entry = src
+        .info()
+        .consumers
+        .into_iter()
+        .find(|c| c.name == name)
+        .expect("the exporter's entry");
+    assert_eq!(entry.next, FIRST);
+    assert!(src.release_consumer(entry.index, entry.word));
+    let lapped = FIRST + 10 + 2 * 64;
+    for i in FIRST + 10..lapped {
+        p.publish(&payload(i))
+            .expect("publish: nothing gates the producer");
+    }
+    // Gating again at the head: a lap more than the ring holds fills it.
+    let v = common::stats_until(&mut ex, |v| common::num(v, "dropped") > 0);
+    assert_eq!(common::num(&v, "dropped"), lapped - FIRST, "{v}");
+    im = importer("importer", &ns_b, "dst", &key, port);
+    const LAST: u64 = 20;
+    for i in lapped..lapped + LAST {
+        p.publish(&payload(i)).expect("publish");
+    }
+    common::stats_until(&mut ex, |v| common::num(v, "acked") == lapped + LAST);
+    let mut got = Vec::new();
+    eventually("B to hold every event sent", || {
+        let _ = consumer.poll_once(|ev| {
+            let b = Bridged::parse(ev.bytes()).expect("a bridged event");
+            got.push((b.header.seq, check(b.payload)));
+        });
+        got.len() as u64 >= FIRST + LAST
+    });
+    let want: Vec<(u64, Option<u64>)> = (0..FIRST)
+        .chain(lapped..lapped + LAST)
+        .map(|i| (i, Some(i)))
+        .collect();
+    assert_eq!(got, want);
+    drop((ex, im));
+}

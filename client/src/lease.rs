@@ -46,10 +46,10 @@ use shmring_layout::SLOT_FLAG_TOMBSTONE;
 
 use crate::fixed;
 use crate::park::{self, PARK_NET};
-use crate::{Consumer, Event, Ring};
+use crate::{Consumer, Event, PollError, Ring};
 
 /// `Consumer::read_ahead` and `Consumer::commit_to`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
     /// The consumer is optional: it does not hold the producers off unread slots, so it
     /// cannot read ahead of its position safely. Attach it required.
@@ -92,6 +92,10 @@ pub enum LeaseError {
         /// The ring's capacity.
         capacity: u64,
     },
+    /// Its entry changed under it, and going to the head as a released consumer does
+    /// failed as a poll would: `PollError::EntryLost`, `Deleted` or `CorruptPosition`.
+    #[error(transparent)]
+    Entry(PollError),
 }
 
 impl Consumer {
@@ -118,6 +122,11 @@ impl Consumer {
         if !self.required {
             return Err(LeaseError::NotRequired);
         }
+        // Released by the broker (`broker release`, to let producers go on while it waits
+        // for confirmations), it no longer holds producers off the slots past its position:
+        // it goes to the head and gates again first, as a poll does, and what it asked for
+        // may then lie below its position.
+        self.regate_if_released().map_err(LeaseError::Entry)?;
         if from < self.next {
             return Err(LeaseError::BeforePosition {
                 seq: from,

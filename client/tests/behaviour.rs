@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use shmring::{
-    AttachError, ConsumerOptions, OpenError, PollError, ProducerMode, PublishError, Ring,
-    RingConfig, RingState, TryPublishError,
+    AttachError, ConsumerOptions, LeaseError, OpenError, PollError, ProducerMode, PublishError,
+    Ring, RingConfig, RingState, TryPublishError,
 };
 
 use shmring_testkit::Namespace;
@@ -629,6 +629,65 @@ fn a_released_live_consumer_keeps_its_name_until_it_detaches() {
         .consumer(ConsumerOptions::durable("d"))
         .expect("detached: the name is free");
     assert_eq!(c.next_sequence(), 28);
+}
+
+/// A consumer that reads ahead (the bridge exporter's way: `read_ahead`, then `commit_to`
+/// what the other side confirmed) and is released by the broker (`broker release`, to let
+/// producers go on while it waits for confirmations) goes to the head and gates again, as
+/// a poll does: its next `read_ahead` says the sequence asked for is below its position
+/// now, and the gap is counted in `dropped_behind`. Before, it stayed released at its old
+/// position: every `read_ahead` returned nothing (the slots hold later laps) and producers
+/// were never held for it again.
+#[test]
+fn a_released_consumer_reading_ahead_goes_to_the_head_and_gates_again() {
+    for event_size in [None, Some(8)] {
+        let ns = Namespace::concurrent("released_lease");
+        let config = RingConfig {
+            event_size,
+            producer_mode: ProducerMode::Single,
+            ..small(8)
+        };
+        let ring = Ring::create(ns.name(), "r", &config).unwrap();
+        let mut p = ring.producer().unwrap();
+        let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+        for v in 0..4u64 {
+            p.publish(&v.to_le_bytes()).unwrap();
+        }
+        let mut seen = Vec::new();
+        assert_eq!(c.read_ahead(0, 16, |ev| seen.push(ev.sequence())), Ok(4));
+        assert_eq!(seen, [0, 1, 2, 3]);
+        let info = ring.info().consumers[0].clone();
+        assert!(ring.release_consumer(info.index, info.word));
+        for v in 4..24u64 {
+            p.publish(&v.to_le_bytes()).unwrap();
+        }
+        let mut late = Vec::new();
+        assert_eq!(
+            c.read_ahead(4, 16, |ev| late.push(ev.sequence())),
+            Err(LeaseError::BeforePosition { seq: 4, next: 24 }),
+            "{event_size:?}"
+        );
+        assert_eq!(late, [0u64; 0]);
+        assert_eq!(c.next_sequence(), 24);
+        assert_eq!(
+            c.stats().dropped_behind,
+            24,
+            "the gap from its committed position"
+        );
+        assert_eq!(ring.info().consumers[0].state, "ACTIVE", "it gates again");
+        for v in 24..32u64 {
+            p.publish(&v.to_le_bytes()).unwrap();
+        }
+        assert_eq!(
+            p.try_publish(&[0; 8]),
+            Err(TryPublishError::Full),
+            "{event_size:?}"
+        );
+        let mut again = Vec::new();
+        assert_eq!(c.read_ahead(24, 16, |ev| again.push(ev.sequence())), Ok(32));
+        assert_eq!(again, (24..32).collect::<Vec<_>>());
+        c.commit_to(32).expect("commit what was read");
+    }
 }
 
 /// A sequence repaired after its producer died is one word in the slot (its stamp): a

@@ -295,6 +295,16 @@ impl Consumer {
         Ok(0)
     }
 
+    /// A consumer that reads in place outside a poll (`read_ahead`), before it does: released
+    /// by the broker, it goes to the head and gates again, as a poll's `idle_checks` takes
+    /// it; an entry taken or a ring deleted is the poll's error.
+    pub(crate) fn regate_if_released(&mut self) -> Result<(), PollError> {
+        if self.entry_unchanged() {
+            return Ok(());
+        }
+        self.idle_checks(false).map(drop)
+    }
+
     /// Lapped (or released): skip to the head and count the gap. A head at or past
     /// `MAX_SEQUENCE` (another process overwrote the claim word or the stop sequence) is no
     /// position to go on from: the consumer stays where it is, and this says so. A released
