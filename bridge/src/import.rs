@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use shmring::{Producer, PublishError, Recall, Ring, TryPublishError};
+use shmring::{Producer, PublishError, Recall, Ring};
 use tracing::{info, warn};
 use zenoh::handlers::FifoChannel;
 use zenoh::qos::CongestionControl;
@@ -120,7 +120,8 @@ pub struct ImportStats {
 }
 
 /// The clock of the sources' quiet time (`--forget-after-ms`, `--ack-quiet-ms`): the wall
-/// clock less the time the importer spent waiting for room in its ring. While it waits it
+/// clock less the time the importer spent publishing into its ring (waiting for room
+/// while it is full). While it waits it
 /// hears no source (their messages wait in the subscriber's queue), so a source whose
 /// events it waited to publish is not quiet for that time; an importer held up for longer
 /// than the forget period would otherwise forget a source for the first new one it hears
@@ -411,14 +412,13 @@ impl Importer<'_> {
             self.ack(h.source, from, true)?;
         }
         if let Some(from) = plan.keep_from {
-            for ev in batch.events().filter(|e| e.seq >= from) {
-                let header = SourceHeader {
-                    source: h.source,
-                    run: h.run,
-                    seq: ev.seq,
-                };
-                self.publish(header, ev.payload)?;
-            }
+            // Publishing waits for room while the ring is full, and no source is heard
+            // meanwhile (their messages wait in the subscriber's queue): that time is not
+            // their quiet time. One look at the clock per batch, not per event.
+            let started = Instant::now();
+            let published = self.publish_from(&batch, from);
+            self.clock.stalled(started.elapsed());
+            published?;
         }
         if let Some(next) = plan.ack {
             self.stats.expected = next;
@@ -441,30 +441,30 @@ impl Importer<'_> {
         self.scratch.clear();
         self.scratch.extend_from_slice(&header.encode());
         self.scratch.extend_from_slice(payload);
-        const WHAT: &str = "publishing into the importer's ring";
-        match self.producer.try_publish(&self.scratch) {
-            Ok(_) => {}
-            Err(TryPublishError::Full) => {
-                // Waiting for room: no source can be heard meanwhile (their messages wait in
-                // the subscriber's queue), so this is not their quiet time.
-                let waited = Instant::now();
-                let r = self.producer.publish(&self.scratch);
-                self.clock.stalled(waited.elapsed());
-                match r {
-                    Ok(_) => {}
-                    Err(PublishError::Closed) => return self.stopped(),
-                    Err(e) => return Err(e).context(WHAT),
-                }
+        match self.producer.publish(&self.scratch) {
+            Ok(_) => {
+                self.stats.published += 1;
+                Ok(())
             }
-            Err(TryPublishError::Closed) => return self.stopped(),
-            Err(e) => return Err(e).context(WHAT),
+            Err(PublishError::Closed) => {
+                bail!("ring {:?} is stopped: cannot publish", self.ring_name)
+            }
+            Err(e) => Err(e).context("publishing into the importer's ring"),
         }
-        self.stats.published += 1;
-        Ok(())
     }
 
-    fn stopped(&self) -> Result<()> {
-        bail!("ring {:?} is stopped: cannot publish", self.ring_name)
+    /// Publish the events of `batch` from sequence `from` on, in order.
+    fn publish_from(&mut self, batch: &Batch<'_>, from: u64) -> Result<()> {
+        let h = batch.header;
+        for ev in batch.events().filter(|e| e.seq >= from) {
+            let header = SourceHeader {
+                source: h.source,
+                run: h.run,
+                seq: ev.seq,
+            };
+            self.publish(header, ev.payload)?;
+        }
+        Ok(())
     }
 
     fn snapshot(&self) -> ImportStats {
