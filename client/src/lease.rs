@@ -237,6 +237,21 @@ impl Consumer {
             return Ok(());
         }
         let head = self.seg.position();
+        if self.released_now().map_err(LeaseError::Entry)? {
+            // Released by the broker: producers were let past it, so its slots from the
+            // committed position on may hold later laps, and say nothing of what it read
+            // before. What it read (never past the head) and the caller confirms was
+            // delivered: the position moves there, the entry stays released, and the next
+            // `read_ahead` gates again from the head, counting only what lies beyond.
+            let to = seq.min(head);
+            if to > self.next {
+                let skipped = (self.next..to)
+                    .filter(|&s| self.seg.is_done(s) && self.holds_no_event(s))
+                    .count() as u64;
+                self.commit(to, to - self.next - skipped, skipped, 0);
+            }
+            return Ok(());
+        }
         let (mut delivered, mut skipped) = (0u64, 0u64);
         for s in self.next..seq {
             // Acquire: pairs with the producer's Release stamp (or cursor) store, so the flags

@@ -295,6 +295,22 @@ impl Consumer {
         Ok(0)
     }
 
+    /// Whether the broker released this consumer (its entry holds the released form of the
+    /// word it holds it with). An entry another holder took is `PollError::EntryLost`, and
+    /// the handle fails, as a poll finds it.
+    pub(crate) fn released_now(&mut self) -> Result<bool, PollError> {
+        // Acquire: pairs with the broker's SeqCst release CAS (or a new holder's).
+        let word = self.entry().hot.word.load(Ordering::Acquire);
+        if word == self.word {
+            return Ok(false);
+        }
+        if word == table::consumer::released(self.word) {
+            return Ok(true);
+        }
+        self.failed = true;
+        Err(PollError::EntryLost)
+    }
+
     /// A consumer that reads in place outside a poll (`read_ahead`), before it does: released
     /// by the broker, it goes to the head and gates again, as a poll's `idle_checks` takes
     /// it; an entry taken or a ring deleted is the poll's error.
