@@ -363,28 +363,34 @@ impl Exporter<'_> {
         self.writer.begin();
         let writer = &mut self.writer;
         let mut bytes = 0u64;
+        let mut committed = committed;
         let end = {
             let mut c = self.shared.lock();
-            match c.read_ahead(self.cursor, self.args.batch_events.max(1), |ev| {
+            let read = c.read_ahead(self.cursor, self.args.batch_events.max(1), |ev| {
                 bytes += ev.bytes().len() as u64;
                 writer.push(ev.sequence(), ev.bytes());
-            }) {
+            });
+            // A read ahead moves the position only when the source ring's broker released
+            // this consumer: it went to the head, letting the events in between go. The ack
+            // callback stores what it committed before it lets the lock go, so a position
+            // past that is such a jump: tell the importer (the next header's committed
+            // position), so that it does not ask for what the ring no longer holds.
+            let next = c.next_sequence();
+            let acked = self.shared.committed.fetch_max(next, Ordering::Relaxed);
+            if next > acked {
+                warn!(
+                    from = acked,
+                    to = next,
+                    "released by the source ring's broker: the events in between are not sent"
+                );
+                self.stats.dropped = c.stats().dropped_behind;
+                committed = committed.max(next);
+            }
+            match read {
                 Ok(end) => end,
-                // The ack callback committed past the cursor in between, or the source
-                // ring's broker released this consumer and it went to the head, letting the
-                // events in between go: start there, and tell the importer (the next
-                // header's committed position) so that it does not ask for them.
+                // The ack callback committed past the cursor in between, or the jump above:
+                // start there.
                 Err(LeaseError::BeforePosition { next, .. }) => {
-                    // The callback stores what it committed before it lets the lock go.
-                    let acked = self.shared.committed.fetch_max(next, Ordering::Relaxed);
-                    if next > acked {
-                        warn!(
-                            from = acked,
-                            to = next,
-                            "released by the source ring's broker: the events in between are not sent"
-                        );
-                    }
-                    self.stats.dropped = c.stats().dropped_behind;
                     self.cursor = next;
                     return Ok(true);
                 }

@@ -10,9 +10,10 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use shmring::{ConsumerOptions, Ring};
+use rustix::process::Signal;
+use shmring::{Consumer, ConsumerOptions, Producer, Ring};
 use shmring_bridge::Bridged;
-use shmring_testkit::{eventually, Namespace};
+use shmring_testkit::{eventually, Child, Namespace};
 
 use common::{check, exporter, importer, payload};
 
@@ -160,132 +161,171 @@ fn every_event_lands_once_in_order_across_bridge_crashes() {
     drop((ex, im));
 }
 
+/// A bridge from ring "src" (`capacity` slots) in namespace A to ring "dst" in namespace B:
+/// a consumer on B, the exporter and the importer running, a producer on A.
+struct Pair {
+    p: Producer,
+    im: Child,
+    ex: Child,
+    consumer: Consumer,
+    src: Ring,
+    dst: Ring,
+    key: String,
+    name: String,
+    port: u16,
+    ns_b: Namespace,
+    /// Held for the test's length: dropped last, it kills what is left and cleans up.
+    _ns_a: Namespace,
+}
+
+impl Pair {
+    fn new(label: &str, capacity: u64) -> Self {
+        let ns_a = Namespace::new(label);
+        let ns_b = ns_a.sibling("b");
+        let (src, dst) = common::src_and_dst(&ns_a, capacity, &ns_b, 1024);
+        let key = format!("shmring/{label}/{}", ns_a.name());
+        let name = shmring_bridge::export::default_consumer_name(&key);
+        let port = common::free_port();
+        let consumer = dst
+            .consumer(ConsumerOptions::anonymous())
+            .expect("attach the consumer on B");
+        let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
+        let im = importer("importer", &ns_b, "dst", &key, port);
+        common::await_attached(&mut ex, &src, &name);
+        let p = src.producer().expect("attach the producer on A");
+        Self {
+            p,
+            im,
+            ex,
+            consumer,
+            src,
+            dst,
+            key,
+            name,
+            port,
+            ns_b,
+            _ns_a: ns_a,
+        }
+    }
+
+    /// Publish the events of `seqs` on A.
+    fn publish(&mut self, seqs: std::ops::Range<u64>) {
+        for i in seqs {
+            self.p.publish(&payload(i)).expect("publish");
+        }
+    }
+
+    /// A new importer in place of the killed one.
+    fn restart_importer(&mut self) {
+        self.im = importer("importer", &self.ns_b, "dst", &self.key, self.port);
+    }
+
+    /// What B holds once it holds `n` events: each one's source sequence and checked payload.
+    fn received(&mut self, n: u64) -> Vec<(u64, Option<u64>)> {
+        let mut got = Vec::new();
+        eventually("B to hold every event sent", || {
+            let _ = self.consumer.poll_once(|ev| {
+                let b = Bridged::parse(ev.bytes()).expect("a bridged event");
+                got.push((b.header.seq, check(b.payload)));
+            });
+            got.len() as u64 >= n
+        });
+        got
+    }
+}
+
 /// With the importer down, the exporter's batches go nowhere: it must go back to the
 /// confirmed position (a replay, counted) and carry them again once an importer is back.
 #[test]
 fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
-    let ns_a = Namespace::new("bridge_replay");
-    let ns_b = ns_a.sibling("b");
-    let (src, dst) = common::src_and_dst(&ns_a, 1024, &ns_b, 1024);
-    let key = format!("shmring/replay/{}", ns_a.name());
-    let name = shmring_bridge::export::default_consumer_name(&key);
-    let port = common::free_port();
-    let mut consumer = dst
-        .consumer(ConsumerOptions::anonymous())
-        .expect("attach the consumer on B");
-    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
-    let mut im = importer("importer", &ns_b, "dst", &key, port);
-    common::await_attached(&mut ex, &src, &name);
-    let mut p = src.producer().expect("attach the producer on A");
-
+    let mut b = Pair::new("bridge_replay", 1024);
     const FIRST: u64 = 500;
     const MORE: u64 = 300;
-    for i in 0..FIRST {
-        p.publish(&payload(i)).expect("publish");
-    }
+    b.publish(0..FIRST);
     // Once the exporter counts everything confirmed, nothing is outstanding: the replays
     // it has counted by then are the baseline.
-    let before = common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST);
+    let before = common::stats_until(&mut b.ex, |v| common::num(v, "acked") == FIRST);
     let replays = common::num(&before, "replays");
 
-    im.kill();
-    for i in FIRST..FIRST + MORE {
-        p.publish(&payload(i)).expect("publish");
-    }
-    common::stats_until(&mut ex, |v| common::num(v, "replays") > replays);
+    b.im.kill();
+    b.publish(FIRST..FIRST + MORE);
+    common::stats_until(&mut b.ex, |v| common::num(v, "replays") > replays);
     // Nothing was confirmed meanwhile: the ring still holds it all for the exporter.
     assert_eq!(
-        src.info()
+        b.src
+            .info()
             .consumers
             .iter()
-            .find(|c| c.name == name)
+            .find(|c| c.name == b.name)
             .map(|c| c.next),
         Some(FIRST)
     );
 
-    im = importer("importer", &ns_b, "dst", &key, port);
-    common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST + MORE);
-    let mut got = Vec::new();
-    eventually("B to hold every event", || {
-        let _ = consumer.poll_once(|ev| {
-            let b = Bridged::parse(ev.bytes()).expect("a bridged event");
-            got.push((b.header.seq, check(b.payload)));
-        });
-        got.len() as u64 >= FIRST + MORE
-    });
+    b.restart_importer();
+    common::stats_until(&mut b.ex, |v| common::num(v, "acked") == FIRST + MORE);
     let want: Vec<(u64, Option<u64>)> = (0..FIRST + MORE).map(|i| (i, Some(i))).collect();
-    assert_eq!(got, want);
-    assert_eq!(dst.head(), FIRST + MORE, "nothing doubled");
-    drop((ex, im));
+    assert_eq!(b.received(FIRST + MORE), want);
+    assert_eq!(b.dst.head(), FIRST + MORE, "nothing doubled");
 }
 
-/// The exporter released by the source ring's broker (its `release` policy, after the
-/// exporter stalled with the importer away) goes on from the head: it gates again there,
+/// The exporter released by the source ring's broker (`broker release`, to let the
+/// producers go on while the importer is away) goes on from the head: it gates again there,
 /// tells the importer its committed position moved (so the importer does not ask, for ever,
 /// for what the ring no longer holds), and counts the events it let go in `dropped`. Before,
 /// its reads ahead returned nothing at its old position, for ever, and producers were never
 /// held for it again.
 #[test]
 fn a_released_exporter_goes_on_from_the_head() {
-    let ns_a = Namespace::new("bridge_released");
-    let ns_b = ns_a.sibling("b");
-    let (src, dst) = common::src_and_dst(&ns_a, 64, &ns_b, 1024);
-    let key = format!("shmring/released/{}", ns_a.name());
-    let name = shmring_bridge::export::default_consumer_name(&key);
-    let port = common::free_port();
-    let mut consumer = dst
-        .consumer(ConsumerOptions::anonymous())
-        .expect("attach the consumer on B");
-    let mut ex = exporter("exporter", &ns_a, "src", &key, port, &[]);
-    let mut im = importer("importer", &ns_b, "dst", &key, port);
-    common::await_attached(&mut ex, &src, &name);
-    let mut p = src.producer().expect("attach the producer on A");
-
+    let mut b = Pair::new("bridge_released", 64);
     const FIRST: u64 = 50;
-    for i in 0..FIRST {
-        p.publish(&payload(i)).expect("publish");
-    }
-    common::stats_until(&mut ex, |v| common::num(v, "acked") == FIRST);
-    im.kill();
-    // Unconfirmed with the importer away, the exporter's position stays: release it, as the
-    // broker releases a stalled consumer, and publish two laps past it.
-    for i in FIRST..FIRST + 10 {
-        p.publish(&payload(i)).expect("publish");
-    }
-    let entry = src
+    b.publish(0..FIRST);
+    // `committed`, not `acked`: the callback raises `acked` before it commits.
+    common::stats_until(&mut b.ex, |v| common::num(v, "committed") == FIRST);
+    b.im.kill();
+    // Unconfirmed with the importer away, the exporter's position stays: release it, as
+    // `broker release` does, and publish two laps past it (nothing gates the producer). The
+    // exporter is frozen meanwhile, so that its next read comes after the laps: the release
+    // wakes it, and it would gate again wherever the head was then, holding the producer.
+    b.publish(FIRST..FIRST + 10);
+    b.ex.signal(Signal::STOP);
+    let pid = b.ex.pid();
+    eventually("every thread of the exporter stopped", || all_stopped(pid));
+    let entry = b
+        .src
         .info()
         .consumers
         .into_iter()
-        .find(|c| c.name == name)
+        .find(|c| c.name == b.name)
         .expect("the exporter's entry");
     assert_eq!(entry.next, FIRST);
-    assert!(src.release_consumer(entry.index, entry.word));
+    assert!(b.src.release_consumer(entry.index, entry.word));
     let lapped = FIRST + 10 + 2 * 64;
-    for i in FIRST + 10..lapped {
-        p.publish(&payload(i))
-            .expect("publish: nothing gates the producer");
-    }
-    // Gating again at the head: a lap more than the ring holds fills it.
-    let v = common::stats_until(&mut ex, |v| common::num(v, "dropped") > 0);
+    b.publish(FIRST + 10..lapped);
+    b.ex.signal(Signal::CONT);
+    // Its next read takes it to the head and counts what it let go.
+    let v = common::stats_until(&mut b.ex, |v| common::num(v, "dropped") > 0);
     assert_eq!(common::num(&v, "dropped"), lapped - FIRST, "{v}");
-    im = importer("importer", &ns_b, "dst", &key, port);
+    b.restart_importer();
     const LAST: u64 = 20;
-    for i in lapped..lapped + LAST {
-        p.publish(&payload(i)).expect("publish");
-    }
-    common::stats_until(&mut ex, |v| common::num(v, "acked") == lapped + LAST);
-    let mut got = Vec::new();
-    eventually("B to hold every event sent", || {
-        let _ = consumer.poll_once(|ev| {
-            let b = Bridged::parse(ev.bytes()).expect("a bridged event");
-            got.push((b.header.seq, check(b.payload)));
-        });
-        got.len() as u64 >= FIRST + LAST
-    });
+    b.publish(lapped..lapped + LAST);
+    common::stats_until(&mut b.ex, |v| common::num(v, "acked") == lapped + LAST);
     let want: Vec<(u64, Option<u64>)> = (0..FIRST)
         .chain(lapped..lapped + LAST)
         .map(|i| (i, Some(i)))
         .collect();
-    assert_eq!(got, want);
-    drop((ex, im));
+    assert_eq!(b.received(FIRST + LAST), want);
+}
+
+/// Whether every thread of process `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            stat.rfind(')')
+                .and_then(|at| stat[at + 1..].split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
 }
