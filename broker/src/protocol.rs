@@ -120,6 +120,14 @@ impl Deadline {
     pub fn passed(self) -> bool {
         monotonic_ns() > self.0
     }
+
+    /// The time left until it, `None` once it has passed.
+    pub fn left(self) -> Option<std::time::Duration> {
+        self.0
+            .checked_sub(monotonic_ns())
+            .filter(|&ns| ns > 0)
+            .map(std::time::Duration::from_nanos)
+    }
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds.

@@ -197,3 +197,51 @@ fn delete_while_attached_gives_clients_a_clear_error() {
     let err = Ring::open(ns.name(), "r").expect_err("deleted");
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
+
+/// One lifecycle request on a ring at a time (a drain holds the ring for its whole wait),
+/// but a request queued behind a long one gets its answer by its own deadline: a clear
+/// refusal that names what holds the ring, nothing changed. Before, it waited for the
+/// drain to end and then said only that its deadline had passed; the CLI, waiting 15 s,
+/// got no reply at all.
+#[test]
+fn a_request_queued_behind_a_long_drain_is_refused_by_its_deadline() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+
+    let ns = Namespace::new("queued");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let r = Ring::open(ns.name(), "r").expect("open");
+    // A durable consumer that never reads: the drain waits for it.
+    drop(
+        r.consumer(ConsumerOptions::durable("away"))
+            .expect("consumer"),
+    );
+    r.producer()
+        .expect("producer")
+        .publish(b"pending")
+        .expect("publish");
+    let drain = common::fault::cli_spawn(&ns, &["drain", "r", "--timeout", "60s"]);
+    ns.wait_status("the ring draining", |v, _| {
+        (common::ring(v, "r")?["state"] == "DRAINING").then_some(())
+    });
+
+    // A stop with a deadline half a second away.
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    let deadline = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64 + 500_000_000;
+    let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+    s.set_read_timeout(Some(common::WAIT)).expect("timeout");
+    writeln!(
+        s,
+        "{{\"op\":\"stop\",\"ring\":\"r\",\"deadline_ns\":{deadline}}}"
+    )
+    .expect("request");
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).expect("a reply");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(v["reply"], "error", "{v}");
+    let message = v["message"].as_str().expect("a message");
+    assert!(message.contains("another lifecycle request"), "{message}");
+    // Answered while the drain still waits: the ring is still draining.
+    assert_eq!(r.state(), Some(shmring::RingState::Draining));
+    drop(drain);
+}

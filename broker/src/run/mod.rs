@@ -24,6 +24,7 @@ mod policy;
 mod registry;
 mod reload;
 mod repair;
+mod serial;
 mod sweep;
 mod until;
 mod watch;

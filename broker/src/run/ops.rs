@@ -38,6 +38,14 @@ pub fn execute(shared: &Mutex<Broker>, req: Request, deadline: Option<Deadline>)
 
 /// The refusal of a request whose deadline has passed: its sender stopped waiting, so
 /// doing it now would surprise whoever sent it.
+/// The reply to a request whose deadline passed while another lifecycle request held ring
+/// `name`.
+fn held_past(name: &str) -> Reply {
+    Reply::error(format!(
+        "not carried out: another lifecycle request on ring {name:?} (a drain waits for its consumers) held it past this request's deadline; nothing was changed, try again once it is done"
+    ))
+}
+
 pub fn too_late(deadline: Option<Deadline>) -> Option<Reply> {
     deadline.filter(|d| d.passed()).map(|_| {
         Reply::error(
@@ -132,7 +140,9 @@ where
             None => return unknown(&b, name),
         }
     };
-    let _one_at_a_time = serial.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one_at_a_time) = serial.turn(deadline) else {
+        return held_past(name);
+    };
     if let Some(late) = too_late(deadline) {
         return late;
     }
@@ -178,7 +188,9 @@ fn delete(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>) -> Rep
         }
     };
     // After any lifecycle request in progress on the ring (a drain), not during it.
-    let _one_at_a_time = serial.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(_one_at_a_time) = serial.turn(deadline) else {
+        return held_past(name);
+    };
     let mut b = lock(shared);
     if !b.rings.contains_key(name) {
         return unknown(&b, name);

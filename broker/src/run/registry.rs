@@ -36,7 +36,7 @@ pub struct Tracked {
     pub last: Option<RingReport>,
     /// Held for the whole of a lifecycle request on this ring (a drain included), so the
     /// broker runs them one at a time per ring.
-    pub lifecycle: std::sync::Arc<std::sync::Mutex<()>>,
+    pub lifecycle: std::sync::Arc<super::serial::Serial>,
     /// The corrupt words the last sweep found (logged once each, and again when sound).
     pub corrupt: Vec<shmring::CorruptWord>,
 }
