@@ -144,7 +144,7 @@ impl Clock {
         self.start + self.start.elapsed().saturating_sub(self.stalled)
     }
 
-    /// The importer waited `d` for room.
+    /// The importer spent `d` publishing (waiting for room while its ring was full).
     fn stalled(&mut self, d: Duration) {
         self.stalled = self.stalled.saturating_add(d);
     }

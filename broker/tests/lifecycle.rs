@@ -225,9 +225,10 @@ fn a_request_queued_behind_a_long_drain_is_refused_by_its_deadline() {
         (common::ring(v, "r")?["state"] == "DRAINING").then_some(())
     });
 
-    // A stop with a deadline half a second away.
+    // A stop with a deadline 3 s away (long enough for the broker to take it in on a busy
+    // machine; the drain waits 60 s).
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    let deadline = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64 + 500_000_000;
+    let deadline = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64 + 3_000_000_000;
     let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
     s.set_read_timeout(Some(common::WAIT)).expect("timeout");
     writeln!(

@@ -440,8 +440,9 @@ pub enum PollError {
         /// The failed attempts at it.
         attempts: u32,
     },
-    /// An earlier handler failure made this consumer FAILED.
-    #[error("consumer is FAILED after a handler failure; re-attach to resume")]
+    /// An earlier handler failure made this consumer FAILED, or an earlier call found its
+    /// entry taken (`EntryLost`): the handle delivers nothing more.
+    #[error("consumer is FAILED after a handler failure or the loss of its entry (the error an earlier call returned); re-attach to resume")]
     Failed,
     /// The ring was deleted.
     #[error("ring was deleted")]

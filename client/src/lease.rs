@@ -72,8 +72,9 @@ pub enum LeaseError {
         /// The first unpublished sequence below it.
         unpublished: u64,
     },
-    /// An earlier handler failure made this consumer FAILED.
-    #[error("consumer is FAILED after a handler panic; re-attach to resume")]
+    /// An earlier handler failure made this consumer FAILED, or an earlier call found its
+    /// entry taken (`EntryLost`).
+    #[error("consumer is FAILED after a handler failure or the loss of its entry (the error an earlier call returned); re-attach to resume")]
     Failed,
     /// An upstream consumer this one reads behind (`ConsumerOptions::after`) was
     /// unsubscribed or its entry reused (`poll_once` names it in
@@ -229,6 +230,10 @@ impl Consumer {
     /// counters, as `poll_once` does. A `seq` at or below the committed position is a no-op
     /// (confirmations may arrive late or twice); one beyond a sequence not yet published is
     /// refused and nothing moves.
+    ///
+    /// Released by the broker, a consumer's slots may hold later laps: what it read before
+    /// (a ring's worth from its position at most, below the head) is committed as delivered,
+    /// and the next `read_ahead` gates again from the head.
     pub fn commit_to(&mut self, seq: u64) -> Result<(), LeaseError> {
         if self.failed {
             return Err(LeaseError::Failed);
@@ -237,21 +242,19 @@ impl Consumer {
             return Ok(());
         }
         let head = self.seg.position();
-        if self.released_now().map_err(LeaseError::Entry)? {
-            // Released by the broker: producers were let past it, so its slots from the
-            // committed position on may hold later laps, and say nothing of what it read
-            // before. What it read (never past the head) and the caller confirms was
-            // delivered: the position moves there, the entry stays released, and the next
-            // `read_ahead` gates again from the head, counting only what lies beyond.
-            let to = seq.min(head);
-            if to > self.next {
-                let skipped = (self.next..to)
-                    .filter(|&s| self.seg.is_done(s) && self.holds_no_event(s))
-                    .count() as u64;
-                self.commit(to, to - self.next - skipped, skipped, 0);
+        if !self.released_now().map_err(LeaseError::Entry)? {
+            match self.commit_published(seq, head) {
+                // Released between the look above and a lapped slot: as released.
+                Err(LeaseError::NotPublished { .. })
+                    if self.released_now().map_err(LeaseError::Entry)? => {}
+                r => return r,
             }
-            return Ok(());
         }
+        self.commit_released(seq, head)
+    }
+
+    /// `commit_to` while this consumer gates: every sequence up to `seq` published.
+    fn commit_published(&mut self, seq: u64, head: u64) -> Result<(), LeaseError> {
         let (mut delivered, mut skipped) = (0u64, 0u64);
         for s in self.next..seq {
             // Acquire: pairs with the producer's Release stamp (or cursor) store, so the flags
@@ -270,6 +273,26 @@ impl Consumer {
             }
         }
         self.commit(seq, delivered, skipped, 0);
+        Ok(())
+    }
+
+    /// `commit_to` once the broker released this consumer: producers were let past it, so
+    /// its slots from its position on may hold later laps and say nothing of what it read
+    /// before. What it can have read (`read_ahead` goes no further than a ring's worth from
+    /// its position, nor past the head) and the caller confirms was delivered: the position
+    /// moves there and the entry stays released. Past that, nothing moves.
+    fn commit_released(&mut self, seq: u64, head: u64) -> Result<(), LeaseError> {
+        let bound = head.min(self.next.saturating_add(self.seg.geometry().capacity));
+        if seq > bound {
+            return Err(LeaseError::NotPublished {
+                seq,
+                unpublished: bound,
+            });
+        }
+        let skipped = (self.next..seq)
+            .filter(|&s| self.seg.is_done(s) && self.holds_no_event(s))
+            .count() as u64;
+        self.commit(seq, seq - self.next - skipped, skipped, 0);
         Ok(())
     }
 }

@@ -662,6 +662,16 @@ fn a_released_consumer_reading_ahead_goes_to_the_head_and_gates_again() {
         for v in 4..24u64 {
             p.publish(&v.to_le_bytes()).unwrap();
         }
+        // A confirmation past what it can have read (a ring's worth from its position) moves
+        // nothing.
+        assert_eq!(
+            c.commit_to(u64::MAX),
+            Err(LeaseError::NotPublished {
+                seq: u64::MAX,
+                unpublished: 8
+            })
+        );
+        assert_eq!(c.next_sequence(), 0);
         // The other side confirms what it read before the release, whose slots hold later
         // laps now: committed all the same, as delivered.
         assert_eq!(c.commit_to(4), Ok(()), "{event_size:?}");

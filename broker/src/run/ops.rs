@@ -36,8 +36,6 @@ pub fn execute(shared: &Mutex<Broker>, req: Request, deadline: Option<Deadline>)
     reply
 }
 
-/// The refusal of a request whose deadline has passed: its sender stopped waiting, so
-/// doing it now would surprise whoever sent it.
 /// The reply to a request whose deadline passed while another lifecycle request held ring
 /// `name`.
 fn held_past(name: &str) -> Reply {
@@ -46,6 +44,8 @@ fn held_past(name: &str) -> Reply {
     ))
 }
 
+/// The refusal of a request whose deadline has passed: its sender stopped waiting, so
+/// doing it now would surprise whoever sent it.
 pub fn too_late(deadline: Option<Deadline>) -> Option<Reply> {
     deadline.filter(|d| d.passed()).map(|_| {
         Reply::error(
