@@ -38,7 +38,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
 
 use shmring_layout::stamp::{self, Stamp};
@@ -108,6 +108,11 @@ impl Consumer {
     /// `from` may be anywhere from the committed position (`next_sequence`) up to the head;
     /// the same sequence can be read any number of times until it is committed. A handler
     /// that panics unwinds out of this call with nothing committed.
+    ///
+    /// An error returned after the handler ran means that the broker released this consumer
+    /// while the handler read (producers were let past it, so what it was handed may be
+    /// torn): discard it. The consumer has gone to the head, and `BeforePosition` says
+    /// where that is.
     pub fn read_ahead<F>(
         &mut self,
         from: u64,
@@ -181,13 +186,31 @@ impl Consumer {
             // SAFETY: the stamp equalled `seq` (or the cursor was past it; Acquire) and `seq`
             // lies within one capacity of this required consumer's committed position, which
             // does not move during this call, so producers cannot reach this slot again until
-            // after the handler returns.
+            // after the handler returns, unless the broker releases this consumer meanwhile:
+            // then the bytes may change under the handler (shared memory, read as bytes),
+            // and the look below says to discard them.
             let bytes = unsafe { self.held_payload(seq) };
             handler(Event {
                 seq,
                 bytes,
                 end_of_batch: Some(seq) == last_event,
             });
+        }
+        if n > 0 {
+            // Acquire fence: pairs with a producer's Release fence before its payload writes
+            // (`begin_write`; a fixed-size ring's after its claim). Had the handler read a byte
+            // a producer wrote over these slots, that producer wrote it after it found this
+            // consumer released, and the look below finds the release.
+            fence(Ordering::Acquire);
+            if !self.entry_unchanged() {
+                // Released while the handler read: what it was handed may be torn. It goes to
+                // the head, and the caller is told to discard what it read.
+                self.regate_if_released().map_err(LeaseError::Entry)?;
+                return Err(LeaseError::BeforePosition {
+                    seq: from,
+                    next: self.next,
+                });
+            }
         }
         Ok(end)
     }

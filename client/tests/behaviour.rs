@@ -706,6 +706,47 @@ fn a_released_consumer_reading_ahead_goes_to_the_head_and_gates_again() {
     }
 }
 
+/// A release landing while `read_ahead`'s handler reads: producers may write the slots it
+/// is reading, so the call says to discard what the handler got (`BeforePosition`, from the
+/// head it went to) instead of returning the run as read. Before, it returned `Ok`, and the
+/// bridge exporter sent what it had copied, torn or not.
+#[test]
+fn a_release_while_reading_ahead_says_to_discard_the_run() {
+    for event_size in [None, Some(8)] {
+        let ns = Namespace::concurrent("release_mid_lease");
+        let config = RingConfig {
+            event_size,
+            producer_mode: ProducerMode::Single,
+            ..small(8)
+        };
+        let ring = Ring::create(ns.name(), "r", &config).unwrap();
+        let mut p = ring.producer().unwrap();
+        let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+        for v in 0..4u64 {
+            p.publish(&v.to_le_bytes()).unwrap();
+        }
+        let info = ring.info().consumers[0].clone();
+        let mut seen = Vec::new();
+        let read = c.read_ahead(0, 16, |ev| {
+            seen.push(ev.sequence());
+            if ev.sequence() == 3 {
+                // The broker releases it, and the producer overwrites the slots read.
+                assert!(ring.release_consumer(info.index, info.word));
+                for v in 4..20u64 {
+                    p.publish(&v.to_le_bytes()).unwrap();
+                }
+            }
+        });
+        assert_eq!(
+            read,
+            Err(LeaseError::BeforePosition { seq: 0, next: 20 }),
+            "{event_size:?}"
+        );
+        assert_eq!(seen, [0, 1, 2, 3]);
+        assert_eq!(ring.info().consumers[0].state, "ACTIVE", "it gates again");
+    }
+}
+
 /// A sequence repaired after its producer died is one word in the slot (its stamp): a
 /// consumer skips it and counts it, a recall says it holds no event.
 #[test]
