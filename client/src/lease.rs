@@ -187,8 +187,9 @@ impl Consumer {
             // lies within one capacity of this required consumer's committed position, which
             // does not move during this call, so producers cannot reach this slot again until
             // after the handler returns, unless the broker releases this consumer meanwhile:
-            // then the bytes may change under the handler (shared memory, read as bytes),
-            // and the look below says to discard them.
+            // then this guarantee is gone, another process may write the bytes while the
+            // handler reads them (the race an optional consumer's copy takes, with its check
+            // after), and the look below says to discard them.
             let bytes = unsafe { self.held_payload(seq) };
             handler(Event {
                 seq,
