@@ -631,6 +631,27 @@ fn a_released_live_consumer_keeps_its_name_until_it_detaches() {
     assert_eq!(c.next_sequence(), 28);
 }
 
+/// A single-producer ring of 8 slots (`event_size` as given) in a namespace of its own, its
+/// producer, and a durable consumer "d" that reads ahead; events 0 to 3 published.
+fn leased(
+    label: &str,
+    event_size: Option<u32>,
+) -> (Namespace, Ring, shmring::Producer, shmring::Consumer) {
+    let ns = Namespace::concurrent(label);
+    let config = RingConfig {
+        event_size,
+        producer_mode: ProducerMode::Single,
+        ..small(8)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut p = ring.producer().unwrap();
+    let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    for v in 0..4u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    (ns, ring, p, c)
+}
+
 /// A consumer that reads ahead (the bridge exporter's way: `read_ahead`, then `commit_to`
 /// what the other side confirmed) and is released by the broker (`broker release`, to let
 /// producers go on while it waits for confirmations) goes to the head and gates again, as
@@ -642,18 +663,7 @@ fn a_released_live_consumer_keeps_its_name_until_it_detaches() {
 #[test]
 fn a_released_consumer_reading_ahead_goes_to_the_head_and_gates_again() {
     for event_size in [None, Some(8)] {
-        let ns = Namespace::concurrent("released_lease");
-        let config = RingConfig {
-            event_size,
-            producer_mode: ProducerMode::Single,
-            ..small(8)
-        };
-        let ring = Ring::create(ns.name(), "r", &config).unwrap();
-        let mut p = ring.producer().unwrap();
-        let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
-        for v in 0..4u64 {
-            p.publish(&v.to_le_bytes()).unwrap();
-        }
+        let (_ns, ring, mut p, mut c) = leased("released_lease", event_size);
         let mut seen = Vec::new();
         assert_eq!(c.read_ahead(0, 16, |ev| seen.push(ev.sequence())), Ok(4));
         assert_eq!(seen, [0, 1, 2, 3]);
@@ -713,18 +723,7 @@ fn a_released_consumer_reading_ahead_goes_to_the_head_and_gates_again() {
 #[test]
 fn a_release_while_reading_ahead_says_to_discard_the_run() {
     for event_size in [None, Some(8)] {
-        let ns = Namespace::concurrent("release_mid_lease");
-        let config = RingConfig {
-            event_size,
-            producer_mode: ProducerMode::Single,
-            ..small(8)
-        };
-        let ring = Ring::create(ns.name(), "r", &config).unwrap();
-        let mut p = ring.producer().unwrap();
-        let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
-        for v in 0..4u64 {
-            p.publish(&v.to_le_bytes()).unwrap();
-        }
+        let (_ns, ring, mut p, mut c) = leased("release_mid_lease", event_size);
         let info = ring.info().consumers[0].clone();
         let mut seen = Vec::new();
         let read = c.read_ahead(0, 16, |ev| {
