@@ -120,12 +120,11 @@ pub struct ImportStats {
 }
 
 /// The clock of the sources' quiet time (`--forget-after-ms`, `--ack-quiet-ms`): the wall
-/// clock less the time the importer spent publishing into its ring (waiting for room
-/// while it is full). While it waits it
-/// hears no source (their messages wait in the subscriber's queue), so a source whose
-/// events it waited to publish is not quiet for that time; an importer held up for longer
-/// than the forget period would otherwise forget a source for the first new one it hears
-/// when its ring has room again.
+/// clock less the time the importer spent publishing into its ring (waiting for room while
+/// it is full). While it publishes it hears no source (their messages wait in the
+/// subscriber's queue), so a source whose events it waited to publish is not quiet for that
+/// time; an importer held up for longer than the forget period would otherwise forget a
+/// source for the first new one it hears when its ring has room again.
 struct Clock {
     start: Instant,
     stalled: Duration,
