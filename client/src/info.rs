@@ -200,10 +200,15 @@ impl std::fmt::Display for CorruptWord {
 }
 
 /// The words of `seg` holding values no ring writes there, for [`RingInfo::corrupt`]:
-/// `head` is the position the snapshot read, `consumers` its entries.
-fn corrupt_words(seg: &Segment, head: u64, consumers: &[ConsumerInfo]) -> Vec<CorruptWord> {
+/// `life`, `head` and `consumers` are the lifecycle word, position and entries the snapshot
+/// read.
+fn corrupt_words(
+    seg: &Segment,
+    life: &crate::line::Life,
+    head: u64,
+    consumers: &[ConsumerInfo],
+) -> Vec<CorruptWord> {
     let mut found = Vec::new();
-    let life = seg.line().life();
     if life.state.is_none() {
         found.push(CorruptWord::Lifecycle { word: life.word });
     }
@@ -385,7 +390,8 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         });
     }
     let lines = seg.lines();
-    let corrupt = corrupt_words(seg, head, &consumers);
+    let life = seg.line().life();
+    let corrupt = corrupt_words(seg, &life, head, &consumers);
     RingInfo {
         // Relaxed: display only; nothing is ordered against these reads.
         consumer_waiters: waiters::count(lines.consumer_wake.value.waiters.load(Ordering::Relaxed)),
@@ -393,7 +399,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         consumer_wakes: lines.consumer_wake.value.word.load(Ordering::Relaxed),
         producer_wakes: lines.producer_wake.value.word.load(Ordering::Relaxed),
         fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),
-        state: seg.line().life().state,
+        state: life.state,
         run: h.run.load(Ordering::Relaxed),
         head,
         closed: seg.line().is_closed(),

@@ -279,17 +279,12 @@ impl Consumer {
     /// ring.
     #[cold]
     fn idle_checks(&mut self, lapped: bool) -> Result<usize, PollError> {
-        // Acquire: pairs with the broker's SeqCst release CAS.
-        let word = self.entry().hot.word.load(Ordering::Acquire);
-        if word != self.word && word != table::consumer::released(self.word) {
-            self.failed = true;
-            return Err(PollError::EntryLost);
-        }
+        let released = self.released_now()?;
         // A deleted ring first: its position is nothing to report on.
         if is_deleted(&self.seg) {
             return Err(PollError::Deleted);
         }
-        if lapped || word != self.word {
+        if lapped || released {
             self.jump_to_head()?;
         }
         Ok(0)
