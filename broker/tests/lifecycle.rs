@@ -246,3 +246,89 @@ fn a_request_queued_behind_a_long_drain_is_refused_by_its_deadline() {
     assert_eq!(r.state(), Some(shmring::RingState::Draining));
     drop(drain);
 }
+
+/// A drain waits only while someone waits for its answer. Its requester gone (the CLI
+/// interrupted), the broker stops waiting: the ring stays stopped, its lifecycle turn is
+/// free at once for the next request, and the log says why. Before, the broker waited out
+/// the drain's whole timeout for nobody, and every stop, start or delete of the ring in
+/// that time was refused.
+#[test]
+fn a_drain_whose_requester_went_away_frees_the_ring_at_once() {
+    let ns = Namespace::new("abandon");
+    let broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let r = Ring::open(ns.name(), "r").expect("open");
+    // A durable consumer that never reads: the drain waits for it.
+    drop(
+        r.consumer(ConsumerOptions::durable("away"))
+            .expect("consumer"),
+    );
+    r.producer()
+        .expect("producer")
+        .publish(b"pending")
+        .expect("publish");
+    let mut drain = common::fault::cli_spawn(&ns, &["drain", "r", "--timeout", "600s"]);
+    ns.wait_status("the ring draining", |v, _| {
+        (common::ring(v, "r")?["state"] == "DRAINING").then_some(())
+    });
+    drain.kill();
+
+    ns.wait_status("the abandoned drain to leave the ring stopped", |v, _| {
+        (common::ring(v, "r")?["state"] == "STOPPED").then_some(())
+    });
+    assert!(
+        broker.expect_stderr_within("drain of ring", common::WAIT)
+            && broker.stderr_has("went away"),
+        "the log says the drain was abandoned:\n{}",
+        broker.stderr_so_far()
+    );
+    let out = ns.cli(&["delete", "r"]);
+    assert!(
+        out.status.success(),
+        "the ring's turn is free: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A requester that shuts down only its writing half after its request (as `nc -N` or a
+/// script closing stdin does) still waits for the reply: its drain goes on and answers.
+#[test]
+fn a_drain_requested_over_a_half_closed_connection_still_answers() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+
+    let ns = Namespace::new("halfclose");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let r = Ring::open(ns.name(), "r").expect("open");
+    drop(
+        r.consumer(ConsumerOptions::durable("late"))
+            .expect("consumer"),
+    );
+    r.producer()
+        .expect("producer")
+        .publish(b"pending")
+        .expect("publish");
+    let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+    s.set_read_timeout(Some(common::WAIT)).expect("timeout");
+    writeln!(
+        s,
+        "{{\"op\":\"drain\",\"ring\":\"r\",\"timeout_ms\":60000}}"
+    )
+    .expect("request");
+    s.shutdown(std::net::Shutdown::Write).expect("half close");
+    ns.wait_status("the ring draining", |v, _| {
+        (common::ring(v, "r")?["state"] == "DRAINING").then_some(())
+    });
+    // The consumer comes back and reads what the drain waits for.
+    let mut late = r
+        .consumer(ConsumerOptions::durable("late"))
+        .expect("consumer");
+    wait_until("the consumer to catch up", || {
+        late.poll_once(|_| {}).expect("poll");
+        (late.next_sequence() == 1).then_some(())
+    });
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line).expect("a reply");
+    let v: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(v["reply"], "done", "{v}");
+    assert_eq!(v["sequence"], 1, "{v}");
+}

@@ -50,6 +50,15 @@ pub enum LifecycleError {
     /// The ring's lifecycle word is not a known state.
     #[error("ring lifecycle word {0:#x} is corrupt: remove the ring and create it again")]
     CorruptState(u64),
+    /// A drain's `keep_waiting` said nobody waits for it any more (see
+    /// [`Ring::drain_while`]); the ring is left Stopped.
+    #[error("drain abandoned, nobody waits for it any more: {} consumer(s) short of sequence {stop_seq}: {}; the ring stays stopped", .behind.len(), describe_behind(.behind))]
+    DrainAbandoned {
+        /// The stop sequence.
+        stop_seq: u64,
+        /// (consumer index, name, next) of every consumer still short of it.
+        behind: Vec<(u32, String, u64)>,
+    },
     /// Drain did not finish in time.
     #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}{}", .behind.len(), describe_behind(.behind), describe_never_attached(.ring, .never_attached))]
     DrainTimeout {
@@ -239,6 +248,18 @@ impl Ring {
     /// published before the stop, at most `timeout`. The ring is left Stopped either way,
     /// unless another request changed its state meanwhile.
     pub fn drain(&self, timeout: Duration) -> Result<u64, LifecycleError> {
+        self.drain_while(timeout, || true)
+    }
+
+    /// As [`Ring::drain`], asking `keep_waiting` between looks at the consumers (every few
+    /// milliseconds) whether anyone still waits for the answer: once it says no, the wait
+    /// ends with [`LifecycleError::DrainAbandoned`] and the ring is left Stopped, as a
+    /// timeout leaves it. A broker drains for a requester that may go away.
+    pub fn drain_while(
+        &self,
+        timeout: Duration,
+        mut keep_waiting: impl FnMut() -> bool,
+    ) -> Result<u64, LifecycleError> {
         let (stop, word) = self.close_as(RingState::Draining)?;
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_micros(50);
@@ -246,6 +267,12 @@ impl Ring {
             let behind = self.behind(stop);
             if behind.is_empty() {
                 break Ok(stop);
+            }
+            if !keep_waiting() {
+                break Err(LifecycleError::DrainAbandoned {
+                    stop_seq: stop,
+                    behind,
+                });
             }
             if Instant::now() >= deadline {
                 let never_attached = behind

@@ -90,6 +90,43 @@ fn drain_waits_for_consumers_and_reports_who_is_behind() {
     assert_eq!(drainer.join().unwrap(), Ok(6));
 }
 
+/// `drain_while` asks between looks whether to keep waiting: told no, it ends with
+/// `DrainAbandoned` (who is behind) long before its timeout and leaves the ring Stopped;
+/// a drain whose consumers are already there answers without asking.
+#[test]
+fn a_drain_nobody_waits_for_ends_early_and_leaves_the_ring_stopped() {
+    let ns = Namespace::concurrent("abandon");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
+    for i in 0..3u8 {
+        p.publish(&[i]).unwrap();
+    }
+    let mut asked = 0;
+    let began = std::time::Instant::now();
+    let out = ring.drain_while(Duration::from_secs(600), || {
+        asked += 1;
+        asked < 3
+    });
+    assert_eq!(
+        out,
+        Err(LifecycleError::DrainAbandoned {
+            stop_seq: 3,
+            behind: vec![(0, "slow".to_owned(), 0)],
+        })
+    );
+    assert_eq!(asked, 3);
+    assert!(began.elapsed() < Duration::from_secs(60));
+    assert_eq!(ring.state(), Some(RingState::Stopped));
+    c.poll_once(|_| {}).unwrap();
+    assert_eq!(
+        ring.drain_while(Duration::from_secs(600), || panic!(
+            "asked with nobody behind"
+        )),
+        Ok(3)
+    );
+}
+
 /// `stop_if_draining` ends a drain with one CAS on the Draining word it reads: a running,
 /// stopped or restarted ring is left as it is, and a drain still waiting for its consumer
 /// ends as it would have once that consumer has everything.

@@ -217,7 +217,7 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
         let answer = match parse(&line) {
             Ok((req, deadline)) => {
                 debug!(?req, uid, "control request");
-                ops::execute(shared, req, deadline)
+                ops::execute(shared, req, deadline, &|| !hung_up(&stream))
             }
             Err(message) => Reply::error(message),
         };
@@ -233,6 +233,20 @@ pub fn parse(line: &[u8]) -> Result<(Request, Option<Deadline>), String> {
     crate::protocol::decode(text.trim_end()).map_err(|e| {
         format!("malformed request ({e}): send one JSON object per line, e.g. {{\"op\":\"status\"}}; ops: ping, status, create, stop, start, drain, delete, release, unsubscribe")
     })
+}
+
+/// Whether the peer closed its end of the connection (both directions: a peer that only
+/// shut down its writing half after its request still waits for the reply). Looked at
+/// without waiting; a failed look counts as still there.
+fn hung_up(stream: &UnixStream) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    // POLLHUP is reported whatever events are asked for.
+    let mut fd = [PollFd::new(stream, PollFlags::empty())];
+    let now = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    matches!(poll(&mut fd, Some(&now)), Ok(n) if n > 0) && fd[0].revents().contains(PollFlags::HUP)
 }
 
 /// Write `reply` and its newline, all of it `within`.

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use shmring::Ring;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::registry::Broker;
 use crate::protocol::{Deadline, Reply, Request};
@@ -22,14 +22,21 @@ pub fn lock(shared: &Mutex<Broker>) -> std::sync::MutexGuard<'_, Broker> {
 
 /// Carry out one request, unless its deadline passed before the broker got to it. A
 /// lifecycle request is followed by a sweep, so that the next status shows its effect.
-pub fn execute(shared: &Mutex<Broker>, req: Request, deadline: Option<Deadline>) -> Reply {
+/// `waited_for` says whether the requester still waits for the reply: a drain stops
+/// waiting for its consumers once nobody waits for it.
+pub fn execute(
+    shared: &Mutex<Broker>,
+    req: Request,
+    deadline: Option<Deadline>,
+    waited_for: &dyn Fn() -> bool,
+) -> Reply {
     let lifecycle = req.is_lifecycle();
     if lifecycle {
         if let Some(late) = too_late(deadline) {
             return late;
         }
     }
-    let reply = dispatch(shared, req, deadline);
+    let reply = dispatch(shared, req, deadline, waited_for);
     if lifecycle {
         super::sweep::sweep(&mut lock(shared));
     }
@@ -55,7 +62,12 @@ pub fn too_late(deadline: Option<Deadline>) -> Option<Reply> {
     })
 }
 
-fn dispatch(shared: &Mutex<Broker>, req: Request, deadline: Option<Deadline>) -> Reply {
+fn dispatch(
+    shared: &Mutex<Broker>,
+    req: Request,
+    deadline: Option<Deadline>,
+    waited_for: &dyn Fn() -> bool,
+) -> Reply {
     match req {
         Request::Ping => {
             let b = lock(shared);
@@ -100,11 +112,19 @@ fn dispatch(shared: &Mutex<Broker>, req: Request, deadline: Option<Deadline>) ->
         Request::Drain { ring, timeout_ms } => {
             let timeout = timeout_ms.map_or(DRAIN_TIMEOUT, Duration::from_millis);
             with_ring(shared, &ring, deadline, |r| {
-                r.drain(timeout).map(|seq| Reply::Done {
-                    message: format!("ring {ring:?} stopped and drained: every gating consumer reached sequence {seq}"),
-                    sequence: Some(seq),
-                    run: None,
-                })
+                match r.drain_while(timeout, waited_for) {
+                    Ok(seq) => Ok(Reply::Done {
+                        message: format!("ring {ring:?} stopped and drained: every gating consumer reached sequence {seq}"),
+                        sequence: Some(seq),
+                        run: None,
+                    }),
+                    Err(e @ shmring::LifecycleError::DrainAbandoned { .. }) => {
+                        // Nobody reads the reply: the log is where this is told.
+                        warn!(ring = %ring, "drain of ring {ring:?} ended: its requester went away; {e}");
+                        Err(e)
+                    }
+                    Err(e) => Err(e),
+                }
             })
         }
         Request::Delete { ring } => delete(shared, &ring, deadline),
