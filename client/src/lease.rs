@@ -110,9 +110,10 @@ impl Consumer {
     /// that panics unwinds out of this call with nothing committed.
     ///
     /// An error returned after the handler ran means that the broker released this consumer
-    /// while the handler read (producers were let past it, so what it was handed may be
-    /// torn): discard it. The consumer has gone to the head, and `BeforePosition` says
-    /// where that is.
+    /// while the handler read and a producer has since written into the run (what the
+    /// handler was handed may be torn): discard it. The consumer has gone to the head, and
+    /// `BeforePosition` says where that is. A release that left the run's slots alone
+    /// returns the run as read, and the next call goes to the head.
     pub fn read_ahead<F>(
         &mut self,
         from: u64,
@@ -189,7 +190,7 @@ impl Consumer {
             // after the handler returns, unless the broker releases this consumer meanwhile:
             // then this guarantee is gone, another process may write the bytes while the
             // handler reads them (the race an optional consumer's copy takes, with its check
-            // after), and the look below says to discard them.
+            // after), and the looks below say whether to discard them.
             let bytes = unsafe { self.held_payload(seq) };
             handler(Event {
                 seq,
@@ -203,9 +204,12 @@ impl Consumer {
             // a producer wrote over these slots, that producer wrote it after it found this
             // consumer released, and the look below finds the release.
             fence(Ordering::Acquire);
-            if !self.entry_unchanged() {
-                // Released while the handler read: what it was handed may be torn. It goes to
-                // the head, and the caller is told to discard what it read.
+            if !self.entry_unchanged() && self.run_written_over(from, end) {
+                // Released while the handler read, and a producer wrote into the run since:
+                // what the handler was handed may be torn. It goes to the head, and the
+                // caller is told to discard what it read. (Released with the run intact, it
+                // returns the run as read; the next call takes the release, as if it came
+                // just after this one.)
                 self.regate_if_released().map_err(LeaseError::Entry)?;
                 return Err(LeaseError::BeforePosition {
                     seq: from,
@@ -214,6 +218,28 @@ impl Consumer {
             }
         }
         Ok(end)
+    }
+
+    /// Whether a producer may have written into a slot of the run `from..end` (read in
+    /// place, every sequence seen published) since the run was read: called after the
+    /// Acquire fence that follows the handler, once the consumer was found released (its
+    /// gate no longer holds producers off the run). As an optional consumer's check after
+    /// its copy (seqlock): a later lap's write into a slot announces itself before the
+    /// producer's Release fence that precedes its payload bytes (a stamped slot's WRITING
+    /// stamp, a fixed-size ring's claim), so a handler that read one of those bytes makes
+    /// the announcement visible here.
+    fn run_written_over(&self, from: u64, end: u64) -> bool {
+        if self.seg.is_fixed() {
+            // One producer claims in order: the run's first slot is the first a later lap
+            // reaches. (`copy_held` makes its own Acquire fence; this one's is above.)
+            return !fixed::copy_held(&self.seg.events(), from);
+        }
+        let slots = self.seg.slots();
+        (from..end).any(|seq| {
+            // Relaxed: ordered by the caller's Acquire fence (above). The run's sequences
+            // were each seen published or repaired; any other stamp is a later lap's.
+            !stamp::is_done(slots.get(seq).header.stamp.load(Ordering::Relaxed), seq)
+        })
     }
 
     /// Whether sequence `seq`, whose stamp this consumer saw say it is there (Acquire) and

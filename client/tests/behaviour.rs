@@ -747,6 +747,43 @@ fn a_release_while_reading_ahead_says_to_discard_the_run() {
     }
 }
 
+/// A release landing while `read_ahead`'s handler reads, with no producer writing into the
+/// slots it read (here they publish into the other half of the ring): what the handler got
+/// is intact, so the call returns it, and the release is taken at the next call, as if it
+/// had come just after this one. Before, any release during the read discarded the whole
+/// run and counted it as dropped.
+#[test]
+fn a_release_while_reading_ahead_keeps_a_run_nobody_wrote_over() {
+    for event_size in [None, Some(8)] {
+        let (_ns, ring, mut p, mut c) = leased("release_no_lap", event_size);
+        let info = ring.info().consumers[0].clone();
+        let mut seen = Vec::new();
+        let read = c.read_ahead(0, 16, |ev| {
+            seen.push((ev.sequence(), ev.bytes().to_vec()));
+            if ev.sequence() == 3 {
+                assert!(ring.release_consumer(info.index, info.word));
+                // Sequences 4 to 7: slots 4 to 7 of 8, none of those read.
+                for v in 4..8u64 {
+                    p.publish(&v.to_le_bytes()).unwrap();
+                }
+            }
+        });
+        assert_eq!(read, Ok(4), "{event_size:?}");
+        let want: Vec<(u64, Vec<u8>)> = (0..4u64).map(|v| (v, v.to_le_bytes().to_vec())).collect();
+        assert_eq!(seen, want);
+        // The other side confirms the run; then the release: to the head, gating again.
+        assert_eq!(c.commit_to(4), Ok(()), "{event_size:?}");
+        assert_eq!(c.stats().delivered, 4);
+        assert_eq!(
+            c.read_ahead(4, 16, |_| {}),
+            Err(LeaseError::BeforePosition { seq: 4, next: 8 }),
+            "{event_size:?}"
+        );
+        assert_eq!(c.stats().dropped_behind, 4, "{event_size:?}");
+        assert_eq!(ring.info().consumers[0].state, "ACTIVE", "it gates again");
+    }
+}
+
 /// A sequence repaired after its producer died is one word in the slot (its stamp): a
 /// consumer skips it and counts it, a recall says it holds no event.
 #[test]
