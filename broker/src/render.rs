@@ -122,6 +122,25 @@ fn consumer_name(name: &str, index: u32) -> String {
     if name.is_empty() {
         format!("#{index}")
     } else {
+        shown(name)
+    }
+}
+
+/// A name another process chose (a consumer's: any bytes but NUL), its control characters
+/// escaped (`\n`, `\u{1b}`): printed as it is, a line break could forge a row and an
+/// escape sequence rewrite the operator's terminal.
+fn shown(name: &str) -> String {
+    if name.chars().any(char::is_control) {
+        name.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    } else {
         name.to_owned()
     }
 }
@@ -271,7 +290,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             if x.name.is_empty() {
                 "-".into()
             } else {
-                x.name.clone()
+                shown(&x.name)
             },
             if x.pid == 0 {
                 "-".into()
@@ -311,7 +330,11 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             out,
             "  {} after: {} (stage lag {})",
             consumer_name(&x.name, x.index),
-            x.upstream.join(", "),
+            x.upstream
+                .iter()
+                .map(|u| shown(u))
+                .collect::<Vec<_>>()
+                .join(", "),
             x.stage_lag.map_or("-".into(), |l| l.to_string())
         );
     }
@@ -455,6 +478,30 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("(50.0%)"), "{text}");
+    }
+
+    /// A consumer's name is whatever its process chose (any bytes but NUL): control
+    /// characters in it (a line break, a terminal escape) are shown escaped wherever the
+    /// name is printed, so a name cannot forge a row or clear the operator's screen.
+    #[test]
+    fn control_characters_in_a_consumer_name_are_shown_escaped() {
+        let mut r = report();
+        let name = "x\u{1b}[2J\nring \"fake\"  RUNNING";
+        let ring = &mut r.rings[0];
+        ring.consumers[0].name = name.into();
+        ring.consumers[0].upstream = vec![name.into()];
+        if let Some(b) = ring.blocked_by.as_mut() {
+            b.name = name.into();
+        }
+        for width in [None, Some(120)] {
+            let text = render(&r, width);
+            assert!(!text.contains('\u{1b}'), "{text}");
+            assert!(
+                !text.lines().any(|l| l.starts_with("ring \"fake\"")),
+                "{text}"
+            );
+            assert!(text.contains(r"x\u{1b}[2J\nring"), "{text}");
+        }
     }
 
     /// A declared consumer that never attached reads DECLARED, with no pid, and the text

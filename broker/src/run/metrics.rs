@@ -82,8 +82,24 @@ impl Scrape {
     }
 }
 
+/// A label, its value escaped as the exposition format asks (`\\`, `\"`, `\n`):
+/// `prometheus-client` writes label values as they are, and ring and consumer names are
+/// chosen by whoever created or attached them.
 fn label(key: &'static str, value: impl Into<String>) -> (Cow<'static, str>, String) {
-    (Cow::Borrowed(key), value.into())
+    let value: String = value.into();
+    if !value.contains(['\\', '"', '\n']) {
+        return (Cow::Borrowed(key), value);
+    }
+    let mut escaped = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    (Cow::Borrowed(key), escaped)
 }
 
 fn set(f: &Gauges, labels: &Labels, v: f64) {
@@ -624,6 +640,34 @@ mod stage_lag_tests {
         assert_eq!(lines.len(), 1, "{text}");
         assert!(lines[0].contains("consumer=\"apply\""), "{text}");
         assert!(lines[0].ends_with(" 3.0"), "{text}");
+    }
+
+    /// A consumer's name is whatever its process chose (up to 48 bytes, any but NUL): a
+    /// quote, a backslash or a line break in it is escaped in the label, so the scrape
+    /// stays one valid exposition. Before, `bill"v2` made the whole scrape unparseable and
+    /// Prometheus dropped the target, every alert on it with it.
+    #[test]
+    fn a_consumer_name_with_quotes_and_line_breaks_leaves_the_scrape_valid() {
+        let name = "bill\"v2\\x\nshmring_forged 1";
+        let report = report(vec![consumer(0, name, &[], None)]);
+        let text = encode(&report);
+        let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        let scrape = prometheus_parse::Scrape::parse(lines.into_iter().map(Ok))
+            .unwrap_or_else(|e| panic!("{e}: {text}"));
+        let lag: Vec<_> = scrape
+            .samples
+            .iter()
+            .filter(|s| s.metric == "shmring_consumer_lag_events")
+            .collect();
+        assert_eq!(lag.len(), 1, "{text}");
+        assert!(
+            text.contains(r#"consumer="bill\"v2\\x\nshmring_forged 1""#),
+            "{text}"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("shmring_forged")),
+            "no line forged by the name: {text}"
+        );
     }
 
     /// A worker group member is named after its group and counts what it redelivered.
