@@ -348,8 +348,11 @@ impl Consumer {
 }
 
 impl Ring {
-    /// Park on the ring's consumer wake line until sequence `seq` is published or `timeout`
-    /// passes (at most the 50 ms net per call). Returns whether `seq` is published.
+    /// Park on the ring's consumer wake line until sequence `seq` is published, the ring is
+    /// deleted, or `timeout` passes (at most the 50 ms net per call). Returns whether `seq`
+    /// is published. A stopped ring publishes nothing until it starts again, so a wait on
+    /// one sleeps as on a running ring with nothing new (the publish after the start wakes
+    /// it).
     ///
     /// For a reader that holds its consumer elsewhere (behind a lock shared with the thread
     /// that commits confirmations): it waits on the ring without holding the consumer. The
@@ -361,7 +364,7 @@ impl Ring {
         park::park(
             &self.seg.lines().consumer_wake.value,
             timeout.min(PARK_NET),
-            || self.is_published(seq) || self.is_closed(),
+            || self.is_published(seq) || self.is_deleted(),
         );
         self.is_published(seq)
     }
@@ -506,6 +509,27 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "publish never seen");
         }
         t.join().expect("producer thread");
+    }
+
+    /// A stopped ring publishes nothing until it starts again: a wait for the next
+    /// sequence sleeps (up to its timeout, or the net) instead of returning at once. Before,
+    /// a closed ring made every call return at once, and the bridge exporter, waiting on a
+    /// stopped source ring, spun a core (and a host-wide membarrier per turn) for as long as
+    /// the ring stayed stopped.
+    #[test]
+    fn wait_published_sleeps_while_the_ring_is_stopped() {
+        let ns = ns("wait-stopped");
+        let ring = ring(&ns, 8);
+        ring.stop().expect("stop");
+        let began = std::time::Instant::now();
+        let mut returns = 0u32;
+        while began.elapsed() < std::time::Duration::from_millis(300) {
+            assert!(!ring.wait_published(0, std::time::Duration::from_secs(1)));
+            returns += 1;
+        }
+        // Each call sleeps up to the 50 ms net: about 6 returns in 300 ms; a spin makes
+        // thousands.
+        assert!(returns < 60, "{returns} returns in 300 ms");
     }
 
     #[test]
