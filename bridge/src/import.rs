@@ -188,6 +188,7 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
     let clock = Clock::new();
     let mut im = Importer {
         args,
+        stop,
         ring_name: &args.ring,
         producer,
         scratch: Vec::new(),
@@ -211,7 +212,7 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
         last_msg: None,
         was_up: false,
     };
-    let result = im.run_loop(&subscriber, stop);
+    let result = im.run_loop(&subscriber);
     let stats = im.snapshot();
     print_stats(&stats);
     drop(subscriber);
@@ -260,8 +261,20 @@ fn recall_sources(ring: &Ring) -> Vec<(u64, u64)> {
     found
 }
 
+/// The importer was told to stop while it waited for its stopped ring to start: it ends
+/// as at any other stop, with the batch it was publishing not acknowledged (the exporter
+/// sends it again to the next importer, which keeps only what its ring does not hold).
+#[derive(Debug, thiserror::Error)]
+#[error("told to stop while waiting for the ring to start")]
+struct Interrupted;
+
+/// How often a publish refused by a stopped ring looks again whether the ring started.
+const STOPPED_LOOK: Duration = Duration::from_millis(10);
+
 struct Importer<'a> {
     args: &'a ImportArgs,
+    /// Set by SIGINT or SIGTERM.
+    stop: &'a AtomicBool,
     ring_name: &'a str,
     producer: Producer,
     scratch: Vec<u8>,
@@ -278,18 +291,20 @@ impl Importer<'_> {
     fn run_loop(
         &mut self,
         sub: &zenoh::pubsub::Subscriber<zenoh::handlers::FifoChannelHandler<zenoh::sample::Sample>>,
-        stop: &AtomicBool,
     ) -> Result<()> {
         let heartbeat = Duration::from_millis(self.args.heartbeat_ms.max(1));
         let mut last_ack = Instant::now();
         let mut last_stats = Instant::now();
         // Relaxed: a flag; the signal handler's store needs no other memory.
-        while !stop.load(Ordering::Relaxed) {
+        while !self.stop.load(Ordering::Relaxed) {
             match sub.recv_timeout(heartbeat) {
                 Ok(Some(sample)) => {
                     self.last_msg = Some(Instant::now());
                     let bytes = sample.payload().to_bytes();
-                    self.on_message(&bytes)?;
+                    match self.on_message(&bytes) {
+                        Err(e) if e.is::<Interrupted>() => break,
+                        done => done?,
+                    }
                 }
                 Ok(None) => {}
                 Err(e) => bail!("the zenoh subscriber closed: {e}"),
@@ -440,15 +455,35 @@ impl Importer<'_> {
         self.scratch.clear();
         self.scratch.extend_from_slice(&header.encode());
         self.scratch.extend_from_slice(payload);
-        match self.producer.publish(&self.scratch) {
-            Ok(_) => {
-                self.stats.published += 1;
-                Ok(())
+        let mut told = false;
+        loop {
+            match self.producer.publish(&self.scratch) {
+                Ok(_) => {
+                    self.stats.published += 1;
+                    if told {
+                        info!(ring = self.ring_name, "the ring started again: publishing");
+                    }
+                    return Ok(());
+                }
+                // Stopped (`broker stop` or `drain`): nothing of the batch is acknowledged
+                // until it is all in the ring, so the importer waits for the start, as it
+                // waits for room while the ring is full, and publishes the refused event then.
+                Err(PublishError::Closed) => {
+                    if !told {
+                        told = true;
+                        warn!(
+                            "ring {:?} is stopped: waiting for it to start (`broker start {}`)",
+                            self.ring_name, self.ring_name
+                        );
+                    }
+                    // Relaxed: a flag; the signal handler's store needs no other memory.
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Err(Interrupted.into());
+                    }
+                    std::thread::sleep(STOPPED_LOOK);
+                }
+                Err(e) => return Err(e).context("publishing into the importer's ring"),
             }
-            Err(PublishError::Closed) => {
-                bail!("ring {:?} is stopped: cannot publish", self.ring_name)
-            }
-            Err(e) => Err(e).context("publishing into the importer's ring"),
         }
     }
 

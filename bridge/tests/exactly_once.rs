@@ -268,6 +268,44 @@ fn the_exporter_replays_what_an_absent_importer_never_confirmed() {
     assert_eq!(b.dst.head(), FIRST + MORE, "nothing doubled");
 }
 
+/// A ring stopped on either side holds the bridge, and started again lets it go on:
+/// nothing lost or doubled, and neither process exits. Before, the importer exited at the
+/// first event its stopped ring refused, and stayed down (restarted while the ring was still
+/// stopped, it exited again).
+#[test]
+fn a_stopped_ring_on_either_side_holds_the_bridge_until_it_starts() {
+    let mut b = Pair::new("bridge_stopped", 1024);
+    b.publish(0..100);
+    common::stats_until(&mut b.ex, |v| common::num(v, "committed") == 100);
+
+    // B's ring stopped: the importer waits for it to start, and says so once.
+    b.dst.stop().expect("stop B's ring");
+    b.publish(100..200);
+    assert!(
+        b.im.expect_stderr_within("is stopped: waiting for it to start", shmring_testkit::WAIT),
+        "the importer waits: {}",
+        b.im.stderr_so_far()
+    );
+    b.dst.start().expect("start B's ring");
+    common::stats_until(&mut b.ex, |v| common::num(v, "committed") == 200);
+
+    // A's ring stopped: its producer is refused, the exporter waits for more.
+    b.src.stop().expect("stop A's ring");
+    assert_eq!(
+        b.p.publish(&payload(200)),
+        Err(shmring::PublishError::Closed)
+    );
+    b.src.start().expect("start A's ring");
+    b.publish(200..300);
+    common::stats_until(&mut b.ex, |v| common::num(v, "committed") == 300);
+
+    let want: Vec<(u64, Option<u64>)> = (0..300).map(|i| (i, Some(i))).collect();
+    assert_eq!(b.received(300), want);
+    assert_eq!(b.dst.head(), 300, "nothing doubled");
+    assert!(b.im.exited().is_none(), "the importer runs on");
+    assert!(b.ex.exited().is_none(), "the exporter runs on");
+}
+
 /// The exporter released by the source ring's broker (`broker release`, to let the
 /// producers go on while the importer is away) goes on from the head: it gates again there,
 /// tells the importer its committed position moved (so the importer does not ask, for ever,
