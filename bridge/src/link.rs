@@ -2,7 +2,7 @@
 //!
 //! A bridge on key `KEY` uses `KEY/data` for batches (exporter -> importer) and `KEY/ack`
 //! for confirmations (importer -> exporter). The session runs in peer mode unless a config
-//! file says otherwise; without a config file, multicast scouting is off and the session
+//! file says otherwise; without a config file, scouting (multicast and gossip) is off and the session
 //! listens only where `--listen` says (nowhere by default), so a bridge opens exactly the
 //! connections its flags name. A config file is taken as is, with the flags applied on top.
 
@@ -42,6 +42,9 @@ impl LinkArgs {
                 let mut c = zenoh::Config::default();
                 set(&mut c, "mode", "\"peer\"")?;
                 set(&mut c, "scouting/multicast/enabled", "false")?;
+                // Gossip passes a peer's neighbours' locators on to it, and it connects to
+                // them: off, so that the connections are the flags' alone.
+                set(&mut c, "scouting/gossip/enabled", "false")?;
                 set(&mut c, "listen/endpoints", "[]")?;
                 c
             }
@@ -166,6 +169,10 @@ mod tests {
         assert_eq!(
             cfg.get_json("scouting/multicast/enabled")
                 .expect("multicast"),
+            "false"
+        );
+        assert_eq!(
+            cfg.get_json("scouting/gossip/enabled").expect("gossip"),
             "false"
         );
         let bad = LinkArgs {

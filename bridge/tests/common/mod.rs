@@ -17,7 +17,8 @@ pub fn free_port() -> u16 {
 }
 
 /// Zenoh flags every test process gets: reconnect quickly after the other side restarts.
-/// (Multicast scouting is off and nothing listens unless asked: the bridge's defaults.)
+/// (Scouting, multicast and gossip, is off and nothing listens unless asked: the bridge's
+/// defaults.)
 const RETRY: &str = "connect/retry={period_init_ms:20,period_max_ms:100,period_increase_factor:2}";
 
 /// Two "hosts": the source ring `src` in namespace `a` and the destination ring `dst` in
