@@ -112,6 +112,10 @@ pub struct ExportStats {
     pub dropped: u64,
     /// Messages on the ack key that did not parse or came from another source.
     pub foreign: u64,
+    /// Acks for this source that could not be applied (confirming sequences the ring never
+    /// published, or a ring's worth past the position): ignored, and logged the first time
+    /// and then at every power of two.
+    pub refused_acks: u64,
     /// "up" while acks arrive, else "down".
     pub link: &'static str,
 }
@@ -135,6 +139,7 @@ struct Shared {
     acked: AtomicU64,
     acks: AtomicU64,
     foreign: AtomicU64,
+    refused_acks: AtomicU64,
     /// A resend request not yet acted on (`u64::MAX`: none).
     rewind: AtomicU64,
     /// When the last ack for this source arrived (ms since `epoch`; 0: never).
@@ -172,13 +177,21 @@ impl Shared {
         self.acked.fetch_max(ack.next, Ordering::Relaxed);
         if mode == Mode::Reliable {
             let mut c = self.lock();
-            match c.commit_to(ack.next) {
-                Ok(()) => {}
-                Err(LeaseError::NotPublished { unpublished, .. }) => warn!(
-                    ack = ack.next,
-                    unpublished, "importer confirms sequences this ring never published; ignored"
-                ),
-                Err(e) => warn!(error = %e, "cannot commit the confirmed position"),
+            if let Err(e) = c.commit_to(ack.next) {
+                // Relaxed: a counter. The first and then every power of two: the ack key is
+                // open to anyone who can publish on it.
+                let refused = self.refused_acks.fetch_add(1, Ordering::Relaxed) + 1;
+                if refused.is_power_of_two() {
+                    match e {
+                        LeaseError::NotPublished { unpublished, .. } => warn!(
+                            ack = ack.next,
+                            unpublished,
+                            refused,
+                            "importer confirms sequences this ring never published; ignored"
+                        ),
+                        e => warn!(error = %e, refused, "cannot commit the confirmed position"),
+                    }
+                }
             }
             self.committed.store(c.next_sequence(), Ordering::Relaxed);
             drop(c);
@@ -228,6 +241,7 @@ pub fn run(args: &ExportArgs, stop: &AtomicBool) -> Result<ExportStats> {
         acked: AtomicU64::new(0),
         acks: AtomicU64::new(0),
         foreign: AtomicU64::new(0),
+        refused_acks: AtomicU64::new(0),
         rewind: AtomicU64::new(NO_REWIND),
         last_ack_ms: AtomicU64::new(0),
         epoch: Instant::now(),
@@ -484,6 +498,7 @@ impl Exporter<'_> {
         s.acked = self.shared.acked.load(Ordering::Relaxed);
         s.committed = self.shared.committed.load(Ordering::Relaxed);
         s.foreign = self.shared.foreign.load(Ordering::Relaxed);
+        s.refused_acks = self.shared.refused_acks.load(Ordering::Relaxed);
         s.cursor = self.cursor;
         s.link = if up { "up" } else { "down" };
         s

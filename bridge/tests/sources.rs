@@ -6,16 +6,17 @@
 //! that went away costs nothing per heartbeat.
 //!
 //! The test process is the "exporter" side itself: a Zenoh session listening on 127.0.0.1
-//! (scouting off), publishing heartbeats of made-up sources and reading the acks.
+//! (scouting off), publishing heartbeats of made-up sources and reading the acks; and, for
+//! the exporter, the "importer" side, sending it acks it cannot apply.
 
 mod common;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use shmring::{ConsumerOptions, Ring, RingConfig};
 use shmring_bridge::link::{Keys, LinkArgs};
-use shmring_bridge::wire::{Ack, BatchHeader, BatchWriter};
+use shmring_bridge::wire::{Ack, Batch, BatchHeader, BatchWriter};
 use shmring_bridge::Mode;
 use shmring_testkit::{Child, Namespace};
 use zenoh::handlers::{FifoChannel, FifoChannelHandler};
@@ -294,4 +295,108 @@ fn time_blocked_on_a_full_ring_is_not_quiet_time() {
     };
     assert_eq!(num(&v, "forgotten_sources"), 0, "{v}");
     assert_eq!(num(&v, "sources"), 1, "{v}");
+}
+
+/// Anyone who can publish on the bridge's key can send the importer anything: a flood of malformed
+/// messages is counted in `malformed` and logged the first time and then at every power of
+/// two, not once each. Before, each one was a warning line: a peer could fill the disk.
+#[test]
+fn a_flood_of_malformed_messages_is_counted_not_logged_each() {
+    let ns = Namespace::new("bridge_flood");
+    let _dst = Ring::create(ns.name(), "dst", &RingConfig::default()).expect("create the ring");
+    let link = Sender::new(&ns);
+    let mut im = link.importer(&ns, &["--heartbeat-ms", "20"]);
+    let deadline = Instant::now() + shmring_testkit::WAIT;
+    // What is put before the importer has subscribed is lost: put until it counted enough.
+    loop {
+        for _ in 0..200 {
+            link.put(b"not a batch".to_vec());
+        }
+        let v = counters(&mut im, deadline, "1000 malformed messages counted");
+        if num(&v, "malformed") >= 1000 {
+            break;
+        }
+    }
+    let warned = im
+        .stderr_so_far()
+        .matches("malformed batch ignored")
+        .count();
+    assert!(
+        (1..=12).contains(&warned),
+        "{warned} warnings for 1000 and more malformed messages"
+    );
+}
+
+/// Acks are as open as batches: a flood of acks for the exporter's source confirming what
+/// its ring never published is counted in `refused_acks` and logged the first time and then
+/// at every power of two, and moves nothing. Before, each one was a warning line.
+#[test]
+fn a_flood_of_acks_for_unpublished_sequences_is_counted_not_logged_each() {
+    let ns = Namespace::new("bridge_ack_flood");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let src = Ring::create(ns.name(), "src", &config).expect("create the exporter's ring");
+    let key = format!("shmring/ackflood/{}", ns.name());
+    let keys = Keys::new(&key).expect("keys");
+    let port = common::free_port();
+    let mut ex = common::exporter(
+        "exporter",
+        &ns,
+        "src",
+        &key,
+        port,
+        &["--heartbeat-ms", "20"],
+    );
+    let name = shmring_bridge::export::default_consumer_name(&key);
+    common::await_attached(&mut ex, &src, &name);
+    // The test's side: connected to the exporter, reading its heartbeats for its source.
+    let session = LinkArgs {
+        connect: vec![format!("tcp/127.0.0.1:{port}")],
+        ..LinkArgs::default()
+    }
+    .open()
+    .expect("the test's zenoh session");
+    let data = session
+        .declare_subscriber(keys.data.clone())
+        .with(FifoChannel::new(1 << 10))
+        .wait()
+        .expect("subscribe to the batches");
+    let acks = session
+        .declare_publisher(keys.ack.clone())
+        .wait()
+        .expect("declare the ack publisher");
+    let deadline = Instant::now() + shmring_testkit::WAIT;
+    let source = loop {
+        assert!(Instant::now() < deadline, "no heartbeat from the exporter");
+        if let Ok(Some(s)) = data.recv_timeout(Duration::from_millis(100)) {
+            let bytes = s.payload().to_bytes();
+            break Batch::parse(&bytes)
+                .expect("the exporter's batch")
+                .header
+                .source;
+        }
+    };
+    let forged = Ack {
+        source,
+        next: 1 << 40,
+        resend: false,
+    }
+    .encode();
+    loop {
+        for _ in 0..200 {
+            acks.put(forged.to_vec()).wait().expect("publish an ack");
+        }
+        let v = counters(&mut ex, deadline, "1000 refused acks counted");
+        assert_eq!(num(&v, "committed"), 0, "nothing moves: {v}");
+        if num(&v, "refused_acks") >= 1000 {
+            break;
+        }
+    }
+    let warned = ex.stderr_so_far().matches("never published").count();
+    assert!(
+        (1..=12).contains(&warned),
+        "{warned} warnings for 1000 and more refused acks"
+    );
 }
