@@ -4,7 +4,8 @@
 //! stall threshold, and HEALTHY again as soon as it moves. The sequence and the instant it
 //! last moved are updated together, in the same sweep, so a report never pairs a sequence
 //! from one sweep with an instant from another. Deaths and handler failures are edges too:
-//! each is reported (and its policy applied) once per attached process.
+//! each is reported (and its policy applied) once per attachment: a process that attaches
+//! its failed consumer again starts a new one.
 
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,14 @@ impl ConsumerHealth {
             self.sequence = info.next;
             self.last_moved = seen.now;
             self.pending_since = None;
+        }
+        if info.state_code == consumer_state::ACTIVE && seen.alive && self.death_reported {
+            // Its process attached it again after a failure that was reported: a new
+            // attachment, whose own failure or death is reported again, and whose stall
+            // timing starts now.
+            self.death_reported = false;
+            self.pending_since = None;
+            self.last_moved = seen.now;
         }
         let (state, edge) = match info.state_code {
             consumer_state::ACTIVE if !seen.alive => self.death(ConsumerState::Dead, Edge::Died),

@@ -149,3 +149,36 @@ fn a_declared_consumer_waiting_for_its_first_attach_is_detached_without_an_edge(
         assert_eq!(h.state, ConsumerState::Detached);
     }
 }
+
+/// A process whose durable consumer failed and which attaches it again is a new attachment:
+/// a later failure or death of it is reported (and its policy applied) again, and its stall
+/// timing starts afresh. Before, the record kept "already reported" for the process, so
+/// its second failure or its death went unreported and no policy acted.
+#[test]
+fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
+    let t0 = Instant::now();
+    let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
+    let failed = info(5, consumer_state::FAILED);
+    assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
+    assert_eq!(h.observe(&failed, seen(t0 + T, true)), None, "once");
+    // The same process attaches it again, and it reads on.
+    let active = info(5, consumer_state::ACTIVE);
+    assert!(h.same_process(&active));
+    assert_eq!(h.observe(&active, seen(t0 + 2 * T, true)), None);
+    assert_eq!(h.state, ConsumerState::Healthy);
+    assert_eq!(
+        h.observe(&active, seen(t0 + 2 * T + T / 2, true)),
+        None,
+        "its stall timing starts at the new attach"
+    );
+    assert_eq!(
+        h.observe(&failed, seen(t0 + 3 * T, true)),
+        Some(Edge::Failed)
+    );
+    assert_eq!(h.observe(&active, seen(t0 + 4 * T, true)), None);
+    let dead = Seen {
+        alive: false,
+        ..seen(t0 + 5 * T, true)
+    };
+    assert_eq!(h.observe(&active, dead), Some(Edge::Died));
+}
