@@ -86,6 +86,35 @@ fn killed_consumer_with_release_lets_the_producer_move_on() {
     assert_eq!(c.stats().dropped_behind, 200);
 }
 
+/// The status a sweep leaves is what its policies made of the ring: a death released in
+/// that sweep shows RELEASED at once, not DEAD until the next periodic sweep (here half an
+/// hour away: the stall threshold is an hour, and the death itself triggers the sweep).
+/// Before, the report was built from the table as it was before the release.
+#[test]
+fn a_release_by_policy_shows_in_the_status_of_the_sweep_that_made_it() {
+    let ns = Namespace::new("release_now");
+    let _broker = ns.broker(Some(&config("release").replace("\"2s\"", "\"1h\"")));
+    let mut victim = ns.role(
+        "consumer",
+        &env(&[("ROLE_NAME", "victim"), ("ROLE_PAUSED", "1")]),
+    );
+    victim.expect("@ready");
+    // A lifecycle request is followed by a sweep: it sees the victim and watches it.
+    let out = ns.cli(&["start", "r"]);
+    assert!(out.status.success(), "{out:?}");
+    let (v, _) = ns.status();
+    assert_eq!(
+        consumer(&v, "r", "victim").expect("victim")["state"],
+        "HEALTHY"
+    );
+    victim.kill();
+    let v = ns.wait_status("the victim RELEASED", |v, _| {
+        (consumer(v, "r", "victim")?["state"] == "RELEASED").then(|| v.clone())
+    });
+    let h = &ring(&v, "r").expect("r")["health"];
+    assert_eq!((num(h, "deaths"), num(h, "releases")), (1, 1), "{v:#}");
+}
+
 #[test]
 fn killed_consumer_with_alert_keeps_holding_and_its_restart_gets_everything() {
     let ns = Namespace::new("alert");

@@ -48,6 +48,20 @@ fn monotonic_ns() -> u64 {
 }
 
 fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) {
+    let acted = |h: &crate::report::RingHealth| (h.releases, h.freed, h.policy_stops);
+    let before = acted(&t.counters);
+    look_at_ring(name, t, watches, now);
+    if acted(&t.counters) != before {
+        // A policy released or freed an entry, or stopped the ring: the report is what it
+        // made of the table, not the table it acted on. The second look raises no edge the
+        // first did not (each is reported once), so it acts only on what the first left.
+        look_at_ring(name, t, watches, now);
+    }
+}
+
+/// One look at ring `name`: its consumers' health and edges (and their policies), its
+/// producers' repairs, and the report built from what was read.
+fn look_at_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) {
     let info = t.ring.info();
     log_corrupt(name, &mut t.corrupt, &info.corrupt);
     let threshold = t.spec.stall_threshold;
