@@ -236,3 +236,29 @@ fn a_ring_created_after_the_broker_started_is_adopted_and_watched() {
         (common::consumer(v, "late", "reader")?["state"] == "DEAD").then_some(())
     });
 }
+
+/// A broker whose only ring asks for the longest stall threshold sweeps every 12 hours; a
+/// ring a client creates meanwhile is still taken up within a rescan (half a second), and
+/// its shorter threshold shortens the sweeps at once: its idle consumer is STALLED on time.
+/// Before, the broker's wait for the next sweep was the period it began with: the new ring
+/// went unseen, unchecked and unrepaired for the rest of those 12 hours.
+#[test]
+fn a_ring_created_during_a_long_sweep_period_is_taken_up_at_once() {
+    use shmring::{ConsumerOptions, Ring, RingConfig};
+
+    let ns = Namespace::new("late_ring");
+    let _broker = ns.broker(Some("[rings.slow]\nstall_threshold = \"24h\"\n"));
+    ns.wait_status("the configured ring", |v, _| ring(v, "slow").map(|_| ()));
+    let made = Ring::create(ns.name(), "made", &RingConfig::default()).expect("create");
+    let _idle = made
+        .consumer(ConsumerOptions::durable("idle"))
+        .expect("consumer");
+    made.producer()
+        .expect("producer")
+        .publish(b"waiting")
+        .expect("publish");
+    ns.wait_status(
+        "the client's ring adopted and its idle consumer STALLED",
+        |v, _| (common::consumer(v, "made", "idle")?["state"] == "STALLED").then_some(()),
+    );
+}

@@ -34,6 +34,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::Context;
 use rustix::event::epoll;
@@ -194,8 +195,18 @@ fn sweep_loop(
     };
     let mut events = [empty; 32];
     loop {
-        let period = ops::lock(shared).period;
-        let timeout = rustix::event::Timespec::try_from(period).context("sweep period")?;
+        // Until the next sweep is due, but never longer than a rescan's interval: a ring
+        // created meanwhile (by a client, or `broker create` with a shorter stall threshold,
+        // which shortens the period) is taken up then, not after the period this wait began
+        // with (up to 12 hours).
+        let wait = {
+            let b = ops::lock(shared);
+            let due = b
+                .last_sweep
+                .map_or(Duration::ZERO, |t| b.period.saturating_sub(t.elapsed()));
+            due.min(registry::RESCAN_EVERY)
+        };
+        let timeout = rustix::event::Timespec::try_from(wait).context("sweep period")?;
         let n = match epoll::wait(epfd, &mut events[..], Some(&timeout)) {
             Ok(n) => n,
             Err(rustix::io::Errno::INTR) => continue,
@@ -225,6 +236,9 @@ fn sweep_loop(
                 warn!(token, "unknown epoll token");
             }
         }
+        if n == 0 && !sweep_due(&mut broker) {
+            continue;
+        }
         sweep::sweep(&mut broker);
         drop(broker);
         if let Err(e) = held.check() {
@@ -232,6 +246,17 @@ fn sweep_loop(
             return Err(e).context("the namespace lock was taken away; exiting");
         }
     }
+}
+
+/// After a wait that ended with nothing to act on: whether to sweep now, because the period
+/// has passed since the last sweep or a look at the directory found a new ring.
+fn sweep_due(broker: &mut Broker) -> bool {
+    let known = broker.rings.len();
+    broker.rescan(false);
+    broker.rings.len() != known
+        || broker
+            .last_sweep
+            .is_none_or(|t| t.elapsed() >= broker.period)
 }
 
 /// Tell systemd (a failure is logged: the broker works the same without it).

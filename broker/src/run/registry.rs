@@ -18,7 +18,7 @@ use crate::config::{Config, RingSpec};
 use crate::report::{RingHealth, RingReport};
 
 /// How often the directory is rescanned for segments created by others.
-const RESCAN_EVERY: Duration = Duration::from_millis(500);
+pub const RESCAN_EVERY: Duration = Duration::from_millis(500);
 
 /// One ring under watch.
 pub struct Tracked {
