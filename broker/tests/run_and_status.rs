@@ -262,3 +262,27 @@ fn a_ring_created_during_a_long_sweep_period_is_taken_up_at_once() {
         |v, _| (common::consumer(v, "made", "idle")?["state"] == "STALLED").then_some(()),
     );
 }
+
+/// A ring's file removed and created again, or another file renamed over it, between two
+/// looks of the broker: the name now opens the new file, so the broker watches that one
+/// (its status, policies and repairs are about the ring its clients open). Before, it kept
+/// the old mapping for as long as it ran, and the new file was never adopted.
+#[test]
+fn a_ring_file_replaced_under_the_broker_is_followed() {
+    use shmring::{Ring, RingConfig};
+
+    let ns = Namespace::new("replaced");
+    let _broker = ns.broker(Some("[rings.x]\ncapacity = 64\n"));
+    ns.wait_status("the configured ring", |v, _| ring(v, "x").map(|_| ()));
+    let y = Ring::create(ns.name(), "y", &RingConfig::default()).expect("create");
+    let mut p = y.producer().expect("producer");
+    for i in 0..3u8 {
+        p.publish(&[i]).expect("publish");
+    }
+    drop(p);
+    std::fs::rename(y.path(), ns.dir().join("x.ring")).expect("rename y over x");
+    let v = ns.wait_status("x to be the renamed file", |v, _| {
+        (num(ring(v, "x")?, "head") == 3).then(|| v.clone())
+    });
+    assert!(ring(&v, "y").is_none(), "y's name is gone: {v:#}");
+}

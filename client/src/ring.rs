@@ -343,6 +343,18 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// Whether the ring's name in its namespace directory still names the file this `Ring`
+    /// mapped (device and inode, the name not followed): `Ok(false)` once that file was
+    /// removed and another created, or renamed, in its place. A name that is gone is an
+    /// error (`NotFound`). A process that holds a `Ring` for long (the broker) asks this to
+    /// follow the name to the ring its clients now open.
+    pub fn is_at_path(&self) -> std::io::Result<bool> {
+        let mapped = crate::file::identity(self.seg.file())?;
+        Ok(crate::file::identity_of(self.path())? == mapped)
+    }
+}
+
 /// Make the namespace directory if it is not there ([`crate::names::make_namespace_dir`]
 /// gives its mode). An existing directory is used as it is, whoever made
 /// it and with whatever mode (the broker adds only a missing sticky bit, see

@@ -292,8 +292,15 @@ impl Broker {
         }
         self.unreadable.retain(|p, _| p.symlink_metadata().is_ok());
         for name in on_disk {
-            if self.rings.contains_key(&name) {
-                continue;
+            if let Some(t) = self.rings.get(&name) {
+                if !matches!(t.ring.is_at_path(), Ok(false)) {
+                    continue;
+                }
+                // Removed and created again, or another file renamed over it, between two
+                // looks: new opens map that file, so that is the ring to watch. Whoever
+                // still maps the old one carries on with it unwatched.
+                warn!(ring = %name, "the segment file is another file now (removed and created again, or renamed over): watching the new one");
+                self.rings.remove(&name);
             }
             match Ring::open(&self.namespace, &name) {
                 Ok(ring) => {
