@@ -178,6 +178,19 @@ fn symbolic_links_in_the_namespace_are_never_followed() {
     }
     assert_eq!(target.broker_epoch(), 0, "the other ring was never adopted");
 
+    // One ring's status speaks of that ring's file alone: r is healthy (exit 0) whatever
+    // else lies in the directory, and alias is reported as what it is, not as unknown.
+    let out = ns.cli(&["status", "--json", "r"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
+    let out = ns.cli(&["status", "--json", "alias"]);
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert!(unreadable(&v, &alias).is_some(), "{v:#}");
+    assert!(unreadable(&v, &passwd).is_none(), "{v:#}");
+
     let out = ns.cli(&["delete", "alias"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -237,8 +237,14 @@ fn delete(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>) -> Rep
 
 /// The report of the last sweep (every consumer's sequence and idle time from one sweep).
 pub fn status(b: &mut Broker, only: Option<&str>) -> Reply {
+    // Ring `only`'s file, when one ring is asked for: its unreadable entry, if any, is the
+    // only one the report carries (another ring's file does not make this one unhealthy).
+    let only_path = only.and_then(|name| shmring::names::ring_path(&b.namespace, name).ok());
     if let Some(name) = only {
-        if !b.rings.contains_key(name) {
+        let unreadable = only_path
+            .as_ref()
+            .is_some_and(|p| b.unreadable.contains_key(p));
+        if !b.rings.contains_key(name) && !unreadable {
             return unknown(b, name);
         }
     }
@@ -267,6 +273,7 @@ pub fn status(b: &mut Broker, only: Option<&str>) -> Reply {
         unreadable: b
             .unreadable
             .iter()
+            .filter(|(p, _)| only.is_none() || only_path.as_ref() == Some(*p))
             .map(|(p, e)| Unreadable {
                 path: p.display().to_string(),
                 error: e.clone(),
