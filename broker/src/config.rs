@@ -20,6 +20,10 @@ pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 /// (about 24 days in milliseconds).
 pub const MAX_STALL_THRESHOLD: Duration = Duration::from_secs(24 * 3600);
 
+/// The longest `unblock_timeout` a ring may ask for: a hole held longer is not a wait
+/// anyone chooses, and the status and metrics give it in milliseconds.
+pub const MAX_UNBLOCK_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -302,6 +306,15 @@ impl Config {
                     format!(
                         "stall_threshold must be at most 24h (the broker sweeps every half of it), not {:?}",
                         spec.stall_threshold
+                    ),
+                ));
+            }
+            if spec.unblock_timeout > MAX_UNBLOCK_TIMEOUT {
+                return Err(invalid(
+                    name,
+                    format!(
+                        "unblock_timeout must be at most 30 days (720h), not {:?}",
+                        spec.unblock_timeout
                     ),
                 ));
             }

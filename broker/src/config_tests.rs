@@ -46,6 +46,22 @@ fn a_stall_threshold_above_a_day_is_refused() {
     }
 }
 
+/// An unblock timeout above 30 days is refused with a message that names the limit: the
+/// status and the metrics give it in milliseconds, which a value of ages overflowed, and a
+/// hole held longer than a month is not a wait anyone chooses. 30 days is accepted.
+#[test]
+fn an_unblock_timeout_above_thirty_days_is_refused() {
+    for ok in ["720h", "1s", "1ms"] {
+        let text = format!("[rings.x]\ncapacity = 64\nunblock_timeout = \"{ok}\"\n");
+        Config::parse(&text, "t").unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in ["721h", "9999999999999h", "18446744073709551615s"] {
+        let text = format!("[rings.x]\ncapacity = 64\nunblock_timeout = \"{bad}\"\n");
+        let e = Config::parse(&text, "t").expect_err(bad).to_string();
+        assert!(e.contains("at most 30 days"), "{bad}: {e}");
+    }
+}
+
 /// `declared_consumers` reaches the ring's configuration; names that cannot be laid out are
 /// refused when the config is read, with the ring named.
 #[test]
