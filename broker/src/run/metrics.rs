@@ -181,7 +181,9 @@ fn broker_metrics(s: &mut Scrape, r: &StatusReport) {
     );
 }
 
-const RING_STATES: [&str; 5] = ["RUNNING", "STOPPED", "DRAINING", "DELETED", "CORRUPT"];
+const RING_STATES: [&str; 7] = [
+    "RUNNING", "STOPPED", "DRAINING", "STOPPING", "STARTING", "DELETED", "CORRUPT",
+];
 const FENCE_MODES: [&str; 3] = ["membarrier", "seqcst-fence", "unset"];
 
 fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
@@ -668,6 +670,24 @@ mod stage_lag_tests {
             !text.lines().any(|l| l.starts_with("shmring_forged")),
             "no line forged by the name: {text}"
         );
+    }
+
+    /// Every state a ring reports has its gauge: a ring caught mid stop or start (or whose
+    /// stop or start a dead process left half done) reads 1 for STOPPING or STARTING, not 0
+    /// for every state.
+    #[test]
+    fn a_ring_mid_stop_or_start_has_its_state_gauge_set() {
+        for state in ["STOPPING", "STARTING"] {
+            let mut report = report(vec![]);
+            report.rings[0].state = state.to_owned();
+            let text = encode(&report);
+            let on: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("shmring_ring_state{") && l.ends_with(" 1.0"))
+                .collect();
+            assert_eq!(on.len(), 1, "{text}");
+            assert!(on[0].contains(&format!("state=\"{state}\"")), "{text}");
+        }
     }
 
     /// A worker group member is named after its group and counts what it redelivered.

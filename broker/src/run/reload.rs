@@ -27,7 +27,7 @@ pub fn reload(broker: &mut Broker, path: Option<&Path>) {
     };
     match config.broker_gid() {
         Ok(gid) if gid != broker.gid => warn!(
-            "SIGHUP: the broker group changed; the control socket keeps the old one until a restart"
+            "SIGHUP: the broker group changed; the control socket, the namespace directory and the rings created from now on keep the old one until a restart"
         ),
         _ => {}
     }
