@@ -15,7 +15,8 @@
 //!   0     4  magic "SRBH"
 //!   4     4  version (1)
 //!   8     8  source: the source ring's identity (`source_id`)
-//!  16     8  run: the source ring's run counter when the event was read
+//!  16     8  run: the source ring's run counter when the exporter sent the event (a
+//!             replay after a stop and a start of the source ring carries the later run)
 //!  24     8  seq: the event's sequence in the source ring
 //!  32        the original payload, unchanged
 //! ```
@@ -39,7 +40,7 @@ const VERSION: u32 = 1;
 pub struct SourceHeader {
     /// The source ring's identity.
     pub source: u64,
-    /// Its run counter when the event was read.
+    /// The source ring's run counter when the exporter sent the event.
     pub run: u64,
     /// The event's sequence in the source ring.
     pub seq: u64,

@@ -393,9 +393,6 @@ impl Importer<'_> {
             self.stats.batches_received += 1;
             self.stats.events_received += u64::from(batch.count());
         }
-        if h.mode == Mode::Drop {
-            self.stats.dropped_at_exporter = h.dropped;
-        }
         let plan = self
             .sources
             .plan(&h, batch.events().map(|e| e.seq), self.clock.now());
@@ -412,6 +409,10 @@ impl Importer<'_> {
                 );
             }
             return Ok(());
+        }
+        if h.mode == Mode::Drop {
+            // An accepted source's own count: a refused one's is not this importer's to show.
+            self.stats.dropped_at_exporter = h.dropped;
         }
         if let Some(old) = plan.forgot {
             self.stats.forgotten_sources = self.stats.forgotten_sources.saturating_add(1);

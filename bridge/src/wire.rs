@@ -12,7 +12,8 @@
 //!   5     1  mode: 0 reliable, 1 drop
 //!   6     2  reserved (0)
 //!   8     8  source: the source ring's identity (see `header::source_id`)
-//!  16     8  run: the source ring's run counter when the batch was read
+//!  16     8  run: the source ring's run counter when the batch was sent (a replay after
+//!             a stop and a start of the source ring carries the later run)
 //!  24     8  committed: the exporter's committed position (everything below is confirmed)
 //!  32     8  start: the first source sequence this batch covers
 //!  40     8  end: one past the last sequence it covers (tombstones inside are skipped)

@@ -26,6 +26,21 @@ use zenoh::Wait;
 
 use common::{importer_with, num};
 
+/// A DROP-mode heartbeat of `source` that says it lost `dropped` events.
+fn drop_heartbeat(source: u64, dropped: u64) -> Vec<u8> {
+    let mut w = BatchWriter::default();
+    w.begin();
+    w.finish(&BatchHeader {
+        mode: Mode::Drop,
+        source,
+        run: 1,
+        committed: 0,
+        start: 0,
+        end: 0,
+        dropped,
+    })
+}
+
 /// A reliable heartbeat of `source` at `committed`.
 fn heartbeat(source: u64, committed: u64) -> Vec<u8> {
     let mut w = BatchWriter::default();
@@ -148,15 +163,18 @@ fn the_importer_keeps_at_most_max_sources_and_acks_only_the_ones_it_hears() {
             }
         }
     }
-    // Three more: refused, the importer knowing two already.
+    // Four more: refused, the importer knowing two already. A refused source's own count
+    // of what it lost is not the importer's to show.
     loop {
         for source in 3..=5 {
             put(source, 0);
         }
-        let v = counters(&mut im, deadline, "three sources refused");
-        if num(&v, "refused_sources") >= 3 {
+        link.put(drop_heartbeat(6, 999));
+        let v = counters(&mut im, deadline, "four sources refused");
+        if num(&v, "refused_sources") >= 4 {
             assert_eq!(num(&v, "sources"), 2, "{v}");
             assert_eq!(v.get("forgotten_sources"), Some(&Value::from(0)), "{v}");
+            assert_eq!(num(&v, "dropped_at_exporter"), 0, "{v}");
             break;
         }
     }
