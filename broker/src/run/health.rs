@@ -57,8 +57,9 @@ pub struct ConsumerHealth {
     pub swept: Instant,
     /// Current state.
     pub state: ConsumerState,
-    /// Death or failure already reported for this process.
-    death_reported: bool,
+    /// The entry's word when its death or failure was last reported: one report per
+    /// attachment (every attach, and every failure, changes the word).
+    reported: Option<u64>,
 }
 
 impl ConsumerHealth {
@@ -72,7 +73,7 @@ impl ConsumerHealth {
             pending_since: None,
             swept: now,
             state: ConsumerState::Healthy,
-            death_reported: false,
+            reported: None,
         }
     }
 
@@ -94,16 +95,20 @@ impl ConsumerHealth {
             self.last_moved = seen.now;
             self.pending_since = None;
         }
-        if info.state_code == consumer_state::ACTIVE && seen.alive && self.death_reported {
+        if info.state_code == consumer_state::ACTIVE
+            && seen.alive
+            && self.reported.is_some_and(|w| w != info.word)
+        {
             // Its process attached it again after a failure that was reported: a new
-            // attachment, whose own failure or death is reported again, and whose stall
-            // timing starts now.
-            self.death_reported = false;
+            // attachment, whose stall timing starts now.
+            self.reported = None;
             self.pending_since = None;
             self.last_moved = seen.now;
         }
         let (state, edge) = match info.state_code {
-            consumer_state::ACTIVE if !seen.alive => self.death(ConsumerState::Dead, Edge::Died),
+            consumer_state::ACTIVE if !seen.alive => {
+                self.death(info.word, ConsumerState::Dead, Edge::Died)
+            }
             // Half-attached (CLAIMED) or being taken over (RESUMING): the pid is the
             // attaching process's own (it changes with the state), but its start time may
             // still be the previous holder's, so the free checks that no process has the
@@ -115,7 +120,7 @@ impl ConsumerHealth {
             consumer_state::FAILED if !info.durable && !seen.alive => {
                 (ConsumerState::Failed, Some(Edge::Orphaned))
             }
-            consumer_state::FAILED => self.death(ConsumerState::Failed, Edge::Failed),
+            consumer_state::FAILED => self.death(info.word, ConsumerState::Failed, Edge::Failed),
             consumer_state::DETACHED => (ConsumerState::Detached, None),
             consumer_state::RELEASED if !info.durable && !seen.alive => {
                 (ConsumerState::Released, Some(Edge::Orphaned))
@@ -127,9 +132,17 @@ impl ConsumerHealth {
         edge
     }
 
-    fn death(&mut self, state: ConsumerState, edge: Edge) -> (ConsumerState, Option<Edge>) {
-        let first = !self.death_reported;
-        self.death_reported = true;
+    /// `edge`, unless it was reported for the entry as it is now (`word`): a death or
+    /// failure of a later attachment is another one, whether or not a sweep saw that
+    /// attachment running.
+    fn death(
+        &mut self,
+        word: u64,
+        state: ConsumerState,
+        edge: Edge,
+    ) -> (ConsumerState, Option<Edge>) {
+        let first = self.reported != Some(word);
+        self.reported = Some(word);
         (state, first.then_some(edge))
     }
 

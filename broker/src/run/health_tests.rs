@@ -182,3 +182,34 @@ fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
     };
     assert_eq!(h.observe(&active, dead), Some(Edge::Died));
 }
+
+/// A new attachment is told by the entry's word (every attach changes it), not by a sweep
+/// that happens to see it running: a process that attaches its failed consumer again and
+/// dies before any sweep saw it back, or fails again between two sweeps, has that death
+/// or failure reported. Before, both went unreported and no policy acted.
+#[test]
+fn a_reattached_consumer_s_death_is_reported_even_if_no_sweep_saw_it_running() {
+    let t0 = Instant::now();
+    let word = |generation, state| shmring_layout::owned_word::pack(generation, state, 42);
+    let with_word = |state, generation| ConsumerInfo {
+        word: word(generation, state),
+        ..info(5, state)
+    };
+    let dead = |now| Seen {
+        alive: false,
+        ..seen(now, true)
+    };
+    // Died right after attaching again.
+    let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
+    let failed = with_word(consumer_state::FAILED, 2);
+    assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
+    let back = with_word(consumer_state::ACTIVE, 3);
+    assert_eq!(h.observe(&back, dead(t0 + T)), Some(Edge::Died));
+    assert_eq!(h.observe(&back, dead(t0 + 2 * T)), None, "once");
+    // Failed again between two sweeps.
+    let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
+    assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
+    let again = with_word(consumer_state::FAILED, 4);
+    assert_eq!(h.observe(&again, seen(t0 + T, true)), Some(Edge::Failed));
+    assert_eq!(h.observe(&again, seen(t0 + 2 * T, true)), None, "once");
+}
