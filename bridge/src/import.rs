@@ -189,6 +189,7 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
     let mut im = Importer {
         args,
         stop,
+        ring: &ring,
         ring_name: &args.ring,
         producer,
         scratch: Vec::new(),
@@ -275,6 +276,8 @@ struct Importer<'a> {
     args: &'a ImportArgs,
     /// Set by SIGINT or SIGTERM.
     stop: &'a AtomicBool,
+    /// The ring the producer publishes into (to wait for its start).
+    ring: &'a Ring,
     ring_name: &'a str,
     producer: Producer,
     scratch: Vec<u8>,
@@ -485,11 +488,14 @@ impl Importer<'_> {
                             self.ring_name, self.ring_name
                         );
                     }
-                    // Relaxed: a flag; the signal handler's store needs no other memory.
-                    if self.stop.load(Ordering::Relaxed) {
-                        return Err(Interrupted.into());
+                    // Looks at the ring's state, not refused publishes (each one counted).
+                    while self.ring.is_closed() && !self.ring.is_deleted() {
+                        // Relaxed: a flag; the signal handler's store needs no other memory.
+                        if self.stop.load(Ordering::Relaxed) {
+                            return Err(Interrupted.into());
+                        }
+                        std::thread::sleep(STOPPED_LOOK);
                     }
-                    std::thread::sleep(STOPPED_LOOK);
                 }
                 Err(e) => return Err(e).context("publishing into the importer's ring"),
             }

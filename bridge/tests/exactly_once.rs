@@ -286,8 +286,18 @@ fn a_stopped_ring_on_either_side_holds_the_bridge_until_it_starts() {
         "the importer waits: {}",
         b.im.stderr_so_far()
     );
+    // It waits without publishing: one refusal, not one per look at the ring (watched for
+    // a while: each look used to be a refused publish, 100 a second).
+    let refused =
+        |dst: &Ring| -> u64 { dst.info().producers.iter().map(|p| p.stats.refused).sum() };
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < std::time::Duration::from_millis(300) {
+        assert_eq!(refused(&b.dst), 1, "the importer's refused publishes");
+        std::thread::yield_now();
+    }
     b.dst.start().expect("start B's ring");
     common::stats_until(&mut b.ex, |v| common::num(v, "committed") == 200);
+    assert_eq!(refused(&b.dst), 1, "the importer's refused publishes");
 
     // A's ring stopped: its producer is refused, the exporter waits for more.
     b.src.stop().expect("stop A's ring");
