@@ -140,6 +140,12 @@ struct Shared {
     acks: AtomicU64,
     foreign: AtomicU64,
     refused_acks: AtomicU64,
+    /// Of those, the ones refused for another reason than confirming what the ring never
+    /// published (the entry lost, the ring deleted): logged on their own count, so that a
+    /// flood of forged acks cannot hide the first of them.
+    commit_errors: AtomicU64,
+    /// Of those, the ones confirming sequences the ring never published.
+    forged: AtomicU64,
     /// A resend request not yet acted on (`u64::MAX`: none).
     rewind: AtomicU64,
     /// When the last ack for this source arrived (ms since `epoch`; 0: never).
@@ -178,18 +184,27 @@ impl Shared {
         if mode == Mode::Reliable {
             let mut c = self.lock();
             if let Err(e) = c.commit_to(ack.next) {
-                // Relaxed: a counter. The first and then every power of two: the ack key is
-                // open to anyone who can publish on it.
-                let refused = self.refused_acks.fetch_add(1, Ordering::Relaxed) + 1;
-                if refused.is_power_of_two() {
-                    match e {
-                        LeaseError::NotPublished { unpublished, .. } => warn!(
-                            ack = ack.next,
-                            unpublished,
-                            refused,
-                            "importer confirms sequences this ring never published; ignored"
-                        ),
-                        e => warn!(error = %e, refused, "cannot commit the confirmed position"),
+                // Relaxed, all: counters. Each kind logged the first time and then at every
+                // power of two of its own count: the ack key is open to anyone who can
+                // publish on it.
+                self.refused_acks.fetch_add(1, Ordering::Relaxed);
+                match e {
+                    LeaseError::NotPublished { unpublished, .. } => {
+                        let n = self.forged.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n.is_power_of_two() {
+                            warn!(
+                                ack = ack.next,
+                                unpublished,
+                                refused = n,
+                                "importer confirms sequences this ring never published; ignored"
+                            );
+                        }
+                    }
+                    e => {
+                        let n = self.commit_errors.fetch_add(1, Ordering::Relaxed) + 1;
+                        if n.is_power_of_two() {
+                            warn!(error = %e, failed = n, "cannot commit the confirmed position");
+                        }
                     }
                 }
             }
@@ -242,6 +257,8 @@ pub fn run(args: &ExportArgs, stop: &AtomicBool) -> Result<ExportStats> {
         acks: AtomicU64::new(0),
         foreign: AtomicU64::new(0),
         refused_acks: AtomicU64::new(0),
+        commit_errors: AtomicU64::new(0),
+        forged: AtomicU64::new(0),
         rewind: AtomicU64::new(NO_REWIND),
         last_ack_ms: AtomicU64::new(0),
         epoch: Instant::now(),
