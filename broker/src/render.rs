@@ -126,14 +126,27 @@ fn consumer_name(name: &str, index: u32) -> String {
     }
 }
 
-/// A name another process chose (a consumer's: any bytes but NUL), its control characters
-/// escaped (`\n`, `\u{1b}`): printed as it is, a line break could forge a row and an
-/// escape sequence rewrite the operator's terminal.
+/// A name another process chose (a consumer's: any bytes but NUL), its control and
+/// invisible formatting characters escaped (`\n`, `\u{1b}`, `\u{202e}`): printed as it
+/// is, a line break could forge a row, an escape sequence rewrite the operator's terminal
+/// and a direction override reorder what a row shows.
 fn shown(name: &str) -> String {
-    if name.chars().any(char::is_control) {
+    fn hidden(c: char) -> bool {
+        c.is_control()
+            || matches!(
+                c,
+                '\u{061c}'
+                    | '\u{200b}'..='\u{200f}'
+                    | '\u{202a}'..='\u{202e}'
+                    | '\u{2060}'..='\u{2064}'
+                    | '\u{2066}'..='\u{2069}'
+                    | '\u{feff}'
+            )
+    }
+    if name.chars().any(hidden) {
         name.chars()
             .map(|c| {
-                if c.is_control() {
+                if hidden(c) {
                     c.escape_default().to_string()
                 } else {
                     c.to_string()
@@ -502,6 +515,10 @@ mod tests {
             );
             assert!(text.contains(r"x\u{1b}[2J\nring"), "{text}");
         }
+        r.rings[0].consumers[0].name = "evil\u{202e}gnp.exe".into();
+        let text = render(&r, None);
+        assert!(!text.contains('\u{202e}'), "{text}");
+        assert!(text.contains(r"evil\u{202e}gnp.exe"), "{text}");
     }
 
     /// A declared consumer that never attached reads DECLARED, with no pid, and the text
