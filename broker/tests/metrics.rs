@@ -38,6 +38,14 @@ fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
     let mut reader = r
         .consumer(ConsumerOptions::durable("reader"))
         .expect("consumer");
+    // Reads behind "reader": its stage lag is exported.
+    let mut behind = r
+        .consumer(
+            ConsumerOptions::durable("behind")
+                .optional()
+                .after(["reader"]),
+        )
+        .expect("a consumer after reader");
     let mut producer = r.producer().expect("producer");
     for i in 0..10u64 {
         producer.publish(&i.to_le_bytes()).expect("publish");
@@ -48,6 +56,10 @@ fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
         if got >= 4 {
             break;
         }
+    }
+    // It reads all "reader" let through (up to where reader is).
+    while behind.next_sequence() < got as u64 {
+        behind.poll_once(|_| {}).expect("poll behind");
     }
     // Wait for a sweep that saw all of it (the metrics are the last sweep's report).
     ns.wait_status("the sweep to see the publishes", |v, _| {
@@ -74,6 +86,14 @@ fn metrics_are_scraped_over_http_and_parse_with_the_right_values() {
     assert_eq!(
         value(&scrape, "shmring_consumer_lag_events", &reader_l),
         10.0 - got as f64
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "shmring_consumer_stage_lag_events",
+            &[("ring", "m"), ("consumer", "behind")]
+        ),
+        0.0
     );
     for (metric, v) in [
         ("shmring_consumer_dead_lettered_total", 0.0),
