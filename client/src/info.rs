@@ -39,6 +39,10 @@ pub struct ConsumerInfo {
     /// Whether any process ever attached to this entry (from its attach count). A declared
     /// consumer that never attached holds its events for its first attach.
     pub attached_ever: bool,
+    /// Attaches to this entry so far (every process that took it, and every attach of a
+    /// durable name), written before the attach is published: a new value is a new
+    /// attachment.
+    pub attaches: u64,
     /// Next sequence it will read.
     pub next: u64,
     /// Events published beyond its position.
@@ -301,6 +305,9 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         }
         let flags = e.hot.flags.load(Ordering::Relaxed);
         let next = e.hot.next.load(Ordering::Acquire);
+        // Relaxed: a count each attach bumps before the CAS that publishes its entry,
+        // ordered by the Acquire load of the word above.
+        let attaches = e.cold.attaches.load(Ordering::Relaxed);
         consumers.push(ConsumerInfo {
             index: i,
             name: entry_name(e),
@@ -312,8 +319,8 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             required: flags & consumer_flags::REQUIRED != 0,
             durable: flags & consumer_flags::DURABLE != 0,
             declared: flags & consumer_flags::DECLARED != 0,
-            // Relaxed: a count each attach bumps before the CAS that publishes its entry.
-            attached_ever: e.cold.attaches.load(Ordering::Relaxed) != 0,
+            attached_ever: attaches != 0,
+            attaches,
             next,
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),

@@ -57,8 +57,9 @@ pub struct ConsumerHealth {
     pub swept: Instant,
     /// Current state.
     pub state: ConsumerState,
-    /// The entry's word when its death or failure was last reported: one report per
-    /// attachment (every attach, and every failure, changes the word).
+    /// The entry's attach count when its death or failure was last reported: one report
+    /// per attachment. (Not the entry word: a failed handle that drops changes the word of
+    /// its FAILED entry, and that is the same failure.)
     reported: Option<u64>,
 }
 
@@ -97,7 +98,7 @@ impl ConsumerHealth {
         }
         if info.state_code == consumer_state::ACTIVE
             && seen.alive
-            && self.reported.is_some_and(|w| w != info.word)
+            && self.reported.is_some_and(|a| a != info.attaches)
         {
             // Its process attached it again after a failure that was reported: a new
             // attachment, whose stall timing starts now.
@@ -107,7 +108,7 @@ impl ConsumerHealth {
         }
         let (state, edge) = match info.state_code {
             consumer_state::ACTIVE if !seen.alive => {
-                self.death(info.word, ConsumerState::Dead, Edge::Died)
+                self.death(info.attaches, ConsumerState::Dead, Edge::Died)
             }
             // Half-attached (CLAIMED) or being taken over (RESUMING): the pid is the
             // attaching process's own (it changes with the state), but its start time may
@@ -120,7 +121,9 @@ impl ConsumerHealth {
             consumer_state::FAILED if !info.durable && !seen.alive => {
                 (ConsumerState::Failed, Some(Edge::Orphaned))
             }
-            consumer_state::FAILED => self.death(info.word, ConsumerState::Failed, Edge::Failed),
+            consumer_state::FAILED => {
+                self.death(info.attaches, ConsumerState::Failed, Edge::Failed)
+            }
             consumer_state::DETACHED => (ConsumerState::Detached, None),
             consumer_state::RELEASED if !info.durable && !seen.alive => {
                 (ConsumerState::Released, Some(Edge::Orphaned))
@@ -132,17 +135,17 @@ impl ConsumerHealth {
         edge
     }
 
-    /// `edge`, unless it was reported for the entry as it is now (`word`): a death or
-    /// failure of a later attachment is another one, whether or not a sweep saw that
-    /// attachment running.
+    /// `edge`, unless it was reported for the same attachment (`attaches`, the entry's
+    /// attach count): a death or failure of a later attachment is another one, whether or
+    /// not a sweep saw that attachment running.
     fn death(
         &mut self,
-        word: u64,
+        attaches: u64,
         state: ConsumerState,
         edge: Edge,
     ) -> (ConsumerState, Option<Edge>) {
-        let first = self.reported != Some(word);
-        self.reported = Some(word);
+        let first = self.reported != Some(attaches);
+        self.reported = Some(attaches);
         (state, first.then_some(edge))
     }
 

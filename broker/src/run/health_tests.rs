@@ -21,6 +21,7 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         durable: true,
         declared: false,
         attached_ever: true,
+        attaches: 1,
         next,
         lag: 0,
         wait: "blocking",
@@ -157,12 +158,16 @@ fn a_declared_consumer_waiting_for_its_first_attach_is_detached_without_an_edge(
 #[test]
 fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
     let t0 = Instant::now();
+    let attach = |state, attaches| ConsumerInfo {
+        attaches,
+        ..info(5, state)
+    };
     let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
-    let failed = info(5, consumer_state::FAILED);
+    let failed = attach(consumer_state::FAILED, 1);
     assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
     assert_eq!(h.observe(&failed, seen(t0 + T, true)), None, "once");
     // The same process attaches it again, and it reads on.
-    let active = info(5, consumer_state::ACTIVE);
+    let active = attach(consumer_state::ACTIVE, 2);
     assert!(h.same_process(&active));
     assert_eq!(h.observe(&active, seen(t0 + 2 * T, true)), None);
     assert_eq!(h.state, ConsumerState::Healthy);
@@ -172,9 +177,10 @@ fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
         "its stall timing starts at the new attach"
     );
     assert_eq!(
-        h.observe(&failed, seen(t0 + 3 * T, true)),
+        h.observe(&attach(consumer_state::FAILED, 2), seen(t0 + 3 * T, true)),
         Some(Edge::Failed)
     );
+    let active = attach(consumer_state::ACTIVE, 3);
     assert_eq!(h.observe(&active, seen(t0 + 4 * T, true)), None);
     let dead = Seen {
         alive: false,
@@ -183,16 +189,18 @@ fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
     assert_eq!(h.observe(&active, dead), Some(Edge::Died));
 }
 
-/// A new attachment is told by the entry's word (every attach changes it), not by a sweep
-/// that happens to see it running: a process that attaches its failed consumer again and
-/// dies before any sweep saw it back, or fails again between two sweeps, has that death
-/// or failure reported. Before, both went unreported and no policy acted.
+/// A new attachment is told by the entry's attach count (every attach bumps it), not by a
+/// sweep that happens to see it running: a process that attaches its failed consumer again
+/// and dies before any sweep saw it back, or fails again between two sweeps, has that death
+/// or failure reported. Before, both went unreported and no policy acted. A failed handle
+/// that drops changes its FAILED entry's word, not its attach count: the same failure,
+/// reported once.
 #[test]
 fn a_reattached_consumer_s_death_is_reported_even_if_no_sweep_saw_it_running() {
     let t0 = Instant::now();
-    let word = |generation, state| shmring_layout::owned_word::pack(generation, state, 42);
-    let with_word = |state, generation| ConsumerInfo {
-        word: word(generation, state),
+    let entry = |state, generation, attaches| ConsumerInfo {
+        word: shmring_layout::owned_word::pack(generation, state, 42),
+        attaches,
         ..info(5, state)
     };
     let dead = |now| Seen {
@@ -201,15 +209,21 @@ fn a_reattached_consumer_s_death_is_reported_even_if_no_sweep_saw_it_running() {
     };
     // Died right after attaching again.
     let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
-    let failed = with_word(consumer_state::FAILED, 2);
+    let failed = entry(consumer_state::FAILED, 2, 1);
     assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
-    let back = with_word(consumer_state::ACTIVE, 3);
+    let dropped = entry(consumer_state::FAILED, 3, 1);
+    assert_eq!(
+        h.observe(&dropped, seen(t0 + T / 2, true)),
+        None,
+        "the failed handle dropped: the same failure"
+    );
+    let back = entry(consumer_state::ACTIVE, 4, 2);
     assert_eq!(h.observe(&back, dead(t0 + T)), Some(Edge::Died));
     assert_eq!(h.observe(&back, dead(t0 + 2 * T)), None, "once");
     // Failed again between two sweeps.
     let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
     assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
-    let again = with_word(consumer_state::FAILED, 4);
+    let again = entry(consumer_state::FAILED, 5, 2);
     assert_eq!(h.observe(&again, seen(t0 + T, true)), Some(Edge::Failed));
     assert_eq!(h.observe(&again, seen(t0 + 2 * T, true)), None, "once");
 }
