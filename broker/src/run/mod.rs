@@ -201,10 +201,9 @@ fn sweep_loop(
         // with (up to 12 hours).
         let wait = {
             let b = ops::lock(shared);
-            let due = b
-                .last_sweep
-                .map_or(Duration::ZERO, |t| b.period.saturating_sub(t.elapsed()));
-            due.min(registry::RESCAN_EVERY)
+            b.period
+                .saturating_sub(since_last_sweep(&b))
+                .min(registry::RESCAN_EVERY)
         };
         let timeout = rustix::event::Timespec::try_from(wait).context("sweep period")?;
         let n = match epoll::wait(epfd, &mut events[..], Some(&timeout)) {
@@ -249,14 +248,20 @@ fn sweep_loop(
 }
 
 /// After a wait that ended with nothing to act on: whether to sweep now, because the period
-/// has passed since the last sweep or a look at the directory found a new ring.
+/// has passed since the last sweep or a look at the directory took up a ring (a new one, or
+/// a file that replaced a tracked one).
 fn sweep_due(broker: &mut Broker) -> bool {
-    let known = broker.rings.len();
-    broker.rescan(false);
-    broker.rings.len() != known
-        || broker
-            .last_sweep
-            .is_none_or(|t| t.elapsed() >= broker.period)
+    let took_up = broker.rescan(false);
+    took_up || since_last_sweep(broker) >= broker.period
+}
+
+/// Time since the last sweep ended (all of it without one): the period is a pause between
+/// sweeps, so a sweep that takes longer than the period is not followed by another at once.
+fn since_last_sweep(broker: &Broker) -> Duration {
+    broker.last_sweep.map_or(Duration::MAX, |t| {
+        t.elapsed()
+            .saturating_sub(broker.last_sweep_took.unwrap_or_default())
+    })
 }
 
 /// Tell systemd (a failure is logged: the broker works the same without it).

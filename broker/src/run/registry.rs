@@ -247,8 +247,9 @@ impl Broker {
     /// look for segments in the namespace directory that are not tracked yet (at most every
     /// `RESCAN_EVERY` unless `force`), and forget tracked ones whose file is gone. A name
     /// that is not a regular file (a symbolic link, a FIFO, ...) is never opened: it is
-    /// listed as unreadable and logged once.
-    pub fn rescan(&mut self, force: bool) {
+    /// listed as unreadable and logged once. Returns whether it took up a ring: a new one,
+    /// or the file that replaced a tracked one.
+    pub fn rescan(&mut self, force: bool) -> bool {
         self.drop_truncated();
         let now = Instant::now();
         if !force
@@ -256,15 +257,16 @@ impl Broker {
                 .last_scan
                 .is_some_and(|t| now.duration_since(t) < RESCAN_EVERY)
         {
-            return;
+            return false;
         }
         self.last_scan = Some(now);
         let Ok(dir) = shmring::names::namespace_dir(&self.namespace) else {
-            return;
+            return false;
         };
         let Ok(entries) = shmring::names::ring_entries_in(&dir) else {
-            return;
+            return false;
         };
+        let mut took_up = false;
         let mut on_disk = Vec::new();
         for (name, kind) in entries {
             if kind.is_file() {
@@ -292,6 +294,9 @@ impl Broker {
         }
         self.unreadable.retain(|p, _| p.symlink_metadata().is_ok());
         for name in on_disk {
+            // A replaced ring's lifecycle turn stays with its name: a request queued on it
+            // (a delete behind a drain) waits for whatever holds the name's turn.
+            let mut turn = None;
             if let Some(t) = self.rings.get(&name) {
                 if !matches!(t.ring.is_at_path(), Ok(false)) {
                     continue;
@@ -300,12 +305,18 @@ impl Broker {
                 // looks: new opens map that file, so that is the ring to watch. Whoever
                 // still maps the old one carries on with it unwatched.
                 warn!(ring = %name, "the segment file is another file now (removed and created again, or renamed over): watching the new one");
-                self.rings.remove(&name);
+                turn = self.rings.remove(&name).map(|t| t.lifecycle);
             }
             match Ring::open(&self.namespace, &name) {
                 Ok(ring) => {
                     let spec = self.spec_for(&name);
-                    self.track(name, ring, spec);
+                    self.track(name.clone(), ring, spec);
+                    if let Some(t) = self.rings.get_mut(&name) {
+                        took_up = true;
+                        if let Some(turn) = turn {
+                            t.lifecycle = turn;
+                        }
+                    }
                 }
                 Err(e) => {
                     let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
@@ -313,6 +324,7 @@ impl Broker {
                 }
             }
         }
+        took_up
     }
 
     /// List `path` as unreadable, logging it the first time; a reason already given (a
