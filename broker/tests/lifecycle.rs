@@ -198,6 +198,31 @@ fn delete_while_attached_gives_clients_a_clear_error() {
     assert!(err.to_string().contains("does not exist"), "{err}");
 }
 
+/// A broker with ring "r" holding one event for durable consumer `name`, which is not
+/// attached and reads nothing: a drain waits for it.
+fn held_ring(ns: &Namespace, name: &str) -> (Child, Ring) {
+    let broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let r = Ring::open(ns.name(), "r").expect("open");
+    drop(
+        r.consumer(ConsumerOptions::durable(name))
+            .expect("consumer"),
+    );
+    r.producer()
+        .expect("producer")
+        .publish(b"pending")
+        .expect("publish");
+    (broker, r)
+}
+
+/// `broker drain r --timeout TIMEOUT`, once the ring is draining.
+fn draining(ns: &Namespace, timeout: &str) -> Child {
+    let drain = common::fault::cli_spawn(ns, &["drain", "r", "--timeout", timeout]);
+    ns.wait_status("the ring draining", |v, _| {
+        (common::ring(v, "r")?["state"] == "DRAINING").then_some(())
+    });
+    drain
+}
+
 /// One lifecycle request on a ring at a time (a drain holds the ring for its whole wait),
 /// but a request queued behind a long one gets its answer by its own deadline: a clear
 /// refusal that names what holds the ring, nothing changed. Before, it waited for the
@@ -209,21 +234,8 @@ fn a_request_queued_behind_a_long_drain_is_refused_by_its_deadline() {
     use std::os::unix::net::UnixStream;
 
     let ns = Namespace::new("queued");
-    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
-    let r = Ring::open(ns.name(), "r").expect("open");
-    // A durable consumer that never reads: the drain waits for it.
-    drop(
-        r.consumer(ConsumerOptions::durable("away"))
-            .expect("consumer"),
-    );
-    r.producer()
-        .expect("producer")
-        .publish(b"pending")
-        .expect("publish");
-    let drain = common::fault::cli_spawn(&ns, &["drain", "r", "--timeout", "60s"]);
-    ns.wait_status("the ring draining", |v, _| {
-        (common::ring(v, "r")?["state"] == "DRAINING").then_some(())
-    });
+    let (_broker, r) = held_ring(&ns, "away");
+    let drain = draining(&ns, "60s");
 
     // A stop with a deadline 3 s away (long enough for the broker to take it in on a busy
     // machine; the drain waits 60 s).
@@ -255,22 +267,8 @@ fn a_request_queued_behind_a_long_drain_is_refused_by_its_deadline() {
 #[test]
 fn a_drain_whose_requester_went_away_frees_the_ring_at_once() {
     let ns = Namespace::new("abandon");
-    let broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
-    let r = Ring::open(ns.name(), "r").expect("open");
-    // A durable consumer that never reads: the drain waits for it.
-    drop(
-        r.consumer(ConsumerOptions::durable("away"))
-            .expect("consumer"),
-    );
-    r.producer()
-        .expect("producer")
-        .publish(b"pending")
-        .expect("publish");
-    let mut drain = common::fault::cli_spawn(&ns, &["drain", "r", "--timeout", "600s"]);
-    ns.wait_status("the ring draining", |v, _| {
-        (common::ring(v, "r")?["state"] == "DRAINING").then_some(())
-    });
-    drain.kill();
+    let (broker, _r) = held_ring(&ns, "away");
+    draining(&ns, "600s").kill();
 
     ns.wait_status("the abandoned drain to leave the ring stopped", |v, _| {
         (common::ring(v, "r")?["state"] == "STOPPED").then_some(())
@@ -297,16 +295,7 @@ fn a_drain_requested_over_a_half_closed_connection_still_answers() {
     use std::os::unix::net::UnixStream;
 
     let ns = Namespace::new("halfclose");
-    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
-    let r = Ring::open(ns.name(), "r").expect("open");
-    drop(
-        r.consumer(ConsumerOptions::durable("late"))
-            .expect("consumer"),
-    );
-    r.producer()
-        .expect("producer")
-        .publish(b"pending")
-        .expect("publish");
+    let (_broker, r) = held_ring(&ns, "late");
     let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
     s.set_read_timeout(Some(common::WAIT)).expect("timeout");
     writeln!(
