@@ -1,6 +1,6 @@
 //! A read-only snapshot of a ring's tables, for status displays and tests.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
 use shmring_layout::{
     consumer_flags, consumer_state, owned_word, producer_state, waiters, RingState, MAX_SEQUENCE,
@@ -290,6 +290,31 @@ pub struct RingInfo {
     pub corrupt: Vec<CorruptWord>,
 }
 
+/// A consumer entry's word with its attach count and counters as they were under that
+/// word. A process that takes the entry over bumps the count (and a failing one stores its
+/// failures) after the CAS that took it, Release; read between two loads of the word, with
+/// an Acquire fence before the second, a count that belongs to a later word shows as the
+/// word having moved, and the read is made again (a few times at most: a word that keeps
+/// moving is read as it is on the last try). The broker reports a failure or a death once
+/// per attach count and failure count, so a count paired with an older word would report
+/// one failure twice.
+fn entry_words(e: &shmring_layout::ConsumerEntry) -> (u64, u64, ConsumerStats) {
+    let mut tries = 0;
+    loop {
+        // Acquire: the fields read here were written before the word.
+        let word = e.hot.word.load(Ordering::Acquire);
+        // Relaxed, both: ordered by the fence below (see the comment above).
+        let attaches = e.cold.attaches.load(Ordering::Relaxed);
+        let stats = ConsumerStats::read_entry(e);
+        fence(Ordering::Acquire);
+        tries += 1;
+        // Relaxed: ordered by the fence above.
+        if e.hot.word.load(Ordering::Relaxed) == word || tries == 8 {
+            return (word, attaches, stats);
+        }
+    }
+}
+
 pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let geo = seg.geometry();
     let h = seg.header();
@@ -297,17 +322,13 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let mut consumers = Vec::new();
     for i in 0..geo.max_consumers {
         let Some(e) = seg.consumer(i) else { break };
-        // Acquire: the fields below were written before the word.
-        let word = e.hot.word.load(Ordering::Acquire);
+        let (word, attaches, stats) = entry_words(e);
         let code = owned_word::state(word);
         if code == consumer_state::FREE {
             continue;
         }
         let flags = e.hot.flags.load(Ordering::Relaxed);
         let next = e.hot.next.load(Ordering::Acquire);
-        // Relaxed: a count each attach bumps before the CAS that publishes its entry,
-        // ordered by the Acquire load of the word above.
-        let attaches = e.cold.attaches.load(Ordering::Relaxed);
         consumers.push(ConsumerInfo {
             index: i,
             name: entry_name(e),
@@ -325,7 +346,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             lag: head.saturating_sub(next),
             wait: WaitStrategy::kind_name(e.cold.wait_kind.load(Ordering::Relaxed)),
             parked: e.cold.parked.load(Ordering::Relaxed) != 0,
-            stats: ConsumerStats::read_entry(e),
+            stats,
             poison: read_poison(&e.cold),
             // Relaxed: a display value.
             error_policy: shmring_layout::error_policy::name(

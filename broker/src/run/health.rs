@@ -4,8 +4,8 @@
 //! stall threshold, and HEALTHY again as soon as it moves. The sequence and the instant it
 //! last moved are updated together, in the same sweep, so a report never pairs a sequence
 //! from one sweep with an instant from another. Deaths and handler failures are edges too:
-//! each is reported (and its policy applied) once per attachment: a process that attaches
-//! its failed consumer again starts a new one.
+//! a failure is reported (and its policy applied) once per failure, a death once per
+//! attachment: a process that attaches its failed consumer again starts a new one.
 
 use std::time::{Duration, Instant};
 
@@ -57,10 +57,13 @@ pub struct ConsumerHealth {
     pub swept: Instant,
     /// Current state.
     pub state: ConsumerState,
-    /// The entry's attach count when its death or failure was last reported: one report
-    /// per attachment. (Not the entry word: a failed handle that drops changes the word of
-    /// its FAILED entry, and that is the same failure.)
-    reported: Option<u64>,
+    /// The attach count and failure count of the entry's last reported failure: one
+    /// report per failure (a member failing on the claim it adopted from a failed one is
+    /// another, with the same attach count). Not the entry word: a failed handle that drops
+    /// changes its FAILED entry's word, and that is the same failure.
+    reported_failure: Option<(u64, u64)>,
+    /// The attach count of the entry's last reported death: one per attachment.
+    reported_death: Option<u64>,
 }
 
 impl ConsumerHealth {
@@ -74,7 +77,8 @@ impl ConsumerHealth {
             pending_since: None,
             swept: now,
             state: ConsumerState::Healthy,
-            reported: None,
+            reported_failure: None,
+            reported_death: None,
         }
     }
 
@@ -96,19 +100,24 @@ impl ConsumerHealth {
             self.last_moved = seen.now;
             self.pending_since = None;
         }
+        let reported = self
+            .reported_death
+            .or(self.reported_failure.map(|(attaches, _)| attaches));
         if info.state_code == consumer_state::ACTIVE
             && seen.alive
-            && self.reported.is_some_and(|a| a != info.attaches)
+            && reported.is_some_and(|a| a != info.attaches)
         {
             // Its process attached it again after a failure that was reported: a new
             // attachment, whose stall timing starts now.
-            self.reported = None;
+            (self.reported_failure, self.reported_death) = (None, None);
             self.pending_since = None;
             self.last_moved = seen.now;
         }
         let (state, edge) = match info.state_code {
             consumer_state::ACTIVE if !seen.alive => {
-                self.death(info.attaches, ConsumerState::Dead, Edge::Died)
+                let first = self.reported_death != Some(info.attaches);
+                self.reported_death = Some(info.attaches);
+                (ConsumerState::Dead, first.then_some(Edge::Died))
             }
             // Half-attached (CLAIMED) or being taken over (RESUMING): the pid is the
             // attaching process's own (it changes with the state), but its start time may
@@ -122,7 +131,10 @@ impl ConsumerHealth {
                 (ConsumerState::Failed, Some(Edge::Orphaned))
             }
             consumer_state::FAILED => {
-                self.death(info.attaches, ConsumerState::Failed, Edge::Failed)
+                let failure = Some((info.attaches, info.stats.failures));
+                let first = self.reported_failure != failure;
+                self.reported_failure = failure;
+                (ConsumerState::Failed, first.then_some(Edge::Failed))
             }
             consumer_state::DETACHED => (ConsumerState::Detached, None),
             consumer_state::RELEASED if !info.durable && !seen.alive => {
@@ -133,20 +145,6 @@ impl ConsumerHealth {
         };
         self.state = state;
         edge
-    }
-
-    /// `edge`, unless it was reported for the same attachment (`attaches`, the entry's
-    /// attach count): a death or failure of a later attachment is another one, whether or
-    /// not a sweep saw that attachment running.
-    fn death(
-        &mut self,
-        attaches: u64,
-        state: ConsumerState,
-        edge: Edge,
-    ) -> (ConsumerState, Option<Edge>) {
-        let first = self.reported != Some(attaches);
-        self.reported = Some(attaches);
-        (state, first.then_some(edge))
     }
 
     fn stall_check(&mut self, seen: Seen) -> (ConsumerState, Option<Edge>) {

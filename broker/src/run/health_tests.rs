@@ -158,16 +158,20 @@ fn a_declared_consumer_waiting_for_its_first_attach_is_detached_without_an_edge(
 #[test]
 fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
     let t0 = Instant::now();
-    let attach = |state, attaches| ConsumerInfo {
-        attaches,
-        ..info(5, state)
+    let attach = |state, attaches, failures| {
+        let mut i = ConsumerInfo {
+            attaches,
+            ..info(5, state)
+        };
+        i.stats.failures = failures;
+        i
     };
     let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
-    let failed = attach(consumer_state::FAILED, 1);
+    let failed = attach(consumer_state::FAILED, 1, 1);
     assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
     assert_eq!(h.observe(&failed, seen(t0 + T, true)), None, "once");
     // The same process attaches it again, and it reads on.
-    let active = attach(consumer_state::ACTIVE, 2);
+    let active = attach(consumer_state::ACTIVE, 2, 1);
     assert!(h.same_process(&active));
     assert_eq!(h.observe(&active, seen(t0 + 2 * T, true)), None);
     assert_eq!(h.state, ConsumerState::Healthy);
@@ -177,10 +181,13 @@ fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
         "its stall timing starts at the new attach"
     );
     assert_eq!(
-        h.observe(&attach(consumer_state::FAILED, 2), seen(t0 + 3 * T, true)),
+        h.observe(
+            &attach(consumer_state::FAILED, 2, 2),
+            seen(t0 + 3 * T, true)
+        ),
         Some(Edge::Failed)
     );
-    let active = attach(consumer_state::ACTIVE, 3);
+    let active = attach(consumer_state::ACTIVE, 3, 2);
     assert_eq!(h.observe(&active, seen(t0 + 4 * T, true)), None);
     let dead = Seen {
         alive: false,
@@ -189,19 +196,23 @@ fn a_consumer_attached_again_by_the_same_process_has_its_next_death_reported() {
     assert_eq!(h.observe(&active, dead), Some(Edge::Died));
 }
 
-/// A new attachment is told by the entry's attach count (every attach bumps it), not by a
-/// sweep that happens to see it running: a process that attaches its failed consumer again
-/// and dies before any sweep saw it back, or fails again between two sweeps, has that death
-/// or failure reported. Before, both went unreported and no policy acted. A failed handle
-/// that drops changes its FAILED entry's word, not its attach count: the same failure,
-/// reported once.
+/// A new attachment is told by the entry's attach count (every attach bumps it), and a new
+/// failure by its failure count, not by a sweep that happens to see the consumer running: a
+/// process that attaches its failed consumer again and dies before any sweep saw it back,
+/// or fails again between two sweeps, or a worker group member that fails on the claim it
+/// adopted from a failed one, has that death or failure reported. A failed handle that
+/// drops changes its FAILED entry's word, not its counts: the same failure, reported once.
 #[test]
-fn a_reattached_consumer_s_death_is_reported_even_if_no_sweep_saw_it_running() {
+fn each_failure_and_each_attachment_s_death_is_reported_once() {
     let t0 = Instant::now();
-    let entry = |state, generation, attaches| ConsumerInfo {
-        word: shmring_layout::owned_word::pack(generation, state, 42),
-        attaches,
-        ..info(5, state)
+    let entry = |state, generation, attaches, failures| {
+        let mut i = ConsumerInfo {
+            word: shmring_layout::owned_word::pack(generation, state, 42),
+            attaches,
+            ..info(5, state)
+        };
+        i.stats.failures = failures;
+        i
     };
     let dead = |now| Seen {
         alive: false,
@@ -209,21 +220,32 @@ fn a_reattached_consumer_s_death_is_reported_even_if_no_sweep_saw_it_running() {
     };
     // Died right after attaching again.
     let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
-    let failed = entry(consumer_state::FAILED, 2, 1);
+    let failed = entry(consumer_state::FAILED, 2, 1, 1);
     assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
-    let dropped = entry(consumer_state::FAILED, 3, 1);
+    let dropped = entry(consumer_state::FAILED, 3, 1, 1);
     assert_eq!(
         h.observe(&dropped, seen(t0 + T / 2, true)),
         None,
         "the failed handle dropped: the same failure"
     );
-    let back = entry(consumer_state::ACTIVE, 4, 2);
+    let back = entry(consumer_state::ACTIVE, 4, 2, 1);
     assert_eq!(h.observe(&back, dead(t0 + T)), Some(Edge::Died));
     assert_eq!(h.observe(&back, dead(t0 + 2 * T)), None, "once");
     // Failed again between two sweeps.
     let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
     assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
-    let again = entry(consumer_state::FAILED, 5, 2);
+    let again = entry(consumer_state::FAILED, 5, 2, 2);
     assert_eq!(h.observe(&again, seen(t0 + T, true)), Some(Edge::Failed));
     assert_eq!(h.observe(&again, seen(t0 + 2 * T, true)), None, "once");
+    // A member of the same process adopts the failed claim (the entry's attach count
+    // stays), fails on it too, and then its process dies holding it.
+    let mut h = ConsumerHealth::new(&info(5, consumer_state::ACTIVE), t0);
+    assert_eq!(h.observe(&failed, seen(t0, true)), Some(Edge::Failed));
+    let adopted_failed = entry(consumer_state::FAILED, 5, 1, 2);
+    assert_eq!(
+        h.observe(&adopted_failed, seen(t0 + T, true)),
+        Some(Edge::Failed)
+    );
+    let adopted = entry(consumer_state::ACTIVE, 7, 1, 2);
+    assert_eq!(h.observe(&adopted, dead(t0 + 2 * T)), Some(Edge::Died));
 }

@@ -287,7 +287,10 @@ impl Consumer {
             .wait_param
             .store(opts.wait.param_ns(), Ordering::Relaxed);
         e.cold.parked.store(0, Ordering::Relaxed);
-        e.cold.attaches.fetch_add(1, Ordering::Relaxed);
+        // Release: pairs with the Acquire fence of a snapshot (`info::snapshot`) that reads
+        // the count between two loads of the entry word: a count of this attach comes with
+        // the word this process took the entry with, or a later one.
+        e.cold.attaches.fetch_add(1, Ordering::Release);
     }
 
     /// Take over the durable entry named `words`, if there is one. Returns the outcome and

@@ -370,7 +370,9 @@ impl Consumer {
         c.skipped.store(s.skipped, Ordering::Relaxed);
         c.dropped_behind.store(s.dropped_behind, Ordering::Relaxed);
         c.clamped.store(s.clamped, Ordering::Relaxed);
-        c.failures.store(s.failures, Ordering::Relaxed);
+        // Release: as the attach count (see `fill_cold`), for a snapshot that ties the
+        // failure count to the entry word it read.
+        c.failures.store(s.failures, Ordering::Release);
         c.wakeups.store(s.wakeups, Ordering::Relaxed);
         c.net_wakeups.store(s.net_wakeups, Ordering::Relaxed);
         // `redelivered` is the worker group's counter: not written here.
