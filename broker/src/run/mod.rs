@@ -248,11 +248,12 @@ fn sweep_loop(
 }
 
 /// After a wait that ended with nothing to act on: whether to sweep now, because the period
-/// has passed since the last sweep or a look at the directory took up a ring (a new one, or
-/// a file that replaced a tracked one).
+/// has passed since the last sweep, or a ring was taken up and no sweep has looked at it yet
+/// (found by this look at the directory, or by a control request's: a new ring, or a file
+/// that replaced a tracked one).
 fn sweep_due(broker: &mut Broker) -> bool {
-    let took_up = broker.rescan(false);
-    took_up || since_last_sweep(broker) >= broker.period
+    broker.rescan(false);
+    broker.rings.values().any(|t| t.last.is_none()) || since_last_sweep(broker) >= broker.period
 }
 
 /// Time since the last sweep ended (all of it without one): the period is a pause between

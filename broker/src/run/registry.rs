@@ -35,7 +35,9 @@ pub struct Tracked {
     /// The report of the last sweep.
     pub last: Option<RingReport>,
     /// Held for the whole of a lifecycle request on this ring (a drain included), so the
-    /// broker runs them one at a time per ring.
+    /// broker runs them one at a time per ring: the name's (`Broker::turns`), kept when the
+    /// ring's file is replaced, so that a request queued on the old file waits for one
+    /// running on the new.
     pub lifecycle: std::sync::Arc<super::serial::Serial>,
     /// The corrupt words the last sweep found (logged once each, and again when sound).
     pub corrupt: Vec<shmring::CorruptWord>,
@@ -58,6 +60,9 @@ pub struct Broker {
     pub unreadable: BTreeMap<PathBuf, String>,
     /// Client processes watched.
     pub watches: Watches,
+    /// Each ring name's lifecycle turn, kept for the broker's life: a ring deleted, or
+    /// replaced by another file, and created again under its name has the same turn.
+    pub turns: HashMap<String, std::sync::Arc<super::serial::Serial>>,
     /// When this broker started.
     pub started: Instant,
     /// Namespace broker epoch (from the lock file).
@@ -91,6 +96,7 @@ impl Broker {
             rings: BTreeMap::new(),
             unreadable: BTreeMap::new(),
             watches,
+            turns: HashMap::new(),
             started: Instant::now(),
             epoch,
             sweeps: 0,
@@ -219,6 +225,7 @@ impl Broker {
         if let Ok(path) = shmring::names::ring_path(&self.namespace, &name) {
             self.unreadable.remove(&path);
         }
+        let lifecycle = self.turns.entry(name.clone()).or_default().clone();
         self.rings.insert(
             name,
             Tracked {
@@ -232,7 +239,7 @@ impl Broker {
                 consumers: HashMap::new(),
                 producers: HashMap::new(),
                 last: None,
-                lifecycle: Default::default(),
+                lifecycle,
                 corrupt: Vec::new(),
             },
         );
@@ -247,9 +254,8 @@ impl Broker {
     /// look for segments in the namespace directory that are not tracked yet (at most every
     /// `RESCAN_EVERY` unless `force`), and forget tracked ones whose file is gone. A name
     /// that is not a regular file (a symbolic link, a FIFO, ...) is never opened: it is
-    /// listed as unreadable and logged once. Returns whether it took up a ring: a new one,
-    /// or the file that replaced a tracked one.
-    pub fn rescan(&mut self, force: bool) -> bool {
+    /// listed as unreadable and logged once.
+    pub fn rescan(&mut self, force: bool) {
         self.drop_truncated();
         let now = Instant::now();
         if !force
@@ -257,16 +263,15 @@ impl Broker {
                 .last_scan
                 .is_some_and(|t| now.duration_since(t) < RESCAN_EVERY)
         {
-            return false;
+            return;
         }
         self.last_scan = Some(now);
         let Ok(dir) = shmring::names::namespace_dir(&self.namespace) else {
-            return false;
+            return;
         };
         let Ok(entries) = shmring::names::ring_entries_in(&dir) else {
-            return false;
+            return;
         };
-        let mut took_up = false;
         let mut on_disk = Vec::new();
         for (name, kind) in entries {
             if kind.is_file() {
@@ -294,9 +299,6 @@ impl Broker {
         }
         self.unreadable.retain(|p, _| p.symlink_metadata().is_ok());
         for name in on_disk {
-            // A replaced ring's lifecycle turn stays with its name: a request queued on it
-            // (a delete behind a drain) waits for whatever holds the name's turn.
-            let mut turn = None;
             if let Some(t) = self.rings.get(&name) {
                 if !matches!(t.ring.is_at_path(), Ok(false)) {
                     continue;
@@ -305,18 +307,12 @@ impl Broker {
                 // looks: new opens map that file, so that is the ring to watch. Whoever
                 // still maps the old one carries on with it unwatched.
                 warn!(ring = %name, "the segment file is another file now (removed and created again, or renamed over): watching the new one");
-                turn = self.rings.remove(&name).map(|t| t.lifecycle);
+                self.rings.remove(&name);
             }
             match Ring::open(&self.namespace, &name) {
                 Ok(ring) => {
                     let spec = self.spec_for(&name);
-                    self.track(name.clone(), ring, spec);
-                    if let Some(t) = self.rings.get_mut(&name) {
-                        took_up = true;
-                        if let Some(turn) = turn {
-                            t.lifecycle = turn;
-                        }
-                    }
+                    self.track(name, ring, spec);
                 }
                 Err(e) => {
                     let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
@@ -324,7 +320,6 @@ impl Broker {
                 }
             }
         }
-        took_up
     }
 
     /// List `path` as unreadable, logging it the first time; a reason already given (a
