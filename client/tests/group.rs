@@ -790,6 +790,47 @@ fn a_member_stopping_at_an_adopted_claim_under_stop_leaves_its_own_claim_to_the_
     );
 }
 
+/// A member that fails on a claim it adopted from a failed member leaves that claim's entry
+/// FAILED again, with one more failure in its count: a reader of the table (the broker,
+/// which reports each failure once) tells the second failure from the first by it. Before,
+/// the entry came back FAILED with the same counts, and the second failure went unreported.
+#[test]
+fn a_failure_on_an_adopted_claim_is_counted_in_the_claim_s_entry() {
+    let (_ns, ring, mut b, _letters) =
+        adopt_a_failed_claim("group_adopt_count", shmring::ErrorPolicy::Stop);
+    let failed: Vec<(u32, u64)> = ring
+        .info()
+        .consumers
+        .into_iter()
+        .filter(|c| c.state == "FAILED")
+        .map(|c| (c.index, c.stats.failures))
+        .collect();
+    let [(a_index, before)] = failed[..] else {
+        panic!("one FAILED entry, a's: {failed:?}");
+    };
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        assert!(Instant::now() < deadline, "b never failed at event 0");
+        let r = b.poll_once_fallible(|ev| {
+            if value(&ev) == 0 {
+                return Err("poison");
+            }
+            Ok(())
+        });
+        if r.is_err() {
+            break;
+        }
+    }
+    let a_entry = ring
+        .info()
+        .consumers
+        .into_iter()
+        .find(|c| c.index == a_index)
+        .expect("a's entry");
+    assert_eq!(a_entry.state, "FAILED", "{a_entry:#?}");
+    assert_eq!(a_entry.stats.failures, before + 1, "{a_entry:#?}");
+}
+
 /// Ring `r` (16 slots, 4 consumer entries) with worker group `w` declared, so that the group
 /// starts at the first sequence.
 fn declared_group_ring(ns: &Namespace) -> Ring {

@@ -654,6 +654,11 @@ impl Consumer {
             if r.is_err() {
                 // Its handler failed here: leave the claim, at the failing event, to another.
                 self.fold_skips(e);
+                // Counted in the claim's entry too (this member's own counts its attempts):
+                // the entry says FAILED again, and a reader (the broker) tells this failure
+                // from the one it was adopted at by the entry's failure count. Relaxed: the
+                // give-up's CAS below publishes it.
+                e.cold.counters.failures.fetch_add(1, Ordering::Relaxed);
                 let _ = table::consumer::give_up(&e.hot.word, word, consumer_state::FAILED);
                 m.adopted.swap_remove(i);
                 break;
