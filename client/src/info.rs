@@ -290,29 +290,44 @@ pub struct RingInfo {
     pub corrupt: Vec<CorruptWord>,
 }
 
-/// A consumer entry's word with its attach count and counters as they were under that
-/// word. A process that takes the entry over bumps the count (and a failing one stores its
-/// failures) after the CAS that took it, Release; read between two loads of the word, with
-/// an Acquire fence before the second, a count that belongs to a later word shows as the
-/// word having moved, and the read is made again (a few times at most: a word that keeps
+/// A consumer entry's word with its holder's start time, attach count and counters as they
+/// were under that word. A process that takes the entry over writes its start time and
+/// bumps the count after the CAS that took it and a Release fence (and a failing one stores
+/// its failures Release); read between two loads of the word, with an Acquire fence before
+/// the second, a value that belongs to a later word shows as the word having moved, and
+/// the read is made again (a few times at most: a word that keeps
 /// moving is read as it is on the last try). The broker reports a failure or a death once
 /// per attach count and failure count, so a count paired with an older word would report
 /// one failure twice.
-fn entry_words(e: &shmring_layout::ConsumerEntry) -> (u64, u64, ConsumerStats) {
+fn entry_words(e: &shmring_layout::ConsumerEntry) -> EntryWords {
     let mut tries = 0;
     loop {
         // Acquire: the fields read here were written before the word.
         let word = e.hot.word.load(Ordering::Acquire);
-        // Relaxed, both: ordered by the fence below (see the comment above).
+        // Relaxed, all: ordered by the fence below (see the comment above).
+        let start_time = e.cold.start_time.load(Ordering::Relaxed);
         let attaches = e.cold.attaches.load(Ordering::Relaxed);
         let stats = ConsumerStats::read_entry(e);
         fence(Ordering::Acquire);
         tries += 1;
         // Relaxed: ordered by the fence above.
         if e.hot.word.load(Ordering::Relaxed) == word || tries == 8 {
-            return (word, attaches, stats);
+            return EntryWords {
+                word,
+                start_time,
+                attaches,
+                stats,
+            };
         }
     }
+}
+
+/// What [`entry_words`] reads of an entry, as one set.
+struct EntryWords {
+    word: u64,
+    start_time: u64,
+    attaches: u64,
+    stats: ConsumerStats,
 }
 
 pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
@@ -322,7 +337,12 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let mut consumers = Vec::new();
     for i in 0..geo.max_consumers {
         let Some(e) = seg.consumer(i) else { break };
-        let (word, attaches, stats) = entry_words(e);
+        let EntryWords {
+            word,
+            start_time,
+            attaches,
+            stats,
+        } = entry_words(e);
         let code = owned_word::state(word);
         if code == consumer_state::FREE {
             continue;
@@ -334,7 +354,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             name: entry_name(e),
             word,
             pid: owned_word::owner(word),
-            start_time: e.cold.start_time.load(Ordering::Relaxed),
+            start_time,
             state: consumer_state::name(code),
             state_code: code,
             required: flags & consumer_flags::REQUIRED != 0,

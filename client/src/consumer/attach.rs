@@ -278,6 +278,11 @@ impl Consumer {
     /// The holder's details, written after the CAS that made this process the holder and
     /// published by its next CAS.
     pub(super) fn fill_cold(e: &ConsumerEntry, opts: &ConsumerOptions) {
+        // Release fence: pairs with the Acquire fence of a snapshot (`info::snapshot`) that
+        // reads these fields between two loads of the entry word: one that sees any of
+        // them sees the word this process took the entry with (or a later one) on its
+        // second load, and reads again.
+        fence(Ordering::Release);
         let me = process::current();
         e.cold.start_time.store(me.start_time, Ordering::Relaxed);
         e.cold
@@ -287,10 +292,8 @@ impl Consumer {
             .wait_param
             .store(opts.wait.param_ns(), Ordering::Relaxed);
         e.cold.parked.store(0, Ordering::Relaxed);
-        // Release: pairs with the Acquire fence of a snapshot (`info::snapshot`) that reads
-        // the count between two loads of the entry word: a count of this attach comes with
-        // the word this process took the entry with, or a later one.
-        e.cold.attaches.fetch_add(1, Ordering::Release);
+        // Relaxed: ordered by the fence above.
+        e.cold.attaches.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Take over the durable entry named `words`, if there is one. Returns the outcome and
