@@ -295,10 +295,10 @@ pub struct RingInfo {
 /// bumps the count after the CAS that took it and a Release fence (and a failing one stores
 /// its failures Release); read between two loads of the word, with an Acquire fence before
 /// the second, a value that belongs to a later word shows as the word having moved, and
-/// the read is made again (a few times at most: a word that keeps
-/// moving is read as it is on the last try). The broker reports a failure or a death once
-/// per attach count and failure count, so a count paired with an older word would report
-/// one failure twice.
+/// the read is made again (a few times at most: a word that keeps moving is read as it is
+/// on the last try). The broker reports a failure once per attach and failure count and a
+/// death once per attach count, so a count paired with an older word would report one
+/// failure twice.
 fn entry_words(e: &shmring_layout::ConsumerEntry) -> EntryWords {
     let mut tries = 0;
     loop {
