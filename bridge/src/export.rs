@@ -139,13 +139,12 @@ struct Shared {
     acked: AtomicU64,
     acks: AtomicU64,
     foreign: AtomicU64,
-    refused_acks: AtomicU64,
-    /// Of those, the ones refused for another reason than confirming what the ring never
-    /// published (the entry lost, the ring deleted): logged on their own count, so that a
-    /// flood of forged acks cannot hide the first of them.
-    commit_errors: AtomicU64,
-    /// Of those, the ones confirming sequences the ring never published.
+    /// Acks for this source refused for confirming sequences the ring never published.
     forged: AtomicU64,
+    /// Acks for this source refused for another reason (the entry lost, the ring deleted):
+    /// logged on their own count, so that a flood of forged acks cannot hide the first of
+    /// them. `refused_acks` is the sum of the two.
+    commit_errors: AtomicU64,
     /// A resend request not yet acted on (`u64::MAX`: none).
     rewind: AtomicU64,
     /// When the last ack for this source arrived (ms since `epoch`; 0: never).
@@ -187,7 +186,6 @@ impl Shared {
                 // Relaxed, all: counters. Each kind logged the first time and then at every
                 // power of two of its own count: the ack key is open to anyone who can
                 // publish on it.
-                self.refused_acks.fetch_add(1, Ordering::Relaxed);
                 match e {
                     LeaseError::NotPublished { unpublished, .. } => {
                         let n = self.forged.fetch_add(1, Ordering::Relaxed) + 1;
@@ -256,9 +254,8 @@ pub fn run(args: &ExportArgs, stop: &AtomicBool) -> Result<ExportStats> {
         acked: AtomicU64::new(0),
         acks: AtomicU64::new(0),
         foreign: AtomicU64::new(0),
-        refused_acks: AtomicU64::new(0),
-        commit_errors: AtomicU64::new(0),
         forged: AtomicU64::new(0),
+        commit_errors: AtomicU64::new(0),
         rewind: AtomicU64::new(NO_REWIND),
         last_ack_ms: AtomicU64::new(0),
         epoch: Instant::now(),
@@ -515,7 +512,11 @@ impl Exporter<'_> {
         s.acked = self.shared.acked.load(Ordering::Relaxed);
         s.committed = self.shared.committed.load(Ordering::Relaxed);
         s.foreign = self.shared.foreign.load(Ordering::Relaxed);
-        s.refused_acks = self.shared.refused_acks.load(Ordering::Relaxed);
+        s.refused_acks = self
+            .shared
+            .forged
+            .load(Ordering::Relaxed)
+            .saturating_add(self.shared.commit_errors.load(Ordering::Relaxed));
         s.cursor = self.cursor;
         s.link = if up { "up" } else { "down" };
         s
