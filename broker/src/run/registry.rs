@@ -60,8 +60,9 @@ pub struct Broker {
     pub unreadable: BTreeMap<PathBuf, String>,
     /// Client processes watched.
     pub watches: Watches,
-    /// Each ring name's lifecycle turn, kept for the broker's life: a ring deleted, or
-    /// replaced by another file, and created again under its name has the same turn.
+    /// Each ring name's lifecycle turn, kept while its ring is tracked or a request holds or
+    /// waits on it: a ring deleted, or replaced by another file, and created again under
+    /// its name meanwhile has the same turn.
     pub turns: HashMap<String, std::sync::Arc<super::serial::Serial>>,
     /// When this broker started.
     pub started: Instant,
@@ -297,6 +298,12 @@ impl Broker {
             info!(ring = %name, "segment file is gone; no longer watching the ring");
             self.rings.remove(&name);
         }
+        // A turn is held by its tracked ring and by each request that holds or waits on it
+        // (each a clone taken under the broker's mutex, which this runs under): one that
+        // nothing else holds belongs to a ring no longer tracked and to no request, and a
+        // ring tracked again under its name starts from a free turn anyway.
+        self.turns
+            .retain(|_, turn| std::sync::Arc::strong_count(turn) > 1);
         self.unreadable.retain(|p, _| p.symlink_metadata().is_ok());
         for name in on_disk {
             if let Some(t) = self.rings.get(&name) {
@@ -390,5 +397,62 @@ fn warn_undeclared(name: &str, ring: &Ring, spec: &RingSpec) {
             warn!(ring = %name, consumer = %c,
                 "declared consumer {c:?} is not in the existing ring: declarations apply when a ring is created, so it gates only from its first attach; to have it gate from the start, recreate the ring");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use shmring::RingConfig;
+    use shmring_testkit::namespace::Namespace;
+
+    use super::*;
+
+    fn broker(ns: &Namespace) -> Broker {
+        let epoll = rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)
+            .expect("epoll");
+        let config = Config::embedded().expect("the embedded config");
+        Broker::new(
+            ns.name().to_owned(),
+            config,
+            None,
+            1,
+            Watches::new(Arc::new(epoll)),
+        )
+    }
+
+    /// A broker that outlives many rings created and removed under names of their own keeps
+    /// a lifecycle turn only for the rings it tracks and for the ones a request still holds
+    /// or waits on: the map of turns does not grow with every name ever seen.
+    #[test]
+    fn a_ring_s_lifecycle_turn_is_forgotten_with_the_ring_unless_a_request_holds_it() {
+        let ns = Namespace::concurrent("turns_pruned");
+        let mut b = broker(&ns);
+        for i in 0..3 {
+            Ring::create(ns.name(), &format!("r{i}"), &RingConfig::default()).expect("create");
+        }
+        b.rescan(true);
+        assert_eq!(b.turns.len(), 3, "one turn per tracked ring");
+        let held = b.turns["r1"].clone();
+
+        for i in 0..3 {
+            Ring::remove(ns.name(), &format!("r{i}")).expect("remove");
+        }
+        b.rescan(true);
+        assert!(b.rings.is_empty(), "every file is gone");
+        let left: Vec<&String> = b.turns.keys().collect();
+        assert_eq!(left, ["r1"], "only the turn a request holds stays");
+
+        Ring::create(ns.name(), "r1", &RingConfig::default()).expect("create again");
+        b.rescan(true);
+        assert!(
+            Arc::ptr_eq(&b.rings["r1"].lifecycle, &held),
+            "a ring created again under the held name shares the request's turn"
+        );
+        drop(held);
+        Ring::remove(ns.name(), "r1").expect("remove");
+        b.rescan(true);
+        assert!(b.turns.is_empty(), "nothing holds a turn: none kept");
     }
 }
