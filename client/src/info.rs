@@ -291,34 +291,28 @@ pub struct RingInfo {
 }
 
 /// A consumer entry's word with its holder's start time, attach count and counters as they
-/// were under that word. A process that takes the entry over writes its start time and
-/// bumps the count after the CAS that took it and a Release fence (and a failing one stores
-/// its failures Release); read between two loads of the word, with an Acquire fence before
-/// the second, a value that belongs to a later word shows as the word having moved, and
-/// the read is made again (a few times at most: a word that keeps moving is read as it is
-/// on the last try). The broker reports a failure once per attach and failure count and a
-/// death once per attach count, so a count paired with an older word would report one
-/// failure twice.
+/// were under that word (`table::consumer::read_beside`: a process that takes the entry
+/// over writes its start time and bumps the count after the CAS that took it and a Release
+/// fence, and a failing one stores its failures Release). The broker reports a failure
+/// once per attach and failure count and a death once per attach count, so a count paired
+/// with an older word would report one failure twice.
 fn entry_words(e: &shmring_layout::ConsumerEntry) -> EntryWords {
-    let mut tries = 0;
-    loop {
-        // Acquire: the fields read here were written before the word.
-        let word = e.hot.word.load(Ordering::Acquire);
-        // Relaxed, all: ordered by the fence below (see the comment above).
-        let start_time = e.cold.start_time.load(Ordering::Relaxed);
-        let attaches = e.cold.attaches.load(Ordering::Relaxed);
-        let stats = ConsumerStats::read_entry(e);
-        fence(Ordering::Acquire);
-        tries += 1;
-        // Relaxed: ordered by the fence above.
-        if e.hot.word.load(Ordering::Relaxed) == word || tries == 8 {
-            return EntryWords {
-                word,
-                start_time,
-                attaches,
-                stats,
-            };
-        }
+    let (word, (start_time, attaches, stats)) = crate::table::consumer::read_beside(
+        &e.hot.word,
+        || {
+            // Relaxed, all: ordered by the fence `read_beside` makes.
+            let start_time = e.cold.start_time.load(Ordering::Relaxed);
+            let attaches = e.cold.attaches.load(Ordering::Relaxed);
+            (start_time, attaches, ConsumerStats::read_entry(e))
+        },
+        || fence(Ordering::Acquire),
+        8,
+    );
+    EntryWords {
+        word,
+        start_time,
+        attaches,
+        stats,
     }
 }
 

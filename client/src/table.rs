@@ -249,6 +249,37 @@ pub mod consumer {
         advance(word, mine, to, owner, Ordering::SeqCst)
     }
 
+    /// A reader's look at an entry's word and at what its holder writes beside it (start
+    /// time, attach count, counters): `read` runs between two loads of the word, with
+    /// `acquire` (an Acquire fence) before the second, and is run again while the word
+    /// moved in between (at most `tries` times: a word that keeps moving is taken as it was
+    /// on the last try). A holder writes those fields after the CAS that made it the holder,
+    /// behind a Release fence or as Release stores; a value written so that `read` sees it
+    /// makes the second load see that CAS or a later one. So a word read twice alike comes
+    /// with no value of a later holder (`client/tests/loom_table.rs`,
+    /// `a_snapshot_pairs_a_word_with_its_holder_s_fields`). Values of the word's own holder
+    /// are read as they are; in a transitional state (CLAIMED, RESUMING, REATTACHING) they
+    /// may still be the last holder's, as the start time is (see the module's comment).
+    pub fn read_beside<W: Word, T>(
+        word: &W,
+        mut read: impl FnMut() -> T,
+        acquire: impl Fn(),
+        tries: u32,
+    ) -> (u64, T) {
+        let mut tried = 0;
+        loop {
+            // Acquire: the fields of a settled state were written before the word.
+            let first = word.load(Ordering::Acquire);
+            let values = read();
+            acquire();
+            tried += 1;
+            // Relaxed: ordered by the fence `acquire` made.
+            if word.load(Ordering::Relaxed) == first || tried >= tries {
+                return (first, values);
+            }
+        }
+    }
+
     /// Free the entry read as `seen`, whose holder must be gone or have given it up
     /// ([`holder`] said [`Holder::Open`]): FREE, or for a durable entry that a process died
     /// taking over (RESUMING), back to DETACHED or RELEASED (`to`), keeping its name and

@@ -17,10 +17,15 @@
 //!   the producer of `s + capacity` that reuses the slot: that producer's event stays whole
 //!   (never a tombstone); a control with the old tombstone (flags, then the stamp) must
 //!   corrupt it.
+//! - **a snapshot pairs a word with its holder's fields**: a reader (`info::snapshot`, through
+//!   `table::consumer::read_beside`) racing a process that takes a failed entry over, writes
+//!   its start time and attach count (as `Consumer::fill_cold`), goes ACTIVE and fails: a
+//!   word read alike twice never comes with a later holder's start time, attach count or
+//!   failure count; a control without the reader's Acquire fence must pair them.
 
 mod loom_word;
 
-use loom::sync::atomic::{AtomicU32, Ordering};
+use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
@@ -520,4 +525,88 @@ fn a_repair_waits_for_the_previous_laps_late_write() {
 #[should_panic(expected = "undone")]
 fn control_a_repair_that_does_not_wait_for_the_previous_lap_is_undone() {
     late_previous_lap(true);
+}
+
+/// A consumer entry's word and the fields its holder writes beside it.
+struct Beside {
+    word: W,
+    start_time: AtomicU64,
+    attaches: AtomicU64,
+    failures: AtomicU64,
+}
+
+/// The dead holder's entry: FAILED at its first attach with one failure.
+fn failed_entry() -> Beside {
+    Beside {
+        word: W::new(owned_word::pack(7, consumer_state::FAILED, DEAD)),
+        start_time: AtomicU64::new(DEAD_START),
+        attaches: AtomicU64::new(1),
+        failures: AtomicU64::new(1),
+    }
+}
+
+/// Process 1 takes the failed entry over (as `Consumer::attach` by name), writes its start
+/// time and attach count (as `Consumer::fill_cold`), goes ACTIVE, and its handler fails (the
+/// failure count stored Release, as `store_stats`, then the FAILED give-up).
+fn take_over_and_fail(e: &Beside) {
+    let seen = e.word.load(Ordering::Acquire);
+    let mine = table::consumer::take_over(&e.word, seen, 1, false).expect("the only taker");
+    fence(Ordering::Release);
+    e.start_time.store(1001, Ordering::Relaxed);
+    e.attaches.fetch_add(1, Ordering::Relaxed);
+    let active = table::consumer::set(&e.word, mine, consumer_state::ACTIVE).expect("held");
+    e.failures.store(2, Ordering::Release);
+    table::consumer::give_up(&e.word, active, consumer_state::FAILED).expect("held");
+}
+
+/// A snapshot's read of `e` with `acquire` as its fence, checked against the holder its word
+/// names: the dead one's fields, or process 1's once its word is settled.
+fn snapshot_pairs(acquire: fn()) {
+    model(move || {
+        let e = Arc::new(failed_entry());
+        let taker = {
+            let e = e.clone();
+            thread::spawn(move || take_over_and_fail(&e))
+        };
+        let (word, fields) = table::consumer::read_beside(
+            &e.word,
+            || {
+                (
+                    e.start_time.load(Ordering::Relaxed),
+                    e.attaches.load(Ordering::Relaxed),
+                    e.failures.load(Ordering::Relaxed),
+                )
+            },
+            acquire,
+            8,
+        );
+        let (owner, state) = (owned_word::owner(word), owned_word::state(word));
+        match (owner, state) {
+            (DEAD, _) => assert_eq!(
+                fields,
+                (DEAD_START, 1, 1),
+                "the dead holder's word paired with a later holder's fields"
+            ),
+            (1, consumer_state::ACTIVE) => {
+                assert_eq!((fields.0, fields.1), (1001, 2), "{fields:?}")
+            }
+            (1, consumer_state::FAILED) => assert_eq!(fields, (1001, 2, 2)),
+            // Taking over: the fields may still be the last holder's.
+            _ => {}
+        }
+        taker.join().unwrap();
+    });
+}
+
+#[test]
+fn a_snapshot_pairs_a_word_with_its_holder_s_fields() {
+    snapshot_pairs(|| fence(Ordering::Acquire));
+}
+
+/// Without the fence before the second load, the two loads can both see the dead holder's
+/// word around a read of the new holder's fields.
+#[test]
+#[should_panic(expected = "paired with a later holder's fields")]
+fn control_a_snapshot_without_its_fence_pairs_a_word_with_a_later_holder_s_fields() {
+    snapshot_pairs(|| {});
 }
