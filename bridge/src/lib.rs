@@ -33,8 +33,11 @@ pub use wire::Mode;
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,zenoh=warn"));
+    // A log line that cannot be written (stderr's reader gone) is dropped: the layer's
+    // default reports it with `eprintln!` to the same stderr, which panics on a closed pipe.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .try_init();
 }

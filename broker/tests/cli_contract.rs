@@ -345,3 +345,55 @@ fn shell_completions_are_generated() {
     }
     assert_eq!(code(&ns.cli(&["completions", "cmd.exe"])), 64);
 }
+
+/// A `broker run` whose stderr's reader is gone (`broker run 2>&1 | grep -m1 'broker
+/// ready'` in a script) goes on: a log line it cannot write is dropped, never a panic that
+/// kills the broker or the thread answering a request.
+#[test]
+fn a_broker_whose_stderr_reader_went_away_keeps_running_and_answering() {
+    let ns = Namespace::new("stderr_gone");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    let child = Command::new(BIN)
+        .args(["run", "--namespace", ns.name()])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(writer))
+        .spawn()
+        .expect("broker run");
+    /// Kills the broker however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut broker = Killed(child);
+    let (ready, seen) = std::sync::mpsc::channel();
+    // Reads up to the ready line, then closes the pipe's only reader.
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("broker ready") {
+                let _ = ready.send(());
+                break;
+            }
+        }
+    });
+    seen.recv_timeout(common::WAIT)
+        .expect("the broker got ready");
+
+    for _ in 0..2 {
+        for verb in ["stop", "start"] {
+            let out = ns.cli(&[verb, "default"]);
+            assert_eq!(code(&out), 0, "{verb}: {}", stderr(&out));
+        }
+    }
+    let (_, status) = ns.status();
+    assert_eq!(status, 0, "the broker still answers");
+    assert!(
+        broker.0.try_wait().expect("try_wait").is_none(),
+        "the broker still runs"
+    );
+}

@@ -107,6 +107,17 @@ pub fn bind(path: &Path, gid: Option<u32>) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// A connection's place among the [`MAX_CONNECTIONS`], given back however its thread ends
+/// (an unwinding one included: a slot kept would leave the broker answering "busy" to
+/// every request once all were lost).
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Serve connections until the process exits.
 pub fn serve(listener: UnixListener, shared: Arc<Mutex<Broker>>, access: Access) {
     let active = Arc::new(AtomicUsize::new(0));
@@ -129,15 +140,15 @@ pub fn serve(listener: UnixListener, shared: Arc<Mutex<Broker>>, access: Access)
             continue;
         }
         let shared = shared.clone();
-        let done = active.clone();
+        let slot = Slot(active.clone());
         let spawned = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
+                let _slot = slot;
                 connection(stream, &shared, access);
-                done.fetch_sub(1, Ordering::AcqRel);
             });
+        // A thread that could not start dropped its closure, and with it the slot.
         if let Err(e) = spawned {
-            active.fetch_sub(1, Ordering::AcqRel);
             warn!("cannot start a control thread: {e}");
         }
     }

@@ -276,8 +276,13 @@ fn init_logging() {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log line that cannot be written (stderr's reader gone: `broker run 2>&1 | grep -m1
+    // ready`) is dropped. The layer's default reports such a failure with `eprintln!` to
+    // the same stderr, which panics on the closed pipe, in the sweep loop or in a control
+    // thread after its change was made and before its reply.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .try_init();
