@@ -253,3 +253,32 @@ fn a_client_that_trickles_its_request_holds_up_no_scrape() {
         "the trickling connection stayed open: {closed:?}"
     );
 }
+
+/// A metrics address already in use ends `broker run` at once with exit code 1 and the
+/// address named, and leaves no control socket behind for the next start or `status` to
+/// find.
+#[test]
+fn a_metrics_address_in_use_ends_the_start_and_leaves_no_socket() {
+    let ns = Namespace::new("metrics_in_use");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = taken.local_addr().expect("its address").to_string();
+    let out = shmring_testkit::output(
+        "broker run",
+        std::process::Command::new(common::BIN).args([
+            "run",
+            "--namespace",
+            ns.name(),
+            "--metrics-listen",
+            &addr,
+        ]),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&addr), "{stderr}");
+    assert!(
+        !ns.dir().join("broker.sock").exists(),
+        "the control socket is left: {stderr}"
+    );
+    let (_, code) = ns.status();
+    assert_eq!(code, 2, "no broker runs, and status says so");
+}

@@ -115,18 +115,8 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
     let rings = broker.rings.len();
     let shared = Arc::new(Mutex::new(broker));
 
-    let sock = control::socket_path(&dir);
-    let listener = control::bind(&sock, gid)
-        .with_context(|| format!("cannot bind the control socket {}", sock.display()))?;
-    let access = control::Access {
-        uid: rustix::process::geteuid().as_raw(),
-        gid,
-    };
-    let serving = shared.clone();
-    std::thread::Builder::new()
-        .name("control-accept".into())
-        .spawn(move || control::serve(listener, serving, access))
-        .context("starting the control thread")?;
+    // The metrics address first: one in use ends the start before the control socket
+    // exists, so nothing is left for the next start or `status` to find.
     if let Some(addr) = metrics_at {
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen for metrics on {addr}"))?;
@@ -137,6 +127,21 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
             .spawn(move || metrics::serve(listener, serving))
             .context("starting the metrics thread")?;
         info!(address = %local, "metrics at http://{local}/metrics");
+    }
+    let sock = control::socket_path(&dir);
+    let listener = control::bind(&sock, gid)
+        .with_context(|| format!("cannot bind the control socket {}", sock.display()))?;
+    let access = control::Access {
+        uid: rustix::process::geteuid().as_raw(),
+        gid,
+    };
+    let serving = shared.clone();
+    if let Err(e) = std::thread::Builder::new()
+        .name("control-accept".into())
+        .spawn(move || control::serve(listener, serving, access))
+    {
+        let _ = std::fs::remove_file(&sock);
+        return Err(e).context("starting the control thread");
     }
     info!(namespace = %ns, pid = std::process::id(), epoch = held.epoch, rings,
         period = ?period, socket = %sock.display(), "broker ready");
