@@ -137,7 +137,19 @@ fn dispatch(
     }
 }
 
+/// The reply for a request on ring `ring` that the broker does not track: the reason its
+/// file was left alone, if there is one (a link, a wrong version, a corrupt segment: a
+/// `broker create` would only find the name taken), or that no ring has the name.
 pub fn unknown(b: &Broker, ring: &str) -> Reply {
+    let left = shmring::names::ring_path(&b.namespace, ring)
+        .ok()
+        .and_then(|path| Some((b.unreadable.get(&path)?, path)));
+    if let Some((why, path)) = left {
+        return Reply::error(format!(
+            "ring {ring:?} cannot be used: its file {} was left alone: {why}",
+            path.display()
+        ));
+    }
     let known: Vec<&str> = b.rings.keys().map(String::as_str).collect();
     Reply::error(format!(
         "no ring named {ring:?} in namespace {:?} (rings: {}): create it with `broker create {ring}`",
