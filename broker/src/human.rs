@@ -44,8 +44,9 @@ pub fn parse_interval(text: &str) -> Result<Duration, String> {
     } else if t.starts_with(|c: char| c.is_ascii_digit()) {
         parse_duration(t)?
     } else {
+        // A word: most likely a ring name after `--watch`, whose interval is optional.
         return Err(format!(
-            "interval {text:?} is not a number of seconds or a duration like \"250ms\""
+            "interval {text:?} is not a number of seconds or a duration like \"250ms\" (to watch one ring, name it before the option: `status {t} --watch`)"
         ));
     };
     let (min, max) = INTERVALS;

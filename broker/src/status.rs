@@ -1,4 +1,4 @@
-//! `broker status [--json] [--watch] [RING]`.
+//! `broker status [--json] [RING] [--watch [INTERVAL]]`.
 //!
 //! Exit status: 0 all healthy, 1 something unhealthy (a consumer STALLED, DEAD or FAILED,
 //! a ring BLOCKED, or a segment that fails validation), 2 the broker is unreachable (the

@@ -53,6 +53,15 @@ fn usage_errors_exit_64_and_help_exits_0() {
             stderr(&out)
         );
     }
+    // `--watch` takes an optional interval, so a ring after it is read as one: the error
+    // says how to watch the ring.
+    let out = ns.cli(&["status", "--watch", "orders"]);
+    assert_eq!(code(&out), 64, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("status orders --watch"),
+        "{}",
+        stderr(&out)
+    );
     let bad_ns = output(
         "cli",
         Command::new(BIN).args(["--namespace", "no/such", "status"]),
