@@ -212,7 +212,7 @@ fn run_children(
     let (mut accepted, mut dropped, mut bad) = (0, 0, 0);
     for i in 0..APPS {
         let report = children.finish(&format!("app {i}"), deadline)?;
-        print!("{report}");
+        write!(std::io::stdout().lock(), "{report}")?;
         accepted += field(&report, "accepted")?;
         dropped += field(&report, "dropped")?;
         bad += field(&report, "bad")?;
@@ -220,7 +220,7 @@ fn run_children(
     // Shutdown: refuse new lines, let the writer finish every accepted one.
     let stop = ring.drain(DRAIN_TIMEOUT)?;
     let report = children.finish("writer", deadline)?;
-    print!("{report}");
+    write!(std::io::stdout().lock(), "{report}")?;
     let written = field(&report, "written")?;
     let dead = field(&report, "dead_lettered")?;
     let in_file = BufReader::new(File::open(log)?).lines().count() as u64;

@@ -89,3 +89,36 @@ fn an_example_that_cannot_say_what_it_made_removes_it() {
         assert!(!ns.dir().exists(), "{name} left {}", ns.dir().display());
     }
 }
+
+/// `async_logger | head -1`: its stdout closes after the first line, while its processes
+/// run. It ends with an error and exit code 1, and removes its ring, its namespace
+/// directory and its log file as a finished run does.
+#[test]
+fn async_logger_whose_stdout_closes_after_its_first_line_cleans_up() {
+    use std::io::{BufRead, BufReader};
+    let ns = Namespace::new("ex_head_1");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    let mut cmd = Command::new(example("async_logger"));
+    cmd.args(["block", "10"])
+        .env(shmring::names::NAMESPACE_ENV, ns.name())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("async_logger");
+    let pid = child.id();
+    let mut first = String::new();
+    BufReader::new(reader)
+        .read_line(&mut first)
+        .expect("its first line");
+    assert!(first.starts_with("ring "), "{first}");
+    // The reader dropped here: `head -1` exits.
+    let done = child.wait_with_output().expect("async_logger ends");
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let left = shmring::names::rings_in(ns.dir()).unwrap_or_default();
+    assert_eq!(left, Vec::<String>::new(), "rings left behind");
+    assert!(!ns.dir().exists(), "left {}", ns.dir().display());
+    let log = std::env::temp_dir().join(format!("async-logger-{pid}.log"));
+    assert!(!log.exists(), "left {}", log.display());
+}
