@@ -117,6 +117,56 @@ fn an_interrupted_demo_cleans_up() {
     eprintln!("cleaned up {:?} after SIGINT", started.elapsed());
 }
 
+/// `broker demo | head -1`: its stdout closes after the first line. It ends quietly, with
+/// the code a finished demo has (0), and cleans up as an interrupted one does.
+#[test]
+fn a_demo_whose_stdout_closes_ends_quietly_and_cleans_up() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let _serial = common::serial();
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    let child = Command::new(BIN)
+        .args(["demo", "--duration", "10m"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("demo");
+    /// Kills the demo if the test ends before it does.
+    struct Killed(Option<std::process::Child>);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            if let Some(c) = &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut demo = Killed(Some(child));
+    let mut first = String::new();
+    BufReader::new(reader)
+        .read_line(&mut first)
+        .expect("the demo's first line");
+    let namespace = namespace_of(&first);
+    // The reader is gone: the first status screen cannot be written.
+    let started = Instant::now();
+    let out = demo
+        .0
+        .take()
+        .expect("the demo")
+        .wait_with_output()
+        .expect("the demo ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "it said: {err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(300),
+        "it ran on for {:?} with nobody reading",
+        started.elapsed()
+    );
+    assert_cleaned_up(&namespace);
+}
+
 /// Tests that need root (a private pid namespace, so the demo's process id, and so its
 /// namespace's name, is known before it starts). A plain `cargo test` lists them as
 /// ignored; CI runs as root and runs them with `cargo test --workspace -- --ignored

@@ -219,7 +219,10 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
     let (mut killed, mut restarted) = (false, false);
     let tty = std::io::stdout().is_terminal();
     let mut next_screen = started;
-    while started.elapsed() < opts.duration && !interrupted.load(Ordering::Relaxed) {
+    // Stdout's reader went away (`broker demo | head -1`): the demo ends there, cleaning up
+    // as an interrupted one does, and quietly, with a finished demo's code.
+    let mut unread = false;
+    while started.elapsed() < opts.duration && !interrupted.load(Ordering::Relaxed) && !unread {
         let t = started.elapsed();
         if !killed && t >= kill_at {
             if let Some((_, kid)) = demo.kids.iter_mut().find(|(n, _)| n == RESTARTED) {
@@ -257,9 +260,8 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
                 };
                 let clear = if tty { "\x1b[2J\x1b[H" } else { "" };
                 let screen = crate::render::render(&report, width);
-                if exit::out(&format!("{clear}[{}]\n{screen}\n", format_duration(t))).is_err() {
-                    interrupted.store(true, Ordering::Relaxed);
-                }
+                unread =
+                    exit::out(&format!("{clear}[{}]\n{screen}\n", format_duration(t))).is_err();
             }
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -267,6 +269,9 @@ pub fn run(opts: DemoOptions) -> anyhow::Result<ExitCode> {
     if interrupted.load(Ordering::Relaxed) {
         exit::err("interrupted: stopping every demo process and removing the namespace");
         return Ok(ExitCode::from(exit::FAILED));
+    }
+    if unread {
+        return Ok(ExitCode::from(exit::OK));
     }
 
     // The end: stop the ring; every consumer drains what was published and reports.
