@@ -55,6 +55,11 @@ pub enum LeaseError {
     /// cannot read ahead of its position safely. Attach it required.
     #[error("an optional consumer cannot read ahead of its position: attach it required")]
     NotRequired,
+    /// The consumer is a worker-group member: it takes its events through its group's
+    /// claims (`poll_once`), and reading ahead of its position or committing past it would
+    /// take events other members claim and deliver too.
+    #[error("a worker-group member takes its events through its group's claims: it cannot read ahead or commit past them")]
+    GroupMember,
     /// The requested sequence is below the committed position: those slots may already
     /// hold newer events.
     #[error("sequence {seq} is below the committed position {next}: it cannot be read again")]
@@ -128,6 +133,9 @@ impl Consumer {
         }
         if !self.required {
             return Err(LeaseError::NotRequired);
+        }
+        if self.member.is_some() {
+            return Err(LeaseError::GroupMember);
         }
         // Released by the broker (`broker release`, to let producers go on while it waits
         // for confirmations), it no longer holds producers off the slots past its position:
@@ -287,6 +295,9 @@ impl Consumer {
     pub fn commit_to(&mut self, seq: u64) -> Result<(), LeaseError> {
         if self.failed {
             return Err(LeaseError::Failed);
+        }
+        if self.member.is_some() {
+            return Err(LeaseError::GroupMember);
         }
         if seq <= self.next {
             return Ok(());

@@ -105,6 +105,37 @@ fn each_event_goes_to_exactly_one_member() {
     assert_eq!(m.stats().redelivered, 0);
 }
 
+/// A member takes its events through its group's claims: reading ahead of its position, or
+/// committing past it, would hand it events other members claim and deliver too. Both are
+/// refused, and nothing moves.
+#[test]
+fn a_member_cannot_read_ahead_or_commit_past_its_claims() {
+    let ns = Namespace::concurrent("group_lease");
+    let ring = ring_with(&ns, 16, 6);
+    let mut a = ring.consumer(worker().batch_cap(2)).unwrap();
+    let mut b = ring.consumer(worker().batch_cap(2)).unwrap();
+    publish_range(&ring, 0..8);
+    let mut got = Vec::new();
+    a.poll_once(|ev| got.push(value(&ev))).unwrap();
+    assert!(!got.is_empty());
+    let mut read = Vec::new();
+    assert_eq!(
+        b.read_ahead(b.next_sequence(), 8, |ev| read.push(value(&ev))),
+        Err(shmring::LeaseError::GroupMember)
+    );
+    assert_eq!(b.commit_to(8), Err(shmring::LeaseError::GroupMember));
+    assert!(read.is_empty(), "{read:?}");
+    let deadline = Instant::now() + PATIENCE;
+    while got.len() < 8 {
+        assert!(Instant::now() < deadline, "events stopped: {got:?}");
+        for m in [&mut a, &mut b] {
+            m.poll_once(|ev| got.push(value(&ev))).unwrap();
+        }
+    }
+    got.sort_unstable();
+    assert_eq!(got, (0..8).collect::<Vec<_>>(), "each event once");
+}
+
 #[test]
 fn events_wait_for_the_group_while_no_member_runs() {
     let ns = Namespace::concurrent("group_wait");

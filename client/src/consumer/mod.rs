@@ -319,7 +319,7 @@ pub struct Consumer {
     /// The upstream consumers this one reads behind (see `barrier`).
     upstream: barrier::Upstreams,
     /// For a worker group member: its group and claims (see `member`).
-    member: Option<member::Member>,
+    pub(crate) member: Option<member::Member>,
     /// For each upstream that is a worker group: what the last walk of its members found.
     group_scan: [Cell<barrier::GroupScan>; shmring_layout::MAX_UPSTREAM],
     _not_sync: PhantomData<Cell<()>>,
