@@ -748,6 +748,62 @@ fn a_handler_failing_after_a_tombstone_commits_what_came_before_it() {
     }
 }
 
+/// The same with the tombstone right after the failing event: a copying (optional) reader
+/// has looked past the failing event before handing it over, and what it found there is not
+/// counted until the consumer passes it, so each tombstone is counted once, whatever the
+/// retries.
+#[test]
+fn a_handler_failing_just_before_a_tombstone_counts_it_once_passed() {
+    for required in [true, false] {
+        let ns = Namespace::concurrent("fixed-fail-before-tomb");
+        let ring = ring(&ns, 16);
+        let opts = if required {
+            ConsumerOptions::anonymous()
+        } else {
+            ConsumerOptions::anonymous().optional()
+        };
+        let mut c = ring
+            .consumer(opts.on_error(ErrorPolicy::Skip { attempts: 3 }))
+            .unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish_value(&1u64).unwrap();
+        p.publish_value(&2u64).unwrap();
+        drop(p.claim().unwrap());
+        p.publish_value(&3u64).unwrap();
+        let mut handed = Vec::new();
+        let mut polls = 0;
+        while c.next_sequence() < 4 {
+            polls += 1;
+            assert!(
+                polls < 16,
+                "required {required}: stuck at {}",
+                c.next_sequence()
+            );
+            let _ = c.poll_once_fallible(|ev| {
+                let v = value(ev.bytes());
+                handed.push(v);
+                match v {
+                    2 => Err("two"),
+                    _ => Ok(()),
+                }
+            });
+            if c.next_sequence() <= 1 {
+                assert_eq!(
+                    c.stats().skipped,
+                    0,
+                    "required {required}: nothing passed yet"
+                );
+            }
+        }
+        let s = c.stats();
+        assert_eq!(
+            (s.delivered, s.skipped, s.dead_lettered),
+            (2, 1, 1),
+            "required {required}: events 1 and 3 delivered, the tombstone skipped once and the failing event dead-lettered ({handed:?})"
+        );
+    }
+}
+
 /// A publish's common case needs the ring's fence mode to be membarrier (its fences are then
 /// compiler-only). Once a process without membarrier has raised the mode, publishes go the
 /// general way with full fences: they stay contiguous, and each still wakes a parked consumer

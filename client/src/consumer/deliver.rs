@@ -614,6 +614,9 @@ impl Consumer {
         let (mut at, mut delivered, mut skipped, mut clamped) = (start, 0u64, 0u64, 0u64);
         // The validated event not yet delivered: (sequence, scratch index).
         let mut pending: Option<(u64, usize)> = None;
+        // Tombstones found past `pending` (skipped, clamped): counted once it is delivered. A
+        // failure there commits at `pending`, and the next poll passes them again.
+        let mut ahead = (0u64, 0u64);
         let mut cur = 0usize;
         let mut lapped = false;
         let outcome = (|| {
@@ -627,8 +630,13 @@ impl Consumer {
                     Copied::Event { clamped } => (false, clamped),
                 };
                 if tombstone {
-                    clamped += u64::from(was_clamped);
-                    skipped += 1;
+                    if pending.is_some() {
+                        ahead.0 += 1;
+                        ahead.1 += u64::from(was_clamped);
+                    } else {
+                        skipped += 1;
+                        clamped += u64::from(was_clamped);
+                    }
                     at += 1;
                     continue;
                 }
@@ -647,6 +655,9 @@ impl Consumer {
                     )
                     .map_err(|f| (f, b))?;
                     delivered += 1;
+                    skipped += ahead.0;
+                    clamped += ahead.1;
+                    ahead = (0, 0);
                     if cut {
                         pending = None;
                         if let Some(f) = flush.as_mut() {
@@ -672,6 +683,8 @@ impl Consumer {
                 )
                 .map_err(|f| (f, b))?;
                 delivered += 1;
+                skipped += ahead.0;
+                clamped += ahead.1;
                 pending = None;
                 if let Some(f) = flush.as_mut() {
                     f.edge();
