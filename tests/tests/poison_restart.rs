@@ -15,7 +15,8 @@
 //! the same process: the retry was counted before it was made, so the deaths count too.
 //! With `POISON_GROUP` set it is a member of the worker group `g` instead: each restart
 //! joins by taking over the entry its dead predecessor left with its claim, and counts the
-//! same way; with `POISON_UNTIL_STOP` also set it runs until the ring is stopped.
+//! same way; with `POISON_UNTIL_STOP` also set it runs until the ring is stopped. With
+//! `POISON_NEXT_TOO` set the event after the poison kills it too.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -78,6 +79,7 @@ fn consumer() {
     });
     println!("ready start={}", c.next_sequence());
     let mut err_first = std::env::var("POISON_MODE").is_ok_and(|m| m == "err");
+    let two_poisons = std::env::var_os("POISON_NEXT_TOO").is_some();
     // Until the ring is stopped (and everything adopted delivered), not until its own
     // position passes the last event: a member adopts the claims others left.
     let until_stop = std::env::var_os("POISON_UNTIL_STOP").is_some();
@@ -87,7 +89,7 @@ fn consumer() {
             if v == POISON && std::mem::take(&mut err_first) {
                 return Err(format!("bad {v}"));
             }
-            if v == POISON {
+            if v == POISON || (v == POISON + 1 && two_poisons) {
                 // The process dies inside the handler: nothing in it can count this.
                 std::process::abort();
             }
@@ -265,6 +267,64 @@ fn events(lines: &[String]) -> Vec<u64> {
         .filter_map(|l| l.strip_prefix("ev "))
         .map(|v| v.parse().expect("an event value"))
         .collect()
+}
+
+/// Two poisons in a row, batch cap 1: the restart that skips the first (its attempts used
+/// up) hands the second over as the first event of its window, counted before it is
+/// handed, so the second is also skipped after 3 counted deaths: 4 deaths on the first
+/// (the first incarnation's is not counted: the poison was not its first event), 3 on the
+/// second, and the eighth incarnation finishes.
+#[test]
+fn a_poison_right_after_a_skipped_one_has_each_death_counted() {
+    let ns = Namespace::new("poison_twice");
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let env = [("POISON_NEXT_TOO", "1".to_owned())];
+    let mut lines = Vec::new();
+    let mut finished = None;
+    for k in 0..12 {
+        let mut child = ns.role("consumer", &env);
+        child.expect_line("ready");
+        if k == 0 {
+            let mut p = ring.producer().expect("producer");
+            for v in 0..TOTAL {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+        }
+        let status = child.wait_status();
+        lines.extend(child.rest_of_stdout());
+        if status.success() {
+            finished = Some(k);
+            break;
+        }
+    }
+    let dead: Vec<&String> = lines.iter().filter(|l| l.starts_with("dead ")).collect();
+    assert_eq!(dead.len(), 2, "{lines:#?}");
+    for (d, v) in dead.iter().zip([POISON, POISON + 1]) {
+        let f: Vec<&str> = d.split(' ').collect();
+        assert_eq!(
+            f[1..4],
+            [&*v.to_string(), "3", &*v.to_string()],
+            "{lines:#?}"
+        );
+    }
+    assert_eq!(
+        finished,
+        Some(7),
+        "deaths: 4 on {POISON}, 3 on the next: {lines:#?}"
+    );
+    let mut delivered = events(&lines);
+    delivered.sort_unstable();
+    delivered.dedup();
+    let expected: Vec<u64> = (0..TOTAL)
+        .filter(|&v| v != POISON && v != POISON + 1)
+        .collect();
+    assert_eq!(delivered, expected);
+    drop(ring);
+    Ring::remove(ns.name(), "r").expect("remove the ring");
 }
 
 /// Under `Retry { attempts: 3 }` the restart that finds the attempts used up stops FAILED

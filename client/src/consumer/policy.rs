@@ -411,7 +411,7 @@ pub(super) enum Held {
 
 impl Consumer {
     /// At the attach of a durable consumer: finish a skip its last holder died in; if the
-    /// attempts at its first event are used up, act on it at the first poll; else open the
+    /// attempts at its first event are used up, act on it at the first poll; and open the
     /// window in which each event is marked before it is handed over (see the module
     /// header).
     pub(super) fn mark_suspect(&mut self) {
@@ -424,11 +424,13 @@ impl Consumer {
         self.poison = take_over_record(cold, next, |n| self.commit(n, 0, 0, 0));
         // Relaxed: this process is the counter's only writer now (a finished skip counted).
         self.stats.dead_lettered = cold.graph.dead_lettered.load(Ordering::Relaxed);
+        // The window opens either way: the events after a used-up first one are this
+        // attach's first ones too (a second poison right behind the first dies uncounted
+        // otherwise).
+        self.careful = self.batch_cap;
         if self.exhausted_in(self.next, 1) == Some(self.next) {
             self.exhausted = true;
-            return;
         }
-        self.careful = self.batch_cap;
     }
 
     /// The event of the record, if it lies in `start..start + n` and its attempts are used
