@@ -127,8 +127,12 @@ pub fn claim<V: Word, W: Word>(
         let k = run(w).clamp(1, cap.max(1));
         // Saturating: `w` is read from shared memory, which may hold anything.
         let end = w.saturating_add(k);
-        // Release (both): pair with the producers' Acquire gate scan. `next` first: a
-        // member dying between the two stores names an empty claim, never a wider one.
+        // Release (both): pair with the producers' Acquire gate scan. `next` first: on the
+        // first try, after a finished claim (`next == claim_end`), a member dying between
+        // the two stores names an empty claim. On a retry after a lost CAS, `next` moves to
+        // the new work sequence under the old end, so the entry names events another
+        // member claimed until the second store: a member taking it over then hands them
+        // again, the at-least-once of a member that dies in its claim.
         next.store(w, Ordering::Release);
         claim_end.store(end, Ordering::Release);
         // SeqCst: the claim; its place in the single total order is what two members

@@ -327,6 +327,63 @@ fn an_entry_left_claimed_with_a_members_flags_is_freed() {
     assert_eq!(owned_word::state(now), consumer_state::FREE);
 }
 
+/// A member that died between storing its claim and taking it (the work sequence never
+/// moved) left an entry naming events nobody claimed. The member that takes the entry over
+/// delivers them as redelivered, then claims from the work sequence, where they are again:
+/// each event it is handed twice is counted once, and nothing else.
+#[test]
+fn a_claim_left_before_it_was_taken_counts_each_event_handed_twice_once() {
+    use shmring_layout::{consumer_state, owned_word};
+    /// Above any pid_max: no process has it.
+    const GONE: u32 = 0x3fff_fff0;
+    let ns = Namespace::concurrent("group_unwon_claim");
+    let ring = ring_with(&ns, 16, 4);
+    let mut a = ring.consumer(worker().batch_cap(4)).unwrap();
+    publish_range(&ring, 0..12);
+    let mut by_a = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while by_a.len() < 4 {
+        assert!(Instant::now() < deadline, "nothing for a: {by_a:?}");
+        a.poll_once(|ev| by_a.push(value(&ev))).unwrap();
+    }
+    let index = a.index();
+    let group = ring
+        .info()
+        .consumers
+        .iter()
+        .find(|c| c.is_group)
+        .expect("the group's entry")
+        .index;
+    // a holds its next claim (taken at the end of its poll). Its process "dies" as if
+    // between storing that claim and taking it: the work sequence goes back to the claim's
+    // start, the handle is never dropped, and the entry says a process that is gone holds
+    // it.
+    std::mem::forget(a);
+    let start = entry_u64(&ring, index, entry_field::NEXT, None);
+    let end = entry_u64(&ring, index, entry_field::CLAIM_END, None);
+    assert!(start < end && end <= 12, "a holds a claim: {start}..{end}");
+    entry_u64(&ring, group, entry_field::NEXT, Some(start));
+    let word = entry_u64(&ring, index, entry_field::WORD, None);
+    let dead = owned_word::next(word, consumer_state::ACTIVE, GONE);
+    entry_u64(&ring, index, entry_field::WORD, Some(dead));
+
+    let mut b = ring.consumer(worker().batch_cap(4)).unwrap();
+    assert_eq!(b.index(), index, "the joiner takes the dead member's entry");
+    let mut got = by_a.clone();
+    let deadline = Instant::now() + PATIENCE;
+    while got.iter().collect::<std::collections::BTreeSet<_>>().len() < 12 {
+        assert!(Instant::now() < deadline, "events stopped: {got:?}");
+        b.poll_once(|ev| got.push(value(&ev))).unwrap();
+    }
+    let twice = got.len() as u64 - 12;
+    assert!(twice > 0, "the unclaimed events are handed twice: {got:?}");
+    assert_eq!(
+        b.stats().redelivered,
+        twice,
+        "redelivered counts each event handed twice once: {got:?}"
+    );
+}
+
 /// A claim left by a member and delivered by another, with no claim in between (the work
 /// sequence does not move): the consumer after the group sees it once delivered.
 #[test]
@@ -980,6 +1037,9 @@ mod entry_field {
     };
     use std::mem::offset_of;
     pub const WORD: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, word);
+    pub const NEXT: usize = offset_of!(ConsumerEntry, hot) + offset_of!(ConsumerHot, next);
+    pub const CLAIM_END: usize =
+        offset_of!(ConsumerEntry, cold) + offset_of!(ConsumerCold, claim_end);
     pub const DELIVERED: usize = offset_of!(ConsumerEntry, cold)
         + offset_of!(ConsumerCold, counters)
         + offset_of!(ConsumerCounters, delivered);

@@ -398,6 +398,10 @@ impl Consumer {
         );
         self.next = start;
         m.claim_end = end;
+        // A claim of its own: nothing in it is a redelivery, even where it covers the
+        // events of a claim taken over whose holder died before taking it (the work
+        // sequence had not moved past them), which were counted when delivered then.
+        m.redeliver_until = 0;
         m.claims = m.claims.wrapping_add(1);
         let scan = m.claims % SCAN_EVERY_CLAIMS == 0;
         self.member = Some(m);
