@@ -327,6 +327,122 @@ fn an_entry_left_claimed_with_a_members_flags_is_freed() {
     assert_eq!(owned_word::state(now), consumer_state::FREE);
 }
 
+/// A second entry of group `g` as a creator leaves it when it dies between its ACTIVE CAS and
+/// its duplicate-name check, the other creator having made its own entry DETACHED
+/// meanwhile (it saw the first one CLAIMED, not yet gating).
+fn forge_dead_creators_entry(ring: &Ring, index: u32) {
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+    /// Above any pid_max: no process has it.
+    const GONE: u32 = 0x3fff_fff0;
+    let raw = shmring_testkit::raw::RawSegment::open(ring);
+    raw.fabricate_consumer(
+        index,
+        owned_word::pack(3, consumer_state::ACTIVE, GONE),
+        consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::GROUP,
+        "w",
+        ring.info().head,
+    );
+}
+
+/// The state of entry `index` (`None`: free).
+fn entry_state(ring: &Ring, index: u32) -> Option<&'static str> {
+    ring.info()
+        .consumers
+        .iter()
+        .find(|c| c.index == index)
+        .map(|c| c.state)
+}
+
+/// A group that a creator's death left with a second entry: a member that attaches joins the
+/// group the other creator made and frees the dead creator's entry, which would otherwise
+/// split the events (one group taking each) or hold producers for ever, whatever the order
+/// of the two entries in the table.
+#[test]
+fn a_dead_creator_s_duplicate_group_entry_is_freed_not_joined() {
+    for dead_first in [true, false] {
+        let ns = Namespace::concurrent("group_dup_creator");
+        let ring = ring_with(&ns, 16, 8);
+        // Index 0 kept free for the dead creator's entry when it comes first.
+        let holder = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let m1 = ring.consumer(worker()).unwrap();
+        let group = ring
+            .info()
+            .consumers
+            .iter()
+            .find(|c| c.is_group)
+            .expect("the group")
+            .index;
+        drop(holder);
+        let dead = if dead_first {
+            0
+        } else {
+            (0..8)
+                .find(|i| entry_state(&ring, *i).is_none() && *i > group)
+                .expect("a free entry after the group's")
+        };
+        forge_dead_creators_entry(&ring, dead);
+        let m2 = ring.consumer(worker()).unwrap();
+        let info = ring.info();
+        let joined = info
+            .consumers
+            .iter()
+            .find(|c| c.index == m2.index())
+            .and_then(|c| c.group);
+        assert_eq!(joined, Some(group), "dead first {dead_first}: {info:#?}");
+        // Freed, and maybe taken since by m2's own entry: no group entry but the one.
+        let groups: Vec<u32> = info
+            .consumers
+            .iter()
+            .filter(|c| c.is_group)
+            .map(|c| c.index)
+            .collect();
+        assert_eq!(
+            groups,
+            [group],
+            "dead first {dead_first}: the dead creator's entry {dead} is freed: {info:#?}"
+        );
+        drop((m1, m2));
+    }
+}
+
+/// A member that joins by taking over a failed member's entry counts as redelivered the
+/// events of the taken-over claim its handler took, not the tombstones between them.
+#[test]
+fn a_taken_over_claim_counts_its_events_not_its_tombstones_as_redelivered() {
+    let ns = Namespace::concurrent("group_redeliver_tomb");
+    let ring = ring_with(&ns, 16, 4);
+    let mut a = ring.consumer(worker().batch_cap(4)).unwrap();
+    let mut p = ring.producer().unwrap();
+    p.publish(&0u64.to_le_bytes()).unwrap();
+    p.publish(&1u64.to_le_bytes()).unwrap();
+    drop(p.claim().unwrap());
+    p.publish(&3u64.to_le_bytes()).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        assert!(Instant::now() < deadline, "a never reached event 1");
+        match a.poll_once(|ev| assert_ne!(value(&ev), 1, "a's handler fails on 1")) {
+            Ok(_) => {}
+            Err(PollError::HandlerPanicked { sequence: 1 }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let index = a.index();
+    drop(a);
+    let mut b = ring.consumer(worker().batch_cap(4)).unwrap();
+    assert_eq!(b.index(), index, "b joins on a's entry, with its claim");
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        assert!(Instant::now() < deadline, "b got {got:?}");
+        b.poll_once(|ev| got.push(value(&ev))).unwrap();
+    }
+    assert_eq!(got, [1, 3]);
+    assert_eq!(
+        b.stats().redelivered,
+        2,
+        "events 1 and 3, not the tombstone at 2"
+    );
+}
+
 /// A member that died between storing its claim and taking it (the work sequence never
 /// moved) left an entry naming events nobody claimed. The member that takes the entry over
 /// delivers them as redelivered, then claims from the work sequence, where they are again:

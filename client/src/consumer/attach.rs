@@ -41,6 +41,26 @@ pub(crate) fn entry_name(e: &ConsumerEntry) -> String {
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
+/// Whether an entry other than `i` gates under the durable name `words`: the check that
+/// follows the ACTIVE CAS of a new durable entry. Two processes creating the same new name
+/// at once: the later of the two ACTIVE CASes (SeqCst) always sees the earlier one here
+/// (SeqCst loads), so at most one keeps its entry. A process that finishes the creation of
+/// an entry whose creator died after that CAS (`member::find_group`) comes after the CAS
+/// and runs the check in its place.
+pub(super) fn named_elsewhere(seg: &Segment, i: u32, words: &[u64; NAME_LEN / 8]) -> bool {
+    (0..seg.geometry().max_consumers).any(|j| {
+        j != i
+            && seg.consumer(j).is_some_and(|o| {
+                let st = o.hot.state(Ordering::SeqCst);
+                // The same test `resume` uses to find a durable entry, so that a retry
+                // always finds what made an attach give way.
+                consumer_state::gates(st)
+                    && o.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE != 0
+                    && name_is(o, words)
+            })
+    })
+}
+
 pub(super) fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
     e.cold
         .name
@@ -507,20 +527,7 @@ impl Consumer {
         };
 
         if let Some(w) = words {
-            // Two processes creating the same new durable name at once: the later of the two
-            // ACTIVE CASes always sees the earlier one here, so at most one keeps its entry.
-            let dup = (0..geo.max_consumers).any(|j| {
-                j != i
-                    && seg.consumer(j).is_some_and(|o| {
-                        let st = o.hot.state(Ordering::SeqCst);
-                        // The same test `resume` uses to find a durable entry, so that a
-                        // retry always finds what made this attach give way.
-                        consumer_state::gates(st)
-                            && o.hot.flags.load(Ordering::Relaxed) & consumer_flags::DURABLE != 0
-                            && name_is(o, w)
-                    })
-            });
-            if dup {
+            if named_elsewhere(seg, i, w) {
                 // From this word, or the broker's release of it.
                 if !table::consumer::free(&e.hot.word, word, consumer_state::FREE) {
                     let released = table::consumer::released(word);

@@ -293,11 +293,18 @@ enum GroupAt {
 /// whose creator is still making it is not handed out: the creator stores the work
 /// sequence (`Consumer::fresh`) before it gives the entry up as DETACHED, and after that
 /// only members' claim CASes write it (what `group::finished` and the gate rely on).
+///
+/// The whole table is looked at: an entry of the name whose creator died after its ACTIVE
+/// CAS is finished here, with the duplicate-name check its creator did not live to make,
+/// wherever it lies. One that another entry of the name already holds is freed (it holds no
+/// member: members join DETACHED groups only), so that a second group never takes every
+/// event again, nor holds producers for ever at its start.
 fn find_group(
     seg: &Segment,
     words: &[u64; NAME_LEN / 8],
     name: &str,
 ) -> Result<GroupAt, AttachError> {
+    let mut found = GroupAt::None;
     for i in 0..seg.geometry().max_consumers {
         let Some(e) = seg.consumer(i) else { break };
         // Acquire: the name and flags were written before the word was published.
@@ -315,26 +322,44 @@ fn find_group(
                 name: name.to_owned(),
             });
         }
-        if state == consumer_state::ACTIVE {
-            // Its creator died between making it ACTIVE and DETACHED: finish that for it,
-            // the cycle check of its upstreams included (this process's fence comes after
-            // the creator's ACTIVE CAS, which its load above read, so the argument of
-            // `graph` holds for it as for the creator). A cycle frees the entry: the
-            // attaching member then creates the group again, and is refused itself.
-            let start_time = e.cold.start_time.load(Ordering::Relaxed);
-            if table::consumer::holder(&table::Os, seen, start_time) != Holder::Open {
-                return Ok(GroupAt::BeingCreated);
+        if state != consumer_state::ACTIVE {
+            if matches!(found, GroupAt::None | GroupAt::BeingCreated) {
+                found = GroupAt::Index(i);
             }
-            if cycle_of_new_group(seg, i, seen).is_some() {
-                return Ok(GroupAt::BeingCreated);
-            }
-            if table::consumer::give_up(&e.hot.word, seen, consumer_state::DETACHED).is_err() {
-                return Ok(GroupAt::BeingCreated);
-            }
+            continue;
         }
-        return Ok(GroupAt::Index(i));
+        let start_time = e.cold.start_time.load(Ordering::Relaxed);
+        if table::consumer::holder(&table::Os, seen, start_time) != Holder::Open {
+            // Its creator lives and makes its own check.
+            if matches!(found, GroupAt::None) {
+                found = GroupAt::BeingCreated;
+            }
+            continue;
+        }
+        // Its creator died between making it ACTIVE and DETACHED: finish that for it, the
+        // duplicate-name check and the cycle check of its upstreams included (this process's
+        // fence comes after the creator's ACTIVE CAS, which its load above read, so the
+        // arguments of `attach::named_elsewhere` and `graph` hold for it as for the
+        // creator).
+        if attach::named_elsewhere(seg, i, words) {
+            free_new_group(seg, e, seen);
+            continue;
+        }
+        // A cycle frees the entry: the attaching member then creates the group again, and
+        // is refused itself.
+        if cycle_of_new_group(seg, i, seen).is_some()
+            || table::consumer::give_up(&e.hot.word, seen, consumer_state::DETACHED).is_err()
+        {
+            if matches!(found, GroupAt::None) {
+                found = GroupAt::BeingCreated;
+            }
+            continue;
+        }
+        if matches!(found, GroupAt::None | GroupAt::BeingCreated) {
+            found = GroupAt::Index(i);
+        }
     }
-    Ok(GroupAt::None)
+    Ok(found)
 }
 
 impl Member {
@@ -522,10 +547,16 @@ impl Consumer {
             }
         }
         let redeliver_until = self.member.as_ref().map_or(0, |m| m.redeliver_until);
+        let delivered_before = self.stats.delivered;
         let r = self.deliver_in_place::<super::deliver::Stamped, _, _>(start, n, (), handler);
         if start < redeliver_until {
-            // The events of a taken-over claim that reached the handler (tombstones aside).
-            let handed = (self.next - start).min(redeliver_until - start);
+            // The events of a taken-over claim that the handler took (the run lies inside
+            // the claim; tombstones and repaired slots are not events).
+            let handed = self
+                .stats
+                .delivered
+                .wrapping_sub(delivered_before)
+                .min(redeliver_until - start);
             self.stats.redelivered = self.stats.redelivered.wrapping_add(handed);
             if !self.failed {
                 // Not once FAILED: the entry is open to another member, whose counts these
