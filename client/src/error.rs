@@ -444,6 +444,19 @@ pub enum PollError {
     /// entry taken (`EntryLost`): the handle delivers nothing more.
     #[error("consumer is FAILED after a handler failure or the loss of its entry (the error an earlier call returned); re-attach to resume")]
     Failed,
+    /// The broker released this required consumer (`broker release`) while its handler read
+    /// events `from..to` in place, and a producer has since written into their slots: what
+    /// the handler was handed may be torn, so discard what it made of them. They are counted
+    /// in `dropped_behind`, not `delivered`, and the consumer went on from the head, gating
+    /// again, as after any release. A release that left those slots alone is taken at the
+    /// next poll instead.
+    #[error("released by the broker while the handler read events {from}..{to} in place, and a producer wrote into them since: what the handler got may be torn, discard it; the consumer goes on from the head")]
+    ReleasedWhileReading {
+        /// The first event the handler read.
+        from: u64,
+        /// The sequence after the last one it read.
+        to: u64,
+    },
     /// The ring was deleted.
     #[error("ring was deleted")]
     Deleted,

@@ -236,7 +236,7 @@ impl Consumer {
     /// producer's Release fence that precedes its payload bytes (a stamped slot's WRITING
     /// stamp, a fixed-size ring's claim), so a handler that read one of those bytes makes
     /// the announcement visible here.
-    fn run_written_over(&self, from: u64, end: u64) -> bool {
+    pub(crate) fn run_written_over(&self, from: u64, end: u64) -> bool {
         if self.seg.is_fixed() {
             // One producer claims in order: the run's first slot is the first a later lap
             // reaches. (`copy_held` makes its own Acquire fence; this one's is above.)

@@ -637,6 +637,15 @@ fn leased(
     label: &str,
     event_size: Option<u32>,
 ) -> (Namespace, Ring, shmring::Producer, shmring::Consumer) {
+    leased_as(label, event_size, ConsumerOptions::durable("d"))
+}
+
+/// As [`leased`], the consumer attached with `opts`.
+fn leased_as(
+    label: &str,
+    event_size: Option<u32>,
+    opts: ConsumerOptions,
+) -> (Namespace, Ring, shmring::Producer, shmring::Consumer) {
     let ns = Namespace::concurrent(label);
     let config = RingConfig {
         event_size,
@@ -645,7 +654,7 @@ fn leased(
     };
     let ring = Ring::create(ns.name(), "r", &config).unwrap();
     let mut p = ring.producer().unwrap();
-    let c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    let c = ring.consumer(opts).unwrap();
     for v in 0..4u64 {
         p.publish(&v.to_le_bytes()).unwrap();
     }
@@ -744,6 +753,82 @@ fn a_release_while_reading_ahead_says_to_discard_the_run() {
         );
         assert_eq!(seen, [0, 1, 2, 3]);
         assert_eq!(ring.info().consumers[0].state, "ACTIVE", "it gates again");
+    }
+}
+
+/// A release landing while `poll_once`'s handler reads in place (or `poll_runs`', on a
+/// fixed-size ring): producers may write the slots it is reading, so the poll says which
+/// events the handler may have got torn (`ReleasedWhileReading`), counts them dropped, not
+/// delivered, and the consumer goes on from the head. Before, the poll returned the batch as
+/// delivered and committed it.
+#[test]
+fn a_release_while_polling_in_place_says_what_may_be_torn() {
+    for (event_size, runs) in [(None, false), (Some(8), false), (Some(8), true)] {
+        // Anonymous for runs: a durable consumer's first polls mark each event (its marking
+        // window), which `poll_runs` leaves to `poll_once`.
+        let opts = if runs {
+            ConsumerOptions::anonymous()
+        } else {
+            ConsumerOptions::durable("d")
+        };
+        let (_ns, ring, mut p, mut c) = leased_as("release_mid_poll", event_size, opts);
+        let info = ring.info().consumers[0].clone();
+        let mut seen = Vec::new();
+        let mut on_event = |seq: u64| {
+            seen.push(seq);
+            if seq == 3 {
+                // The broker releases it, and the producer overwrites slots read before
+                // (0 to 2; not 3, whose bytes this handler still borrows).
+                assert!(ring.release_consumer(info.index, info.word));
+                for v in 4..11u64 {
+                    p.publish(&v.to_le_bytes()).unwrap();
+                }
+            }
+        };
+        let polled = if runs {
+            c.poll_runs(|first, bytes| on_event(first + bytes.len() as u64 / 8 - 1))
+        } else {
+            c.poll_once(|ev| on_event(ev.sequence()))
+        };
+        assert_eq!(
+            polled,
+            Err(PollError::ReleasedWhileReading { from: 0, to: 4 }),
+            "{event_size:?} runs {runs}"
+        );
+        let s = c.stats();
+        assert_eq!(
+            (s.delivered, s.dropped_behind, c.next_sequence()),
+            (0, 11, 11),
+            "{event_size:?} runs {runs}: {seen:?}"
+        );
+        assert_eq!(ring.info().consumers[0].state, "ACTIVE", "it gates again");
+    }
+}
+
+/// The same with the producer writing elsewhere (the other half of the ring): what the
+/// handler got is intact, so the poll returns it as delivered, and the release is taken at
+/// the next poll, as if it had come just after this one.
+#[test]
+fn a_release_while_polling_in_place_keeps_a_batch_nobody_wrote_over() {
+    for event_size in [None, Some(8)] {
+        let (_ns, ring, mut p, mut c) = leased("release_mid_poll_kept", event_size);
+        let info = ring.info().consumers[0].clone();
+        let polled = c.poll_once(|ev| {
+            if ev.sequence() == 3 {
+                assert!(ring.release_consumer(info.index, info.word));
+                for v in 4..8u64 {
+                    p.publish(&v.to_le_bytes()).unwrap();
+                }
+            }
+        });
+        assert_eq!(polled, Ok(4), "{event_size:?}");
+        assert_eq!(c.stats().delivered, 4, "{event_size:?}");
+        assert_eq!(c.poll_once(|_| {}), Ok(0), "{event_size:?}");
+        assert_eq!(
+            (c.stats().dropped_behind, c.next_sequence()),
+            (4, 8),
+            "{event_size:?}: the release taken at the next poll"
+        );
     }
 }
 

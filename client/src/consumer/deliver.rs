@@ -306,6 +306,38 @@ impl Consumer {
         Err(PollError::EntryLost)
     }
 
+    /// After a required consumer's handler read `from..to` in place: the error to return
+    /// when the broker released it meanwhile and a producer has since written into those
+    /// slots (what the handler was handed may be torn; `read_ahead` makes the same look).
+    /// Nothing is committed then: the consumer goes to the head, counting the gap from its
+    /// position as dropped. A fence and a load of its own word per poll.
+    #[inline(always)]
+    pub(super) fn torn_while_reading(&mut self, from: u64, to: u64) -> Option<PollError> {
+        // Acquire fence: pairs with a producer's Release fence before its payload writes
+        // (`begin_write`; a fixed-size ring's after its claim). Had the handler read a byte
+        // a producer wrote over these slots, that producer wrote it after it found this
+        // consumer released, and the load below finds the release.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence above.
+        if from >= to || self.entry().hot.word.load(Ordering::Relaxed) == self.word {
+            return None;
+        }
+        self.torn_after_release(from, to)
+    }
+
+    /// [`Consumer::torn_while_reading`] once the entry's word moved.
+    #[cold]
+    #[inline(never)]
+    fn torn_after_release(&mut self, from: u64, to: u64) -> Option<PollError> {
+        if !self.run_written_over(from, to) {
+            return None;
+        }
+        Some(match self.regate_if_released() {
+            Ok(()) => PollError::ReleasedWhileReading { from, to },
+            Err(e) => e,
+        })
+    }
+
     /// A consumer that reads in place outside a poll (`read_ahead`), before it does: released
     /// by the broker, it goes to the head and gates again, as a poll's `idle_checks` takes
     /// it; an entry taken or a ring deleted is the poll's error.
@@ -451,7 +483,8 @@ impl Consumer {
         // equal it (Acquire) and this required consumer's entry still held as it holds it
         // (ACTIVE, not released by the broker), so it gates producers at `at`; it commits
         // past `at` only below, after the handler returns: producers cannot reach the slot
-        // before then.
+        // before then, unless the broker releases it meanwhile (`torn_while_reading` below
+        // says to discard the event then).
         let Some((bytes, len)) = (unsafe { src.in_place(at, &mut clamped) }) else {
             // A producer's tombstone: skipped and counted.
             self.commit(at + 1, 0, 1, clamped);
@@ -462,7 +495,11 @@ impl Consumer {
             bytes,
             end_of_batch: true,
         };
-        match call(handler, ev) {
+        let outcome = call(handler, ev);
+        if let Some(torn) = self.torn_while_reading(at, at + 1) {
+            return Err(torn);
+        }
+        match outcome {
             Ok(()) => {
                 self.commit(at + 1, 1, 0, clamped);
                 Ok(1)
@@ -513,7 +550,10 @@ impl Consumer {
                 // a run of one) saw the stamp of every slot in `start..end` equal its
                 // sequence (Acquire), or the cursor past them, and this required consumer
                 // has not committed past `at`, so producers cannot reach the slot until
-                // after the handler returns.
+                // after the handler returns, unless the broker releases this consumer
+                // meanwhile: then another process may write the bytes while the handler
+                // reads them (an optional consumer's copy takes that race), and
+                // `torn_while_reading` below says to discard them.
                 let Some((bytes, len)) = (unsafe { src.in_place(at, &mut clamped) }) else {
                     skipped += 1;
                     at += 1;
@@ -566,6 +606,11 @@ impl Consumer {
             Ok(())
         })();
         self.careful = careful;
+        // The handler read `start..at`, and the event at `at` too when it failed there.
+        let read_to = if outcome.is_err() { at + 1 } else { at };
+        if let Some(torn) = self.torn_while_reading(start, read_to) {
+            return Err(torn);
+        }
         let delivered = at - start - skipped;
         match outcome {
             Ok(()) => {

@@ -91,7 +91,10 @@ impl Consumer {
             let outcome = if self.required {
                 // SAFETY: the cursor was past `at..stop` (Acquire) and this required
                 // consumer has not committed past `at`, so the producer cannot reach these
-                // slots until after the handler returns.
+                // slots until after the handler returns, unless the broker releases this
+                // consumer meanwhile: then the producer may write them while the handler
+                // reads (an optional consumer's copy takes that race), and
+                // `torn_while_reading` below says to discard them.
                 let bytes = unsafe { events.run(at, count) };
                 catch_unwind(AssertUnwindSafe(|| handler(at, bytes)))
             } else {
@@ -109,6 +112,13 @@ impl Consumer {
             }
             delivered += count as u64;
             at = stop;
+        }
+        // A required consumer's handler read the run in place (up to `end`, or a panic's
+        // slice): released meanwhile and written over since, it is not committed.
+        if self.required {
+            if let Some(torn) = self.torn_while_reading(start, end) {
+                return Err(torn);
+            }
         }
         self.commit(at, delivered, skipped, 0);
         if let Some(failure) = panicked {
