@@ -39,6 +39,18 @@ pub enum ClientError {
         /// The socket's (or its directory's) mode and owners, when readable.
         detail: String,
     },
+    /// The process listening on the socket is not of the user who owns the namespace's
+    /// directory (the broker's), nor root: another user who may write the directory took
+    /// the path after the broker stopped. Nothing was sent to it.
+    #[error("the process listening on {path} runs as uid {uid}, not as the namespace's owner (uid {owner}) or root: it is not this namespace's broker, so nothing was asked of it; no broker answers here (remove the socket, then start the broker)")]
+    NotTheBroker {
+        /// The socket path.
+        path: PathBuf,
+        /// The listening process's uid.
+        uid: u32,
+        /// The namespace directory's owner.
+        owner: u32,
+    },
     /// The namespace name is not valid.
     #[error(transparent)]
     Name(#[from] shmring::OpenError),
@@ -176,6 +188,26 @@ fn exchange(
         }
         Err(e) => return Err(io(e)),
     };
+    // Only the namespace's owner (whose uid the broker runs as: it refuses a directory
+    // another user owns) or root serves it. Its socket is removed when it stops, and a group
+    // member may then bind the path: such a process is not asked anything.
+    let owner = path
+        .parent()
+        .and_then(|dir| dir.symlink_metadata().ok())
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    let peer = rustix::net::sockopt::socket_peercred(&stream)
+        .map_err(|e| io(e.into()))?
+        .uid
+        .as_raw();
+    if let Some(owner) = owner {
+        if peer != owner && peer != 0 {
+            return Err(ClientError::NotTheBroker {
+                path,
+                uid: peer,
+                owner,
+            });
+        }
+    }
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream
         .set_write_timeout(Some(Duration::from_secs(5)))

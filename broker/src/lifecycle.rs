@@ -41,7 +41,8 @@ pub fn run(namespace: &str, req: Request) -> anyhow::Result<ExitCode> {
         Err(
             e @ (ClientError::NotRunning { .. }
             | ClientError::NoNamespace { .. }
-            | ClientError::PermissionDenied { .. }),
+            | ClientError::PermissionDenied { .. }
+            | ClientError::NotTheBroker { .. }),
         ) => {
             exit::err(&format!("error: {e}"));
             Ok(ExitCode::from(exit::UNREACHABLE))

@@ -40,7 +40,8 @@ pub fn fetch(namespace: &str, ring: Option<&str>) -> anyhow::Result<(StatusRepor
         Err(
             e @ (ClientError::NotRunning { .. }
             | ClientError::Io { .. }
-            | ClientError::PermissionDenied { .. }),
+            | ClientError::PermissionDenied { .. }
+            | ClientError::NotTheBroker { .. }),
         ) => {
             let mut report = crate::offline::report(namespace, ring);
             report.broker.unreachable = Some(e.to_string());

@@ -203,6 +203,41 @@ mod as_root {
         );
     }
 
+    /// Once the broker stopped (its socket removed), another user who may write the
+    /// namespace directory listens on the socket's path: the CLI does not take that process
+    /// for the broker (it would report a stop it never made, or a healthy namespace with no
+    /// broker), it says who listens and that no broker of the namespace answers (exit 2).
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_socket_served_by_another_user_is_not_taken_for_the_broker() {
+        role::need_root();
+        let ns = Namespace::new("impostor");
+        let mut broker = ns.broker(None);
+        broker.signal_and_wait(rustix::process::Signal::TERM);
+        assert!(
+            !ns.dir().join("broker.sock").exists(),
+            "the socket went with the broker"
+        );
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod dir");
+
+        let copy = ExeForNobody::of_this_test();
+        let mut cmd = role::command(&copy.exe, "impostor");
+        cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
+        role::as_nobody(&mut cmd);
+        let mut impostor = ns.spawn("impostor", cmd);
+        impostor.expect("@listening");
+
+        let out = ns.cli(&["stop", "default"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("uid 65534"), "{err}");
+        let v: Value =
+            serde_json::from_slice(&ns.cli(&["status", "--json"]).stdout).expect("status JSON");
+        let why = v["broker"]["unreachable"].as_str().unwrap_or_default();
+        assert!(why.contains("uid 65534"), "{v:#}");
+    }
+
     /// A member of the broker group through a supplementary group only (its primary group is
     /// another one, as after `usermod -aG`): the socket's `SO_PEERGROUPS` shows the group,
     /// and the request is carried out.

@@ -36,6 +36,7 @@ pub fn run_if_child() {
         "claimer" => claimer(),
         "racer" => racer(),
         "foreign" => foreign(),
+        "impostor" => impostor(),
         "fproducer" => super::fault::fproducer(),
         "fconsumer" => super::fault::fconsumer(),
         other => println!("@error unknown role {other}"),
@@ -294,4 +295,31 @@ fn foreign() {
         Ok(line) => println!("@reply {}", line.trim()),
         Err(e) => println!("@reply io error: {e}"),
     }
+}
+
+/// Listens on the namespace's control socket path (left free by a broker that stopped) and
+/// answers requests as a broker would answer a `stop`: says `@listening`, then serves two
+/// connections.
+fn impostor() {
+    let ns = shmring::names::default_namespace();
+    let path = shmring::names::namespace_dir(&ns)
+        .expect("namespace")
+        .join("broker.sock");
+    let listener = match std::os::unix::net::UnixListener::bind(&path) {
+        Ok(l) => l,
+        Err(e) => {
+            println!("@error bind {}: {e}", path.display());
+            return;
+        }
+    };
+    println!("@listening");
+    for _ in 0..2 {
+        let Ok((mut s, _)) = listener.accept() else {
+            break;
+        };
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(&s).read_line(&mut line);
+        let _ = writeln!(s, "{{\"reply\":\"done\",\"message\":\"ring stopped\"}}");
+    }
+    let _ = std::fs::remove_file(&path);
 }
