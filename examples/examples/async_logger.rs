@@ -135,6 +135,9 @@ fn parent(mode: Mode, lines: u64) -> Result<(), Box<dyn Error>> {
     };
     let dir = names::namespace_dir(&namespace)?;
     let dir_existed = dir.exists();
+    // Before the ring exists: from here a Ctrl-C ends the waits, not the process, and the
+    // ring and the log file are removed.
+    let mut children = Children::interruptible()?;
     let ring = Ring::create(&namespace, &ring_name, &config)?;
     // Said once the ring exists, and never before its cleanup below: a stdout that cannot
     // be written ends the run there, and the ring is still removed.
@@ -148,7 +151,6 @@ fn parent(mode: Mode, lines: u64) -> Result<(), Box<dyn Error>> {
         );
         Ok(())
     })();
-    let mut children = Children::default();
     let result = said.and_then(|()| {
         run_children(
             &ring,
@@ -195,6 +197,7 @@ fn run_children(
     }
     // The writer starts late on purpose: the declared entry kept every line for it.
     while ring.info().head == 0 {
+        children.check_interrupt()?;
         if Instant::now() >= deadline {
             return Err("no application logged a line".into());
         }

@@ -14,12 +14,10 @@
 //! ring. Children are found with `std::env::current_exe()` and a role argument.
 
 use std::error::Error;
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use shmring::{names, ConsumerOptions, ProducerMode, Ring, RingConfig, WaitOutcome};
-use shmring_examples::say;
+use shmring_examples::{say, Children};
 
 const PRODUCERS: u32 = 2;
 const CONSUMERS: u32 = 2;
@@ -103,6 +101,9 @@ fn parent(per_producer: u64) -> Result<(), Box<dyn Error>> {
         producer_mode: ProducerMode::Multi,
         ..RingConfig::default()
     };
+    // Before the ring exists: from here a Ctrl-C ends the waits, not the process, and the
+    // ring is removed.
+    let mut children = Children::interruptible()?;
     let ring = Ring::create(&namespace, &ring_name, &config)?;
     // Said once the ring exists, and never before its cleanup below: a stdout that cannot
     // be written ends the run there, and the ring is still removed.
@@ -116,9 +117,12 @@ fn parent(per_producer: u64) -> Result<(), Box<dyn Error>> {
         Ok(())
     })();
 
-    let result = said.and_then(|()| run_children(&ring, &namespace, &ring_name, per_producer));
+    let result = said
+        .and_then(|()| run_children(&ring, &mut children, &namespace, &ring_name, per_producer));
 
-    // Clean up whatever happened: the ring, and the namespace directory if we made it.
+    // Clean up whatever happened: the children, the ring, and the namespace directory if we
+    // made it.
+    children.kill_all();
     drop(ring);
     Ring::remove(&namespace, &ring_name)?;
     if !dir_existed {
@@ -131,70 +135,48 @@ fn parent(per_producer: u64) -> Result<(), Box<dyn Error>> {
 
 fn run_children(
     ring: &Ring,
+    children: &mut Children,
     namespace: &str,
     ring_name: &str,
     per_producer: u64,
 ) -> Result<(), Box<dyn Error>> {
-    let exe = std::env::current_exe()?;
-    let spawn = |role: &str, index: u32| -> std::io::Result<(String, Child)> {
-        let child = Command::new(&exe)
-            .args([role, namespace, ring_name])
-            .arg(index.to_string())
-            .arg(per_producer.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        Ok((format!("{role} {index}"), child))
+    let args = |role: &str, index: u32| {
+        [
+            role.to_owned(),
+            namespace.to_owned(),
+            ring_name.to_owned(),
+            index.to_string(),
+            per_producer.to_string(),
+        ]
     };
     let deadline = Instant::now() + WATCHDOG;
-    let mut children = Vec::new();
 
     // Consumers first, and wait until both are attached: a consumer starts at the head.
     for i in 0..CONSUMERS {
-        children.push(spawn("consumer", i)?);
+        children.spawn(format!("consumer {i}"), &args("consumer", i))?;
     }
     while ring.info().consumers.len() < CONSUMERS as usize {
-        if Instant::now() > deadline || children.iter_mut().any(|(_, c)| exited(c)) {
-            kill_all(&mut children);
+        children.check_interrupt()?;
+        if Instant::now() > deadline || children.any_exited() {
             return Err("the consumer processes did not attach".into());
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     let start = Instant::now();
     for i in 0..PRODUCERS {
-        children.push(spawn("producer", i)?);
+        children.spawn(format!("producer {i}"), &args("producer", i))?;
     }
 
     // Wait for every child (with a watchdog), then collect what each printed.
-    let mut failed = Vec::new();
     let mut reports = Vec::new();
-    for (name, child) in &mut children {
-        let status = loop {
-            if let Some(status) = child.try_wait()? {
-                break Some(status);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let mut out = String::new();
-        match status {
-            Some(s) if s.success() => {
-                if let Some(mut pipe) = child.stdout.take() {
-                    pipe.read_to_string(&mut out)?;
-                }
-                reports.push((name.clone(), out.trim().to_owned()));
-            }
-            Some(s) => failed.push(format!("{name} exited with {s}")),
-            None => failed.push(format!("{name} still running after {WATCHDOG:?}")),
-        }
+    for name in (0..CONSUMERS)
+        .map(|i| format!("consumer {i}"))
+        .chain((0..PRODUCERS).map(|i| format!("producer {i}")))
+    {
+        let report = children.finish(&name, deadline)?;
+        reports.push((name, report.trim().to_owned()));
     }
     let elapsed = start.elapsed();
-    if !failed.is_empty() {
-        kill_all(&mut children);
-        return Err(failed.join("; ").into());
-    }
 
     for (name, report) in &reports {
         say!("{name}: {report}");
@@ -207,18 +189,6 @@ fn run_children(
         elapsed.as_secs_f64(),
     );
     Ok(())
-}
-
-fn exited(child: &mut Child) -> bool {
-    !matches!(child.try_wait(), Ok(None))
-}
-
-fn kill_all(children: &mut [(String, Child)]) {
-    for (_, child) in children {
-        // Our own children, by handle.
-        let _ = child.kill();
-        let _ = child.wait();
-    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -138,6 +138,9 @@ fn parent(per_gateway: u64) -> Result<(), Box<dyn Error>> {
     };
     let dir = names::namespace_dir(&namespace)?;
     let dir_existed = dir.exists();
+    // Before the rings exist: from here a Ctrl-C ends the waits, not the process, and the
+    // rings are removed.
+    let mut children = Children::interruptible()?;
     let orders = Ring::create(&namespace, &orders_name, &orders_config)?;
     let fills = match Ring::create(&namespace, &fills_name, &fills_config) {
         Ok(r) => r,
@@ -158,7 +161,6 @@ fn parent(per_gateway: u64) -> Result<(), Box<dyn Error>> {
         );
         Ok(())
     })();
-    let mut children = Children::default();
     let args = [namespace.clone(), orders_name.clone(), fills_name.clone()];
     let result =
         said.and_then(|()| run_children(&orders, &fills, &mut children, &args, per_gateway));

@@ -103,11 +103,42 @@ pub fn finish(result: Result<(), Box<dyn std::error::Error>>) -> ExitCode {
 
 /// The child processes of a multi-process example (it runs its own executable in each
 /// role), each under a name. Those still running are killed and reaped on every way out,
-/// `drop` included.
+/// `drop` included. Made with [`Children::interruptible`], a Ctrl-C (SIGINT or SIGTERM) ends
+/// the waits with an error instead of the process, so that the example's cleanup (its
+/// rings, its files) still runs.
 #[derive(Default)]
-pub struct Children(Vec<(String, std::process::Child)>);
+pub struct Children {
+    running: Vec<(String, std::process::Child)>,
+    interrupted: Option<Arc<AtomicBool>>,
+}
 
 impl Children {
+    /// No children yet; the first SIGINT or SIGTERM ends every wait with an error (see
+    /// [`stop_on_ctrl_c`]).
+    pub fn interruptible() -> std::io::Result<Self> {
+        Ok(Children {
+            running: Vec::new(),
+            interrupted: Some(stop_on_ctrl_c()?),
+        })
+    }
+
+    /// An error once Ctrl-C was pressed (or SIGTERM came).
+    pub fn check_interrupt(&self) -> Result<(), Box<dyn std::error::Error>> {
+        match &self.interrupted {
+            Some(flag) if flag.load(std::sync::atomic::Ordering::Relaxed) => {
+                Err("interrupted (Ctrl-C): stopping the child processes and cleaning up".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a child has exited.
+    pub fn any_exited(&mut self) -> bool {
+        self.running
+            .iter_mut()
+            .any(|(_, c)| !matches!(c.try_wait(), Ok(None)))
+    }
+
     /// Start this executable again with `args`, its stdout captured, as `who`.
     pub fn spawn(
         &mut self,
@@ -119,7 +150,7 @@ impl Children {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .spawn()?;
-        self.0.push((who, child));
+        self.running.push((who, child));
         Ok(())
     }
 
@@ -130,18 +161,19 @@ impl Children {
         deadline: std::time::Instant,
     ) -> Result<String, Box<dyn std::error::Error>> {
         let i = self
-            .0
+            .running
             .iter()
             .position(|(w, _)| w == who)
             .ok_or_else(|| format!("no child {who}"))?;
-        let (_, child) = &mut self.0[i];
         loop {
+            self.check_interrupt()?;
+            let (_, child) = &mut self.running[i];
             if let Some(status) = child.try_wait()? {
                 let mut out = String::new();
                 if let Some(mut stdout) = child.stdout.take() {
                     std::io::Read::read_to_string(&mut stdout, &mut out)?;
                 }
-                self.0.remove(i);
+                self.running.remove(i);
                 if !status.success() {
                     return Err(format!("{who} failed ({status}): {out}").into());
                 }
@@ -157,11 +189,11 @@ impl Children {
 
     /// Kill and reap every child still running.
     pub fn kill_all(&mut self) {
-        for (_, child) in &mut self.0 {
+        for (_, child) in &mut self.running {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.0.clear();
+        self.running.clear();
     }
 }
 
