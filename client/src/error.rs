@@ -449,7 +449,7 @@ pub enum PollError {
     /// the handler was handed may be torn, so discard what it made of them. They are counted
     /// in `dropped_behind`, not `delivered`, and the consumer went on from the head, gating
     /// again, as after any release. A release that left those slots alone is taken at the
-    /// next poll instead.
+    /// next poll instead. `Consumer::run` logs this and goes on.
     #[error("released by the broker while the handler read events {from}..{to} in place, and a producer wrote into them since: what the handler got may be torn, discard it; the consumer goes on from the head")]
     ReleasedWhileReading {
         /// The first event the handler read.

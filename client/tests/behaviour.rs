@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use shmring::{
     AttachError, ConsumerOptions, LeaseError, OpenError, PollError, ProducerMode, PublishError,
-    Ring, RingConfig, RingState, TryPublishError,
+    Ring, RingConfig, RingState, TryPublishError, WaitStrategy,
 };
 
 use shmring_testkit::Namespace;
@@ -800,6 +800,44 @@ fn a_release_while_polling_in_place_says_what_may_be_torn() {
             (s.delivered, s.dropped_behind, c.next_sequence()),
             (0, 11, 11),
             "{event_size:?} runs {runs}: {seen:?}"
+        );
+        assert_eq!(ring.info().consumers[0].state, "ACTIVE", "it gates again");
+    }
+}
+
+/// `run` goes on after such a release: the batch is counted dropped, and the consumer
+/// carries on from the head, gating again.
+#[test]
+fn a_release_while_running_in_place_goes_on_from_the_head() {
+    for event_size in [None, Some(8)] {
+        let opts = ConsumerOptions::durable("d").wait(WaitStrategy::TimeoutBlocking {
+            timeout: std::time::Duration::from_millis(5),
+        });
+        let (_ns, ring, mut p, mut c) = leased_as("release_mid_run", event_size, opts);
+        let info = ring.info().consumers[0].clone();
+        let mut seen = Vec::new();
+        let mut idle = 0;
+        let exit = c.run(
+            |ev| {
+                seen.push(ev.sequence());
+                if ev.sequence() == 3 {
+                    assert!(ring.release_consumer(info.index, info.word));
+                    for v in 4..11u64 {
+                        p.publish(&v.to_le_bytes()).unwrap();
+                    }
+                }
+            },
+            || {
+                idle += 1;
+                idle > 3
+            },
+        );
+        assert_eq!(exit, Ok(shmring::RunExit::Stopped), "{event_size:?}");
+        let s = c.stats();
+        assert_eq!(
+            (s.delivered, s.dropped_behind, c.next_sequence()),
+            (0, 11, 11),
+            "{event_size:?}: {seen:?}"
         );
         assert_eq!(ring.info().consumers[0].state, "ACTIVE", "it gates again");
     }

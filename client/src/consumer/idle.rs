@@ -12,6 +12,12 @@ impl Consumer {
     /// empty polls with this consumer's wait strategy. `stop` is checked after every batch
     /// and every idle step (a park lasts at most the 50 ms net, or the `TimeoutBlocking`
     /// timeout; spinning, about 64 pauses).
+    ///
+    /// A release by the broker that lands while the handler reads a batch in place, with a
+    /// producer writing into it since (`PollError::ReleasedWhileReading` from `poll_once`),
+    /// does not end the run: it is logged (a `tracing` warning naming the events the
+    /// handler may have had torn), the batch is counted in `dropped_behind`, and the run
+    /// goes on from the head, as after any release.
     pub fn run<F, S>(&mut self, mut handler: F, stop: S) -> Result<RunExit, PollError>
     where
         F: FnMut(Event<'_>),
@@ -44,7 +50,8 @@ impl Consumer {
                 return Ok(RunExit::Stopped);
             }
             let before = self.next;
-            let n = self.poll_once_fallible(&mut handler)?;
+            let polled = self.poll_once_fallible(&mut handler);
+            let n = self.carry_on(polled)?;
             if self.next != before || n > 0 {
                 self.idler.reset();
                 self.idle_since = None;
@@ -59,7 +66,8 @@ impl Consumer {
                 // The event at the position arrived while spinning: handed over from here,
                 // not through another poll (ARCHITECTURE.md, "A caught-up consumer's
                 // spin").
-                self.deliver_next(&mut handler)?;
+                let delivered = self.deliver_next(&mut handler);
+                self.carry_on(delivered)?;
                 self.idler.reset();
                 self.idle_since = None;
                 continue;
@@ -67,6 +75,23 @@ impl Consumer {
             if self.idle_step()? == Some(WaitOutcome::Closed) {
                 return Ok(RunExit::Closed);
             }
+        }
+    }
+
+    /// A poll's outcome for the run loop: a batch the handler may have had torn by a release
+    /// is logged, and the run goes on from the head (see [`Consumer::run`]).
+    fn carry_on(&self, polled: Result<usize, PollError>) -> Result<usize, PollError> {
+        match polled {
+            Err(PollError::ReleasedWhileReading { from, to }) => {
+                tracing::warn!(
+                    consumer = self.seg.index(),
+                    from,
+                    to,
+                    "released by the broker while the handler read events in place, and a producer wrote into them since: what the handler got may be torn; going on from the head"
+                );
+                Ok(0)
+            }
+            other => other,
         }
     }
 
