@@ -129,10 +129,11 @@ pub fn claim<V: Word, W: Word>(
         let end = w.saturating_add(k);
         // Release (both): pair with the producers' Acquire gate scan. `next` first: on the
         // first try, after a finished claim (`next == claim_end`), a member dying between
-        // the two stores names an empty claim. On a retry after a lost CAS, `next` moves to
-        // the new work sequence under the old end, so the entry names events another
-        // member claimed until the second store: a member taking it over then hands them
-        // again, the at-least-once of a member that dies in its claim.
+        // the two stores names an empty claim. Once a try's CAS is lost, the entry names
+        // that try's claim, part of which another member took, until the next try's first
+        // store (then the part no member has claimed yet): a member taking such an entry
+        // over hands those events again, the at-least-once of a member that dies in its
+        // claim.
         next.store(w, Ordering::Release);
         claim_end.store(end, Ordering::Release);
         // SeqCst: the claim; its place in the single total order is what two members

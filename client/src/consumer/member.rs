@@ -318,9 +318,14 @@ fn find_group(
             continue;
         }
         if flags & consumer_flags::GROUP == 0 {
-            return Err(AttachError::NotAGroup {
-                name: name.to_owned(),
-            });
+            // The name is a durable consumer's, unless a group of it came first in the table
+            // (a durable attach racing a group's creation gives way by its own check).
+            if matches!(found, GroupAt::None) {
+                return Err(AttachError::NotAGroup {
+                    name: name.to_owned(),
+                });
+            }
+            continue;
         }
         if state != consumer_state::ACTIVE {
             if matches!(found, GroupAt::None | GroupAt::BeingCreated) {
