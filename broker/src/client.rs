@@ -39,16 +39,17 @@ pub enum ClientError {
         /// The socket's (or its directory's) mode and owners, when readable.
         detail: String,
     },
-    /// The process listening on the socket is not of the user who owns the namespace's
-    /// directory (the broker's), nor root: another user who may write the directory took
-    /// the path after the broker stopped. Nothing was sent to it.
-    #[error("the process listening on {path} runs as uid {uid}, not as the namespace's owner (uid {owner}) or root: it is not this namespace's broker, so nothing was asked of it; no broker answers here (remove the socket, then start the broker)")]
+    /// The process listening on the socket runs neither as the broker's uid (the owner of
+    /// its lock file, or of the namespace directory before any broker ran) nor as root:
+    /// another user who may write the directory took the path after the broker stopped.
+    /// Nothing was sent to it.
+    #[error("the process listening on {path} runs as uid {uid}, neither the broker's (uid {owner}: the owner of its lock file, or of the directory before any broker ran) nor root: it is not this namespace's broker, so nothing was asked of it; no broker answers here")]
     NotTheBroker {
         /// The socket path.
         path: PathBuf,
         /// The listening process's uid.
         uid: u32,
-        /// The namespace directory's owner.
+        /// The broker's uid: its lock file's owner (the directory's before any lock).
         owner: u32,
     },
     /// The namespace name is not valid.
@@ -188,13 +189,20 @@ fn exchange(
         }
         Err(e) => return Err(io(e)),
     };
-    // Only the namespace's owner (whose uid the broker runs as: it refuses a directory
-    // another user owns) or root serves it. Its socket is removed when it stops, and a group
-    // member may then bind the path: such a process is not asked anything.
-    let owner = path
-        .parent()
-        .and_then(|dir| dir.symlink_metadata().ok())
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    // Only the broker's uid, or root, serves the namespace. The broker's uid owns its lock
+    // (a broker takes no lock of another uid's, and in the sticky directory nobody else may
+    // replace it); before any broker made one, the directory's owner. A socket is removed
+    // when its broker stops, and a member of its group may then bind the path: such a
+    // process is asked nothing.
+    let owner = path.parent().and_then(|dir| {
+        let lock = dir
+            .join(crate::protocol::LOCK_NAME)
+            .symlink_metadata()
+            .ok()
+            .filter(|m| m.file_type().is_file());
+        lock.or_else(|| dir.symlink_metadata().ok())
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+    });
     let peer = rustix::net::sockopt::socket_peercred(&stream)
         .map_err(|e| io(e.into()))?
         .uid

@@ -32,6 +32,9 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub const MAX_REPLY: usize = 64 << 20;
 /// File name of the control socket in the namespace directory.
 pub const SOCKET_NAME: &str = "broker.sock";
+/// File name of the broker's lock in the namespace directory: its owner is the broker's
+/// uid (a broker takes no lock of another uid's).
+pub const LOCK_NAME: &str = "broker.lock";
 
 /// A request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -238,6 +238,38 @@ mod as_root {
         assert!(why.contains("uid 65534"), "{v:#}");
     }
 
+    /// A broker of another user than the namespace directory's owner (root owns it, as
+    /// `sudo install -d` leaves it; the broker accepts that) is the broker: the CLI's look
+    /// at who listens goes by the owner of the broker's lock, not the directory's.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_broker_in_a_directory_root_owns_is_answered() {
+        role::need_root();
+        let ns = Namespace::new("rootdir");
+        std::fs::create_dir(ns.dir()).expect("the namespace directory, root's");
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod dir");
+        let copy = ExeForNobody::of(std::path::Path::new(common::BIN));
+        let mut cmd = std::process::Command::new(&copy.exe);
+        cmd.args(["run", "--namespace", ns.name()])
+            .env("RUST_LOG", "info");
+        role::as_nobody(&mut cmd);
+        let mut broker = ns.spawn("broker as nobody", cmd);
+        if !broker.expect_stderr_within("broker ready", common::WAIT) {
+            broker.fail("did not get ready");
+        }
+        let out = ns.cli(&["stop", "default"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (v, code) = ns.status();
+        assert_eq!(code, 0, "{v:#}");
+        assert_eq!(ring(&v, "default").expect("default")["state"], "STOPPED");
+    }
+
     /// A member of the broker group through a supplementary group only (its primary group is
     /// another one, as after `usermod -aG`): the socket's `SO_PEERGROUPS` shows the group,
     /// and the request is carried out.

@@ -18,8 +18,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use tracing::warn;
 
-/// The lock file's name in the namespace directory.
-pub const LOCK_NAME: &str = "broker.lock";
+pub use crate::protocol::LOCK_NAME;
 
 /// Why the lock was not taken.
 #[derive(Debug, thiserror::Error)]
