@@ -221,7 +221,10 @@ fn run_children(
         bad += field(&report, "bad")?;
     }
     // Shutdown: refuse new lines, let the writer finish every accepted one.
-    let stop = ring.drain(DRAIN_TIMEOUT)?;
+    // A Ctrl-C ends the drain too: the consumers it waits for may have died of it.
+    let drained = ring.drain_while(DRAIN_TIMEOUT, || children.check_interrupt().is_ok());
+    children.check_interrupt()?;
+    let stop = drained?;
     let report = children.finish("writer", deadline)?;
     write!(std::io::stdout().lock(), "{report}")?;
     let written = field(&report, "written")?;

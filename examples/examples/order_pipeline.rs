@@ -224,12 +224,17 @@ fn run_children(
         sent += Report(children.finish(&format!("gateway {i}"), deadline)?).get("orders")?;
     }
     // Shutdown: no more orders; every stage finishes what was accepted, then the fills.
-    orders.drain(DRAIN_TIMEOUT)?;
+    // A Ctrl-C ends the drain too: the consumers it waits for may have died of it.
+    let drained = orders.drain_while(DRAIN_TIMEOUT, || children.check_interrupt().is_ok());
+    children.check_interrupt()?;
+    drained?;
     let mut reports = Vec::new();
     for stage in STAGES {
         reports.push(Report(children.finish(&format!("{stage} 0"), deadline)?));
     }
-    fills.drain(DRAIN_TIMEOUT)?;
+    let drained = fills.drain_while(DRAIN_TIMEOUT, || children.check_interrupt().is_ok());
+    children.check_interrupt()?;
+    drained?;
     for i in 0..NOTIFIERS {
         reports.push(Report(children.finish(&format!("notifier {i}"), deadline)?));
     }
