@@ -55,16 +55,6 @@ pub enum LeaseError {
     /// cannot read ahead of its position safely. Attach it required.
     #[error("an optional consumer cannot read ahead of its position: attach it required")]
     NotRequired,
-    /// `commit_to` a sequence past what this consumer's upstreams (`ConsumerOptions::after`)
-    /// have finished: it would pass an upstream, and its own downstreams with it. Nothing
-    /// was committed; `read_ahead` never reads past `limit`.
-    #[error("cannot commit to {seq}: this consumer's upstreams have finished only up to {limit}")]
-    AheadOfUpstream {
-        /// The requested position.
-        seq: u64,
-        /// What the upstreams have finished.
-        limit: u64,
-    },
     /// The consumer is a worker-group member: it takes its events through its group's
     /// claims (`poll_once`), and reading ahead of its position or committing past it would
     /// take events other members claim and deliver too.
@@ -311,14 +301,6 @@ impl Consumer {
         }
         if seq <= self.next {
             return Ok(());
-        }
-        // Never past its upstreams, whatever was read: a dependent consumer's position is at
-        // most theirs (`read_ahead` reads no further).
-        let limit = self
-            .upstream_limit()
-            .map_err(|_| LeaseError::UpstreamLost)?;
-        if seq > limit {
-            return Err(LeaseError::AheadOfUpstream { seq, limit });
         }
         let head = self.seg.position();
         if !self.released_now().map_err(LeaseError::Entry)? {

@@ -555,28 +555,3 @@ fn a_parked_downstream_hears_its_upstream_unsubscribe() {
     assert_eq!(got, Vec::<u64>::new());
     assert_eq!(polled, Err(PollError::UpstreamLost { name: "a".into() }));
 }
-
-/// A dependent consumer that reads ahead and confirms (`read_ahead`, `commit_to`) commits no
-/// further than its upstreams have finished, whatever it is asked: its position never passes
-/// theirs. Before, `commit_to` checked only that the events were published.
-#[test]
-fn a_dependent_consumer_cannot_commit_past_its_upstream() {
-    let ns = Namespace::concurrent("graph_commit_to");
-    let ring = graph_ring(&ns, 4);
-    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
-    let mut c = ring
-        .consumer(ConsumerOptions::durable("c").after(["a"]))
-        .unwrap();
-    publish_range(&ring, 0..4);
-    assert_eq!(c.read_ahead(0, 16, |_| {}), Ok(0), "a finished nothing yet");
-    assert_eq!(
-        c.commit_to(4),
-        Err(shmring::LeaseError::AheadOfUpstream { seq: 4, limit: 0 })
-    );
-    assert_eq!(c.next_sequence(), 0);
-    a.poll_once(|_| {}).unwrap();
-    assert_eq!(a.next_sequence(), 4);
-    assert_eq!(c.read_ahead(0, 16, |_| {}), Ok(4));
-    assert_eq!(c.commit_to(4), Ok(()));
-    assert_eq!(next_of(&ring, "c"), 4);
-}
