@@ -39,18 +39,17 @@ pub enum ClientError {
         /// The socket's (or its directory's) mode and owners, when readable.
         detail: String,
     },
-    /// The process listening on the socket runs neither as the broker's uid (the owner of
-    /// its lock file, or of the namespace directory before any broker ran) nor as root:
-    /// another user who may write the directory took the path after the broker stopped.
-    /// Nothing was sent to it.
-    #[error("the process listening on {path} runs as uid {uid}, neither the broker's (uid {owner}: the owner of its lock file, or of the directory before any broker ran) nor root: it is not this namespace's broker, so nothing was asked of it; no broker answers here")]
+    /// The process listening on the socket does not hold the namespace's lock (the broker
+    /// does, for as long as it runs) and is not root: another user who may write the
+    /// directory took the path after the broker stopped. Nothing was sent to it.
+    #[error("the process listening on {path} (pid {pid}, uid {uid}) does not hold the namespace's lock {lock}: it is not this namespace's broker, so nothing was asked of it; no broker answers here", lock = crate::protocol::LOCK_NAME)]
     NotTheBroker {
         /// The socket path.
         path: PathBuf,
-        /// The listening process's uid.
+        /// The listening process.
+        pid: u32,
+        /// Its uid.
         uid: u32,
-        /// The broker's uid: its lock file's owner (the directory's before any lock).
-        owner: u32,
     },
     /// The namespace name is not valid.
     #[error(transparent)]
@@ -189,30 +188,25 @@ fn exchange(
         }
         Err(e) => return Err(io(e)),
     };
-    // Only the broker's uid, or root, serves the namespace. The broker's uid owns its lock
-    // (a broker takes no lock of another uid's, and in the sticky directory nobody else may
-    // replace it); before any broker made one, the directory's owner. A socket is removed
-    // when its broker stops, and a member of its group may then bind the path: such a
-    // process is asked nothing.
-    let owner = path.parent().and_then(|dir| {
-        let lock = dir
-            .join(crate::protocol::LOCK_NAME)
-            .symlink_metadata()
-            .ok()
-            .filter(|m| m.file_type().is_file());
-        lock.or_else(|| dir.symlink_metadata().ok())
-            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-    });
-    let peer = rustix::net::sockopt::socket_peercred(&stream)
-        .map_err(|e| io(e.into()))?
-        .uid
-        .as_raw();
-    if let Some(owner) = owner {
-        if peer != owner && peer != 0 {
+    // The broker is the process that holds the namespace's lock (`run::lock`): only it, or
+    // root, is asked anything. Its socket is removed when it stops, and a member of its
+    // group may then bind the path, or make a lock file of its own before a broker does.
+    // Where `/proc/locks` cannot be read, the directory's owner stands in for the holder.
+    let cred = rustix::net::sockopt::socket_peercred(&stream).map_err(|e| io(e.into()))?;
+    let (uid, pid) = (cred.uid.as_raw(), cred.pid.as_raw_nonzero().get());
+    if uid != 0 {
+        let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+        let broker = match holds_lock(dir, pid) {
+            Some(holds) => holds,
+            None => dir
+                .symlink_metadata()
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid),
+        };
+        if !broker {
             return Err(ClientError::NotTheBroker {
                 path,
-                uid: peer,
-                owner,
+                pid: pid.unsigned_abs(),
+                uid,
             });
         }
     }
@@ -241,6 +235,34 @@ fn exchange(
         path,
         message: e.to_string(),
     })
+}
+
+/// Whether process `pid` holds the lock of the namespace directory `dir` (an exclusive
+/// `flock` on its `broker.lock`, as a running broker does), by `/proc/locks`; `None` when
+/// that cannot be read. No lock file, or something else at its name: nobody holds it.
+fn holds_lock(dir: &std::path::Path, pid: i32) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(lock) = dir.join(crate::protocol::LOCK_NAME).symlink_metadata() else {
+        return Some(false);
+    };
+    if !lock.file_type().is_file() {
+        return Some(false);
+    }
+    // As the kernel prints a lock's file: major:minor (hex) of its device, then its inode.
+    let dev = lock.dev();
+    let file = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev),
+        lock.ino()
+    );
+    let pid = pid.to_string();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // `N: FLOCK ADVISORY WRITE PID FILE START END`; a waiter's line has `->` after `N:`.
+    Some(locks.lines().any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        f.len() >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[4] == pid && f[5] == file
+    }))
 }
 
 /// The mode and owners of the socket, or of its directory when the socket cannot be seen.

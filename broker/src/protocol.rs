@@ -32,8 +32,8 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub const MAX_REPLY: usize = 64 << 20;
 /// File name of the control socket in the namespace directory.
 pub const SOCKET_NAME: &str = "broker.sock";
-/// File name of the broker's lock in the namespace directory: its owner is the broker's
-/// uid (a broker takes no lock of another uid's).
+/// File name of the broker's lock in the namespace directory: the broker holds an exclusive
+/// `flock` on it for as long as it runs.
 pub const LOCK_NAME: &str = "broker.lock";
 
 /// A request.

@@ -211,36 +211,46 @@ mod as_root {
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_socket_served_by_another_user_is_not_taken_for_the_broker() {
         role::need_root();
-        let ns = Namespace::new("impostor");
-        let mut broker = ns.broker(None);
-        broker.signal_and_wait(rustix::process::Signal::TERM);
-        assert!(
-            !ns.dir().join("broker.sock").exists(),
-            "the socket went with the broker"
-        );
-        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o777))
-            .expect("chmod dir");
+        // Then with a lock file of its own, made once the broker's is gone (removed by root,
+        // or after a reboot empties /dev/shm): its owner is not the broker either.
+        for own_lock in [false, true] {
+            let ns = Namespace::new("impostor");
+            let mut broker = ns.broker(None);
+            broker.signal_and_wait(rustix::process::Signal::TERM);
+            assert!(
+                !ns.dir().join("broker.sock").exists(),
+                "the socket went with the broker"
+            );
+            std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o777))
+                .expect("chmod dir");
+            if own_lock {
+                std::fs::remove_file(ns.dir().join("broker.lock")).expect("remove the lock");
+            }
 
-        let copy = ExeForNobody::of_this_test();
-        let mut cmd = role::command(&copy.exe, "impostor");
-        cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
-        role::as_nobody(&mut cmd);
-        let mut impostor = ns.spawn("impostor", cmd);
-        impostor.expect("@listening");
+            let copy = ExeForNobody::of_this_test();
+            let mut cmd = role::command(&copy.exe, "impostor");
+            cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
+            if own_lock {
+                cmd.env("IMPOSTOR_LOCK", "1");
+            }
+            role::as_nobody(&mut cmd);
+            let mut impostor = ns.spawn("impostor", cmd);
+            impostor.expect("@listening");
 
-        let out = ns.cli(&["stop", "default"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(err.contains("uid 65534"), "{err}");
-        let v: Value =
-            serde_json::from_slice(&ns.cli(&["status", "--json"]).stdout).expect("status JSON");
-        let why = v["broker"]["unreachable"].as_str().unwrap_or_default();
-        assert!(why.contains("uid 65534"), "{v:#}");
+            let out = ns.cli(&["stop", "default"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "own lock {own_lock}: {err}");
+            assert!(err.contains("uid 65534"), "{err}");
+            let v: Value =
+                serde_json::from_slice(&ns.cli(&["status", "--json"]).stdout).expect("status JSON");
+            let why = v["broker"]["unreachable"].as_str().unwrap_or_default();
+            assert!(why.contains("uid 65534"), "{v:#}");
+        }
     }
 
     /// A broker of another user than the namespace directory's owner (root owns it, as
     /// `sudo install -d` leaves it; the broker accepts that) is the broker: the CLI's look
-    /// at who listens goes by the owner of the broker's lock, not the directory's.
+    /// at who listens goes by who holds the namespace's lock, not by the directory's owner.
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_broker_in_a_directory_root_owns_is_answered() {

@@ -302,9 +302,15 @@ fn foreign() {
 /// connections.
 fn impostor() {
     let ns = shmring::names::default_namespace();
-    let path = shmring::names::namespace_dir(&ns)
-        .expect("namespace")
-        .join("broker.sock");
+    let dir = shmring::names::namespace_dir(&ns).expect("namespace");
+    let path = dir.join("broker.sock");
+    // With IMPOSTOR_LOCK set it also makes a lock file of its own (and holds no lock on it).
+    if std::env::var_os("IMPOSTOR_LOCK").is_some() {
+        if let Err(e) = std::fs::File::create(dir.join("broker.lock")) {
+            println!("@error lock: {e}");
+            return;
+        }
+    }
     let listener = match std::os::unix::net::UnixListener::bind(&path) {
         Ok(l) => l,
         Err(e) => {
