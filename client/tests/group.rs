@@ -411,36 +411,46 @@ fn a_dead_creator_s_duplicate_group_entry_is_freed_not_joined() {
 #[test]
 fn a_durable_attach_racing_under_a_group_s_name_does_not_refuse_a_member() {
     use shmring_layout::{consumer_flags, consumer_state, owned_word};
-    let ns = Namespace::concurrent("group_durable_race");
-    let ring = ring_with(&ns, 16, 8);
-    let m1 = ring.consumer(worker()).unwrap();
-    let info = ring.info();
-    let group = info
-        .consumers
-        .iter()
-        .find(|c| c.is_group)
-        .expect("the group")
-        .index;
-    let free = (0..8)
-        .find(|i| info.consumers.iter().all(|c| c.index != *i))
-        .expect("a free entry");
-    assert!(free > group);
-    shmring_testkit::raw::RawSegment::open(&ring).fabricate_consumer(
-        free,
-        owned_word::pack(3, consumer_state::ACTIVE, std::process::id()),
-        consumer_flags::REQUIRED | consumer_flags::DURABLE,
-        "w",
-        info.head,
-    );
-    let m2 = ring.consumer(worker()).expect("the member joins the group");
-    let joined = ring
-        .info()
-        .consumers
-        .iter()
-        .find(|c| c.index == m2.index())
-        .and_then(|c| c.group);
-    assert_eq!(joined, Some(group));
-    drop((m1, m2));
+    for durable_first in [false, true] {
+        let ns = Namespace::concurrent("group_durable_race");
+        let ring = ring_with(&ns, 16, 8);
+        // Index 0 kept free for the durable entry when it comes first.
+        let holder = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let m1 = ring.consumer(worker()).unwrap();
+        drop(holder);
+        let info = ring.info();
+        let group = info
+            .consumers
+            .iter()
+            .find(|c| c.is_group)
+            .expect("the group")
+            .index;
+        let at = if durable_first {
+            0
+        } else {
+            (0..8)
+                .find(|i| *i > group && info.consumers.iter().all(|c| c.index != *i))
+                .expect("a free entry after the group's")
+        };
+        shmring_testkit::raw::RawSegment::open(&ring).fabricate_consumer(
+            at,
+            owned_word::pack(3, consumer_state::ACTIVE, std::process::id()),
+            consumer_flags::REQUIRED | consumer_flags::DURABLE,
+            "w",
+            info.head,
+        );
+        let m2 = ring
+            .consumer(worker())
+            .unwrap_or_else(|e| panic!("durable first {durable_first}: {e}"));
+        let joined = ring
+            .info()
+            .consumers
+            .iter()
+            .find(|c| c.index == m2.index())
+            .and_then(|c| c.group);
+        assert_eq!(joined, Some(group), "durable first {durable_first}");
+        drop((m1, m2));
+    }
 }
 
 /// A member that joins by taking over a failed member's entry counts as redelivered the

@@ -305,6 +305,7 @@ fn find_group(
     name: &str,
 ) -> Result<GroupAt, AttachError> {
     let mut found = GroupAt::None;
+    let mut durable = false;
     for i in 0..seg.geometry().max_consumers {
         let Some(e) = seg.consumer(i) else { break };
         // Acquire: the name and flags were written before the word was published.
@@ -318,13 +319,10 @@ fn find_group(
             continue;
         }
         if flags & consumer_flags::GROUP == 0 {
-            // The name is a durable consumer's, unless a group of it came first in the table
-            // (a durable attach racing a group's creation gives way by its own check).
-            if matches!(found, GroupAt::None) {
-                return Err(AttachError::NotAGroup {
-                    name: name.to_owned(),
-                });
-            }
+            // The name is a durable consumer's, unless a group of it is in the table too: a
+            // durable attach racing the group's creation gives way by its own check, wherever
+            // its entry lies.
+            durable = true;
             continue;
         }
         if state != consumer_state::ACTIVE {
@@ -364,7 +362,12 @@ fn find_group(
             found = GroupAt::Index(i);
         }
     }
-    Ok(found)
+    match found {
+        GroupAt::None if durable => Err(AttachError::NotAGroup {
+            name: name.to_owned(),
+        }),
+        found => Ok(found),
+    }
 }
 
 impl Member {
