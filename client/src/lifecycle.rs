@@ -261,7 +261,7 @@ impl Ring {
         mut keep_waiting: impl FnMut() -> bool,
     ) -> Result<u64, LifecycleError> {
         let (stop, word) = self.close_as(RingState::Draining)?;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::wait::deadline_in(timeout);
         let mut pause = Duration::from_micros(50);
         let result = loop {
             let behind = self.behind(stop);

@@ -297,13 +297,22 @@ impl Ring {
             return repair;
         }
         // The head first, then every other attached producer's claim (see
-        // `table::producer::unattributed_hole`).
+        // `table::producer::unattributed_hole`). A producer whose process is gone is not
+        // waited for: one that died announcing a claim never records it (two producers
+        // killed together in that window held each other's repair for good), and what it
+        // claimed is a hole like the others.
         let live = (0..geo.max_producers)
             .filter(|&i| i != skip)
             .map_while(|i| self.seg.producer(i))
-            // Acquire: pairs with the producer's Release `publish` of ACTIVE (its entry's
-            // fields come with it).
-            .filter(|p| p.state(Ordering::Acquire) == producer_state::ACTIVE)
+            .filter(|p| {
+                // Acquire: pairs with the producer's Release `publish` of ACTIVE (its entry's
+                // fields come with it).
+                let word = p.word.load(Ordering::Acquire);
+                // Relaxed: written before the word was published ACTIVE.
+                let start_time = p.start_time.load(Ordering::Relaxed);
+                owned_word::state(word) == producer_state::ACTIVE
+                    && table::producer::holder(&table::Os, word, start_time) != Holder::Open
+            })
             .map(|p| (&p.in_flight, &p.in_flight_len));
         // Holes lie at or after the slowest gating consumer; a live producer's claim can be
         // at most max_producers claims of capacity/2 ahead of it, so this range is bounded.
@@ -324,6 +333,11 @@ impl Ring {
     /// event has been read (see `table::tombstone`). On a ring of fixed-size events a single
     /// sequence is never marked out of order (its tombstones are published with the cursor,
     /// by `repair_dead_producer`): `NotNeeded` once `seq` is published, `Wait` before.
+    ///
+    /// For a sequence whose producer is gone, as the repairs call it: a live producer's
+    /// claim marked this way loses its event (consumers pass it before the producer stamps
+    /// it). A sequence nobody has claimed yet is never marked (`Wait`): its producer is
+    /// still to come.
     pub fn tombstone(&self, seq: u64) -> Tombstone {
         if self.seg.is_fixed() {
             return if self.seg.reached(seq) {
@@ -331,6 +345,9 @@ impl Ring {
             } else {
                 Tombstone::Wait
             };
+        }
+        if seq >= self.seg.line().claimed() {
+            return Tombstone::Wait;
         }
         let slot = self.seg.slot(seq);
         let need = (seq + 1).saturating_sub(self.capacity());

@@ -7,7 +7,15 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The instant `timeout` from now; one past what the clock holds (`Duration::MAX`, "wait
+/// for ever") is about 136 years away instead of an overflow.
+pub(crate) fn deadline_in(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(u64::from(u32::MAX)))
+}
 
 /// What a strategy does once its spin and yield budgets are spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

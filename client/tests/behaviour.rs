@@ -661,6 +661,22 @@ fn leased_as(
     (ns, ring, p, c)
 }
 
+/// What a broker release of `info` does to a handler that reads sequences 0 to 3 in place,
+/// landing at sequence 3: the consumer released, then the producer publishes `upto` (after
+/// 0 to 3): to 11, it overwrites the slots of 0 to 2 (not 3's, whose bytes the handler
+/// still borrows); to 8, it writes only the other half of the ring.
+fn release_then_publish(
+    ring: &Ring,
+    info: &shmring::ConsumerInfo,
+    p: &mut shmring::Producer,
+    upto: u64,
+) {
+    assert!(ring.release_consumer(info.index, info.word));
+    for v in 4..upto {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+}
+
 /// A consumer that reads ahead (the bridge exporter's way: `read_ahead`, then `commit_to`
 /// what the other side confirmed) and is released by the broker (`broker release`, to let
 /// producers go on while it waits for confirmations) goes to the head and gates again, as
@@ -738,12 +754,7 @@ fn a_release_while_reading_ahead_says_to_discard_the_run() {
         let read = c.read_ahead(0, 16, |ev| {
             seen.push(ev.sequence());
             if ev.sequence() == 3 {
-                // The broker releases it, and the producer overwrites slots read before
-                // (0 to 2; not 3, whose bytes this handler still borrows).
-                assert!(ring.release_consumer(info.index, info.word));
-                for v in 4..11u64 {
-                    p.publish(&v.to_le_bytes()).unwrap();
-                }
+                release_then_publish(&ring, &info, &mut p, 11);
             }
         });
         assert_eq!(
@@ -777,12 +788,7 @@ fn a_release_while_polling_in_place_says_what_may_be_torn() {
         let mut on_event = |seq: u64| {
             seen.push(seq);
             if seq == 3 {
-                // The broker releases it, and the producer overwrites slots read before
-                // (0 to 2; not 3, whose bytes this handler still borrows).
-                assert!(ring.release_consumer(info.index, info.word));
-                for v in 4..11u64 {
-                    p.publish(&v.to_le_bytes()).unwrap();
-                }
+                release_then_publish(&ring, &info, &mut p, 11);
             }
         };
         let polled = if runs {
@@ -821,10 +827,7 @@ fn a_release_while_running_in_place_goes_on_from_the_head() {
             |ev| {
                 seen.push(ev.sequence());
                 if ev.sequence() == 3 {
-                    assert!(ring.release_consumer(info.index, info.word));
-                    for v in 4..11u64 {
-                        p.publish(&v.to_le_bytes()).unwrap();
-                    }
+                    release_then_publish(&ring, &info, &mut p, 11);
                 }
             },
             || {
@@ -853,10 +856,7 @@ fn a_release_while_polling_in_place_keeps_a_batch_nobody_wrote_over() {
         let info = ring.info().consumers[0].clone();
         let polled = c.poll_once(|ev| {
             if ev.sequence() == 3 {
-                assert!(ring.release_consumer(info.index, info.word));
-                for v in 4..8u64 {
-                    p.publish(&v.to_le_bytes()).unwrap();
-                }
+                release_then_publish(&ring, &info, &mut p, 8);
             }
         });
         assert_eq!(polled, Ok(4), "{event_size:?}");
@@ -884,11 +884,7 @@ fn a_release_while_reading_ahead_keeps_a_run_nobody_wrote_over() {
         let read = c.read_ahead(0, 16, |ev| {
             seen.push((ev.sequence(), ev.bytes().to_vec()));
             if ev.sequence() == 3 {
-                assert!(ring.release_consumer(info.index, info.word));
-                // Sequences 4 to 7: slots 4 to 7 of 8, none of those read.
-                for v in 4..8u64 {
-                    p.publish(&v.to_le_bytes()).unwrap();
-                }
+                release_then_publish(&ring, &info, &mut p, 8);
             }
         });
         assert_eq!(read, Ok(4), "{event_size:?}");
@@ -962,4 +958,74 @@ fn a_durable_entry_whose_first_slot_was_reused_is_taken_over_at_the_head() {
     assert_eq!(c.stats().dropped_behind, 20, "and counts the gap");
     p.publish(&20u64.to_le_bytes()).unwrap();
     assert_eq!(drain(&mut c), vec![20]);
+}
+
+/// A timeout of `Duration::MAX` ("wait for ever") is a wait with no end, not an overflow of
+/// the clock: the publishes with a timeout and a drain take it.
+#[test]
+fn a_timeout_of_duration_max_waits_without_end() {
+    let ns = Namespace::concurrent("timeout_max");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    assert_eq!(p.publish_timeout(&[1], std::time::Duration::MAX), Ok(0));
+    assert_eq!(
+        p.publish_batch_timeout(&[[2u8], [3]], std::time::Duration::MAX),
+        Ok(1)
+    );
+    assert_eq!(ring.drain(std::time::Duration::MAX), Ok(3));
+}
+
+/// Two producers of a multi-producer ring killed together while each took a sequence (both
+/// between announcing a claim and recording it): neither hole has a name. The repair of
+/// either waits only for live producers about to record a claim; a dead one never will, so
+/// both holes are tombstoned and the consumers go on. Before, each repair waited for the
+/// other dead producer's announcement, and the holes stayed for good.
+#[test]
+fn two_producers_dead_while_claiming_do_not_hold_each_other_s_repair() {
+    use shmring_layout::IN_FLIGHT_CLAIMING;
+    let ns = Namespace::concurrent("two_dead_claiming");
+    let ring = Ring::create(ns.name(), "r", &small(64)).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    {
+        let mut p = ring.producer().unwrap();
+        for v in 0..3u64 {
+            p.publish(&v.to_le_bytes()).unwrap();
+        }
+    }
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    // Sequences 3 and 4, each taken by a process that died before it knew which.
+    raw.set_claim_word(5);
+    let words: Vec<u64> = (1..3)
+        .map(|i| {
+            let (pid, start) = shmring_testkit::fault::dead_process();
+            raw.fabricate_dead_producer(i, pid, start, IN_FLIGHT_CLAIMING, 0)
+        })
+        .collect();
+    let repair = ring.repair_dead_producer(1, words[0]);
+    assert_eq!(
+        (repair.tombstoned, repair.waiting),
+        (2, 0),
+        "the repair of the first tombstones both holes"
+    );
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!((got, c.next_sequence()), (vec![0, 1, 2], 5));
+}
+
+/// `Ring::tombstone` of a sequence no producer has claimed yet marks nothing: the producer
+/// that claims it next publishes its event, and consumers get it. Before, the mark went in
+/// and the event published there was passed over.
+#[test]
+fn a_tombstone_of_an_unclaimed_sequence_marks_nothing() {
+    let ns = Namespace::concurrent("tomb_unclaimed");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    p.publish(&0u64.to_le_bytes()).unwrap();
+    assert_eq!(ring.tombstone(1), shmring::Tombstone::Wait);
+    assert_eq!(p.publish(&1u64.to_le_bytes()), Ok(1));
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(got, [0, 1]);
 }

@@ -845,3 +845,52 @@ fn a_raised_fence_mode_leaves_the_common_case_and_still_wakes_a_parked_consumer(
     );
     assert_eq!(p.stats().published, n);
 }
+
+/// A batch event whose `AsRef` gives one length to the batch's check and another to its
+/// write (a type that answers differently each call): the event is written at its own
+/// sequence, cut or padded to the event size, and no other event is touched.
+#[test]
+fn a_batch_event_whose_bytes_change_length_is_written_in_its_own_slot() {
+    use std::cell::Cell;
+    struct Fickle {
+        calls: Cell<u32>,
+        bytes: [u8; 16],
+    }
+    impl AsRef<[u8]> for Fickle {
+        fn as_ref(&self) -> &[u8] {
+            let n = self.calls.get();
+            self.calls.set(n + 1);
+            if n == 0 {
+                &self.bytes
+            } else {
+                &self.bytes[..8]
+            }
+        }
+    }
+    let ns = Namespace::concurrent("fixed-fickle");
+    let config = RingConfig {
+        event_size: Some(16),
+        ..config(16)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    let events = [
+        Fickle {
+            calls: Cell::new(0),
+            bytes: [1; 16],
+        },
+        Fickle {
+            calls: Cell::new(0),
+            bytes: [2; 16],
+        },
+    ];
+    assert_eq!(p.publish_batch(&events), Ok(0));
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.bytes().to_vec())).unwrap();
+    let mut second = vec![2u8; 8];
+    second.resize(16, 0);
+    let mut first = vec![1u8; 8];
+    first.resize(16, 0);
+    assert_eq!(got, [first, second]);
+}

@@ -856,7 +856,7 @@ impl Consumer {
                     }
                     Verdict::Again(wait) => {
                         self.stats.retries = self.stats.retries.wrapping_add(1);
-                        self.retry_at = (!wait.is_zero()).then(|| Instant::now() + wait);
+                        self.retry_at = (!wait.is_zero()).then(|| crate::wait::deadline_in(wait));
                         // Not marked now: the member may hand over events of its other
                         // claims first, and a death in one of those must not count against
                         // this one. `mark_before` marks the retry right before it is made.

@@ -512,7 +512,7 @@ impl Consumer {
             Verdict::Again(wait) => {
                 self.stats.retries = self.stats.retries.wrapping_add(1);
                 self.store_stats();
-                self.retry_at = (!wait.is_zero()).then(|| Instant::now() + wait);
+                self.retry_at = (!wait.is_zero()).then(|| crate::wait::deadline_in(wait));
                 // The next attempt is counted before it is made, as at attach: a process
                 // that dies in it leaves it counted. A worker member holds other claims and
                 // may hand their events over first: its retry is marked by the window of

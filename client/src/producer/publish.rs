@@ -562,7 +562,7 @@ impl Producer {
         bytes: &[u8],
         timeout: Duration,
     ) -> Result<u64, TryPublishError> {
-        self.publish_deadline(bytes, Instant::now() + timeout)
+        self.publish_deadline(bytes, crate::wait::deadline_in(timeout))
     }
 
     /// As [`Producer::publish_timeout`], with a deadline on the monotonic clock.
@@ -629,9 +629,13 @@ impl Producer {
             fixed::begin_write(&ring);
             let mut seq = first;
             for e in events {
-                // SAFETY: this producer holds the batch's claim and passed the wrap gate for
-                // its last sequence; every length was checked against the event size.
-                unsafe { ring.write(seq, e) };
+                if e.len() == self.max_payload {
+                    // SAFETY: this producer holds the batch's claim and passed the wrap gate
+                    // for its last sequence; the length is the event size.
+                    unsafe { ring.write(seq, e) };
+                } else {
+                    Self::write_resized(&ring, seq, e, self.max_payload);
+                }
                 seq += 1;
             }
             fixed::publish(&ring, seq);
@@ -653,6 +657,21 @@ impl Producer {
         self.notify();
         self.clear_in_flight();
         self.count_published(n);
+    }
+
+    /// A fixed-size batch event whose bytes came back another length than the check saw
+    /// (the caller's `AsRef` answered twice, differently): written as the event size, cut or
+    /// padded with zeros, never at another sequence's place (`Events::write` takes its
+    /// length for the event size).
+    #[cold]
+    #[inline(never)]
+    fn write_resized(ring: &crate::segment::Events<'_>, seq: u64, bytes: &[u8], size: usize) {
+        let mut event = vec![0u8; size];
+        let n = bytes.len().min(size);
+        event[..n].copy_from_slice(&bytes[..n]);
+        // SAFETY: as the caller's write: this producer holds `seq`'s claim past the wrap
+        // gate, and `event` is the event size.
+        unsafe { ring.write(seq, &event) };
     }
 
     fn publish_batch_iter<'e>(
@@ -708,7 +727,7 @@ impl Producer {
         events: &[B],
         timeout: Duration,
     ) -> Result<u64, TryPublishError> {
-        self.publish_batch_deadline(events, Instant::now() + timeout)
+        self.publish_batch_deadline(events, crate::wait::deadline_in(timeout))
     }
 
     /// As [`Producer::publish_batch_timeout`], with a deadline on the monotonic clock.
