@@ -269,6 +269,35 @@ fn events(lines: &[String]) -> Vec<u64> {
         .collect()
 }
 
+/// The ring of the tests that run incarnations one after another: 64 slots.
+fn one_by_one_ring(ns: &Namespace) -> Ring {
+    let config = RingConfig {
+        capacity: 64,
+        ..RingConfig::default()
+    };
+    Ring::create(ns.name(), "r", &config).expect("create ring")
+}
+
+/// One incarnation of the consumer role with `env`, run to its end; the `first` publishes
+/// the events once it is attached. Its exit status and what it printed after `ready`.
+fn incarnation(
+    ns: &Namespace,
+    ring: &Ring,
+    env: &[(&str, String)],
+    first: bool,
+) -> (std::process::ExitStatus, Vec<String>) {
+    let mut child = ns.role("consumer", env);
+    child.expect_line("ready");
+    if first {
+        let mut p = ring.producer().expect("producer");
+        for v in 0..TOTAL {
+            p.publish(&v.to_le_bytes()).expect("publish");
+        }
+    }
+    let status = child.wait_status();
+    (status, child.rest_of_stdout())
+}
+
 /// Two poisons in a row, batch cap 1: the restart that skips the first (its attempts used
 /// up) hands the second over as the first event of its window, counted before it is
 /// handed, so the second is also skipped after 3 counted deaths: 4 deaths on the first
@@ -277,25 +306,13 @@ fn events(lines: &[String]) -> Vec<u64> {
 #[test]
 fn a_poison_right_after_a_skipped_one_has_each_death_counted() {
     let ns = Namespace::new("poison_twice");
-    let config = RingConfig {
-        capacity: 64,
-        ..RingConfig::default()
-    };
-    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let ring = one_by_one_ring(&ns);
     let env = [("POISON_NEXT_TOO", "1".to_owned())];
     let mut lines = Vec::new();
     let mut finished = None;
     for k in 0..12 {
-        let mut child = ns.role("consumer", &env);
-        child.expect_line("ready");
-        if k == 0 {
-            let mut p = ring.producer().expect("producer");
-            for v in 0..TOTAL {
-                p.publish(&v.to_le_bytes()).expect("publish");
-            }
-        }
-        let status = child.wait_status();
-        lines.extend(child.rest_of_stdout());
+        let (status, said) = incarnation(&ns, &ring, &env, k == 0);
+        lines.extend(said);
         if status.success() {
             finished = Some(k);
             break;
@@ -332,24 +349,11 @@ fn a_poison_right_after_a_skipped_one_has_each_death_counted() {
 #[test]
 fn retry_stops_failed_once_the_deaths_used_up_the_attempts() {
     let ns = Namespace::new("poison_retry_stop");
-    let config = RingConfig {
-        capacity: 64,
-        ..RingConfig::default()
-    };
-    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let ring = one_by_one_ring(&ns);
     let env = [("POISON_MODE", "retry".to_owned())];
     let mut outcomes = Vec::new();
     for k in 0..6 {
-        let mut child = ns.role("consumer", &env);
-        child.expect_line("ready");
-        if k == 0 {
-            let mut p = ring.producer().expect("producer");
-            for v in 0..TOTAL {
-                p.publish(&v.to_le_bytes()).expect("publish");
-            }
-        }
-        let status = child.wait_status();
-        let lines = child.rest_of_stdout();
+        let (status, lines) = incarnation(&ns, &ring, &env, k == 0);
         let failed = lines.iter().find(|l| l.starts_with("failed ")).cloned();
         outcomes.push((status.success(), failed));
     }
