@@ -39,17 +39,18 @@ pub enum ClientError {
         /// The socket's (or its directory's) mode and owners, when readable.
         detail: String,
     },
-    /// The process listening on the socket does not hold the namespace's lock (the broker
-    /// does, for as long as it runs) and is not root: another user who may write the
-    /// directory took the path after the broker stopped. Nothing was sent to it.
-    #[error("the process listening on {path} (pid {pid}, uid {uid}) does not hold the namespace's lock {lock}: it is not this namespace's broker, so nothing was asked of it; no broker answers here", lock = crate::protocol::LOCK_NAME)]
+    /// The process listening on the socket runs neither as root nor as the namespace
+    /// directory's owner, nor (in a directory root owns) holds the namespace's lock: another
+    /// user who may write the directory took the path after the broker stopped. Nothing
+    /// was sent to it.
+    #[error("the process listening on {path} runs as uid {uid}, neither root nor the namespace directory's owner (uid {owner}): it is not this namespace's broker, so nothing was asked of it; no broker answers here")]
     NotTheBroker {
         /// The socket path.
         path: PathBuf,
-        /// The listening process.
-        pid: u32,
-        /// Its uid.
+        /// The listening process's uid.
         uid: u32,
+        /// The namespace directory's owner.
+        owner: u32,
     },
     /// The namespace name is not valid.
     #[error(transparent)]
@@ -188,27 +189,29 @@ fn exchange(
         }
         Err(e) => return Err(io(e)),
     };
-    // The broker is the process that holds the namespace's lock (`run::lock`): only it, or
-    // root, is asked anything. Its socket is removed when it stops, and a member of its
-    // group may then bind the path, or make a lock file of its own before a broker does.
-    // Where `/proc/locks` cannot be read, the directory's owner stands in for the holder.
+    // Who may serve the namespace. A broker runs as the directory's owner, or in a
+    // directory root owns (which it also accepts) as any user: there its uid is not known,
+    // and it is the process holding the namespace's lock (`run::lock`). Root may serve any.
+    // A broker's socket is removed when it stops, and a member of its group may then bind
+    // the path: in a directory a user owns, such a process is asked nothing. (In one root
+    // owns, a member may lock the name and run a real broker just the same: the lock is
+    // all there is to go by; where `/proc/locks` cannot be read, the listener is believed.)
     let cred = rustix::net::sockopt::socket_peercred(&stream).map_err(|e| io(e.into()))?;
-    let (uid, pid) = (cred.uid.as_raw(), cred.pid.as_raw_nonzero().get());
-    if uid != 0 {
-        let dir = path.parent().unwrap_or(std::path::Path::new("/"));
-        let broker = match holds_lock(dir, pid) {
-            Some(holds) => holds,
-            None => dir
-                .symlink_metadata()
-                .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == uid),
-        };
-        if !broker {
-            return Err(ClientError::NotTheBroker {
-                path,
-                pid: pid.unsigned_abs(),
-                uid,
-            });
-        }
+    let uid = cred.uid.as_raw();
+    let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+    let owner = dir
+        .symlink_metadata()
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .ok();
+    let broker = uid == 0
+        || owner == Some(uid)
+        || (owner == Some(0) && holds_lock(dir, cred.pid.as_raw_nonzero().get()).unwrap_or(true));
+    if !broker {
+        return Err(ClientError::NotTheBroker {
+            path,
+            uid,
+            owner: owner.unwrap_or(0),
+        });
     }
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream

@@ -212,8 +212,10 @@ mod as_root {
     fn a_socket_served_by_another_user_is_not_taken_for_the_broker() {
         role::need_root();
         // Then with a lock file of its own, made once the broker's is gone (removed by root,
-        // or after a reboot empties /dev/shm): its owner is not the broker either.
-        for own_lock in [false, true] {
+        // or after a reboot empties /dev/shm): its owner is not the broker either. And in a
+        // directory another user owns (here uid 4242, whose broker stopped), not even a
+        // lock it holds makes it the broker.
+        for (own_lock, owner) in [(false, 0), (true, 0), (true, 4242)] {
             let ns = Namespace::new("impostor");
             let mut broker = ns.broker(None);
             broker.signal_and_wait(rustix::process::Signal::TERM);
@@ -226,6 +228,9 @@ mod as_root {
             if own_lock {
                 std::fs::remove_file(ns.dir().join("broker.lock")).expect("remove the lock");
             }
+            if owner != 0 {
+                std::os::unix::fs::chown(ns.dir(), Some(owner), None).expect("chown dir");
+            }
 
             let copy = ExeForNobody::of_this_test();
             let mut cmd = role::command(&copy.exe, "impostor");
@@ -233,13 +238,20 @@ mod as_root {
             if own_lock {
                 cmd.env("IMPOSTOR_LOCK", "1");
             }
+            if owner != 0 {
+                cmd.env("IMPOSTOR_FLOCK", "1");
+            }
             role::as_nobody(&mut cmd);
             let mut impostor = ns.spawn("impostor", cmd);
             impostor.expect("@listening");
 
             let out = ns.cli(&["stop", "default"]);
             let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(2), "own lock {own_lock}: {err}");
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "own lock {own_lock}, owner {owner}: {err}"
+            );
             assert!(err.contains("uid 65534"), "{err}");
             let v: Value =
                 serde_json::from_slice(&ns.cli(&["status", "--json"]).stdout).expect("status JSON");
@@ -249,8 +261,8 @@ mod as_root {
     }
 
     /// A broker of another user than the namespace directory's owner (root owns it, as
-    /// `sudo install -d` leaves it; the broker accepts that) is the broker: the CLI's look
-    /// at who listens goes by who holds the namespace's lock, not by the directory's owner.
+    /// `sudo install -d` leaves it; the broker accepts that) is the broker: in such a
+    /// directory the CLI's look at who listens goes by who holds the namespace's lock.
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_broker_in_a_directory_root_owns_is_answered() {

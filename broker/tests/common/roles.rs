@@ -305,12 +305,27 @@ fn impostor() {
     let dir = shmring::names::namespace_dir(&ns).expect("namespace");
     let path = dir.join("broker.sock");
     // With IMPOSTOR_LOCK set it also makes a lock file of its own (and holds no lock on it).
-    if std::env::var_os("IMPOSTOR_LOCK").is_some() {
-        if let Err(e) = std::fs::File::create(dir.join("broker.lock")) {
-            println!("@error lock: {e}");
-            return;
+    // With IMPOSTOR_FLOCK set, it holds a flock on it too.
+    let _lock = if std::env::var_os("IMPOSTOR_LOCK").is_some() {
+        let file = match std::fs::File::create(dir.join("broker.lock")) {
+            Ok(f) => f,
+            Err(e) => {
+                println!("@error lock: {e}");
+                return;
+            }
+        };
+        if std::env::var_os("IMPOSTOR_FLOCK").is_some() {
+            if let Err(e) =
+                rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            {
+                println!("@error flock: {e}");
+                return;
+            }
         }
-    }
+        Some(file)
+    } else {
+        None
+    };
     let listener = match std::os::unix::net::UnixListener::bind(&path) {
         Ok(l) => l,
         Err(e) => {
