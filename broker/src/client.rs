@@ -43,14 +43,14 @@ pub enum ClientError {
     /// directory's owner, nor (in a directory root owns) holds the namespace's lock: another
     /// user who may write the directory took the path after the broker stopped. Nothing
     /// was sent to it.
-    #[error("the process listening on {path} runs as uid {uid}, neither root nor the namespace directory's owner (uid {owner}): it is not this namespace's broker, so nothing was asked of it; no broker answers here")]
+    #[error("the process listening on {path} runs as uid {uid}, neither root nor the namespace directory's owner ({owner}): it is not this namespace's broker, so nothing was asked of it; no broker answers here")]
     NotTheBroker {
         /// The socket path.
         path: PathBuf,
         /// The listening process's uid.
         uid: u32,
-        /// The namespace directory's owner.
-        owner: u32,
+        /// The namespace directory's owner ("uid N"), or why there is none.
+        owner: String,
     },
     /// The namespace name is not valid.
     #[error(transparent)]
@@ -199,10 +199,13 @@ fn exchange(
     let cred = rustix::net::sockopt::socket_peercred(&stream).map_err(|e| io(e.into()))?;
     let uid = cred.uid.as_raw();
     let dir = path.parent().unwrap_or(std::path::Path::new("/"));
+    // The path's own owner, never a link's: the broker refuses a namespace path that is a
+    // symbolic link (anyone may plant one in `/dev/shm`), so no broker serves one.
     let owner = dir
         .symlink_metadata()
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
-        .ok();
+        .ok()
+        .filter(|m| m.file_type().is_dir())
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
     let broker = uid == 0
         || owner == Some(uid)
         || (owner == Some(0) && holds_lock(dir, cred.pid.as_raw_nonzero().get()).unwrap_or(true));
@@ -210,7 +213,10 @@ fn exchange(
         return Err(ClientError::NotTheBroker {
             path,
             uid,
-            owner: owner.unwrap_or(0),
+            owner: owner.map_or_else(
+                || "none: the namespace's path is not a directory".to_owned(),
+                |o| format!("uid {o}"),
+            ),
         });
     }
     stream.set_read_timeout(Some(timeout)).map_err(io)?;

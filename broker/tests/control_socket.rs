@@ -260,6 +260,37 @@ mod as_root {
         }
     }
 
+    /// A symbolic link planted at the namespace's path (in the world-writable `/dev/shm`,
+    /// before any broker made the directory) leads to a directory of the link's user, who
+    /// listens there: the CLI does not take that user for the namespace's owner (the broker
+    /// refuses such a path, so no broker runs behind it).
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_namespace_path_that_is_a_link_is_not_served_by_its_owner() {
+        use std::os::unix::fs::{chown, lchown, symlink};
+        role::need_root();
+        let ns = Namespace::new("linkdir");
+        let elsewhere = ns.scratch().join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("the link's target");
+        chown(&elsewhere, Some(65534), Some(65534)).expect("chown target");
+        std::fs::set_permissions(ns.scratch(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod scratch");
+        symlink(&elsewhere, ns.dir()).expect("a link at the namespace's path");
+        lchown(ns.dir(), Some(65534), Some(65534)).expect("lchown link");
+
+        let copy = ExeForNobody::of_this_test();
+        let mut cmd = role::command(&copy.exe, "impostor");
+        cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
+        role::as_nobody(&mut cmd);
+        let mut impostor = ns.spawn("impostor", cmd);
+        impostor.expect("@listening");
+
+        let out = ns.cli(&["stop", "default"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("uid 65534"), "{err}");
+    }
+
     /// A broker of another user than the namespace directory's owner (root owns it, as
     /// `sudo install -d` leaves it; the broker accepts that) is the broker: in such a
     /// directory the CLI's look at who listens goes by who holds the namespace's lock.
