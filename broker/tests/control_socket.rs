@@ -203,6 +203,26 @@ mod as_root {
         );
     }
 
+    /// Start the `impostor` role as uid 65534 in `ns` (with the variables named in `env`
+    /// set), listening on the broker's socket path; then `broker stop` is refused as sent to
+    /// no broker (exit 2, naming uid 65534). The impostor, kept running until dropped.
+    fn stop_asked_of_an_impostor(ns: &Namespace, env: &[&str], case: &str) -> common::Child {
+        let copy = ExeForNobody::of_this_test();
+        let mut cmd = role::command(&copy.exe, "impostor");
+        cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
+        for var in env {
+            cmd.env(var, "1");
+        }
+        role::as_nobody(&mut cmd);
+        let mut impostor = ns.spawn("impostor", cmd);
+        impostor.expect("@listening");
+        let out = ns.cli(&["stop", "default"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{case}: {err}");
+        assert!(err.contains("uid 65534"), "{case}: {err}");
+        impostor
+    }
+
     /// Once the broker stopped (its socket removed), another user who may write the
     /// namespace directory listens on the socket's path: the CLI does not take that process
     /// for the broker (it would report a stop it never made, or a healthy namespace with no
@@ -232,27 +252,18 @@ mod as_root {
                 std::os::unix::fs::chown(ns.dir(), Some(owner), None).expect("chown dir");
             }
 
-            let copy = ExeForNobody::of_this_test();
-            let mut cmd = role::command(&copy.exe, "impostor");
-            cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
+            let mut env = Vec::new();
             if own_lock {
-                cmd.env("IMPOSTOR_LOCK", "1");
+                env.push("IMPOSTOR_LOCK");
             }
             if owner != 0 {
-                cmd.env("IMPOSTOR_FLOCK", "1");
+                env.push("IMPOSTOR_FLOCK");
             }
-            role::as_nobody(&mut cmd);
-            let mut impostor = ns.spawn("impostor", cmd);
-            impostor.expect("@listening");
-
-            let out = ns.cli(&["stop", "default"]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(
-                out.status.code(),
-                Some(2),
-                "own lock {own_lock}, owner {owner}: {err}"
+            let _impostor = stop_asked_of_an_impostor(
+                &ns,
+                &env,
+                &format!("own lock {own_lock}, owner {owner}"),
             );
-            assert!(err.contains("uid 65534"), "{err}");
             let v: Value =
                 serde_json::from_slice(&ns.cli(&["status", "--json"]).stdout).expect("status JSON");
             let why = v["broker"]["unreachable"].as_str().unwrap_or_default();
@@ -278,17 +289,7 @@ mod as_root {
         symlink(&elsewhere, ns.dir()).expect("a link at the namespace's path");
         lchown(ns.dir(), Some(65534), Some(65534)).expect("lchown link");
 
-        let copy = ExeForNobody::of_this_test();
-        let mut cmd = role::command(&copy.exe, "impostor");
-        cmd.env(shmring::names::NAMESPACE_ENV, ns.name());
-        role::as_nobody(&mut cmd);
-        let mut impostor = ns.spawn("impostor", cmd);
-        impostor.expect("@listening");
-
-        let out = ns.cli(&["stop", "default"]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(err.contains("uid 65534"), "{err}");
+        let _impostor = stop_asked_of_an_impostor(&ns, &[], "a link");
     }
 
     /// A broker of another user than the namespace directory's owner (root owns it, as

@@ -344,13 +344,38 @@ fn forge_dead_creators_entry(ring: &Ring, index: u32) {
     );
 }
 
-/// The state of entry `index` (`None`: free).
-fn entry_state(ring: &Ring, index: u32) -> Option<&'static str> {
+/// Group `w` made by member `m1`, with a free entry first in the table (`first`) or after
+/// the group's: the ring, `m1`, the group's index and that free entry's.
+fn group_and_a_free_entry(ns: &Namespace, first: bool) -> (Ring, Consumer, u32, u32) {
+    let ring = ring_with(ns, 16, 8);
+    // Index 0 kept free while the group and m1 take theirs.
+    let holder = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let m1 = ring.consumer(worker()).unwrap();
+    drop(holder);
+    let info = ring.info();
+    let group = info
+        .consumers
+        .iter()
+        .find(|c| c.is_group)
+        .expect("the group")
+        .index;
+    let free = if first {
+        0
+    } else {
+        (0..8)
+            .find(|i| *i > group && info.consumers.iter().all(|c| c.index != *i))
+            .expect("a free entry after the group's")
+    };
+    (ring, m1, group, free)
+}
+
+/// The group entry member `m` belongs to.
+fn group_of(ring: &Ring, m: &Consumer) -> Option<u32> {
     ring.info()
         .consumers
         .iter()
-        .find(|c| c.index == index)
-        .map(|c| c.state)
+        .find(|c| c.index == m.index())
+        .and_then(|c| c.group)
 }
 
 /// A group that a creator's death left with a second entry: a member that attaches joins the
@@ -361,34 +386,15 @@ fn entry_state(ring: &Ring, index: u32) -> Option<&'static str> {
 fn a_dead_creator_s_duplicate_group_entry_is_freed_not_joined() {
     for dead_first in [true, false] {
         let ns = Namespace::concurrent("group_dup_creator");
-        let ring = ring_with(&ns, 16, 8);
-        // Index 0 kept free for the dead creator's entry when it comes first.
-        let holder = ring.consumer(ConsumerOptions::anonymous()).unwrap();
-        let m1 = ring.consumer(worker()).unwrap();
-        let group = ring
-            .info()
-            .consumers
-            .iter()
-            .find(|c| c.is_group)
-            .expect("the group")
-            .index;
-        drop(holder);
-        let dead = if dead_first {
-            0
-        } else {
-            (0..8)
-                .find(|i| entry_state(&ring, *i).is_none() && *i > group)
-                .expect("a free entry after the group's")
-        };
+        let (ring, m1, group, dead) = group_and_a_free_entry(&ns, dead_first);
         forge_dead_creators_entry(&ring, dead);
         let m2 = ring.consumer(worker()).unwrap();
         let info = ring.info();
-        let joined = info
-            .consumers
-            .iter()
-            .find(|c| c.index == m2.index())
-            .and_then(|c| c.group);
-        assert_eq!(joined, Some(group), "dead first {dead_first}: {info:#?}");
+        assert_eq!(
+            group_of(&ring, &m2),
+            Some(group),
+            "dead first {dead_first}: {info:#?}"
+        );
         // Freed, and maybe taken since by m2's own entry: no group entry but the one.
         let groups: Vec<u32> = info
             .consumers
@@ -413,42 +419,22 @@ fn a_durable_attach_racing_under_a_group_s_name_does_not_refuse_a_member() {
     use shmring_layout::{consumer_flags, consumer_state, owned_word};
     for durable_first in [false, true] {
         let ns = Namespace::concurrent("group_durable_race");
-        let ring = ring_with(&ns, 16, 8);
-        // Index 0 kept free for the durable entry when it comes first.
-        let holder = ring.consumer(ConsumerOptions::anonymous()).unwrap();
-        let m1 = ring.consumer(worker()).unwrap();
-        drop(holder);
-        let info = ring.info();
-        let group = info
-            .consumers
-            .iter()
-            .find(|c| c.is_group)
-            .expect("the group")
-            .index;
-        let at = if durable_first {
-            0
-        } else {
-            (0..8)
-                .find(|i| *i > group && info.consumers.iter().all(|c| c.index != *i))
-                .expect("a free entry after the group's")
-        };
+        let (ring, m1, group, at) = group_and_a_free_entry(&ns, durable_first);
         shmring_testkit::raw::RawSegment::open(&ring).fabricate_consumer(
             at,
             owned_word::pack(3, consumer_state::ACTIVE, std::process::id()),
             consumer_flags::REQUIRED | consumer_flags::DURABLE,
             "w",
-            info.head,
+            ring.info().head,
         );
         let m2 = ring
             .consumer(worker())
             .unwrap_or_else(|e| panic!("durable first {durable_first}: {e}"));
-        let joined = ring
-            .info()
-            .consumers
-            .iter()
-            .find(|c| c.index == m2.index())
-            .and_then(|c| c.group);
-        assert_eq!(joined, Some(group), "durable first {durable_first}");
+        assert_eq!(
+            group_of(&ring, &m2),
+            Some(group),
+            "durable first {durable_first}"
+        );
         drop((m1, m2));
     }
 }
