@@ -195,9 +195,11 @@ fn exchange(
     // A broker's socket is removed when it stops, and a member of its group may then bind
     // the path: in a directory a user owns, such a process is asked nothing. (In one root
     // owns, a member may lock the name and run a real broker just the same: the lock is
-    // all there is to go by; where `/proc/locks` cannot be read, the listener is believed.)
-    let cred = rustix::net::sockopt::socket_peercred(&stream).map_err(|e| io(e.into()))?;
-    let uid = cred.uid.as_raw();
+    // all there is to go by; where `/proc/locks` cannot be read, or the listener runs in a
+    // pid namespace this process cannot see, so that its pid is not known, the listener is
+    // believed.)
+    let cred = crate::run::control::peer_cred(&stream).map_err(io)?;
+    let uid = cred.uid;
     let dir = path.parent().unwrap_or(std::path::Path::new("/"));
     // The path's own owner, never a link's: the broker refuses a namespace path that is a
     // symbolic link (anyone may plant one in `/dev/shm`), so no broker serves one.
@@ -208,7 +210,11 @@ fn exchange(
         .map(|m| std::os::unix::fs::MetadataExt::uid(&m));
     let broker = uid == 0
         || owner == Some(uid)
-        || (owner == Some(0) && holds_lock(dir, cred.pid.as_raw_nonzero().get()).unwrap_or(true));
+        || (owner == Some(0)
+            && cred
+                .pid
+                .and_then(|pid| holds_lock(dir, pid))
+                .unwrap_or(true));
     if !broker {
         return Err(ClientError::NotTheBroker {
             path,

@@ -49,6 +49,57 @@ impl Access {
     }
 }
 
+/// A socket peer's credentials as the kernel recorded them at `connect` (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// The peer's pid in this process's pid namespace; `None` when the peer runs in one
+    /// this process cannot see (the kernel gives 0), as from a container's pid namespace
+    /// to the host's or between two containers'.
+    pub pid: Option<i32>,
+    /// The peer's effective uid.
+    pub uid: u32,
+    /// The peer's effective primary gid.
+    pub gid: u32,
+}
+
+/// The peer's credentials (`SO_PEERCRED`). Read as plain integers: rustix's `UCred` holds
+/// the pid as a non-zero number, and a peer in a pid namespace this process cannot see
+/// has pid 0 (which that type cannot hold).
+pub fn peer_cred(stream: &UnixStream) -> std::io::Result<PeerCred> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let size = std::mem::size_of::<libc::ucred>();
+    let mut len = size as libc::socklen_t;
+    // SAFETY: `cred` is a writable, aligned `ucred` of `len` bytes that outlives the call;
+    // the kernel writes at most `len` bytes into it and stores the count it wrote in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::from_mut(&mut cred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if len as usize != size {
+        return Err(std::io::Error::other(format!(
+            "SO_PEERCRED gave {len} bytes, not {size}"
+        )));
+    }
+    Ok(PeerCred {
+        pid: (cred.pid > 0).then_some(cred.pid),
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
 /// Most supplementary groups a process can have (`NGROUPS_MAX` on Linux).
 const NGROUPS_MAX: usize = 65536;
 
@@ -155,7 +206,7 @@ pub fn serve(listener: UnixListener, shared: Arc<Mutex<Broker>>, access: Access)
 }
 
 fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
-    let peer = match rustix::net::sockopt::socket_peercred(&stream) {
+    let peer = match peer_cred(&stream) {
         Ok(c) => c,
         Err(e) => {
             let _ = reply(
@@ -166,7 +217,7 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
             return;
         }
     };
-    let (uid, gid) = (peer.uid.as_raw(), peer.gid.as_raw());
+    let (uid, gid) = (peer.uid, peer.gid);
     // Without them (a kernel before 4.13), the primary group alone decides.
     let groups = peer_groups(&stream).unwrap_or_else(|e| {
         debug!("cannot read the peer's supplementary groups: {e}");
@@ -177,7 +228,9 @@ fn connection(stream: UnixStream, shared: &Mutex<Broker>, access: Access) {
             uid,
             gid,
             ?groups,
-            pid = peer.pid.as_raw_nonzero().get(),
+            pid = %peer
+                .pid
+                .map_or_else(|| "not in this pid namespace".to_owned(), |p| p.to_string()),
             "refused a control connection"
         );
         // Take the request line first (briefly, bounded in all), so the refusal is its

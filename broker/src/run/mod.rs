@@ -15,7 +15,7 @@
 //! consumers carry on; the next `broker run` adopts the rings as they are.
 
 mod consumer_ops;
-mod control;
+pub(crate) mod control;
 mod health;
 mod lock;
 mod metrics;
