@@ -562,6 +562,64 @@ fn a_leaked_claim_is_tombstoned_at_the_next_publish_and_at_detach() {
     }
 }
 
+/// A batch whose event type's `AsRef` panics while the batch is written, after its claim:
+/// the claim is published as tombstones as the panic unwinds, so consumers skip it and are
+/// not held at it while the producer lives on; the next publish takes the next sequence.
+#[test]
+fn a_batch_whose_bytes_panic_is_tombstoned_as_it_unwinds() {
+    use std::cell::Cell;
+    /// Panics at its second `as_ref` (the batch's write; the first is its check).
+    struct Brittle {
+        calls: Cell<u32>,
+        value: [u8; 8],
+        brittle: bool,
+    }
+    impl AsRef<[u8]> for Brittle {
+        fn as_ref(&self) -> &[u8] {
+            let n = self.calls.get();
+            self.calls.set(n + 1);
+            assert!(!(self.brittle && n > 0), "a brittle event");
+            &self.value
+        }
+    }
+    let brittle = |v: u64, brittle: bool| Brittle {
+        calls: Cell::new(0),
+        value: v.to_le_bytes(),
+        brittle,
+    };
+    // Fixed-size rings have a single producer.
+    for (mode, event_size) in [
+        (ProducerMode::Single, None),
+        (ProducerMode::Multi, None),
+        (ProducerMode::Single, Some(8)),
+    ] {
+        let case = format!("{mode:?}, event size {event_size:?}");
+        let ns = Namespace::concurrent("brittle_batch");
+        let cfg = RingConfig {
+            producer_mode: mode,
+            event_size,
+            ..small(16)
+        };
+        let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        p.publish(&0u64.to_le_bytes()).unwrap();
+        let batch = [brittle(1, false), brittle(2, true), brittle(3, false)];
+        let unwound =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| p.publish_batch(&batch)));
+        assert!(unwound.is_err(), "{case}: the batch's write panicked");
+        // The producer is alive and publishes nothing more yet: the consumer already
+        // sees the batch's slots as skipped, not as a claim still being written.
+        assert_eq!(drain(&mut c), vec![0], "{case}");
+        assert_eq!(c.next_sequence(), 4, "{case}: past the batch");
+        assert_eq!(c.stats().skipped, 3, "{case}");
+        assert_eq!(p.stats().tombstoned, 3, "{case}");
+        assert_eq!(p.publish(&4u64.to_le_bytes()), Ok(4), "{case}");
+        assert_eq!(drain(&mut c), vec![4], "{case}");
+        assert_eq!(p.stats().published, 2, "{case}");
+    }
+}
+
 /// A durable consumer that was optional (it gated only within the slack) and comes back
 /// required: what was published meanwhile may have been overwritten, so it starts at the
 /// head and counts the gap, as after a release; it never reads slots producers reused.

@@ -21,7 +21,7 @@ impl Producer {
 
     /// Stamp the `n` claimed sequences from `first`, in order, as events (`flags` 0, their
     /// lengths already in the slot headers) or as tombstones; one wake, then count them.
-    fn finish_range(&mut self, first: u64, n: u64, flags: u32) {
+    pub(super) fn finish_range(&mut self, first: u64, n: u64, flags: u32) {
         self.open_claim = None;
         if self.fixed {
             let events = self.seg.events();

@@ -620,10 +620,30 @@ impl Producer {
         Ok(n as u64)
     }
 
-    /// Write and publish a checked batch into its claim at `first`: every payload written
-    /// before any stamp, the stamps in sequence order, one wake.
+    /// Write and publish a checked batch of `n` events into its claim at `first`: every
+    /// payload written before any stamp, the stamps in sequence order, one wake. The events'
+    /// bytes come from the caller's `AsRef`, which may panic: the claim is then published
+    /// as tombstones while the panic unwinds ([`BatchGuard`]), so consumers never wait at
+    /// it while this producer lives on.
     #[inline]
-    fn write_batch<'e>(&mut self, first: u64, events: impl Iterator<Item = &'e [u8]> + Clone) {
+    fn write_batch<'e>(
+        &mut self,
+        first: u64,
+        n: u64,
+        events: impl Iterator<Item = &'e [u8]> + Clone,
+    ) {
+        self.open_claim = Some((first, n));
+        let guard = BatchGuard(self);
+        guard.0.write_claimed_batch(first, events);
+        std::mem::forget(guard);
+    }
+
+    #[inline(always)]
+    fn write_claimed_batch<'e>(
+        &mut self,
+        first: u64,
+        events: impl Iterator<Item = &'e [u8]> + Clone,
+    ) {
         if self.fixed {
             let ring = self.seg.events();
             fixed::begin_write(&ring);
@@ -639,6 +659,7 @@ impl Producer {
                 seq += 1;
             }
             fixed::publish(&ring, seq);
+            self.open_claim = None;
             self.notify();
             return;
         }
@@ -651,6 +672,7 @@ impl Producer {
             Self::fill(&slot, e, 0);
             n += 1;
         }
+        self.open_claim = None;
         for i in 0..n {
             Self::stamp(&slots.get(first + i), first + i);
         }
@@ -680,14 +702,16 @@ impl Producer {
     ) -> Result<u64, PublishError> {
         let n = self.check_batch(events.clone(), events.len())?;
         let first = self.claim_blocking(n)?;
-        self.write_batch(first, events);
+        self.write_batch(first, n, events);
         Ok(first)
     }
 
     /// Publish `events` in one claim of `events.len()` consecutive sequences, waiting for
     /// room. The count must be in `1..=capacity/2`; outside it, or if any event is too
     /// large, nothing is published. Every payload is written before any is stamped.
-    /// Returns the first sequence.
+    /// Returns the first sequence. An event whose `AsRef` panics while the batch is written
+    /// unwinds out of the call with the batch's sequences published as tombstones, which
+    /// consumers skip and count.
     pub fn publish_batch<B: AsRef<[u8]>>(&mut self, events: &[B]) -> Result<u64, PublishError> {
         self.publish_batch_iter(events.iter().map(AsRef::as_ref))
     }
@@ -710,7 +734,7 @@ impl Producer {
         let n = self.check_batch(events.iter().map(AsRef::as_ref), events.len())?;
         match self.claim_if_room(n) {
             Ok(first) => {
-                self.write_batch(first, events.iter().map(AsRef::as_ref));
+                self.write_batch(first, n, events.iter().map(AsRef::as_ref));
                 Ok(first)
             }
             Err(e) => {
@@ -740,7 +764,7 @@ impl Producer {
         loop {
             match self.claim_if_room(n) {
                 Ok(first) => {
-                    self.write_batch(first, events.iter().map(AsRef::as_ref));
+                    self.write_batch(first, n, events.iter().map(AsRef::as_ref));
                     return Ok(first);
                 }
                 Err(TryPublishError::Full) if Instant::now() < deadline => {
@@ -789,6 +813,26 @@ impl Producer {
     /// Publish a plain-old-data value as the event's bytes.
     pub fn publish_value<T: bytemuck::NoUninit>(&mut self, value: &T) -> Result<u64, PublishError> {
         self.publish(bytemuck::bytes_of(value))
+    }
+}
+
+/// A batch being written, with its claim recorded in `open_claim`. Dropped only when the
+/// write unwinds (`write_batch` forgets it after the write): the claim, written in part or
+/// not at all, is published as tombstones.
+struct BatchGuard<'p>(&'p mut Producer);
+
+impl Drop for BatchGuard<'_> {
+    #[cold]
+    fn drop(&mut self) {
+        if let Some((first, n)) = self.0.open_claim {
+            tracing::warn!(
+                ring = self.0.seg.name(),
+                sequence = first,
+                count = n,
+                "a batch's event panicked while the batch was written; publishing its claim as tombstones"
+            );
+            self.0.finish_range(first, n, SLOT_FLAG_TOMBSTONE);
+        }
     }
 }
 
