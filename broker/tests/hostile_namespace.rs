@@ -426,6 +426,44 @@ mod as_root {
         );
     }
 
+    /// A broker in a pid namespace of its own (a container that shares `/dev/shm` and not
+    /// the pid namespace): a ring created outside it is left alone, listed with the reason,
+    /// and never adopted (its sweeps would take every live process of the ring for dead);
+    /// the rings it creates itself it serves.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_broker_leaves_alone_a_ring_of_another_pid_namespace() {
+        need_root();
+        let ns = Namespace::new("pidns");
+        let outside = Ring::create(ns.name(), "outside", &small()).expect("create");
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args([
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            common::BIN,
+        ])
+        .args(["run", "--namespace", ns.name()])
+        .env("RUST_LOG", "info");
+        let mut broker = ns.spawn("broker in a pid namespace", cmd);
+        if !broker.expect_stderr_within("broker ready", common::WAIT) {
+            broker.fail("did not get ready");
+        }
+        let v = ns.wait_status("the ring listed as left alone", |v, _| {
+            unreadable(v, outside.path()).map(|_| v.clone())
+        });
+        let why = unreadable(&v, outside.path()).expect("listed");
+        eprintln!("left alone: {why}");
+        assert!(why.contains("pid namespace"), "{why}");
+        assert!(ring(&v, "outside").is_none(), "{v:#}");
+        assert_eq!(
+            ring(&v, "default").expect("its own ring")["state"],
+            "RUNNING"
+        );
+        assert_eq!(outside.broker_epoch(), 0, "never adopted");
+    }
+
     /// This test binary, re-run as role `role` by uid 65534 whose primary group is 65534,
     /// the broker's group in these tests.
     fn member(role: &str, ns: &Namespace, env: &[(&str, String)]) -> Child {

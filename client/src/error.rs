@@ -103,6 +103,20 @@ pub enum OpenError {
         /// What it is ("a symbolic link", "a FIFO", ...).
         kind: &'static str,
     },
+    /// The ring was created in another pid namespace than this process's (a container
+    /// that does not share the broker's, say). Its entries record each process's pid as
+    /// that process sees it, and liveness is judged by pid: across pid namespaces live
+    /// processes would be taken for dead and their entries freed or repaired. So only the
+    /// creator's pid namespace may open it.
+    #[error("segment {path} was created in pid namespace pid:[{ring}], and this process runs in pid:[{own}]: every process of a ring must share one pid namespace, as processes are told alive by pid (containers: share the broker's, e.g. docker run --pid=container:BROKER; see docs/DEPLOYMENT.md)")]
+    OtherPidNamespace {
+        /// The path.
+        path: PathBuf,
+        /// The ring's creator's pid namespace (the inode of its `/proc/PID/ns/pid`).
+        ring: u64,
+        /// This process's.
+        own: u64,
+    },
     /// The file is shorter than the segment mapped from it: someone with write access
     /// truncated it. Touching a page past its end raises SIGBUS.
     #[error("segment {path} shrank to {len} bytes, below its {size}: a process with write access truncated it, and any process that touches the missing pages is killed by SIGBUS; stop every process attached to it, remove the file and create the ring again")]

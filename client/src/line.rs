@@ -117,7 +117,7 @@
 //! pid reused by an unrelated process makes a dead owner look alive: the transition then
 //! waits (lifecycle calls give up after `LIFECYCLE_WAIT`) until that process exits. Every
 //! process sharing a ring must see the same pid namespace, as the rest of the liveness
-//! checks already require. The transitions assume one live owner at a time, so a live
+//! checks already require (`Ring::open` refuses a ring created in another one). The transitions assume one live owner at a time, so a live
 //! process judged dead would break them (a starter that resumes after such a takeover could
 //! CAS back a claim accepted meanwhile, since a single producer's position values recur).
 //! `process::exists` never judges a live process dead: a process whose main thread exited

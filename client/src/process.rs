@@ -120,6 +120,15 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
         }
 }
 
+/// This process's pid namespace: the inode of `/proc/thread-self/ns/pid` (the calling
+/// thread's, as `/proc/self` is the main thread's, which may have exited), or 0 where it
+/// cannot be read (no `/proc`). A process keeps its pid namespace for life; its children
+/// may be in another one.
+pub fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/pid").map_or(0, |m| m.ino())
+}
+
 // The pid the cache was filled for, and its start time: recomputed after fork.
 static CACHED_PID: AtomicU64 = AtomicU64::new(0);
 static CACHED_START: AtomicU64 = AtomicU64::new(0);

@@ -61,7 +61,7 @@ impl Ring {
         // Opened by name first, only to give an error that is not about what the file is
         // (no such ring, no right to open it, no descriptor left) with the name untouched.
         match Self::open(namespace, name) {
-            Ok(_) => {}
+            Ok(_) | Err(OpenError::OtherPidNamespace { .. }) => {}
             Err(e) if unmappable(&e) => {}
             Err(e) => return Err(e),
         }
@@ -72,7 +72,7 @@ impl Ring {
             Ok(()) => e.renamed(&aside, &path),
             Err(left) => left,
         };
-        match Ring::open_at(aside.clone(), namespace, name) {
+        match Ring::open_at_from(aside.clone(), namespace, name, true) {
             Ok(ring) => ring.remove_set_aside(&aside, &path),
             // A directory at the name cannot be unlinked: it goes back, with the error.
             Err(e) if unmappable(&e) => std::fs::remove_file(&aside)

@@ -214,6 +214,17 @@ impl Ring {
     /// Open the file at `path` as ring `name` of `namespace` (its own name, or the hidden
     /// name a remove set it aside under).
     pub(crate) fn open_at(path: PathBuf, namespace: &str, name: &str) -> Result<Ring, OpenError> {
+        Self::open_at_from(path, namespace, name, false)
+    }
+
+    /// [`Ring::open_at`]; `any_pid_ns` maps a ring of another pid namespace too (to remove
+    /// it: marking it deleted judges nobody's liveness).
+    pub(crate) fn open_at_from(
+        path: PathBuf,
+        namespace: &str,
+        name: &str,
+        any_pid_ns: bool,
+    ) -> Result<Ring, OpenError> {
         let file = match crate::file::open_regular(&path) {
             Ok(f) => f,
             Err(FileError::NotRegular(kind)) => return Err(OpenError::NotRegular { path, kind }),
@@ -226,15 +237,17 @@ impl Ring {
             }
             Err(FileError::Io(e)) => return Err(OpenError::io("open", &path, e)),
         };
-        Self::from_file(file, &path, namespace, name)
+        Self::from_file(file, &path, namespace, name, any_pid_ns)
     }
 
-    /// Map an opened regular segment file after validating its header and size.
+    /// Map an opened regular segment file after validating its header and size, and
+    /// (unless `any_pid_ns`) that it was created in this process's pid namespace.
     pub(crate) fn from_file(
         file: File,
         path: &Path,
         namespace: &str,
         name: &str,
+        any_pid_ns: bool,
     ) -> Result<Ring, OpenError> {
         let len = file
             .metadata()
@@ -257,6 +270,17 @@ impl Ring {
         let checked = validate(&snapshot, len).map_err(layout)?;
         let seg = Segment::map(file, checked.geometry, path, namespace, name)
             .map_err(|e| OpenError::io("map", path, e))?;
+        // Relaxed: written before the magic, whose Acquire load (`header_snapshot`) this
+        // follows.
+        let ring = seg.header().pid_ns.load(Ordering::Relaxed);
+        let own = crate::process::pid_namespace();
+        if !any_pid_ns && ring != 0 && own != 0 && ring != own {
+            return Err(OpenError::OtherPidNamespace {
+                path: path.to_owned(),
+                ring,
+                own,
+            });
+        }
         Ok(Ring { seg: Arc::new(seg) })
     }
 
@@ -505,6 +529,8 @@ fn build(
     h.fence_mode
         .store(FenceMode::Unset as u32, Ordering::Relaxed);
     h.run.store(1, Ordering::Relaxed);
+    h.pid_ns
+        .store(crate::process::pid_namespace(), Ordering::Relaxed);
     if geo.fixed {
         let events = seg.events();
         for seq in 0..geo.capacity {

@@ -19,7 +19,8 @@
 //! (CLAIMED, RESUMING, REATTACHING, ATTACHING, REPAIRING) it may still be the previous
 //! owner's; there the owner counts as gone only once no process has its pid at all. (So a
 //! pid reused by an unrelated process keeps such an entry held until that process exits:
-//! every process sharing a ring must see the same pid namespace.)
+//! every process sharing a ring must see the same pid namespace, which `Ring::open`
+//! enforces: it refuses a ring created in another one.)
 //!
 //! ## Who may take an entry ([`Holder`])
 //!

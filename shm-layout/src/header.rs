@@ -70,7 +70,12 @@ pub struct Header {
     /// [`crate::SLOT_FORMAT_FIXED`]. A configuration field (in the checksum).
     pub slot_format: AtomicU32,
     _pad: AtomicU32,
-    _reserved: [AtomicU64; 16],
+    /// The creator's pid namespace: the inode of its `/proc/thread-self/ns/pid` (0: not
+    /// known). Every entry records its process's pid as that process sees it, so only
+    /// processes of this pid namespace can judge one another's liveness; others are refused
+    /// at open. Written once, before the magic.
+    pub pid_ns: AtomicU64,
+    _reserved: [AtomicU64; 15],
 }
 
 /// Size of [`Header`].
@@ -94,6 +99,7 @@ const _: () = assert!(offset_of!(Header, run) == 88);
 const _: () = assert!(offset_of!(Header, last_sweep_ns) == 104);
 const _: () = assert!(offset_of!(Header, hole_seen_ns) == 112);
 const _: () = assert!(offset_of!(Header, slot_format) == 120);
+const _: () = assert!(offset_of!(Header, pid_ns) == 128);
 
 /// The configuration words covered by [`Header::config_checksum`], in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
