@@ -19,6 +19,9 @@ use rustix::fs::{FileType, Mode, OFlags};
 pub(crate) enum FileError {
     /// The name is not a regular file: what it is instead.
     NotRegular(&'static str),
+    /// The directory holding the name is not a directory (a symbolic link, say): what it
+    /// is instead. It is never followed.
+    DirNotDirectory(&'static str),
     /// Any other failure of the open (not found, permission denied, ...).
     Io(std::io::Error),
 }
@@ -37,11 +40,30 @@ pub(crate) fn kind_name(t: FileType) -> &'static str {
     }
 }
 
-/// Open an existing ring (or lock) file read+write without following a symbolic link, and
-/// check on the descriptor that it is a regular file.
+/// Open an existing ring file read+write without following a symbolic link, at its name or
+/// at its directory's (the namespace directory: a link there, planted in the world-writable
+/// root, would lead to another namespace's rings), and check on the descriptor that it is
+/// a regular file.
 pub(crate) fn open_regular(path: &Path) -> Result<File, FileError> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(FileError::Io(std::io::Error::from(
+            std::io::ErrorKind::InvalidInput,
+        )));
+    };
+    // O_PATH with O_NOFOLLOW opens a link itself, which O_DIRECTORY then refuses.
+    let dir_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = match rustix::fs::open(dir, dir_flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOTDIR) => {
+            let kind = rustix::fs::lstat(dir).map_or("not a directory", |st| {
+                kind_name(FileType::from_raw_mode(st.st_mode))
+            });
+            return Err(FileError::DirNotDirectory(kind));
+        }
+        Err(e) => return Err(FileError::Io(e.into())),
+    };
     let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+    let fd = match rustix::fs::openat(&dir, name, flags, Mode::empty()) {
         Ok(fd) => fd,
         // O_NOFOLLOW on a symbolic link.
         Err(rustix::io::Errno::LOOP) => return Err(FileError::NotRegular("a symbolic link")),

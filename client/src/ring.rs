@@ -228,6 +228,9 @@ impl Ring {
         let file = match crate::file::open_regular(&path) {
             Ok(f) => f,
             Err(FileError::NotRegular(kind)) => return Err(OpenError::NotRegular { path, kind }),
+            Err(FileError::DirNotDirectory(kind)) => {
+                return Err(not_a_directory(path.parent().unwrap_or(&path), kind))
+            }
             Err(FileError::Io(e)) if e.kind() == ErrorKind::NotFound => {
                 return Err(OpenError::NotFound {
                     namespace: namespace.to_owned(),
@@ -383,19 +386,25 @@ impl Ring {
 /// gives its mode). An existing directory is used as it is, whoever made
 /// it and with whatever mode (the broker adds only a missing sticky bit, see
 /// docs/DEPLOYMENT.md), unless the name is not a directory (a symbolic link).
+/// The error for a namespace directory `dir` that is `kind` (a symbolic link, say), not a
+/// directory.
+fn not_a_directory(dir: &Path, kind: &str) -> OpenError {
+    OpenError::Io {
+        op: "use the namespace directory",
+        path: dir.to_owned(),
+        source: std::io::Error::other(format!(
+            "it is {kind}, not a directory (a namespace directory is never followed through a link): remove it"
+        )),
+    }
+}
+
 fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
     let is_dir = |dir: &Path| match rustix::fs::lstat(dir) {
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(true),
-        Ok(st) => {
-            let kind = crate::file::kind_name(FileType::from_raw_mode(st.st_mode));
-            Err(OpenError::Io {
-                op: "use the namespace directory",
-                path: dir.to_owned(),
-                source: std::io::Error::other(format!(
-                    "it is {kind}, not a directory (a namespace directory is never followed through a link): remove it"
-                )),
-            })
-        }
+        Ok(st) => Err(not_a_directory(
+            dir,
+            crate::file::kind_name(FileType::from_raw_mode(st.st_mode)),
+        )),
         Err(_) => Ok(false),
     };
     if is_dir(dir)? {

@@ -104,6 +104,38 @@ fn a_ring_name_that_is_not_a_regular_file_is_refused_not_followed() {
     assert!(e.to_string().contains("FIFO"), "{e}");
 }
 
+/// A namespace directory that is a symbolic link to another namespace's directory (anyone
+/// may plant one in the world-writable root before the namespace is made) is refused, not
+/// followed, as `create` refuses it: an open through it would alias the other namespace's
+/// rings, and a remove through it would delete one of them under its clients.
+#[test]
+fn a_namespace_directory_that_is_a_link_is_refused_not_followed() {
+    let other = Namespace::concurrent("dirlink_target");
+    let ns = Namespace::concurrent("dirlink");
+    let target = Ring::create(other.name(), "r", &cfg()).expect("create the target");
+    symlink(other.dir(), ns.dir()).expect("a link at the namespace's path");
+
+    for e in [
+        Ring::open(ns.name(), "r").map(drop),
+        Ring::open_or_create(ns.name(), "r", &cfg()).map(drop),
+        Ring::remove(ns.name(), "r"),
+    ] {
+        let e = e.expect_err("a namespace directory is never followed through a link");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+    }
+    assert_eq!(
+        target.state(),
+        Some(RingState::Running),
+        "the target is not deleted"
+    );
+    assert!(target.path().exists(), "the target is still there");
+    assert!(
+        ns.dir().symlink_metadata().is_ok(),
+        "the link is left alone"
+    );
+    std::fs::remove_file(ns.dir()).expect("remove the link");
+}
+
 /// Where the lifecycle word sits in the segment.
 fn lifecycle_offset() -> u64 {
     use shmring_layout::{LifecycleLine, Padded, SequenceLines, SEQ_LINES_OFFSET};
