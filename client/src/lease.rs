@@ -372,6 +372,7 @@ impl Ring {
         if self.is_published(seq) {
             return true;
         }
+        park::raise_fence_mode(self.seg.header());
         park::park(
             &self.seg.lines().consumer_wake.value,
             timeout.min(PARK_NET),

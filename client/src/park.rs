@@ -357,7 +357,10 @@ pub(crate) fn notify_downstreams(seg: &crate::segment::Segment, registered: bool
 
 /// After this process changed consumer entry `e` of `seg` to state `to` (its CAS done):
 /// [`notify_downstreams`] if the change lets the consumers that run after it act
-/// (`table::consumer::lets_downstreams_act`).
+/// (`table::consumer::lets_downstreams_act`), and the producers parked for room if `to`
+/// gates nothing (the entry may have been the one they waited for: freed, or released).
+/// The CAS is the store (1) of the producers' protocol: a producer's last look before it
+/// sleeps scans the entries (`gating::refresh`).
 pub(crate) fn entry_changed(
     seg: &crate::segment::Segment,
     e: &shmring_layout::ConsumerEntry,
@@ -370,6 +373,23 @@ pub(crate) fn entry_changed(
     let flags = e.hot.flags.load(Ordering::Relaxed);
     if crate::table::consumer::lets_downstreams_act(to, flags) {
         notify_downstreams(seg, registered);
+    }
+    if !shmring_layout::consumer_state::gates(to) {
+        notify(&seg.lines().producer_wake.value, seg.header(), registered);
+    }
+}
+
+/// Write this process's fence mode into `header` if it is weaker than the ring's (the
+/// weakest of every process that attached or waits wins), as an attach does: for a
+/// process that waits on a ring without attaching (`Ring::wait_published`, a `WakeSet`).
+/// A process without membarrier parks with a plain fence, so the publishers of the ring
+/// must pay the full fence too from then on. A load, and a write only the first time.
+pub(crate) fn raise_fence_mode(header: &Header) {
+    let mode = crate::fence::mode() as u32;
+    // Relaxed: a word that only rises, read by producers on every claim; the locked write
+    // only where it rises, so that waits do not take the line from them.
+    if header.fence_mode.load(Ordering::Relaxed) < mode {
+        header.fence_mode.fetch_max(mode, Ordering::Relaxed);
     }
 }
 

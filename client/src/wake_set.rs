@@ -92,6 +92,8 @@ impl WakeSet {
         if self.rings.len() == WAITV_MAX {
             return Err(WakeSetFull { max: WAITV_MAX });
         }
+        // A set parks on the ring whether or not this process attached to it.
+        crate::park::raise_fence_mode(seg.header());
         self.rings.push(seg.clone());
         Ok(())
     }

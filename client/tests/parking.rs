@@ -242,6 +242,62 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_producers_parked_for_room(
     );
 }
 
+/// A process that waits on a ring without attaching to it (`Ring::wait_published`, a
+/// `WakeSet`) writes its fence mode into the ring before it parks, as an attach does: a
+/// process without membarrier parks with a plain fence, and the publishers must then pay
+/// the full one, or a publish and a park can miss each other (a wake lost to the 50 ms
+/// net). The mode starts unset, so either mode written shows.
+#[test]
+fn waiting_on_a_ring_without_attaching_writes_the_fence_mode() {
+    let ns = Namespace::concurrent("wait-mode");
+    for how in ["wait_published", "wake_set"] {
+        let ring = Ring::create(ns.name(), how, &small(16)).expect("create");
+        assert_eq!(ring.fence_mode(), Some(shmring::FenceMode::Unset), "{how}");
+        if how == "wait_published" {
+            assert!(!ring.wait_published(0, Duration::from_millis(1)));
+        } else {
+            WakeSet::new().add_ring(&ring).expect("add");
+        }
+        assert_ne!(ring.fence_mode(), Some(shmring::FenceMode::Unset), "{how}");
+    }
+}
+
+/// A gating consumer that goes away (an anonymous one dropped, a durable one unsubscribed)
+/// frees the room the producers parked for: its detach wakes them, so their park ends by a
+/// wake, not at its 50 ms net. Each form gets three tries (a wake later than the net, on a
+/// loaded machine, counts as none).
+#[test]
+fn a_gating_consumer_that_detaches_wakes_the_producers_parked_for_room() {
+    use shmring_testkit::parked::{in_one_try, woken, ParkedProducer};
+    let ns = Namespace::concurrent("detach-wakes");
+    for (form, options, rings) in [
+        ("dropped", ConsumerOptions::anonymous(), ["d0", "d1", "d2"]),
+        (
+            "unsubscribed",
+            ConsumerOptions::durable("gone"),
+            ["u0", "u1", "u2"],
+        ),
+    ] {
+        in_one_try(
+            &rings,
+            &format!("no park for room ended by a wake ({form})"),
+            |r| {
+                let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
+                let raw = shmring_testkit::raw::RawSegment::open(&ring);
+                let c = ring.consumer(options.clone()).expect("attach");
+                let producer = ParkedProducer::park_behind(&ring, &raw);
+                if form == "unsubscribed" {
+                    c.unsubscribe();
+                } else {
+                    drop(c);
+                }
+                producer.join()
+            },
+            woken,
+        );
+    }
+}
+
 /// The states a member's entry is left in when its member dies holding a claim: ACTIVE, or
 /// RESUMING (a member that died delivering an adopted claim), by name (the status name of
 /// RESUMING is ATTACHING).

@@ -959,6 +959,15 @@ impl Consumer {
         if let Ok(word) = table::consumer::give_up(&self.entry().hot.word, self.word, to) {
             self.word = word;
             self.wake_after_group();
+            if to == consumer_state::FREE {
+                // A freed member's entry gates no more: the producers parked for room may
+                // have waited for it.
+                park::notify(
+                    &self.seg.lines().producer_wake.value,
+                    self.seg.header(),
+                    self.registered,
+                );
+            }
         }
     }
 
