@@ -351,6 +351,13 @@ impl Ring {
     }
 
     /// Mark the ring deleted: the line closes for good and every client gets an error.
+    /// Wait until no live process is in the middle of a stop or start (at most the
+    /// lifecycle wait, then `Busy`), finishing a dead one's. The settled state.
+    pub(crate) fn settle_lifecycle(&self) -> Result<RingState, LifecycleError> {
+        let life = self.seg.line().settle(&SegEnv::lifecycle(&self.seg))?;
+        life.state.ok_or(LifecycleError::CorruptState(life.word))
+    }
+
     pub(crate) fn mark_deleted(&self) -> Result<u64, LifecycleError> {
         let (stop, _) = self.close_as(RingState::Deleted)?;
         tracing::info!(

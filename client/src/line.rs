@@ -497,9 +497,17 @@ impl<W: Word> Line<'_, W> {
     }
 
     /// The stop sequence once the line has settled closed (Stopped, Draining, Starting or
-    /// Deleted); `None` while it runs or is closing.
+    /// Deleted); `None` while it runs or is closing, and on a multi-producer line whose
+    /// counter a start has reopened (Starting still, its owner before its Running, or dead
+    /// there): claims are taken from then on.
     pub fn closed_at(&self) -> Option<u64> {
-        closed_at(self.lifecycle, self.stop_seq)
+        let stop = closed_at(self.lifecycle, self.stop_seq)?;
+        // Acquire: pairs with the closing CAS. After the Acquire load of a settled word in
+        // `closed_at`, the counter reads closed unless a start reopened it since.
+        if !self.single && self.claim.load(Ordering::Acquire) & CLAIM_CLOSED == 0 {
+            return None;
+        }
+        Some(stop)
     }
 
     /// Wait until no live process owns the lifecycle: a dead owner's transition is taken

@@ -60,10 +60,23 @@ impl Ring {
         let path = ring_path(namespace, name)?;
         // Opened by name first, only to give an error that is not about what the file is
         // (no such ring, no right to open it, no descriptor left) with the name untouched.
-        match Self::open(namespace, name) {
-            Ok(_) | Err(OpenError::OtherPidNamespace { .. }) => {}
-            Err(e) if unmappable(&e) => {}
+        let opened = match Self::open(namespace, name) {
+            Ok(ring) => Some(ring),
+            Err(OpenError::OtherPidNamespace { .. }) => {
+                Ring::open_at_from(path.clone(), namespace, name, true).ok()
+            }
+            Err(e) if unmappable(&e) => None,
             Err(e) => return Err(e),
+        };
+        // A live process in the middle of a stop or start would make step 3 wait for it
+        // (up to the lifecycle wait) with the name set aside, free for a new ring: wait
+        // here instead, and give up with nothing renamed. (One that begins after this
+        // look is still waited for in step 3, for as long as it lasts.)
+        if let Some(ring) = opened {
+            match ring.settle_lifecycle() {
+                Ok(_) => {}
+                Err(e) => return Err(OpenError::Lifecycle(name.to_owned(), e)),
+            }
         }
         let aside = aside_path(&path, name);
         rustix::fs::renameat_with(CWD, &path, CWD, &aside, RenameFlags::NOREPLACE)

@@ -473,6 +473,112 @@ fn single_producer_publishes_racing_stops_are_refused_or_delivered() {
     }
 }
 
+/// A multi-producer start reopens the claim counter before it publishes Running: from then
+/// on claims are taken, so the line is open, whatever the word still says. A consumer
+/// that has read everything published then is not "closed and drained": its run goes on
+/// (here until its stop predicate ends it), where it used to return `RunExit::Closed`
+/// while producers published.
+#[test]
+fn a_start_that_reopened_the_counter_is_an_open_line_to_consumers() {
+    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
+    use std::os::unix::fs::FileExt;
+    let ns = Namespace::concurrent("half_started");
+    let ring = Ring::create(ns.name(), "r", &cfg_mode(16, ProducerMode::Multi)).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..5u8 {
+        p.publish(&[i]).unwrap();
+    }
+    assert_eq!(ring.stop(), Ok(5));
+    // A starter that reopened the counter at the stop (5) and has not published Running
+    // yet: preempted, or killed there.
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
+    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
+    let claim = std::mem::offset_of!(SequenceLines, claim);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ring.path())
+        .unwrap();
+    for (field, value) in [
+        (claim, 5),
+        (life, lifecycle::pack(9, RingState::Starting as u32, dead)),
+    ] {
+        file.write_all_at(&value.to_ne_bytes(), (SEQ_LINES_OFFSET + field) as u64)
+            .unwrap();
+    }
+    assert_eq!(p.publish(&[5]), Ok(5), "the counter takes claims");
+    let mut got = Vec::new();
+    let mut idle = 0;
+    let exit = c
+        .run(
+            |ev| got.push(ev.sequence()),
+            || {
+                idle += 1;
+                idle > 3
+            },
+        )
+        .unwrap();
+    assert_eq!(got, (0..=5).collect::<Vec<_>>());
+    assert_eq!(
+        exit,
+        RunExit::Stopped,
+        "an open line is not closed and drained"
+    );
+}
+
+/// A remove while another live process is in the middle of a stop (here a process that
+/// stays there: stopped, or its pid reused) waits for it with the ring under its name, and
+/// gives up with nothing renamed: the name never goes free for a new ring while the old
+/// one, with its clients and events, sits under a hidden name.
+#[test]
+fn a_remove_that_waits_for_a_live_stop_keeps_the_name_meanwhile() {
+    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ns = Namespace::concurrent("remove_busy");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("600");
+    let mut owner = ns.spawn("a live owner", sleep);
+    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
+    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
+    let word = lifecycle::pack(9, RingState::Stopping as u32, owner.pid());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(ring.path())
+        .unwrap()
+        .write_all_at(&word.to_ne_bytes(), (SEQ_LINES_OFFSET + life) as u64)
+        .unwrap();
+
+    let done = AtomicBool::new(false);
+    let path = ring.path().to_owned();
+    let vanished = thread::scope(|s| {
+        // Looks at the name until the remove returns (a watch, not a synchronisation).
+        let watch = s.spawn(|| {
+            let mut vanished = false;
+            while !done.load(Ordering::SeqCst) {
+                vanished |= path.symlink_metadata().is_err();
+                thread::sleep(Duration::from_millis(2));
+            }
+            vanished
+        });
+        let removed = Ring::remove(ns.name(), "r");
+        done.store(true, Ordering::SeqCst);
+        assert!(
+            matches!(
+                removed,
+                Err(shmring::OpenError::Lifecycle(_, LifecycleError::Busy { pid })) if pid == owner.pid()
+            ),
+            "{removed:?}"
+        );
+        watch.join().unwrap()
+    });
+    assert!(!vanished, "the name went while the remove waited");
+    assert_eq!(ring.state(), Some(RingState::Stopping), "nothing changed");
+    owner.kill();
+}
+
 /// Write what a process killed inside a stop or start leaves behind, at each step of its
 /// transition, and check that the next lifecycle call finishes it: the line ends at the
 /// recorded stop sequence, no sequence is handed out twice or skipped.
