@@ -72,14 +72,35 @@ pub fn make_namespace_dir(dir: &Path, gid: Option<u32>) -> std::io::Result<bool>
         Err(rustix::io::Errno::EXIST) => return Ok(false),
         Err(e) => return Err(e.into()),
     }
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = rustix::fs::open(dir, flags, Mode::empty())?;
-    // The umask may have removed bits, and mkdir does not set setgid: set them.
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
-    if let Some(g) = gid {
-        rustix::fs::fchown(&fd, None, Some(rustix::fs::Gid::from_raw(g)))?;
+    let set_up = || -> std::io::Result<()> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(dir, flags, Mode::empty())?;
+        // The umask may have removed bits, and mkdir does not set setgid: set them.
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
+        if let Some(g) = gid {
+            rustix::fs::fchown(&fd, None, Some(rustix::fs::Gid::from_raw(g)))
+                .map_err(|e| chown_error(e, g))?;
+        }
+        Ok(())
+    };
+    if let Err(e) = set_up() {
+        // Not left half set up (a later create would take it as it is): removed, unless
+        // another process has put something in it meanwhile.
+        let _ = std::fs::remove_dir(dir);
+        return Err(e);
     }
     Ok(true)
+}
+
+/// The error of giving a file to group `gid`: refused (`EPERM`) when this process is not a
+/// member of that group, which only root may do; said so, not as a permission on the file.
+pub(crate) fn chown_error(e: rustix::io::Errno, gid: u32) -> std::io::Error {
+    if e == rustix::io::Errno::PERM {
+        return std::io::Error::other(format!(
+            "cannot give it to group {gid}: this process is not a member of that group (only root may give a file to a group it is not in); add the user to the group, or configure a group it is in"
+        ));
+    }
+    e.into()
 }
 
 /// A hidden name in a namespace directory for ring `name` while it is built or removed:

@@ -202,7 +202,18 @@ impl Ring {
         if let (Err(_), Staging::Named(tmp)) = (&result, &staging) {
             let _ = std::fs::remove_file(tmp);
         }
-        result
+        match result {
+            // No room for this ring where the name is taken (by a ring that took the room,
+            // or one another process made meanwhile): the answer is that it exists, which
+            // `open_or_create` opens.
+            Err(OpenError::NoSpace { .. }) if path.symlink_metadata().is_ok() => {
+                Err(OpenError::AlreadyExists {
+                    name: name.to_owned(),
+                    path,
+                })
+            }
+            other => other,
+        }
     }
 
     /// Open an existing ring, validating its segment. The file is opened without following
@@ -382,10 +393,6 @@ impl Ring {
     }
 }
 
-/// Make the namespace directory if it is not there ([`crate::names::make_namespace_dir`]
-/// gives its mode). An existing directory is used as it is, whoever made
-/// it and with whatever mode (the broker adds only a missing sticky bit, see
-/// docs/DEPLOYMENT.md), unless the name is not a directory (a symbolic link).
 /// The error for a namespace directory `dir` that is `kind` (a symbolic link, say), not a
 /// directory.
 fn not_a_directory(dir: &Path, kind: &str) -> OpenError {
@@ -398,6 +405,10 @@ fn not_a_directory(dir: &Path, kind: &str) -> OpenError {
     }
 }
 
+/// Make the namespace directory if it is not there ([`crate::names::make_namespace_dir`]
+/// gives its mode). An existing directory is used as it is, whoever made
+/// it and with whatever mode (the broker adds only a missing sticky bit, see
+/// docs/DEPLOYMENT.md), unless the name is not a directory (a symbolic link).
 fn ensure_dir(dir: &Path, config: &RingConfig) -> Result<(), OpenError> {
     let is_dir = |dir: &Path| match rustix::fs::lstat(dir) {
         Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Ok(true),
@@ -486,7 +497,7 @@ fn build(
         .map_err(|e| OpenError::io("chmod", tmp, e.into()))?;
     if let Some(g) = config.group {
         rustix::fs::fchown(&file, None, Some(gid(g)))
-            .map_err(|e| OpenError::io("chown", tmp, e.into()))?;
+            .map_err(|e| OpenError::io("chown", tmp, crate::names::chown_error(e, g)))?;
     }
     // Reserve every page now: on a full /dev/shm a sparse file would map fine and then
     // kill the first process that touches a missing page with SIGBUS.

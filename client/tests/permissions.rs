@@ -285,6 +285,38 @@ mod as_root {
         assert_eq!(got, vec![b"from another uid".to_vec()]);
     }
 
+    /// A group the creating process is not a member of cannot be given the directory or the
+    /// file (only root may): the create says so, names the group, and leaves no directory
+    /// half set up (with the creator's own group) for a later create to take as it is.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_group_the_creator_is_not_in_is_refused_and_leaves_nothing() {
+        role::need_root();
+        let ns = Namespace::concurrent("not_member");
+        let out = child(
+            &ns,
+            "create",
+            &[
+                ("PERM_NS", ns.name().to_owned()),
+                ("PERM_RING", "r".to_owned()),
+                ("PERM_UMASK", "022".to_owned()),
+                ("PERM_MODE", "660".to_owned()),
+                ("PERM_GROUP", "0".to_owned()),
+            ],
+            true,
+        );
+        eprintln!("uid {NOBODY} asking for group 0: {out}");
+        assert!(out.starts_with("error"), "{out}");
+        assert!(
+            out.contains("not a member") && out.contains("group 0"),
+            "{out}"
+        );
+        assert!(
+            ns.dir().symlink_metadata().is_err(),
+            "the namespace directory was left: {out}"
+        );
+    }
+
     /// What the refusals should say: which right is missing on which path, for whom. Today
     /// every refusal is the same sentence ("the segment's mode and owner do not give this user
     /// read+write"), which blames the file even when the directory is what refuses, and does not

@@ -48,13 +48,24 @@ fn role() {
     // Whether the space a failed create reserved went back: a small ring fits after it.
     let small = RingConfig {
         capacity: 16,
-        ..config
+        ..config.clone()
     };
     let after = match Ring::create("full", "s", &small) {
         Ok(_) => "fits".to_owned(),
         Err(e) => format!("refused ({e})"),
     };
-    println!("{MARK}{outcome} tmp_left={tmp_left} small_after={after}");
+    // The same create again, and an open-or-create, where the ring is there: there is no
+    // room for a second one, but the answer is that the ring exists, and the open opens it.
+    let again = match Ring::create("full", "r", &config) {
+        Ok(_) => "created".to_owned(),
+        Err(shmring::OpenError::AlreadyExists { .. }) => "exists".to_owned(),
+        Err(e) => format!("refused ({e})"),
+    };
+    let either = match Ring::open_or_create("full", "r", &config) {
+        Ok(_) => "opened".to_owned(),
+        Err(e) => format!("refused ({e})"),
+    };
+    println!("{MARK}{outcome} tmp_left={tmp_left} small_after={after} again={again} open_or_create={either}");
     std::process::exit(0);
 }
 
@@ -128,6 +139,20 @@ mod as_root {
             line.contains("tmp_left=0"),
             "a temporary file was left: {line}"
         );
+    }
+
+    /// A ring that takes more than half the file system is there: a second create of it
+    /// finds no room for another, and says the ring exists (not that space ran out); an
+    /// open-or-create opens it.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_create_of_a_ring_that_exists_says_so_when_there_is_no_room_for_another() {
+        // 1024 slots of 128 bytes: about 140 KB of the 256 KB.
+        let (line, code) = run(1024);
+        let line = line.unwrap_or_else(|| panic!("no result (exit {code:?})"));
+        assert!(line.starts_with("created"), "{line}");
+        assert!(line.contains("again=exists"), "{line}");
+        assert!(line.contains("open_or_create=opened"), "{line}");
     }
 
     #[test]
