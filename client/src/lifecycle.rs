@@ -350,7 +350,6 @@ impl Ring {
         Ok(run)
     }
 
-    /// Mark the ring deleted: the line closes for good and every client gets an error.
     /// Wait until no live process is in the middle of a stop or start (at most the
     /// lifecycle wait, then `Busy`), finishing a dead one's. The settled state.
     pub(crate) fn settle_lifecycle(&self) -> Result<RingState, LifecycleError> {
@@ -358,8 +357,28 @@ impl Ring {
         life.state.ok_or(LifecycleError::CorruptState(life.word))
     }
 
+    /// Mark the ring deleted: the line closes for good and every client gets an error.
     pub(crate) fn mark_deleted(&self) -> Result<u64, LifecycleError> {
-        let (stop, _) = self.close_as(RingState::Deleted)?;
+        let (stop, _) = match self.close_as(RingState::Deleted) {
+            // A corrupt word ends here too (its error says to remove the ring): closed as
+            // from Running, from that exact word.
+            Err(LifecycleError::CorruptState(word)) => {
+                let out = self.seg.line().close_corrupt(
+                    &SegEnv::lifecycle(&self.seg),
+                    word,
+                    RingState::Deleted,
+                )?;
+                tracing::warn!(
+                    ring = self.name(),
+                    word = format_args!("{word:#x}"),
+                    "the ring's lifecycle word was corrupt: closed and marked deleted"
+                );
+                park::wake(&self.seg.lines().consumer_wake.value);
+                park::wake(&self.seg.lines().producer_wake.value);
+                out
+            }
+            other => other?,
+        };
         tracing::info!(
             ring = self.name(),
             stop,

@@ -611,6 +611,33 @@ impl<W: Word> Line<'_, W> {
         }
     }
 
+    /// Close a line whose lifecycle word is `corrupt` (no known state; another process
+    /// overwrote it) into `target`, as a stop from Running does: the word is CASed from that
+    /// exact value to `Stopping` owned by this process, then the line is closed. For a
+    /// remove, which must be able to end a corrupt ring (its clients then get `Deleted`).
+    /// `Corrupt` with the word now there if it changed meanwhile.
+    pub fn close_corrupt(
+        &self,
+        env: &impl Env,
+        corrupt: u64,
+        target: RingState,
+    ) -> Result<(u64, u64), LineError> {
+        let life = Life::of(corrupt);
+        if life.state.is_some() {
+            return Err(LineError::Corrupt(corrupt));
+        }
+        if self.single && !env.has_barrier() {
+            return Err(LineError::NoBarrier);
+        }
+        let owned = Life::of(next_word(&life, RingState::Stopping, env.me()));
+        if !self.cas(corrupt, owned.word) {
+            return Err(LineError::Corrupt(self.life().word));
+        }
+        let stop = self.close_owned(env);
+        let word = self.publish_owned(&owned, target)?;
+        Ok((stop, word))
+    }
+
     /// The owner of `Stopping` closes the line and records its position.
     fn close_owned(&self, env: &impl Env) -> u64 {
         if self.single {

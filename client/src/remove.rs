@@ -49,7 +49,10 @@ impl Ring {
     /// [`crate::PublishError::Deleted`] and friends instead of hanging, new opens get
     /// [`OpenError::NotFound`], and the file is unlinked. If this process may not remove the
     /// file ([`OpenError::PermissionDenied`] says which right is missing) or the ring
-    /// refuses to be marked deleted ([`OpenError::Lifecycle`]), nothing changes.
+    /// refuses to be marked deleted ([`OpenError::Lifecycle`]: another live process is
+    /// stopping or starting it), nothing changes, but for a stop or start that a dead
+    /// process left half done, which the remove finishes first as any lifecycle call does.
+    /// A ring whose lifecycle word another process overwrote is removed too.
     ///
     /// A name that is not a ring this client can map (it fails validation, it was truncated,
     /// or it is not a regular file) is unlinked all the same; a symbolic link is removed
@@ -74,7 +77,8 @@ impl Ring {
         // look is still waited for in step 3, for as long as it lasts.)
         if let Some(ring) = opened {
             match ring.settle_lifecycle() {
-                Ok(_) => {}
+                // A corrupt word is closed and marked deleted in step 3.
+                Ok(_) | Err(crate::LifecycleError::CorruptState(_)) => {}
                 Err(e) => return Err(OpenError::Lifecycle(name.to_owned(), e)),
             }
         }

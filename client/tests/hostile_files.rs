@@ -146,36 +146,56 @@ fn lifecycle_offset() -> u64 {
         + offset_of!(LifecycleLine, lifecycle)) as u64
 }
 
-/// A remove that the ring refuses (its lifecycle word is corrupt, so it cannot be marked
-/// deleted) changes nothing: the name is put back and no hidden file is left. A ring that is
-/// already deleted (under another name, a hard link) is removed by unlinking alone.
+/// A ring whose lifecycle word another process overwrote refuses every stop and start,
+/// and its error says to remove it and create it again: a remove does end it. The word is
+/// closed as from Running (from that exact value), so attached clients get `Deleted`, and
+/// the file goes, for either producer mode. A ring that is already deleted (under another
+/// name, a hard link) is removed by unlinking alone.
 #[test]
-fn a_remove_the_ring_refuses_changes_nothing() {
+fn a_remove_ends_a_ring_whose_lifecycle_word_is_corrupt() {
     use std::os::unix::fs::FileExt;
-    let ns = Namespace::concurrent("refused_remove");
-    let ring = Ring::create(ns.name(), "r", &cfg()).expect("create");
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(ring.path())
-        .expect("open the file");
-    let mut word = [0u8; 8];
-    file.read_exact_at(&mut word, lifecycle_offset())
-        .expect("read the lifecycle word");
-    let corrupt = shmring_layout::lifecycle::pack(0, 0xee, 0);
-    file.write_all_at(&corrupt.to_ne_bytes(), lifecycle_offset())
-        .expect("corrupt the lifecycle word");
-    let e = Ring::remove(ns.name(), "r").expect_err("a ring that cannot be marked deleted");
-    assert!(matches!(e, OpenError::Lifecycle(..)), "{e}");
-    assert!(ring.path().exists(), "the name was put back");
-    let hidden: Vec<String> = names_in(ns.dir())
-        .into_iter()
-        .filter(|n| n.starts_with('.'))
-        .collect();
-    assert!(hidden.is_empty(), "no hidden name left: {hidden:?}");
-    file.write_all_at(&word, lifecycle_offset())
-        .expect("restore the lifecycle word");
+    for mode in [shmring::ProducerMode::Multi, shmring::ProducerMode::Single] {
+        let ns = Namespace::concurrent("corrupt_remove");
+        let config = RingConfig {
+            producer_mode: mode,
+            ..cfg()
+        };
+        let ring = Ring::create(ns.name(), "r", &config).expect("create");
+        let mut p = ring.producer().expect("producer");
+        let mut c = ring
+            .consumer(ConsumerOptions::anonymous())
+            .expect("consumer");
+        p.publish(b"before").expect("publish");
+        let file = OpenOptions::new()
+            .write(true)
+            .open(ring.path())
+            .expect("open the file");
+        let corrupt = shmring_layout::lifecycle::pack(0, 0xee, 0);
+        file.write_all_at(&corrupt.to_ne_bytes(), lifecycle_offset())
+            .expect("corrupt the lifecycle word");
+        assert!(
+            matches!(ring.stop(), Err(shmring::LifecycleError::CorruptState(_))),
+            "{mode:?}"
+        );
+        Ring::remove(ns.name(), "r").expect("a corrupt ring is removed");
+        assert_eq!(ring.state(), Some(RingState::Deleted), "{mode:?}");
+        assert!(!ring.path().exists(), "{mode:?}");
+        assert!(names_in(ns.dir()).is_empty(), "{mode:?}: nothing left");
+        assert_eq!(
+            p.publish(b"after"),
+            Err(shmring::PublishError::Deleted),
+            "{mode:?}"
+        );
+        assert_eq!(c.poll_once(|_| {}), Ok(1), "{mode:?}: what came before");
+        assert_eq!(
+            c.poll_once(|_| {}),
+            Err(shmring::PollError::Deleted),
+            "{mode:?}"
+        );
+    }
 
+    let ns = Namespace::concurrent("hardlink_remove");
+    let ring = Ring::create(ns.name(), "r", &cfg()).expect("create");
     let second = ns.ring_path("second");
     std::fs::hard_link(ring.path(), &second).expect("hard link");
     Ring::remove(ns.name(), "second").expect("remove the second name");
