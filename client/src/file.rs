@@ -55,10 +55,14 @@ pub(crate) fn open_regular(path: &Path) -> Result<File, FileError> {
     let dir = match rustix::fs::open(dir, dir_flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(rustix::io::Errno::NOTDIR) => {
-            let kind = rustix::fs::lstat(dir).map_or("not a directory", |st| {
-                kind_name(FileType::from_raw_mode(st.st_mode))
+            // What the namespace directory's own name is; a path above it that is not a
+            // directory is the plain error.
+            return Err(match rustix::fs::lstat(dir) {
+                Ok(st) => {
+                    FileError::DirNotDirectory(kind_name(FileType::from_raw_mode(st.st_mode)))
+                }
+                Err(e) => FileError::Io(e.into()),
             });
-            return Err(FileError::DirNotDirectory(kind));
         }
         Err(e) => return Err(FileError::Io(e.into())),
     };

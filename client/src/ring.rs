@@ -229,7 +229,8 @@ impl Ring {
     }
 
     /// [`Ring::open_at`]; `any_pid_ns` maps a ring of another pid namespace too (to remove
-    /// it: marking it deleted judges nobody's liveness).
+    /// it: marking it deleted judges no client's liveness, only that of a stop or start
+    /// running meanwhile, by its owner's pid as seen here).
     pub(crate) fn open_at_from(
         path: PathBuf,
         namespace: &str,

@@ -2,7 +2,7 @@
 //! that process sees it and liveness is judged by pid, so a process of another pid
 //! namespace (a container that does not share the broker's) is refused at open with
 //! `OpenError::OtherPidNamespace`, before it could be taken for dead or take others for
-//! dead. Removing such a ring judges nobody's liveness and works from anywhere.
+//! dead. Removing such a ring judges no client's liveness and works from anywhere.
 //!
 //! A pid namespace takes root to make (`unshare --pid`): the tests are in `as_root`,
 //! ignored by a plain `cargo test` and run by CI. The child runs this test binary again as
@@ -114,7 +114,7 @@ mod as_root {
             }
             other => panic!("opened a ring of another pid namespace: {other:?}"),
         }
-        // Removing it judges nobody's liveness: it is marked deleted and unlinked.
+        // Removing it judges no client's liveness: it is marked deleted and unlinked.
         Ring::remove(ns.name(), "there").expect("remove from another pid namespace");
         assert!(!ns.ring_path("there").exists());
     }

@@ -446,6 +446,18 @@ impl Consumer {
         }
     }
 
+    /// A member entry this member freed gates no more: the producers parked for room may
+    /// have waited for it (the change is "publish" (1) on the producer wake line). One load
+    /// of the waiter count when nobody parks; it does not register the process, as
+    /// `wake_after_group`.
+    fn wake_producers(&self) {
+        park::notify(
+            &self.seg.lines().producer_wake.value,
+            self.seg.header(),
+            self.registered,
+        );
+    }
+
     /// A member entry's position moved (a claim, a commit of an adopted claim, a skip at a
     /// takeover) or a member entry was freed or given back: a consumer after the group may
     /// be parked on the floor before the change (its barrier reads the members' positions,
@@ -708,9 +720,12 @@ impl Consumer {
             }
             if done {
                 self.fold_skips(e);
-                let _ = table::consumer::free(&e.hot.word, word, consumer_state::FREE);
+                let freed = table::consumer::free(&e.hot.word, word, consumer_state::FREE);
                 m.adopted.swap_remove(i);
                 self.wake_after_group();
+                if freed {
+                    self.wake_producers();
+                }
             } else {
                 i += 1;
             }
@@ -960,13 +975,7 @@ impl Consumer {
             self.word = word;
             self.wake_after_group();
             if to == consumer_state::FREE {
-                // A freed member's entry gates no more: the producers parked for room may
-                // have waited for it.
-                park::notify(
-                    &self.seg.lines().producer_wake.value,
-                    self.seg.header(),
-                    self.registered,
-                );
+                self.wake_producers();
             }
         }
     }
@@ -1001,6 +1010,7 @@ impl Consumer {
         // the adopted entry, counted once.
         let own_held = self.entry().hot.word.load(Ordering::Acquire) == self.word;
         let mut gave_back = false;
+        let mut freed = false;
         for a in adopted {
             if let Some(e) = seg.consumer(a.index) {
                 // Acquire: as above. An adopted entry no longer this member's is not touched.
@@ -1026,11 +1036,15 @@ impl Consumer {
                 };
                 if table::consumer::give_up(&e.hot.word, a.word, to).is_ok() {
                     gave_back = true;
+                    freed |= to == consumer_state::FREE;
                 }
             }
         }
         if gave_back {
             self.wake_after_group();
+        }
+        if freed {
+            self.wake_producers();
         }
     }
 }

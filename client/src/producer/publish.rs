@@ -831,6 +831,14 @@ impl Drop for BatchGuard<'_> {
                 count = n,
                 "a batch's event panicked while the batch was written; publishing its claim as tombstones"
             );
+            if !self.0.fixed {
+                // The WRITING stamps the write had not reached yet, as every tombstone has
+                // them before its flags: an optional consumer still copying a slot's last
+                // lap must see its copy spoilt, not take that event for a tombstone.
+                for seq in first..first + n {
+                    Producer::begin_write(&self.0.seg.slot(seq), seq);
+                }
+            }
             self.0.finish_range(first, n, SLOT_FLAG_TOMBSTONE);
         }
     }
