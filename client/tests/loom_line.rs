@@ -327,6 +327,53 @@ fn start_racing_remove() {
     }
 }
 
+/// Another process overwrote the lifecycle word of a running ring (a value no state has)
+/// while a producer publishes; a remove then closes the line from that exact word
+/// (`Line::close_corrupt`). Every accepted claim is published below the recorded stop, the
+/// line ends Deleted and closed, and a later claim is refused as deleted. (A claim whose
+/// (p4) met the corrupt word is refused; its position may lie below the record, which for
+/// a deleted ring no start ever takes back.)
+#[test]
+fn a_remove_closes_a_corrupt_line_from_its_word() {
+    for single in [false, true] {
+        model(move || {
+            let ring = Arc::new(Ring::new(single, running(), 0));
+            let publisher = {
+                let ring = ring.clone();
+                thread::spawn(move || publish(&ring, 2, true))
+            };
+            let corrupt = lifecycle::pack(0, 0xee, 0);
+            ring.life.store(corrupt, Ordering::SeqCst);
+            let closed = ring
+                .line()
+                .close_corrupt(&env(11, true), corrupt, RingState::Deleted);
+            let accepted = publisher.join().unwrap();
+            let (stop, _) = closed.expect("closed from the corrupt word");
+            for &s in &accepted {
+                assert!(s < stop, "sequence {s} accepted past the stop {stop}");
+                assert!(
+                    ring.published(s),
+                    "sequence {s} accepted and never published"
+                );
+            }
+            assert_eq!(ring.line().life().state, Some(RingState::Deleted));
+            assert!(ring.line().is_closed());
+            let e = env(1, true);
+            let claim = if single {
+                let next = accepted.last().map_or(0, |s| s + 1);
+                ring.line()
+                    .claim_single(&e, &mut SeenRunning::default(), next, 1, || {
+                        fence(Ordering::SeqCst)
+                    })
+                    .map(|()| next)
+            } else {
+                ring.line().claim_multi(1)
+            };
+            assert_eq!(claim, Err(Refused::Deleted));
+        });
+    }
+}
+
 /// A stopper died owning `Stopping` (before or after it closed the multi-producer line). A
 /// stop and a start race to finish it: the line ends closed or open at the one recorded
 /// stop sequence, and a claim racing them is refused or delivered.
