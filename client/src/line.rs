@@ -786,7 +786,7 @@ impl<W: Word> Line<'_, W> {
     ) -> Result<(), Refused> {
         match fast {
             Fast::Accepted => Ok(()),
-            Fast::NotRunning => Err(self.refusal()),
+            Fast::NotRunning => Err(self.refusal_settling(env)),
             Fast::Decide => self.decide(env, next, n),
         }
     }
@@ -795,6 +795,20 @@ impl<W: Word> Line<'_, W> {
     #[cold]
     fn refusal(&self) -> Refused {
         Refused::in_state(self.life().state)
+    }
+
+    /// Why a single-producer claim that stored nothing is refused now. A stop or start
+    /// whose owner is dead is finished first (as `decide` does), so that a start killed
+    /// before it published Running does not leave every later claim refused where no
+    /// broker runs to finish it: this claim is refused, the next finds the line as that
+    /// left it.
+    #[cold]
+    fn refusal_settling(&self, env: &impl Env) -> Refused {
+        let life = self.life();
+        if life.state.is_some_and(RingState::is_transitional) && !env.alive(life.owner) {
+            let _ = self.settle(env);
+        }
+        self.refusal()
     }
 
     /// (p5): a claim whose position was stored met a lifecycle change. Never stores: a

@@ -527,6 +527,47 @@ fn a_start_that_reopened_the_counter_is_an_open_line_to_consumers() {
     );
 }
 
+/// A start whose owner was killed before it published Running, with no broker to finish
+/// it: the single producer's next publish finds the line not running and the owner dead,
+/// and finishes the start itself (as its claim's decision does when it meets such a
+/// word), so that publishing does not stay refused until someone calls `start`. That
+/// publish is refused; the ones after it run on from the stop sequence.
+#[test]
+fn a_dead_starters_start_is_finished_by_the_single_producer() {
+    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
+    use std::os::unix::fs::FileExt;
+    let ns = Namespace::concurrent("dead_starter");
+    let ring = Ring::create(ns.name(), "r", &cfg_mode(16, ProducerMode::Single)).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..5u8 {
+        p.publish(&[i]).unwrap();
+    }
+    assert_eq!(ring.stop(), Ok(5));
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
+    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(ring.path())
+        .unwrap()
+        .write_all_at(
+            &lifecycle::pack(9, RingState::Starting as u32, dead).to_ne_bytes(),
+            (SEQ_LINES_OFFSET + life) as u64,
+        )
+        .unwrap();
+    assert_eq!(p.publish(&[9]), Err(PublishError::Closed));
+    assert_eq!(
+        ring.state(),
+        Some(RingState::Running),
+        "the start was finished"
+    );
+    assert_eq!(p.publish(&[5]), Ok(5), "on from the stop sequence");
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(got, (0..=5).collect::<Vec<_>>());
+}
+
 /// A remove while another live process is in the middle of a stop (here a process that
 /// stays there: stopped, or its pid reused) waits for it with the ring under its name, and
 /// gives up with nothing renamed: the name never goes free for a new ring while the old

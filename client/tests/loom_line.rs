@@ -422,6 +422,42 @@ fn a_dead_stoppers_transition_is_finished_once() {
     }
 }
 
+/// A single-producer start whose owner died before it published Running (the claim word
+/// still holding a claim the stop refused, or already taken back), with no broker to
+/// finish it: the producer's claims that find the line not running finish it themselves,
+/// racing a live start by another process. Exactly one finishes it, at the stop
+/// sequence, and the producer's accepted claims run on from there with no reuse and no
+/// hole.
+#[test]
+fn a_dead_starters_start_is_finished_once_by_a_claim_or_a_start() {
+    for refused in [false, true] {
+        model(move || {
+            let dead = lifecycle::pack(5, RingState::Starting as u32, DEAD);
+            // Sequence 0 published, stopped at 1; a claim of 1 the stop refused left 2.
+            let ring = Arc::new(Ring::new(true, dead, if refused { 2 } else { 1 }));
+            ring.stop_seq.store(1, Ordering::SeqCst);
+            ring.stamps[0].store(0, Ordering::SeqCst);
+            let starter = {
+                let ring = ring.clone();
+                thread::spawn(move || ring.line().reopen(&env(21, true)))
+            };
+            let accepted = publish_from(&ring, 1, 2, 1, true);
+            let started = starter.join().unwrap();
+            assert!(
+                matches!(started, Ok(1) | Err(LineError::AlreadyRunning)),
+                "{started:?}"
+            );
+            assert_eq!(ring.line().life().state, Some(RingState::Running));
+            let end = 1 + accepted.len() as u64;
+            assert_eq!(accepted, (1..end).collect::<Vec<_>>(), "no reuse, no hole");
+            for &s in &accepted {
+                assert!(ring.published(s));
+            }
+            assert_eq!(ring.line().position(|s| ring.published(s)), end);
+        });
+    }
+}
+
 /// Without the fence pair, loom finds a single-producer claim accepted past the stop (the
 /// producer misses Stopping and the stopper misses its position).
 #[test]
