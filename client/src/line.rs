@@ -199,6 +199,28 @@ pub trait Env {
     fn pause(&self, round: u32) -> bool;
 }
 
+/// An [`Env`] that never waits: `pause` gives up at once (a settle then returns `Busy`
+/// where it would wait for a live owner).
+struct NoWait<'e, E>(&'e E);
+
+impl<E: Env> Env for NoWait<'_, E> {
+    fn me(&self) -> u32 {
+        self.0.me()
+    }
+    fn alive(&self, pid: u32) -> bool {
+        self.0.alive(pid)
+    }
+    fn heavy_fence(&self) {
+        self.0.heavy_fence();
+    }
+    fn has_barrier(&self) -> bool {
+        self.0.has_barrier()
+    }
+    fn pause(&self, _round: u32) -> bool {
+        false
+    }
+}
+
 /// Why a transition did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LineError {
@@ -802,11 +824,13 @@ impl<W: Word> Line<'_, W> {
     /// before it published Running does not leave every later claim refused where no
     /// broker runs to finish it: this claim is refused, the next finds the line as that
     /// left it.
+    /// Never waits: a transition whose owner lives (one that took the word over first,
+    /// say) is left to it.
     #[cold]
     fn refusal_settling(&self, env: &impl Env) -> Refused {
         let life = self.life();
         if life.state.is_some_and(RingState::is_transitional) && !env.alive(life.owner) {
-            let _ = self.settle(env);
+            let _ = self.settle(&NoWait(env));
         }
         self.refusal()
     }

@@ -52,7 +52,8 @@ impl Ring {
     /// refuses to be marked deleted ([`OpenError::Lifecycle`]: another live process is
     /// stopping or starting it), nothing changes, but for a stop or start that a dead
     /// process left half done, which the remove finishes first as any lifecycle call does.
-    /// A ring whose lifecycle word another process overwrote is removed too.
+    /// A ring whose lifecycle word another process overwrote is removed too; one created
+    /// in another pid namespace is refused ([`OpenError::OtherPidNamespace`]), as at open.
     ///
     /// A name that is not a ring this client can map (it fails validation, it was truncated,
     /// or it is not a regular file) is unlinked all the same; a symbolic link is removed
@@ -63,11 +64,11 @@ impl Ring {
         let path = ring_path(namespace, name)?;
         // Opened by name first, only to give an error that is not about what the file is
         // (no such ring, no right to open it, no descriptor left) with the name untouched.
+        // A ring of another pid namespace is refused as at open: its stops and starts are
+        // owned by pids this process cannot judge, so it may neither take one over nor own
+        // one there. It is removed from inside its pid namespace.
         let opened = match Self::open(namespace, name) {
             Ok(ring) => Some(ring),
-            Err(OpenError::OtherPidNamespace { .. }) => {
-                Ring::open_at_from(path.clone(), namespace, name, true).ok()
-            }
             Err(e) if unmappable(&e) => None,
             Err(e) => return Err(e),
         };
@@ -89,7 +90,7 @@ impl Ring {
             Ok(()) => e.renamed(&aside, &path),
             Err(left) => left,
         };
-        match Ring::open_at_from(aside.clone(), namespace, name, true) {
+        match Ring::open_at(aside.clone(), namespace, name) {
             Ok(ring) => ring.remove_set_aside(&aside, &path),
             // A directory at the name cannot be unlinked: it goes back, with the error.
             Err(e) if unmappable(&e) => std::fs::remove_file(&aside)

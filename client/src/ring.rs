@@ -225,18 +225,6 @@ impl Ring {
     /// Open the file at `path` as ring `name` of `namespace` (its own name, or the hidden
     /// name a remove set it aside under).
     pub(crate) fn open_at(path: PathBuf, namespace: &str, name: &str) -> Result<Ring, OpenError> {
-        Self::open_at_from(path, namespace, name, false)
-    }
-
-    /// [`Ring::open_at`]; `any_pid_ns` maps a ring of another pid namespace too (to remove
-    /// it: marking it deleted judges no client's liveness, only that of a stop or start
-    /// running meanwhile, by its owner's pid as seen here).
-    pub(crate) fn open_at_from(
-        path: PathBuf,
-        namespace: &str,
-        name: &str,
-        any_pid_ns: bool,
-    ) -> Result<Ring, OpenError> {
         let file = match crate::file::open_regular(&path) {
             Ok(f) => f,
             Err(FileError::NotRegular(kind)) => return Err(OpenError::NotRegular { path, kind }),
@@ -252,17 +240,16 @@ impl Ring {
             }
             Err(FileError::Io(e)) => return Err(OpenError::io("open", &path, e)),
         };
-        Self::from_file(file, &path, namespace, name, any_pid_ns)
+        Self::from_file(file, &path, namespace, name)
     }
 
-    /// Map an opened regular segment file after validating its header and size, and
-    /// (unless `any_pid_ns`) that it was created in this process's pid namespace.
+    /// Map an opened regular segment file after validating its header and size, and that
+    /// it was created in this process's pid namespace.
     pub(crate) fn from_file(
         file: File,
         path: &Path,
         namespace: &str,
         name: &str,
-        any_pid_ns: bool,
     ) -> Result<Ring, OpenError> {
         let len = file
             .metadata()
@@ -289,7 +276,7 @@ impl Ring {
         // follows.
         let ring = seg.header().pid_ns.load(Ordering::Relaxed);
         let own = crate::process::pid_namespace();
-        if !any_pid_ns && ring != 0 && own != 0 && ring != own {
+        if ring != 0 && own != 0 && ring != own {
             return Err(OpenError::OtherPidNamespace {
                 path: path.to_owned(),
                 ring,

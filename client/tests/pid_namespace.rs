@@ -2,7 +2,8 @@
 //! that process sees it and liveness is judged by pid, so a process of another pid
 //! namespace (a container that does not share the broker's) is refused at open with
 //! `OpenError::OtherPidNamespace`, before it could be taken for dead or take others for
-//! dead. Removing such a ring judges no client's liveness and works from anywhere.
+//! dead. A remove from there is refused the same way: it would take over, or own, a stop
+//! whose owner's pid it cannot judge.
 //!
 //! A pid namespace takes root to make (`unshare --pid`): the tests are in `as_root`,
 //! ignored by a plain `cargo test` and run by CI. The child runs this test binary again as
@@ -85,8 +86,8 @@ mod as_root {
         line
     }
 
-    /// A process of another pid namespace cannot open a ring, whichever side created it;
-    /// the creator's pid namespace can. Either side may remove it.
+    /// A process of another pid namespace cannot open or remove a ring, whichever side
+    /// created it; the creator's pid namespace can.
     #[test]
     #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
     fn a_ring_opens_only_in_its_creators_pid_namespace() {
@@ -114,8 +115,17 @@ mod as_root {
             }
             other => panic!("opened a ring of another pid namespace: {other:?}"),
         }
-        // Removing it judges no client's liveness: it is marked deleted and unlinked.
-        Ring::remove(ns.name(), "there").expect("remove from another pid namespace");
-        assert!(!ns.ring_path("there").exists());
+        // Nor remove it: the file stays as it is.
+        match Ring::remove(ns.name(), "there") {
+            Err(OpenError::OtherPidNamespace { .. }) => {}
+            other => panic!("removed a ring of another pid namespace: {other:?}"),
+        }
+        assert!(ns.ring_path("there").exists());
+        let hidden: Vec<_> = std::fs::read_dir(ns.dir())
+            .expect("the namespace directory")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(hidden.is_empty(), "nothing set aside: {hidden:?}");
     }
 }
