@@ -268,6 +268,10 @@ impl Ring {
             if behind.is_empty() {
                 break Ok(stop);
             }
+            if self.is_deleted() {
+                // Removed meanwhile: the consumers will never catch up with it.
+                break Err(LifecycleError::Deleted);
+            }
             if !keep_waiting() {
                 break Err(LifecycleError::DrainAbandoned {
                     stop_seq: stop,

@@ -127,6 +127,28 @@ fn a_drain_nobody_waits_for_ends_early_and_leaves_the_ring_stopped() {
     );
 }
 
+/// A ring removed while a drain waits for its consumers ends the drain at once with
+/// `Deleted`, not at its timeout (the consumers will never catch up with a deleted ring).
+#[test]
+fn a_drain_ends_when_the_ring_is_removed() {
+    let ns = Namespace::concurrent("drain_removed");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let _c = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
+    p.publish(&[0]).unwrap();
+    let mut removed = false;
+    let out = ring.drain_while(Duration::from_secs(5), || {
+        if !removed {
+            // Another process's remove, between two of the drain's looks.
+            Ring::remove(ns.name(), "r").expect("remove");
+            removed = true;
+        }
+        true
+    });
+    assert_eq!(out, Err(LifecycleError::Deleted));
+    assert_eq!(ring.state(), Some(RingState::Deleted));
+}
+
 /// `stop_if_draining` ends a drain with one CAS on the Draining word it reads: a running,
 /// stopped or restarted ring is left as it is, and a drain still waiting for its consumer
 /// ends as it would have once that consumer has everything.
