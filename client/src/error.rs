@@ -108,7 +108,7 @@ pub enum OpenError {
     /// that process sees it, and liveness is judged by pid: across pid namespaces live
     /// processes would be taken for dead and their entries freed or repaired. So only the
     /// creator's pid namespace may open it.
-    #[error("segment {path} was created in pid namespace pid:[{ring}], and this process runs in pid:[{own}]: every process of a ring must share one pid namespace, as processes are told alive by pid (containers: share the broker's, e.g. docker run --pid=container:BROKER; see docs/DEPLOYMENT.md)")]
+    #[error("segment {path} was created in pid namespace pid:[{ring}], and this process runs in pid:[{own}]: every process of a ring must share one pid namespace, as processes are told alive by pid (containers: share the broker's, e.g. docker run --pid=container:BROKER; see docs/DEPLOYMENT.md); a ring whose pid namespace is gone (its container exited) is removed with rm")]
     OtherPidNamespace {
         /// The path.
         path: PathBuf,

@@ -268,8 +268,10 @@ impl Ring {
             if behind.is_empty() {
                 break Ok(stop);
             }
-            if self.is_deleted() {
-                // Removed meanwhile: the consumers will never catch up with it.
+            if self.is_deleted() && !behind.iter().any(|&(i, ..)| self.held_live(i)) {
+                // Removed meanwhile, and nobody left to catch up with it: an attach refuses a
+                // deleted ring, so a consumer behind that no live process holds never will.
+                // (A live holder delivers up to the stop before it is told.)
                 break Err(LifecycleError::Deleted);
             }
             if !keep_waiting() {
@@ -327,6 +329,19 @@ impl Ring {
                     .then(|| (i, crate::consumer::entry_name(e), next))
             })
             .collect()
+    }
+
+    /// Whether consumer entry `i` is held (ACTIVE, or being resumed) by a process that
+    /// runs: one that may still deliver.
+    fn held_live(&self, i: u32) -> bool {
+        self.seg.consumer(i).is_some_and(|e| {
+            // Acquire: pairs with the holder's SeqCst CAS of its word.
+            let word = e.hot.word.load(Ordering::Acquire);
+            matches!(
+                owned_word::state(word),
+                consumer_state::ACTIVE | consumer_state::RESUMING
+            ) && process::exists(owned_word::owner(word))
+        })
     }
 
     /// Whether consumer entry `i` is a declared consumer (`RingConfig::declared`) that no

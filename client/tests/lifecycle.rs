@@ -127,26 +127,41 @@ fn a_drain_nobody_waits_for_ends_early_and_leaves_the_ring_stopped() {
     );
 }
 
-/// A ring removed while a drain waits for its consumers ends the drain at once with
-/// `Deleted`, not at its timeout (the consumers will never catch up with a deleted ring).
+/// A ring removed while a drain waits for its consumers: a consumer that a live process
+/// holds still delivers up to the stop (it is told of the delete once caught up), so the
+/// drain waits for it and succeeds; one that nobody holds can never catch up (an attach
+/// refuses a deleted ring), so the drain ends at once with `Deleted`, not at its timeout.
 #[test]
 fn a_drain_ends_when_the_ring_is_removed() {
-    let ns = Namespace::concurrent("drain_removed");
-    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
-    let mut p = ring.producer().unwrap();
-    let _c = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
-    p.publish(&[0]).unwrap();
-    let mut removed = false;
-    let out = ring.drain_while(Duration::from_secs(5), || {
-        if !removed {
-            // Another process's remove, between two of the drain's looks.
-            Ring::remove(ns.name(), "r").expect("remove");
-            removed = true;
+    for held in [true, false] {
+        let ns = Namespace::concurrent("drain_removed");
+        let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+        let mut p = ring.producer().unwrap();
+        let mut c = Some(ring.consumer(ConsumerOptions::durable("slow")).unwrap());
+        p.publish(&[0]).unwrap();
+        if !held {
+            c = None; // detached: its entry still gates at 0
         }
-        true
-    });
-    assert_eq!(out, Err(LifecycleError::Deleted));
-    assert_eq!(ring.state(), Some(RingState::Deleted));
+        let mut looks = 0;
+        let out = ring.drain_while(Duration::from_secs(5), || {
+            looks += 1;
+            if looks == 1 {
+                // Another process's remove, between two of the drain's looks.
+                Ring::remove(ns.name(), "r").expect("remove");
+            } else if let Some(c) = c.as_mut() {
+                // The live holder delivers what came before the stop.
+                assert_eq!(c.poll_once(|_| {}), Ok(1));
+            }
+            true
+        });
+        let expected = if held {
+            Ok(1)
+        } else {
+            Err(LifecycleError::Deleted)
+        };
+        assert_eq!(out, expected, "held {held}");
+        assert_eq!(ring.state(), Some(RingState::Deleted));
+    }
 }
 
 /// `stop_if_draining` ends a drain with one CAS on the Draining word it reads: a running,
