@@ -312,46 +312,22 @@ mod as_root {
         if !broker.expect_stderr_within("broker ready", common::WAIT) {
             broker.fail("did not get ready");
         }
-        let out = ns.cli(&["stop", "default"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let (v, code) = ns.status();
-        assert_eq!(code, 0, "{v:#}");
-        assert_eq!(ring(&v, "default").expect("default")["state"], "STOPPED");
-
         // From a pid namespace of its own the CLI cannot see the broker's pid (the kernel
         // gives 0), so it cannot tell the lock's holder: as where `/proc/locks` cannot be
         // read, it believes the listener.
-        let out = in_a_pid_namespace(&ns, &["start", "default"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let (v, _) = ns.status();
-        assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
+        stop_here_and_start_from_a_pid_namespace(&ns);
     }
 
-    /// The broker CLI on `ns` with `args`, run as process 1 of a new pid namespace (with
-    /// `/proc` mounted anew, as a container has it): to completion.
-    fn in_a_pid_namespace(ns: &Namespace, args: &[&str]) -> std::process::Output {
-        let mut cmd = std::process::Command::new("unshare");
-        cmd.args([
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            common::BIN,
-        ])
-        .arg("--namespace")
-        .arg(ns.name())
-        .args(args);
-        shmring_testkit::output("the broker CLI in a pid namespace", &mut cmd)
+    /// `broker stop` from this process, then `broker start` from a CLI in a pid namespace
+    /// of its own: each answered, as the status shows.
+    fn stop_here_and_start_from_a_pid_namespace(ns: &Namespace) {
+        common::assert_exit_0(&ns.cli(&["stop", "default"]));
+        let (v, code) = ns.status();
+        assert_eq!(code, 0, "{v:#}");
+        assert_eq!(ring(&v, "default").expect("default")["state"], "STOPPED");
+        common::assert_exit_0(&common::cli_in_a_pid_namespace(ns, &["start", "default"]));
+        let (v, _) = ns.status();
+        assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
     }
 
     /// A control peer in a pid namespace the other side cannot see (the CLI on the host
@@ -363,41 +339,10 @@ mod as_root {
     fn a_peer_in_another_pid_namespace_is_answered() {
         role::need_root();
         let ns = Namespace::new("pidns");
-        let mut cmd = std::process::Command::new("unshare");
-        cmd.args([
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            common::BIN,
-        ])
-        .args(["run", "--namespace", ns.name()])
-        .env("RUST_LOG", "info");
-        let mut broker = ns.spawn("broker in a pid namespace", cmd);
-        if !broker.expect_stderr_within("broker ready", common::WAIT) {
-            broker.fail("did not get ready");
-        }
-        // This process is in the parent pid namespace: to the broker, its pid is 0.
-        let out = ns.cli(&["stop", "default"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let (v, code) = ns.status();
-        assert_eq!(code, 0, "{v:#}");
-        assert_eq!(ring(&v, "default").expect("default")["state"], "STOPPED");
-        // And a CLI in a pid namespace of its own, to which the broker's pid is 0.
-        let out = in_a_pid_namespace(&ns, &["start", "default"]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let (v, _) = ns.status();
-        assert_eq!(ring(&v, "default").expect("default")["state"], "RUNNING");
+        let _broker = common::broker_in_a_pid_namespace(&ns);
+        // This process is in the parent pid namespace: to the broker, its pid is 0. To a
+        // CLI in a pid namespace of its own, the broker's pid is 0.
+        stop_here_and_start_from_a_pid_namespace(&ns);
     }
 
     /// A member of the broker group through a supplementary group only (its primary group is

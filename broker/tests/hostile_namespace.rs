@@ -436,20 +436,7 @@ mod as_root {
         need_root();
         let ns = Namespace::new("pidns");
         let outside = Ring::create(ns.name(), "outside", &small()).expect("create");
-        let mut cmd = std::process::Command::new("unshare");
-        cmd.args([
-            "--pid",
-            "--fork",
-            "--kill-child",
-            "--mount-proc",
-            common::BIN,
-        ])
-        .args(["run", "--namespace", ns.name()])
-        .env("RUST_LOG", "info");
-        let mut broker = ns.spawn("broker in a pid namespace", cmd);
-        if !broker.expect_stderr_within("broker ready", common::WAIT) {
-            broker.fail("did not get ready");
-        }
+        let _broker = common::broker_in_a_pid_namespace(&ns);
         let v = ns.wait_status("the ring listed as left alone", |v, _| {
             unreadable(v, outside.path()).map(|_| v.clone())
         });

@@ -510,6 +510,56 @@ fn single_producer_publishes_racing_stops_are_refused_or_delivered() {
     }
 }
 
+/// A word of a ring's sequence lines.
+#[derive(Clone, Copy)]
+enum LineWord {
+    Claim,
+    Lifecycle,
+    StopSeq,
+}
+
+/// Write `value` into word `word` of `ring`'s sequence lines through the file, as a process
+/// killed half-way through a transition leaves it (or another writer would).
+fn forge(ring: &Ring, word: LineWord, value: u64) {
+    use shmring_layout::{LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
+    use std::mem::offset_of;
+    use std::os::unix::fs::FileExt;
+    let lines = offset_of!(SequenceLines, lifecycle);
+    let field = match word {
+        LineWord::Claim => offset_of!(SequenceLines, claim),
+        LineWord::Lifecycle => lines + offset_of!(LifecycleLine, lifecycle),
+        LineWord::StopSeq => lines + offset_of!(LifecycleLine, stop_seq),
+    };
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(ring.path())
+        .unwrap()
+        .write_all_at(&value.to_ne_bytes(), (SEQ_LINES_OFFSET + field) as u64)
+        .unwrap();
+}
+
+/// The lifecycle word of `state` owned by `owner` (a generation no ring of these tests
+/// reached).
+fn life_word(state: RingState, owner: u32) -> u64 {
+    shmring_layout::lifecycle::pack(9, state as u32, owner)
+}
+
+/// A ring of `mode` in `ns` with an anonymous consumer and a producer: events 0 to 4
+/// published, then stopped at 5.
+fn stopped_at_five(
+    ns: &Namespace,
+    mode: ProducerMode,
+) -> (Ring, shmring::Consumer, shmring::Producer) {
+    let ring = Ring::create(ns.name(), "r", &cfg_mode(16, mode)).unwrap();
+    let c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..5u8 {
+        p.publish(&[i]).unwrap();
+    }
+    assert_eq!(ring.stop(), Ok(5));
+    (ring, c, p)
+}
+
 /// A multi-producer start reopens the claim counter before it publishes Running: from then
 /// on claims are taken, so the line is open, whatever the word still says. A consumer
 /// that has read everything published then is not "closed and drained": its run goes on
@@ -517,33 +567,17 @@ fn single_producer_publishes_racing_stops_are_refused_or_delivered() {
 /// while producers published.
 #[test]
 fn a_start_that_reopened_the_counter_is_an_open_line_to_consumers() {
-    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
-    use std::os::unix::fs::FileExt;
     let ns = Namespace::concurrent("half_started");
-    let ring = Ring::create(ns.name(), "r", &cfg_mode(16, ProducerMode::Multi)).unwrap();
-    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
-    let mut p = ring.producer().unwrap();
-    for i in 0..5u8 {
-        p.publish(&[i]).unwrap();
-    }
-    assert_eq!(ring.stop(), Ok(5));
+    let (ring, mut c, mut p) = stopped_at_five(&ns, ProducerMode::Multi);
     // A starter that reopened the counter at the stop (5) and has not published Running
     // yet: preempted, or killed there.
     let (dead, _) = shmring_testkit::fault::dead_process();
-    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
-    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
-    let claim = std::mem::offset_of!(SequenceLines, claim);
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(ring.path())
-        .unwrap();
-    for (field, value) in [
-        (claim, 5),
-        (life, lifecycle::pack(9, RingState::Starting as u32, dead)),
-    ] {
-        file.write_all_at(&value.to_ne_bytes(), (SEQ_LINES_OFFSET + field) as u64)
-            .unwrap();
-    }
+    forge(&ring, LineWord::Claim, 5);
+    forge(
+        &ring,
+        LineWord::Lifecycle,
+        life_word(RingState::Starting, dead),
+    );
     assert_eq!(p.publish(&[5]), Ok(5), "the counter takes claims");
     let mut got = Vec::new();
     let mut idle = 0;
@@ -571,28 +605,14 @@ fn a_start_that_reopened_the_counter_is_an_open_line_to_consumers() {
 /// publish is refused; the ones after it run on from the stop sequence.
 #[test]
 fn a_dead_starters_start_is_finished_by_the_single_producer() {
-    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
-    use std::os::unix::fs::FileExt;
     let ns = Namespace::concurrent("dead_starter");
-    let ring = Ring::create(ns.name(), "r", &cfg_mode(16, ProducerMode::Single)).unwrap();
-    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
-    let mut p = ring.producer().unwrap();
-    for i in 0..5u8 {
-        p.publish(&[i]).unwrap();
-    }
-    assert_eq!(ring.stop(), Ok(5));
+    let (ring, mut c, mut p) = stopped_at_five(&ns, ProducerMode::Single);
     let (dead, _) = shmring_testkit::fault::dead_process();
-    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
-    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(ring.path())
-        .unwrap()
-        .write_all_at(
-            &lifecycle::pack(9, RingState::Starting as u32, dead).to_ne_bytes(),
-            (SEQ_LINES_OFFSET + life) as u64,
-        )
-        .unwrap();
+    forge(
+        &ring,
+        LineWord::Lifecycle,
+        life_word(RingState::Starting, dead),
+    );
     assert_eq!(p.publish(&[9]), Err(PublishError::Closed));
     assert_eq!(
         ring.state(),
@@ -611,23 +631,17 @@ fn a_dead_starters_start_is_finished_by_the_single_producer() {
 /// one, with its clients and events, sits under a hidden name.
 #[test]
 fn a_remove_that_waits_for_a_live_stop_keeps_the_name_meanwhile() {
-    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
-    use std::os::unix::fs::FileExt;
     use std::sync::atomic::{AtomicBool, Ordering};
     let ns = Namespace::concurrent("remove_busy");
     let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
     let mut sleep = std::process::Command::new("sleep");
     sleep.arg("600");
     let mut owner = ns.spawn("a live owner", sleep);
-    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
-    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
-    let word = lifecycle::pack(9, RingState::Stopping as u32, owner.pid());
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(ring.path())
-        .unwrap()
-        .write_all_at(&word.to_ne_bytes(), (SEQ_LINES_OFFSET + life) as u64)
-        .unwrap();
+    forge(
+        &ring,
+        LineWord::Lifecycle,
+        life_word(RingState::Stopping, owner.pid()),
+    );
 
     let done = AtomicBool::new(false);
     let path = ring.path().to_owned();
@@ -662,21 +676,9 @@ fn a_remove_that_waits_for_a_live_stop_keeps_the_name_meanwhile() {
 /// recorded stop sequence, no sequence is handed out twice or skipped.
 #[test]
 fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
-    use shmring_layout::{lifecycle, LifecycleLine, SequenceLines, CLAIM_CLOSED, SEQ_LINES_OFFSET};
-    use std::os::unix::fs::FileExt;
-
-    let line = |ring: &Ring, field: usize, value: u64| {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(ring.path())
-            .unwrap();
-        file.write_all_at(&value.to_ne_bytes(), (SEQ_LINES_OFFSET + field) as u64)
-            .unwrap();
-    };
-    let claim = std::mem::offset_of!(SequenceLines, claim);
-    let lines = std::mem::offset_of!(SequenceLines, lifecycle);
-    let life = lines + std::mem::offset_of!(LifecycleLine, lifecycle);
-    let stop_seq = lines + std::mem::offset_of!(LifecycleLine, stop_seq);
+    use shmring_layout::{lifecycle, CLAIM_CLOSED};
+    let line = |ring: &Ring, word: LineWord, value: u64| forge(ring, word, value);
+    let (claim, life, stop_seq) = (LineWord::Claim, LineWord::Lifecycle, LineWord::StopSeq);
     let (dead, _) = shmring_testkit::fault::dead_process();
     for step in [
         "stopping, before closing",

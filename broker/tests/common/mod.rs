@@ -122,6 +122,45 @@ impl BrokerNs for Namespace {
     }
 }
 
+/// `unshare` running `BIN` as process 1 of a new pid namespace, with `/proc` mounted anew
+/// as a container has it (root only), killed with `unshare` itself: add `BIN`'s arguments.
+fn in_a_pid_namespace() -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--kill-child", "--mount-proc", BIN]);
+    cmd
+}
+
+/// Start `broker run` on `ns` in a pid namespace of its own ([`in_a_pid_namespace`]) and
+/// wait for its "broker ready" log line.
+pub fn broker_in_a_pid_namespace(ns: &Namespace) -> Child {
+    let mut cmd = in_a_pid_namespace();
+    cmd.args(["run", "--namespace", ns.name()])
+        .env("RUST_LOG", "info");
+    let mut broker = ns.spawn("broker in a pid namespace", cmd);
+    if !broker.expect_stderr_within("broker ready", WAIT) {
+        broker.fail("did not get ready");
+    }
+    broker
+}
+
+/// The broker CLI on `ns` with `args`, in a pid namespace of its own
+/// ([`in_a_pid_namespace`]): to completion.
+pub fn cli_in_a_pid_namespace(ns: &Namespace, args: &[&str]) -> Output {
+    let mut cmd = in_a_pid_namespace();
+    cmd.arg("--namespace").arg(ns.name()).args(args);
+    shmring_testkit::output("the broker CLI in a pid namespace", &mut cmd)
+}
+
+/// Assert that a CLI run exited 0; its stderr says why not.
+pub fn assert_exit_0(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Ring `name` in a report.
 pub fn ring<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
     v["rings"].as_array()?.iter().find(|r| r["name"] == name)
