@@ -38,7 +38,12 @@
 //!  Stopped | Draining --start--> Starting(pid) --line reopened at stop_seq--> Running
 //!  Draining --drain done (CAS on the exact word)--> Stopped
 //!  Stopped | Draining --remove--> Deleted
+//!  <a word of no state> --remove (CAS on the exact word)--> Stopping(pid) --as above--> Deleted
 //! ```
+//!
+//! A transition's owner that died is taken over by the next lifecycle call, by a single
+//! producer's claim that meets it (in (p5), or refused with nothing stored: then without
+//! waiting for a live owner), and by the broker's sweep.
 //!
 //! Closing, multi-producer: record `stop_seq = c`, then CAS the counter `c -> c | CLOSED`; if a
 //! claim moved it, record again and retry. Every claim before the CAS holds a sequence below
@@ -117,9 +122,10 @@
 //! pid reused by an unrelated process makes a dead owner look alive: the transition then
 //! waits (lifecycle calls give up after `LIFECYCLE_WAIT`) until that process exits. Every
 //! process sharing a ring must see the same pid namespace, as the rest of the liveness
-//! checks already require (`Ring::open` refuses a ring created in another one). The transitions assume one live owner at a time, so a live
-//! process judged dead would break them (a starter that resumes after such a takeover could
-//! CAS back a claim accepted meanwhile, since a single producer's position values recur).
+//! checks already require (`Ring::open` refuses a ring created in another one). The
+//! transitions assume one live owner at a time, so a live process judged dead would break
+//! them (a starter that resumes after such a takeover could CAS back a claim accepted
+//! meanwhile, since a single producer's position values recur).
 //! `process::exists` never judges a live process dead: a process whose main thread exited
 //! while others run reads as a zombie in its own `stat`, and its threads are looked at; a
 //! process that `/proc` mounted with `hidepid` hides is alive while the kernel says its pid
@@ -823,9 +829,8 @@ impl<W: Word> Line<'_, W> {
     /// whose owner is dead is finished first (as `decide` does), so that a start killed
     /// before it published Running does not leave every later claim refused where no
     /// broker runs to finish it: this claim is refused, the next finds the line as that
-    /// left it.
-    /// Never waits: a transition whose owner lives (one that took the word over first,
-    /// say) is left to it.
+    /// left it. Never waits: a transition whose owner lives (one that took the word over
+    /// first, say) is left to it.
     #[cold]
     fn refusal_settling(&self, env: &impl Env) -> Refused {
         let life = self.life();
