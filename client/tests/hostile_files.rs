@@ -136,16 +136,6 @@ fn a_namespace_directory_that_is_a_link_is_refused_not_followed() {
     std::fs::remove_file(ns.dir()).expect("remove the link");
 }
 
-/// Where the lifecycle word sits in the segment.
-fn lifecycle_offset() -> u64 {
-    use shmring_layout::{LifecycleLine, Padded, SequenceLines, SEQ_LINES_OFFSET};
-    use std::mem::offset_of;
-    (SEQ_LINES_OFFSET
-        + offset_of!(SequenceLines, lifecycle)
-        + offset_of!(Padded<LifecycleLine>, value)
-        + offset_of!(LifecycleLine, lifecycle)) as u64
-}
-
 /// A ring whose lifecycle word another process overwrote refuses every stop and start,
 /// and its error says to remove it and create it again: a remove does end it. The word is
 /// closed as from Running (from that exact value), so attached clients get `Deleted`, and
@@ -153,7 +143,6 @@ fn lifecycle_offset() -> u64 {
 /// name, a hard link) is removed by unlinking alone.
 #[test]
 fn a_remove_ends_a_ring_whose_lifecycle_word_is_corrupt() {
-    use std::os::unix::fs::FileExt;
     for mode in [shmring::ProducerMode::Multi, shmring::ProducerMode::Single] {
         let ns = Namespace::concurrent("corrupt_remove");
         let config = RingConfig {
@@ -166,13 +155,8 @@ fn a_remove_ends_a_ring_whose_lifecycle_word_is_corrupt() {
             .consumer(ConsumerOptions::anonymous())
             .expect("consumer");
         p.publish(b"before").expect("publish");
-        let file = OpenOptions::new()
-            .write(true)
-            .open(ring.path())
-            .expect("open the file");
-        let corrupt = shmring_layout::lifecycle::pack(0, 0xee, 0);
-        file.write_all_at(&corrupt.to_ne_bytes(), lifecycle_offset())
-            .expect("corrupt the lifecycle word");
+        shmring_testkit::raw::RawSegment::open(&ring)
+            .set_lifecycle_word(shmring_layout::lifecycle::pack(0, 0xee, 0));
         assert!(
             matches!(ring.stop(), Err(shmring::LifecycleError::CorruptState(_))),
             "{mode:?}"

@@ -8,6 +8,7 @@ use shmring::{
     RunExit, TryPublishError,
 };
 
+use shmring_testkit::raw::RawSegment;
 use shmring_testkit::Namespace;
 
 fn cfg(capacity: u64) -> RingConfig {
@@ -510,34 +511,6 @@ fn single_producer_publishes_racing_stops_are_refused_or_delivered() {
     }
 }
 
-/// A word of a ring's sequence lines.
-#[derive(Clone, Copy)]
-enum LineWord {
-    Claim,
-    Lifecycle,
-    StopSeq,
-}
-
-/// Write `value` into word `word` of `ring`'s sequence lines through the file, as a process
-/// killed half-way through a transition leaves it (or another writer would).
-fn forge(ring: &Ring, word: LineWord, value: u64) {
-    use shmring_layout::{LifecycleLine, SequenceLines, SEQ_LINES_OFFSET};
-    use std::mem::offset_of;
-    use std::os::unix::fs::FileExt;
-    let lines = offset_of!(SequenceLines, lifecycle);
-    let field = match word {
-        LineWord::Claim => offset_of!(SequenceLines, claim),
-        LineWord::Lifecycle => lines + offset_of!(LifecycleLine, lifecycle),
-        LineWord::StopSeq => lines + offset_of!(LifecycleLine, stop_seq),
-    };
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(ring.path())
-        .unwrap()
-        .write_all_at(&value.to_ne_bytes(), (SEQ_LINES_OFFSET + field) as u64)
-        .unwrap();
-}
-
 /// The lifecycle word of `state` owned by `owner` (a generation no ring of these tests
 /// reached).
 fn life_word(state: RingState, owner: u32) -> u64 {
@@ -572,12 +545,9 @@ fn a_start_that_reopened_the_counter_is_an_open_line_to_consumers() {
     // A starter that reopened the counter at the stop (5) and has not published Running
     // yet: preempted, or killed there.
     let (dead, _) = shmring_testkit::fault::dead_process();
-    forge(&ring, LineWord::Claim, 5);
-    forge(
-        &ring,
-        LineWord::Lifecycle,
-        life_word(RingState::Starting, dead),
-    );
+    let raw = RawSegment::open(&ring);
+    raw.set_claim_word(5);
+    raw.set_lifecycle_word(life_word(RingState::Starting, dead));
     assert_eq!(p.publish(&[5]), Ok(5), "the counter takes claims");
     let mut got = Vec::new();
     let mut idle = 0;
@@ -608,11 +578,7 @@ fn a_dead_starters_start_is_finished_by_the_single_producer() {
     let ns = Namespace::concurrent("dead_starter");
     let (ring, mut c, mut p) = stopped_at_five(&ns, ProducerMode::Single);
     let (dead, _) = shmring_testkit::fault::dead_process();
-    forge(
-        &ring,
-        LineWord::Lifecycle,
-        life_word(RingState::Starting, dead),
-    );
+    RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Starting, dead));
     assert_eq!(p.publish(&[9]), Err(PublishError::Closed));
     assert_eq!(
         ring.state(),
@@ -637,11 +603,7 @@ fn a_remove_that_waits_for_a_live_stop_keeps_the_name_meanwhile() {
     let mut sleep = std::process::Command::new("sleep");
     sleep.arg("600");
     let mut owner = ns.spawn("a live owner", sleep);
-    forge(
-        &ring,
-        LineWord::Lifecycle,
-        life_word(RingState::Stopping, owner.pid()),
-    );
+    RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Stopping, owner.pid()));
 
     let done = AtomicBool::new(false);
     let path = ring.path().to_owned();
@@ -677,8 +639,6 @@ fn a_remove_that_waits_for_a_live_stop_keeps_the_name_meanwhile() {
 #[test]
 fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
     use shmring_layout::{lifecycle, CLAIM_CLOSED};
-    let line = |ring: &Ring, word: LineWord, value: u64| forge(ring, word, value);
-    let (claim, life, stop_seq) = (LineWord::Claim, LineWord::Lifecycle, LineWord::StopSeq);
     let (dead, _) = shmring_testkit::fault::dead_process();
     for step in [
         "stopping, before closing",
@@ -693,45 +653,30 @@ fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
         for i in 0..5u8 {
             p.publish(&[i]).unwrap();
         }
+        let raw = RawSegment::open(&ring);
         match step {
             "stopping, before closing" => {
-                line(&ring, stop_seq, 3); // a stale record: must not win
-                line(
-                    &ring,
-                    life,
-                    lifecycle::pack(7, RingState::Stopping as u32, dead),
-                );
+                raw.set_stop_seq(3); // a stale record: must not win
+                raw.set_lifecycle_word(lifecycle::pack(7, RingState::Stopping as u32, dead));
                 assert_eq!(p.publish(&[5]), Ok(5), "{step}: the line is still open");
             }
             "stopping, closed and recorded" => {
-                line(&ring, stop_seq, 5);
+                raw.set_stop_seq(5);
                 // Closed at 5; two claims refused since bumped the low bits.
-                line(&ring, claim, 7 | CLAIM_CLOSED);
-                line(
-                    &ring,
-                    life,
-                    lifecycle::pack(7, RingState::Stopping as u32, dead),
-                );
+                raw.set_claim_word(7 | CLAIM_CLOSED);
+                raw.set_lifecycle_word(lifecycle::pack(7, RingState::Stopping as u32, dead));
                 assert_eq!(p.publish(&[9]), Err(PublishError::Closed), "{step}");
                 assert_eq!(ring.head(), 5, "{step}: a closed line is at its record");
             }
             "starting, closed" => {
-                line(&ring, stop_seq, 5);
-                line(&ring, claim, 6 | CLAIM_CLOSED);
-                line(
-                    &ring,
-                    life,
-                    lifecycle::pack(7, RingState::Starting as u32, dead),
-                );
+                raw.set_stop_seq(5);
+                raw.set_claim_word(6 | CLAIM_CLOSED);
+                raw.set_lifecycle_word(lifecycle::pack(7, RingState::Starting as u32, dead));
             }
             _ => {
-                line(&ring, stop_seq, 5);
-                line(&ring, claim, 5);
-                line(
-                    &ring,
-                    life,
-                    lifecycle::pack(7, RingState::Starting as u32, dead),
-                );
+                raw.set_stop_seq(5);
+                raw.set_claim_word(5);
+                raw.set_lifecycle_word(lifecycle::pack(7, RingState::Starting as u32, dead));
             }
         }
         let expected_stop = if step == "stopping, before closing" {
