@@ -263,9 +263,9 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     }
     let _ = writeln!(
         out,
-        "  wake: fence {}; parked now: {} consumer(s), {} producer(s); wake-ups paid by publishers {}, by consumers {}",
-        ring.fence_mode, ring.consumer_waiters, ring.producer_waiters, ring.consumer_wakes,
-        ring.producer_wakes
+        "  wake: fence {}; parked now: {} consumer(s) ({} behind an upstream), {} producer(s); wake-ups paid by publishers {}, by consumers {}, by upstream consumers {}",
+        ring.fence_mode, ring.consumer_waiters, ring.downstream_waiters, ring.producer_waiters,
+        ring.consumer_wakes, ring.producer_wakes, ring.downstream_wakes
     );
     let mut c = table(
         &[

@@ -93,9 +93,13 @@ pub struct RingReport {
     /// process lacks membarrier, so every publish pays a full fence), "unset", "corrupt".
     #[serde(default)]
     pub fence_mode: String,
-    /// Consumers parked on the ring's futex now.
+    /// Consumers parked on the ring's futexes now (those behind an upstream included).
     #[serde(default)]
     pub consumer_waiters: u32,
+    /// Of those, consumers parked behind an upstream consumer that holds them, on its
+    /// entry: its commits wake them, publishes do not.
+    #[serde(default)]
+    pub downstream_waiters: u32,
     /// Producers parked waiting for room now.
     #[serde(default)]
     pub producer_waiters: u32,
@@ -103,6 +107,11 @@ pub struct RingReport {
     /// `futex_wake` its publisher paid: the producers' wake-up bill; wraps at 2^32).
     #[serde(default)]
     pub consumer_wakes: u32,
+    /// Wake-ups issued to consumers parked behind an upstream, summed over the entries
+    /// (each a `futex_wake` that upstream's commit or move paid, or a release, a stop, a
+    /// repair; never a publish; wraps at 2^32).
+    #[serde(default)]
+    pub downstream_wakes: u32,
     /// Wake-ups issued to parked producers (wraps at 2^32).
     #[serde(default)]
     pub producer_wakes: u32,

@@ -270,9 +270,15 @@ pub struct RingInfo {
     pub consumers: Vec<ConsumerInfo>,
     /// Producer entries in use (attached, attaching, or being repaired).
     pub producers: Vec<ProducerInfo>,
-    /// Consumers parked (or about to park) waiting for events. A process killed while
-    /// parked stays counted until the next publish wakes for it and resets the count.
+    /// Consumers parked (or about to park) waiting for events, on either consumer line
+    /// (`downstream_waiters` included). A process killed while parked stays counted until
+    /// the next notify of its line (a publish, or a commit for one behind an upstream)
+    /// wakes for it and resets the count.
     pub consumer_waiters: u32,
+    /// Of `consumer_waiters`, those parked behind an upstream consumer that holds them, on
+    /// that upstream's entry line, which its commits wake and publishes do not (summed over
+    /// the entries).
+    pub downstream_waiters: u32,
     /// Producers parked (or about to park) waiting for room (a killed one stays counted
     /// until the next commit).
     pub producer_waiters: u32,
@@ -281,6 +287,11 @@ pub struct RingInfo {
     /// wake-up bill, plus one per producer death a broker or a taking-over producer saw
     /// (`Ring::wake_consumers`). A 32-bit count that wraps.
     pub consumer_wakes: u32,
+    /// Wake-ups issued to consumers parked behind an upstream, summed over the entries'
+    /// lines (an entry's count outlives its holders): each a `futex_wake` paid by the
+    /// upstream that committed or moved, or by a release, a stop, a repair or a death a
+    /// broker saw; never by a publish. A 32-bit count that wraps.
+    pub downstream_wakes: u32,
     /// Wake-ups issued to parked producers (by consumers that freed room, releases, starts,
     /// and a broker that saw a consumer die).
     /// A 32-bit count that wraps.
@@ -434,11 +445,24 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
     let lines = seg.lines();
     let life = seg.line().life();
     let corrupt = corrupt_words(seg, &life, head, &consumers);
+    // Every entry's line, whoever holds it now (a raise left by a killed parker included):
+    // the consumers parked behind it, and the wakes its holders paid for them. Relaxed:
+    // display only, as below.
+    let (mut downstream_waiters, mut downstream_wakes) = (0u32, 0u32);
+    for e in (0..seg.geometry().max_consumers).map_while(|i| seg.consumer(i)) {
+        let line = &e.hot.downstream;
+        let count = waiters::count(line.waiters.load(Ordering::Relaxed));
+        downstream_waiters = downstream_waiters.saturating_add(count);
+        downstream_wakes = downstream_wakes.wrapping_add(line.word.load(Ordering::Relaxed));
+    }
     RingInfo {
         // Relaxed: display only; nothing is ordered against these reads.
-        consumer_waiters: waiters::count(lines.consumer_wake.value.waiters.load(Ordering::Relaxed)),
+        consumer_waiters: waiters::count(lines.consumer_wake.value.waiters.load(Ordering::Relaxed))
+            .saturating_add(downstream_waiters),
+        downstream_waiters,
         producer_waiters: waiters::count(lines.producer_wake.value.waiters.load(Ordering::Relaxed)),
         consumer_wakes: lines.consumer_wake.value.word.load(Ordering::Relaxed),
+        downstream_wakes,
         producer_wakes: lines.producer_wake.value.word.load(Ordering::Relaxed),
         fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),
         state: life.state,

@@ -239,7 +239,7 @@ impl Ring {
             .line()
             .close(&SegEnv::lifecycle(&self.seg), state)?;
         // Parked consumers look again: a drained consumer returns from `run`.
-        park::wake(&self.seg.lines().consumer_wake.value);
+        park::wake_consumers(&self.seg);
         park::wake(&self.seg.lines().producer_wake.value);
         Ok(out)
     }
@@ -392,7 +392,7 @@ impl Ring {
                     word = format_args!("{word:#x}"),
                     "the ring's lifecycle word was corrupt: closed and marked deleted"
                 );
-                park::wake(&self.seg.lines().consumer_wake.value);
+                park::wake_consumers(&self.seg);
                 park::wake(&self.seg.lines().producer_wake.value);
                 out
             }
@@ -432,7 +432,7 @@ impl Ring {
                 now = ?state,
                 "finished a lifecycle change whose owner died"
             );
-            park::wake(&self.seg.lines().consumer_wake.value);
+            park::wake_consumers(&self.seg);
             park::wake(&self.seg.lines().producer_wake.value);
         }
         Ok((state, finished))

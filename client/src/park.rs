@@ -56,11 +56,47 @@
 //! The same protocol runs the other way for producers waiting for room: the producer
 //! parks on the ring's producer wake line, and a consumer that commits is the waker.
 //!
-//! And a consumer's commit is a waker on the consumer wake line as well: a consumer that
-//! reads behind it (`ConsumerOptions::after`) parks there, and its last look (d) loads the
-//! upstream's `next`. The commit's Release store of `next` is then the store (1), followed
-//! by the same (2) and (3), so the argument above holds for it unchanged: this code never
-//! looks at what (1) stored or what (d) reads.
+//! And a consumer's commit is a waker as well: a consumer that reads behind it
+//! (`ConsumerOptions::after`) parks on its entry's line (next section), and its last look
+//! (d) loads the upstream's `next`. The commit's Release store of `next` is then the store
+//! (1), followed by the same (2) and (3), so the argument above holds for it unchanged:
+//! this code never looks at what (1) stored or what (d) reads.
+//!
+//! ## A downstream's line: the entry of the upstream that holds it
+//!
+//! A consumer that reads behind other consumers (`after`, or after a worker group) and has
+//! caught up with one of them waits for that upstream's commit, not for a publish: a
+//! publish alone cannot let it deliver while the upstream holds it at its position. Were it
+//! parked on the consumer line, the producer would pay a futex wake per publish for as long
+//! as the upstream lags, and the consumer a wake and a fence per publish to find nothing;
+//! on a ring-wide line of their own, every other consumer's commit would. So every
+//! consumer entry carries a wake line (`ConsumerHot::downstream`, on the line of its
+//! `next`). The consumer picks where to park (`Consumer::held_by`), and [`park_consumer`]
+//! parks there:
+//!
+//! - *held by an upstream* (its position, or for a worker group the lowest of the work
+//!   sequence and its members' positions, at or below every sequence the consumer could
+//!   deliver next): on that upstream's entry line. Only a change of that entry lets the
+//!   consumer past it: a commit or another move of its position (a jump to the head, a
+//!   takeover, for a group a member's claim, commit or adoption), which notifies the
+//!   entry's line (a member's, its group's line too: [`notify_downstreams`]) as well as the
+//!   consumer line, as it always did, for the parkers there (a `WakeSet`, say); or a
+//!   release or a free, which notifies every line ([`notify_consumers`]: a consumer held
+//!   by another upstream finds this one passed or lost at once). Lifecycle changes,
+//!   repairs, deaths and a member's claim left for the others (a member held by the
+//!   group's upstreams adopts it when it wakes) wake every line ([`wake_consumers`]).
+//! - otherwise: the consumer line, which the publish it waits for notifies.
+//!
+//! The choice is read before the park and may be stale by the last look: the upstream may
+//! have moved past the consumer's position in between (a takeover moves an entry to the
+//! head, which may lie past what is published), and the publish the consumer then waits
+//! for does not notify the entry's line. So the last look on an entry's line also ends the
+//! park when that upstream no longer holds the consumer (`Parked::Ready`: the caller looks
+//! again and parks where it now belongs). Each line on its own is the protocol above,
+//! unchanged. The loom models in `client/tests/loom_park.rs` run [`park_consumer`] and
+//! [`notify_both`] against a publish and a commit in either order, and find the lost
+//! wake-ups of a commit that notifies only the consumer line and of a last look that does
+//! not ask again.
 //!
 //! The protocol is written against two small traits, [`Word`] (the waiter word) and
 //! [`Futex`] (the futex word), with the fences passed in, so that the loom models in
@@ -312,6 +348,47 @@ impl<W: Word, F: Futex> Wake<'_, W, F> {
     }
 }
 
+/// The line of the upstream entry that holds a parking consumer, and whether it still
+/// holds it (see [`park_consumer`]).
+pub type Held<'w, 'a, W, F> = (&'w Wake<'a, W, F>, &'w dyn Fn() -> bool);
+
+/// Park a consumer for at most `timeout` unless `ready()` (the last look) is already true,
+/// on the line that can wake it (see "A downstream's line" in the module comment): with
+/// `held` `Some((line, holds))`, on the line of the upstream entry that holds it, where the
+/// last look also ends the park once `holds()` is false (returned as `Ready`: look again);
+/// on `publish` otherwise. `heavy` as in [`Wake::park`].
+pub fn park_consumer<W: Word, F: Futex>(
+    publish: &Wake<'_, W, F>,
+    held: Option<Held<'_, '_, W, F>>,
+    heavy: impl FnOnce(),
+    timeout: Duration,
+    ready: impl Fn() -> bool,
+) -> Parked {
+    match held {
+        Some((line, holds)) => line.park(heavy, timeout, || ready() || !holds()),
+        None => publish.park(heavy, timeout, ready),
+    }
+}
+
+/// [`park_consumer`] on `seg`: on the entry line of upstream entry `held.0` while
+/// `held.1()` says it still holds the consumer, or on the consumer line.
+pub(crate) fn park_consumer_on(
+    seg: &crate::segment::Segment,
+    timeout: Duration,
+    held: Option<(u32, &dyn Fn() -> bool)>,
+    ready: impl Fn() -> bool,
+) -> Parked {
+    let entry_line =
+        held.and_then(|(i, holds)| Some((on(&seg.consumer(i)?.hot.downstream), holds)));
+    park_consumer(
+        &on(&seg.lines().consumer_wake.value),
+        entry_line.as_ref().map(|(w, holds)| (w, *holds)),
+        fence::heavy,
+        timeout,
+        ready,
+    )
+}
+
 /// Park on `line` for at most `timeout` unless `ready()` (the last look) is already true.
 pub(crate) fn park(line: &WakeLine, timeout: Duration, ready: impl FnOnce() -> bool) -> Parked {
     on(line).park(fence::heavy, timeout, ready)
@@ -344,20 +421,86 @@ pub(crate) fn notify_light(line: &WakeLine, light: bool) {
     on(line).notify(|| fence::light(light));
 }
 
-/// After a consumer entry changed so that its downstreams can act (a required one released:
-/// they pass it; a durable one freed: they find it lost; one taken over and moved ahead to
-/// the head: they may deliver up to it), wake the consumers parked on the ring, if any. The
-/// change (the entry's CAS, or the takeover's store of its position) is the store (1) of
-/// the protocol: a downstream's last look before it sleeps reads its upstreams' positions
-/// and entries (`Consumer::has_pending`). `registered` as in [`notify`]; one load when
-/// nobody parks.
-pub(crate) fn notify_downstreams(seg: &crate::segment::Segment, registered: bool) {
-    notify(&seg.lines().consumer_wake.value, seg.header(), registered);
+/// After consumer entry `e` changed so that its downstreams can act (a commit or any other
+/// move of its position; a required one released: they pass it; a durable one freed: they
+/// find it lost; one taken over and moved ahead to the head: they may deliver up to it),
+/// wake the consumers parked for it: on the consumer line, on `e`'s own line, and for a
+/// worker group member's change on the line of its group, entry `group` (the group's floor
+/// reads its members), see "A downstream's line". The change (the entry's CAS, or the store of its position) is the
+/// store (1) of the protocol: a downstream's last look before it sleeps reads its
+/// upstreams' positions and entries (`Consumer::has_pending`). `registered` as in
+/// [`notify`]; one fence and a load per line when nobody parks (`e`'s line is the line of
+/// its `next`, which a commit has just written).
+pub(crate) fn notify_downstreams(
+    seg: &crate::segment::Segment,
+    e: &shmring_layout::ConsumerEntry,
+    group: Option<u32>,
+    registered: bool,
+) {
+    let light = light(seg.header(), registered);
+    notify_both(
+        &on(&seg.lines().consumer_wake.value),
+        &on(&e.hot.downstream),
+        || fence::light(light),
+    );
+    if let Some(group) = group.and_then(|g| seg.consumer(g)) {
+        // After the fence above: (3) of the group's line.
+        if waiters::count(group.hot.downstream.waiters.load(Ordering::Relaxed)) != 0 {
+            wake(&group.hot.downstream);
+        }
+    }
+}
+
+/// Wake every consumer parked on the ring: the consumer line unconditionally, and each
+/// entry's line where someone is counted ([`notify_consumers`]). For a lifecycle change, a
+/// repair, a death: anything a consumer on any line may wait for.
+#[cold]
+pub(crate) fn wake_consumers(seg: &crate::segment::Segment) {
+    wake(&seg.lines().consumer_wake.value);
+    notify_consumers(seg);
+}
+
+/// After a store that may let any consumer parked on the ring act ((1) done): wake every
+/// line where someone is counted, the consumer line and each entry's, after a full fence
+/// (the waker's half of the pair, whatever this process's fence mode). A load per line
+/// when nobody parks.
+#[cold]
+pub(crate) fn notify_consumers(seg: &crate::segment::Segment) {
+    // (2)
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let entries = (0..seg.geometry().max_consumers).map_while(|i| seg.consumer(i));
+    let lines =
+        std::iter::once(&seg.lines().consumer_wake.value).chain(entries.map(|e| &e.hot.downstream));
+    for line in lines {
+        // (3) Relaxed: ordered by the fence above against a parker's raise.
+        if waiters::count(line.waiters.load(Ordering::Relaxed)) != 0 {
+            wake(line);
+        }
+    }
+}
+
+/// [`Wake::notify`] on two lines after one store (1), with one fence (2) for both: each
+/// line's (3) is a load after it.
+#[inline(always)]
+pub fn notify_both<W: Word, F: Futex>(
+    a: &Wake<'_, W, F>,
+    b: &Wake<'_, W, F>,
+    light: impl FnOnce(),
+) {
+    // (2)
+    light();
+    for line in [a, b] {
+        // (3) Relaxed: the fence pair orders it against the parker's raise (b).
+        if waiters::count(line.waiters.load(Ordering::Relaxed)) != 0 {
+            wake_words(line.waiters, line.word);
+        }
+    }
 }
 
 /// After this process changed consumer entry `e` of `seg` to state `to` (its CAS done):
-/// [`notify_downstreams`] if the change lets the consumers that run after it act
-/// (`table::consumer::lets_downstreams_act`), and the producers parked for room if `to`
+/// every consumer line ([`notify_consumers`]: a consumer parked on another upstream's line
+/// finds this one passed or lost at once) if the change lets the consumers that run after
+/// it act (`table::consumer::lets_downstreams_act`), and the producers parked for room if `to`
 /// gates nothing (the entry may have been the one they waited for: freed, or released).
 /// The CAS is the store (1) of the producers' protocol: a producer's last look before it
 /// sleeps scans the entries (`gating::refresh`).
@@ -372,7 +515,7 @@ pub(crate) fn entry_changed(
     // leave a downstream to its 50 ms net.
     let flags = e.hot.flags.load(Ordering::Relaxed);
     if crate::table::consumer::lets_downstreams_act(to, flags) {
-        notify_downstreams(seg, registered);
+        notify_consumers(seg);
     }
     if !shmring_layout::consumer_state::gates(to) {
         notify(&seg.lines().producer_wake.value, seg.header(), registered);

@@ -173,7 +173,7 @@ impl Ring {
     /// waits for the unblock timeout, the stamped event does not); and a single producer
     /// that takes over a dead one's entry, which may see the death before any broker.
     pub fn wake_consumers(&self) {
-        park::wake(&self.seg.lines().consumer_wake.value);
+        park::wake_consumers(&self.seg);
     }
 
     /// Wake every producer parked on this ring for room. A consumer commits its position,

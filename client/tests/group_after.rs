@@ -523,3 +523,61 @@ fn a_member_skipping_a_failing_event_stays_behind_the_upstream() {
     let dead: u64 = members.iter().map(|m| m.stats().dead_lettered).sum();
     assert_eq!(dead, 1);
 }
+
+/// A member that the group's upstream holds parks on the upstream's entry, which another
+/// member's leaving does not notify: the leaving wakes it anyway, so that it adopts the
+/// claim left behind (published and finished by the upstream) at once, not at its 50 ms
+/// net. One try per ring of three (a park the net ends just before the leave finds the
+/// claim without a wake).
+#[test]
+fn a_member_held_by_the_upstream_is_woken_to_adopt_a_claim_left_behind() {
+    use shmring_testkit::parked::in_one_try;
+    let ns = Namespace::concurrent("group_after_left_claim");
+    let attempt = |name: &str| {
+        let cfg = RingConfig {
+            max_consumers: 12,
+            ..small(64)
+        };
+        let ring = Ring::create(ns.name(), name, &cfg).expect("create the ring");
+        let mut journal = ring
+            .consumer(ConsumerOptions::durable("journal").batch_cap(1))
+            .unwrap();
+        // `a` joins first and claims sequence 0, `b` then claims 1.
+        let a = ring.consumer(worker_after_journal()).unwrap();
+        let b = ring
+            .consumer(worker_after_journal().wait(WaitStrategy::Blocking))
+            .unwrap();
+        let index = b.index();
+        let mut p = ring.producer().unwrap();
+        for i in 0..3u64 {
+            p.publish(&i.to_le_bytes()).unwrap();
+        }
+        // The journal finishes 0 alone: `b`'s claim of 1 waits for it.
+        assert_eq!(journal.poll_once(|_| {}).unwrap(), 1);
+        let b = ParkedConsumer::spawn(b);
+        b.wait_parked_at(&ring, 0);
+        let wakeups = |ring: &Ring| {
+            let info = ring.info();
+            let e = info.consumers.iter().find(|e| e.index == index);
+            e.expect("b's entry").stats.wakeups
+        };
+        let before = wakeups(&ring);
+        // `a` leaves holding its claim of 0, which the journal has finished.
+        drop(a);
+        b.wait_parked_at(&ring, 1);
+        let woken = wakeups(&ring) > before;
+        // The journal finishes the rest: `b` delivers it, and drains at the stop.
+        while journal.poll_once(|_| {}).unwrap() > 0 {}
+        b.wait_parked_at(&ring, 3);
+        let (exit, seen, _) = b.finish(&ring);
+        assert_eq!(exit, RunExit::Closed);
+        assert_eq!(seen, vec![(0, 0), (1, 1), (2, 2)]);
+        woken
+    };
+    in_one_try(
+        &["r0", "r1", "r2"],
+        "the member was never woken for the claim left behind, only its net",
+        attempt,
+        |&w| w,
+    );
+}

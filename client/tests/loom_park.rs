@@ -283,3 +283,118 @@ fn mixed_modes_with_a_waker_that_trusts_its_own_mode_lose_a_wakeup() {
 fn mixed_modes_with_the_raise_racing_the_first_publish_can_lose_a_wakeup() {
     mixed_modes(false, true);
 }
+
+/// A ring's consumer line, whose `published` is the cursor a publish stores, and the line
+/// of an upstream consumer's entry (`park`, "A downstream's line"), whose `published` is
+/// that consumer's position, which its commit stores. A consumer reading after that
+/// upstream waits for its first event: published and committed upstream.
+struct Graph {
+    publish: Arc<Line>,
+    downstream: Arc<Line>,
+}
+
+/// How the model's commit and park are made.
+#[derive(Clone, Copy)]
+enum Variant {
+    /// As shipped: the commit notifies the consumer line and its entry's line
+    /// (`park::notify_both`, as `park::notify_downstreams` calls it), the park is
+    /// `park::park_consumer`.
+    Shipped,
+    /// The commit notifies the consumer line alone, as a commit did before the entries had
+    /// lines.
+    CommitOnConsumerLine,
+    /// The park picks the line as `park_consumer` does but its last look does not ask
+    /// whether the consumer is still behind its upstream.
+    NoRecheck,
+}
+
+impl Graph {
+    fn new() -> Graph {
+        Graph {
+            publish: Line::new(0),
+            downstream: Line::new(0),
+        }
+    }
+
+    /// The upstream's commit of sequence 0: its position, then the wakes.
+    fn commit(&self, variant: Variant) {
+        // (1) Release: the commit's store of `next`.
+        self.downstream.published.fetch_add(1, Ordering::Release);
+        match variant {
+            Variant::CommitOnConsumerLine => self.publish.wake().notify(full_fence),
+            _ => shmring::park::notify_both(
+                &self.publish.wake(),
+                &self.downstream.wake(),
+                full_fence,
+            ),
+        }
+    }
+
+    /// The downstream consumer, at position 0: park until event 0 is published and the
+    /// upstream committed it.
+    fn consume(&self, variant: Variant) {
+        let ready = || {
+            self.publish.published.load(Ordering::Acquire) >= 1
+                && self.downstream.published.load(Ordering::Acquire) >= 1
+        };
+        // The upstream holds it at its position: `Consumer::behind_upstreams`.
+        let behind = || self.downstream.published.load(Ordering::Acquire) == 0;
+        let (publish, downstream) = (self.publish.wake(), self.downstream.wake());
+        while !ready() {
+            match variant {
+                Variant::NoRecheck if behind() => {
+                    downstream.park(full_fence, Duration::MAX, ready);
+                }
+                Variant::NoRecheck => {
+                    publish.park(full_fence, Duration::MAX, ready);
+                }
+                _ => {
+                    let held = behind().then_some((&downstream, &behind as &dyn Fn() -> bool));
+                    shmring::park::park_consumer(&publish, held, full_fence, Duration::MAX, ready);
+                }
+            }
+        }
+    }
+}
+
+/// A producer publishes event 0, an upstream commits it, and a consumer after the
+/// upstream waits for both; the commit may come before the publish (an upstream moved
+/// ahead to the head, past what is published, by a takeover).
+fn publish_commit_and_downstream(variant: Variant) {
+    model(move || {
+        let g = Arc::new(Graph::new());
+        let producer = {
+            let g = g.clone();
+            thread::spawn(move || g.publish.publish(full_fence))
+        };
+        let upstream = {
+            let g = g.clone();
+            thread::spawn(move || g.commit(variant))
+        };
+        g.consume(variant);
+        producer.join().unwrap();
+        upstream.join().unwrap();
+        assert_eq!(
+            g.publish.count() + g.downstream.count(),
+            0,
+            "every raise taken back"
+        );
+    });
+}
+
+#[test]
+fn a_downstream_on_its_own_line_is_woken_by_the_commit_or_the_publish_it_waits_for() {
+    publish_commit_and_downstream(Variant::Shipped);
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn a_commit_that_wakes_only_the_consumer_line_loses_the_downstreams_wakeup() {
+    publish_commit_and_downstream(Variant::CommitOnConsumerLine);
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn a_downstream_that_does_not_recheck_its_line_at_the_last_look_loses_a_wakeup() {
+    publish_commit_and_downstream(Variant::NoRecheck);
+}

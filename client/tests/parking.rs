@@ -550,3 +550,100 @@ fn a_member_finishing_a_dead_members_skip_wakes_the_consumers_after_the_group() 
         |&w| w,
     );
 }
+
+/// A consumer `after` an upstream that has not committed parks on that upstream's entry,
+/// where its commits wake it and nothing else does: publishing behind it issues no wake at
+/// all (the producer pays one load per publish, as with nobody parked), another consumer's
+/// commits wake nobody, and the upstream's commit then wakes it, with no park ended by the
+/// net. Once the upstream is released, publishes wake it again. In each producer mode and
+/// on a fixed-size ring; the wake-up counts in one of three tries, as above (a commit that
+/// lands as the downstream's net ends is seen without a wake).
+#[test]
+fn a_downstream_parked_behind_its_upstream_is_woken_by_its_commits_not_by_publishes() {
+    use shmring::{ProducerMode, RingConfig};
+    use shmring_testkit::parked::in_one_try;
+    use shmring_testkit::ParkedConsumer;
+    let ns = Namespace::concurrent("downstream-line");
+    let single = RingConfig {
+        producer_mode: ProducerMode::Single,
+        ..small(64)
+    };
+    let configs = [
+        ("single", single.clone()),
+        (
+            "multi",
+            RingConfig {
+                producer_mode: ProducerMode::Multi,
+                ..small(64)
+            },
+        ),
+        (
+            "fixed",
+            RingConfig {
+                event_size: Some(8),
+                ..single
+            },
+        ),
+    ];
+    for (mode, config) in configs {
+        let attempt = |name: &str| {
+            let ring = Ring::create(ns.name(), name, &config).expect("create");
+            let mut up = ring.consumer(ConsumerOptions::durable("up")).expect("up");
+            let mut other = ring.consumer(ConsumerOptions::anonymous()).expect("other");
+            let down = ring
+                .consumer(
+                    ConsumerOptions::anonymous()
+                        .after(["up"])
+                        .wait(WaitStrategy::Blocking),
+                )
+                .expect("attach after up");
+            let index = down.index();
+            let down = ParkedConsumer::spawn(down);
+            down.wait_parked_at(&ring, 0);
+            let mut p = ring.producer().expect("producer");
+            let info = ring.info();
+            let (publish_wakes, entry_wakes) = (info.consumer_wakes, info.downstream_wakes);
+            for v in 0..20u64 {
+                p.publish(&v.to_le_bytes()).expect("publish");
+            }
+            assert_eq!(
+                ring.info().consumer_wakes,
+                publish_wakes,
+                "{mode}: a publish woke the downstream its upstream holds"
+            );
+            let parks = wakeups_of(&ring, index);
+            assert_eq!(other.poll_once(|_| {}).expect("other polls"), 20);
+            assert_eq!(
+                (ring.info().downstream_wakes, wakeups_of(&ring, index)),
+                (entry_wakes, parks),
+                "{mode}: another consumer's commit woke the downstream"
+            );
+            assert_eq!(up.poll_once(|_| {}).expect("up polls"), 20);
+            down.wait_parked_at(&ring, 20);
+            let woken = wakeups_of(&ring, index) > parks;
+            release(&ring, "up");
+            p.publish(&20u64.to_le_bytes())
+                .expect("publish after the release");
+            down.wait_parked_at(&ring, 21);
+            let (exit, seen, stats) = down.finish(&ring);
+            assert_eq!(exit, RunExit::Closed, "{mode}");
+            assert_eq!(seen, (0..21).map(|v| (v, v)).collect::<Vec<_>>(), "{mode}");
+            drop((up, other));
+            (woken, stats.net_wakeups)
+        };
+        let names = ["0", "1", "2"].map(|k| format!("{mode}{k}"));
+        in_one_try(
+            &names.each_ref().map(String::as_str),
+            &format!("{mode}: the upstream's commit did not wake the downstream, or its net did"),
+            attempt,
+            |&(woken, lost)| woken && lost == 0,
+        );
+    }
+}
+
+/// Release the consumer named `name` from gating, as the broker does.
+fn release(ring: &Ring, name: &str) {
+    let e = ring.info().consumers.into_iter().find(|c| c.name == name);
+    let e = e.expect("the consumer's entry");
+    assert!(ring.release_consumer(e.index, e.word), "release {name}");
+}

@@ -58,6 +58,8 @@ enum Field {
     ConsumerName(u8, u8),
     ConsumerCounter(u8, u8),
     ConsumerParked(u8),
+    ConsumerDownstreamWaiters(u8),
+    ConsumerDownstreamWord(u8),
     ProducerState(u8),
     ProducerPid(u8),
     ProducerStart(u8),
@@ -220,6 +222,14 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
             8,
         ),
         Field::ConsumerParked(i) => (cold(i, offset_of!(ConsumerCold, parked)), 4),
+        Field::ConsumerDownstreamWaiters(i) => (
+            hot(i, offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, waiters)),
+            8,
+        ),
+        Field::ConsumerDownstreamWord(i) => (
+            hot(i, offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, word)),
+            4,
+        ),
         Field::ProducerState(i) => (producer(i) + offset_of!(ProducerEntry, word) as u64, 8),
         Field::ProducerPid(i) => (producer(i) + offset_of!(ProducerEntry, word) as u64, 4),
         Field::ProducerStart(i) => (

@@ -120,6 +120,12 @@ pub struct ConsumerHot {
     /// [`consumer_flags`] bits.
     pub flags: AtomicU32,
     _reserved: AtomicU32,
+    /// The consumers parked behind this one (reading after it, `after`, or after the
+    /// worker group whose entry this is) while it holds them at their position: woken by
+    /// this entry's commits and other changes that let them act, never by a publish. On
+    /// this line, next to `next`: the commit that stores `next` finds the waiter count in a
+    /// line it already holds.
+    pub downstream: crate::WakeLine,
 }
 
 impl ConsumerHot {
@@ -229,6 +235,7 @@ const _: () = assert!(offset_of!(ConsumerEntry, cold) == LINE);
 const _: () = assert!(offset_of!(ConsumerHot, next) == 0);
 const _: () = assert!(offset_of!(ConsumerHot, word) == 8);
 const _: () = assert!(offset_of!(ConsumerHot, flags) == 16);
+const _: () = assert!(offset_of!(ConsumerHot, downstream) == 24);
 const _: () = assert!(offset_of!(ConsumerCold, name) == 32);
 const _: () = assert!(offset_of!(ConsumerCold, counters) == 96);
 const _: () = assert!(offset_of!(ConsumerCold, upstream) == 160);

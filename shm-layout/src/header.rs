@@ -307,7 +307,10 @@ pub struct SequenceLines {
     /// A lower bound of every gating consumer's next sequence, shared by producers so that
     /// one scan of the consumer table serves them all.
     pub gating: Padded<AtomicU64>,
-    /// Consumers parked waiting for events.
+    /// Consumers parked waiting for events: woken by every publish, and by every change of
+    /// a consumer entry that lets the consumers after it act. A consumer held by an
+    /// upstream consumer parks on that consumer's entry instead
+    /// ([`crate::ConsumerHot::downstream`]).
     pub consumer_wake: Padded<WakeLine>,
     /// Producers parked waiting for room.
     pub producer_wake: Padded<WakeLine>,

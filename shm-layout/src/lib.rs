@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -227,6 +227,7 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(SequenceLines, lifecycle) as u64,
     core::mem::offset_of!(LifecycleLine, stop_seq) as u64,
     core::mem::offset_of!(SequenceLines, consumer_wake) as u64,
+    core::mem::offset_of!(ConsumerHot, downstream) as u64,
     core::mem::offset_of!(WakeLine, word) as u64,
     core::mem::offset_of!(ConsumerEntry, cold) as u64,
     core::mem::offset_of!(ConsumerCold, upstream) as u64,

@@ -187,7 +187,7 @@ const RING_STATES: [&str; 7] = [
 const FENCE_MODES: [&str; 3] = ["membarrier", "seqcst-fence", "unset"];
 
 fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
-    let gauges: [Metric<RingReport, f64>; 12] = [
+    let gauges: [Metric<RingReport, f64>; 13] = [
         ("shmring_ring_head", "Next sequence to claim", |r| {
             r.head as f64
         }),
@@ -228,6 +228,11 @@ fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
             |r| f64::from(r.consumer_waiters),
         ),
         (
+            "shmring_ring_downstream_waiters",
+            "Of the parked consumers, those parked behind an upstream consumer (woken by its commits, not by publishes)",
+            |r| f64::from(r.downstream_waiters),
+        ),
+        (
             "shmring_ring_producer_waiters",
             "Producers parked waiting for room now",
             |r| f64::from(r.producer_waiters),
@@ -243,8 +248,9 @@ fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
             |r| f64::from(u8::from(r.closed)),
         ),
     ];
-    let counters: [Metric<RingReport, u64>; 10] = [
+    let counters: [Metric<RingReport, u64>; 11] = [
         ("shmring_ring_consumer_wakes", "Wake-ups issued to parked consumers, each a futex_wake its publisher paid (wraps at 2^32)", |r| u64::from(r.consumer_wakes)),
+        ("shmring_ring_downstream_wakes", "Wake-ups issued to consumers parked behind an upstream, summed over the entries: each a futex_wake that upstream paid (or a release, stop or repair), never a publish (wraps at 2^32)", |r| u64::from(r.downstream_wakes)),
         ("shmring_ring_producer_wakes", "Wake-ups issued to parked producers (wraps at 2^32)", |r| u64::from(r.producer_wakes)),
         ("shmring_ring_stalls", "HEALTHY to STALLED edges since this broker started", |r| r.health.stalls),
         ("shmring_ring_recoveries", "STALLED to HEALTHY edges since this broker started", |r| r.health.recoveries),

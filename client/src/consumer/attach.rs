@@ -118,6 +118,7 @@ impl Consumer {
             let (m, entry, next, word) = member::attach(&seg, group, &opts, &upstream)?;
             let lost = upstream.named_at(entry);
             let mut c = Self::handle(seg, &opts, entry, next, word, true, false, upstream);
+            c.group = Some(m.group());
             c.member = Some(m);
             if let Some(name) = lost {
                 // An upstream was freed while this member attached, and its entry took the
@@ -282,6 +283,7 @@ impl Consumer {
             stats: ConsumerStats::default(),
             upstream,
             member: None,
+            group: None,
             group_scan: Default::default(),
             seg,
             _not_sync: PhantomData,
@@ -411,7 +413,7 @@ impl Consumer {
                 // that sees a death (this resume may come before any). A holder that detached
                 // or failed made its own wakes.
                 park::wake(&seg.lines().producer_wake.value);
-                park::wake(&seg.lines().consumer_wake.value);
+                park::wake_consumers(seg);
             }
             if keep {
                 let found = Found::Attached {
@@ -432,7 +434,7 @@ impl Consumer {
             if lost > 0 {
                 // Moved ahead as a commit moves it: the consumers that run after this one may
                 // deliver up to here, and those parked are woken, as a commit wakes them.
-                park::notify_downstreams(seg, fence::registered());
+                park::notify_downstreams(seg, e, None, fence::registered());
             }
             let found = Found::Attached {
                 index: i,

@@ -266,6 +266,36 @@ impl Consumer {
         floor
     }
 
+    /// The entry index of an upstream (`only`, or the first in `after` order) that holds
+    /// this consumer at or below every sequence it could deliver next: then only a change of
+    /// that upstream's entry (a commit, a move, a release) lets it past, never a publish,
+    /// and it parks on that entry's line (see `park`, "A downstream's line"). A worker
+    /// group's entry stands for its members. `None` with no such upstream, and with one
+    /// whose word moved (the poll after the park revalidates it).
+    pub(crate) fn held_by(&self, only: Option<u32>) -> Option<u32> {
+        let lowest = self.lowest_to_deliver();
+        for (k, u) in self.upstream.list[..self.upstream.len].iter().enumerate() {
+            if only.is_some_and(|i| i != u.index) {
+                continue;
+            }
+            let e = self.seg.consumer(u.index)?;
+            // `next` (Acquire), then the word, as in `barrier`.
+            let next = crate::graph::upstream_next(&e.hot.next, &e.hot.word, u.word)?;
+            if !u.holds {
+                continue;
+            }
+            let limit = if u.group {
+                self.group_finished(&self.group_scan[k], u.index, u.word, next)
+            } else {
+                next
+            };
+            if limit <= lowest {
+                return Some(u.index);
+            }
+        }
+        None
+    }
+
     /// The barrier, revalidating upstreams whose word moved. With no upstream, `u64::MAX`.
     #[inline]
     pub(crate) fn upstream_limit(&mut self) -> Result<u64, PollError> {

@@ -405,24 +405,21 @@ impl Consumer {
                 self.seg.header(),
                 registered,
             );
-            park::notify(
-                &self.seg.lines().consumer_wake.value,
-                self.seg.header(),
-                registered,
-            );
+            park::notify_downstreams(&self.seg, self.entry(), self.group, registered);
         }
         Ok(())
     }
 
-    /// Wake both lines, as a change of this consumer's gating does.
+    /// Wake the producers and both consumer lines, as a change of this consumer's gating
+    /// does.
     #[cold]
     fn wake_both(&self) {
-        for line in [
+        park::notify(
             &self.seg.lines().producer_wake.value,
-            &self.seg.lines().consumer_wake.value,
-        ] {
-            park::notify(line, self.seg.header(), self.registered);
-        }
+            self.seg.header(),
+            self.registered,
+        );
+        park::notify_downstreams(&self.seg, self.entry(), self.group, self.registered);
     }
 
     pub(crate) fn commit(&mut self, next: u64, delivered: u64, skipped: u64, clamped: u64) {
@@ -442,14 +439,11 @@ impl Consumer {
             registered,
         );
         // A consumer reading behind this one may be parked waiting for this commit: the
-        // store above is the "publish" (1) of the park protocol on the consumer wake line,
-        // and the same fence pair orders it against the parker's last look (see `park`).
-        // One load of the waiter count when nobody parks.
-        park::notify(
-            &self.seg.lines().consumer_wake.value,
-            self.seg.header(),
-            registered,
-        );
+        // store above is the "publish" (1) of the park protocol on the downstream wake line
+        // (and on the consumer line, for its other parkers), and the same fence pair
+        // orders it against the parker's last look (see `park`). A load of each waiter
+        // count when nobody parks.
+        park::notify_downstreams(&self.seg, self.entry(), self.group, registered);
         // Wrapping: the counters were loaded from shared memory, which may hold anything.
         let s = &mut self.stats;
         s.delivered = s.delivered.wrapping_add(delivered);

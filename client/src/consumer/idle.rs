@@ -227,7 +227,7 @@ impl Consumer {
         Ok(None)
     }
 
-    /// Park on the ring's consumer wake line (see `park` for the protocol).
+    /// Park on one of the ring's consumer wake lines (see `park` for the protocol).
     #[cold]
     fn park(&mut self, net: std::time::Duration) {
         // A member about to sleep first looks for claims that members left behind: they
@@ -239,9 +239,16 @@ impl Consumer {
         let entry = self.entry();
         // Relaxed: display only.
         entry.cold.parked.store(1, Ordering::Relaxed);
-        let parked = park::park(&self.seg.lines().consumer_wake.value, net, || {
-            self.has_pending() || self.closed_and_drained()
-        });
+        // Held by an upstream: on that upstream's entry line, which publishes do not wake
+        // (see `park`, "A downstream's line").
+        let held = self.held_by(None);
+        let holds = || held.is_some_and(|i| self.held_by(Some(i)).is_some());
+        let parked = park::park_consumer_on(
+            &self.seg,
+            net,
+            held.map(|i| (i, &holds as &dyn Fn() -> bool)),
+            || self.has_pending() || self.closed_and_drained(),
+        );
         self.entry().cold.parked.store(0, Ordering::Relaxed);
         if parked == Parked::Ready {
             return;

@@ -371,6 +371,11 @@ fn find_group(
 }
 
 impl Member {
+    /// The group's entry index.
+    pub(super) fn group(&self) -> u32 {
+        self.group
+    }
+
     /// The end of its own claim.
     pub(super) fn claim_end(&self) -> u64 {
         self.claim_end
@@ -459,20 +464,27 @@ impl Consumer {
     }
 
     /// A member entry's position moved (a claim, a commit of an adopted claim, a skip at a
-    /// takeover) or a member entry was freed or given back: a consumer after the group may
-    /// be parked on the floor before the change (its barrier reads the members' positions,
+    /// takeover) or an adopted entry was freed: a consumer after the group may be parked on
+    /// the floor before the change (its barrier reads the members' positions,
     /// `group::finished`). The change is "publish" (1) of the park protocol on the consumer
-    /// wake line (see `park`); one load of the waiter count when nobody parks.
+    /// line, this member's entry line and the group's (see `park::notify_downstreams`); a
+    /// load of each waiter count when nobody parks.
     ///
     /// It does not register the process for membarrier: a member's attach and drop make
     /// these changes, and neither registers (see `fence`); unregistered, the notify's fence
     /// is a full one.
     fn wake_after_group(&self) {
-        park::notify(
-            &self.seg.lines().consumer_wake.value,
-            self.seg.header(),
-            self.registered,
-        );
+        park::notify_downstreams(&self.seg, self.entry(), self.group, self.registered);
+    }
+
+    /// A member entry was given back (a claim left for the others to adopt, or freed): the
+    /// consumers after the group, as [`Consumer::wake_after_group`], and the other members
+    /// wherever they park. A member held by the group's upstreams parks on an upstream's
+    /// line, which this change does not notify, and looks for left claims only when its
+    /// park ends (`Consumer::park`): every line is woken (a cold path: a member leaving or
+    /// failing).
+    pub(super) fn wake_after_left_claim(&self) {
+        park::wake_consumers(&self.seg);
     }
 
     /// `poll_once` of a member: an adopted claim first, then its own.
@@ -660,6 +672,13 @@ impl Consumer {
             .as_ref()
             .is_some_and(|m| m.adopted.iter().any(|a| reached(a.at)));
         adopted || reached(self.next)
+    }
+
+    /// The lowest sequence this consumer could deliver next: its position, or a member's
+    /// adopted claim below it (what `member_pending` looks at).
+    pub(super) fn lowest_to_deliver(&self) -> u64 {
+        let adopted = self.member.as_ref().map(|m| m.adopted.iter().map(|a| a.at));
+        adopted.into_iter().flatten().fold(self.next, u64::min)
     }
 
     /// Whether the member still has an adopted claim to deliver.
@@ -973,7 +992,7 @@ impl Consumer {
         };
         if let Ok(word) = table::consumer::give_up(&self.entry().hot.word, self.word, to) {
             self.word = word;
-            self.wake_after_group();
+            self.wake_after_left_claim();
             if to == consumer_state::FREE {
                 self.wake_producers();
             }
@@ -1041,7 +1060,7 @@ impl Consumer {
             }
         }
         if gave_back {
-            self.wake_after_group();
+            self.wake_after_left_claim();
         }
         if freed {
             self.wake_producers();

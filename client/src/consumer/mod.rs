@@ -320,6 +320,10 @@ pub struct Consumer {
     upstream: barrier::Upstreams,
     /// For a worker group member: its group and claims (see `member`).
     pub(crate) member: Option<member::Member>,
+    /// For a worker group member: its group's entry index, kept while `member` is taken
+    /// out of the handle. Its changes wake the group's line (`park::notify_downstreams`),
+    /// not one read from an entry that may already be another consumer's.
+    group: Option<u32>,
     /// For each upstream that is a worker group: what the last walk of its members found.
     group_scan: [Cell<barrier::GroupScan>; shmring_layout::MAX_UPSTREAM],
     _not_sync: PhantomData<Cell<()>>,

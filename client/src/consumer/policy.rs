@@ -633,6 +633,10 @@ impl Consumer {
             table::consumer::set(&self.entry().hot.word, self.word, consumer_state::FAILED)
         {
             self.word = word;
+            if self.member.is_some() {
+                // Its claim is left for the other members to adopt.
+                self.wake_after_left_claim();
+            }
         }
         if panicked {
             PollError::HandlerPanicked { sequence: at }

@@ -25,7 +25,8 @@ pub struct RawSegment {
     geo: Geometry,
 }
 
-/// Which of the ring's two wake lines.
+/// Which of the ring's two ring-wide wake lines (each consumer entry has a third, for the
+/// consumers parked behind it: `ConsumerHot::downstream`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Line {
     /// Consumers parked waiting for events (producers wake it).
