@@ -278,9 +278,11 @@ fn a_dead_producer_holding_a_claim_is_woken_for_before_its_repair() {
 
 /// The mirror of a producer's death: a consumer commits its position, then wakes the
 /// producers parked for room and the consumers parked behind it. One killed between the two
-/// leaves them parked on room or a position they cannot see. The broker wakes both lines
-/// once at the sweep that first sees a gating consumer dead (here a durable one under the
-/// default policy, which keeps gating), and not again on later sweeps.
+/// leaves them parked on room or a position they cannot see. The broker wakes both ring
+/// lines once at the sweep that first sees a gating consumer dead (here a durable one under
+/// the default policy, which keeps gating), and not again on later sweeps; and the dead
+/// consumer's own entry line, where the consumers behind it park, unconditionally: one
+/// killed inside that line's wake left nobody counted there.
 #[test]
 fn a_consumer_seen_dead_wakes_both_lines_once() {
     use shmring_layout::{consumer_flags, consumer_state, owned_word};
@@ -292,7 +294,13 @@ fn a_consumer_seen_dead_wakes_both_lines_once() {
     let handle = Ring::open(ns.name(), "r").expect("open");
     let raw = RawSegment::open(&handle);
     let sweeps = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
-    let words = || (raw.wake_word(Line::Consumer), raw.wake_word(Line::Producer));
+    let words = || {
+        (
+            raw.wake_word(Line::Consumer),
+            raw.wake_word(Line::Producer),
+            raw.consumer_wake_word(0),
+        )
+    };
     let before = words();
     let (dead, _) = shmring_testkit::fault::dead_process();
     raw.fabricate_consumer(
@@ -311,9 +319,10 @@ fn a_consumer_seen_dead_wakes_both_lines_once() {
     assert_eq!(
         (
             after.0.wrapping_sub(before.0),
-            after.1.wrapping_sub(before.1)
+            after.1.wrapping_sub(before.1),
+            after.2.wrapping_sub(before.2)
         ),
-        (1, 1),
+        (1, 1, 1),
         "one wake of each line for one consumer seen dead"
     );
 }

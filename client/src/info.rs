@@ -289,8 +289,9 @@ pub struct RingInfo {
     pub consumer_wakes: u32,
     /// Wake-ups issued to consumers parked behind an upstream, summed over the entries'
     /// lines (an entry's count outlives its holders): each a `futex_wake` paid by the
-    /// upstream that committed or moved, or by a release, a stop, a repair or a death a
-    /// broker saw; never by a publish. A 32-bit count that wraps.
+    /// upstream that committed or moved, or by a release, a free, a member leaving or
+    /// failing, a stop, a repair or a death seen; never by a publish. A 32-bit count that
+    /// wraps.
     pub downstream_wakes: u32,
     /// Wake-ups issued to parked producers (by consumers that freed room, releases, starts,
     /// and a broker that saw a consumer die).

@@ -460,6 +460,24 @@ pub(crate) fn wake_consumers(seg: &crate::segment::Segment) {
     notify_consumers(seg);
 }
 
+/// Wake the consumers parked behind consumer entry `e`, unconditionally: on its line, and
+/// for a member's entry on its group's line. For a holder seen dead: one killed inside
+/// its own wake, after the reset (r) and before the bump (4), left those parkers asleep
+/// with nobody counted, so a wake that looks at the count first ([`notify_consumers`])
+/// would pass them by.
+#[cold]
+pub(crate) fn wake_behind(seg: &crate::segment::Segment, e: &shmring_layout::ConsumerEntry) {
+    wake(&e.hot.downstream);
+    // Relaxed: a dead holder's entry, written before its ACTIVE CAS; a stale reading of an
+    // entry taken since only wakes a line for nothing.
+    if e.hot.flags.load(Ordering::Relaxed) & shmring_layout::consumer_flags::MEMBER != 0 {
+        let tag = e.cold.group.load(Ordering::Relaxed);
+        if let Some(group) = tag.checked_sub(1).and_then(|g| seg.consumer(g)) {
+            wake(&group.hot.downstream);
+        }
+    }
+}
+
 /// After a store that may let any consumer parked on the ring act ((1) done): wake every
 /// line where someone is counted, the consumer line and each entry's, after a full fence
 /// (the waker's half of the pair, whatever this process's fence mode). A load per line

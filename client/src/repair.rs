@@ -176,6 +176,17 @@ impl Ring {
         park::wake_consumers(&self.seg);
     }
 
+    /// Wake the consumers parked behind consumer entry `index` (reading after it, or after
+    /// the worker group it is a member of), unconditionally. With
+    /// [`Ring::wake_consumers`], what the broker does at the sweep that first sees a
+    /// consumer dead: one killed inside its own commit's wake left them asleep with nobody
+    /// counted on the line. An index out of range does nothing.
+    pub fn wake_consumers_behind(&self, index: u32) {
+        if let Some(e) = self.seg.consumer(index) {
+            park::wake_behind(&self.seg, e);
+        }
+    }
+
     /// Wake every producer parked on this ring for room. A consumer commits its position,
     /// then wakes: one that died between the two left producers parked for the room it
     /// freed until their 50 ms net. The broker calls this (with [`Ring::wake_consumers`],

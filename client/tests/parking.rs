@@ -430,6 +430,18 @@ fn a_running_member_adopting_a_dead_members_entry_wakes_the_producers_parked_for
 /// above (a resume later than the downstream's net lets the net deliver the event).
 #[test]
 fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it() {
+    resume_wakes_the_consumer_behind(false);
+}
+
+/// The same, with the holder killed inside its commit's wake: after the reset of its
+/// line's waiter count and before the wake, so that nobody is counted there while the
+/// downstream sleeps. The resume wakes the line all the same.
+#[test]
+fn resuming_a_holder_killed_inside_its_wake_wakes_the_consumers_parked_behind_it() {
+    resume_wakes_the_consumer_behind(true);
+}
+
+fn resume_wakes_the_consumer_behind(killed_inside_its_wake: bool) {
     use shmring_testkit::parked::{in_one_try, ParkedProducer};
     use shmring_testkit::ParkedConsumer;
     let ns = Namespace::concurrent("resume-wakes-down");
@@ -455,6 +467,10 @@ fn resuming_a_dead_holders_durable_consumer_wakes_the_consumers_parked_behind_it
         down.wait_parked_at(&ring, 0);
         let before = wakeups_of(&ring, index);
         ParkedProducer::commit_one_and_die(&raw, dead);
+        if killed_inside_its_wake {
+            assert_eq!(raw.consumer_waiters(0), 1, "parked on the upstream's entry");
+            raw.reset_consumer_waiters(0);
+        }
         let c = ring
             .consumer(ConsumerOptions::durable("audit"))
             .expect("resume the durable consumer");

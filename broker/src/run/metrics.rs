@@ -224,7 +224,7 @@ fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
         ),
         (
             "shmring_ring_consumer_waiters",
-            "Consumers parked on the ring's futex now",
+            "Consumers parked now, on the ring's consumer line or behind an upstream on its entry",
             |r| f64::from(r.consumer_waiters),
         ),
         (
@@ -250,7 +250,7 @@ fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
     ];
     let counters: [Metric<RingReport, u64>; 11] = [
         ("shmring_ring_consumer_wakes", "Wake-ups issued to parked consumers, each a futex_wake its publisher paid (wraps at 2^32)", |r| u64::from(r.consumer_wakes)),
-        ("shmring_ring_downstream_wakes", "Wake-ups issued to consumers parked behind an upstream, summed over the entries: each a futex_wake that upstream paid (or a release, stop or repair), never a publish (wraps at 2^32)", |r| u64::from(r.downstream_wakes)),
+        ("shmring_ring_downstream_wakes", "Wake-ups issued to consumers parked behind an upstream, summed over the entries: each a futex_wake that upstream paid (or a release, free, stop, repair or death), never a publish (wraps at 2^32)", |r| u64::from(r.downstream_wakes)),
         ("shmring_ring_producer_wakes", "Wake-ups issued to parked producers (wraps at 2^32)", |r| u64::from(r.producer_wakes)),
         ("shmring_ring_stalls", "HEALTHY to STALLED edges since this broker started", |r| r.health.stalls),
         ("shmring_ring_recoveries", "STALLED to HEALTHY edges since this broker started", |r| r.health.recoveries),

@@ -25,6 +25,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
         // Once per death this broker sees (the edge fires once), before any policy.
         t.ring.wake_producers();
         t.ring.wake_consumers();
+        t.ring.wake_consumers_behind(c.index);
     }
     if c.group.is_some()
         && shmring_layout::consumer_state::gates(c.state_code)

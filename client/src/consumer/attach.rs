@@ -414,6 +414,7 @@ impl Consumer {
                 // or failed made its own wakes.
                 park::wake(&seg.lines().producer_wake.value);
                 park::wake_consumers(seg);
+                park::wake_behind(seg, e);
             }
             if keep {
                 let found = Found::Attached {

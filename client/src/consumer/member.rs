@@ -264,8 +264,12 @@ fn find_left_claim(
             // look again, as at the broker's first sweep that sees a death. This takeover
             // may come before any sweep, and once the entry is held or freed again no sweep
             // sees the death. A member that left or failed made its own wakes; the consumers
-            // after the group are woken by the caller (`wake_after_group`).
+            // after the group are woken by the caller (`wake_after_group`), and here, for a
+            // holder killed inside its own wake of the group's line (`park::wake_behind`).
             park::wake(&seg.lines().producer_wake.value);
+            if died_holding {
+                park::wake_behind(seg, e);
+            }
         }
         return Some(Adopted {
             index: i,

@@ -247,6 +247,29 @@ impl RawSegment {
         );
     }
 
+    /// Reset the waiter count of consumer entry `index`'s line (`ConsumerHot::downstream`)
+    /// as a waker's (r) does, without the bump and the wake that follow it: what a waker
+    /// killed between the two leaves behind.
+    pub fn reset_consumer_waiters(&self, index: u32) {
+        let at = self.consumer_hot(index)
+            + (offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, waiters)) as u64;
+        self.write_u64(at, waiters::reset(self.read_u64(at)));
+    }
+
+    /// The waiter count of consumer entry `index`'s line (`ConsumerHot::downstream`).
+    pub fn consumer_waiters(&self, index: u32) -> u32 {
+        let at = self.consumer_hot(index)
+            + (offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, waiters)) as u64;
+        waiters::count(self.read_u64(at))
+    }
+
+    /// The futex word of consumer entry `index`'s line: bumped by every wake of it.
+    pub fn consumer_wake_word(&self, index: u32) -> u32 {
+        let at = self.consumer_hot(index)
+            + (offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, word)) as u64;
+        self.read_u32(at)
+    }
+
     /// Set consumer entry `index`'s owner start time (`ConsumerCold::start_time`): with a
     /// live pid in the word, the entry then reads as that process's.
     pub fn set_consumer_start_time(&self, index: u32, start_time: u64) {
