@@ -3,7 +3,9 @@
 //! messages, with it keeping up, with two consumers (one spinning, one parked), and the
 //! same ring published without the parked-consumer check ("parking compiled out",
 //! `publish_without_wake_check`): the proof that a producer pays for a sleeping consumer
-//! only while one sleeps. Plus the `SeqCst`-fence fallback, forced with a seccomp filter
+//! only while one sleeps; and with a blocking consumer reading after the busy-spin one,
+//! which parks behind it between messages: its upstream's commit wakes it, the producer
+//! pays nothing for it. Plus the `SeqCst`-fence fallback, forced with a seccomp filter
 //! that makes `membarrier(2)` fail in the producer process.
 //!
 //! Every number includes two clock reads; the "clock pair" row is that overhead alone.
@@ -24,6 +26,8 @@ pub const CLOCK: &str = "clock pair (the measurement's own cost)";
 pub const PARKED_SPIN: &str = "paced 100 µs: busy-spin consumer";
 pub const PARKED_BLOCK: &str = "paced 100 µs: blocking consumer (parked between messages)";
 pub const PARKED_TWO: &str = "paced 100 µs: two consumers, busy-spin + blocking";
+pub const PARKED_BEHIND: &str =
+    "paced 100 µs: busy-spin consumer + blocking consumer after it (parked behind it)";
 pub const PARKED_BASE: &str = "paced 100 µs: busy-spin consumer, parking compiled out";
 pub const PARKED_SEQCST: &str = "paced 100 µs: busy-spin consumer, SeqCst fence (no membarrier)";
 pub const BURST_SPIN: &str = "back-to-back: busy-spin consumer keeping up";
@@ -33,11 +37,13 @@ pub const BURST_SEQCST: &str = "back-to-back: busy-spin consumer, SeqCst fence (
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    10
+    11
 }
 
 struct Case {
     name: &'static str,
+    /// Each consumer: its wait strategy, then `as <name>` (durable under that name) or
+    /// `after <name>` (reading after that consumer).
     consumers: &'static [&'static str],
     paced: bool,
     publish: &'static str,
@@ -45,7 +51,7 @@ struct Case {
     baseline: Option<&'static str>,
 }
 
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     Case {
         name: PARKED_BASE,
         consumers: &["busy-spin"],
@@ -81,6 +87,14 @@ const CASES: [Case; 9] = [
     Case {
         name: PARKED_TWO,
         consumers: &["busy-spin", "blocking"],
+        paced: true,
+        publish: "normal",
+        fence: "default",
+        baseline: Some(PARKED_BASE),
+    },
+    Case {
+        name: PARKED_BEHIND,
+        consumers: &["busy-spin as up", "blocking after up"],
         paced: true,
         publish: "normal",
         fence: "default",
@@ -170,7 +184,17 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         setup.consumers = case
             .consumers
             .iter()
-            .map(|w| vec![kv("wait", w), kv("mode", "count"), kv("fence", case.fence)])
+            .map(|c| {
+                let mut words = c.split_whitespace();
+                let mut kvs = vec![kv("mode", "count"), kv("fence", case.fence)];
+                kvs.extend(words.next().map(|w| kv("wait", w)));
+                match (words.next(), words.next()) {
+                    (Some("as"), Some(name)) => kvs.push(kv("name", name)),
+                    (Some("after"), Some(up)) => kvs.push(kv("after", up)),
+                    _ => {}
+                }
+                kvs
+            })
             .collect();
         let row = Row::new(SUITE, GROUP, case.name, Kind::Cost);
         let mut row = match shm::run(ctx, "cost", setup) {

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use hdrhistogram::Histogram;
 use shmring::{
-    ConsumerOptions, Event, Producer, Ring, RunExit, WaitOutcome, WaitStrategy, WakeSet,
+    AttachError, ConsumerOptions, Event, Producer, Ring, RunExit, WaitOutcome, WaitStrategy,
+    WakeSet,
 };
 use shmring_peers::kit::{self, new_hist, now_ns, Args, Measured, Pacer};
 
@@ -89,6 +90,31 @@ fn record_latency(
     seq
 }
 
+/// The consumer of `shm_consumer`: anonymous, or durable under `name`; reading after the
+/// consumer named `after` if given. The upstream is another process of the same case,
+/// which may attach later: an attach refused for an upstream not there yet is tried again
+/// for up to 10 s.
+fn attach_consumer(ring: &Ring, args: &Args, wait: WaitStrategy) -> Result<shmring::Consumer> {
+    let opts = match args.str_or("name", "") {
+        "" => ConsumerOptions::anonymous(),
+        name => ConsumerOptions::durable(name),
+    }
+    .wait(wait);
+    let opts = match args.str_or("after", "") {
+        "" => opts,
+        upstream => opts.after([upstream]),
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match ring.consumer(opts.clone()) {
+            Err(AttachError::UnknownUpstream { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            r => return Ok(r?),
+        }
+    }
+}
+
 fn shm_consumer(args: &Args) -> Result<()> {
     args.pin();
     if args.str_or("fence", "default") == "seqcst" {
@@ -98,7 +124,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
     let ns = args.str("ns")?;
     let ring = Ring::open(ns, args.str("ring")?)?;
     let wait = strategy(args.str("wait")?)?;
-    let mut c = ring.consumer(ConsumerOptions::anonymous().wait(wait))?;
+    let mut c = attach_consumer(&ring, args, wait)?;
     let mode = match args.str("mode")? {
         "latency" => ConsumerMode::Latency,
         "echo" => ConsumerMode::Echo,
