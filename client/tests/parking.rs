@@ -450,13 +450,7 @@ fn resume_wakes_the_consumer_behind(killed_inside_its_wake: bool) {
         let ring = Ring::create(ns.name(), r, &small(16)).expect("create");
         let raw = shmring_testkit::raw::RawSegment::open(&ring);
         ParkedProducer::lay_down_live_consumer(&raw, "audit");
-        let down = ring
-            .consumer(
-                ConsumerOptions::anonymous()
-                    .after(["audit"])
-                    .wait(WaitStrategy::Blocking),
-            )
-            .expect("attach after audit");
+        let down = blocking_after(&ring, "audit");
         let index = down.index();
         // Published before the downstream runs, so that no wake from the publish reaches
         // it after the count below is read.
@@ -490,6 +484,15 @@ fn resume_wakes_the_consumer_behind(killed_inside_its_wake: bool) {
     );
 }
 
+/// An anonymous `Blocking` consumer of `ring` reading after the consumer named `upstream`.
+fn blocking_after(ring: &Ring, upstream: &str) -> shmring::Consumer {
+    let opts = ConsumerOptions::anonymous()
+        .after([upstream])
+        .wait(WaitStrategy::Blocking);
+    ring.consumer(opts)
+        .unwrap_or_else(|e| panic!("attach after {upstream}: {e}"))
+}
+
 /// The wake-ups (parks ended by a wake) that consumer entry `index` has counted.
 fn wakeups_of(ring: &Ring, index: u32) -> u64 {
     let info = ring.info();
@@ -519,13 +522,7 @@ fn a_member_finishing_a_dead_members_skip_wakes_the_consumers_after_the_group() 
         let mut a = ring
             .consumer(ConsumerOptions::worker("w"))
             .expect("member a");
-        let down = ring
-            .consumer(
-                ConsumerOptions::anonymous()
-                    .after(["w"])
-                    .wait(WaitStrategy::Blocking),
-            )
-            .expect("attach after the group");
+        let down = blocking_after(&ring, "w");
         let index = down.index();
         let mut p = ring.producer().expect("producer");
         for v in 10..13u64 {
@@ -606,13 +603,7 @@ fn a_downstream_parked_behind_its_upstream_is_woken_by_its_commits_not_by_publis
             let ring = Ring::create(ns.name(), name, &config).expect("create");
             let mut up = ring.consumer(ConsumerOptions::durable("up")).expect("up");
             let mut other = ring.consumer(ConsumerOptions::anonymous()).expect("other");
-            let down = ring
-                .consumer(
-                    ConsumerOptions::anonymous()
-                        .after(["up"])
-                        .wait(WaitStrategy::Blocking),
-                )
-                .expect("attach after up");
+            let down = blocking_after(&ring, "up");
             let index = down.index();
             let down = ParkedConsumer::spawn(down);
             down.wait_parked_at(&ring, 0);
