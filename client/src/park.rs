@@ -426,9 +426,9 @@ pub(crate) fn notify_light(line: &WakeLine, light: bool) {
 /// find it lost; one taken over and moved ahead to the head: they may deliver up to it),
 /// wake the consumers parked for it: on the consumer line, on `e`'s own line, and for a
 /// worker group member's change on the line of its group, entry `group` (the group's floor
-/// reads its members), see "A downstream's line". The change (the entry's CAS, or the store of its position) is the
-/// store (1) of the protocol: a downstream's last look before it sleeps reads its
-/// upstreams' positions and entries (`Consumer::has_pending`). `registered` as in
+/// reads its members), see "A downstream's line". The change (the entry's CAS, or the
+/// store of its position) is the store (1) of the protocol: a downstream's last look
+/// before it sleeps reads its upstreams' positions and entries (`Consumer::has_pending`). `registered` as in
 /// [`notify`]; one fence and a load per line when nobody parks (`e`'s line is the line of
 /// its `next`, which a commit has just written).
 pub(crate) fn notify_downstreams(
