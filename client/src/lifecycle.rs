@@ -185,6 +185,13 @@ impl Env for SegEnv<'_> {
         crate::fence::heavy();
     }
 
+    fn finished_for_the_dead(&self) {
+        // The published word is the store (1) of both lines' protocol; the wakes are
+        // unconditional.
+        park::wake_consumers(self.seg);
+        park::wake(&self.seg.lines().producer_wake.value);
+    }
+
     fn has_barrier(&self) -> bool {
         // With membarrier, the stopper supplies the producer's barrier: issuing it needs no
         // registration here, and a producer whose process has not registered yet fences
@@ -432,8 +439,6 @@ impl Ring {
                 now = ?state,
                 "finished a lifecycle change whose owner died"
             );
-            park::wake_consumers(&self.seg);
-            park::wake(&self.seg.lines().producer_wake.value);
         }
         Ok((state, finished))
     }

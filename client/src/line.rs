@@ -203,6 +203,10 @@ pub trait Env {
     fn has_barrier(&self) -> bool;
     /// Wait a little before looking again (round counts from 0). `false`: give up.
     fn pause(&self, round: u32) -> bool;
+    /// A dead owner's stop or start was just finished by this process (the word published
+    /// Stopped or Running): whoever waits on the ring looks again (a consumer parked until
+    /// the line closes, a producer parked for room). Nothing by default.
+    fn finished_for_the_dead(&self) {}
 }
 
 /// An [`Env`] that never waits: `pause` gives up at once (a settle then returns `Busy`
@@ -224,6 +228,9 @@ impl<E: Env> Env for NoWait<'_, E> {
     }
     fn pause(&self, _round: u32) -> bool {
         false
+    }
+    fn finished_for_the_dead(&self) {
+        self.0.finished_for_the_dead();
     }
 }
 
@@ -571,6 +578,7 @@ impl<W: Word> Line<'_, W> {
                         } else {
                             self.finish_start(env, &owned)?;
                         }
+                        env.finished_for_the_dead();
                     }
                 }
             }

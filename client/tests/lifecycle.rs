@@ -706,3 +706,51 @@ fn a_lifecycle_change_whose_owner_died_is_finished_at_the_recorded_sequence() {
         assert_eq!(got, (0..=expected_stop).collect::<Vec<_>>(), "{step}");
     }
 }
+
+/// A consumer parked on a single-producer ring waits for events or for the line to close.
+/// A stopper died half-way through its stop; the producer's next publish finds its word,
+/// finishes the stop (refused), and wakes the consumers parked on the ring: the consumer's
+/// run returns `Closed` on that wake, not at its 50 ms net. One try per ring of three (a
+/// net that ends just as the stop is finished sees it without a wake).
+#[test]
+fn a_stop_finished_by_a_refused_claim_wakes_the_consumers_parked_on_the_ring() {
+    use shmring::WaitStrategy;
+    use shmring_testkit::parked::in_one_try;
+    use shmring_testkit::poll::eventually;
+    use shmring_testkit::ParkedConsumer;
+    let ns = Namespace::concurrent("dead_stopper_wake");
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let attempt = |name: &str| {
+        let ring = Ring::create(ns.name(), name, &cfg_mode(16, ProducerMode::Single)).unwrap();
+        let opts = ConsumerOptions::anonymous().wait(WaitStrategy::Blocking);
+        let c = ring.consumer(opts).unwrap();
+        let index = c.index();
+        let mut p = ring.producer().unwrap();
+        for i in 0..3u8 {
+            p.publish(&[i]).unwrap();
+        }
+        let c = ParkedConsumer::spawn(c);
+        c.wait_parked_at(&ring, 3);
+        RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Stopping, dead));
+        assert_eq!(p.publish(&[9]), Err(PublishError::Closed));
+        assert_eq!(
+            ring.state(),
+            Some(RingState::Stopped),
+            "the stop was finished"
+        );
+        // Its run ends, and the thread lets the anonymous entry go, before the stop below.
+        eventually("the consumer's run to end", || {
+            !ring.info().consumers.iter().any(|e| e.index == index)
+        });
+        let (exit, seen, stats) = c.finish(&ring);
+        assert_eq!(exit, RunExit::Closed);
+        assert_eq!(seen.len(), 3);
+        stats.wakeups > 0
+    };
+    in_one_try(
+        &["r0", "r1", "r2"],
+        "the parked consumer was never woken by the finished stop, only its net",
+        attempt,
+        |&w| w,
+    );
+}
