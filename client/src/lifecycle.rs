@@ -186,8 +186,9 @@ impl Env for SegEnv<'_> {
     }
 
     fn finished_for_the_dead(&self) {
-        // The published word is the store (1) of both lines' protocol; the wakes are
-        // unconditional.
+        // The published word is the store (1) of every line's protocol: the consumer and
+        // producer lines are woken unconditionally, each entry's line where someone is
+        // counted (after a full fence, `park::notify_consumers`).
         park::wake_consumers(self.seg);
         park::wake(&self.seg.lines().producer_wake.value);
     }
@@ -439,6 +440,10 @@ impl Ring {
                 now = ?state,
                 "finished a lifecycle change whose owner died"
             );
+            // Whoever finished it woke the ring (`Env::finished_for_the_dead`), unless it
+            // died between its publish and its wakes: a spare wake costs a futex call.
+            park::wake_consumers(&self.seg);
+            park::wake(&self.seg.lines().producer_wake.value);
         }
         Ok((state, finished))
     }
