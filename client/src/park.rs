@@ -310,7 +310,13 @@ impl<W: Word, F: Futex> Wake<'_, W, F> {
     pub fn notify(&self, light: impl FnOnce()) {
         // (2)
         light();
-        // (3) Relaxed: the fence pair above orders it against the parker's (b).
+        self.wake_if_counted();
+    }
+
+    /// (3) and, if anyone is counted, (r) to (5): the waker's half after its fence (2).
+    #[inline(always)]
+    pub fn wake_if_counted(&self) {
+        // (3) Relaxed: the caller's fence (2) orders it against the parker's (b).
         if waiters::count(self.waiters.load(Ordering::Relaxed)) != 0 {
             // The two words by value: a publish that wakes nobody does not store a `Wake`
             // on its stack for this cold call.
@@ -444,10 +450,8 @@ pub(crate) fn notify_downstreams(
         || fence::light(light),
     );
     if let Some(group) = group.and_then(|g| seg.consumer(g)) {
-        // After the fence above: (3) of the group's line.
-        if waiters::count(group.hot.downstream.waiters.load(Ordering::Relaxed)) != 0 {
-            wake(&group.hot.downstream);
-        }
+        // After the fence above.
+        on(&group.hot.downstream).wake_if_counted();
     }
 }
 
@@ -490,10 +494,7 @@ pub(crate) fn notify_consumers(seg: &crate::segment::Segment) {
     let lines =
         std::iter::once(&seg.lines().consumer_wake.value).chain(entries.map(|e| &e.hot.downstream));
     for line in lines {
-        // (3) Relaxed: ordered by the fence above against a parker's raise.
-        if waiters::count(line.waiters.load(Ordering::Relaxed)) != 0 {
-            wake(line);
-        }
+        on(line).wake_if_counted();
     }
 }
 
@@ -507,12 +508,8 @@ pub fn notify_both<W: Word, F: Futex>(
 ) {
     // (2)
     light();
-    for line in [a, b] {
-        // (3) Relaxed: the fence pair orders it against the parker's raise (b).
-        if waiters::count(line.waiters.load(Ordering::Relaxed)) != 0 {
-            wake_words(line.waiters, line.word);
-        }
-    }
+    a.wake_if_counted();
+    b.wake_if_counted();
 }
 
 /// After this process changed consumer entry `e` of `seg` to state `to` (its CAS done):

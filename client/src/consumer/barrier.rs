@@ -195,22 +195,28 @@ impl Consumer {
     pub(crate) fn barrier(&self) -> Result<u64, Stale> {
         let mut min = u64::MAX;
         for (k, u) in self.upstream.list[..self.upstream.len].iter().enumerate() {
-            let Some(e) = self.seg.consumer(u.index) else {
-                return Err(Stale);
-            };
-            // `next` (Acquire), then the word: see the module comment.
-            let Some(next) = crate::graph::upstream_next(&e.hot.next, &e.hot.word, u.word) else {
-                return Err(Stale);
-            };
-            if u.holds {
-                min = min.min(if u.group {
-                    self.group_finished(&self.group_scan[k], u.index, u.word, next)
-                } else {
-                    next
-                });
+            if let Some(limit) = self.limit_of(k, u)? {
+                min = min.min(limit);
             }
         }
         Ok(min)
+    }
+
+    /// The first sequence upstream `u` (the `k`th) does not allow yet, `None` if it does not
+    /// hold this consumer (see the module comment).
+    #[inline(always)]
+    fn limit_of(&self, k: usize, u: &Upstream) -> Result<Option<u64>, Stale> {
+        let e = self.seg.consumer(u.index).ok_or(Stale)?;
+        // `next` (Acquire), then the word: see the module comment.
+        let next = crate::graph::upstream_next(&e.hot.next, &e.hot.word, u.word).ok_or(Stale)?;
+        if !u.holds {
+            return Ok(None);
+        }
+        Ok(Some(if u.group {
+            self.group_finished(&self.group_scan[k], u.index, u.word, next)
+        } else {
+            next
+        }))
     }
 
     /// The first sequence the worker group at `index` has not finished, from its work
@@ -278,18 +284,11 @@ impl Consumer {
             if only.is_some_and(|i| i != u.index) {
                 continue;
             }
-            let e = self.seg.consumer(u.index)?;
-            // `next` (Acquire), then the word, as in `barrier`.
-            let next = crate::graph::upstream_next(&e.hot.next, &e.hot.word, u.word)?;
-            if !u.holds {
-                continue;
-            }
-            let limit = if u.group {
-                self.group_finished(&self.group_scan[k], u.index, u.word, next)
-            } else {
-                next
-            };
-            if limit <= lowest {
+            if self
+                .limit_of(k, u)
+                .ok()?
+                .is_some_and(|limit| limit <= lowest)
+            {
                 return Some(u.index);
             }
         }
