@@ -110,6 +110,11 @@ fn check_accepted(bytes: &[u8], len: u64) {
     if g.producer_mode == ProducerMode::Single {
         assert_eq!(g.max_producers, 1, "one entry for a single producer");
     }
+    if g.sized {
+        assert!(g.fixed, "a ring of sized events is published by the cursor");
+        assert!(g.slot_size >= 16, "a length word and room for an event");
+        assert_eq!(g.max_payload(), g.slot_size as usize - 8);
+    }
     if g.fixed {
         assert!(g.slot_size >= 8 && g.slot_size.is_multiple_of(8));
         assert_eq!(g.producer_mode, ProducerMode::Single);

@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 7;
+pub const LAYOUT_VERSION: u32 = 8;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -131,6 +131,13 @@ pub const SLOT_FORMAT_STAMPED: u32 = 0;
 /// (`slot_size` bytes), published by [`ClaimLine::cursor`], with a tomb word per slot after
 /// the slots (see `Geometry::tombs_offset`). Single producer only.
 pub const SLOT_FORMAT_FIXED: u32 = 1;
+/// [`Header::slot_format`] of a ring of sized events: each slot is a length word
+/// ([`SIZED_LEN_SIZE`] bytes, the event's length in bytes) then up to
+/// `slot_size - SIZED_LEN_SIZE` payload bytes, published by [`ClaimLine::cursor`] with tomb
+/// words as on a fixed-size ring. Single producer only.
+pub const SLOT_FORMAT_SIZED: u32 = 2;
+/// The length word at the start of every slot of a ring of sized events.
+pub const SIZED_LEN_SIZE: u32 = 8;
 /// A fixed-size ring's tomb word that names no sequence (every tomb word starts so): a
 /// tomb word equal to a sequence marks that sequence a tombstone.
 pub const TOMB_NONE: u64 = u64::MAX;
@@ -223,6 +230,8 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(ClaimLine, tomb_end) as u64,
     core::mem::offset_of!(ProducerEntry, base) as u64,
     SLOT_FORMAT_FIXED as u64,
+    SLOT_FORMAT_SIZED as u64,
+    SIZED_LEN_SIZE as u64,
     core::mem::offset_of!(SequenceLines, claim) as u64,
     core::mem::offset_of!(SequenceLines, lifecycle) as u64,
     core::mem::offset_of!(LifecycleLine, stop_seq) as u64,

@@ -7,7 +7,8 @@ use crate::{
     config_checksum, ConfigWords, Header, ProducerMode, CONSUMER_ENTRY_SIZE, FINGERPRINT,
     HEADER_SIZE, LAYOUT_VERSION, LINE, MAGIC, MAX_CAPACITY, MAX_CONSUMERS, MAX_PRODUCERS,
     MAX_SEGMENT_SIZE, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, PRODUCER_ENTRY_SIZE,
-    SEQ_LINES_OFFSET, SEQ_LINES_SIZE, SLOT_FORMAT_FIXED, SLOT_FORMAT_STAMPED, SLOT_HEADER_SIZE,
+    SEQ_LINES_OFFSET, SEQ_LINES_SIZE, SIZED_LEN_SIZE, SLOT_FORMAT_FIXED, SLOT_FORMAT_SIZED,
+    SLOT_FORMAT_STAMPED, SLOT_HEADER_SIZE,
 };
 
 /// Why a segment (or a requested configuration) is not a ring this code can use.
@@ -54,6 +55,9 @@ pub enum LayoutError {
     /// A fixed-size ring's event size out of range or not a multiple of 8.
     #[error("event size {0} is not a multiple of {FIXED_EVENT_ALIGN} in {FIXED_EVENT_ALIGN}..={MAX_SLOT_SIZE}")]
     BadEventSize(u32),
+    /// A sized ring's largest event out of range or not a multiple of 8.
+    #[error("max event size {0} is not a multiple of {FIXED_EVENT_ALIGN} in {FIXED_EVENT_ALIGN}..={max}", max = MAX_SLOT_SIZE - SIZED_LEN_SIZE)]
+    BadMaxEventSize(u32),
     /// Unknown slot format.
     #[error("slot format {0} is unknown")]
     BadSlotFormat(u32),
@@ -61,7 +65,7 @@ pub enum LayoutError {
     #[error("a single-producer ring has one producer entry, not {0}")]
     SingleWithProducers(u32),
     /// A fixed-size ring asked for with many producers.
-    #[error("a ring of fixed-size events takes a single producer (producer_mode Single)")]
+    #[error("a ring of fixed-size or sized events takes a single producer (producer_mode Single)")]
     FixedNeedsSingleProducer,
     /// Consumer table size out of range.
     #[error("max consumers {0} is not in 1..={MAX_CONSUMERS}")]
@@ -100,11 +104,14 @@ pub struct Geometry {
     /// Slots, a power of two.
     pub capacity: u64,
     /// Bytes per slot: a multiple of 64 (header and payload), or on a fixed-size ring the
-    /// event size (a multiple of 8, the slot is the payload).
+    /// event size (a multiple of 8, the slot is the payload), or on a ring of sized events
+    /// the length word and the largest event (a multiple of 8).
     pub slot_size: u32,
-    /// Whether slots are fixed-size events under a cursor ([`SLOT_FORMAT_FIXED`]) rather
-    /// than stamped.
+    /// Whether slots are published by a cursor ([`SLOT_FORMAT_FIXED`] or
+    /// [`SLOT_FORMAT_SIZED`]) rather than stamped.
     pub fixed: bool,
+    /// Whether each cursor-published slot starts with a length word ([`SLOT_FORMAT_SIZED`]).
+    pub sized: bool,
     /// Entries in the consumer table.
     pub max_consumers: u32,
     /// Entries in the producer table.
@@ -152,8 +159,8 @@ impl Geometry {
     }
 
     /// Check a requested configuration in slot format `format` ([`SLOT_FORMAT_STAMPED`]:
-    /// `slot_size` is a slot's header and payload; [`SLOT_FORMAT_FIXED`]: the event size)
-    /// and lay it out.
+    /// `slot_size` is a slot's header and payload; [`SLOT_FORMAT_FIXED`]: the event size;
+    /// [`SLOT_FORMAT_SIZED`]: the length word and the largest event) and lay it out.
     pub fn with_format(
         format: u32,
         capacity: u64,
@@ -166,16 +173,22 @@ impl Geometry {
         if !(MIN_CAPACITY..=MAX_CAPACITY).contains(&capacity) || !capacity.is_power_of_two() {
             return Err(LayoutError::BadCapacity(capacity));
         }
-        let fixed = match format {
-            SLOT_FORMAT_STAMPED => false,
-            SLOT_FORMAT_FIXED => true,
+        let (fixed, sized) = match format {
+            SLOT_FORMAT_STAMPED => (false, false),
+            SLOT_FORMAT_FIXED => (true, false),
+            SLOT_FORMAT_SIZED => (true, true),
             other => return Err(LayoutError::BadSlotFormat(other)),
         };
         if fixed {
-            if !(FIXED_EVENT_ALIGN..=MAX_SLOT_SIZE).contains(&slot_size)
+            let least = if sized { SIZED_LEN_SIZE } else { 0 } + FIXED_EVENT_ALIGN;
+            if !(least..=MAX_SLOT_SIZE).contains(&slot_size)
                 || !slot_size.is_multiple_of(FIXED_EVENT_ALIGN)
             {
-                return Err(LayoutError::BadEventSize(slot_size));
+                return Err(if sized {
+                    LayoutError::BadMaxEventSize(slot_size.saturating_sub(SIZED_LEN_SIZE))
+                } else {
+                    LayoutError::BadEventSize(slot_size)
+                });
             }
             if producer_mode != ProducerMode::Single {
                 return Err(LayoutError::FixedNeedsSingleProducer);
@@ -223,6 +236,7 @@ impl Geometry {
             capacity,
             slot_size,
             fixed,
+            sized,
             max_consumers,
             max_producers,
             producer_mode,
@@ -240,9 +254,12 @@ impl Geometry {
         self.capacity - 1
     }
 
-    /// Largest payload a slot carries (on a fixed-size ring: the event size).
+    /// Largest payload a slot carries (on a fixed-size ring: the event size; on a ring of
+    /// sized events: the slot less its length word).
     pub fn max_payload(&self) -> usize {
-        if self.fixed {
+        if self.sized {
+            (self.slot_size - SIZED_LEN_SIZE) as usize
+        } else if self.fixed {
             self.slot_size as usize
         } else {
             self.slot_size as usize - SLOT_HEADER_SIZE
@@ -251,7 +268,9 @@ impl Geometry {
 
     /// The slot format's header word.
     pub fn slot_format(&self) -> u32 {
-        if self.fixed {
+        if self.sized {
+            SLOT_FORMAT_SIZED
+        } else if self.fixed {
             SLOT_FORMAT_FIXED
         } else {
             SLOT_FORMAT_STAMPED
@@ -533,6 +552,31 @@ mod tests {
         assert_eq!(
             Geometry::new(16, 64, 1, 3, ProducerMode::Single, 0),
             Err(LayoutError::SingleWithProducers(3))
+        );
+    }
+
+    #[test]
+    fn a_sized_ring_starts_each_slot_with_a_length_word() {
+        let g = Geometry::with_format(SLOT_FORMAT_SIZED, 16, 16, 4, 1, ProducerMode::Single, 0)
+            .unwrap();
+        assert!(g.fixed && g.sized);
+        assert_eq!(g.max_payload(), 8, "the slot less its length word");
+        assert_eq!(g.slot_format(), SLOT_FORMAT_SIZED);
+        assert_eq!(g.slot_offset(17), g.slots_offset + 16);
+        assert_eq!(g.tombs_offset, g.slots_offset + 2 * 128);
+        assert_eq!(g.total_size, g.tombs_offset + 16 * 8);
+        let img = header_image(&g, 0o600, 7);
+        assert_eq!(validate(&img, g.total_size).unwrap().geometry, g);
+        // A slot of the length word alone carries nothing; 12 is not a multiple of 8.
+        for bad in [8, 12, 0] {
+            assert_eq!(
+                Geometry::with_format(SLOT_FORMAT_SIZED, 16, bad, 1, 1, ProducerMode::Single, 0),
+                Err(LayoutError::BadMaxEventSize(bad.saturating_sub(8)))
+            );
+        }
+        assert_eq!(
+            Geometry::with_format(SLOT_FORMAT_SIZED, 16, 16, 1, 2, ProducerMode::Multi, 0),
+            Err(LayoutError::FixedNeedsSingleProducer)
         );
     }
 

@@ -13,7 +13,7 @@ use shmring_layout::{
     config_checksum, header_image, validate, ConfigWords, Geometry, Header, LayoutError,
     ProducerMode, CONSUMER_ENTRY_SIZE, HEADER_SIZE, LINE, MAX_CAPACITY, MAX_CONSUMERS,
     MAX_PRODUCERS, MAX_SEGMENT_SIZE, MAX_SLOT_SIZE, PRODUCER_ENTRY_SIZE, SLOT_FORMAT_FIXED,
-    SLOT_FORMAT_STAMPED,
+    SLOT_FORMAT_SIZED, SLOT_FORMAT_STAMPED,
 };
 
 /// A header carrying `w` with a checksum that matches it.
@@ -61,6 +61,9 @@ fn check_accepted(v: &shmring_layout::Validated, len: u64) {
         assert_eq!(g.max_producers, 1, "one entry for a single producer");
     }
     let align = if g.fixed { 8 } else { 64 };
+    if g.sized {
+        assert!(g.fixed && g.slot_size >= 16, "a length word and a payload");
+    }
     assert!(g.slot_size <= MAX_SLOT_SIZE && g.slot_size.is_multiple_of(align));
     assert!(g.max_payload() <= g.slot_size as usize);
     assert!((1..=MAX_CONSUMERS).contains(&g.max_consumers));
@@ -123,10 +126,10 @@ fn absurd_capacities_are_refused_even_with_a_valid_checksum() {
         Err(LayoutError::TooLarge(_))
     ));
     let mut w = words(16, 64, 1, 1);
-    w.slot_format = 2;
+    w.slot_format = 3;
     assert_eq!(
         validate(&header_with(&w), 1 << 20),
-        Err(LayoutError::BadSlotFormat(2))
+        Err(LayoutError::BadSlotFormat(3))
     );
     for event in [0, 4, 12, MAX_SLOT_SIZE + 8, u32::MAX] {
         let mut w = words(16, event, 1, 1);
@@ -137,12 +140,24 @@ fn absurd_capacities_are_refused_even_with_a_valid_checksum() {
             Err(LayoutError::BadEventSize(event))
         );
     }
-    let mut w = words(16, 8, 1, 1);
-    w.slot_format = SLOT_FORMAT_FIXED;
-    assert_eq!(
-        validate(&header_with(&w), 1 << 20),
-        Err(LayoutError::FixedNeedsSingleProducer)
-    );
+    // A sized ring's slot is its length word (8 bytes) and at least 8 payload bytes.
+    for slot in [0, 4, 8, 20, MAX_SLOT_SIZE + 8, u32::MAX] {
+        let mut w = words(16, slot, 1, 1);
+        w.slot_format = SLOT_FORMAT_SIZED;
+        w.producer_mode = ProducerMode::Single as u32;
+        assert_eq!(
+            validate(&header_with(&w), 1 << 20),
+            Err(LayoutError::BadMaxEventSize(slot.saturating_sub(8)))
+        );
+    }
+    for format in [SLOT_FORMAT_FIXED, SLOT_FORMAT_SIZED] {
+        let mut w = words(16, 16, 1, 1);
+        w.slot_format = format;
+        assert_eq!(
+            validate(&header_with(&w), 1 << 20),
+            Err(LayoutError::FixedNeedsSingleProducer)
+        );
+    }
     let mut w = words(16, 64, 1, 1);
     w.producer_mode = 7;
     assert_eq!(
@@ -218,7 +233,7 @@ fn checksummed_configurations_are_refused_or_in_bounds() {
         prop_oneof![14 => 1u32..=MAX_PRODUCERS, 1 => 0u32..=MAX_PRODUCERS + 1, 1 => any::<u32>()],
         (any::<u64>(), 0u8..8),
         (0u8..8, any::<u64>()),
-        prop_oneof![12 => Just(SLOT_FORMAT_STAMPED), 3 => Just(SLOT_FORMAT_FIXED), 1 => any::<u32>()],
+        prop_oneof![12 => Just(SLOT_FORMAT_STAMPED), 3 => Just(SLOT_FORMAT_FIXED), 3 => Just(SLOT_FORMAT_SIZED), 1 => any::<u32>()],
     );
     let accepted = AtomicU32::new(0);
     let mut runner = TestRunner::new(ProptestConfig {
