@@ -129,6 +129,10 @@ pub struct RingSpec {
     /// (`RingConfig::event_size`; needs `producer_mode = "single"`). Unset: stamped slots of
     /// `slot_size` bytes.
     pub event_size: Option<u32>,
+    /// Events of any length up to this many bytes (a multiple of 8) in a ring of sized
+    /// events (`RingConfig::max_event_size`; needs `producer_mode = "single"`, not with
+    /// `event_size`).
+    pub max_event_size: Option<u32>,
     /// Slack of optional consumers (default capacity/2).
     pub optional_slack: Option<u64>,
     /// Segment file mode (default 0o600, 0o660 with a group). Read and write bits only;
@@ -180,6 +184,7 @@ impl Default for RingSpec {
             max_producers: ring.max_producers,
             producer_mode: ModeSpec::Multi,
             event_size: None,
+            max_event_size: None,
             optional_slack: None,
             mode: None,
             allow_world_access: false,
@@ -246,6 +251,7 @@ impl RingSpec {
                 ModeSpec::Multi => ProducerMode::Multi,
             },
             event_size: self.event_size,
+            max_event_size: self.max_event_size,
             optional_slack: self.optional_slack,
             mode: self.mode.unwrap_or(default_mode),
             group,

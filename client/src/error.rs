@@ -20,6 +20,14 @@ pub enum OpenError {
     /// The requested configuration is not a valid ring.
     #[error("invalid ring configuration: {0}")]
     Config(#[source] LayoutError),
+    /// Both `RingConfig::event_size` and `RingConfig::max_event_size` were set.
+    #[error("invalid ring configuration: event_size {event_size} and max_event_size {max_event_size} are both set: a ring carries events of exactly one size (event_size) or of any size up to a bound (max_event_size), so set one")]
+    TwoEventSizes {
+        /// The exact event size asked for.
+        event_size: u32,
+        /// The largest event asked for.
+        max_event_size: u32,
+    },
     /// The configuration's declared consumers (`RingConfig::declared`) cannot be laid out.
     #[error("invalid ring configuration: {0}")]
     Declared(#[source] DeclaredError),
@@ -198,8 +206,8 @@ pub enum DeclaredError {
         /// The consumer table size.
         max_consumers: u32,
     },
-    /// Worker groups declared on a ring of fixed-size events, which carries none.
-    #[error("worker group {0:?} is declared on a ring of fixed-size events (event_size), which carries no worker groups: declare it on a ring of stamped slots")]
+    /// Worker groups declared on a ring of fixed-size or sized events, which carries none.
+    #[error("worker group {0:?} is declared on a ring published by a cursor (event_size or max_event_size), which carries no worker groups: declare it on a ring of stamped slots")]
     GroupOnFixedRing(String),
 }
 
@@ -318,8 +326,9 @@ pub enum AttachError {
         /// The position found.
         position: u64,
     },
-    /// What a ring of fixed-size events (`RingConfig::event_size`) does not carry.
-    #[error("a {what} is not available on a ring of fixed-size events: use a ring of stamped slots (no event_size) for it")]
+    /// What a ring of fixed-size or sized events (`RingConfig::event_size`,
+    /// `RingConfig::max_event_size`) does not carry.
+    #[error("a {what} is not available on a ring published by a cursor (event_size or max_event_size): use a ring of stamped slots for it")]
     FixedSizeRing {
         /// What was asked for.
         what: &'static str,
@@ -331,7 +340,7 @@ pub enum AttachError {
 pub enum PublishError {
     /// The payload does not fit in a slot.
     #[error(
-        "payload of {len} bytes exceeds the slot's {max}: create the ring with a larger slot size"
+        "payload of {len} bytes exceeds the slot's {max}: create the ring with a larger slot size (on a ring of sized events, a larger max_event_size)"
     )]
     TooLarge {
         /// Payload length.
@@ -391,7 +400,7 @@ pub enum TryPublishError {
     Timeout,
     /// As [`PublishError::TooLarge`].
     #[error(
-        "payload of {len} bytes exceeds the slot's {max}: create the ring with a larger slot size"
+        "payload of {len} bytes exceeds the slot's {max}: create the ring with a larger slot size (on a ring of sized events, a larger max_event_size)"
     )]
     TooLarge {
         /// Payload length.
@@ -474,7 +483,8 @@ pub enum PollError {
     /// The ring was deleted.
     #[error("ring was deleted")]
     Deleted,
-    /// `Consumer::poll_runs` on a ring of stamped slots: runs are a fixed-size ring's.
+    /// `Consumer::poll_runs` on a ring of stamped slots or of sized events: runs are a
+    /// fixed-size ring's.
     #[error("poll_runs needs a ring of fixed-size events (RingConfig::event_size): use poll_once")]
     NotFixedSize,
     /// This consumer's table entry is no longer its own: another process freed or took it

@@ -274,7 +274,7 @@ impl Consumer {
     unsafe fn held_payload(&self, seq: u64) -> &[u8] {
         if self.seg.is_fixed() {
             // SAFETY: the caller's contract.
-            return unsafe { self.seg.events().payload(seq) };
+            return unsafe { self.seg.events().event(seq) }.0;
         }
         let slot = self.seg.slot(seq);
         // Relaxed: ordered by the caller's Acquire load.

@@ -86,7 +86,7 @@ impl Ring {
             return Recall::Pending;
         }
         let tombstone = fixed::is_tombstone(&events, seq, tomb_end);
-        events.copy_racy(seq, buf);
+        events.copy_event_racy(seq, buf);
         if !fixed::copy_held(&events, seq) {
             buf.clear();
             return Recall::Gone;

@@ -12,8 +12,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rustix::fs::{FileType, Gid, Mode};
 use shmring_layout::{
     config_checksum, consumer_flags, validate, FenceMode, Geometry, ProducerMode, RingState,
-    FINGERPRINT, HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, NAME_LEN, SLOT_FORMAT_FIXED,
-    SLOT_FORMAT_STAMPED, STAMP_EMPTY, TOMB_NONE,
+    FINGERPRINT, HEADER_SIZE, LAYOUT_VERSION, MAGIC, MAX_SEGMENT_SIZE, NAME_LEN, SIZED_LEN_SIZE,
+    SLOT_FORMAT_FIXED, SLOT_FORMAT_SIZED, SLOT_FORMAT_STAMPED, STAMP_EMPTY, TOMB_NONE,
 };
 
 use crate::file::FileError;
@@ -41,6 +41,13 @@ pub struct RingConfig {
     /// Every publish carries exactly this many bytes. `None` (the default): stamped slots of
     /// `slot_size` bytes, each carrying an event of any length up to `slot_size - 16`.
     pub event_size: Option<u32>,
+    /// Events of any length up to this many bytes (a multiple of 8), each in a slot of that
+    /// size plus an 8-byte length word, published by a cursor as on a fixed-size ring: a
+    /// ring of sized events, for variable-length events on the fixed-size ring's path (see
+    /// ARCHITECTURE.md, "Rings of sized events"). Needs `producer_mode: Single`; not with
+    /// `event_size`; `slot_size` is then not used. `None` (the default): the ring's format
+    /// is set by `event_size`.
+    pub max_event_size: Option<u32>,
     /// How far (in events) an optional consumer may hold producers back beyond the slowest
     /// required consumer before producers stop waiting for it and may lap it. `None`: half
     /// the capacity.
@@ -75,6 +82,7 @@ impl Default for RingConfig {
             max_producers: 16,
             producer_mode: ProducerMode::Multi,
             event_size: None,
+            max_event_size: None,
             optional_slack: None,
             mode: 0o600,
             group: None,
@@ -88,7 +96,14 @@ impl RingConfig {
     /// Check the configuration (the declared consumers included) and lay it out.
     pub fn geometry(&self) -> Result<Geometry, OpenError> {
         self.declared_names().map_err(OpenError::Declared)?;
-        if let (Some(_), Some(group)) = (self.event_size, self.declared_groups.first()) {
+        if let (Some(event_size), Some(max_event_size)) = (self.event_size, self.max_event_size) {
+            return Err(OpenError::TwoEventSizes {
+                event_size,
+                max_event_size,
+            });
+        }
+        let cursor = self.event_size.is_some() || self.max_event_size.is_some();
+        if let (true, Some(group)) = (cursor, self.declared_groups.first()) {
             return Err(OpenError::Declared(DeclaredError::GroupOnFixedRing(
                 group.clone(),
             )));
@@ -97,9 +112,12 @@ impl RingConfig {
             ProducerMode::Single => 1,
             ProducerMode::Multi => self.max_producers,
         };
-        let (format, slot_size) = match self.event_size {
-            Some(size) => (SLOT_FORMAT_FIXED, size),
-            None => (SLOT_FORMAT_STAMPED, self.slot_size),
+        let (format, slot_size) = match (self.event_size, self.max_event_size) {
+            (Some(size), _) => (SLOT_FORMAT_FIXED, size),
+            // Saturating: a bound past every slot size is refused all the same (reported as
+            // `u32::MAX - 8` when it was larger).
+            (None, Some(max)) => (SLOT_FORMAT_SIZED, max.saturating_add(SIZED_LEN_SIZE)),
+            (None, None) => (SLOT_FORMAT_STAMPED, self.slot_size),
         };
         Geometry::with_format(
             format,
@@ -139,9 +157,16 @@ impl RingConfig {
 }
 
 fn describe(g: &Geometry) -> String {
+    let slots = if g.sized {
+        format!("sized events of up to {} bytes", g.max_payload())
+    } else if g.fixed {
+        format!("fixed-size events of {} bytes", g.slot_size)
+    } else {
+        format!("slot size {}", g.slot_size)
+    };
     format!(
-        "capacity {}, slot size {}, {} consumers, {} producers, {:?} producer",
-        g.capacity, g.slot_size, g.max_consumers, g.max_producers, g.producer_mode
+        "capacity {}, {slots}, {} consumers, {} producers, {:?} producer",
+        g.capacity, g.max_consumers, g.max_producers, g.producer_mode
     )
 }
 

@@ -14,10 +14,13 @@ use memmap2::{MmapOptions, MmapRaw};
 use shmring_layout::stamp::{self, Stamp};
 use shmring_layout::{
     ClaimLine, ConsumerEntry, Geometry, Header, ProducerEntry, SequenceLines, SlotHeader,
-    HEADER_SIZE, SEQ_LINES_OFFSET, SLOT_HEADER_SIZE,
+    HEADER_SIZE, SEQ_LINES_OFFSET, SIZED_LEN_SIZE, SLOT_HEADER_SIZE,
 };
 
 use crate::fixed;
+
+/// The length word at the start of a sized event's slot, in bytes.
+const SIZED_LEN: usize = SIZED_LEN_SIZE as usize;
 
 /// A mapped, validated segment.
 pub(crate) struct Segment {
@@ -179,6 +182,7 @@ impl Segment {
             lines: self.lines() as *const SequenceLines,
             mask: self.geo.mask(),
             size: self.geo.slot_size as usize,
+            sized: self.geo.sized,
         }
     }
 
@@ -395,12 +399,16 @@ struct EventArray {
     /// lifecycle line.
     lines: *const SequenceLines,
     mask: u64,
-    /// Bytes per event (a multiple of 8).
+    /// Bytes per slot (a multiple of 8): the event, or on a ring of sized events the length
+    /// word and the largest event.
     size: usize,
+    /// A ring of sized events: each slot starts with a length word (see [`Events::write_sized`]).
+    sized: bool,
 }
 
-/// A fixed-size ring's events (see [`Segment::events`]): payload-only slots, their tomb
-/// words, and the claim line that says which are published.
+/// A fixed-size ring's events (see [`Segment::events`]): payload-only slots (on a ring of
+/// sized events, each after its length word), their tomb words, and the claim line that
+/// says which are published.
 #[derive(Clone, Copy)]
 pub(crate) struct Events<'a> {
     array: EventArray,
@@ -408,10 +416,26 @@ pub(crate) struct Events<'a> {
 }
 
 impl<'a> Events<'a> {
-    /// Bytes per event.
+    /// Bytes per event (on a ring of sized events, per slot: see [`Events::max`]).
     #[inline(always)]
     pub(crate) fn size(&self) -> usize {
         self.array.size
+    }
+
+    /// Whether each slot starts with a length word (a ring of sized events).
+    #[inline(always)]
+    pub(crate) fn sized(&self) -> bool {
+        self.array.sized
+    }
+
+    /// The largest event: the event size, or a sized slot less its length word.
+    #[inline(always)]
+    pub(crate) fn max(&self) -> usize {
+        if self.array.sized {
+            self.array.size - SIZED_LEN
+        } else {
+            self.array.size
+        }
     }
 
     #[inline(always)]
@@ -495,8 +519,9 @@ impl<'a> Events<'a> {
     /// As for [`Events::write`], and the borrow ends before `seq` is published.
     #[inline]
     pub(crate) unsafe fn payload_mut(&self, seq: u64) -> &'a mut [u8] {
-        // SAFETY: size bytes inside the slot; exclusive by the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.at(seq), self.array.size) }
+        let skip = if self.array.sized { SIZED_LEN } else { 0 };
+        // SAFETY: the slot's payload, inside the slot; exclusive by the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.at(seq).add(skip), self.array.size - skip) }
     }
 
     /// The event of `seq`, read in place.
@@ -506,8 +531,114 @@ impl<'a> Events<'a> {
     /// (its committed sequence gates it) for as long as the borrow lives.
     #[inline(always)]
     pub(crate) unsafe fn payload(&self, seq: u64) -> &'a [u8] {
+        debug_assert!(!self.array.sized, "a sized event read as a fixed-size one");
         // SAFETY: size bytes inside the slot; no writer by the caller's contract.
         unsafe { std::slice::from_raw_parts(self.at(seq), self.array.size) }
+    }
+
+    /// The length word of `seq`'s slot on a ring of sized events.
+    #[inline(always)]
+    fn len_word(&self, seq: u64) -> &'a AtomicU64 {
+        // SAFETY: the slot of `seq` lies inside the event array (see `at`) and starts
+        // 8-aligned (line-aligned array, slots a multiple of 8); its first word is the length
+        // word, accessed atomically by every reader (a copier may race the producer).
+        unsafe { &*(self.at(seq) as *const AtomicU64) }
+    }
+
+    /// A ring of sized events: write `bytes` (at most [`Events::max`]) and its length as the
+    /// event of `seq`. The length word is stored with the payload, before the cursor that
+    /// publishes both (Relaxed here; ordered by the producer's fences as the payload is).
+    ///
+    /// # Safety
+    /// As for [`Events::write`]; `bytes` is at most the largest event (checked by every
+    /// publish; a longer one is cut at the slot's end).
+    #[inline(always)]
+    pub(crate) unsafe fn write_sized(&self, seq: u64, bytes: &[u8]) {
+        // Not `bytes.len() <= max`: a batch event whose `AsRef` answered a longer length the
+        // second time comes here, to be cut.
+        debug_assert!(self.array.sized);
+        let slot = self.at(seq);
+        // The caller's length, a constant where the caller's event is (`publish_value` of a
+        // `u64`): the test and the other arm then go.
+        if bytes.len() == 8 {
+            // The length word and the event side by side, which the compiler may make one
+            // 16-byte store (unaligned: a slot is 16-aligned only when its size is a
+            // multiple of 16). Each word is native-endian, as the readers load them.
+            // SAFETY: the slot holds the length word and at least 8 payload bytes (`max` is
+            // 8 or more); exclusive by the caller's contract.
+            unsafe {
+                let v = std::ptr::read_unaligned(bytes.as_ptr() as *const u64);
+                std::ptr::write_unaligned(slot as *mut [u64; 2], [8, v]);
+            }
+            return;
+        }
+        let n = bytes.len().min(self.array.size - SIZED_LEN);
+        // Relaxed: published with the payload by the cursor's Release store.
+        self.len_word(seq).store(n as u64, Ordering::Relaxed);
+        // SAFETY: n bytes from the slot's payload, inside the slot; exclusive by the
+        // caller's contract, so no byte of the caller's `bytes` lies in it.
+        unsafe { copy_payload(&bytes[..n], slot.add(SIZED_LEN)) };
+    }
+
+    /// A ring of sized events: set the length of the claimed `seq`'s event (a claim guard's
+    /// `set_len`, or 0 before its first write), at most [`Events::max`].
+    ///
+    /// Exclusive: the caller holds `seq`'s claim, past the wrap gate.
+    #[inline]
+    pub(crate) fn set_len(&self, seq: u64, len: usize) {
+        debug_assert!(self.array.sized && len <= self.max());
+        // Relaxed: published with the payload by the cursor's Release store.
+        self.len_word(seq)
+            .store(len.min(self.max()) as u64, Ordering::Relaxed);
+    }
+
+    /// The event of `seq` read in place, in either format: the whole slot, or on a ring of
+    /// sized events the payload up to its length word (clamped to the largest event: a
+    /// length past it is a corrupt word, and `clamped` says so).
+    ///
+    /// # Safety
+    /// As for [`Events::payload`].
+    #[inline(always)]
+    pub(crate) unsafe fn event(&self, seq: u64) -> (&'a [u8], bool) {
+        if !self.array.sized {
+            // SAFETY: the caller's contract.
+            return (unsafe { self.payload(seq) }, false);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.sized_event(seq, self.max()) }
+    }
+
+    /// [`Events::event`] on a ring of sized events whose largest event is `max`
+    /// ([`Events::max`], read once by a caller that reads many events).
+    ///
+    /// # Safety
+    /// As for [`Events::payload`]; the ring is one of sized events.
+    #[inline(always)]
+    pub(crate) unsafe fn sized_event(&self, seq: u64, max: usize) -> (&'a [u8], bool) {
+        debug_assert!(self.array.sized && max == self.max());
+        // Relaxed: ordered by the caller's Acquire cursor load, as the payload is.
+        let len = self.len_word(seq).load(Ordering::Relaxed);
+        if len > max as u64 {
+            // SAFETY: the caller's contract.
+            return (unsafe { self.clamped(seq, max) }, true);
+        }
+        // SAFETY: `len <= max` bytes of the slot's payload, inside the slot; no writer by
+        // the caller's contract.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(self.at(seq).add(SIZED_LEN), len as usize) };
+        (bytes, false)
+    }
+
+    /// A sized event whose length word is past the largest event (a corrupt word): its
+    /// whole payload area.
+    ///
+    /// # Safety
+    /// As for [`Events::sized_event`].
+    #[cold]
+    unsafe fn clamped(&self, seq: u64, max: usize) -> &'a [u8] {
+        // SAFETY: `max` bytes of the slot's payload, inside the slot; no writer by the
+        // caller's contract.
+        unsafe { std::slice::from_raw_parts(self.at(seq).add(SIZED_LEN), max) }
     }
 
     /// The `count` events from `seq`, read in place as one slice (they must not run past
@@ -518,6 +649,7 @@ impl<'a> Events<'a> {
     #[inline]
     pub(crate) unsafe fn run(&self, seq: u64, count: usize) -> &'a [u8] {
         let a = &self.array;
+        debug_assert!(!a.sized, "runs of a ring of sized events");
         let first = (seq & a.mask) as usize;
         let count = count.min((a.mask as usize + 1).saturating_sub(first));
         // SAFETY: `first + count` slots lie inside the slot array (clamped above); no
@@ -529,6 +661,7 @@ impl<'a> Events<'a> {
     /// with atomic word loads, for a reader that checks the copy with `fixed::copy_held`.
     pub(crate) fn copy_run_racy(&self, seq: u64, count: usize, dst: &mut Vec<u8>) {
         let a = &self.array;
+        debug_assert!(!a.sized, "runs of a ring of sized events");
         let first = (seq & a.mask) as usize;
         let count = count.min((a.mask as usize + 1).saturating_sub(first));
         let p = self.at(seq);
@@ -545,17 +678,57 @@ impl<'a> Events<'a> {
 
     /// Copy the event of `seq` into `dst` with atomic word loads, for a reader that does not
     /// hold the producer off the slot: the caller checks the copy with `fixed::copy_held`.
+    /// A fixed-size ring's event (see [`Events::copy_event_racy`] for either format).
     pub(crate) fn copy_racy(&self, seq: u64, dst: &mut Vec<u8>) {
-        let p = self.at(seq);
-        dst.clear();
-        dst.reserve(self.array.size);
-        for i in 0..self.array.size / 8 {
-            // SAFETY: events are a multiple of 8 bytes from a line-aligned array, so word i
-            // is 8-aligned and inside the slot. Atomic load: may race the producer.
-            let w = unsafe { &*(p.add(i * 8) as *const AtomicU64) };
-            dst.extend_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+        debug_assert!(
+            !self.array.sized,
+            "a sized event copied as a fixed-size one"
+        );
+        // SAFETY: the slot of `seq` is `size` bytes inside the array (see `at`).
+        unsafe { copy_words_racy(self.at(seq), self.array.size, dst) };
+    }
+
+    /// [`Events::copy_racy`] of a sized event: the payload up to the length word read first
+    /// (clamped to the largest event, which the returned `true` reports). A length read
+    /// from a later lap's write only changes how much is copied, inside the slot, and the
+    /// caller's check refuses that copy.
+    pub(crate) fn copy_sized_racy(&self, seq: u64, max: usize, dst: &mut Vec<u8>) -> bool {
+        debug_assert!(self.array.sized && max == self.max());
+        // Relaxed: a racy read, checked with the copy by the caller.
+        let len = self.len_word(seq).load(Ordering::Relaxed);
+        let n = (len as usize).min(max);
+        // SAFETY: the payload follows the length word inside the slot, `max` bytes long.
+        unsafe { copy_words_racy(self.at(seq).add(SIZED_LEN), n, dst) };
+        len > max as u64
+    }
+
+    /// The event of `seq` copied in either format (for the readers off the hot path: a
+    /// policy's look, `recall`); `true` if a sized event's length word was clamped.
+    pub(crate) fn copy_event_racy(&self, seq: u64, dst: &mut Vec<u8>) -> bool {
+        if self.array.sized {
+            self.copy_sized_racy(seq, self.max(), dst)
+        } else {
+            self.copy_racy(seq, dst);
+            false
         }
     }
+}
+
+/// Copy `n` bytes from `p` into `dst` with atomic 8-byte loads (the last one whole, then cut):
+/// a copy that may race a writer, which the caller checks afterwards.
+///
+/// # Safety
+/// `p` is 8-aligned and `n.next_multiple_of(8)` bytes from it lie inside the mapping.
+unsafe fn copy_words_racy(p: *const u8, n: usize, dst: &mut Vec<u8>) {
+    dst.clear();
+    dst.reserve(n.next_multiple_of(8));
+    for i in 0..n.div_ceil(8) {
+        // SAFETY: word i is 8-aligned and inside the range, by the caller's contract. Atomic
+        // load: may race the producer.
+        let w = unsafe { &*(p.add(i * 8) as *const AtomicU64) };
+        dst.extend_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    dst.truncate(n);
 }
 
 impl fixed::Words for Events<'_> {
@@ -820,8 +993,8 @@ mod tests {
     }
 
     /// Through a ring: an event of every length from 0 to past the in-line sizes comes out
-    /// of a stamped ring as it went in, and events of 16-64 bytes out of fixed-size rings of
-    /// that size (a fixed size is a multiple of 8).
+    /// of a stamped ring and of a ring of sized events as it went in, and events of 16-64
+    /// bytes out of fixed-size rings of that size (a fixed size is a multiple of 8).
     #[test]
     fn every_short_length_arrives_as_published() {
         let ns = shmring_testkit::Namespace::concurrent("segment-copy-lengths");
@@ -869,6 +1042,36 @@ mod tests {
                 let mut got = Vec::new();
                 c.poll_once(|e| got.push(e.bytes().to_vec())).expect("poll");
                 assert_eq!(got, vec![ev.to_vec()], "fixed size {size}, event {k}");
+            }
+        }
+        // A ring of sized events: every length up to its largest event (past the in-line
+        // sizes), each in place and copied, over laps whose lengths differ slot by slot.
+        let max = 2 * INLINE_COPY + 8;
+        let sized = Ring::create(
+            ns.name(),
+            "sized",
+            &RingConfig {
+                capacity: 8,
+                producer_mode: crate::ProducerMode::Single,
+                max_event_size: Some(max as u32),
+                ..RingConfig::default()
+            },
+        )
+        .expect("create the ring of sized events");
+        let mut c = sized
+            .consumer(crate::ConsumerOptions::anonymous())
+            .expect("consumer");
+        let mut copier = sized
+            .consumer(crate::ConsumerOptions::anonymous().optional())
+            .expect("optional consumer");
+        let mut p = sized.producer().expect("producer");
+        for n in (0..=max).chain((0..=max).rev()) {
+            let ev = &bytes[n..2 * n];
+            p.publish(ev).expect("publish");
+            for (c, how) in [(&mut c, "in place"), (&mut copier, "copied")] {
+                let mut got = Vec::new();
+                c.poll_once(|e| got.push(e.bytes().to_vec())).expect("poll");
+                assert_eq!(got, vec![ev.to_vec()], "sized, length {n}, {how}");
             }
         }
     }

@@ -5,7 +5,8 @@
 //! cursor): a required consumer skips exactly `n`, receives every other event, never a byte
 //! of the uncommitted batch; an optional consumer never either; the next producer continues
 //! after the batch (its sequences are never handed out again, since part of them may hold a
-//! partial write) over several laps.
+//! partial write) over several laps. The same on a ring of sized events
+//! (`RingConfig::max_event_size`), whose slots carry a length word before the event.
 
 use shmring::{ConsumerOptions, ProducerMode, Repair, Ring, RingConfig};
 use shmring_testkit::poll::{first_u64, read_values_to};
@@ -16,15 +17,18 @@ const CAPACITY: u64 = 16;
 /// What the killed process writes into the events it never commits (see the role).
 const UNCOMMITTED: u64 = 999_999;
 
-fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
-    let what = format!("batch of {n} after {before}, {written} written");
+/// `sized`: a ring of sized events of up to 16 bytes (8-byte events in it), else one of
+/// fixed-size 8-byte events.
+fn case(ns: &Namespace, ring_name: &str, sized: bool, (before, n, written): (u64, u64, u64)) {
+    let what = format!("batch of {n} after {before}, {written} written, sized {sized}");
     let ring = Ring::create(
         ns.name(),
         ring_name,
         &RingConfig {
             capacity: CAPACITY,
             producer_mode: ProducerMode::Single,
-            event_size: Some(8),
+            event_size: (!sized).then_some(8),
+            max_event_size: sized.then_some(16),
             ..RingConfig::default()
         },
     )
@@ -131,7 +135,16 @@ fn a_fixed_size_rings_producer_killed_inside_a_claim_batch_leaves_exactly_n_tomb
     // (before, n, written): none, some or all written; the last two run across the end of
     // the event array and wait at the wrap gate for the consumer.
     let cases = [(3, 6, 2), (3, 8, 8), (3, 1, 0), (13, 6, 3), (15, 8, 0)];
-    for (i, (before, n, written)) in cases.into_iter().enumerate() {
-        case(&ns, &format!("r{i}"), before, n, written);
+    for (i, c) in cases.into_iter().enumerate() {
+        case(&ns, &format!("r{i}"), false, c);
+    }
+}
+
+#[test]
+fn a_sized_rings_producer_killed_inside_a_claim_batch_leaves_exactly_n_tombstones() {
+    let ns = Namespace::new("sized_kill");
+    let cases = [(3, 6, 2), (3, 1, 0), (15, 8, 5)];
+    for (i, c) in cases.into_iter().enumerate() {
+        case(&ns, &format!("r{i}"), true, c);
     }
 }

@@ -18,7 +18,9 @@ use shmring_testkit::fault::Rng;
 use shmring_testkit::report::{line, num};
 use shmring_testkit::{testkit, Child, Namespace};
 
-fn storm(mode: ProducerMode, event_size: Option<u32>, test: &str) {
+/// `sizes`: the ring's `event_size` and `max_event_size`.
+fn storm(mode: ProducerMode, sizes: (Option<u32>, Option<u32>), test: &str) {
+    let (event_size, max_event_size) = sizes;
     let mut rng = Rng::for_test(test);
     let ns = Namespace::new("lc_storm");
     let capacity = *rng.pick(&[16u64, 64]);
@@ -26,6 +28,7 @@ fn storm(mode: ProducerMode, event_size: Option<u32>, test: &str) {
         capacity,
         producer_mode: mode,
         event_size,
+        max_event_size,
         ..RingConfig::default()
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
@@ -125,22 +128,35 @@ fn storm(mode: ProducerMode, event_size: Option<u32>, test: &str) {
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let attaches = attacher.join().expect("attacher");
     println!(
-        "lifecycle storm ({mode:?}, event size {event_size:?}, capacity {capacity}): {accepted} events accepted and \
+        "lifecycle storm ({mode:?}, event sizes {sizes:?}, capacity {capacity}): {accepted} events accepted and \
          delivered, {retries} refusals retried, {attaches} attaches; stormers: {stats:?}"
     );
 }
 
 #[test]
 fn stop_start_drain_storm_multi_producer() {
-    storm(ProducerMode::Multi, None, "lifecycle_storm_multi");
+    storm(ProducerMode::Multi, (None, None), "lifecycle_storm_multi");
 }
 
 #[test]
 fn stop_start_drain_storm_single_producer() {
-    storm(ProducerMode::Single, None, "lifecycle_storm_single");
+    storm(ProducerMode::Single, (None, None), "lifecycle_storm_single");
 }
 
 #[test]
 fn stop_start_drain_storm_fixed_size_ring() {
-    storm(ProducerMode::Single, Some(8), "lifecycle_storm_fixed");
+    storm(
+        ProducerMode::Single,
+        (Some(8), None),
+        "lifecycle_storm_fixed",
+    );
+}
+
+#[test]
+fn stop_start_drain_storm_ring_of_sized_events() {
+    storm(
+        ProducerMode::Single,
+        (None, Some(24)),
+        "lifecycle_storm_sized",
+    );
 }

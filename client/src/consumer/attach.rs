@@ -266,6 +266,7 @@ impl Consumer {
             next,
             required,
             fixed: geo.fixed,
+            sized: geo.sized,
             durable,
             batch_cap: (opts.batch_cap as u64).clamp(1, geo.capacity),
             max_payload: geo.max_payload(),

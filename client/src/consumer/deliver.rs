@@ -199,6 +199,9 @@ impl Consumer {
         if n == 0 {
             return self.idle_checks(false);
         }
+        if self.sized {
+            return self.deliver_run::<SizedEvents, _, _>(start, n, tomb_end, handler);
+        }
         self.deliver_run::<Fixed, _, _>(start, n, tomb_end, handler)
     }
 
@@ -783,8 +786,9 @@ pub(super) enum Copied {
     Event { clamped: bool },
 }
 
-/// A slot format the delivery loops read: stamped slots ([`Stamped`]) or a fixed-size
-/// ring's events ([`Fixed`]). The loops are generic over it, so each format gets its own.
+/// A slot format the delivery loops read: stamped slots ([`Stamped`]), a fixed-size
+/// ring's events ([`Fixed`]) or a ring of sized events
+/// ([`SizedEvents`]). The loops are generic over it, so each format gets its own.
 pub(super) trait Format {
     /// What the poll read with the run, beyond the segment (a fixed-size ring's tombstone
     /// bound).
@@ -837,6 +841,25 @@ impl Format for Fixed {
         FixedSrc {
             events: seg.events(),
             tomb_end,
+        }
+    }
+}
+
+/// A ring of sized events: a fixed-size ring's cursor and tombstones, each slot starting
+/// with its event's length word (see `Events::write_sized`).
+pub(super) enum SizedEvents {}
+
+impl Format for SizedEvents {
+    type Args = u64;
+    type Src<'a> = SizedSrc<'a>;
+    #[inline(always)]
+    fn source(seg: &Attached<ConsumerEntry>, max: usize, tomb_end: u64) -> SizedSrc<'_> {
+        SizedSrc {
+            fixed: FixedSrc {
+                events: seg.events(),
+                tomb_end,
+            },
+            max,
         }
     }
 }
@@ -931,6 +954,51 @@ impl Source for FixedSrc<'_> {
             Copied::Tombstone { clamped: false }
         } else {
             Copied::Event { clamped: false }
+        }
+    }
+}
+
+/// A ring of sized events, up to a cursor read with `tomb_end`: as [`FixedSrc`], each event
+/// as long as its length word says.
+#[derive(Clone, Copy)]
+pub(super) struct SizedSrc<'a> {
+    fixed: FixedSrc<'a>,
+    /// The largest event (the handle's `max_payload`).
+    max: usize,
+}
+
+impl Source for SizedSrc<'_> {
+    #[inline(always)]
+    unsafe fn in_place(&self, seq: u64, clamped: &mut u64) -> Option<(&[u8], usize)> {
+        let events = &self.fixed.events;
+        if fixed::is_tombstone(events, seq, self.fixed.tomb_end) {
+            return None;
+        }
+        // SAFETY: the caller's contract, as in `FixedSrc::in_place`.
+        let (bytes, cut) = unsafe { events.sized_event(seq, self.max) };
+        if cut {
+            *clamped += 1;
+        }
+        Some((bytes, bytes.len()))
+    }
+
+    #[inline(always)]
+    fn is_tombstone(&self, seq: u64) -> bool {
+        self.fixed.is_tombstone(seq)
+    }
+
+    #[inline(always)]
+    fn copy(&self, seq: u64, buf: &mut Vec<u8>) -> Copied {
+        let events = &self.fixed.events;
+        let tombstone = fixed::is_tombstone(events, seq, self.fixed.tomb_end);
+        let clamped = events.copy_sized_racy(seq, self.max, buf);
+        if !fixed::copy_held(events, seq) {
+            Copied::Lapped
+        } else if tombstone {
+            // A tombstone's length word is an earlier event's: not read, as in place.
+            Copied::Tombstone { clamped: false }
+        } else {
+            Copied::Event { clamped }
         }
     }
 }

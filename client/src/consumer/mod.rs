@@ -285,6 +285,8 @@ pub struct Consumer {
     pub(crate) required: bool,
     /// A fixed-size ring (see `fixed`): events read up to the cursor.
     fixed: bool,
+    /// A ring of sized events (`fixed` too): each slot starts with a length word.
+    sized: bool,
     durable: bool,
     batch_cap: u64,
     pub(crate) max_payload: usize,

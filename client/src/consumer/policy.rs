@@ -562,7 +562,7 @@ impl Consumer {
         // overwritten while it is read.
         let payload = unsafe {
             if seg.is_fixed() {
-                seg.events().payload(at)
+                seg.events().event(at).0
             } else {
                 seg.slot(at).payload(len)
             }
@@ -717,8 +717,8 @@ impl Consumer {
             // A released upstream gated again meanwhile (see `barrier`): look again.
             return Some(Ok(0));
         }
-        self.act_on_exhausted(at, events.size(), |c| {
-            events.copy_racy(at, &mut c.scratch[0]);
+        self.act_on_exhausted(at, events.max(), |c| {
+            events.copy_event_racy(at, &mut c.scratch[0]);
             fixed::copy_held(&events, at)
         })
     }

@@ -24,12 +24,13 @@ impl Consumer {
     /// durable attach's marking window is at work, or a timed flush is set, the events are
     /// handed over one per slice through `poll_once`'s path.
     ///
-    /// On a ring of stamped slots: `PollError::NotFixedSize`.
+    /// On a ring of stamped slots or of sized events (whose events are not one contiguous
+    /// run of bytes): `PollError::NotFixedSize`.
     pub fn poll_runs<F>(&mut self, mut handler: F) -> Result<usize, PollError>
     where
         F: FnMut(u64, &[u8]),
     {
-        if !self.fixed {
+        if !self.fixed || self.sized {
             return Err(PollError::NotFixedSize);
         }
         if self.failed {

@@ -76,6 +76,8 @@ impl Producer {
             single,
             next,
             fixed,
+            fixed_size: geo.fixed && !geo.sized,
+            sized: geo.sized,
             base: next,
             registered: fence::registered(),
             parks: 0,

@@ -7,7 +7,11 @@ impl Producer {
     /// tombstone, and count it.
     fn finish_claim(&mut self, seq: u64, len: usize, flags: u32) {
         if self.fixed {
-            // The event is the whole slot: no length to store.
+            if self.sized && flags == 0 {
+                // This producer holds the claim (past the wrap gate); published by the cursor.
+                self.seg.events().set_len(seq, len);
+            }
+            // A fixed-size ring's event is the whole slot: no length to store.
             return self.finish_range(seq, 1, flags);
         }
         // Relaxed: published by the Release stamp store in `finish_range`.
@@ -75,6 +79,9 @@ impl Producer {
                 // Zeroed: an event committed without a write never carries another one's
                 // bytes.
                 unsafe { events.payload_mut(seq) }.fill(0);
+                if events.sized() {
+                    events.set_len(seq, 0);
+                }
             }
             return;
         }
@@ -108,7 +115,7 @@ impl Producer {
     /// ring exactly the event size.
     fn check_claim_len(&self, len: usize) -> Result<(), PublishError> {
         let max = self.max_payload;
-        if self.fixed && len != max {
+        if self.fixed_size && len != max {
             return Err(PublishError::WrongSize { len, size: max });
         }
         if len > max {
@@ -211,8 +218,8 @@ impl Claim<'_> {
     }
 
     /// The whole payload area of the slot (its length is the ring's max payload). Set the
-    /// event's length with [`Claim::set_len`]. On a fixed-size ring, the event itself (every
-    /// event is the whole area; no length to set).
+    /// event's length with [`Claim::set_len`] (on a ring of sized events too). On a
+    /// fixed-size ring, the event itself (every event is the whole area; no length to set).
     pub fn payload_mut(&mut self) -> &mut [u8] {
         // SAFETY: this claim owns the slot (claimed and past the wrap gate) until it is
         // stamped in `commit` or `drop`, and the borrow is tied to `&mut self`.
@@ -317,6 +324,10 @@ impl ClaimBatch<'_> {
         let seq = self.check_index(i)?;
         self.producer.check_claim_len(len)?;
         if self.producer.fixed {
+            if self.producer.sized {
+                // This batch holds the claim (past the wrap gate); published by the cursor.
+                self.producer.seg.events().set_len(seq, len);
+            }
             return Ok(());
         }
         // Relaxed: published by the Release stamp store in `Producer::finish_range`.
