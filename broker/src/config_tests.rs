@@ -166,6 +166,42 @@ fn event_size_makes_a_fixed_size_ring_and_its_limits_are_checked() {
     }
 }
 
+/// `max_event_size` makes a ring of sized events; its limits, and a ring section with both
+/// sizes, are refused when the config is read, with the reason.
+#[test]
+fn max_event_size_makes_a_ring_of_sized_events_and_its_limits_are_checked() {
+    let c = Config::parse(
+        "[rings.log]\nproducer_mode = \"single\"\nmax_event_size = 40\n",
+        "t",
+    )
+    .expect("parses");
+    let ring = c.rings["log"].ring_config(None).expect("ring config");
+    assert_eq!(ring.max_event_size, Some(40));
+    let geo = ring.geometry().expect("geometry");
+    assert!(geo.fixed && geo.sized);
+    assert_eq!(geo.max_payload(), 40);
+    for (bad, says) in [
+        ("max_event_size = 8", "single producer"),
+        (
+            "producer_mode = \"single\"\nmax_event_size = 12",
+            "max event size 12 is not a multiple of 8",
+        ),
+        (
+            "producer_mode = \"single\"\nmax_event_size = 16\nevent_size = 8",
+            "are both set",
+        ),
+        (
+            "producer_mode = \"single\"\nmax_event_size = 8\ndeclared_groups = [\"w\"]",
+            "carries no worker groups",
+        ),
+    ] {
+        let err = Config::parse(&format!("[rings.x]\n{bad}\n"), "t")
+            .expect_err(bad)
+            .to_string();
+        assert!(err.contains(says), "{bad:?}: {err}");
+    }
+}
+
 /// What a ring section that names nothing but its capacity gets (README, "Running the
 /// broker" and "What a dead process leaves"): dead consumers alerted, not released; a hole
 /// repaired after 1 s.

@@ -216,7 +216,13 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
         out,
         "ring {:?}  {}{blocked}  run {}  epoch {}  capacity {} x {} B{} ({})  head {}  free {}  slowest {}",
         ring.name, ring.state, ring.run, ring.epoch, ring.capacity, ring.slot_size,
-        if ring.fixed_events { " fixed events" } else { "" },
+        if ring.fixed_events {
+            " fixed events"
+        } else if ring.sized_events {
+            " sized events"
+        } else {
+            ""
+        },
         ring.producer_mode, ring.head, ring.free, slowest
     );
     let blocker = ring

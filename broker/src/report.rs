@@ -69,11 +69,15 @@ pub struct RingReport {
     pub epoch: u64,
     /// Slots.
     pub capacity: u64,
-    /// Bytes per slot (with its 16-byte header), or a fixed-size ring's event size.
+    /// Bytes per slot (with its 16-byte header), or a fixed-size ring's event size, or a
+    /// ring of sized events' slot (its 8-byte length word and largest event).
     pub slot_size: u32,
     /// A ring of fixed-size events (`event_size`): `slot_size` is every event's size.
     #[serde(default)]
     pub fixed_events: bool,
+    /// A ring of sized events (`max_event_size`): events of up to `slot_size - 8` bytes.
+    #[serde(default)]
+    pub sized_events: bool,
     /// "single" or "multi".
     pub producer_mode: String,
     /// Next sequence to claim.

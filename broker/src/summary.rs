@@ -162,7 +162,8 @@ pub fn ring_report(
         epoch: ring.broker_epoch(),
         capacity: geo.capacity,
         slot_size: geo.slot_size,
-        fixed_events: geo.fixed,
+        fixed_events: geo.fixed && !geo.sized,
+        sized_events: geo.sized,
         producer_mode: match geo.producer_mode {
             ProducerMode::Single => "single",
             ProducerMode::Multi => "multi",
