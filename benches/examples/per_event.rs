@@ -1,5 +1,6 @@
 //! The per-event path, in one thread, for an instruction profile: publish `N` 8-byte events
-//! into a single- or multi-producer ring (or a fixed-size ring: `per_event fixed`) and deliver them with `poll_once`, 256 at a time
+//! into a single- or multi-producer ring (or a fixed-size ring: `per_event fixed`; or a ring of
+//! sized events: `per_event sized`) and deliver them with `poll_once`, 256 at a time
 //! (`per_event single N 1`: one at a time, as a consumer that keeps up sees them;
 //! `per_event single N 256 publisher`: each burst published through a `Publisher`).
 //!
@@ -28,8 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some("multi") => ProducerMode::Multi,
         _ => ProducerMode::Single,
     };
-    // `fixed`: a single producer on a fixed-size ring of 8-byte events.
+    // `fixed`: a single producer on a fixed-size ring of 8-byte events; `sized`: on a ring
+    // of sized events of up to 8 bytes.
     let event_size = (form.as_deref() == Some("fixed")).then_some(8);
+    let max_event_size = (form.as_deref() == Some("sized")).then_some(8);
     let n: u64 = match std::env::args().nth(2) {
         Some(a) => a.parse()?,
         None => N,
@@ -44,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         slot_size: 64,
         producer_mode: mode,
         event_size,
+        max_event_size,
         ..RingConfig::default()
     };
     let ring = Ring::create(&ns, "r", &config)?;

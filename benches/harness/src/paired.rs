@@ -88,14 +88,14 @@ pub fn rows() -> u64 {
     (ROUNDS * (THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len() + 1)) as u64
 }
 
-/// The throughput units of a round: ten rows and the sides in turn (so, with the floor ring
-/// again at its end, a round has this many throughput rows besides the sides).
-const THROUGHPUT_UNITS: usize = 11;
+/// The throughput units of a round: twelve rows and the sides in turn (so, with the floor
+/// ring again at its end, a round has this many throughput rows besides the sides).
+const THROUGHPUT_UNITS: usize = 13;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Ten throughput rows, the sides in turn, then one unit per latency pair (its floor and
-    // busy-spin row).
+    // Twelve throughput rows, the sides in turn, then one unit per latency pair (its floor
+    // and busy-spin row).
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
@@ -119,6 +119,8 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 8 => rows.push(throughput::fixed_publisher_row(ctx, &group)),
                 9 => rows.extend(turn::rows(ctx, &group)),
                 10 => rows.push(peers::iox_throughput_row(ctx, &group)),
+                11 => rows.push(throughput::sized_row(ctx, 1, &group)),
+                12 => rows.push(throughput::sized_row(ctx, 100, &group)),
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let names = latency::InTurn {
@@ -243,12 +245,13 @@ pub const BEATEN: f64 = 1.2;
 
 /// shmring's 1P1C per-event rows of 8-byte events, which a round's floor ring bounds (see
 /// [`BEATEN`]).
-pub fn per_event_rows() -> [String; 4] {
+pub fn per_event_rows() -> [String; 5] {
     [
         shm_row(1),
         throughput::FIXED_ONE_ROW.to_owned(),
         throughput::FIXED_RUNS_ONE_ROW.to_owned(),
         throughput::FIXED_PUBLISHER_ROW.to_owned(),
+        throughput::SIZED_ONE_ROW.to_owned(),
     ]
 }
 

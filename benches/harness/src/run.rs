@@ -163,16 +163,17 @@ impl Ctx {
         slot_size: u32,
         mode: ProducerMode,
     ) -> Result<(String, Ring)> {
-        self.ring_of(capacity, slot_size, mode, None)
+        self.ring_of(capacity, slot_size, mode, (None, None))
     }
 
-    /// [`Ctx::ring`], or a ring of fixed-size events of `event_size` bytes.
+    /// [`Ctx::ring`], or a ring of fixed-size events of `event_size` bytes, or one of sized
+    /// events of up to `max_event_size` bytes.
     pub fn ring_of(
         &mut self,
         capacity: u64,
         slot_size: u32,
         mode: ProducerMode,
-        event_size: Option<u32>,
+        (event_size, max_event_size): (Option<u32>, Option<u32>),
     ) -> Result<(String, Ring)> {
         let name = self.tag("ring");
         let ring = Ring::create(
@@ -185,6 +186,7 @@ impl Ctx {
                 max_producers: 8,
                 producer_mode: mode,
                 event_size,
+                max_event_size,
                 ..RingConfig::default()
             },
         )

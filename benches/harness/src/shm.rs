@@ -20,6 +20,9 @@ pub struct Setup {
     /// A ring of fixed-size events of this many bytes (`RingConfig::event_size`; `slot` is
     /// then unused), or stamped slots (`None`).
     pub event_size: Option<u32>,
+    /// A ring of sized events of up to this many bytes (`RingConfig::max_event_size`; `slot`
+    /// is then unused).
+    pub max_event_size: Option<u32>,
     /// Each consumer process's arguments (`wait=`, `mode=`, ...).
     pub consumers: Vec<Vec<String>>,
     /// Each producer process's arguments.
@@ -38,6 +41,7 @@ impl Setup {
             slot: 64,
             mode: ProducerMode::Single,
             event_size: None,
+            max_event_size: None,
             consumers: vec![consumer],
             producers: vec![producer],
             echo: false,
@@ -57,7 +61,12 @@ pub struct Parts {
 /// Run `setup`. The first consumer is pinned to CPU 1 and the first producer to CPU 0
 /// with `--pin`; any others float.
 pub fn run(ctx: &mut Ctx, what: &str, setup: Setup) -> Result<Parts> {
-    let (ring, _r) = ctx.ring_of(setup.capacity, setup.slot, setup.mode, setup.event_size)?;
+    let (ring, _r) = ctx.ring_of(
+        setup.capacity,
+        setup.slot,
+        setup.mode,
+        (setup.event_size, setup.max_event_size),
+    )?;
     let echo = if setup.echo {
         Some(ctx.ring(setup.capacity, setup.slot, ProducerMode::Single)?)
     } else {

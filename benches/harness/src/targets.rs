@@ -255,6 +255,24 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             crate_row,
             2.5,
         ),
+        (
+            "1P1C 8 B per-event, ring of sized events (best 100 ms) / bare SPSC ring floor",
+            throughput::SIZED_ONE_ROW,
+            floor_row,
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, ring of sized events (best 100 ms) / disruptor crate (in-process)",
+            throughput::SIZED_ONE_ROW,
+            crate_row,
+            1.0,
+        ),
+        (
+            "1P1C 8 B batch-100, ring of sized events (best 100 ms) / disruptor crate per-event",
+            throughput::SIZED_BATCH_ROW,
+            crate_row,
+            2.5,
+        ),
     ] {
         push(what, tput(a), b, &ops, ">=", bar, None);
     }
@@ -323,6 +341,30 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             throughput::fixed_name(100, true),
             paired::DISRUPTOR_ROW,
             2.5,
+        ),
+        (
+            "1P1C 8 B per-event, ring of sized events (best 100 ms) / bare SPSC ring floor, paired",
+            throughput::SIZED_ONE_ROW,
+            paired::FLOOR_ROW,
+            0.8,
+        ),
+        (
+            "1P1C 8 B per-event, ring of sized events (best 100 ms) / disruptor crate (in-process), paired",
+            throughput::SIZED_ONE_ROW,
+            paired::DISRUPTOR_ROW,
+            1.0,
+        ),
+        (
+            "1P1C 8 B batch-100, ring of sized events (best 100 ms) / disruptor crate per-event, paired",
+            throughput::SIZED_BATCH_ROW,
+            paired::DISRUPTOR_ROW,
+            2.5,
+        ),
+        (
+            "1P1C 8 B per-event, ring of sized events (best 100 ms) / iceoryx2, paired",
+            throughput::SIZED_ONE_ROW,
+            paired::IOX_ROW,
+            20.0,
         ),
     ]
     .into_iter()

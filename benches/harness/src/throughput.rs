@@ -44,6 +44,11 @@ pub const FIXED_BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring";
 pub const FIXED_RUNS_ONE_ROW: &str = "per-event, 8 B, fixed-size ring, run reads";
 /// Row name of the batch-100 row on that ring, run reads.
 pub const FIXED_RUNS_BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring, run reads";
+/// Row name of the 1P1C per-event row of 8-byte events on a ring of sized events of up to
+/// 8 bytes (`RingConfig::max_event_size`: a length word and the event in each 16-byte slot).
+pub const SIZED_ONE_ROW: &str = "per-event, 8 B, ring of sized events";
+/// Row name of the batch-100 row on that ring.
+pub const SIZED_BATCH_ROW: &str = "batch 100, 8 B, ring of sized events";
 /// Row name of the floor row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B";
 /// The slot format probes: the floor ring running shmring's claim and stamp protocol and
@@ -79,7 +84,7 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 15
+    (SIZES.len() * FORMS.len()) as u64 + 17
 }
 
 /// Measure.
@@ -116,6 +121,10 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         .set_message(format!("throughput: {FIXED_PUBLISHER_ROW}"));
     let row = fixed_publisher_row(ctx, ONE);
     ctx.push(row);
+    for batch in [1, 100] {
+        let row = sized_row(ctx, batch, ONE);
+        ctx.push(row);
+    }
     for (p, c, n) in [
         (2, 1, "2P1C per-event"),
         (3, 1, "3P1C per-event"),
@@ -165,8 +174,28 @@ pub fn fixed_row(ctx: &mut Ctx, batch: usize, runs: bool, group: &str) -> Row {
         batch,
         8,
         (1, 1),
-        (ProducerMode::Single, Some(8)),
+        (ProducerMode::Single, Some(8), None),
         (reads, false),
+        name,
+        group,
+    )
+}
+
+/// A 1P1C row of 8-byte events on a ring of sized events of up to 8 bytes with a busy-spin
+/// consumer, `batch` events per publish (also for `paired`).
+pub fn sized_row(ctx: &mut Ctx, batch: usize, group: &str) -> Row {
+    let name = if batch == 1 {
+        SIZED_ONE_ROW
+    } else {
+        SIZED_BATCH_ROW
+    };
+    one_ring(
+        ctx,
+        batch,
+        8,
+        (1, 1),
+        (ProducerMode::Single, None, Some(8)),
+        ("count", false),
         name,
         group,
     )
@@ -181,7 +210,7 @@ pub fn fixed_publisher_row(ctx: &mut Ctx, group: &str) -> Row {
         1,
         8,
         (1, 1),
-        (ProducerMode::Single, Some(8)),
+        (ProducerMode::Single, Some(8), None),
         ("count", true),
         FIXED_PUBLISHER_ROW,
         group,
@@ -272,7 +301,7 @@ fn one_in(
         batch,
         size,
         (producers, consumers),
-        (mode, None),
+        (mode, None, None),
         ("count", false),
         name,
         group,
@@ -281,14 +310,14 @@ fn one_in(
 
 #[allow(clippy::too_many_arguments)]
 /// A row of `producers` and `consumers` processes on a ring of mode `mode` (of fixed-size
-/// events if `event_size` is set), its consumers in mode `reads` (`count`, or `runs`), its
+/// events if `event_size` is set, of sized events if `max_event_size` is), its consumers in mode `reads` (`count`, or `runs`), its
 /// producers publishing per event through a `Publisher` if `publisher`.
 fn one_ring(
     ctx: &mut Ctx,
     batch: usize,
     size: usize,
     (producers, consumers): (usize, usize),
-    (mode, event_size): (ProducerMode, Option<u32>),
+    (mode, event_size, max_event_size): (ProducerMode, Option<u32>, Option<u32>),
     (reads, publisher): (&str, bool),
     name: &str,
     group: &str,
@@ -317,6 +346,7 @@ fn one_ring(
         slot,
         mode,
         event_size,
+        max_event_size,
         consumers: (0..consumers)
             .map(|_| {
                 vec![

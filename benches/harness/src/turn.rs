@@ -292,6 +292,7 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
             slot: 64,
             mode: ProducerMode::Single,
             event_size: Some(8),
+            max_event_size: None,
             consumers: vec![vec![
                 kv("wait", "busy-spin"),
                 kv("mode", "turn"),
