@@ -76,7 +76,6 @@ impl Producer {
             single,
             next,
             fixed,
-            fixed_size: geo.fixed && !geo.sized,
             sized: geo.sized,
             base: next,
             registered: fence::registered(),

@@ -115,7 +115,7 @@ impl Producer {
     /// ring exactly the event size.
     fn check_claim_len(&self, len: usize) -> Result<(), PublishError> {
         let max = self.max_payload;
-        if self.fixed_size && len != max {
+        if self.fixed && !self.sized && len != max {
             return Err(PublishError::WrongSize { len, size: max });
         }
         if len > max {

@@ -87,11 +87,6 @@ pub struct Producer {
     /// A ring published by the cursor (see `fixed`): fixed-size events, or sized ones
     /// (`sized`).
     fixed: bool,
-    /// A fixed-size ring: `fixed` and not `sized`, kept apart so that `publish` picks a
-    /// fixed-size ring's path with one test of one byte (a test of `fixed` and then of
-    /// `sized`, or of a three-valued format, cost it 2-3 instructions per event under
-    /// callgrind).
-    fixed_size: bool,
     /// A ring of sized events: a fixed-size ring's protocol over slots that start with a
     /// length word, events of any length up to `max_payload` (see `Events::write_sized`).
     sized: bool,

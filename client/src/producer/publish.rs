@@ -309,10 +309,15 @@ impl Producer {
     /// A fixed-size ring: write the event of `seq` (the claim's only sequence) and publish
     /// it with the cursor (see `fixed`).
     #[inline(always)]
-    fn write_fixed<const SIZED: bool>(&self, seq: u64, bytes: &[u8]) {
+    fn write_fixed(&self, seq: u64, bytes: &[u8]) {
         let events = self.seg.events();
         fixed::begin_write(&events);
-        if SIZED {
+        // A test per event rather than a second copy of the path for sized rings: with two
+        // copies inlined, `ipc-bench`'s publish loops kept their values on the stack, and a
+        // `Publisher` on a fixed-size ring fell from 1.12x to 0.84x the floor ring in turn
+        // (one copy: 1.06x against 1.07x for the build before sized rings, 8 alternated
+        // `paired --quick` runs each).
+        if self.sized {
             // SAFETY: as below; the length was checked against the largest event.
             unsafe { events.write_sized(seq, bytes) };
         } else {
@@ -327,11 +332,7 @@ impl Producer {
     #[inline]
     fn write_event(&mut self, seq: u64, bytes: &[u8]) {
         if self.fixed {
-            if self.sized {
-                self.write_fixed::<true>(seq, bytes);
-            } else {
-                self.write_fixed::<false>(seq, bytes);
-            }
+            self.write_fixed(seq, bytes);
             self.notify();
         } else {
             self.write_slot(seq, bytes, 0);
@@ -362,7 +363,7 @@ impl Producer {
 
     #[inline(always)]
     fn check_len(&mut self, len: usize) -> Result<(), LenRefused> {
-        if len > self.max_payload || (self.fixed_size && len != self.max_payload) {
+        if len > self.max_payload || (self.fixed && !self.sized && len != self.max_payload) {
             return Err(self.bad_len(len));
         }
         Ok(())
@@ -371,7 +372,7 @@ impl Producer {
     #[cold]
     fn bad_len(&mut self, len: usize) -> LenRefused {
         self.refuse();
-        if self.fixed_size {
+        if self.fixed && !self.sized {
             LenRefused::WrongSize {
                 len,
                 size: self.max_payload,
@@ -396,12 +397,9 @@ impl Producer {
     /// register (`&x.to_ne_bytes()`) stays there instead of being stored on the stack for
     /// such a call and read back.
     #[inline(always)]
-    fn publish_fixed<const WAKE: bool, const SIZED: bool>(
-        &mut self,
-        bytes: &[u8],
-    ) -> Result<u64, PublishError> {
+    fn publish_fixed<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
         // A fixed-size ring's event passes the first test; a sized ring's event the second.
-        if bytes.len() != self.max_payload && !(SIZED && bytes.len() < self.max_payload) {
+        if bytes.len() != self.max_payload && !(self.sized && bytes.len() < self.max_payload) {
             return Err(self.bad_len(bytes.len()).into());
         }
         // The claim word is the position while the common case is armed: the claim below
@@ -410,11 +408,11 @@ impl Producer {
         // the bound, and the general path takes the handle's.
         // Relaxed: this producer's own last store to the word, while it is armed.
         let seq = self.seg.lines().claim.value.load(Ordering::Relaxed);
-        if self.fixed_common_case::<SIZED>(seq, bytes.len()) {
-            self.publish_fixed_at::<WAKE, SIZED>(seq, bytes)?;
+        if self.fixed_common_case(seq, bytes.len()) {
+            self.publish_fixed_at::<WAKE>(seq, bytes)?;
             return Ok(seq);
         }
-        self.publish_fixed_general::<WAKE, SIZED>(bytes)
+        self.publish_fixed_general::<WAKE>(bytes)
     }
 
     /// Whether a fixed-size publish of `len` bytes at `seq` takes the common case: room under
@@ -423,9 +421,9 @@ impl Producer {
     /// (read once here for both of the claim's fences). The one test of it, for
     /// `publish_fixed` and for a [`Publisher`] (whose `seq` is its own position).
     #[inline(always)]
-    pub(super) fn fixed_common_case<const SIZED: bool>(&self, seq: u64, len: usize) -> bool {
+    pub(super) fn fixed_common_case(&self, seq: u64, len: usize) -> bool {
         seq < self.fast_end
-            && (len == self.max_payload || (SIZED && len < self.max_payload))
+            && (len == self.max_payload || (self.sized && len < self.max_payload))
             && park::light(self.seg.header(), true)
     }
 
@@ -438,13 +436,13 @@ impl Producer {
     ///
     /// `self.next` is not read here: a publisher's position runs ahead of it.
     #[inline(always)]
-    pub(super) fn publish_fixed_at<const WAKE: bool, const SIZED: bool>(
+    pub(super) fn publish_fixed_at<const WAKE: bool>(
         &mut self,
         seq: u64,
         bytes: &[u8],
     ) -> Result<(), PublishError> {
         debug_assert!(self.fixed && seq < self.fast_end && bytes.len() <= self.max_payload);
-        debug_assert!(SIZED == self.sized && (SIZED || bytes.len() == self.max_payload));
+        debug_assert!(self.sized || bytes.len() == self.max_payload);
         let lines = self.seg.lines();
         let fast = line::claim_single_fast(
             &lines.claim.value,
@@ -468,36 +466,31 @@ impl Producer {
             // raised fence mode: the wake check reads the mode after that, as it would have
             // without the first reading.
             let light = park::light(self.seg.header(), true);
-            self.write_fixed_and_wake::<WAKE, SIZED>(seq, bytes, light);
+            self.write_fixed_and_wake::<WAKE>(seq, bytes, light);
             return Ok(());
         }
         // The fence mode as read by the caller, a constant here: the wake check's fence is
         // compiler-only with no test of the mode.
-        self.write_fixed_and_wake::<WAKE, SIZED>(seq, bytes, true);
+        self.write_fixed_and_wake::<WAKE>(seq, bytes, true);
         Ok(())
     }
 
     /// A fixed-size publish outside its common case: the general claim (out of line), then
     /// the event and the wake check inline.
     #[inline(always)]
-    fn publish_fixed_general<const WAKE: bool, const SIZED: bool>(
+    fn publish_fixed_general<const WAKE: bool>(
         &mut self,
         bytes: &[u8],
     ) -> Result<u64, PublishError> {
         let (seq, light) = self.claim_fixed_general()?;
-        Ok(self.write_fixed_and_wake::<WAKE, SIZED>(seq, bytes, light))
+        Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, light))
     }
 
     /// A fixed-size publish after its claim: the event, the cursor and (`WAKE`) the
     /// parked-consumer check with the fence mode `light` read for the claim.
     #[inline(always)]
-    fn write_fixed_and_wake<const WAKE: bool, const SIZED: bool>(
-        &self,
-        seq: u64,
-        bytes: &[u8],
-        light: bool,
-    ) -> u64 {
-        self.write_fixed::<SIZED>(seq, bytes);
+    fn write_fixed_and_wake<const WAKE: bool>(&self, seq: u64, bytes: &[u8], light: bool) -> u64 {
+        self.write_fixed(seq, bytes);
         if WAKE {
             park::notify_light(&self.seg.lines().consumer_wake.value, light);
         }
@@ -547,12 +540,8 @@ impl Producer {
 
     #[inline(always)]
     fn publish_with<const WAKE: bool>(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
-        // A fixed-size ring's path first, with one test of one byte; a sized ring's next.
-        if self.fixed_size {
-            return self.publish_fixed::<WAKE, false>(bytes);
-        }
-        if self.sized {
-            return self.publish_fixed::<WAKE, true>(bytes);
+        if self.fixed {
+            return self.publish_fixed::<WAKE>(bytes);
         }
         self.check_len(bytes.len())?;
         let seq = self.claim_blocking(1)?;

@@ -116,31 +116,17 @@ impl Publisher<'_> {
     pub fn publish(&mut self, bytes: &[u8]) -> Result<u64, PublishError> {
         let seq = self.next;
         let p = &mut *self.producer;
-        if p.fixed_size {
-            return self.publish_cursor::<false>(seq, bytes);
+        if !p.fixed {
+            // Stamped slots (either producer mode): the handle holds the position (`HANDED`
+            // from the start), and its publish is the whole path, inline. Out of line with
+            // a copy of the event, as below, it cost 52 more instructions per event than
+            // `Producer::publish`; inline, 6 (`per_event` under callgrind).
+            return p.publish(bytes);
         }
-        if p.sized {
-            return self.publish_cursor::<true>(seq, bytes);
-        }
-        // Stamped slots (either producer mode): the handle holds the position (`HANDED` from
-        // the start), and its publish is the whole path, inline. Out of line with a copy of
-        // the event, as below, it cost 52 more instructions per event than
-        // `Producer::publish`; inline, 6 (`per_event` under callgrind).
-        p.publish(bytes)
-    }
-
-    /// [`Publisher::publish`] on a ring published by the cursor (`SIZED`: of sized events):
-    /// the common case of `Producer::publish_fixed`, with the position from this value
-    /// (`HANDED` never passes the bound).
-    #[inline(always)]
-    fn publish_cursor<const SIZED: bool>(
-        &mut self,
-        seq: u64,
-        bytes: &[u8],
-    ) -> Result<u64, PublishError> {
-        let p = &mut *self.producer;
-        if p.fixed_common_case::<SIZED>(seq, bytes.len()) {
-            p.publish_fixed_at::<true, SIZED>(seq, bytes)?;
+        // The common case of `Producer::publish_fixed`, with the position from this value
+        // (`HANDED` never passes the bound).
+        if p.fixed_common_case(seq, bytes.len()) {
+            p.publish_fixed_at::<true>(seq, bytes)?;
             self.next = seq + 1;
             return Ok(seq);
         }
