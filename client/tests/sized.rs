@@ -384,19 +384,25 @@ fn an_optional_reader_racing_the_producer_never_delivers_a_torn_event() {
         .unwrap();
     let mut p = ring.producer().unwrap();
     let len_of = |k: u64| (k.wrapping_mul(7) % (MAX as u64 + 1)) as usize;
-    let go = Arc::new(std::sync::Barrier::new(2));
-    let ready = go.clone();
+    // The reader's polls so far: every 4096 events the producer waits for one more, so
+    // that the reader copies while the producer laps it however the threads are scheduled.
+    let polls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen_polls = polls.clone();
     let producer = std::thread::spawn(move || {
-        ready.wait();
+        let mut waited_for = 0;
         for k in 0..EVENTS {
             p.publish(&event(k, len_of(k))).unwrap();
-            if k % 1024 == 0 {
-                // Let the reader in on a machine with fewer cores than threads.
-                std::thread::yield_now();
+            if k % 4096 == 0 {
+                let deadline = std::time::Instant::now() + shmring_testkit::WAIT;
+                // Relaxed: a progress count only; the ring's own words order the events.
+                while seen_polls.load(std::sync::atomic::Ordering::Relaxed) == waited_for {
+                    assert!(std::time::Instant::now() < deadline, "the reader stopped");
+                    std::thread::yield_now();
+                }
+                waited_for = seen_polls.load(std::sync::atomic::Ordering::Relaxed);
             }
         }
     });
-    go.wait();
     let (mut delivered, mut torn) = (0u64, Vec::new());
     let mut last = None;
     loop {
@@ -410,10 +416,10 @@ fn an_optional_reader_racing_the_producer_never_delivers_a_torn_event() {
             last = Some(k);
         })
         .unwrap();
+        polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if finished && c.next_sequence() == EVENTS {
             break;
         }
-        std::thread::yield_now();
     }
     producer.join().unwrap();
     assert_eq!(
@@ -427,6 +433,10 @@ fn an_optional_reader_racing_the_producer_never_delivers_a_torn_event() {
         delivered + stats.dropped_behind,
         EVENTS,
         "every sequence delivered or counted"
+    );
+    assert!(
+        stats.dropped_behind > 0,
+        "the producer never lapped the reader"
     );
     println!(
         "{delivered} delivered, {} dropped behind",
@@ -510,5 +520,49 @@ fn a_batch_event_whose_bytes_grow_is_cut_at_its_own_slot() {
     assert_eq!(
         drain(&mut c),
         vec![(0, vec![7; MAX]), (1, vec![9; MAX]), (2, b"after".to_vec())]
+    );
+    // Cut when written, not clamped when read: each length word says the slot's payload.
+    assert_eq!(c.stats().clamped, 0);
+}
+
+/// Dependencies and parking on a ring of sized events: a consumer after another reads only
+/// what that one finished, at each event's length; a blocking consumer parked on the ring is
+/// woken by the next publish.
+#[test]
+fn a_consumer_after_another_and_a_parked_one_get_each_event_at_its_length() {
+    let ns = Namespace::concurrent("sized-after");
+    let ring = ring(&ns, 8);
+    let mut a = ring.consumer(ConsumerOptions::durable("a")).unwrap();
+    let mut b = ring
+        .consumer(ConsumerOptions::durable("b").after(["a"]))
+        .unwrap();
+    let parked = shmring_testkit::ParkedConsumer::spawn(
+        ring.consumer(ConsumerOptions::anonymous().wait(shmring::WaitStrategy::Blocking))
+            .unwrap(),
+    );
+    let mut p = ring.producer().unwrap();
+    p.publish_batch(&[&b"one"[..], b"twenty-four bytes, whole"])
+        .unwrap();
+    assert_eq!(drain(&mut b), vec![], "a has read nothing");
+    assert_eq!(a.poll_once(|_| {}).unwrap(), 2);
+    assert_eq!(
+        drain(&mut b),
+        vec![
+            (0, b"one".to_vec()),
+            (1, b"twenty-four bytes, whole".to_vec())
+        ]
+    );
+    parked.wait_parked_at(&ring, 2);
+    p.publish(&7u64.to_le_bytes()).unwrap();
+    parked.wait_parked_at(&ring, 3);
+    let (_, seen, _) = parked.finish(&ring);
+    let first = shmring_testkit::poll::first_u64;
+    assert_eq!(
+        seen,
+        vec![
+            (0, first(b"one")),
+            (1, first(b"twenty-four bytes, whole")),
+            (2, 7)
+        ]
     );
 }

@@ -230,11 +230,14 @@ fn checksummed_configurations_are_refused_or_in_bounds() {
             1 => any::<u32>(),
         ],
         prop_oneof![14 => 1u32..=MAX_CONSUMERS, 1 => 0u32..=MAX_CONSUMERS + 1, 1 => any::<u32>()],
-        prop_oneof![14 => 1u32..=MAX_PRODUCERS, 1 => 0u32..=MAX_PRODUCERS + 1, 1 => any::<u32>()],
+        // One producer entry often: a single-producer ring (every fixed-size or sized one)
+        // takes exactly one.
+        prop_oneof![8 => Just(1u32), 6 => 1u32..=MAX_PRODUCERS, 1 => 0u32..=MAX_PRODUCERS + 1, 1 => any::<u32>()],
         (any::<u64>(), 0u8..8),
         (0u8..8, any::<u64>()),
         prop_oneof![12 => Just(SLOT_FORMAT_STAMPED), 3 => Just(SLOT_FORMAT_FIXED), 3 => Just(SLOT_FORMAT_SIZED), 1 => any::<u32>()],
     );
+    let accepted_sized = AtomicU32::new(0);
     let accepted = AtomicU32::new(0);
     let mut runner = TestRunner::new(ProptestConfig {
         cases: CASES,
@@ -286,6 +289,9 @@ fn checksummed_configurations_are_refused_or_in_bounds() {
             let img = header_with(&w);
             if let Ok(v) = validate(&img, len) {
                 accepted.fetch_add(1, Ordering::Relaxed);
+                if v.geometry.sized {
+                    accepted_sized.fetch_add(1, Ordering::Relaxed);
+                }
                 check_accepted(&v, len);
             }
             Ok(())
@@ -295,9 +301,16 @@ fn checksummed_configurations_are_refused_or_in_bounds() {
         panic!("{e}");
     }
     let accepted = accepted.into_inner();
-    println!("checksummed configurations: {accepted} of {CASES} cases accepted and checked");
+    let sized = accepted_sized.into_inner();
+    println!(
+        "checksummed configurations: {accepted} of {CASES} cases accepted and checked, {sized} of them sized"
+    );
     assert!(
         accepted >= CASES / 16,
         "only {accepted} of {CASES} cases reached the accepted branch"
+    );
+    assert!(
+        sized >= CASES / 256,
+        "only {sized} of {CASES} cases were accepted rings of sized events"
     );
 }
