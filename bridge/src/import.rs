@@ -458,10 +458,11 @@ impl Importer<'_> {
         let max = self.producer.max_payload();
         if len > max {
             bail!(
-                "an event of {} bytes plus the {HEADER_LEN}-byte bridge header does not fit ring {:?}'s {max}-byte slots: create it with a slot size of at least {} bytes",
+                "an event of {} bytes plus the {HEADER_LEN}-byte bridge header does not fit ring {:?}'s {max}-byte slots: create it with a slot size of at least {} bytes (a ring of sized events: a max_event_size of at least {})",
                 payload.len(),
                 self.ring_name,
-                len + 16
+                len + 16,
+                len.next_multiple_of(8)
             );
         }
         self.scratch.clear();

@@ -216,13 +216,7 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
         out,
         "ring {:?}  {}{blocked}  run {}  epoch {}  capacity {} x {} B{} ({})  head {}  free {}  slowest {}",
         ring.name, ring.state, ring.run, ring.epoch, ring.capacity, ring.slot_size,
-        if ring.fixed_events {
-            " fixed events"
-        } else if ring.sized_events {
-            " sized events"
-        } else {
-            ""
-        },
+        format_label(ring),
         ring.producer_mode, ring.head, ring.free, slowest
     );
     let blocker = ring
@@ -402,9 +396,58 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     out
 }
 
+/// What a ring's slots carry, after its slot size on the status line: nothing for stamped
+/// slots, " fixed events" (each of the slot size), " sized events of up to N B" (the slot less
+/// its 8-byte length word).
+fn format_label(ring: &RingReport) -> String {
+    if ring.fixed_events {
+        " fixed events".to_owned()
+    } else if ring.sized_events {
+        format!(
+            " sized events of up to {} B",
+            ring.slot_size
+                .saturating_sub(shmring_layout::SIZED_LEN_SIZE)
+        )
+    } else {
+        String::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ring_line_says_what_its_slots_carry() {
+        let mut r = report();
+        let line = |r: &StatusReport| {
+            render(r, None)
+                .lines()
+                .find(|l| l.starts_with("ring \"r\""))
+                .expect("the ring's line")
+                .to_owned()
+        };
+        assert!(
+            line(&r).contains("capacity 64 x 128 B (multi)"),
+            "{}",
+            line(&r)
+        );
+        r.rings[0].slot_size = 32;
+        r.rings[0].sized_events = true;
+        assert!(
+            line(&r).contains("capacity 64 x 32 B sized events of up to 24 B (multi)"),
+            "{}",
+            line(&r)
+        );
+        r.rings[0].sized_events = false;
+        r.rings[0].fixed_events = true;
+        r.rings[0].slot_size = 16;
+        assert!(
+            line(&r).contains("capacity 64 x 16 B fixed events (multi)"),
+            "{}",
+            line(&r)
+        );
+    }
 
     fn report() -> StatusReport {
         let consumer = serde_json::json!({

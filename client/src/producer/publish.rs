@@ -417,7 +417,8 @@ impl Producer {
 
     /// Whether a fixed-size publish of `len` bytes at `seq` takes the common case: room under
     /// the cached gate, this process registered, no claim guard open (`fast_end`, 0 on every
-    /// ring but a fixed-size one), the event's size, and the ring's fence mode membarrier
+    /// ring but one published by the cursor), the event's size (on a ring of sized events:
+    /// at most its bound), and the ring's fence mode membarrier
     /// (read once here for both of the claim's fences). The one test of it, for
     /// `publish_fixed` and for a [`Publisher`] (whose `seq` is its own position).
     #[inline(always)]

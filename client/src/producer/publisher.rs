@@ -16,10 +16,11 @@
 //! Every publish through it is a [`Producer::publish`]: one event, visible to consumers on
 //! its own, the same sequence, the same refusals and errors, the same wake-ups. A fixed-size
 //! ring's common case (room under the cached gate, the process registered for membarrier,
-//! the ring's fence mode membarrier, an event of the ring's size) runs inline with the
-//! position from the publisher, lifecycle changes included (the claim's (p1) to (p5) of
-//! `line`); anything else on that ring (the first publish, a refresh of the cached gate or
-//! a wait for room, a leaked claim guard, a raised fence mode, a wrong size) hands the
+//! the ring's fence mode membarrier, an event of the ring's size, or on a ring of sized
+//! events of at most its bound) runs inline with the position from the publisher,
+//! lifecycle changes included (the claim's (p1) to (p5) of `line`); anything else on that
+//! ring (the first publish, a refresh of the cached gate or a wait for room, a leaked claim
+//! guard, a raised fence mode, a wrong size or a longer event) hands the
 //! position to the handle and publishes through it, out of line. On a ring of stamped slots
 //! (either producer mode) the handle keeps its position throughout and every publish is the
 //! handle's own, inline: a publisher there is the handle's `publish`, no faster, within a
