@@ -851,22 +851,7 @@ fn a_raised_fence_mode_leaves_the_common_case_and_still_wakes_a_parked_consumer(
 /// sequence, cut or padded to the event size, and no other event is touched.
 #[test]
 fn a_batch_event_whose_bytes_change_length_is_written_in_its_own_slot() {
-    use std::cell::Cell;
-    struct Fickle {
-        calls: Cell<u32>,
-        bytes: [u8; 16],
-    }
-    impl AsRef<[u8]> for Fickle {
-        fn as_ref(&self) -> &[u8] {
-            let n = self.calls.get();
-            self.calls.set(n + 1);
-            if n == 0 {
-                &self.bytes
-            } else {
-                &self.bytes[..8]
-            }
-        }
-    }
+    use shmring_testkit::payload::Fickle;
     let ns = Namespace::concurrent("fixed-fickle");
     let config = RingConfig {
         event_size: Some(16),
@@ -876,14 +861,8 @@ fn a_batch_event_whose_bytes_change_length_is_written_in_its_own_slot() {
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut p = ring.producer().unwrap();
     let events = [
-        Fickle {
-            calls: Cell::new(0),
-            bytes: [1; 16],
-        },
-        Fickle {
-            calls: Cell::new(0),
-            bytes: [2; 16],
-        },
+        Fickle::new(&[1; 16], &[1; 8]),
+        Fickle::new(&[2; 16], &[2; 8]),
     ];
     assert_eq!(p.publish_batch(&events), Ok(0));
     let mut got = Vec::new();

@@ -485,35 +485,14 @@ fn a_corrupt_length_word_is_clamped_to_the_slot_and_counted() {
 /// end, written at its own sequence, and no other event is touched.
 #[test]
 fn a_batch_event_whose_bytes_grow_is_cut_at_its_own_slot() {
-    use std::cell::Cell;
-    struct Fickle {
-        calls: Cell<u32>,
-        bytes: [u8; 40],
-    }
-    impl AsRef<[u8]> for Fickle {
-        fn as_ref(&self) -> &[u8] {
-            let n = self.calls.get();
-            self.calls.set(n + 1);
-            if n == 0 {
-                &self.bytes[..4]
-            } else {
-                &self.bytes
-            }
-        }
-    }
+    use shmring_testkit::payload::Fickle;
     let ns = Namespace::concurrent("sized-fickle");
     let ring = ring(&ns, 16);
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut p = ring.producer().unwrap();
     let events = [
-        Fickle {
-            calls: Cell::new(0),
-            bytes: [7; 40],
-        },
-        Fickle {
-            calls: Cell::new(0),
-            bytes: [9; 40],
-        },
+        Fickle::new(&[7; 4], &[7; 40]),
+        Fickle::new(&[9; 4], &[9; 40]),
     ];
     assert_eq!(p.publish_batch(&events), Ok(0));
     p.publish(b"after").unwrap();

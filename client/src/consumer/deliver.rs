@@ -946,14 +946,27 @@ impl Source for FixedSrc<'_> {
 
     #[inline(always)]
     fn copy(&self, seq: u64, buf: &mut Vec<u8>) -> Copied {
+        self.checked_copy(seq, || {
+            self.events.copy_racy(seq, buf);
+            false
+        })
+    }
+}
+
+impl FixedSrc<'_> {
+    /// `copy` (a copy of `seq`, saying whether a length in it was clamped), then the claim
+    /// check of the copy (see `fixed::copy_held`). A tombstone's slot holds an earlier
+    /// event, whose length is not counted, as in place.
+    #[inline(always)]
+    fn checked_copy(&self, seq: u64, copy: impl FnOnce() -> bool) -> Copied {
         let tombstone = fixed::is_tombstone(&self.events, seq, self.tomb_end);
-        self.events.copy_racy(seq, buf);
+        let clamped = copy();
         if !fixed::copy_held(&self.events, seq) {
             Copied::Lapped
         } else if tombstone {
             Copied::Tombstone { clamped: false }
         } else {
-            Copied::Event { clamped: false }
+            Copied::Event { clamped }
         }
     }
 }
@@ -989,17 +1002,9 @@ impl Source for SizedSrc<'_> {
 
     #[inline(always)]
     fn copy(&self, seq: u64, buf: &mut Vec<u8>) -> Copied {
-        let events = &self.fixed.events;
-        let tombstone = fixed::is_tombstone(events, seq, self.fixed.tomb_end);
-        let clamped = events.copy_sized_racy(seq, self.max, buf);
-        if !fixed::copy_held(events, seq) {
-            Copied::Lapped
-        } else if tombstone {
-            // A tombstone's length word is an earlier event's: not read, as in place.
-            Copied::Tombstone { clamped: false }
-        } else {
-            Copied::Event { clamped }
-        }
+        self.fixed.checked_copy(seq, || {
+            self.fixed.events.copy_sized_racy(seq, self.max, buf)
+        })
     }
 }
 

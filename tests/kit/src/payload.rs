@@ -131,6 +131,38 @@ pub fn decode(bytes: &[u8]) -> Result<Origin, String> {
     Ok(origin)
 }
 
+/// A batch event whose `AsRef` answers one byte string at its first call and another at
+/// every later one: what a caller's type that changes between the batch's length check and
+/// its write looks like to `Producer::publish_batch`.
+pub struct Fickle {
+    calls: std::cell::Cell<u32>,
+    first: Vec<u8>,
+    then: Vec<u8>,
+}
+
+impl Fickle {
+    /// `first` at the first call, `then` after.
+    pub fn new(first: &[u8], then: &[u8]) -> Self {
+        Fickle {
+            calls: std::cell::Cell::new(0),
+            first: first.to_vec(),
+            then: then.to_vec(),
+        }
+    }
+}
+
+impl AsRef<[u8]> for Fickle {
+    fn as_ref(&self) -> &[u8] {
+        let n = self.calls.get();
+        self.calls.set(n + 1);
+        if n == 0 {
+            &self.first
+        } else {
+            &self.then
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
