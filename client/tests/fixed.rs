@@ -2,12 +2,13 @@
 //! cursor (see `shmring::fixed`). Every publish form, the claim guards and their tombstones,
 //! required and optional consumers, the lifecycle, and what such a ring refuses.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use shmring::{
-    AttachError, ConsumerOptions, DeclaredError, ErrorPolicy, FenceMode, LayoutError, OpenError,
-    PollError, ProducerMode, PublishError, Recall, Ring, RingConfig, RunExit, TryPublishError,
-    WaitStrategy,
+    ConsumerOptions, ErrorPolicy, FenceMode, LayoutError, OpenError, PollError, ProducerMode,
+    PublishError, Recall, Ring, RingConfig, RunExit, TryPublishError, WaitStrategy,
 };
 
 use shmring_testkit::{Namespace, ParkedConsumer};
@@ -381,14 +382,6 @@ fn a_consumer_after_another_reads_only_what_it_finished() {
 #[test]
 fn what_a_fixed_size_ring_refuses() {
     let ns = Namespace::concurrent("fixed-refuse");
-    let multi = RingConfig {
-        producer_mode: ProducerMode::Multi,
-        ..config(8)
-    };
-    assert!(matches!(
-        Ring::create(ns.name(), "m", &multi),
-        Err(OpenError::Config(LayoutError::FixedNeedsSingleProducer))
-    ));
     let odd = RingConfig {
         event_size: Some(12),
         ..config(8)
@@ -397,24 +390,7 @@ fn what_a_fixed_size_ring_refuses() {
         Ring::create(ns.name(), "o", &odd),
         Err(OpenError::Config(LayoutError::BadEventSize(12)))
     ));
-    let groups = RingConfig {
-        declared_groups: vec!["w".into()],
-        ..config(8)
-    };
-    assert!(matches!(
-        Ring::create(ns.name(), "g", &groups),
-        Err(OpenError::Declared(DeclaredError::GroupOnFixedRing(g))) if g == "w"
-    ));
-    let ring = ring(&ns, 8);
-    assert!(matches!(
-        ring.consumer(ConsumerOptions::worker("w")),
-        Err(AttachError::FixedSizeRing { .. })
-    ));
-    let _p = ring.producer().unwrap();
-    assert!(matches!(
-        ring.producer(),
-        Err(AttachError::SingleProducerTaken { .. })
-    ));
+    common::cursor_ring_refusals(ns.name(), &config(8));
 }
 
 /// Publish `values` from a thread whose last publish waits at the wrap gate; returns once

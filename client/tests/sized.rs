@@ -3,11 +3,13 @@
 //! claim guards, required and optional consumers, recall, read-ahead and dead letters carry
 //! each event's own length; and what such a ring refuses.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use shmring::{
-    AttachError, ConsumerOptions, DeclaredError, ErrorPolicy, LayoutError, OpenError, PollError,
-    ProducerMode, PublishError, Recall, Ring, RingConfig, TryPublishError,
+    ConsumerOptions, ErrorPolicy, LayoutError, OpenError, PollError, ProducerMode, PublishError,
+    Recall, Ring, RingConfig, TryPublishError,
 };
 
 use shmring_testkit::Namespace;
@@ -304,14 +306,6 @@ fn what_a_ring_of_sized_events_refuses() {
             max_event_size: 24
         })
     ));
-    let multi = RingConfig {
-        producer_mode: ProducerMode::Multi,
-        ..config(8)
-    };
-    assert!(matches!(
-        Ring::create(ns.name(), "m", &multi),
-        Err(OpenError::Config(LayoutError::FixedNeedsSingleProducer))
-    ));
     for bad in [0, 12, u32::MAX] {
         let odd = RingConfig {
             max_event_size: Some(bad),
@@ -325,26 +319,10 @@ fn what_a_ring_of_sized_events_refuses() {
             "max event size {bad}"
         );
     }
-    let groups = RingConfig {
-        declared_groups: vec!["w".into()],
-        ..config(8)
-    };
-    assert!(matches!(
-        Ring::create(ns.name(), "g", &groups),
-        Err(OpenError::Declared(DeclaredError::GroupOnFixedRing(g))) if g == "w"
-    ));
-    let ring = ring(&ns, 8);
-    assert!(matches!(
-        ring.consumer(ConsumerOptions::worker("w")),
-        Err(AttachError::FixedSizeRing { .. })
-    ));
+    common::cursor_ring_refusals(ns.name(), &config(8));
+    let ring = Ring::create(ns.name(), "r", &config(8)).unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     assert_eq!(c.poll_runs(|_, _| {}), Err(PollError::NotFixedSize));
-    let _p = ring.producer().unwrap();
-    assert!(matches!(
-        ring.producer(),
-        Err(AttachError::SingleProducerTaken { .. })
-    ));
 }
 
 /// The maintenance sequence of the claim line's issue on a ring of sized events: a consumer

@@ -83,3 +83,38 @@ pub fn poll_all(c: &mut shmring::Consumer) -> Vec<u64> {
     while c.poll_once(|ev| seen.push(ev.sequence())).expect("poll") > 0 {}
     seen
 }
+
+/// What every ring published by the cursor refuses, for a configuration `config` of one
+/// (fixed-size or sized events) in namespace `ns`: many producers, worker groups declared
+/// or joined, and a second producer.
+pub fn cursor_ring_refusals(ns: &str, config: &RingConfig) {
+    use shmring::{
+        AttachError, ConsumerOptions, DeclaredError, LayoutError, OpenError, ProducerMode, Ring,
+    };
+    let multi = RingConfig {
+        producer_mode: ProducerMode::Multi,
+        ..config.clone()
+    };
+    assert!(matches!(
+        Ring::create(ns, "m", &multi),
+        Err(OpenError::Config(LayoutError::FixedNeedsSingleProducer))
+    ));
+    let groups = RingConfig {
+        declared_groups: vec!["w".into()],
+        ..config.clone()
+    };
+    assert!(matches!(
+        Ring::create(ns, "g", &groups),
+        Err(OpenError::Declared(DeclaredError::GroupOnFixedRing(g))) if g == "w"
+    ));
+    let ring = Ring::create(ns, "refusing", config).expect("create the ring");
+    assert!(matches!(
+        ring.consumer(ConsumerOptions::worker("w")),
+        Err(AttachError::FixedSizeRing { .. })
+    ));
+    let _p = ring.producer().expect("the one producer");
+    assert!(matches!(
+        ring.producer(),
+        Err(AttachError::SingleProducerTaken { .. })
+    ));
+}
