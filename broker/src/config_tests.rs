@@ -179,7 +179,8 @@ fn max_event_size_makes_a_ring_of_sized_events_and_its_limits_are_checked() {
     assert_eq!(ring.max_event_size, Some(40));
     let geo = ring.geometry().expect("geometry");
     assert!(geo.fixed && geo.sized);
-    assert_eq!(geo.max_payload(), 40);
+    // The length word and 40 bytes, rounded up to a whole line: 56 bytes of payload.
+    assert_eq!((geo.slot_size, geo.max_payload()), (64, 56));
     for (bad, says) in [
         ("max_event_size = 8", "single producer"),
         (

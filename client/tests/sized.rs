@@ -306,7 +306,7 @@ fn what_a_ring_of_sized_events_refuses() {
             max_event_size: 24
         })
     ));
-    for bad in [0, 12, u32::MAX] {
+    for bad in [0, 4, 12, u32::MAX, shmring_layout::MAX_SLOT_SIZE] {
         let odd = RingConfig {
             max_event_size: Some(bad),
             ..config(8)
@@ -314,7 +314,7 @@ fn what_a_ring_of_sized_events_refuses() {
         assert!(
             matches!(
                 Ring::create(ns.name(), "o", &odd),
-                Err(OpenError::Config(LayoutError::BadMaxEventSize(n))) if n == bad.min(u32::MAX - 8)
+                Err(OpenError::Config(LayoutError::BadMaxEventSize(n))) if n == bad
             ),
             "max event size {bad}"
         );
@@ -522,4 +522,40 @@ fn a_consumer_after_another_and_a_parked_one_get_each_event_at_its_length() {
             (2, 7)
         ]
     );
+}
+
+/// A sized ring's slot (its length word and the largest event) is rounded up to a power of
+/// two below a cache line and to whole lines above, so that no slot straddles two lines;
+/// its events get the whole slot.
+#[test]
+fn slots_are_rounded_so_that_none_straddles_a_line() {
+    let ns = Namespace::concurrent("sized-round");
+    for (asked, slot) in [
+        (8, 16),
+        (16, 32),
+        (24, 32),
+        (40, 64),
+        (56, 64),
+        (64, 128),
+        (120, 128),
+        (200, 256),
+    ] {
+        let config = RingConfig {
+            max_event_size: Some(asked),
+            ..config(8)
+        };
+        let geo = config.geometry().unwrap();
+        assert_eq!(geo.slot_size, slot, "bound {asked}");
+        let ring = Ring::create(ns.name(), &format!("r{asked}"), &config).unwrap();
+        let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+        let mut p = ring.producer().unwrap();
+        let max = slot as usize - 8;
+        assert_eq!(p.max_payload(), max, "bound {asked}");
+        p.publish(&event(1, max)).unwrap();
+        assert_eq!(
+            p.publish(&event(2, max + 1)),
+            Err(PublishError::TooLarge { len: max + 1, max })
+        );
+        assert_eq!(drain(&mut c), vec![(0, event(1, max))], "bound {asked}");
+    }
 }
