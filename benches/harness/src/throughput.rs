@@ -49,6 +49,10 @@ pub const FIXED_RUNS_BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring, run rea
 pub const SIZED_ONE_ROW: &str = "per-event, 8 B, ring of sized events";
 /// Row name of the batch-100 row on that ring.
 pub const SIZED_BATCH_ROW: &str = "batch 100, 8 B, ring of sized events";
+/// Row name of the 1P1C per-event row of 64-byte events on a ring of sized events of up to
+/// 64 bytes: each event's length word stored apart from it and its bytes copied (the write
+/// of any length but 8), beside the stamped row "per-event, 64 B".
+pub const SIZED_64_ROW: &str = "per-event, 64 B, ring of sized events";
 /// Row name of the floor row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B";
 /// The slot format probes: the floor ring running shmring's claim and stamp protocol and
@@ -84,7 +88,7 @@ pub fn name(batch: usize, size: usize) -> String {
 
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    (SIZES.len() * FORMS.len()) as u64 + 17
+    (SIZES.len() * FORMS.len()) as u64 + 18
 }
 
 /// Measure.
@@ -125,6 +129,9 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         let row = sized_row(ctx, batch, ONE);
         ctx.push(row);
     }
+    ctx.bar.set_message(format!("throughput: {SIZED_64_ROW}"));
+    let row = sized_row_of(ctx, 1, 64, SIZED_64_ROW, ONE);
+    ctx.push(row);
     for (p, c, n) in [
         (2, 1, "2P1C per-event"),
         (3, 1, "3P1C per-event"),
@@ -189,12 +196,18 @@ pub fn sized_row(ctx: &mut Ctx, batch: usize, group: &str) -> Row {
     } else {
         SIZED_BATCH_ROW
     };
+    sized_row_of(ctx, batch, 8, name, group)
+}
+
+/// A 1P1C row of `size`-byte events on a ring of sized events of up to `size` bytes with a
+/// busy-spin consumer, `batch` events per publish.
+fn sized_row_of(ctx: &mut Ctx, batch: usize, size: usize, name: &str, group: &str) -> Row {
     one_ring(
         ctx,
         batch,
-        8,
+        size,
         (1, 1),
-        (ProducerMode::Single, None, Some(8)),
+        (ProducerMode::Single, None, Some(size as u32)),
         ("count", false),
         name,
         group,
