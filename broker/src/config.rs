@@ -129,9 +129,9 @@ pub struct RingSpec {
     /// (`RingConfig::event_size`; needs `producer_mode = "single"`). Unset: stamped slots of
     /// `slot_size` bytes.
     pub event_size: Option<u32>,
-    /// Events of any length up to this many bytes (a multiple of 8) in a ring of sized
-    /// events (`RingConfig::max_event_size`; needs `producer_mode = "single"`, not with
-    /// `event_size`).
+    /// Events of any length up to at least this many bytes (a multiple of 8) in a ring of
+    /// sized events (`RingConfig::max_event_size`: its slot is rounded up, and its events
+    /// get all of it; needs `producer_mode = "single"`, not with `event_size`).
     pub max_event_size: Option<u32>,
     /// Slack of optional consumers (default capacity/2).
     pub optional_slack: Option<u64>,

@@ -41,8 +41,9 @@ pub struct RingConfig {
     /// Every publish carries exactly this many bytes. `None` (the default): stamped slots of
     /// `slot_size` bytes, each carrying an event of any length up to `slot_size - 16`.
     pub event_size: Option<u32>,
-    /// Events of any length up to this many bytes (a multiple of 8), each in a slot of that
-    /// size plus an 8-byte length word, published by a cursor as on a fixed-size ring: a
+    /// Events of any length up to at least this many bytes (a multiple of 8), each in a slot
+    /// of an 8-byte length word and the payload, published by a cursor as on a fixed-size
+    /// ring: a
     /// ring of sized events, for variable-length events on the fixed-size ring's path (see
     /// ARCHITECTURE.md, "Rings of sized events"). The slot is rounded up to 16, 32 or 64
     /// bytes or whole 64-byte lines, so that none straddles two cache lines, and the events
@@ -133,9 +134,10 @@ impl RingConfig {
 
     /// The slot of a ring of sized events whose largest event is `max`: the length word and
     /// `max` bytes, rounded up to a power of two below a line and to whole lines above, so that
-    /// no slot straddles two cache lines. A slot across two lines cost 64-byte events in
-    /// 72-byte slots 0.6x the rate of stamped slots (`ipc-bench throughput`, 2026-12-05); the
-    /// rounding gives the events the slot's whole payload (`Producer::max_payload`).
+    /// no two slots share a cache line. 64-byte events in 72-byte slots, sharing lines with
+    /// their neighbours, ran at 0.63-0.72x the rate of stamped slots, and 15-20% faster in
+    /// 128-byte ones (`ipc-bench throughput`, 2026-12-05); the rounding gives the events the
+    /// slot's whole payload (`Producer::max_payload`).
     fn sized_slot(max: u32) -> Result<u32, OpenError> {
         use shmring_layout::{LayoutError, FIXED_EVENT_ALIGN, MAX_SLOT_SIZE};
         if max < FIXED_EVENT_ALIGN || !max.is_multiple_of(FIXED_EVENT_ALIGN) {

@@ -1065,6 +1065,9 @@ mod tests {
             .consumer(crate::ConsumerOptions::anonymous().optional())
             .expect("optional consumer");
         let mut p = sized.producer().expect("producer");
+        // The rounded slot's whole payload (128 bytes less the length word).
+        let max = p.max_payload();
+        assert_eq!(max, 120);
         for n in (0..=max).chain((0..=max).rev()) {
             let ev = &bytes[n..2 * n];
             p.publish(ev).expect("publish");

@@ -525,10 +525,25 @@ fn a_consumer_after_another_and_a_parked_one_get_each_event_at_its_length() {
 }
 
 /// A sized ring's slot (its length word and the largest event) is rounded up to a power of
-/// two below a cache line and to whole lines above, so that no slot straddles two lines;
-/// its events get the whole slot.
+/// two below a cache line and to whole lines above, so that no two slots share a line; its
+/// events get the whole slot.
 #[test]
-fn slots_are_rounded_so_that_none_straddles_a_line() {
+fn slots_are_rounded_to_a_power_of_two_or_whole_lines() {
+    // Whole lines, not a power of two, above a line; the largest slot the layout takes.
+    for (asked, slot) in [
+        (264, 320),
+        (312, 320),
+        (
+            shmring_layout::MAX_SLOT_SIZE - 8,
+            shmring_layout::MAX_SLOT_SIZE,
+        ),
+    ] {
+        let config = RingConfig {
+            max_event_size: Some(asked),
+            ..config(8)
+        };
+        assert_eq!(config.geometry().unwrap().slot_size, slot, "bound {asked}");
+    }
     let ns = Namespace::concurrent("sized-round");
     for (asked, slot) in [
         (8, 16),

@@ -201,7 +201,7 @@ fn ring_metrics(s: &mut Scrape, rings: &[RingReport]) {
         }),
         (
             "shmring_ring_slot_size_bytes",
-            "Bytes per slot, with its 16-byte header",
+            "Bytes per slot: with its 16-byte header (stamped slots), the event (fixed-size events), or the length word and the largest event (sized events)",
             |r| f64::from(r.slot_size),
         ),
         ("shmring_ring_run", "Run counter (+1 per start)", |r| {
