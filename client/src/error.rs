@@ -136,6 +136,17 @@ pub enum OpenError {
         /// Bytes of the segment.
         size: u64,
     },
+    /// The file was truncated under this process's mapping and a page past its end was
+    /// touched: the truncation guard (`install_truncation_guard`, feature
+    /// `truncation-guard`) replaced the mapping with zeros instead of letting SIGBUS kill
+    /// the process. The mapping no longer shows the file, whatever its size is now.
+    #[error("segment {path} was truncated below its {size} bytes while this process had it mapped (a process with write access truncated it); this process now sees zeros in its place and nothing it writes reaches the file: drop the ring, stop every process attached to it, remove the file and create the ring again")]
+    TruncatedWhileMapped {
+        /// The path.
+        path: PathBuf,
+        /// Bytes of the segment.
+        size: u64,
+    },
     /// The name was changed to refer to another file between the open of a ring and the
     /// unlink of its leftover file ([`crate::Ring::unlink_deleted`]), so nothing was
     /// removed.
@@ -159,6 +170,7 @@ impl OpenError {
             | Self::Io { path, .. }
             | Self::NotRegular { path, .. }
             | Self::Truncated { path, .. }
+            | Self::TruncatedWhileMapped { path, .. }
             | Self::Replaced { path }
                 if path == from =>
             {
@@ -257,6 +269,14 @@ pub enum AttachError {
     Truncated {
         /// Bytes left in the file.
         len: u64,
+        /// Bytes of the segment.
+        size: u64,
+    },
+    /// The segment file was truncated under this process's mapping and the truncation
+    /// guard (`install_truncation_guard`, feature `truncation-guard`) replaced the mapping
+    /// with zeros: an attach would publish or read where no other process does.
+    #[error("the segment file was truncated below its {size} bytes while this process had it mapped, and this process now sees zeros in its place: stop every process attached to it, remove the file and create the ring again")]
+    TruncatedWhileMapped {
         /// Bytes of the segment.
         size: u64,
     },

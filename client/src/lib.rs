@@ -29,7 +29,8 @@
 //! gate and the attach protocol), `producer`, `consumer`, `event`, `wait`, `info`, `health`
 //! (the states `broker status` shows, without a broker), `file` (the segment file as
 //! untrusted input: no symbolic links, regular files only, sizes checked), `remove`
-//! (removing a ring all or nothing).
+//! (removing a ring all or nothing), `truncation` (the SIGBUS handler of feature
+//! `truncation-guard`).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -80,6 +81,7 @@ mod ring;
 mod segment;
 #[doc(hidden)]
 pub mod table;
+mod truncation;
 mod unblock;
 mod wait;
 mod wake_set;
@@ -108,6 +110,8 @@ pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
 pub use table::Tombstone;
+#[cfg(feature = "truncation-guard")]
+pub use truncation::install_truncation_guard;
 pub use unblock::boottime_ns;
 pub use wait::{Fallback, UnknownWaitStrategy, WaitStrategy, ADAPTIVE_SPINS, ADAPTIVE_YIELDS};
 pub use wake_set::{WakeReason, WakeSet, WakeSetFull, WakeSetStats};

@@ -47,6 +47,14 @@ pub enum LifecycleError {
     /// filter) refuses it `membarrier`, which the producer's publish path relies on.
     #[error("this process cannot stop or start a single-producer ring whose producer runs in another process: membarrier is not available to it (allow the membarrier system call, or stop and start the ring from the broker)")]
     NoBarrier,
+    /// The ring's file was truncated during the request, and the truncation guard
+    /// (`install_truncation_guard`, feature `truncation-guard`) replaced its mapping with
+    /// zeros.
+    #[error("the ring's file {} was truncated during the request (a process with write access truncated it): drop the ring, stop every process attached to it, remove the file and create the ring again", .path.display())]
+    Truncated {
+        /// The ring file.
+        path: std::path::PathBuf,
+    },
     /// The ring's lifecycle word is not a known state.
     #[error("ring lifecycle word {0:#x} is corrupt: remove the ring and create it again")]
     CorruptState(u64),
@@ -273,6 +281,13 @@ impl Ring {
         let mut pause = Duration::from_micros(50);
         let result = loop {
             let behind = self.behind(stop);
+            // After the look: a truncation it ran into turned what it read into the
+            // truncation guard's zeros, where every consumer looks caught up.
+            if self.seg.zeroed() {
+                break Err(LifecycleError::Truncated {
+                    path: self.path().to_owned(),
+                });
+            }
             if behind.is_empty() {
                 break Ok(stop);
             }
@@ -483,8 +498,13 @@ pub(crate) fn is_deleted(seg: &Segment) -> bool {
 }
 
 /// What an attach checks before it touches the tables: the file still holds the whole
-/// segment (one `fstat`), and the ring is not deleted.
+/// segment (one `fstat`, and the truncation guard's mark), and the ring is not deleted.
 pub(crate) fn attachable(seg: &Segment) -> Result<(), crate::AttachError> {
+    if seg.zeroed() {
+        return Err(crate::AttachError::TruncatedWhileMapped {
+            size: seg.geometry().total_size,
+        });
+    }
     // An fstat that fails tells nothing; the attach goes on as before.
     if let Ok(Some(len)) = seg.shrunk() {
         return Err(crate::AttachError::Truncated {

@@ -151,7 +151,10 @@ impl Ring {
 fn unmappable(e: &OpenError) -> bool {
     matches!(
         e,
-        OpenError::Layout { .. } | OpenError::Truncated { .. } | OpenError::NotRegular { .. }
+        OpenError::Layout { .. }
+            | OpenError::Truncated { .. }
+            | OpenError::TruncatedWhileMapped { .. }
+            | OpenError::NotRegular { .. }
     )
 }
 

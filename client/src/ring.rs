@@ -333,7 +333,10 @@ impl Ring {
                 own,
             });
         }
-        Ok(Ring { seg: Arc::new(seg) })
+        let ring = Ring { seg: Arc::new(seg) };
+        // A truncation since the size was checked, caught by the truncation guard.
+        ring.check_file()?;
+        Ok(ring)
     }
 
     /// Open the ring if it exists (its shape must match `config`), else create it. Safe to
@@ -406,7 +409,17 @@ impl Ring {
     /// end, so a process that holds a `Ring` for long (the broker) calls this before it
     /// reads or writes the segment, and drops the ring on [`OpenError::Truncated`].
     /// Attaching a producer or a consumer checks the same.
+    ///
+    /// With the truncation guard (`install_truncation_guard`, feature `truncation-guard`),
+    /// a truncation that landed after this check and was touched is
+    /// [`OpenError::TruncatedWhileMapped`], whatever the file's size is now.
     pub fn check_file(&self) -> Result<(), OpenError> {
+        if self.seg.zeroed() {
+            return Err(OpenError::TruncatedWhileMapped {
+                path: self.path().to_owned(),
+                size: self.geometry().total_size,
+            });
+        }
         match self.seg.shrunk() {
             Ok(None) => Ok(()),
             Ok(Some(len)) => Err(OpenError::Truncated {

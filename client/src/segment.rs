@@ -18,12 +18,20 @@ use shmring_layout::{
 };
 
 use crate::fixed;
+use crate::truncation::Registration;
 
 /// The length word at the start of a sized event's slot, in bytes.
 const SIZED_LEN: usize = SIZED_LEN_SIZE as usize;
 
+/// What a header read cut short by a truncation says.
+const TRUNCATED_WHILE_READ: &str =
+    "the file was truncated while its header was read: another process with write access truncated it";
+
 /// A mapped, validated segment.
 pub(crate) struct Segment {
+    // Declared before `map`, so dropped first: the mapping leaves the truncation guard's
+    // table before it is unmapped.
+    guard: Registration,
     map: MmapRaw,
     geo: Geometry,
     path: PathBuf,
@@ -57,6 +65,7 @@ impl Segment {
         // The mapping is page aligned, so every 128-byte aligned offset is 128 aligned.
         debug_assert_eq!(map.as_ptr() as usize % 4096, 0);
         Ok(Self {
+            guard: Registration::new(map.as_ptr(), map.len()),
             map,
             geo,
             path: path.to_owned(),
@@ -71,6 +80,8 @@ impl Segment {
         let map = MmapOptions::new()
             .len(HEADER_SIZE)
             .map_raw_read_only(file)?;
+        // Declared after `map`, so dropped first.
+        let guard = Registration::new(map.as_ptr(), map.len());
         let words = map.as_ptr() as *const AtomicU64;
         let mut out = [0u8; HEADER_SIZE];
         for i in 0..HEADER_SIZE / 8 {
@@ -86,7 +97,17 @@ impl Segment {
             };
             out[i * 8..i * 8 + 8].copy_from_slice(&w.load(order).to_ne_bytes());
         }
+        if guard.zeroed() {
+            return Err(std::io::Error::other(TRUNCATED_WHILE_READ));
+        }
         Ok(out)
+    }
+
+    /// Whether the truncation guard replaced this mapping with zeros: the file was
+    /// truncated under it and a page past its end was touched (feature `truncation-guard`;
+    /// without it, such a touch kills the process and this is always false).
+    pub(crate) fn zeroed(&self) -> bool {
+        self.guard.zeroed()
     }
 
     /// The open segment file.
