@@ -217,6 +217,26 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         exit::err(&format!("error: {e}"));
         return Ok(ExitCode::from(exit::USAGE));
     }
+    // The broker and the CLI read ring files that any member of a ring's group can
+    // truncate: a page gone from under the mapping becomes zeros and an error, not SIGBUS.
+    // Not the demo's producers and consumers, which are clients on the data path: there a
+    // truncation kills, as it does any client's.
+    let data_path = matches!(
+        cli.command,
+        Command::DemoRole {
+            role: DemoRole::Producer { .. } | DemoRole::Consumer { .. }
+        }
+    );
+    let guard = if data_path {
+        Ok(())
+    } else {
+        shmring::install_truncation_guard()
+    };
+    if let Err(e) = guard {
+        exit::err(&format!(
+            "warning: no truncation guard ({e}): a ring file truncated while this process reads it kills it with SIGBUS"
+        ));
+    }
     let lifecycle = |req| lifecycle::run(&ns, req);
     match cli.command {
         Command::Run {

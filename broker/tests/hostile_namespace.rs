@@ -144,6 +144,55 @@ fn a_truncated_ring_is_reported_corrupt_and_the_broker_lives_on() {
     );
 }
 
+/// A drain in progress when the ring file is truncated to nothing: the drain watches the
+/// segment for up to its timeout, so its next look touches pages that are gone. The
+/// broker's truncation guard turns that SIGBUS into zeros: the drain's requester gets an
+/// error that says the file was truncated (not the success the zeros would show), the ring
+/// is logged and listed CORRUPT, and the broker (same pid) goes on sweeping the other ring.
+#[test]
+fn a_ring_truncated_during_a_drain_is_reported_and_the_broker_lives_on() {
+    let ns = Namespace::new("truncdrain");
+    let broker = ns.broker(Some(&format!(
+        "{SMALL}declared_consumers = [\"audit\"]\n[rings.other]\ncapacity = 64\n"
+    )));
+    ns.wait_status("the ring created", |v, _| ring(v, "r").map(|_| ()));
+    {
+        let r = Ring::open(ns.name(), "r").expect("open");
+        let mut p = r.producer().expect("producer");
+        for i in 0u64..3 {
+            p.publish(&i.to_ne_bytes()).expect("publish");
+        }
+        // This process unmaps the ring here: it must not touch it after the truncation.
+    }
+    let path = ns.dir().join("r.ring");
+    let cli = common::fault::cli_spawn(&ns, &["drain", "r", "--timeout", "60s"]);
+    ns.wait_status("the drain waiting for audit", |v, _| {
+        (ring(v, "r")?["state"] == "DRAINING").then_some(())
+    });
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open for truncation")
+        .set_len(0)
+        .expect("truncate");
+    let (ok, said) = common::fault::cli_finish(cli);
+    assert!(!ok, "the drain reported success: {said}");
+    assert!(
+        said.contains("ring \"r\"") && said.contains("was truncated"),
+        "{said}\nbroker log:\n{}",
+        broker.stderr_so_far()
+    );
+    let v = ns.wait_status("the ring reported CORRUPT", |v, _| {
+        unreadable(v, &path)?.contains("CORRUPT").then(|| v.clone())
+    });
+    assert!(ring(&v, "r").is_none(), "{v:#}");
+    assert_eq!(num(&v["broker"], "pid"), u64::from(broker.pid()));
+    assert!(broker.stderr_has("CORRUPT"), "{}", broker.stderr_so_far());
+    let v = sweeps_after(&ns, 3);
+    assert_eq!(v["broker"]["running"], true, "{}", broker.stderr_so_far());
+    assert!(ring(&v, "other").is_some(), "the other ring is still swept");
+}
+
 /// `alias.ring`, a symbolic link to another namespace's ring, and `passwd.ring`, one to a
 /// file that is not a ring: neither is opened or adopted (the other ring's epoch stays 0),
 /// both are listed as symbolic links (the file's bytes are never read as a magic), and a

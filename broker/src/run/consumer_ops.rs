@@ -11,7 +11,7 @@ use shmring::{ConsumerInfo, Ring};
 use shmring_layout::consumer_state;
 use tracing::info;
 
-use super::ops::{lock, too_late, unknown};
+use super::ops::{lock, too_late, unknown, unless_truncated};
 use super::registry::Broker;
 use crate::protocol::{Deadline, Reply};
 
@@ -26,6 +26,9 @@ fn find(shared: &Mutex<Broker>, name: &str, consumer: &str) -> Result<(Ring, Con
         }
     };
     let info = ring.info();
+    if let Err(e) = ring.check_file() {
+        return Err(Reply::error(format!("ring {name:?}: {e}")));
+    }
     match info
         .consumers
         .iter()
@@ -76,6 +79,17 @@ pub fn release(
         Ok(found) => found,
         Err(reply) => return reply,
     };
+    let reply = release_found(&ring, &c, name, consumer, deadline);
+    unless_truncated(&ring, name, reply)
+}
+
+fn release_found(
+    ring: &Ring,
+    c: &ConsumerInfo,
+    name: &str,
+    consumer: &str,
+    deadline: Option<Deadline>,
+) -> Reply {
     if c.is_group {
         return Reply::error(format!(
             "ring {name:?}: {consumer:?} is a worker group: its entry holds the events no member has claimed yet, so it is not released; start a member of the group to consume them"
@@ -121,6 +135,17 @@ pub fn unsubscribe(
         Ok(found) => found,
         Err(reply) => return reply,
     };
+    let reply = unsubscribe_found(&ring, &c, name, consumer, deadline);
+    unless_truncated(&ring, name, reply)
+}
+
+fn unsubscribe_found(
+    ring: &Ring,
+    c: &ConsumerInfo,
+    name: &str,
+    consumer: &str,
+    deadline: Option<Deadline>,
+) -> Reply {
     if c.is_group {
         return Reply::error(format!(
             "ring {name:?}: {consumer:?} is a worker group: its entry is the work sequence its members claim from, and a member may attach at any moment, so it is not freed by request; it goes with the ring (stop the producers, drain and remove the ring to be rid of it)"

@@ -158,6 +158,18 @@ pub fn unknown(b: &Broker, ring: &str) -> Reply {
     ))
 }
 
+/// `reply`, unless ring `name`'s file was truncated under the request and the truncation
+/// guard turned what it read and wrote into zeros: then what it did or found is not the
+/// ring's, and the reply says the file was truncated.
+pub fn unless_truncated(ring: &Ring, name: &str, reply: Reply) -> Reply {
+    match ring.check_file() {
+        Err(e @ shmring::OpenError::TruncatedWhileMapped { .. }) => {
+            Reply::error(format!("ring {name:?}: {e}"))
+        }
+        _ => reply,
+    }
+}
+
 /// Run `op` on a clone of ring `name`, outside the broker's lock and inside the ring's
 /// lifecycle lock, unless `deadline` has passed (also while it waited for that lock).
 fn with_ring<F>(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>, op: F) -> Reply
@@ -178,7 +190,12 @@ where
     if let Some(late) = too_late(deadline) {
         return late;
     }
+    // Again after the wait for the turn, which can be as long as a drain.
+    if let Err(e) = ring.check_file() {
+        return Reply::error(format!("ring {name:?}: {e}"));
+    }
     let reply = op(&ring).unwrap_or_else(|e| Reply::error(format!("ring {name:?}: {e}")));
+    let reply = unless_truncated(&ring, name, reply);
     if let Reply::Done { message, .. } = &reply {
         info!(ring = name, "{message}");
     }

@@ -183,13 +183,17 @@ impl Broker {
     /// write access truncated it): the next read of a page past the end would kill the
     /// broker with SIGBUS. The ring is logged, listed as unreadable with a CORRUPT reason,
     /// and its mapping dropped; nothing is written to it. Checked with `fstat` on the open
-    /// file before every sweep, adoption and request on the ring.
+    /// file before every sweep, adoption and request on the ring. A truncation that lands
+    /// after the check is caught by the truncation guard the broker installs: the touched
+    /// mapping becomes zeros instead of a SIGBUS, and this drops it at the next check.
     pub fn drop_truncated(&mut self) {
         let shrunk: Vec<(String, String)> = self
             .rings
             .iter()
             .filter_map(|(n, t)| match t.ring.check_file() {
-                Err(e @ OpenError::Truncated { .. }) => Some((n.clone(), e.to_string())),
+                Err(e @ (OpenError::Truncated { .. } | OpenError::TruncatedWhileMapped { .. })) => {
+                    Some((n.clone(), e.to_string()))
+                }
                 _ => None,
             })
             .collect();
@@ -208,7 +212,9 @@ impl Broker {
     /// Adopt `ring` and watch it, unless its file shrank (CORRUPT) or it is marked
     /// deleted (see [`Broker::clear_deleted`]).
     pub fn track(&mut self, name: String, ring: Ring, spec: RingSpec) {
-        if let Err(e @ OpenError::Truncated { .. }) = ring.check_file() {
+        if let Err(e @ (OpenError::Truncated { .. } | OpenError::TruncatedWhileMapped { .. })) =
+            ring.check_file()
+        {
             self.corrupt(&name, ring.path().to_owned(), &e.to_string());
             return;
         }

@@ -63,6 +63,12 @@ fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) 
 /// producers' repairs, and the report built from what was read.
 fn look_at_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) {
     let info = t.ring.info();
+    if t.ring.check_file().is_err() {
+        // The file shrank: what was read may be the truncation guard's zeros, not the
+        // ring. Nothing is logged, acted on or reported from it; the check before the next
+        // sweep drops the ring.
+        return;
+    }
     log_corrupt(name, &mut t.corrupt, &info.corrupt);
     let threshold = t.spec.stall_threshold;
     t.consumers
