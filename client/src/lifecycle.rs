@@ -321,6 +321,13 @@ impl Ring {
         };
         // Only the Draining word this drain left: a start or another request since wins.
         self.seg.line().finish_drain(word);
+        if self.seg.zeroed() {
+            // A truncation met after the last look (by the deletion or liveness checks, or
+            // another thread): what the result was made of may be zeros.
+            return Err(LifecycleError::Truncated {
+                path: self.path().to_owned(),
+            });
+        }
         result
     }
 

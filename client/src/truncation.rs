@@ -54,7 +54,7 @@ mod guard {
     const SLOTS: usize = 4096;
 
     /// Bits of a slot's word that hold the mapping's first page number (addresses below
-    /// 2^52); the bits above hold its length in pages (up to 2^24 pages, 64 GiB).
+    /// 2^52); the bits above hold its length in pages (fewer than 2^24 pages, 64 GiB).
     const PAGE_BITS: u32 = 40;
     const PAGE: usize = 4096;
 
@@ -85,8 +85,12 @@ mod guard {
     /// every recorded mapping goes.
     static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
+    /// The guard's own disposition, put back after a previous handler ran for a SIGBUS
+    /// that was no fault (one a handler may take by resetting the disposition).
+    static OURS: OnceLock<libc::sigaction> = OnceLock::new();
+
     /// `[start, start + len)` as a slot's word, if it fits one (page aligned, below 2^52,
-    /// at most 2^24 pages).
+    /// fewer than 2^24 pages).
     fn pack(start: usize, len: usize) -> Option<u64> {
         let first = (start / PAGE) as u64;
         let pages = len.div_ceil(PAGE) as u64;
@@ -140,6 +144,7 @@ mod guard {
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         // SAFETY: `sa_mask` is a valid sigset_t owned by `action`.
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        let _ = OURS.set(action);
         // SAFETY: `action` is fully initialised and `on_sigbus` has the SA_SIGINFO signature.
         if unsafe { libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) } != 0 {
             return Err(std::io::Error::last_os_error());
@@ -169,27 +174,54 @@ mod guard {
         unsafe { *libc::__errno_location() = errno };
     }
 
-    /// Hand a fault that is not a ring's to the disposition from before
-    /// [`install_truncation_guard`].
+    /// Hand a SIGBUS that is not a ring's fault to the disposition from before
+    /// [`install_truncation_guard`], as if the guard were not there, and keep the guard.
     fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+        // SAFETY: a valid siginfo (see `on_sigbus`).
+        let code = unsafe { (*info).si_code };
+        // A fault runs its instruction again when the handler returns; a SIGBUS sent by a
+        // process (code 0 or below) or an asynchronous memory error report does not.
+        let fault = code > 0 && code != libc::BUS_MCEERR_AO;
         // SAFETY: a zeroed `sigaction` is SIG_DFL with no flags.
         let default: libc::sigaction = unsafe { std::mem::zeroed() };
         let previous = PREVIOUS.get().unwrap_or(&default);
         let handler = previous.sa_sigaction;
-        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-            // Put the old disposition back and return: the faulting instruction runs again
-            // and the fault is handled as without the guard (the default kills; for a
-            // fault, the kernel treats an ignored SIGBUS as the default).
-            // SAFETY: `previous` is a disposition the kernel gave, or SIG_DFL.
-            unsafe { libc::sigaction(libc::SIGBUS, previous, std::ptr::null_mut()) };
-        } else if previous.sa_flags & libc::SA_SIGINFO != 0 {
-            // SAFETY: a handler installed with SA_SIGINFO has this signature.
-            let f: Handler = unsafe { std::mem::transmute::<usize, Handler>(handler) };
-            f(sig, info, ctx);
+        if handler == libc::SIG_IGN && !fault {
+            // Ignored, as it was.
+        } else if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            // Put the old disposition back. A fault runs again on return and is handled as
+            // without the guard (the default kills; for a fault the kernel treats an
+            // ignored SIGBUS as the default). A sent one is raised again: blocked while
+            // this handler runs, it is delivered to the default on return, which kills.
+            // SAFETY: `previous` is a disposition the kernel gave, or SIG_DFL; `raise` is
+            // async-signal-safe.
+            unsafe {
+                libc::sigaction(libc::SIGBUS, previous, std::ptr::null_mut());
+                if !fault {
+                    libc::raise(libc::SIGBUS);
+                }
+            }
         } else {
-            // SAFETY: a handler installed without SA_SIGINFO takes the signal number alone.
-            let f = unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(handler) };
-            f(sig);
+            if previous.sa_flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: a handler installed with SA_SIGINFO has this signature.
+                let f: Handler = unsafe { std::mem::transmute::<usize, Handler>(handler) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: a handler installed without SA_SIGINFO takes the signal number.
+                let f =
+                    unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(handler) };
+                f(sig);
+            }
+            // A handler that resets the disposition for a fault's second run (the standard
+            // library's stack overflow handler does, for any address outside a stack's
+            // guard page) would leave a sent SIGBUS with the guard gone: put it back. Not
+            // after a fault, whose second run must meet what that handler left.
+            if !fault {
+                if let Some(ours) = OURS.get() {
+                    // SAFETY: the guard's own disposition, as installed.
+                    unsafe { libc::sigaction(libc::SIGBUS, ours, std::ptr::null_mut()) };
+                }
+            }
         }
     }
 

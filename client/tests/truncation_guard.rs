@@ -29,6 +29,12 @@ fn role() {
         return;
     };
     let target = std::env::var(TARGET_ENV).unwrap_or_default();
+    if role == "sent" {
+        // The default disposition before the guard, as in a program whose runtime put no
+        // handler of its own there.
+        // SAFETY: setting a signal's disposition to the default.
+        unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+    }
     if let Err(e) = shmring::install_truncation_guard() {
         println!("@error {e}");
         std::process::exit(1);
@@ -36,6 +42,11 @@ fn role() {
     match role.as_str() {
         "drainer" => drainer(&target),
         "outsider" => outsider(&target),
+        "sent" => {
+            // SAFETY: raising a signal has no memory effects of its own.
+            unsafe { libc::raise(libc::SIGBUS) };
+            println!("@survived");
+        }
         other => println!("@error unknown role {other}"),
     }
     std::process::exit(0);
@@ -53,6 +64,11 @@ fn drainer(ring: &str) {
             return;
         }
     };
+    // A SIGBUS that is no fault (raised, as another process would send it) goes to the
+    // handler from before the guard (the standard library's, which takes it by resetting
+    // the disposition to the default): the guard must still be there afterwards.
+    // SAFETY: raising a signal has no memory effects of its own.
+    unsafe { libc::raise(libc::SIGBUS) };
     let mut told = false;
     let drained = ring.drain_while(Duration::from_secs(60), || {
         if !told {
@@ -79,10 +95,12 @@ fn drainer(ring: &str) {
         Ok(()) => println!("@regrown ok"),
         Err(e) => println!("@regrown {e}"),
     }
-    // Writes to the lifecycle word, on the first page, which the truncation left in the
-    // file: they must land in the zeros, not in the file.
+    // On the zeros the lifecycle word reads 0, which a start and a stop refuse as corrupt;
+    // the sweep mark is written whatever it reads. Both on the first page, which the
+    // truncation left in the file: nothing may land there.
     let started = ring.start();
     let stopped = ring.stop();
+    ring.mark_sweep(0x5eed_5eed_5eed_5eed);
     println!("@wrote {started:?} {stopped:?}");
 }
 
@@ -126,7 +144,9 @@ fn outsider(path: &str) {
 /// with `LifecycleError::Truncated` (not `Ok`: the zeros it now reads show every consumer
 /// caught up), `check_file` and attaches refuse the ring, and the process lives. The
 /// whole mapping is zeros, the page that stayed in the file included: with the file grown
-/// back, `check_file` still refuses, and a start and a stop change nothing in the file.
+/// back, `check_file` still refuses, and writes to it change nothing in the file. Before
+/// the drain, the process raised a SIGBUS that is no fault, which must not have taken the
+/// guard away.
 #[test]
 fn a_drain_in_a_guarded_process_ends_with_an_error_when_the_file_is_truncated() {
     let ns = Namespace::new("guard_drain");
@@ -179,14 +199,18 @@ fn a_drain_in_a_guarded_process_ends_with_an_error_when_the_file_is_truncated() 
         regrown.contains("while this process had it mapped"),
         "{regrown}"
     );
-    child.expect("@wrote");
+    let wrote = child.expect("@wrote");
+    assert_eq!(
+        wrote, "Err(CorruptState(0)) Err(CorruptState(0))",
+        "the first page should read as zeros"
+    );
     let status = child.wait_status();
     assert_eq!(status.code(), Some(0), "the guarded child died: {status}");
     let bytes = std::fs::read(&path).expect("read the file");
     assert_eq!(bytes.len() as u64, size);
     assert!(
         bytes[..4096] == first_page[..],
-        "the child's start and stop reached the page left in the file"
+        "the child's writes reached the page left in the file"
     );
     assert!(
         bytes[4096..].iter().all(|&b| b == 0),
@@ -223,6 +247,21 @@ fn a_fault_outside_every_ring_mapping_still_kills() {
         .set_len(4096)
         .expect("truncate");
     child.send_line("go");
+    let status = child.wait_status();
+    assert_eq!(
+        status.signal(),
+        Some(7),
+        "the child was not killed by SIGBUS: {status}"
+    );
+}
+
+/// A SIGBUS sent to a guarded process whose disposition was the default before the guard
+/// kills it, as it would without the guard: the guard takes faults in ring mappings, not
+/// signals.
+#[test]
+fn a_sent_sigbus_still_kills_where_the_default_did() {
+    let ns = Namespace::new("guard_sent");
+    let mut child = ns.role("sent", &[]);
     let status = child.wait_status();
     assert_eq!(
         status.signal(),
