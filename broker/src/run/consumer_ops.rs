@@ -11,7 +11,7 @@ use shmring::{ConsumerInfo, Ring};
 use shmring_layout::consumer_state;
 use tracing::info;
 
-use super::ops::{lock, too_late, unknown, unless_truncated};
+use super::ops::{lock, too_late, truncated, unknown, unless_truncated};
 use super::registry::Broker;
 use crate::protocol::{Deadline, Reply};
 
@@ -26,7 +26,7 @@ fn find(shared: &Mutex<Broker>, name: &str, consumer: &str) -> Result<(Ring, Con
         }
     };
     let info = ring.info();
-    if let Err(e) = ring.check_file() {
+    if let Some(e) = truncated(&ring) {
         return Err(Reply::error(format!("ring {name:?}: {e}")));
     }
     match info
@@ -68,6 +68,23 @@ fn changed_meanwhile(name: &str, consumer: &str) -> Reply {
     ))
 }
 
+/// What `op` does with durable consumer `consumer` of ring `name`, or the reply saying why
+/// it could not be found; told as a truncation if the ring's file shrank under it.
+fn on_consumer(
+    shared: &Mutex<Broker>,
+    name: &str,
+    consumer: &str,
+    deadline: Option<Deadline>,
+    op: fn(&Ring, &ConsumerInfo, &str, &str, Option<Deadline>) -> Reply,
+) -> Reply {
+    let (ring, c) = match find(shared, name, consumer) {
+        Ok(found) => found,
+        Err(reply) => return reply,
+    };
+    let reply = op(&ring, &c, name, consumer, deadline);
+    unless_truncated(&ring, name, reply)
+}
+
 /// Stop consumer `consumer` of ring `name` from gating producers.
 pub fn release(
     shared: &Mutex<Broker>,
@@ -75,12 +92,7 @@ pub fn release(
     consumer: &str,
     deadline: Option<Deadline>,
 ) -> Reply {
-    let (ring, c) = match find(shared, name, consumer) {
-        Ok(found) => found,
-        Err(reply) => return reply,
-    };
-    let reply = release_found(&ring, &c, name, consumer, deadline);
-    unless_truncated(&ring, name, reply)
+    on_consumer(shared, name, consumer, deadline, release_found)
 }
 
 fn release_found(
@@ -131,12 +143,7 @@ pub fn unsubscribe(
     consumer: &str,
     deadline: Option<Deadline>,
 ) -> Reply {
-    let (ring, c) = match find(shared, name, consumer) {
-        Ok(found) => found,
-        Err(reply) => return reply,
-    };
-    let reply = unsubscribe_found(&ring, &c, name, consumer, deadline);
-    unless_truncated(&ring, name, reply)
+    on_consumer(shared, name, consumer, deadline, unsubscribe_found)
 }
 
 fn unsubscribe_found(

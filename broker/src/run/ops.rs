@@ -163,10 +163,26 @@ pub fn unknown(b: &Broker, ring: &str) -> Reply {
 /// ring's, and the reply says the file was truncated.
 pub fn unless_truncated(ring: &Ring, name: &str, reply: Reply) -> Reply {
     match ring.check_file() {
-        Err(e @ shmring::OpenError::TruncatedWhileMapped { .. }) => {
-            Reply::error(format!("ring {name:?}: {e}"))
-        }
+        Err(e @ shmring::OpenError::TruncatedWhileMapped { .. }) => match reply {
+            // The change may have reached the file before the truncation, or not.
+            Reply::Done { message, .. } => Reply::error(format!(
+                "ring {name:?}: {e} (the file was truncated during or right after the request, so whether this took effect is not known: {message})"
+            )),
+            _ => Reply::error(format!("ring {name:?}: {e}")),
+        },
         _ => reply,
+    }
+}
+
+/// The error of a ring whose file shrank under the broker, if it did (an `fstat` that
+/// fails says nothing: the request goes on, as an attach does).
+pub fn truncated(ring: &Ring) -> Option<shmring::OpenError> {
+    match ring.check_file() {
+        Err(
+            e @ (shmring::OpenError::Truncated { .. }
+            | shmring::OpenError::TruncatedWhileMapped { .. }),
+        ) => Some(e),
+        _ => None,
     }
 }
 
@@ -191,7 +207,7 @@ where
         return late;
     }
     // Again after the wait for the turn, which can be as long as a drain.
-    if let Err(e) = ring.check_file() {
+    if let Some(e) = truncated(&ring) {
         return Reply::error(format!("ring {name:?}: {e}"));
     }
     let reply = op(&ring).unwrap_or_else(|e| Reply::error(format!("ring {name:?}: {e}")));

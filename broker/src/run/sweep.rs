@@ -7,6 +7,7 @@ use shmring::{ConsumerInfo, CorruptWord, RingState};
 use tracing::{error, info};
 
 use super::health::{ConsumerHealth, Seen};
+use super::ops::truncated;
 use super::policy::{on_edge, release_again};
 use super::registry::{Broker, Tracked};
 use super::repair::repair_producers;
@@ -63,7 +64,7 @@ fn sweep_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) 
 /// producers' repairs, and the report built from what was read.
 fn look_at_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant) {
     let info = t.ring.info();
-    if t.ring.check_file().is_err() {
+    if truncated(&t.ring).is_some() {
         // The file shrank: what was read may be the truncation guard's zeros, not the
         // ring. Nothing is logged, acted on or reported from it; the check before the next
         // sweep drops the ring.
@@ -113,6 +114,11 @@ fn look_at_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant
             crate::summary::producer_report(p, watches.alive(p.pid, p.start_time), repaired)
         })
         .collect();
+    if truncated(&t.ring).is_some() {
+        // As above, for a truncation during the look: what the policies wrote went to the
+        // zeros, and the report is not made of them.
+        return;
+    }
     t.last = Some(crate::summary::ring_report(
         name,
         &t.ring,
