@@ -85,10 +85,6 @@ mod guard {
     /// every recorded mapping goes.
     static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
 
-    /// The guard's own disposition, put back after a previous handler ran for a SIGBUS
-    /// that was no fault (one a handler may take by resetting the disposition).
-    static OURS: OnceLock<libc::sigaction> = OnceLock::new();
-
     /// `[start, start + len)` as a slot's word, if it fits one (page aligned, below 2^52,
     /// fewer than 2^24 pages).
     fn pack(start: usize, len: usize) -> Option<u64> {
@@ -144,7 +140,6 @@ mod guard {
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         // SAFETY: `sa_mask` is a valid sigset_t owned by `action`.
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
-        let _ = OURS.set(action);
         // SAFETY: `action` is fully initialised and `on_sigbus` has the SA_SIGINFO signature.
         if unsafe { libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) } != 0 {
             return Err(std::io::Error::last_os_error());
@@ -175,20 +170,24 @@ mod guard {
     }
 
     /// Hand a SIGBUS that is not a ring's fault to the disposition from before
-    /// [`install_truncation_guard`], as if the guard were not there, and keep the guard.
+    /// [`install_truncation_guard`], as that disposition would take it, and keep the guard
+    /// unless that disposition was one-shot or chose to die of the signal.
     fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
         // SAFETY: a valid siginfo (see `on_sigbus`).
         let code = unsafe { (*info).si_code };
-        // A fault runs its instruction again when the handler returns; a SIGBUS sent by a
-        // process (code 0 or below) or an asynchronous memory error report does not.
-        let fault = code > 0 && code != libc::BUS_MCEERR_AO;
+        // A fault (an alignment, address, object or action-required memory error) runs its
+        // instruction again when the handler returns; a SIGBUS sent by a process (code 0 or
+        // below), by the kernel (SI_KERNEL) or an asynchronous memory error report does not.
+        let fault = (libc::BUS_ADRALN..=libc::BUS_MCEERR_AR).contains(&code);
         // SAFETY: a zeroed `sigaction` is SIG_DFL with no flags.
         let default: libc::sigaction = unsafe { std::mem::zeroed() };
         let previous = PREVIOUS.get().unwrap_or(&default);
         let handler = previous.sa_sigaction;
         if handler == libc::SIG_IGN && !fault {
             // Ignored, as it was.
-        } else if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+            return;
+        }
+        if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
             // Put the old disposition back. A fault runs again on return and is handled as
             // without the guard (the default kills; for a fault the kernel treats an
             // ignored SIGBUS as the default). A sent one is raised again: blocked while
@@ -201,26 +200,50 @@ mod guard {
                     libc::raise(libc::SIGBUS);
                 }
             }
-        } else {
+            return;
+        }
+        // A one-shot handler: the kernel would have reset the disposition on delivery.
+        let one_shot = previous.sa_flags & libc::SA_RESETHAND != 0;
+        // SAFETY: zeroed `sigaction` and `sigset_t` are valid values for the calls below to
+        // fill in; `sigaction`, `pthread_sigmask`, `sigpending` and the set functions are
+        // async-signal-safe.
+        unsafe {
+            if one_shot {
+                libc::sigaction(libc::SIGBUS, &default, std::ptr::null_mut());
+            }
+            let mut before: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut before);
+            // The signals that handler asked to block while it runs, and SIGBUS itself
+            // unblocked if it asked for that (SA_NODEFER).
+            let mut old_mask: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &previous.sa_mask, &mut old_mask);
+            if previous.sa_flags & libc::SA_NODEFER != 0 {
+                let mut bus: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut bus);
+                libc::sigaddset(&mut bus, libc::SIGBUS);
+                libc::pthread_sigmask(libc::SIG_UNBLOCK, &bus, std::ptr::null_mut());
+            }
             if previous.sa_flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: a handler installed with SA_SIGINFO has this signature.
-                let f: Handler = unsafe { std::mem::transmute::<usize, Handler>(handler) };
+                let f = std::mem::transmute::<usize, Handler>(handler);
                 f(sig, info, ctx);
             } else {
-                // SAFETY: a handler installed without SA_SIGINFO takes the signal number.
-                let f =
-                    unsafe { std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(handler) };
+                let f = std::mem::transmute::<usize, extern "C" fn(libc::c_int)>(handler);
                 f(sig);
             }
-            // A handler that resets the disposition for a fault's second run (the standard
-            // library's stack overflow handler does, for any address outside a stack's
-            // guard page) would leave a sent SIGBUS with the guard gone: put it back. Not
-            // after a fault, whose second run must meet what that handler left.
-            if !fault {
-                if let Some(ours) = OURS.get() {
-                    // SAFETY: the guard's own disposition, as installed.
-                    unsafe { libc::sigaction(libc::SIGBUS, ours, std::ptr::null_mut()) };
-                }
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
+            // A handler may take a sent SIGBUS by resetting the disposition for a fault's
+            // second run (the standard library's stack overflow handler does, for any
+            // address outside a stack's guard page), which would leave the guard gone: put
+            // back what was there. Not after a fault, whose second run must meet what the
+            // handler left; not after a one-shot handler; and not when the handler raised
+            // the signal again to die of it (pending now, it is delivered on return).
+            let mut after: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut after);
+            let mut pending: libc::sigset_t = std::mem::zeroed();
+            libc::sigpending(&mut pending);
+            let raised = libc::sigismember(&pending, libc::SIGBUS) == 1;
+            if !fault && !one_shot && !raised && after.sa_sigaction != before.sa_sigaction {
+                libc::sigaction(libc::SIGBUS, &before, std::ptr::null_mut());
             }
         }
     }

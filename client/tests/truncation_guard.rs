@@ -16,6 +16,15 @@ use shmring_testkit::{role, Namespace};
 /// The child's environment: the ring's name, or the file to map.
 const TARGET_ENV: &str = "GUARD_TARGET";
 
+/// A SIGBUS handler that dies of the signal: the default disposition, and the signal again.
+extern "C" fn reraise(_sig: libc::c_int) {
+    // SAFETY: both are async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGBUS, libc::SIG_DFL);
+        libc::raise(libc::SIGBUS);
+    }
+}
+
 /// The next line on stdin (the parent's go-ahead).
 fn wait_for_parent() {
     let mut line = String::new();
@@ -29,6 +38,18 @@ fn role() {
         return;
     };
     let target = std::env::var(TARGET_ENV).unwrap_or_default();
+    if role == "reraiser" {
+        // A handler before the guard that dies of a sent SIGBUS by raising it again under
+        // the default disposition, as crash reporters do.
+        // SAFETY: a zeroed sigaction with a valid handler and an empty mask.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            let handler: extern "C" fn(libc::c_int) = reraise;
+            action.sa_sigaction = handler as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+        }
+    }
     if role == "sent" {
         // The default disposition before the guard, as in a program whose runtime put no
         // handler of its own there.
@@ -42,7 +63,7 @@ fn role() {
     match role.as_str() {
         "drainer" => drainer(&target),
         "outsider" => outsider(&target),
-        "sent" => {
+        "sent" | "reraiser" => {
             // SAFETY: raising a signal has no memory effects of its own.
             unsafe { libc::raise(libc::SIGBUS) };
             println!("@survived");
@@ -262,6 +283,20 @@ fn a_fault_outside_every_ring_mapping_still_kills() {
 fn a_sent_sigbus_still_kills_where_the_default_did() {
     let ns = Namespace::new("guard_sent");
     let mut child = ns.role("sent", &[]);
+    let status = child.wait_status();
+    assert_eq!(
+        status.signal(),
+        Some(7),
+        "the child was not killed by SIGBUS: {status}"
+    );
+}
+
+/// A handler from before the guard that dies of a sent SIGBUS by raising it again gets
+/// its way: the guard does not put itself back over the default that handler set.
+#[test]
+fn a_handler_before_the_guard_that_raises_again_dies_of_a_sent_sigbus() {
+    let ns = Namespace::new("guard_reraiser");
+    let mut child = ns.role("reraiser", &[]);
     let status = child.wait_status();
     assert_eq!(
         status.signal(),
