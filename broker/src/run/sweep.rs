@@ -66,8 +66,9 @@ fn look_at_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant
     let info = t.ring.info();
     if truncated(&t.ring).is_some() {
         // The file shrank: what was read may be the truncation guard's zeros, not the
-        // ring. Nothing is logged, acted on or reported from it; the check before the next
-        // sweep drops the ring.
+        // ring. Nothing is logged, acted on or reported from it (the last report goes too);
+        // the check before the next sweep drops the ring.
+        t.last = None;
         return;
     }
     log_corrupt(name, &mut t.corrupt, &info.corrupt);
@@ -117,6 +118,7 @@ fn look_at_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant
     if truncated(&t.ring).is_some() {
         // As above, for a truncation during the look: what the policies wrote went to the
         // zeros, and the report is not made of them.
+        t.last = None;
         return;
     }
     t.last = Some(crate::summary::ring_report(
