@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use shmring::{ConsumerOptions, Ring, RingConfig};
-use shmring_testkit::{role, Namespace};
+use shmring_testkit::{role, Child, Namespace};
 
 /// The child's environment: the ring's name, or the file to map.
 const TARGET_ENV: &str = "GUARD_TARGET";
@@ -23,6 +23,16 @@ extern "C" fn reraise(_sig: libc::c_int) {
         libc::signal(libc::SIGBUS, libc::SIG_DFL);
         libc::raise(libc::SIGBUS);
     }
+}
+
+/// Wait for `child` to end, and fail unless SIGBUS (signal 7) killed it.
+fn killed_by_sigbus(child: &mut Child) {
+    let status = child.wait_status();
+    assert_eq!(
+        status.signal(),
+        Some(7),
+        "the child was not killed by SIGBUS: {status}"
+    );
 }
 
 /// The next line on stdin (the parent's go-ahead).
@@ -268,12 +278,7 @@ fn a_fault_outside_every_ring_mapping_still_kills() {
         .set_len(4096)
         .expect("truncate");
     child.send_line("go");
-    let status = child.wait_status();
-    assert_eq!(
-        status.signal(),
-        Some(7),
-        "the child was not killed by SIGBUS: {status}"
-    );
+    killed_by_sigbus(&mut child);
 }
 
 /// A SIGBUS sent to a guarded process whose disposition was the default before the guard
@@ -282,13 +287,7 @@ fn a_fault_outside_every_ring_mapping_still_kills() {
 #[test]
 fn a_sent_sigbus_still_kills_where_the_default_did() {
     let ns = Namespace::new("guard_sent");
-    let mut child = ns.role("sent", &[]);
-    let status = child.wait_status();
-    assert_eq!(
-        status.signal(),
-        Some(7),
-        "the child was not killed by SIGBUS: {status}"
-    );
+    killed_by_sigbus(&mut ns.role("sent", &[]));
 }
 
 /// A handler from before the guard that dies of a sent SIGBUS by raising it again gets
@@ -296,11 +295,5 @@ fn a_sent_sigbus_still_kills_where_the_default_did() {
 #[test]
 fn a_handler_before_the_guard_that_raises_again_dies_of_a_sent_sigbus() {
     let ns = Namespace::new("guard_reraiser");
-    let mut child = ns.role("reraiser", &[]);
-    let status = child.wait_status();
-    assert_eq!(
-        status.signal(),
-        Some(7),
-        "the child was not killed by SIGBUS: {status}"
-    );
+    killed_by_sigbus(&mut ns.role("reraiser", &[]));
 }
