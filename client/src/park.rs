@@ -456,12 +456,19 @@ pub(crate) fn notify_downstreams(
 }
 
 /// Wake every consumer parked on the ring: the consumer line unconditionally, and each
-/// entry's line where someone is counted ([`notify_consumers`]). For a lifecycle change, a
-/// repair, a death: anything a consumer on any line may wait for.
+/// entry's line where someone is counted (as [`notify_consumers`] does). For a lifecycle
+/// change, a repair, a death: anything a consumer on any line may wait for.
+///
+/// The consumer line is not looked at again after its wake: a consumer it woke that found
+/// nothing and parked again is counted by then, and a second wake would only wake it for
+/// nothing. It read the moved word before its last look, so that look saw the store this
+/// wake follows.
 #[cold]
 pub(crate) fn wake_consumers(seg: &crate::segment::Segment) {
     wake(&seg.lines().consumer_wake.value);
-    notify_consumers(seg);
+    // (2) for the entries' lines.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    notify_entry_lines(seg);
 }
 
 /// Wake the consumers parked behind consumer entry `e`, unconditionally: on its line, and
@@ -490,11 +497,14 @@ pub(crate) fn wake_behind(seg: &crate::segment::Segment, e: &shmring_layout::Con
 pub(crate) fn notify_consumers(seg: &crate::segment::Segment) {
     // (2)
     std::sync::atomic::fence(Ordering::SeqCst);
-    let entries = (0..seg.geometry().max_consumers).map_while(|i| seg.consumer(i));
-    let lines =
-        std::iter::once(&seg.lines().consumer_wake.value).chain(entries.map(|e| &e.hot.downstream));
-    for line in lines {
-        on(line).wake_if_counted();
+    on(&seg.lines().consumer_wake.value).wake_if_counted();
+    notify_entry_lines(seg);
+}
+
+/// (3) to (5) on every consumer entry's line, after the caller's fence (2).
+fn notify_entry_lines(seg: &crate::segment::Segment) {
+    for e in (0..seg.geometry().max_consumers).map_while(|i| seg.consumer(i)) {
+        on(&e.hot.downstream).wake_if_counted();
     }
 }
 
