@@ -72,9 +72,9 @@
 
 use std::sync::atomic::Ordering;
 
-use shmring_layout::stamp::{self, Stamp};
+use shmring_layout::stamp::{self, Lap, Stamp};
 use shmring_layout::{consumer_state as cs, owned_word, producer_state as ps};
-use shmring_layout::{IN_FLIGHT_CLAIMING, STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
+use shmring_layout::{IN_FLIGHT_CLAIMING, STAMP_TOMBSTONE, STAMP_WRITING};
 
 use crate::line::Line;
 pub use crate::line::Word;
@@ -450,6 +450,20 @@ pub enum Tombstone {
     Wait,
 }
 
+/// What the slot whose stamp is `slot_stamp` holds for the producer of `seq`, about to write
+/// it on a multi-producer ring of `capacity` slots ([`stamp::lap`]). The producer writes
+/// only once the slot is [`Lap::Free`]: while it is [`Lap::Held`], the previous lap's
+/// producer has not written its sequence yet (no gating consumer waited for it, see
+/// `stamp::lap`), and a write now would be overwritten by that late write, the slot left
+/// with an older stamp than the sequence consumers wait for there. Only the producer of
+/// the next lap changes a free slot, so the answer holds until this producer writes.
+#[inline(always)]
+pub fn slot_lap<W: Word>(slot_stamp: &W, seq: u64, capacity: u64) -> Lap {
+    // Acquire: pairs with the Release stamp store (or tombstone CAS) of the slot's previous
+    // lap: its payload writes happen-before this producer's.
+    stamp::lap(slot_stamp.load(Ordering::Acquire), seq, capacity)
+}
+
 /// Mark sequence `seq`, which a dead producer claimed and never published, as repaired: one
 /// CAS of its slot's stamp from the value read to `seq | STAMP_TOMBSTONE` (see the module
 /// comment). `gate_allows` says whether every gating consumer has read the slot's previous
@@ -476,10 +490,7 @@ pub fn tombstone<W: Word>(
         Stamp::Published | Stamp::Repaired | Stamp::Lapped => return Tombstone::NotNeeded,
         Stamp::Pending => {}
     }
-    let previous_done = match seq.checked_sub(capacity) {
-        Some(prev) => seen == prev || seen == prev | STAMP_TOMBSTONE,
-        None => seen == STAMP_EMPTY,
-    };
+    let previous_done = stamp::lap(seen, seq, capacity) == Lap::Free;
     if !previous_done && seen != seq | STAMP_WRITING {
         return Tombstone::Wait;
     }

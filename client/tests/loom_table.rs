@@ -32,6 +32,7 @@ use loom::thread;
 use loom_word::{model, W};
 use shmring::line::Word;
 use shmring::table::{self, Holder, Procs, Tombstone};
+use shmring_layout::stamp::Lap;
 use shmring_layout::{
     consumer_flags, consumer_state, owned_word, producer_state, SLOT_FLAG_TOMBSTONE,
     STAMP_TOMBSTONE, STAMP_WRITING,
@@ -525,6 +526,68 @@ fn a_repair_waits_for_the_previous_laps_late_write() {
 #[should_panic(expected = "undone")]
 fn control_a_repair_that_does_not_wait_for_the_previous_lap_is_undone() {
     late_previous_lap(true);
+}
+
+/// A slot of a multi-producer ring: its stamp and an event's one word.
+struct LapSlot {
+    stamp: W,
+    event: AtomicU64,
+}
+
+/// A producer of a multi-producer ring writes `value` as `seq` into `slot` past the wrap
+/// gate, as `Producer::begin_write` and the slot write do: it waits while the slot is held
+/// for the previous lap (`table::slot_lap`), unless `old_rule` (the plain write the
+/// producers made before).
+fn write_lap(slot: &LapSlot, seq: u64, value: u64, old_rule: bool) {
+    if !old_rule {
+        while table::slot_lap(&slot.stamp, seq, CAPACITY) == Lap::Held {
+            thread::yield_now();
+        }
+    }
+    slot.stamp.store(seq | STAMP_WRITING, Ordering::Relaxed);
+    fence(Ordering::Release);
+    slot.event.store(value, Ordering::Relaxed);
+    slot.stamp.store(seq, Ordering::Release);
+}
+
+/// Producer 1 claimed `PREVIOUS_LAP` and is descheduled before its write; every consumer
+/// attached after that claim, so none gates it, and producer 2 passes the wrap gate for
+/// `S`, a lap later, in the same slot (which still holds the lap before, `S - 2 capacity`).
+/// Whatever the order, the slot ends with `S` and its event: the late write never lands
+/// over the later lap (which would leave consumers at `S` waiting at an older stamp for
+/// good).
+fn late_claim_and_later_lap(old_rule: bool) {
+    model(move || {
+        let slot = Arc::new(LapSlot {
+            stamp: W::new(S - 2 * CAPACITY),
+            event: AtomicU64::new(0),
+        });
+        let late = {
+            let slot = slot.clone();
+            thread::spawn(move || write_lap(&slot, PREVIOUS_LAP, 1, old_rule))
+        };
+        write_lap(&slot, S, 2, old_rule);
+        late.join().unwrap();
+        assert_eq!(
+            (
+                slot.stamp.load(Ordering::SeqCst),
+                slot.event.load(Ordering::SeqCst)
+            ),
+            (S, 2),
+            "the previous lap's late write landed over the later lap"
+        );
+    });
+}
+
+#[test]
+fn a_later_lap_waits_for_the_previous_laps_late_write() {
+    late_claim_and_later_lap(false);
+}
+
+#[test]
+#[should_panic(expected = "landed over the later lap")]
+fn control_a_later_lap_that_does_not_wait_is_overwritten() {
+    late_claim_and_later_lap(true);
 }
 
 /// A consumer entry's word and the fields its holder writes beside it.

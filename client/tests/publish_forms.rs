@@ -403,3 +403,56 @@ fn a_timed_publish_waits_for_its_timeout_then_gives_up() {
         assert_eq!(ring.info().head, 16, "{mode:?}: a timeout spent a sequence");
     }
 }
+
+/// A claim that no consumer gates (every consumer attached after it was taken) is not
+/// lapped before its producer writes it: the next lap's publish into the same slot waits
+/// for that write (the try forms are refused as `Full`, a bounded publish times out, a
+/// blocking one returns once the claim is committed), and the consumer gets every event
+/// past the claim, the later lap included, whole. Without the wait the later lap was
+/// written at once and the claim's commit then stamped the slot with its older sequence:
+/// the consumer waited at sequence 16 for good.
+#[test]
+fn a_later_lap_waits_for_a_claim_no_consumer_gates() {
+    let ns = Namespace::concurrent("latelap");
+    let ring = ring(&ns, ProducerMode::Multi);
+    let mut a = ring.producer().unwrap();
+    let mut b = ring.producer().unwrap();
+    let mut claim = a.claim().unwrap();
+    assert_eq!(claim.sequence(), 0);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    assert_eq!(
+        c.next_sequence(),
+        1,
+        "attached after the claim: it does not gate it"
+    );
+    for v in 1..16u64 {
+        assert_eq!(b.publish(&v.to_le_bytes()), Ok(v));
+    }
+    // Sequence 16 goes to the claim's slot; the consumer at 1 leaves room for it.
+    let lap = 16u64.to_le_bytes();
+    assert_eq!(b.try_publish(&lap), Err(TryPublishError::Full));
+    assert_eq!(
+        b.publish_timeout(&lap, Duration::from_millis(20)),
+        Err(TryPublishError::Timeout)
+    );
+    assert_eq!(
+        b.try_publish_batch(&events(16..18)),
+        Err(TryPublishError::Full)
+    );
+    let later = std::thread::spawn(move || (b.publish(&lap), b));
+    // The blocking publish takes sequence 16, then waits for the claim's write.
+    shmring_testkit::poll::eventually("the later lap's claim", || ring.head() == 17);
+    claim.write(&0u64.to_le_bytes()).unwrap();
+    assert_eq!(claim.commit(), 0);
+    let (published, mut b) = later.join().expect("the later lap's publisher");
+    assert_eq!(published, Ok(16));
+    let seen = drain(&mut c);
+    assert_eq!(values(&seen), (1..17).collect::<Vec<_>>());
+    assert_eq!(seen.last().map(|s| s.0), Some(16));
+    assert_eq!(
+        b.try_publish(&17u64.to_le_bytes()),
+        Ok(17),
+        "the next slot is free"
+    );
+    assert_eq!(values(&drain(&mut c)), [17]);
+}

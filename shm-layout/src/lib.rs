@@ -96,6 +96,39 @@ pub mod stamp {
         matches!(read(stamp, seq), Stamp::Published | Stamp::Repaired)
     }
 
+    /// What a slot holds for the producer of `seq` on a ring of `capacity` slots, before
+    /// it writes there (see [`lap`]).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Lap {
+        /// The slot is done with every earlier sequence: the previous lap `seq - capacity`
+        /// is published or repaired, or on the first lap the slot was never written.
+        Free,
+        /// An earlier sequence is still to be written there: the previous lap claimed and
+        /// not written yet (the slot holds an older lap), or being written.
+        Held,
+        /// `seq` or a later sequence is there already (written, being written or repaired).
+        Taken,
+    }
+
+    /// Read `stamp` for the producer that holds `seq` (below `MAX_SEQUENCE`) on a ring of
+    /// `capacity` slots. The wrap gate lets a producer write `seq` once every gating
+    /// consumer has read `seq - capacity`, but a consumer that attached after the previous
+    /// lap was claimed does not gate it: the slot may still be waiting for that write.
+    #[inline(always)]
+    pub const fn lap(stamp: u64, seq: u64, capacity: u64) -> Lap {
+        let free = match seq.checked_sub(capacity) {
+            Some(previous) => stamp == previous || stamp == previous | STAMP_TOMBSTONE,
+            None => stamp == STAMP_EMPTY,
+        };
+        if free {
+            Lap::Free
+        } else if stamp != STAMP_EMPTY && sequence(stamp) >= seq {
+            Lap::Taken
+        } else {
+            Lap::Held
+        }
+    }
+
     /// Whether a reader waiting for `seq` has something to act on: `seq` itself (an event
     /// or a tombstone), or a later sequence (it was lapped). Not a sequence of the previous
     /// lap, not `seq` while it is being written (or was left half written by a producer
@@ -278,5 +311,37 @@ mod tests {
         );
         assert!(!stamp::reached(seq | STAMP_WRITING, seq), "being written");
         assert!(!stamp::reached(STAMP_EMPTY, seq), "never written");
+    }
+
+    #[test]
+    fn a_slot_is_free_for_a_sequence_only_once_its_previous_lap_is_done() {
+        use stamp::{lap, Lap};
+        let (seq, cap) = (40, 16);
+        assert_eq!(lap(24, seq, cap), Lap::Free, "the previous lap published");
+        assert_eq!(
+            lap(24 | STAMP_TOMBSTONE, seq, cap),
+            Lap::Free,
+            "and repaired"
+        );
+        assert_eq!(lap(STAMP_EMPTY, 3, cap), Lap::Free, "the first lap");
+        assert_eq!(
+            lap(STAMP_EMPTY, seq, cap),
+            Lap::Held,
+            "the previous lap to come"
+        );
+        assert_eq!(
+            lap(24 | STAMP_WRITING, seq, cap),
+            Lap::Held,
+            "being written"
+        );
+        assert_eq!(lap(8, seq, cap), Lap::Held, "two laps back");
+        assert_eq!(lap(seq, seq, cap), Lap::Taken, "this sequence");
+        assert_eq!(
+            lap(seq | STAMP_WRITING, seq, cap),
+            Lap::Taken,
+            "being written by its producer"
+        );
+        assert_eq!(lap(seq | STAMP_TOMBSTONE, seq, cap), Lap::Taken, "repaired");
+        assert_eq!(lap(seq + cap, seq, cap), Lap::Taken, "a later lap");
     }
 }

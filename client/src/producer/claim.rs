@@ -87,7 +87,7 @@ impl Producer {
         }
         for seq in first..first + n {
             let slot = self.seg.slot(seq);
-            Self::begin_write(&slot, seq);
+            self.begin_write(&slot, seq);
             if lens {
                 // Relaxed: published by the Release stamp store in `finish_range`.
                 slot.header.len.store(0, Ordering::Relaxed);

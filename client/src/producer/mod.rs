@@ -47,6 +47,8 @@ use shmring_layout::{
     SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
 
+use shmring_layout::stamp::Lap;
+
 use crate::lifecycle::{is_deleted, SegEnv};
 use crate::line::{self, Fast, Refused};
 use crate::park::{self, Parked, WakeCounts, PARK_NET};

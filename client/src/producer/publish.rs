@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// How long a producer waiting for a slot's previous lap sleeps between looks, once it has
+/// spun and yielded (see [`Producer::begin_write`]): that write usually comes within a
+/// scheduling quantum, and nothing wakes the producer for it.
+const LAP_SLEEP: Duration = Duration::from_micros(100);
+
 impl Producer {
     pub(super) fn refuse(&mut self) {
         self.refused += 1;
@@ -221,7 +226,7 @@ impl Producer {
                 // Another process overwrote the claim word: no wait for room ends that.
                 return Err(TryPublishError::CorruptPosition { position: c });
             }
-            if !self.has_room(c + n - 1) {
+            if !self.has_room(c + n - 1) || !self.laps_free(c, n) {
                 return Err(TryPublishError::Full);
             }
             table::producer::announce_claim(&self.entry().in_flight);
@@ -268,9 +273,17 @@ impl Producer {
         table::producer::clear_claim(&self.entry().in_flight);
     }
 
-    /// Mark `slot` as being written with `seq` (seqlock for optional readers).
+    /// Mark `slot` as being written with `seq` (seqlock for optional readers). On a
+    /// multi-producer ring, first wait while the slot is held for its previous lap
+    /// (`table::slot_lap`): the wrap gate passed `seq`, but a consumer that attached after
+    /// the previous lap was claimed does not gate that claim, whose producer may not have
+    /// written it yet. A slot already taken by `seq` or a later sequence (this producer's
+    /// own WRITING stamp, or a repair that judged it dead) is written as it is.
     #[inline(always)]
-    pub(super) fn begin_write(slot: &Slot<'_>, seq: u64) {
+    pub(super) fn begin_write(&self, slot: &Slot<'_>, seq: u64) {
+        if !self.single && table::slot_lap(&slot.header.stamp, seq, self.capacity) == Lap::Held {
+            self.wait_for_lap(slot, seq, None);
+        }
         slot.header
             .stamp
             .store(seq | STAMP_WRITING, Ordering::Relaxed);
@@ -278,6 +291,60 @@ impl Producer {
         // point and then issues its Acquire fence also sees the WRITING stamp, and discards
         // its copy (`Consumer::poll_once`, optional path).
         fence(Ordering::Release);
+    }
+
+    /// Wait until `slot` is no longer held for the lap before `seq` (multi-producer, see
+    /// [`Producer::begin_write`]): spin, yield, then sleep between looks (the late write
+    /// wakes no producer). Returns false if the ring was deleted or `deadline` passed first.
+    /// A previous lap whose producer died is repaired by the broker (a tombstone, after the
+    /// ring's unblock timeout), as a consumer waiting at it would be.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_lap(&self, slot: &Slot<'_>, seq: u64, deadline: Option<Instant>) -> bool {
+        let mut idle = crate::wait::Idler::new(crate::WaitStrategy::PhasedBackoff {
+            spins: 64,
+            yields: 16,
+            fallback: crate::Fallback::Sleep(LAP_SLEEP),
+        });
+        while table::slot_lap(&slot.header.stamp, seq, self.capacity) == Lap::Held {
+            if self.deleted() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            match idle.next() {
+                Step::Spin => std::hint::spin_loop(),
+                Step::Yield => std::thread::yield_now(),
+                Step::Sleep(d) => std::thread::sleep(d),
+                Step::Park => std::thread::sleep(LAP_SLEEP),
+            }
+        }
+        true
+    }
+
+    /// Whether no slot of `first..first + n` is held for its previous lap (always, on a
+    /// single-producer ring): the try forms' room includes it, so that they never take a
+    /// claim they would have to wait to write.
+    fn laps_free(&self, first: u64, n: u64) -> bool {
+        self.single
+            || (first..first + n).all(|seq| {
+                table::slot_lap(&self.seg.slot(seq).header.stamp, seq, self.capacity) != Lap::Held
+            })
+    }
+
+    /// The bounded forms' wait after a refusal for want of room at `first..first + n`: for
+    /// the wrap gate, or, with the gate passed, for the slots' previous laps.
+    fn wait_for_room_or_laps(&mut self, first: u64, n: u64, deadline: Instant) {
+        let last = first + n - 1;
+        if !self.has_room(last) {
+            // No claim is held here (the CAS takes it once there is room): a stop ends the
+            // wait, and the claim then refuses.
+            self.wait_for_room(last, Some(deadline), true);
+            return;
+        }
+        for seq in first..=last {
+            if !self.wait_for_lap(&self.seg.slot(seq), seq, Some(deadline)) {
+                return;
+            }
+        }
     }
 
     #[inline(always)]
@@ -301,7 +368,7 @@ impl Producer {
     #[inline(always)]
     fn write_slot(&self, seq: u64, bytes: &[u8], flags: u32) {
         let slot = self.seg.slot(seq);
-        Self::begin_write(&slot, seq);
+        self.begin_write(&slot, seq);
         Self::fill(&slot, bytes, flags);
         Self::stamp(&slot, seq);
     }
@@ -601,9 +668,7 @@ impl Producer {
                     } else {
                         self.seg.position()
                     };
-                    // No claim is held here (the CAS takes it once there is room): a stop ends the
-                    // wait, and the claim then refuses.
-                    self.wait_for_room(next, Some(deadline), true);
+                    self.wait_for_room_or_laps(next, 1, deadline);
                 }
                 Err(TryPublishError::Full) => {
                     self.refuse();
@@ -688,7 +753,7 @@ impl Producer {
         for (i, e) in events.clone().enumerate() {
             let seq = first + i as u64;
             let slot = slots.get(seq);
-            Self::begin_write(&slot, seq);
+            self.begin_write(&slot, seq);
             Self::fill(&slot, e, 0);
             n += 1;
         }
@@ -795,8 +860,7 @@ impl Producer {
                     } else {
                         self.seg.position()
                     };
-                    // As in `publish_deadline`.
-                    self.wait_for_room(next + n - 1, Some(deadline), true);
+                    self.wait_for_room_or_laps(next, n, deadline);
                 }
                 Err(TryPublishError::Full) => {
                     self.refuse();
@@ -856,7 +920,7 @@ impl Drop for BatchGuard<'_> {
                 // them before its flags: an optional consumer still copying a slot's last
                 // lap must see its copy spoilt, not take that event for a tombstone.
                 for seq in first..first + n {
-                    Producer::begin_write(&self.0.seg.slot(seq), seq);
+                    self.0.begin_write(&self.0.seg.slot(seq), seq);
                 }
             }
             self.0.finish_range(first, n, SLOT_FLAG_TOMBSTONE);
