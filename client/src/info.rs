@@ -440,6 +440,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 late_wakeups: 0,
                 net_wakeups: 0,
                 room_waits: 0,
+                lap_waits: 0,
             },
         });
     }

@@ -288,8 +288,9 @@ impl Ring {
         }
     }
 
-    /// Tombstone every unpublished sequence from the slowest consumer to the head that no
-    /// other attached producer holds (`skip` is the dead producer's entry). If another
+    /// Tombstone every unpublished sequence from the slowest consumer (on a multi-producer
+    /// ring, from `max_producers * capacity` below the head: see `from` below) to the head
+    /// that no other attached producer holds (`skip` is the dead producer's entry). If another
     /// producer is itself between announcing and recording a claim, nothing is done now.
     fn repair_unattributed(&self, skip: u32) -> Repair {
         let mut repair = Repair::default();
@@ -325,11 +326,20 @@ impl Ring {
                     && table::producer::holder(&table::Os, word, start_time) != Holder::Open
             })
             .map(|p| (&p.in_flight, &p.in_flight_len));
-        // Holes lie at or after the slowest gating consumer; a live producer's claim can be
-        // at most max_producers claims of capacity/2 ahead of it, so this range is bounded.
+        // On a single-producer ring holes lie at or after the slowest gating consumer. On a
+        // multi-producer ring a hole may lie below it, gated by no consumer (every one
+        // attached after it was claimed): the next lap's producer waits for its slot
+        // (`table::take_slot`), and so does every claim past it, each producer holding at
+        // most one claim of capacity/2, so the hole is at most max_producers * capacity
+        // below the head. Tombstones there are safe: `tombstone` marks only a slot done
+        // with its previous lap.
+        let bound = |head: u64| head.saturating_sub(u64::from(geo.max_producers) * geo.capacity);
         let from = |head: u64| {
-            gating::scan(&self.seg)
-                .max(head.saturating_sub(u64::from(geo.max_producers) * geo.capacity))
+            if line.single {
+                gating::scan(&self.seg).max(bound(head))
+            } else {
+                bound(head)
+            }
         };
         let scanned = table::producer::unattributed_hole(&line, live, from, |seq| {
             repair.count(self.tombstone(seq))

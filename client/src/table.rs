@@ -66,15 +66,15 @@
 //!
 //! A dead producer's unpublished sequence `s` is marked with one CAS of the slot stamp from
 //! the value the repair read to `s | STAMP_TOMBSTONE` ([`tombstone`]). Nothing else of the
-//! slot is written, so there is no half-written tombstone: a producer of the next lap that
-//! got the slot first makes the CAS fail, one that comes after overwrites the whole word,
-//! and a consumer sees the old stamp, the tombstone or a newer sequence, never a mix.
+//! slot is written, so there is no half-written tombstone: a producer of the next lap takes
+//! the slot only once it holds `s` or the tombstone ([`take_slot`]), then writes the whole
+//! word, and a consumer sees the old stamp, the tombstone or a newer sequence, never a mix.
 
 use std::sync::atomic::Ordering;
 
 use shmring_layout::stamp::{self, Lap, Stamp};
 use shmring_layout::{consumer_state as cs, owned_word, producer_state as ps};
-use shmring_layout::{IN_FLIGHT_CLAIMING, STAMP_TOMBSTONE, STAMP_WRITING};
+use shmring_layout::{IN_FLIGHT_CLAIMING, STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
 
 use crate::line::Line;
 pub use crate::line::Word;
@@ -450,18 +450,51 @@ pub enum Tombstone {
     Wait,
 }
 
-/// What the slot whose stamp is `slot_stamp` holds for the producer of `seq`, about to write
-/// it on a multi-producer ring of `capacity` slots ([`stamp::lap`]). The producer writes
-/// only once the slot is [`Lap::Free`]: while it is [`Lap::Held`], the previous lap's
-/// producer has not written its sequence yet (no gating consumer waited for it, see
-/// `stamp::lap`), and a write now would be overwritten by that late write, the slot left
-/// with an older stamp than the sequence consumers wait for there. Only the producer of
-/// the next lap changes a free slot, so the answer holds until this producer writes.
+/// What the slot whose stamp is `slot_stamp` holds for the producer of `seq` on a
+/// multi-producer ring of `capacity` slots ([`stamp::lap`]), looked at without taking it:
+/// for a producer that has not claimed `seq` yet (the try forms' room). Only the producer
+/// of `seq` changes the slot once it is [`Lap::Free`], so the answer holds until it writes.
 #[inline(always)]
 pub fn slot_lap<W: Word>(slot_stamp: &W, seq: u64, capacity: u64) -> Lap {
-    // Acquire: pairs with the Release stamp store (or tombstone CAS) of the slot's previous
-    // lap: its payload writes happen-before this producer's.
+    // Acquire: as in `take_slot`.
     stamp::lap(slot_stamp.load(Ordering::Acquire), seq, capacity)
+}
+
+/// The producer of `seq`, past the wrap gate on a multi-producer ring of `capacity` slots,
+/// takes the slot whose stamp is `slot_stamp` for its write: one CAS from the previous
+/// lap's stamp to `seq | STAMP_WRITING`, made only while the slot is [`Lap::Free`]. While
+/// it is [`Lap::Held`] the previous lap's producer has not written its sequence yet (no
+/// gating consumer waited for it, see `stamp::lap`): a write now would be overwritten by
+/// that late write, leaving the slot with an older stamp than the sequence consumers wait
+/// for there, so the caller waits and asks again. [`Lap::Taken`]: `seq` or a later
+/// sequence is there (this producer's own WRITING stamp, or a repair that judged it dead);
+/// nothing was written. The common case is one CAS, which takes the line in one step where
+/// a look and then a store would fetch it twice from the consumer reading it.
+#[inline(always)]
+pub fn take_slot<W: Word>(slot_stamp: &W, seq: u64, capacity: u64) -> Lap {
+    let mut free = match seq.checked_sub(capacity) {
+        Some(previous) => previous,
+        None => STAMP_EMPTY,
+    };
+    loop {
+        // Acquire: pairs with the Release stamp store (or tombstone CAS) of the slot's
+        // previous lap: its writes happen-before this producer's. The WRITING stamp itself
+        // is ordered before the payload by the caller's Release fence, as a plain store was.
+        match slot_stamp.compare_exchange(
+            free,
+            seq | STAMP_WRITING,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Lap::Free,
+            Err(now) => match stamp::lap(now, seq, capacity) {
+                // The previous lap repaired: its other free stamp. A free slot changes only
+                // by this producer, so this CAS is the last.
+                Lap::Free => free = now,
+                other => return other,
+            },
+        }
+    }
 }
 
 /// Mark sequence `seq`, which a dead producer claimed and never published, as repaired: one

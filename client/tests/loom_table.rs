@@ -535,16 +535,17 @@ struct LapSlot {
 }
 
 /// A producer of a multi-producer ring writes `value` as `seq` into `slot` past the wrap
-/// gate, as `Producer::begin_write` and the slot write do: it waits while the slot is held
-/// for the previous lap (`table::slot_lap`), unless `old_rule` (the plain write the
-/// producers made before).
+/// gate, as `Producer::begin_write` and the slot write do: its WRITING stamp takes the slot
+/// from the previous lap (`table::take_slot`), waiting while the slot is held for it, unless
+/// `old_rule` (the plain WRITING store the producers made before).
 fn write_lap(slot: &LapSlot, seq: u64, value: u64, old_rule: bool) {
-    if !old_rule {
-        while table::slot_lap(&slot.stamp, seq, CAPACITY) == Lap::Held {
+    if old_rule {
+        slot.stamp.store(seq | STAMP_WRITING, Ordering::Relaxed);
+    } else {
+        while table::take_slot(&slot.stamp, seq, CAPACITY) == Lap::Held {
             thread::yield_now();
         }
     }
-    slot.stamp.store(seq | STAMP_WRITING, Ordering::Relaxed);
     fence(Ordering::Release);
     slot.event.store(value, Ordering::Relaxed);
     slot.stamp.store(seq, Ordering::Release);

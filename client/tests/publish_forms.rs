@@ -436,6 +436,11 @@ fn a_later_lap_waits_for_a_claim_no_consumer_gates() {
         Err(TryPublishError::Timeout)
     );
     assert_eq!(
+        (b.stats().lap_waits, b.stats().room_waits),
+        (1, 0),
+        "the bounded publish waited for the slot, not for room"
+    );
+    assert_eq!(
         b.try_publish_batch(&events(16..18)),
         Err(TryPublishError::Full)
     );
@@ -455,4 +460,37 @@ fn a_later_lap_waits_for_a_claim_no_consumer_gates() {
         "the next slot is free"
     );
     assert_eq!(values(&drain(&mut c)), [17]);
+}
+
+/// A producer of a multi-producer ring killed between taking a sequence and recording it
+/// leaves a hole with no name; when every consumer attached after it, none gates it, and
+/// the next lap's producer waits for that slot. The repair finds the hole below the gate
+/// and tombstones it, and that producer goes on. Before, the repair looked only from the
+/// slowest gating consumer on, and the next lap waited for good.
+#[test]
+fn a_hole_no_consumer_gates_is_repaired_for_the_next_lap() {
+    use shmring_layout::IN_FLIGHT_CLAIMING;
+    let ns = Namespace::concurrent("ungatedhole");
+    let ring = ring(&ns, ProducerMode::Multi);
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    // Sequence 0, taken by a process that died before it knew which.
+    raw.set_claim_word(1);
+    let (pid, start) = shmring_testkit::fault::dead_process();
+    let word = raw.fabricate_dead_producer(1, pid, start, IN_FLIGHT_CLAIMING, 0);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    assert_eq!(c.next_sequence(), 1, "attached after the hole");
+    let mut b = ring.producer().unwrap();
+    for v in 1..16u64 {
+        assert_eq!(b.publish(&v.to_le_bytes()), Ok(v));
+    }
+    let lap = 16u64.to_le_bytes();
+    assert_eq!(
+        b.try_publish(&lap),
+        Err(TryPublishError::Full),
+        "slot 0 waits"
+    );
+    let repair = ring.repair_dead_producer(1, word);
+    assert_eq!((repair.tombstoned, repair.waiting), (1, 0));
+    assert_eq!(b.try_publish(&lap), Ok(16));
+    assert_eq!(values(&drain(&mut c)), (1..17).collect::<Vec<_>>());
 }

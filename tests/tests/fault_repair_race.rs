@@ -3,7 +3,8 @@
 //! A producer SIGKILLed between announcing a claim and learning its sequence
 //! (`in_flight == IN_FLIGHT_CLAIMING`, the store just before its `fetch_add`) leaves a hole
 //! nobody can name. `Ring::repair_dead_producer` then tombstones every unpublished sequence
-//! between the slowest consumer and the head that no other live producer holds. That must
+//! below the head (from `max_producers * capacity` below it) that no other live producer
+//! holds. That must
 //! never include a sequence a live producer is publishing: its publish returns `Ok`, so the
 //! event was accepted and has to reach every required consumer.
 //!

@@ -73,6 +73,9 @@ pub struct Producer {
     parks: u64,
     /// Waits for room (see [`ProducerStats::room_waits`]).
     room_waits: u64,
+    /// Waits for a slot's previous lap (see [`ProducerStats::lap_waits`]); counted where the
+    /// handle is borrowed shared, as the slot write is.
+    lap_waits: Cell<u64>,
     /// How its parks for room ended.
     wakes: WakeCounts,
     /// Whether this process has registered for membarrier, as far as this handle knows: its
@@ -109,6 +112,12 @@ pub struct Producer {
     /// it, and again from any other claim (see [`Producer::hold_position`]) or a common
     /// case that was not accepted at once. While it is set, the claim word is the position.
     fast_end: u64,
+    /// Multi-producer ring: this producer's own run of claims, the sequences from its first
+    /// claim after another producer's (or a refusal) to the end of its last one. Each of
+    /// them was written before the next claim was taken (a claim guard is committed,
+    /// dropped or, leaked, tombstoned first), so a sequence whose previous lap lies in the
+    /// run takes its slot without looking at it (see [`Producer::begin_write`]).
+    run: std::ops::Range<u64>,
     /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither
     /// committed nor dropped (leaked with `mem::forget`): tombstoned before the next claim
     /// or at detach, so they are no hole.
@@ -142,6 +151,11 @@ pub struct ProducerStats {
     /// multi-producer ring whose freed room another producer took waits, and counts, again.
     /// Counted by this handle only (0 in `Ring::info`).
     pub room_waits: u64,
+    /// Waits for a slot's previous lap (multi-producer rings): times a publish, batch or
+    /// claim found the slot of a sequence it holds (or a bounded publish one it would take)
+    /// still waiting for the lap before it, a claim no consumer gated, and waited, however
+    /// the wait ended. Counted by this handle only (0 in `Ring::info`).
+    pub lap_waits: u64,
 }
 
 mod attach;
@@ -251,6 +265,7 @@ impl Producer {
             late_wakeups: self.wakes.late,
             net_wakeups: self.wakes.lost,
             room_waits: self.room_waits,
+            lap_waits: self.lap_waits.get(),
         }
     }
 }
