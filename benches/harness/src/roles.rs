@@ -823,7 +823,8 @@ fn shm_producer(args: &Args) -> Result<()> {
             ring.fence_mode().map_or(-1.0, |f| f as u32 as f64),
         )
         .set("parks", p.stats().parks as f64)
-        .set("room_waits", p.stats().room_waits as f64);
+        .set("room_waits", p.stats().room_waits as f64)
+        .set("lap_waits", p.stats().lap_waits as f64);
     if time_each || mode == "clock" {
         m.hist = Some(hist);
     }

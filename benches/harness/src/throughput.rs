@@ -430,6 +430,12 @@ fn one_ring(
             "producer_room_waits".into(),
             p.producers.iter().filter_map(|m| m.get("room_waits")).sum(),
         );
+        // How often a multi-producer slot still waited for its previous lap (a claim no
+        // consumer gated, whose producer had not written it yet).
+        r.extra.insert(
+            "producer_lap_waits".into(),
+            p.producers.iter().filter_map(|m| m.get("lap_waits")).sum(),
+        );
         r.extra.insert("event_bytes".into(), size as f64);
         r.extra.insert("batch".into(), batch as f64);
         // The consumer's mean run: events per poll that delivered any (1 when it keeps up
