@@ -229,6 +229,20 @@ pub(crate) enum Step {
     Park,
 }
 
+impl Step {
+    /// Take this step where it needs no wake line: spin, yield or sleep. `false` for
+    /// [`Step::Park`], which the caller takes on its own line.
+    pub(crate) fn pause(self) -> bool {
+        match self {
+            Step::Spin => std::hint::spin_loop(),
+            Step::Yield => std::thread::yield_now(),
+            Step::Sleep(d) => std::thread::sleep(d),
+            Step::Park => return false,
+        }
+        true
+    }
+}
+
 /// The back-off state of one waiter: ask [`Idler::next`] after every empty look and
 /// [`Idler::reset`] after progress.
 #[derive(Debug, Clone)]

@@ -218,11 +218,8 @@ impl Consumer {
             }
             _ => None,
         };
-        match self.idler.next() {
-            Step::Spin => std::hint::spin_loop(),
-            Step::Yield => std::thread::yield_now(),
-            Step::Sleep(d) => std::thread::sleep(d),
-            Step::Park => self.park(timeout.map_or(PARK_NET, |t| t.min(PARK_NET))),
+        if !self.idler.next().pause() {
+            self.park(timeout.map_or(PARK_NET, |t| t.min(PARK_NET)));
         }
         Ok(None)
     }

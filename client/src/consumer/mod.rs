@@ -41,7 +41,7 @@ use crate::lifecycle::is_deleted;
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::{Attached, Events, Segment, Slots};
 use crate::table::{self, Holder};
-use crate::wait::{Idler, Step};
+use crate::wait::Idler;
 use crate::{fence, fixed, process, AttachError, Event, PollError, Ring, WaitStrategy};
 
 /// Default number of events one `poll_once` delivers at most.

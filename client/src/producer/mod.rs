@@ -54,7 +54,7 @@ use crate::line::{self, Fast, Refused};
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::{Attached, Segment, Slot};
 use crate::table::{self, Holder};
-use crate::wait::{producer_backoff, Step};
+use crate::wait::producer_backoff;
 use crate::{fence, fixed, gating, process};
 use crate::{AttachError, PublishError, Ring, TryPublishError};
 

@@ -161,6 +161,14 @@ impl Producer {
         Err(PublishError::Closed)
     }
 
+    /// Whether a wait for room or for a lap ends unmet: the ring was deleted, `deadline`
+    /// passed, or (`until_closed`: the caller holds no claim yet) the ring closed.
+    fn gives_up(&self, deadline: Option<Instant>, until_closed: bool) -> bool {
+        self.deleted()
+            || deadline.is_some_and(|d| Instant::now() >= d)
+            || (until_closed && self.seg.line().is_closed())
+    }
+
     /// Wait until `last` may be written: spin, yield, then park on the producer wake line
     /// until a consumer commits. Returns false if the ring was deleted, if `deadline`
     /// passed first, or (`until_closed`: the caller holds no claim yet) if the ring closed.
@@ -170,34 +178,27 @@ impl Producer {
         let mut idle = producer_backoff();
         let need = (last + 1).saturating_sub(self.capacity);
         while !self.has_room(last) {
-            if self.deleted()
-                || deadline.is_some_and(|d| Instant::now() >= d)
-                || (until_closed && self.seg.line().is_closed())
-            {
+            if self.gives_up(deadline, until_closed) {
                 return false;
             }
-            match idle.next() {
-                Step::Spin => std::hint::spin_loop(),
-                Step::Yield => std::thread::yield_now(),
-                Step::Sleep(d) => std::thread::sleep(d),
-                Step::Park => {
-                    let net = deadline.map_or(PARK_NET, |d| {
-                        d.saturating_duration_since(Instant::now()).min(PARK_NET)
-                    });
-                    let seg = &*self.seg;
-                    // A stop wakes this line: a caller that may give up on it looks too.
-                    let closed = || until_closed && seg.line().is_closed();
-                    let parked = park::park(&seg.lines().producer_wake.value, net, || {
-                        gating::refresh(seg, need) >= need || self.deleted() || closed()
-                    });
-                    self.wakes
-                        .count(parked, || gating::refresh(seg, need) >= need || closed());
-                    if parked != Parked::Ready {
-                        self.parks += 1;
-                        // Relaxed: a counter only this producer writes.
-                        self.entry().parks.store(self.parks, Ordering::Relaxed);
-                    }
-                }
+            if idle.next().pause() {
+                continue;
+            }
+            let net = deadline.map_or(PARK_NET, |d| {
+                d.saturating_duration_since(Instant::now()).min(PARK_NET)
+            });
+            let seg = &*self.seg;
+            // A stop wakes this line: a caller that may give up on it looks too.
+            let closed = || until_closed && seg.line().is_closed();
+            let parked = park::park(&seg.lines().producer_wake.value, net, || {
+                gating::refresh(seg, need) >= need || self.deleted() || closed()
+            });
+            self.wakes
+                .count(parked, || gating::refresh(seg, need) >= need || closed());
+            if parked != Parked::Ready {
+                self.parks += 1;
+                // Relaxed: a counter only this producer writes.
+                self.entry().parks.store(self.parks, Ordering::Relaxed);
             }
         }
         true
@@ -365,17 +366,12 @@ impl Producer {
             fallback: crate::Fallback::Sleep(LAP_SLEEP),
         });
         while table::slot_lap(&slot.header.stamp, seq, self.capacity) == Lap::Held {
-            if self.deleted()
-                || deadline.is_some_and(|d| Instant::now() >= d)
-                || (until_closed && self.seg.line().is_closed())
-            {
+            if self.gives_up(deadline, until_closed) {
                 return false;
             }
-            match idle.next() {
-                Step::Spin => std::hint::spin_loop(),
-                Step::Yield => std::thread::yield_now(),
-                Step::Sleep(d) => std::thread::sleep(d),
-                Step::Park => std::thread::sleep(LAP_SLEEP),
+            if !idle.next().pause() {
+                // Not given by a back-off that falls back to sleeping.
+                std::thread::sleep(LAP_SLEEP);
             }
         }
         true
