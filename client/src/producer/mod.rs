@@ -42,12 +42,11 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use shmring_layout::stamp::Lap;
 use shmring_layout::{
     owned_word, FenceMode, ProducerEntry, ProducerMode, CLAIM_CLOSED, MAX_SEQUENCE,
     SLOT_FLAG_TOMBSTONE, STAMP_WRITING,
 };
-
-use shmring_layout::stamp::Lap;
 
 use crate::lifecycle::{is_deleted, SegEnv};
 use crate::line::{self, Fast, Refused};
