@@ -112,7 +112,7 @@ pub struct Producer {
     /// case that was not accepted at once. While it is set, the claim word is the position.
     fast_end: u64,
     /// Multi-producer ring: this producer's own run of claims, the sequences from its first
-    /// claim after another producer's (or a refusal) to the end of its last one. Each of
+    /// claim after another producer's to the end of its last one. Each of
     /// them was written before the next claim was taken (a claim guard is committed,
     /// dropped or, leaked, tombstoned first), so a sequence whose previous lap lies in the
     /// run takes its slot without looking at it (see [`Producer::begin_write`]).

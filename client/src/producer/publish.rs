@@ -115,9 +115,9 @@ impl Producer {
             Err(r) => {
                 self.clear_in_flight();
                 // The close recorded the claim count before it set CLOSED; this increment of
-                // the low bits is discarded when the ring starts again (see `line`), and the
-                // sequences after it are handed out again: the run ends here.
-                self.run = 0..0;
+                // the low bits is discarded when the ring starts again (see `line`). It takes
+                // no sequence, so the run stays as it was: the next claim follows its end
+                // only if nobody else claimed in between.
                 self.refuse();
                 return Err(match r {
                     Refused::Closed => PublishError::Closed,
