@@ -306,6 +306,7 @@ impl Producer {
     pub(super) fn begin_write(&self, slot: &Slot<'_>, seq: u64) {
         if self.single || seq.wrapping_sub(self.capacity) >= self.run.start && seq >= self.capacity
         {
+            // Relaxed: the Release fence below orders it before the payload (seqlock).
             slot.header
                 .stamp
                 .store(seq | STAMP_WRITING, Ordering::Relaxed);
@@ -338,6 +339,7 @@ impl Producer {
             lap = table::take_slot(&slot.header.stamp, seq, self.capacity);
         }
         if lap != Lap::Free {
+            // Relaxed: the caller's Release fence orders it before the payload (seqlock).
             slot.header
                 .stamp
                 .store(seq | STAMP_WRITING, Ordering::Relaxed);
