@@ -191,10 +191,12 @@ pub mod consumer {
 
     /// Whether an entry in `state` with `flags` and position `next` (the head is `head`)
     /// holds producers as a required consumer at a position they have respected: what a
-    /// takeover must keep holding.
+    /// takeover must keep holding. Not an entry whose holder had not stored its start
+    /// (`STARTING`): its position was read before it gated.
     pub fn gated_required(state: u32, flags: u32, next: u64, head: u64) -> bool {
         matches!(state, cs::ACTIVE | cs::DETACHED | cs::FAILED | cs::RESUMING)
             && flags & shmring_layout::consumer_flags::REQUIRED != 0
+            && flags & shmring_layout::consumer_flags::STARTING == 0
             && next <= head
     }
 

@@ -1018,6 +1018,52 @@ fn a_durable_entry_whose_first_slot_was_reused_is_taken_over_at_the_head() {
     assert_eq!(drain(&mut c), vec![20]);
 }
 
+/// An attacher that died between making its entry ACTIVE and storing its start left the
+/// position it read before that CAS, flagged STARTING. Producers may have run past it while
+/// the entry did not gate yet (a scan before the CAS, a gate cached from it), so a slot
+/// there may be mid-overwrite although it still holds its own sequence: the name is taken
+/// over at the head, and the gap counted, not resumed there.
+#[test]
+fn a_durable_entry_whose_holder_died_before_its_start_is_taken_over_at_the_head() {
+    use shmring_layout::consumer_flags::{DURABLE, REQUIRED, STARTING};
+    let ns = Namespace::concurrent("died_starting");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
+    let mut p = ring.producer().unwrap();
+    for v in 0..5u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    // Its first slot still holds sequence 2: the check for a reused first slot passes.
+    raw.fabricate_consumer(
+        0,
+        shmring_layout::owned_word::pack(2, shmring_layout::consumer_state::ACTIVE, dead),
+        REQUIRED | DURABLE | STARTING,
+        "d",
+        2,
+    );
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    assert_eq!(c.next_sequence(), 5, "starts at the head");
+    assert_eq!(c.stats().dropped_behind, 3, "and counts the gap");
+    assert_eq!(
+        raw.consumer_flags(0) & STARTING,
+        0,
+        "the new holder stored its start"
+    );
+    p.publish(&5u64.to_le_bytes()).unwrap();
+    assert_eq!(drain(&mut c), vec![5]);
+    // A holder that stored its start is taken over where it stopped.
+    drop(c);
+    raw.set_consumer_word(
+        0,
+        shmring_layout::owned_word::pack(9, shmring_layout::consumer_state::ACTIVE, dead),
+    );
+    p.publish(&6u64.to_le_bytes()).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+    assert_eq!(c.next_sequence(), 6);
+    assert_eq!(drain(&mut c), vec![6]);
+}
+
 /// A timeout of `Duration::MAX` ("wait for ever") is a wait with no end, not an overflow of
 /// the clock: the publishes with a timeout and a drain take it.
 #[test]

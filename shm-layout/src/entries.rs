@@ -83,6 +83,12 @@ pub mod consumer_flags {
     /// Declared in the ring's configuration: it gated from the ring's creation, before any
     /// process attached to it.
     pub const DECLARED: u32 = 16;
+    /// Set by an attacher before the compare-and-swap that makes the entry ACTIVE, cleared
+    /// once it has stored its start. Until then `next` is a position read before that
+    /// compare-and-swap (it gates there, so that a scan that sees the entry ACTIVE never
+    /// gates past the start), which producers may have run a lap past: an entry whose
+    /// holder died with this bit set is taken over at the head, not at `next`.
+    pub const STARTING: u32 = 32;
 }
 
 /// How many upstream consumers one consumer may name ([`ConsumerCold::upstream`]).

@@ -69,6 +69,16 @@ pub(super) fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
         .all(|(a, b)| a.load(Ordering::Relaxed) == *b)
 }
 
+/// The holder of entry `e` has stored its start: its `next` is a position producers
+/// respected since before it (see `consumer_flags::STARTING`).
+fn started(e: &ConsumerEntry) {
+    // Release: after the start's Release store, so that whoever reads the flag cleared reads
+    // the start too (a process taking the entry over after this holder died).
+    e.hot
+        .flags
+        .fetch_and(!consumer_flags::STARTING, Ordering::Release);
+}
+
 impl Ring {
     /// Attach a consumer.
     pub fn consumer(&self, options: ConsumerOptions) -> Result<Consumer, AttachError> {
@@ -397,10 +407,12 @@ impl Consumer {
             // by its last CAS, which the take-over CAS read.
             let previous = graph::recorded(seg, i, Ordering::Relaxed);
             graph::record(seg, i, record);
-            // A declared consumer stays declared whoever takes it over. Relaxed: published
-            // by the SeqCst CAS to ACTIVE below.
+            // A declared consumer stays declared whoever takes it over. A provisional
+            // position is flagged STARTING until the start is stored (see `fresh`). Relaxed:
+            // published by the SeqCst CAS to ACTIVE below.
+            let starting = if keep { 0 } else { consumer_flags::STARTING };
             e.hot.flags.store(
-                flags | (old_flags & consumer_flags::DECLARED),
+                flags | (old_flags & consumer_flags::DECLARED) | starting,
                 Ordering::Relaxed,
             );
             let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
@@ -433,6 +445,7 @@ impl Consumer {
             let lost = head.saturating_sub(old_next);
             // Release: pairs with the producers' Acquire scan.
             e.hot.next.store(head, Ordering::Release);
+            started(e);
             if lost > 0 {
                 // Moved ahead as a commit moves it: the consumers that run after this one may
                 // deliver up to here, and those parked are woken, as a commit wakes them.
@@ -515,7 +528,11 @@ impl Consumer {
         e.cold
             .group
             .store(group.map_or(0, |g| g + 1), Ordering::Relaxed);
-        e.hot.flags.store(flags, Ordering::Relaxed);
+        // STARTING until the start is stored (`started`). Relaxed: published by the SeqCst
+        // CAS to ACTIVE below.
+        e.hot
+            .flags
+            .store(flags | consumer_flags::STARTING, Ordering::Relaxed);
         // The provisional position, the CAS to ACTIVE, the start (`graph::start_fresh`,
         // which the loom models run too). A scan that sees the entry ACTIVE before its start
         // is stored gates at or before the provisional position; a value that never lowers
@@ -529,6 +546,7 @@ impl Consumer {
             // Freed under this process, which cannot happen while it runs: look again.
             return Ok(Found::Retry);
         };
+        started(e);
 
         if let Some(w) = words {
             if named_elsewhere(seg, i, w) {

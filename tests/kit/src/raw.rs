@@ -279,6 +279,11 @@ impl RawSegment {
         );
     }
 
+    /// Consumer entry `index`'s flags (`shmring_layout::consumer_flags`).
+    pub fn consumer_flags(&self, index: u32) -> u32 {
+        self.read_u32(self.consumer_hot(index) + offset_of!(ConsumerHot, flags) as u64)
+    }
+
     /// Lay down consumer entry `index` as its holder left it: `word`, `flags`
     /// (`shmring_layout::consumer_flags`), `name` (empty: anonymous) and position `next`.
     /// The entry must be free (nobody else writes it meanwhile).
