@@ -45,9 +45,9 @@
 //!
 //! A takeover keeps the entry gating only if it gated as a required consumer at a valid
 //! position (RESUMING): the events it holds stay held while the new process attaches. An
-//! entry that did not (released, optional, or whose first slot already holds a later
-//! sequence: its holder died between publishing ACTIVE and storing its start) is
-//! taken over into REATTACHING, which does not gate, so a stale position never holds
+//! entry that did not (released, optional, flagged STARTING: its holder died between
+//! publishing ACTIVE and storing its start; or whose first slot already holds a later
+//! sequence) is taken over into REATTACHING, which does not gate, so a stale position never holds
 //! producers, not even when the new process dies half-way.
 //!
 //! ```text

@@ -344,6 +344,55 @@ fn forge_dead_creators_entry(ring: &Ring, index: u32) {
     );
 }
 
+/// A group whose creator died before it stored the group's start (still flagged STARTING)
+/// holds the position read before its ACTIVE CAS, which producers may have run a lap past:
+/// a member that attaches frees that entry and makes the group again from the head, so it
+/// never claims slots there.
+#[test]
+fn a_group_whose_creator_died_before_its_start_is_made_again_at_the_head() {
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+    /// Above any pid_max: no process has it.
+    const GONE: u32 = 0x3fff_fff0;
+    let ns = Namespace::concurrent("group_starting");
+    let ring = ring_with(&ns, 16, 4);
+    let mut p = ring.producer().unwrap();
+    for v in 0..5u64 {
+        p.publish(&v.to_le_bytes()).unwrap();
+    }
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    raw.fabricate_consumer(
+        0,
+        owned_word::pack(3, consumer_state::ACTIVE, GONE),
+        consumer_flags::REQUIRED
+            | consumer_flags::DURABLE
+            | consumer_flags::GROUP
+            | consumer_flags::STARTING,
+        "w",
+        2,
+    );
+    let mut m = ring.consumer(worker()).unwrap();
+    let group = ring
+        .info()
+        .consumers
+        .into_iter()
+        .find(|c| c.is_group)
+        .expect("the group");
+    // Its work sequence: the head, or past a claim the member has taken there.
+    assert!(group.next >= 5, "made again at the head: {group:#?}");
+    assert_eq!(
+        raw.consumer_flags(group.index) & consumer_flags::STARTING,
+        0
+    );
+    p.publish(&5u64.to_le_bytes()).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while got.is_empty() {
+        assert!(Instant::now() < deadline, "the event did not come");
+        m.poll_once(|ev| got.push(value(&ev))).unwrap();
+    }
+    assert_eq!(got, [5]);
+}
+
 /// Group `w` made by member `m1`, with a free entry first in the table (`first`) or after
 /// the group's: the ring, `m1`, the group's index and that free entry's.
 fn group_and_a_free_entry(ns: &Namespace, first: bool) -> (Ring, Consumer, u32, u32) {

@@ -370,14 +370,16 @@ impl Consumer {
                 }
             }
             // Its holder is gone or gave it up, so nobody writes these until the CAS below
-            // (which fails if the word moved).
-            let old_flags = e.hot.flags.load(Ordering::Relaxed);
+            // (which fails if the word moved). Acquire: pairs with the holder's Release clear
+            // of STARTING (`started`), after its start's store.
+            let old_flags = e.hot.flags.load(Ordering::Acquire);
             // Acquire: pairs with the last holder's Release commit.
             let old_next = e.hot.next.load(Ordering::Acquire);
             let head = seg.position();
             // A position whose slot already holds a later sequence was overwritten: whatever
-            // the entry says, it did not hold producers there (its holder may have died
-            // between publishing ACTIVE and storing its start, see `fresh`).
+            // the entry says, it did not hold producers there. (A holder that died between
+            // publishing ACTIVE and storing its start left STARTING, see `fresh`, which
+            // `gated_required` refuses whatever the slot holds.)
             // Acquire: pairs with the producers' Release stamp store.
             let lapped = old_next <= head && seg.lapped(old_next);
             let gated =

@@ -315,7 +315,8 @@ fn find_group(
         // Acquire: the name and flags were written before the word was published.
         let seen = e.hot.word.load(Ordering::Acquire);
         let state = owned_word::state(seen);
-        let flags = e.hot.flags.load(Ordering::Relaxed);
+        // Acquire: pairs with a creator's Release clear of STARTING (`attach::started`).
+        let flags = e.hot.flags.load(Ordering::Acquire);
         if matches!(state, consumer_state::FREE | consumer_state::CLAIMED)
             || flags & consumer_flags::DURABLE == 0
             || !attach::name_is(e, words)
@@ -341,6 +342,15 @@ fn find_group(
             if matches!(found, GroupAt::None) {
                 found = GroupAt::BeingCreated;
             }
+            continue;
+        }
+        // Its creator died before it stored the group's start (STARTING): the work sequence
+        // is the position read before the ACTIVE CAS, which producers may have run a lap
+        // past before the entry gated. Free it (it holds no member: members join DETACHED
+        // groups only, and the creator clears STARTING before it gives the entry up); the
+        // attaching member makes the group again, from the position then.
+        if flags & consumer_flags::STARTING != 0 {
+            free_new_group(seg, e, seen);
             continue;
         }
         // Its creator died between making it ACTIVE and DETACHED: finish that for it, the
