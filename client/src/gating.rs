@@ -129,6 +129,67 @@ where
     gate
 }
 
+/// Whether the previous lap of a multi-producer slot, sequence `prev`, was written, as a
+/// required consumer's reads vouch for it (see `Producer::begin_write`): the highest `next`
+/// of a consumer entry that gates as a required consumer reading every sequence (not a
+/// worker group or a member, not an optional consumer, not one whose start is not stored
+/// yet) and whose read range `first..next` holds `prev`; `None` if none does. Every
+/// sequence in that range was seen published or repaired before `next` passed it (see
+/// `ConsumerHot::first`): a producer that finds `prev` there needs no look at the slot for
+/// it, nor for any later `prev` below the value returned.
+///
+/// Each entry is read as `table::consumer::read_beside` reads one: its word, then its
+/// flags, `next` and `first`, then `acquire` (an Acquire fence) and the word again; an
+/// entry whose word moved in between is passed over. `next` is loaded before `first`:
+/// every store that moves `next` past sequences not read stores `first` before it
+/// (`graph::jump`), so a `next` that comes from such a move comes with its `first`.
+/// `entries` gives each entry's `(word, flags, next, first)`.
+pub fn witness<'e, W, F, I>(prev: u64, entries: I, acquire: impl Fn()) -> Option<u64>
+where
+    W: Word + 'e,
+    F: Flags + 'e,
+    I: Iterator<Item = (&'e W, &'e F, &'e W, &'e W)>,
+{
+    let unread = consumer_flags::GROUP | consumer_flags::MEMBER | consumer_flags::STARTING;
+    let mut best = None;
+    for (word, flags, next, first) in entries {
+        // Acquire: pairs with the CAS that made the holder's word, which published its flags
+        // and the `first` and `next` stored before it.
+        let seen = word.load(Ordering::Acquire);
+        if !consumer_state::gates(owned_word::state(seen)) {
+            continue;
+        }
+        // Relaxed: published with the word (the CAS that set it), read after it.
+        let f = flags.load(Ordering::Relaxed);
+        if f & consumer_flags::REQUIRED == 0 || f & unread != 0 {
+            continue;
+        }
+        // Acquire: pairs with the consumer's Release commit of `next` (and with `graph::jump`'s
+        // Release store): the slot loads by which it passed every sequence below happen
+        // before this producer's write of the next lap.
+        let n = next.load(Ordering::Acquire);
+        if n <= prev || best.is_some_and(|b| b >= n) {
+            continue;
+        }
+        // Acquire, after `next`: `graph::jump` stores `first` before `next` (Release).
+        let from = first.load(Ordering::Acquire);
+        acquire();
+        // Relaxed: ordered by the fence `acquire` made (as in `read_beside`).
+        if from <= prev && word.load(Ordering::Relaxed) == seen {
+            best = Some(n);
+        }
+    }
+    best
+}
+
+/// [`witness`] over the segment's consumer table.
+pub(crate) fn witness_scan(seg: &Segment, prev: u64) -> Option<u64> {
+    let entries = (0..seg.geometry().max_consumers)
+        .map_while(|i| seg.consumer(i))
+        .map(|c| (&c.hot.word, &c.hot.flags, &c.hot.next, &c.hot.first));
+    witness(prev, entries, || fence(Ordering::Acquire))
+}
+
 /// The gate, from the shared cache if it already allows `need`, else by a scan whose result
 /// raises the shared cache.
 pub(crate) fn refresh(seg: &Segment, need: u64) -> u64 {

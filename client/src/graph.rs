@@ -99,6 +99,19 @@ pub fn provisional_position<W: Word + ?Sized>(next: &W, position: u64) {
     next.store(position, Ordering::Release);
 }
 
+/// Move an entry's position to `to` past sequences its holder did not read (an attach's
+/// provisional position and start, a jump to the head): `first` first, then `next`, so
+/// that a reader that loads `next` and then `first` (`gating::witness`) and finds the new
+/// position finds the new `first` too, and never takes the range between the old `first`
+/// and `to` for read. The `next` store is Release, as [`provisional_position`]'s.
+#[inline(always)]
+pub fn jump<W: Word + ?Sized>(first: &W, next: &W, to: u64) {
+    // Release: before the `next` store below; pairs with the witness's Acquire load of
+    // `next` (its load of `first` comes after).
+    first.store(to, Ordering::Release);
+    provisional_position(next, to);
+}
+
 /// What [`start_fresh`] left in the entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Started {
@@ -113,8 +126,8 @@ pub struct Started {
 
 /// A fresh attach's start, on an entry the caller holds as `mine` (`Consumer::fresh`, run
 /// by the loom models in `client/tests/loom_attach.rs` too): the provisional position
-/// ([`provisional_position`]), the SeqCst CAS to ACTIVE, then the position read again and
-/// stored as `next`, never below the provisional one. `position` reads the line's position
+/// ([`jump`]), the SeqCst CAS to ACTIVE, then the position read again and stored as
+/// `next` (with `first`), never below the provisional one. `position` reads the line's position
 /// (or the group's work sequence); `after_cas` runs right after the CAS (nothing in shipping
 /// code; the models' stand-in for the total order of SeqCst operations). `Err`: the word
 /// changed under the holder.
@@ -126,20 +139,22 @@ pub struct Started {
 #[inline]
 pub fn start_fresh<W: Word>(
     next: &W,
+    first: &W,
     word: &W,
     mine: u64,
     position: impl Fn() -> u64,
     after_cas: impl FnOnce(),
 ) -> Result<Started, u64> {
     let provisional = position();
-    provisional_position(next, provisional);
+    jump(first, next, provisional);
     // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
     // `gating`). Every field stored before is published by this CAS.
     let word = crate::table::consumer::set(word, mine, consumer_state::ACTIVE)?;
     after_cas();
     let start = position().max(provisional);
-    // Release: pairs with the producers' Acquire scan; moving forward only loosens the gate.
-    next.store(start, Ordering::Release);
+    // Release (in `jump`): pairs with the producers' Acquire scan; moving forward only
+    // loosens the gate.
+    jump(first, next, start);
     Ok(Started {
         word,
         provisional,

@@ -441,6 +441,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 net_wakeups: 0,
                 room_waits: 0,
                 lap_waits: 0,
+                slot_takes: 0,
             },
         });
     }

@@ -522,6 +522,7 @@ fn declare(seg: &Segment, config: &RingConfig) -> Result<(), OpenError> {
             Ordering::Relaxed,
         );
         e.hot.next.store(first, Ordering::Relaxed);
+        e.hot.first.store(first, Ordering::Relaxed);
         crate::table::consumer::declare(&e.hot.word);
     }
     Ok(())

@@ -215,9 +215,10 @@ struct Ring {
     claim: W,
     lifecycle: W,
     stop_seq: W,
-    /// The new consumer's entry: its word and its position.
+    /// The new consumer's entry: its word, its position and the start of what it read.
     word: W,
     next: W,
+    first: W,
 }
 
 impl Ring {
@@ -230,6 +231,7 @@ impl Ring {
             stop_seq: W::new(0),
             word: W::new(owned_word::pack(1, consumer_state::CLAIMED, CONSUMER)),
             next: W::new(UNSET),
+            first: W::new(UNSET),
         }
     }
 
@@ -252,6 +254,7 @@ impl Ring {
         if provisional {
             return graph::start_fresh(
                 &self.next,
+                &self.first,
                 &self.word,
                 mine,
                 || self.line().position(|_| true),
@@ -395,6 +398,7 @@ struct Sp {
     stop_seq: W,
     word: W,
     next: W,
+    first: W,
     stamps: [W; SLOTS],
     /// Each slot's event: the sequence it was written for.
     payloads: [W; SLOTS],
@@ -439,6 +443,7 @@ impl Sp {
             stop_seq: W::new(0),
             word: W::new(owned_word::pack(1, consumer_state::CLAIMED, CONSUMER)),
             next: W::new(UNSET),
+            first: W::new(UNSET),
             stamps: std::array::from_fn(|_| W::new(EMPTY)),
             payloads: std::array::from_fn(|_| W::new(EMPTY)),
             attached: W::new(0),
@@ -518,6 +523,7 @@ impl Sp {
             // The shipping start itself.
             let started = graph::start_fresh(
                 &self.next,
+                &self.first,
                 &self.word,
                 mine,
                 || self.position(how.position),

@@ -462,6 +462,86 @@ fn a_later_lap_waits_for_a_claim_no_consumer_gates() {
     assert_eq!(values(&drain(&mut c)), [17]);
 }
 
+/// Producers of a multi-producer ring taking turns break their runs of claims at every
+/// turn, so a publish's slot is not known written from the producer's own claims. A
+/// required consumer that has read the slot's previous lap vouches for it: from the second
+/// lap on the slot is stored plainly, with no CAS (`ProducerStats::slot_takes` counts only
+/// the first lap's slots). Without the witness every publish took its slot with a CAS.
+#[test]
+fn producers_taking_turns_take_no_slot_a_consumer_has_read() {
+    let ns = Namespace::concurrent("vouched");
+    let ring = ring(&ns, ProducerMode::Multi);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut a = ring.producer().unwrap();
+    let mut b = ring.producer().unwrap();
+    let mut seen = Vec::new();
+    for v in 0..64u64 {
+        let p = if v % 2 == 0 { &mut a } else { &mut b };
+        assert_eq!(p.publish(&v.to_le_bytes()), Ok(v));
+        seen.extend(values(&drain(&mut c)));
+    }
+    assert_eq!(seen, (0..64).collect::<Vec<_>>());
+    assert_eq!(
+        (a.stats().slot_takes, b.stats().slot_takes),
+        (8, 8),
+        "the first lap's 16 slots are taken with a CAS, no later one"
+    );
+}
+
+/// A consumer that moves past sequences without reading them vouches for none of them: one
+/// the broker released while it waited at an open claim goes to the head when it gates
+/// again (by itself, or re-attached under its durable name), and the next lap of that
+/// claim's slot still waits for the claim's write.
+#[test]
+fn a_consumer_that_jumped_over_a_claim_does_not_vouch_for_it() {
+    for reattach in [false, true] {
+        let ns = Namespace::concurrent("jumpvouch");
+        let ring = ring(&ns, ProducerMode::Multi);
+        let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+        let mut a = ring.producer().unwrap();
+        let mut b = ring.producer().unwrap();
+        let mut claim = a.claim().unwrap();
+        assert_eq!(claim.sequence(), 0);
+        for v in 1..5u64 {
+            assert_eq!(b.publish(&v.to_le_bytes()), Ok(v));
+        }
+        assert!(drain(&mut c).is_empty(), "it waits at the open claim");
+        let word = ring
+            .info()
+            .consumers
+            .iter()
+            .find(|e| e.index == c.index())
+            .expect("the consumer's entry")
+            .word;
+        assert!(ring.release_consumer(c.index(), word));
+        if reattach {
+            drop(c);
+            c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+        } else {
+            assert!(drain(&mut c).is_empty());
+        }
+        assert_eq!(
+            c.next_sequence(),
+            5,
+            "reattach {reattach}: gates again from the head"
+        );
+        for v in 5..16u64 {
+            assert_eq!(b.publish(&v.to_le_bytes()), Ok(v));
+        }
+        // Sequence 16 goes to the open claim's slot.
+        let lap = 16u64.to_le_bytes();
+        assert_eq!(
+            b.try_publish(&lap),
+            Err(TryPublishError::Full),
+            "reattach {reattach}: the jump vouched for the claim it passed"
+        );
+        claim.write(&0u64.to_le_bytes()).unwrap();
+        assert_eq!(claim.commit(), 0);
+        assert_eq!(b.try_publish(&lap), Ok(16));
+        assert_eq!(values(&drain(&mut c)), (5..17).collect::<Vec<_>>());
+    }
+}
+
 /// A producer of a multi-producer ring killed between taking a sequence and recording it
 /// leaves a hole with no name; when every consumer attached after it, none gates it, and
 /// the next lap's producer waits for that slot. The repair finds the hole below the gate

@@ -132,6 +132,14 @@ pub struct ConsumerHot {
     /// this line, next to `next`: the commit that stores `next` finds the waiter count in a
     /// line it already holds.
     pub downstream: crate::WakeLine,
+    /// The first sequence of the range `first..next` that this entry's holder has read
+    /// slot by slot: `next` moves past a sequence only once its slot showed it published or
+    /// repaired. Every store that moves `next` otherwise (an attach's start, a jump to the
+    /// head) stores the new position here first, and readers load `next` before this, so
+    /// that a pair read under one word never covers a sequence nobody read. A multi-producer
+    /// publish takes it as a witness that the previous lap of its slot was written
+    /// (`gating::witness`).
+    pub first: AtomicU64,
 }
 
 impl ConsumerHot {
@@ -242,6 +250,7 @@ const _: () = assert!(offset_of!(ConsumerHot, next) == 0);
 const _: () = assert!(offset_of!(ConsumerHot, word) == 8);
 const _: () = assert!(offset_of!(ConsumerHot, flags) == 16);
 const _: () = assert!(offset_of!(ConsumerHot, downstream) == 24);
+const _: () = assert!(offset_of!(ConsumerHot, first) == 40);
 const _: () = assert!(offset_of!(ConsumerCold, name) == 32);
 const _: () = assert!(offset_of!(ConsumerCold, counters) == 96);
 const _: () = assert!(offset_of!(ConsumerCold, upstream) == 160);

@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 9;
+pub const LAYOUT_VERSION: u32 = 10;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");

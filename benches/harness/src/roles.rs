@@ -824,7 +824,8 @@ fn shm_producer(args: &Args) -> Result<()> {
         )
         .set("parks", p.stats().parks as f64)
         .set("room_waits", p.stats().room_waits as f64)
-        .set("lap_waits", p.stats().lap_waits as f64);
+        .set("lap_waits", p.stats().lap_waits as f64)
+        .set("slot_takes", p.stats().slot_takes as f64);
     if time_each || mode == "clock" {
         m.hist = Some(hist);
     }

@@ -436,6 +436,13 @@ fn one_ring(
             "producer_lap_waits".into(),
             p.producers.iter().filter_map(|m| m.get("lap_waits")).sum(),
         );
+        // How many multi-producer publishes took their slot with a CAS: neither the
+        // producer's own run of claims nor a required consumer's reads vouched for its
+        // previous lap.
+        r.extra.insert(
+            "producer_slot_takes".into(),
+            p.producers.iter().filter_map(|m| m.get("slot_takes")).sum(),
+        );
         r.extra.insert("event_bytes".into(), size as f64);
         r.extra.insert("batch".into(), batch as f64);
         // The consumer's mean run: events per poll that delivered any (1 when it keeps up

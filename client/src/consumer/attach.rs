@@ -401,7 +401,7 @@ impl Consumer {
             // this holder's word (see `consumer/barrier.rs`).
             let provisional = (!keep).then(|| {
                 let p = seg.position();
-                graph::provisional_position(&e.hot.next, p);
+                graph::jump(&e.hot.first, &e.hot.next, p);
                 p
             });
             Self::fill_cold(e, opts);
@@ -445,8 +445,8 @@ impl Consumer {
             // below the provisional position, which a scan may have gated at (see `fresh`).
             let head = seg.position().max(provisional.unwrap_or(0));
             let lost = head.saturating_sub(old_next);
-            // Release: pairs with the producers' Acquire scan.
-            e.hot.next.store(head, Ordering::Release);
+            // Release (in `jump`): pairs with the producers' Acquire scan.
+            graph::jump(&e.hot.first, &e.hot.next, head);
             started(e);
             if lost > 0 {
                 // Moved ahead as a commit moves it: the consumers that run after this one may
@@ -542,9 +542,14 @@ impl Consumer {
         // start. The provisional store is Release (not published by the CAS alone): a
         // dependent consumer that reads it then reads this holder's word, never the previous
         // one's (see `consumer/barrier.rs`). Every field above is published by the CAS.
-        let Ok(graph::Started { word, start, .. }) =
-            graph::start_fresh(&e.hot.next, &e.hot.word, mine, start_at, || ())
-        else {
+        let Ok(graph::Started { word, start, .. }) = graph::start_fresh(
+            &e.hot.next,
+            &e.hot.first,
+            &e.hot.word,
+            mine,
+            start_at,
+            || (),
+        ) else {
             // Freed under this process, which cannot happen while it runs: look again.
             return Ok(Found::Retry);
         };

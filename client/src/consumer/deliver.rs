@@ -395,8 +395,9 @@ impl Consumer {
             let registered = fence::light_allowed(&mut self.registered);
             self.stats.dropped_behind = self.stats.dropped_behind.wrapping_add(head - self.next);
             self.next = head;
-            // Release: pairs with the producers' Acquire scan.
-            self.entry().hot.next.store(head, Ordering::Release);
+            // Release (in `jump`): pairs with the producers' Acquire scan. The events
+            // jumped over were not read: `first` moves with it.
+            crate::graph::jump(&self.entry().hot.first, &self.entry().hot.next, head);
             self.moved(head);
             self.store_stats();
             // A producer may be parked on the room the jump makes (gating again, this

@@ -117,6 +117,17 @@ pub struct Producer {
     /// dropped or, leaked, tombstoned first), so a sequence whose previous lap lies in the
     /// run takes its slot without looking at it (see [`Producer::begin_write`]).
     run: std::ops::Range<u64>,
+    /// Multi-producer ring: `(from, to)`, sequences whose events a required consumer's
+    /// reads vouch for (`gating::witness`, looked up from `from`): a sequence of the range
+    /// is written, and a claim whose previous lap lies there takes its slot without looking
+    /// at it, as one in `run` does (see [`Producer::begin_write`]).
+    vouched: Cell<(u64, u64)>,
+    /// Multi-producer ring: the sequence from which a claim outside `run` and `vouched`
+    /// looks for a witness again (after a look that found none, not for a sixteenth of the
+    /// ring).
+    witness_retry: Cell<u64>,
+    /// Slots taken by compare-and-swap (see [`ProducerStats::slot_takes`]).
+    slot_takes: Cell<u64>,
     /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither
     /// committed nor dropped (leaked with `mem::forget`): tombstoned before the next claim
     /// or at detach, so they are no hole.
@@ -155,6 +166,12 @@ pub struct ProducerStats {
     /// still waiting for the lap before it, a claim no consumer gated, and waited, however
     /// the wait ended. Counted by this handle only (0 in `Ring::info`).
     pub lap_waits: u64,
+    /// Slots taken with a compare-and-swap (multi-producer rings): publishes whose slot's
+    /// previous lap lay outside this producer's own run of claims and outside what a
+    /// required consumer had read, so the slot was checked and taken with a locked
+    /// instruction (the first lap's slots, and claims taken before any consumer read that
+    /// far). Counted by this handle only (0 in `Ring::info`).
+    pub slot_takes: u64,
 }
 
 mod attach;
@@ -265,6 +282,7 @@ impl Producer {
             net_wakeups: self.wakes.lost,
             room_waits: self.room_waits,
             lap_waits: self.lap_waits.get(),
+            slot_takes: self.slot_takes.get(),
         }
     }
 }

@@ -302,6 +302,12 @@ impl Producer {
     /// ring. (A caught-up consumer spins on that slot's line: taking it with a locked
     /// instruction there cost a publish by one producer on a multi-producer ring a fifth of
     /// its rate.)
+    ///
+    /// So is a previous lap that a required consumer has read (`vouched`, from
+    /// `gating::witness`): it saw the event published or repaired, and nothing else writes
+    /// the slot before the producer of `seq`. Producers taking turns break their runs at
+    /// every turn; a consumer that reads every event vouches for their slots from its
+    /// second lap on.
     #[inline(always)]
     pub(super) fn begin_write(&self, slot: &Slot<'_>, seq: u64) {
         if self.single || seq.wrapping_sub(self.capacity) >= self.run.start && seq >= self.capacity
@@ -311,15 +317,68 @@ impl Producer {
                 .stamp
                 .store(seq | STAMP_WRITING, Ordering::Relaxed);
         } else {
-            let lap = table::take_slot(&slot.header.stamp, seq, self.capacity);
-            if lap != Lap::Free {
-                self.take_slot_slow(slot, seq, lap);
-            }
+            self.take_slot(slot, seq);
         }
         // Release fence: an optional consumer that reads any payload byte written after this
         // point and then issues its Acquire fence also sees the WRITING stamp, and discards
         // its copy (`Consumer::poll_once`, optional path).
         fence(Ordering::Release);
+    }
+
+    /// Multi-producer ring: whether sequence `prev` is known written without a look at its
+    /// slot: it lies in this producer's own run of claims, or in what a required consumer
+    /// has read (`vouched`).
+    #[inline(always)]
+    fn known_written(&self, prev: u64) -> bool {
+        let (from, to) = self.vouched.get();
+        prev >= self.run.start || (prev >= from && prev < to)
+    }
+
+    /// [`Producer::begin_write`] on a multi-producer ring whose previous lap lies outside
+    /// this producer's run: a required consumer's reads may vouch for it (`vouched`, or
+    /// `gating::witness`, looked for again once what was vouched for is used up, or a
+    /// sixteenth of a ring after a look that found nothing), else the slot is taken with a
+    /// CAS (`table::take_slot`). Out of line, so that a single producer's common case is
+    /// the one compare it was.
+    #[cold]
+    #[inline(never)]
+    fn take_slot(&self, slot: &Slot<'_>, seq: u64) {
+        if seq >= self.capacity
+            && (self.known_written(seq - self.capacity)
+                || self.vouched_for(seq - self.capacity, seq))
+        {
+            // Relaxed: the caller's Release fence orders it before the payload (seqlock).
+            slot.header
+                .stamp
+                .store(seq | STAMP_WRITING, Ordering::Relaxed);
+            return;
+        }
+        self.slot_takes.set(self.slot_takes.get() + 1);
+        let lap = table::take_slot(&slot.header.stamp, seq, self.capacity);
+        if lap != Lap::Free {
+            self.take_slot_slow(slot, seq, lap);
+        }
+    }
+
+    /// Look for a required consumer whose reads vouch for `prev` (`gating::witness`), unless
+    /// the last look found none and `seq` is not yet past its retry point; remember what it
+    /// vouches for.
+    fn vouched_for(&self, prev: u64, seq: u64) -> bool {
+        if seq < self.witness_retry.get() {
+            return false;
+        }
+        match gating::witness_scan(&self.seg, prev) {
+            Some(to) => {
+                self.vouched.set((prev, to));
+                self.witness_retry.set(0);
+                true
+            }
+            None => {
+                self.witness_retry
+                    .set(seq.saturating_add((self.capacity / 16).max(1)));
+                false
+            }
+        }
     }
 
     /// [`Producer::begin_write`] on a multi-producer ring whose slot was not free: wait while
@@ -385,7 +444,11 @@ impl Producer {
     fn laps_free(&self, first: u64, n: u64) -> bool {
         self.single
             || (first..first + n).all(|seq| {
-                table::slot_lap(&self.seg.slot(seq).header.stamp, seq, self.capacity) != Lap::Held
+                seq >= self.capacity
+                    && (self.known_written(seq - self.capacity)
+                        || self.vouched_for(seq - self.capacity, seq))
+                    || table::slot_lap(&self.seg.slot(seq).header.stamp, seq, self.capacity)
+                        != Lap::Held
             })
     }
 
