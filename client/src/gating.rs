@@ -204,3 +204,92 @@ pub(crate) fn refresh(seg: &Segment, need: u64) -> u64 {
     shared.fetch_max(gate, Ordering::AcqRel);
     gate
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+
+    /// One consumer entry: word, flags, next, first.
+    struct Entry(AtomicU64, AtomicU32, AtomicU64, AtomicU64);
+
+    fn entry(state: u32, flags: u32, first: u64, next: u64) -> Entry {
+        Entry(
+            AtomicU64::new(owned_word::pack(1, state, 7)),
+            AtomicU32::new(flags),
+            AtomicU64::new(next),
+            AtomicU64::new(first),
+        )
+    }
+
+    fn witness(prev: u64, entries: &[Entry], acquire: impl Fn()) -> Option<u64> {
+        super::witness(
+            prev,
+            entries.iter().map(|e| (&e.0, &e.1, &e.2, &e.3)),
+            acquire,
+        )
+    }
+
+    const REQUIRED: u32 = consumer_flags::REQUIRED;
+
+    #[test]
+    fn a_required_reader_vouches_for_what_lies_in_its_read_range() {
+        let e = [entry(consumer_state::ACTIVE, REQUIRED, 2, 6)];
+        assert_eq!(witness(2, &e, || ()), Some(6));
+        assert_eq!(witness(5, &e, || ()), Some(6));
+        assert_eq!(witness(6, &e, || ()), None, "not read yet");
+        assert_eq!(witness(1, &e, || ()), None, "before its reads began");
+    }
+
+    #[test]
+    fn the_reader_that_read_furthest_is_the_witness() {
+        let e = [
+            entry(consumer_state::ACTIVE, REQUIRED, 0, 4),
+            entry(consumer_state::ACTIVE, REQUIRED, 1, 9),
+            entry(consumer_state::ACTIVE, REQUIRED, 3, 12),
+        ];
+        assert_eq!(witness(2, &e, || ()), Some(9));
+        assert_eq!(witness(3, &e, || ()), Some(12));
+    }
+
+    #[test]
+    fn only_a_gating_required_reader_of_every_sequence_vouches() {
+        for (flags, vouches) in [
+            (REQUIRED, true),
+            (
+                REQUIRED | consumer_flags::DURABLE | consumer_flags::DECLARED,
+                true,
+            ),
+            (0, false),
+            (REQUIRED | consumer_flags::GROUP, false),
+            (REQUIRED | consumer_flags::MEMBER, false),
+            (REQUIRED | consumer_flags::STARTING, false),
+        ] {
+            let e = [entry(consumer_state::ACTIVE, flags, 0, 8)];
+            assert_eq!(witness(3, &e, || ()).is_some(), vouches, "flags {flags:#x}");
+        }
+        for state in 0..=consumer_state::REATTACHING {
+            let e = [entry(state, REQUIRED, 0, 8)];
+            assert_eq!(
+                witness(3, &e, || ()).is_some(),
+                consumer_state::gates(state),
+                "state {}",
+                consumer_state::name(state)
+            );
+        }
+    }
+
+    #[test]
+    fn an_entry_whose_word_moved_while_read_vouches_for_nothing() {
+        let e = [entry(consumer_state::ACTIVE, REQUIRED, 0, 8)];
+        let moved = || {
+            let w = e[0].0.load(Ordering::Relaxed);
+            e[0].0.store(
+                owned_word::next(w, consumer_state::ACTIVE, 8),
+                Ordering::Relaxed,
+            );
+        };
+        assert_eq!(witness(3, &e, moved), None);
+    }
+}

@@ -353,6 +353,11 @@ impl Consumer {
         let skipped = (self.next..seq)
             .filter(|&s| self.seg.is_done(s) && self.holds_no_event(s))
             .count() as u64;
+        // These slots were not read as published: what this entry reads slot by slot
+        // starts at `seq` (`ConsumerHot::first`), stored before the position (as
+        // `graph::jump` does), so that once it gates again it vouches for none of them.
+        // Release: pairs with the witness's Acquire load of `next` (`gating::witness`).
+        self.entry().hot.first.store(seq, Ordering::Release);
         self.commit(seq, seq - self.next - skipped, skipped, 0);
         Ok(())
     }

@@ -488,13 +488,63 @@ fn producers_taking_turns_take_no_slot_a_consumer_has_read() {
     );
 }
 
+/// A try form counts a slot's previous lap as its own only if it lies in the producer's
+/// last run of claims, not anywhere past the run's start: after another producer's claims
+/// the next claim starts a new run. Here `b`'s run is sequence 0, `a` holds sequence 1 open
+/// and `c` publishes the rest of the lap, so sequence 17's slot waits for the open claim:
+/// `b.try_publish` is refused as `Full`. Counted as `b`'s own, the claim was taken and the
+/// write then waited for the slot with no deadline.
+#[test]
+fn a_try_publish_after_another_producers_claims_looks_at_the_slot() {
+    let ns = Namespace::concurrent("stalerun");
+    let ring = ring(&ns, ProducerMode::Multi);
+    let mut a = ring.producer().unwrap();
+    let mut b = ring.producer().unwrap();
+    let mut c = ring.producer().unwrap();
+    assert_eq!(b.publish(&0u64.to_le_bytes()), Ok(0));
+    let mut claim = a.claim().unwrap();
+    assert_eq!(claim.sequence(), 1);
+    for v in 2..17u64 {
+        assert_eq!(c.publish(&v.to_le_bytes()), Ok(v));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tried = std::thread::spawn(move || {
+        let r = b.try_publish(&17u64.to_le_bytes());
+        let _ = tx.send(r);
+        b
+    });
+    let refused = rx.recv_timeout(shmring_testkit::WAIT);
+    claim.write(&1u64.to_le_bytes()).unwrap();
+    assert_eq!(claim.commit(), 1);
+    let mut b = tried.join().expect("the try publish");
+    assert_eq!(
+        refused,
+        Ok(Err(TryPublishError::Full)),
+        "the try form took the claim and waited for the slot"
+    );
+    assert_eq!(b.try_publish(&17u64.to_le_bytes()), Ok(17));
+}
+
+/// How a released consumer gets past the open claim it waited at.
+#[derive(Debug, Clone, Copy)]
+enum Past {
+    /// It gates again by itself, at the head.
+    Regates,
+    /// Re-attached under its durable name, at the head.
+    Reattaches,
+    /// `commit_to` the head while released (the bridge exporter's confirmation), then it
+    /// gates again there: no jump left to make.
+    CommitsTo,
+}
+
 /// A consumer that moves past sequences without reading them vouches for none of them: one
 /// the broker released while it waited at an open claim goes to the head when it gates
-/// again (by itself, or re-attached under its durable name), and the next lap of that
-/// claim's slot still waits for the claim's write.
+/// again (by itself, re-attached under its durable name, or confirming the head with
+/// `commit_to` first), and the next lap of that claim's slot still waits for the claim's
+/// write.
 #[test]
 fn a_consumer_that_jumped_over_a_claim_does_not_vouch_for_it() {
-    for reattach in [false, true] {
+    for past in [Past::Regates, Past::Reattaches, Past::CommitsTo] {
         let ns = Namespace::concurrent("jumpvouch");
         let ring = ring(&ns, ProducerMode::Multi);
         let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
@@ -514,17 +564,18 @@ fn a_consumer_that_jumped_over_a_claim_does_not_vouch_for_it() {
             .expect("the consumer's entry")
             .word;
         assert!(ring.release_consumer(c.index(), word));
-        if reattach {
-            drop(c);
-            c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
-        } else {
-            assert!(drain(&mut c).is_empty());
+        match past {
+            Past::Regates => assert!(drain(&mut c).is_empty()),
+            Past::Reattaches => {
+                drop(c);
+                c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
+            }
+            Past::CommitsTo => {
+                assert_eq!(c.commit_to(5), Ok(()));
+                assert!(drain(&mut c).is_empty());
+            }
         }
-        assert_eq!(
-            c.next_sequence(),
-            5,
-            "reattach {reattach}: gates again from the head"
-        );
+        assert_eq!(c.next_sequence(), 5, "{past:?}: gates again from the head");
         for v in 5..16u64 {
             assert_eq!(b.publish(&v.to_le_bytes()), Ok(v));
         }
@@ -533,7 +584,7 @@ fn a_consumer_that_jumped_over_a_claim_does_not_vouch_for_it() {
         assert_eq!(
             b.try_publish(&lap),
             Err(TryPublishError::Full),
-            "reattach {reattach}: the jump vouched for the claim it passed"
+            "{past:?}: the consumer vouched for the claim it passed"
         );
         claim.write(&0u64.to_le_bytes()).unwrap();
         assert_eq!(claim.commit(), 0);

@@ -135,7 +135,7 @@ pub struct ConsumerHot {
     /// The first sequence of the range `first..next` that this entry's holder has read
     /// slot by slot: `next` moves past a sequence only once its slot showed it published or
     /// repaired. Every store that moves `next` otherwise (an attach's start, a jump to the
-    /// head) stores the new position here first, and readers load `next` before this, so
+    /// head, a confirmation while released) stores the new position here first, and readers load `next` before this, so
     /// that a pair read under one word never covers a sequence nobody read. A multi-producer
     /// publish takes it as a witness that the previous lap of its slot was written
     /// (`gating::witness`).

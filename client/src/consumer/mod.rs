@@ -348,7 +348,7 @@ use policy::{DeadLetterFn, Failure};
 pub(crate) use attach::{entry_name, pack_name};
 
 impl Consumer {
-    fn entry(&self) -> &ConsumerEntry {
+    pub(crate) fn entry(&self) -> &ConsumerEntry {
         self.seg.entry()
     }
 

@@ -326,12 +326,13 @@ impl Producer {
     }
 
     /// Multi-producer ring: whether sequence `prev` is known written without a look at its
-    /// slot: it lies in this producer's own run of claims, or in what a required consumer
-    /// has read (`vouched`).
+    /// slot: it lies in this producer's own run of claims (each written before its next
+    /// claim; before a claim, the run may not reach the claim, so both ends count), or in
+    /// what a required consumer has read (`vouched`).
     #[inline(always)]
     fn known_written(&self, prev: u64) -> bool {
         let (from, to) = self.vouched.get();
-        prev >= self.run.start || (prev >= from && prev < to)
+        self.run.contains(&prev) || (prev >= from && prev < to)
     }
 
     /// [`Producer::begin_write`] on a multi-producer ring whose previous lap lies outside
@@ -369,7 +370,9 @@ impl Producer {
         }
         match gating::witness_scan(&self.seg, prev) {
             Some(to) => {
-                self.vouched.set((prev, to));
+                // Never past the head: an entry whose `next` another process overwrote with
+                // a larger value vouches no further than what has been claimed.
+                self.vouched.set((prev, to.min(self.seg.position())));
                 self.witness_retry.set(0);
                 true
             }
