@@ -2,7 +2,8 @@
 //! CLAIMED (attaching) or RESUMING (being taken over by name), a producer entry ATTACHING or
 //! REPAIRING. The broker gives each back at its sweeps: the anonymous one freed, a durable
 //! one that gated as required DETACHED with its name and position, one that did not
-//! (REATTACHING) RELEASED, the producer entries freed. The pid in an
+//! (REATTACHING) RELEASED, one whose attacher died before its start (STARTING) RELEASED
+//! whatever the policy, the producer entries freed. The pid in an
 //! entry's word is the process that took it, so a pid no process has proves the holder is
 //! gone.
 
@@ -48,6 +49,16 @@ fn entries_left_half_taken_by_dead_processes_are_given_back() {
         "r",
         0,
     );
+    // Dead inside its attach, after its ACTIVE CAS and before it stored its start: its
+    // position was read before it gated, and nothing there is kept for it, so it holds no
+    // producers, whatever the policy (the default, alert, would keep a dead one gating).
+    raw.fabricate_consumer(
+        3,
+        owned_word::pack(7, consumer_state::ACTIVE, dead),
+        consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::STARTING,
+        "s",
+        1,
+    );
     raw.set_producer_word(2, owned_word::pack(2, producer_state::ATTACHING, dead));
     raw.set_producer_word(3, owned_word::pack(4, producer_state::REPAIRING, dead));
 
@@ -57,9 +68,11 @@ fn entries_left_half_taken_by_dead_processes_are_given_back() {
         let producers = r["producers"].as_array()?;
         let d = consumers.iter().find(|c| c["name"] == "d")?;
         let r = consumers.iter().find(|c| c["name"] == "r")?;
-        (consumers.len() == 2
+        let s = consumers.iter().find(|c| c["name"] == "s")?;
+        (consumers.len() == 3
             && d["state"] == "DETACHED"
             && r["state"] == "RELEASED"
+            && s["state"] == "RELEASED"
             && producers.len() == 1)
             .then_some(())
     });
@@ -77,5 +90,14 @@ fn entries_left_half_taken_by_dead_processes_are_given_back() {
         r.next_sequence(),
         5,
         "at the head: it did not gate while released"
+    );
+    let s = handle
+        .consumer(ConsumerOptions::durable("s"))
+        .expect("the name of the attach that died resumes");
+    assert_eq!(s.next_sequence(), 5, "at the head");
+    assert_eq!(
+        s.stats().dropped_behind,
+        4,
+        "counting the gap from its position"
     );
 }

@@ -36,6 +36,10 @@ pub struct ConsumerInfo {
     /// Declared in the ring's configuration (`RingConfig::declared`): it has gated since
     /// the ring was created.
     pub declared: bool,
+    /// Its holder had not stored its start yet (`consumer_flags::STARTING`): attaching, or
+    /// dead inside its attach, when its position is one read before it gated and is not
+    /// kept for it.
+    pub starting: bool,
     /// Whether any process ever attached to this entry (from its attach count). A declared
     /// consumer that never attached holds its events for its first attach.
     pub attached_ever: bool,
@@ -366,6 +370,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             required: flags & consumer_flags::REQUIRED != 0,
             durable: flags & consumer_flags::DURABLE != 0,
             declared: flags & consumer_flags::DECLARED != 0,
+            starting: flags & consumer_flags::STARTING != 0,
             attached_ever: attaches != 0,
             attaches,
             next,

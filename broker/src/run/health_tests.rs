@@ -20,6 +20,7 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         required: true,
         durable: true,
         declared: false,
+        starting: false,
         attached_ever: true,
         attaches: 1,
         next,
@@ -137,6 +138,7 @@ fn a_declared_consumer_waiting_for_its_first_attach_is_detached_without_an_edge(
         pid: 0,
         start_time: 0,
         declared: true,
+        starting: false,
         attached_ever: false,
         ..info(0, consumer_state::DETACHED)
     };

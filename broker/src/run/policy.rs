@@ -84,6 +84,18 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 );
                 return;
             }
+            if edge == Edge::Died && c.starting {
+                // Dead inside its attach, before it had a start: the position it holds was
+                // read before it gated, and a restart starts at the head whatever the
+                // policy. Holding producers there would keep nothing for anyone.
+                let released = t.ring.release_consumer(c.index, c.word);
+                if released {
+                    t.counters.releases += 1;
+                }
+                warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, released,
+                    "DEAD: {} ({why}) inside its attach, before it had a start: released; a restart starts at the head", who(c));
+                return;
+            }
             apply_policy(ring, t, c, why);
         }
     }
