@@ -77,6 +77,27 @@ impl Ring {
         self.seg.is_done(seq)
     }
 
+    /// Release consumer `index`, read as `seen`, if its holder is gone and died inside its
+    /// attach, before it stored its start (`ConsumerInfo::starting`): its position was read
+    /// before it gated and a takeover starts at the head, so it holds producers for nothing.
+    /// The caller has found the holder gone; the flag is read again here, after that (a
+    /// snapshot taken while the holder lived may show it before the holder cleared it), and
+    /// nobody changes it any more but a taker, whose CAS moves the word. False for an entry
+    /// that started, moved on, or is a worker group's (see [`Ring::release_consumer`]).
+    pub fn release_if_starting(&self, index: u32, seen: u64) -> bool {
+        let Some(e) = self.seg.consumer(index) else {
+            return false;
+        };
+        // Acquire: the word, then the flags its holder published with it, and cleared of
+        // STARTING with a Release store (`attach::started`).
+        if e.hot.word.load(Ordering::Acquire) != seen
+            || e.hot.flags.load(Ordering::Acquire) & consumer_flags::STARTING == 0
+        {
+            return false;
+        }
+        self.release_consumer(index, seen)
+    }
+
     /// Stop consumer `index` from gating producers (it may be lapped; a required consumer
     /// that re-attaches resumes at the head and counts the gap). `seen` is the entry's word
     /// as the caller read it (`ConsumerInfo::word`): only an ACTIVE, FAILED or DETACHED

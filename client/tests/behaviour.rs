@@ -1064,6 +1064,30 @@ fn a_durable_entry_whose_holder_died_before_its_start_is_taken_over_at_the_head(
     assert_eq!(drain(&mut c), vec![6]);
 }
 
+/// `Ring::release_if_starting` releases only an entry whose dead holder had not stored
+/// its start: one that cleared STARTING keeps its policy's treatment, whatever a snapshot
+/// taken earlier said, and one whose word moved is left alone.
+#[test]
+fn only_an_entry_still_starting_is_released_as_one() {
+    use shmring_layout::consumer_flags::{DURABLE, REQUIRED, STARTING};
+    use shmring_layout::{consumer_state, owned_word};
+    let ns = Namespace::concurrent("release_starting");
+    let ring = Ring::create(ns.name(), "r", &small(8)).unwrap();
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = owned_word::pack(2, consumer_state::ACTIVE, dead);
+    raw.fabricate_consumer(0, word, REQUIRED | DURABLE, "started", 0);
+    raw.fabricate_consumer(1, word, REQUIRED | DURABLE | STARTING, "starting", 0);
+    assert!(!ring.release_if_starting(0, word), "it had started");
+    assert!(
+        !ring.release_if_starting(1, owned_word::pack(1, consumer_state::ACTIVE, dead)),
+        "another word"
+    );
+    assert!(ring.release_if_starting(1, word));
+    let states: Vec<&str> = ring.info().consumers.iter().map(|c| c.state).collect();
+    assert_eq!(states, ["ACTIVE", "RELEASED"]);
+}
+
 /// A timeout of `Duration::MAX` ("wait for ever") is a wait with no end, not an overflow of
 /// the clock: the publishes with a timeout and a drain take it.
 #[test]

@@ -525,6 +525,42 @@ fn a_try_publish_after_another_producers_claims_looks_at_the_slot() {
     assert_eq!(b.try_publish(&17u64.to_le_bytes()), Ok(17));
 }
 
+/// What a consumer entry vouches for is remembered no further than the head at the look:
+/// an entry whose `next` another process overwrote with a value past the head (here one of
+/// 1000 on a ring at 17) vouches for sequences not claimed yet. Once that entry is gone,
+/// sequence 17, an open claim taken after the look, still holds its slot's next lap.
+#[test]
+fn a_vouched_range_ends_at_the_head_of_its_look() {
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+    let ns = Namespace::concurrent("vouchclamp");
+    let ring = ring(&ns, ProducerMode::Multi);
+    let raw = shmring_testkit::raw::RawSegment::open(&ring);
+    let mut a = ring.producer().unwrap();
+    let mut b = ring.producer().unwrap();
+    let word = owned_word::pack(1, consumer_state::ACTIVE, std::process::id());
+    raw.fabricate_consumer(0, word, consumer_flags::REQUIRED, "", 1000);
+    assert_eq!(a.publish(&0u64.to_le_bytes()), Ok(0));
+    for v in 1..17u64 {
+        assert_eq!(b.publish(&v.to_le_bytes()), Ok(v));
+    }
+    // Sequence 16's previous lap is `a`'s: `b` looked for a witness there.
+    raw.set_consumer_word(0, owned_word::next(word, consumer_state::FREE, 0));
+    let mut claim = a.claim().unwrap();
+    assert_eq!(claim.sequence(), 17);
+    for v in 18..33u64 {
+        assert_eq!(b.publish(&v.to_le_bytes()), Ok(v));
+    }
+    let lap = 33u64.to_le_bytes();
+    assert_eq!(
+        b.try_publish(&lap),
+        Err(TryPublishError::Full),
+        "the overwritten entry vouched for the open claim"
+    );
+    claim.write(&17u64.to_le_bytes()).unwrap();
+    assert_eq!(claim.commit(), 17);
+    assert_eq!(b.try_publish(&lap), Ok(33));
+}
+
 /// How a released consumer gets past the open claim it waited at.
 #[derive(Debug, Clone, Copy)]
 enum Past {

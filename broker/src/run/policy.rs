@@ -84,15 +84,18 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 );
                 return;
             }
-            if edge == Edge::Died && c.starting {
-                // Dead inside its attach, before it had a start: the position it holds was
-                // read before it gated, and a restart starts at the head whatever the
-                // policy. Holding producers there would keep nothing for anyone.
-                let released = t.ring.release_consumer(c.index, c.word);
-                if released {
-                    t.counters.releases += 1;
-                }
-                warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, released,
+            // Dead inside its attach, before it had a start: the position it holds was read
+            // before it gated, and a restart starts at the head whatever the policy, so
+            // holding producers there keeps nothing for anyone. The flag is read again now
+            // that the holder is gone (the snapshot may predate its clearing); a group's
+            // entry is never released, and its policy applies.
+            if edge == Edge::Died
+                && c.starting
+                && !c.is_group
+                && t.ring.release_if_starting(c.index, c.word)
+            {
+                t.counters.releases += 1;
+                warn!(ring, consumer = %c.name, index = c.index, pid = c.pid,
                     "DEAD: {} ({why}) inside its attach, before it had a start: released; a restart starts at the head", who(c));
                 return;
             }
