@@ -136,7 +136,8 @@ where
 /// yet) and whose read range `first..next` holds `prev`; `None` if none does. Every
 /// sequence in that range was seen published or repaired before `next` passed it (see
 /// `ConsumerHot::first`): a producer that finds `prev` there needs no look at the slot for
-/// it, nor for any later `prev` below the value returned.
+/// it, nor for any later `prev` below the value returned. With it comes the entry's place
+/// in `entries` (from 0).
 ///
 /// Each entry is read as `table::consumer::read_beside` reads one: its word, then its
 /// flags, `next` and `first`, then `acquire` (an Acquire fence) and the word again; an
@@ -144,15 +145,15 @@ where
 /// every store that moves `next` past sequences not read stores `first` before it
 /// (`graph::jump`), so a `next` that comes from such a move comes with its `first`.
 /// `entries` gives each entry's `(word, flags, next, first)`.
-pub fn witness<'e, W, F, I>(prev: u64, entries: I, acquire: impl Fn()) -> Option<u64>
+pub fn witness<'e, W, F, I>(prev: u64, entries: I, acquire: impl Fn()) -> Option<(u64, usize)>
 where
     W: Word + 'e,
     F: Flags + 'e,
     I: Iterator<Item = (&'e W, &'e F, &'e W, &'e W)>,
 {
     let unread = consumer_flags::GROUP | consumer_flags::MEMBER | consumer_flags::STARTING;
-    let mut best = None;
-    for (word, flags, next, first) in entries {
+    let mut best: Option<(u64, usize)> = None;
+    for (at, (word, flags, next, first)) in entries.enumerate() {
         // Acquire: pairs with the CAS that made the holder's word, which published its flags
         // and the `first` and `next` stored before it.
         let seen = word.load(Ordering::Acquire);
@@ -168,7 +169,7 @@ where
         // Release store): the slot loads by which it passed every sequence below happen
         // before this producer's write of the next lap.
         let n = next.load(Ordering::Acquire);
-        if n <= prev || best.is_some_and(|b| b >= n) {
+        if n <= prev || best.is_some_and(|(b, _)| b >= n) {
             continue;
         }
         // Acquire, after `next`: `graph::jump` stores `first` before `next` (Release).
@@ -176,18 +177,26 @@ where
         acquire();
         // Relaxed: ordered by the fence `acquire` made (as in `read_beside`).
         if from <= prev && word.load(Ordering::Relaxed) == seen {
-            best = Some(n);
+            best = Some((n, at));
         }
     }
     best
 }
 
-/// [`witness`] over the segment's consumer table.
-pub(crate) fn witness_scan(seg: &Segment, prev: u64) -> Option<u64> {
-    let entries = (0..seg.geometry().max_consumers)
-        .map_while(|i| seg.consumer(i))
-        .map(|c| (&c.hot.word, &c.hot.flags, &c.hot.next, &c.hot.first));
-    witness(prev, entries, || fence(Ordering::Acquire))
+/// [`witness`] over the segment's consumer table, entry `hint` first (the one that vouched
+/// last: while it keeps vouching, a look reads its line alone, not the table's): the
+/// highest `next` found and the index of its entry.
+pub(crate) fn witness_scan(seg: &Segment, prev: u64, hint: u32) -> Option<(u64, u32)> {
+    let entry = |i: u32| {
+        seg.consumer(i)
+            .map(|c| (&c.hot.word, &c.hot.flags, &c.hot.next, &c.hot.first))
+    };
+    let acquire = || fence(Ordering::Acquire);
+    if let Some((to, _)) = witness(prev, entry(hint).into_iter(), acquire) {
+        return Some((to, hint));
+    }
+    let entries = (0..seg.geometry().max_consumers).map_while(entry);
+    witness(prev, entries, acquire).map(|(to, at)| (to, at as u32))
 }
 
 /// The gate, from the shared cache if it already allows `need`, else by a scan whose result
@@ -229,6 +238,7 @@ mod tests {
             entries.iter().map(|e| (&e.0, &e.1, &e.2, &e.3)),
             acquire,
         )
+        .map(|(to, _)| to)
     }
 
     const REQUIRED: u32 = consumer_flags::REQUIRED;

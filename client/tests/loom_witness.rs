@@ -106,7 +106,9 @@ fn vouches(consumer: Consumer) {
         };
         let flags = Required;
         let entries = [(&m.word, &flags, &m.next, &m.first)];
-        if let Some(to) = gating::witness(PREV, entries.into_iter(), || fence(Ordering::Acquire)) {
+        if let Some((to, _)) =
+            gating::witness(PREV, entries.into_iter(), || fence(Ordering::Acquire))
+        {
             assert!(to > PREV);
             seen.store(true, std::sync::atomic::Ordering::Relaxed);
             // Relaxed: a plain look, as the producer's plain WRITING store would follow.

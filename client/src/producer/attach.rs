@@ -76,6 +76,7 @@ impl Producer {
             run: 0..0,
             vouched: std::cell::Cell::new((0, 0)),
             witness_retry: std::cell::Cell::new(0),
+            witness_hint: std::cell::Cell::new(0),
             slot_takes: std::cell::Cell::new(0),
             single,
             next,

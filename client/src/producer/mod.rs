@@ -123,9 +123,11 @@ pub struct Producer {
     /// at it, as one in `run` does (see [`Producer::begin_write`]).
     vouched: Cell<(u64, u64)>,
     /// Multi-producer ring: the sequence from which a claim outside `run` and `vouched`
-    /// looks for a witness again (after a look that found none, not for a sixteenth of the
-    /// ring).
+    /// looks for a witness again (after a look that found none, or one that vouched for
+    /// less than a sixteenth of the ring past its lap: not for a sixteenth of the ring).
     witness_retry: Cell<u64>,
+    /// Multi-producer ring: the consumer entry that vouched last, looked at first.
+    witness_hint: Cell<u32>,
     /// Slots taken by compare-and-swap (see [`ProducerStats::slot_takes`]).
     slot_takes: Cell<u64>,
     /// The sequences `(first, count)` of a [`Claim`] or [`ClaimBatch`] that was neither

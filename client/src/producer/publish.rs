@@ -338,7 +338,7 @@ impl Producer {
     /// [`Producer::begin_write`] on a multi-producer ring whose previous lap lies outside
     /// this producer's run: a required consumer's reads may vouch for it (`vouched`, or
     /// `gating::witness`, looked for again once what was vouched for is used up, or a
-    /// sixteenth of a ring after a look that found nothing), else the slot is taken with a
+    /// sixteenth of a ring after a look that found nothing or little), else the slot is taken with a
     /// CAS (`table::take_slot`). Out of line, so that a single producer's common case is
     /// the one compare it was.
     #[cold]
@@ -368,12 +368,23 @@ impl Producer {
         if seq < self.witness_retry.get() {
             return false;
         }
-        match gating::witness_scan(&self.seg, prev) {
-            Some(to) => {
+        match gating::witness_scan(&self.seg, prev, self.witness_hint.get()) {
+            Some((to, index)) => {
                 // Never past the head: an entry whose `next` another process overwrote with
                 // a larger value vouches no further than what has been claimed.
-                self.vouched.set((prev, to.min(self.seg.position())));
-                self.witness_retry.set(0);
+                let to = to.min(self.seg.position());
+                self.vouched.set((prev, to));
+                self.witness_hint.set(index);
+                // A witness only just past `prev` (a full ring, its consumer one step ahead)
+                // would be looked for again at nearly every publish, each look pulling the
+                // line the consumer commits to: look again only a sixteenth of a ring on,
+                // taking the slots in between with a CAS, as after a look that found none.
+                let step = (self.capacity / 16).max(1);
+                self.witness_retry.set(if to - prev < step {
+                    seq.saturating_add(step)
+                } else {
+                    0
+                });
                 true
             }
             None => {
