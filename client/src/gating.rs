@@ -184,16 +184,19 @@ where
 }
 
 /// [`witness`] over the segment's consumer table, entry `hint` first (the one that vouched
-/// last: while it keeps vouching, a look reads its line alone, not the table's): the
-/// highest `next` found and the index of its entry.
-pub(crate) fn witness_scan(seg: &Segment, prev: u64, hint: u32) -> Option<(u64, u32)> {
+/// last: while it vouches for at least `enough` sequences past `prev`, a look reads its
+/// line alone, not the table's): the `next` found (the highest, when the table is read)
+/// and the index of its entry.
+pub(crate) fn witness_scan(seg: &Segment, prev: u64, hint: u32, enough: u64) -> Option<(u64, u32)> {
     let entry = |i: u32| {
         seg.consumer(i)
             .map(|c| (&c.hot.word, &c.hot.flags, &c.hot.next, &c.hot.first))
     };
     let acquire = || fence(Ordering::Acquire);
     if let Some((to, _)) = witness(prev, entry(hint).into_iter(), acquire) {
-        return Some((to, hint));
+        if to - prev >= enough {
+            return Some((to, hint));
+        }
     }
     let entries = (0..seg.geometry().max_consumers).map_while(entry);
     witness(prev, entries, acquire).map(|(to, at)| (to, at as u32))

@@ -338,9 +338,9 @@ impl Producer {
     /// [`Producer::begin_write`] on a multi-producer ring whose previous lap lies outside
     /// this producer's run: a required consumer's reads may vouch for it (`vouched`, or
     /// `gating::witness`, looked for again once what was vouched for is used up, or a
-    /// sixteenth of a ring after a look that found nothing or little), else the slot is taken with a
-    /// CAS (`table::take_slot`). Out of line, so that a single producer's common case is
-    /// the one compare it was.
+    /// sixteenth of a ring after a look that found nothing or little), else the slot is
+    /// taken with a CAS (`table::take_slot`). Out of line, so that a single producer's
+    /// common case is the one compare it was.
     #[cold]
     #[inline(never)]
     fn take_slot(&self, slot: &Slot<'_>, seq: u64) {
@@ -362,13 +362,14 @@ impl Producer {
     }
 
     /// Look for a required consumer whose reads vouch for `prev` (`gating::witness`), unless
-    /// the last look found none and `seq` is not yet past its retry point; remember what it
-    /// vouches for.
+    /// the last look found none or little and `seq` is not yet past its retry point;
+    /// remember what it vouches for.
     fn vouched_for(&self, prev: u64, seq: u64) -> bool {
         if seq < self.witness_retry.get() {
             return false;
         }
-        match gating::witness_scan(&self.seg, prev, self.witness_hint.get()) {
+        let step = (self.capacity / 16).max(1);
+        match gating::witness_scan(&self.seg, prev, self.witness_hint.get(), step) {
             Some((to, index)) => {
                 // Never past the head: an entry whose `next` another process overwrote with
                 // a larger value vouches no further than what has been claimed.
@@ -379,8 +380,7 @@ impl Producer {
                 // would be looked for again at nearly every publish, each look pulling the
                 // line the consumer commits to: look again only a sixteenth of a ring on,
                 // taking the slots in between with a CAS, as after a look that found none.
-                let step = (self.capacity / 16).max(1);
-                self.witness_retry.set(if to - prev < step {
+                self.witness_retry.set(if to.saturating_sub(prev) < step {
                     seq.saturating_add(step)
                 } else {
                     0
@@ -388,8 +388,7 @@ impl Producer {
                 true
             }
             None => {
-                self.witness_retry
-                    .set(seq.saturating_add((self.capacity / 16).max(1)));
+                self.witness_retry.set(seq.saturating_add(step));
                 false
             }
         }
