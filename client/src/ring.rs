@@ -521,6 +521,7 @@ fn declare(seg: &Segment, config: &RingConfig) -> Result<(), OpenError> {
             consumer_flags::REQUIRED | consumer_flags::DURABLE | kind,
             Ordering::Relaxed,
         );
+        // Relaxed, as every field here: published by the Release store of the magic.
         e.hot.next.store(first, Ordering::Relaxed);
         e.hot.first.store(first, Ordering::Relaxed);
         crate::table::consumer::declare(&e.hot.word);

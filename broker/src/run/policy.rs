@@ -88,12 +88,8 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
             // before it gated, and a restart starts at the head whatever the policy, so
             // holding producers there keeps nothing for anyone. The flag is read again now
             // that the holder is gone (the snapshot may predate its clearing); a group's
-            // entry is never released, and its policy applies.
-            if edge == Edge::Died
-                && c.starting
-                && !c.is_group
-                && t.ring.release_if_starting(c.index, c.word)
-            {
+            // entry is never released (`release_if_starting` says no), and its policy applies.
+            if edge == Edge::Died && c.starting && t.ring.release_if_starting(c.index, c.word) {
                 t.counters.releases += 1;
                 warn!(ring, consumer = %c.name, index = c.index, pid = c.pid,
                     "DEAD: {} ({why}) inside its attach, before it had a start: released; a restart starts at the head", who(c));

@@ -331,8 +331,14 @@ impl Producer {
     /// what a required consumer has read (`vouched`).
     #[inline(always)]
     fn known_written(&self, prev: u64) -> bool {
+        self.run.contains(&prev) || self.vouched_covers(prev)
+    }
+
+    /// Whether `prev` lies in the range a required consumer's reads last vouched for.
+    #[inline(always)]
+    fn vouched_covers(&self, prev: u64) -> bool {
         let (from, to) = self.vouched.get();
-        self.run.contains(&prev) || (prev >= from && prev < to)
+        prev >= from && prev < to
     }
 
     /// [`Producer::begin_write`] on a multi-producer ring whose previous lap lies outside
@@ -344,8 +350,9 @@ impl Producer {
     #[cold]
     #[inline(never)]
     fn take_slot(&self, slot: &Slot<'_>, seq: u64) {
+        // The run was looked at by `begin_write`: only what was vouched for is left.
         if seq >= self.capacity
-            && (self.known_written(seq - self.capacity)
+            && (self.vouched_covers(seq - self.capacity)
                 || self.vouched_for(seq - self.capacity, seq))
         {
             // Relaxed: the caller's Release fence orders it before the payload (seqlock).
