@@ -85,35 +85,74 @@ fn sweeps_after(ns: &Namespace, n: u64) -> serde_json::Value {
 
 /// A creator killed between building a segment and renaming it into place leaves it under
 /// its temporary name, `.NAME.PID.SERIAL.TIME.tmp`. It is never opened as the ring, never
-/// adopted by a broker (this one or the next), never listed as unreadable, and never
-/// removed.
+/// adopted by a broker (this one or the next) and never listed as unreadable. While a
+/// process has its pid it stays (it may be at work); once that pid is free, a broker's
+/// rescan unlinks it, so that it does not hold its memory for good.
 #[test]
-fn a_creators_tmp_leftover_is_never_opened_adopted_or_removed() {
+fn a_creators_tmp_leftover_is_never_opened_or_adopted_and_is_removed_once_its_creator_is_gone() {
     let ns = Namespace::new("tmpleft");
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\n";
     let mut broker = ns.broker(Some(config));
-    // A whole, valid segment under a creator's temporary name.
+    // Whole, valid segments under temporary names: one of this (live) process, one of a
+    // dead one.
     let cfg = shmring::RingConfig {
         capacity: 16,
         ..shmring::RingConfig::default()
     };
-    drop(shmring::Ring::create(ns.name(), "x", &cfg).expect("create x"));
-    let tmp = ns.dir().join(".x.4242.0.17.tmp");
-    std::fs::rename(ns.dir().join("x.ring"), &tmp).expect("rename to the temporary name");
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let live = ns.dir().join(format!(".x.{}.0.17.tmp", std::process::id()));
+    let gone = ns.dir().join(format!(".x.{dead}.0.17.tmp"));
+    for tmp in [&live, &gone] {
+        drop(shmring::Ring::create(ns.name(), "x", &cfg).expect("create x"));
+        std::fs::rename(ns.dir().join("x.ring"), tmp).expect("rename to the temporary name");
+    }
     let check = |v: &serde_json::Value, who: &str| {
-        assert!(ring(v, "x").is_none(), "{who} adopted the leftover: {v:#}");
+        assert!(ring(v, "x").is_none(), "{who} adopted a leftover: {v:#}");
         assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
         assert!(matches!(
             shmring::Ring::open(ns.name(), "x"),
             Err(shmring::OpenError::NotFound { .. })
         ));
-        assert!(tmp.exists(), "{who} removed the leftover");
+        assert!(live.exists(), "{who} removed a live creator's file");
     };
     // The running broker's sweeps look at the directory: a few of them.
     check(&sweeps_after(&ns, 3), "the running broker");
+    ns.wait_status("the dead creator's file to be removed", |_, _| {
+        (!gone.exists()).then_some(())
+    });
+    assert!(broker.stderr_has("finished the build of a dead process"));
     broker.kill();
     let _broker = ns.broker(Some(config));
     check(&sweeps_after(&ns, 2), "a new broker");
+}
+
+/// A remover killed after it set the ring aside under `.NAME.PID.SERIAL.TIME.removing`
+/// leaves the ring's clients running on a ring nobody can open, and its memory held. Once
+/// the remover's pid is free, the broker finishes the remove: the clients get `Deleted`
+/// and the file is unlinked. It never adopts the ring meanwhile.
+#[test]
+fn a_dead_removers_ring_is_marked_deleted_and_unlinked_by_the_broker() {
+    let ns = Namespace::new("rmleft");
+    let cfg = shmring::RingConfig {
+        capacity: 16,
+        ..shmring::RingConfig::default()
+    };
+    let handle = shmring::Ring::create(ns.name(), "x", &cfg).expect("create x");
+    let mut p = handle.producer().expect("producer");
+    assert_eq!(p.publish(b"kept"), Ok(0));
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let aside = ns.dir().join(format!(".x.{dead}.0.17.removing"));
+    std::fs::rename(ns.dir().join("x.ring"), &aside).expect("set aside, as a remover does");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    ns.wait_status("the removal to be finished", |v, _| {
+        assert!(
+            ring(v, "x").is_none(),
+            "the broker adopted the ring set aside: {v:#}"
+        );
+        (!aside.exists()).then_some(())
+    });
+    assert!(handle.is_deleted(), "unlinked without being marked deleted");
+    assert_eq!(p.publish(b"late"), Err(shmring::PublishError::Deleted));
 }
 
 /// The ring file unlinked under live clients: the broker stops watching it (the ring leaves

@@ -105,6 +105,7 @@ pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
 pub use park::PARK_NET;
 pub use producer::{Claim, ClaimBatch, Producer, ProducerStats, Publisher};
 pub use recall::Recall;
+pub use remove::{Cleared, LEFTOVER_GRACE};
 pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;

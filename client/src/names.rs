@@ -117,6 +117,77 @@ pub(crate) fn hidden_name(name: &str, nanos: u64, suffix: &str) -> String {
     format!(".{name}.{}.{serial}.{nanos}.{suffix}", std::process::id())
 }
 
+/// Suffix of the hidden name a create without `O_TMPFILE` builds a ring under.
+pub(crate) const BUILDING_SUFFIX: &str = "tmp";
+/// Suffix of the hidden name a remove sets a ring aside under.
+pub(crate) const REMOVING_SUFFIX: &str = "removing";
+
+/// What a hidden file of a namespace directory was made for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftoverKind {
+    /// A ring being built by a create (`.tmp`): nobody else ever opened it.
+    Building,
+    /// A ring set aside by a remove (`.removing`): the name was already gone, and clients
+    /// attached before may still map it.
+    Removing,
+}
+
+/// A hidden file of a namespace directory, named by [`hidden_name`]: a ring being built
+/// or removed, by process `pid` at `nanos`. Left behind when that process died before it
+/// renamed or unlinked it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leftover {
+    /// The file.
+    pub path: PathBuf,
+    /// The ring it was built for or removed from.
+    pub ring: String,
+    /// The process that made the name.
+    pub pid: u32,
+    /// When it made it: nanoseconds since the Unix epoch (wall clock).
+    pub nanos: u64,
+    /// Built or removed.
+    pub kind: LeftoverKind,
+}
+
+impl Leftover {
+    /// Parse a file name made by [`hidden_name`] (the ring's own name may hold dots, so the
+    /// fields are taken from the right); `None` for any other name.
+    pub fn parse(dir: &Path, file: &str) -> Option<Leftover> {
+        let mut fields = file.strip_prefix('.')?.rsplitn(5, '.');
+        let kind = match fields.next()? {
+            BUILDING_SUFFIX => LeftoverKind::Building,
+            REMOVING_SUFFIX => LeftoverKind::Removing,
+            _ => return None,
+        };
+        let nanos = fields.next()?.parse().ok()?;
+        let _serial: u64 = fields.next()?.parse().ok()?;
+        let pid: u32 = fields.next()?.parse().ok().filter(|&p| p != 0)?;
+        let ring = fields.next()?;
+        check_name("ring", ring).ok()?;
+        Some(Leftover {
+            path: dir.join(file),
+            ring: ring.to_owned(),
+            pid,
+            nanos,
+            kind,
+        })
+    }
+}
+
+/// The hidden files of namespace directory `dir` that a create or a remove named
+/// ([`Leftover::parse`]) and that are regular files (the entry's own type: a symbolic link
+/// or a directory under such a name is not one), sorted by path. Those of live processes
+/// are listed too: [`crate::Ring::clear_leftover`] tells them apart.
+pub fn leftovers_in(dir: &Path) -> std::io::Result<Vec<Leftover>> {
+    let mut found: Vec<Leftover> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|entry| Leftover::parse(dir, entry.file_name().to_str()?))
+        .collect();
+    found.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(found)
+}
+
 /// The directory of a namespace: `<root>/shmring.<namespace>`.
 pub fn namespace_dir(namespace: &str) -> Result<PathBuf, OpenError> {
     check_name("namespace", namespace)?;

@@ -34,15 +34,46 @@
 //! file was set aside and the remove was then refused (the ring refused step 3, the file
 //! under the hidden name could not be opened, or it is a directory, which cannot be
 //! unlinked): the error then names the hidden file, whose clients carry on unaware of the
-//! new ring.
+//! new ring until the remove is finished for them (below), once the remover has exited.
+//!
+//! A process that dies between step 1 and step 4 leaves the ring under its hidden name,
+//! and so does a create without `O_TMPFILE` that dies before it renames its build into
+//! place (`.NAME.PID.SERIAL.NANOS.tmp`). On `/dev/shm` such a file holds its memory until
+//! someone unlinks it. [`Ring::clear_leftover`] (which the broker calls at its rescans)
+//! finishes what the dead process began: a build is unlinked (nobody else ever opened it),
+//! a removal is marked deleted and unlinked, as the remove would have.
 
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{RenameFlags, CWD};
 
-use crate::names::ring_path;
-use crate::{OpenError, Ring};
+use crate::names::{ring_path, Leftover, LeftoverKind};
+use crate::{LifecycleError, OpenError, Ring, RingState};
+
+/// What [`Ring::clear_leftover`] did with a hidden file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleared {
+    /// Unlinked; a ring set aside by a remove was marked deleted first, so its clients get
+    /// `Deleted` errors.
+    Removed,
+    /// Gone already.
+    Gone,
+    /// Left alone: a process has the pid in its name. It is the process that made the name,
+    /// still at work, or one that reuses its pid: then the file stays until that process
+    /// exits.
+    OwnerAlive,
+    /// Left alone: its name says it was made less than the grace period ago (or later than
+    /// this clock's now).
+    TooRecent,
+    /// Left alone for now: a live process is stopping or starting the ring set aside.
+    Busy,
+}
+
+/// How old a leftover must be before [`Ring::clear_leftover`] touches it, besides its
+/// maker being dead: a maker in another pid namespace (whose pid means nothing here) is
+/// long done with a build or a remove by then.
+pub const LEFTOVER_GRACE: Duration = Duration::from_secs(60);
 
 impl Ring {
     /// Remove ring `name`: all of it or none of it. Attached clients get
@@ -111,6 +142,66 @@ impl Ring {
         Ok(true)
     }
 
+    /// Finish what the dead maker of a hidden file in `namespace`'s directory began
+    /// ([`crate::names::leftovers_in`] lists them): a ring being built is unlinked, a ring
+    /// being removed is marked deleted (its attached clients get `Deleted`) and unlinked, and
+    /// a file under a removal's name that is not a ring this client can map is unlinked, as
+    /// the remove does. Nothing is done while a process has the pid in the name, nor before
+    /// the name is `grace` old. What is unlinked is checked to be the file that was marked
+    /// (set aside under a hidden name of this process first, as
+    /// [`Ring::unlink_deleted`] does); a ring of another pid namespace is refused as at open.
+    pub fn clear_leftover(
+        namespace: &str,
+        leftover: &Leftover,
+        grace: Duration,
+    ) -> Result<Cleared, OpenError> {
+        if crate::process::exists(leftover.pid) {
+            return Ok(Cleared::OwnerAlive);
+        }
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let grace = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
+        if now < leftover.nanos.saturating_add(grace) {
+            return Ok(Cleared::TooRecent);
+        }
+        let path = &leftover.path;
+        let unlink = || match std::fs::remove_file(path) {
+            Ok(()) => Ok(Cleared::Removed),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Cleared::Gone),
+            Err(e) => Err(remove_error(namespace, &leftover.ring, path, e)),
+        };
+        match leftover.kind {
+            // Never opened by anyone but its dead builder: only the name goes.
+            LeftoverKind::Building => unlink(),
+            LeftoverKind::Removing => {
+                match Ring::open_at(path.clone(), namespace, &leftover.ring) {
+                    Ok(ring) => ring.finish_removal(),
+                    Err(OpenError::NotFound { .. }) => Ok(Cleared::Gone),
+                    // A symbolic link put there since the listing goes itself, never its
+                    // target; a directory is refused by the unlink.
+                    Err(e) if unmappable(&e) => unlink(),
+                    Err(e) => Err(e),
+                }
+            }
+        }
+    }
+
+    /// Steps 3 and 4 of a remove whose remover died, on this ring opened at its hidden name.
+    fn finish_removal(&self) -> Result<Cleared, OpenError> {
+        // A live stop or start would be waited for: leave it to the next look instead.
+        let life = self.seg.line().life();
+        if life.state.is_some_and(RingState::is_transitional) && crate::process::exists(life.owner)
+        {
+            return Ok(Cleared::Busy);
+        }
+        match self.mark_deleted() {
+            Ok(_) | Err(LifecycleError::Deleted) => {}
+            Err(e) => return Err(OpenError::Lifecycle(self.name().to_owned(), e)),
+        }
+        self.unlink_deleted().map(|_| Cleared::Removed)
+    }
+
     /// Steps 3 and 4 on this ring, set aside at `aside` from its name `path`.
     fn remove_set_aside(&self, aside: &Path, path: &Path) -> Result<(), OpenError> {
         match self.mark_deleted() {
@@ -164,7 +255,11 @@ fn aside_path(path: &Path, name: &str) -> PathBuf {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    dir.join(crate::names::hidden_name(name, nanos, "removing"))
+    dir.join(crate::names::hidden_name(
+        name,
+        nanos,
+        crate::names::REMOVING_SUFFIX,
+    ))
 }
 
 /// Undo step 1: the file at `aside` back to its name `path`. The error, if the name was

@@ -700,7 +700,11 @@ fn named_file(
     created: u64,
     mode: u32,
 ) -> Result<(File, Staging), OpenError> {
-    let tmp = dir.join(crate::names::hidden_name(name, created, "tmp"));
+    let tmp = dir.join(crate::names::hidden_name(
+        name,
+        created,
+        crate::names::BUILDING_SUFFIX,
+    ));
     let file = OpenOptions::new()
         .read(true)
         .write(true)

@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shmring::{OpenError, Ring, RingState};
+use shmring::names::LeftoverKind;
+use shmring::{Cleared, OpenError, Ring, RingState};
 use tracing::{error, info, warn};
 
 use super::health::{ConsumerHealth, ProducerHealth};
@@ -311,6 +312,7 @@ impl Broker {
         self.turns
             .retain(|_, turn| std::sync::Arc::strong_count(turn) > 1);
         self.unreadable.retain(|p, _| p.symlink_metadata().is_ok());
+        self.clear_leftovers(&dir);
         for name in on_disk {
             if let Some(t) = self.rings.get(&name) {
                 if !matches!(t.ring.is_at_path(), Ok(false)) {
@@ -330,6 +332,41 @@ impl Broker {
                 Err(e) => {
                     let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
                     self.left_alone(path, e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Finish what dead creators and removers left in the directory
+    /// ([`Ring::clear_leftover`]): their hidden files would otherwise hold their memory for
+    /// good. One that cannot be cleared is listed as unreadable, with the reason, until it
+    /// is gone; files of live processes and recent ones are left for a later rescan.
+    fn clear_leftovers(&mut self, dir: &std::path::Path) {
+        let Ok(found) = shmring::names::leftovers_in(dir) else {
+            return;
+        };
+        for leftover in found {
+            match Ring::clear_leftover(&self.namespace, &leftover, shmring::LEFTOVER_GRACE) {
+                Ok(Cleared::Removed) => {
+                    let what = match leftover.kind {
+                        LeftoverKind::Building => "the build",
+                        LeftoverKind::Removing => "the removal (marked deleted)",
+                    };
+                    info!(
+                        ring = %leftover.ring,
+                        path = %leftover.path.display(),
+                        pid = leftover.pid,
+                        "finished {what} of a dead process: unlinked its file"
+                    );
+                    self.unreadable.remove(&leftover.path);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let why = format!(
+                        "left behind by process {}, which is gone; the broker cannot remove it ({e}): remove it by hand",
+                        leftover.pid
+                    );
+                    self.left_alone(leftover.path, why);
                 }
             }
         }
