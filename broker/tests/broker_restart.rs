@@ -155,6 +155,36 @@ fn a_dead_removers_ring_is_marked_deleted_and_unlinked_by_the_broker() {
     assert_eq!(p.publish(b"late"), Err(shmring::PublishError::Deleted));
 }
 
+/// A removal's hidden name that the broker cannot clear is listed under `unreadable` with
+/// the reason, and left: here a second name (a hard link) for a ring in use, which stays
+/// running under its own name.
+#[test]
+fn a_leftover_the_broker_cannot_clear_is_listed_unreadable_and_left() {
+    let ns = Namespace::new("rmlink");
+    let _broker = ns.broker(Some("[rings.r]\ncapacity = 64\n"));
+    let handle = shmring::Ring::open(ns.name(), "r").expect("open r");
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let link = ns.dir().join(format!(".r.{dead}.0.17.removing"));
+    std::fs::hard_link(ns.dir().join("r.ring"), &link).expect("hard link");
+    let v = ns.wait_status("the leftover to be listed", |v, _| {
+        let listed = v["unreadable"].as_array()?.iter().any(|u| {
+            u["path"].as_str() == link.to_str()
+                && u["error"].as_str().is_some_and(|e| e.contains("2 names"))
+        });
+        listed.then(|| v.clone())
+    });
+    assert!(
+        !handle.is_deleted(),
+        "the ring in use was marked deleted: {v:#}"
+    );
+    assert_eq!(ring(&v, "r").expect("r")["state"], "RUNNING", "{v:#}");
+    assert!(link.exists());
+    std::fs::remove_file(&link).expect("remove the link");
+    ns.wait_status("the listing to go with the file", |v, _| {
+        (v["unreadable"].as_array()?.is_empty()).then_some(())
+    });
+}
+
 /// The ring file unlinked under live clients: the broker stops watching it (the ring leaves
 /// the status), a new `open` gets `NotFound`, and the attached producer and consumer carry
 /// on with the unlinked segment.

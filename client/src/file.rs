@@ -103,3 +103,8 @@ pub(crate) fn identity_of(path: &Path) -> std::io::Result<(u64, u64)> {
     let st = rustix::fs::lstat(path)?;
     Ok((st.st_dev, st.st_ino))
 }
+
+/// How many names (hard links) the open file has.
+pub(crate) fn link_count(file: &File) -> std::io::Result<u64> {
+    Ok(rustix::fs::fstat(file)?.st_nlink as u64)
+}

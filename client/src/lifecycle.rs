@@ -161,10 +161,16 @@ pub(crate) struct SegEnv<'a> {
 impl<'a> SegEnv<'a> {
     /// For a lifecycle call: waits for another owner at most [`LIFECYCLE_WAIT`].
     pub(crate) fn lifecycle(seg: &'a Segment) -> Self {
+        Self::lifecycle_within(seg, LIFECYCLE_WAIT)
+    }
+
+    /// For a lifecycle call that waits for another owner at most `wait` (zero: not at all,
+    /// a live owner is `Busy` at once).
+    pub(crate) fn lifecycle_within(seg: &'a Segment, wait: Duration) -> Self {
         SegEnv {
             seg,
             me: process::current().pid,
-            deadline: Some(Instant::now() + LIFECYCLE_WAIT),
+            deadline: Some(Instant::now() + wait),
         }
     }
 
@@ -242,6 +248,11 @@ impl Ring {
     }
 
     fn close_as(&self, state: RingState) -> Result<(u64, u64), LifecycleError> {
+        self.close_within(state, LIFECYCLE_WAIT)
+    }
+
+    /// As `close_as`, waiting for another live owner at most `wait`.
+    fn close_within(&self, state: RingState, wait: Duration) -> Result<(u64, u64), LifecycleError> {
         // A process without membarrier makes every producer of the ring use the full fence
         // before it can take part in a single-producer close (see `line`).
         let mode = crate::fence::mode();
@@ -253,7 +264,7 @@ impl Ring {
         let out = self
             .seg
             .line()
-            .close(&SegEnv::lifecycle(&self.seg), state)?;
+            .close(&SegEnv::lifecycle_within(&self.seg, wait), state)?;
         // Parked consumers look again: a drained consumer returns from `run`.
         park::wake_consumers(&self.seg);
         park::wake(&self.seg.lines().producer_wake.value);
@@ -408,12 +419,18 @@ impl Ring {
 
     /// Mark the ring deleted: the line closes for good and every client gets an error.
     pub(crate) fn mark_deleted(&self) -> Result<u64, LifecycleError> {
-        let (stop, _) = match self.close_as(RingState::Deleted) {
+        self.mark_deleted_within(LIFECYCLE_WAIT)
+    }
+
+    /// As `mark_deleted`, waiting for a live process's stop or start at most `wait`
+    /// (`Busy` after that).
+    pub(crate) fn mark_deleted_within(&self, wait: Duration) -> Result<u64, LifecycleError> {
+        let (stop, _) = match self.close_within(RingState::Deleted, wait) {
             // A corrupt word ends here too (its error says to remove the ring): closed as
             // from Running, from that exact word.
             Err(LifecycleError::CorruptState(word)) => {
                 let out = self.seg.line().close_corrupt(
-                    &SegEnv::lifecycle(&self.seg),
+                    &SegEnv::lifecycle_within(&self.seg, wait),
                     word,
                     RingState::Deleted,
                 )?;

@@ -9,7 +9,8 @@
 //!
 //! 1. rename the name to a hidden name in the same directory,
 //!    `.NAME.PID.SERIAL.NANOS.removing` (scans skip names that start with a dot: it is
-//!    never opened, adopted or listed). The kernel applies an unlink's rules to a rename,
+//!    never adopted or listed as a ring, and opened only to finish the remove of a dead
+//!    remover, below). The kernel applies an unlink's rules to a rename,
 //!    so a refusal here leaves everything as it was, and a success proves the final
 //!    unlink is allowed.
 //! 2. open the file under the hidden name, which no other process uses: what is looked at
@@ -49,7 +50,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::fs::{RenameFlags, CWD};
 
 use crate::names::{ring_path, Leftover, LeftoverKind};
-use crate::{LifecycleError, OpenError, Ring, RingState};
+use crate::{LifecycleError, OpenError, Ring};
 
 /// What [`Ring::clear_leftover`] did with a hidden file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,7 +177,7 @@ impl Ring {
             LeftoverKind::Building => unlink(),
             LeftoverKind::Removing => {
                 match Ring::open_at(path.clone(), namespace, &leftover.ring) {
-                    Ok(ring) => ring.finish_removal(),
+                    Ok(ring) => ring.finish_removal(path),
                     Err(OpenError::NotFound { .. }) => Ok(Cleared::Gone),
                     // A symbolic link put there since the listing goes itself, never its
                     // target; a directory is refused by the unlink.
@@ -188,18 +189,36 @@ impl Ring {
     }
 
     /// Steps 3 and 4 of a remove whose remover died, on this ring opened at its hidden name.
-    fn finish_removal(&self) -> Result<Cleared, OpenError> {
-        // A live stop or start would be waited for: leave it to the next look instead.
-        let life = self.seg.line().life();
-        if life.state.is_some_and(RingState::is_transitional) && crate::process::exists(life.owner)
-        {
-            return Ok(Cleared::Busy);
+    fn finish_removal(&self, path: &Path) -> Result<Cleared, OpenError> {
+        // A remove sets a file aside by renaming it, so its only name is the hidden one. A
+        // second name (a hard link made since, maybe to a ring in use under its own name)
+        // would be marked deleted along with it: refused.
+        let links =
+            crate::file::link_count(self.seg.file()).map_err(|e| OpenError::io("stat", path, e))?;
+        if links != 1 {
+            return Err(OpenError::Io {
+                op: "finish the removal of",
+                path: path.to_owned(),
+                source: std::io::Error::other(format!(
+                    "the file has {links} names, and a remove leaves it only its hidden one: another name may be a ring in use"
+                )),
+            });
         }
-        match self.mark_deleted() {
-            Ok(_) | Err(LifecycleError::Deleted) => {}
-            Err(e) => return Err(OpenError::Lifecycle(self.name().to_owned(), e)),
+        if !self.is_deleted() {
+            // Not waited for: a live process's stop or start is left to a later look (the
+            // broker calls this under its lock).
+            match self.mark_deleted_within(Duration::ZERO) {
+                Ok(_) | Err(LifecycleError::Deleted) => {}
+                Err(LifecycleError::Busy { .. }) => return Ok(Cleared::Busy),
+                Err(e) => return Err(OpenError::Lifecycle(self.name().to_owned(), e)),
+            }
         }
-        self.unlink_deleted().map(|_| Cleared::Removed)
+        match self.unlink_deleted() {
+            Ok(_) => Ok(Cleared::Removed),
+            // Another clearer set it aside or unlinked it first.
+            Err(OpenError::NotFound { .. }) => Ok(Cleared::Gone),
+            Err(e) => Err(e),
+        }
     }
 
     /// Steps 3 and 4 on this ring, set aside at `aside` from its name `path`.

@@ -206,3 +206,25 @@ fn a_dead_removers_ring_is_marked_deleted_and_unlinked() {
         Err(shmring::OpenError::NotFound { .. })
     ));
 }
+
+/// A second name for a ring under a removal's hidden name (a hard link: a remove only ever
+/// renames, so this is another process's doing) is refused with an error that says so: the
+/// ring in use under its own name is never marked deleted through it.
+#[test]
+fn a_removal_name_that_is_a_second_link_to_a_ring_is_refused() {
+    let ns = Namespace::concurrent("left-link");
+    let ring = Ring::create(ns.name(), "r", &cfg()).expect("create r");
+    let mut p = ring.producer().expect("producer");
+    let (dead, _) = dead_process();
+    let link = ns.dir().join(format!(".r.{dead}.0.17.removing"));
+    std::fs::hard_link(ns.dir().join("r.ring"), &link).expect("hard link");
+    let found = leftovers_in(ns.dir()).expect("list");
+    assert_eq!(found.len(), 1, "{found:?}");
+    let e = Ring::clear_leftover(ns.name(), &found[0], LEFTOVER_GRACE)
+        .expect_err("a second link is not cleared");
+    assert!(e.to_string().contains("2 names"), "{e}");
+    assert!(!ring.is_deleted(), "the ring in use was marked deleted");
+    assert_eq!(p.publish(b"on"), Ok(0));
+    assert!(link.exists() && ns.dir().join("r.ring").exists());
+    std::fs::remove_file(&link).expect("remove the link");
+}

@@ -360,10 +360,14 @@ impl Broker {
                     );
                     self.unreadable.remove(&leftover.path);
                 }
-                Ok(_) => {}
+                // A live maker's, a recent one or busy: looked at again at the next rescan,
+                // with no reason listed meanwhile.
+                Ok(_) => {
+                    self.unreadable.remove(&leftover.path);
+                }
                 Err(e) => {
                     let why = format!(
-                        "left behind by process {}, which is gone; the broker cannot remove it ({e}): remove it by hand",
+                        "left behind by process {} (no process has that pid in this pid namespace); the broker cannot clear it ({e}): remove it by hand",
                         leftover.pid
                     );
                     self.left_alone(leftover.path, why);
