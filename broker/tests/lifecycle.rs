@@ -321,3 +321,58 @@ fn a_drain_requested_over_a_half_closed_connection_still_answers() {
     assert_eq!(v["reply"], "done", "{v}");
     assert_eq!(v["sequence"], 1, "{v}");
 }
+
+/// A delete that waits for a live process's stop of the ring (a remove waits for it, up to
+/// the lifecycle wait) leaves the broker answering meanwhile: status is served while the
+/// delete is still waiting, and the delete goes through once that process is gone. Before,
+/// the delete held the broker's lock for its whole wait, and status, sweeps and every
+/// other ring's requests waited behind it.
+#[test]
+fn a_delete_waiting_for_a_live_stop_leaves_the_broker_answering() {
+    use std::process::Command;
+
+    let ns = Namespace::new("delwait");
+    // The control thread's debug line says when the broker has the request.
+    let mut cmd = Command::new(common::BIN);
+    cmd.args(["run", "--namespace", ns.name(), "--config"])
+        .arg(ns.config("[rings.r]\ncapacity = 64\n"))
+        .env("RUST_LOG", "info,shmring_broker::run::control=debug");
+    let broker = ns.spawn("broker", cmd);
+    assert!(broker.expect_stderr_within("broker ready", common::WAIT));
+    let r = Ring::open(ns.name(), "r").expect("open");
+    // A live process that owns a stop of the ring and never finishes it.
+    let mut owner = ns.spawn("stop owner", {
+        let mut c = Command::new("sleep");
+        c.arg("600");
+        c
+    });
+    shmring_testkit::raw::RawSegment::open(&r).set_lifecycle_word(shmring_layout::lifecycle::pack(
+        9,
+        shmring::RingState::Stopping as u32,
+        owner.pid(),
+    ));
+
+    let mut delete = common::fault::cli_spawn(&ns, &["delete", "r"]);
+    assert!(
+        broker.expect_stderr_within("Delete {", common::WAIT),
+        "the broker never got the delete:\n{}",
+        broker.stderr_so_far()
+    );
+    let (v, _) = ns.status();
+    assert!(
+        delete.exited().is_none(),
+        "status was answered only after the delete ended"
+    );
+    // From the running broker, not the offline report the CLI falls back to when the
+    // broker does not answer in time.
+    assert_eq!(v["broker"]["running"], true, "{v:#}");
+    assert!(v["broker"]["unreachable"].is_null(), "{v:#}");
+    assert!(common::ring(&v, "r").is_some(), "{v:#}");
+
+    // The stop's owner gone, the delete finishes its stop and goes through.
+    owner.kill();
+    let (ok, text) = common::fault::cli_finish(delete);
+    assert!(ok, "delete: {text}");
+    assert!(r.is_deleted());
+    assert!(!ns.dir().join("r.ring").exists());
+}

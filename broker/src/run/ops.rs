@@ -256,16 +256,27 @@ fn delete(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>) -> Rep
     let Some(_one_at_a_time) = serial.turn(deadline) else {
         return held_past(name);
     };
-    let mut b = lock(shared);
-    if !b.rings.contains_key(name) {
-        return unknown(&b, name);
-    }
+    let namespace = {
+        let b = lock(shared);
+        if !b.rings.contains_key(name) {
+            return unknown(&b, name);
+        }
+        b.namespace.clone()
+    };
     if let Some(late) = too_late(deadline) {
         return late;
     }
-    match Ring::remove(&b.namespace, name) {
+    // Outside the broker's lock: a remove waits for a live process's stop or start (up to
+    // the lifecycle wait), and sweeps, status and other rings' requests go on meanwhile.
+    // The ring's turn keeps this ring's other lifecycle requests out.
+    match Ring::remove(&namespace, name) {
         Ok(()) => {
-            b.rings.remove(name);
+            let mut b = lock(shared);
+            // Unless a rescan has dropped it already, or tracks a new ring made under the
+            // name since (not marked deleted).
+            if b.rings.get(name).is_some_and(|t| t.ring.is_deleted()) {
+                b.rings.remove(name);
+            }
             info!(
                 ring = name,
                 "ring deleted: attached clients get a Deleted error"
