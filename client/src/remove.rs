@@ -150,7 +150,9 @@ impl Ring {
     /// the remove does. Nothing is done while a process has the pid in the name, nor before
     /// the name is `grace` old. What is unlinked is checked to be the file that was marked
     /// (set aside under a hidden name of this process first, as
-    /// [`Ring::unlink_deleted`] does); a ring of another pid namespace is refused as at open.
+    /// [`Ring::unlink_deleted`] does); a ring of another pid namespace is refused as at open,
+    /// and so is a file under a removal's name that has a second name (a hard link, which a
+    /// remove never makes: the other name may be a ring in use).
     pub fn clear_leftover(
         namespace: &str,
         leftover: &Leftover,
@@ -195,6 +197,10 @@ impl Ring {
         // would be marked deleted along with it: refused.
         let links =
             crate::file::link_count(self.seg.file()).map_err(|e| OpenError::io("stat", path, e))?;
+        if links == 0 {
+            // Another clearer unlinked it since this one opened it.
+            return Ok(Cleared::Gone);
+        }
         if links != 1 {
             return Err(OpenError::Io {
                 op: "finish the removal of",
@@ -281,16 +287,32 @@ fn aside_path(path: &Path, name: &str) -> PathBuf {
     ))
 }
 
+/// The operation of [`put_back`]'s error (see [`OpenError::left_aside`]).
+const PUT_BACK: &str =
+    "rename back (a new ring took the name meanwhile; the old one is left under the hidden name)";
+
 /// Undo step 1: the file at `aside` back to its name `path`. The error, if the name was
 /// taken meanwhile, names the hidden file.
 fn put_back(aside: &Path, path: &Path) -> Result<(), OpenError> {
     rustix::fs::renameat_with(CWD, aside, CWD, path, RenameFlags::NOREPLACE).map_err(|e| {
         OpenError::Io {
-            op: "rename back (a new ring took the name meanwhile; the old one is left under the hidden name)",
+            op: PUT_BACK,
             path: aside.to_owned(),
             source: e.into(),
         }
     })
+}
+
+impl OpenError {
+    /// The hidden name a refused remove left the ring under, when it could not put it back
+    /// (a new ring took the name meanwhile): the ring's clients carry on there, and a
+    /// broker finishes the remove only once the process that made the name has exited.
+    pub fn left_aside(&self) -> Option<&Path> {
+        match self {
+            OpenError::Io { op, path, .. } if *op == PUT_BACK => Some(path),
+            _ => None,
+        }
+    }
 }
 
 /// The error of a refused rename or unlink of ring `name` at `path`.
@@ -311,5 +333,29 @@ fn remove_error(namespace: &str, name: &str, path: &Path, e: std::io::Error) -> 
             path: path.to_owned(),
             source: e,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A put-back refused because the name was taken names the hidden file, and says so
+    /// through `left_aside`; other errors do not.
+    #[test]
+    fn a_put_back_refused_names_the_file_left_aside() {
+        let dir = std::env::temp_dir().join(format!("shmring-putback-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (aside, path) = (dir.join(".r.1.0.2.removing"), dir.join("r.ring"));
+        std::fs::write(&aside, b"old").unwrap();
+        std::fs::write(&path, b"new").unwrap();
+        let e = put_back(&aside, &path).expect_err("the name is taken");
+        assert_eq!(e.left_aside(), Some(aside.as_path()), "{e}");
+        assert!(
+            OpenError::io("remove", &aside, std::io::ErrorKind::NotFound.into())
+                .left_aside()
+                .is_none()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -287,7 +287,15 @@ fn delete(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>) -> Rep
                 run: None,
             }
         }
-        Err(e) => Reply::error(e.to_string()),
+        Err(e) => {
+            // Refused with the name taken meanwhile: the old ring is left under a hidden
+            // name of this broker's, which it does not clear while it runs. Listed, so that
+            // status shows it.
+            if let Some(aside) = e.left_aside() {
+                lock(shared).left_alone(aside.to_owned(), e.to_string());
+            }
+            Reply::error(e.to_string())
+        }
     }
 }
 

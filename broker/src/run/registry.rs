@@ -360,8 +360,10 @@ impl Broker {
                     );
                     self.unreadable.remove(&leftover.path);
                 }
-                // A live maker's, a recent one or busy: looked at again at the next rescan,
-                // with no reason listed meanwhile.
+                // This broker's own: a delete's, in progress, or refused and listed by it.
+                Ok(Cleared::OwnerAlive) if leftover.pid == self.pid => {}
+                // Another live maker's, a recent one or busy: looked at again at the next
+                // rescan, with no reason listed meanwhile.
                 Ok(_) => {
                     self.unreadable.remove(&leftover.path);
                 }
@@ -378,7 +380,7 @@ impl Broker {
 
     /// List `path` as unreadable, logging it the first time; a reason already given (a
     /// CORRUPT ring's) is kept.
-    fn left_alone(&mut self, path: PathBuf, why: String) {
+    pub(super) fn left_alone(&mut self, path: PathBuf, why: String) {
         if let std::collections::btree_map::Entry::Vacant(slot) = self.unreadable.entry(path) {
             warn!(path = %slot.key().display(), "segment left alone: {why}");
             slot.insert(why);
