@@ -160,12 +160,19 @@ impl Broker {
     /// A ring file found marked deleted (its remover died, or could mark it and not unlink
     /// it) is never adopted: adopting it would bump its epoch at every rescan for nothing.
     /// It is unlinked if this broker may; otherwise it is listed as unreadable and logged
-    /// once. Returns whether it was unlinked.
+    /// once. Returns whether nothing is left behind: unlinked, or no longer at its name.
     fn clear_deleted(&mut self, ring: &Ring) -> bool {
         let path = ring.path().to_owned();
         match ring.unlink_deleted() {
             Ok(_) => {
                 info!(path = %path.display(), "removed a ring file that was marked deleted but left behind");
+                self.unreadable.remove(&path);
+                true
+            }
+            // Not at the name any more: its remover (a delete of this broker's, which runs
+            // beside the rescans) unlinked it since the look, or a new ring took the name.
+            // Nothing is left behind.
+            Err(OpenError::NotFound { .. } | OpenError::Replaced { .. }) => {
                 self.unreadable.remove(&path);
                 true
             }
