@@ -488,6 +488,59 @@ fn producers_taking_turns_take_no_slot_a_consumer_has_read() {
     );
 }
 
+/// The witness's bad case: a consumer that reads one event at a time on a full ring is one
+/// step past each slot's previous lap, so a look vouches for a single slot. Looking again
+/// at every publish would pull the line that consumer commits to at every publish; a
+/// producer whose look vouched for less than a sixteenth of the ring looks again only a
+/// sixteenth of the ring on (here 16 sequences, 8 of its own publishes), and takes the
+/// slots in between with a CAS. So of 160 publishes past the first lap, each producer
+/// looks 10 times and takes 70 slots: fewer than every slot (the looks vouch), more than
+/// none (the looks are rate-limited).
+#[test]
+fn a_witness_that_vouches_for_one_slot_is_looked_for_once_per_sixteenth_of_a_ring() {
+    let ns = Namespace::concurrent("witness-rate");
+    let cfg = RingConfig {
+        producer_mode: ProducerMode::Multi,
+        ..small(256)
+    };
+    let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().batch_cap(1))
+        .unwrap();
+    let mut a = ring.producer().unwrap();
+    let mut b = ring.producer().unwrap();
+    for v in 0..256u64 {
+        let p = if v % 2 == 0 { &mut a } else { &mut b };
+        assert_eq!(p.publish(&v.to_le_bytes()), Ok(v));
+    }
+    let first_lap = (a.stats().slot_takes, b.stats().slot_takes);
+    assert_eq!(first_lap, (128, 128), "every slot of the first lap");
+    for v in 256..416u64 {
+        let mut got = Vec::new();
+        assert_eq!(
+            c.poll_once(|ev| got.push(ev.sequence())).unwrap(),
+            1,
+            "one event per poll"
+        );
+        assert_eq!(got, [v - 256]);
+        let p = if v % 2 == 0 { &mut a } else { &mut b };
+        assert_eq!(
+            p.publish(&v.to_le_bytes()),
+            Ok(v),
+            "the ring is full but one"
+        );
+    }
+    let takes = (
+        a.stats().slot_takes - first_lap.0,
+        b.stats().slot_takes - first_lap.1,
+    );
+    assert_eq!(
+        takes,
+        (70, 70),
+        "each producer: 80 publishes, a look at every eighth, a CAS for the rest"
+    );
+}
+
 /// A try form counts a slot's previous lap as its own only if it lies in the producer's
 /// last run of claims, not anywhere past the run's start: after another producer's claims
 /// the next claim starts a new run. Here `b`'s run is sequence 0, `a` holds sequence 1 open
