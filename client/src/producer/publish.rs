@@ -518,6 +518,17 @@ impl Producer {
     /// Write and publish one whole event into the slot of `seq` (one slot lookup).
     #[inline(always)]
     fn write_slot(&self, seq: u64, bytes: &[u8], flags: u32) {
+        if self.single {
+            // A path of its own, with the single producer's branch of `begin_write` and its
+            // own slot lookup: through `begin_write`, whose multi-producer branch calls out of
+            // line, a per-event publish ran at half to two thirds of the rate
+            // (docs/PERFORMANCE.md, "Stamped slots, batch publish").
+            let slot = self.seg.slot(seq);
+            Self::mark_writing(&slot, seq);
+            Self::fill(&slot, bytes, flags);
+            Self::stamp(&slot, seq);
+            return;
+        }
         let slot = self.seg.slot(seq);
         self.begin_write(&slot, seq);
         Self::fill(&slot, bytes, flags);
