@@ -117,6 +117,14 @@ pub(crate) fn hidden_name(name: &str, nanos: u64, suffix: &str) -> String {
     format!(".{name}.{}.{serial}.{nanos}.{suffix}", std::process::id())
 }
 
+/// Now on the wall clock, in nanoseconds since the Unix epoch (0 before it): the time a
+/// hidden name carries ([`hidden_name`], [`Leftover::nanos`]) and a ring's creation time.
+pub(crate) fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// Suffix of the hidden name a create without `O_TMPFILE` builds a ring under.
 pub(crate) const BUILDING_SUFFIX: &str = "tmp";
 /// Suffix of the hidden name a remove sets a ring aside under.

@@ -45,7 +45,7 @@
 //! a removal is marked deleted and unlinked, as the remove would have.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use rustix::fs::{RenameFlags, CWD};
 
@@ -161,9 +161,7 @@ impl Ring {
         if crate::process::exists(leftover.pid) {
             return Ok(Cleared::OwnerAlive);
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let now = crate::names::wall_clock_ns();
         let grace = u64::try_from(grace.as_nanos()).unwrap_or(u64::MAX);
         if now < leftover.nanos.saturating_add(grace) {
             return Ok(Cleared::TooRecent);
@@ -277,12 +275,9 @@ fn unmappable(e: &OpenError) -> bool {
 /// A hidden name beside `path` for ring `name` while it is removed.
 fn aside_path(path: &Path, name: &str) -> PathBuf {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
     dir.join(crate::names::hidden_name(
         name,
-        nanos,
+        crate::names::wall_clock_ns(),
         crate::names::REMOVING_SUFFIX,
     ))
 }

@@ -7,7 +7,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{FileType, Gid, Mode};
 use shmring_layout::{
@@ -236,9 +235,7 @@ impl Ring {
         let path = ring_path(namespace, name)?;
         let dir = namespace_dir(namespace)?;
         ensure_dir(&dir, config)?;
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let created = crate::names::wall_clock_ns();
         let unnamed = if unnamed {
             unnamed_file(&dir, config.mode)?
         } else {
