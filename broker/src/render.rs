@@ -393,6 +393,13 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     } else {
         let _ = writeln!(out, "{p}");
     }
+    if let Some(x) = ring.producers.iter().find(|x| x.lone) {
+        let _ = writeln!(
+            out,
+            "  lone claims: producer #{} (pid {}) has the line to itself until another producer claims",
+            x.index, x.pid
+        );
+    }
     out
 }
 

@@ -359,6 +359,10 @@ pub struct ProducerReport {
     pub repaired: u64,
     /// Times it parked waiting for room.
     pub parks: u64,
+    /// It has the multi-producer line to itself (lone claims: plain stores, no locked
+    /// instruction) until another producer claims.
+    #[serde(default)]
+    pub lone: bool,
 }
 
 /// A segment that could not be opened as a ring.

@@ -21,6 +21,7 @@ pub fn ring_state(state: Option<RingState>) -> &'static str {
         Some(RingState::Deleted) => "DELETED",
         Some(RingState::Stopping) => "STOPPING",
         Some(RingState::Starting) => "STARTING",
+        Some(RingState::Sharing) => "SHARING",
         None => "CORRUPT",
     }
 }
@@ -127,6 +128,7 @@ pub fn producer_report(p: &ProducerInfo, alive: bool, repaired: u64) -> Producer
         tombstoned: p.stats.tombstoned,
         repaired,
         parks: p.stats.parks,
+        lone: p.lone,
     }
 }
 

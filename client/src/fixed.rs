@@ -211,6 +211,7 @@ pub fn repair_dead<R: Words>(r: &R, gate_passed: impl FnOnce(u64) -> bool) -> Re
         stop_seq: r.stop_seq(),
         single: true,
         max_claim: r.capacity() / 2,
+        lone: &crate::line::NoLone,
     };
     // Acquire (`life`): pairs with the Release CAS that settled the state, so a closed state
     // comes with its stop sequence, and a Running that a start left with the start's

@@ -11,10 +11,10 @@
 //!
 //! A new consumer publishes its entry as ACTIVE (SeqCst), then reads the line's position
 //! (`line::Line::position`, a SeqCst load) and starts there. A scan reads the position first
-//! (SeqCst; on a single-producer ring after a SeqCst fence that orders the producer's plain
-//! position stores), then the entries (SeqCst). In the single total order of SeqCst operations, either the scan's load
-//! of the entry follows the consumer's ACTIVE store (the scan sees the consumer), or it
-//! precedes it, and then the scan's earlier claim-counter load precedes the consumer's, so
+//! (SeqCst, after a SeqCst fence that orders a single or lone producer's plain position
+//! stores), then the entries (SeqCst). In the single total order of SeqCst operations,
+//! either the scan's load of the entry follows the consumer's ACTIVE store (the scan sees
+//! the consumer), or it precedes it, and then the scan's earlier claim-counter load precedes the consumer's, so
 //! the gate it computes is at most the consumer's start. Either way no producer can lap the
 //! new consumer's first slot: it never reads a slot being overwritten.
 //!
@@ -46,13 +46,12 @@ use crate::segment::Segment;
 
 /// Scan the consumer table for the current gate (see the module comment).
 pub(crate) fn scan(seg: &Segment) -> u64 {
-    let line = seg.line();
-    if line.single {
-        // SeqCst fence: a single producer stores its position with a plain store; this fence
-        // puts every such store before the entry loads below in the total order, where the
-        // attach protocol needs the claim (module comment).
-        fence(Ordering::SeqCst);
-    }
+    // SeqCst fence: a single producer, and a lone producer of a multi-producer ring, store
+    // their position with a plain store; this fence puts every such store before the entry
+    // loads below in the total order, where the attach protocol needs the claim (module
+    // comment). On every ring: whether a multi-producer ring's counter names a lone producer
+    // is known only from the load the fence must come before.
+    fence(Ordering::SeqCst);
     // The position (a SeqCst load) is read before the entries, in the single total order
     // the attach protocol relies on (module comment).
     let head = seg.position();

@@ -93,6 +93,10 @@ pub struct ProducerInfo {
     pub claiming: bool,
     /// Sequences of its claims the broker tombstoned after it died.
     pub repaired: u64,
+    /// It has the multi-producer line to itself: its claims are plain stores to its entry,
+    /// without the counter's locked instruction, until another producer claims (or a stop,
+    /// or its detach) ends that (ARCHITECTURE.md, "Lone claims").
+    pub lone: bool,
     /// Counters.
     pub stats: ProducerStats,
 }
@@ -400,6 +404,8 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         });
     }
     let mut producers = Vec::new();
+    // Relaxed: a display value.
+    let lone = shmring_layout::claim_lone_index(seg.lines().claim.value.load(Ordering::Relaxed));
     for i in 0..geo.max_producers {
         let Some(e) = seg.producer(i) else { break };
         // Acquire: the fields below were written before the word.
@@ -437,6 +443,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
                 .flatten(),
             claiming: in_flight == shmring_layout::IN_FLIGHT_CLAIMING,
             repaired,
+            lone: lone == Some(i),
             stats: ProducerStats {
                 published,
                 refused: e.refused.load(Ordering::Relaxed),

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use shmring_layout::{consumer_state, owned_word, producer_state, RingState};
 
-use crate::line::{Env, Line, LineError};
+use crate::line::{Env, Line, LineError, LoneSlot, LoneWords};
 use crate::segment::Segment;
-use crate::{park, process, Ring};
+use crate::{park, process, table, Ring};
 
 /// How long a lifecycle call waits for another live process that owns the lifecycle (a stop
 /// or start in progress) before it gives up with [`LifecycleError::Busy`].
@@ -58,6 +58,12 @@ pub enum LifecycleError {
     /// The ring's lifecycle word is not a known state.
     #[error("ring lifecycle word {0:#x} is corrupt: remove the ring and create it again")]
     CorruptState(u64),
+    /// The claim counter names a lone producer (ARCHITECTURE.md, "Lone claims") whose
+    /// position or record holds a value no ring writes (the value), or a producer entry
+    /// past the table: the lone claims cannot be ended there. A stop is refused with the
+    /// ring left running; a remove closes the counter as it is.
+    #[error("the ring's claim counter or its lone producer's position holds {0:#x}, which no ring writes: remove the ring and create it again")]
+    CorruptCounter(u64),
     /// A drain's `keep_waiting` said nobody waits for it any more (see
     /// [`Ring::drain_while`]); the ring is left Stopped.
     #[error("drain abandoned, nobody waits for it any more: {} consumer(s) short of sequence {stop_seq}: {}; the ring stays stopped", .behind.len(), describe_behind(.behind))]
@@ -106,6 +112,7 @@ impl From<LineError> for LifecycleError {
             LineError::AlreadyRunning => Self::AlreadyRunning,
             LineError::Busy(pid) => Self::Busy { pid },
             LineError::Corrupt(word) => Self::CorruptState(word),
+            LineError::CorruptCounter(word) => Self::CorruptCounter(word),
             LineError::NoBarrier => Self::NoBarrier,
         }
     }
@@ -134,7 +141,30 @@ impl Segment {
             stop_seq: &l.stop_seq,
             single: self.geometry().producer_mode == shmring_layout::ProducerMode::Single,
             max_claim: self.geometry().capacity / 2,
+            lone: self,
         }
+    }
+}
+
+impl LoneWords<std::sync::atomic::AtomicU64> for Segment {
+    fn lone(&self, index: u32) -> Option<LoneSlot<'_, std::sync::atomic::AtomicU64>> {
+        let e = self.producer(index)?;
+        Some(LoneSlot {
+            position: &e.lone,
+            end: &e.lone_end,
+        })
+    }
+
+    fn gone(&self, index: u32) -> bool {
+        let Some(e) = self.producer(index) else {
+            return true;
+        };
+        // Acquire: the start time is read after the word that names its holder.
+        let word = e.word.load(Ordering::Acquire);
+        // Relaxed: written before the word was published ACTIVE.
+        let start_time = e.start_time.load(Ordering::Relaxed);
+        owned_word::state(word) != producer_state::ACTIVE
+            || table::producer::holder(&table::Os, word, start_time) == table::Holder::Open
     }
 }
 
@@ -453,8 +483,8 @@ impl Ring {
         Ok(stop)
     }
 
-    /// Finish a stop or start whose owner died half-way (a half-done stop ends Stopped, a
-    /// half-done start Running). One whose owner lives is left to it. Returns the state,
+    /// Finish a stop, start or sharing whose owner died half-way (a half-done stop ends
+    /// Stopped, a half-done start or sharing Running). One whose owner lives is left to it. Returns the state,
     /// and whether a dead owner's change was finished. One load when nothing is in progress.
     pub fn finish_interrupted(&self) -> Result<(RingState, bool), LifecycleError> {
         let line = self.seg.line();

@@ -138,10 +138,75 @@
 //! (refused claims change it: reload and retry) to `stop_seq`. No other process writes the
 //! counter's closed value meanwhile (closing needs `Running`), so the CAS cannot act on a
 //! stale value.
+//!
+//! ## Lone claims (multi-producer)
+//!
+//! A producer alone on a running multi-producer line takes it to itself: its claims are
+//! then a single producer's, plain stores to its own entry's `lone` word (`p`) checked
+//! against the lifecycle word, with no locked instruction. The counter says so
+//! (`shmring_layout::CLAIM_LONE` with the entry's index): a claim through the counter that
+//! reads it ends the lone claims, and the counter takes over where they ended. Each entry
+//! also has `lone_end` (`e`): `LONE_OPEN`, or the position the lone claims ended at.
+//!
+//! ```text
+//! taking (the producer, alone)             a lone claim s..s+n (`claim_lone_fast`)
+//! (k1) w = life, Running                   (p1) life == w (the very word (k1) read) and
+//! (k2) c = counter, below MAX_SEQUENCE,         e == LONE_OPEN? else (p5)
+//!      slot c - 1 stamped; p = c;          (p2) p = s + n
+//!      e = LONE_OPEN                       (p3) light fence
+//! (k3) CAS counter c -> LONE(index)        (p4) life == w? accepted; else (p5)
+//! (k4) life still w? else end at once      (p5) `decide_lone`: end them itself (below),
+//!                                               then accepted iff s + n <= e
+//!
+//! ending, by the owner of a word that (p4) sees: Stopping, or Sharing (Running -> Sharing
+//! -> Running) for a claim through the counter that met LONE
+//! (e1) heavy fence (membarrier)            (e3) CAS e LONE_OPEN -> q (a record there
+//! (e2) q = p                                    already: that one is q)
+//!                                          (e4) CAS counter LONE(index)+bumps -> q
+//!
+//! ending, by the lone producer itself at its position q (in (p5), at detach): (e3), (e4);
+//! by the owner, for a lone producer that is gone: q = p (final), (e3), (e4)
+//! ```
+//!
+//! (e1) and (e2) against (p2) to (p4) are the single-producer stop's handshake: if (p4)
+//! does not see the owner's word, (e2) reads `s + n` and the claim stands; if it does, the
+//! producer goes to (p5), and the one CAS on `e` decides whose record counts. The
+//! producer's record counts its claim (`s + n`, its exact position); the owner's counts
+//! what (e2) read, which holds every claim whose (p4) did not see the owner's word. Either
+//! way the claim is accepted exactly when it lies below the record, and the counter is
+//! reopened at the record, so no sequence is handed out twice and none is skipped. A
+//! refused lone claim's `p` is past the record; nothing reads `p` once the counter no
+//! longer names the entry, and only the producer writes it.
+//!
+//! Who ends them: the owner of a transitional lifecycle word (one at a time, and one that
+//! died is dead; a takeover simply does its steps again), and the lone producer itself
+//! (in no claim but the one it decides, and taking the line again only after). A repair or
+//! an attach that finds a dead lone producer ends its claims as the owner of `Sharing`.
+//! So none of them acts on a later run of lone claims: a take needs Running (k1) and a
+//! counter no longer lone (k3), and every owner installs before it leaves its word.
+//!
+//! The position of a lone line is the lone producer's, stepped back over its last claim's
+//! unstamped slots as a single producer's is (that claim may yet end up refused); (k2)
+//! takes the line only where the slot before `c` is stamped, so stepping back stops at
+//! `c`, which a gate scan may have read. A gate scan fences before it reads the position
+//! (see `gating`). A position or record at or past `MAX_SEQUENCE` (another process wrote
+//! it) is never installed: `CorruptCounter`.
+//!
+//! Without the fence. An owner whose process has no `membarrier` (`Env::has_barrier`)
+//! cannot read a live lone producer's position: it waits for the producer's own record,
+//! which its next claim makes (it sees the owner's word at (p1) or (p4)). A close or a
+//! sharing from such a process looks first and refuses with `NoBarrier` instead (a lone
+//! producer that appears after that look is waited for), and a claim through the counter
+//! from one waits without a transition until the counter no longer names the lone
+//! producer. The lone producer ends its claims at its next claim once such a process
+//! attached to the ring (the ring's fence mode is no longer membarrier), and takes the line
+//! only while every process of the ring has `membarrier`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use shmring_layout::{lifecycle, RingState, CLAIM_CLOSED, MAX_SEQUENCE};
+use shmring_layout::{
+    claim_lone, claim_lone_index, lifecycle, RingState, CLAIM_CLOSED, LONE_OPEN, MAX_SEQUENCE,
+};
 
 /// A 64-bit atomic word of the line. Implemented for the segment's `AtomicU64`; the loom
 /// models implement it for loom's.
@@ -234,6 +299,36 @@ impl<E: Env> Env for NoWait<'_, E> {
     }
 }
 
+/// A producer entry's words for lone claims (`shmring_layout::CLAIM_LONE`).
+#[derive(Clone, Copy)]
+pub struct LoneSlot<'a, W> {
+    /// The lone producer's position (`ProducerEntry::lone`).
+    pub position: &'a W,
+    /// Where its lone claims ended (`ProducerEntry::lone_end`).
+    pub end: &'a W,
+}
+
+/// The producer entries a multi-producer line's counter may name as its lone producer.
+pub trait LoneWords<W: Word> {
+    /// Entry `index`'s words, or `None` past the table.
+    fn lone(&self, index: u32) -> Option<LoneSlot<'_, W>>;
+    /// Whether nobody can claim through entry `index` any more: its holder is dead, or the
+    /// entry is not held by a producer. Its position is then final.
+    fn gone(&self, index: u32) -> bool;
+}
+
+/// No producer entries: a single-producer line, or a model without lone claims.
+pub struct NoLone;
+
+impl<W: Word> LoneWords<W> for NoLone {
+    fn lone(&self, _index: u32) -> Option<LoneSlot<'_, W>> {
+        None
+    }
+    fn gone(&self, _index: u32) -> bool {
+        true
+    }
+}
+
 /// Why a transition did not happen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LineError {
@@ -246,8 +341,12 @@ pub enum LineError {
     /// The lifecycle word holds no known state.
     Corrupt(u64),
     /// A single-producer line cannot be closed or reopened from this process: it has no
-    /// `membarrier`.
+    /// `membarrier`. On a multi-producer line: a lone producer lives, and this process
+    /// cannot end its claims (see "Lone claims").
     NoBarrier,
+    /// A multi-producer counter names a lone producer that cannot be one (an entry past the
+    /// table, or a settled closed line): another process wrote this counter.
+    CorruptCounter(u64),
 }
 
 /// Why a new single producer did not take the line's position ([`Line::take_position`]).
@@ -341,6 +440,41 @@ pub fn claim_single_fast<W: Word>(
     }
 }
 
+/// (p1) to (p4) of a lone producer's claim (see "Lone claims"): the single producer's, on
+/// its own position word, except that (p1) takes only the very word its claims began with
+/// (`seen`, from [`Line::take_lone`]), and only while its entry's `lone_end` (`end`) is
+/// still open: any change of the lifecycle word since, even back to Running, may have
+/// ended the lone claims, and goes to [`Line::decide_lone`] (so does an ended run whose
+/// lifecycle word came back to the very value after 2^24 transitions).
+#[inline(always)]
+pub fn claim_lone_fast<W: Word>(
+    position: &W,
+    end: &W,
+    life: &W,
+    seen: SeenRunning,
+    next: u64,
+    n: u64,
+    light: impl Fn(),
+) -> Fast {
+    // (p1) Acquire: as a single producer's. Then `end` Relaxed: the word read comes from
+    // the last transition's Release CAS, made after any record that ended the run.
+    if life.load(Ordering::Acquire) != seen.0 || end.load(Ordering::Relaxed) != LONE_OPEN {
+        return Fast::NotRunning;
+    }
+    // (p2) Relaxed: the fence pair orders it against the owner's (e3); a gate scan fences
+    // before it reads the position (see `gating`).
+    position.store(next + n, Ordering::Relaxed);
+    // (p3)
+    light();
+    // (p4) Acquire: the fence pair above orders it after (p2); as at (p1), a word that came
+    // back to `seen` comes with any record that ended the run since, which `end` shows.
+    if life.load(Ordering::Acquire) == seen.0 && end.load(Ordering::Relaxed) == LONE_OPEN {
+        Fast::Accepted
+    } else {
+        Fast::Decide
+    }
+}
+
 /// [`Line::closed_at`] from the two words it reads: the stop sequence once the line has
 /// settled closed (Stopped, Draining, Starting or Deleted); `None` while it runs, is
 /// closing, or the word is corrupt.
@@ -349,7 +483,7 @@ pub fn closed_at<W: Word>(lifecycle: &W, stop_seq: &W) -> Option<u64> {
     // Acquire: pairs with the Release CAS of whoever changed it, so a settled state comes
     // with the stop sequence recorded before it.
     match Life::of(lifecycle.load(Ordering::Acquire)).state {
-        Some(RingState::Running | RingState::Stopping) | None => None,
+        Some(RingState::Running | RingState::Stopping | RingState::Sharing) | None => None,
         // Relaxed: ordered by the Acquire load of the settled word.
         Some(_) => Some(stop_seq.load(Ordering::Relaxed)),
     }
@@ -394,6 +528,40 @@ pub struct Line<'a, W: Word> {
     pub single: bool,
     /// The most sequences one claim takes (capacity / 2).
     pub max_claim: u64,
+    /// Multi-producer: the producer entries, for a lone producer's words.
+    pub lone: &'a dyn LoneWords<W>,
+}
+
+/// What a lone producer's claim came to, once a lifecycle change met it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoneClaim {
+    /// The claim lies below where the lone claims ended: it stands.
+    Accepted,
+    /// The lone claims ended before it: nothing was claimed; claim from the counter.
+    Shared,
+}
+
+/// Who ends a lone producer's claims ([`Line::end_lone`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ender {
+    /// The lone producer itself, at position `p`: in no claim, or in the one `p` counts.
+    Own(u64),
+    /// The owner of a transitional lifecycle word, for a lone producer that is gone: its
+    /// position is final.
+    ForTheGone,
+    /// The owner of a transitional lifecycle word (Stopping, Sharing), which every later
+    /// claim of the lone producer sees (its (p4)). `fenced`: it can issue the heavy fence;
+    /// without it, it waits for the lone producer to end its claims itself.
+    Owner { fenced: bool },
+}
+
+/// Why [`Line::end_lone`] did not end the claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EndLone {
+    /// An owner without the fence: the lone producer has not ended them itself yet.
+    NotYet,
+    /// The position read, the record or the counter holds a value no ring writes.
+    Corrupt(u64),
 }
 
 fn next_word(life: &Life, state: RingState, owner: u32) -> u64 {
@@ -435,23 +603,42 @@ impl<W: Word> Line<'_, W> {
             // `MAX_SEQUENCE` is no claim (no ring gets there): another process wrote it, and
             // stepping back from it would make it read as a sequence, so it is the position
             // as it is, for every reader to refuse.
-            if p >= MAX_SEQUENCE {
-                return p;
-            }
-            let mut q = p;
-            while q > 0 && p - q < self.max_claim && !published(q - 1) {
-                q -= 1;
-            }
-            return q;
+            return self.stepped_back(p, published);
         }
         // SeqCst: the attach protocol's load of the head (see `gating`); it also reads from
         // the closing CAS's release sequence, so `stop_seq` (recorded before it) is visible.
         let c = self.claim.load(Ordering::SeqCst);
-        if c & CLAIM_CLOSED == 0 {
-            c
-        } else {
-            self.stop_seq.load(Ordering::Relaxed)
+        if c & CLAIM_CLOSED != 0 {
+            return self.stop_seq.load(Ordering::Relaxed);
         }
+        match self.lone_at(c) {
+            // A lone producer's position, as a single producer's: its last claim may still
+            // end up not its own (see "Lone claims" in the module comment). SeqCst: as the
+            // counter's load; a gate scan fences before it (see `gating`).
+            Some((_, slot)) => self.stepped_back(slot.position.load(Ordering::SeqCst), published),
+            None => c,
+        }
+    }
+
+    /// A single or lone producer's position `p`, before the unstamped slots of its last
+    /// claim (see [`Line::position`]). A `p` at or past `MAX_SEQUENCE` is returned as it is.
+    fn stepped_back(&self, p: u64, published: impl Fn(u64) -> bool) -> u64 {
+        if p >= MAX_SEQUENCE {
+            return p;
+        }
+        let mut q = p;
+        while q > 0 && p - q < self.max_claim && !published(q - 1) {
+            q -= 1;
+        }
+        q
+    }
+
+    /// The lone producer a multi-producer counter `c` names, with its words; `None` for a
+    /// counter that names none, or an entry past the table (then `c`, at or past
+    /// `MAX_SEQUENCE`, is no position and every reader refuses it as such).
+    fn lone_at(&self, c: u64) -> Option<(u32, LoneSlot<'_, W>)> {
+        let index = claim_lone_index(c)?;
+        Some((index, self.lone.lone(index)?))
     }
 
     /// Single producer: a new producer takes the position as its next sequence and stores
@@ -518,7 +705,26 @@ impl<W: Word> Line<'_, W> {
             // SeqCst: as in `position`.
             return self.claim.load(Ordering::SeqCst);
         }
+        if !self.single {
+            // SeqCst: as in `position`.
+            let c = self.claim.load(Ordering::SeqCst);
+            if let Some((_, slot)) = self.lone_at(c) {
+                // SeqCst: as in `position`. A lone producer's last claim counts.
+                return slot.position.load(Ordering::SeqCst);
+            }
+        }
         self.position(|_| true)
+    }
+
+    /// [`Line::claimed`], unless a multi-producer counter names a lone producer (`None`):
+    /// then the lone producer's last claim may still end up refused and its sequences handed
+    /// out again from the counter, so no repair may read them as claimed.
+    pub fn claimed_unless_lone(&self) -> Option<u64> {
+        // SeqCst: as in `position`.
+        if !self.single && claim_lone_index(self.claim.load(Ordering::SeqCst)).is_some() {
+            return None;
+        }
+        Some(self.claimed())
     }
 
     /// Whether claims are refused now (the line is closed or closing).
@@ -555,6 +761,11 @@ impl<W: Word> Line<'_, W> {
             match life.state {
                 None => return Err(LineError::Corrupt(life.word)),
                 Some(s) if !s.is_transitional() => return Ok(life),
+                // A single-producer line has no lone claims to share: another process wrote
+                // this word.
+                Some(RingState::Sharing) if self.single => {
+                    return Err(LineError::Corrupt(life.word));
+                }
                 Some(s) => {
                     if env.alive(life.owner) {
                         if !env.pause(round) {
@@ -572,11 +783,17 @@ impl<W: Word> Line<'_, W> {
                     let mine = next_word(&life, s, env.me());
                     if self.cas(life.word, mine) {
                         let owned = Life::of(mine);
-                        if s == RingState::Stopping {
-                            self.close_owned(env);
-                            self.publish_owned(&owned, RingState::Stopped)?;
-                        } else {
-                            self.finish_start(env, &owned)?;
+                        match s {
+                            RingState::Stopping => {
+                                self.close_owned_or_back(env, &owned, false)?;
+                                self.publish_owned(&owned, RingState::Stopped)?;
+                            }
+                            RingState::Sharing => {
+                                self.finish_sharing(env, &owned)?;
+                            }
+                            _ => {
+                                self.finish_start(env, &owned)?;
+                            }
                         }
                         env.finished_for_the_dead();
                     }
@@ -623,11 +840,15 @@ impl<W: Word> Line<'_, W> {
                     if self.single && !env.has_barrier() {
                         return Err(LineError::NoBarrier);
                     }
+                    if self.lone_needs_barrier(env) {
+                        return Err(LineError::NoBarrier);
+                    }
                     let owned = Life::of(next_word(&life, RingState::Stopping, env.me()));
                     if !self.cas(life.word, owned.word) {
                         continue;
                     }
-                    let stop = self.close_owned(env);
+                    let stop =
+                        self.close_owned_or_back(env, &owned, target == RingState::Deleted)?;
                     let word = self.publish_owned(&owned, target)?;
                     return Ok((stop, word));
                 }
@@ -659,23 +880,72 @@ impl<W: Word> Line<'_, W> {
         target: RingState,
     ) -> Result<(u64, u64), LineError> {
         let life = Life::of(corrupt);
-        if life.state.is_some() {
+        // Sharing is no state of a single-producer line: corrupt there.
+        if life.state.is_some() && !(self.single && life.state == Some(RingState::Sharing)) {
             return Err(LineError::Corrupt(corrupt));
         }
         if self.single && !env.has_barrier() {
+            return Err(LineError::NoBarrier);
+        }
+        if self.lone_needs_barrier(env) {
             return Err(LineError::NoBarrier);
         }
         let owned = Life::of(next_word(&life, RingState::Stopping, env.me()));
         if !self.cas(corrupt, owned.word) {
             return Err(LineError::Corrupt(self.life().word));
         }
-        let stop = self.close_owned(env);
+        let stop = self.close_owned_or_back(env, &owned, target == RingState::Deleted)?;
         let word = self.publish_owned(&owned, target)?;
         Ok((stop, word))
     }
 
+    /// [`Line::close_owned`] by the owner of `owned` (Stopping); if the line cannot be
+    /// closed from this process (a lone producer lives and this process has no fence to
+    /// end its claims with, see "Lone claims"; or its words hold values no ring writes), the
+    /// word goes back to Running, with nothing closed, and `NoBarrier` or `CorruptCounter`.
+    /// `force` (a remove): a counter whose lone claims cannot be ended for corrupt words is
+    /// closed as it is instead, at the stop sequence recorded before (every claim is refused
+    /// from then on, and the ring is going).
+    fn close_owned_or_back(
+        &self,
+        env: &impl Env,
+        owned: &Life,
+        force: bool,
+    ) -> Result<u64, LineError> {
+        match self.close_owned(env) {
+            Err(LineError::CorruptCounter(_)) if force => Ok(self.close_corrupt_counter()),
+            Ok(stop) => Ok(stop),
+            Err(e) => {
+                self.publish_owned(owned, RingState::Running)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The owner of `Stopping`, for a remove, closes a counter that names a lone producer
+    /// whose words hold values no ring writes: CAS to the recorded stop sequence with CLOSED
+    /// (whatever the counter holds). Returns that stop sequence.
+    fn close_corrupt_counter(&self) -> u64 {
+        // Relaxed: this owner's word acquired the last record.
+        let stop = self.stop_seq.load(Ordering::Relaxed);
+        // SeqCst: as the close.
+        let mut c = self.claim.load(Ordering::SeqCst);
+        while c & CLAIM_CLOSED == 0 {
+            match self.claim.compare_exchange(
+                c,
+                stop | CLAIM_CLOSED,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => break,
+                Err(now) => c = now,
+            }
+        }
+        stop
+    }
+
     /// The owner of `Stopping` closes the line and records its position.
-    fn close_owned(&self, env: &impl Env) -> u64 {
+    fn close_owned(&self, env: &impl Env) -> Result<u64, LineError> {
         if self.single {
             // (s2): the producer's stores before this are visible below, and its loads of
             // the lifecycle word after this see Stopping.
@@ -684,14 +954,19 @@ impl<W: Word> Line<'_, W> {
             let c = self.claim.load(Ordering::SeqCst);
             // (s4) Relaxed: published by the Release CAS that leaves Stopping.
             self.stop_seq.store(c, Ordering::Relaxed);
-            return c;
+            return Ok(c);
         }
         // SeqCst: the close is one point in the order of every claim.
         let mut c = self.claim.load(Ordering::SeqCst);
         loop {
             if c & CLAIM_CLOSED != 0 {
                 // Closed by an owner that died after its CAS: it recorded first.
-                return self.stop_seq.load(Ordering::SeqCst);
+                return Ok(self.stop_seq.load(Ordering::SeqCst));
+            }
+            if let Some((index, _)) = self.lone_at(c) {
+                // Lone claims: end them first, then close the counter they reopened.
+                c = self.end_lone_owned(env, index)?;
+                continue;
             }
             // Record, then close at exactly the recorded count. SeqCst: ordered before the CAS.
             self.stop_seq.store(c, Ordering::SeqCst);
@@ -701,7 +976,7 @@ impl<W: Word> Line<'_, W> {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => return c,
+                Ok(_) => return Ok(c),
                 Err(now) => c = now,
             }
         }
@@ -871,6 +1146,8 @@ impl<W: Word> Line<'_, W> {
                         Err(Refused::Closed)
                     };
                 }
+                // No state of a single-producer line: another process wrote the word.
+                Some(RingState::Sharing) => return Err(Refused::Closed),
                 Some(RingState::Stopping | RingState::Starting) => {
                     // The record (or the take-back) is on its way; a dead owner's transition
                     // is finished here.
@@ -891,6 +1168,285 @@ impl<W: Word> Line<'_, W> {
                     return Err(Refused::in_state(state));
                 }
             }
+        }
+    }
+
+    /// Whether a close or a sharing cannot go ahead from this process: the counter names a
+    /// lone producer that lives, and this process cannot issue the heavy fence its claims
+    /// pair with (see "Lone claims"). Looked at before the transition is owned; a lone
+    /// producer that appears after it is waited for (see [`Line::end_lone_owned`]).
+    fn lone_needs_barrier(&self, env: &impl Env) -> bool {
+        if self.single {
+            return false;
+        }
+        // SeqCst: as in `position`.
+        let c = self.claim.load(Ordering::SeqCst);
+        self.lone_at(c)
+            .is_some_and(|(index, _)| !self.lone.gone(index))
+            && !env.has_barrier()
+    }
+
+    /// As the owner of a transitional lifecycle word (Stopping, Sharing): end the lone
+    /// claims of entry `index` and reopen the counter where they ended. Returns the counter.
+    /// Without the heavy fence (and the lone producer alive) it waits for the producer to end
+    /// them itself, which its next claim does (it sees the owned word): `NoBarrier` if the
+    /// wait gives up (`Env::pause`). `CorruptCounter`: a position or record no ring holds.
+    fn end_lone_owned(&self, env: &impl Env, index: u32) -> Result<u64, LineError> {
+        let mut round = 0;
+        loop {
+            let ender = if self.lone.gone(index) {
+                Ender::ForTheGone
+            } else {
+                Ender::Owner {
+                    fenced: env.has_barrier(),
+                }
+            };
+            match self.end_lone(env, index, ender) {
+                Ok(c) => return Ok(c),
+                Err(EndLone::Corrupt(word)) => return Err(LineError::CorruptCounter(word)),
+                Err(EndLone::NotYet) => {
+                    if !env.pause(round) {
+                        return Err(LineError::NoBarrier);
+                    }
+                    round = round.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// End the lone claims of producer entry `index` (see "Lone claims" in the module
+    /// comment): record where they end in the entry's `lone_end` (one CAS from `LONE_OPEN`
+    /// decides whose record it is), then install the record in the counter. Returns the
+    /// counter after it (the record, or what claims made of it since), once it no longer
+    /// names `index`. Every caller but the lone producer itself owns a transitional
+    /// lifecycle word meanwhile, so no new run of lone claims begins (a take needs Running)
+    /// before it is done: none of its steps can land in a later run.
+    fn end_lone(&self, env: &impl Env, index: u32, ender: Ender) -> Result<u64, EndLone> {
+        let Some(slot) = self.lone.lone(index) else {
+            return Err(EndLone::Corrupt(self.claim.load(Ordering::Relaxed)));
+        };
+        loop {
+            // SeqCst: the counter's order, with the take and the claims.
+            let c = self.claim.load(Ordering::SeqCst);
+            if claim_lone_index(c) != Some(index) {
+                return Ok(c);
+            }
+            // Acquire: pairs with the AcqRel CAS of the record.
+            let end = slot.end.load(Ordering::Acquire);
+            let at = if end == LONE_OPEN {
+                let p = match ender {
+                    Ender::Own(p) => p,
+                    // SeqCst: as in `position`. Final: nobody claims through the entry.
+                    Ender::ForTheGone => slot.position.load(Ordering::SeqCst),
+                    // Without the fence, the lone producer records at its next claim (it
+                    // sees the owned word).
+                    Ender::Owner { fenced: false } => return Err(EndLone::NotYet),
+                    Ender::Owner { fenced: true } => {
+                        // (e1) The lone producer's position stores before this are visible
+                        // below, and its loads of the lifecycle word after it see this
+                        // owner's word (set before this call).
+                        env.heavy_fence();
+                        // (e2) SeqCst: after the fence.
+                        slot.position.load(Ordering::SeqCst)
+                    }
+                };
+                if p >= MAX_SEQUENCE {
+                    // Another process wrote the position: no sequence to reopen at.
+                    return Err(EndLone::Corrupt(p));
+                }
+                // (e3) AcqRel: the success publishes the record to whoever installs it or
+                // decides by it; a failure is another ender's record, installed below.
+                if slot
+                    .end
+                    .compare_exchange(LONE_OPEN, p, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    continue;
+                }
+                p
+            } else if end < MAX_SEQUENCE {
+                end
+            } else {
+                // Neither open nor a position: another process wrote it.
+                return Err(EndLone::Corrupt(end));
+            };
+            // (e4) Install: from the lone counter (bumped by claims that met it) to the
+            // record. SeqCst: one point in the order of the claims; its Release part
+            // publishes the record to a lone producer that reads the counter.
+            let mut cur = c;
+            loop {
+                match self
+                    .claim
+                    .compare_exchange(cur, at, Ordering::SeqCst, Ordering::SeqCst)
+                {
+                    Ok(_) => return Ok(at),
+                    Err(now) if claim_lone_index(now) == Some(index) => cur = now,
+                    Err(now) => return Ok(now),
+                }
+            }
+        }
+    }
+
+    /// As the owner of `Sharing`: end the lone claims (if the counter still names a lone
+    /// producer) and publish Running. If they cannot be ended from this process
+    /// (`NoBarrier`, `CorruptCounter`), the word goes back to Running with nothing changed
+    /// and that error.
+    fn finish_sharing(&self, env: &impl Env, owned: &Life) -> Result<u64, LineError> {
+        // SeqCst: as in `position`.
+        let c = self.claim.load(Ordering::SeqCst);
+        let outcome = match self.lone_at(c) {
+            Some((index, _)) => self.end_lone_owned(env, index).map(|_| ()),
+            None => Ok(()),
+        };
+        let word = self.publish_owned(owned, RingState::Running)?;
+        outcome.map(|()| word)
+    }
+
+    /// A claim through the counter met lone producer `index` (the counter names it): end
+    /// its claims, so that the next claim through the counter counts, as the owner of
+    /// `Sharing` (Running -> Sharing -> Running), whose word the lone producer's next claim
+    /// sees. Returns once the counter no longer names it, or with `NoBarrier` (the producer
+    /// lives and this process cannot end its claims: wait for it to end them, see "Lone
+    /// claims"), `CorruptCounter`, or `Busy` or `Corrupt` as [`Line::settle`].
+    pub fn share(&self, env: &impl Env, index: u32) -> Result<(), LineError> {
+        let mut round = 0;
+        loop {
+            if self.lone.lone(index).is_none() {
+                // A counter naming an entry past the table: no position.
+                return Err(LineError::CorruptCounter(
+                    self.claim.load(Ordering::Relaxed),
+                ));
+            }
+            if !self.lone.gone(index) && !env.has_barrier() {
+                return Err(LineError::NoBarrier);
+            }
+            // Acquire (`life`): a settled word comes with what its transition did.
+            let life = self.life();
+            // SeqCst: as in `position`. Read after the word, so that a transition that
+            // ended the lone claims and left the word is seen to have.
+            let c = self.claim.load(Ordering::SeqCst);
+            if claim_lone_index(c) != Some(index) {
+                // Ended: by this claim's sharing, another's, a stop, or the producer itself.
+                return Ok(());
+            }
+            match life.state {
+                None => return Err(LineError::Corrupt(life.word)),
+                Some(RingState::Running) => {
+                    let owned = Life::of(next_word(&life, RingState::Sharing, env.me()));
+                    if self.cas(life.word, owned.word) {
+                        self.finish_sharing(env, &owned)?;
+                        return Ok(());
+                    }
+                }
+                Some(s) if s.is_transitional() => {
+                    // Another owner's transition: it ends the lone claims (a stop, a sharing),
+                    // or the lone producer does at its next claim (it sees the word), and
+                    // this waits only until the counter says so. A dead owner's is finished.
+                    if !env.alive(life.owner) {
+                        // Another live owner may take it first: looked at again above.
+                        let _ = self.settle(&NoWait(env));
+                    } else if !env.pause(round) {
+                        return Err(LineError::Busy(life.owner));
+                    }
+                    round = round.saturating_add(1);
+                }
+                Some(_) => {
+                    // Settled closed, the counter read after it still lone, and the word
+                    // still the same (no start and take since): every close ends the lone
+                    // claims first, and a take needs Running, so another process wrote this
+                    // counter.
+                    if self.life().word == life.word {
+                        return Err(LineError::CorruptCounter(c));
+                    }
+                }
+            }
+        }
+    }
+
+    /// A producer of entry `index` alone on a running multi-producer line takes it to
+    /// itself ((k1) to (k4) in "Lone claims"): returns its position and the lifecycle word
+    /// its lone claims compare with, or `None` (the line closed or closing, the counter
+    /// moved, the sequence before it not yet stamped: `published` as for
+    /// [`Line::position`]; or a transition began meanwhile, and the producer ended the
+    /// claims again at once).
+    pub fn take_lone(
+        &self,
+        env: &impl Env,
+        index: u32,
+        published: impl Fn(u64) -> bool,
+    ) -> Option<(u64, SeenRunning)> {
+        debug_assert!(!self.single, "take_lone on a single-producer line");
+        // (k1) Acquire (`life`): the claims that reopened the line come before.
+        let life = self.life();
+        if life.state != Some(RingState::Running) {
+            return None;
+        }
+        // SeqCst: the counter's order.
+        let c = self.claim.load(Ordering::SeqCst);
+        // The sequence before `c` is stamped, so that the position, stepped back over
+        // unstamped slots (see `stepped_back`), never goes below `c`, which a gate scan may
+        // have read.
+        if c >= MAX_SEQUENCE || (c > 0 && !published(c - 1)) {
+            return None;
+        }
+        let slot = self.lone.lone(index)?;
+        // (k2) Relaxed: published by the CAS below to whoever reads the lone counter.
+        slot.position.store(c, Ordering::Relaxed);
+        slot.end.store(LONE_OPEN, Ordering::Relaxed);
+        // (k3) SeqCst: fails if any claim, close or take moved the counter since.
+        if self
+            .claim
+            .compare_exchange(c, claim_lone(index), Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return None;
+        }
+        // (k4) SeqCst: a transition that began since (k1) ends the lone claims at once (the
+        // producer is in no claim), so that an owner that looked for a lone producer before
+        // its transition (`lone_needs_barrier`) finds the counter reopened.
+        if self.lifecycle.load(Ordering::SeqCst) != life.word {
+            self.end_own_lone(env, index, c);
+            return None;
+        }
+        Some((c, SeenRunning(life.word)))
+    }
+
+    /// The lone producer of entry `index`, at position `p` and in no claim, ends its own
+    /// claims there (a detach, a ring that lost the asymmetric fence, a take that met a
+    /// transition): no fence, it knows its position. Never waits. Returns the counter
+    /// after, or `None` if the entry's record or the counter holds a value no ring writes.
+    pub fn end_own_lone(&self, env: &impl Env, index: u32, p: u64) -> Option<u64> {
+        self.end_lone(env, index, Ender::Own(p)).ok()
+    }
+
+    /// The lone producer of entry `index` whose claim of `next .. next + n` met a lifecycle
+    /// change or an ended run (`stored`: its (p2) stored `next + n`; else (p1) found the run
+    /// changed and it stored nothing): it ends its claims itself, unless another ender
+    /// recorded first, and the record decides the claim. Never waits.
+    #[cold]
+    pub fn decide_lone(
+        &self,
+        env: &impl Env,
+        index: u32,
+        next: u64,
+        n: u64,
+        stored: bool,
+    ) -> LoneClaim {
+        let own = if stored { next + n } else { next };
+        if self.end_lone(env, index, Ender::Own(own)).is_err() {
+            // A record or a counter no ring writes: no lone claim stands on it.
+            return LoneClaim::Shared;
+        }
+        let Some(slot) = self.lone.lone(index) else {
+            return LoneClaim::Shared;
+        };
+        // Acquire: the counter no longer names this producer (read by `end_lone`, SeqCst,
+        // in the release sequence of the install), and the record was made before it.
+        let end = slot.end.load(Ordering::Acquire);
+        if stored && end < MAX_SEQUENCE && next + n <= end {
+            LoneClaim::Accepted
+        } else {
+            LoneClaim::Shared
         }
     }
 }

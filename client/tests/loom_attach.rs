@@ -242,6 +242,7 @@ impl Ring {
             stop_seq: &self.stop_seq,
             single: false,
             max_claim: CAPACITY / 2,
+            lone: &shmring::line::NoLone,
         }
     }
 
@@ -473,6 +474,7 @@ impl Sp {
             stop_seq: &self.stop_seq,
             single: true,
             max_claim: SP_CAPACITY / 2,
+            lone: &shmring::line::NoLone,
         }
     }
 

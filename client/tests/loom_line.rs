@@ -76,6 +76,7 @@ impl Ring {
             stop_seq: &self.stop_seq,
             single: self.single,
             max_claim: (SLOTS / 2) as u64,
+            lone: &shmring::line::NoLone,
         }
     }
 }

@@ -99,6 +99,7 @@ impl Ring {
             stop_seq: &self.stop_seq,
             single: false,
             max_claim: CAPACITY / 2,
+            lone: &shmring::line::NoLone,
         }
     }
 

@@ -311,6 +311,15 @@ pub struct ProducerEntry {
     /// it does not store `published` per event; its events are the cursor's advance since
     /// `base`, less its `tombstoned` (see `ProducerInfo`). Stored at attach, before ACTIVE.
     pub base: AtomicU64,
+    /// A lone producer's position (see [`crate::CLAIM_LONE`]): the next sequence it claims,
+    /// written only by it, with plain stores, while the claim counter names this entry.
+    pub lone: AtomicU64,
+    /// Where the lone claims of this entry ended: [`crate::LONE_OPEN`] while they run, then
+    /// the position they ended at (every claim below it is the lone producer's, every one
+    /// from it is taken from the counter again). Changed from `LONE_OPEN` by one
+    /// compare-and-swap, which decides whose record it is; set back to `LONE_OPEN` only by
+    /// the producer of the entry when it takes the line again.
+    pub lone_end: AtomicU64,
 }
 
 impl ProducerEntry {
@@ -328,6 +337,8 @@ const _: () = assert!(offset_of!(ProducerEntry, start_time) == 8);
 const _: () = assert!(offset_of!(ProducerEntry, in_flight) == 16);
 const _: () = assert!(offset_of!(ProducerEntry, published) == 32);
 const _: () = assert!(offset_of!(ProducerEntry, base) == 72);
+const _: () = assert!(offset_of!(ProducerEntry, lone) == 80);
+const _: () = assert!(offset_of!(ProducerEntry, lone_end) == 88);
 
 /// The header of every slot. The payload follows it.
 ///

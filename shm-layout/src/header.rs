@@ -184,6 +184,10 @@ pub enum RingState {
     Stopping = 5,
     /// A start in progress, owned by the process named in the word: it is reopening the line.
     Starting = 6,
+    /// A multi-producer line's lone producer is losing the line to itself, owned by the
+    /// process named in the word: it is ending the lone claims and reopening the counter
+    /// where they ended (see [`crate::CLAIM_LONE`]). Claims through the counter go on.
+    Sharing = 7,
 }
 
 impl RingState {
@@ -196,13 +200,14 @@ impl RingState {
             4 => Some(Self::Deleted),
             5 => Some(Self::Stopping),
             6 => Some(Self::Starting),
+            7 => Some(Self::Sharing),
             _ => None,
         }
     }
 
     /// Whether a process owns the ring's lifecycle for the moment (the word names it).
     pub const fn is_transitional(self) -> bool {
-        matches!(self, Self::Stopping | Self::Starting)
+        matches!(self, Self::Stopping | Self::Starting | Self::Sharing)
     }
 }
 
@@ -215,6 +220,7 @@ impl RingState {
 /// | Stopping | the stopper | closing | being recorded |
 /// | Stopped, Draining | 0 | closed | valid |
 /// | Starting | the starter | reopening | valid |
+/// | Sharing | the sharer | open (a lone producer's claims ending) | stale |
 /// | Deleted | 0 | closed | valid |
 pub mod lifecycle {
     pub use crate::owned_word::*;

@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 10;
+pub const LAYOUT_VERSION: u32 = 11;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -145,6 +145,41 @@ pub const CLAIM_CLOSED: u64 = 1 << 63;
 
 /// Mask of the low bits of the claim counter: the next sequence to hand out.
 pub const CLAIM_SEQ_MASK: u64 = CLAIM_CLOSED - 1;
+
+/// Bit 62 of a multi-producer claim counter: one producer has the line to itself (a lone
+/// producer), and claims go through its entry's [`ProducerEntry::lone`] with plain stores
+/// instead of the counter. The entry's index is in bits 32..40 and its complement in bits
+/// 40..48 ([`claim_lone`]), so that a word overwritten with some value past any sequence
+/// is seldom taken for one; a `fetch_add` of another producer bumps the low 32 bits, which
+/// mean nothing while the bit is set, and sends that producer to end the lone claims (see
+/// the client's `line`).
+pub const CLAIM_LONE: u64 = 1 << 62;
+
+/// The bits of a [`CLAIM_LONE`] counter above the bumps: the bit, the index, its
+/// complement, and bits 48..62, zero.
+const CLAIM_LONE_TAG: u64 = !((1 << 32) - 1);
+
+/// The claim counter that says producer entry `index` (below [`MAX_PRODUCERS`]) is the
+/// lone producer.
+pub const fn claim_lone(index: u32) -> u64 {
+    let index = index as u64 & 0xff;
+    CLAIM_LONE | (index << 32) | ((!index & 0xff) << 40)
+}
+
+/// The lone producer's entry index in a claim counter, if the counter says there is one
+/// (as [`claim_lone`] writes it, plus bumps). Any other counter with bit 62 set is at or
+/// past [`MAX_SEQUENCE`]: no position, and every reader refuses it as such.
+pub const fn claim_lone_index(counter: u64) -> Option<u32> {
+    let index = ((counter >> 32) & 0xff) as u32;
+    if counter & CLAIM_LONE_TAG == claim_lone(index) {
+        Some(index)
+    } else {
+        None
+    }
+}
+
+/// [`ProducerEntry::lone_end`] while the lone claims are open: no one has ended them.
+pub const LONE_OPEN: u64 = u64::MAX;
 
 /// Sequences stay below this (2^62): a stamp's WRITING and TOMBSTONE bits and the claim
 /// counter's CLOSED bit never collide with a real sequence. At 10^9 events/s that is 146 years.
@@ -284,6 +319,10 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     STAMP_WRITING,
     STAMP_TOMBSTONE,
     CLAIM_CLOSED,
+    CLAIM_LONE,
+    core::mem::offset_of!(ProducerEntry, lone) as u64,
+    core::mem::offset_of!(ProducerEntry, lone_end) as u64,
+    LONE_OPEN,
 ]);
 
 #[cfg(test)]

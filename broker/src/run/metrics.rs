@@ -181,8 +181,8 @@ fn broker_metrics(s: &mut Scrape, r: &StatusReport) {
     );
 }
 
-const RING_STATES: [&str; 7] = [
-    "RUNNING", "STOPPED", "DRAINING", "STOPPING", "STARTING", "DELETED", "CORRUPT",
+const RING_STATES: [&str; 8] = [
+    "RUNNING", "STOPPED", "DRAINING", "STOPPING", "STARTING", "SHARING", "DELETED", "CORRUPT",
 ];
 const FENCE_MODES: [&str; 3] = ["membarrier", "seqcst-fence", "unset"];
 

@@ -83,6 +83,7 @@ impl<const CAP: usize> Ring<CAP> {
             stop_seq: &self.stop_seq,
             single: true,
             max_claim: 1,
+            lone: &shmring::line::NoLone,
         }
     }
 
