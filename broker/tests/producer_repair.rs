@@ -388,6 +388,10 @@ fn a_consumer_waiting_at_a_hole_stays_healthy_while_the_ring_fills_behind_it() {
         producer.publish(&v.to_le_bytes()).expect("publish");
     }
     assert_eq!(consumer.poll_once(|_| {}).expect("poll"), 3);
+    // A stop and a start end the producer's lone claims (ARCHITECTURE.md, "Lone claims"):
+    // its claims read the counter from here, as the fabricated claim words below need.
+    handle.stop().expect("stop");
+    handle.start().expect("start");
     // Sequence 3 held by a producer that died inside its claim; the live producer fills
     // the rest of the ring (4..=18, the last the wrap gate allows); sequence 19 held by a
     // producer that died waiting for room.

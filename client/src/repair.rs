@@ -247,6 +247,15 @@ impl Ring {
         } else {
             owned_word::owner(seen)
         };
+        // A dead lone producer's claims end where it left them (see `line`, "Lone
+        // claims"): the counter takes over from its final position, and what it claimed and
+        // did not stamp lies below the counter like any claim, repaired below. While a stop
+        // or a sharing that reads the position runs, try again later.
+        if !self.seg.line().single && self.end_lone_of_the_dead(index).is_err() {
+            let _ = table::producer::abandon_repair(&e.word, mine, dead);
+            repair.waiting += 1;
+            return repair;
+        }
         // Acquire: pairs with the dead producer's Release record of its claim.
         let held = e.in_flight.load(Ordering::Acquire);
         if self.seg.is_fixed() {
@@ -283,6 +292,19 @@ impl Ring {
             "repaired the claims of a producer that died; its entry is free"
         );
         repair
+    }
+
+    /// If the counter names producer entry `index` as its lone producer (which is gone: the
+    /// caller holds its entry for a repair), end its claims at its final position. Never
+    /// waits for a live owner of the lifecycle: `Err` if one reads the position now.
+    fn end_lone_of_the_dead(&self, index: u32) -> Result<(), crate::line::LineError> {
+        // SeqCst: as in `Line::position`.
+        let c = self.seg.lines().claim.value.load(Ordering::SeqCst);
+        if shmring_layout::claim_lone_index(c) != Some(index) {
+            return Ok(());
+        }
+        let env = crate::lifecycle::SegEnv::lifecycle_within(&self.seg, std::time::Duration::ZERO);
+        self.seg.line().share(&env, index)
     }
 
     /// A fixed-size ring whose single producer died: tombstone what it claimed and did not
@@ -328,6 +350,22 @@ impl Ring {
             // marked repaired, since its sequences are handed out again. Try again later.
             repair.waiting += 1;
             return repair;
+        }
+        // A lone producer's claims end first (see `line`, "Lone claims"): the head is read
+        // from the counter, which a claim refused later never counts.
+        if !line.single {
+            // SeqCst: as in `Line::position`.
+            let c = self.seg.lines().claim.value.load(Ordering::SeqCst);
+            if let Some(index) = shmring_layout::claim_lone_index(c) {
+                let env = crate::lifecycle::SegEnv::lifecycle_within(
+                    &self.seg,
+                    std::time::Duration::ZERO,
+                );
+                if line.share(&env, index).is_err() {
+                    repair.waiting += 1;
+                    return repair;
+                }
+            }
         }
         // The head first, then every other attached producer's claim (see
         // `table::producer::unattributed_hole`). A producer whose process is gone is not

@@ -416,7 +416,12 @@ pub mod producer {
         from: impl FnOnce(u64) -> u64,
         mut mark: impl FnMut(u64),
     ) -> bool {
-        let head = line.claimed();
+        // A lone producer's last claim may still be refused and its sequences handed out
+        // again from the counter: no scan while the line is lone (the repair ends the lone
+        // claims first; a producer that took the line since is looked at again later).
+        let Some(head) = line.claimed_unless_lone() else {
+            return false;
+        };
         let mut held: Vec<(u64, u64)> = Vec::new();
         for (in_flight, in_flight_len) in live {
             // Acquire: pairs with the Release in `record_claim` (the length comes with it)

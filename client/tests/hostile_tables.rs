@@ -516,7 +516,8 @@ fn a_released_consumer_at_a_corrupt_position_stays_released() {
 /// A multi-producer ring's claim word overwritten by another process with a position past
 /// any sequence while its producers are attached: each publish form says so, where the
 /// waiting forms waited for room for ever (or until their deadline) and `try_publish`
-/// reported a full ring.
+/// reported a full ring. (A second producer's claim ends the first one's lone claims first,
+/// so that every claim goes through the counter: a lone producer does not read it.)
 #[test]
 fn a_multi_producer_claim_past_any_sequence_is_an_error() {
     let ns = Namespace::concurrent("corrupt_multi_claim");
@@ -526,6 +527,10 @@ fn a_multi_producer_claim_past_any_sequence_is_an_error() {
         .expect("a required consumer");
     let mut p = ring.producer().expect("producer");
     assert_eq!(p.publish(&[1; 8]), Ok(0));
+    assert!(ring.info().producers.iter().any(|e| e.lone));
+    let mut other = ring.producer().expect("a second producer");
+    assert_eq!(other.publish(&[1; 8]), Ok(1));
+    assert!(ring.info().producers.iter().all(|e| !e.lone));
     let bad = MAX_SEQUENCE + 5;
     put64(ring.path(), CLAIM_WORD, bad);
     let corrupt = TryPublishError::CorruptPosition { position: bad };

@@ -417,6 +417,12 @@ fn a_later_lap_waits_for_a_claim_no_consumer_gates() {
     let ring = ring(&ns, ProducerMode::Multi);
     let mut a = ring.producer().unwrap();
     let mut b = ring.producer().unwrap();
+    // A stop and a start end `a`'s lone claims (ARCHITECTURE.md, "Lone claims"): a lone
+    // claim's unstamped slot is where a consumer attaching starts, as on a single-producer
+    // ring, and this test needs a claim taken from the counter, which one attaching after it
+    // does not gate.
+    ring.stop().unwrap();
+    ring.start().unwrap();
     let mut claim = a.claim().unwrap();
     assert_eq!(claim.sequence(), 0);
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();

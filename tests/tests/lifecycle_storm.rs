@@ -18,8 +18,9 @@ use shmring_testkit::fault::Rng;
 use shmring_testkit::report::{line, num};
 use shmring_testkit::{testkit, Child, Namespace};
 
-/// `sizes`: the ring's `event_size` and `max_event_size`.
-fn storm(mode: ProducerMode, sizes: (Option<u32>, Option<u32>), test: &str) {
+/// `sizes`: the ring's `event_size` and `max_event_size`; `producers`: producer processes
+/// (1 on a single-producer ring).
+fn storm(mode: ProducerMode, sizes: (Option<u32>, Option<u32>), producers: u32, test: &str) {
     let (event_size, max_event_size) = sizes;
     let mut rng = Rng::for_test(test);
     let ns = Namespace::new("lc_storm");
@@ -32,7 +33,6 @@ fn storm(mode: ProducerMode, sizes: (Option<u32>, Option<u32>), test: &str) {
         ..RingConfig::default()
     };
     let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
-    let producers = if mode == ProducerMode::Single { 1 } else { 3 };
     // A ring of sized events takes its largest events, which its publish writes the general
     // way (a length word and a copy), where 8-byte ones are written side by side with it.
     let size = if max_event_size.is_some() { "max" } else { "8" };
@@ -138,12 +138,30 @@ fn storm(mode: ProducerMode, sizes: (Option<u32>, Option<u32>), test: &str) {
 
 #[test]
 fn stop_start_drain_storm_multi_producer() {
-    storm(ProducerMode::Multi, (None, None), "lifecycle_storm_multi");
+    storm(
+        ProducerMode::Multi,
+        (None, None),
+        3,
+        "lifecycle_storm_multi",
+    );
+}
+
+/// One producer on a multi-producer ring: it claims alone (ARCHITECTURE.md, "Lone
+/// claims"), every stop ends that, and it takes the line again once it has claimed
+/// through the counter for a while.
+#[test]
+fn stop_start_drain_storm_multi_producer_ring_with_one_producer() {
+    storm(ProducerMode::Multi, (None, None), 1, "lifecycle_storm_lone");
 }
 
 #[test]
 fn stop_start_drain_storm_single_producer() {
-    storm(ProducerMode::Single, (None, None), "lifecycle_storm_single");
+    storm(
+        ProducerMode::Single,
+        (None, None),
+        1,
+        "lifecycle_storm_single",
+    );
 }
 
 #[test]
@@ -151,6 +169,7 @@ fn stop_start_drain_storm_fixed_size_ring() {
     storm(
         ProducerMode::Single,
         (Some(8), None),
+        1,
         "lifecycle_storm_fixed",
     );
 }
@@ -160,6 +179,7 @@ fn stop_start_drain_storm_ring_of_sized_events() {
     storm(
         ProducerMode::Single,
         (None, Some(24)),
+        1,
         "lifecycle_storm_sized",
     );
 }

@@ -64,7 +64,12 @@ fn a_producer_on_a_full_ring_parks_and_resumes() {
     assert_eq!(info.consumers[0].next, 0, "{info:#?}");
     assert_eq!(info.producers.len(), 1, "{info:#?}");
     assert_eq!(info.producers[0].stats.published, CAPACITY, "{info:#?}");
-    assert_eq!(info.head, CAPACITY + 1, "{info:#?}");
+    assert_eq!(info.producers[0].in_flight, Some(CAPACITY), "{info:#?}");
+    // Alone on the ring, the producer claims alone, and the position of a lone producer,
+    // as of a single one, is before its last claim's unstamped slots (ARCHITECTURE.md,
+    // "Lone claims").
+    assert!(info.producers[0].lone, "{info:#?}");
+    assert_eq!(info.head, CAPACITY, "{info:#?}");
 
     consumer.send_line("resume");
     let out = producer.wait_ok();

@@ -67,7 +67,7 @@ impl Producer {
         let Some(seg) = Attached::producer(seg, entry) else {
             unreachable!("producer entry index checked by take_entry")
         };
-        Ok(Producer {
+        let mut producer = Producer {
             pid: me.pid,
             word,
             open_claim: None,
@@ -79,6 +79,8 @@ impl Producer {
             witness_hint: std::cell::Cell::new(0),
             slot_takes: std::cell::Cell::new(0),
             single,
+            lone: false,
+            lone_retry: 0,
             next,
             fixed,
             sized: geo.sized,
@@ -96,7 +98,9 @@ impl Producer {
             refused: 0,
             tombstoned: 0,
             _not_sync: PhantomData,
-        })
+        };
+        producer.try_lone();
+        Ok(producer)
     }
 
     /// Take a producer entry: a free one, else one whose process died holding no claim (a
@@ -114,6 +118,8 @@ impl Producer {
                 return Ok((i, taken));
             }
         }
+        // A dead lone producer's entry not taken for another live process's lifecycle change.
+        let mut busy = false;
         for i in 0..geo.max_producers {
             let Some(e) = seg.producer(i) else { break };
             // Acquire: the start time and claim below were written before the word.
@@ -142,10 +148,27 @@ impl Producer {
             }
             // Acquire: pairs with the dead producer's Release record of its claim.
             if e.in_flight.load(Ordering::Acquire) == 0 {
+                // A dead lone producer's claims end where it left them before its entry
+                // is anyone else's (the counter names the entry until then).
+                // SeqCst: as in `Line::position`.
+                let c = seg.lines().claim.value.load(Ordering::SeqCst);
+                if shmring_layout::claim_lone_index(c) == Some(i) {
+                    match seg.line().share(&SegEnv::lifecycle(seg), i) {
+                        Ok(()) => {}
+                        Err(crate::line::LineError::Busy(_)) => {
+                            busy = true;
+                            continue;
+                        }
+                        Err(_) => continue,
+                    }
+                }
                 if let Some(taken) = table::producer::take_over(&e.word, seen, me) {
                     return Ok((i, taken));
                 }
             }
+        }
+        if busy {
+            return Err(AttachError::Busy);
         }
         Err(match (geo.producer_mode, seg.producer(0)) {
             (ProducerMode::Single, Some(e)) => AttachError::SingleProducerTaken {

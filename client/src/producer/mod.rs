@@ -82,7 +82,14 @@ pub struct Producer {
     registered: bool,
     /// A single-producer ring: the claim is a plain store of `next` (see `line`).
     single: bool,
-    /// Single producer: the next sequence this producer claims (its position), unless the
+    /// Multi-producer ring: this producer has the line to itself (a lone producer, see
+    /// `line`, "Lone claims"): its claims are plain stores of `next` to its entry's `lone`,
+    /// compared against `seen`, until a lifecycle change ends them.
+    lone: bool,
+    /// Multi-producer ring: claims through the counter before this producer looks again
+    /// whether it is alone and may take the line to itself (see `Producer::try_lone`).
+    lone_retry: u32,
+    /// Single or lone producer: the next sequence this producer claims (its position), unless the
     /// fixed-size common case is armed (`fast_end` set): the claim word holds it then, and
     /// this is stale (see [`Producer::position`]). Stale too while a [`Publisher`] holds it
     /// (see `publisher`): only that publisher and the publishes it hands to the handle use
@@ -102,7 +109,8 @@ pub struct Producer {
     pid: u32,
     /// The entry's word as this producer holds it (see `table`).
     word: u64,
-    /// The lifecycle word this producer's last claim found Running (see `line`).
+    /// The lifecycle word this producer's last claim found Running (see `line`); a lone
+    /// producer's, the word its lone claims began with.
     seen: line::SeenRunning,
     /// A fixed-size ring: `publish` takes its common case (see `publish_fixed`) for a
     /// sequence below this, which says there is room under the cached gate, the process is
@@ -292,6 +300,10 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.close_forgotten_claim();
+        if self.lone {
+            // The next claim through the counter follows this producer's last one.
+            self.end_lone();
+        }
         if self.fixed {
             // Relaxed: a counter only this producer writes; the entry's state change
             // below publishes it. Its readers use it once the entry is no longer ACTIVE.

@@ -7,6 +7,23 @@ use super::*;
 /// scheduling quantum, and nothing wakes the producer for it.
 const LAP_SLEEP: Duration = Duration::from_micros(100);
 
+/// Claims through the counter between two looks of a producer at whether it is alone and
+/// may take the line to itself (see [`Producer::try_lone`]): each look reads the producer
+/// table.
+const LONE_RETRY: u32 = 4096;
+
+/// Why a claim that met a lone producer could not go on ([`Producer::meet_lone`]).
+enum MetLone {
+    /// The ring was deleted.
+    Deleted,
+    /// The line could not be settled (its lifecycle word is corrupt): refused as closed.
+    Closed,
+    /// The counter names an entry past the table: this word.
+    Corrupt(u64),
+    /// This process cannot end the lone claims, and they did not end before the deadline.
+    Late,
+}
+
 impl Producer {
     pub(super) fn refuse(&mut self) {
         self.refused += 1;
@@ -109,7 +126,15 @@ impl Producer {
         }
         // Announce the claim before taking it: a producer that dies between the two leaves
         // a hole the broker can then find (see `Ring::repair_dead_producer`).
+        if !self.lone && self.lone_retry == 0 {
+            self.try_lone();
+        }
         table::producer::announce_claim(&self.entry().in_flight);
+        if self.lone {
+            if let Some(c) = self.claim_lone(n) {
+                return self.claimed(c, n);
+            }
+        }
         let c = match self.seg.line().claim_multi(n) {
             Ok(c) => c,
             Err(r) => {
@@ -126,15 +151,210 @@ impl Producer {
             }
         };
         if c >= MAX_SEQUENCE {
-            return Err(self.corrupt_claim(c));
+            return self.claim_after_lone(c, n);
         }
+        self.claimed(c, n)
+    }
+
+    /// A multi-producer claim of `c..c + n` taken (through the counter or lone): record it,
+    /// extend the run, and wait at the wrap gate for its last sequence.
+    #[inline(always)]
+    fn claimed(&mut self, c: u64, n: u64) -> Result<u64, PublishError> {
         self.mark_in_flight(c, n);
         self.extend_run(c, n);
         let last = c + n - 1;
         if !self.has_room(last) && !self.wait_for_room(last, None, false) {
             return Err(PublishError::Deleted);
         }
+        self.lone_retry = self.lone_retry.saturating_sub(1);
         Ok(c)
+    }
+
+    /// A claim through the counter read `c`, at or past `MAX_SEQUENCE`: a lone producer's
+    /// counter (end its claims, then claim again; see `line`, "Lone claims"), or one another
+    /// process overwrote. The claim stays announced throughout.
+    #[cold]
+    #[inline(never)]
+    fn claim_after_lone(&mut self, mut c: u64, n: u64) -> Result<u64, PublishError> {
+        loop {
+            let Some(index) = shmring_layout::claim_lone_index(c) else {
+                return Err(self.corrupt_claim(c));
+            };
+            // The claim met the lone counter and took no sequence: nothing is in flight
+            // while this waits (a repair meanwhile would wait for it), announced again
+            // before the next claim.
+            self.clear_in_flight();
+            if let Err(e) = self.meet_lone(index, None) {
+                self.refuse();
+                return Err(match e {
+                    MetLone::Corrupt(position) => PublishError::CorruptPosition { position },
+                    MetLone::Closed => PublishError::Closed,
+                    // `Late` needs a deadline, which a blocking claim has not.
+                    MetLone::Deleted | MetLone::Late => PublishError::Deleted,
+                });
+            }
+            table::producer::announce_claim(&self.entry().in_flight);
+            c = match self.seg.line().claim_multi(n) {
+                Ok(c) if c >= MAX_SEQUENCE => c,
+                Ok(c) => return self.claimed(c, n),
+                Err(r) => {
+                    self.clear_in_flight();
+                    self.refuse();
+                    return Err(match r {
+                        Refused::Closed => PublishError::Closed,
+                        Refused::Deleted => PublishError::Deleted,
+                    });
+                }
+            };
+        }
+    }
+
+    /// A claim met lone producer `index`: end its claims (`Line::share`). A process without
+    /// the fence waits instead until the counter no longer names it (the lone producer ends
+    /// its claims at its next claim, when it sees this process's fence mode), until
+    /// `deadline` if given (then `Late`). Never bumps the counter while it waits.
+    fn meet_lone(&self, index: u32, deadline: Option<Instant>) -> Result<(), MetLone> {
+        let seg = &*self.seg;
+        let shared = match deadline {
+            // A bounded claim waits for another owner of the lifecycle only until then.
+            Some(d) => seg.line().share(
+                &SegEnv::lifecycle_within(seg, d.saturating_duration_since(Instant::now())),
+                index,
+            ),
+            None => seg.line().share(&SegEnv::producer(seg, self.pid), index),
+        };
+        match shared {
+            Ok(()) => Ok(()),
+            Err(line::LineError::NoBarrier) => {
+                let mut idle = producer_backoff();
+                loop {
+                    // Acquire: the install's record, as a claim through the counter reads it.
+                    let c = seg.lines().claim.value.load(Ordering::Acquire);
+                    if shmring_layout::claim_lone_index(c) != Some(index) {
+                        return Ok(());
+                    }
+                    if line::LoneWords::gone(seg, index) {
+                        // It died: its position is final, and this process ends its claims
+                        // without the fence.
+                        return self.meet_lone(index, deadline);
+                    }
+                    if self.gives_up(deadline, false) {
+                        return Err(if self.deleted() {
+                            MetLone::Deleted
+                        } else {
+                            MetLone::Late
+                        });
+                    }
+                    if !idle.next().pause() {
+                        std::thread::sleep(LAP_SLEEP);
+                    }
+                }
+            }
+            Err(line::LineError::CorruptCounter(word)) => Err(MetLone::Corrupt(word)),
+            // Another live owner of the lifecycle did not finish before the deadline.
+            Err(line::LineError::Busy(_)) if deadline.is_some() => Err(MetLone::Late),
+            Err(_) if self.deleted() => Err(MetLone::Deleted),
+            // The lifecycle word is corrupt: no claim now.
+            Err(_) => Err(MetLone::Closed),
+        }
+    }
+
+    /// A lone producer's claim of `n` sequences at `self.next` (see `line`, "Lone claims"):
+    /// `Some(first)`, or `None` once its lone claims ended (claim through the counter). The
+    /// fast path reads and writes two words, as a single producer's; a process whose ring
+    /// lost the asymmetric fence (a process without membarrier attached) ends its lone
+    /// claims first, since that process cannot end them itself.
+    #[inline(always)]
+    fn claim_lone(&mut self, n: u64) -> Option<u64> {
+        let seq = self.next;
+        let seg = &*self.seg;
+        if !park::light(seg.header(), self.registered) {
+            self.end_lone();
+            return None;
+        }
+        let entry = self.seg.entry();
+        let fast = line::claim_lone_fast(
+            &entry.lone,
+            &entry.lone_end,
+            &seg.lines().lifecycle.value.lifecycle,
+            self.seen,
+            seq,
+            n,
+            || fence::light(true),
+        );
+        if fast != Fast::Accepted && !self.decide_lone(fast, seq, n) {
+            return None;
+        }
+        self.next = seq + n;
+        Some(seq)
+    }
+
+    /// A lone claim the fast path did not accept: the record of the end of the lone claims
+    /// decides it (`Line::decide_lone`). False: the lone claims ended before it.
+    #[cold]
+    #[inline(never)]
+    fn decide_lone(&mut self, fast: Fast, seq: u64, n: u64) -> bool {
+        let seg = &*self.seg;
+        let env = SegEnv::producer(seg, self.pid);
+        let index = self.seg.index();
+        let outcome = seg
+            .line()
+            .decide_lone(&env, index, seq, n, fast == Fast::Decide);
+        if outcome == line::LoneClaim::Accepted {
+            return true;
+        }
+        self.lone = false;
+        self.lone_retry = LONE_RETRY;
+        false
+    }
+
+    /// End this lone producer's claims at its position (a detach, or a ring that lost the
+    /// asymmetric fence): the next claim through the counter follows its last one.
+    #[cold]
+    pub(super) fn end_lone(&mut self) {
+        let seg = &*self.seg;
+        let env = SegEnv::producer(seg, self.pid);
+        // A record or counter no ring writes is left as it is: the next claim through the
+        // counter reports it.
+        let _ = seg.line().end_own_lone(&env, self.seg.index(), self.next);
+        self.lone = false;
+        self.lone_retry = LONE_RETRY;
+    }
+
+    /// Take the line to itself if this producer is alone on a running multi-producer ring of
+    /// stamped slots (see `line`, "Lone claims"): no other producer entry in use, this
+    /// process and every process of the ring able to use the asymmetric fence, no claim
+    /// guard open. Otherwise looks again after `LONE_RETRY` claims through the counter.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn try_lone(&mut self) {
+        self.lone_retry = LONE_RETRY;
+        if self.single || self.fixed || self.lone || self.open_claim.is_some() {
+            return;
+        }
+        let seg = &*self.seg;
+        if !fence::supported()
+            // Relaxed: a mode word that only rises; `take_lone` checks the line itself.
+            || seg.header().fence_mode.load(Ordering::Relaxed) != FenceMode::Membarrier as u32
+        {
+            return;
+        }
+        let me = self.seg.index();
+        let alone = (0..seg.geometry().max_producers)
+            .filter(|&i| i != me)
+            .map_while(|i| seg.producer(i))
+            // Relaxed: a hint; two producers that each miss the other are sorted out by
+            // the counter (the second one's claim ends the first one's lone claims).
+            .all(|p| p.state(Ordering::Relaxed) == shmring_layout::producer_state::FREE);
+        if !alone {
+            return;
+        }
+        let env = SegEnv::producer(seg, self.pid);
+        if let Some((next, seen)) = seg.line().take_lone(&env, me, |s| seg.reached(s)) {
+            self.lone = true;
+            self.next = next;
+            self.seen = seen;
+        }
     }
 
     /// A multi-producer claim at `position`, at or past `MAX_SEQUENCE`: another process
@@ -204,9 +424,14 @@ impl Producer {
         true
     }
 
-    /// Take `n` sequences with a CAS once there is room: a refusal spends no sequence.
-    fn claim_if_room(&mut self, n: u64) -> Result<u64, TryPublishError> {
+    /// Take `n` sequences with a CAS once there is room: a refusal spends no sequence. A
+    /// lone producer met on the way is waited for until `deadline` at most (see
+    /// [`Producer::meet_lone`]).
+    fn claim_if_room(&mut self, n: u64, deadline: Instant) -> Result<u64, TryPublishError> {
         self.before_claim();
+        if !self.single && !self.lone && self.lone_retry == 0 {
+            self.try_lone();
+        }
         if self.single {
             if !self.has_room(self.next + n - 1) {
                 return Err(if self.seg.line().is_closed() {
@@ -220,11 +445,38 @@ impl Producer {
                 Refused::Deleted => TryPublishError::Deleted,
             });
         }
+        if self.lone {
+            if !self.has_room(self.next + n - 1) || !self.laps_free(self.next, n) {
+                return Err(if self.seg.line().is_closed() {
+                    self.closed_error()
+                } else {
+                    TryPublishError::Full
+                });
+            }
+            table::producer::announce_claim(&self.entry().in_flight);
+            if let Some(c) = self.claim_lone(n) {
+                self.mark_in_flight(c, n);
+                self.extend_run(c, n);
+                return Ok(c);
+            }
+            self.clear_in_flight();
+        }
         loop {
             // Acquire: pairs with other claims' RMWs (only the number is used).
             let c = self.seg.lines().claim.value.load(Ordering::Acquire);
             if c & CLAIM_CLOSED != 0 {
                 return Err(self.closed_error());
+            }
+            if let Some(index) = shmring_layout::claim_lone_index(c) {
+                match self.meet_lone(index, Some(deadline)) {
+                    Ok(()) => continue,
+                    Err(MetLone::Late) => return Err(TryPublishError::Full),
+                    Err(MetLone::Deleted) => return Err(TryPublishError::Deleted),
+                    Err(MetLone::Closed) => return Err(TryPublishError::Closed),
+                    Err(MetLone::Corrupt(position)) => {
+                        return Err(TryPublishError::CorruptPosition { position })
+                    }
+                }
             }
             if c >= MAX_SEQUENCE {
                 // Another process overwrote the claim word: no wait for room ends that.
@@ -245,6 +497,7 @@ impl Producer {
             {
                 self.mark_in_flight(c, n);
                 self.extend_run(c, n);
+                self.lone_retry = self.lone_retry.saturating_sub(1);
                 return Ok(c);
             }
             self.clear_in_flight();
@@ -787,7 +1040,7 @@ impl Producer {
     /// Publish one event if there is room now; never waits. A refusal spends no sequence.
     pub fn try_publish(&mut self, bytes: &[u8]) -> Result<u64, TryPublishError> {
         self.check_len(bytes.len())?;
-        match self.claim_if_room(1) {
+        match self.claim_if_room(1, Instant::now()) {
             Ok(seq) => {
                 self.write_event(seq, bytes);
                 Ok(seq)
@@ -817,7 +1070,7 @@ impl Producer {
     ) -> Result<u64, TryPublishError> {
         self.check_len(bytes.len())?;
         loop {
-            match self.claim_if_room(1) {
+            match self.claim_if_room(1, deadline) {
                 Ok(seq) => {
                     self.write_event(seq, bytes);
                     return Ok(seq);
@@ -993,7 +1246,7 @@ impl Producer {
         events: &[B],
     ) -> Result<u64, TryPublishError> {
         let n = self.check_batch(events.iter().map(AsRef::as_ref), events.len())?;
-        match self.claim_if_room(n) {
+        match self.claim_if_room(n, Instant::now()) {
             Ok(first) => {
                 self.write_batch(first, n, events.iter().map(AsRef::as_ref));
                 Ok(first)
@@ -1023,7 +1276,7 @@ impl Producer {
     ) -> Result<u64, TryPublishError> {
         let n = self.check_batch(events.iter().map(AsRef::as_ref), events.len())?;
         loop {
-            match self.claim_if_room(n) {
+            match self.claim_if_room(n, deadline) {
                 Ok(first) => {
                     self.write_batch(first, n, events.iter().map(AsRef::as_ref));
                     return Ok(first);

@@ -188,6 +188,24 @@ impl RawSegment {
         word
     }
 
+    /// Overwrite producer entry `index`'s lone position (`ProducerEntry::lone`), as another
+    /// process writing into the segment would.
+    pub fn set_producer_lone(&self, index: u32, v: u64) {
+        self.write_u64(
+            self.producer_field(index, offset_of!(ProducerEntry, lone)),
+            v,
+        );
+    }
+
+    /// Overwrite producer entry `index`'s record of where its lone claims ended
+    /// (`ProducerEntry::lone_end`).
+    pub fn set_producer_lone_end(&self, index: u32, v: u64) {
+        self.write_u64(
+            self.producer_field(index, offset_of!(ProducerEntry, lone_end)),
+            v,
+        );
+    }
+
     /// Overwrite producer entry `index`'s word (`shmring_layout::owned_word`), as a process
     /// killed between two steps of taking or repairing it leaves it.
     pub fn set_producer_word(&self, index: u32, word: u64) {
