@@ -61,7 +61,8 @@ pub enum LifecycleError {
     /// The claim counter names a lone producer (ARCHITECTURE.md, "Lone claims") whose
     /// position or record holds a value no ring writes (the value), or a producer entry
     /// past the table: the lone claims cannot be ended there. A stop is refused with the
-    /// ring left running; a remove closes the counter as it is.
+    /// ring left running; a remove closes the counter anyway, at the stop sequence recorded
+    /// before (the ring is going: every client gets `Deleted`).
     #[error("the ring's claim counter or its lone producer's position holds {0:#x}, which no ring writes: remove the ring and create it again")]
     CorruptCounter(u64),
     /// A drain's `keep_waiting` said nobody waits for it any more (see

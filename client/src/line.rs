@@ -22,13 +22,14 @@
 //! | --- | --- | --- |
 //! | multi | CLOSED bit clear | the claim counter |
 //! | multi | CLOSED bit set | `stop_seq` (refused claims still bump the low bits: ignored) |
+//! | multi | the counter names a lone producer | its position, as a single producer's below (see "Lone claims") |
 //! | single | Running, Stopping | the producer's position, before the unstamped slots of its last claim (that claim may still be refused) |
 //! | single | any other state | `stop_seq` |
 //!
 //! ## Transitions
 //!
-//! `Stopping` and `Starting` are owned: the process that CASed the word into them (its pid is
-//! in the word) is the only one that closes or reopens the line. Anyone else waits while the
+//! `Stopping`, `Starting` and `Sharing` are owned: the process that CASed the word into them
+//! (its pid is in the word) is the only one that closes, reopens or shares the line. Anyone else waits while the
 //! owner lives, and takes the word over with a CAS (new generation, its own pid) once the
 //! owner is dead, then finishes the owner's work; a dead process cannot act again, so there
 //! is never a second live owner.
@@ -39,6 +40,7 @@
 //!  Draining --drain done (CAS on the exact word)--> Stopped
 //!  Stopped | Draining --remove--> Deleted
 //!  <a word of no state> --remove (CAS on the exact word)--> Stopping(pid) --as above--> Deleted
+//!  Running --a claim meets a lone producer (multi)--> Sharing(pid) --lone claims ended--> Running
 //! ```
 //!
 //! A transition's owner that died is taken over by the next lifecycle call, by a single
@@ -720,11 +722,20 @@ impl<W: Word> Line<'_, W> {
     /// then the lone producer's last claim may still end up refused and its sequences handed
     /// out again from the counter, so no repair may read them as claimed.
     pub fn claimed_unless_lone(&self) -> Option<u64> {
-        // SeqCst: as in `position`.
-        if !self.single && claim_lone_index(self.claim.load(Ordering::SeqCst)).is_some() {
+        if self.single {
+            return Some(self.claimed());
+        }
+        // SeqCst: as in `position`. One load: a take between two would read a lone
+        // position as the counter.
+        let c = self.claim.load(Ordering::SeqCst);
+        if claim_lone_index(c).is_some() {
             return None;
         }
-        Some(self.claimed())
+        if c & CLAIM_CLOSED != 0 {
+            // Relaxed: as in `position`.
+            return Some(self.stop_seq.load(Ordering::Relaxed));
+        }
+        Some(c)
     }
 
     /// Whether claims are refused now (the line is closed or closing).
@@ -826,7 +837,12 @@ impl<W: Word> Line<'_, W> {
     /// sequence and the word it left (for `finish_drain`).
     pub fn close(&self, env: &impl Env, target: RingState) -> Result<(u64, u64), LineError> {
         loop {
-            let life = self.settle(env)?;
+            let life = match self.settle(env) {
+                // A dead stopper's close met corrupt lone words and left the word Running:
+                // a remove closes from there, forcing the counter closed.
+                Err(LineError::CorruptCounter(_)) if target == RingState::Deleted => continue,
+                other => other?,
+            };
             match life.state {
                 None => return Err(LineError::Corrupt(life.word)),
                 Some(RingState::Deleted) => {
@@ -967,6 +983,10 @@ impl<W: Word> Line<'_, W> {
                 // Lone claims: end them first, then close the counter they reopened.
                 c = self.end_lone_owned(env, index)?;
                 continue;
+            }
+            if claim_lone_index(c).is_some() {
+                // A lone counter naming an entry past the table: no position to close at.
+                return Err(LineError::CorruptCounter(c));
             }
             // Record, then close at exactly the recorded count. SeqCst: ordered before the CAS.
             self.stop_seq.store(c, Ordering::SeqCst);

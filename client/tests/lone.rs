@@ -247,16 +247,34 @@ fn two_producers_on_threads_lose_and_repeat_nothing() {
 fn corrupt_lone_words_are_refused_not_installed() {
     use shmring_layout::{claim_lone, claim_lone_index, MAX_SEQUENCE};
     use shmring_testkit::raw::RawSegment;
+    // (what, the lone position, the record, the counter), each overwritten if given.
     let cases = [
-        ("a position past any sequence", Some((1 << 63) | 5), None),
+        (
+            "a position past any sequence",
+            Some((1 << 63) | 5),
+            None,
+            None,
+        ),
         (
             "a position shaped as a lone counter",
             Some(claim_lone(0)),
             None,
+            None,
         ),
-        ("a record past any sequence", None, Some(MAX_SEQUENCE + 3)),
+        (
+            "a record past any sequence",
+            None,
+            Some(MAX_SEQUENCE + 3),
+            None,
+        ),
+        (
+            "a counter naming an entry past the table",
+            None,
+            None,
+            Some(claim_lone(200)),
+        ),
     ];
-    for (what, position, record) in cases {
+    for (what, position, record, counter) in cases {
         let ns = Namespace::new("lone_corrupt");
         let ring = multi(&ns, 16);
         let mut p = ring.producer().unwrap();
@@ -269,6 +287,10 @@ fn corrupt_lone_words_are_refused_not_installed() {
         if let Some(v) = record {
             raw.set_producer_lone_end(0, v);
         }
+        if let Some(v) = counter {
+            raw.set_claim_word(v);
+        }
+        let named = claim_lone_index(raw.claim_word());
         let mut q = ring.producer().unwrap();
         assert!(
             matches!(q.publish(b"e"), Err(PublishError::CorruptPosition { .. })),
@@ -277,7 +299,7 @@ fn corrupt_lone_words_are_refused_not_installed() {
         assert!(ring.stop().is_err(), "{what}: a stop");
         assert_eq!(
             claim_lone_index(raw.claim_word()),
-            Some(0),
+            named,
             "{what}: the counter was reopened at a corrupt value"
         );
         assert_eq!(
@@ -313,9 +335,15 @@ fn a_single_producer_ring_whose_word_says_sharing_can_be_removed() {
     let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
     let mut p = ring.producer().unwrap();
     assert_eq!(p.publish(b"e"), Ok(0));
-    let word = lifecycle::pack(3, shmring::RingState::Sharing as u32, std::process::id());
+    // Its owner a process that is gone: a live one would make the stop wait and fail too.
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = lifecycle::pack(3, shmring::RingState::Sharing as u32, dead);
     RawSegment::open(&ring).set_lifecycle_word(word);
-    assert!(ring.stop().is_err(), "a stop of a corrupt word");
+    assert_eq!(
+        ring.stop(),
+        Err(shmring::LifecycleError::CorruptState(word)),
+        "a stop of a corrupt word"
+    );
     assert_eq!(p.publish(b"e"), Err(PublishError::Closed));
     Ring::remove(ns.name(), "r").expect("remove");
     assert_eq!(p.publish(b"e"), Err(PublishError::Deleted));

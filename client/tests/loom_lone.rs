@@ -387,8 +387,8 @@ fn a_detach_racing_a_sharing() {
 }
 
 /// A lone producer died with its second claim stored but not stamped: a second producer's
-/// claim ends the lone claims at its final position (no fence, no transition), and a
-/// stop racing it records the same; the dead claim is a hole below the counter (for the
+/// claim ends the lone claims at its final position (as the owner of `Sharing`, without the
+/// fence), and a stop racing it records the same; the dead claim is a hole below the counter (for the
 /// repair), never handed out again.
 #[test]
 fn a_dead_lone_producers_claims_end_where_it_left_them() {

@@ -22,7 +22,7 @@ fn lone(ring: &Ring) -> Option<u32> {
 
 /// Producer 0 publishes without end, alone at first; producer 1 publishes `COUNT` events
 /// while it runs (its first claim ends producer 0's lone claims; once it detached, producer
-/// 0 takes the line again); then the ring stops. The required consumer gets every accepted
+/// 0 may take the line again); then the ring stops. The required consumer gets every accepted
 /// event once, in order per producer.
 #[test]
 fn a_second_producer_process_ends_a_lone_run_without_a_lost_or_repeated_event() {

@@ -172,7 +172,8 @@ impl Producer {
 
     /// A claim through the counter read `c`, at or past `MAX_SEQUENCE`: a lone producer's
     /// counter (end its claims, then claim again; see `line`, "Lone claims"), or one another
-    /// process overwrote. The claim stays announced throughout.
+    /// process overwrote. The announcement is cleared while this waits (no sequence is
+    /// held), and made again before each claim.
     #[cold]
     #[inline(never)]
     fn claim_after_lone(&mut self, mut c: u64, n: u64) -> Result<u64, PublishError> {
