@@ -211,6 +211,20 @@ fn claims(ring: &Ring, claimer: &mut Claimer, count: usize) -> Vec<u64> {
     (0..count).filter_map(|_| claimer.claim(ring)).collect()
 }
 
+/// Entry `LONE`'s producer, not lone yet, takes the line if it can and claims once.
+fn take_then_claim(ring: &Ring) -> Vec<u64> {
+    let mut claimer = Claimer::new(LONE, false, 1, true);
+    if let Some((next, seen)) = ring
+        .line()
+        .take_lone(&claimer.env, LONE, |s| ring.published(s))
+    {
+        claimer.lone = true;
+        claimer.next = next;
+        claimer.seen = seen;
+    }
+    claims(ring, &mut claimer, 1)
+}
+
 /// Every sequence in `accepted` is distinct, they are exactly `0..end`, each stamped.
 fn check_unique(ring: &Ring, accepted: &[u64], end: u64) {
     let mut sorted = accepted.to_vec();
@@ -311,16 +325,7 @@ fn a_take_racing_a_stop() {
         let ring = Ring::shared();
         let taker = {
             let ring = ring.clone();
-            thread::spawn(move || {
-                let mut claimer = Claimer::new(LONE, false, 1, true);
-                let published = |s: u64| ring.published(s);
-                if let Some((next, seen)) = ring.line().take_lone(&claimer.env, LONE, published) {
-                    claimer.lone = true;
-                    claimer.next = next;
-                    claimer.seen = seen;
-                }
-                claims(&ring, &mut claimer, 1)
-            })
+            thread::spawn(move || take_then_claim(&ring))
         };
         let (stop, _) = ring
             .line()
@@ -343,16 +348,7 @@ fn a_take_racing_a_claim_through_the_counter() {
         let ring = Ring::shared();
         let taker = {
             let ring = ring.clone();
-            thread::spawn(move || {
-                let mut claimer = Claimer::new(LONE, false, 1, true);
-                let published = |s: u64| ring.published(s);
-                if let Some((next, seen)) = ring.line().take_lone(&claimer.env, LONE, published) {
-                    claimer.lone = true;
-                    claimer.next = next;
-                    claimer.seen = seen;
-                }
-                claims(&ring, &mut claimer, 1)
-            })
+            thread::spawn(move || take_then_claim(&ring))
         };
         let mut other = Claimer::new(1, false, 2, true);
         let mut accepted = claims(&ring, &mut other, 1);

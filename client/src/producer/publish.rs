@@ -137,23 +137,27 @@ impl Producer {
         }
         let c = match self.seg.line().claim_multi(n) {
             Ok(c) => c,
-            Err(r) => {
-                self.clear_in_flight();
-                // The close recorded the claim count before it set CLOSED; this increment of
-                // the low bits is discarded when the ring starts again (see `line`). It takes
-                // no sequence, so the run stays as it was: the next claim follows its end
-                // only if nobody else claimed in between.
-                self.refuse();
-                return Err(match r {
-                    Refused::Closed => PublishError::Closed,
-                    Refused::Deleted => PublishError::Deleted,
-                });
-            }
+            Err(r) => return Err(self.refused_by_the_counter(r)),
         };
         if c >= MAX_SEQUENCE {
             return self.claim_after_lone(c, n);
         }
         self.claimed(c, n)
+    }
+
+    /// A claim through the counter refused (the line closed): nothing in flight, counted.
+    /// The close recorded the claim count before it set CLOSED; this increment of the low
+    /// bits is discarded when the ring starts again (see `line`). It takes no sequence, so
+    /// the run stays as it was: the next claim follows its end only if nobody else claimed
+    /// in between.
+    #[cold]
+    fn refused_by_the_counter(&mut self, r: Refused) -> PublishError {
+        self.clear_in_flight();
+        self.refuse();
+        match r {
+            Refused::Closed => PublishError::Closed,
+            Refused::Deleted => PublishError::Deleted,
+        }
     }
 
     /// A multi-producer claim of `c..c + n` taken (through the counter or lone): record it,
@@ -198,14 +202,7 @@ impl Producer {
             c = match self.seg.line().claim_multi(n) {
                 Ok(c) if c >= MAX_SEQUENCE => c,
                 Ok(c) => return self.claimed(c, n),
-                Err(r) => {
-                    self.clear_in_flight();
-                    self.refuse();
-                    return Err(match r {
-                        Refused::Closed => PublishError::Closed,
-                        Refused::Deleted => PublishError::Deleted,
-                    });
-                }
+                Err(r) => return Err(self.refused_by_the_counter(r)),
             };
         }
     }
