@@ -124,11 +124,11 @@ impl Producer {
             }
             return Ok(c);
         }
-        // Announce the claim before taking it: a producer that dies between the two leaves
-        // a hole the broker can then find (see `Ring::repair_dead_producer`).
         if !self.lone && self.lone_retry == 0 {
             self.try_lone();
         }
+        // Announce the claim before taking it: a producer that dies between the two leaves
+        // a hole the broker can then find (see `Ring::repair_dead_producer`).
         table::producer::announce_claim(&self.entry().in_flight);
         if self.lone {
             if let Some(c) = self.claim_lone(n) {
