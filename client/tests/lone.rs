@@ -32,20 +32,6 @@ fn lone(ring: &Ring) -> Option<u32> {
     lone.first().copied()
 }
 
-/// Everything published so far, as (sequence, value) pairs.
-fn values(c: &mut shmring::Consumer) -> Vec<(u64, u64)> {
-    let mut seen = Vec::new();
-    while c
-        .poll_once(|ev| {
-            let v = u64::from_le_bytes(ev.bytes().try_into().expect("8-byte events"));
-            seen.push((ev.sequence(), v));
-        })
-        .expect("poll")
-        > 0
-    {}
-    seen
-}
-
 #[test]
 fn one_producer_claims_alone_until_a_second_one_claims() {
     let ns = Namespace::new("lone_second");
@@ -70,8 +56,10 @@ fn one_producer_claims_alone_until_a_second_one_claims() {
     assert_eq!(lone(&ring), None, "the second producer's claim ended them");
     assert_eq!(first.publish(&105u64.to_le_bytes()), Ok(6));
     assert_eq!(second.publish(&201u64.to_le_bytes()), Ok(7));
+    let mut got = Vec::new();
+    shmring_testkit::poll::read_values_to(&mut c, 8, &mut got);
     assert_eq!(
-        values(&mut c),
+        got,
         [
             (0, 100),
             (1, 101),
