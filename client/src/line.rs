@@ -463,7 +463,7 @@ pub fn claim_lone_fast<W: Word>(
     if life.load(Ordering::Acquire) != seen.0 || end.load(Ordering::Relaxed) != LONE_OPEN {
         return Fast::NotRunning;
     }
-    // (p2) Relaxed: the fence pair orders it against the owner's (e3); a gate scan fences
+    // (p2) Relaxed: the fence pair orders it against the owner's read (e2); a gate scan fences
     // before it reads the position (see `gating`).
     position.store(next + n, Ordering::Relaxed);
     // (p3)

@@ -74,9 +74,9 @@ fn one_producer_claims_alone_until_a_second_one_claims() {
     assert_eq!(ring.info().head, 8);
 }
 
-/// The maintenance sequence of issue 9 on a multi-producer ring whose producer claims
-/// alone: the stop ends the lone claims where they are, the refused publish spends no
-/// sequence, and the run after the start begins at the stop.
+/// The ordinary maintenance sequence (stop, restart consumers, start) on a multi-producer
+/// ring whose producer claims alone: the stop ends the lone claims where they are, the
+/// refused publish spends no sequence, and the run after the start begins at the stop.
 #[test]
 fn a_stop_ends_the_lone_claims_and_the_start_reopens_at_the_stop() {
     let ns = Namespace::new("lone_stop");
