@@ -485,8 +485,9 @@ impl Ring {
     }
 
     /// Finish a stop, start or sharing whose owner died half-way (a half-done stop ends
-    /// Stopped, a half-done start or sharing Running). One whose owner lives is left to it. Returns the state,
-    /// and whether a dead owner's change was finished. One load when nothing is in progress.
+    /// Stopped, a half-done start or sharing Running). One whose owner lives is left to
+    /// it. Returns the state, and whether a dead owner's change was finished. One load when
+    /// nothing is in progress.
     pub fn finish_interrupted(&self) -> Result<(RingState, bool), LifecycleError> {
         let line = self.seg.line();
         let env = SegEnv::lifecycle(&self.seg);

@@ -251,7 +251,7 @@ impl Ring {
         // claims"): the counter takes over from its final position, and what it claimed and
         // did not stamp lies below the counter like any claim, repaired below. While a stop
         // or a sharing that reads the position runs, try again later.
-        if !self.seg.line().single && self.end_lone_of_the_dead(index).is_err() {
+        if !self.seg.line().single && self.end_lone_now(Some(index)).is_err() {
             let _ = table::producer::abandon_repair(&e.word, mine, dead);
             repair.waiting += 1;
             return repair;
@@ -294,13 +294,16 @@ impl Ring {
         repair
     }
 
-    /// If the counter names producer entry `index` as its lone producer (which is gone: the
-    /// caller holds its entry for a repair), end its claims at its final position. Never
-    /// waits for a live owner of the lifecycle: `Err` if one reads the position now.
-    fn end_lone_of_the_dead(&self, index: u32) -> Result<(), crate::line::LineError> {
+    /// If the counter names a lone producer (`only`: only if it is entry `only`, a gone
+    /// producer whose entry the caller holds for a repair), end its claims (`Line::share`).
+    /// Never waits for a live owner of the lifecycle: `Err` if one is changing it now.
+    fn end_lone_now(&self, only: Option<u32>) -> Result<(), crate::line::LineError> {
         // SeqCst: as in `Line::position`.
         let c = self.seg.lines().claim.value.load(Ordering::SeqCst);
-        if shmring_layout::claim_lone_index(c) != Some(index) {
+        let Some(index) = shmring_layout::claim_lone_index(c) else {
+            return Ok(());
+        };
+        if only.is_some_and(|only| only != index) {
             return Ok(());
         }
         let env = crate::lifecycle::SegEnv::lifecycle_within(&self.seg, std::time::Duration::ZERO);
@@ -353,19 +356,9 @@ impl Ring {
         }
         // A lone producer's claims end first (see `line`, "Lone claims"): the head is read
         // from the counter, which a claim refused later never counts.
-        if !line.single {
-            // SeqCst: as in `Line::position`.
-            let c = self.seg.lines().claim.value.load(Ordering::SeqCst);
-            if let Some(index) = shmring_layout::claim_lone_index(c) {
-                let env = crate::lifecycle::SegEnv::lifecycle_within(
-                    &self.seg,
-                    std::time::Duration::ZERO,
-                );
-                if line.share(&env, index).is_err() {
-                    repair.waiting += 1;
-                    return repair;
-                }
-            }
+        if !line.single && self.end_lone_now(None).is_err() {
+            repair.waiting += 1;
+            return repair;
         }
         // The head first, then every other attached producer's claim (see
         // `table::producer::unattributed_hole`). A producer whose process is gone is not
