@@ -1,7 +1,7 @@
 //! `shmring-testkit`: the child processes of the multi-process integration tests.
 //!
 //! Each subcommand is one role (`produce`, `consume`, `attach-loop`, `claim-batch`,
-//! `ping-pong`, `wake-set`, `run-closed`, `lifecycle-storm`, `worker`, `main-exits`, `liveness`, `data-path`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
+//! `ping-pong`, `wake-set`, `run-closed`, `lifecycle-storm`, `worker`, `main-exits`, `liveness`, `data-path`, `no-membarrier`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
 //! `ready` once attached (the parent waits for it instead of sleeping), `done ...` with its
 //! counters at the end. A violation of an ordering or integrity rule is printed on stderr
 //! and exits with status 1; a panic exits with 101.
@@ -52,6 +52,8 @@ enum Role {
     Liveness(roles::Liveness),
     /// Every publish and delivery form in seccomp strict mode: killed at a system call.
     DataPath(roles::data_path::Args),
+    /// A producer in a process whose membarrier fails, run command by command from stdin.
+    NoMembarrier(roles::no_membarrier::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,5 +80,6 @@ fn main() -> anyhow::Result<()> {
         Role::MainExits(a) => roles::main_exits(a),
         Role::Liveness(a) => roles::liveness(a),
         Role::DataPath(a) => roles::data_path::run(a),
+        Role::NoMembarrier(a) => roles::no_membarrier::run(a),
     }
 }

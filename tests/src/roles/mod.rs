@@ -6,6 +6,7 @@ pub mod claim_batch;
 pub mod consume;
 pub mod data_path;
 pub mod lifecycle_storm;
+pub mod no_membarrier;
 pub mod ping_pong;
 pub mod produce;
 pub mod run_closed;

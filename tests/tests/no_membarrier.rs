@@ -1,0 +1,308 @@
+//! A process without membarrier next to a lone producer (docs/FAILURE_MODES.md, known gap
+//! 6; ARCHITECTURE.md, "Lone claims"). The child role `no-membarrier` runs under a seccomp
+//! filter that makes `membarrier(2)` fail, as a container's default profile does, so it
+//! cannot issue the heavy fence that ends a live lone producer's claims.
+//!
+//! Checked: such a process waits for an idle lone producer (its bounded publish forms find
+//! the ring full or time out, its blocking publish sleeps) and never claims beside it; the
+//! lone producer's next claim ends its lone claims (it sees the fence mode the attach
+//! raised), the waiter's event follows, and no sequence is handed out twice; the lone
+//! producer never takes the line again on that ring. A stop from such a process is
+//! refused with `NoBarrier` and leaves the ring running, also when it takes over a dead
+//! stopper's half-done stop; a lone producer that claims while it waits there lets the
+//! stop finish. A lone producer that dies while such a process waits is noticed: its claims
+//! end where its position says and the waiter's event lands after its dead claim.
+
+use shmring::{ConsumerOptions, Ring, RingConfig, RingState, LIFECYCLE_WAIT};
+use shmring_layout::lifecycle;
+use shmring_testkit::procfs::blocked_in;
+use shmring_testkit::raw::RawSegment;
+use shmring_testkit::{eventually, testkit, Child, Namespace};
+
+/// The table index of the producer that has the line to itself, if any.
+fn lone(ring: &Ring) -> Option<u32> {
+    ring.info()
+        .producers
+        .iter()
+        .find(|p| p.lone)
+        .map(|p| p.index)
+}
+
+/// Whether `child`'s main thread sleeps (`std::thread::sleep`: the waits of a producer
+/// that has nothing to do but look again later).
+fn asleep(child: &Child) -> bool {
+    matches!(
+        blocked_in(child.pid(), child.pid()),
+        Some(nr) if nr == libc::SYS_nanosleep || nr == libc::SYS_clock_nanosleep
+    )
+}
+
+/// Send `command` to a `no-membarrier` child and return its answer.
+fn ask(child: &mut Child, command: &str) -> String {
+    child.send_line(command);
+    let verb = command.split(' ').next().unwrap_or(command);
+    child.expect_line(&format!("{verb} "))
+}
+
+/// Every event `c` can take now, as (sequence, bytes).
+fn drain(c: &mut shmring::Consumer) -> Vec<(u64, Vec<u8>)> {
+    let mut got = Vec::new();
+    while c
+        .poll_once(|ev| got.push((ev.sequence(), ev.bytes().to_vec())))
+        .expect("poll")
+        > 0
+    {}
+    got
+}
+
+/// A producer alone on a multi-producer ring publishes once and stays idle; a process
+/// without membarrier attaches and cannot end its lone claims: its bounded forms give up,
+/// its stop is refused, its blocking publish sleeps. The lone producer's next claim ends
+/// them; both events land once each, and no producer takes the line alone on this ring
+/// again, the process without membarrier gone or not.
+#[test]
+fn a_producer_without_membarrier_waits_for_an_idle_lone_producer_until_its_next_claim() {
+    let ns = Namespace::new("nomb_wait");
+    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create ring");
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("consumer");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(b"a"), Ok(0));
+    let me = lone(&ring).expect("the only producer claims alone");
+
+    let mut other = testkit!(
+        ns,
+        "producer without membarrier",
+        "no-membarrier --ns {ns} --ring r"
+    );
+    other.expect_line("ready");
+    assert_eq!(ask(&mut other, "try t"), "try err=full");
+    assert_eq!(ask(&mut other, "timeout 50 t"), "timeout err=timeout");
+    assert_eq!(ask(&mut other, "stop"), "stop err=no-barrier");
+    assert_eq!(
+        ring.info().state,
+        Some(RingState::Running),
+        "the stop left it running"
+    );
+    assert_eq!(lone(&ring), Some(me), "nothing ended the lone claims");
+    assert_eq!(
+        drain(&mut c),
+        [(0, b"a".to_vec())],
+        "and nothing was claimed beside them"
+    );
+
+    other.send_line("publish b");
+    eventually("the publish without membarrier waits, asleep", || {
+        asleep(&other)
+    });
+    assert_eq!(lone(&ring), Some(me));
+    assert_eq!(drain(&mut c), [], "it waits without a claim");
+
+    // The lone producer's next claim ends its lone claims at 1: the two events take 1 and
+    // 2, in either order.
+    let mine = p.publish(b"c").expect("the lone producer's next claim");
+    let answer = other.expect_line("publish ");
+    let theirs: u64 = answer
+        .strip_prefix("publish ok=")
+        .unwrap_or_else(|| other.fail(&format!("the waiter's publish: {answer}")))
+        .parse()
+        .expect("a sequence");
+    let mut both = [mine, theirs];
+    both.sort_unstable();
+    assert_eq!(both, [1, 2], "one sequence each");
+    let mut want = vec![(mine, b"c".to_vec()), (theirs, b"b".to_vec())];
+    want.sort();
+    assert_eq!(drain(&mut c), want);
+    assert_eq!(lone(&ring), None);
+
+    // The fence mode the attach raised stays raised: a producer alone on the ring, with the
+    // process without membarrier gone, does not take the line (it would at its attach).
+    other.send_line("exit");
+    other.expect_line("done");
+    other.wait_ok();
+    drop(p);
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(lone(&ring), None, "no lone claims on this ring any more");
+    assert_eq!(p.publish(b"d"), Ok(3));
+    assert_eq!(lone(&ring), None);
+    assert_eq!(ring.stop(), Ok(4));
+}
+
+/// The same, with no process to publish again: a stop from a process without membarrier
+/// that takes over a dead stopper's half-done stop waits for the idle lone producer as long
+/// as a lifecycle call waits for another owner, then leaves the ring running and says
+/// `NoBarrier`. The lone producer then claims (accepted), and the ring stops at its events.
+#[test]
+fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leaves_it_running() {
+    let ns = Namespace::new("nomb_dead_stopper");
+    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create ring");
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("consumer");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(b"a"), Ok(0));
+    let me = lone(&ring).expect("the only producer claims alone");
+    let mut other = testkit!(
+        ns,
+        "stopper without membarrier",
+        "no-membarrier --ns {ns} --ring r"
+    );
+    other.expect_line("ready");
+
+    // A stopper that died right after it took the word: Stopping, its pid, nothing closed.
+    let raw = RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = raw.lifecycle_word();
+    raw.set_lifecycle_word(lifecycle::pack(
+        lifecycle::generation(word) + 1,
+        RingState::Stopping as u32,
+        dead,
+    ));
+    other.send_line("stop");
+    eventually("the stop takes the dead stopper's word over", || {
+        let word = raw.lifecycle_word();
+        lifecycle::state(word) == RingState::Stopping as u32
+            && lifecycle::owner(word) == other.pid()
+    });
+    let answer = other
+        .expect_within("stop ", LIFECYCLE_WAIT * 3)
+        .unwrap_or_else(|| other.fail("the stop did not give up"));
+    assert_eq!(answer, "err=no-barrier");
+    assert_eq!(
+        ring.info().state,
+        Some(RingState::Running),
+        "the stop not done"
+    );
+    assert_eq!(
+        lone(&ring),
+        Some(me),
+        "the idle lone producer kept its claims"
+    );
+    assert_eq!(raw.claim_word() & shmring_layout::CLAIM_CLOSED, 0);
+    // Looked at before a transition now: refused at once.
+    assert_eq!(ask(&mut other, "stop"), "stop err=no-barrier");
+
+    assert_eq!(
+        p.publish(b"b"),
+        Ok(1),
+        "the lone producer's claim is accepted"
+    );
+    assert_eq!(lone(&ring), None);
+    assert_eq!(ask(&mut other, "stop"), "stop ok=2");
+    assert_eq!(drain(&mut c), [(0, b"a".to_vec()), (1, b"b".to_vec())]);
+    other.send_line("exit");
+    other.wait_ok();
+}
+
+/// A stop from a process without membarrier that took over a dead stopper's word waits for
+/// the lone producer; the lone producer claims meanwhile: it ends its lone claims itself,
+/// and the stop finishes at the counter, its claim accepted exactly when it lies below.
+#[test]
+fn a_lone_producer_that_claims_lets_a_waiting_stop_without_membarrier_finish() {
+    let ns = Namespace::new("nomb_stop_finish");
+    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create ring");
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("consumer");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(b"a"), Ok(0));
+    lone(&ring).expect("the only producer claims alone");
+    let mut other = testkit!(
+        ns,
+        "stopper without membarrier",
+        "no-membarrier --ns {ns} --ring r"
+    );
+    other.expect_line("ready");
+
+    let raw = RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = raw.lifecycle_word();
+    raw.set_lifecycle_word(lifecycle::pack(
+        lifecycle::generation(word) + 1,
+        RingState::Stopping as u32,
+        dead,
+    ));
+    other.send_line("stop");
+    eventually("the stop takes the dead stopper's word over", || {
+        let word = raw.lifecycle_word();
+        lifecycle::state(word) == RingState::Stopping as u32
+            && lifecycle::owner(word) == other.pid()
+    });
+    let accepted = match p.publish(b"b") {
+        Ok(seq) => {
+            assert_eq!(seq, 1);
+            2
+        }
+        Err(shmring::PublishError::Closed) => 1,
+        Err(e) => panic!("the lone producer's claim: {e}"),
+    };
+    assert_eq!(other.expect_line("stop "), format!("stop ok={accepted}"));
+    assert_eq!(ring.info().state, Some(RingState::Stopped));
+    let got = drain(&mut c);
+    assert_eq!(got.len() as u64, accepted, "{got:?}");
+    assert_eq!(p.publish(b"x"), Err(shmring::PublishError::Closed));
+    other.send_line("exit");
+    other.wait_ok();
+}
+
+/// A lone producer fills the ring and waits for room holding its next claim; a process
+/// without membarrier publishes and sleeps beside it; the lone producer is killed. The
+/// sleeper notices: it ends the dead producer's claims past its dead claim, without the
+/// fence, and its event lands after the hole the repair tombstones.
+#[test]
+fn a_producer_without_membarrier_notices_a_lone_producer_die_while_it_waits() {
+    const CAPACITY: u64 = 16;
+    let ns = Namespace::new("nomb_kill");
+    let config = RingConfig {
+        capacity: CAPACITY,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &config).expect("create ring");
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("consumer");
+    let mut first = testkit!(
+        ns,
+        "lone producer",
+        "produce --ns {ns} --ring r --producer-id 0 --count 0 --mode publish"
+    );
+    first.expect_line("started");
+    eventually("the lone producer holds a claim past the full ring", || {
+        ring.info()
+            .producers
+            .iter()
+            .any(|p| p.lone && p.in_flight == Some(CAPACITY))
+    });
+    let mut other = testkit!(
+        ns,
+        "producer without membarrier",
+        "no-membarrier --ns {ns} --ring r"
+    );
+    other.expect_line("ready");
+    other.send_line("publish after");
+    eventually("the publish without membarrier waits, asleep", || {
+        asleep(&other)
+    });
+    let dead = ring
+        .info()
+        .producers
+        .into_iter()
+        .find(|p| p.lone)
+        .expect("still lone");
+    first.kill();
+
+    let seen: Vec<u64> = drain(&mut c).into_iter().map(|(s, _)| s).collect();
+    assert_eq!(seen, (0..CAPACITY).collect::<Vec<_>>());
+    assert_eq!(
+        other.expect_line("publish "),
+        format!("publish ok={}", CAPACITY + 1),
+        "the counter took over past the dead claim"
+    );
+    let repair = ring.repair_dead_producer(dead.index, dead.word);
+    assert_eq!(repair.tombstoned, 1, "{repair:?}");
+    assert_eq!(drain(&mut c), [(CAPACITY + 1, b"after".to_vec())]);
+    assert_eq!(c.stats().skipped, 1, "the dead claim, skipped once");
+    other.send_line("exit");
+    other.wait_ok();
+}
