@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use shmring::{ConsumerOptions, ProducerMode, PublishError, Ring, RingConfig};
+use shmring_testkit::raw::RawSegment;
 use shmring_testkit::Namespace;
 
 mod common;
@@ -91,6 +92,32 @@ fn a_stop_ends_the_lone_claims_and_the_start_reopens_at_the_stop() {
     ring.start().unwrap();
     assert_eq!(p.publish(b"b"), Ok(1));
     assert_eq!(poll_all(&mut c), [1]);
+}
+
+/// A lone claim checks the lifecycle word against the very word its run began with, and
+/// after 2^24 transitions the word comes back to that value. What then tells the lone
+/// producer its run ended is its entry's `lone_end` record: here a stop ended the run, the
+/// ring started again, another producer claimed the next sequence, and the word is set back
+/// to the run's first value, as the wrap leaves it. The lone producer's claim does not take
+/// that sequence again.
+#[test]
+fn a_lifecycle_word_back_at_its_first_value_does_not_reopen_ended_lone_claims() {
+    let ns = Namespace::new("lone_wrap");
+    let ring = multi(&ns, 16);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    assert_eq!(p.publish(b"a"), Ok(0));
+    assert_eq!(lone(&ring), Some(0));
+    let raw = RawSegment::open(&ring);
+    let began = raw.lifecycle_word();
+    assert_eq!(ring.stop(), Ok(1));
+    ring.start().unwrap();
+    let mut q = ring.producer().unwrap();
+    assert_eq!(q.publish(b"q"), Ok(1));
+    raw.set_lifecycle_word(began);
+    assert_eq!(p.publish(b"b"), Ok(2), "1 is the other producer's");
+    assert_eq!(q.publish(b"r"), Ok(3));
+    assert_eq!(poll_all(&mut c), [0, 1, 2, 3]);
 }
 
 #[test]
