@@ -4,7 +4,8 @@
 //! cannot issue the heavy fence that ends a live lone producer's claims.
 //!
 //! Checked: such a process waits for an idle lone producer (its bounded publish forms find
-//! the ring full or time out, its blocking publish sleeps) and never claims beside it; the
+//! the ring full or time out, its blocking publish sleeps), without a transition of the
+//! ring's lifecycle word, and never claims beside it; the
 //! lone producer's next claim ends its lone claims (it sees the fence mode the attach
 //! raised), the waiter's event follows, and no sequence is handed out twice; the lone
 //! producer never takes the line again on that ring. A stop from such a process is
@@ -13,8 +14,10 @@
 //! stop finish. A lone producer that dies while such a process waits is noticed: its claims
 //! end where its position says and the waiter's event lands after its dead claim.
 
+use std::time::Instant;
+
 use shmring::{ConsumerOptions, Ring, RingConfig, RingState, LIFECYCLE_WAIT};
-use shmring_layout::lifecycle;
+use shmring_layout::{lifecycle, FenceMode};
 use shmring_testkit::procfs::blocked_in;
 use shmring_testkit::raw::RawSegment;
 use shmring_testkit::{eventually, testkit, Child, Namespace};
@@ -56,9 +59,10 @@ fn drain(c: &mut shmring::Consumer) -> Vec<(u64, Vec<u8>)> {
 }
 
 /// A producer alone on a multi-producer ring publishes once and stays idle; a process
-/// without membarrier attaches and cannot end its lone claims: its bounded forms give up,
-/// its stop is refused, its blocking publish sleeps. The lone producer's next claim ends
-/// them; both events land once each, and no producer takes the line alone on this ring
+/// without membarrier attaches and cannot end its lone claims: its bounded forms give up
+/// and its blocking publish sleeps, all without a transition of the ring's lifecycle
+/// word. The lone producer's next claim ends them (it sees the fence mode the attach
+/// raised); both events land once each, and no producer takes the line alone on this ring
 /// again, the process without membarrier gone or not.
 #[test]
 fn a_producer_without_membarrier_waits_for_an_idle_lone_producer_until_its_next_claim() {
@@ -77,13 +81,16 @@ fn a_producer_without_membarrier_waits_for_an_idle_lone_producer_until_its_next_
         "no-membarrier --ns {ns} --ring r"
     );
     other.expect_line("ready");
+    // Its attach raised the ring's fence mode: the one thing of it the lone producer sees.
+    assert_eq!(ring.info().fence_mode, Some(FenceMode::SeqCstFence));
+    let raw = RawSegment::open(&ring);
+    let word = raw.lifecycle_word();
     assert_eq!(ask(&mut other, "try t"), "try err=full");
     assert_eq!(ask(&mut other, "timeout 50 t"), "timeout err=timeout");
-    assert_eq!(ask(&mut other, "stop"), "stop err=no-barrier");
     assert_eq!(
-        ring.info().state,
-        Some(RingState::Running),
-        "the stop left it running"
+        raw.lifecycle_word(),
+        word,
+        "its claims waited without a transition of the ring"
     );
     assert_eq!(lone(&ring), Some(me), "nothing ended the lone claims");
     assert_eq!(
@@ -96,6 +103,7 @@ fn a_producer_without_membarrier_waits_for_an_idle_lone_producer_until_its_next_
     eventually("the publish without membarrier waits, asleep", || {
         asleep(&other)
     });
+    assert_eq!(raw.lifecycle_word(), word, "it waits without a transition");
     assert_eq!(lone(&ring), Some(me));
     assert_eq!(drain(&mut c), [], "it waits without a claim");
 
@@ -129,10 +137,11 @@ fn a_producer_without_membarrier_waits_for_an_idle_lone_producer_until_its_next_
     assert_eq!(ring.stop(), Ok(4));
 }
 
-/// The same, with no process to publish again: a stop from a process without membarrier
-/// that takes over a dead stopper's half-done stop waits for the idle lone producer as long
-/// as a lifecycle call waits for another owner, then leaves the ring running and says
-/// `NoBarrier`. The lone producer then claims (accepted), and the ring stops at its events.
+/// A stop from a process without membarrier next to an idle lone producer is refused with
+/// `NoBarrier` before any transition. One that takes over a dead stopper's half-done stop
+/// waits for the idle lone producer as long as a lifecycle call waits for another owner,
+/// then leaves the ring running and says `NoBarrier`. The lone producer then claims
+/// (accepted), and the ring stops at its events.
 #[test]
 fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leaves_it_running() {
     let ns = Namespace::new("nomb_dead_stopper");
@@ -149,16 +158,23 @@ fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leave
         "no-membarrier --ns {ns} --ring r"
     );
     other.expect_line("ready");
+    let raw = RawSegment::open(&ring);
+    let word = raw.lifecycle_word();
+    assert_eq!(ask(&mut other, "stop"), "stop err=no-barrier");
+    assert_eq!(
+        raw.lifecycle_word(),
+        word,
+        "refused before a transition of the ring"
+    );
 
     // A stopper that died right after it took the word: Stopping, its pid, nothing closed.
-    let raw = RawSegment::open(&ring);
     let (dead, _) = shmring_testkit::fault::dead_process();
-    let word = raw.lifecycle_word();
     raw.set_lifecycle_word(lifecycle::pack(
         lifecycle::generation(word) + 1,
         RingState::Stopping as u32,
         dead,
     ));
+    let asked = Instant::now();
     other.send_line("stop");
     eventually("the stop takes the dead stopper's word over", || {
         let word = raw.lifecycle_word();
@@ -169,6 +185,10 @@ fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leave
         .expect_within("stop ", LIFECYCLE_WAIT * 3)
         .unwrap_or_else(|| other.fail("the stop did not give up"));
     assert_eq!(answer, "err=no-barrier");
+    assert!(
+        asked.elapsed() >= LIFECYCLE_WAIT,
+        "it waited for the lone producer as long as a lifecycle call waits"
+    );
     assert_eq!(
         ring.info().state,
         Some(RingState::Running),
@@ -180,8 +200,10 @@ fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leave
         "the idle lone producer kept its claims"
     );
     assert_eq!(raw.claim_word() & shmring_layout::CLAIM_CLOSED, 0);
-    // Looked at before a transition now: refused at once.
+    // With no half-done stop to finish, refused before a transition again.
+    let word = raw.lifecycle_word();
     assert_eq!(ask(&mut other, "stop"), "stop err=no-barrier");
+    assert_eq!(raw.lifecycle_word(), word);
 
     assert_eq!(
         p.publish(b"b"),
