@@ -1,6 +1,8 @@
 //! The per-event path, in one thread, for an instruction profile: publish `N` 8-byte events
 //! into a single- or multi-producer ring (or a fixed-size ring: `per_event fixed`; or a ring of
-//! sized events: `per_event sized`) and deliver them with `poll_once`, 256 at a time
+//! sized events: `per_event sized`; or a multi-producer ring with a second producer attached
+//! and idle, so that every claim goes through the claim counter instead of claiming alone:
+//! `per_event shared`) and deliver them with `poll_once`, 256 at a time
 //! (`per_event single N 1`: one at a time, as a consumer that keeps up sees them;
 //! `per_event single N 256 publisher`: each burst published through a `Publisher`).
 //!
@@ -26,7 +28,7 @@ const BURST: u64 = 256;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let form = std::env::args().nth(1);
     let mode = match form.as_deref() {
-        Some("multi") => ProducerMode::Multi,
+        Some("multi" | "shared") => ProducerMode::Multi,
         _ => ProducerMode::Single,
     };
     // `fixed`: a single producer on a fixed-size ring of 8-byte events; `sized`: on a ring
@@ -52,6 +54,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let ring = Ring::create(&ns, "r", &config)?;
     let mut c = ring.consumer(ConsumerOptions::anonymous().batch_cap(256))?;
+    // `shared`: the idle second producer, attached first, keeps the other from claiming alone.
+    let idle = (form.as_deref() == Some("shared"))
+        .then(|| ring.producer())
+        .transpose()?;
     let mut p = ring.producer()?;
     let mut sum = 0u64;
     let mut sent = 0u64;
@@ -78,7 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         while c.poll_once(|ev| sum = sum.wrapping_add(ev.sequence()))? > 0 {}
     }
     std::hint::black_box(sum);
-    drop((c, p));
+    drop((c, p, idle));
     Ring::remove(&ns, "r")?;
     std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
     println!("{mode:?} (event size {event_size:?}): {n} events published and delivered");
