@@ -54,7 +54,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let ring = Ring::create(&ns, "r", &config)?;
     let mut c = ring.consumer(ConsumerOptions::anonymous().batch_cap(256))?;
-    // `shared`: the idle second producer, attached first, keeps the other from claiming alone.
+    // `shared`: the idle second producer, attached first, keeps the other from claiming alone
+    // (it takes the line alone itself at its attach, and the other's first claim ends that).
     let idle = (form.as_deref() == Some("shared"))
         .then(|| ring.producer())
         .transpose()?;
