@@ -16,7 +16,7 @@
 
 use std::time::Instant;
 
-use shmring::{ConsumerOptions, Ring, RingConfig, RingState, LIFECYCLE_WAIT};
+use shmring::{Consumer, ConsumerOptions, Producer, Ring, RingConfig, RingState, LIFECYCLE_WAIT};
 use shmring_layout::{lifecycle, FenceMode};
 use shmring_testkit::procfs::blocked_in;
 use shmring_testkit::raw::RawSegment;
@@ -48,7 +48,7 @@ fn ask(child: &mut Child, command: &str) -> String {
 }
 
 /// Every event `c` can take now, as (sequence, bytes).
-fn drain(c: &mut shmring::Consumer) -> Vec<(u64, Vec<u8>)> {
+fn drain(c: &mut Consumer) -> Vec<(u64, Vec<u8>)> {
     let mut got = Vec::new();
     while c
         .poll_once(|ev| got.push((ev.sequence(), ev.bytes().to_vec())))
@@ -56,6 +56,59 @@ fn drain(c: &mut shmring::Consumer) -> Vec<(u64, Vec<u8>)> {
         > 0
     {}
     got
+}
+
+/// What each test starts from: a multi-producer ring in `ns` with an anonymous consumer, a
+/// producer of this process that published `a` at 0 and claims alone (its table index),
+/// and a `no-membarrier` child attached as a second producer, ready.
+struct Beside {
+    ring: Ring,
+    c: Consumer,
+    p: Producer,
+    lone: u32,
+    other: Child,
+}
+
+fn beside_an_idle_lone_producer(ns: &Namespace) -> Beside {
+    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create ring");
+    let c = ring
+        .consumer(ConsumerOptions::anonymous())
+        .expect("consumer");
+    let mut p = ring.producer().expect("producer");
+    assert_eq!(p.publish(b"a"), Ok(0));
+    let lone = lone(&ring).expect("the only producer claims alone");
+    let mut other = testkit!(
+        ns,
+        "producer without membarrier",
+        "no-membarrier --ns {ns} --ring r"
+    );
+    other.expect_line("ready");
+    Beside {
+        ring,
+        c,
+        p,
+        lone,
+        other,
+    }
+}
+
+/// Leave the lifecycle word as a stopper that died right after it took it leaves it
+/// (Stopping, its pid, nothing closed), tell `other` to stop the ring, and wait until it
+/// has taken the word over.
+fn stop_over_a_dead_stopper(raw: &RawSegment, other: &mut Child) {
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = raw.lifecycle_word();
+    raw.set_lifecycle_word(lifecycle::pack(
+        lifecycle::generation(word) + 1,
+        RingState::Stopping as u32,
+        dead,
+    ));
+    other.send_line("stop");
+    eventually("the stop takes the dead stopper's word over", || {
+        let word = raw.lifecycle_word();
+        lifecycle::state(word) == RingState::Stopping as u32
+            && lifecycle::owner(word) == other.pid()
+    });
 }
 
 /// A producer alone on a multi-producer ring publishes once and stays idle; a process
@@ -67,20 +120,13 @@ fn drain(c: &mut shmring::Consumer) -> Vec<(u64, Vec<u8>)> {
 #[test]
 fn a_producer_without_membarrier_waits_for_an_idle_lone_producer_until_its_next_claim() {
     let ns = Namespace::new("nomb_wait");
-    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create ring");
-    let mut c = ring
-        .consumer(ConsumerOptions::anonymous())
-        .expect("consumer");
-    let mut p = ring.producer().expect("producer");
-    assert_eq!(p.publish(b"a"), Ok(0));
-    let me = lone(&ring).expect("the only producer claims alone");
-
-    let mut other = testkit!(
-        ns,
-        "producer without membarrier",
-        "no-membarrier --ns {ns} --ring r"
-    );
-    other.expect_line("ready");
+    let Beside {
+        ring,
+        mut c,
+        mut p,
+        lone: me,
+        mut other,
+    } = beside_an_idle_lone_producer(&ns);
     // Its attach raised the ring's fence mode: the one thing of it the lone producer sees.
     assert_eq!(ring.info().fence_mode, Some(FenceMode::SeqCstFence));
     let raw = RawSegment::open(&ring);
@@ -145,19 +191,13 @@ fn a_producer_without_membarrier_waits_for_an_idle_lone_producer_until_its_next_
 #[test]
 fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leaves_it_running() {
     let ns = Namespace::new("nomb_dead_stopper");
-    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create ring");
-    let mut c = ring
-        .consumer(ConsumerOptions::anonymous())
-        .expect("consumer");
-    let mut p = ring.producer().expect("producer");
-    assert_eq!(p.publish(b"a"), Ok(0));
-    let me = lone(&ring).expect("the only producer claims alone");
-    let mut other = testkit!(
-        ns,
-        "stopper without membarrier",
-        "no-membarrier --ns {ns} --ring r"
-    );
-    other.expect_line("ready");
+    let Beside {
+        ring,
+        mut c,
+        mut p,
+        lone: me,
+        mut other,
+    } = beside_an_idle_lone_producer(&ns);
     let raw = RawSegment::open(&ring);
     let word = raw.lifecycle_word();
     assert_eq!(ask(&mut other, "stop"), "stop err=no-barrier");
@@ -167,20 +207,8 @@ fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leave
         "refused before a transition of the ring"
     );
 
-    // A stopper that died right after it took the word: Stopping, its pid, nothing closed.
-    let (dead, _) = shmring_testkit::fault::dead_process();
-    raw.set_lifecycle_word(lifecycle::pack(
-        lifecycle::generation(word) + 1,
-        RingState::Stopping as u32,
-        dead,
-    ));
     let asked = Instant::now();
-    other.send_line("stop");
-    eventually("the stop takes the dead stopper's word over", || {
-        let word = raw.lifecycle_word();
-        lifecycle::state(word) == RingState::Stopping as u32
-            && lifecycle::owner(word) == other.pid()
-    });
+    stop_over_a_dead_stopper(&raw, &mut other);
     let answer = other
         .expect_within("stop ", LIFECYCLE_WAIT * 3)
         .unwrap_or_else(|| other.fail("the stop did not give up"));
@@ -223,34 +251,14 @@ fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leave
 #[test]
 fn a_lone_producer_that_claims_lets_a_waiting_stop_without_membarrier_finish() {
     let ns = Namespace::new("nomb_stop_finish");
-    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create ring");
-    let mut c = ring
-        .consumer(ConsumerOptions::anonymous())
-        .expect("consumer");
-    let mut p = ring.producer().expect("producer");
-    assert_eq!(p.publish(b"a"), Ok(0));
-    lone(&ring).expect("the only producer claims alone");
-    let mut other = testkit!(
-        ns,
-        "stopper without membarrier",
-        "no-membarrier --ns {ns} --ring r"
-    );
-    other.expect_line("ready");
-
-    let raw = RawSegment::open(&ring);
-    let (dead, _) = shmring_testkit::fault::dead_process();
-    let word = raw.lifecycle_word();
-    raw.set_lifecycle_word(lifecycle::pack(
-        lifecycle::generation(word) + 1,
-        RingState::Stopping as u32,
-        dead,
-    ));
-    other.send_line("stop");
-    eventually("the stop takes the dead stopper's word over", || {
-        let word = raw.lifecycle_word();
-        lifecycle::state(word) == RingState::Stopping as u32
-            && lifecycle::owner(word) == other.pid()
-    });
+    let Beside {
+        ring,
+        mut c,
+        mut p,
+        mut other,
+        ..
+    } = beside_an_idle_lone_producer(&ns);
+    stop_over_a_dead_stopper(&RawSegment::open(&ring), &mut other);
     let accepted = match p.publish(b"b") {
         Ok(seq) => {
             assert_eq!(seq, 1);
