@@ -5,10 +5,10 @@
 //!
 //! Checked: such a process waits for an idle lone producer (its bounded publish forms find
 //! the ring full or time out, its blocking publish sleeps), without a transition of the
-//! ring's lifecycle word, and never claims beside it; the
-//! lone producer's next claim ends its lone claims (it sees the fence mode the attach
-//! raised), the waiter's event follows, and no sequence is handed out twice; the lone
-//! producer never takes the line again on that ring. A stop from such a process is
+//! ring's lifecycle word, and never claims beside it; the lone producer's next claim ends
+//! its lone claims (it sees the fence mode the attach raised), the waiter's event follows,
+//! and no sequence is handed out twice; no producer takes the line alone on that ring
+//! again. A stop from such a process is
 //! refused with `NoBarrier` and leaves the ring running, also when it takes over a dead
 //! stopper's half-done stop; a lone producer that claims while it waits there lets the
 //! stop finish. A lone producer that dies while such a process waits is noticed: its claims
