@@ -34,7 +34,9 @@
 //! gap for a required one). At the end the ring is stopped; everything drains to the stop
 //! sequence. The invariant: the audit consumer got everything accepted, and whatever
 //! else it walked past is a tombstone the broker wrote; `billing` lost nothing; no consumer
-//! was woken by the 50 ms net (a lost wake-up) in any process. The report prints events,
+//! was woken by the 50 ms net (a lost wake-up) in any process, but for at most one per
+//! producer killed at a random moment (it may die between its stamp and its wake, and the
+//! net may come before the broker's wake for that death). The report prints events,
 //! losses (zero for the required consumers), drops by policy and by lapping, repairs and
 //! the broker's counters.
 
@@ -363,6 +365,9 @@ fn soak_quick() {
         next_id += 1;
     }
     let mut producer_kills = 0;
+    // Kills at a random moment, neither in a dwell nor holding a claim: the ones that may
+    // land between a publish's stamp and its wake.
+    let mut random_kills = 0;
     // Producers killed while holding a claim: each leaves a claim the broker repairs.
     let mut holds = 0u64;
 
@@ -395,7 +400,7 @@ fn soak_quick() {
                 let i = rng.below(producers.len() as u64) as usize;
                 let (id, victim) = &mut producers[i];
                 match rng.below(3) {
-                    0 => {}
+                    0 => random_kills += 1,
                     1 => {
                         victim.try_lines();
                         victim.expect_within("@dwell", DWELL_WAIT);
@@ -530,7 +535,7 @@ fn soak_quick() {
          repairs: {} repaired claims, {} sequences tombstoned (all skipped and counted)\n\
          anonymous consumer attaches: {} ({} optional; {} detached, {} killed)\n\
          broker: deaths {}, releases {}, freed {}, stalls {}, recoveries {}\n\
-         net wake-ups: {net}",
+         net wake-ups: {net} (producer kills at a random moment: {random_kills})",
         elapsed.as_secs_f64(),
         next_id,
         billing.starts,
@@ -552,8 +557,15 @@ fn soak_quick() {
         num(h, "stalls"),
         num(h, "recoveries"),
     );
-    assert_eq!(
-        net, 0,
-        "consumers woken by the 50 ms net (lost wake-ups): {nets:?}"
+    // A producer killed between its stamp and its wake leaves a consumer parked right then
+    // to whichever comes first: another publish, the broker's wake at the sweep its pidfd
+    // triggers, or the 50 ms net (docs/FAILURE_MODES.md, "What each crash costs"). The
+    // broker is usually first, but a net that was about to expire anyway can come before
+    // it: at most one net wake-up per such kill. Only a kill at a random moment can land
+    // there (one in a dwell or holding a claim stops the producer inside its claim).
+    assert!(
+        net <= random_kills,
+        "consumers woken by the 50 ms net (lost wake-ups) beyond the {random_kills} \
+         producer kill(s) at a random moment: {nets:?}"
     );
 }
