@@ -35,7 +35,7 @@
 //! sequence. The invariant: the audit consumer got everything accepted, and whatever
 //! else it walked past is a tombstone the broker wrote; `billing` lost nothing; no consumer
 //! was woken by the 50 ms net (a lost wake-up) in any process, but for at most one per
-//! producer killed at a random moment (it may die between its stamp and its wake, and the
+//! producer killed outside a held claim (it may die between its stamp and its wake, and the
 //! net may come before the broker's wake for that death). The report prints events,
 //! losses (zero for the required consumers), drops by policy and by lapping, repairs and
 //! the broker's counters.
@@ -66,7 +66,10 @@ const QUICK_SECS: u64 = 50;
 const PROGRESS: u64 = 512;
 // The consumers pick their wait strategies from `fault::WAITS` (none spins: two cores). A
 // `timeout-block` consumer's 5 ms timeouts that pass with an event waiting count as late,
-// not lost, so it is held to no net wake-ups like the others.
+// not lost, so it is held to the same net wake-ups as the others.
+
+/// Anonymous consumers alive at once, at most.
+const TRANSIENTS: usize = 3;
 
 /// The parent's look at its children, and the unit of its random schedule.
 const TICK: Duration = Duration::from_millis(10);
@@ -365,9 +368,6 @@ fn soak_quick() {
         next_id += 1;
     }
     let mut producer_kills = 0;
-    // Kills at a random moment, neither in a dwell nor holding a claim: the ones that may
-    // land between a publish's stamp and its wake.
-    let mut random_kills = 0;
     // Producers killed while holding a claim: each leaves a claim the broker repairs.
     let mut holds = 0u64;
 
@@ -390,8 +390,8 @@ fn soak_quick() {
         match rng.below(30) {
             0 => billing.kill(&handle, &mut rng, 300),
             1 => metrics.kill(&handle, &mut rng, 300),
-            2 if transients.live.len() < 3 => transients.spawn(&ns, &mut rng, false),
-            3 if transients.live.len() < 3 => transients.spawn(&ns, &mut rng, true),
+            2 if transients.live.len() < TRANSIENTS => transients.spawn(&ns, &mut rng, false),
+            3 if transients.live.len() < TRANSIENTS => transients.spawn(&ns, &mut rng, true),
             4 => transients.kill_one(&mut rng),
             5 if rng.chance(1, 8) => {
                 // A producer: at a random moment, in a claim held open for a while, or
@@ -400,7 +400,7 @@ fn soak_quick() {
                 let i = rng.below(producers.len() as u64) as usize;
                 let (id, victim) = &mut producers[i];
                 match rng.below(3) {
-                    0 => random_kills += 1,
+                    0 => {}
                     1 => {
                         victim.try_lines();
                         victim.expect_within("@dwell", DWELL_WAIT);
@@ -446,7 +446,7 @@ fn soak_quick() {
     let a = expect_done(&mut audit);
     let total = check_delivered_all("audit", &a, &accepted);
     assert_eq!(a.next, stop);
-    // Net wake-ups by who reported them (all must be zero).
+    // Net wake-ups by who reported them (see the check at the end).
     let mut nets: Vec<(String, u64)> = vec![
         ("audit".to_owned(), a.net),
         ("anonymous consumers".to_owned(), transients.net),
@@ -535,7 +535,7 @@ fn soak_quick() {
          repairs: {} repaired claims, {} sequences tombstoned (all skipped and counted)\n\
          anonymous consumer attaches: {} ({} optional; {} detached, {} killed)\n\
          broker: deaths {}, releases {}, freed {}, stalls {}, recoveries {}\n\
-         net wake-ups: {net} (producer kills at a random moment: {random_kills})",
+         net wake-ups: {net} (producer kills outside a held claim: {})",
         elapsed.as_secs_f64(),
         next_id,
         billing.starts,
@@ -556,16 +556,28 @@ fn soak_quick() {
         num(h, "freed"),
         num(h, "stalls"),
         num(h, "recoveries"),
+        producer_kills - holds,
     );
     // A producer killed between its stamp and its wake leaves a consumer parked right then
     // to whichever comes first: another publish, the broker's wake at the sweep its pidfd
     // triggers, or the 50 ms net (docs/FAILURE_MODES.md, "What each crash costs"). The
-    // broker is usually first, but a net that was about to expire anyway can come before
-    // it: at most one net wake-up per such kill. Only a kill at a random moment can land
-    // there (one in a dwell or holding a claim stops the producer inside its claim).
-    assert!(
-        net <= random_kills,
-        "consumers woken by the 50 ms net (lost wake-ups) beyond the {random_kills} \
-         producer kill(s) at a random moment: {nets:?}"
-    );
+    // broker is usually first, but its sweep can come later than a net about to expire: at
+    // most one net wake-up per such kill and parked consumer. Only a kill that saw
+    // `@holding` is known to stop the producer away from that window (every earlier wake
+    // done); a kill at a random moment, in a dwell (which may have ended by then) or after a
+    // wait that gave up may land in it. The anonymous consumers' count sums every one of
+    // them, up to `TRANSIENTS` alive at each kill.
+    let may_cost = producer_kills - holds;
+    for (who, n) in &nets {
+        let allowed = if who == "anonymous consumers" {
+            may_cost * TRANSIENTS as u64
+        } else {
+            may_cost
+        };
+        assert!(
+            *n <= allowed,
+            "{who} woken by the 50 ms net (lost wake-ups) {n} time(s), beyond the {may_cost} \
+             producer kill(s) that may cost one: {nets:?}"
+        );
+    }
 }
