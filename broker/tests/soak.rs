@@ -66,7 +66,7 @@ const QUICK_SECS: u64 = 50;
 const PROGRESS: u64 = 512;
 // The consumers pick their wait strategies from `fault::WAITS` (none spins: two cores). A
 // `timeout-block` consumer's 5 ms timeouts that pass with an event waiting count as late,
-// not lost, so it is held to the same net wake-ups as the others.
+// not lost, so it is held to the same bound on net wake-ups as the others.
 
 /// Anonymous consumers alive at once, at most.
 const TRANSIENTS: usize = 3;
