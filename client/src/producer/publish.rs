@@ -142,7 +142,7 @@ impl Producer {
         if c >= MAX_SEQUENCE {
             return self.claim_after_lone(c, n);
         }
-        self.claimed(c, n)
+        self.claimed_through_counter(c, n)
     }
 
     /// A claim through the counter refused (the line closed): nothing in flight, counted.
@@ -170,8 +170,15 @@ impl Producer {
         if !self.has_room(last) && !self.wait_for_room(last, None, false) {
             return Err(PublishError::Deleted);
         }
-        self.lone_retry = self.lone_retry.saturating_sub(1);
         Ok(c)
+    }
+
+    /// [`Producer::claimed`] for a claim through the counter, which also counts down to the
+    /// next look at taking the line alone (a lone claim has nothing to count).
+    #[inline(always)]
+    fn claimed_through_counter(&mut self, c: u64, n: u64) -> Result<u64, PublishError> {
+        self.lone_retry = self.lone_retry.saturating_sub(1);
+        self.claimed(c, n)
     }
 
     /// A claim through the counter read `c`, at or past `MAX_SEQUENCE`: a lone producer's
@@ -201,7 +208,7 @@ impl Producer {
             table::producer::announce_claim(&self.entry().in_flight);
             c = match self.seg.line().claim_multi(n) {
                 Ok(c) if c >= MAX_SEQUENCE => c,
-                Ok(c) => return self.claimed(c, n),
+                Ok(c) => return self.claimed_through_counter(c, n),
                 Err(r) => return Err(self.refused_by_the_counter(r)),
             };
         }
