@@ -110,7 +110,7 @@ pub use repair::Repair;
 pub use ring::{Ring, RingConfig};
 pub use shmring_layout::FenceMode;
 pub use shmring_layout::{LayoutError, ProducerMode, RingState};
-pub use table::Tombstone;
+pub use table::{FirstSeen, Tombstone};
 #[cfg(feature = "truncation-guard")]
 pub use truncation::install_truncation_guard;
 pub use unblock::boottime_ns;

@@ -120,6 +120,24 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
         }
 }
 
+/// Now, on the clock and in the unit of a process's start time (clock ticks since boot:
+/// `CLOCK_BOOTTIME` at the kernel's `USER_HZ`), rounded down. A process whose start time is
+/// above a value read here started after the read: its start time is at least one tick
+/// past it. (A kernel that counts start times on the monotonic clock, which stops during
+/// suspend, gives start times at or below the boot clock's, so the conclusion holds there
+/// too.)
+pub fn boot_ticks_now() -> u64 {
+    let hz = u128::from(rustix::param::clock_ticks_per_second().max(1));
+    let ticks = u128::from(crate::boottime_ns()) * hz / 1_000_000_000;
+    u64::try_from(ticks).unwrap_or(u64::MAX)
+}
+
+/// Whether the process that has pid `pid` now started after `ticks` (a value of
+/// [`boot_ticks_now`]): false when no running process has it, or `/proc` hides it.
+pub fn started_after(pid: u32, ticks: u64) -> bool {
+    pid != 0 && matches!(look(pid), Seen::Started(s) if s > ticks)
+}
+
 /// This process's pid namespace: the inode of `/proc/thread-self/ns/pid` (the calling
 /// thread's, as `/proc/self` is the main thread's, which may have exited), or 0 where it
 /// cannot be read (no `/proc`). A process keeps its pid namespace for life; its children

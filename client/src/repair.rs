@@ -22,7 +22,7 @@ use std::sync::atomic::Ordering;
 use shmring_layout::IN_FLIGHT_CLAIMING;
 use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state, RingState};
 
-use crate::table::{self, Holder, Tombstone};
+use crate::table::{self, FirstSeen, Holder, Tombstone};
 use crate::{fence, fixed, gating, park, Ring};
 
 /// What a repair of dead claims did.
@@ -134,7 +134,23 @@ impl Ring {
     /// RELEASED. A worker group's entry (its members claim from it, and one may attach at
     /// any moment) and a gating member's (it holds a claim its group recovers) are never
     /// freed here: false. Returns whether it changed.
+    ///
+    /// An entry half taken (CLAIMED, RESUMING, REATTACHING) counts as its holder's only
+    /// while some process has the pid in its word; see [`Ring::free_consumer_seen`] for a
+    /// caller that can tell a reused pid.
     pub fn free_consumer(&self, index: u32, seen: u64) -> bool {
+        self.free_consumer_if(index, seen, None)
+    }
+
+    /// [`Ring::free_consumer`] of the word `first` saw, for a caller that remembers when
+    /// it first saw it (the broker, across its sweeps): a half-taken entry whose pid is now
+    /// a process that started after that sighting is open too (a reused pid: the word's
+    /// writer ran before the word was read).
+    pub fn free_consumer_seen(&self, index: u32, first: FirstSeen) -> bool {
+        self.free_consumer_if(index, first.word(), Some(first))
+    }
+
+    fn free_consumer_if(&self, index: u32, seen: u64, first: Option<FirstSeen>) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;
         };
@@ -148,7 +164,7 @@ impl Ring {
             return false;
         }
         let start_time = e.cold.start_time.load(Ordering::Relaxed);
-        if table::consumer::holder(&table::Os, seen, start_time) != Holder::Open {
+        if table::consumer::holder_seen(&table::Os, seen, start_time, first) != Holder::Open {
             return false;
         }
         let to = match owned_word::state(seen) {
@@ -227,13 +243,29 @@ impl Ring {
     /// A producer that died between announcing a claim and learning its sequence (see
     /// `IN_FLIGHT_CLAIMING`) left a hole nobody can name: every unpublished sequence below
     /// the head that no live producer holds is then repaired.
+    ///
+    /// An entry half taken (ATTACHING, REPAIRING) counts as its holder's only while some
+    /// process has the pid in its word; see [`Ring::repair_dead_producer_seen`] for a caller
+    /// that can tell a reused pid.
     pub fn repair_dead_producer(&self, index: u32, seen: u64) -> Repair {
+        self.repair_dead_producer_if(index, seen, None)
+    }
+
+    /// [`Ring::repair_dead_producer`] of the word `first` saw, for a caller that remembers
+    /// when it first saw it (the broker, across its sweeps): a half-taken entry whose pid is
+    /// now a process that started after that sighting is open too (see
+    /// [`Ring::free_consumer_seen`]).
+    pub fn repair_dead_producer_seen(&self, index: u32, first: FirstSeen) -> Repair {
+        self.repair_dead_producer_if(index, first.word(), Some(first))
+    }
+
+    fn repair_dead_producer_if(&self, index: u32, seen: u64, first: Option<FirstSeen>) -> Repair {
         let mut repair = Repair::default();
         let Some(e) = self.seg.producer(index) else {
             return repair;
         };
         let start_time = e.start_time.load(Ordering::Relaxed);
-        if table::producer::holder(&table::Os, seen, start_time) != Holder::Open {
+        if table::producer::holder_seen(&table::Os, seen, start_time, first) != Holder::Open {
             return repair;
         }
         let me = crate::process::current().pid;

@@ -17,10 +17,13 @@
 //! owner once the state is settled (ACTIVE, DETACHED, FAILED, RELEASED: published by the
 //! owner's Release CAS, read after an Acquire load of the word). In the transitional states
 //! (CLAIMED, RESUMING, REATTACHING, ATTACHING, REPAIRING) it may still be the previous
-//! owner's; there the owner counts as gone only once no process has its pid at all. (So a
-//! pid reused by an unrelated process keeps such an entry held until that process exits:
-//! every process sharing a ring must see the same pid namespace, which `Ring::open`
-//! enforces: it refuses a ring created in another one.)
+//! owner's; there the owner counts as gone once no process has its pid at all, or, for a
+//! caller that remembers when it first saw the word ([`FirstSeen`], the broker across its
+//! sweeps), once the process with that pid started after then: the word's writer ran
+//! before the word was read, so a later process is a reused pid. (A pid reused before the
+//! first sighting still keeps such an entry held until that process exits. Every process
+//! sharing a ring must see the same pid namespace, which `Ring::open` enforces: it refuses
+//! a ring created in another one.)
 //!
 //! ## Who may take an entry ([`Holder`])
 //!
@@ -85,6 +88,12 @@ pub trait Procs {
     fn alive(&self, pid: u32, start_time: u64) -> bool;
     /// Whether any process has pid `pid` (0: none).
     fn exists(&self, pid: u32) -> bool;
+    /// Whether the process that has pid `pid` now started after `ticks`
+    /// ([`crate::process::boot_ticks_now`]). One that cannot tell says false: the entry
+    /// stays held, as without a sighting.
+    fn started_after(&self, _pid: u32, _ticks: u64) -> bool {
+        false
+    }
 }
 
 /// The processes of this machine, from `/proc`.
@@ -96,6 +105,52 @@ impl Procs for Os {
     }
     fn exists(&self, pid: u32) -> bool {
         crate::process::exists(pid)
+    }
+    fn started_after(&self, pid: u32, ticks: u64) -> bool {
+        crate::process::started_after(pid, ticks)
+    }
+}
+
+/// An entry's word and when the caller first saw it, for the transitional states, whose
+/// start time may not be the holder's yet: the process that wrote the word ran before the
+/// word was read, so a process with the word's pid that started after the sighting is a
+/// reused pid, not the holder. The broker keeps one per entry across its sweeps and
+/// passes it to [`crate::Ring::free_consumer_seen`] and
+/// [`crate::Ring::repair_dead_producer_seen`].
+///
+/// A word repeats only after 2^24 changes of its entry ([`owned_word::GEN_BITS`]): between
+/// two looks of a caller that renews its sighting at every look, not a real concern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstSeen {
+    word: u64,
+    ticks: u64,
+}
+
+impl FirstSeen {
+    /// A sighting of `word`, which the caller read before this call.
+    pub fn now(word: u64) -> FirstSeen {
+        FirstSeen {
+            word,
+            ticks: crate::process::boot_ticks_now(),
+        }
+    }
+
+    /// `earlier` if it saw `word`, else a sighting of `word` now (read before this call).
+    pub fn keep_or_now(earlier: Option<FirstSeen>, word: u64) -> FirstSeen {
+        match earlier {
+            Some(f) if f.word == word => f,
+            _ => FirstSeen::now(word),
+        }
+    }
+
+    /// The word it saw.
+    pub fn word(&self) -> u64 {
+        self.word
+    }
+
+    /// When, if it saw `word` ([`crate::process::boot_ticks_now`]).
+    fn ticks_for(first: Option<FirstSeen>, word: u64) -> Option<u64> {
+        first.filter(|f| f.word == word).map(|f| f.ticks)
     }
 }
 
@@ -110,17 +165,33 @@ pub enum Holder {
     Open,
 }
 
-fn owner_is_gone<P: Procs>(procs: &P, word: u64, start_time: u64, settled: bool) -> bool {
+/// Whether the owner `word` names is gone: by pid and start time in a settled state; in a
+/// transitional one, by pid alone, or by a process under that pid that started after
+/// `first` saw the word.
+fn owner_is_gone<P: Procs>(
+    procs: &P,
+    word: u64,
+    start_time: u64,
+    settled: bool,
+    first: Option<FirstSeen>,
+) -> bool {
     let pid = owned_word::owner(word);
     if settled {
         !procs.alive(pid, start_time)
     } else {
         !procs.exists(pid)
+            || FirstSeen::ticks_for(first, word).is_some_and(|t| procs.started_after(pid, t))
     }
 }
 
-fn held_unless_gone<P: Procs>(procs: &P, word: u64, start_time: u64, settled: bool) -> Holder {
-    if owner_is_gone(procs, word, start_time, settled) {
+fn held_unless_gone<P: Procs>(
+    procs: &P,
+    word: u64,
+    start_time: u64,
+    settled: bool,
+    first: Option<FirstSeen>,
+) -> Holder {
+    if owner_is_gone(procs, word, start_time, settled, first) {
         Holder::Open
     } else {
         Holder::Held(owned_word::owner(word))
@@ -142,12 +213,22 @@ pub mod consumer {
     /// Who holds a consumer entry whose word is `word` (an Acquire load) and whose start
     /// time, read after it, is `start_time`.
     pub fn holder<P: Procs>(procs: &P, word: u64, start_time: u64) -> Holder {
+        holder_seen(procs, word, start_time, None)
+    }
+
+    /// [`holder`], for a caller that first saw the word at `first` (see [`FirstSeen`]).
+    pub fn holder_seen<P: Procs>(
+        procs: &P,
+        word: u64,
+        start_time: u64,
+        first: Option<FirstSeen>,
+    ) -> Holder {
         match owned_word::state(word) {
             cs::FREE => Holder::Free,
             cs::DETACHED | cs::FAILED => Holder::Open,
-            cs::ACTIVE | cs::RELEASED => held_unless_gone(procs, word, start_time, true),
+            cs::ACTIVE | cs::RELEASED => held_unless_gone(procs, word, start_time, true, None),
             cs::CLAIMED | cs::RESUMING | cs::REATTACHING => {
-                held_unless_gone(procs, word, start_time, false)
+                held_unless_gone(procs, word, start_time, false, first)
             }
             _ => Holder::Held(owned_word::owner(word)),
         }
@@ -301,10 +382,22 @@ pub mod producer {
     /// Who holds a producer entry whose word is `word` (an Acquire load) and whose start
     /// time, read after it, is `start_time`.
     pub fn holder<P: Procs>(procs: &P, word: u64, start_time: u64) -> Holder {
+        holder_seen(procs, word, start_time, None)
+    }
+
+    /// [`holder`], for a caller that first saw the word at `first` (see [`FirstSeen`]).
+    pub fn holder_seen<P: Procs>(
+        procs: &P,
+        word: u64,
+        start_time: u64,
+        first: Option<FirstSeen>,
+    ) -> Holder {
         match owned_word::state(word) {
             ps::FREE => Holder::Free,
-            ps::ACTIVE => held_unless_gone(procs, word, start_time, true),
-            ps::ATTACHING | ps::REPAIRING => held_unless_gone(procs, word, start_time, false),
+            ps::ACTIVE => held_unless_gone(procs, word, start_time, true, None),
+            ps::ATTACHING | ps::REPAIRING => {
+                held_unless_gone(procs, word, start_time, false, first)
+            }
             _ => Holder::Held(owned_word::owner(word)),
         }
     }
@@ -560,9 +653,71 @@ mod tests {
 
     use shmring_layout::{STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
 
-    use super::{tombstone, Tombstone};
+    use super::{consumer, producer, tombstone, FirstSeen, Holder, Procs, Tombstone};
+    use shmring_layout::{consumer_state as cs, owned_word, producer_state as ps};
 
     const CAP: u64 = 8;
+
+    /// One process, pid 7, started at tick 100.
+    struct Seven;
+
+    impl Procs for Seven {
+        fn alive(&self, pid: u32, start_time: u64) -> bool {
+            (pid, start_time) == (7, 100)
+        }
+        fn exists(&self, pid: u32) -> bool {
+            pid == 7
+        }
+        fn started_after(&self, pid: u32, ticks: u64) -> bool {
+            pid == 7 && 100 > ticks
+        }
+    }
+
+    #[test]
+    fn a_half_taken_entry_is_open_once_its_pid_is_a_process_started_after_its_first_sighting() {
+        let sighted = |word, ticks| Some(FirstSeen { word, ticks });
+        type HolderSeen = fn(&Seven, u64, u64, Option<FirstSeen>) -> Holder;
+        let (c, p): (HolderSeen, HolderSeen) = (consumer::holder_seen, producer::holder_seen);
+        for (word, holder) in [
+            (owned_word::pack(1, cs::CLAIMED, 7), c),
+            (owned_word::pack(1, cs::RESUMING, 7), c),
+            (owned_word::pack(1, cs::REATTACHING, 7), c),
+            (owned_word::pack(1, ps::ATTACHING, 7), p),
+            (owned_word::pack(1, ps::REPAIRING, 7), p),
+        ] {
+            // The start time may be a previous holder's: never looked at here.
+            assert_eq!(holder(&Seven, word, 0, None), Holder::Held(7));
+            // Seen at tick 100 or later: pid 7 may have written it.
+            assert_eq!(holder(&Seven, word, 0, sighted(word, 100)), Holder::Held(7));
+            // Seen at tick 99: pid 7 started after, so it did not write it.
+            assert_eq!(holder(&Seven, word, 0, sighted(word, 99)), Holder::Open);
+            // A sighting of another word of the entry says nothing about this one.
+            let other = owned_word::next(word, owned_word::state(word), 7);
+            assert_eq!(holder(&Seven, word, 0, sighted(other, 99)), Holder::Held(7));
+        }
+        // A settled entry goes by pid and start time, whatever the sighting.
+        let active = owned_word::pack(1, cs::ACTIVE, 7);
+        let early = sighted(active, 0);
+        assert_eq!(
+            consumer::holder_seen(&Seven, active, 100, early),
+            Holder::Held(7)
+        );
+        assert_eq!(
+            consumer::holder_seen(&Seven, active, 50, None),
+            Holder::Open
+        );
+    }
+
+    #[test]
+    fn a_sighting_is_kept_while_the_word_stays_and_renewed_when_it_changes() {
+        let w = owned_word::pack(4, cs::CLAIMED, 7);
+        let first = FirstSeen { word: w, ticks: 3 };
+        assert_eq!(FirstSeen::keep_or_now(Some(first), w), first);
+        let moved = owned_word::next(w, cs::ACTIVE, 7);
+        let renewed = FirstSeen::keep_or_now(Some(first), moved);
+        assert_eq!(renewed.word(), moved);
+        assert!(renewed.ticks > 3, "renewed now, not at the old sighting");
+    }
 
     fn mark(stamp: u64, seq: u64, gate: bool) -> (Tombstone, u64) {
         let w = AtomicU64::new(stamp);

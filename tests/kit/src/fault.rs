@@ -124,6 +124,58 @@ pub fn dead_process() -> (u32, u64) {
     (pid, u64::MAX / 2)
 }
 
+/// A `sleep` child standing for a process a test names by pid: killed and reaped when
+/// dropped, so a failing test leaves none behind.
+#[derive(Debug)]
+pub struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    /// A new one, with the pid the kernel hands out.
+    pub fn spawn() -> Sleeper {
+        Sleeper(
+            std::process::Command::new("sleep")
+                .arg("3600")
+                .spawn()
+                .expect("spawning `sleep`"),
+        )
+    }
+
+    /// As root: a new one with pid `pid`, which its last process left (killed and reaped):
+    /// a reused pid. The kernel's next pid is set through `/proc/sys/kernel/ns_last_pid`;
+    /// a process that forks in between takes it first, and this tries again once the pid is
+    /// free, for at most [`crate::WAIT`].
+    pub fn with_pid(pid: u32) -> Sleeper {
+        assert!(pid > 1, "pid {pid} cannot be handed out again");
+        crate::wait_until(&format!("a new process with pid {pid}"), || {
+            // A thread's id is a pid too, and has its /proc entry as well.
+            if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return None;
+            }
+            std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
+                .expect("setting the next pid (/proc/sys/kernel/ns_last_pid needs root)");
+            let s = Sleeper::spawn();
+            (s.pid() == pid).then_some(s)
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Kill and reap it: its pid is free again.
+    pub fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
