@@ -101,3 +101,79 @@ fn entries_left_half_taken_by_dead_processes_are_given_back() {
         "counting the gap from its position"
     );
 }
+
+/// Handing a process a given pid takes root (`/proc/sys/kernel/ns_last_pid`): ignored by a
+/// plain `cargo test`, run by CI.
+mod as_root {
+    use super::*;
+    use rustix::process::Signal;
+    use shmring::process;
+    use shmring_testkit::eventually;
+    use shmring_testkit::fault::Sleeper;
+
+    /// The broker remembers the sweep that first saw each entry's word: a half-taken entry
+    /// whose taker died and whose pid an unrelated process got after that sweep is given
+    /// back while that process runs (the pid alone would keep it held until it exits).
+    #[test]
+    #[ignore = "needs root (a process handed a given pid): run by CI with --ignored as_root::"]
+    fn a_half_taken_entry_whose_pid_is_reused_after_a_sweep_saw_it_is_given_back() {
+        let ns = Namespace::new("halftaken_reused");
+        let mut broker = ns.broker(Some(
+            "[rings.r]\ncapacity = 64\nmax_producers = 4\nstall_threshold = \"20ms\"\n",
+        ));
+        let handle = Ring::open(ns.name(), "r").expect("open");
+        let raw = shmring_testkit::raw::RawSegment::open(&handle);
+        let taker = Sleeper::spawn();
+        let pid = taker.pid();
+        let claimed = owned_word::pack(3, consumer_state::CLAIMED, pid);
+        let resuming = owned_word::pack(5, consumer_state::RESUMING, pid);
+        raw.fabricate_consumer(0, claimed, 0, "", 0);
+        let durable = consumer_flags::REQUIRED | consumer_flags::DURABLE;
+        raw.fabricate_consumer(1, resuming, durable, "d", 0);
+        raw.set_producer_word(2, owned_word::pack(2, producer_state::ATTACHING, pid));
+
+        // A sweep that began after the entries were laid down has seen them (a sweep
+        // marks its end), and held them: their taker runs.
+        let mark = handle.last_sweep_ns();
+        eventually("a sweep", || handle.last_sweep_ns() != mark);
+        let mark = handle.last_sweep_ns();
+        eventually("the next sweep", || handle.last_sweep_ns() != mark);
+        assert_eq!(
+            (raw.consumer_word(0), raw.consumer_word(1)),
+            (claimed, resuming)
+        );
+        assert_eq!(
+            handle.info().producers.len(),
+            1,
+            "the ATTACHING entry is held"
+        );
+
+        // The broker is stopped while the taker dies and, a start-time tick later, an
+        // unrelated process gets its pid: no sweep sees the pid free in between.
+        broker.signal(Signal::STOP);
+        taker.kill();
+        let seen = process::boot_ticks_now();
+        eventually("a clock tick to pass", || process::boot_ticks_now() > seen);
+        let reuser = Sleeper::with_pid(pid);
+        broker.signal(Signal::CONT);
+
+        ns.wait_status("the half-taken entries given back", |v, _| {
+            let r = ring(v, "r")?;
+            let consumers = r["consumers"].as_array()?;
+            let d = consumers.iter().find(|c| c["name"] == "d")?;
+            (consumers.len() == 1
+                && d["state"] == "DETACHED"
+                && r["producers"].as_array()?.is_empty())
+            .then_some(())
+        });
+        assert_eq!(
+            owned_word::state(raw.consumer_word(0)),
+            consumer_state::FREE
+        );
+        let start = process::start_time(reuser.pid());
+        assert!(
+            start.is_some_and(|s| process::is_alive(pid, s)),
+            "the pid's new process still runs"
+        );
+    }
+}

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use shmring::ConsumerInfo;
+use shmring::{ConsumerInfo, FirstSeen};
 use shmring_layout::consumer_state;
 
 use crate::report::ConsumerState;
@@ -64,6 +64,9 @@ pub struct ConsumerHealth {
     reported_failure: Option<(u64, u64)>,
     /// The attach count of the entry's last reported death: one per attachment.
     reported_death: Option<u64>,
+    /// The entry's word and the sweep that first saw it: a half-taken entry whose pid a
+    /// process started after then has is a reused pid (`Ring::free_consumer_seen`).
+    pub first_seen: Option<FirstSeen>,
 }
 
 impl ConsumerHealth {
@@ -79,6 +82,7 @@ impl ConsumerHealth {
             state: ConsumerState::Healthy,
             reported_failure: None,
             reported_death: None,
+            first_seen: None,
         }
     }
 
@@ -92,9 +96,11 @@ impl ConsumerHealth {
         self.swept.duration_since(self.last_moved).as_millis() as u64
     }
 
-    /// Fold in one sweep's view of the entry; returns the edge crossed, if any.
+    /// Fold in one sweep's view of the entry, read before this call; returns the edge
+    /// crossed, if any.
     pub fn observe(&mut self, info: &ConsumerInfo, seen: Seen) -> Option<Edge> {
         self.swept = seen.now;
+        self.first_seen = Some(FirstSeen::keep_or_now(self.first_seen, info.word));
         if info.next != self.sequence {
             self.sequence = info.next;
             self.last_moved = seen.now;
@@ -179,6 +185,8 @@ pub struct ProducerHealth {
     pub warned: bool,
     /// The consumer line was woken for this death (`Ring::wake_consumers`).
     pub woken: bool,
+    /// The entry's word and the sweep that first saw it (see [`ConsumerHealth`]'s).
+    pub first_seen: Option<FirstSeen>,
 }
 
 impl ProducerHealth {
@@ -190,6 +198,7 @@ impl ProducerHealth {
             repaired: 0,
             warned: false,
             woken: false,
+            first_seen: None,
         }
     }
 

@@ -53,7 +53,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 "HEALTHY: {} moves again", who(c));
         }
         Edge::Orphaned => {
-            if t.ring.free_consumer(c.index, c.word) {
+            if free(t, c) {
                 t.counters.freed += 1;
                 info!(
                     ring,
@@ -72,7 +72,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 "its handler failed"
             };
             if !c.durable {
-                if edge == Edge::Died && t.ring.free_consumer(c.index, c.word) {
+                if edge == Edge::Died && free(t, c) {
                     t.counters.freed += 1;
                 }
                 warn!(
@@ -97,6 +97,15 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
             }
             apply_policy(ring, t, c, why);
         }
+    }
+}
+
+/// Free `c`'s entry (`Ring::free_consumer`), with the sweep that first saw its word: a
+/// half-taken entry whose pid a process started since has is freed too.
+fn free(t: &Tracked, c: &ConsumerInfo) -> bool {
+    match t.consumers.get(&c.index).and_then(|r| r.first_seen) {
+        Some(first) if first.word() == c.word => t.ring.free_consumer_seen(c.index, first),
+        _ => t.ring.free_consumer(c.index, c.word),
     }
 }
 

@@ -9,7 +9,7 @@
 //! client's `unblock` module): the first sweep of any broker that sees a hole starts it, a
 //! sweep that finds no hole left clears it, and a broker that restarts keeps counting.
 
-use shmring::RingInfo;
+use shmring::{FirstSeen, RingInfo};
 use shmring_layout::producer_state;
 use tracing::{info, warn};
 
@@ -35,6 +35,10 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
                 }
             })
             .or_insert_with(|| ProducerHealth::new(p.pid, p.start_time));
+        // The sweep that first saw this word (read before this call): a half-taken entry
+        // whose pid a process started since has is repaired too (a reused pid).
+        let first = FirstSeen::keep_or_now(rec.first_seen, p.word);
+        rec.first_seen = Some(first);
         if watches.alive(p.pid, p.start_time) {
             continue;
         }
@@ -58,7 +62,7 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
                 continue;
             }
         }
-        let r = t.ring.repair_dead_producer(p.index, p.word);
+        let r = t.ring.repair_dead_producer_seen(p.index, first);
         // Not repaired yet: a slot still unread, or a zombie (alive until it is reaped).
         if holds && (r.waiting > 0 || shmring::process::is_alive(p.pid, p.start_time)) {
             holes_left = true;
