@@ -5,7 +5,8 @@
 //! (REATTACHING) RELEASED, one whose attacher died before its start (STARTING) RELEASED
 //! whatever the policy, the producer entries freed. The pid in an
 //! entry's word is the process that took it, so a pid no process has proves the holder is
-//! gone.
+//! gone; so does a process under that pid that started after a sweep saw the word (the
+//! `as_root` test: a reused pid).
 
 mod common;
 
@@ -107,9 +108,22 @@ fn entries_left_half_taken_by_dead_processes_are_given_back() {
 mod as_root {
     use super::*;
     use rustix::process::Signal;
-    use shmring::process;
+    use shmring::{boottime_ns, process};
     use shmring_testkit::eventually;
     use shmring_testkit::fault::Sleeper;
+
+    /// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
+    fn stopped(pid: u32) -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        tasks.flatten().all(|t| {
+            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+                let rest = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+                rest.split_whitespace().next() == Some("T")
+            })
+        })
+    }
 
     /// The broker remembers the sweep that first saw each entry's word: a half-taken entry
     /// whose taker died and whose pid an unrelated process got after that sweep is given
@@ -127,10 +141,17 @@ mod as_root {
         let pid = taker.pid();
         let claimed = owned_word::pack(3, consumer_state::CLAIMED, pid);
         let resuming = owned_word::pack(5, consumer_state::RESUMING, pid);
+        let reattaching = owned_word::pack(9, consumer_state::REATTACHING, pid);
         raw.fabricate_consumer(0, claimed, 0, "", 0);
         let durable = consumer_flags::REQUIRED | consumer_flags::DURABLE;
         raw.fabricate_consumer(1, resuming, durable, "d", 0);
+        raw.fabricate_consumer(2, reattaching, durable, "r", 0);
+        // One whose taker got as far as storing its start time: the broker watches that
+        // process, and the word still says half taken.
+        let start = process::start_time(pid).expect("the taker's start time");
+        raw.set_consumer_start_time(2, start);
         raw.set_producer_word(2, owned_word::pack(2, producer_state::ATTACHING, pid));
+        raw.set_producer_word(3, owned_word::pack(4, producer_state::REPAIRING, pid));
 
         // A sweep that began after the entries were laid down has seen them (a sweep
         // marks its end), and held them: their taker runs.
@@ -138,22 +159,24 @@ mod as_root {
         eventually("a sweep", || handle.last_sweep_ns() != mark);
         let mark = handle.last_sweep_ns();
         eventually("the next sweep", || handle.last_sweep_ns() != mark);
-        assert_eq!(
-            (raw.consumer_word(0), raw.consumer_word(1)),
-            (claimed, resuming)
-        );
+        let words = [0, 1, 2].map(|i| raw.consumer_word(i));
+        assert_eq!(words, [claimed, resuming, reattaching]);
         assert_eq!(
             handle.info().producers.len(),
-            1,
-            "the ATTACHING entry is held"
+            2,
+            "the producer entries are held"
         );
 
-        // The broker is stopped while the taker dies and, a start-time tick later, an
-        // unrelated process gets its pid: no sweep sees the pid free in between.
+        // The broker is stopped (every thread) while the taker dies and, a tick of the
+        // start-time clock later, an unrelated process gets its pid: no sweep sees the pid
+        // free in between.
         broker.signal(Signal::STOP);
+        eventually("the broker stopped", || stopped(broker.pid()));
         taker.kill();
-        let seen = process::boot_ticks_now();
-        eventually("a clock tick to pass", || process::boot_ticks_now() > seen);
+        let at = process::boot_ticks(boottime_ns()).expect("the start-time tick rate");
+        eventually("a tick of the start-time clock", || {
+            process::boot_ticks(boottime_ns()) > Some(at)
+        });
         let reuser = Sleeper::with_pid(pid);
         broker.signal(Signal::CONT);
 
@@ -161,8 +184,10 @@ mod as_root {
             let r = ring(v, "r")?;
             let consumers = r["consumers"].as_array()?;
             let d = consumers.iter().find(|c| c["name"] == "d")?;
-            (consumers.len() == 1
+            let released = consumers.iter().find(|c| c["name"] == "r")?;
+            (consumers.len() == 2
                 && d["state"] == "DETACHED"
+                && released["state"] == "RELEASED"
                 && r["producers"].as_array()?.is_empty())
             .then_some(())
         });

@@ -8,6 +8,7 @@ use shmring_layout::{
 
 use crate::consumer::{entry_name, read_poison};
 use crate::segment::Segment;
+use crate::table::FirstSeen;
 use crate::{ConsumerStats, ProducerStats, WaitStrategy};
 
 /// One consumer entry as seen from outside.
@@ -20,6 +21,9 @@ pub struct ConsumerInfo {
     /// The entry's word as read (`shmring_layout::owned_word`): what a release or free of
     /// this entry acts on, so that it never touches a later holder.
     pub word: u64,
+    /// `CLOCK_BOOTTIME` ns ([`crate::boottime_ns`]) read after `word`: its writer started
+    /// before then (see [`ConsumerInfo::first_seen`]).
+    pub seen_ns: u64,
     /// The process holding the entry (or that held it last; 0: none, as for a declared
     /// consumer no process attached to yet).
     pub pid: u32,
@@ -79,6 +83,9 @@ pub struct ProducerInfo {
     pub index: u32,
     /// The entry's word as read (`shmring_layout::owned_word`): what a repair acts on.
     pub word: u64,
+    /// `CLOCK_BOOTTIME` ns ([`crate::boottime_ns`]) read after `word` (see
+    /// [`ProducerInfo::first_seen`]).
+    pub seen_ns: u64,
     /// State name (ACTIVE, ATTACHING, REPAIRING).
     pub state: &'static str,
     /// State code (see `shmring_layout::producer_state`).
@@ -261,6 +268,22 @@ fn corrupt_words(
     found
 }
 
+impl ConsumerInfo {
+    /// This snapshot's sighting of the entry's word, for [`crate::Ring::free_consumer_seen`]
+    /// (kept across snapshots with [`FirstSeen::keep_or_now`] while the word stays).
+    pub fn first_seen(&self) -> FirstSeen {
+        FirstSeen::new(self.word, self.seen_ns)
+    }
+}
+
+impl ProducerInfo {
+    /// This snapshot's sighting of the entry's word, for
+    /// [`crate::Ring::repair_dead_producer_seen`] (see [`ConsumerInfo::first_seen`]).
+    pub fn first_seen(&self) -> FirstSeen {
+        FirstSeen::new(self.word, self.seen_ns)
+    }
+}
+
 /// A snapshot of a ring.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RingInfo {
@@ -367,6 +390,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
             index: i,
             name: entry_name(e),
             word,
+            seen_ns: crate::boottime_ns(),
             pid: owned_word::owner(word),
             start_time,
             state: consumer_state::name(code),
@@ -434,6 +458,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         producers.push(ProducerInfo {
             index: i,
             word,
+            seen_ns: crate::boottime_ns(),
             state: producer_state::name(code),
             state_code: code,
             pid: owned_word::owner(word),

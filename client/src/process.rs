@@ -120,22 +120,33 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
         }
 }
 
-/// Now, on the clock and in the unit of a process's start time (clock ticks since boot:
-/// `CLOCK_BOOTTIME` at the kernel's `USER_HZ`), rounded down. A process whose start time is
-/// above a value read here started after the read: its start time is at least one tick
-/// past it. (A kernel that counts start times on the monotonic clock, which stops during
-/// suspend, gives start times at or below the boot clock's, so the conclusion holds there
-/// too.)
-pub fn boot_ticks_now() -> u64 {
-    let hz = u128::from(rustix::param::clock_ticks_per_second().max(1));
-    let ticks = u128::from(crate::boottime_ns()) * hz / 1_000_000_000;
-    u64::try_from(ticks).unwrap_or(u64::MAX)
+/// A `CLOCK_BOOTTIME` reading ([`crate::boottime_ns`]) in the unit of a process's start
+/// time (clock ticks since boot, at the kernel's `USER_HZ`), rounded down as the kernel
+/// rounds a start time; `None` where the tick rate is not known. A process whose start
+/// time is above `boot_ticks(t)` started after `t`: at least one tick past it. (A kernel
+/// that counts start times on the monotonic clock, which stops during suspend, gives start
+/// times at or below the boot clock's, so the conclusion holds there too.)
+pub fn boot_ticks(boot_ns: u64) -> Option<u64> {
+    let hz = rustix::param::clock_ticks_per_second();
+    if hz == 0 {
+        return None;
+    }
+    let ticks = u128::from(boot_ns) * u128::from(hz) / 1_000_000_000;
+    Some(u64::try_from(ticks).unwrap_or(u64::MAX))
 }
 
-/// Whether the process that has pid `pid` now started after `ticks` (a value of
-/// [`boot_ticks_now`]): false when no running process has it, or `/proc` hides it.
-pub fn started_after(pid: u32, ticks: u64) -> bool {
-    pid != 0 && matches!(look(pid), Seen::Started(s) if s > ticks)
+/// Whether the process that has pid `pid` now started after `boot_ns` (a
+/// [`crate::boottime_ns`] reading): false when no running process has it, `/proc` hides
+/// it, or the tick rate its start time counts in is not known. The rate is read only once
+/// a start time was (where `/proc` is readable, so is this process's auxiliary vector).
+pub fn started_after(pid: u32, boot_ns: u64) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match look(pid) {
+        Seen::Started(start) => boot_ticks(boot_ns).is_some_and(|t| start > t),
+        Seen::Gone | Seen::Hidden => false,
+    }
 }
 
 /// This process's pid namespace: the inode of `/proc/thread-self/ns/pid` (the calling

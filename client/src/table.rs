@@ -88,10 +88,10 @@ pub trait Procs {
     fn alive(&self, pid: u32, start_time: u64) -> bool;
     /// Whether any process has pid `pid` (0: none).
     fn exists(&self, pid: u32) -> bool;
-    /// Whether the process that has pid `pid` now started after `ticks`
-    /// ([`crate::process::boot_ticks_now`]). One that cannot tell says false: the entry
-    /// stays held, as without a sighting.
-    fn started_after(&self, _pid: u32, _ticks: u64) -> bool {
+    /// Whether the process that has pid `pid` now started after `boot_ns` (a
+    /// [`crate::boottime_ns`] reading). One that cannot tell says false: the entry stays
+    /// held, as without a sighting.
+    fn started_after(&self, _pid: u32, _boot_ns: u64) -> bool {
         false
     }
 }
@@ -106,40 +106,41 @@ impl Procs for Os {
     fn exists(&self, pid: u32) -> bool {
         crate::process::exists(pid)
     }
-    fn started_after(&self, pid: u32, ticks: u64) -> bool {
-        crate::process::started_after(pid, ticks)
+    fn started_after(&self, pid: u32, boot_ns: u64) -> bool {
+        crate::process::started_after(pid, boot_ns)
     }
 }
 
-/// An entry's word and when the caller first saw it, for the transitional states, whose
-/// start time may not be the holder's yet: the process that wrote the word ran before the
-/// word was read, so a process with the word's pid that started after the sighting is a
-/// reused pid, not the holder. The broker keeps one per entry across its sweeps and
-/// passes it to [`crate::Ring::free_consumer_seen`] and
+/// An entry's word and when a snapshot saw it, for the transitional states, whose start
+/// time may not be the holder's yet: the process that wrote the word ran before the word
+/// was read, so a process with the word's pid that started after the sighting is a reused
+/// pid, not the holder. A sighting comes only from a snapshot
+/// ([`crate::ConsumerInfo::first_seen`], [`crate::ProducerInfo::first_seen`]), which reads
+/// the clock after the word. The broker keeps the first one per entry across its sweeps
+/// ([`FirstSeen::keep_or_now`]) and passes it to [`crate::Ring::free_consumer_seen`] and
 /// [`crate::Ring::repair_dead_producer_seen`].
 ///
-/// A word repeats only after 2^24 changes of its entry ([`owned_word::GEN_BITS`]): between
-/// two looks of a caller that renews its sighting at every look, not a real concern.
+/// A word repeats only after 2^24 changes of its entry ([`owned_word::GEN_BITS`]): a caller
+/// that keeps a sighting across looks would need that many changes, by the same pid, to
+/// come back to the word between two of its looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstSeen {
     word: u64,
-    ticks: u64,
+    /// `CLOCK_BOOTTIME` ns, read after the word.
+    boot_ns: u64,
 }
 
 impl FirstSeen {
-    /// A sighting of `word`, which the caller read before this call.
-    pub fn now(word: u64) -> FirstSeen {
-        FirstSeen {
-            word,
-            ticks: crate::process::boot_ticks_now(),
-        }
+    /// A sighting of `word`, read before `boot_ns` was (a snapshot's).
+    pub(crate) fn new(word: u64, boot_ns: u64) -> FirstSeen {
+        FirstSeen { word, boot_ns }
     }
 
-    /// `earlier` if it saw `word`, else a sighting of `word` now (read before this call).
-    pub fn keep_or_now(earlier: Option<FirstSeen>, word: u64) -> FirstSeen {
+    /// `earlier` if it saw the same word as `now`, else `now`.
+    pub fn keep_or_now(earlier: Option<FirstSeen>, now: FirstSeen) -> FirstSeen {
         match earlier {
-            Some(f) if f.word == word => f,
-            _ => FirstSeen::now(word),
+            Some(f) if f.word == now.word => f,
+            _ => now,
         }
     }
 
@@ -148,9 +149,9 @@ impl FirstSeen {
         self.word
     }
 
-    /// When, if it saw `word` ([`crate::process::boot_ticks_now`]).
-    fn ticks_for(first: Option<FirstSeen>, word: u64) -> Option<u64> {
-        first.filter(|f| f.word == word).map(|f| f.ticks)
+    /// When, if it saw `word`.
+    fn boot_ns_for(first: Option<FirstSeen>, word: u64) -> Option<u64> {
+        first.filter(|f| f.word == word).map(|f| f.boot_ns)
     }
 }
 
@@ -180,7 +181,7 @@ fn owner_is_gone<P: Procs>(
         !procs.alive(pid, start_time)
     } else {
         !procs.exists(pid)
-            || FirstSeen::ticks_for(first, word).is_some_and(|t| procs.started_after(pid, t))
+            || FirstSeen::boot_ns_for(first, word).is_some_and(|t| procs.started_after(pid, t))
     }
 }
 
@@ -658,7 +659,7 @@ mod tests {
 
     const CAP: u64 = 8;
 
-    /// One process, pid 7, started at tick 100.
+    /// One process, pid 7, started at 100 (on the sightings' clock).
     struct Seven;
 
     impl Procs for Seven {
@@ -668,14 +669,14 @@ mod tests {
         fn exists(&self, pid: u32) -> bool {
             pid == 7
         }
-        fn started_after(&self, pid: u32, ticks: u64) -> bool {
-            pid == 7 && 100 > ticks
+        fn started_after(&self, pid: u32, boot_ns: u64) -> bool {
+            pid == 7 && 100 > boot_ns
         }
     }
 
     #[test]
     fn a_half_taken_entry_is_open_once_its_pid_is_a_process_started_after_its_first_sighting() {
-        let sighted = |word, ticks| Some(FirstSeen { word, ticks });
+        let sighted = |word, boot_ns| Some(FirstSeen { word, boot_ns });
         type HolderSeen = fn(&Seven, u64, u64, Option<FirstSeen>) -> Holder;
         let (c, p): (HolderSeen, HolderSeen) = (consumer::holder_seen, producer::holder_seen);
         for (word, holder) in [
@@ -687,9 +688,9 @@ mod tests {
         ] {
             // The start time may be a previous holder's: never looked at here.
             assert_eq!(holder(&Seven, word, 0, None), Holder::Held(7));
-            // Seen at tick 100 or later: pid 7 may have written it.
+            // Seen at 100 or later: pid 7 may have written it.
             assert_eq!(holder(&Seven, word, 0, sighted(word, 100)), Holder::Held(7));
-            // Seen at tick 99: pid 7 started after, so it did not write it.
+            // Seen at 99: pid 7 started after, so it did not write it.
             assert_eq!(holder(&Seven, word, 0, sighted(word, 99)), Holder::Open);
             // A sighting of another word of the entry says nothing about this one.
             let other = owned_word::next(word, owned_word::state(word), 7);
@@ -711,12 +712,14 @@ mod tests {
     #[test]
     fn a_sighting_is_kept_while_the_word_stays_and_renewed_when_it_changes() {
         let w = owned_word::pack(4, cs::CLAIMED, 7);
-        let first = FirstSeen { word: w, ticks: 3 };
-        assert_eq!(FirstSeen::keep_or_now(Some(first), w), first);
-        let moved = owned_word::next(w, cs::ACTIVE, 7);
-        let renewed = FirstSeen::keep_or_now(Some(first), moved);
-        assert_eq!(renewed.word(), moved);
-        assert!(renewed.ticks > 3, "renewed now, not at the old sighting");
+        let first = FirstSeen::new(w, 3);
+        assert_eq!(
+            FirstSeen::keep_or_now(Some(first), FirstSeen::new(w, 9)),
+            first
+        );
+        let moved = FirstSeen::new(owned_word::next(w, cs::ACTIVE, 7), 9);
+        assert_eq!(FirstSeen::keep_or_now(Some(first), moved), moved);
+        assert_eq!(FirstSeen::keep_or_now(None, moved), moved);
     }
 
     fn mark(stamp: u64, seq: u64, gate: bool) -> (Tombstone, u64) {

@@ -1,25 +1,76 @@
-//! A half-taken table entry (a consumer CLAIMED or RESUMING, a producer ATTACHING) names
-//! its taker by pid alone: its start time may still be the previous holder's, so the taker
-//! counts as gone only once no process has that pid. A caller that remembers when it first
-//! saw the entry's word ([`FirstSeen`], as the broker does across its sweeps) also tells a
-//! reused pid: the word's writer ran before the word was read, so a process under that pid
-//! that started after the sighting is not the taker.
+//! A half-taken table entry (a consumer CLAIMED, RESUMING or REATTACHING, a producer
+//! ATTACHING or REPAIRING) names its taker by pid alone: its start time may still be the
+//! previous holder's, so the taker counts as gone only once no process has that pid. A
+//! caller that keeps a snapshot's sighting of the entry's word (`ConsumerInfo::first_seen`,
+//! as the broker does across its sweeps) also tells a reused pid: the word's writer ran
+//! before the word was read, so a process under that pid that started after the sighting is
+//! not the taker.
 //!
-//! Handing a process a given pid takes root (`/proc/sys/kernel/ns_last_pid`): the tests are
-//! in `as_root`, ignored by a plain `cargo test` and run by CI.
+//! The clock that compares them is checked without root (`process::started_after` against
+//! a child started after a reading); handing a process a given pid takes root
+//! (`/proc/sys/kernel/ns_last_pid`): those tests are in `as_root`, ignored by a plain
+//! `cargo test` and run by CI.
+
+use shmring::{boottime_ns, process};
+use shmring_testkit::eventually;
+use shmring_testkit::fault::Sleeper;
+
+/// Wait until the start-time clock has ticked past the reading `boot_ns`, so that a process
+/// started from now on has a start time above it.
+fn tick_past(boot_ns: u64) {
+    let at = process::boot_ticks(boot_ns).expect("the start-time tick rate");
+    eventually("a tick of the start-time clock", || {
+        process::boot_ticks(boottime_ns()) > Some(at)
+    });
+}
+
+#[test]
+fn a_process_started_after_a_clock_reading_is_told_from_one_started_before_it() {
+    let before = Sleeper::spawn();
+    let t = boottime_ns();
+    assert!(!process::started_after(before.pid(), t), "started before");
+    assert!(
+        !process::started_after(std::process::id(), t),
+        "this process"
+    );
+    tick_past(t);
+    let after = Sleeper::spawn();
+    assert!(process::started_after(after.pid(), t), "started after");
+    assert!(
+        !process::started_after(after.pid(), boottime_ns()),
+        "not after a reading taken once it runs"
+    );
+    // Gone: no process has the pid any more.
+    let pid = after.pid();
+    after.kill();
+    assert!(!process::started_after(pid, t));
+    assert!(!process::started_after(0, t));
+}
 
 mod as_root {
-    use shmring::{process, FirstSeen, Repair, Ring, RingConfig};
+    use super::*;
+    use shmring::{FirstSeen, Repair, Ring, RingConfig};
     use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state};
-    use shmring_testkit::fault::Sleeper;
     use shmring_testkit::raw::RawSegment;
-    use shmring_testkit::{eventually, Namespace};
+    use shmring_testkit::Namespace;
 
     /// Producer entry `index`'s word; `None` once it is free (`RingInfo` lists taken ones).
     fn producer_word(ring: &Ring, index: u32) -> Option<u64> {
         let info = ring.info();
         let p = info.producers.iter().find(|p| p.index == index);
         p.map(|p| p.word)
+    }
+
+    fn consumer_seen(ring: &Ring, index: u32) -> FirstSeen {
+        let info = ring.info();
+        let c = info.consumers.iter().find(|c| c.index == index);
+        c.expect("the consumer entry is taken").first_seen()
+    }
+
+    fn producer_seen(ring: &Ring, index: u32) -> FirstSeen {
+        let info = ring.info();
+        let p = info.producers.iter().find(|p| p.index == index);
+        p.expect("the producer entry is taken").first_seen()
     }
 
     #[test]
@@ -36,33 +87,37 @@ mod as_root {
         let raw = RawSegment::open(&ring);
         let taker = Sleeper::spawn();
         let pid = taker.pid();
-        // Entries a process `pid` was taking: a new consumer's, a durable required one's it
-        // was taking over by name, a producer's.
+        // Entries a process `pid` was taking: a new consumer's, a durable required one's and
+        // a released one's it was taking over by name, a producer's, and a producer's it
+        // was repairing.
         let claimed = owned_word::pack(3, consumer_state::CLAIMED, pid);
         let resuming = owned_word::pack(5, consumer_state::RESUMING, pid);
+        let reattaching = owned_word::pack(9, consumer_state::REATTACHING, pid);
         let attaching = owned_word::pack(2, producer_state::ATTACHING, pid);
+        let repairing = owned_word::pack(4, producer_state::REPAIRING, pid);
         raw.fabricate_consumer(0, claimed, 0, "", 0);
         let durable = consumer_flags::REQUIRED | consumer_flags::DURABLE;
         raw.fabricate_consumer(1, resuming, durable, "d", 0);
+        raw.fabricate_consumer(2, reattaching, durable, "r", 0);
         raw.set_producer_word(2, attaching);
-        let first = [claimed, resuming, attaching].map(FirstSeen::now);
-        // A sighting of a word the entry does not hold, as early.
-        let other = FirstSeen::now(owned_word::pack(2, consumer_state::CLAIMED, pid));
+        raw.set_producer_word(3, repairing);
+        let first = [0, 1, 2].map(|i| consumer_seen(&ring, i));
+        let first_p = [2, 3].map(|i| producer_seen(&ring, i));
 
         // The taker runs: held, whether or not the caller saw the word before.
-        assert!(!ring.free_consumer_seen(0, first[0]));
-        assert!(!ring.free_consumer_seen(1, first[1]));
-        assert_eq!(
-            ring.repair_dead_producer_seen(2, first[2]),
-            Repair::default()
-        );
+        for (i, f) in (0..).zip(first) {
+            assert!(!ring.free_consumer_seen(i, f), "consumer {i}");
+        }
+        for (i, f) in [2, 3].into_iter().zip(first_p) {
+            assert_eq!(ring.repair_dead_producer_seen(i, f), Repair::default());
+        }
         assert_eq!(producer_word(&ring, 2), Some(attaching));
+        assert_eq!(producer_word(&ring, 3), Some(repairing));
 
-        // The taker dies and, a clock tick of the start times later (they count in ticks),
-        // an unrelated process gets its pid.
+        // The taker dies and, a tick of the start-time clock later (start times count in
+        // ticks), an unrelated process gets its pid.
         taker.kill();
-        let seen = process::boot_ticks_now();
-        eventually("a clock tick to pass", || process::boot_ticks_now() > seen);
+        tick_past(boottime_ns());
         let reuser = Sleeper::with_pid(pid);
 
         // Without a sighting the pid in use keeps each entry held: what a caller that
@@ -71,9 +126,10 @@ mod as_root {
         assert!(!ring.free_consumer(1, resuming));
         assert_eq!(ring.repair_dead_producer(2, attaching), Repair::default());
         // Nor does a sighting after the reuser started tell it from the taker.
-        assert!(!ring.free_consumer_seen(0, FirstSeen::now(claimed)));
-        // A sighting of another word says nothing about the one the entry holds.
-        assert!(!ring.free_consumer_seen(0, other));
+        assert!(!ring.free_consumer_seen(0, consumer_seen(&ring, 0)));
+        assert!(!ring.free_consumer_seen(2, consumer_seen(&ring, 2)));
+        let late = producer_seen(&ring, 3);
+        assert_eq!(ring.repair_dead_producer_seen(3, late), Repair::default());
         assert_eq!(raw.consumer_word(0), claimed);
 
         // The first sighting: the process under that pid started after it, so it is not
@@ -89,10 +145,23 @@ mod as_root {
             consumer_state::DETACHED,
             "a durable required entry keeps its name and position"
         );
-        ring.repair_dead_producer_seen(2, first[2]);
-        assert_eq!(producer_word(&ring, 2), None, "the producer entry is freed");
+        assert!(ring.free_consumer_seen(2, first[2]));
+        assert_eq!(
+            owned_word::state(raw.consumer_word(2)),
+            consumer_state::RELEASED,
+            "one that did not gate keeps its name, not gating"
+        );
+        ring.repair_dead_producer_seen(2, first_p[0]);
+        ring.repair_dead_producer_seen(3, first_p[1]);
+        assert_eq!(
+            producer_word(&ring, 2),
+            None,
+            "the producer entries are freed"
+        );
+        assert_eq!(producer_word(&ring, 3), None);
+        let start = process::start_time(reuser.pid());
         assert!(
-            process::is_alive(reuser.pid(), process::start_time(reuser.pid()).unwrap_or(0)),
+            start.is_some_and(|s| process::is_alive(pid, s)),
             "the reuser still runs: the entries went back while its pid was in use"
         );
     }

@@ -91,6 +91,17 @@ impl ConsumerHealth {
         self.pid == info.pid && self.start_time == info.start_time
     }
 
+    /// A new record if another process is in `info`'s entry now (first seen at `now`). The
+    /// sighting of the entry's word stays, while the word does: a taker that stores its
+    /// start time after its CAS changes the pair, not the word.
+    pub fn follow(&mut self, info: &ConsumerInfo, now: Instant) {
+        if !self.same_process(info) {
+            let first_seen = self.first_seen;
+            *self = ConsumerHealth::new(info, now);
+            self.first_seen = first_seen;
+        }
+    }
+
     /// Milliseconds it had not moved at the last sweep.
     pub fn idle_ms(&self) -> u64 {
         self.swept.duration_since(self.last_moved).as_millis() as u64
@@ -100,7 +111,7 @@ impl ConsumerHealth {
     /// crossed, if any.
     pub fn observe(&mut self, info: &ConsumerInfo, seen: Seen) -> Option<Edge> {
         self.swept = seen.now;
-        self.first_seen = Some(FirstSeen::keep_or_now(self.first_seen, info.word));
+        self.first_seen = Some(FirstSeen::keep_or_now(self.first_seen, info.first_seen()));
         if info.next != self.sequence {
             self.sequence = info.next;
             self.last_moved = seen.now;
@@ -128,7 +139,8 @@ impl ConsumerHealth {
             // Half-attached (CLAIMED) or being taken over (RESUMING): the pid is the
             // attaching process's own (it changes with the state), but its start time may
             // still be the previous holder's, so the free checks that no process has the
-            // pid (`Ring::free_consumer`) and leaves a live one alone.
+            // pid, or that the one that has it started after this record's first sighting
+            // of the word (`Ring::free_consumer_seen`), and leaves a live one alone.
             consumer_state::CLAIMED | consumer_state::RESUMING | consumer_state::REATTACHING => (
                 ConsumerState::Attaching,
                 (!seen.alive).then_some(Edge::Orphaned),
@@ -205,6 +217,16 @@ impl ProducerHealth {
     /// Whether this record is about process `(pid, start_time)`.
     pub fn same_process(&self, pid: u32, start_time: u64) -> bool {
         self.pid == pid && self.start_time == start_time
+    }
+
+    /// A new record if another process `(pid, start_time)` is in the entry now, keeping the
+    /// sighting of the entry's word (see [`ConsumerHealth::follow`]).
+    pub fn follow(&mut self, pid: u32, start_time: u64) {
+        if !self.same_process(pid, start_time) {
+            let first_seen = self.first_seen;
+            *self = ProducerHealth::new(pid, start_time);
+            self.first_seen = first_seen;
+        }
     }
 }
 

@@ -13,6 +13,7 @@ fn info(next: u64, state_code: u32) -> ConsumerInfo {
         index: 0,
         name: "c".into(),
         word: shmring_layout::owned_word::pack(1, state_code, 42),
+        seen_ns: 0,
         pid: 42,
         start_time: 7,
         state: "",
@@ -135,6 +136,7 @@ fn a_declared_consumer_waiting_for_its_first_attach_is_detached_without_an_edge(
     let t0 = Instant::now();
     let declared = ConsumerInfo {
         word: shmring_layout::owned_word::pack(1, consumer_state::DETACHED, 0),
+        seen_ns: 0,
         pid: 0,
         start_time: 0,
         declared: true,
@@ -210,6 +212,7 @@ fn each_failure_and_each_attachment_s_death_is_reported_once() {
     let entry = |state, generation, attaches, failures| {
         let mut i = ConsumerInfo {
             word: shmring_layout::owned_word::pack(generation, state, 42),
+            seen_ns: 0,
             attaches,
             ..info(5, state)
         };
@@ -250,4 +253,44 @@ fn each_failure_and_each_attachment_s_death_is_reported_once() {
     );
     let adopted = entry(consumer_state::ACTIVE, 7, 1, 2);
     assert_eq!(h.observe(&adopted, dead(t0 + 2 * T)), Some(Edge::Died));
+}
+
+#[test]
+fn a_sighting_of_an_entry_s_word_outlasts_a_new_start_time_and_not_a_new_word() {
+    use super::ProducerHealth;
+    let t0 = Instant::now();
+    let claimed = ConsumerInfo {
+        seen_ns: 10,
+        ..info(0, consumer_state::CLAIMED)
+    };
+    let mut h = ConsumerHealth::new(&claimed, t0);
+    h.observe(&claimed, seen(t0, false));
+    assert_eq!(h.first_seen, Some(claimed.first_seen()));
+    // The taker stores its start time: a new pair, the same word, the first sighting kept.
+    let started = ConsumerInfo {
+        start_time: 77,
+        seen_ns: 20,
+        ..claimed.clone()
+    };
+    h.follow(&started, t0 + T);
+    h.observe(&started, seen(t0 + T, false));
+    assert_eq!(h.first_seen, Some(claimed.first_seen()));
+    // A new word: seen anew.
+    let active = ConsumerInfo {
+        word: shmring_layout::owned_word::next(claimed.word, consumer_state::ACTIVE, 42),
+        seen_ns: 30,
+        ..started.clone()
+    };
+    h.observe(&active, seen(t0 + 2 * T, false));
+    assert_eq!(h.first_seen, Some(active.first_seen()));
+
+    let mut p = ProducerHealth::new(42, 0);
+    p.first_seen = Some(claimed.first_seen());
+    p.follow(42, 77);
+    assert_eq!(
+        p.first_seen,
+        Some(claimed.first_seen()),
+        "kept across the new pair"
+    );
+    assert!(p.same_process(42, 77));
 }

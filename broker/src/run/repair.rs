@@ -29,15 +29,11 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
         let rec = t
             .producers
             .entry(p.index)
-            .and_modify(|r| {
-                if !r.same_process(p.pid, p.start_time) {
-                    *r = ProducerHealth::new(p.pid, p.start_time);
-                }
-            })
+            .and_modify(|r| r.follow(p.pid, p.start_time))
             .or_insert_with(|| ProducerHealth::new(p.pid, p.start_time));
-        // The sweep that first saw this word (read before this call): a half-taken entry
-        // whose pid a process started since has is repaired too (a reused pid).
-        let first = FirstSeen::keep_or_now(rec.first_seen, p.word);
+        // The sweep that first saw this word: a half-taken entry whose pid a process
+        // started since has is repaired too (a reused pid).
+        let first = FirstSeen::keep_or_now(rec.first_seen, p.first_seen());
         rec.first_seen = Some(first);
         if watches.alive(p.pid, p.start_time) {
             continue;

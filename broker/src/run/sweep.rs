@@ -91,11 +91,7 @@ fn look_at_ring(name: &str, t: &mut Tracked, watches: &mut Watches, now: Instant
         let rec = t
             .consumers
             .entry(c.index)
-            .and_modify(|r| {
-                if !r.same_process(c) {
-                    *r = ConsumerHealth::new(c, now);
-                }
-            })
+            .and_modify(|r| r.follow(c, now))
             .or_insert_with(|| ConsumerHealth::new(c, now));
         let edge = rec.observe(c, seen);
         let (state, idle_ms) = (rec.state, rec.idle_ms());

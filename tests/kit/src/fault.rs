@@ -141,9 +141,11 @@ impl Sleeper {
     }
 
     /// As root: a new one with pid `pid`, which its last process left (killed and reaped):
-    /// a reused pid. The kernel's next pid is set through `/proc/sys/kernel/ns_last_pid`;
-    /// a process that forks in between takes it first, and this tries again once the pid is
-    /// free, for at most [`crate::WAIT`].
+    /// a reused pid. The kernel's next pid is set through `/proc/sys/kernel/ns_last_pid`
+    /// (root with a writable `/proc/sys`: not in a container that mounts it read-only); a
+    /// process that forks in between takes it first, and this tries again once the pid is
+    /// free, for at most [`crate::WAIT`]. Setting it moves the next pid back for the whole
+    /// pid namespace: processes started meanwhile get pids freed not long ago.
     pub fn with_pid(pid: u32) -> Sleeper {
         assert!(pid > 1, "pid {pid} cannot be handed out again");
         crate::wait_until(&format!("a new process with pid {pid}"), || {
@@ -152,7 +154,7 @@ impl Sleeper {
                 return None;
             }
             std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string())
-                .expect("setting the next pid (/proc/sys/kernel/ns_last_pid needs root)");
+                .expect("setting the next pid (/proc/sys/kernel/ns_last_pid: root, writable)");
             let s = Sleeper::spawn();
             (s.pid() == pid).then_some(s)
         })
