@@ -47,7 +47,9 @@
 //! own handler (counted as redelivered: the dead member may have handled some of it),
 //! committing the adopted entry's `next` as it goes, and frees the entry when it reaches
 //! `claim_end`. Two members racing for one entry: one CAS wins. A recoverer that dies
-//! leaves the entry RESUMING by a gone pid, open again, at the position it had committed.
+//! leaves the entry RESUMING by a gone pid, open again, at the position it had committed;
+//! a member judges that pid alone, so the broker, which can tell a reused one, also puts
+//! such an entry back to DETACHED (`Ring::detach_group_entry_seen`).
 //!
 //! ## Leaving
 //!

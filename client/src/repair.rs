@@ -150,6 +150,39 @@ impl Ring {
         self.free_consumer_if(index, first.word(), Some(first))
     }
 
+    /// A worker group's entry or a member's, which [`Ring::free_consumer`] leaves alone,
+    /// left RESUMING (being taken over: a member adopting it, or the group's name attaching)
+    /// by a process that is gone, told as [`Ring::free_consumer_seen`] tells it, a reused pid
+    /// included: DETACHED, still gating at its position, so that a member of its group
+    /// adopts the claim it holds (or an attach under the group's name takes it over), as
+    /// after a member's detach. Any other entry, or one whose holder may run: false.
+    /// Returns whether it changed.
+    pub fn detach_group_entry_seen(&self, index: u32, first: FirstSeen) -> bool {
+        let Some(e) = self.seg.consumer(index) else {
+            return false;
+        };
+        let seen = first.word();
+        // Relaxed: written by the entry's holders before the CAS that made it gate, which
+        // the Acquire load of `seen` followed; a later tenure changes the word, and the CAS
+        // below fails.
+        let group = consumer_flags::GROUP | consumer_flags::MEMBER;
+        if owned_word::state(seen) != consumer_state::RESUMING
+            || e.hot.flags.load(Ordering::Relaxed) & group == 0
+        {
+            return false;
+        }
+        let start_time = e.cold.start_time.load(Ordering::Relaxed);
+        if table::consumer::holder_seen(&table::Os, seen, start_time, Some(first)) != Holder::Open {
+            return false;
+        }
+        let done = table::consumer::free(&e.hot.word, seen, consumer_state::DETACHED);
+        if done {
+            // A member parked for events may adopt it now.
+            park::entry_changed(&self.seg, e, consumer_state::DETACHED, fence::registered());
+        }
+        done
+    }
+
     fn free_consumer_if(&self, index: u32, seen: u64, first: Option<FirstSeen>) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;

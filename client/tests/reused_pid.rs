@@ -47,6 +47,59 @@ fn a_process_started_after_a_clock_reading_is_told_from_one_started_before_it() 
     assert!(!process::started_after(0, t));
 }
 
+/// A worker group's entry and a member's, which `Ring::free_consumer` leaves alone, go back
+/// from RESUMING to DETACHED (still gating, for a member or the group's name to take over)
+/// once the process taking them over is gone; nothing else does.
+#[test]
+fn a_group_or_member_entry_left_resuming_by_a_gone_process_goes_back_to_detached() {
+    use shmring::{Ring, RingConfig};
+    use shmring_layout::{consumer_flags as f, consumer_state as cs, owned_word};
+    use shmring_testkit::raw::RawSegment;
+    use shmring_testkit::Namespace;
+
+    let ns = Namespace::new("group_resuming");
+    let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create");
+    let raw = RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let me = std::process::id();
+    let held = f::REQUIRED | f::DURABLE;
+    let entries = [
+        (cs::RESUMING, dead, f::GROUP | held, "g", cs::DETACHED),
+        (
+            cs::RESUMING,
+            dead,
+            f::MEMBER | f::REQUIRED,
+            "",
+            cs::DETACHED,
+        ),
+        // Not a group's: `free_consumer`'s to give back.
+        (cs::RESUMING, dead, held, "d", cs::RESUMING),
+        // Not being taken over.
+        (cs::CLAIMED, dead, f::GROUP | held, "c", cs::CLAIMED),
+        // Its taker runs.
+        (cs::RESUMING, me, f::GROUP | held, "l", cs::RESUMING),
+    ];
+    for (i, (state, pid, flags, name, _)) in (0..).zip(entries) {
+        raw.fabricate_consumer(i, owned_word::pack(3, state, pid), flags, name, 5);
+    }
+    let info = ring.info();
+    for (i, (_, _, _, _, after)) in (0..).zip(entries) {
+        let c = info.consumers.iter().find(|c| c.index == i).expect("taken");
+        let changed = ring.detach_group_entry_seen(i, c.first_seen());
+        let word = raw.consumer_word(i);
+        assert_eq!(owned_word::state(word), after, "entry {i}");
+        assert_eq!(changed, after != owned_word::state(c.word), "entry {i}");
+    }
+    // Still gating where it was: the claim is kept.
+    let info = ring.info();
+    let member = info
+        .consumers
+        .iter()
+        .find(|c| c.index == 1)
+        .expect("member");
+    assert_eq!(member.next, 5);
+}
+
 mod as_root {
     use super::*;
     use shmring::{FirstSeen, Repair, Ring, RingConfig};
