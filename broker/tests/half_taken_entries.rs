@@ -146,10 +146,6 @@ mod as_root {
         let durable = consumer_flags::REQUIRED | consumer_flags::DURABLE;
         raw.fabricate_consumer(1, resuming, durable, "d", 0);
         raw.fabricate_consumer(2, reattaching, durable, "r", 0);
-        // One whose taker got as far as storing its start time: the broker watches that
-        // process, and the word still says half taken.
-        let start = process::start_time(pid).expect("the taker's start time");
-        raw.set_consumer_start_time(2, start);
         raw.set_producer_word(2, owned_word::pack(2, producer_state::ATTACHING, pid));
         raw.set_producer_word(3, owned_word::pack(4, producer_state::REPAIRING, pid));
 
@@ -172,6 +168,11 @@ mod as_root {
         // free in between.
         broker.signal(Signal::STOP);
         eventually("the broker stopped", || stopped(broker.pid()));
+        // One taker got as far as storing its start time before it died: the next sweep
+        // sees a new process in that entry, under the word it saw before, and keeps its
+        // first sighting of the word.
+        let start = process::start_time(pid).expect("the taker's start time");
+        raw.set_consumer_start_time(2, start);
         taker.kill();
         let at = process::boot_ticks(boottime_ns()).expect("the start-time tick rate");
         eventually("a tick of the start-time clock", || {

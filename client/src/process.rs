@@ -126,8 +126,16 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
 /// time is above `boot_ticks(t)` started after `t`: at least one tick past it. (A kernel
 /// that counts start times on the monotonic clock, which stops during suspend, gives start
 /// times at or below the boot clock's, so the conclusion holds there too.)
+///
+/// The rate comes from this process's auxiliary vector (`AT_CLKTCK`), read through
+/// `/proc/self/auxv` on kernels before 6.4: where neither can be read it panics, so
+/// [`started_after`] asks only once it has read a start time from `/proc`.
 pub fn boot_ticks(boot_ns: u64) -> Option<u64> {
-    let hz = rustix::param::clock_ticks_per_second();
+    ns_to_ticks(boot_ns, rustix::param::clock_ticks_per_second())
+}
+
+/// `boot_ns` in ticks of `hz` per second, rounded down (`None` for a rate of 0).
+fn ns_to_ticks(boot_ns: u64, hz: u64) -> Option<u64> {
     if hz == 0 {
         return None;
     }
@@ -144,9 +152,15 @@ pub fn started_after(pid: u32, boot_ns: u64) -> bool {
         return false;
     }
     match look(pid) {
-        Seen::Started(start) => boot_ticks(boot_ns).is_some_and(|t| start > t),
+        Seen::Started(start) => is_after(start, boot_ticks(boot_ns)),
         Seen::Gone | Seen::Hidden => false,
     }
+}
+
+/// Whether a start time of `start` ticks is after the reading that was `ticks` ticks
+/// rounded down: at least one tick past it (the same tick may be either side).
+fn is_after(start: u64, ticks: Option<u64>) -> bool {
+    ticks.is_some_and(|t| start > t)
 }
 
 /// This process's pid namespace: the inode of `/proc/thread-self/ns/pid` (the calling
@@ -181,6 +195,20 @@ pub fn current() -> ProcessId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_start_time_is_after_a_reading_only_from_the_next_tick_on() {
+        // At 100 ticks per second: 9.999999 ms is tick 0, 10 ms tick 1.
+        assert_eq!(ns_to_ticks(9_999_999, 100), Some(0));
+        assert_eq!(ns_to_ticks(10_000_000, 100), Some(1));
+        assert_eq!(ns_to_ticks(u64::MAX, 1_000_000_000), Some(u64::MAX));
+        assert_eq!(ns_to_ticks(5, 0), None, "no rate: no answer");
+        // A reading in tick 7: a process started in tick 7 may have run before it.
+        let t = ns_to_ticks(75_000_000, 100);
+        assert!(!is_after(7, t));
+        assert!(is_after(8, t));
+        assert!(!is_after(8, None));
+    }
 
     #[test]
     fn self_is_alive_and_wrong_start_is_not() {

@@ -149,9 +149,12 @@ impl FirstSeen {
         self.word
     }
 
-    /// When, if it saw `word`.
+    /// When, if it saw `word`. A reading of 0 is no sighting: a snapshot's is never 0
+    /// (`boottime_ns`), and 0 would make every process look started after it.
     fn boot_ns_for(first: Option<FirstSeen>, word: u64) -> Option<u64> {
-        first.filter(|f| f.word == word).map(|f| f.boot_ns)
+        first
+            .filter(|f| f.word == word && f.boot_ns != 0)
+            .map(|f| f.boot_ns)
     }
 }
 
@@ -696,17 +699,18 @@ mod tests {
             let other = owned_word::next(word, owned_word::state(word), 7);
             assert_eq!(holder(&Seven, word, 0, sighted(other, 99)), Holder::Held(7));
         }
+        // A reading of 0 is no sighting (a snapshot's never is).
+        let claimed = owned_word::pack(1, cs::CLAIMED, 7);
+        assert_eq!(c(&Seven, claimed, 0, sighted(claimed, 0)), Holder::Held(7));
         // A settled entry goes by pid and start time, whatever the sighting.
-        let active = owned_word::pack(1, cs::ACTIVE, 7);
-        let early = sighted(active, 0);
-        assert_eq!(
-            consumer::holder_seen(&Seven, active, 100, early),
-            Holder::Held(7)
-        );
-        assert_eq!(
-            consumer::holder_seen(&Seven, active, 50, None),
-            Holder::Open
-        );
+        for (active, holder) in [
+            (owned_word::pack(1, cs::ACTIVE, 7), c),
+            (owned_word::pack(1, ps::ACTIVE, 7), p),
+        ] {
+            let early = sighted(active, 1);
+            assert_eq!(holder(&Seven, active, 100, early), Holder::Held(7));
+            assert_eq!(holder(&Seven, active, 50, None), Holder::Open);
+        }
     }
 
     #[test]
