@@ -107,23 +107,8 @@ fn entries_left_half_taken_by_dead_processes_are_given_back() {
 /// plain `cargo test`, run by CI.
 mod as_root {
     use super::*;
-    use rustix::process::Signal;
-    use shmring::{boottime_ns, process};
-    use shmring_testkit::eventually;
+    use shmring::process;
     use shmring_testkit::fault::Sleeper;
-
-    /// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
-    fn stopped(pid: u32) -> bool {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            return false;
-        };
-        tasks.flatten().all(|t| {
-            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-                let rest = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
-                rest.split_whitespace().next() == Some("T")
-            })
-        })
-    }
 
     /// The broker remembers the sweep that first saw each entry's word: a half-taken entry
     /// whose taker died and whose pid an unrelated process got after that sweep is given
@@ -139,47 +124,27 @@ mod as_root {
         let raw = shmring_testkit::raw::RawSegment::open(&handle);
         let taker = Sleeper::spawn();
         let pid = taker.pid();
-        let claimed = owned_word::pack(3, consumer_state::CLAIMED, pid);
-        let resuming = owned_word::pack(5, consumer_state::RESUMING, pid);
-        let reattaching = owned_word::pack(9, consumer_state::REATTACHING, pid);
-        raw.fabricate_consumer(0, claimed, 0, "", 0);
-        let durable = consumer_flags::REQUIRED | consumer_flags::DURABLE;
-        raw.fabricate_consumer(1, resuming, durable, "d", 0);
-        raw.fabricate_consumer(2, reattaching, durable, "r", 0);
-        raw.set_producer_word(2, owned_word::pack(2, producer_state::ATTACHING, pid));
-        raw.set_producer_word(3, owned_word::pack(4, producer_state::REPAIRING, pid));
+        let taken = raw.half_take(pid);
 
-        // A sweep that began after the entries were laid down has seen them (a sweep
-        // marks its end), and held them: their taker runs.
-        let mark = handle.last_sweep_ns();
-        eventually("a sweep", || handle.last_sweep_ns() != mark);
-        let mark = handle.last_sweep_ns();
-        eventually("the next sweep", || handle.last_sweep_ns() != mark);
+        // A sweep that began after the entries were laid down has seen them, and held
+        // them: their taker runs.
+        common::two_sweeps(&handle);
         let words = [0, 1, 2].map(|i| raw.consumer_word(i));
-        assert_eq!(words, [claimed, resuming, reattaching]);
+        assert_eq!(words, [taken.claimed, taken.resuming, taken.reattaching]);
         assert_eq!(
             handle.info().producers.len(),
             2,
             "the producer entries are held"
         );
 
-        // The broker is stopped (every thread) while the taker dies and, a tick of the
-        // start-time clock later, an unrelated process gets its pid: no sweep sees the pid
-        // free in between.
-        broker.signal(Signal::STOP);
-        eventually("the broker stopped", || stopped(broker.pid()));
+        // The taker dies and an unrelated process gets its pid, with the broker stopped.
         // One taker got as far as storing its start time before it died: the next sweep
-        // sees a new process in that entry, under the word it saw before, and keeps its
-        // first sighting of the word.
-        let start = process::start_time(pid).expect("the taker's start time");
-        raw.set_consumer_start_time(2, start);
-        taker.kill();
-        let at = process::boot_ticks(boottime_ns()).expect("the start-time tick rate");
-        eventually("a tick of the start-time clock", || {
-            process::boot_ticks(boottime_ns()) > Some(at)
+        // sees a new process in that entry, under the word it saw before, and must keep
+        // its first sighting of the word.
+        let reuser = common::reuse_pid_behind_the_broker(&mut broker, taker, || {
+            let start = process::start_time(pid).expect("the taker's start time");
+            raw.set_consumer_start_time(2, start);
         });
-        let reuser = Sleeper::with_pid(pid);
-        broker.signal(Signal::CONT);
 
         ns.wait_status("the half-taken entries given back", |v, _| {
             let r = ring(v, "r")?;
@@ -196,10 +161,6 @@ mod as_root {
             owned_word::state(raw.consumer_word(0)),
             consumer_state::FREE
         );
-        let start = process::start_time(reuser.pid());
-        assert!(
-            start.is_some_and(|s| process::is_alive(pid, s)),
-            "the pid's new process still runs"
-        );
+        assert!(reuser.runs(), "the pid's new process still runs");
     }
 }

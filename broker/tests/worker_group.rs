@@ -30,11 +30,10 @@ fn consumers(v: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-#[test]
-fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
-    let ns = Namespace::new("worker_group");
-    let _broker = ns.broker(Some(CONFIG));
-    // A member that holds its first claim (sequence 0) and reads nothing.
+/// A member of group "g" that holds its first claim (sequence 0) and reads nothing, a
+/// producer of 200 events that fills the ring behind it, and the member killed: the
+/// producer (held at the ring's capacity) and the member's status once it shows DEAD.
+fn a_member_killed_holding_its_claim(ns: &Namespace) -> (common::Child, Value) {
     let mut victim = ns.role(
         "consumer",
         &env(&[("ROLE_GROUP", "g"), ("ROLE_PAUSED", "1")]),
@@ -52,6 +51,29 @@ fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
             .into_iter()
             .find(|c| c["group"].is_u64() && c["state"] == "DEAD")
     });
+    (producer, dead)
+}
+
+/// A new member of group "g" reads all 200 events of [`a_member_killed_holding_its_claim`],
+/// in order from 0, and its producer publishes them all.
+fn the_next_member_gets_everything(ns: &Namespace, producer: &mut common::Child) {
+    let mut next = ns.role(
+        "consumer",
+        &env(&[("ROLE_GROUP", "g"), ("ROLE_EXPECT", "200")]),
+    );
+    next.expect("@ready");
+    assert_eq!(
+        next.expect("@done"),
+        "count=200 first=0 last=199 skipped=0 dropped=0"
+    );
+    assert_eq!(producer.expect("@published"), "200");
+}
+
+#[test]
+fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
+    let ns = Namespace::new("worker_group");
+    let _broker = ns.broker(Some(CONFIG));
+    let (mut producer, dead) = a_member_killed_holding_its_claim(&ns);
     assert_eq!(dead["policy"], "group", "{dead:#}");
     assert_eq!(dead["sequence"], 0, "it still holds its claim: {dead:#}");
     // Not released: the producer is still held at the ring's capacity.
@@ -79,16 +101,7 @@ fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
     );
 
     // The next member carries on with the dead member's entry and gets everything.
-    let mut next = ns.role(
-        "consumer",
-        &env(&[("ROLE_GROUP", "g"), ("ROLE_EXPECT", "200")]),
-    );
-    next.expect("@ready");
-    assert_eq!(
-        next.expect("@done"),
-        "count=200 first=0 last=199 skipped=0 dropped=0"
-    );
-    assert_eq!(producer.expect("@published"), "200");
+    the_next_member_gets_everything(&ns, &mut producer);
     let v = ns.wait_status("the sweep to see every event delivered", |v, _| {
         let cs = consumers(v);
         cs.iter()
@@ -137,24 +150,9 @@ fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
 /// plain `cargo test`, run by CI.
 mod as_root {
     use super::*;
-    use rustix::process::Signal;
-    use shmring::{boottime_ns, process, Ring};
+    use shmring::Ring;
     use shmring_layout::{consumer_state, owned_word};
-    use shmring_testkit::eventually;
     use shmring_testkit::fault::Sleeper;
-
-    /// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`).
-    fn stopped(pid: u32) -> bool {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            return false;
-        };
-        tasks.flatten().all(|t| {
-            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-                let rest = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
-                rest.split_whitespace().next() == Some("T")
-            })
-        })
-    }
 
     /// A member's entry taken over (RESUMING) by an adopter that died, whose pid an
     /// unrelated process got after a sweep saw the entry: a member judges the adopter by its
@@ -168,23 +166,7 @@ mod as_root {
         let mut broker = ns.broker(Some(
             "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\ndead_policy = \"release\"\n",
         ));
-        let mut victim = ns.role(
-            "consumer",
-            &env(&[("ROLE_GROUP", "g"), ("ROLE_PAUSED", "1")]),
-        );
-        victim.expect("@ready");
-        let mut producer = ns.role("producer", &env(&[("ROLE_COUNT", "200")]));
-        producer.expect("@ready");
-        ns.wait_status("the ring to fill up behind the member", |v, _| {
-            let r = ring(v, "r")?;
-            (num(r["producers"].as_array()?.first()?, "published") == 64).then_some(())
-        });
-        victim.kill();
-        let dead = ns.wait_status("the member to be DEAD", |v, _| {
-            consumers(v)
-                .into_iter()
-                .find(|c| c["group"].is_u64() && c["state"] == "DEAD")
-        });
+        let (mut producer, dead) = a_member_killed_holding_its_claim(&ns);
         let index = u32::try_from(num(&dead, "index")).expect("an entry index");
 
         // An adopter takes the member's entry over (RESUMING, as `group::adopt` leaves it)
@@ -196,39 +178,24 @@ mod as_root {
         let dead_word = raw.consumer_word(index);
         let resuming = owned_word::next(dead_word, consumer_state::RESUMING, pid);
         raw.set_consumer_word(index, resuming);
-        let mark = handle.last_sweep_ns();
-        eventually("a sweep", || handle.last_sweep_ns() != mark);
-        let mark = handle.last_sweep_ns();
-        eventually("the next sweep", || handle.last_sweep_ns() != mark);
+        common::two_sweeps(&handle);
         assert_eq!(raw.consumer_word(index), resuming, "held: its adopter runs");
 
-        // The adopter dies and, with the broker stopped, a process started a tick of the
-        // start-time clock later gets its pid.
-        broker.signal(Signal::STOP);
-        eventually("the broker stopped", || stopped(broker.pid()));
-        adopter.kill();
-        let at = process::boot_ticks(boottime_ns()).expect("the start-time tick rate");
-        eventually("a tick of the start-time clock", || {
-            process::boot_ticks(boottime_ns()) > Some(at)
-        });
-        let reuser = Sleeper::with_pid(pid);
-        broker.signal(Signal::CONT);
+        // The adopter dies and an unrelated process gets its pid, with the broker stopped.
+        let reuser = common::reuse_pid_behind_the_broker(&mut broker, adopter, || {});
 
-        // The next member adopts the claim and gets everything.
-        let mut next = ns.role(
-            "consumer",
-            &env(&[("ROLE_GROUP", "g"), ("ROLE_EXPECT", "200")]),
-        );
-        next.expect("@ready");
-        assert_eq!(
-            next.expect("@done"),
-            "count=200 first=0 last=199 skipped=0 dropped=0"
-        );
-        assert_eq!(producer.expect("@published"), "200");
-        let start = process::start_time(reuser.pid());
-        assert!(
-            start.is_some_and(|s| process::is_alive(pid, s)),
-            "the pid's new process still runs"
-        );
+        // The broker gives the entry back, still holding the claim (the producer still held
+        // behind it), before the next member joins: a member that joined while the entry
+        // was held would claim new work first and adopt the claim after it.
+        let back = ns.wait_status("the member's entry DETACHED", |v, _| {
+            consumers(v)
+                .into_iter()
+                .find(|c| num(c, "index") == u64::from(index) && c["state"] == "DETACHED")
+        });
+        assert_eq!(back["sequence"], 0, "it still holds its claim: {back:#}");
+
+        // The next member carries on with the entry and gets everything.
+        the_next_member_gets_everything(&ns, &mut producer);
+        assert!(reuser.runs(), "the pid's new process still runs");
     }
 }

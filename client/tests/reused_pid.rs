@@ -12,17 +12,7 @@
 //! `cargo test` and run by CI.
 
 use shmring::{boottime_ns, process};
-use shmring_testkit::eventually;
-use shmring_testkit::fault::Sleeper;
-
-/// Wait until the start-time clock has ticked past the reading `boot_ns`, so that a process
-/// started from now on has a start time above it.
-fn tick_past(boot_ns: u64) {
-    let at = process::boot_ticks(boot_ns).expect("the start-time tick rate");
-    eventually("a tick of the start-time clock", || {
-        process::boot_ticks(boottime_ns()) > Some(at)
-    });
-}
+use shmring_testkit::fault::{reuse_pid, tick_past, Sleeper};
 
 #[test]
 fn a_process_started_after_a_clock_reading_is_told_from_one_started_before_it() {
@@ -103,8 +93,8 @@ fn a_group_or_member_entry_left_resuming_by_a_gone_process_goes_back_to_detached
 mod as_root {
     use super::*;
     use shmring::{FirstSeen, Repair, Ring, RingConfig};
-    use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state};
-    use shmring_testkit::raw::RawSegment;
+    use shmring_layout::{consumer_state, owned_word};
+    use shmring_testkit::raw::{HalfTaken, RawSegment};
     use shmring_testkit::Namespace;
 
     /// Producer entry `index`'s word; `None` once it is free (`RingInfo` lists taken ones).
@@ -143,17 +133,13 @@ mod as_root {
         // Entries a process `pid` was taking: a new consumer's, a durable required one's and
         // a released one's it was taking over by name, a producer's, and a producer's it
         // was repairing.
-        let claimed = owned_word::pack(3, consumer_state::CLAIMED, pid);
-        let resuming = owned_word::pack(5, consumer_state::RESUMING, pid);
-        let reattaching = owned_word::pack(9, consumer_state::REATTACHING, pid);
-        let attaching = owned_word::pack(2, producer_state::ATTACHING, pid);
-        let repairing = owned_word::pack(4, producer_state::REPAIRING, pid);
-        raw.fabricate_consumer(0, claimed, 0, "", 0);
-        let durable = consumer_flags::REQUIRED | consumer_flags::DURABLE;
-        raw.fabricate_consumer(1, resuming, durable, "d", 0);
-        raw.fabricate_consumer(2, reattaching, durable, "r", 0);
-        raw.set_producer_word(2, attaching);
-        raw.set_producer_word(3, repairing);
+        let HalfTaken {
+            claimed,
+            resuming,
+            attaching,
+            repairing,
+            ..
+        } = raw.half_take(pid);
         let first = [0, 1, 2].map(|i| consumer_seen(&ring, i));
         let first_p = [2, 3].map(|i| producer_seen(&ring, i));
 
@@ -169,9 +155,7 @@ mod as_root {
 
         // The taker dies and, a tick of the start-time clock later (start times count in
         // ticks), an unrelated process gets its pid.
-        taker.kill();
-        tick_past(boottime_ns());
-        let reuser = Sleeper::with_pid(pid);
+        let reuser = reuse_pid(taker);
 
         // Without a sighting the pid in use keeps each entry held: what a caller that
         // cannot tell a reused pid must do.
@@ -212,9 +196,8 @@ mod as_root {
             "the producer entries are freed"
         );
         assert_eq!(producer_word(&ring, 3), None);
-        let start = process::start_time(reuser.pid());
         assert!(
-            start.is_some_and(|s| process::is_alive(pid, s)),
+            reuser.runs(),
             "the reuser still runs: the entries went back while its pid was in use"
         );
     }

@@ -231,3 +231,34 @@ pub fn get(addr: &str, path: &str) -> (String, String) {
         body.to_owned(),
     )
 }
+
+/// As root: with `broker` stopped (every thread), kill `taker` and hand its pid to a new
+/// process a tick of the start-time clock later (`shmring_testkit::fault::reuse_pid`), then
+/// let the broker go on: no sweep sees the pid free in between, so only a sweep that can
+/// tell a reused pid gives back what `taker` held. `meanwhile` runs first, while the broker
+/// is stopped and `taker` still runs.
+pub fn reuse_pid_behind_the_broker(
+    broker: &mut Child,
+    taker: shmring_testkit::fault::Sleeper,
+    meanwhile: impl FnOnce(),
+) -> shmring_testkit::fault::Sleeper {
+    use rustix::process::Signal;
+    broker.signal(Signal::STOP);
+    let pid = broker.pid();
+    shmring_testkit::eventually("the broker stopped", || {
+        shmring_testkit::procfs::all_stopped(pid)
+    });
+    meanwhile();
+    let reuser = shmring_testkit::fault::reuse_pid(taker);
+    broker.signal(Signal::CONT);
+    reuser
+}
+
+/// Wait for two more sweeps of the broker over `ring` (a sweep marks its end): one that
+/// began after the caller's last change to the ring has seen it.
+pub fn two_sweeps(ring: &shmring::Ring) {
+    for what in ["a sweep", "the next sweep"] {
+        let mark = ring.last_sweep_ns();
+        shmring_testkit::eventually(what, || ring.last_sweep_ns() != mark);
+    }
+}

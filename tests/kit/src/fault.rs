@@ -165,10 +165,37 @@ impl Sleeper {
         self.0.id()
     }
 
+    /// Whether it still runs (its pid names the process it started as).
+    pub fn runs(&self) -> bool {
+        let pid = self.pid();
+        shmring::process::start_time(pid).is_some_and(|s| shmring::process::is_alive(pid, s))
+    }
+
     /// Kill and reap it: its pid is free again.
     pub fn kill(self) {
         drop(self);
     }
+}
+
+/// Wait until the start-time clock (clock ticks since boot, what `/proc` gives as a
+/// process's start time) has ticked past the reading `boot_ns` ([`shmring::boottime_ns`]):
+/// a process started from then on has a start time above it.
+pub fn tick_past(boot_ns: u64) {
+    use shmring::process::boot_ticks;
+    let at = boot_ticks(boot_ns).expect("the start-time tick rate");
+    crate::eventually("a tick of the start-time clock", || {
+        boot_ticks(shmring::boottime_ns()) > Some(at)
+    });
+}
+
+/// As root: kill `taker` and, a tick of the start-time clock later, hand its pid to a new
+/// [`Sleeper`]: a process under the same pid that started after anything that saw `taker`
+/// run.
+pub fn reuse_pid(taker: Sleeper) -> Sleeper {
+    let pid = taker.pid();
+    taker.kill();
+    tick_past(shmring::boottime_ns());
+    Sleeper::with_pid(pid)
 }
 
 impl Drop for Sleeper {

@@ -67,6 +67,20 @@ pub fn main_thread_state(pid: u32) -> Option<char> {
     rest.split_whitespace().next()?.chars().next()
 }
 
+/// Whether every thread of `pid` is stopped (`T` in `/proc/PID/task/*/stat`: a SIGSTOP
+/// has reached them all); false once the process is gone.
+pub fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            let rest = stat.rfind(')').map_or("", |i| &stat[i + 1..]);
+            rest.split_whitespace().next() == Some("T")
+        })
+    })
+}
+
 /// What the kernel says each thread of `pid` is doing (state, system call, wait channel,
 /// kernel stack): attached to a failure when a child does not get ready in time.
 pub fn diagnose(pid: u32) -> String {

@@ -302,6 +302,29 @@ impl RawSegment {
         self.read_u32(self.consumer_hot(index) + offset_of!(ConsumerHot, flags) as u64)
     }
 
+    /// Lay down the entries a process `pid` was taking when it stopped: consumer 0 CLAIMED
+    /// (a new anonymous consumer), consumer 1 RESUMING (the durable required consumer "d"
+    /// taken over by name), consumer 2 REATTACHING (the durable "r", not gating), producer 2
+    /// ATTACHING and producer 3 REPAIRING. Each entry must be free; its start time is left
+    /// as it is (a previous holder's, or 0).
+    pub fn half_take(&self, pid: u32) -> HalfTaken {
+        use shmring_layout::{consumer_flags as f, consumer_state as cs, producer_state as ps};
+        let taken = HalfTaken {
+            claimed: owned_word::pack(3, cs::CLAIMED, pid),
+            resuming: owned_word::pack(5, cs::RESUMING, pid),
+            reattaching: owned_word::pack(9, cs::REATTACHING, pid),
+            attaching: owned_word::pack(2, ps::ATTACHING, pid),
+            repairing: owned_word::pack(4, ps::REPAIRING, pid),
+        };
+        self.fabricate_consumer(0, taken.claimed, 0, "", 0);
+        let durable = f::REQUIRED | f::DURABLE;
+        self.fabricate_consumer(1, taken.resuming, durable, "d", 0);
+        self.fabricate_consumer(2, taken.reattaching, durable, "r", 0);
+        self.set_producer_word(2, taken.attaching);
+        self.set_producer_word(3, taken.repairing);
+        taken
+    }
+
     /// Lay down consumer entry `index` as its holder left it: `word`, `flags`
     /// (`shmring_layout::consumer_flags`), `name` (empty: anonymous) and position `next`.
     /// The entry must be free (nobody else writes it meanwhile).
@@ -317,4 +340,19 @@ impl RawSegment {
         self.write_u32(hot + offset_of!(ConsumerHot, flags) as u64, flags);
         self.write_u64(hot + offset_of!(ConsumerHot, word) as u64, word);
     }
+}
+
+/// The words [`RawSegment::half_take`] laid down.
+#[derive(Debug, Clone, Copy)]
+pub struct HalfTaken {
+    /// Consumer 0's (CLAIMED).
+    pub claimed: u64,
+    /// Consumer 1's (RESUMING).
+    pub resuming: u64,
+    /// Consumer 2's (REATTACHING).
+    pub reattaching: u64,
+    /// Producer 2's (ATTACHING).
+    pub attaching: u64,
+    /// Producer 3's (REPAIRING).
+    pub repairing: u64,
 }
