@@ -194,8 +194,15 @@ mod as_root {
         });
         assert_eq!(back["sequence"], 0, "it still holds its claim: {back:#}");
 
-        // The next member carries on with the entry and gets everything.
+        // The next member carries on with the entry and gets everything, counting the
+        // claim it took over as redelivered (its adopter may have handled some of it).
         the_next_member_gets_everything(&ns, &mut producer);
+        let v = ns.wait_status("the sweep to see every event delivered", |v, _| {
+            consumers(v)
+                .into_iter()
+                .find(|c| c["group"].is_u64() && num(c, "delivered") == 200)
+        });
+        assert_eq!(num(&v, "redelivered"), 1, "{v:#}");
         assert!(reuser.runs(), "the pid's new process still runs");
     }
 }

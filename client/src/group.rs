@@ -49,7 +49,8 @@
 //! `claim_end`. Two members racing for one entry: one CAS wins. A recoverer that dies
 //! leaves the entry RESUMING by a gone pid, open again, at the position it had committed;
 //! a member judges that pid alone, so the broker, which can tell a reused one, also puts
-//! such an entry back to DETACHED (`Ring::detach_group_entry_seen`).
+//! such an entry back to DETACHED with no owner (`Ring::detach_member_entry_seen`), which a
+//! member reads as a death, as it reads RESUMING.
 //!
 //! ## Leaving
 //!

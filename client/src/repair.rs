@@ -150,14 +150,13 @@ impl Ring {
         self.free_consumer_if(index, first.word(), Some(first))
     }
 
-    /// A worker group's entry or a member's, which [`Ring::free_consumer`] leaves alone,
-    /// left RESUMING (being taken over: a member adopting it, or the group's name attaching)
-    /// by a process that is gone, told as [`Ring::free_consumer_seen`] tells it, a reused pid
-    /// included: DETACHED, still gating at its position, so that a member of its group
-    /// adopts the claim it holds (or an attach under the group's name takes it over), as
-    /// after a member's detach. Any other entry, or one whose holder may run: false.
-    /// Returns whether it changed.
-    pub fn detach_group_entry_seen(&self, index: u32, first: FirstSeen) -> bool {
+    /// A worker group member's entry, which [`Ring::free_consumer`] leaves alone, left
+    /// RESUMING by a member adopting its claim that is gone, told as
+    /// [`Ring::free_consumer_seen`] tells it, a reused pid included: DETACHED with no owner,
+    /// still gating at its position, so that another member adopts the claim (a member
+    /// reads DETACHED without an owner as a death, and counts the claim as redelivered).
+    /// Any other entry, or one whose holder may run: false. Returns whether it changed.
+    pub fn detach_member_entry_seen(&self, index: u32, first: FirstSeen) -> bool {
         let Some(e) = self.seg.consumer(index) else {
             return false;
         };
@@ -165,9 +164,8 @@ impl Ring {
         // Relaxed: written by the entry's holders before the CAS that made it gate, which
         // the Acquire load of `seen` followed; a later tenure changes the word, and the CAS
         // below fails.
-        let group = consumer_flags::GROUP | consumer_flags::MEMBER;
         if owned_word::state(seen) != consumer_state::RESUMING
-            || e.hot.flags.load(Ordering::Relaxed) & group == 0
+            || e.hot.flags.load(Ordering::Relaxed) & consumer_flags::MEMBER == 0
         {
             return false;
         }
@@ -177,8 +175,9 @@ impl Ring {
         }
         let done = table::consumer::free(&e.hot.word, seen, consumer_state::DETACHED);
         if done {
-            // A member parked for events may adopt it now.
-            park::entry_changed(&self.seg, e, consumer_state::DETACHED, fence::registered());
+            // The group's members look for claims to adopt when they wake: every line, as a
+            // member's own leaving does (a member may park on an upstream's line).
+            park::wake_consumers(&self.seg);
         }
         done
     }

@@ -37,37 +37,45 @@ fn a_process_started_after_a_clock_reading_is_told_from_one_started_before_it() 
     assert!(!process::started_after(0, t));
 }
 
-/// A worker group's entry and a member's, which `Ring::free_consumer` leaves alone, go back
-/// from RESUMING to DETACHED (still gating, for a member or the group's name to take over)
-/// once the process taking them over is gone; nothing else does.
+/// A worker group member's entry, which `Ring::free_consumer` leaves alone, goes back from
+/// RESUMING to DETACHED with no owner (still gating, for another member to adopt) once the
+/// member adopting it is gone; nothing else does.
 #[test]
-fn a_group_or_member_entry_left_resuming_by_a_gone_process_goes_back_to_detached() {
+fn a_member_entry_left_resuming_by_a_gone_adopter_goes_back_to_detached() {
     use shmring::{Ring, RingConfig};
     use shmring_layout::{consumer_flags as f, consumer_state as cs, owned_word};
     use shmring_testkit::raw::RawSegment;
     use shmring_testkit::Namespace;
 
-    let ns = Namespace::new("group_resuming");
+    let ns = Namespace::new("member_resuming");
     let ring = Ring::create(ns.name(), "r", &RingConfig::default()).expect("create");
     let raw = RawSegment::open(&ring);
     let (dead, _) = shmring_testkit::fault::dead_process();
     let me = std::process::id();
-    let held = f::REQUIRED | f::DURABLE;
+    let member = f::MEMBER | f::REQUIRED;
     let entries = [
-        (cs::RESUMING, dead, f::GROUP | held, "g", cs::DETACHED),
+        (cs::RESUMING, dead, member, "", cs::DETACHED),
+        // Not a member's: a group's (no client takes one over), a durable consumer's
+        // (`free_consumer`'s to give back).
         (
             cs::RESUMING,
             dead,
-            f::MEMBER | f::REQUIRED,
-            "",
-            cs::DETACHED,
+            f::GROUP | f::REQUIRED | f::DURABLE,
+            "g",
+            cs::RESUMING,
         ),
-        // Not a group's: `free_consumer`'s to give back.
-        (cs::RESUMING, dead, held, "d", cs::RESUMING),
+        (
+            cs::RESUMING,
+            dead,
+            f::REQUIRED | f::DURABLE,
+            "d",
+            cs::RESUMING,
+        ),
         // Not being taken over.
-        (cs::CLAIMED, dead, f::GROUP | held, "c", cs::CLAIMED),
-        // Its taker runs.
-        (cs::RESUMING, me, f::GROUP | held, "l", cs::RESUMING),
+        (cs::CLAIMED, dead, member, "", cs::CLAIMED),
+        (cs::ACTIVE, dead, member, "", cs::ACTIVE),
+        // Its adopter runs.
+        (cs::RESUMING, me, member, "", cs::RESUMING),
     ];
     for (i, (state, pid, flags, name, _)) in (0..).zip(entries) {
         raw.fabricate_consumer(i, owned_word::pack(3, state, pid), flags, name, 5);
@@ -75,19 +83,16 @@ fn a_group_or_member_entry_left_resuming_by_a_gone_process_goes_back_to_detached
     let info = ring.info();
     for (i, (_, _, _, _, after)) in (0..).zip(entries) {
         let c = info.consumers.iter().find(|c| c.index == i).expect("taken");
-        let changed = ring.detach_group_entry_seen(i, c.first_seen());
+        let changed = ring.detach_member_entry_seen(i, c.first_seen());
         let word = raw.consumer_word(i);
         assert_eq!(owned_word::state(word), after, "entry {i}");
         assert_eq!(changed, after != owned_word::state(c.word), "entry {i}");
     }
-    // Still gating where it was: the claim is kept.
+    // No owner (what a member reads as its adopter's death), still at its claim.
+    assert_eq!(owned_word::owner(raw.consumer_word(0)), 0);
     let info = ring.info();
-    let member = info
-        .consumers
-        .iter()
-        .find(|c| c.index == 1)
-        .expect("member");
-    assert_eq!(member.next, 5);
+    let given_back = info.consumers.iter().find(|c| c.index == 0);
+    assert_eq!(given_back.map(|c| c.next), Some(5));
 }
 
 mod as_root {

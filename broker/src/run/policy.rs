@@ -38,7 +38,6 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
         // is gone goes back to DETACHED, still gating, for the next member to adopt: a
         // member judges an adopter by its pid alone, so a reused pid would hold it.
         if edge == Edge::Orphaned && detach(t, c) {
-            t.counters.freed += 1;
             info!(ring, index = c.index, pid = c.pid,
                 "gave back the entry of worker group member #{}: the process adopting it (pid {}) is gone; DETACHED, still holding its claim, for another member", c.index, c.pid);
             return;
@@ -60,16 +59,6 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
             t.counters.recoveries += 1;
             info!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next,
                 "HEALTHY: {} moves again", who(c));
-        }
-        Edge::Orphaned if c.is_group && c.state_code == consumer_state::RESUMING => {
-            // A group's entry holds the work sequence its members claim from: never freed.
-            // Left RESUMING by an attach under its name that is gone: DETACHED, still
-            // gating, for the next attach (the pid alone would hold it if reused).
-            if detach(t, c) {
-                t.counters.freed += 1;
-                info!(ring, index = c.index, pid = c.pid,
-                    "gave back the entry of {}: the process attaching to it is gone; DETACHED, keeping its name and position", who(c));
-            }
         }
         Edge::Orphaned => {
             if free(t, c) {
@@ -128,12 +117,12 @@ fn free(t: &Tracked, c: &ConsumerInfo) -> bool {
     }
 }
 
-/// A worker group's or member's entry left RESUMING by a gone process back to DETACHED
-/// (`Ring::detach_group_entry_seen`), judged with the sweep that first saw its word.
+/// A worker group member's entry left RESUMING by a gone adopter back to DETACHED
+/// (`Ring::detach_member_entry_seen`), judged with the sweep that first saw its word.
 fn detach(t: &Tracked, c: &ConsumerInfo) -> bool {
     match t.consumers.get(&c.index).and_then(|r| r.first_seen) {
-        Some(first) if first.word() == c.word => t.ring.detach_group_entry_seen(c.index, first),
-        _ => t.ring.detach_group_entry_seen(c.index, c.first_seen()),
+        Some(first) if first.word() == c.word => t.ring.detach_member_entry_seen(c.index, first),
+        _ => t.ring.detach_member_entry_seen(c.index, c.first_seen()),
     }
 }
 

@@ -253,10 +253,16 @@ fn find_left_claim(
         let poison =
             policy::take_over_record(&e.cold, before, |n| e.hot.next.store(n, Ordering::Release));
         let (at, end) = group::claim_range(&e.hot.next, &e.cold.claim_end);
-        let died_holding = matches!(
-            owned_word::state(seen),
-            consumer_state::ACTIVE | consumer_state::RESUMING
-        );
+        // A member that leaves keeps its pid in the DETACHED word (`give_up`); DETACHED
+        // with no owner is the broker's giving back of an entry whose adopter died
+        // (`Ring::detach_member_entry_seen`): a death, as RESUMING is.
+        let given_back =
+            owned_word::state(seen) == consumer_state::DETACHED && owned_word::owner(seen) == 0;
+        let died_holding = given_back
+            || matches!(
+                owned_word::state(seen),
+                consumer_state::ACTIVE | consumer_state::RESUMING
+            );
         if died_holding || at > before {
             // Its holder (the member, or a member delivering it as an adopted claim) died
             // holding it, maybe between a commit and its wake, or the takeover just moved
@@ -276,7 +282,9 @@ fn find_left_claim(
             word,
             at,
             end,
-            redelivery: owned_word::state(seen) != consumer_state::DETACHED,
+            // Every holder but a member that left (whose claim no handler saw) may have
+            // handled some of it.
+            redelivery: given_back || owned_word::state(seen) != consumer_state::DETACHED,
             poison,
             suspect: None,
         });
