@@ -1,7 +1,7 @@
 //! What the broker does about a consumer's health edges: log and count them, and apply the
 //! dead-consumer policy (alert, release, stop-ring; anonymous consumers are freed).
 
-use shmring::ConsumerInfo;
+use shmring::{ConsumerInfo, FirstSeen};
 use shmring_layout::consumer_state;
 use tracing::{info, warn};
 
@@ -37,7 +37,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
         // would let producers overwrite those events. One left RESUMING by an adopter that
         // is gone goes back to DETACHED, still gating, for the next member to adopt: a
         // member judges an adopter by its pid alone, so a reused pid would hold it.
-        if edge == Edge::Orphaned && detach(t, c) {
+        if edge == Edge::Orphaned && t.ring.detach_member_entry_seen(c.index, sighting(t, c)) {
             info!(ring, index = c.index, pid = c.pid,
                 "gave back the entry of worker group member #{}: the process adopting it (pid {}) is gone; DETACHED, still holding its claim, for another member", c.index, c.pid);
             return;
@@ -61,7 +61,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 "HEALTHY: {} moves again", who(c));
         }
         Edge::Orphaned => {
-            if free(t, c) {
+            if t.ring.free_consumer_seen(c.index, sighting(t, c)) {
                 t.counters.freed += 1;
                 info!(
                     ring,
@@ -80,7 +80,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 "its handler failed"
             };
             if !c.durable {
-                if edge == Edge::Died && free(t, c) {
+                if edge == Edge::Died && t.ring.free_consumer_seen(c.index, sighting(t, c)) {
                     t.counters.freed += 1;
                 }
                 warn!(
@@ -108,22 +108,12 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
     }
 }
 
-/// Free `c`'s entry (`Ring::free_consumer`), with the sweep that first saw its word: a
-/// half-taken entry whose pid a process started since has is freed too.
-fn free(t: &Tracked, c: &ConsumerInfo) -> bool {
-    match t.consumers.get(&c.index).and_then(|r| r.first_seen) {
-        Some(first) if first.word() == c.word => t.ring.free_consumer_seen(c.index, first),
-        _ => t.ring.free_consumer(c.index, c.word),
-    }
-}
-
-/// A worker group member's entry left RESUMING by a gone adopter back to DETACHED
-/// (`Ring::detach_member_entry_seen`), judged with the sweep that first saw its word.
-fn detach(t: &Tracked, c: &ConsumerInfo) -> bool {
-    match t.consumers.get(&c.index).and_then(|r| r.first_seen) {
-        Some(first) if first.word() == c.word => t.ring.detach_member_entry_seen(c.index, first),
-        _ => t.ring.detach_member_entry_seen(c.index, c.first_seen()),
-    }
+/// The sighting of `c`'s word to judge its holder by: the first sweep's that saw it (kept in
+/// its record), else this snapshot's (`FirstSeen`: a half-taken entry whose pid a process
+/// started since has is given back too).
+fn sighting(t: &Tracked, c: &ConsumerInfo) -> FirstSeen {
+    let kept = t.consumers.get(&c.index).and_then(|r| r.first_seen);
+    FirstSeen::keep_or_now(kept, c.first_seen())
 }
 
 /// A dead or failed durable consumer under `release` that gates again: release it again,
