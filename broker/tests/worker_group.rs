@@ -146,6 +146,47 @@ fn a_killed_member_is_left_to_its_group_and_status_shows_the_shares() {
     assert_eq!(group["state"], "DETACHED", "{group:#}");
 }
 
+/// A member that failed on an event and whose process then exited is logged once for the
+/// failure and once for the exit, not again at every sweep that finds its entry FAILED
+/// with nobody holding it.
+#[test]
+fn a_failed_member_whose_process_exited_is_logged_once() {
+    let ns = Namespace::new("worker_group_failed_log");
+    let broker = ns.broker(Some(CONFIG));
+    let mut member = ns.role(
+        "consumer",
+        &env(&[("ROLE_GROUP", "g"), ("ROLE_PANIC_AT", "5")]),
+    );
+    let ready = member.expect("@ready");
+    let index: u32 = ready
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("index="))
+        .and_then(|i| i.parse().ok())
+        .expect("the member's entry index");
+    let mut producer = ns.role("producer", &env(&[("ROLE_COUNT", "20")]));
+    assert_eq!(member.expect("@failed"), "sequence=5");
+    let about = format!("worker group member #{index} ");
+    let lines = |broker: &common::Child| {
+        broker
+            .stderr_so_far()
+            .lines()
+            .filter(|l| l.contains(&about))
+            .count()
+    };
+    shmring_testkit::eventually("the broker to log the failure", || lines(&broker) >= 1);
+    member.close_stdin();
+    member.wait_status();
+    shmring_testkit::eventually("the broker to log the member's exit", || {
+        lines(&broker) >= 2
+    });
+    let said = lines(&broker);
+    let handle = shmring::Ring::open(ns.name(), "r").expect("open");
+    common::two_sweeps(&handle);
+    common::two_sweeps(&handle);
+    assert_eq!(lines(&broker), said, "{}", broker.stderr_so_far());
+    producer.kill();
+}
+
 /// Handing a process a given pid takes root (`/proc/sys/kernel/ns_last_pid`): ignored by a
 /// plain `cargo test`, run by CI.
 mod as_root {

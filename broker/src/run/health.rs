@@ -64,6 +64,10 @@ pub struct ConsumerHealth {
     reported_failure: Option<(u64, u64)>,
     /// The attach count of the entry's last reported death: one per attachment.
     reported_death: Option<u64>,
+    /// The entry word of the last report that its holder is gone, for an entry the broker
+    /// keeps looking at every sweep (a worker group member's, which only a member frees):
+    /// one report per word.
+    reported_gone: Option<u64>,
     /// The entry's word and the sweep that first saw it: a half-taken entry whose pid a
     /// process started after then has is a reused pid (`Ring::free_consumer_seen`).
     pub first_seen: Option<FirstSeen>,
@@ -82,8 +86,16 @@ impl ConsumerHealth {
             state: ConsumerState::Healthy,
             reported_failure: None,
             reported_death: None,
+            reported_gone: None,
             first_seen: None,
         }
+    }
+
+    /// Whether the gone holder of the entry, at `word`, is news: true once per word.
+    pub fn first_report_gone(&mut self, word: u64) -> bool {
+        let first = self.reported_gone != Some(word);
+        self.reported_gone = Some(word);
+        first
     }
 
     /// Whether this record is about the process now in `info`'s entry.

@@ -42,11 +42,27 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
                 "gave back the entry of worker group member #{}: the process adopting it (pid {}) is gone; DETACHED, still holding its claim, for another member", c.index, c.pid);
             return;
         }
-        if edge != Edge::Orphaned {
-            t.counters.deaths += 1;
+        // Orphaned comes at every sweep while the entry waits (the give-back above is tried
+        // each time): said once per entry word. Died and Failed come once each.
+        let news = match edge {
+            Edge::Orphaned => t
+                .consumers
+                .get_mut(&c.index)
+                .is_none_or(|r| r.first_report_gone(c.word)),
+            _ => {
+                t.counters.deaths += 1;
+                true
+            }
+        };
+        if news {
+            let why = if edge == Edge::Failed {
+                "its handler failed"
+            } else {
+                "its process is gone"
+            };
+            warn!(ring, index = c.index, pid = c.pid, sequence = c.next,
+                "DEAD: worker group member #{} (pid {}) ({why}); its claim from sequence {} waits for another member of its group", c.index, c.pid, c.next);
         }
-        warn!(ring, index = c.index, pid = c.pid, sequence = c.next,
-            "DEAD: worker group member #{} (pid {}); its claim from sequence {} waits for another member of its group", c.index, c.pid, c.next);
         return;
     }
     match edge {
