@@ -294,3 +294,21 @@ fn a_sighting_of_an_entry_s_word_outlasts_a_new_start_time_and_not_a_new_word() 
     );
     assert!(p.same_process(42, 77));
 }
+
+#[test]
+fn a_gone_holder_is_news_once_per_entry_word() {
+    let t0 = Instant::now();
+    let failed = info(5, consumer_state::FAILED);
+    let mut h = ConsumerHealth::new(&failed, t0);
+    assert!(h.first_report_gone(failed.word));
+    assert!(!h.first_report_gone(failed.word), "the same word again");
+    let next = shmring_layout::owned_word::next(failed.word, consumer_state::RESUMING, 43);
+    assert!(h.first_report_gone(next), "another word");
+    // A new process in the entry: a new record, whose first report is news.
+    let other = ConsumerInfo {
+        pid: 44,
+        ..failed.clone()
+    };
+    h.follow(&other, t0 + T);
+    assert!(h.first_report_gone(failed.word));
+}

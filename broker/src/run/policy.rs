@@ -57,6 +57,8 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
         if news {
             let why = if edge == Edge::Failed {
                 "its handler failed"
+            } else if c.state_code == consumer_state::FAILED {
+                "its handler failed and its process is gone"
             } else {
                 "its process is gone"
             };
