@@ -568,6 +568,49 @@ fn runs_are_cut_where_the_slots_wrap_and_around_tombstones() {
     }
 }
 
+/// A run reader that pauses after each run (`gather`) still gets every event once and in
+/// order from a producer on another thread publishing one at a time.
+#[test]
+fn a_gathering_run_reader_gets_every_event_in_order() {
+    const N: u64 = 200_000;
+    let ns = Namespace::concurrent("fixed-gather");
+    let ring = ring(&ns, 64);
+    let mut c =
+        ring.consumer(ConsumerOptions::anonymous().gather(16).wait(
+            WaitStrategy::TimeoutBlocking {
+                timeout: shmring_testkit::WAIT,
+            },
+        ))
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    let producer = std::thread::spawn(move || {
+        for v in 0..N {
+            p.publish_value(&v).expect("publish");
+        }
+    });
+    let mut next = 0u64;
+    while next < N {
+        let got = c
+            .poll_runs(|first, bytes| {
+                assert_eq!(first, next, "a run starts where the last ended");
+                for v in bytes.chunks(8).map(value) {
+                    assert_eq!(v, next, "lost or reordered");
+                    next += 1;
+                }
+            })
+            .expect("poll_runs");
+        if got == 0 {
+            assert_eq!(
+                c.wait().expect("wait"),
+                shmring::WaitOutcome::Ready,
+                "timed out at {next}"
+            );
+        }
+    }
+    producer.join().expect("the producer");
+    assert_eq!(c.stats().delivered, N);
+}
+
 #[test]
 fn a_panicking_run_handler_fails_the_consumer_at_its_first_event() {
     let ns = Namespace::concurrent("fixed-runs-panic");

@@ -296,6 +296,7 @@ impl Consumer {
             member: None,
             group: None,
             group_scan: Default::default(),
+            gather: runs::Gather::new(opts.gather),
             seg,
             _not_sync: PhantomData,
         };

@@ -58,6 +58,7 @@ pub struct ConsumerOptions {
     on_error: ErrorPolicy,
     flush_within: Option<Duration>,
     upstream: Vec<String>,
+    gather: u32,
 }
 
 impl ConsumerOptions {
@@ -72,6 +73,7 @@ impl ConsumerOptions {
             on_error: ErrorPolicy::Stop,
             flush_within: None,
             upstream: Vec::new(),
+            gather: 0,
         }
     }
 
@@ -141,6 +143,50 @@ impl ConsumerOptions {
     /// delivery reads no clock; set, it reads a clock once per event (see `flush`).
     pub fn flush_within(mut self, d: Duration) -> Self {
         self.flush_within = Some(d);
+        self
+    }
+
+    /// On a ring of fixed-size events: a [`Consumer::poll_runs`] right after one that handed
+    /// over events first spends `spins` spin-loop hints (the CPU's pause instruction)
+    /// before it looks at the ring. Default 0: no pause.
+    ///
+    /// A run reader that keeps up with a producer publishing one event at a time finds a
+    /// few events at each look, and each look takes the producer's cursor line and the
+    /// line it is writing away from the producer's core: both sides then run at the speed
+    /// of those transfers. A pause after each run lets the producer write a run's worth
+    /// of events on lines it holds, and the reader take them in one look. It is a
+    /// throughput setting: an event published during a pause waits for the pause's end
+    /// (16 spins are about 0.2 µs on the Intel Xeon development guest; a pause instruction
+    /// takes from a few cycles to about 140 depending on the CPU), and nothing changes for
+    /// `poll_once`, `run` or `wait` (PERFORMANCE.md, "Run reads that gather").
+    ///
+    /// ```
+    /// use shmring::{ConsumerOptions, ProducerMode, Ring, RingConfig};
+    /// # let ns = format!("doc-gather-{}", std::process::id());
+    /// let config = RingConfig {
+    ///     capacity: 64,
+    ///     producer_mode: ProducerMode::Single,
+    ///     event_size: Some(8),
+    ///     ..RingConfig::default()
+    /// };
+    /// let ring = Ring::create(&ns, "ticks", &config)?;
+    /// let mut c = ring.consumer(ConsumerOptions::anonymous().gather(16))?;
+    /// let mut p = ring.producer()?;
+    /// for i in 0u64..3 {
+    ///     p.publish(&i.to_le_bytes())?;
+    /// }
+    /// let mut sum = 0;
+    /// let got = c.poll_runs(|_, events| {
+    ///     sum += events.chunks_exact(8).map(|e| e[0] as u64).sum::<u64>();
+    /// })?;
+    /// assert_eq!((got, sum), (3, 3));
+    /// # drop((c, p));
+    /// Ring::remove(&ns, "ticks")?;
+    /// # std::fs::remove_dir(shmring::names::namespace_dir(&ns)?).ok();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gather(mut self, spins: u32) -> Self {
+        self.gather = spins;
         self
     }
 
@@ -328,6 +374,8 @@ pub struct Consumer {
     group: Option<u32>,
     /// For each upstream that is a worker group: what the last walk of its members found.
     group_scan: [Cell<barrier::GroupScan>; shmring_layout::MAX_UPSTREAM],
+    /// The pause of `poll_runs` after a run (`ConsumerOptions::gather`).
+    gather: runs::Gather,
     _not_sync: PhantomData<Cell<()>>,
 }
 

@@ -26,7 +26,22 @@ impl Consumer {
     ///
     /// On a ring of stamped slots or of sized events (whose events are not one contiguous
     /// run of bytes): `PollError::NotFixedSize`.
-    pub fn poll_runs<F>(&mut self, mut handler: F) -> Result<usize, PollError>
+    ///
+    /// With [`ConsumerOptions::gather`], a call right after one that handed over events
+    /// first pauses.
+    pub fn poll_runs<F>(&mut self, handler: F) -> Result<usize, PollError>
+    where
+        F: FnMut(u64, &[u8]),
+    {
+        for _ in 0..self.gather.before_look() {
+            std::hint::spin_loop();
+        }
+        let got = self.runs(handler);
+        self.gather.after(got.as_ref().is_ok_and(|&n| n > 0));
+        got
+    }
+
+    fn runs<F>(&mut self, mut handler: F) -> Result<usize, PollError>
     where
         F: FnMut(u64, &[u8]),
     {
@@ -141,5 +156,100 @@ impl Consumer {
                 .or_else(|e| super::deliver::on_nothing(delivered, e))?;
         }
         Ok(delivered as usize)
+    }
+}
+
+/// The pause of [`Consumer::poll_runs`] after a call that handed over events
+/// ([`ConsumerOptions::gather`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Gather {
+    spins: u32,
+    /// The last call handed over events: the next pauses.
+    armed: bool,
+}
+
+impl Gather {
+    pub(super) fn new(spins: u32) -> Self {
+        Self {
+            spins,
+            armed: false,
+        }
+    }
+
+    /// The spins to spend before this call's look at the ring.
+    #[inline]
+    pub(super) fn before_look(&mut self) -> u32 {
+        if std::mem::take(&mut self.armed) {
+            self.spins
+        } else {
+            0
+        }
+    }
+
+    /// After the call: whether it handed over events.
+    #[inline]
+    pub(super) fn after(&mut self, handed: bool) {
+        self.armed = handed && self.spins > 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gather;
+    use crate::test_ns::Ns;
+    use crate::{ConsumerOptions, ProducerMode, Ring, RingConfig};
+
+    /// The option reaches the consumer, and `poll_runs` arms the pause after a call that
+    /// handed over events, and only then.
+    #[test]
+    fn poll_runs_pauses_after_a_run_with_the_option_only() {
+        let ns = Ns(format!("gather-{}", std::process::id()));
+        let config = RingConfig {
+            capacity: 8,
+            producer_mode: ProducerMode::Single,
+            event_size: Some(8),
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let mut gathering = ring
+            .consumer(ConsumerOptions::anonymous().gather(16))
+            .expect("attach");
+        let mut plain = ring.consumer(ConsumerOptions::anonymous()).expect("attach");
+        let mut p = ring.producer().expect("producer");
+        for v in 0u64..2 {
+            p.publish_value(&v).expect("publish");
+        }
+        assert_eq!(gathering.poll_runs(|_, _| {}), Ok(2));
+        assert_eq!(plain.poll_runs(|_, _| {}), Ok(2));
+        assert_eq!(gathering.gather.before_look(), 16, "armed after the run");
+        assert_eq!(plain.gather.before_look(), 0, "no option, no pause");
+        gathering.gather.after(true);
+        assert_eq!(gathering.poll_runs(|_, _| {}), Ok(0));
+        assert_eq!(gathering.gather.before_look(), 0, "not after an empty call");
+        // The per-event path neither pauses nor arms a pause.
+        p.publish_value(&2u64).expect("publish");
+        assert_eq!(gathering.poll_once(|_| {}), Ok(1));
+        assert_eq!(gathering.gather.before_look(), 0, "poll_once arms nothing");
+    }
+
+    #[test]
+    fn only_a_call_after_one_that_handed_over_events_pauses() {
+        let mut g = Gather::new(16);
+        assert_eq!(g.before_look(), 0, "the first call");
+        g.after(true);
+        assert_eq!(g.before_look(), 16, "after a run");
+        g.after(false);
+        assert_eq!(g.before_look(), 0, "after an empty call (or an error)");
+        g.after(true);
+        g.after(true);
+        assert_eq!(g.before_look(), 16);
+        assert_eq!(g.before_look(), 0, "one pause per run");
+    }
+
+    #[test]
+    fn no_gather_never_pauses() {
+        let mut g = Gather::new(0);
+        g.after(true);
+        assert_eq!(g.before_look(), 0);
     }
 }
