@@ -99,7 +99,8 @@ fn attach_consumer(ring: &Ring, args: &Args, wait: WaitStrategy) -> Result<shmri
         "" => ConsumerOptions::anonymous(),
         name => ConsumerOptions::durable(name),
     }
-    .wait(wait);
+    .wait(wait)
+    .gather(args.num_or("gather", 0u32));
     let opts = match args.str_or("after", "") {
         "" => opts,
         upstream => opts.after([upstream]),
@@ -174,8 +175,9 @@ fn shm_consumer(args: &Args) -> Result<()> {
     } else if mode == ConsumerMode::Turn {
         // Chunks in turn, each acknowledged once read (`turn`): the ring per event (twice: by
         // `publish`, then through a `Publisher`), the ring in batches (read the same way, then
-        // a run at a time), the ring per event read a run at a time, the floor ring, and
-        // (`crate=1`) asleep while the producer process runs the `disruptor` crate's chunk.
+        // a run at a time), the ring per event read a run at a time, the floor ring (read
+        // plainly, then with the run reads' pause after each run), and (`crate=1`) asleep
+        // while the producer process runs the `disruptor` crate's chunk.
         // The producer's stop after its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
         ensure!(chunk > 0, "chunk must be positive");
@@ -238,6 +240,14 @@ fn shm_consumer(args: &Args) -> Result<()> {
             );
             chunks += 1;
             // Release: pairs with the same Acquire load, for the floor's chunk.
+            ack.store(chunks, Ordering::Release);
+            // The floor again, read with a pause after each run as the run reads are.
+            ensure!(
+                floor.recv_gathering(chunk, crate::turn::FLOOR_GATHER, || ring.is_closed()),
+                "the ring stopped inside the second floor chunk (read with pauses)"
+            );
+            chunks += 1;
+            // Release: as above.
             ack.store(chunks, Ordering::Release);
             if krate {
                 crates += 1;
@@ -702,7 +712,8 @@ fn shm_producer(args: &Args) -> Result<()> {
             // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
             // loop, then its `Publisher` form's), the ring in batches (twice: the consumer
             // reads them per event, then a run at a time), the ring per event again (read a
-            // run at a time), the floor ring (its producer's loop) and the `disruptor` crate
+            // run at a time), the floor ring twice (its producer's loop; its consumer reads
+            // the second with pauses) and the `disruptor` crate
             // (`crate=1`), until the duration has passed at the end of a pair (and the
             // warm-up pair is not the only one).
             let chunk: u64 = args.num("chunk")?;
@@ -740,7 +751,9 @@ fn shm_producer(args: &Args) -> Result<()> {
                                 left -= k as u64;
                             }
                         }
-                        crate::turn::Side::Floor => floor.send(chunk),
+                        crate::turn::Side::Floor | crate::turn::Side::FloorGather => {
+                            floor.send(chunk)
+                        }
                         crate::turn::Side::Crate if !krate => continue,
                         crate::turn::Side::Crate => {
                             // Timed inside: from its first timed publish to its consumer's
@@ -775,7 +788,7 @@ fn shm_producer(args: &Args) -> Result<()> {
                     }
                 }
                 pairs.push(took);
-                published += (crate::turn::RING_SIDES + 1) * chunk;
+                published += (crate::turn::RING_SIDES + crate::turn::FLOOR_SIDES) * chunk;
                 // One pair past the warm-up at least, however long the warm-up took (a
                 // loaded machine can spend the whole duration on it).
                 if now_ns() >= end && pairs.len() >= 2 {

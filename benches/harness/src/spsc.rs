@@ -297,6 +297,19 @@ impl BareReceiver {
     /// spinning until the harness's timeout, without a call per event.
     #[inline(never)]
     pub fn recv(&mut self, n: u64, gave_up: impl Fn() -> bool) -> bool {
+        self.recv_pausing(n, 0, gave_up)
+    }
+
+    /// As [`BareReceiver::recv`], with `pause` spin-loop hints after each run read (as
+    /// `shmring::ConsumerOptions::gather` pauses after each `poll_runs` that handed over
+    /// events): the floor of a consumer that reads that way.
+    #[inline(never)]
+    pub fn recv_gathering(&mut self, n: u64, pause: u32, gave_up: impl Fn() -> bool) -> bool {
+        self.recv_pausing(n, pause, gave_up)
+    }
+
+    #[inline(always)]
+    fn recv_pausing(&mut self, n: u64, pause: u32, gave_up: impl Fn() -> bool) -> bool {
         let (ring, mut next, mut sum) = (&self.ring, self.next, self.sum);
         let to = next + n;
         let mut empty = 0u32;
@@ -320,6 +333,9 @@ impl BareReceiver {
             }
             // Release: pairs with the producer's Acquire load of the tail.
             ring.tail().store(next, Ordering::Release);
+            for _ in 0..pause {
+                std::hint::spin_loop();
+            }
         }
         (self.next, self.sum) = (next, std::hint::black_box(sum));
         done

@@ -6,7 +6,7 @@
 //! The rows of `paired` run seconds apart, each in processes of its own; on a guest whose
 //! cross-core line transfers change speed several-fold from one second to the next, even
 //! those seconds decide a ratio (ARCHITECTURE.md, "Measured inside one run"). Here a pair is
-//! seven chunks of [`CHUNK`] events, one per [`Side`], in this order:
+//! eight chunks of [`CHUNK`] events, one per [`Side`], in this order:
 //!
 //! - the ring, per event: the producer publishes with `Producer::publish` (the fixed-size
 //!   per-event row's loop), the consumer reads with `Consumer::run` and the counting
@@ -15,10 +15,16 @@
 //!   publish with the position held in a register), read the same way;
 //! - the ring, [`BATCH`] events per `publish_batch`, read the same way;
 //! - the same again, read a run at a time (`Consumer::poll_runs`, the counting work over
-//!   each slice);
+//!   each slice, by a consumer that pauses [`GATHER`] spins after each run:
+//!   `ConsumerOptions::gather`);
 //! - the ring per event again (`Producer::publish`), read a run at a time as the batches
 //!   are;
 //! - the floor ring: its producer's loop and its consumer's;
+//! - the floor ring again, its consumer pausing [`FLOOR_GATHER`] spins after each run as
+//!   the run reads pause (a caught-up reader that looks at every event or few holds back
+//!   the producer it watches, the bare ring's as much as shmring's; PERFORMANCE.md, "Run
+//!   reads that gather"): the run reads are judged against the faster of the two floor
+//!   chunks of each pair;
 //! - the `disruptor` crate (a build with the `peers` feature): a fresh crate ring of
 //!   [`CAPACITY`] 8-byte events in the producer process, its producer on the producer's
 //!   thread (CPU 0) and its BusySpin consumer thread on CPU 1, while the consumer process
@@ -62,6 +68,12 @@ pub const CHUNK: u64 = 1 << 20;
 pub const CAPACITY: u64 = 4096;
 /// Events per `publish_batch` in the batch chunk.
 pub const BATCH: usize = 100;
+/// The spins the run reads pause after each run (`ConsumerOptions::gather`).
+pub const GATHER: u32 = 16;
+/// The spins the gathering floor's reader pauses after each run: the bare ring's fastest of
+/// 16, 32, 64 and 128 in turn on the Intel Xeon guest (16 and 32 held it at 90-280 M
+/// events/s, 64 and 128 ran it at 230-320), its loop being far shorter than `poll_runs`'s.
+pub const FLOOR_GATHER: u32 = 64;
 /// The control page's line that carries the consumer's acknowledgement (chunks read).
 pub const ACK_LINE: usize = 1;
 /// The control page's line on which the consumer sleeps (futex) while the `disruptor`
@@ -76,14 +88,21 @@ pub const PUBLISHER_ROW: &str =
     "per-event, 8 B, fixed-size ring, Publisher, in turn with the floor";
 /// The floor's row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fixed-size ring";
+/// The floor's row read with a pause after each run, as the run reads are.
+pub const FLOOR_GATHER_ROW: &str =
+    "bare SPSC ring, per-event, 8 B, a pause after each run, in turn with the fixed-size ring";
 /// The ring's batch-100 row, read an event per handler call.
 pub const BATCH_ROW: &str = "batch 100, 8 B, fixed-size ring, in turn with the disruptor crate";
-/// The ring's per-event row, read a run at a time.
+/// The ring's per-event row, read a run at a time with a pause after each run.
 pub const RING_RUNS_ROW: &str =
-    "per-event, 8 B, fixed-size ring, run reads, in turn with the floor";
-/// The ring's batch-100 row, read a run at a time.
+    "per-event, 8 B, fixed-size ring, run reads that gather, in turn with the floor";
+/// The ring's batch-100 row, read a run at a time with a pause after each run.
 pub const BATCH_RUNS_ROW: &str =
-    "batch 100, 8 B, fixed-size ring, run reads, in turn with the disruptor crate";
+    "batch 100, 8 B, fixed-size ring, run reads that gather, in turn with the disruptor crate";
+/// The floor the run reads are judged against, each pair's faster of [`FLOOR_ROW`] and
+/// [`FLOOR_GATHER_ROW`] (a name for the targets' text: no row of its own).
+pub const FLOOR_EITHER: &str =
+    "bare SPSC ring, per-event, 8 B, in turn, read plainly or with pauses (the faster)";
 /// The `disruptor` crate's row.
 pub const CRATE_ROW: &str =
     "disruptor crate (threads, BusySpin), per-event, 8 B, in turn with the fixed-size ring";
@@ -103,23 +122,29 @@ pub enum Side {
     RingRuns = 4,
     /// The floor ring.
     Floor = 5,
+    /// The floor ring, its reader pausing [`FLOOR_GATHER`] spins after each run.
+    FloorGather = 6,
     /// The `disruptor` crate, per event.
-    Crate = 6,
+    Crate = 7,
 }
 
 /// Every side, in order.
-pub const SIDES: [Side; 7] = [
+pub const SIDES: [Side; 8] = [
     Side::Ring,
     Side::Publisher,
     Side::Batch,
     Side::BatchRuns,
     Side::RingRuns,
     Side::Floor,
+    Side::FloorGather,
     Side::Crate,
 ];
 
+/// The sides over the floor ring.
+pub const FLOOR_SIDES: u64 = 2;
+
 /// The sides over shmring's ring: every side but the floor's and the crate's.
-pub const RING_SIDES: u64 = SIDES.len() as u64 - 2;
+pub const RING_SIDES: u64 = SIDES.len() as u64 - FLOOR_SIDES - 1;
 
 /// The sides this build measures: the crate's only with the `peers` feature.
 pub fn sides() -> Vec<Side> {
@@ -139,22 +164,25 @@ impl Side {
             Side::BatchRuns => "batch_runs",
             Side::RingRuns => "ring_runs",
             Side::Floor => "floor",
+            Side::FloorGather => "floor_gather",
             Side::Crate => "crate",
         }
     }
 }
 
-/// The comparisons judged: (the side judged, the side around it, the prefix of their keys
-/// and row extras, whether a judged chunk above [`paired::BEATEN`] times the side around it
-/// is left out).
-pub const COMPARED: [(Side, Side, &str, bool); 7] = [
-    (Side::Ring, Side::Floor, "", true),
-    (Side::RingRuns, Side::Floor, "", true),
-    (Side::Ring, Side::Crate, "crate_", false),
-    (Side::Publisher, Side::Floor, "", true),
-    (Side::Publisher, Side::Crate, "crate_", false),
-    (Side::Batch, Side::Crate, "crate_", false),
-    (Side::BatchRuns, Side::Crate, "crate_", false),
+/// The comparisons judged: (the side judged, the sides around it, the prefix of their keys
+/// and row extras, whether a judged chunk above [`paired::BEATEN`] times the sides around
+/// it is left out). With two sides around it, each pair's faster chunk of the two counts:
+/// the run reads are judged against the floor ring read plainly or with pauses, whichever
+/// ran faster in that pair, so that the pauses can only raise their floor.
+pub const COMPARED: [(Side, &[Side], &str, bool); 7] = [
+    (Side::Ring, &[Side::Floor], "", true),
+    (Side::RingRuns, &[Side::Floor, Side::FloorGather], "", true),
+    (Side::Ring, &[Side::Crate], "crate_", false),
+    (Side::Publisher, &[Side::Floor], "", true),
+    (Side::Publisher, &[Side::Crate], "crate_", false),
+    (Side::Batch, &[Side::Crate], "crate_", false),
+    (Side::BatchRuns, &[Side::Crate], "crate_", false),
 ];
 
 /// What one comparison's pairs say.
@@ -217,9 +245,11 @@ pub fn side_rates(times: &[u64], chunk: u64) -> (f64, f64, f64) {
     (overall, median, fastest)
 }
 
-/// The result key of a comparison: `turn_{judged}_vs_{around}_{what}`.
-fn compared_key(judged: Side, around: Side, what: &str) -> String {
-    format!("turn_{}_vs_{}_{what}", judged.key(), around.key())
+/// The result key of a comparison: `turn_{judged}_vs_{around}_{what}`, the sides around
+/// it joined by `_or_`.
+fn compared_key(judged: Side, around: &[Side], what: &str) -> String {
+    let around: Vec<&str> = around.iter().map(|s| s.key()).collect();
+    format!("turn_{}_vs_{}_{what}", judged.key(), around.join("_or_"))
 }
 
 /// Write what the chunk times of every pair say into a role's results: each side's rates
@@ -232,6 +262,13 @@ pub fn report(
     krate: bool,
 ) {
     let times = |s: Side| -> Vec<u64> { pairs.iter().map(|p| p[s as usize]).collect() };
+    // Each pair's fastest chunk of `sides`.
+    let fastest = |sides: &[Side]| -> Vec<u64> {
+        pairs
+            .iter()
+            .map(|p| sides.iter().map(|&s| p[s as usize]).min().unwrap_or(0))
+            .collect()
+    };
     m.set("turn_pairs", pairs.len().saturating_sub(1) as f64);
     for side in SIDES {
         if side == Side::Crate && !krate {
@@ -243,10 +280,10 @@ pub fn report(
             .set(&format!("turn_{}_fastest", side.key()), fastest);
     }
     for (a, b, _, beaten) in COMPARED {
-        if b == Side::Crate && !krate {
+        if b.contains(&Side::Crate) && !krate {
             continue;
         }
-        let j = judge(&times(a), &times(b), chunk, beaten);
+        let j = judge(&times(a), &fastest(b), chunk, beaten);
         m.set(&compared_key(a, b, "kept"), j.ratios.len() as f64)
             .set(&compared_key(a, b, "mixed"), j.mixed as f64)
             .set(&compared_key(a, b, "beaten"), j.beaten as f64);
@@ -267,6 +304,7 @@ fn row_name(side: Side) -> &'static str {
         Side::BatchRuns => BATCH_RUNS_ROW,
         Side::RingRuns => RING_RUNS_ROW,
         Side::Floor => FLOOR_ROW,
+        Side::FloorGather => FLOOR_GATHER_ROW,
         Side::Crate => CRATE_ROW,
     }
 }
@@ -298,6 +336,7 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
                 kv("mode", "turn"),
                 kv("chunk", CHUNK),
                 kv("crate", u8::from(krate)),
+                kv("gather", GATHER),
                 floor.clone(),
             ]],
             producers: vec![vec![
@@ -320,15 +359,17 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
         let pairs = pr.need("turn_pairs")? as u64;
         ensure!(pairs > 0, "no pair measured after the warm-up");
         // Each side published a chunk per pair, the warm-up pair included; the consumer says
-        // what it read of shmring's ring (its `RING_SIDES` sides) and of the floor's.
+        // what it read of shmring's ring (its `RING_SIDES` sides) and of the floor's (its
+        // `FLOOR_SIDES`).
         let each = (pairs + 1) * CHUNK;
         let read = [c.need("turn_ring_read")?, c.need("turn_floor_read")?];
         ensure!(
-            read == [(RING_SIDES * each) as f64, each as f64],
-            "the consumer read {} ring and {} floor events, of {} and {each}",
+            read == [(RING_SIDES * each) as f64, (FLOOR_SIDES * each) as f64],
+            "the consumer read {} ring and {} floor events, of {} and {}",
             read[0],
             read[1],
-            RING_SIDES * each
+            RING_SIDES * each,
+            FLOOR_SIDES * each
         );
         let mut rows = Vec::new();
         for &side in &sides {
@@ -345,7 +386,7 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
             r.samples = pairs;
             if side != Side::Crate {
                 // The consumer process's share over the whole measurement: with the crate's
-                // side, it counts the crate's chunks it slept through (about a fifth of the
+                // side, it counts the crate's chunks it slept through (an eighth of the
                 // time). The crate's threads ran in the producer's process.
                 r.consumer_cpu = c.get("cpu_share");
             }
@@ -353,7 +394,7 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
             r.extra.insert("event_bytes".into(), 8.0);
             r.extra.insert("chunk".into(), CHUNK as f64);
             for (a, b, prefix, _) in COMPARED {
-                if a != side || !sides.contains(&b) {
+                if a != side || !b.iter().all(|s| sides.contains(s)) {
                     continue;
                 }
                 r.extra.insert(format!("{prefix}pairs"), pairs as f64);
@@ -503,14 +544,14 @@ mod tests {
 
     #[test]
     fn the_report_judges_each_comparison_between_its_own_sides() {
-        // Ring, publisher, batch, batch with run reads, ring with run reads, floor, crate in
-        // M/s per pair: the floor steady, the crate changing speed in pair 2, so only the
-        // crate comparisons lose a pair.
+        // Ring, publisher, batch, batch with run reads, ring with run reads, floor, floor
+        // read with pauses, crate in M/s per pair: both floors steady, the crate changing
+        // speed in pair 2, so only the crate comparisons lose a pair.
         let rates = [
-            [10.0, 10.0, 10.0, 10.0, 10.0, 100.0, 50.0],
-            [80.0, 110.0, 250.0, 400.0, 70.0, 100.0, 50.0],
-            [80.0, 110.0, 250.0, 400.0, 100.0, 100.0, 100.0],
-            [90.0, 115.0, 300.0, 500.0, 90.0, 100.0, 100.0],
+            [10.0, 10.0, 10.0, 10.0, 10.0, 100.0, 200.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 140.0, 100.0, 200.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 200.0, 100.0, 200.0, 100.0],
+            [90.0, 115.0, 300.0, 500.0, 180.0, 100.0, 200.0, 100.0],
         ];
         let pairs: Vec<[u64; SIDES.len()]> = rates.iter().map(|p| p.map(ns)).collect();
         let mut m = shmring_peers::kit::Measured::default();
@@ -520,17 +561,18 @@ mod tests {
         // Ring over floor: 0.80, 0.80, 0.90.
         assert_eq!(got("turn_ring_vs_floor_kept").as_deref(), Some("3.00"));
         assert_eq!(got("turn_ring_vs_floor_ratio").as_deref(), Some("0.80"));
-        // Ring with run reads over floor: 0.70, 1.00, 0.90.
-        assert_eq!(got("turn_ring_runs_vs_floor_kept").as_deref(), Some("3.00"));
-        assert_eq!(
-            got("turn_ring_runs_vs_floor_ratio").as_deref(),
-            Some("0.90")
-        );
-        assert_eq!(
-            got("turn_ring_runs_vs_floor_least").as_deref(),
-            Some("0.70")
-        );
+        // Ring with run reads over the faster floor of each pair (here the one read with
+        // pauses): 0.70, 1.00, 0.90.
+        let runs = |what: &str| got(&format!("turn_ring_runs_vs_floor_or_floor_gather_{what}"));
+        assert_eq!(runs("kept").as_deref(), Some("3.00"));
+        assert_eq!(runs("ratio").as_deref(), Some("0.90"));
+        assert_eq!(runs("least").as_deref(), Some("0.70"));
+        assert!(m.get("turn_ring_runs_vs_floor_kept").is_none());
         assert!(m.get("turn_ring_runs_vs_crate_kept").is_none());
+        assert_eq!(
+            got("turn_floor_gather_median").as_deref(),
+            Some("200000000.00")
+        );
         // Ring over crate: 1.60, (mixed), 0.90; batch over crate: 5.00, (mixed), 3.00.
         assert_eq!(got("turn_ring_vs_crate_mixed").as_deref(), Some("1.00"));
         assert_eq!(got("turn_ring_vs_crate_least").as_deref(), Some("0.90"));
@@ -578,14 +620,42 @@ mod tests {
     }
 
     #[test]
+    fn the_run_reads_are_judged_against_the_faster_floor_of_each_pair() {
+        // Floor read plainly, then with pauses, in M/s per pair: the faster one changes
+        // from pair to pair, and the faster is steady at 200.
+        let floors = [(200.0, 100.0), (100.0, 200.0), (200.0, 50.0), (60.0, 200.0)];
+        let pairs: Vec<[u64; SIDES.len()]> = floors
+            .iter()
+            .map(|&(plain, gathering)| {
+                let mut p = [ns(100.0); SIDES.len()];
+                p[Side::RingRuns as usize] = ns(180.0);
+                p[Side::Floor as usize] = ns(plain);
+                p[Side::FloorGather as usize] = ns(gathering);
+                p
+            })
+            .collect();
+        let mut m = shmring_peers::kit::Measured::default();
+        report(&mut m, &pairs, CHUNK, true);
+        let got = |k: &str| m.get(k).map(|v| format!("{v:.2}"));
+        let runs = |what: &str| got(&format!("turn_ring_runs_vs_floor_or_floor_gather_{what}"));
+        // 180 over 200 in each of the 3 judged pairs: none mixed, none beaten.
+        assert_eq!(runs("kept").as_deref(), Some("3.00"));
+        assert_eq!(runs("mixed").as_deref(), Some("0.00"));
+        assert_eq!(runs("ratio").as_deref(), Some("0.90"));
+        assert_eq!(runs("greatest").as_deref(), Some("0.90"));
+    }
+
+    #[test]
     fn every_judged_side_runs_before_the_side_it_is_compared_with() {
         // `judge` takes pair i's judged chunk to lie between pair i - 1's and pair i's
         // chunks of the other side: true only if it runs first within a pair.
-        for (a, b, _, _) in COMPARED {
+        for (a, around, _, _) in COMPARED {
             let at = |x: Side| SIDES.iter().position(|&s| s == x);
-            assert!(at(a) < at(b), "{a:?} must run before {b:?}");
+            for &b in around {
+                assert!(at(a) < at(b), "{a:?} must run before {b:?}");
+                assert_eq!(at(b), Some(b as usize));
+            }
             assert_eq!(at(a), Some(a as usize));
-            assert_eq!(at(b), Some(b as usize));
         }
     }
 
