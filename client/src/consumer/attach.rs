@@ -296,7 +296,9 @@ impl Consumer {
             member: None,
             group: None,
             group_scan: Default::default(),
-            gather: runs::Gather::new(opts.gather),
+            // Where the consumer reads up to a cursor (fixed-size and sized events): a
+            // stamped ring's consumer watches the next slot's stamp instead.
+            gather: runs::Gather::new(if geo.fixed { opts.gather } else { 0 }),
             seg,
             _not_sync: PhantomData,
         };

@@ -49,9 +49,15 @@ impl Consumer {
             if stop() {
                 return Ok(RunExit::Stopped);
             }
+            // A poll right after one that handed over events waits first
+            // (`ConsumerOptions::gather`).
+            for _ in 0..self.gather.before_look() {
+                std::hint::spin_loop();
+            }
             let before = self.next;
             let polled = self.poll_once_fallible(&mut handler);
             let n = self.carry_on(polled)?;
+            self.gather.after(n as u64, self.batch_cap);
             if self.next != before || n > 0 {
                 self.idler.reset();
                 self.idle_since = None;

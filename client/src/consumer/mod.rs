@@ -146,19 +146,23 @@ impl ConsumerOptions {
         self
     }
 
-    /// On a ring of fixed-size events: a [`Consumer::poll_runs`] right after one that handed
-    /// over events first spends `spins` spin-loop hints (the CPU's pause instruction)
-    /// before it looks at the ring. Default 0: no pause.
+    /// On a ring of fixed-size (or sized) events: the [`Consumer::poll_runs`] call, or the
+    /// poll of a [`Consumer::run`] loop, that follows one that handed over events first
+    /// spends `spins` spin-loop hints (the CPU's pause instruction) before it looks at the
+    /// ring; not after a call that filled its batch cap (events may be left behind: a
+    /// backlog drains without pauses). Default 0: no pause. On a ring of stamped slots it
+    /// does nothing.
     ///
-    /// A run reader that keeps up with a producer publishing one event at a time finds a
-    /// few events at each look, and each look takes the producer's cursor line and the
-    /// line it is writing away from the producer's core: both sides then run at the speed
-    /// of those transfers. A pause after each run lets the producer write a run's worth
-    /// of events on lines it holds, and the reader take them in one look. It is a
-    /// throughput setting: an event published during a pause waits for the pause's end
+    /// A consumer that keeps up with a producer publishing one event at a time finds a few
+    /// events at each look, and each look takes the producer's cursor line and the line it
+    /// is writing away from the producer's core: both sides then run at the speed of those
+    /// transfers. A pause after each batch lets the producer write a run's worth of events
+    /// on lines it holds, and the consumer take them in one look. It is a throughput
+    /// setting: whatever was published since the last look waits up to the pause longer
     /// (16 spins are about 0.2 µs on the Intel Xeon development guest; a pause instruction
-    /// takes from a few cycles to about 140 depending on the CPU), and nothing changes for
-    /// `poll_once`, `run` or `wait` (PERFORMANCE.md, "Run reads that gather").
+    /// takes from a few cycles to about 140 depending on the CPU); the latency of a consumer
+    /// with it was not measured. `poll_once` and `wait` never pause (ARCHITECTURE.md and
+    /// PERFORMANCE.md, "Run reads that gather").
     ///
     /// ```
     /// use shmring::{ConsumerOptions, ProducerMode, Ring, RingConfig};

@@ -37,7 +37,8 @@ impl Consumer {
             std::hint::spin_loop();
         }
         let got = self.runs(handler);
-        self.gather.after(got.as_ref().is_ok_and(|&n| n > 0));
+        self.gather
+            .after(*got.as_ref().unwrap_or(&0) as u64, self.batch_cap);
         got
     }
 
@@ -186,10 +187,12 @@ impl Gather {
         }
     }
 
-    /// After the call: whether it handed over events.
+    /// After the call: it handed over `handed` events, at most `cap` (the batch cap). A
+    /// call that filled its cap may have left published events behind: the next takes them
+    /// without a pause, so that a backlog drains at full speed.
     #[inline]
-    pub(super) fn after(&mut self, handed: bool) {
-        self.armed = handed && self.spins > 0;
+    pub(super) fn after(&mut self, handed: u64, cap: u64) {
+        self.armed = self.spins > 0 && handed > 0 && handed < cap;
     }
 }
 
@@ -223,33 +226,95 @@ mod tests {
         assert_eq!(plain.poll_runs(|_, _| {}), Ok(2));
         assert_eq!(gathering.gather.before_look(), 16, "armed after the run");
         assert_eq!(plain.gather.before_look(), 0, "no option, no pause");
-        gathering.gather.after(true);
+        gathering.gather.after(1, 1024);
         assert_eq!(gathering.poll_runs(|_, _| {}), Ok(0));
         assert_eq!(gathering.gather.before_look(), 0, "not after an empty call");
-        // The per-event path neither pauses nor arms a pause.
+        // `poll_once` and `wait` neither take an armed pause nor arm one.
         p.publish_value(&2u64).expect("publish");
         assert_eq!(gathering.poll_once(|_| {}), Ok(1));
         assert_eq!(gathering.gather.before_look(), 0, "poll_once arms nothing");
+        gathering.gather.after(1, 1024);
+        p.publish_value(&3u64).expect("publish");
+        assert_eq!(gathering.wait(), Ok(crate::WaitOutcome::Ready));
+        assert_eq!(gathering.poll_once(|_| {}), Ok(1));
+        assert_eq!(gathering.gather.before_look(), 16, "still armed");
+    }
+
+    /// The run loop's polls pause as `poll_runs` calls do: a poll right after one that
+    /// handed over events waits first.
+    #[test]
+    fn the_run_loop_pauses_after_a_batch() {
+        let ns = Ns(format!("gather-run-{}", std::process::id()));
+        let config = RingConfig {
+            capacity: 8,
+            producer_mode: ProducerMode::Single,
+            event_size: Some(8),
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let mut c = ring
+            .consumer(ConsumerOptions::anonymous().gather(16))
+            .expect("attach");
+        let mut p = ring.producer().expect("producer");
+        for v in 0u64..2 {
+            p.publish_value(&v).expect("publish");
+        }
+        let got = std::cell::Cell::new(0);
+        let exit = c
+            .run(|_| got.set(got.get() + 1), || got.get() == 2)
+            .expect("run");
+        assert_eq!((exit, got.get()), (crate::RunExit::Stopped, 2));
+        assert_eq!(c.gather.before_look(), 16, "armed by the batch");
+    }
+
+    /// A run cut at the batch cap arms no pause: the events it left behind come at once.
+    #[test]
+    fn a_run_that_fills_the_batch_cap_arms_no_pause() {
+        let ns = Ns(format!("gather-cap-{}", std::process::id()));
+        let config = RingConfig {
+            capacity: 8,
+            producer_mode: ProducerMode::Single,
+            event_size: Some(8),
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let mut c = ring
+            .consumer(ConsumerOptions::anonymous().gather(16).batch_cap(2))
+            .expect("attach");
+        let mut p = ring.producer().expect("producer");
+        for v in 0u64..3 {
+            p.publish_value(&v).expect("publish");
+        }
+        assert_eq!(c.poll_runs(|_, _| {}), Ok(2));
+        assert_eq!(c.gather.before_look(), 0, "cut at the cap");
+        assert_eq!(c.poll_runs(|_, _| {}), Ok(1));
+        assert_eq!(c.gather.before_look(), 16, "up to the cursor");
     }
 
     #[test]
     fn only_a_call_after_one_that_handed_over_events_pauses() {
         let mut g = Gather::new(16);
         assert_eq!(g.before_look(), 0, "the first call");
-        g.after(true);
+        g.after(3, 1024);
         assert_eq!(g.before_look(), 16, "after a run");
-        g.after(false);
+        g.after(0, 1024);
         assert_eq!(g.before_look(), 0, "after an empty call (or an error)");
-        g.after(true);
-        g.after(true);
+        g.after(1, 1024);
+        g.after(1023, 1024);
         assert_eq!(g.before_look(), 16);
         assert_eq!(g.before_look(), 0, "one pause per run");
+        g.after(1024, 1024);
+        assert_eq!(
+            g.before_look(),
+            0,
+            "a full batch may have left events behind"
+        );
     }
 
     #[test]
     fn no_gather_never_pauses() {
         let mut g = Gather::new(0);
-        g.after(true);
+        g.after(3, 1024);
         assert_eq!(g.before_look(), 0);
     }
 }
