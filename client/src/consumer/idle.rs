@@ -57,7 +57,8 @@ impl Consumer {
             let before = self.next;
             let polled = self.poll_once_fallible(&mut handler);
             let n = self.carry_on(polled)?;
-            self.gather.after(n as u64, self.batch_cap);
+            self.gather
+                .after(n as u64, self.next.saturating_sub(before), self.batch_cap);
             if self.next != before || n > 0 {
                 self.idler.reset();
                 self.idle_since = None;

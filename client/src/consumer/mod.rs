@@ -150,8 +150,10 @@ impl ConsumerOptions {
     /// poll of a [`Consumer::run`] loop, that follows one that handed over events first
     /// spends `spins` spin-loop hints (the CPU's pause instruction) before it looks at the
     /// ring; not after a call that filled its batch cap (events may be left behind: a
-    /// backlog drains without pauses). Default 0: no pause. On a ring of stamped slots it
-    /// does nothing.
+    /// backlog drains without pauses; so with `batch_cap(1)` it never pauses). Default 0: no
+    /// pause. On a ring of stamped slots it does nothing. A consumer that reads behind
+    /// upstreams (`after`) pauses after each batch they let through, so each gathering stage
+    /// of a chain adds up to one pause.
     ///
     /// A consumer that keeps up with a producer publishing one event at a time finds a few
     /// events at each look, and each look takes the producer's cursor line and the line it

@@ -36,9 +36,11 @@ impl Consumer {
         for _ in 0..self.gather.before_look() {
             std::hint::spin_loop();
         }
+        let before = self.next;
         let got = self.runs(handler);
+        let handed = *got.as_ref().unwrap_or(&0) as u64;
         self.gather
-            .after(*got.as_ref().unwrap_or(&0) as u64, self.batch_cap);
+            .after(handed, self.next.saturating_sub(before), self.batch_cap);
         got
     }
 
@@ -187,12 +189,13 @@ impl Gather {
         }
     }
 
-    /// After the call: it handed over `handed` events, at most `cap` (the batch cap). A
-    /// call that filled its cap may have left published events behind: the next takes them
-    /// without a pause, so that a backlog drains at full speed.
+    /// After the call: it handed over `handed` events and moved the position `moved`
+    /// sequences (tombstones skipped, or a jump to the head, included), against a batch cap
+    /// of `cap`. A call that moved its whole cap or more may have left published events
+    /// behind: the next takes them without a pause, so that a backlog drains at full speed.
     #[inline]
-    pub(super) fn after(&mut self, handed: u64, cap: u64) {
-        self.armed = self.spins > 0 && handed > 0 && handed < cap;
+    pub(super) fn after(&mut self, handed: u64, moved: u64, cap: u64) {
+        self.armed = self.spins > 0 && handed > 0 && moved < cap;
     }
 }
 
@@ -226,14 +229,14 @@ mod tests {
         assert_eq!(plain.poll_runs(|_, _| {}), Ok(2));
         assert_eq!(gathering.gather.before_look(), 16, "armed after the run");
         assert_eq!(plain.gather.before_look(), 0, "no option, no pause");
-        gathering.gather.after(1, 1024);
+        gathering.gather.after(1, 1, 1024);
         assert_eq!(gathering.poll_runs(|_, _| {}), Ok(0));
         assert_eq!(gathering.gather.before_look(), 0, "not after an empty call");
         // `poll_once` and `wait` neither take an armed pause nor arm one.
         p.publish_value(&2u64).expect("publish");
         assert_eq!(gathering.poll_once(|_| {}), Ok(1));
         assert_eq!(gathering.gather.before_look(), 0, "poll_once arms nothing");
-        gathering.gather.after(1, 1024);
+        gathering.gather.after(1, 1, 1024);
         p.publish_value(&3u64).expect("publish");
         assert_eq!(gathering.wait(), Ok(crate::WaitOutcome::Ready));
         assert_eq!(gathering.poll_once(|_| {}), Ok(1));
@@ -265,6 +268,60 @@ mod tests {
             .expect("run");
         assert_eq!((exit, got.get()), (crate::RunExit::Stopped, 2));
         assert_eq!(c.gather.before_look(), 16, "armed by the batch");
+        // A batch that fills the cap arms nothing.
+        let mut capped = ring
+            .consumer(ConsumerOptions::anonymous().gather(16).batch_cap(2))
+            .expect("attach");
+        for v in 2u64..5 {
+            p.publish_value(&v).expect("publish");
+        }
+        let got = std::cell::Cell::new(0);
+        capped
+            .run(|_| got.set(got.get() + 1), || got.get() == 2)
+            .expect("run");
+        assert_eq!(capped.gather.before_look(), 0, "cut at the cap");
+    }
+
+    /// On a ring of stamped slots the option does nothing: its consumer watches the next
+    /// slot's stamp, not a cursor.
+    #[test]
+    fn a_stamped_ring_s_consumer_never_pauses() {
+        let ns = Ns(format!("gather-stamped-{}", std::process::id()));
+        let config = RingConfig {
+            capacity: 8,
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let mut c = ring
+            .consumer(ConsumerOptions::anonymous().gather(16))
+            .expect("attach");
+        let mut p = ring.producer().expect("producer");
+        p.publish(b"a").expect("publish");
+        let got = std::cell::Cell::new(0);
+        c.run(|_| got.set(got.get() + 1), || got.get() == 1)
+            .expect("run");
+        assert_eq!(c.gather.before_look(), 0);
+        // A ring of sized events reads up to a cursor: there it pauses.
+        let sized = Ring::create(
+            &ns.0,
+            "sized",
+            &RingConfig {
+                capacity: 8,
+                producer_mode: ProducerMode::Single,
+                max_event_size: Some(8),
+                ..RingConfig::default()
+            },
+        )
+        .expect("create");
+        let mut c = sized
+            .consumer(ConsumerOptions::anonymous().gather(16))
+            .expect("attach");
+        let mut p = sized.producer().expect("producer");
+        p.publish(b"a").expect("publish");
+        let got = std::cell::Cell::new(0);
+        c.run(|_| got.set(got.get() + 1), || got.get() == 1)
+            .expect("run");
+        assert_eq!(c.gather.before_look(), 16, "sized events");
     }
 
     /// A run cut at the batch cap arms no pause: the events it left behind come at once.
@@ -295,15 +352,25 @@ mod tests {
     fn only_a_call_after_one_that_handed_over_events_pauses() {
         let mut g = Gather::new(16);
         assert_eq!(g.before_look(), 0, "the first call");
-        g.after(3, 1024);
+        g.after(3, 3, 1024);
         assert_eq!(g.before_look(), 16, "after a run");
-        g.after(0, 1024);
+        g.after(0, 0, 1024);
         assert_eq!(g.before_look(), 0, "after an empty call (or an error)");
-        g.after(1, 1024);
-        g.after(1023, 1024);
+        g.after(0, 5, 1024);
+        assert_eq!(
+            g.before_look(),
+            0,
+            "after a call that only skipped tombstones"
+        );
+        g.after(1000, 1024, 1024);
+        assert_eq!(g.before_look(), 0, "a full batch, tombstones skipped");
+        g.after(2, 5000, 1024);
+        assert_eq!(g.before_look(), 0, "a jump to the head");
+        g.after(1, 1, 1024);
+        g.after(1023, 1023, 1024);
         assert_eq!(g.before_look(), 16);
         assert_eq!(g.before_look(), 0, "one pause per run");
-        g.after(1024, 1024);
+        g.after(1024, 1024, 1024);
         assert_eq!(
             g.before_look(),
             0,
@@ -314,7 +381,7 @@ mod tests {
     #[test]
     fn no_gather_never_pauses() {
         let mut g = Gather::new(0);
-        g.after(3, 1024);
+        g.after(3, 3, 1024);
         assert_eq!(g.before_look(), 0);
     }
 }
