@@ -73,8 +73,8 @@ pub const BATCH: usize = 100;
 pub const GATHER: u32 = 16;
 /// The spins the gathering floor's reader pauses after each run. In turn on the Intel Xeon
 /// guest, 16 and 32 held the bare ring at 78-280 M events/s and 64 and 128 ran it at
-/// 231-321 and 270-310 (two runs and one of five rounds; alternated again later, 64 at
-/// 250-346 in 13 of 15 rounds, 128 at 120-320): its loop is far shorter than `poll_runs`,
+/// 231-321 and 270-310 (64 in two runs of five rounds, 128 in one; alternated again later,
+/// three runs each, 64 at 250-346 in 13 of 15 rounds, 128 at 120-320): its loop is far shorter than `poll_runs`,
 /// so a run needs a longer pause to gather there, and beyond 64 it gained nothing
 /// measurable.
 pub const FLOOR_GATHER: u32 = 64;
@@ -105,7 +105,7 @@ pub const RING_RUNS_ROW: &str =
 /// The ring's batch-100 row, read a run at a time with a pause after each run.
 pub const BATCH_RUNS_ROW: &str =
     "batch 100, 8 B, fixed-size ring, run reads that gather, in turn with the disruptor crate";
-/// The floor the run reads are judged against, each pair's faster of [`FLOOR_ROW`] and
+/// The floor the per-event rows are judged against, each pair's faster of [`FLOOR_ROW`] and
 /// [`FLOOR_GATHER_ROW`] (a name for the targets' text: no row of its own).
 pub const FLOOR_EITHER: &str =
     "bare SPSC ring, per-event, 8 B, in turn, read plainly or with pauses (the faster)";
