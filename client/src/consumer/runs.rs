@@ -203,20 +203,39 @@ impl Gather {
 mod tests {
     use super::Gather;
     use crate::test_ns::Ns;
-    use crate::{ConsumerOptions, ProducerMode, Ring, RingConfig};
+    use crate::{Consumer, ConsumerOptions, ProducerMode, Ring, RingConfig};
+
+    /// A ring of 8 fixed-size 8-byte events.
+    fn fixed() -> RingConfig {
+        RingConfig {
+            capacity: 8,
+            producer_mode: ProducerMode::Single,
+            event_size: Some(8),
+            ..RingConfig::default()
+        }
+    }
+
+    /// Ring "r" with `config` in a namespace of the test's own.
+    fn ring(test: &str, config: &RingConfig) -> (Ns, Ring) {
+        let ns = Ns(format!("{test}-{}", std::process::id()));
+        let ring = Ring::create(&ns.0, "r", config).expect("create");
+        (ns, ring)
+    }
+
+    /// `run` until `n` events were handed over.
+    fn run_for(c: &mut Consumer, n: usize) {
+        let got = std::cell::Cell::new(0);
+        let exit = c
+            .run(|_| got.set(got.get() + 1), || got.get() == n)
+            .expect("run");
+        assert_eq!((exit, got.get()), (crate::RunExit::Stopped, n));
+    }
 
     /// The option reaches the consumer, and `poll_runs` arms the pause after a call that
     /// handed over events, and only then.
     #[test]
     fn poll_runs_pauses_after_a_run_with_the_option_only() {
-        let ns = Ns(format!("gather-{}", std::process::id()));
-        let config = RingConfig {
-            capacity: 8,
-            producer_mode: ProducerMode::Single,
-            event_size: Some(8),
-            ..RingConfig::default()
-        };
-        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let (_ns, ring) = ring("gather", &fixed());
         let mut gathering = ring
             .consumer(ConsumerOptions::anonymous().gather(16))
             .expect("attach");
@@ -247,14 +266,7 @@ mod tests {
     /// handed over events waits first.
     #[test]
     fn the_run_loop_pauses_after_a_batch() {
-        let ns = Ns(format!("gather-run-{}", std::process::id()));
-        let config = RingConfig {
-            capacity: 8,
-            producer_mode: ProducerMode::Single,
-            event_size: Some(8),
-            ..RingConfig::default()
-        };
-        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let (_ns, ring) = ring("gather-run", &fixed());
         let mut c = ring
             .consumer(ConsumerOptions::anonymous().gather(16))
             .expect("attach");
@@ -262,11 +274,7 @@ mod tests {
         for v in 0u64..2 {
             p.publish_value(&v).expect("publish");
         }
-        let got = std::cell::Cell::new(0);
-        let exit = c
-            .run(|_| got.set(got.get() + 1), || got.get() == 2)
-            .expect("run");
-        assert_eq!((exit, got.get()), (crate::RunExit::Stopped, 2));
+        run_for(&mut c, 2);
         assert_eq!(c.gather.before_look(), 16, "armed by the batch");
         // A batch that fills the cap arms nothing.
         let mut capped = ring
@@ -275,10 +283,7 @@ mod tests {
         for v in 2u64..5 {
             p.publish_value(&v).expect("publish");
         }
-        let got = std::cell::Cell::new(0);
-        capped
-            .run(|_| got.set(got.get() + 1), || got.get() == 2)
-            .expect("run");
+        run_for(&mut capped, 2);
         assert_eq!(capped.gather.before_look(), 0, "cut at the cap");
     }
 
@@ -286,55 +291,34 @@ mod tests {
     /// slot's stamp, not a cursor.
     #[test]
     fn a_stamped_ring_s_consumer_never_pauses() {
-        let ns = Ns(format!("gather-stamped-{}", std::process::id()));
-        let config = RingConfig {
+        let stamped = RingConfig {
             capacity: 8,
             ..RingConfig::default()
         };
-        let ring = Ring::create(&ns.0, "r", &config).expect("create");
-        let mut c = ring
-            .consumer(ConsumerOptions::anonymous().gather(16))
-            .expect("attach");
-        let mut p = ring.producer().expect("producer");
-        p.publish(b"a").expect("publish");
-        let got = std::cell::Cell::new(0);
-        c.run(|_| got.set(got.get() + 1), || got.get() == 1)
-            .expect("run");
-        assert_eq!(c.gather.before_look(), 0);
         // A ring of sized events reads up to a cursor: there it pauses.
-        let sized = Ring::create(
-            &ns.0,
-            "sized",
-            &RingConfig {
-                capacity: 8,
-                producer_mode: ProducerMode::Single,
-                max_event_size: Some(8),
-                ..RingConfig::default()
-            },
-        )
-        .expect("create");
-        let mut c = sized
-            .consumer(ConsumerOptions::anonymous().gather(16))
-            .expect("attach");
-        let mut p = sized.producer().expect("producer");
-        p.publish(b"a").expect("publish");
-        let got = std::cell::Cell::new(0);
-        c.run(|_| got.set(got.get() + 1), || got.get() == 1)
-            .expect("run");
-        assert_eq!(c.gather.before_look(), 16, "sized events");
+        let sized = RingConfig {
+            max_event_size: Some(8),
+            event_size: None,
+            ..fixed()
+        };
+        for (config, spins) in [(stamped, 0), (sized, 16)] {
+            let (_ns, ring) = ring("gather-formats", &config);
+            let mut c = ring
+                .consumer(ConsumerOptions::anonymous().gather(16))
+                .expect("attach");
+            ring.producer()
+                .expect("producer")
+                .publish(b"a")
+                .expect("publish");
+            run_for(&mut c, 1);
+            assert_eq!(c.gather.before_look(), spins, "{config:?}");
+        }
     }
 
     /// A run cut at the batch cap arms no pause: the events it left behind come at once.
     #[test]
     fn a_run_that_fills_the_batch_cap_arms_no_pause() {
-        let ns = Ns(format!("gather-cap-{}", std::process::id()));
-        let config = RingConfig {
-            capacity: 8,
-            producer_mode: ProducerMode::Single,
-            event_size: Some(8),
-            ..RingConfig::default()
-        };
-        let ring = Ring::create(&ns.0, "r", &config).expect("create");
+        let (_ns, ring) = ring("gather-cap", &fixed());
         let mut c = ring
             .consumer(ConsumerOptions::anonymous().gather(16).batch_cap(2))
             .expect("attach");
