@@ -176,8 +176,8 @@ fn shm_consumer(args: &Args) -> Result<()> {
         // Chunks in turn, each acknowledged once read (`turn`): the ring per event (twice: by
         // `publish`, then through a `Publisher`), the ring in batches (read the same way, then
         // a run at a time), the ring per event read a run at a time, the floor ring (read
-        // plainly, then with the run reads' pause after each run), and (`crate=1`) asleep
-        // while the producer process runs the `disruptor` crate's chunk.
+        // plainly, then with `turn::FLOOR_GATHER` spins after each run), and (`crate=1`)
+        // asleep while the producer process runs the `disruptor` crate's chunk.
         // The producer's stop after its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
         ensure!(chunk > 0, "chunk must be positive");

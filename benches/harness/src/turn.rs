@@ -270,7 +270,7 @@ pub fn report(
 ) {
     let times = |s: Side| -> Vec<u64> { pairs.iter().map(|p| p[s as usize]).collect() };
     // Each pair's fastest chunk of `sides`.
-    let fastest = |sides: &[Side]| -> Vec<u64> {
+    let faster_of = |sides: &[Side]| -> Vec<u64> {
         pairs
             .iter()
             .map(|p| sides.iter().map(|&s| p[s as usize]).min().unwrap_or(0))
@@ -290,7 +290,7 @@ pub fn report(
         if b.contains(&Side::Crate) && !krate {
             continue;
         }
-        let j = judge(&times(a), &fastest(b), chunk, beaten);
+        let j = judge(&times(a), &faster_of(b), chunk, beaten);
         m.set(&compared_key(a, b, "kept"), j.ratios.len() as f64)
             .set(&compared_key(a, b, "mixed"), j.mixed as f64)
             .set(&compared_key(a, b, "beaten"), j.beaten as f64);
