@@ -11,9 +11,18 @@
 //! change several-fold from one second to the next (ARCHITECTURE.md, "What the slot format
 //! costs"). Here the two rows of a ratio run seconds apart, round after round; the targets
 //! table gives the median of the rounds' ratios and their range. A median of five rounds
-//! still moves when three of them are disturbed: read the range beside it. Each round ends
-//! with the floor ring measured again: a round whose two floor rows differ by more than
-//! [`STEADY`] ran in two placements of the guest and decides no throughput target. Nor does
+//! still moves when three of them are disturbed: read the range beside it.
+//!
+//! The floor ring is measured twice in each round's rotation, read plainly and read with
+//! pauses after each run ([`FLOOR_GATHER_ROW`]), and both again at the round's end. A
+//! caught-up reader that looks at every event or few holds back the producer it watches:
+//! on the Intel Xeon guest the plain floor ring swung between 37 and 364 M events/s from
+//! row to row while the one read with pauses held at 250-330 (2026-12-06). So the floor a
+//! row is divided by is the round's faster of the two ([`FLOOR_EITHER`]; the pauses can
+//! only raise it), and the rows on fixed-size and sized rings are read by a consumer that
+//! gathers ([`GATHER`]), as in turn. A round whose floor (the faster of the two) at its
+//! start and at its end differ by more than [`STEADY`] ran in two placements of the guest
+//! and decides no throughput target. Nor does
 //! a round in which one row of a ratio ran below its fastest round (in any round, steady or
 //! not) divided by [`SLOW`]: that row alone fell into the slow placement, between floor rows
 //! that did not, or the whole round ran there. Nor does a round in which one of shmring's
@@ -29,13 +38,26 @@ use crate::spsc::Format;
 use crate::{floor, latency, peers, throughput, turn};
 
 pub const SUITE: &str = "paired";
-/// Rounds of the rows (ten throughput rows, the rows measured in turn (`turn`), the floor
-/// ring again, and a busy-spin row and its floor per latency shape).
+/// Rounds of the rows (the throughput rows, the rows measured in turn (`turn`), the floor
+/// ring again, plainly and with pauses, and a busy-spin row and its floor per latency
+/// shape).
 pub const ROUNDS: usize = 5;
 /// The rows of each round, by their names in `throughput` and `peers`.
 pub const FLOOR_ROW: &str = throughput::FLOOR_ROW;
-/// The floor ring again, the last row of each round.
+/// The floor ring again, the last row of each round but one.
 pub const FLOOR_AGAIN_ROW: &str = "bare SPSC ring, end of the round";
+/// The floor ring, its reader pausing `turn::FLOOR_GATHER` spins after each run (as the
+/// floor chunk of the same kind in turn): a caught-up reader that looks at every event or
+/// few holds back the producer it watches, so the plain floor ring swings with how often
+/// its reader looks (PERFORMANCE.md, "Run reads that gather").
+pub const FLOOR_GATHER_ROW: &str = "bare SPSC ring, per-event, 8 B, read with pauses";
+/// [`FLOOR_GATHER_ROW`] again, the last row of each round.
+pub const FLOOR_GATHER_AGAIN_ROW: &str = "bare SPSC ring read with pauses, end of the round";
+/// The floor the throughput rows are divided by: in each round the faster of
+/// [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`] (a name for [`ratios`] and the targets' text, no
+/// row of its own). The pauses can only raise the floor, never lower the bar.
+pub const FLOOR_EITHER: &str =
+    "bare SPSC ring, per-event, 8 B, read plainly or with pauses (the faster)";
 /// How far the two floor rows of a round may differ (either way) for its throughput ratios
 /// to count.
 pub const STEADY: f64 = 1.25;
@@ -68,9 +90,20 @@ pub const BUSY_PINGPONG: &str = "busy-spin, ping-pong";
 /// shmring's busy-spin consumer, paced 100 µs, one-way.
 pub const BUSY_PACED: &str = "busy-spin, paced 100 µs";
 
-/// Row name of a 1P1C row of the round, as `throughput` names it.
+/// Row name of a 1P1C row of the round on stamped slots, as `throughput` names it.
 pub fn shm_row(batch: usize) -> String {
     throughput::name(batch, 8)
+}
+
+/// The spins the consumers of the rows on fixed-size and sized rings pause after each
+/// batch or run (`ConsumerOptions::gather`), as in turn (`turn::GATHER`); a ring of stamped
+/// slots takes none.
+pub const GATHER: u32 = turn::GATHER;
+
+/// Row name of the round's row on a fixed-size or sized ring named `name` in `throughput`:
+/// its consumer gathers ([`GATHER`]).
+pub fn gathering_row(name: &str) -> String {
+    throughput::gathering(name)
 }
 
 /// The group of round `r` (from 1).
@@ -88,13 +121,14 @@ pub fn rows() -> u64 {
     (ROUNDS * (THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len() + 1)) as u64
 }
 
-/// The throughput units of a round: twelve rows and the sides in turn (so, with the floor
-/// ring again at its end, a round has this many throughput rows besides the sides).
-const THROUGHPUT_UNITS: usize = 13;
+/// The throughput units of a round: thirteen rows and the sides in turn (so, with the two
+/// floor rows again at its end, a round has one more throughput row than this besides the
+/// sides).
+const THROUGHPUT_UNITS: usize = 14;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Twelve throughput rows, the sides in turn, then one unit per latency pair (its floor
+    // Thirteen throughput rows, the sides in turn, then one unit per latency pair (its floor
     // and busy-spin row).
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
@@ -112,15 +146,16 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 1 => rows.push(throughput::one_row(ctx, 1, &shm_row(1), &group)),
                 2 => rows.push(throughput::one_row(ctx, 100, &shm_row(100), &group)),
                 3 => rows.push(peers::disruptor_throughput(ctx, &group)),
-                4 => rows.push(throughput::fixed_row(ctx, 1, false, &group)),
-                5 => rows.push(throughput::fixed_row(ctx, 100, false, &group)),
-                6 => rows.push(throughput::fixed_row(ctx, 1, true, &group)),
-                7 => rows.push(throughput::fixed_row(ctx, 100, true, &group)),
-                8 => rows.push(throughput::fixed_publisher_row(ctx, &group)),
+                4 => rows.push(throughput::fixed_row(ctx, 1, false, GATHER, &group)),
+                5 => rows.push(throughput::fixed_row(ctx, 100, false, GATHER, &group)),
+                6 => rows.push(throughput::fixed_row(ctx, 1, true, GATHER, &group)),
+                7 => rows.push(throughput::fixed_row(ctx, 100, true, GATHER, &group)),
+                8 => rows.push(throughput::fixed_publisher_row(ctx, GATHER, &group)),
                 9 => rows.extend(turn::rows(ctx, &group)),
                 10 => rows.push(peers::iox_throughput_row(ctx, &group)),
-                11 => rows.push(throughput::sized_row(ctx, 1, &group)),
-                12 => rows.push(throughput::sized_row(ctx, 100, &group)),
+                11 => rows.push(throughput::sized_row(ctx, 1, GATHER, &group)),
+                12 => rows.push(throughput::sized_row(ctx, 100, GATHER, &group)),
+                13 => rows.push(throughput::floor_gather_row(ctx, &group, FLOOR_GATHER_ROW)),
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let names = latency::InTurn {
@@ -151,6 +186,11 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
             Format::Bare,
             &group,
             FLOOR_AGAIN_ROW,
+        ));
+        rows.push(throughput::floor_gather_row(
+            ctx,
+            &group,
+            FLOOR_GATHER_AGAIN_ROW,
         ));
         for row in finish_round(rows, r) {
             ctx.push(row);
@@ -248,10 +288,10 @@ pub const BEATEN: f64 = 1.2;
 pub fn per_event_rows() -> [String; 5] {
     [
         shm_row(1),
-        throughput::FIXED_ONE_ROW.to_owned(),
-        throughput::FIXED_RUNS_ONE_ROW.to_owned(),
-        throughput::FIXED_PUBLISHER_ROW.to_owned(),
-        throughput::SIZED_ONE_ROW.to_owned(),
+        gathering_row(throughput::FIXED_ONE_ROW),
+        gathering_row(throughput::FIXED_RUNS_ONE_ROW),
+        gathering_row(throughput::FIXED_PUBLISHER_ROW),
+        gathering_row(throughput::SIZED_ONE_ROW),
     ]
 }
 
@@ -303,11 +343,10 @@ pub fn turn_ratios(rows: &[Row], row: &str, prefix: &str) -> Ratios {
 }
 
 /// Whether a per-event row of round `r` ran faster than [`BEATEN`] times the round's floor
-/// ring (the faster of its two floor rows, which a steady round lets differ by up to
-/// [`STEADY`]).
+/// ring (the fastest of its floor rows, plain or read with pauses, at either end of the
+/// round, which a steady round lets differ by up to [`STEADY`]).
 fn beaten(rows: &[Row], r: usize) -> bool {
-    let best = |name: &str| best_in(rows, r, name);
-    let Some(floor) = [best(FLOOR_ROW), best(FLOOR_AGAIN_ROW)]
+    let Some(floor) = [floor_at(rows, r, false), floor_at(rows, r, true)]
         .into_iter()
         .flatten()
         .reduce(f64::max)
@@ -317,20 +356,34 @@ fn beaten(rows: &[Row], r: usize) -> bool {
     };
     per_event_rows()
         .iter()
-        .filter_map(|name| best(name))
+        .filter_map(|name| best_in(rows, r, name))
         .any(|v| v > floor * BEATEN)
 }
 
-/// Whether round `r`'s two floor rows agree within [`STEADY`] (a round without both, as
-/// one that failed to measure one, counts as steady: there is nothing to tell).
+/// Whether round `r`'s floor at its two ends ([`floor_at`]) agree within [`STEADY`] (a
+/// round without both, as one that failed to measure one, counts as steady: there is
+/// nothing to tell).
 fn steady(rows: &[Row], r: usize) -> bool {
-    match (
-        best_in(rows, r, FLOOR_ROW),
-        best_in(rows, r, FLOOR_AGAIN_ROW),
-    ) {
+    match (floor_at(rows, r, false), floor_at(rows, r, true)) {
         (Some(a), Some(b)) if a > 0.0 && b > 0.0 => (1.0 / STEADY..=STEADY).contains(&(b / a)),
         _ => true,
     }
+}
+
+/// Round `r`'s floor at its start (its rows in the rotation) or at its `end`: the faster of
+/// the floor ring read plainly and read with pauses, whichever were measured. The reader
+/// with pauses keeps the ring near its best where the plain one swings with its looks, so
+/// on a host where the plain ring alone moves, the round still tells a change of placement.
+fn floor_at(rows: &[Row], r: usize, end: bool) -> Option<f64> {
+    let (plain, paused) = if end {
+        (FLOOR_AGAIN_ROW, FLOOR_GATHER_AGAIN_ROW)
+    } else {
+        (FLOOR_ROW, FLOOR_GATHER_ROW)
+    };
+    [best_in(rows, r, plain), best_in(rows, r, paused)]
+        .into_iter()
+        .flatten()
+        .reduce(f64::max)
 }
 
 /// The best 100 ms (or the whole run's rate) of throughput row `name` in round `r`, if it
@@ -350,7 +403,8 @@ pub fn latency_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
         .collect()
 }
 
-/// `(round, a, b)` of each round that measured both rows, `b` above zero.
+/// `(round, a, b)` of each round that measured both rows, `b` above zero; [`FLOOR_EITHER`]
+/// is the round's faster of its two floor rows at the start.
 fn values_by(
     rows: &[Row],
     group: fn(usize) -> String,
@@ -358,10 +412,20 @@ fn values_by(
     b: &str,
     value: impl Fn(&Row) -> Option<f64>,
 ) -> Vec<(usize, f64, f64)> {
-    let get = |group: &str, name: &str| {
+    let one = |group: &str, name: &str| {
         rows.iter()
             .find(|r| r.suite == SUITE && r.group == group && r.name == name && r.error.is_none())
             .and_then(&value)
+    };
+    let get = |group: &str, name: &str| {
+        if name == FLOOR_EITHER {
+            [one(group, FLOOR_ROW), one(group, FLOOR_GATHER_ROW)]
+                .into_iter()
+                .flatten()
+                .reduce(f64::max)
+        } else {
+            one(group, name)
+        }
     };
     (1..=ROUNDS)
         .filter_map(|r| {
@@ -431,6 +495,58 @@ mod tests {
             row(&round(3), "a", 30.0),
         ];
         assert_eq!(ratios(&rows, "a", "b").values, vec![2.0, 3.0]);
+    }
+
+    #[test]
+    fn the_floor_read_with_pauses_keeps_a_round_steady_and_raises_its_floor() {
+        // (round, shmring's row, plain floor, paused floor, plain again, paused again) in M/s.
+        // Round 1: the plain floor swings (50 then 300) while the floor read with pauses holds
+        // (260, 250): steady, and the row is divided by the faster floor at the start, 260.
+        // Round 2: both floors fell between the ends (the placement changed): left out.
+        // Round 3: only plain floors (a run before the paused rows): judged by them alone.
+        // Round 4: the row outran the plain floor by far (a caught-up plain reader's swing)
+        // but not the paused one: not beaten, it counts.
+        let a = gathering_row(crate::throughput::FIXED_ONE_ROW);
+        let mut rows = Vec::new();
+        for (r, ring, plain, paused, again, paused_again) in [
+            (1, 208.0, 50.0, 260.0, 300.0, 250.0),
+            (2, 200.0, 260.0, 250.0, 90.0, 80.0),
+            (3, 180.0, 200.0, 0.0, 210.0, 0.0),
+            (4, 240.0, 60.0, 300.0, 70.0, 290.0),
+        ] {
+            rows.extend([
+                row(&round(r), &a, ring),
+                row(&round(r), FLOOR_ROW, plain),
+                row(&round(r), FLOOR_AGAIN_ROW, again),
+            ]);
+            if paused > 0.0 {
+                rows.push(row(&round(r), FLOOR_GATHER_ROW, paused));
+                rows.push(row(&round(r), FLOOR_GATHER_AGAIN_ROW, paused_again));
+            }
+        }
+        let r = ratios(&rows, &a, FLOOR_EITHER);
+        assert_eq!(
+            (r.values, r.unsteady, r.beaten),
+            (vec![0.8, 0.9, 0.8], 1, 0)
+        );
+        // Against the plain floor alone, round 1 is the plain ring's swing: unsteady.
+        assert!(!steady(
+            &rows
+                .iter()
+                .filter(|x| x.name != FLOOR_GATHER_ROW && x.name != FLOOR_GATHER_AGAIN_ROW)
+                .cloned()
+                .collect::<Vec<_>>(),
+            1
+        ));
+        // And round 4's row is beaten by that measure (240 > 1.2 x 70).
+        assert!(beaten(
+            &rows
+                .iter()
+                .filter(|x| x.name != FLOOR_GATHER_ROW && x.name != FLOOR_GATHER_AGAIN_ROW)
+                .cloned()
+                .collect::<Vec<_>>(),
+            4
+        ));
     }
 
     #[test]

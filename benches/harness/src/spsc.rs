@@ -417,12 +417,14 @@ pub fn producer(args: &Args) -> Result<()> {
     kit::report(args, &m)
 }
 
-/// The consumer side: busy-spin, read every event, count.
+/// The consumer side: busy-spin, read every event, count; with `gather=N`, pause `N`
+/// spin-loop hints after each run read (as [`BareReceiver::recv_gathering`] does in turn).
 pub fn consumer(args: &Args) -> Result<()> {
     args.pin();
     let ctl = args.ctl()?;
     let ring = Spsc::open(Path::new(args.str("data")?))?;
     let format = Format::parse(args.str_or("format", "bare"))?;
+    let gather: u32 = args.num_or("gather", 0);
     let mut meter = kit::RateMeter::new();
     let (c0, w0) = (kit::thread_cpu_ns(), kit::now_ns());
     ctl.arrive();
@@ -475,6 +477,9 @@ pub fn consumer(args: &Args) -> Result<()> {
         // Relaxed: the commit's parked-producer check, as a shmring consumer makes it (the
         // probe's producer never parks: the word stays 0).
         if format == Format::Fixed && ring.word(FIXED_LINES + 128).load(Ordering::Relaxed) != 0 {
+            std::hint::spin_loop();
+        }
+        for _ in 0..gather {
             std::hint::spin_loop();
         }
     }

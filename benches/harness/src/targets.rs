@@ -296,95 +296,105 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         None,
     );
     // The same throughput ratios, the two rows measured seconds apart in each round (suite
-    // `paired`): the median of the rounds, their range in the text.
+    // `paired`): the median of the rounds, their range in the text. The rows on fixed-size
+    // and sized rings are read by a consumer that gathers (`paired::GATHER`), those on
+    // stamped slots by one that does not (the option does nothing there); the floor is each
+    // round's faster of the floor ring read plainly and read with pauses
+    // (`paired::FLOOR_EITHER`).
     let per_event = paired::shm_row(1);
     let batch_100 = paired::shm_row(100);
+    let g = paired::gathering_row;
+    let fixed_one = g(throughput::FIXED_ONE_ROW);
+    let fixed_publisher = g(throughput::FIXED_PUBLISHER_ROW);
+    let fixed_batch = g(throughput::FIXED_BATCH_ROW);
+    let fixed_runs_one = g(throughput::FIXED_RUNS_ONE_ROW);
+    let fixed_runs_batch = g(throughput::FIXED_RUNS_BATCH_ROW);
+    let sized_one = g(throughput::SIZED_ONE_ROW);
+    let sized_batch = g(throughput::SIZED_BATCH_ROW);
+    let (floor, crate_pe, iox) = (paired::FLOOR_EITHER, paired::DISRUPTOR_ROW, paired::IOX_ROW);
     for (what, a, b, bar) in [
         (
-            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor, paired",
-            throughput::fixed_name(1, false),
-            paired::FLOOR_ROW,
+            "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
+            fixed_one.as_str(),
+            floor,
             0.8,
         ),
         (
-            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process), paired",
-            throughput::fixed_name(1, false),
-            paired::DISRUPTOR_ROW,
+            "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / disruptor crate (in-process), paired",
+            fixed_one.as_str(),
+            crate_pe,
             1.0,
         ),
         (
-            "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / bare SPSC ring floor, paired",
-            throughput::FIXED_PUBLISHER_ROW,
-            paired::FLOOR_ROW,
+            "1P1C 8 B per-event, fixed-size ring, Publisher, a reader that gathers (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
+            fixed_publisher.as_str(),
+            floor,
             0.8,
         ),
         (
-            "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / disruptor crate (in-process), paired",
-            throughput::FIXED_PUBLISHER_ROW,
-            paired::DISRUPTOR_ROW,
+            "1P1C 8 B per-event, fixed-size ring, Publisher, a reader that gathers (best 100 ms) / disruptor crate (in-process), paired",
+            fixed_publisher.as_str(),
+            crate_pe,
             1.0,
         ),
         (
-            "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event, paired",
-            throughput::fixed_name(100, false),
-            paired::DISRUPTOR_ROW,
+            "1P1C 8 B batch-100, fixed-size ring, a reader that gathers (best 100 ms) / disruptor crate per-event, paired",
+            fixed_batch.as_str(),
+            crate_pe,
             2.5,
         ),
         (
-            "1P1C 8 B per-event, fixed-size ring, run reads (best 100 ms) / bare SPSC ring floor, paired",
-            throughput::fixed_name(1, true),
-            paired::FLOOR_ROW,
+            "1P1C 8 B per-event, fixed-size ring, run reads that gather (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
+            fixed_runs_one.as_str(),
+            floor,
             0.8,
         ),
         (
-            "1P1C 8 B batch-100, fixed-size ring, run reads (best 100 ms) / disruptor crate per-event, paired",
-            throughput::fixed_name(100, true),
-            paired::DISRUPTOR_ROW,
+            "1P1C 8 B batch-100, fixed-size ring, run reads that gather (best 100 ms) / disruptor crate per-event, paired",
+            fixed_runs_batch.as_str(),
+            crate_pe,
             2.5,
         ),
         (
-            "1P1C 8 B per-event, ring of sized events (best 100 ms) / bare SPSC ring floor, paired",
-            throughput::SIZED_ONE_ROW,
-            paired::FLOOR_ROW,
+            "1P1C 8 B per-event, ring of sized events, a reader that gathers (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
+            sized_one.as_str(),
+            floor,
             0.8,
         ),
         (
-            "1P1C 8 B per-event, ring of sized events (best 100 ms) / disruptor crate (in-process), paired",
-            throughput::SIZED_ONE_ROW,
-            paired::DISRUPTOR_ROW,
+            "1P1C 8 B per-event, ring of sized events, a reader that gathers (best 100 ms) / disruptor crate (in-process), paired",
+            sized_one.as_str(),
+            crate_pe,
             1.0,
         ),
         (
-            "1P1C 8 B batch-100, ring of sized events (best 100 ms) / disruptor crate per-event, paired",
-            throughput::SIZED_BATCH_ROW,
-            paired::DISRUPTOR_ROW,
+            "1P1C 8 B batch-100, ring of sized events, a reader that gathers (best 100 ms) / disruptor crate per-event, paired",
+            sized_batch.as_str(),
+            crate_pe,
             2.5,
         ),
         (
-            "1P1C 8 B per-event, ring of sized events (best 100 ms) / iceoryx2, paired",
-            throughput::SIZED_ONE_ROW,
-            paired::IOX_ROW,
+            "1P1C 8 B per-event, ring of sized events, a reader that gathers (best 100 ms) / iceoryx2, paired",
+            sized_one.as_str(),
+            iox,
             20.0,
         ),
-    ]
-    .into_iter()
-    .chain([
         (
-            "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor, paired",
+            "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
             per_event.as_str(),
-            paired::FLOOR_ROW,
+            floor,
             0.8,
         ),
         (
             "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired",
             per_event.as_str(),
-            paired::DISRUPTOR_ROW,
+            crate_pe,
             1.0,
         ),
         (
             "1P1C 8 B batch-100 throughput (best 100 ms) / disruptor crate per-event, paired",
             batch_100.as_str(),
-            paired::DISRUPTOR_ROW,
+            crate_pe,
             2.5,
         ),
         (
@@ -397,18 +407,18 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
         // row of the `peers` suite, minutes apart, where the guest's placement may have
         // changed for either row (iceoryx2 has two rates too, see `paired::IOX_SLOW`).
         (
-            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / iceoryx2, paired",
-            throughput::FIXED_ONE_ROW,
-            paired::IOX_ROW,
+            "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / iceoryx2, paired",
+            fixed_one.as_str(),
+            iox,
             20.0,
         ),
         (
             "1P1C 8 B per-event throughput (best 100 ms) / iceoryx2, paired",
             per_event.as_str(),
-            paired::IOX_ROW,
+            iox,
             20.0,
         ),
-    ]) {
+    ] {
         out.extend(paired_target(
             what,
             a,
@@ -797,7 +807,7 @@ mod tests {
         ] {
             rows.extend(
                 [
-                    (throughput::FIXED_ONE_ROW.to_owned(), fixed),
+                    (paired::gathering_row(throughput::FIXED_ONE_ROW), fixed),
                     (paired::shm_row(1), stamped),
                     (paired::IOX_ROW.to_owned(), iox),
                 ]
@@ -807,7 +817,7 @@ mod tests {
         let targets = evaluate(&rows);
         let fixed = target(
             &targets,
-            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / iceoryx2, paired",
+            "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / iceoryx2, paired",
         );
         // 50, 70, 50: the median of the three rounds that count, each divided by its own
         // round's iceoryx2 (with round 5's 120.8 kept, the median would be 60).
@@ -1015,7 +1025,7 @@ mod tests {
         let targets = evaluate(&rows);
         let t = target(
             &targets,
-            "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor, paired",
+            "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
         );
         assert!(!t.decided && !t.met && t.ratio.is_nan(), "{t:?}");
         assert!(
@@ -1054,7 +1064,7 @@ mod tests {
         ] {
             rows.extend(
                 [
-                    (throughput::FIXED_ONE_ROW.to_owned(), fixed),
+                    (paired::gathering_row(throughput::FIXED_ONE_ROW), fixed),
                     (paired::shm_row(1), stamped),
                     (paired::FLOOR_ROW.to_owned(), floor),
                     (paired::FLOOR_AGAIN_ROW.to_owned(), again),
@@ -1063,7 +1073,8 @@ mod tests {
                 .map(|(name, ops)| paired_row(r, &name, ops)),
             );
         }
-        let r = paired::ratios(&rows, throughput::FIXED_ONE_ROW, paired::FLOOR_ROW);
+        let fixed = paired::gathering_row(throughput::FIXED_ONE_ROW);
+        let r = paired::ratios(&rows, &fixed, paired::FLOOR_EITHER);
         assert_eq!(
             (r.values.len(), r.unsteady, r.beaten, r.slow),
             (0, 2, 3, 0),
@@ -1071,8 +1082,8 @@ mod tests {
         );
         let targets = evaluate(&rows);
         for what in [
-            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor, paired",
-            "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process), paired",
+            "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
+            "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / disruptor crate (in-process), paired",
             PER_EVENT_CRATE,
         ] {
             let t = target(&targets, what);

@@ -101,7 +101,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         (Format::Fixed, PROBE, PROBE_FIXED),
     ] {
         ctx.bar.set_message(format!("throughput: {name}"));
-        let row = floor(ctx, format, group, name);
+        let row = floor(ctx, format, 0, group, name);
         ctx.push(row);
     }
     for batch in FORMS {
@@ -118,19 +118,19 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     for (batch, runs) in [(1, false), (100, false), (1, true), (100, true)] {
         ctx.bar
             .set_message(format!("throughput: {}", fixed_name(batch, runs)));
-        let row = fixed_row(ctx, batch, runs, ONE);
+        let row = fixed_row(ctx, batch, runs, 0, ONE);
         ctx.push(row);
     }
     ctx.bar
         .set_message(format!("throughput: {FIXED_PUBLISHER_ROW}"));
-    let row = fixed_publisher_row(ctx, ONE);
+    let row = fixed_publisher_row(ctx, 0, ONE);
     ctx.push(row);
     for batch in [1, 100] {
-        let row = sized_row(ctx, batch, ONE);
+        let row = sized_row(ctx, batch, 0, ONE);
         ctx.push(row);
     }
     ctx.bar.set_message(format!("throughput: {SIZED_64_ROW}"));
-    let row = sized_row_of(ctx, 1, 64, SIZED_64_ROW, ONE);
+    let row = sized_row_of(ctx, 1, 64, 0, SIZED_64_ROW, ONE);
     ctx.push(row);
     for (p, c, n) in [
         (2, 1, "2P1C per-event"),
@@ -143,14 +143,20 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     }
     ctx.bar
         .set_message(format!("throughput: {FLOOR_AGAIN_ROW}"));
-    let row = floor(ctx, Format::Bare, FLOOR, FLOOR_AGAIN_ROW);
+    let row = floor(ctx, Format::Bare, 0, FLOOR, FLOOR_AGAIN_ROW);
     ctx.push(row);
     Ok(())
 }
 
 /// The floor ring's row, for another suite (`paired`).
 pub fn floor_row(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row {
-    floor(ctx, format, group, name)
+    floor(ctx, format, 0, group, name)
+}
+
+/// The floor ring's row with its reader pausing `turn::FLOOR_GATHER` spins after each run
+/// (as the floor chunk of the same name in turn), for another suite (`paired`).
+pub fn floor_gather_row(ctx: &mut Ctx, group: &str, name: &str) -> Row {
+    floor(ctx, Format::Bare, crate::turn::FLOOR_GATHER, group, name)
 }
 
 /// A 1P1C row with 8-byte events and a busy-spin consumer, `batch` events per publish
@@ -170,69 +176,91 @@ pub fn fixed_name(batch: usize, runs: bool) -> &'static str {
     }
 }
 
+/// Row name of row `name` whose consumer is attached with `ConsumerOptions::gather` (as
+/// `paired` measures the rows on fixed-size and sized rings): named apart, so that its
+/// figures are not read as those of the row without pauses.
+pub fn gathering(name: &str) -> String {
+    format!("{name}, a reader that gathers")
+}
+
+/// The name of row `name` read with `gather` spins ([`gathering`] unless 0).
+fn named(name: &str, gather: u32) -> String {
+    if gather == 0 {
+        name.to_owned()
+    } else {
+        gathering(name)
+    }
+}
+
 /// A 1P1C row on a ring of fixed-size 8-byte events with a busy-spin consumer, `batch`
-/// events per publish, its consumer reading with `Consumer::poll_runs` if `runs` (also for
-/// `paired`).
-pub fn fixed_row(ctx: &mut Ctx, batch: usize, runs: bool, group: &str) -> Row {
+/// events per publish, its consumer reading with `Consumer::poll_runs` if `runs` and
+/// attached with `gather(gather)` (also for `paired`).
+pub fn fixed_row(ctx: &mut Ctx, batch: usize, runs: bool, gather: u32, group: &str) -> Row {
     let reads = if runs { "runs" } else { "count" };
-    let name = fixed_name(batch, runs);
     one_ring(
         ctx,
         batch,
         8,
         (1, 1),
         (ProducerMode::Single, Some(8), None),
-        (reads, false),
-        name,
+        (reads, false, gather),
+        &named(fixed_name(batch, runs), gather),
         group,
     )
 }
 
 /// A 1P1C row of 8-byte events on a ring of sized events of up to 8 bytes with a busy-spin
-/// consumer, `batch` events per publish (also for `paired`).
-pub fn sized_row(ctx: &mut Ctx, batch: usize, group: &str) -> Row {
+/// consumer attached with `gather(gather)`, `batch` events per publish (also for `paired`).
+pub fn sized_row(ctx: &mut Ctx, batch: usize, gather: u32, group: &str) -> Row {
     let name = if batch == 1 {
         SIZED_ONE_ROW
     } else {
         SIZED_BATCH_ROW
     };
-    sized_row_of(ctx, batch, 8, name, group)
+    sized_row_of(ctx, batch, 8, gather, &named(name, gather), group)
 }
 
 /// A 1P1C row of `size`-byte events on a ring of sized events of up to `size` bytes with a
 /// busy-spin consumer, `batch` events per publish.
-fn sized_row_of(ctx: &mut Ctx, batch: usize, size: usize, name: &str, group: &str) -> Row {
+fn sized_row_of(
+    ctx: &mut Ctx,
+    batch: usize,
+    size: usize,
+    gather: u32,
+    name: &str,
+    group: &str,
+) -> Row {
     one_ring(
         ctx,
         batch,
         size,
         (1, 1),
         (ProducerMode::Single, None, Some(size as u32)),
-        ("count", false),
+        ("count", false, gather),
         name,
         group,
     )
 }
 
 /// The 1P1C per-event row on a ring of fixed-size 8-byte events (busy-spin consumer, one
-/// event per handler call), its producer publishing through a `Publisher` (also for
-/// `paired`).
-pub fn fixed_publisher_row(ctx: &mut Ctx, group: &str) -> Row {
+/// event per handler call, attached with `gather(gather)`), its producer publishing
+/// through a `Publisher` (also for `paired`).
+pub fn fixed_publisher_row(ctx: &mut Ctx, gather: u32, group: &str) -> Row {
     one_ring(
         ctx,
         1,
         8,
         (1, 1),
         (ProducerMode::Single, Some(8), None),
-        ("count", true),
-        FIXED_PUBLISHER_ROW,
+        ("count", true, gather),
+        &named(FIXED_PUBLISHER_ROW, gather),
         group,
     )
 }
 
 /// The floor row (the bare SPSC ring) or a slot format probe (the same ring with shmring's
 /// stamps), with the same duration and pinning as the 1P1C rows.
-fn floor(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row {
+fn floor(ctx: &mut Ctx, format: Format, gather: u32, group: &str, name: &str) -> Row {
     let row = Row::new(SUITE, group, name, Kind::Throughput);
     let dur = ctx.sizes.throughput;
     let measured = (|| -> Result<Row> {
@@ -249,7 +277,9 @@ fn floor(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row {
             a.extend(ctx.cpu(cpu));
             a
         };
-        roles.spawn("spsc-consumer", &common(1))?;
+        let mut consumer = common(1);
+        consumer.push(kv("gather", gather));
+        roles.spawn("spsc-consumer", &consumer)?;
         roles.spawn("spsc-producer", &common(0))?;
         let parts = roles.finish(dur * 20 + std::time::Duration::from_secs(30))?;
         let _ = std::fs::remove_file(&data);
@@ -315,7 +345,7 @@ fn one_in(
         size,
         (producers, consumers),
         (mode, None, None),
-        ("count", false),
+        ("count", false, 0),
         name,
         group,
     )
@@ -323,15 +353,16 @@ fn one_in(
 
 #[allow(clippy::too_many_arguments)]
 /// A row of `producers` and `consumers` processes on a ring of mode `mode` (of fixed-size
-/// events if `event_size` is set, of sized events if `max_event_size` is), its consumers in mode `reads` (`count`, or `runs`), its
-/// producers publishing per event through a `Publisher` if `publisher`.
+/// events if `event_size` is set, of sized events if `max_event_size` is), its consumers in
+/// mode `reads` (`count`, or `runs`) and attached with `gather(gather)`, its producers
+/// publishing per event through a `Publisher` if `publisher`.
 fn one_ring(
     ctx: &mut Ctx,
     batch: usize,
     size: usize,
     (producers, consumers): (usize, usize),
     (mode, event_size, max_event_size): (ProducerMode, Option<u32>, Option<u32>),
-    (reads, publisher): (&str, bool),
+    (reads, publisher, gather): (&str, bool, u32),
     name: &str,
     group: &str,
 ) -> Row {
@@ -365,6 +396,7 @@ fn one_ring(
                 vec![
                     kv("wait", wait),
                     kv("mode", reads),
+                    kv("gather", gather),
                     kv("best_window_ns", kit::best_window(dur)),
                 ]
             })
