@@ -1,6 +1,8 @@
 //! Suite `latency`: one-way hand-off, publish to handler entry, for every wait strategy:
 //! paced 100 µs apart, back-to-back ping-pong over two rings, and the wake-up after 2 ms of
-//! quiet, each with the consumer's CPU share.
+//! quiet, each with the consumer's CPU share. Then the busy-spin consumer on a fixed-size
+//! ring of 16-byte events, paced and ping-pong, without pauses and attached with
+//! `gather(`[`GATHER`]`)` (group [`FIXED`]): what the option costs an event's hand-off.
 //!
 //! The producer writes the send time into the event: for paced rows the *intended* send
 //! time, so coordinated omission is charged (see `shmring_peers::kit::Pacer`).
@@ -23,12 +25,27 @@ pub const IDLE: &str = "after 2 ms idle, one-way";
 /// of lines, in the same two pinned processes (`paced_interleaved`).
 pub const INTERLEAVED_RUN: u64 = 50;
 
+/// The group of the rows on a fixed-size ring, without pauses and with `gather`.
+pub const FIXED: &str =
+    "busy-spin on a fixed-size ring of 16-byte events, without pauses and with gather(16)";
+/// The spins of the gathering rows of [`FIXED`] (as the throughput rows' consumers pause,
+/// `turn::GATHER`).
+pub const GATHER: u32 = crate::turn::GATHER;
+/// The rows of [`FIXED`]: (name, shape, spins after each batch), each shape's two rows
+/// measured back to back.
+pub const FIXED_ROWS: [(&str, &str, u32); 4] = [
+    ("paced 100 µs, no pause", PACED, 0),
+    ("paced 100 µs, gather(16)", PACED, GATHER),
+    ("ping-pong, no pause", PINGPONG, 0),
+    ("ping-pong, gather(16)", PINGPONG, GATHER),
+];
+
 /// Rows this suite adds.
 pub fn rows() -> u64 {
-    3 * STRATEGIES.len() as u64
+    (3 * STRATEGIES.len() + FIXED_ROWS.len()) as u64
 }
 
-/// Measure every strategy in every shape.
+/// Measure every strategy in every shape, then the rows on a fixed-size ring.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
     for group in [PACED, PINGPONG, IDLE] {
         for wait in STRATEGIES {
@@ -36,7 +53,59 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
             ctx.push(row);
         }
     }
+    for (name, shape, gather) in FIXED_ROWS {
+        let row = fixed_one(ctx, name, shape, gather);
+        ctx.push(row);
+    }
     Ok(())
+}
+
+/// The ring a latency row runs on: stamped slots ([`On::STAMPED`]), or a fixed-size ring of
+/// 16-byte events (the producer's send time in the second 8 bytes) whose busy-spin
+/// consumer pauses `gather` spins after each batch (`ConsumerOptions::gather`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct On {
+    /// `RingConfig::event_size`, or stamped slots.
+    pub event_size: Option<u32>,
+    /// The consumer's `gather` spins.
+    pub gather: u32,
+}
+
+impl On {
+    /// Stamped slots of 64 bytes, no pauses: every row but [`FIXED`]'s.
+    pub const STAMPED: On = On {
+        event_size: None,
+        gather: 0,
+    };
+
+    fn setup(self, mut setup: Setup) -> Setup {
+        setup.event_size = self.event_size;
+        for c in &mut setup.consumers {
+            c.push(kv("gather", self.gather));
+        }
+        setup
+    }
+}
+
+/// Row `name` of [`FIXED`]: the busy-spin consumer in `shape` ([`PACED`] or [`PINGPONG`]) on
+/// a fixed-size ring of 16-byte events, pausing `gather` spins after each batch, compared
+/// with the spin floor of the same shape measured earlier in this run.
+fn fixed_one(ctx: &mut Ctx, name: &str, shape: &str, gather: u32) -> Row {
+    let s = ctx.sizes;
+    let on = On {
+        event_size: Some(16),
+        gather,
+    };
+    let mut row = if shape == PACED {
+        paced(ctx, (FIXED, on), "busy-spin", s.paced, s.warmup, PACE)
+    } else {
+        pingpong(ctx, (FIXED, on), "busy-spin", s.pingpong)
+    };
+    row.name = name.to_owned();
+    if let Some(f) = floor::get(&ctx.rows, floor_for("busy-spin", shape)) {
+        row.against(f);
+    }
+    row
 }
 
 /// Measure `wait` in the shape `group` (one of this suite's groups), compared with the floor
@@ -45,11 +114,13 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
 pub fn one(ctx: &mut Ctx, group: &str, wait: &str) -> Row {
     let s = ctx.sizes;
     let row = match group {
-        PACED => paced(ctx, PACED, wait, s.paced, s.warmup, PACE),
+        PACED => paced(ctx, (PACED, On::STAMPED), wait, s.paced, s.warmup, PACE),
         // A sleeping consumer sleeps on every hop: fewer round trips keep the row short.
-        PINGPONG if wait == "sleeping" => pingpong(ctx, wait, s.pingpong / 10),
-        PINGPONG => pingpong(ctx, wait, s.pingpong),
-        IDLE => paced(ctx, IDLE, wait, s.idle, s.warmup, IDLE_GAP),
+        PINGPONG if wait == "sleeping" => {
+            pingpong(ctx, (PINGPONG, On::STAMPED), wait, s.pingpong / 10)
+        }
+        PINGPONG => pingpong(ctx, (PINGPONG, On::STAMPED), wait, s.pingpong),
+        IDLE => paced(ctx, (IDLE, On::STAMPED), wait, s.idle, s.warmup, IDLE_GAP),
         _ => {
             return Row::new(SUITE, group, wait, Kind::Latency)
                 .failed(&anyhow::anyhow!("no latency group is named {group:?}"))
@@ -77,9 +148,17 @@ fn finish(ctx: &Ctx, mut row: Row, wait: &str) -> Row {
     row
 }
 
-fn paced(ctx: &mut Ctx, group: &str, wait: &str, count: u64, warmup: u64, gap: Duration) -> Row {
+/// A paced row in `group` of `wait`'s consumer on the ring `on`.
+fn paced(
+    ctx: &mut Ctx,
+    (group, on): (&str, On),
+    wait: &str,
+    count: u64,
+    warmup: u64,
+    gap: Duration,
+) -> Row {
     ctx.bar.set_message(format!("latency: {wait}, {group}"));
-    let setup = Setup::one_to_one(
+    let setup = on.setup(Setup::one_to_one(
         vec![
             kv("wait", wait),
             kv("mode", "latency"),
@@ -92,7 +171,7 @@ fn paced(ctx: &mut Ctx, group: &str, wait: &str, count: u64, warmup: u64, gap: D
             kv("interval_ns", gap.as_nanos()),
         ],
         ctx.timeout(count, gap),
-    );
+    ));
     let row = Row::new(SUITE, group, wait, Kind::Latency);
     match shm::run(ctx, "lat", setup) {
         Ok(p) => paced_row(row, &p),
@@ -115,10 +194,12 @@ fn paced_row(row: Row, p: &shm::Parts) -> Row {
     r
 }
 
-fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
+/// A ping-pong row in `group` of `wait`'s consumer on the ring `on` (the echo ring is
+/// always of stamped slots).
+fn pingpong(ctx: &mut Ctx, (group, on): (&str, On), wait: &str, count: u64) -> Row {
     ctx.bar.set_message(format!("latency: {wait}, ping-pong"));
     let warmup = ctx.sizes.warmup;
-    let mut setup = Setup::one_to_one(
+    let mut setup = on.setup(Setup::one_to_one(
         vec![kv("wait", wait), kv("mode", "echo"), kv("warmup", warmup)],
         vec![
             kv("mode", "pingpong"),
@@ -127,9 +208,9 @@ fn pingpong(ctx: &mut Ctx, wait: &str, count: u64) -> Row {
             kv("warmup", warmup),
         ],
         ctx.timeout(count, Duration::from_micros(500)),
-    );
+    ));
     setup.echo = true;
-    let row = Row::new(SUITE, PINGPONG, wait, Kind::Latency);
+    let row = Row::new(SUITE, group, wait, Kind::Latency);
     match shm::run(ctx, "pp", setup) {
         Ok(p) => {
             let c = &p.consumers[0];
@@ -223,7 +304,31 @@ pub fn paced_interleaved(ctx: &mut Ctx, group: &str, names: &InTurn<'_>) -> (Row
 mod tests {
     use std::time::Duration;
 
+    use super::*;
     use crate::shm::Setup;
+
+    /// A row on a fixed-size ring makes that ring and attaches its consumer with its
+    /// pauses; every other row keeps stamped slots and no pauses.
+    #[test]
+    fn a_row_runs_on_the_ring_it_names() {
+        let base = || Setup::one_to_one(vec![kv("wait", "busy-spin")], Vec::new(), Duration::ZERO);
+        let fixed = On {
+            event_size: Some(16),
+            gather: GATHER,
+        }
+        .setup(base());
+        assert_eq!(fixed.event_size, Some(16));
+        assert!(fixed.consumers[0].contains(&kv("gather", GATHER)));
+        let stamped = On::STAMPED.setup(base());
+        assert_eq!(stamped.event_size, None);
+        assert!(stamped.consumers[0].contains(&kv("gather", 0)));
+        // Each shape's rows back to back, without pauses first, then with them.
+        for pair in FIXED_ROWS.chunks(2) {
+            assert_eq!(pair[0].1, pair[1].1);
+            assert_eq!((pair[0].2, pair[1].2), (0, GATHER), "{pair:?}");
+        }
+        assert_eq!(GATHER, 16, "the rows are named after 16 spins");
+    }
 
     /// The bare ring of the paced row in turn has as many lines as the row's ring has
     /// slots, each a slot's size apart: the two lanes move the same working set.
