@@ -13,16 +13,17 @@
 //! table gives the median of the rounds' ratios and their range. A median of five rounds
 //! still moves when three of them are disturbed: read the range beside it.
 //!
-//! The floor ring is measured twice in each round's rotation, read plainly and read with
-//! pauses after each run ([`FLOOR_GATHER_ROW`]), and both again at the round's end. A
-//! caught-up reader that looks at every event or few holds back the producer it watches:
-//! on the Intel Xeon guest the plain floor ring swung between 37 and 364 M events/s from
-//! row to row while the one read with pauses held at 250-330 (2026-12-06). So the floor a
-//! row is divided by is the round's faster of the two ([`FLOOR_EITHER`]; the pauses can
-//! only raise it), and the rows on fixed-size and sized rings are read by a consumer that
-//! gathers ([`GATHER`]), as in turn. A round whose floor (the faster of the two) at its
-//! start and at its end differ by more than [`STEADY`] ran in two placements of the guest
-//! and decides no throughput target. Nor does
+//! The floor ring is measured read with pauses after each run ([`FLOOR_GATHER_ROW`]) as
+//! each round's first row, read plainly in its rotation, and both ways again as its last
+//! rows. A caught-up reader that looks at every event or few holds back the producer it
+//! watches: on the Intel Xeon guest the plain floor ring swung between 37 and 364 M
+//! events/s from row to row while the one read with pauses ran at 265-429 (three full
+//! runs, 2026-12-06).
+//! So the floor a row is divided by is the round's faster of the two ([`FLOOR_EITHER`];
+//! the pauses can only raise it), and the rows on fixed-size and sized rings are read by a
+//! consumer that gathers ([`GATHER`]), as in turn. A round whose floor read with pauses
+//! moved by more than [`STEADY`] from its first row to its last ran in two placements of
+//! the guest and decides no throughput target. Nor does
 //! a round in which one row of a ratio ran below its fastest round (in any round, steady or
 //! not) divided by [`SLOW`]: that row alone fell into the slow placement, between floor rows
 //! that did not, or the whole round ran there. Nor does a round in which one of shmring's
@@ -58,8 +59,8 @@ pub const FLOOR_GATHER_AGAIN_ROW: &str = "bare SPSC ring read with pauses, end o
 /// row of its own). The pauses can only raise the floor, never lower the bar.
 pub const FLOOR_EITHER: &str =
     "bare SPSC ring, per-event, 8 B, read plainly or with pauses (the faster)";
-/// How far the two floor rows of a round may differ (either way) for its throughput ratios
-/// to count.
+/// How far a round's floor may move (either way) from its first row to its last for its
+/// throughput ratios to count (see [`steady`]).
 pub const STEADY: f64 = 1.25;
 pub const DISRUPTOR_ROW: &str = peers::DISRUPTOR;
 /// iceoryx2's per-event row (busy-poll subscriber).
@@ -116,27 +117,34 @@ pub fn latency_round(r: usize) -> String {
     format!("round {r}, latency")
 }
 
-/// Rows this suite adds (a latency pair's two rows, and the bare ring of the pair in turn).
-pub fn rows() -> u64 {
-    (ROUNDS * (THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len() + 1)) as u64
+/// Rows of a round: the floor read with pauses first, the throughput units but the one in
+/// turn (a row each) and the sides in turn, a latency pair's two rows each (the pair in
+/// turn three, with the bare ring), and the two floor rows at the end.
+fn round_rows() -> usize {
+    1 + (THROUGHPUT_UNITS - 1) + turn::sides().len() + 2 * LATENCY.len() + 1 + 2
 }
 
-/// The throughput units of a round: thirteen rows and the sides in turn (so, with the two
-/// floor rows again at its end, a round has one more throughput row than this besides the
-/// sides).
-const THROUGHPUT_UNITS: usize = 14;
+/// Rows this suite adds.
+pub fn rows() -> u64 {
+    (ROUNDS * round_rows()) as u64
+}
+
+/// The throughput units of a round, rotated: twelve rows and the sides in turn.
+const THROUGHPUT_UNITS: usize = 13;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Thirteen throughput rows, the sides in turn, then one unit per latency pair (its floor
+    // Twelve throughput rows, the sides in turn, then one unit per latency pair (its floor
     // and busy-spin row).
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
         let lat_group = latency_round(r);
         ctx.bar.set_message(format!("paired: {group}"));
-        let mut rows =
-            Vec::with_capacity(THROUGHPUT_UNITS + turn::sides().len() + 2 * LATENCY.len() + 1);
+        let mut rows = Vec::with_capacity(round_rows());
+        // First, whatever the rotation: the floor read with pauses, against which the same
+        // row at the end tells whether the round stayed in one placement (see `steady`).
+        rows.push(throughput::floor_gather_row(ctx, &group, FLOOR_GATHER_ROW));
         // The units rotated, so that the first row changes from round to round (a unit still
         // follows the same one unless it runs first); a latency pair runs its two rows back
         // to back, floor first in odd rounds and busy-spin first in even ones.
@@ -155,7 +163,6 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 10 => rows.push(peers::iox_throughput_row(ctx, &group)),
                 11 => rows.push(throughput::sized_row(ctx, 1, GATHER, &group)),
                 12 => rows.push(throughput::sized_row(ctx, 100, GATHER, &group)),
-                13 => rows.push(throughput::floor_gather_row(ctx, &group, FLOOR_GATHER_ROW)),
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let names = latency::InTurn {
@@ -180,7 +187,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 }
             }
         }
-        // Last, whatever the rotation: the round's steadiness check (see `STEADY`).
+        // Last, whatever the rotation: the floor again, both ways (see `steady`).
         rows.push(throughput::floor_row(
             ctx,
             Format::Bare,
@@ -360,20 +367,28 @@ fn beaten(rows: &[Row], r: usize) -> bool {
         .any(|v| v > floor * BEATEN)
 }
 
-/// Whether round `r`'s floor at its two ends ([`floor_at`]) agree within [`STEADY`] (a
-/// round without both, as one that failed to measure one, counts as steady: there is
-/// nothing to tell).
+/// Whether round `r` stayed in one placement of the guest: its floor ring read with pauses
+/// at its first row and at its last agree within [`STEADY`]. The reader with pauses holds
+/// the ring near its best where the plain one swings with its own looks (on the Intel Xeon
+/// guest the plain ring moved several-fold from row to row within a placement), so only a
+/// change of placement moves it. A round measured without those rows (an older run's) is
+/// judged by its two plain floor rows (its rotation's and its last); a round without both
+/// rows of either pair, as one that failed to measure one, counts as steady: there is
+/// nothing to tell.
 fn steady(rows: &[Row], r: usize) -> bool {
-    match (floor_at(rows, r, false), floor_at(rows, r, true)) {
-        (Some(a), Some(b)) if a > 0.0 && b > 0.0 => (1.0 / STEADY..=STEADY).contains(&(b / a)),
+    let best = |name: &str| best_in(rows, r, name).filter(|v| *v > 0.0);
+    let within = |a: f64, b: f64| (1.0 / STEADY..=STEADY).contains(&(b / a));
+    match (
+        (best(FLOOR_GATHER_ROW), best(FLOOR_GATHER_AGAIN_ROW)),
+        (best(FLOOR_ROW), best(FLOOR_AGAIN_ROW)),
+    ) {
+        ((Some(a), Some(b)), _) | (_, (Some(a), Some(b))) => within(a, b),
         _ => true,
     }
 }
 
-/// Round `r`'s floor at its start (its rows in the rotation) or at its `end`: the faster of
-/// the floor ring read plainly and read with pauses, whichever were measured. The reader
-/// with pauses keeps the ring near its best where the plain one swings with its looks, so
-/// on a host where the plain ring alone moves, the round still tells a change of placement.
+/// Round `r`'s floor in its rotation or at its `end`: the faster of the floor ring read
+/// plainly and read with pauses, whichever were measured (for [`beaten`]).
 fn floor_at(rows: &[Row], r: usize, end: bool) -> Option<f64> {
     let (plain, paused) = if end {
         (FLOOR_AGAIN_ROW, FLOOR_GATHER_AGAIN_ROW)
@@ -404,7 +419,7 @@ pub fn latency_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
 }
 
 /// `(round, a, b)` of each round that measured both rows, `b` above zero; [`FLOOR_EITHER`]
-/// is the round's faster of its two floor rows at the start.
+/// is the round's faster of [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`].
 fn values_by(
     rows: &[Row],
     group: fn(usize) -> String,
@@ -497,56 +512,63 @@ mod tests {
         assert_eq!(ratios(&rows, "a", "b").values, vec![2.0, 3.0]);
     }
 
+    /// Round `r`'s floor rows: (plain in the rotation, paused first, plain last, paused
+    /// last), a zero leaving that row out.
+    fn floors(r: usize, [plain, paused, again, paused_again]: [f64; 4]) -> Vec<Row> {
+        [
+            (FLOOR_ROW, plain),
+            (FLOOR_GATHER_ROW, paused),
+            (FLOOR_AGAIN_ROW, again),
+            (FLOOR_GATHER_AGAIN_ROW, paused_again),
+        ]
+        .into_iter()
+        .filter(|(_, v)| *v > 0.0)
+        .map(|(name, v)| row(&round(r), name, v))
+        .collect()
+    }
+
     #[test]
     fn the_floor_read_with_pauses_keeps_a_round_steady_and_raises_its_floor() {
-        // (round, shmring's row, plain floor, paused floor, plain again, paused again) in M/s.
-        // Round 1: the plain floor swings (50 then 300) while the floor read with pauses holds
-        // (260, 250): steady, and the row is divided by the faster floor at the start, 260.
-        // Round 2: both floors fell between the ends (the placement changed): left out.
-        // Round 3: only plain floors (a run before the paused rows): judged by them alone.
-        // Round 4: the row outran the plain floor by far (a caught-up plain reader's swing)
-        // but not the paused one: not beaten, it counts.
+        // (round, shmring's row, [plain, paused, plain last, paused last]) in M/s.
+        // Round 1: the plain floor swings (50 then 300) while the floor read with pauses
+        // holds (260, 250): steady, and the row is divided by the faster floor, 260.
+        // Round 2: the paused floor fell from first row to last (the placement changed):
+        // left out. Round 3: only plain floors (a run before the paused rows): judged by
+        // them alone. Round 4: the row outran the plain floor by far (a caught-up plain
+        // reader's swing) but not the paused one: not beaten, it counts. Round 5: the plain
+        // floor spiked at the end only (100 then 500), the paused one held: steady, divided
+        // by 300.
         let a = gathering_row(crate::throughput::FIXED_ONE_ROW);
         let mut rows = Vec::new();
-        for (r, ring, plain, paused, again, paused_again) in [
-            (1, 208.0, 50.0, 260.0, 300.0, 250.0),
-            (2, 200.0, 260.0, 250.0, 90.0, 80.0),
-            (3, 180.0, 200.0, 0.0, 210.0, 0.0),
-            (4, 240.0, 60.0, 300.0, 70.0, 290.0),
+        for (r, ring, f) in [
+            (1, 208.0, [50.0, 260.0, 300.0, 250.0]),
+            (2, 200.0, [260.0, 250.0, 90.0, 80.0]),
+            (3, 180.0, [200.0, 0.0, 210.0, 0.0]),
+            (4, 240.0, [60.0, 300.0, 70.0, 290.0]),
+            (5, 240.0, [100.0, 300.0, 500.0, 290.0]),
         ] {
-            rows.extend([
-                row(&round(r), &a, ring),
-                row(&round(r), FLOOR_ROW, plain),
-                row(&round(r), FLOOR_AGAIN_ROW, again),
-            ]);
-            if paused > 0.0 {
-                rows.push(row(&round(r), FLOOR_GATHER_ROW, paused));
-                rows.push(row(&round(r), FLOOR_GATHER_AGAIN_ROW, paused_again));
-            }
+            rows.push(row(&round(r), &a, ring));
+            rows.extend(floors(r, f));
         }
         let r = ratios(&rows, &a, FLOOR_EITHER);
         assert_eq!(
             (r.values, r.unsteady, r.beaten),
-            (vec![0.8, 0.9, 0.8], 1, 0)
+            (vec![0.8, 0.9, 0.8, 0.8], 1, 0)
         );
-        // Against the plain floor alone, round 1 is the plain ring's swing: unsteady.
-        assert!(!steady(
-            &rows
-                .iter()
-                .filter(|x| x.name != FLOOR_GATHER_ROW && x.name != FLOOR_GATHER_AGAIN_ROW)
-                .cloned()
-                .collect::<Vec<_>>(),
-            1
-        ));
-        // And round 4's row is beaten by that measure (240 > 1.2 x 70).
-        assert!(beaten(
-            &rows
-                .iter()
-                .filter(|x| x.name != FLOOR_GATHER_ROW && x.name != FLOOR_GATHER_AGAIN_ROW)
-                .cloned()
-                .collect::<Vec<_>>(),
-            4
-        ));
+        // Without the paused rows, rounds 1 and 5 are the plain ring's swings (unsteady) and
+        // round 4's row is beaten (240 > 1.2 x 70).
+        let plain: Vec<Row> = rows
+            .iter()
+            .filter(|x| x.name != FLOOR_GATHER_ROW && x.name != FLOOR_GATHER_AGAIN_ROW)
+            .cloned()
+            .collect();
+        assert!(!steady(&plain, 1) && !steady(&plain, 5));
+        assert!(beaten(&plain, 4));
+        // The paused floor alone decides: moved 1.3x with the plain floor at 500 at both
+        // ends, the round is unsteady.
+        let moved = floors(1, [500.0, 300.0, 500.0, 390.0]);
+        assert!(!steady(&moved, 1));
+        assert!(steady(&floors(1, [500.0, 300.0, 500.0, 360.0]), 1));
     }
 
     #[test]
