@@ -8,7 +8,7 @@
 //! payloads, as the LMAX single-producer sequencer publishes its cursor. What the stamp did
 //! there is done here by:
 //!
-//! - **the cursor** (`ClaimLine::cursor`): every sequence below it is published or a
+//! - **the cursor** (`CursorLine::cursor`, on a line of its own): every sequence below it is published or a
 //!   tombstone. Stored Release by the single producer after its payloads (or by a repair);
 //!   loaded Acquire by consumers.
 //! - **the claim** (`ClaimLine::value`): the producer's position, stored before the payloads
@@ -28,7 +28,7 @@
 //!   word it reads is that Running or a later stop, whose `stop_seq` lies past the write.
 //!   A gating reader never looks at the claim.
 //! - **tombstones** (`tombs`, one word per slot, apart from the payloads; and
-//!   `ClaimLine::tomb_end`): a sequence claimed and never filled (a claim guard dropped, a
+//!   `CursorLine::tomb_end`): a sequence claimed and never filled (a claim guard dropped, a
 //!   producer that died mid-publish) is marked `tombs[s % capacity] = s`, then `tomb_end`
 //!   raised past it, then the cursor: a consumer checks the tomb word only below `tomb_end`,
 //!   so a ring without tombstones pays one compare per run. Only the holder of the

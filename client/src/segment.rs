@@ -760,11 +760,11 @@ impl fixed::Words for Events<'_> {
     }
     #[inline(always)]
     fn cursor(&self) -> &AtomicU64 {
-        &self.line().cursor
+        &self.lines().cursor.cursor
     }
     #[inline(always)]
     fn tomb_end(&self) -> &AtomicU64 {
-        &self.line().tomb_end
+        &self.lines().cursor.tomb_end
     }
     #[inline(always)]
     fn lifecycle(&self) -> &AtomicU64 {

@@ -892,3 +892,59 @@ fn a_batch_event_whose_bytes_change_length_is_written_in_its_own_slot() {
     first.resize(16, 0);
     assert_eq!(got, [first, second]);
 }
+
+/// A caught-up busy-spin consumer in `run` (every event published only once the last was
+/// handled, so that each arrives while it waits): each reaches the handler once and in
+/// order, with and without `gather`, and a stop ends the run once it has everything.
+#[test]
+fn a_caught_up_busy_spin_run_gets_each_event_as_it_comes_and_ends_at_a_stop() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const N: u64 = 2_000;
+    for gather in [0, 16] {
+        let ns = Namespace::concurrent("fixed-spin");
+        let ring = ring(&ns, 64);
+        let mut c = ring
+            .consumer(
+                ConsumerOptions::anonymous()
+                    .wait(WaitStrategy::BusySpin)
+                    .gather(gather),
+            )
+            .unwrap();
+        let handled = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&handled);
+        let consumer = std::thread::spawn(move || {
+            let mut order = Vec::with_capacity(N as usize);
+            let exit = c
+                .run(
+                    |ev| {
+                        order.push((ev.sequence(), value(ev.bytes())));
+                        // Release: the producer's Acquire load below; it publishes the
+                        // next event only after this one was handled.
+                        seen.fetch_add(1, Ordering::Release);
+                    },
+                    || false,
+                )
+                .expect("run");
+            (exit, order, c.stats().delivered)
+        });
+        let mut p = ring.producer().unwrap();
+        for v in 0..N {
+            p.publish_value(&(v * 3)).unwrap();
+            let deadline = std::time::Instant::now() + shmring_testkit::WAIT;
+            // Acquire: pairs with the handler's Release increment.
+            while handled.load(Ordering::Acquire) <= v {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "event {v} not handled (gather {gather})"
+                );
+                std::hint::spin_loop();
+            }
+        }
+        ring.stop().expect("stop");
+        let (exit, order, delivered) = consumer.join().expect("the consumer");
+        assert_eq!(exit, RunExit::Closed, "gather {gather}");
+        let want: Vec<(u64, u64)> = (0..N).map(|v| (v, v * 3)).collect();
+        assert_eq!(order, want, "gather {gather}");
+        assert_eq!(delivered, N);
+    }
+}

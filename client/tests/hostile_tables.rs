@@ -20,8 +20,8 @@ use shmring::{
 };
 use shmring_layout::{
     config_checksum, consumer_state, owned_word, producer_state, ClaimLine, ConfigWords,
-    ConsumerCold, ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine, ProducerEntry,
-    SequenceLines, HEADER_SIZE, IN_FLIGHT_CLAIMING, MAX_SEQUENCE, SEQ_LINES_OFFSET,
+    ConsumerCold, ConsumerEntry, ConsumerHot, CursorLine, Geometry, Header, LifecycleLine,
+    ProducerEntry, SequenceLines, HEADER_SIZE, IN_FLIGHT_CLAIMING, MAX_SEQUENCE, SEQ_LINES_OFFSET,
 };
 
 mod common;
@@ -372,7 +372,7 @@ const STOP_SEQ: u64 = (SEQ_LINES_OFFSET
     + offset_of!(LifecycleLine, stop_seq)) as u64;
 /// Offset of a fixed-size ring's cursor.
 const CURSOR: u64 =
-    (SEQ_LINES_OFFSET + offset_of!(SequenceLines, claim) + offset_of!(ClaimLine, cursor)) as u64;
+    (SEQ_LINES_OFFSET + offset_of!(SequenceLines, cursor) + offset_of!(CursorLine, cursor)) as u64;
 
 /// A position past any sequence a ring reaches, written by another process: on a
 /// multi-producer ring a claim word closed with the largest stop sequence (the state still

@@ -308,8 +308,10 @@ pub struct LifecycleLine {
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SequenceLines {
-    /// The claim counter, and a fixed-size ring's cursor: see [`ClaimLine`].
+    /// The claim counter: see [`ClaimLine`].
     pub claim: ClaimLine,
+    /// A fixed-size ring's cursor and tombstone bound: see [`CursorLine`].
+    pub cursor: CursorLine,
     /// A lower bound of every gating consumer's next sequence, shared by producers so that
     /// one scan of the consumer table serves them all.
     pub gating: Padded<AtomicU64>,
@@ -333,10 +335,21 @@ pub struct ClaimLine {
     /// own position (next sequence), written only by it with plain stores (before it writes
     /// the events); the line is closed by the lifecycle word alone.
     pub value: AtomicU64,
+}
+
+/// A fixed-size ring's cursor and tombstone bound, on a line of their own, apart from the
+/// claim: a consumer waiting for the next event reads this line, and only the store that
+/// publishes events writes it. On the claim's line (before layout 12), each event's claim
+/// store first took the line back from a consumer waiting on the cursor, and the cursor
+/// store often again: a busy-spin consumer's one-way latency on such a ring was 50-130 ns
+/// above what it is with the cursor apart (ARCHITECTURE.md, "A fixed-size ring's cursor on
+/// a line of its own").
+#[repr(C, align(128))]
+#[derive(Debug, Default)]
+pub struct CursorLine {
     /// A fixed-size ring's published cursor: every sequence below it holds its event or is
     /// a tombstone. Stored (Release) by the single producer after its events, or by a repair
-    /// of a dead producer's claim; 0 and unused on a ring of stamped slots. On the claim's
-    /// line: the producer stores both for every event, and a consumer reads the cursor.
+    /// of a dead producer's claim; 0 and unused on a ring of stamped slots.
     pub cursor: AtomicU64,
     /// A fixed-size ring's tombstone bound: every tombstone lies below it (see
     /// `Geometry::tombs_offset`). Stored before the cursor that publishes the tombstones.
@@ -346,20 +359,22 @@ pub struct ClaimLine {
 /// Offset of [`SequenceLines`] in the segment.
 pub const SEQ_LINES_OFFSET: usize = HEADER_SIZE;
 /// Size of [`SequenceLines`].
-pub const SEQ_LINES_SIZE: usize = 5 * LINE;
+pub const SEQ_LINES_SIZE: usize = 6 * LINE;
 const _: () = assert!(size_of::<Padded<AtomicU64>>() == LINE);
 const _: () = assert!(size_of::<SequenceLines>() == SEQ_LINES_SIZE);
 const _: () = assert!(offset_of!(SequenceLines, claim) == 0);
 const _: () = assert!(size_of::<ClaimLine>() == LINE);
 const _: () = assert!(offset_of!(ClaimLine, value) == 0);
-const _: () = assert!(offset_of!(ClaimLine, cursor) == 8);
-const _: () = assert!(offset_of!(ClaimLine, tomb_end) == 16);
-const _: () = assert!(offset_of!(SequenceLines, gating) == LINE);
-const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 2 * LINE);
-const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 3 * LINE);
+const _: () = assert!(size_of::<CursorLine>() == LINE);
+const _: () = assert!(offset_of!(SequenceLines, cursor) == LINE);
+const _: () = assert!(offset_of!(CursorLine, cursor) == 0);
+const _: () = assert!(offset_of!(CursorLine, tomb_end) == 8);
+const _: () = assert!(offset_of!(SequenceLines, gating) == 2 * LINE);
+const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 3 * LINE);
+const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 4 * LINE);
 const _: () = assert!(offset_of!(WakeLine, waiters) == 0);
 const _: () = assert!(offset_of!(WakeLine, word) == 8);
 const _: () = assert!(size_of::<Padded<LifecycleLine>>() == LINE);
-const _: () = assert!(offset_of!(SequenceLines, lifecycle) == 4 * LINE);
+const _: () = assert!(offset_of!(SequenceLines, lifecycle) == 5 * LINE);
 const _: () = assert!(offset_of!(LifecycleLine, lifecycle) == 0);
 const _: () = assert!(offset_of!(LifecycleLine, stop_seq) == 8);

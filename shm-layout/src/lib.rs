@@ -36,7 +36,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 11;
+pub const LAYOUT_VERSION: u32 = 12;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -196,12 +196,12 @@ pub const SLOT_HEADER_SIZE: usize = 16;
 /// `slot_size - SLOT_HEADER_SIZE` payload bytes.
 pub const SLOT_FORMAT_STAMPED: u32 = 0;
 /// [`Header::slot_format`] of a fixed-size ring: each slot is exactly one event's payload
-/// (`slot_size` bytes), published by [`ClaimLine::cursor`], with a tomb word per slot after
+/// (`slot_size` bytes), published by [`CursorLine::cursor`], with a tomb word per slot after
 /// the slots (see `Geometry::tombs_offset`). Single producer only.
 pub const SLOT_FORMAT_FIXED: u32 = 1;
 /// [`Header::slot_format`] of a ring of sized events: each slot is a length word
 /// ([`SIZED_LEN_SIZE`] bytes, the event's length in bytes) then up to
-/// `slot_size - SIZED_LEN_SIZE` payload bytes, published by [`ClaimLine::cursor`] with tomb
+/// `slot_size - SIZED_LEN_SIZE` payload bytes, published by [`CursorLine::cursor`] with tomb
 /// words as on a fixed-size ring. Single producer only.
 pub const SLOT_FORMAT_SIZED: u32 = 2;
 /// The length word at the start of every slot of a ring of sized events.
@@ -294,8 +294,9 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(Header, run) as u64,
     core::mem::offset_of!(Header, hole_seen_ns) as u64,
     core::mem::offset_of!(Header, slot_format) as u64,
-    core::mem::offset_of!(ClaimLine, cursor) as u64,
-    core::mem::offset_of!(ClaimLine, tomb_end) as u64,
+    core::mem::offset_of!(SequenceLines, cursor) as u64,
+    core::mem::offset_of!(CursorLine, cursor) as u64,
+    core::mem::offset_of!(CursorLine, tomb_end) as u64,
     core::mem::offset_of!(ProducerEntry, base) as u64,
     SLOT_FORMAT_FIXED as u64,
     SLOT_FORMAT_SIZED as u64,

@@ -449,7 +449,7 @@ mod tests {
     #[test]
     fn regions_are_line_aligned_and_ordered() {
         let g = geo();
-        assert_eq!(g.consumers_offset, 256 + 5 * 128);
+        assert_eq!(g.consumers_offset, 256 + 6 * 128);
         assert_eq!(g.producers_offset, g.consumers_offset + 4 * 384);
         assert_eq!(g.slots_offset % LINE as u64, 0);
         assert_eq!(g.total_size, g.slots_offset + 16 * 64);
