@@ -32,7 +32,10 @@ pub enum LayoutError {
         found: u64,
     },
     /// Another layout version.
-    #[error("segment has layout version {found}, this code reads {LAYOUT_VERSION}: upgrade the client or recreate the ring")]
+    #[error(
+        "segment has layout version {found}, this code reads {LAYOUT_VERSION}: {}",
+        version_advice(*.found)
+    )]
     WrongVersion {
         /// The version found.
         found: u32,
@@ -95,6 +98,15 @@ pub enum LayoutError {
         /// Size of the file.
         actual: u64,
     },
+}
+
+/// What to do about a segment of layout version `found` (not this code's).
+fn version_advice(found: u32) -> &'static str {
+    if found < LAYOUT_VERSION {
+        "the ring was made by an older shmring; remove it (`Ring::remove`, or delete its file) and create it again with this one"
+    } else {
+        "the ring was made by a newer shmring; upgrade this client to read it"
+    }
 }
 
 /// The checked shape of a ring: every region's offset, computed from validated numbers.

@@ -169,8 +169,23 @@ fn a_wrong_layout_version_is_a_layout_error() {
         layout_source(&e, &path),
         LayoutError::WrongVersion { found }
     );
-    check_message(&e, Some(&path), &["upgrade", "recreate"]);
+    check_message(&e, Some(&path), &["newer", "upgrade"]);
     assert!(e.to_string().contains(&found.to_string()));
+    // A segment of an older layout (a ring made before an upgrade): the advice is to make
+    // it again, not to upgrade a client that is already the newer one.
+    let older = LAYOUT_VERSION - 1;
+    write_at(
+        &path,
+        offset_of!(Header, version) as u64,
+        &older.to_ne_bytes(),
+    );
+    let e = open_err(&ns, "v");
+    assert_eq!(
+        layout_source(&e, &path),
+        LayoutError::WrongVersion { found: older }
+    );
+    check_message(&e, Some(&path), &["older", "remove", "create it again"]);
+    assert!(!e.to_string().contains("upgrade"), "{e}");
 }
 
 #[test]
