@@ -4,7 +4,7 @@
 //! A stamped ring's slot carries a header (stamp, length, flags) that the producer writes
 //! twice per event on the line the consumer reads, and every event takes at least one
 //! 64-byte line. A fixed-size ring packs the payloads (eight 8-byte events to a line) and
-//! says what is published with one word, the cursor, stored on the claim line after the
+//! says what is published with one word, the cursor, stored on a line of its own after the
 //! payloads, as the LMAX single-producer sequencer publishes its cursor. What the stamp did
 //! there is done here by:
 //!

@@ -416,8 +416,8 @@ struct EventArray {
     first: *mut u8,
     /// The first tomb word.
     tombs: *const AtomicU64,
-    /// The sequence lines: the claim line (claim, cursor, tombstone bound) and the
-    /// lifecycle line.
+    /// The sequence lines: the claim line, the cursor line (cursor, tombstone bound) and
+    /// the lifecycle line.
     lines: *const SequenceLines,
     mask: u64,
     /// Bytes per slot (a multiple of 8): the event, or on a ring of sized events the length
@@ -428,8 +428,8 @@ struct EventArray {
 }
 
 /// A fixed-size ring's events (see [`Segment::events`]): payload-only slots (on a ring of
-/// sized events, each after its length word), their tomb words, and the claim line that
-/// says which are published.
+/// sized events, each after its length word), their tomb words, and the claim and cursor
+/// lines that say which are claimed and published.
 #[derive(Clone, Copy)]
 pub(crate) struct Events<'a> {
     array: EventArray,

@@ -9,7 +9,8 @@
 //!
 //! ```text
 //! offset 0            Header            (256 B: magic, version, fingerprint, config, state)
-//! SEQ_LINES_OFFSET    SequenceLines     (5 x 128 B: claim counter, gating cache,
+//! SEQ_LINES_OFFSET    SequenceLines     (6 x 128 B: claim counter, a fixed-size ring's
+//!                                        cursor and tombstone bound, gating cache,
 //!                                        consumer wake line, producer wake line,
 //!                                        lifecycle word and stop sequence)
 //! consumers_offset    ConsumerEntry x max_consumers   (hot 128 B + cold 256 B each)

@@ -44,7 +44,8 @@ impl Consumer {
             return false;
         }
         if self.fixed {
-            // The cursor, on the claim line the producer writes (see `fixed`).
+            // The cursor, on its own line, which the producer's publishing stores write (see
+            // `fixed`).
             return self.seg.events().reached_by_cursor(self.next);
         }
         // A caught-up consumer looks at the next slot's stamp, in either producer mode: one
