@@ -341,7 +341,7 @@ pub struct ClaimLine {
 /// claim: a consumer waiting for the next event reads this line, and only the store that
 /// publishes events writes it. On the claim's line (before layout 12), each event's claim
 /// store first took the line back from a consumer waiting on the cursor, and the cursor
-/// store often again: a busy-spin consumer's one-way latency on such a ring was 50-130 ns
+/// store often again: a busy-spin consumer's one-way latency on such a ring was 37-137 ns
 /// above what it is with the cursor apart (ARCHITECTURE.md, "A fixed-size ring's cursor on
 /// a line of its own").
 #[repr(C, align(128))]

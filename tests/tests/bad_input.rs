@@ -158,13 +158,13 @@ fn a_wrong_magic_is_a_layout_error() {
 fn a_wrong_layout_version_is_a_layout_error() {
     let ns = Namespace::new("bad_version");
     let path = created(&ns, "v");
+    // The ring's file with its version word set to `v`, opened.
+    let opened_at = |v: u32| {
+        write_at(&path, offset_of!(Header, version) as u64, &v.to_ne_bytes());
+        open_err(&ns, "v")
+    };
     let found = LAYOUT_VERSION + 1;
-    write_at(
-        &path,
-        offset_of!(Header, version) as u64,
-        &found.to_ne_bytes(),
-    );
-    let e = open_err(&ns, "v");
+    let e = opened_at(found);
     assert_eq!(
         layout_source(&e, &path),
         LayoutError::WrongVersion { found }
@@ -174,12 +174,7 @@ fn a_wrong_layout_version_is_a_layout_error() {
     // A segment of an older layout (a ring made before an upgrade): the advice is to make
     // it again, not to upgrade a client that is already the newer one.
     let older = LAYOUT_VERSION - 1;
-    write_at(
-        &path,
-        offset_of!(Header, version) as u64,
-        &older.to_ne_bytes(),
-    );
-    let e = open_err(&ns, "v");
+    let e = opened_at(older);
     assert_eq!(
         layout_source(&e, &path),
         LayoutError::WrongVersion { found: older }

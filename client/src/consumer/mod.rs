@@ -162,8 +162,10 @@ impl ConsumerOptions {
     /// on lines it holds, and the consumer take them in one look. It is a throughput
     /// setting: whatever was published since the last look waits up to the pause longer
     /// (16 spins are about 0.2 µs on the Intel Xeon development guest; a pause instruction
-    /// takes from a few cycles to about 140 depending on the CPU); the latency of a consumer
-    /// with it was not measured. `poll_once` and `wait` never pause (ARCHITECTURE.md and
+    /// takes from a few cycles to about 140 depending on the CPU). Measured on a busy-spin
+    /// consumer with `gather(16)`, events paced or in ping-pong: p50 within about the runs'
+    /// spread of the same consumer without it (PERFORMANCE.md, "A fixed-size ring's
+    /// busy-spin latency"). `poll_once` and `wait` never pause (ARCHITECTURE.md and
     /// PERFORMANCE.md, "Run reads that gather").
     ///
     /// ```
