@@ -157,8 +157,12 @@ fn shm_consumer(args: &Args) -> Result<()> {
     let mut window = (kit::thread_cpu_ns(), now_ns());
     ctl.arrive();
     if mode == ConsumerMode::Runs {
-        // The same work per event as `Count` (and as the floor ring's consumer), over the
-        // slices `poll_runs` hands over.
+        // The same work per event as the floor ring's consumer, over the slices
+        // `poll_runs` hands over. The count and the sum are captured, so each event's
+        // addition waits for the previous one's store, as `Count`'s did before it took its
+        // count from the sequence; kept in locals of the slice's loop they ran this row
+        // faster apart and slower in turn, where the reader then caught up with its
+        // producer more often (PERFORMANCE.md, "A handler's counters in memory").
         let size = ring.max_payload();
         loop {
             let got = c.poll_runs(|_, events| {
@@ -193,11 +197,13 @@ fn shm_consumer(args: &Args) -> Result<()> {
             for _ in 0..3 {
                 let end = count.get() + chunk;
                 // The counting handler's work per event, as `Count` (without its rate
-                // meter: the chunks are timed by the producer).
+                // meter: the chunks are timed by the producer), the count the sequence's
+                // (every chunk of the ring's is on this ring, from sequence 0; checked at
+                // the end).
                 let exit = c.run(
                     |ev: Event<'_>| {
-                        count.set(count.get() + 1);
-                        sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
+                        std::hint::black_box(u64_at(ev.bytes(), 0));
+                        count.set(ev.sequence() + 1);
                     },
                     || count.get() >= end,
                 )?;
@@ -257,20 +263,13 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 ack.store(chunks, Ordering::Release);
             }
         }
+        checked_count(&c, count.get())?;
         turn_read = Some((count.get(), floor.received()));
         n = count.get() + floor.received();
     } else if mode == ConsumerMode::Count {
-        // The floor ring's consumer's work per event, in a handler of its own: small enough
-        // to be inlined into the delivery loop, as a throughput handler would be (the
-        // latency handler below, called out of line, cost this row half its rate).
-        c.run(
-            |ev: Event<'_>| {
-                n += 1;
-                sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
-                meter.tick(n);
-            },
-            || false,
-        )?;
+        // In a handler of its own, as a throughput handler would be (the latency handler
+        // below, called out of line, cost this row half its rate).
+        n = count_events(&mut c, &mut meter)?;
     } else if mode == ConsumerMode::Latency && floor_every > 0 {
         // Runs of `floor_every` events over the ring, the floor line and the bare ring of
         // lines in turn, from the same pinned processes (see `lane`): the ring's latencies
@@ -403,6 +402,40 @@ fn shm_consumer(args: &Args) -> Result<()> {
             .set("turn_floor_read", floor as f64);
     }
     kit::report(args, &m)
+}
+
+/// `Count`'s reading until the ring closes: the floor ring's consumer's work per event (read
+/// the event, tick the rate meter) in a handler small enough to be inlined into the delivery
+/// loop. Nothing goes from one event's call to the next through memory: the count is the
+/// event's sequence (the consumer attached before the first publish), the read a
+/// `black_box`. A handler that adds to captured counters makes each event's load and store
+/// wait for the previous event's store, where the floor's loop keeps them in registers:
+/// 15-20% of the fixed-size ring's rate on the Intel Xeon host (PERFORMANCE.md, "A
+/// handler's counters in memory"). Returns the events the handler got.
+fn count_events(c: &mut shmring::Consumer, meter: &mut kit::RateMeter) -> Result<u64> {
+    let mut seen = 0u64;
+    c.run(
+        |ev: Event<'_>| {
+            let next = ev.sequence() + 1;
+            std::hint::black_box(u64_at(ev.bytes(), 0));
+            meter.tick(next);
+            seen = next;
+        },
+        || false,
+    )?;
+    checked_count(c, seen)
+}
+
+/// A count taken from the sequences (`seen`: one past the last) is the events the handler
+/// got only if the consumer started at sequence 0 and skipped none: the library's own count
+/// of deliveries says so.
+fn checked_count(c: &shmring::Consumer, seen: u64) -> Result<u64> {
+    let delivered = c.stats().delivered;
+    ensure!(
+        delivered == seen,
+        "the handler saw sequences up to {seen} but {delivered} events were delivered"
+    );
+    Ok(seen)
 }
 
 /// Make `membarrier(2)` fail with ENOSYS in this process (a seccomp filter), so that the
@@ -1152,6 +1185,48 @@ mod tests {
     use super::*;
     use shmring::RingConfig;
     use shmring_testkit::namespace::Namespace;
+
+    /// A ring of fixed-size 8-byte events with `before` events published, a consumer
+    /// attached, then `after` more published and the ring stopped.
+    fn counted_ring(
+        ns: &Namespace,
+        name: &str,
+        before: u64,
+        after: u64,
+    ) -> (Ring, shmring::Consumer) {
+        let config = RingConfig {
+            capacity: 64,
+            producer_mode: shmring::ProducerMode::Single,
+            event_size: Some(8),
+            ..RingConfig::default()
+        };
+        let ring = Ring::create(ns.name(), name, &config).expect("ring");
+        let mut p = ring.producer().expect("producer");
+        for i in 0..before {
+            p.publish_value(&i).expect("publish");
+        }
+        let c = ring
+            .consumer(shmring::ConsumerOptions::anonymous())
+            .expect("consumer");
+        for i in 0..after {
+            p.publish_value(&i).expect("publish");
+        }
+        ring.stop().expect("stop");
+        (ring, c)
+    }
+
+    /// The count from the sequences is every event the handler got, and it says so when it
+    /// cannot be: a consumer that did not start at sequence 0.
+    #[test]
+    fn the_counting_handler_counts_by_sequence_and_refuses_a_late_start() {
+        let ns = Namespace::new("harness_count_events");
+        let (_ring, mut c) = counted_ring(&ns, "from-zero", 0, 50);
+        let mut meter = kit::RateMeter::new();
+        assert_eq!(count_events(&mut c, &mut meter).expect("counted"), 50);
+        let (_late_ring, mut late) = counted_ring(&ns, "late", 5, 20);
+        let err = count_events(&mut late, &mut meter).expect_err("a late start");
+        assert!(err.to_string().contains("up to 25 but 20"), "{err:#}");
+    }
 
     #[test]
     fn a_producer_role_that_fails_stops_its_ring_and_one_that_ends_does_not() {

@@ -18,6 +18,16 @@ impl Consumer {
     /// does not end the run: it is logged (a `tracing` warning naming the events the
     /// handler may have had torn), the batch is counted in `dropped_behind`, and the run
     /// goes on from the head, as after any release.
+    ///
+    /// The handler is inlined into the delivery loop. At tens of millions of events a
+    /// second, what it carries from one event to the next counts: a handler that adds each
+    /// event to a variable it captures (`|ev| total += f(ev)`) keeps `total` in memory, so
+    /// each event's addition waits for the previous event's store. On the 2-vCPU Intel
+    /// guest of the benchmarks a counting handler cost a fixed-size ring 15-20% of its rate
+    /// that way; one that took its count from [`Event::sequence`] did not
+    /// (`benches/harness/results/2vcpu-xeon-2026-12-06-handler-counters.md`). On a ring
+    /// of fixed-size events [`Consumer::poll_runs`] hands over slices, which a handler can
+    /// sum into locals of its own loop.
     pub fn run<F, S>(&mut self, mut handler: F, stop: S) -> Result<RunExit, PollError>
     where
         F: FnMut(Event<'_>),
