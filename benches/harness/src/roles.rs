@@ -196,14 +196,15 @@ fn shm_consumer(args: &Args) -> Result<()> {
             // then in batches (read the same way).
             for _ in 0..3 {
                 let end = count.get() + chunk;
-                // The counting handler's work per event, as `Count` (without its rate
-                // meter: the chunks are timed by the producer), the count the sequence's
-                // (every chunk of the ring's is on this ring, from sequence 0; checked at
-                // the end).
+                // The counting handler's work per event (without a rate meter: the chunks
+                // are timed by the producer). Unlike `Count`'s it adds to captured
+                // counters, as the `disruptor` crate's chunk sums in its handler: counting
+                // by sequence here measured no gain (PERFORMANCE.md, "A handler's counters
+                // in memory").
                 let exit = c.run(
                     |ev: Event<'_>| {
-                        std::hint::black_box(u64_at(ev.bytes(), 0));
-                        count.set(ev.sequence() + 1);
+                        count.set(count.get() + 1);
+                        sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
                     },
                     || count.get() >= end,
                 )?;
@@ -408,10 +409,11 @@ fn shm_consumer(args: &Args) -> Result<()> {
 /// the event, tick the rate meter) in a handler small enough to be inlined into the delivery
 /// loop. Nothing goes from one event's call to the next through memory: the count is the
 /// event's sequence (the consumer attached before the first publish), the read a
-/// `black_box`. A handler that adds to captured counters makes each event's load and store
+/// `black_box`. A handler that adds to captured counters made each event's load and store
 /// wait for the previous event's store, where the floor's loop keeps them in registers:
-/// 15-20% of the fixed-size ring's rate on the Intel Xeon host (PERFORMANCE.md, "A
-/// handler's counters in memory"). Returns the events the handler got.
+/// 8-17% of the fixed-size ring's rate on the Intel Xeon host (PERFORMANCE.md, "A
+/// handler's counters in memory"). The `disruptor` crate's row counts the same way
+/// (`shmring_peers::inproc`). Returns the events the handler got.
 fn count_events(c: &mut shmring::Consumer, meter: &mut kit::RateMeter) -> Result<u64> {
     let mut seen = 0u64;
     c.run(
@@ -426,9 +428,9 @@ fn count_events(c: &mut shmring::Consumer, meter: &mut kit::RateMeter) -> Result
     checked_count(c, seen)
 }
 
-/// A count taken from the sequences (`seen`: one past the last) is the events the handler
-/// got only if the consumer started at sequence 0 and skipped none: the library's own count
-/// of deliveries says so.
+/// A count of the events the handler got (`seen`; `Count`'s is one past the last sequence,
+/// which is that count only if the consumer started at sequence 0 and skipped none) checked
+/// against the library's own count of deliveries.
 fn checked_count(c: &shmring::Consumer, seen: u64) -> Result<u64> {
     let delivered = c.stats().delivered;
     ensure!(
@@ -1226,6 +1228,15 @@ mod tests {
         let (_late_ring, mut late) = counted_ring(&ns, "late", 5, 20);
         let err = count_events(&mut late, &mut meter).expect_err("a late start");
         assert!(err.to_string().contains("up to 25 but 20"), "{err:#}");
+        // A sequence skipped in the middle (a claim dropped unwritten: a tombstone).
+        let (ring, mut gap) = counted_ring(&ns, "gap", 0, 3);
+        ring.start().expect("start again");
+        let mut p = ring.producer().expect("producer");
+        drop(p.claim().expect("claim"));
+        p.publish_value(&7u64).expect("publish");
+        ring.stop().expect("stop");
+        let err = count_events(&mut gap, &mut meter).expect_err("a skipped sequence");
+        assert!(err.to_string().contains("up to 5 but 4"), "{err:#}");
     }
 
     #[test]

@@ -19,15 +19,13 @@ impl Consumer {
     /// handler may have had torn), the batch is counted in `dropped_behind`, and the run
     /// goes on from the head, as after any release.
     ///
-    /// The handler is inlined into the delivery loop. At tens of millions of events a
-    /// second, what it carries from one event to the next counts: a handler that adds each
-    /// event to a variable it captures (`|ev| total += f(ev)`) keeps `total` in memory, so
-    /// each event's addition waits for the previous event's store. On the 2-vCPU Intel
-    /// guest of the benchmarks a counting handler cost a fixed-size ring 15-20% of its rate
-    /// that way; one that took its count from [`Event::sequence`] did not
-    /// (`benches/harness/results/2vcpu-xeon-2026-12-06-handler-counters.md`). On a ring
-    /// of fixed-size events [`Consumer::poll_runs`] hands over slices, which a handler can
-    /// sum into locals of its own loop.
+    /// A small handler is inlined into the delivery loop, where at hundreds of millions of
+    /// events a second what it carries from one event to the next counts: one that adds
+    /// each event to variables it captures (`|ev| { n += 1; total += f(ev) }`) may have them
+    /// kept in memory, each event's addition then waiting for the previous event's store.
+    /// In the project's benchmarks such a counting handler cost a fixed-size ring 8-17% of
+    /// its rate, against one that derived its count from [`Event::sequence`] (valid where
+    /// the consumer's first sequence is known and none is skipped).
     pub fn run<F, S>(&mut self, mut handler: F, stop: S) -> Result<RunExit, PollError>
     where
         F: FnMut(Event<'_>),
