@@ -418,6 +418,14 @@ pub fn latency_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
         .collect()
 }
 
+/// As [`latency_ratios`], of the p99.9: the tail of each round against its own floor's.
+pub fn tail_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
+    values_by(rows, latency_round, a, b, |r| r.p999_ns.map(|v| v as f64))
+        .into_iter()
+        .map(|(_, x, y)| x / y)
+        .collect()
+}
+
 /// `(round, a, b)` of each round that measured both rows, `b` above zero; [`FLOOR_EITHER`]
 /// is the round's faster of [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`].
 fn values_by(

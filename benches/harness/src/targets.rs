@@ -508,6 +508,21 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             "<=",
             1.3,
         ));
+        // The tail in the same rounds, against the bar of the whole-run p99.9 target above.
+        // A full run's paced row holds 30,000 events a round (ping-pong 50,000), so its
+        // p99.9 is about its 30th worst; with `--quick` (1,500) its second worst.
+        out.extend(paired_target(
+            &format!("{name} p99.9 / {spin_floor} floor p99.9, paired"),
+            name,
+            spin_floor,
+            &paired::Ratios {
+                values: paired::tail_ratios(rows, name, spin_floor),
+                ..Default::default()
+            },
+            1,
+            "<=",
+            3.0,
+        ));
     }
     // The busy-spin row in turn against the bare ring of lines measured in turn with it (as
     // many lines as the ring has slots, 64 bytes apart): the same bar, over a denominator
@@ -1187,6 +1202,57 @@ mod tests {
         );
         // No paced rows were measured: no paced target.
         assert!(!targets.iter().any(|t| t.what.contains("paced 100 µs p50")));
+    }
+
+    /// The tail has a target per round too: the busy-spin p99.9 over its round's floor
+    /// p99.9, the median of the rounds at most 3x, beside the p50's.
+    #[test]
+    fn a_paired_tail_target_divides_the_p999_by_the_floor_of_its_own_round() {
+        let mut rows = Vec::new();
+        // (round, busy-spin p50 and p99.9, floor p50 and p99.9): the p99.9 ratios 2.0, 5.0
+        // and 4.0 (median 4.0, missed), the p50 ones 1.1, 1.2, 1.0 (median 1.1, met).
+        for (r, busy, spin) in [
+            (1, (110, 400), (100, 200)),
+            (2, (120, 5000), (100, 1000)),
+            (3, (100, 2000), (100, 500)),
+        ] {
+            for (name, (p50, p999)) in [(paired::BUSY_PACED, busy), (floor::SPIN_PACED, spin)] {
+                let mut row = paired_latency_row(r, name, p50);
+                row.p999_ns = Some(p999);
+                rows.push(row);
+            }
+        }
+        let targets = evaluate(&rows);
+        let find = |what: String| {
+            targets
+                .iter()
+                .find(|t| t.what == what)
+                .unwrap_or_else(|| panic!("no target {what}"))
+        };
+        let tail = find(format!(
+            "{} p99.9 / {} floor p99.9, paired",
+            paired::BUSY_PACED,
+            floor::SPIN_PACED
+        ));
+        assert_eq!(
+            (tail.ratio, tail.cmp, tail.bar, tail.met),
+            (4.0, "<=", 3.0, false)
+        );
+        assert!(
+            tail.from.contains("median of 3 rounds, range 2.00-5.00x"),
+            "{}",
+            tail.from
+        );
+        let p50 = find(format!(
+            "{} p50 / {} floor p50, paired",
+            paired::BUSY_PACED,
+            floor::SPIN_PACED
+        ));
+        assert_eq!((p50.ratio, p50.met), (1.1, true));
+        // No ping-pong rows were measured: no ping-pong tail target.
+        assert!(!targets
+            .iter()
+            .any(|t| t.what.starts_with("busy-spin, ping-pong p99.9")));
     }
 
     /// The busy-spin row in turn is judged against the bare ring of lines of its own round
