@@ -157,8 +157,8 @@ fn shm_consumer(args: &Args) -> Result<()> {
     let mut window = (kit::thread_cpu_ns(), now_ns());
     ctl.arrive();
     if mode == ConsumerMode::Runs {
-        // The same work per event as the floor ring's consumer, over the slices
-        // `poll_runs` hands over. The count and the sum are captured, so each event's
+        // The floor ring's consumer's work per event (count, sum, rate meter), over the
+        // slices `poll_runs` hands over. The count and the sum are captured, so each event's
         // addition waits for the previous one's store, as `Count`'s did before it took its
         // count from the sequence; kept in locals of the slice's loop they ran this row
         // faster apart and slower in turn, where the reader then caught up with its
@@ -198,9 +198,10 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 let end = count.get() + chunk;
                 // The counting handler's work per event (without a rate meter: the chunks
                 // are timed by the producer). Unlike `Count`'s it adds to captured
-                // counters, as the `disruptor` crate's chunk sums in its handler: counting
-                // by sequence here measured no gain (PERFORMANCE.md, "A handler's counters
-                // in memory").
+                // counters (the `disruptor` crate's chunk carries one, its sum): counting
+                // by sequence here ran the per-event chunks no faster and the batch-100
+                // ones faster, and was not kept, so the in-turn rows keep the handler of
+                // every earlier run (PERFORMANCE.md, "A handler's counters in memory").
                 let exit = c.run(
                     |ev: Event<'_>| {
                         count.set(count.get() + 1);
@@ -435,7 +436,7 @@ fn checked_count(c: &shmring::Consumer, seen: u64) -> Result<u64> {
     let delivered = c.stats().delivered;
     ensure!(
         delivered == seen,
-        "the handler saw sequences up to {seen} but {delivered} events were delivered"
+        "the handler counted {seen} events but {delivered} were delivered"
     );
     Ok(seen)
 }
@@ -1227,7 +1228,10 @@ mod tests {
         assert_eq!(count_events(&mut c, &mut meter).expect("counted"), 50);
         let (_late_ring, mut late) = counted_ring(&ns, "late", 5, 20);
         let err = count_events(&mut late, &mut meter).expect_err("a late start");
-        assert!(err.to_string().contains("up to 25 but 20"), "{err:#}");
+        assert!(
+            err.to_string().contains("counted 25 events but 20"),
+            "{err:#}"
+        );
         // A sequence skipped in the middle (a claim dropped unwritten: a tombstone).
         let (ring, mut gap) = counted_ring(&ns, "gap", 0, 3);
         ring.start().expect("start again");
@@ -1236,7 +1240,10 @@ mod tests {
         p.publish_value(&7u64).expect("publish");
         ring.stop().expect("stop");
         let err = count_events(&mut gap, &mut meter).expect_err("a skipped sequence");
-        assert!(err.to_string().contains("up to 5 but 4"), "{err:#}");
+        assert!(
+            err.to_string().contains("counted 5 events but 4"),
+            "{err:#}"
+        );
     }
 
     #[test]
