@@ -1218,8 +1218,9 @@ mod tests {
         (ring, c)
     }
 
-    /// The count from the sequences is every event the handler got, and it says so when it
-    /// cannot be: a consumer that did not start at sequence 0.
+    /// The count from the sequences is every event the handler got, and the check says so
+    /// when it cannot be: a consumer that did not start at sequence 0, or one that skipped a
+    /// sequence.
     #[test]
     fn the_counting_handler_counts_by_sequence_and_refuses_a_late_start() {
         let ns = Namespace::new("harness_count_events");
