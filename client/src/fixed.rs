@@ -8,9 +8,9 @@
 //! payloads, as the LMAX single-producer sequencer publishes its cursor. What the stamp did
 //! there is done here by:
 //!
-//! - **the cursor** (`CursorLine::cursor`, on a line of its own): every sequence below it is published or a
-//!   tombstone. Stored Release by the single producer after its payloads (or by a repair);
-//!   loaded Acquire by consumers.
+//! - **the cursor** (`CursorLine::cursor`, on a line of its own): every sequence below it
+//!   is published or a tombstone. Stored Release by the single producer after its payloads
+//!   (or by a repair); loaded Acquire by consumers.
 //! - **the claim** (`ClaimLine::value`): the producer's position, stored before the payloads
 //!   (the single-producer claim of `line`, whose stop handshake is unchanged) and only once
 //!   the wrap gate passed it: on this ring a claim says its slots may be being written, so a

@@ -412,15 +412,17 @@ fn best_in(rows: &[Row], r: usize, name: &str) -> Option<f64> {
 
 /// The ratio `a / b` of the p50s of each round's latency rows that measured both.
 pub fn latency_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
-    values_by(rows, latency_round, a, b, |r| r.p50_ns.map(|v| v as f64))
-        .into_iter()
-        .map(|(_, x, y)| x / y)
-        .collect()
+    round_ratios(rows, a, b, |r| r.p50_ns)
 }
 
 /// As [`latency_ratios`], of the p99.9: the tail of each round against its own floor's.
 pub fn tail_ratios(rows: &[Row], a: &str, b: &str) -> Vec<f64> {
-    values_by(rows, latency_round, a, b, |r| r.p999_ns.map(|v| v as f64))
+    round_ratios(rows, a, b, |r| r.p999_ns)
+}
+
+/// `a / b` of one percentile (`at`) in each latency round that measured both rows.
+fn round_ratios(rows: &[Row], a: &str, b: &str, at: fn(&Row) -> Option<u64>) -> Vec<f64> {
+    values_by(rows, latency_round, a, b, |r| at(r).map(|v| v as f64))
         .into_iter()
         .map(|(_, x, y)| x / y)
         .collect()

@@ -29,8 +29,9 @@
 //! shmring ring would keep around it: its claim stored beside the head on the head's line
 //! (where the ring kept its claim and cursor until layout 12, which gave the cursor a line
 //! of its own; the probe keeps the earlier placement, so its figures compare with those
-//! measured before) before the payload, the lifecycle word loaded after the claim, a Release fence, the
-//! payload, the head, and the parked-consumer check (a load of a waiter count); its
+//! measured before) before the payload, the lifecycle word loaded after the claim, a
+//! Release fence, the payload, the head, and the parked-consumer check (a load of a waiter
+//! count); its
 //! consumer makes the parked-producer check at every commit. No per-event counter. The rows
 //! show what the slot format alone costs, and what other ones would give.
 //!
