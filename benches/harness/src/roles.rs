@@ -179,8 +179,9 @@ fn shm_consumer(args: &Args) -> Result<()> {
     } else if mode == ConsumerMode::Turn {
         // Chunks in turn, each acknowledged once read (`turn`): the ring per event (twice: by
         // `publish`, then through a `Publisher`), the ring in batches (read the same way, then
-        // a run at a time), the ring per event read a run at a time, the floor ring (read
-        // plainly, then with `turn::FLOOR_GATHER` spins after each run), and (`crate=1`)
+        // a run at a time), the ring per event read a run at a time, the floor ring with the
+        // claim's accesses (read with `turn::FLOOR_GATHER` spins after each run), the floor
+        // ring (read plainly, then with those pauses), and (`crate=1`)
         // asleep while the producer process runs the `disruptor` crate's chunk.
         // The producer's stop after its last pair ends the ring's next chunk.
         let chunk: u64 = args.num("chunk")?;
@@ -241,7 +242,15 @@ fn shm_consumer(args: &Args) -> Result<()> {
             // The producer sends a floor chunk whole once it starts it, but it can fail just
             // before (its wait for the previous acknowledgement running out as that arrives,
             // say): it then stops the ring on its way out (`StopOnError`), and that is the
-            // only word of it the floor's receiver gets.
+            // only word of it the floor's receiver gets. First the floor with the claim's
+            // accesses, read as the floor read with pauses below.
+            ensure!(
+                floor.recv_gathering(chunk, crate::turn::FLOOR_GATHER, || ring.is_closed()),
+                "the ring stopped inside the floor chunk with the claim's accesses"
+            );
+            chunks += 1;
+            // Release: pairs with the same Acquire load, for that chunk.
+            ack.store(chunks, Ordering::Release);
             ensure!(
                 floor.recv(chunk, || ring.is_closed()),
                 "the ring stopped inside a floor chunk"
@@ -748,8 +757,9 @@ fn shm_producer(args: &Args) -> Result<()> {
             // Chunks in turn (`turn`): the ring per event (the fixed-size per-event row's
             // loop, then its `Publisher` form's), the ring in batches (twice: the consumer
             // reads them per event, then a run at a time), the ring per event again (read a
-            // run at a time), the floor ring twice (its producer's loop; its consumer reads
-            // the second with pauses) and the `disruptor` crate
+            // run at a time), the floor ring with the single producer's per-event accesses,
+            // the floor ring twice (its producer's loop; its consumer reads the second with
+            // pauses) and the `disruptor` crate
             // (`crate=1`), until the duration has passed at the end of a pair (and the
             // warm-up pair is not the only one).
             let chunk: u64 = args.num("chunk")?;
@@ -786,6 +796,14 @@ fn shm_producer(args: &Args) -> Result<()> {
                                 p.publish_batch(&bufs[..k])?;
                                 left -= k as u64;
                             }
+                        }
+                        crate::turn::Side::Claimed => {
+                            // Nothing closes the floor's lifecycle word: a closed look is a
+                            // damaged file.
+                            ensure!(
+                                floor.send_claimed(chunk),
+                                "the floor ring's lifecycle word or fence mode changed"
+                            );
                         }
                         crate::turn::Side::Floor | crate::turn::Side::FloorGather => {
                             floor.send(chunk)

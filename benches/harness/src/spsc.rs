@@ -44,6 +44,15 @@
 //!         offset 384   payloads as in Bare; after the largest format's slots, two
 //!         128-byte lines: the lifecycle word, the waiter count (both stay 0)
 //! ```
+//!
+//! In turn with shmring's fixed-size ring (`turn`), [`BareSender::send_claimed`] runs the
+//! floor with the per-event accesses of that ring's single producer as layout 12 places
+//! them: the fence-mode look, the lifecycle look, the claim stored on a line of its own,
+//! the lifecycle look again, the payload, the head (the ring's cursor, on its own line) and
+//! the waiter count's look; four lines after the largest format's slots (the lifecycle
+//! word and the waiter count shared with `Fixed`, then the claim and the fence mode, both
+//! used only there). What it adds to the floor is what the claim protocol costs in memory
+//! accesses, with none of shmring's code around them.
 
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -64,8 +73,17 @@ const DENSE_PAYLOADS: usize = SLOTS_OFFSET + CAPACITY * 16;
 /// Where `Fixed` keeps its lifecycle word and its waiter count (a 128-byte line each),
 /// after the largest format's slots.
 const FIXED_LINES: usize = SLOTS_OFFSET + CAPACITY * 64;
-/// Size of the ring's file: room for the largest format (`Slot64`) and `Fixed`'s lines.
-pub const FILE_SIZE: usize = FIXED_LINES + 2 * 128;
+/// Where [`BareSender::send_claimed`] stores its claim: a line of its own, after `Fixed`'s.
+const CLAIM_LINE: usize = FIXED_LINES + 2 * 128;
+/// Where [`BareSender::send_claimed`] looks at its fence mode (stays 0): a line of its own.
+const MODE_LINE: usize = FIXED_LINES + 3 * 128;
+/// Size of the ring's file: room for the largest format (`Slot64`), `Fixed`'s lines and
+/// the claim's two.
+pub const FILE_SIZE: usize = FIXED_LINES + 4 * 128;
+// The claim and the fence mode each on a 128-byte line of its own, past every format's slots
+// and `Fixed`'s lines, inside the file.
+const _: () = assert!(CLAIM_LINE >= FIXED_LINES + 2 * 128 && CLAIM_LINE.is_multiple_of(128));
+const _: () = assert!(MODE_LINE >= CLAIM_LINE + 128 && MODE_LINE + 128 <= FILE_SIZE);
 /// The stamp bit of a slot being written (as shmring's `STAMP_WRITING`).
 const WRITING: u64 = 1 << 63;
 
@@ -191,6 +209,36 @@ impl Spsc {
         open
     }
 
+    /// Publish event `i` (the next) with the per-event accesses of a single producer of a
+    /// fixed-size shmring ring, in its order and with its orderings (see the module
+    /// comment): none of them changes what the consumer reads. Returns whether both looks
+    /// at the lifecycle word said open and the fence mode light (the probe never changes
+    /// either: the looks are there for their cost).
+    #[inline(always)]
+    fn publish_claimed(&self, i: u64) -> bool {
+        // Relaxed: the fence mode, as the producer's check of its common case.
+        let light = self.word(MODE_LINE).load(Ordering::Relaxed) == 0;
+        // Acquire: the lifecycle look before the claim ((p1) of the claim protocol).
+        let life = self.word(FIXED_LINES).load(Ordering::Acquire);
+        // Relaxed: the claim, on its own line ((p2)).
+        self.word(CLAIM_LINE).store(i + 1, Ordering::Relaxed);
+        // The asymmetric fence's producer half is compiler-only ((p3)).
+        compiler_fence(Ordering::SeqCst);
+        // Relaxed: the lifecycle look after the claim ((p4)).
+        let open = light && life == 0 && self.word(FIXED_LINES).load(Ordering::Relaxed) == life;
+        // Release fence: a copying reader that sees the payload sees the claim.
+        fence(Ordering::Release);
+        // Relaxed: published by the Release store of the head below.
+        self.slot(i).store(i, Ordering::Relaxed);
+        // Release: pairs with the consumer's Acquire load of the head.
+        self.head().store(i + 1, Ordering::Release);
+        // Relaxed: the parked-consumer check's load of the waiter count (never set here).
+        if self.word(FIXED_LINES + 128).load(Ordering::Relaxed) != 0 {
+            std::hint::spin_loop();
+        }
+        open
+    }
+
     /// Claim and publish event `i` as a single shmring producer does (the claim, the
     /// WRITING stamp, the payload, length and flags, the stamp).
     #[inline(always)]
@@ -267,6 +315,33 @@ impl BareSender {
             std::hint::black_box(kit::now_ns());
         }
         (self.next, self.cached_tail) = (next, cached_tail);
+    }
+
+    /// As [`BareSender::send`], each event published with the per-event accesses of a
+    /// single producer of a fixed-size shmring ring (see the module comment). Returns
+    /// whether every lifecycle look said open (always, on a file nothing closes).
+    #[inline(never)]
+    pub fn send_claimed(&mut self, n: u64) -> bool {
+        debug_assert!(n.is_multiple_of(256));
+        let (ring, mut next, mut cached_tail) = (&self.ring, self.next, self.cached_tail);
+        let mut open = true;
+        for _ in 0..n / 256 {
+            for _ in 0..256 {
+                while next - cached_tail >= CAPACITY as u64 {
+                    // Acquire: as in `send`.
+                    cached_tail = ring.tail().load(Ordering::Acquire);
+                    if next - cached_tail >= CAPACITY as u64 {
+                        std::hint::spin_loop();
+                    }
+                }
+                open &= ring.publish_claimed(next);
+                next += 1;
+            }
+            // As `send`: the clock read of the floor's producer.
+            std::hint::black_box(kit::now_ns());
+        }
+        (self.next, self.cached_tail) = (next, cached_tail);
+        open
     }
 }
 
@@ -528,5 +603,33 @@ mod tests {
         tx.send(256);
         assert!(!rx.recv(512, || true));
         assert_eq!(rx.received(), 512);
+    }
+
+    #[test]
+    fn the_claimed_sender_publishes_as_the_floor_does_and_keeps_its_claim_on_its_own_line() {
+        let ns = Namespace::new("harness_spsc_claimed");
+        let path = ns.scratch().join("floor");
+        create(&path).expect("floor ring file");
+        let ring = Spsc::open(&path).expect("map");
+        let mut tx = BareSender::open(&path).expect("sender");
+        let mut rx = BareReceiver::open(&path).expect("receiver");
+        // The floor's events, then the claimed sender's after them on the same ring: each
+        // event's index in its slot, the head after it, the claim at the head.
+        tx.send(256);
+        assert!(tx.send_claimed(512));
+        assert!(rx.recv_gathering(768, 4, || panic!("asked to give up with events waiting")));
+        assert_eq!(rx.received(), 768);
+        assert_eq!(rx.sum, (0..768).sum::<u64>());
+        assert_eq!(ring.head().load(Ordering::Relaxed), 768);
+        assert_eq!(ring.word(CLAIM_LINE).load(Ordering::Relaxed), 768);
+        // The looks are loads of the words: a lifecycle word or a fence mode other than 0
+        // reads as not open (the events still go out: the probe never refuses).
+        ring.word(FIXED_LINES).store(1, Ordering::Relaxed);
+        assert!(!tx.send_claimed(256));
+        ring.word(FIXED_LINES).store(0, Ordering::Relaxed);
+        ring.word(MODE_LINE).store(1, Ordering::Relaxed);
+        assert!(!tx.send_claimed(256));
+        assert!(rx.recv(512, || panic!("asked to give up with events waiting")));
+        assert_eq!(ring.word(CLAIM_LINE).load(Ordering::Relaxed), 1280);
     }
 }

@@ -6,7 +6,7 @@
 //! The rows of `paired` run seconds apart, each in processes of its own; on a guest whose
 //! cross-core line transfers change speed several-fold from one second to the next, even
 //! those seconds decide a ratio (ARCHITECTURE.md, "Measured inside one run"). Here a pair is
-//! eight chunks of [`CHUNK`] events, one per [`Side`], in this order:
+//! nine chunks of [`CHUNK`] events, one per [`Side`], in this order:
 //!
 //! - the ring, per event: the producer publishes with `Producer::publish` (the fixed-size
 //!   per-event row's loop), the consumer reads with `Consumer::run` and the counting
@@ -19,6 +19,11 @@
 //!   each slice);
 //! - the ring per event again (`Producer::publish`), read a run at a time as the batches
 //!   are;
+//! - the floor ring with the per-event memory accesses of the fixed-size ring's single
+//!   producer (`spsc::BareSender::send_claimed`: its claim on a line of its own, its
+//!   lifecycle, fence-mode and waiter-count looks), read with pauses as the floor's next
+//!   chunk: what the claim protocol costs in memory accesses alone, with none of shmring's
+//!   code (the ring's per-event chunks are compared with it too, as `claimed_`);
 //! - the floor ring: its producer's loop and its consumer's;
 //! - the floor ring again, its consumer pausing [`FLOOR_GATHER`] spins after each run as
 //!   the run reads pause (a caught-up reader that looks at every event or few holds back
@@ -93,6 +98,8 @@ pub const PUBLISHER_ROW: &str =
     "per-event, 8 B, fixed-size ring, Publisher, a reader that gathers, in turn with the floor";
 /// The floor's row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fixed-size ring";
+/// The floor with the single producer's per-event accesses, read with pauses.
+pub const CLAIMED_ROW: &str = "bare SPSC ring with the single-producer claim's accesses, per-event, 8 B, a pause after each run, in turn with the fixed-size ring";
 /// The floor's row read with a pause after each run, as the run reads are.
 pub const FLOOR_GATHER_ROW: &str =
     "bare SPSC ring, per-event, 8 B, a pause after each run, in turn with the fixed-size ring";
@@ -126,28 +133,32 @@ pub enum Side {
     BatchRuns = 3,
     /// shmring's fixed-size ring per event (`Producer::publish`), read as `BatchRuns`.
     RingRuns = 4,
+    /// The floor ring, each event published with the fixed-size ring's single producer's
+    /// per-event accesses (`spsc::BareSender::send_claimed`), read as `FloorGather`.
+    Claimed = 5,
     /// The floor ring.
-    Floor = 5,
+    Floor = 6,
     /// The floor ring, its reader pausing [`FLOOR_GATHER`] spins after each run.
-    FloorGather = 6,
+    FloorGather = 7,
     /// The `disruptor` crate, per event.
-    Crate = 7,
+    Crate = 8,
 }
 
 /// Every side, in order.
-pub const SIDES: [Side; 8] = [
+pub const SIDES: [Side; 9] = [
     Side::Ring,
     Side::Publisher,
     Side::Batch,
     Side::BatchRuns,
     Side::RingRuns,
+    Side::Claimed,
     Side::Floor,
     Side::FloorGather,
     Side::Crate,
 ];
 
-/// The sides over the floor ring.
-pub const FLOOR_SIDES: u64 = 2;
+/// The sides over the floor ring (its file: the claimed side's too).
+pub const FLOOR_SIDES: u64 = 3;
 
 /// The sides over shmring's ring: every side but the floor's and the crate's.
 pub const RING_SIDES: u64 = SIDES.len() as u64 - FLOOR_SIDES - 1;
@@ -169,6 +180,7 @@ impl Side {
             Side::Batch => "batch",
             Side::BatchRuns => "batch_runs",
             Side::RingRuns => "ring_runs",
+            Side::Claimed => "claimed",
             Side::Floor => "floor",
             Side::FloorGather => "floor_gather",
             Side::Crate => "crate",
@@ -181,14 +193,20 @@ impl Side {
 /// it is left out). With two sides around it, each pair's faster chunk of the two counts:
 /// the ring's per-event chunks are judged against the floor ring read plainly or with
 /// pauses, whichever ran faster in that pair, so that the pauses can only raise the floor.
-pub const COMPARED: [(Side, &[Side], &str, bool); 7] = [
+/// The floor with the claim's accesses is judged against the same floors (what those
+/// accesses cost), and the ring's per-event chunks against it (`claimed_`: what shmring's
+/// code costs beyond them).
+pub const COMPARED: [(Side, &[Side], &str, bool); 10] = [
     (Side::Ring, &[Side::Floor, Side::FloorGather], "", true),
     (Side::RingRuns, &[Side::Floor, Side::FloorGather], "", true),
     (Side::Ring, &[Side::Crate], "crate_", false),
+    (Side::Ring, &[Side::Claimed], "claimed_", false),
     (Side::Publisher, &[Side::Floor, Side::FloorGather], "", true),
     (Side::Publisher, &[Side::Crate], "crate_", false),
+    (Side::Publisher, &[Side::Claimed], "claimed_", false),
     (Side::Batch, &[Side::Crate], "crate_", false),
     (Side::BatchRuns, &[Side::Crate], "crate_", false),
+    (Side::Claimed, &[Side::Floor, Side::FloorGather], "", true),
 ];
 
 /// What one comparison's pairs say.
@@ -310,6 +328,7 @@ fn row_name(side: Side) -> &'static str {
         Side::Batch => BATCH_ROW,
         Side::BatchRuns => BATCH_RUNS_ROW,
         Side::RingRuns => RING_RUNS_ROW,
+        Side::Claimed => CLAIMED_ROW,
         Side::Floor => FLOOR_ROW,
         Side::FloorGather => FLOOR_GATHER_ROW,
         Side::Crate => CRATE_ROW,
@@ -552,15 +571,15 @@ mod tests {
 
     #[test]
     fn the_report_judges_each_comparison_between_its_own_sides() {
-        // Ring, publisher, batch, batch with run reads, ring with run reads, floor, floor
-        // read with pauses, crate in M/s per pair: both floors steady (the plain one the
-        // faster), the crate changing speed in pair 2, so only the crate comparisons lose a
-        // pair.
+        // Ring, publisher, batch, batch with run reads, ring with run reads, floor with the
+        // claim's accesses, floor, floor read with pauses, crate in M/s per pair: both
+        // floors steady (the plain one the faster), the crate changing speed in pair 2, so
+        // only the crate comparisons lose a pair.
         let rates = [
-            [10.0, 10.0, 10.0, 10.0, 10.0, 100.0, 50.0, 50.0],
-            [80.0, 110.0, 250.0, 400.0, 70.0, 100.0, 50.0, 50.0],
-            [80.0, 110.0, 250.0, 400.0, 100.0, 100.0, 50.0, 100.0],
-            [90.0, 115.0, 300.0, 500.0, 90.0, 100.0, 50.0, 100.0],
+            [10.0, 10.0, 10.0, 10.0, 10.0, 80.0, 100.0, 50.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 70.0, 70.0, 100.0, 50.0, 50.0],
+            [80.0, 110.0, 250.0, 400.0, 100.0, 60.0, 100.0, 50.0, 100.0],
+            [90.0, 115.0, 300.0, 500.0, 90.0, 70.0, 100.0, 50.0, 100.0],
         ];
         let pairs: Vec<[u64; SIDES.len()]> = rates.iter().map(|p| p.map(ns)).collect();
         let mut m = shmring_peers::kit::Measured::default();
@@ -616,6 +635,19 @@ mod tests {
             Some("2.20")
         );
         assert_eq!(got("turn_crate_fastest").as_deref(), Some("100000000.00"));
+        // The floor with the claim's accesses over the faster floor: 0.70, 0.60, 0.70; the
+        // ring over it: 80 / 75 (the mean of 80 and 70), 80 / 65, 90 / 65; the publisher:
+        // 110 / 75, 110 / 65, 115 / 65.
+        assert_eq!(floor("claimed", "ratio").as_deref(), Some("0.70"));
+        assert_eq!(floor("claimed", "least").as_deref(), Some("0.60"));
+        let claimed = |side: &str, what: &str| got(&format!("turn_{side}_vs_claimed_{what}"));
+        assert_eq!(claimed("ring", "kept").as_deref(), Some("3.00"));
+        assert_eq!(claimed("ring", "least").as_deref(), Some("1.07"));
+        assert_eq!(claimed("ring", "ratio").as_deref(), Some("1.23"));
+        assert_eq!(claimed("ring", "greatest").as_deref(), Some("1.38"));
+        assert_eq!(claimed("publisher", "least").as_deref(), Some("1.47"));
+        assert_eq!(claimed("publisher", "greatest").as_deref(), Some("1.77"));
+        assert!(m.get("turn_ring_runs_vs_claimed_kept").is_none());
         // Without the crate's side: no crate keys at all.
         let mut m = shmring_peers::kit::Measured::default();
         report(&mut m, &pairs, CHUNK, false);
