@@ -197,16 +197,18 @@ fn shm_consumer(args: &Args) -> Result<()> {
             // then in batches (read the same way).
             for _ in 0..3 {
                 let end = count.get() + chunk;
-                // The counting handler's work per event (without a rate meter: the chunks
-                // are timed by the producer). Unlike `Count`'s it adds to captured
-                // counters (the `disruptor` crate's chunk carries one, its sum): counting
-                // by sequence here ran the per-event chunks no faster and the batch-100
-                // ones faster, and was not kept, so the in-turn rows keep the handler of
-                // every earlier run (PERFORMANCE.md, "A handler's counters in memory").
+                // `Count`'s work per event without its rate meter (the chunks are timed
+                // by the producer): the count from the sequence (checked against the
+                // consumer's deliveries at the end), the payload word loaded and
+                // `black_box`ed, nothing carried from one event to the next in memory, as
+                // the floor ring's reader keeps its sum in a register. A captured sum
+                // (`sum += payload`) held the batch-100 chunks read this way to the
+                // per-event chunks' rate; the per-event chunks are bound by their producer
+                // either way (PERFORMANCE.md, "A handler's counters in memory").
                 let exit = c.run(
                     |ev: Event<'_>| {
-                        count.set(count.get() + 1);
-                        sum = sum.wrapping_add(u64_at(ev.bytes(), 0));
+                        std::hint::black_box(u64_at(ev.bytes(), 0));
+                        count.set(ev.sequence() + 1);
                     },
                     || count.get() >= end,
                 )?;
