@@ -46,13 +46,16 @@
 //! ```
 //!
 //! In turn with shmring's fixed-size ring (`turn`), [`BareSender::send_claimed`] runs the
-//! floor with the per-event accesses of that ring's single producer as layout 12 places
-//! them: the fence-mode look, the lifecycle look, the claim stored on a line of its own,
-//! the lifecycle look again, the payload, the head (the ring's cursor, on its own line) and
-//! the waiter count's look; four lines after the largest format's slots (the lifecycle
-//! word and the waiter count shared with `Fixed`, then the claim and the fence mode, both
-//! used only there). What it adds to the floor is what the claim protocol costs in memory
-//! accesses, with none of shmring's code around them.
+//! floor with the per-event shared-memory accesses of that ring's single producer as
+//! layout 12 places them, as a `Publisher` makes them (position in a register): the
+//! fence-mode look, the lifecycle look, the claim stored on a line of its own, the
+//! lifecycle look again, the payload, the head (the ring's cursor, on its own line) and the
+//! waiter count's look; four lines after the largest format's slots (the lifecycle word and
+//! the waiter count shared with `Fixed`, then the claim and the fence mode, both used only
+//! there). `Producer::publish` makes one more, a load of its own claim word (its position)
+//! before them. What the probe adds to the floor is what the claim protocol costs the
+//! producer in memory accesses, with none of shmring's code around them; its reader is the
+//! floor's, without the per-commit accesses of a shmring consumer.
 
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -80,9 +83,8 @@ const MODE_LINE: usize = FIXED_LINES + 3 * 128;
 /// Size of the ring's file: room for the largest format (`Slot64`), `Fixed`'s lines and
 /// the claim's two.
 pub const FILE_SIZE: usize = FIXED_LINES + 4 * 128;
-// The claim and the fence mode each on a 128-byte line of its own, past every format's slots
-// and `Fixed`'s lines, inside the file.
-const _: () = assert!(CLAIM_LINE >= FIXED_LINES + 2 * 128 && CLAIM_LINE.is_multiple_of(128));
+// The claim and the fence mode each on a 128-byte line of its own inside the file.
+const _: () = assert!(CLAIM_LINE.is_multiple_of(128) && MODE_LINE.is_multiple_of(128));
 const _: () = assert!(MODE_LINE >= CLAIM_LINE + 128 && MODE_LINE + 128 <= FILE_SIZE);
 /// The stamp bit of a slot being written (as shmring's `STAMP_WRITING`).
 const WRITING: u64 = 1 << 63;
@@ -210,10 +212,10 @@ impl Spsc {
     }
 
     /// Publish event `i` (the next) with the per-event accesses of a single producer of a
-    /// fixed-size shmring ring, in its order and with its orderings (see the module
-    /// comment): none of them changes what the consumer reads. Returns whether both looks
-    /// at the lifecycle word said open and the fence mode light (the probe never changes
-    /// either: the looks are there for their cost).
+    /// fixed-size shmring ring through a `Publisher`, in its order and with its orderings
+    /// (see the module comment): none of them changes what the consumer reads. Returns
+    /// whether both looks at the lifecycle word said open and the fence mode light (the
+    /// probe never changes either: the looks are there for their cost).
     #[inline(always)]
     fn publish_claimed(&self, i: u64) -> bool {
         // Relaxed: the fence mode, as the producer's check of its common case.
@@ -232,6 +234,8 @@ impl Spsc {
         self.slot(i).store(i, Ordering::Relaxed);
         // Release: pairs with the consumer's Acquire load of the head.
         self.head().store(i + 1, Ordering::Release);
+        // The wake check's fence, compiler-only in the membarrier mode.
+        compiler_fence(Ordering::SeqCst);
         // Relaxed: the parked-consumer check's load of the waiter count (never set here).
         if self.word(FIXED_LINES + 128).load(Ordering::Relaxed) != 0 {
             std::hint::spin_loop();
@@ -319,7 +323,8 @@ impl BareSender {
 
     /// As [`BareSender::send`], each event published with the per-event accesses of a
     /// single producer of a fixed-size shmring ring (see the module comment). Returns
-    /// whether every lifecycle look said open (always, on a file nothing closes).
+    /// whether every look said open (the lifecycle word unchanged at 0 and the fence mode
+    /// light: always, on a file nothing writes them in).
     #[inline(never)]
     pub fn send_claimed(&mut self, n: u64) -> bool {
         debug_assert!(n.is_multiple_of(256));

@@ -16,14 +16,17 @@
 //!   publish with the position held in a register), read the same way;
 //! - the ring, [`BATCH`] events per `publish_batch`, read the same way;
 //! - the same again, read a run at a time (`Consumer::poll_runs`, the counting work over
-//!   each slice);
+//!   each slice, in captured counters as the run reads apart);
 //! - the ring per event again (`Producer::publish`), read a run at a time as the batches
 //!   are;
 //! - the floor ring with the per-event memory accesses of the fixed-size ring's single
-//!   producer (`spsc::BareSender::send_claimed`: its claim on a line of its own, its
-//!   lifecycle, fence-mode and waiter-count looks), read with pauses as the floor's next
-//!   chunk: what the claim protocol costs in memory accesses alone, with none of shmring's
-//!   code (the ring's per-event chunks are compared with it too, as `claimed_`);
+//!   producer through a `Publisher` (`spsc::BareSender::send_claimed`: its claim on a line
+//!   of its own, its lifecycle, fence-mode and waiter-count looks), read with
+//!   [`FLOOR_GATHER`] spins after each run as the floor's last chunk below: what the claim
+//!   protocol costs the producer in memory accesses, with none of shmring's code (the
+//!   ring's chunks read per event through `run` are compared with it too, as `claimed_`:
+//!   the rest of their gap, shmring's code on both sides, its reader's per-commit accesses
+//!   and its shorter pause, [`GATHER`]);
 //! - the floor ring: its producer's loop and its consumer's;
 //! - the floor ring again, its consumer pausing [`FLOOR_GATHER`] spins after each run as
 //!   the run reads pause (a caught-up reader that looks at every event or few holds back
@@ -194,8 +197,8 @@ impl Side {
 /// the ring's per-event chunks are judged against the floor ring read plainly or with
 /// pauses, whichever ran faster in that pair, so that the pauses can only raise the floor.
 /// The floor with the claim's accesses is judged against the same floors (what those
-/// accesses cost), and the ring's per-event chunks against it (`claimed_`: what shmring's
-/// code costs beyond them).
+/// accesses cost the producer), and the ring's per-event chunks read through `run` against
+/// it (`claimed_`: the rest of their gap, see the module comment).
 pub const COMPARED: [(Side, &[Side], &str, bool); 10] = [
     (Side::Ring, &[Side::Floor, Side::FloorGather], "", true),
     (Side::RingRuns, &[Side::Floor, Side::FloorGather], "", true),
@@ -413,7 +416,7 @@ pub fn rows(ctx: &mut Ctx, group: &str) -> Vec<Row> {
             if side != Side::Crate {
                 // The consumer process's share over the whole measurement: with the crate's
                 // side, it counts the crate's chunks it slept through (the crate's chunk is
-                // one of eight, and among the longest). The crate's threads ran in the
+                // one of nine, and among the longest). The crate's threads ran in the
                 // producer's process.
                 r.consumer_cpu = c.get("cpu_share");
             }
@@ -693,6 +696,21 @@ mod tests {
                 assert_eq!(at(b), Some(b as usize));
             }
             assert_eq!(at(a), Some(a as usize));
+        }
+    }
+
+    #[test]
+    fn no_two_comparisons_of_a_side_share_a_prefix() {
+        // A row carries each of its comparisons under its prefix (`ratio`, `claimed_ratio`,
+        // ...): two under one prefix would overwrite each other, and the targets read the
+        // one that came last.
+        for (i, (a, _, prefix, _)) in COMPARED.iter().enumerate() {
+            for (b, _, other, _) in &COMPARED[i + 1..] {
+                assert!(
+                    a != b || prefix != other,
+                    "{a:?} compared twice under {prefix:?}"
+                );
+            }
         }
     }
 
