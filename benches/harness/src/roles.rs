@@ -203,10 +203,10 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 // `black_box`ed, nothing carried from one event to the next in memory, as
                 // the floor ring's reader keeps its count and sum in registers. A captured
                 // count and sum (`n += 1; sum += payload`) held the batch-100 chunks read
-                // this way to the per-event chunks' rate; the per-event chunks are bound by
-                // their producer either way (PERFORMANCE.md, "The claim's accesses in
-                // turn"). The run reads below keep the captured counters of the run reads
-                // apart (`ConsumerMode::Runs`).
+                // this way to the per-event chunks' rate; the per-event chunks ran no faster
+                // without it (PERFORMANCE.md, "The claim's accesses in turn"). The run reads
+                // below keep the captured counters of the run reads apart
+                // (`ConsumerMode::Runs`).
                 let exit = c.run(
                     |ev: Event<'_>| {
                         std::hint::black_box(u64_at(ev.bytes(), 0));

@@ -46,13 +46,14 @@
 //! ```
 //!
 //! In turn with shmring's fixed-size ring (`turn`), [`BareSender::send_claimed`] runs the
-//! floor with the per-event shared-memory accesses of that ring's single producer as
-//! layout 12 places them, as a `Publisher` makes them (position in a register): the
-//! fence-mode look, the lifecycle look, the claim stored on a line of its own, the
-//! lifecycle look again, the payload, the head (the ring's cursor, on its own line) and the
-//! waiter count's look; four lines after the largest format's slots (the lifecycle word and
-//! the waiter count shared with `Fixed`, then the claim and the fence mode, both used only
-//! there). `Producer::publish` makes one more, a load of its own claim word (its position)
+//! floor with the per-event shared-memory accesses of that ring's single producer, as a
+//! `Publisher` makes them (position in a register): the fence-mode look, the lifecycle
+//! look, the claim stored on a line of its own, the lifecycle look again, the payload, the
+//! head (the ring's cursor, on its own line as in layout 12) and the waiter count's look;
+//! each word on a line nobody writes, four lines after the largest format's slots (the
+//! lifecycle word and the waiter count shared with `Fixed`, then the claim and the fence
+//! mode, both used only there). Layout 12 keeps the fence mode on the header's first line,
+//! beside words the broker writes at each sweep. `Producer::publish` makes one more, a load of its own claim word (its position)
 //! before them. What the probe adds to the floor is what the claim protocol costs the
 //! producer in memory accesses, with none of shmring's code around them; its reader is the
 //! floor's, without the per-commit accesses of a shmring consumer.

@@ -24,7 +24,7 @@
 //!   of its own, its lifecycle, fence-mode and waiter-count looks), read with
 //!   [`FLOOR_GATHER`] spins after each run as the floor's last chunk below: what the claim
 //!   protocol costs the producer in memory accesses, with none of shmring's code (the
-//!   ring's chunks read per event through `run` are compared with it too, as `claimed_`:
+//!   ring's per-event chunks read through `run` are compared with it too, as `claimed_`:
 //!   the rest of their gap, shmring's code on both sides, its reader's per-commit accesses
 //!   and its shorter pause, [`GATHER`]);
 //! - the floor ring: its producer's loop and its consumer's;

@@ -323,8 +323,10 @@ pub fn chunk(events: u64, capacity: usize, pin: bool) -> Result<u64> {
     let end = wait(&done, "read the chunk", false)?;
     // Dropping the producer drains the ring and joins the consumer thread.
     drop(producer);
-    // Event `i` carries `i` at sequence `i` (the warm-up is sequence 0): the last one read
-    // is the last one published, or the chunk was not read in order.
+    // Event `i` carries `i` at sequence `i` (the warm-up is sequence 0): the last event read
+    // carries the last number published, or the chunk was not read to its end. (Only the
+    // last is checked, as shmring's reader in turn checks only its count: a check per event
+    // would be work the readers compared with it do not do.)
     let got = last.load(Ordering::Relaxed);
     if got != events {
         bail!("the disruptor crate's consumer read {got} last, expected {events}");
@@ -342,7 +344,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_chunk_delivers_every_event_and_times_it() {
+    fn a_chunk_reads_to_its_last_event_and_times_it() {
         // A ring smaller than the chunk: the producer waits for room on every lap.
         let ns = chunk(10_000, 64, false).expect("a chunk");
         assert!(ns > 0);
