@@ -53,10 +53,11 @@
 //! each word on a line nobody writes, four lines after the largest format's slots (the
 //! lifecycle word and the waiter count shared with `Fixed`, then the claim and the fence
 //! mode, both used only there). Layout 12 keeps the fence mode on the header's first line,
-//! beside words the broker writes at each sweep. `Producer::publish` makes one more, a load of its own claim word (its position)
-//! before them. What the probe adds to the floor is what the claim protocol costs the
-//! producer in memory accesses, with none of shmring's code around them; its reader is the
-//! floor's, without the per-commit accesses of a shmring consumer.
+//! beside words the broker writes at each sweep. `Producer::publish` makes one more access,
+//! a load of its own claim word (its position) before them. What the probe adds to the
+//! floor is what the claim protocol costs the producer in memory accesses, with none of
+//! shmring's code around them; its reader is the floor's, without the per-commit accesses
+//! of a shmring consumer.
 
 use std::fs::OpenOptions;
 use std::path::Path;
@@ -298,8 +299,32 @@ impl BareSender {
     /// chunk), waiting for room as the floor's producer does.
     #[inline(never)]
     pub fn send(&mut self, n: u64) {
+        self.send_with(n, |ring, i| {
+            // Relaxed: published by the Release store of the head below.
+            ring.slot(i).store(i, Ordering::Relaxed);
+            // Release: pairs with the consumer's Acquire load of the head.
+            ring.head().store(i + 1, Ordering::Release);
+            true
+        });
+    }
+
+    /// As [`BareSender::send`], each event published with the per-event accesses of a
+    /// single producer of a fixed-size shmring ring (see the module comment). Returns
+    /// whether every look said open (the lifecycle word unchanged at 0 and the fence mode
+    /// light: always, on a file nothing writes them in).
+    #[inline(never)]
+    pub fn send_claimed(&mut self, n: u64) -> bool {
+        self.send_with(n, Spsc::publish_claimed)
+    }
+
+    /// The next `n` events (a multiple of 256), each published with `publish` once there
+    /// is room, as the floor's producer waits for it (and reads the clock every 256
+    /// events). Returns whether every `publish` said true.
+    #[inline(always)]
+    fn send_with(&mut self, n: u64, publish: impl Fn(&Spsc, u64) -> bool) -> bool {
         debug_assert!(n.is_multiple_of(256));
         let (ring, mut next, mut cached_tail) = (&self.ring, self.next, self.cached_tail);
+        let mut all = true;
         for _ in 0..n / 256 {
             for _ in 0..256 {
                 while next - cached_tail >= CAPACITY as u64 {
@@ -310,44 +335,14 @@ impl BareSender {
                         std::hint::spin_loop();
                     }
                 }
-                // Relaxed: published by the Release store of the head below.
-                ring.slot(next).store(next, Ordering::Relaxed);
+                all &= publish(ring, next);
                 next += 1;
-                // Release: pairs with the consumer's Acquire load of the head.
-                ring.head().store(next, Ordering::Release);
             }
             // The floor's producer reads the clock here to see whether its run is over.
             std::hint::black_box(kit::now_ns());
         }
         (self.next, self.cached_tail) = (next, cached_tail);
-    }
-
-    /// As [`BareSender::send`], each event published with the per-event accesses of a
-    /// single producer of a fixed-size shmring ring (see the module comment). Returns
-    /// whether every look said open (the lifecycle word unchanged at 0 and the fence mode
-    /// light: always, on a file nothing writes them in).
-    #[inline(never)]
-    pub fn send_claimed(&mut self, n: u64) -> bool {
-        debug_assert!(n.is_multiple_of(256));
-        let (ring, mut next, mut cached_tail) = (&self.ring, self.next, self.cached_tail);
-        let mut open = true;
-        for _ in 0..n / 256 {
-            for _ in 0..256 {
-                while next - cached_tail >= CAPACITY as u64 {
-                    // Acquire: as in `send`.
-                    cached_tail = ring.tail().load(Ordering::Acquire);
-                    if next - cached_tail >= CAPACITY as u64 {
-                        std::hint::spin_loop();
-                    }
-                }
-                open &= ring.publish_claimed(next);
-                next += 1;
-            }
-            // As `send`: the clock read of the floor's producer.
-            std::hint::black_box(kit::now_ns());
-        }
-        (self.next, self.cached_tail) = (next, cached_tail);
-        open
+        all
     }
 }
 
