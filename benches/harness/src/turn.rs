@@ -102,7 +102,8 @@ pub const PUBLISHER_ROW: &str =
 /// The floor's row.
 pub const FLOOR_ROW: &str = "bare SPSC ring, per-event, 8 B, in turn with the fixed-size ring";
 /// The floor with the single producer's per-event accesses, read with pauses.
-pub const CLAIMED_ROW: &str = "bare SPSC ring with the single-producer claim's accesses, per-event, 8 B, a pause after each run, in turn with the fixed-size ring";
+pub const CLAIMED_ROW: &str =
+    "bare SPSC ring with the single-producer claim's accesses, per-event, 8 B, a pause after each run, in turn with the fixed-size ring";
 /// The floor's row read with a pause after each run, as the run reads are.
 pub const FLOOR_GATHER_ROW: &str =
     "bare SPSC ring, per-event, 8 B, a pause after each run, in turn with the fixed-size ring";

@@ -260,7 +260,7 @@ pub fn chunk(events: u64, capacity: usize, pin: bool) -> Result<u64> {
     let ready = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let last = Arc::new(AtomicU64::new(0));
-    let (r, d, t) = (ready.clone(), done.clone(), last.clone());
+    let (r, d, l) = (ready.clone(), done.clone(), last.clone());
     let mut producer = build_single_producer(capacity, || 0u64, BusySpin)
         .handle_events_with(move |e: &u64, seq: i64, _eob: bool| {
             if seq == 0 {
@@ -273,11 +273,11 @@ pub fn chunk(events: u64, capacity: usize, pin: bool) -> Result<u64> {
             }
             // The counting handler's work per event, as shmring's consumer in turn: the
             // event's word read, its count the sequence (nothing carried in memory from one
-            // event to the next; a sum in this closure was, the handler's own field).
+            // event to the next, as a sum kept in this closure's field was).
             std::hint::black_box(*e);
             if seq as u64 == events {
                 let now = now_ns();
-                t.store(*e, Ordering::Relaxed);
+                l.store(*e, Ordering::Relaxed);
                 // Release: pairs with the producer's Acquire load; the last word with it.
                 d.store(now, Ordering::Release);
             }
