@@ -250,7 +250,8 @@ fn bench(cli: &Cli) -> Result<i32> {
             .suspend(|| say(&format!("\n### {s} ({:.1} s)\n{t}", took.as_secs_f64())))?;
     }
     let targets = targets::evaluate(&ctx.rows);
-    let goals = targets::absolute_goals(&ctx.rows);
+    let bounds = targets::bounds(&ctx.rows);
+    let goals = targets::absolute_goals(&ctx.rows) + &targets::bounds_text(&bounds);
     let elapsed = started.elapsed();
     meta["loadavg_end"] = serde_json::Value::String(read("/proc/loadavg"));
     meta["seconds"] = serde_json::json!(elapsed.as_secs_f64());
@@ -276,6 +277,7 @@ fn bench(cli: &Cli) -> Result<i32> {
             "meta": meta,
             "rows": ctx.rows,
             "targets": targets,
+            "bounds": bounds,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?)
             .with_context(|| format!("write {}", path.display()))?;

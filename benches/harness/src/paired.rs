@@ -2,7 +2,8 @@
 //! per-event and batch-100 rows with 8-byte events, on a ring of stamped slots and on one
 //! of fixed-size events (its consumer taking one event per handler call, or a run at a
 //! time; per event, its producer also through a `Publisher`), the `disruptor` crate and
-//! iceoryx2) and behind the busy-spin latency targets (the spin floor and shmring's
+//! iceoryx2, and the floor ring publishing its head once per 100 events, the floor of the
+//! batch-100 rows, [`FLOOR_BATCH_ROW`]) and behind the busy-spin latency targets (the spin floor and shmring's
 //! busy-spin consumer, ping-pong and paced 100 µs), measured one after the other in each
 //! of several rounds, in an order rotated from round to round.
 //!
@@ -54,6 +55,11 @@ pub const FLOOR_AGAIN_ROW: &str = "bare SPSC ring, end of the round";
 pub const FLOOR_GATHER_ROW: &str = "bare SPSC ring, per-event, 8 B, read with pauses";
 /// [`FLOOR_GATHER_ROW`] again, the last row of each round.
 pub const FLOOR_GATHER_AGAIN_ROW: &str = "bare SPSC ring read with pauses, end of the round";
+/// The floor ring publishing its head once per `throughput::FLOOR_BATCH` events, read by a
+/// reader that gathers as the batch-100 rows' ([`GATHER`] spins after each run): the floor
+/// of those rows, and what a floor reaches of the bar their targets set against the
+/// `disruptor` crate (`targets::bounds`).
+pub const FLOOR_BATCH_ROW: &str = "bare SPSC ring, batch-100, 8 B, a reader that gathers";
 /// The floor the throughput rows are divided by: in each round the faster of
 /// [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`] (a name for [`ratios`] and the targets' text, no
 /// row of its own). The pauses can only raise the floor, never lower the bar.
@@ -129,12 +135,12 @@ pub fn rows() -> u64 {
     (ROUNDS * round_rows()) as u64
 }
 
-/// The throughput units of a round, rotated: twelve rows and the sides in turn.
-const THROUGHPUT_UNITS: usize = 13;
+/// The throughput units of a round, rotated: thirteen rows and the sides in turn.
+const THROUGHPUT_UNITS: usize = 14;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Twelve throughput rows, the sides in turn, then one unit per latency pair (its floor
+    // Thirteen throughput rows, the sides in turn, then one unit per latency pair (its floor
     // and busy-spin row).
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
@@ -163,6 +169,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 10 => rows.push(peers::iox_throughput_row(ctx, &group)),
                 11 => rows.push(throughput::sized_row(ctx, 1, GATHER, &group)),
                 12 => rows.push(throughput::sized_row(ctx, 100, GATHER, &group)),
+                13 => rows.push(throughput::floor_batch_row(ctx, &group, FLOOR_BATCH_ROW)),
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let names = latency::InTurn {

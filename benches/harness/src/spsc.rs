@@ -4,7 +4,10 @@
 //! reloading it only when it runs out (the cached-index ring of rtrb and the LMAX single-
 //! producer sequencer); the consumer publishes its index once per run it reads, as a
 //! shmring consumer commits once per batch. The throughput rows divide by it, measured in
-//! the same run with the same duration, sizes and pinning.
+//! the same run with the same duration, sizes and pinning. With `batch=N` its producer
+//! writes `N` slots and then stores the head once ([`BareSender::send_batches`]), waiting
+//! for room for all `N`: the floor of a batch row, as `Producer::publish_batch` publishes a
+//! batch with one store of its cursor.
 //!
 //! ```text
 //! offset 0     head  (next index the producer writes; Release after the slot)
@@ -317,6 +320,37 @@ impl BareSender {
         self.send_with(n, Spsc::publish_claimed)
     }
 
+    /// Publish `batches` batches of `batch` events each (`batch` at most [`CAPACITY`]),
+    /// each batch once the ring has room for all of it: its slots, then the head once (the
+    /// floor of a producer that publishes a batch with one store of its cursor, as
+    /// `Producer::publish_batch` does). Returns the events sent. The producer of a batched
+    /// floor row ([`producer`] with `batch`) calls this between its clock reads.
+    #[inline(never)]
+    pub fn send_batches(&mut self, batches: u64, batch: u64) -> u64 {
+        debug_assert!((1..=CAPACITY as u64).contains(&batch));
+        let (ring, mut next, mut cached_tail) = (&self.ring, self.next, self.cached_tail);
+        for _ in 0..batches {
+            while next + batch - cached_tail > CAPACITY as u64 {
+                // Acquire: pairs with the consumer's Release of its index; its reads of
+                // the slots below happen before this producer overwrites them.
+                cached_tail = ring.tail().load(Ordering::Acquire);
+                if next + batch - cached_tail > CAPACITY as u64 {
+                    std::hint::spin_loop();
+                }
+            }
+            for i in next..next + batch {
+                // Relaxed: published by the Release store of the head below.
+                ring.slot(i).store(i, Ordering::Relaxed);
+            }
+            next += batch;
+            // Release: pairs with the consumer's Acquire load of the head.
+            ring.head().store(next, Ordering::Release);
+        }
+        let sent = next - self.next;
+        (self.next, self.cached_tail) = (next, cached_tail);
+        sent
+    }
+
     /// The next `n` events (a multiple of 256), each published with `publish` once there
     /// is room, as the floor's producer waits for it (and reads the clock every 256
     /// events). Returns whether every `publish` said true.
@@ -443,11 +477,29 @@ pub fn producer(args: &Args) -> Result<()> {
     let ctl = args.ctl()?;
     let ring = Spsc::open(Path::new(args.str("data")?))?;
     let format = Format::parse(args.str_or("format", "bare"))?;
+    let batch: u64 = args.num_or("batch", 1);
+    anyhow::ensure!(
+        batch == 1 || (format == Format::Bare && (2..=CAPACITY as u64 / 2).contains(&batch)),
+        "batch={batch}: only the bare ring publishes in batches, of 2 to {} events",
+        CAPACITY / 2
+    );
+    let mut batched = (batch > 1)
+        .then(|| BareSender::open(Path::new(args.str("data")?)))
+        .transpose()?;
     ctl.wait_ready(1, Duration::from_secs(20))?;
     let (c0, t_start) = (kit::thread_cpu_ns(), kit::now_ns());
     let end = t_start + args.num::<u64>("duration_ns")?;
     let (mut next, mut cached_tail, mut closed) = (0u64, 0u64, 0u64);
     'outer: loop {
+        if let Some(tx) = batched.as_mut() {
+            // The batched floor: at least 256 events between two reads of the clock, as
+            // the per-event loop below.
+            next += tx.send_batches(256_u64.div_ceil(batch), batch);
+            if kit::now_ns() >= end {
+                break 'outer;
+            }
+            continue;
+        }
         for _ in 0..256 {
             while next - cached_tail >= CAPACITY as u64 {
                 // Acquire: pairs with the consumer's Release of its index; its reads of
@@ -632,5 +684,42 @@ mod tests {
         assert!(!tx.send_claimed(256));
         assert!(rx.recv(512, || panic!("asked to give up with events waiting")));
         assert_eq!(ring.word(CLAIM_LINE).load(Ordering::Relaxed), 1280);
+    }
+
+    #[test]
+    fn the_batched_sender_publishes_whole_batches_and_waits_for_room_for_a_whole_one() {
+        let ns = Namespace::new("harness_spsc_batched");
+        let path = ns.scratch().join("floor");
+        create(&path).expect("floor ring file");
+        let ring = Spsc::open(&path).expect("map");
+        let mut tx = BareSender::open(&path).expect("sender");
+        let mut rx = BareReceiver::open(&path).expect("receiver");
+        // Three batches of 100: each event's index in its slot, the head after the last.
+        assert_eq!(tx.send_batches(3, 100), 300);
+        assert_eq!(ring.head().load(Ordering::Relaxed), 300);
+        assert!(rx.recv(300, || panic!("asked to give up with events waiting")));
+        assert_eq!(rx.sum, (0..300).sum::<u64>());
+        // A ring with room for less than a batch: the sender waits (it would overwrite an
+        // unread slot otherwise) and publishes nothing until the reader frees a whole
+        // batch's room. Here the reader is this thread, so the sender runs on another and
+        // is seen not to move the head while the room is short.
+        let fill = CAPACITY as u64 - 50;
+        assert_eq!(tx.send_batches(fill / 2, 2), fill);
+        let head = ring.head().load(Ordering::Relaxed);
+        assert_eq!(head, 300 + fill);
+        let sender = std::thread::spawn(move || tx.send_batches(1, 100));
+        // The ring holds CAPACITY - 50 unread events: room for 50, not for 100.
+        for _ in 0..1000 {
+            std::thread::yield_now();
+            assert_eq!(
+                ring.head().load(Ordering::Relaxed),
+                head,
+                "published past the room"
+            );
+        }
+        assert!(rx.recv(fill, || panic!("asked to give up with events waiting")));
+        assert_eq!(sender.join().expect("sender thread"), 100);
+        assert!(rx.recv(100, || panic!("asked to give up with events waiting")));
+        assert_eq!(rx.sum, (0..(300 + fill + 100)).sum::<u64>());
     }
 }

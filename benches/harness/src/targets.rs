@@ -624,6 +624,98 @@ fn paired_target(
     })
 }
 
+/// A ratio over the paired rounds that measures a bar rather than meeting one: a floor ring
+/// against a peer (how far the floor itself reaches toward the bar set against that peer),
+/// or one of shmring's rows against that floor.
+#[derive(Debug, Clone, Serialize)]
+pub struct Bound {
+    /// What is compared.
+    pub what: String,
+    /// The two rows (numerator / denominator).
+    pub from: String,
+    /// The median of the rounds' ratios (the rounds a paired target would count).
+    pub ratio: f64,
+    /// The least and greatest of them.
+    pub least: f64,
+    pub greatest: f64,
+    /// The rounds counted.
+    pub rounds: usize,
+    /// The bar of the targets this bound measures, where it is a floor's against a peer.
+    pub bar: Option<f64>,
+}
+
+/// The bounds this run measured (see [`Bound`]): the bare ring publishing its head once
+/// per 100 events (`paired::FLOOR_BATCH_ROW`) against the `disruptor` crate per event,
+/// beside the batch-100 targets' bar of 2.5x against the crate, and shmring's batch-100 rows
+/// apart against that floor. The rounds are those a paired target counts
+/// (`paired::ratios`); a bound with none is not stated.
+pub fn bounds(rows: &[Row]) -> Vec<Bound> {
+    let g = paired::gathering_row;
+    let floor = paired::FLOOR_BATCH_ROW;
+    let fixed_batch = g(throughput::FIXED_BATCH_ROW);
+    let fixed_runs_batch = g(throughput::FIXED_RUNS_BATCH_ROW);
+    let sized_batch = g(throughput::SIZED_BATCH_ROW);
+    let mut out = Vec::new();
+    for (what, a, b, bar) in [
+        (
+            "1P1C 8 B batch-100, bare SPSC ring, a reader that gathers (best 100 ms) / disruptor crate per-event, paired: what the floor reaches of the batch-100 targets' bar",
+            floor,
+            paired::DISRUPTOR_ROW,
+            Some(2.5),
+        ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring, a reader that gathers / bare SPSC ring batch-100, a reader that gathers (best 100 ms), paired",
+            fixed_batch.as_str(),
+            floor,
+            None,
+        ),
+        (
+            "1P1C 8 B batch-100, fixed-size ring, run reads that gather / bare SPSC ring batch-100, a reader that gathers (best 100 ms), paired",
+            fixed_runs_batch.as_str(),
+            floor,
+            None,
+        ),
+        (
+            "1P1C 8 B batch-100, ring of sized events, a reader that gathers / bare SPSC ring batch-100, a reader that gathers (best 100 ms), paired",
+            sized_batch.as_str(),
+            floor,
+            None,
+        ),
+    ] {
+        let r = paired::ratios(rows, a, b);
+        let Some((ratio, least, greatest)) = paired::spread(&r.values) else {
+            continue;
+        };
+        out.push(Bound {
+            what: what.to_owned(),
+            from: format!("{a} [{s}] / {b} [{s}]", s = paired::SUITE),
+            ratio,
+            least,
+            greatest,
+            rounds: r.values.len(),
+            bar,
+        });
+    }
+    out
+}
+
+/// The bounds as lines of text, after the targets table.
+pub fn bounds_text(bounds: &[Bound]) -> String {
+    let mut out = String::new();
+    for b in bounds {
+        let bar = b.bar.map_or(String::new(), |bar| {
+            let lies = if b.ratio < bar { "above" } else { "within" };
+            format!("; the bar of {bar}x lies {lies} it")
+        });
+        let _ = writeln!(
+            out,
+            "- bound, not a target: {}: median {:.2}x of {} rounds, range {:.2}-{:.2}x{bar} ({})",
+            b.what, b.ratio, b.rounds, b.least, b.greatest, b.from
+        );
+    }
+    out
+}
+
 /// The longer-term absolute goals, stated beside the ratios.
 pub fn absolute_goals(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -767,6 +859,62 @@ mod tests {
         );
         row.p50_ns = Some(p50);
         row
+    }
+
+    #[test]
+    fn the_batched_floor_bounds_the_batch_targets_against_the_crate_and_is_no_target() {
+        let mut rows = Vec::new();
+        let fixed_batch = paired::gathering_row(throughput::FIXED_BATCH_ROW);
+        for (r, floor, disruptor, ring) in [
+            (1, 600.0, 300.0, 480.0),
+            (2, 660.0, 300.0, 450.0),
+            (3, 570.0, 300.0, 456.0),
+        ] {
+            rows.extend(
+                [
+                    (paired::FLOOR_BATCH_ROW.to_owned(), floor),
+                    (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                    (fixed_batch.clone(), ring),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
+        }
+        let b = bounds(&rows);
+        // The floor against the crate: 2.0, 2.2, 1.9, median 2.0, below the bar of 2.5.
+        let crate_bound = b
+            .iter()
+            .find(|b| b.from.starts_with(paired::FLOOR_BATCH_ROW))
+            .expect("the batched floor against the crate");
+        assert_eq!((crate_bound.ratio, crate_bound.rounds), (2.0, 3));
+        assert_eq!((crate_bound.least, crate_bound.greatest), (1.9, 2.2));
+        assert_eq!(crate_bound.bar, Some(2.5));
+        // The ring's batches against the batched floor: 0.8, 0.68..., 0.8; median 0.8.
+        let ring_bound = b
+            .iter()
+            .find(|b| b.from.starts_with(&fixed_batch))
+            .expect("the ring's batches against the batched floor");
+        assert_eq!((ring_bound.ratio, ring_bound.rounds), (0.8, 3));
+        let text = bounds_text(&b);
+        assert!(
+            text.contains("median 2.00x of 3 rounds, range 1.90-2.20x")
+                && text.contains("the bar of 2.5x lies above it"),
+            "{text}"
+        );
+        // A bound is no target: the targets table holds none of these rows' ratios.
+        assert!(!evaluate(&rows)
+            .iter()
+            .any(|t| t.from.contains(paired::FLOOR_BATCH_ROW)));
+        // A floor at 2.5x the crate or more: the bar lies within it.
+        for r in &mut rows {
+            if r.name == paired::FLOOR_BATCH_ROW {
+                r.best_ops_per_sec = Some(900.0);
+            }
+        }
+        let text = bounds_text(&bounds(&rows));
+        assert!(text.contains("the bar of 2.5x lies within it"), "{text}");
+        // Rounds without the batched floor: no bound stated.
+        rows.retain(|r| r.name != paired::FLOOR_BATCH_ROW);
+        assert!(bounds(&rows).is_empty());
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
         (Format::Fixed, PROBE, PROBE_FIXED),
     ] {
         ctx.bar.set_message(format!("throughput: {name}"));
-        let row = floor(ctx, format, 0, group, name);
+        let row = floor(ctx, format, 0, 1, group, name);
         ctx.push(row);
     }
     for batch in FORMS {
@@ -143,20 +143,20 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
     }
     ctx.bar
         .set_message(format!("throughput: {FLOOR_AGAIN_ROW}"));
-    let row = floor(ctx, Format::Bare, 0, FLOOR, FLOOR_AGAIN_ROW);
+    let row = floor(ctx, Format::Bare, 0, 1, FLOOR, FLOOR_AGAIN_ROW);
     ctx.push(row);
     Ok(())
 }
 
 /// The floor ring's row, for another suite (`paired`).
 pub fn floor_row(ctx: &mut Ctx, format: Format, group: &str, name: &str) -> Row {
-    floor(ctx, format, 0, group, name)
+    floor(ctx, format, 0, 1, group, name)
 }
 
 /// The floor ring's row with its reader pausing `turn::FLOOR_GATHER` spins after each run
 /// (as the floor chunk of the same name in turn), for another suite (`paired`).
 pub fn floor_gather_row(ctx: &mut Ctx, group: &str, name: &str) -> Row {
-    floor(ctx, Format::Bare, crate::turn::FLOOR_GATHER, group, name)
+    floor(ctx, Format::Bare, crate::turn::FLOOR_GATHER, 1, group, name)
 }
 
 /// A 1P1C row with 8-byte events and a busy-spin consumer, `batch` events per publish
@@ -258,9 +258,32 @@ pub fn fixed_publisher_row(ctx: &mut Ctx, gather: u32, group: &str) -> Row {
     )
 }
 
+/// The bare floor ring publishing [`FLOOR_BATCH`] events at a time (their slots, then its
+/// head once), its reader pausing `turn::GATHER` spins after each run as the consumers of
+/// the batch-100 rows on fixed-size and sized rings do (`gather(16)`), for another suite
+/// (`paired`): the floor of a batch-100 row. (Its best 100 ms ran at 390-407 M events/s
+/// read with 64 spins after each run, as the per-event floor with pauses, at 423-444 with
+/// 16 and at 385-444 with none: four `paired --quick` runs, 2026-12-06, the five rounds of
+/// each.)
+pub fn floor_batch_row(ctx: &mut Ctx, group: &str, name: &str) -> Row {
+    floor(
+        ctx,
+        Format::Bare,
+        crate::turn::GATHER,
+        FLOOR_BATCH,
+        group,
+        name,
+    )
+}
+
+/// The events the batched floor ring publishes with one store of its head: the batch of
+/// shmring's batch-100 rows.
+pub const FLOOR_BATCH: u64 = 100;
+
 /// The floor row (the bare SPSC ring) or a slot format probe (the same ring with shmring's
-/// stamps), with the same duration and pinning as the 1P1C rows.
-fn floor(ctx: &mut Ctx, format: Format, gather: u32, group: &str, name: &str) -> Row {
+/// stamps), with the same duration and pinning as the 1P1C rows; the bare ring's producer
+/// publishes `batch` events per store of its head.
+fn floor(ctx: &mut Ctx, format: Format, gather: u32, batch: u64, group: &str, name: &str) -> Row {
     let row = Row::new(SUITE, group, name, Kind::Throughput);
     let dur = ctx.sizes.throughput;
     let measured = (|| -> Result<Row> {
@@ -279,8 +302,10 @@ fn floor(ctx: &mut Ctx, format: Format, gather: u32, group: &str, name: &str) ->
         };
         let mut consumer = common(1);
         consumer.push(kv("gather", gather));
+        let mut producer = common(0);
+        producer.push(kv("batch", batch));
         roles.spawn("spsc-consumer", &consumer)?;
-        roles.spawn("spsc-producer", &common(0))?;
+        roles.spawn("spsc-producer", &producer)?;
         let parts = roles.finish(dur * 20 + std::time::Duration::from_secs(30))?;
         let _ = std::fs::remove_file(&data);
         let _ = std::fs::remove_file(&ctl_path);
