@@ -3,9 +3,9 @@
 //! of fixed-size events (its consumer taking one event per handler call, or a run at a
 //! time; per event, its producer also through a `Publisher`), the `disruptor` crate and
 //! iceoryx2, and the floor ring publishing its head once per 100 events, the floor of the
-//! batch-100 rows, [`FLOOR_BATCH_ROW`]) and behind the busy-spin latency targets (the spin floor and shmring's
-//! busy-spin consumer, ping-pong and paced 100 µs), measured one after the other in each
-//! of several rounds, in an order rotated from round to round.
+//! batch-100 rows, [`FLOOR_BATCH_EITHER`]) and behind the busy-spin latency targets (the
+//! spin floor and shmring's busy-spin consumer, ping-pong and paced 100 µs), measured one
+//! after the other in each of several rounds, in an order rotated from round to round.
 //!
 //! A ratio of two rows measured a minute apart is only as good as the machine's steadiness
 //! over that minute: on a shared 2-vCPU guest the speed of a cross-core line transfer can
@@ -55,11 +55,18 @@ pub const FLOOR_AGAIN_ROW: &str = "bare SPSC ring, end of the round";
 pub const FLOOR_GATHER_ROW: &str = "bare SPSC ring, per-event, 8 B, read with pauses";
 /// [`FLOOR_GATHER_ROW`] again, the last row of each round.
 pub const FLOOR_GATHER_AGAIN_ROW: &str = "bare SPSC ring read with pauses, end of the round";
-/// The floor ring publishing its head once per `throughput::FLOOR_BATCH` events, read by a
-/// reader that gathers as the batch-100 rows' ([`GATHER`] spins after each run): the floor
-/// of those rows, and what a floor reaches of the bar their targets set against the
-/// `disruptor` crate (`targets::bounds`).
-pub const FLOOR_BATCH_ROW: &str = "bare SPSC ring, batch-100, 8 B, a reader that gathers";
+/// The floor ring publishing its head once per `throughput::FLOOR_BATCH` events, read
+/// plainly.
+pub const FLOOR_BATCH_ROW: &str = "bare SPSC ring, batch-100, 8 B";
+/// [`FLOOR_BATCH_ROW`] read by a reader that gathers as the batch-100 rows on fixed-size and
+/// sized rings do ([`GATHER`] spins after each run).
+pub const FLOOR_BATCH_GATHER_ROW: &str = "bare SPSC ring, batch-100, 8 B, a reader that gathers";
+/// The floor of the batch-100 rows: in each round the faster of [`FLOOR_BATCH_ROW`] and
+/// [`FLOOR_BATCH_GATHER_ROW`] (a name for [`ratios`], no row of its own), as
+/// [`FLOOR_EITHER`] is of the per-event rows; and what a floor reaches of the bar the
+/// batch-100 targets set against the `disruptor` crate (`targets::bounds`).
+pub const FLOOR_BATCH_EITHER: &str =
+    "bare SPSC ring, batch-100, 8 B, read plainly or with gather (the faster)";
 /// The floor the throughput rows are divided by: in each round the faster of
 /// [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`] (a name for [`ratios`] and the targets' text, no
 /// row of its own). The pauses can only raise the floor, never lower the bar.
@@ -124,10 +131,11 @@ pub fn latency_round(r: usize) -> String {
 }
 
 /// Rows of a round: the floor read with pauses first, the throughput units but the one in
-/// turn (a row each) and the sides in turn, a latency pair's two rows each (the pair in
-/// turn three, with the bare ring), and the two floor rows at the end.
+/// turn (a row each, the batched floor two) and the sides in turn, a latency pair's two
+/// rows each (the pair in turn three, with the bare ring), and the two floor rows at the
+/// end.
 fn round_rows() -> usize {
-    1 + (THROUGHPUT_UNITS - 1) + turn::sides().len() + 2 * LATENCY.len() + 1 + 2
+    1 + (THROUGHPUT_UNITS - 1) + 1 + turn::sides().len() + 2 * LATENCY.len() + 1 + 2
 }
 
 /// Rows this suite adds.
@@ -135,12 +143,13 @@ pub fn rows() -> u64 {
     (ROUNDS * round_rows()) as u64
 }
 
-/// The throughput units of a round, rotated: thirteen rows and the sides in turn.
+/// The throughput units of a round, rotated: twelve rows, the batched floor's two and the
+/// sides in turn.
 const THROUGHPUT_UNITS: usize = 14;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Thirteen throughput rows, the sides in turn, then one unit per latency pair (its floor
+    // Thirteen throughput units (the batched floor's two rows one of them), the sides in turn, then one unit per latency pair (its floor
     // and busy-spin row).
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
@@ -169,7 +178,16 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 10 => rows.push(peers::iox_throughput_row(ctx, &group)),
                 11 => rows.push(throughput::sized_row(ctx, 1, GATHER, &group)),
                 12 => rows.push(throughput::sized_row(ctx, 100, GATHER, &group)),
-                13 => rows.push(throughput::floor_batch_row(ctx, &group, FLOOR_BATCH_ROW)),
+                13 => {
+                    // Both readers back to back, the plain one first in odd rounds.
+                    for gather in [r % 2 == 0, r % 2 == 1] {
+                        rows.push(if gather {
+                            throughput::floor_batch_row(ctx, GATHER, &group, FLOOR_BATCH_GATHER_ROW)
+                        } else {
+                            throughput::floor_batch_row(ctx, 0, &group, FLOOR_BATCH_ROW)
+                        });
+                    }
+                }
                 u if LATENCY[u - THROUGHPUT_UNITS].1 == INTERLEAVED => {
                     let (name, _, spin_floor) = LATENCY[u - THROUGHPUT_UNITS];
                     let names = latency::InTurn {
@@ -436,7 +454,8 @@ fn round_ratios(rows: &[Row], a: &str, b: &str, at: fn(&Row) -> Option<u64>) -> 
 }
 
 /// `(round, a, b)` of each round that measured both rows, `b` above zero; [`FLOOR_EITHER`]
-/// is the round's faster of [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`].
+/// is the round's faster of [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`], [`FLOOR_BATCH_EITHER`]
+/// of [`FLOOR_BATCH_ROW`] and [`FLOOR_BATCH_GATHER_ROW`].
 fn values_by(
     rows: &[Row],
     group: fn(usize) -> String,
@@ -450,13 +469,16 @@ fn values_by(
             .and_then(&value)
     };
     let get = |group: &str, name: &str| {
-        if name == FLOOR_EITHER {
-            [one(group, FLOOR_ROW), one(group, FLOOR_GATHER_ROW)]
+        let either = |plain: &str, paused: &str| {
+            [one(group, plain), one(group, paused)]
                 .into_iter()
                 .flatten()
                 .reduce(f64::max)
-        } else {
-            one(group, name)
+        };
+        match name {
+            FLOOR_EITHER => either(FLOOR_ROW, FLOOR_GATHER_ROW),
+            FLOOR_BATCH_EITHER => either(FLOOR_BATCH_ROW, FLOOR_BATCH_GATHER_ROW),
+            _ => one(group, name),
         }
     };
     (1..=ROUNDS)

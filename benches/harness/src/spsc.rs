@@ -492,9 +492,9 @@ pub fn producer(args: &Args) -> Result<()> {
     let (mut next, mut cached_tail, mut closed) = (0u64, 0u64, 0u64);
     'outer: loop {
         if let Some(tx) = batched.as_mut() {
-            // The batched floor: at least 256 events between two reads of the clock, as
-            // the per-event loop below.
-            next += tx.send_batches(256_u64.div_ceil(batch), batch);
+            // The batched floor: the clock read every 256 / batch batches (at least one),
+            // as the producer of shmring's batch rows reads it.
+            next += tx.send_batches((256 / batch).max(1), batch);
             if kit::now_ns() >= end {
                 break 'outer;
             }
@@ -699,6 +699,14 @@ mod tests {
         assert_eq!(ring.head().load(Ordering::Relaxed), 300);
         assert!(rx.recv(300, || panic!("asked to give up with events waiting")));
         assert_eq!(rx.sum, (0..300).sum::<u64>());
+        // Room for exactly one batch: sent at once (the ring may fill to its last slot).
+        let fill = CAPACITY as u64 - 100;
+        assert_eq!(tx.send_batches(fill / 4, 4), fill);
+        assert_eq!(tx.send_batches(1, 100), 100);
+        assert!(rx.recv(CAPACITY as u64, || panic!(
+            "asked to give up with events waiting"
+        )));
+        assert_eq!(rx.sum, (0..300 + CAPACITY as u64).sum::<u64>());
         // A ring with room for less than a batch: the sender waits (it would overwrite an
         // unread slot otherwise) and publishes nothing until the reader frees a whole
         // batch's room. Here the reader is this thread, so the sender runs on another and
@@ -706,7 +714,7 @@ mod tests {
         let fill = CAPACITY as u64 - 50;
         assert_eq!(tx.send_batches(fill / 2, 2), fill);
         let head = ring.head().load(Ordering::Relaxed);
-        assert_eq!(head, 300 + fill);
+        assert_eq!(head, 300 + CAPACITY as u64 + fill);
         let sender = std::thread::spawn(move || tx.send_batches(1, 100));
         // The ring holds CAPACITY - 50 unread events: room for 50, not for 100.
         for _ in 0..1000 {
@@ -720,6 +728,9 @@ mod tests {
         assert!(rx.recv(fill, || panic!("asked to give up with events waiting")));
         assert_eq!(sender.join().expect("sender thread"), 100);
         assert!(rx.recv(100, || panic!("asked to give up with events waiting")));
-        assert_eq!(rx.sum, (0..(300 + fill + 100)).sum::<u64>());
+        assert_eq!(
+            rx.sum,
+            (0..(300 + CAPACITY as u64 + fill + 100)).sum::<u64>()
+        );
     }
 }

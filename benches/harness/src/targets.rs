@@ -631,68 +631,109 @@ fn paired_target(
 pub struct Bound {
     /// What is compared.
     pub what: String,
-    /// The two rows (numerator / denominator).
+    /// The two rows (numerator / denominator), with the rounds counted and those left out.
     pub from: String,
-    /// The median of the rounds' ratios (the rounds a paired target would count).
+    /// The median of the rounds' ratios (NaN, `null` in JSON, when no round counts).
     pub ratio: f64,
-    /// The least and greatest of them.
+    /// The least of the rounds' ratios (NaN when none counts).
     pub least: f64,
+    /// The greatest of the rounds' ratios (NaN when none counts).
     pub greatest: f64,
     /// The rounds counted.
     pub rounds: usize,
+    /// Whether at least [`paired::MIN_ROUNDS`] rounds counted, as a paired target needs.
+    pub decided: bool,
     /// The bar of the targets this bound measures, where it is a floor's against a peer.
     pub bar: Option<f64>,
 }
 
+/// The bar of the batch-100 targets against the `disruptor` crate's per-event rate.
+pub const BATCH_CRATE_BAR: f64 = 2.5;
+
 /// The bounds this run measured (see [`Bound`]): the bare ring publishing its head once
-/// per 100 events (`paired::FLOOR_BATCH_ROW`) against the `disruptor` crate per event,
-/// beside the batch-100 targets' bar of 2.5x against the crate, and shmring's batch-100 rows
-/// apart against that floor. The rounds are those a paired target counts
-/// (`paired::ratios`); a bound with none is not stated.
+/// per 100 events (each round's faster of its two readers, `paired::FLOOR_BATCH_EITHER`)
+/// against the `disruptor` crate per event, beside the batch-100 targets' bar against the
+/// crate ([`BATCH_CRATE_BAR`]), and shmring's batch-100 rows on fixed-size and sized rings
+/// apart against that floor (the stamped one, read without `gather`, is not among them).
+/// The rounds are chosen by `paired::ratios` from the two rows of each bound, as a paired
+/// target's from its own two (so the floor's bound and a target against the crate may
+/// count different rounds); a round in which a row outran the batched floor by more than
+/// `paired::BEATEN` is left out too (the floor not at its best there). Rounds measured but
+/// none left: the bound is stated undecided; none measured: not stated.
 pub fn bounds(rows: &[Row]) -> Vec<Bound> {
     let g = paired::gathering_row;
-    let floor = paired::FLOOR_BATCH_ROW;
+    let floor = paired::FLOOR_BATCH_EITHER;
     let fixed_batch = g(throughput::FIXED_BATCH_ROW);
     let fixed_runs_batch = g(throughput::FIXED_RUNS_BATCH_ROW);
     let sized_batch = g(throughput::SIZED_BATCH_ROW);
     let mut out = Vec::new();
     for (what, a, b, bar) in [
         (
-            "1P1C 8 B batch-100, bare SPSC ring, a reader that gathers (best 100 ms) / disruptor crate per-event, paired: what the floor reaches of the batch-100 targets' bar",
+            "1P1C 8 B batch-100, bare SPSC ring (best 100 ms) / disruptor crate per-event, paired: how far the floor reaches toward the batch-100 targets' bar",
             floor,
             paired::DISRUPTOR_ROW,
-            Some(2.5),
+            Some(BATCH_CRATE_BAR),
         ),
         (
-            "1P1C 8 B batch-100, fixed-size ring, a reader that gathers / bare SPSC ring batch-100, a reader that gathers (best 100 ms), paired",
+            "1P1C 8 B batch-100, fixed-size ring, a reader that gathers / bare SPSC ring batch-100 (best 100 ms), paired",
             fixed_batch.as_str(),
             floor,
             None,
         ),
         (
-            "1P1C 8 B batch-100, fixed-size ring, run reads that gather / bare SPSC ring batch-100, a reader that gathers (best 100 ms), paired",
+            "1P1C 8 B batch-100, fixed-size ring, run reads that gather / bare SPSC ring batch-100 (best 100 ms), paired",
             fixed_runs_batch.as_str(),
             floor,
             None,
         ),
         (
-            "1P1C 8 B batch-100, ring of sized events, a reader that gathers / bare SPSC ring batch-100, a reader that gathers (best 100 ms), paired",
+            "1P1C 8 B batch-100, ring of sized events, a reader that gathers / bare SPSC ring batch-100 (best 100 ms), paired",
             sized_batch.as_str(),
             floor,
             None,
         ),
     ] {
-        let r = paired::ratios(rows, a, b);
-        let Some((ratio, least, greatest)) = paired::spread(&r.values) else {
+        let mut r = paired::ratios(rows, a, b);
+        // A row above the batched floor by more than BEATEN: that floor was not at its best.
+        let over = if b == floor {
+            let before = r.values.len();
+            r.values.retain(|v| *v <= paired::BEATEN);
+            before - r.values.len()
+        } else {
+            0
+        };
+        if r.values.is_empty() && r.unsteady + r.beaten + r.slow + over == 0 {
             continue;
+        }
+        let (ratio, least, greatest) = paired::spread(&r.values).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+        let mut why = Vec::new();
+        for (n, reason) in [
+            (r.unsteady, format!("with the floor moved beyond {}x within them", paired::STEADY)),
+            (r.beaten, format!("with a per-event row above {}x the floor ring", paired::BEATEN)),
+            (r.slow, format!("with a row below 1/{} of its fastest round", paired::SLOW)),
+            (over, format!("with the row above {}x the batched floor", paired::BEATEN)),
+        ] {
+            if n > 0 {
+                why.push(format!("{n} {reason}"));
+            }
+        }
+        let left_out = if why.is_empty() {
+            String::new()
+        } else {
+            format!(", left out: {}", why.join("; "))
         };
         out.push(Bound {
             what: what.to_owned(),
-            from: format!("{a} [{s}] / {b} [{s}]", s = paired::SUITE),
+            from: format!(
+                "{a} [{s}] / {b} [{s}], {} rounds counted{left_out}",
+                r.values.len(),
+                s = paired::SUITE
+            ),
             ratio,
             least,
             greatest,
             rounds: r.values.len(),
+            decided: r.values.len() >= paired::MIN_ROUNDS,
             bar,
         });
     }
@@ -703,14 +744,29 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
 pub fn bounds_text(bounds: &[Bound]) -> String {
     let mut out = String::new();
     for b in bounds {
-        let bar = b.bar.map_or(String::new(), |bar| {
-            let lies = if b.ratio < bar { "above" } else { "within" };
-            format!("; the bar of {bar}x lies {lies} it")
-        });
+        let measured = if b.decided {
+            let bar = b.bar.map_or(String::new(), |bar| {
+                if b.ratio < bar {
+                    format!("; the floor falls short of the bar of {bar}x")
+                } else {
+                    format!("; the floor reaches the bar of {bar}x")
+                }
+            });
+            format!(
+                "median {:.2}x of {} rounds, range {:.2}-{:.2}x{bar}",
+                b.ratio, b.rounds, b.least, b.greatest
+            )
+        } else {
+            format!(
+                "undecided: {} rounds counted (at least {} needed)",
+                b.rounds,
+                paired::MIN_ROUNDS
+            )
+        };
         let _ = writeln!(
             out,
-            "- bound, not a target: {}: median {:.2}x of {} rounds, range {:.2}-{:.2}x{bar} ({})",
-            b.what, b.ratio, b.rounds, b.least, b.greatest, b.from
+            "- bound, not a target: {}: {measured} ({})",
+            b.what, b.from
         );
     }
     out
@@ -865,55 +921,90 @@ mod tests {
     fn the_batched_floor_bounds_the_batch_targets_against_the_crate_and_is_no_target() {
         let mut rows = Vec::new();
         let fixed_batch = paired::gathering_row(throughput::FIXED_BATCH_ROW);
-        for (r, floor, disruptor, ring) in [
-            (1, 600.0, 300.0, 480.0),
-            (2, 660.0, 300.0, 450.0),
-            (3, 570.0, 300.0, 456.0),
+        // Each round's batched floor is the faster of its two readers (plain, gathering).
+        for (r, plain, gathering, disruptor, ring) in [
+            (1, 600.0, 500.0, 300.0, 480.0),
+            (2, 400.0, 660.0, 300.0, 450.0),
+            (3, 570.0, 570.0, 300.0, 456.0),
         ] {
             rows.extend(
                 [
-                    (paired::FLOOR_BATCH_ROW.to_owned(), floor),
+                    (paired::FLOOR_BATCH_ROW.to_owned(), plain),
+                    (paired::FLOOR_BATCH_GATHER_ROW.to_owned(), gathering),
                     (paired::DISRUPTOR_ROW.to_owned(), disruptor),
                     (fixed_batch.clone(), ring),
                 ]
                 .map(|(name, ops)| paired_row(r, &name, ops)),
             );
         }
-        let b = bounds(&rows);
+        let bound = |rows: &[Row], a: &str| {
+            bounds(rows)
+                .into_iter()
+                .find(|b| b.from.starts_with(a))
+                .unwrap_or_else(|| panic!("no bound of {a:?}"))
+        };
         // The floor against the crate: 2.0, 2.2, 1.9, median 2.0, below the bar of 2.5.
-        let crate_bound = b
-            .iter()
-            .find(|b| b.from.starts_with(paired::FLOOR_BATCH_ROW))
-            .expect("the batched floor against the crate");
-        assert_eq!((crate_bound.ratio, crate_bound.rounds), (2.0, 3));
-        assert_eq!((crate_bound.least, crate_bound.greatest), (1.9, 2.2));
-        assert_eq!(crate_bound.bar, Some(2.5));
+        let b = bound(&rows, paired::FLOOR_BATCH_EITHER);
+        assert_eq!((b.ratio, b.rounds, b.decided), (2.0, 3, true));
+        assert_eq!(
+            (b.least, b.greatest, b.bar),
+            (1.9, 2.2, Some(BATCH_CRATE_BAR))
+        );
         // The ring's batches against the batched floor: 0.8, 0.68..., 0.8; median 0.8.
-        let ring_bound = b
-            .iter()
-            .find(|b| b.from.starts_with(&fixed_batch))
-            .expect("the ring's batches against the batched floor");
-        assert_eq!((ring_bound.ratio, ring_bound.rounds), (0.8, 3));
-        let text = bounds_text(&b);
+        let b = bound(&rows, &fixed_batch);
+        assert_eq!((b.ratio, b.rounds), (0.8, 3));
+        let text = bounds_text(&bounds(&rows));
         assert!(
             text.contains("median 2.00x of 3 rounds, range 1.90-2.20x")
-                && text.contains("the bar of 2.5x lies above it"),
+                && text.contains("the floor falls short of the bar of 2.5x"),
             "{text}"
         );
-        // A bound is no target: the targets table holds none of these rows' ratios.
+        // A bound is no target: the targets table divides by no batched floor.
         assert!(!evaluate(&rows)
             .iter()
-            .any(|t| t.from.contains(paired::FLOOR_BATCH_ROW)));
-        // A floor at 2.5x the crate or more: the bar lies within it.
+            .any(|t| t.from.contains("batch-100, 8 B")));
+        // A round where the ring outran its batched floor by more than BEATEN is left out of
+        // the ring's bound (the floor not at its best), and with two rounds left it is
+        // undecided.
+        let mut outran = rows.clone();
+        for r in &mut outran {
+            if r.group == paired::round(2) && r.name == fixed_batch {
+                r.best_ops_per_sec = Some(660.0 * 1.25);
+            }
+        }
+        let b = bound(&outran, &fixed_batch);
+        assert_eq!((b.rounds, b.decided), (2, false));
+        assert!(
+            b.from
+                .contains("1 with the row above 1.2x the batched floor"),
+            "{}",
+            b.from
+        );
+        let text = bounds_text(&bounds(&outran));
+        assert!(
+            text.contains("undecided: 2 rounds counted (at least 3 needed)"),
+            "{text}"
+        );
+        // A round whose floor moved (the per-event floor with pauses, first row against
+        // last) is left out as for a target.
+        let mut moved = rows.clone();
+        moved.extend([
+            paired_row(3, paired::FLOOR_GATHER_ROW, 400.0),
+            paired_row(3, paired::FLOOR_GATHER_AGAIN_ROW, 200.0),
+        ]);
+        let b = bound(&moved, paired::FLOOR_BATCH_EITHER);
+        assert_eq!((b.rounds, b.ratio), (2, 2.1));
+        assert!(b.from.contains("1 with the floor moved"), "{}", b.from);
+        // A floor at 2.5x the crate or more reaches the bar.
         for r in &mut rows {
             if r.name == paired::FLOOR_BATCH_ROW {
                 r.best_ops_per_sec = Some(900.0);
             }
         }
         let text = bounds_text(&bounds(&rows));
-        assert!(text.contains("the bar of 2.5x lies within it"), "{text}");
+        assert!(text.contains("the floor reaches the bar of 2.5x"), "{text}");
         // Rounds without the batched floor: no bound stated.
-        rows.retain(|r| r.name != paired::FLOOR_BATCH_ROW);
+        rows.retain(|r| !r.name.starts_with("bare SPSC ring, batch-100"));
         assert!(bounds(&rows).is_empty());
     }
 

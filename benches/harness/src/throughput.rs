@@ -259,21 +259,14 @@ pub fn fixed_publisher_row(ctx: &mut Ctx, gather: u32, group: &str) -> Row {
 }
 
 /// The bare floor ring publishing [`FLOOR_BATCH`] events at a time (their slots, then its
-/// head once), its reader pausing `turn::GATHER` spins after each run as the consumers of
-/// the batch-100 rows on fixed-size and sized rings do (`gather(16)`), for another suite
-/// (`paired`): the floor of a batch-100 row. (Its best 100 ms ran at 390-407 M events/s
-/// read with 64 spins after each run, as the per-event floor with pauses, at 423-444 with
-/// 16 and at 385-444 with none: four `paired --quick` runs, 2026-12-06, the five rounds of
-/// each.)
-pub fn floor_batch_row(ctx: &mut Ctx, group: &str, name: &str) -> Row {
-    floor(
-        ctx,
-        Format::Bare,
-        crate::turn::GATHER,
-        FLOOR_BATCH,
-        group,
-        name,
-    )
+/// head once), its reader pausing `gather` spins after each run (0: none; 16 as the
+/// consumers of the batch-100 rows on fixed-size and sized rings, `gather(16)`), for
+/// another suite (`paired`, which takes the faster of the two readers): the floor of a
+/// batch-100 row. (Its best window ran at 390-407 M events/s read with 64 spins after each
+/// run, as the per-event floor with pauses, at 423-444 with 16 and at 385-444 with none:
+/// four `paired --quick` runs, 2026-12-06, the five rounds of each.)
+pub fn floor_batch_row(ctx: &mut Ctx, gather: u32, group: &str, name: &str) -> Row {
+    floor(ctx, Format::Bare, gather, FLOOR_BATCH, group, name)
 }
 
 /// The events the batched floor ring publishes with one store of its head: the batch of
