@@ -2,8 +2,9 @@
 //! per-event and batch-100 rows with 8-byte events, on a ring of stamped slots and on one
 //! of fixed-size events (its consumer taking one event per handler call, or a run at a
 //! time; per event, its producer also through a `Publisher`), the `disruptor` crate and
-//! iceoryx2, and the floor ring publishing its head once per 100 events, the floor of the
-//! batch-100 rows, [`FLOOR_BATCH_EITHER`]) and behind the busy-spin latency targets (the
+//! iceoryx2, the floor ring publishing its head once per 100 events, the floor of the
+//! batch-100 rows, [`FLOOR_BATCH_EITHER`], and the floor ring in the 16-byte slots of a ring
+//! of sized events, [`SIZED_FLOOR_EITHER`]) and behind the busy-spin latency targets (the
 //! spin floor and shmring's busy-spin consumer, ping-pong and paced 100 µs), measured one
 //! after the other in each of several rounds, in an order rotated from round to round.
 //!
@@ -67,6 +68,18 @@ pub const FLOOR_BATCH_GATHER_ROW: &str = "bare SPSC ring, batch-100, 8 B, a read
 /// batch-100 targets set against the `disruptor` crate (`targets::bounds`).
 pub const FLOOR_BATCH_EITHER: &str =
     "bare SPSC ring, batch-100, 8 B, read plainly or with gather (the faster)";
+/// The floor ring with the slots of a ring of sized events of up to 8 bytes (a length word
+/// and the event in 16 bytes, `spsc::Format::Sized`), per event, read plainly.
+pub const SIZED_FLOOR_ROW: &str = "bare SPSC ring of 16-byte slots (length + 8 B), per-event";
+/// [`SIZED_FLOOR_ROW`] read by a reader that gathers as the sized rows' ([`GATHER`]).
+pub const SIZED_FLOOR_GATHER_ROW: &str =
+    "bare SPSC ring of 16-byte slots (length + 8 B), per-event, a reader that gathers";
+/// The floor of the per-event row on a ring of sized events: each round's faster of
+/// [`SIZED_FLOOR_ROW`] and [`SIZED_FLOOR_GATHER_ROW`] (a name for [`ratios`]); and what a
+/// floor in that format reaches of the bars the sized-event targets set against the floor
+/// ring of 8-byte slots and the `disruptor` crate (`targets::bounds`).
+pub const SIZED_FLOOR_EITHER: &str =
+    "bare SPSC ring of 16-byte slots (length + 8 B), per-event, read plainly or with gather (the faster)";
 /// The floor the throughput rows are divided by: in each round the faster of
 /// [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`] (a name for [`ratios`] and the targets' text, no
 /// row of its own). The pauses can only raise the floor, never lower the bar.
@@ -131,11 +144,11 @@ pub fn latency_round(r: usize) -> String {
 }
 
 /// Rows of a round: the floor read with pauses first, the throughput units but the one in
-/// turn (a row each, the batched floor two) and the sides in turn, a latency pair's two
-/// rows each (the pair in turn three, with the bare ring), and the two floor rows at the
-/// end.
+/// turn (a row each, the batched floor and the floor of sized slots two each) and the
+/// sides in turn, a latency pair's two rows each (the pair in turn three, with the bare
+/// ring), and the two floor rows at the end.
 fn round_rows() -> usize {
-    1 + (THROUGHPUT_UNITS - 1) + 1 + turn::sides().len() + 2 * LATENCY.len() + 1 + 2
+    1 + (THROUGHPUT_UNITS - 1) + 2 + turn::sides().len() + 2 * LATENCY.len() + 1 + 2
 }
 
 /// Rows this suite adds.
@@ -143,13 +156,13 @@ pub fn rows() -> u64 {
     (ROUNDS * round_rows()) as u64
 }
 
-/// The throughput units of a round, rotated: twelve rows, the batched floor's two and the
-/// sides in turn.
-const THROUGHPUT_UNITS: usize = 14;
+/// The throughput units of a round, rotated: twelve rows, the batched floor's two, the
+/// floor of sized slots' two and the sides in turn.
+const THROUGHPUT_UNITS: usize = 15;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Thirteen throughput units (the batched floor's two rows one of them), the sides in turn, then one unit per latency pair (its floor
+    // Fourteen throughput units (the two floors read both ways two of them), the sides in turn, then one unit per latency pair (its floor
     // and busy-spin row).
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
@@ -185,6 +198,16 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                             throughput::floor_batch_row(ctx, GATHER, &group, FLOOR_BATCH_GATHER_ROW)
                         } else {
                             throughput::floor_batch_row(ctx, 0, &group, FLOOR_BATCH_ROW)
+                        });
+                    }
+                }
+                14 => {
+                    // Both readers back to back, the plain one first in odd rounds.
+                    for gather in [r % 2 == 0, r % 2 == 1] {
+                        rows.push(if gather {
+                            throughput::floor_sized_row(ctx, GATHER, &group, SIZED_FLOOR_GATHER_ROW)
+                        } else {
+                            throughput::floor_sized_row(ctx, 0, &group, SIZED_FLOOR_ROW)
                         });
                     }
                 }
@@ -455,7 +478,8 @@ fn round_ratios(rows: &[Row], a: &str, b: &str, at: fn(&Row) -> Option<u64>) -> 
 
 /// `(round, a, b)` of each round that measured both rows, `b` above zero; [`FLOOR_EITHER`]
 /// is the round's faster of [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`], [`FLOOR_BATCH_EITHER`]
-/// of [`FLOOR_BATCH_ROW`] and [`FLOOR_BATCH_GATHER_ROW`].
+/// of [`FLOOR_BATCH_ROW`] and [`FLOOR_BATCH_GATHER_ROW`], [`SIZED_FLOOR_EITHER`] of
+/// [`SIZED_FLOOR_ROW`] and [`SIZED_FLOOR_GATHER_ROW`].
 fn values_by(
     rows: &[Row],
     group: fn(usize) -> String,
@@ -478,6 +502,7 @@ fn values_by(
         match name {
             FLOOR_EITHER => either(FLOOR_ROW, FLOOR_GATHER_ROW),
             FLOOR_BATCH_EITHER => either(FLOOR_BATCH_ROW, FLOOR_BATCH_GATHER_ROW),
+            SIZED_FLOOR_EITHER => either(SIZED_FLOOR_ROW, SIZED_FLOOR_GATHER_ROW),
             _ => one(group, name),
         }
     };

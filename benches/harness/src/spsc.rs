@@ -27,15 +27,16 @@
 //! third, `Cursor`, has no stamps at all: the producer writes the payload and an 8-byte
 //! length and flags word (each in a packed array), then publishes the head (Release), and
 //! the consumer reads up to the head, as the LMAX single-producer sequencer publishes its
-//! cursor. A fourth, `Fixed`, is the floor's format (payload-only 8-byte slots, the head
-//! as a published cursor) with the per-event work a single producer of a fixed-size-event
-//! shmring ring would keep around it: its claim stored beside the head on the head's line
-//! (where the ring kept its claim and cursor until layout 12, which gave the cursor a line
-//! of its own; the probe keeps the earlier placement, so its figures compare with those
-//! measured before) before the payload, the lifecycle word loaded after the claim, a
-//! Release fence, the payload, the head, and the parked-consumer check (a load of a waiter
-//! count); its
-//! consumer makes the parked-producer check at every commit. No per-event counter. The rows
+//! cursor; `Sized` is the same with each length beside its payload in a 16-byte slot, as in
+//! a shmring ring of sized events of up to 8 bytes. A fourth, `Fixed`, is the floor's
+//! format (payload-only 8-byte slots, the head as a published cursor) with the per-event
+//! work a single producer of a fixed-size-event shmring ring would keep around it: its
+//! claim stored beside the head on the head's line (where the ring kept its claim and
+//! cursor until layout 12, which gave the cursor a line of its own; the probe keeps the
+//! earlier placement, so its figures compare with those measured before) before the
+//! payload, the lifecycle word loaded after the claim, a Release fence, the payload, the
+//! head, and the parked-consumer check (a load of a waiter count); its consumer makes the
+//! parked-producer check at every commit. No per-event counter. The rows
 //! show what the slot format alone costs, and what other ones would give.
 //!
 //! ```text
@@ -43,6 +44,7 @@
 //! Dense:  offset 384   headers: CAPACITY x 16 bytes [stamp u64 | len+flags u64]
 //!         then         payloads: CAPACITY x u64
 //! Cursor: offset 384   len+flags: CAPACITY x u64, then payloads as in Dense
+//! Sized:  offset 384   slots: CAPACITY x 16 bytes [len u64 | payload u64]
 //! Fixed:  offset 8     claim (on the head's line)
 //!         offset 384   payloads as in Bare; after the largest format's slots, two
 //!         128-byte lines: the lifecycle word, the waiter count (both stay 0)
@@ -105,6 +107,10 @@ pub enum Format {
     Dense,
     /// No stamps: packed lengths and payloads, published by the head.
     Cursor,
+    /// No stamps: 16-byte slots of a length word and an 8-byte payload, published by the
+    /// head (the floor of a shmring ring of sized events of up to 8 bytes, whose slots are
+    /// those).
+    Sized,
     /// The floor's slots and head, with a single producer's claim, lifecycle look and wake
     /// check around each event.
     Fixed,
@@ -118,6 +124,7 @@ impl Format {
             Format::Slot64 => "slot64",
             Format::Dense => "dense",
             Format::Cursor => "cursor",
+            Format::Sized => "sized",
             Format::Fixed => "fixed",
         }
     }
@@ -128,6 +135,7 @@ impl Format {
             "slot64" => Format::Slot64,
             "dense" => Format::Dense,
             "cursor" => Format::Cursor,
+            "sized" => Format::Sized,
             "fixed" => Format::Fixed,
             other => {
                 anyhow::bail!("unknown ring format {other:?} (bare, slot64, dense, cursor, fixed)")
@@ -150,6 +158,8 @@ impl Format {
             }
             // No stamp: its offset is never used.
             Format::Cursor => (0, SLOTS_OFFSET + k * 8, DENSE_PAYLOADS + k * 8),
+            // No stamp either; the length word first in the slot, as shmring's sized slot.
+            Format::Sized => (0, SLOTS_OFFSET + k * 16, SLOTS_OFFSET + k * 16 + 8),
         }
     }
 }
@@ -519,7 +529,7 @@ pub fn producer(args: &Args) -> Result<()> {
                 next += 1;
                 // Release: pairs with the consumer's Acquire load of the head.
                 ring.head().store(next, Ordering::Release);
-            } else if format == Format::Cursor {
+            } else if format == Format::Cursor || format == Format::Sized {
                 let (_, len, payload) = format.offsets(next);
                 // Relaxed: published by the Release store of the head below.
                 ring.word(payload).store(next, Ordering::Relaxed);
@@ -579,7 +589,7 @@ pub fn consumer(args: &Args) -> Result<()> {
                 next += 1;
                 meter.tick(next);
             }
-        } else if format == Format::Cursor {
+        } else if format == Format::Cursor || format == Format::Sized {
             while next < head {
                 let (_, len, payload) = format.offsets(next);
                 // Relaxed: ordered after the Acquire load of the head above.
@@ -684,6 +694,28 @@ mod tests {
         assert!(!tx.send_claimed(256));
         assert!(rx.recv(512, || panic!("asked to give up with events waiting")));
         assert_eq!(ring.word(CLAIM_LINE).load(Ordering::Relaxed), 1280);
+    }
+
+    #[test]
+    fn the_sized_format_holds_each_length_beside_its_payload_four_slots_to_a_line() {
+        for i in 0..CAPACITY as u64 * 2 {
+            let (_, len, payload) = Format::Sized.offsets(i);
+            let k = (i as usize) % CAPACITY;
+            // The length word first, then the payload, in the slot's 16 bytes.
+            assert_eq!(
+                (len, payload),
+                (SLOTS_OFFSET + 16 * k, SLOTS_OFFSET + 16 * k + 8)
+            );
+            // Inside the file, before the lines the other formats keep after the slots.
+            assert!(payload + 8 <= FIXED_LINES);
+        }
+        // Four events to a 64-byte line: the slots of events 0-3 on one line, 4 on the next.
+        let line = |i| Format::Sized.offsets(i).1 / 64;
+        assert_eq!([line(0), line(3), line(4)], [line(0), line(0), line(0) + 1]);
+        assert_eq!(
+            Format::parse(Format::Sized.arg()).expect("parse"),
+            Format::Sized
+        );
     }
 
     #[test]

@@ -649,16 +649,24 @@ pub struct Bound {
 
 /// The bar of the batch-100 targets against the `disruptor` crate's per-event rate.
 pub const BATCH_CRATE_BAR: f64 = 2.5;
+/// The bar of the per-event targets against the floor ring.
+pub const FLOOR_BAR: f64 = 0.8;
+/// The bar of the per-event targets against the `disruptor` crate.
+pub const CRATE_BAR: f64 = 1.0;
 
 /// The bounds this run measured (see [`Bound`]): the bare ring publishing its head once
 /// per 100 events (each round's faster of its two readers, `paired::FLOOR_BATCH_EITHER`)
 /// against the `disruptor` crate per event, beside the batch-100 targets' bar against the
 /// crate ([`BATCH_CRATE_BAR`]), and shmring's batch-100 rows on fixed-size and sized rings
-/// apart against that floor (the stamped one, read without `gather`, is not among them).
+/// apart against that floor (the stamped one, read without `gather`, is not among them);
+/// and the floor ring in the 16-byte slots of a ring of sized events
+/// (`paired::SIZED_FLOOR_EITHER`) against the floor ring of 8-byte slots and the crate per
+/// event, beside the sized-event targets' bars against those ([`FLOOR_BAR`],
+/// [`CRATE_BAR`]), and the sized ring's per-event row against it.
 /// The rounds are chosen by `paired::ratios` from the two rows of each bound, as a paired
 /// target's from its own two (so the floor's bound and a target against the crate may
-/// count different rounds); a round in which a row outran the batched floor by more than
-/// `paired::BEATEN` is left out too (the floor not at its best there). Rounds measured but
+/// count different rounds); a round in which a row outran its floor (batched or of sized
+/// slots) by more than `paired::BEATEN` is left out too (the floor not at its best there). Rounds measured but
 /// none left: the bound is stated undecided; none measured: not stated.
 pub fn bounds(rows: &[Row]) -> Vec<Bound> {
     let g = paired::gathering_row;
@@ -666,6 +674,8 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
     let fixed_batch = g(throughput::FIXED_BATCH_ROW);
     let fixed_runs_batch = g(throughput::FIXED_RUNS_BATCH_ROW);
     let sized_batch = g(throughput::SIZED_BATCH_ROW);
+    let sized_one = g(throughput::SIZED_ONE_ROW);
+    let sized_floor = paired::SIZED_FLOOR_EITHER;
     let mut out = Vec::new();
     for (what, a, b, bar) in [
         (
@@ -692,10 +702,28 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
             floor,
             None,
         ),
+        (
+            "1P1C 8 B per-event, bare SPSC ring of 16-byte slots (length + event) / bare SPSC ring floor (plain or with pauses) (best 100 ms), paired: how far a floor in the sized ring's slots reaches toward the sized-event target's bar",
+            sized_floor,
+            paired::FLOOR_EITHER,
+            Some(FLOOR_BAR),
+        ),
+        (
+            "1P1C 8 B per-event, bare SPSC ring of 16-byte slots (length + event) / disruptor crate per-event (best 100 ms), paired: how far a floor in the sized ring's slots reaches toward the sized-event target's bar",
+            sized_floor,
+            paired::DISRUPTOR_ROW,
+            Some(CRATE_BAR),
+        ),
+        (
+            "1P1C 8 B per-event, ring of sized events, a reader that gathers / bare SPSC ring of 16-byte slots (length + event) (best 100 ms), paired",
+            sized_one.as_str(),
+            sized_floor,
+            None,
+        ),
     ] {
         let mut r = paired::ratios(rows, a, b);
-        // A row above the batched floor by more than BEATEN: that floor was not at its best.
-        let over = if b == floor {
+        // A row above its floor by more than BEATEN: that floor was not at its best.
+        let over = if bar.is_none() {
             let before = r.values.len();
             r.values.retain(|v| *v <= paired::BEATEN);
             before - r.values.len()
@@ -711,7 +739,7 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
             (r.unsteady, format!("with the floor moved beyond {}x within them", paired::STEADY)),
             (r.beaten, format!("with a per-event row above {}x the floor ring", paired::BEATEN)),
             (r.slow, format!("with a row below 1/{} of its fastest round", paired::SLOW)),
-            (over, format!("with the row above {}x the batched floor", paired::BEATEN)),
+            (over, format!("with the row above {}x its floor", paired::BEATEN)),
         ] {
             if n > 0 {
                 why.push(format!("{n} {reason}"));
@@ -747,9 +775,9 @@ pub fn bounds_text(bounds: &[Bound]) -> String {
         let measured = if b.decided {
             let bar = b.bar.map_or(String::new(), |bar| {
                 if b.ratio < bar {
-                    format!("; the floor falls short of the bar of {bar}x")
+                    format!("; the floor falls short of the bar of {bar:.1}x")
                 } else {
-                    format!("; the floor reaches the bar of {bar}x")
+                    format!("; the floor reaches the bar of {bar:.1}x")
                 }
             });
             format!(
@@ -975,8 +1003,7 @@ mod tests {
         let b = bound(&outran, &fixed_batch);
         assert_eq!((b.rounds, b.decided), (2, false));
         assert!(
-            b.from
-                .contains("1 with the row above 1.2x the batched floor"),
+            b.from.contains("1 with the row above 1.2x its floor"),
             "{}",
             b.from
         );
@@ -1006,6 +1033,54 @@ mod tests {
         // Rounds without the batched floor: no bound stated.
         rows.retain(|r| !r.name.starts_with("bare SPSC ring, batch-100"));
         assert!(bounds(&rows).is_empty());
+    }
+
+    #[test]
+    fn the_floor_of_sized_slots_bounds_the_sized_targets() {
+        let mut rows = Vec::new();
+        let sized = paired::gathering_row(throughput::SIZED_ONE_ROW);
+        for (r, floor, sized_plain, sized_gathering, disruptor, ring) in [
+            (1, 400.0, 200.0, 220.0, 300.0, 198.0),
+            (2, 420.0, 231.0, 210.0, 300.0, 210.0),
+            (3, 440.0, 198.0, 198.0, 300.0, 178.2),
+        ] {
+            rows.extend(
+                [
+                    (paired::FLOOR_ROW.to_owned(), floor),
+                    (paired::SIZED_FLOOR_ROW.to_owned(), sized_plain),
+                    (paired::SIZED_FLOOR_GATHER_ROW.to_owned(), sized_gathering),
+                    (paired::DISRUPTOR_ROW.to_owned(), disruptor),
+                    (sized.clone(), ring),
+                ]
+                .map(|(name, ops)| paired_row(r, &name, ops)),
+            );
+        }
+        let b = bounds(&rows);
+        let find = |a: &str, b_: &str| {
+            b.iter()
+                .find(|x| {
+                    x.from.starts_with(&format!("{a} [")) && x.from.contains(&format!("/ {b_} ["))
+                })
+                .unwrap_or_else(|| panic!("no bound {a:?} / {b_:?}"))
+        };
+        // The floor of sized slots (the faster reader: 220, 231, 198) against the floor
+        // ring: 0.55, 0.55, 0.45; against the crate: 0.733, 0.77, 0.66.
+        let f = find(paired::SIZED_FLOOR_EITHER, paired::FLOOR_EITHER);
+        assert_eq!((f.ratio, f.bar, f.rounds), (0.55, Some(FLOOR_BAR), 3));
+        let c = find(paired::SIZED_FLOOR_EITHER, paired::DISRUPTOR_ROW);
+        assert_eq!((c.ratio, c.bar), (220.0 / 300.0, Some(CRATE_BAR)));
+        // The sized ring against it: 0.9, 0.909..., 0.9.
+        let s = find(&sized, paired::SIZED_FLOOR_EITHER);
+        assert_eq!((s.ratio, s.bar), (0.9, None));
+        let text = bounds_text(&b);
+        assert!(
+            text.contains("the floor falls short of the bar of 0.8x"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the floor falls short of the bar of 1.0x"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -269,6 +269,15 @@ pub fn floor_batch_row(ctx: &mut Ctx, gather: u32, group: &str, name: &str) -> R
     floor(ctx, Format::Bare, gather, FLOOR_BATCH, group, name)
 }
 
+/// The floor ring in the slots of a ring of sized events of up to 8 bytes (a length word
+/// and the event in 16 bytes, published by its head per event, `Format::Sized`), its
+/// reader pausing `gather` spins after each run, for another suite (`paired`, which takes
+/// the faster of two readers): the floor of that ring's per-event row, where the floor ring
+/// of 8-byte slots puts twice as many events in a line.
+pub fn floor_sized_row(ctx: &mut Ctx, gather: u32, group: &str, name: &str) -> Row {
+    floor(ctx, Format::Sized, gather, 1, group, name)
+}
+
 /// The events the batched floor ring publishes with one store of its head: the batch of
 /// shmring's batch-100 rows.
 pub const FLOOR_BATCH: u64 = 100;
