@@ -1,10 +1,10 @@
-//! Suite `paired`: the rows behind the throughput targets (the floor ring, shmring's 1P1C
+//! Suite `paired`: the rows behind the throughput targets and the bounds (the floor ring, shmring's 1P1C
 //! per-event and batch-100 rows with 8-byte events, on a ring of stamped slots and on one
 //! of fixed-size events (its consumer taking one event per handler call, or a run at a
 //! time; per event, its producer also through a `Publisher`), the `disruptor` crate and
-//! iceoryx2, the floor ring publishing its head once per 100 events, the floor of the
-//! batch-100 rows, [`FLOOR_BATCH_EITHER`], and the floor ring in the 16-byte slots of a ring
-//! of sized events, [`SIZED_FLOOR_EITHER`]) and behind the busy-spin latency targets (the
+//! iceoryx2; for the bounds only, `targets::bounds`, the floor ring publishing its head
+//! once per 100 events, the floor of the batch-100 rows, [`FLOOR_BATCH_EITHER`], and the
+//! floor ring in the 16-byte slots of a ring of sized events, [`SIZED_FLOOR_EITHER`]) and behind the busy-spin latency targets (the
 //! spin floor and shmring's busy-spin consumer, ping-pong and paced 100 µs), measured one
 //! after the other in each of several rounds, in an order rotated from round to round.
 //!
@@ -71,15 +71,17 @@ pub const FLOOR_BATCH_EITHER: &str =
 /// The floor ring with the slots of a ring of sized events of up to 8 bytes (a length word
 /// and the event in 16 bytes, `spsc::Format::Sized`), per event, read plainly.
 pub const SIZED_FLOOR_ROW: &str = "bare SPSC ring of 16-byte slots (length + 8 B), per-event";
-/// [`SIZED_FLOOR_ROW`] read by a reader that gathers as the sized rows' ([`GATHER`]).
+/// [`SIZED_FLOOR_ROW`] read with `turn::FLOOR_GATHER` spins after each run, as the floor
+/// ring of 8-byte slots read with pauses ([`FLOOR_GATHER_ROW`]): the two floors compared in
+/// the format's bound read the same two ways.
 pub const SIZED_FLOOR_GATHER_ROW: &str =
-    "bare SPSC ring of 16-byte slots (length + 8 B), per-event, a reader that gathers";
+    "bare SPSC ring of 16-byte slots (length + 8 B), per-event, read with pauses";
 /// The floor of the per-event row on a ring of sized events: each round's faster of
 /// [`SIZED_FLOOR_ROW`] and [`SIZED_FLOOR_GATHER_ROW`] (a name for [`ratios`]); and what a
 /// floor in that format reaches of the bars the sized-event targets set against the floor
 /// ring of 8-byte slots and the `disruptor` crate (`targets::bounds`).
 pub const SIZED_FLOOR_EITHER: &str =
-    "bare SPSC ring of 16-byte slots (length + 8 B), per-event, read plainly or with gather (the faster)";
+    "bare SPSC ring of 16-byte slots (length + 8 B), per-event, read plainly or with pauses (the faster)";
 /// The floor the throughput rows are divided by: in each round the faster of
 /// [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`] (a name for [`ratios`] and the targets' text, no
 /// row of its own). The pauses can only raise the floor, never lower the bar.
@@ -205,7 +207,8 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                     // Both readers back to back, the plain one first in odd rounds.
                     for gather in [r % 2 == 0, r % 2 == 1] {
                         rows.push(if gather {
-                            throughput::floor_sized_row(ctx, GATHER, &group, SIZED_FLOOR_GATHER_ROW)
+                            let pause = turn::FLOOR_GATHER;
+                            throughput::floor_sized_row(ctx, pause, &group, SIZED_FLOOR_GATHER_ROW)
                         } else {
                             throughput::floor_sized_row(ctx, 0, &group, SIZED_FLOOR_ROW)
                         });
@@ -300,6 +303,9 @@ pub struct Ratios {
     pub slow: usize,
     /// Rounds whose measurement in turn kept fewer than [`turn::MIN_PAIRS`] pairs.
     pub few: usize,
+    /// Steady rounds, not beaten, in which a row ran faster than [`BEATEN`] times a floor
+    /// among the two rows that bounds it ([`outran`]; [`bound_ratios`] only).
+    pub outran: usize,
 }
 
 /// A throughput row below its fastest round divided by this ran in the guest's slow
@@ -362,6 +368,20 @@ pub const MIN_ROUNDS: usize = 3;
 /// afterwards still shows what the fast placement gives, and so tells steady rounds that
 /// ran wholly in the slow placement from the others.
 pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
+    ratios_skipping(rows, a, b, |_| false)
+}
+
+/// As [`ratios`], for a bound (`targets::bounds`) of `a / b` where either may be a floor
+/// that bounds other rows ([`FLOOR_BATCH_EITHER`], [`SIZED_FLOOR_EITHER`]): a round in which
+/// a row it bounds outran it ([`outran`]) is left out too, whichever side of the ratio the
+/// floor is on.
+pub fn bound_ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
+    ratios_skipping(rows, a, b, |r| outran(rows, r, a) || outran(rows, r, b))
+}
+
+/// [`ratios`], leaving out the rounds (steady, not beaten) that `skip` names, counted as
+/// `outran`.
+fn ratios_skipping(rows: &[Row], a: &str, b: &str, skip: impl Fn(usize) -> bool) -> Ratios {
     let best = |r: &Row| r.best_ops_per_sec.or(r.ops_per_sec);
     let steady: Vec<bool> = (1..=ROUNDS).map(|r| steady(rows, r)).collect();
     let pairs = values_by(rows, round, a, b, best);
@@ -369,6 +389,7 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
     let (peak_a, peak_b) = (peak(|p| p.1), peak(|p| p.2));
     let (kept, unsteady): (Vec<_>, Vec<_>) = pairs.into_iter().partition(|p| steady[p.0 - 1]);
     let (kept, beaten): (Vec<_>, Vec<_>) = kept.into_iter().partition(|p| !beaten(rows, p.0));
+    let (kept, outran): (Vec<_>, Vec<_>) = kept.into_iter().partition(|p| !skip(p.0));
     let (slow_a, slow_b) = (slow_factor(a), slow_factor(b));
     let (fast, slow): (Vec<_>, Vec<_>) = kept
         .iter()
@@ -379,7 +400,38 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
         beaten: beaten.len(),
         slow: slow.len(),
         few: 0,
+        outran: outran.len(),
     }
+}
+
+/// The rows of shmring a floor that no target divides by bounds: the batch-100 rows on
+/// fixed-size rings, read with `gather`, by [`FLOOR_BATCH_EITHER`] (the sized ring's batches
+/// are in twice as many lines, the stamped ones in a format of their own), and the sized
+/// ring's per-event row by [`SIZED_FLOOR_EITHER`]. Any other name bounds none.
+pub fn bounded_by(floor: &str) -> Vec<String> {
+    match floor {
+        FLOOR_BATCH_EITHER => vec![
+            gathering_row(throughput::FIXED_BATCH_ROW),
+            gathering_row(throughput::FIXED_RUNS_BATCH_ROW),
+        ],
+        SIZED_FLOOR_EITHER => vec![gathering_row(throughput::SIZED_ONE_ROW)],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether in round `r` a row that `floor` bounds ([`bounded_by`]) ran faster than
+/// [`BEATEN`] times it: that floor was not at its best there, as a round's floor ring
+/// outrun by a per-event row ([`beaten`]).
+pub fn outran(rows: &[Row], r: usize, floor: &str) -> bool {
+    let best = |x: &Row| x.best_ops_per_sec.or(x.ops_per_sec);
+    let g = round(r);
+    let Some(f) = value_of(rows, &g, floor, &best).filter(|f| *f > 0.0) else {
+        return false;
+    };
+    bounded_by(floor)
+        .iter()
+        .filter_map(|name| value_of(rows, &g, name, &best))
+        .any(|v| v > f * BEATEN)
 }
 
 /// A ratio measured in turn (`turn`): row `row`'s comparison under `prefix`
@@ -476,6 +528,33 @@ fn round_ratios(rows: &[Row], a: &str, b: &str, at: fn(&Row) -> Option<u64>) -> 
         .collect()
 }
 
+/// `value` of row `name` in `group`, or of the faster of its two rows for a floor measured
+/// both ways ([`FLOOR_EITHER`], [`FLOOR_BATCH_EITHER`], [`SIZED_FLOOR_EITHER`]).
+fn value_of(
+    rows: &[Row],
+    group: &str,
+    name: &str,
+    value: &impl Fn(&Row) -> Option<f64>,
+) -> Option<f64> {
+    let one = |name: &str| {
+        rows.iter()
+            .find(|r| r.suite == SUITE && r.group == group && r.name == name && r.error.is_none())
+            .and_then(value)
+    };
+    let either = |plain: &str, paused: &str| {
+        [one(plain), one(paused)]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max)
+    };
+    match name {
+        FLOOR_EITHER => either(FLOOR_ROW, FLOOR_GATHER_ROW),
+        FLOOR_BATCH_EITHER => either(FLOOR_BATCH_ROW, FLOOR_BATCH_GATHER_ROW),
+        SIZED_FLOOR_EITHER => either(SIZED_FLOOR_ROW, SIZED_FLOOR_GATHER_ROW),
+        _ => one(name),
+    }
+}
+
 /// `(round, a, b)` of each round that measured both rows, `b` above zero; [`FLOOR_EITHER`]
 /// is the round's faster of [`FLOOR_ROW`] and [`FLOOR_GATHER_ROW`], [`FLOOR_BATCH_EITHER`]
 /// of [`FLOOR_BATCH_ROW`] and [`FLOOR_BATCH_GATHER_ROW`], [`SIZED_FLOOR_EITHER`] of
@@ -487,25 +566,7 @@ fn values_by(
     b: &str,
     value: impl Fn(&Row) -> Option<f64>,
 ) -> Vec<(usize, f64, f64)> {
-    let one = |group: &str, name: &str| {
-        rows.iter()
-            .find(|r| r.suite == SUITE && r.group == group && r.name == name && r.error.is_none())
-            .and_then(&value)
-    };
-    let get = |group: &str, name: &str| {
-        let either = |plain: &str, paused: &str| {
-            [one(group, plain), one(group, paused)]
-                .into_iter()
-                .flatten()
-                .reduce(f64::max)
-        };
-        match name {
-            FLOOR_EITHER => either(FLOOR_ROW, FLOOR_GATHER_ROW),
-            FLOOR_BATCH_EITHER => either(FLOOR_BATCH_ROW, FLOOR_BATCH_GATHER_ROW),
-            SIZED_FLOOR_EITHER => either(SIZED_FLOOR_ROW, SIZED_FLOOR_GATHER_ROW),
-            _ => one(group, name),
-        }
-    };
+    let get = |group: &str, name: &str| value_of(rows, group, name, &value);
     (1..=ROUNDS)
         .filter_map(|r| {
             let g = group(r);

@@ -138,7 +138,9 @@ impl Format {
             "sized" => Format::Sized,
             "fixed" => Format::Fixed,
             other => {
-                anyhow::bail!("unknown ring format {other:?} (bare, slot64, dense, cursor, fixed)")
+                anyhow::bail!(
+                    "unknown ring format {other:?} (bare, slot64, dense, cursor, sized, fixed)"
+                )
             }
         })
     }
@@ -531,9 +533,11 @@ pub fn producer(args: &Args) -> Result<()> {
                 ring.head().store(next, Ordering::Release);
             } else if format == Format::Cursor || format == Format::Sized {
                 let (_, len, payload) = format.offsets(next);
-                // Relaxed: published by the Release store of the head below.
-                ring.word(payload).store(next, Ordering::Relaxed);
+                // Relaxed, both: published by the Release store of the head below. The
+                // length first, as a shmring ring of sized events writes an 8-byte event
+                // (two 8-byte stores, length then event, in the build measured).
                 ring.word(len).store(8, Ordering::Relaxed);
+                ring.word(payload).store(next, Ordering::Relaxed);
                 next += 1;
                 // Release: pairs with the consumer's Acquire load of the head.
                 ring.head().store(next, Ordering::Release);
@@ -572,7 +576,8 @@ pub fn consumer(args: &Args) -> Result<()> {
     let (mut next, mut sum) = (0u64, 0u64);
     loop {
         // Acquire: pairs with the producer's Release of the head; the slots below it are
-        // written (`Bare`, `Cursor`; for the stamped formats a hint, the stamps decide).
+        // written (`Bare`, `Fixed`, `Cursor`, `Sized`; for the stamped formats a hint, the
+        // stamps decide).
         let head = ring.head().load(Ordering::Acquire);
         if head == next {
             // Acquire: pairs with the producer's Release of the total.
@@ -734,7 +739,17 @@ mod tests {
         // Room for exactly one batch: sent at once (the ring may fill to its last slot).
         let fill = CAPACITY as u64 - 100;
         assert_eq!(tx.send_batches(fill / 4, 4), fill);
-        assert_eq!(tx.send_batches(1, 100), 100);
+        // On a thread of its own, waited for with a bound: a sender that took a full ring's
+        // last batch for no room would fail the test, not hang it.
+        let (sent, done) = std::sync::mpsc::channel();
+        let sender = std::thread::spawn(move || {
+            let n = tx.send_batches(1, 100);
+            let _ = sent.send(n);
+            tx
+        });
+        let n = done.recv_timeout(Duration::from_secs(30));
+        assert_eq!(n, Ok(100), "the sender waited with room for its batch");
+        let mut tx = sender.join().expect("sender thread");
         assert!(rx.recv(CAPACITY as u64, || panic!(
             "asked to give up with events waiting"
         )));
@@ -747,7 +762,11 @@ mod tests {
         assert_eq!(tx.send_batches(fill / 2, 2), fill);
         let head = ring.head().load(Ordering::Relaxed);
         assert_eq!(head, 300 + CAPACITY as u64 + fill);
-        let sender = std::thread::spawn(move || tx.send_batches(1, 100));
+        let (sent, done) = std::sync::mpsc::channel();
+        let sender = std::thread::spawn(move || {
+            let n = tx.send_batches(1, 100);
+            let _ = sent.send(n);
+        });
         // The ring holds CAPACITY - 50 unread events: room for 50, not for 100.
         for _ in 0..1000 {
             std::thread::yield_now();
@@ -758,7 +777,14 @@ mod tests {
             );
         }
         assert!(rx.recv(fill, || panic!("asked to give up with events waiting")));
-        assert_eq!(sender.join().expect("sender thread"), 100);
+        // Bounded: a sender that never saw the room would fail the test, not hang it.
+        let n = done.recv_timeout(Duration::from_secs(30));
+        assert_eq!(
+            n,
+            Ok(100),
+            "the sender did not publish once the room was there"
+        );
+        sender.join().expect("sender thread");
         assert!(rx.recv(100, || panic!("asked to give up with events waiting")));
         assert_eq!(
             rx.sum,

@@ -193,19 +193,19 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process)",
             per_event.as_str(),
             crate_row,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor",
             per_event.as_str(),
             floor_row,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B batch-100 throughput (best 100 ms) / disruptor crate per-event",
             batch_100.as_str(),
             crate_row,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100 throughput / per-event (best 100 ms)",
@@ -217,61 +217,61 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             "1P1C 8 B per-event, fixed-size ring (best 100 ms) / bare SPSC ring floor",
             throughput::FIXED_ONE_ROW,
             floor_row,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring (best 100 ms) / disruptor crate (in-process)",
             throughput::FIXED_ONE_ROW,
             crate_row,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / bare SPSC ring floor",
             throughput::FIXED_PUBLISHER_ROW,
             floor_row,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, Publisher (best 100 ms) / disruptor crate (in-process)",
             throughput::FIXED_PUBLISHER_ROW,
             crate_row,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring (best 100 ms) / disruptor crate per-event",
             throughput::FIXED_BATCH_ROW,
             crate_row,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, run reads (best 100 ms) / bare SPSC ring floor",
             throughput::FIXED_RUNS_ONE_ROW,
             floor_row,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring, run reads (best 100 ms) / disruptor crate per-event",
             throughput::FIXED_RUNS_BATCH_ROW,
             crate_row,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, ring of sized events (best 100 ms) / bare SPSC ring floor",
             throughput::SIZED_ONE_ROW,
             floor_row,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, ring of sized events (best 100 ms) / disruptor crate (in-process)",
             throughput::SIZED_ONE_ROW,
             crate_row,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100, ring of sized events (best 100 ms) / disruptor crate per-event",
             throughput::SIZED_BATCH_ROW,
             crate_row,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
     ] {
         push(what, tput(a), b, &ops, ">=", bar, None);
@@ -317,61 +317,61 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
             fixed_one.as_str(),
             floor,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, a reader that gathers (best 100 ms) / disruptor crate (in-process), paired",
             fixed_one.as_str(),
             crate_pe,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, Publisher, a reader that gathers (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
             fixed_publisher.as_str(),
             floor,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, Publisher, a reader that gathers (best 100 ms) / disruptor crate (in-process), paired",
             fixed_publisher.as_str(),
             crate_pe,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring, a reader that gathers (best 100 ms) / disruptor crate per-event, paired",
             fixed_batch.as_str(),
             crate_pe,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, run reads that gather (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
             fixed_runs_one.as_str(),
             floor,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring, run reads that gather (best 100 ms) / disruptor crate per-event, paired",
             fixed_runs_batch.as_str(),
             crate_pe,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, ring of sized events, a reader that gathers (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
             sized_one.as_str(),
             floor,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, ring of sized events, a reader that gathers (best 100 ms) / disruptor crate (in-process), paired",
             sized_one.as_str(),
             crate_pe,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100, ring of sized events, a reader that gathers (best 100 ms) / disruptor crate per-event, paired",
             sized_batch.as_str(),
             crate_pe,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, ring of sized events, a reader that gathers (best 100 ms) / iceoryx2, paired",
@@ -383,19 +383,19 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             "1P1C 8 B per-event throughput (best 100 ms) / bare SPSC ring floor (plain or with pauses), paired",
             per_event.as_str(),
             floor,
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event throughput (best 100 ms) / disruptor crate (in-process), paired",
             per_event.as_str(),
             crate_pe,
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100 throughput (best 100 ms) / disruptor crate per-event, paired",
             batch_100.as_str(),
             crate_pe,
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100 throughput / per-event (best 100 ms), paired",
@@ -438,49 +438,49 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
             turn::RING_ROW,
             turn::FLOOR_EITHER,
             "",
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, a reader that gathers / disruptor crate per-event, in turn, paired",
             turn::RING_ROW,
             turn::CRATE_ROW,
             "crate_",
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, run reads that gather / bare SPSC ring floor (plain or with pauses), in turn, paired",
             turn::RING_RUNS_ROW,
             turn::FLOOR_EITHER,
             "",
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, Publisher, a reader that gathers / bare SPSC ring floor (plain or with pauses), in turn, paired",
             turn::PUBLISHER_ROW,
             turn::FLOOR_EITHER,
             "",
-            0.8,
+            FLOOR_BAR,
         ),
         (
             "1P1C 8 B per-event, fixed-size ring, Publisher, a reader that gathers / disruptor crate per-event, in turn, paired",
             turn::PUBLISHER_ROW,
             turn::CRATE_ROW,
             "crate_",
-            1.0,
+            CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring, a reader that gathers / disruptor crate per-event, in turn, paired",
             turn::BATCH_ROW,
             turn::CRATE_ROW,
             "crate_",
-            2.5,
+            BATCH_CRATE_BAR,
         ),
         (
             "1P1C 8 B batch-100, fixed-size ring, run reads that gather / disruptor crate per-event, in turn, paired",
             turn::BATCH_RUNS_ROW,
             turn::CRATE_ROW,
             "crate_",
-            2.5,
+            BATCH_CRATE_BAR,
         ),
     ] {
         out.extend(paired_target(
@@ -657,23 +657,21 @@ pub const CRATE_BAR: f64 = 1.0;
 /// The bounds this run measured (see [`Bound`]): the bare ring publishing its head once
 /// per 100 events (each round's faster of its two readers, `paired::FLOOR_BATCH_EITHER`)
 /// against the `disruptor` crate per event, beside the batch-100 targets' bar against the
-/// crate ([`BATCH_CRATE_BAR`]), and shmring's batch-100 rows on fixed-size and sized rings
-/// apart against that floor (the stamped one, read without `gather`, is not among them);
-/// and the floor ring in the 16-byte slots of a ring of sized events
-/// (`paired::SIZED_FLOOR_EITHER`) against the floor ring of 8-byte slots and the crate per
-/// event, beside the sized-event targets' bars against those ([`FLOOR_BAR`],
-/// [`CRATE_BAR`]), and the sized ring's per-event row against it.
-/// The rounds are chosen by `paired::ratios` from the two rows of each bound, as a paired
-/// target's from its own two (so the floor's bound and a target against the crate may
-/// count different rounds); a round in which a row outran its floor (batched or of sized
-/// slots) by more than `paired::BEATEN` is left out too (the floor not at its best there). Rounds measured but
-/// none left: the bound is stated undecided; none measured: not stated.
+/// crate ([`BATCH_CRATE_BAR`]), and shmring's batch-100 rows on fixed-size rings read with
+/// `gather` against that floor; the floor ring in the 16-byte slots of a ring of sized
+/// events (`paired::SIZED_FLOOR_EITHER`) against the floor ring of 8-byte slots and the
+/// crate per event, beside the sized-event targets' bars against those ([`FLOOR_BAR`],
+/// [`CRATE_BAR`]), and the sized ring's per-event row against it. The rounds are chosen by
+/// `paired::bound_ratios` from the two rows of each bound, as a paired target's from its
+/// own two (so a floor's bound and a target against the crate may count different rounds),
+/// leaving out too each round in which a row outran a floor of the bound by more than
+/// `paired::BEATEN` (`paired::outran`). Rounds measured but none left: the bound is stated
+/// undecided; none measured: not stated.
 pub fn bounds(rows: &[Row]) -> Vec<Bound> {
     let g = paired::gathering_row;
     let floor = paired::FLOOR_BATCH_EITHER;
     let fixed_batch = g(throughput::FIXED_BATCH_ROW);
     let fixed_runs_batch = g(throughput::FIXED_RUNS_BATCH_ROW);
-    let sized_batch = g(throughput::SIZED_BATCH_ROW);
     let sized_one = g(throughput::SIZED_ONE_ROW);
     let sized_floor = paired::SIZED_FLOOR_EITHER;
     let mut out = Vec::new();
@@ -697,12 +695,6 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
             None,
         ),
         (
-            "1P1C 8 B batch-100, ring of sized events, a reader that gathers / bare SPSC ring batch-100 (best 100 ms), paired",
-            sized_batch.as_str(),
-            floor,
-            None,
-        ),
-        (
             "1P1C 8 B per-event, bare SPSC ring of 16-byte slots (length + event) / bare SPSC ring floor (plain or with pauses) (best 100 ms), paired: how far a floor in the sized ring's slots reaches toward the sized-event target's bar",
             sized_floor,
             paired::FLOOR_EITHER,
@@ -721,25 +713,30 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
             None,
         ),
     ] {
-        let mut r = paired::ratios(rows, a, b);
-        // A row above its floor by more than BEATEN: that floor was not at its best.
-        let over = if bar.is_none() {
-            let before = r.values.len();
-            r.values.retain(|v| *v <= paired::BEATEN);
-            before - r.values.len()
-        } else {
-            0
-        };
-        if r.values.is_empty() && r.unsteady + r.beaten + r.slow + over == 0 {
+        let r = paired::bound_ratios(rows, a, b);
+        if r.values.is_empty() && r.unsteady + r.beaten + r.slow + r.outran == 0 {
             continue;
         }
-        let (ratio, least, greatest) = paired::spread(&r.values).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+        let (ratio, least, greatest) =
+            paired::spread(&r.values).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
         let mut why = Vec::new();
         for (n, reason) in [
-            (r.unsteady, format!("with the floor moved beyond {}x within them", paired::STEADY)),
-            (r.beaten, format!("with a per-event row above {}x the floor ring", paired::BEATEN)),
-            (r.slow, format!("with a row below 1/{} of its fastest round", paired::SLOW)),
-            (over, format!("with the row above {}x its floor", paired::BEATEN)),
+            (
+                r.unsteady,
+                format!("with the floor moved beyond {}x within them", paired::STEADY),
+            ),
+            (
+                r.beaten,
+                format!("with a per-event row above {}x the floor ring", paired::BEATEN),
+            ),
+            (
+                r.outran,
+                format!("with a row above {}x a floor of this bound", paired::BEATEN),
+            ),
+            (
+                r.slow,
+                format!("with a row below 1/{} of its fastest round", paired::SLOW),
+            ),
         ] {
             if n > 0 {
                 why.push(format!("{n} {reason}"));
@@ -775,9 +772,9 @@ pub fn bounds_text(bounds: &[Bound]) -> String {
         let measured = if b.decided {
             let bar = b.bar.map_or(String::new(), |bar| {
                 if b.ratio < bar {
-                    format!("; the floor falls short of the bar of {bar:.1}x")
+                    format!("; the floor falls short of the bar of {bar:.2}x")
                 } else {
-                    format!("; the floor reaches the bar of {bar:.1}x")
+                    format!("; the floor reaches the bar of {bar:.2}x")
                 }
             });
             format!(
@@ -984,7 +981,7 @@ mod tests {
         let text = bounds_text(&bounds(&rows));
         assert!(
             text.contains("median 2.00x of 3 rounds, range 1.90-2.20x")
-                && text.contains("the floor falls short of the bar of 2.5x"),
+                && text.contains("the floor falls short of the bar of 2.50x"),
             "{text}"
         );
         // A bound is no target: the targets table divides by no batched floor.
@@ -992,35 +989,39 @@ mod tests {
             .iter()
             .any(|t| t.from.contains("batch-100, 8 B")));
         // A round where the ring outran its batched floor by more than BEATEN is left out of
-        // the ring's bound (the floor not at its best), and with two rounds left it is
-        // undecided.
+        // every bound of that floor (it was not at its best there), the ring's and the
+        // floor's against the crate alike: with two rounds left, both undecided.
         let mut outran = rows.clone();
         for r in &mut outran {
             if r.group == paired::round(2) && r.name == fixed_batch {
                 r.best_ops_per_sec = Some(660.0 * 1.25);
             }
         }
-        let b = bound(&outran, &fixed_batch);
-        assert_eq!((b.rounds, b.decided), (2, false));
-        assert!(
-            b.from.contains("1 with the row above 1.2x its floor"),
-            "{}",
-            b.from
-        );
+        for a in [fixed_batch.as_str(), paired::FLOOR_BATCH_EITHER] {
+            let b = bound(&outran, a);
+            assert_eq!((b.rounds, b.decided), (2, false), "{a}");
+            assert!(
+                b.from
+                    .contains("1 with a row above 1.2x a floor of this bound"),
+                "{}",
+                b.from
+            );
+        }
         let text = bounds_text(&bounds(&outran));
         assert!(
             text.contains("undecided: 2 rounds counted (at least 3 needed)"),
             "{text}"
         );
         // A round whose floor moved (the per-event floor with pauses, first row against
-        // last) is left out as for a target.
+        // last) is left out as for a target: rounds 1 and 2 left, 2.0 and 2.2.
         let mut moved = rows.clone();
         moved.extend([
             paired_row(3, paired::FLOOR_GATHER_ROW, 400.0),
             paired_row(3, paired::FLOOR_GATHER_AGAIN_ROW, 200.0),
         ]);
         let b = bound(&moved, paired::FLOOR_BATCH_EITHER);
-        assert_eq!((b.rounds, b.ratio), (2, 2.1));
+        assert_eq!(b.rounds, 2);
+        assert!((b.ratio - 2.1).abs() < 1e-9, "{}", b.ratio);
         assert!(b.from.contains("1 with the floor moved"), "{}", b.from);
         // A floor at 2.5x the crate or more reaches the bar.
         for r in &mut rows {
@@ -1029,7 +1030,10 @@ mod tests {
             }
         }
         let text = bounds_text(&bounds(&rows));
-        assert!(text.contains("the floor reaches the bar of 2.5x"), "{text}");
+        assert!(
+            text.contains("the floor reaches the bar of 2.50x"),
+            "{text}"
+        );
         // Rounds without the batched floor: no bound stated.
         rows.retain(|r| !r.name.starts_with("bare SPSC ring, batch-100"));
         assert!(bounds(&rows).is_empty());
@@ -1074,11 +1078,11 @@ mod tests {
         assert_eq!((s.ratio, s.bar), (0.9, None));
         let text = bounds_text(&b);
         assert!(
-            text.contains("the floor falls short of the bar of 0.8x"),
+            text.contains("the floor falls short of the bar of 0.80x"),
             "{text}"
         );
         assert!(
-            text.contains("the floor falls short of the bar of 1.0x"),
+            text.contains("the floor falls short of the bar of 1.00x"),
             "{text}"
         );
     }
