@@ -164,8 +164,9 @@ const THROUGHPUT_UNITS: usize = 15;
 
 /// Measure.
 pub fn run(ctx: &mut Ctx) -> Result<()> {
-    // Fourteen throughput units (the two floors read both ways two of them), the sides in turn, then one unit per latency pair (its floor
-    // and busy-spin row).
+    // The throughput units (fourteen and the sides in turn; the two floors read both ways
+    // are two of the fourteen), then one unit per latency pair (its floor and busy-spin
+    // row).
     const UNITS: usize = THROUGHPUT_UNITS + LATENCY.len();
     for r in 1..=ROUNDS {
         let group = round(r);
@@ -374,7 +375,8 @@ pub fn ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
 /// As [`ratios`], for a bound (`targets::bounds`) of `a / b` where either may be a floor
 /// that bounds other rows ([`FLOOR_BATCH_EITHER`], [`SIZED_FLOOR_EITHER`]): a round in which
 /// a row it bounds outran it ([`outran`]) is left out too, whichever side of the ratio the
-/// floor is on.
+/// floor is on. So a row's bound against its own floor never exceeds [`BEATEN`]: a round
+/// above it says the floor was not at its best, not that the row beat it.
 pub fn bound_ratios(rows: &[Row], a: &str, b: &str) -> Ratios {
     ratios_skipping(rows, a, b, |r| outran(rows, r, a) || outran(rows, r, b))
 }
