@@ -1,12 +1,13 @@
-//! Suite `paired`: the rows behind the throughput targets and the bounds (the floor ring, shmring's 1P1C
-//! per-event and batch-100 rows with 8-byte events, on a ring of stamped slots and on one
-//! of fixed-size events (its consumer taking one event per handler call, or a run at a
-//! time; per event, its producer also through a `Publisher`), the `disruptor` crate and
-//! iceoryx2; for the bounds only, `targets::bounds`, the floor ring publishing its head
-//! once per 100 events, the floor of the batch-100 rows, [`FLOOR_BATCH_EITHER`], and the
-//! floor ring in the 16-byte slots of a ring of sized events, [`SIZED_FLOOR_EITHER`]) and behind the busy-spin latency targets (the
-//! spin floor and shmring's busy-spin consumer, ping-pong and paced 100 µs), measured one
-//! after the other in each of several rounds, in an order rotated from round to round.
+//! Suite `paired`: the rows behind the throughput targets and the bounds (the floor ring,
+//! shmring's 1P1C per-event and batch-100 rows with 8-byte events, on a ring of stamped
+//! slots and on one of fixed-size events (its consumer taking one event per handler call,
+//! or a run at a time; per event, its producer also through a `Publisher`), the
+//! `disruptor` crate and iceoryx2; for the bounds only, `targets::bounds`, the floor ring
+//! publishing its head once per 100 events, the floor of the batch-100 rows on fixed-size
+//! rings, [`FLOOR_BATCH_EITHER`], and the floor ring in the 16-byte slots of a ring of sized
+//! events, [`SIZED_FLOOR_EITHER`]) and behind the busy-spin latency targets (the spin floor
+//! and shmring's busy-spin consumer, ping-pong and paced 100 µs), measured one after the
+//! other in each of several rounds, in an order rotated from round to round.
 //!
 //! A ratio of two rows measured a minute apart is only as good as the machine's steadiness
 //! over that minute: on a shared 2-vCPU guest the speed of a cross-core line transfer can

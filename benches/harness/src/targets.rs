@@ -1085,6 +1085,50 @@ mod tests {
             text.contains("the floor falls short of the bar of 1.00x"),
             "{text}"
         );
+        // The sized ring above 1.2x its floor in round 1: that round leaves every bound of
+        // that floor (so the ring's bound never shows more than 1.2x).
+        let mut outran = rows.clone();
+        for r in &mut outran {
+            if r.group == paired::round(1) && r.name == sized {
+                r.best_ops_per_sec = Some(220.0 * 1.25);
+            }
+        }
+        let b = bounds(&outran);
+        for (a, b_) in [
+            (sized.as_str(), paired::SIZED_FLOOR_EITHER),
+            (paired::SIZED_FLOOR_EITHER, paired::FLOOR_EITHER),
+            (paired::SIZED_FLOOR_EITHER, paired::DISRUPTOR_ROW),
+        ] {
+            let x = b
+                .iter()
+                .find(|x| {
+                    x.from.starts_with(&format!("{a} [")) && x.from.contains(&format!("/ {b_} ["))
+                })
+                .unwrap_or_else(|| panic!("no bound {a:?} / {b_:?}"));
+            assert_eq!((x.rounds, x.decided), (2, false), "{a} / {b_}");
+            assert!(x.greatest <= paired::BEATEN, "{a} / {b_}: {}", x.greatest);
+        }
+        // Every round's floor moved: rounds measured, none counted, the bound undecided
+        // with no ratio (NaN, `null` in the JSON).
+        let mut moved = rows.clone();
+        for r in 1..=3 {
+            moved.extend([
+                paired_row(r, paired::FLOOR_GATHER_ROW, 400.0),
+                paired_row(r, paired::FLOOR_GATHER_AGAIN_ROW, 200.0),
+            ]);
+        }
+        let b = bounds(&moved);
+        assert!(
+            !b.is_empty()
+                && b.iter()
+                    .all(|x| !x.decided && x.rounds == 0 && x.ratio.is_nan())
+        );
+        let text = bounds_text(&b);
+        assert!(
+            text.contains("undecided: 0 rounds counted (at least 3 needed)"),
+            "{text}"
+        );
+        assert!(text.contains("left out: 3 with the floor moved"), "{text}");
     }
 
     #[test]

@@ -272,8 +272,9 @@ pub fn floor_batch_row(ctx: &mut Ctx, gather: u32, group: &str, name: &str) -> R
 /// The floor ring in the slots of a ring of sized events of up to 8 bytes (a length word
 /// and the event in 16 bytes, published by its head per event, `Format::Sized`), its
 /// reader pausing `gather` spins after each run (0 or `turn::FLOOR_GATHER`, as the floor
-/// ring's two readers), for another suite (`paired`, which takes the faster of the two): the floor of that ring's per-event row, where the floor ring
-/// of 8-byte slots puts twice as many events in a line.
+/// ring's two readers), for another suite (`paired`, which takes the faster of the two):
+/// the floor of that ring's per-event row, where the floor ring of 8-byte slots puts twice
+/// as many events in a line.
 pub fn floor_sized_row(ctx: &mut Ctx, gather: u32, group: &str, name: &str) -> Row {
     floor(ctx, Format::Sized, gather, 1, group, name)
 }
