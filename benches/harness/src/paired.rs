@@ -195,24 +195,23 @@ pub fn run(ctx: &mut Ctx) -> Result<()> {
                 10 => rows.push(peers::iox_throughput_row(ctx, &group)),
                 11 => rows.push(throughput::sized_row(ctx, 1, GATHER, &group)),
                 12 => rows.push(throughput::sized_row(ctx, 100, GATHER, &group)),
-                13 => {
-                    // Both readers back to back, the plain one first in odd rounds.
-                    for gather in [r % 2 == 0, r % 2 == 1] {
-                        rows.push(if gather {
-                            throughput::floor_batch_row(ctx, GATHER, &group, FLOOR_BATCH_GATHER_ROW)
+                u @ (13 | 14) => {
+                    // A floor of the bounds, its two readers back to back, the plain one
+                    // first in odd rounds.
+                    type FloorRow = fn(&mut Ctx, u32, &str, &str) -> Row;
+                    let (row, pause, plain, paused): (FloorRow, u32, &str, &str) = if u == 13 {
+                        let batch: FloorRow = throughput::floor_batch_row;
+                        (batch, GATHER, FLOOR_BATCH_ROW, FLOOR_BATCH_GATHER_ROW)
+                    } else {
+                        let sized: FloorRow = throughput::floor_sized_row;
+                        let (plain, paused) = (SIZED_FLOOR_ROW, SIZED_FLOOR_GATHER_ROW);
+                        (sized, turn::FLOOR_GATHER, plain, paused)
+                    };
+                    for with_pause in [r % 2 == 0, r % 2 == 1] {
+                        rows.push(if with_pause {
+                            row(ctx, pause, &group, paused)
                         } else {
-                            throughput::floor_batch_row(ctx, 0, &group, FLOOR_BATCH_ROW)
-                        });
-                    }
-                }
-                14 => {
-                    // Both readers back to back, the plain one first in odd rounds.
-                    for gather in [r % 2 == 0, r % 2 == 1] {
-                        rows.push(if gather {
-                            let pause = turn::FLOOR_GATHER;
-                            throughput::floor_sized_row(ctx, pause, &group, SIZED_FLOOR_GATHER_ROW)
-                        } else {
-                            throughput::floor_sized_row(ctx, 0, &group, SIZED_FLOOR_ROW)
+                            row(ctx, 0, &group, plain)
                         });
                     }
                 }

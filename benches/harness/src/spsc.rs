@@ -205,6 +205,24 @@ impl Spsc {
         self.word(Format::Bare.offsets(i).2)
     }
 
+    /// Wait until the ring has room for the `n` events from `next` (`n` at most
+    /// [`CAPACITY`]), reloading the consumer's index into `cached_tail` only while the cached
+    /// one says there is none (the cached-index ring's producer). Written as unread events
+    /// against the room left for `n`, so that with `n` = 1 the per-event loops compile to
+    /// one compare, as before this was shared.
+    #[inline(always)]
+    fn wait_for_room(&self, next: u64, n: u64, cached_tail: &mut u64) {
+        let most = CAPACITY as u64 - n;
+        while next - *cached_tail > most {
+            // Acquire: pairs with the consumer's Release of its index; its reads of the
+            // slots below happen before this producer overwrites them.
+            *cached_tail = self.tail().load(Ordering::Acquire);
+            if next - *cached_tail > most {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
     /// Publish event `i` (the next) in the `Fixed` format. Returns whether the lifecycle
     /// word said open (the probe never closes it: the look is there for its cost).
     #[inline(always)]
@@ -342,14 +360,7 @@ impl BareSender {
         debug_assert!((1..=CAPACITY as u64).contains(&batch));
         let (ring, mut next, mut cached_tail) = (&self.ring, self.next, self.cached_tail);
         for _ in 0..batches {
-            while next + batch - cached_tail > CAPACITY as u64 {
-                // Acquire: pairs with the consumer's Release of its index; its reads of
-                // the slots below happen before this producer overwrites them.
-                cached_tail = ring.tail().load(Ordering::Acquire);
-                if next + batch - cached_tail > CAPACITY as u64 {
-                    std::hint::spin_loop();
-                }
-            }
+            ring.wait_for_room(next, batch, &mut cached_tail);
             for i in next..next + batch {
                 // Relaxed: published by the Release store of the head below.
                 ring.slot(i).store(i, Ordering::Relaxed);
@@ -373,14 +384,7 @@ impl BareSender {
         let mut all = true;
         for _ in 0..n / 256 {
             for _ in 0..256 {
-                while next - cached_tail >= CAPACITY as u64 {
-                    // Acquire: pairs with the consumer's Release of its index; its reads
-                    // of the slots below happen before this producer overwrites them.
-                    cached_tail = ring.tail().load(Ordering::Acquire);
-                    if next - cached_tail >= CAPACITY as u64 {
-                        std::hint::spin_loop();
-                    }
-                }
+                ring.wait_for_room(next, 1, &mut cached_tail);
                 all &= publish(ring, next);
                 next += 1;
             }
@@ -508,14 +512,7 @@ pub fn producer(args: &Args) -> Result<()> {
             continue;
         }
         for _ in 0..256 {
-            while next - cached_tail >= CAPACITY as u64 {
-                // Acquire: pairs with the consumer's Release of its index; its reads of
-                // the slots below happen before this producer overwrites them.
-                cached_tail = ring.tail().load(Ordering::Acquire);
-                if next - cached_tail >= CAPACITY as u64 {
-                    std::hint::spin_loop();
-                }
-            }
+            ring.wait_for_room(next, 1, &mut cached_tail);
             if format == Format::Fixed {
                 // Not open: the probe counts nothing (the word is never written).
                 closed += u64::from(!ring.publish_fixed(next));
@@ -658,6 +655,18 @@ mod tests {
     use super::*;
     use shmring_testkit::namespace::Namespace;
 
+    /// A floor ring's file in a namespace of its own (removed with it), mapped, with a
+    /// sender and a receiver on it.
+    fn floor_ring(name: &str) -> (Namespace, Spsc, BareSender, BareReceiver) {
+        let ns = Namespace::new(name);
+        let path = ns.scratch().join("floor");
+        create(&path).expect("floor ring file");
+        let ring = Spsc::open(&path).expect("map");
+        let tx = BareSender::open(&path).expect("sender");
+        let rx = BareReceiver::open(&path).expect("receiver");
+        (ns, ring, tx, rx)
+    }
+
     #[test]
     fn a_receiver_gives_up_on_an_empty_ring_when_asked_to_and_reads_what_was_sent() {
         // The namespace's scratch directory holds the floor ring's file and goes with it.
@@ -687,12 +696,7 @@ mod tests {
 
     #[test]
     fn the_claimed_sender_publishes_as_the_floor_does_and_keeps_its_claim_on_its_own_line() {
-        let ns = Namespace::new("harness_spsc_claimed");
-        let path = ns.scratch().join("floor");
-        create(&path).expect("floor ring file");
-        let ring = Spsc::open(&path).expect("map");
-        let mut tx = BareSender::open(&path).expect("sender");
-        let mut rx = BareReceiver::open(&path).expect("receiver");
+        let (_ns, ring, mut tx, mut rx) = floor_ring("harness_spsc_claimed");
         // The floor's events, then the claimed sender's after them on the same ring: each
         // event's index in its slot, the head after it, the claim at the head.
         tx.send(256);
@@ -765,12 +769,7 @@ mod tests {
 
     #[test]
     fn the_batched_sender_publishes_whole_batches_and_waits_for_room_for_a_whole_one() {
-        let ns = Namespace::new("harness_spsc_batched");
-        let path = ns.scratch().join("floor");
-        create(&path).expect("floor ring file");
-        let ring = Spsc::open(&path).expect("map");
-        let mut tx = BareSender::open(&path).expect("sender");
-        let mut rx = BareReceiver::open(&path).expect("receiver");
+        let (_ns, ring, mut tx, mut rx) = floor_ring("harness_spsc_batched");
         // Three batches of 100: each event's index in its slot, the head after the last.
         assert_eq!(tx.send_batches(3, 100), 300);
         assert_eq!(ring.head().load(Ordering::Relaxed), 300);

@@ -544,6 +544,56 @@ pub fn evaluate(rows: &[Row]) -> Vec<Target> {
     out
 }
 
+/// Why rounds were left out of a paired ratio `_ / b` (`r`), one phrase per reason that
+/// left any out: for the targets and the bounds alike.
+fn left_out(r: &paired::Ratios, b: &str) -> Vec<String> {
+    let iox = if b == paired::IOX_ROW {
+        format!(", iceoryx2 below 1/{}", paired::IOX_SLOW)
+    } else {
+        String::new()
+    };
+    [
+        (
+            r.unsteady,
+            format!(
+                "with the floor moved beyond {}x within them",
+                paired::STEADY
+            ),
+        ),
+        (
+            r.beaten,
+            format!(
+                "with a per-event row above {}x the floor ring (the floor not at its best)",
+                paired::BEATEN
+            ),
+        ),
+        (
+            r.outran,
+            format!("with a row above {}x a floor of this bound", paired::BEATEN),
+        ),
+        (
+            r.slow,
+            format!(
+                "with a row below 1/{} of its fastest round{iox} (the slow placement)",
+                paired::SLOW
+            ),
+        ),
+        (
+            r.few,
+            format!(
+                "with fewer than {} pairs kept in turn (the chunks around the judged one \
+                 steady; against the floor, the ring not above {}x of it)",
+                turn::MIN_PAIRS,
+                paired::BEATEN
+            ),
+        ),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, reason)| format!("{n} {reason}"))
+    .collect()
+}
+
 /// A target of suite `paired`: `a / b` in each round that counts (`r`, with the rounds the
 /// suite left out and why), judged by the median once `min_rounds` rounds count.
 fn paired_target(
@@ -556,9 +606,10 @@ fn paired_target(
     bar: f64,
 ) -> Option<Target> {
     let v = &r.values;
+    let why = left_out(r, b);
     // A target with rounds measured but none left counts as undecided, stated with why; one
     // the run did not measure at all is not stated.
-    if v.is_empty() && r.unsteady + r.beaten + r.slow + r.few == 0 {
+    if v.is_empty() && why.is_empty() {
         return None;
     }
     let (median, range) = match paired::spread(v) {
@@ -566,43 +617,7 @@ fn paired_target(
         None => (f64::NAN, String::new()),
     };
     let decided = !v.is_empty() && v.len() >= min_rounds;
-    let mut why = Vec::new();
-    if r.unsteady > 0 {
-        why.push(format!(
-            "{} with the floor moved beyond {}x within them",
-            r.unsteady,
-            paired::STEADY
-        ));
-    }
-    if r.beaten > 0 {
-        why.push(format!(
-            "{} with a per-event row above {}x the floor ring (the floor not at its best)",
-            r.beaten,
-            paired::BEATEN
-        ));
-    }
-    if r.slow > 0 {
-        let iox = if b == paired::IOX_ROW {
-            format!(", iceoryx2 below 1/{}", paired::IOX_SLOW)
-        } else {
-            String::new()
-        };
-        why.push(format!(
-            "{} with a row below 1/{} of its fastest round{iox} (the slow placement)",
-            r.slow,
-            paired::SLOW
-        ));
-    }
-    if r.few > 0 {
-        why.push(format!(
-            "{} with fewer than {} pairs kept in turn (the chunks around the judged one \
-             steady; against the floor, the ring not above {}x of it)",
-            r.few,
-            turn::MIN_PAIRS,
-            paired::BEATEN
-        ));
-    }
-    let left_out = if why.is_empty() {
+    let more = if why.is_empty() {
         String::new()
     } else {
         format!(" (more left out: {})", why.join("; "))
@@ -610,7 +625,7 @@ fn paired_target(
     Some(Target {
         what: what.to_owned(),
         from: format!(
-            "{a} [{s}] / {b} [{s}], each round: median of {} rounds{left_out}{range}",
+            "{a} [{s}] / {b} [{s}], each round: median of {} rounds{more}{range}",
             v.len(),
             s = paired::SUITE
         ),
@@ -714,35 +729,13 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
         ),
     ] {
         let r = paired::bound_ratios(rows, a, b);
-        if r.values.is_empty() && r.unsteady + r.beaten + r.slow + r.outran == 0 {
+        let why = left_out(&r, b);
+        if r.values.is_empty() && why.is_empty() {
             continue;
         }
         let (ratio, least, greatest) =
             paired::spread(&r.values).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
-        let mut why = Vec::new();
-        for (n, reason) in [
-            (
-                r.unsteady,
-                format!("with the floor moved beyond {}x within them", paired::STEADY),
-            ),
-            (
-                r.beaten,
-                format!("with a per-event row above {}x the floor ring", paired::BEATEN),
-            ),
-            (
-                r.outran,
-                format!("with a row above {}x a floor of this bound", paired::BEATEN),
-            ),
-            (
-                r.slow,
-                format!("with a row below 1/{} of its fastest round", paired::SLOW),
-            ),
-        ] {
-            if n > 0 {
-                why.push(format!("{n} {reason}"));
-            }
-        }
-        let left_out = if why.is_empty() {
+        let more = if why.is_empty() {
             String::new()
         } else {
             format!(", left out: {}", why.join("; "))
@@ -750,7 +743,7 @@ pub fn bounds(rows: &[Row]) -> Vec<Bound> {
         out.push(Bound {
             what: what.to_owned(),
             from: format!(
-                "{a} [{s}] / {b} [{s}], {} rounds counted{left_out}",
+                "{a} [{s}] / {b} [{s}], {} rounds counted{more}",
                 r.values.len(),
                 s = paired::SUITE
             ),
