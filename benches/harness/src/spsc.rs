@@ -296,6 +296,16 @@ impl Spsc {
         self.word(stamp).store(i, Ordering::Release);
     }
 
+    /// Event `i`'s payload combined with its length word (`Cursor`, `Sized`: both read, as
+    /// a consumer of sized events reads them), once the head says it is published.
+    #[inline(always)]
+    fn read_length_and_payload(&self, format: Format, i: u64) -> u64 {
+        let (_, len, payload) = format.offsets(i);
+        // Relaxed, both: ordered after the consumer's Acquire load of the head.
+        let n = self.word(len).load(Ordering::Relaxed);
+        self.word(payload).load(Ordering::Relaxed) ^ n
+    }
+
     /// Event `i`'s payload, once its stamp says it is published.
     #[inline(always)]
     fn read_stamped(&self, format: Format, i: u64) -> Option<u64> {
@@ -571,6 +581,57 @@ fn batch_arg(args: &Args, format: Format) -> Result<u64> {
     Ok(batch)
 }
 
+/// The events `next..head` of a run of `format` (`run` is `(next, head, sum)`), read and
+/// added to `sum`, the meter ticked after each; a stamped format's up to the first whose
+/// stamp says it is not written yet. Returns the next event to read and the sum.
+fn read_events(
+    ring: &Spsc,
+    format: Format,
+    run: (u64, u64, u64),
+    meter: &mut kit::RateMeter,
+) -> (u64, u64) {
+    match format {
+        Format::Bare | Format::Fixed => read_run(ring, run, meter, |r, i| {
+            // Relaxed: ordered after the consumer's Acquire load of the head.
+            Some(r.slot(i).load(Ordering::Relaxed))
+        }),
+        Format::Cursor => read_run(ring, run, meter, |r, i| {
+            Some(r.read_length_and_payload(Format::Cursor, i))
+        }),
+        Format::Sized => read_run(ring, run, meter, |r, i| {
+            Some(r.read_length_and_payload(Format::Sized, i))
+        }),
+        Format::Slot64 => read_run(ring, run, meter, |r, i| r.read_stamped(Format::Slot64, i)),
+        Format::Dense => read_run(ring, run, meter, |r, i| r.read_stamped(Format::Dense, i)),
+    }
+}
+
+/// The events `next..head` of a run (`run` is `(next, head, sum)`), each read by `read`
+/// and added to `sum`, the meter ticked after each: up to the first `read` gives none of.
+/// Returns the next event to read and the sum. A function of its own for each format, so
+/// that the index and the sum stay in registers: inside [`consumer`]'s loop, among the
+/// meter's and the other formats' locals, the compiler kept the sum on the stack, and each
+/// event's addition waited on the previous one's store (a chain the floor's reader in turn,
+/// [`BareReceiver::recv`], never had; PERFORMANCE.md, "The floor's own reader").
+#[inline(never)]
+fn read_run(
+    ring: &Spsc,
+    run: (u64, u64, u64),
+    meter: &mut kit::RateMeter,
+    read: impl Fn(&Spsc, u64) -> Option<u64>,
+) -> (u64, u64) {
+    let (mut next, head, mut sum) = run;
+    while next < head {
+        let Some(v) = read(ring, next) else {
+            break;
+        };
+        sum = sum.wrapping_add(v);
+        next += 1;
+        meter.tick(next);
+    }
+    (next, sum)
+}
+
 /// The consumer side: busy-spin, read every event, count; with `gather=N`, pause `N`
 /// spin-loop hints after each run read (as [`BareReceiver::recv_gathering`] does in turn).
 pub fn consumer(args: &Args) -> Result<()> {
@@ -597,35 +658,12 @@ pub fn consumer(args: &Args) -> Result<()> {
             std::hint::spin_loop();
             continue;
         }
-        if format == Format::Bare || format == Format::Fixed {
-            while next < head {
-                sum = sum.wrapping_add(ring.slot(next).load(Ordering::Relaxed));
-                next += 1;
-                meter.tick(next);
-            }
-        } else if format == Format::Cursor || format == Format::Sized {
-            while next < head {
-                let (_, len, payload) = format.offsets(next);
-                // Relaxed: ordered after the Acquire load of the head above.
-                let n = ring.word(len).load(Ordering::Relaxed);
-                sum = sum.wrapping_add(ring.word(payload).load(Ordering::Relaxed) ^ n);
-                next += 1;
-                meter.tick(next);
-            }
-        } else {
-            let from = next;
-            while next < head {
-                let Some(v) = ring.read_stamped(format, next) else {
-                    break;
-                };
-                sum = sum.wrapping_add(v);
-                next += 1;
-                meter.tick(next);
-            }
-            if next == from {
-                std::hint::spin_loop();
-                continue;
-            }
+        let from = next;
+        (next, sum) = read_events(&ring, format, (next, head, sum), &mut meter);
+        if next == from {
+            // A stamped event not yet written (its stamp decides, not the head).
+            std::hint::spin_loop();
+            continue;
         }
         // Release: pairs with the producer's Acquire load of the tail.
         ring.tail().store(next, Ordering::Release);
@@ -715,6 +753,59 @@ mod tests {
         assert!(!tx.send_claimed(256));
         assert!(rx.recv(512, || panic!("asked to give up with events waiting")));
         assert_eq!(ring.word(CLAIM_LINE).load(Ordering::Relaxed), 1280);
+    }
+
+    #[test]
+    fn the_floor_reader_reads_a_run_of_each_format_up_to_its_head_or_an_unwritten_stamp() {
+        let ns = Namespace::new("harness_spsc_read_events");
+        let path = ns.scratch().join("floor");
+        for format in [
+            Format::Bare,
+            Format::Fixed,
+            Format::Cursor,
+            Format::Sized,
+            Format::Slot64,
+            Format::Dense,
+        ] {
+            create(&path).expect("floor ring file");
+            let ring = Spsc::open(&path).expect("map");
+            let stamped = matches!(format, Format::Slot64 | Format::Dense);
+            // Events 0..12 written as each format's producer writes them (a stamped
+            // format's 10 and 11 not: their stamps stay as they were).
+            for i in 0..12u64 {
+                let (_, len, payload) = format.offsets(i);
+                match format {
+                    Format::Bare | Format::Fixed => ring.slot(i).store(i, Ordering::Relaxed),
+                    Format::Cursor | Format::Sized => {
+                        ring.word(len).store(8, Ordering::Relaxed);
+                        ring.word(payload).store(i, Ordering::Relaxed);
+                    }
+                    _ if i < 10 => ring.publish_stamped(format, i),
+                    _ => {}
+                }
+            }
+            let value = |i: u64| match format {
+                Format::Cursor | Format::Sized => i ^ 8,
+                _ => i,
+            };
+            let mut meter = kit::RateMeter::new();
+            // From 3 to the head at 8, onto a sum carried in: every event of the run, once.
+            let expect: u64 = 100 + (3..8).map(value).sum::<u64>();
+            assert_eq!(
+                read_events(&ring, format, (3, 8, 100), &mut meter),
+                (8, expect),
+                "{format:?}"
+            );
+            // The meter ticked per event: its first checkpoint after the first event read.
+            assert_eq!(meter.points.len(), 1, "{format:?}");
+            assert_eq!(meter.points[0].1, 4, "{format:?}");
+            // Up to a head at 12: a stamped format stops at the first unwritten stamp.
+            let (next, sum) = read_events(&ring, format, (8, 12, 0), &mut meter);
+            let end = if stamped { 10 } else { 12 };
+            assert_eq!((next, sum), (end, (8..end).map(value).sum()), "{format:?}");
+            // An empty run reads nothing.
+            assert_eq!(read_events(&ring, format, (5, 5, 7), &mut meter), (5, 7));
+        }
     }
 
     #[test]
