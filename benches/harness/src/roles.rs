@@ -157,20 +157,21 @@ fn shm_consumer(args: &Args) -> Result<()> {
     let mut window = (kit::thread_cpu_ns(), now_ns());
     ctl.arrive();
     if mode == ConsumerMode::Runs {
-        // The floor ring's consumer's work per event (count, sum, rate meter), over the
-        // slices `poll_runs` hands over. The count and the sum are captured, so each event's
-        // addition waits for the previous one's store, as `Count`'s did before it took its
-        // count from the sequence; kept in locals of the slice's loop they ran this row
-        // faster apart and slower in turn, where the reader then caught up with its
-        // producer more often (PERFORMANCE.md, "A handler's counters in memory").
+        // The floor ring's consumer's work over the slices `poll_runs` hands over: each
+        // event added to a sum, the count and the rate meter once per slice, as the floor's
+        // reader ticks it once per run. The sum of a slice is a local of its loop (in a
+        // register) and goes into the captured total once: a captured count and sum bumped
+        // per event made each event's addition wait on the previous one's store, which the
+        // floor's reader does not (PERFORMANCE.md, "The readers' rate meters").
         let size = ring.max_payload();
         loop {
             let got = c.poll_runs(|_, events| {
-                for e in events.chunks_exact(size) {
-                    n += 1;
-                    sum = sum.wrapping_add(u64_at(e, 0));
-                    meter.tick(n);
-                }
+                let run_sum = events
+                    .chunks_exact(size)
+                    .fold(0u64, |s, e| s.wrapping_add(u64_at(e, 0)));
+                n += (events.len() / size) as u64;
+                sum = sum.wrapping_add(run_sum);
+                meter.tick(n);
             })?;
             if got == 0 && c.wait()? == WaitOutcome::Closed {
                 break;
@@ -204,9 +205,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 // the floor ring's reader keeps its count and sum in registers. A captured
                 // count and sum (`n += 1; sum += payload`) held the batch-100 chunks read
                 // this way to the per-event chunks' rate; the per-event chunks ran no faster
-                // without it (PERFORMANCE.md, "The claim's accesses in turn"). The run reads
-                // below keep the captured counters of the run reads apart
-                // (`ConsumerMode::Runs`).
+                // without it (PERFORMANCE.md, "The claim's accesses in turn").
                 let exit = c.run(
                     |ev: Event<'_>| {
                         std::hint::black_box(u64_at(ev.bytes(), 0));
@@ -223,16 +222,18 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 ack.store(chunks, Ordering::Release);
             }
             // The batches again, then the ring per event again, each read a run at a time
-            // with the counting work per event.
+            // as the run reads apart (`ConsumerMode::Runs`): a slice's sum in a local, the
+            // count once per slice.
             for _ in 0..2 {
                 let end = count.get() + chunk;
                 let size = ring.max_payload();
                 while count.get() < end {
                     let got = c.poll_runs(|_, events| {
-                        for e in events.chunks_exact(size) {
-                            count.set(count.get() + 1);
-                            sum = sum.wrapping_add(u64_at(e, 0));
-                        }
+                        let run_sum = events
+                            .chunks_exact(size)
+                            .fold(0u64, |s, e| s.wrapping_add(u64_at(e, 0)));
+                        count.set(count.get() + (events.len() / size) as u64);
+                        sum = sum.wrapping_add(run_sum);
                     })?;
                     ensure!(
                         got > 0 || c.wait()? != WaitOutcome::Closed,
@@ -419,27 +420,31 @@ fn shm_consumer(args: &Args) -> Result<()> {
     kit::report(args, &m)
 }
 
-/// `Count`'s reading until the ring closes: the floor ring's consumer's work per event (read
-/// the event, tick the rate meter) in a handler small enough to be inlined into the delivery
-/// loop. Nothing goes from one event's call to the next through memory: the count is the
-/// event's sequence (the consumer attached before the first publish), the read a
+/// `Count`'s reading until the ring closes: the floor ring's consumer's work per event
+/// (read the event) in a handler small enough to be inlined into the delivery loop, and
+/// its rate meter ticked once per batch, in `run`'s `stop` (called after every batch), as
+/// the floor's reader ticks it once per run and the `disruptor` crate's handler at the end
+/// of each batch. Nothing goes from one event's call to the next through memory: the count
+/// is the event's sequence (the consumer attached before the first publish), the read a
 /// `black_box`. A handler that adds to captured counters made each event's load and store
-/// wait for the previous event's store, where the floor's loop keeps them in registers:
-/// 8-17% of the fixed-size ring's rate on the Intel Xeon host (PERFORMANCE.md, "A
-/// handler's counters in memory"). The `disruptor` crate's row counts the same way
-/// (`shmring_peers::inproc`). Returns the events the handler got.
+/// wait for the previous event's store: 8-17% of the fixed-size ring's rate on the Intel
+/// Xeon host (PERFORMANCE.md, "A handler's counters in memory"); one that ticked the meter
+/// per event, its compare and its rare checkpoint call inside the delivery loop, cost it
+/// about a quarter more (PERFORMANCE.md, "The readers' rate meters"). Returns the events the
+/// handler got.
 fn count_events(c: &mut shmring::Consumer, meter: &mut kit::RateMeter) -> Result<u64> {
-    let mut seen = 0u64;
+    let seen = std::cell::Cell::new(0u64);
     c.run(
         |ev: Event<'_>| {
-            let next = ev.sequence() + 1;
             std::hint::black_box(u64_at(ev.bytes(), 0));
-            meter.tick(next);
-            seen = next;
+            seen.set(ev.sequence() + 1);
         },
-        || false,
+        || {
+            meter.tick(seen.get());
+            false
+        },
     )?;
-    checked_count(c, seen)
+    checked_count(c, seen.get())
 }
 
 /// A count of the events the handler got (`seen`; `Count`'s is one past the last sequence,
@@ -1249,6 +1254,15 @@ mod tests {
         let (_ring, mut c) = counted_ring(&ns, "from-zero", 0, 50);
         let mut meter = kit::RateMeter::new();
         assert_eq!(count_events(&mut c, &mut meter).expect("counted"), 50);
+        // The meter ticked between batches, never inside one: its checkpoints hold 0 (the
+        // run's first look, before any batch) or 50 (the one batch's end), never the 1
+        // a tick at the first event would have left.
+        assert!(!meter.points.is_empty());
+        assert!(
+            meter.points.iter().all(|&(_, n)| n == 0 || n == 50),
+            "{:?}",
+            meter.points
+        );
         let (_late_ring, mut late) = counted_ring(&ns, "late", 5, 20);
         let err = count_events(&mut late, &mut meter).expect_err("a late start");
         assert!(

@@ -582,8 +582,8 @@ fn batch_arg(args: &Args, format: Format) -> Result<u64> {
 }
 
 /// The events `next..head` of a run of `format` (`run` is `(next, head, sum)`), read and
-/// added to `sum`, the meter ticked after each; a stamped format's up to the first whose
-/// stamp says it is not written yet. Returns the next event to read and the sum.
+/// added to `sum`, the meter ticked once after them; a stamped format's up to the first
+/// whose stamp says it is not written yet. Returns the next event to read and the sum.
 fn read_events(
     ring: &Spsc,
     format: Format,
@@ -607,12 +607,13 @@ fn read_events(
 }
 
 /// The events `next..head` of a run (`run` is `(next, head, sum)`), each read by `read`
-/// and added to `sum`, the meter ticked after each: up to the first `read` gives none of.
-/// Returns the next event to read and the sum. A function of its own for each format, so
-/// that the index and the sum stay in registers: inside [`consumer`]'s loop, among the
-/// meter's and the other formats' locals, the compiler kept the sum on the stack, and each
-/// event's addition waited on the previous one's store (a chain the floor's reader in turn,
-/// [`BareReceiver::recv`], never had; PERFORMANCE.md, "The floor's own reader").
+/// and added to `sum` (up to the first `read` gives none of), then the meter ticked once,
+/// as shmring's readers tick theirs once per batch. Returns the next event to read and the
+/// sum. A function of its own for each format, so that the index and the sum stay in
+/// registers: inside [`consumer`]'s loop, among the meter's and the other formats' locals,
+/// the compiler kept the sum on the stack, and each event's addition waited on the previous
+/// one's store (a chain the floor's reader in turn, [`BareReceiver::recv`], never had;
+/// PERFORMANCE.md, "The floor's own reader").
 #[inline(never)]
 fn read_run(
     ring: &Spsc,
@@ -627,8 +628,8 @@ fn read_run(
         };
         sum = sum.wrapping_add(v);
         next += 1;
-        meter.tick(next);
     }
+    meter.tick(next);
     (next, sum)
 }
 
@@ -796,15 +797,19 @@ mod tests {
                 (8, expect),
                 "{format:?}"
             );
-            // The meter ticked per event: its first checkpoint after the first event read.
+            // The meter ticked once, after the run: its first checkpoint at the run's end.
             assert_eq!(meter.points.len(), 1, "{format:?}");
-            assert_eq!(meter.points[0].1, 4, "{format:?}");
+            assert_eq!(meter.points[0].1, 8, "{format:?}");
             // Up to a head at 12: a stamped format stops at the first unwritten stamp.
             let (next, sum) = read_events(&ring, format, (8, 12, 0), &mut meter);
             let end = if stamped { 10 } else { 12 };
             assert_eq!((next, sum), (end, (8..end).map(value).sum()), "{format:?}");
             // An empty run reads nothing.
-            assert_eq!(read_events(&ring, format, (5, 5, 7), &mut meter), (5, 7));
+            assert_eq!(
+                read_events(&ring, format, (5, 5, 7), &mut meter),
+                (5, 7),
+                "{format:?}"
+            );
         }
     }
 

@@ -120,17 +120,19 @@ fn role(args: &Args) -> Result<()> {
                     }
                     // As shmring's counting handler (the harness's `Count`): the event
                     // read, the count taken from its sequence (from 0), nothing carried
-                    // from one event to the next but the rare checkpoint.
+                    // from one event to the next; the rate meter looked at once per batch
+                    // (its last event), as shmring's reader ticks its meter after each
+                    // batch and the floor's after each run.
                     std::hint::black_box(e.seq);
-                    let local = seq as u64 + 1;
-                    if local >= next_tick {
-                        next_tick = local + kit::RATE_EVERY;
-                        meter
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .tick(local);
-                    }
                     if eob {
+                        let local = seq as u64 + 1;
+                        if local >= next_tick {
+                            next_tick = local + kit::RATE_EVERY;
+                            meter
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .tick(local);
+                        }
                         counter.store(local, Ordering::Relaxed);
                     }
                 })
