@@ -202,7 +202,7 @@ fn shm_consumer(args: &Args) -> Result<()> {
                 // by the producer): the count from the sequence (checked against the
                 // consumer's deliveries at the end), the payload word loaded and
                 // `black_box`ed, nothing carried from one event to the next in memory, as
-                // the floor ring's reader keeps its count and sum in registers. A captured
+                // the floor ring's reader in turn keeps its count and sum in registers. A captured
                 // count and sum (`n += 1; sum += payload`) held the batch-100 chunks read
                 // this way to the per-event chunks' rate; the per-event chunks ran no faster
                 // without it (PERFORMANCE.md, "The claim's accesses in turn").
