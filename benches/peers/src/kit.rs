@@ -165,9 +165,11 @@ impl Pacer {
 /// Delivered-count checkpoints, for the best sustained rate over a window: on a shared
 /// 2-CPU machine another tenant can take a CPU for part of a throughput run, and the rate
 /// over the whole run then measures the tenant as much as the ring. Both are reported.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RateMeter {
     next: u64,
+    /// Events between two checkpoints ([`RATE_EVERY`] unless made with [`RateMeter::every`]).
+    every: u64,
     /// (time ns, events so far).
     pub points: Vec<(u64, u64)>,
 }
@@ -175,11 +177,24 @@ pub struct RateMeter {
 /// Events between two checkpoints of a [`RateMeter`].
 pub const RATE_EVERY: u64 = 1 << 16;
 
+impl Default for RateMeter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl RateMeter {
     /// A meter whose first checkpoint is at event 0.
     pub fn new() -> Self {
+        Self::every(RATE_EVERY)
+    }
+
+    /// A meter with a checkpoint at most every `every` events (at least 1): a test's, to
+    /// see where its reader ticks.
+    pub fn every(every: u64) -> Self {
         Self {
             next: 0,
+            every: every.max(1),
             points: Vec::with_capacity(4096),
         }
     }
@@ -189,7 +204,7 @@ impl RateMeter {
     pub fn tick(&mut self, n: u64) {
         if n >= self.next {
             self.points.push((now_ns(), n));
-            self.next = n + RATE_EVERY;
+            self.next = n + self.every;
         }
     }
 
