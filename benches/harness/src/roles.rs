@@ -784,7 +784,8 @@ fn shm_producer(args: &Args) -> Result<()> {
                 crate::spsc::BareSender::open(std::path::Path::new(args.str("floor")?))?;
             let ack = &ctl.line(crate::turn::ACK_LINE).seq;
             let crate_line = ctl.line(crate::turn::CRATE_LINE);
-            let mut bufs = vec![vec![0u8; 8]; crate::turn::BATCH];
+            // The batch sides' events as a slice of 8-byte arrays (see the `batch` mode).
+            let mut bufs = vec![[0u8; 8]; crate::turn::BATCH];
             let end = t_start + args.num::<u64>("duration_ns")?;
             let mut pairs = Vec::new();
             let (mut chunks, mut crates) = (0u64, 0u64);
@@ -803,7 +804,7 @@ fn shm_producer(args: &Args) -> Result<()> {
                             let mut left = chunk;
                             while left > 0 {
                                 let k = bufs.len().min(left as usize);
-                                bufs[0].copy_from_slice(&left.to_ne_bytes());
+                                bufs[0] = left.to_ne_bytes();
                                 p.publish_batch(&bufs[..k])?;
                                 left -= k as u64;
                             }
@@ -866,16 +867,34 @@ fn shm_producer(args: &Args) -> Result<()> {
         }
         "batch" => {
             let k: usize = args.num("batch")?;
-            let mut bufs = vec![vec![0u8; size]; k];
             let end = t_start + args.num::<u64>("duration_ns")?;
-            loop {
-                for _ in 0..(256 / k).max(1) {
-                    bufs[0][..8].copy_from_slice(&published.to_ne_bytes());
-                    p.publish_batch(&bufs)?;
-                    published += k as u64;
+            if size == 8 {
+                // 8-byte events handed over as a slice of arrays, as a caller holding such
+                // events would: a batch of separately allocated buffers made the publish
+                // follow a pointer per event, which the floor's batches (values from
+                // registers) do not (PERFORMANCE.md, "The batch rows' events").
+                let mut events = vec![[0u8; 8]; k];
+                loop {
+                    for _ in 0..(256 / k).max(1) {
+                        events[0] = published.to_ne_bytes();
+                        p.publish_batch(&events)?;
+                        published += k as u64;
+                    }
+                    if now_ns() >= end {
+                        break;
+                    }
                 }
-                if now_ns() >= end {
-                    break;
+            } else {
+                let mut bufs = vec![vec![0u8; size]; k];
+                loop {
+                    for _ in 0..(256 / k).max(1) {
+                        bufs[0][..8].copy_from_slice(&published.to_ne_bytes());
+                        p.publish_batch(&bufs)?;
+                        published += k as u64;
+                    }
+                    if now_ns() >= end {
+                        break;
+                    }
                 }
             }
         }
