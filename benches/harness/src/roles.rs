@@ -804,7 +804,9 @@ fn shm_producer(args: &Args) -> Result<()> {
                             let mut left = chunk;
                             while left > 0 {
                                 let k = bufs.len().min(left as usize);
-                                bufs[0] = left.to_ne_bytes();
+                                for (e, n) in bufs.iter_mut().zip(left..) {
+                                    *e = n.to_ne_bytes();
+                                }
                                 p.publish_batch(&bufs[..k])?;
                                 left -= k as u64;
                             }
@@ -870,13 +872,16 @@ fn shm_producer(args: &Args) -> Result<()> {
             let end = t_start + args.num::<u64>("duration_ns")?;
             if size == 8 {
                 // 8-byte events handed over as a slice of arrays, as a caller holding such
-                // events would: a batch of separately allocated buffers made the publish
+                // events would, each written before its batch as the floor writes each of
+                // its slots: a batch of separately allocated buffers made the publish
                 // follow a pointer per event, which the floor's batches (values from
                 // registers) do not (PERFORMANCE.md, "The batch rows' events").
                 let mut events = vec![[0u8; 8]; k];
                 loop {
                     for _ in 0..(256 / k).max(1) {
-                        events[0] = published.to_ne_bytes();
+                        for (e, seq) in events.iter_mut().zip(published..) {
+                            *e = seq.to_ne_bytes();
+                        }
                         p.publish_batch(&events)?;
                         published += k as u64;
                     }
