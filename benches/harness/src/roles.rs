@@ -804,7 +804,7 @@ fn shm_producer(args: &Args) -> Result<()> {
                             let mut left = chunk;
                             while left > 0 {
                                 let k = bufs.len().min(left as usize);
-                                for (e, n) in bufs.iter_mut().zip(left..) {
+                                for (e, n) in bufs[..k].iter_mut().zip(left..) {
                                     *e = n.to_ne_bytes();
                                 }
                                 p.publish_batch(&bufs[..k])?;
@@ -893,7 +893,9 @@ fn shm_producer(args: &Args) -> Result<()> {
                 let mut bufs = vec![vec![0u8; size]; k];
                 loop {
                     for _ in 0..(256 / k).max(1) {
-                        bufs[0][..8].copy_from_slice(&published.to_ne_bytes());
+                        for (b, seq) in bufs.iter_mut().zip(published..) {
+                            b[..8].copy_from_slice(&seq.to_ne_bytes());
+                        }
                         p.publish_batch(&bufs)?;
                         published += k as u64;
                     }
