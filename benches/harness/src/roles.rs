@@ -596,6 +596,33 @@ fn stream_publisher(p: &mut Producer, limit: u64, end: u64) -> Result<u64> {
     })
 }
 
+/// The batch rows' producer loop: `events` published as one batch after another until the
+/// clock (read every 256 events, at least once per batch) passes `end`, each event's first 8
+/// bytes its sequence, written before its batch as the floor writes each of its slots.
+/// Returns the events published, counting on from `published`. A function of its own, as
+/// [`stream_plain`] is, for each kind of buffer.
+#[inline(never)]
+fn stream_batches<B: AsRef<[u8]> + AsMut<[u8]>>(
+    p: &mut Producer,
+    events: &mut [B],
+    mut published: u64,
+    end: u64,
+) -> Result<u64> {
+    let k = events.len();
+    loop {
+        for _ in 0..(256 / k).max(1) {
+            for (e, seq) in events.iter_mut().zip(published..) {
+                e.as_mut()[..8].copy_from_slice(&seq.to_ne_bytes());
+            }
+            p.publish_batch(events)?;
+            published += k as u64;
+        }
+        if now_ns() >= end {
+            return Ok(published);
+        }
+    }
+}
+
 fn shm_producer(args: &Args) -> Result<()> {
     args.pin();
     if args.str_or("fence", "default") == "seqcst" {
@@ -870,40 +897,15 @@ fn shm_producer(args: &Args) -> Result<()> {
         "batch" => {
             let k: usize = args.num("batch")?;
             let end = t_start + args.num::<u64>("duration_ns")?;
-            if size == 8 {
+            published = if size == 8 {
                 // 8-byte events handed over as a slice of arrays, as a caller holding such
-                // events would, each written before its batch as the floor writes each of
-                // its slots: a batch of separately allocated buffers made the publish
+                // events would: a batch of separately allocated buffers made the publish
                 // follow a pointer per event, which the floor's batches (values from
                 // registers) do not (PERFORMANCE.md, "The batch rows' events").
-                let mut events = vec![[0u8; 8]; k];
-                loop {
-                    for _ in 0..(256 / k).max(1) {
-                        for (e, seq) in events.iter_mut().zip(published..) {
-                            *e = seq.to_ne_bytes();
-                        }
-                        p.publish_batch(&events)?;
-                        published += k as u64;
-                    }
-                    if now_ns() >= end {
-                        break;
-                    }
-                }
+                stream_batches(&mut p, &mut vec![[0u8; 8]; k], published, end)?
             } else {
-                let mut bufs = vec![vec![0u8; size]; k];
-                loop {
-                    for _ in 0..(256 / k).max(1) {
-                        for (b, seq) in bufs.iter_mut().zip(published..) {
-                            b[..8].copy_from_slice(&seq.to_ne_bytes());
-                        }
-                        p.publish_batch(&bufs)?;
-                        published += k as u64;
-                    }
-                    if now_ns() >= end {
-                        break;
-                    }
-                }
-            }
+                stream_batches(&mut p, &mut vec![vec![0u8; size]; k], published, end)?
+            };
         }
         "clock" => {
             // The measurement's own overhead: two clock reads around nothing.
