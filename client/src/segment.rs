@@ -409,6 +409,16 @@ impl SlotArray {
     }
 }
 
+/// The offsets of the 64-byte lines of an array of `total` bytes (its first byte at the
+/// start of a line) that lie wholly inside the `len` bytes from offset `first` (below
+/// `total`), which wrap at the array's end to its start: what [`Events::prefetch_run`]
+/// asks for.
+fn whole_lines(first: usize, len: usize, total: usize) -> impl Iterator<Item = usize> {
+    let end = first + len.min(total);
+    let lines = |from: usize, to: usize| (from.div_ceil(64)..to / 64).map(|k| k * 64);
+    lines(first, end.min(total)).chain(lines(0, end.saturating_sub(total)))
+}
+
 /// Where a fixed-size ring's events and tomb words are (see `fixed`).
 #[derive(Clone, Copy)]
 struct EventArray {
@@ -676,6 +686,35 @@ impl<'a> Events<'a> {
         // SAFETY: `first + count` slots lie inside the slot array (clamped above); no
         // writer by the caller's contract.
         unsafe { std::slice::from_raw_parts(self.at(seq), count * a.size) }
+    }
+
+    /// Ask the CPU to bring the lines of the published events `seq..seq + count` into this
+    /// core's cache, all at once, and go on without waiting for them: a hint, which changes
+    /// nothing but timing (and is nothing on a CPU the hint is not written for). Only the
+    /// lines that lie wholly inside those events ([`whole_lines`]): one that also holds an
+    /// event at or past the cursor may be in the producer's cache being written, and taking
+    /// it from there makes the producer wait for it back.
+    #[inline(always)]
+    pub(crate) fn prefetch_run(&self, seq: u64, count: u64) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let a = &self.array;
+            let total = (a.mask as usize + 1) * a.size;
+            let first = (seq & a.mask) as usize * a.size;
+            let len = usize::try_from(count).map_or(total, |c| c.saturating_mul(a.size));
+            for offset in whole_lines(first, len, total) {
+                // SAFETY: `offset` is below `total`, so the address lies inside the event
+                // array; `prefetcht0` reads nothing architecturally and cannot fault; it
+                // needs SSE, which every x86_64 CPU has.
+                unsafe {
+                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                        a.first.add(offset).cast(),
+                    )
+                };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (seq, count);
     }
 
     /// Copy the `count` events from `seq` (not past the end of the slot array) into `dst`
@@ -978,8 +1017,35 @@ mod tests {
 
     use shmring_layout::SLOT_HEADER_SIZE;
 
-    use super::{copy_payload, Attached, INLINE_COPY};
+    use super::{copy_payload, whole_lines, Attached, INLINE_COPY};
     use crate::{Ring, RingConfig};
+
+    /// The lines a run's prefetch asks for are those wholly inside the run, on both sides
+    /// of the array's end: never the line of the run's last event when the run ends inside
+    /// it (the producer may be writing the rest of that line), nor the line before its
+    /// first event's when it starts inside one.
+    #[test]
+    fn a_run_s_prefetch_asks_for_the_lines_wholly_inside_it() {
+        let lines = |first, len, total| whole_lines(first, len, total).collect::<Vec<_>>();
+        // Eight 8-byte events from 0: one whole line; seven: none.
+        assert_eq!(lines(0, 64, 4096), [0]);
+        assert_eq!(lines(0, 56, 4096), Vec::<usize>::new());
+        // From the middle of a line to the middle of another: the whole ones between.
+        assert_eq!(lines(8, 200, 4096), [64, 128]);
+        assert_eq!(lines(64, 128, 4096), [64, 128]);
+        // Wrapping at the array's end (64 lines): the end's lines, then the start's.
+        assert_eq!(lines(4096 - 72, 72 + 136, 4096), [4032, 0, 64]);
+        assert_eq!(lines(4032, 64, 4096), [4032]);
+        // The whole array from the middle of a line: every line but the one it starts and
+        // ends in.
+        let all = lines(40, 4096, 4096);
+        assert_eq!(all, (1..64).map(|k| k * 64).collect::<Vec<_>>());
+        // Longer than the array: no more than the array.
+        assert_eq!(lines(0, 1 << 20, 4096).len(), 64);
+        // An array whose end is not at a line's end: its last part is no whole line.
+        assert_eq!(lines(0, 80, 80), [0]);
+        assert_eq!(lines(64, 48, 80), Vec::<usize>::new());
+    }
 
     /// Every length up to well past the in-line sizes, at source and destination offsets
     /// 0-3: exactly the source's bytes land, and no byte before or after them changes.

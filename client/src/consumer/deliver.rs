@@ -200,6 +200,16 @@ impl Consumer {
         if n == 0 {
             return self.idle_checks(false);
         }
+        if n == cap {
+            // The run reached the batch cap: this consumer is a batch or more behind the
+            // cursor, and its reads would wait for the run's lines one after another, each
+            // from the producer's core. Asked for together, they come together (a batch
+            // producer's events read one at a time, about twice the rate). A consumer that
+            // keeps up does not ask: faster still, it would catch up with the producer and
+            // read lines the producer is still writing (docs/PERFORMANCE.md, "A run's lines
+            // asked for at once").
+            events.prefetch_run(start, n);
+        }
         if self.sized {
             return self.deliver_run::<SizedEvents, _, _>(start, n, tomb_end, handler);
         }
