@@ -409,11 +409,29 @@ impl SlotArray {
     }
 }
 
+/// The fewest bytes of a run [`Events::prefetch_run`] asks for (16 lines): a shorter run's
+/// reads wait on few lines, and a consumer that keeps up with a small batch cap reaches its
+/// cap on every poll.
+#[cfg(any(target_arch = "x86_64", test))]
+const PREFETCH_MIN: usize = 1024;
+
+/// The most bytes of a run [`Events::prefetch_run`] asks for (256 lines, a third of the
+/// development machine's 48 KiB L1 data cache): lines asked for past what the cache holds
+/// would push out those asked for first before they are read.
+#[cfg(any(target_arch = "x86_64", test))]
+const PREFETCH_MAX: usize = 16 * 1024;
+
 /// The offsets of the 64-byte lines of an array of `total` bytes (its first byte at the
-/// start of a line) that lie wholly inside the `len` bytes from offset `first` (below
-/// `total`), which wrap at the array's end to its start: what [`Events::prefetch_run`]
-/// asks for.
+/// start of a line) that lie wholly inside the first [`PREFETCH_MAX`] of the `len` bytes
+/// from offset `first` (below `total`), which wrap at the array's end to its start; none if
+/// `len` is below [`PREFETCH_MIN`]: what [`Events::prefetch_run`] asks for.
+#[cfg(any(target_arch = "x86_64", test))]
 fn whole_lines(first: usize, len: usize, total: usize) -> impl Iterator<Item = usize> {
+    let len = if len < PREFETCH_MIN {
+        0
+    } else {
+        len.min(PREFETCH_MAX)
+    };
     let end = first + len.min(total);
     let lines = |from: usize, to: usize| (from.div_ceil(64)..to / 64).map(|k| k * 64);
     lines(first, end.min(total)).chain(lines(0, end.saturating_sub(total)))
@@ -691,9 +709,14 @@ impl<'a> Events<'a> {
     /// Ask the CPU to bring the lines of the published events `seq..seq + count` into this
     /// core's cache, all at once, and go on without waiting for them: a hint, which changes
     /// nothing but timing (and is nothing on a CPU the hint is not written for). Only the
-    /// lines that lie wholly inside those events ([`whole_lines`]): one that also holds an
-    /// event at or past the cursor may be in the producer's cache being written, and taking
-    /// it from there makes the producer wait for it back.
+    /// lines that lie wholly inside those events, and of a long run its first 16 KiB
+    /// ([`whole_lines`]): a line that also holds an event at or past the cursor may be in the
+    /// producer's cache being written, and taking it from there makes the producer wait for
+    /// it back. (The CPU's adjacent-line prefetcher may still fetch such a line as the pair
+    /// of the run's last whole one, as it may when that line is read.) For a consumer that
+    /// holds the producer off the events, so that none of these lines is being rewritten
+    /// for a later lap. On a ring of sized events the slots are asked for whole, an event's
+    /// unused tail included.
     #[inline(always)]
     pub(crate) fn prefetch_run(&self, seq: u64, count: u64) {
         #[cfg(target_arch = "x86_64")]
@@ -1021,30 +1044,42 @@ mod tests {
     use crate::{Ring, RingConfig};
 
     /// The lines a run's prefetch asks for are those wholly inside the run, on both sides
-    /// of the array's end: never the line of the run's last event when the run ends inside
-    /// it (the producer may be writing the rest of that line), nor the line before its
-    /// first event's when it starts inside one.
+    /// of the array's end: never the line in which the run's last event ends when the run
+    /// ends inside it (the producer may be writing the rest of that line), nor the one in
+    /// which its first event starts when that is not at the line's start; none for a short
+    /// run, and no more than 16 KiB of a long one.
     #[test]
     fn a_run_s_prefetch_asks_for_the_lines_wholly_inside_it() {
         let lines = |first, len, total| whole_lines(first, len, total).collect::<Vec<_>>();
-        // Eight 8-byte events from 0: one whole line; seven: none.
-        assert_eq!(lines(0, 64, 4096), [0]);
-        assert_eq!(lines(0, 56, 4096), Vec::<usize>::new());
+        let from = |first: usize, n: usize| (0..n).map(|k| first + k * 64).collect::<Vec<_>>();
+        // 128 8-byte events from 0: 16 whole lines; seven more: the same 16.
+        assert_eq!(lines(0, 1024, 4096), from(0, 16));
+        assert_eq!(lines(0, 1024 + 56, 4096), from(0, 16));
         // From the middle of a line to the middle of another: the whole ones between.
-        assert_eq!(lines(8, 200, 4096), [64, 128]);
-        assert_eq!(lines(64, 128, 4096), [64, 128]);
+        assert_eq!(lines(8, 1088, 4096), from(64, 16));
+        assert_eq!(lines(64, 1024 + 8, 4096), from(64, 16));
         // Wrapping at the array's end (64 lines): the end's lines, then the start's.
-        assert_eq!(lines(4096 - 72, 72 + 136, 4096), [4032, 0, 64]);
-        assert_eq!(lines(4032, 64, 4096), [4032]);
+        let mut wrapped = vec![4032];
+        wrapped.extend(from(0, 16));
+        assert_eq!(lines(4096 - 72, 72 + 1032, 4096), wrapped);
+        assert_eq!(lines(4032, 1024, 4096), wrapped[..16]);
         // The whole array from the middle of a line: every line but the one it starts and
         // ends in.
         let all = lines(40, 4096, 4096);
         assert_eq!(all, (1..64).map(|k| k * 64).collect::<Vec<_>>());
         // Longer than the array: no more than the array.
         assert_eq!(lines(0, 1 << 20, 4096).len(), 64);
+        // A run of fewer than 1024 bytes: none; of more than 16 KiB: its first 256 lines.
+        assert_eq!(lines(0, 1023, 4096), Vec::<usize>::new());
+        assert_eq!(lines(0, 1024, 4096).len(), 16);
+        assert_eq!(
+            lines(1 << 20, 1 << 20, 4 << 20),
+            (0..256).map(|k| (1 << 20) + k * 64).collect::<Vec<_>>()
+        );
+        assert_eq!(lines(4096 - 128, 1 << 20, 4096).len(), 64);
         // An array whose end is not at a line's end: its last part is no whole line.
-        assert_eq!(lines(0, 80, 80), [0]);
-        assert_eq!(lines(64, 48, 80), Vec::<usize>::new());
+        assert_eq!(lines(0, 1040, 1040).len(), 16);
+        assert_eq!(lines(1024, 1040, 1040).len(), 16);
     }
 
     /// Every length up to well past the in-line sizes, at source and destination offsets

@@ -200,14 +200,16 @@ impl Consumer {
         if n == 0 {
             return self.idle_checks(false);
         }
-        if n == cap {
-            // The run reached the batch cap: this consumer is a batch or more behind the
-            // cursor, and its reads would wait for the run's lines one after another, each
-            // from the producer's core. Asked for together, they come together (a batch
-            // producer's events read one at a time, about twice the rate). A consumer that
-            // keeps up does not ask: faster still, it would catch up with the producer and
-            // read lines the producer is still writing (docs/PERFORMANCE.md, "A run's lines
-            // asked for at once").
+        if self.required && n == self.batch_cap {
+            // A run as long as the batch cap: this consumer is a batch or more behind the
+            // cursor (the cap, not the upstream's limit: a dependent consumer held by its
+            // upstream keeps up with it), and its reads would wait for the run's lines one
+            // after another, each from the producer's core. Asked for together, they come
+            // together (a batch producer's events read one at a time ran about twice as
+            // fast). A consumer that keeps up does not ask: faster still, it would catch up
+            // with the producer and read lines the producer is still writing. Nor does an
+            // optional consumer, which may be reading slots the producer rewrites for a
+            // later lap (docs/PERFORMANCE.md, "A run's lines asked for at once").
             events.prefetch_run(start, n);
         }
         if self.sized {
