@@ -410,14 +410,13 @@ impl SlotArray {
 }
 
 /// The fewest bytes of a run [`Events::prefetch_run`] asks for (16 lines): a shorter run's
-/// reads wait on few lines, and a consumer that keeps up with a small batch cap reaches its
-/// cap on every poll.
+/// reads wait on few lines.
 #[cfg(any(target_arch = "x86_64", test))]
 const PREFETCH_MIN: usize = 1024;
 
 /// The most bytes of a run [`Events::prefetch_run`] asks for (256 lines, a third of the
-/// development machine's 48 KiB L1 data cache): lines asked for past what the cache holds
-/// would push out those asked for first before they are read.
+/// 48 KiB L1 data cache of the Intel Xeon host the project measures on): lines asked for
+/// past what the cache holds would push out those asked for first before they are read.
 #[cfg(any(target_arch = "x86_64", test))]
 const PREFETCH_MAX: usize = 16 * 1024;
 

@@ -4,6 +4,11 @@
 use super::policy::{mark_before, Held};
 use super::*;
 
+/// The smallest batch cap at which a fixed-size ring's consumer asks for a run's lines at
+/// once when its run reaches the cap (`poll_fixed`): a small cap is reached without being
+/// far behind (at a cap of 8, by eight events published between two looks).
+const PREFETCH_MIN_CAP: u64 = 64;
+
 impl Consumer {
     /// Whether an event (or a lap) is waiting: the last look before parking.
     ///
@@ -200,16 +205,16 @@ impl Consumer {
         if n == 0 {
             return self.idle_checks(false);
         }
-        if self.required && n == self.batch_cap {
-            // A run as long as the batch cap: this consumer is a batch or more behind the
-            // cursor (the cap, not the upstream's limit: a dependent consumer held by its
-            // upstream keeps up with it), and its reads would wait for the run's lines one
-            // after another, each from the producer's core. Asked for together, they come
-            // together (a batch producer's events read one at a time ran about twice as
-            // fast). A consumer that keeps up does not ask: faster still, it would catch up
-            // with the producer and read lines the producer is still writing. Nor does an
-            // optional consumer, which may be reading slots the producer rewrites for a
-            // later lap (docs/PERFORMANCE.md, "A run's lines asked for at once").
+        if self.required && n == self.batch_cap && n >= PREFETCH_MIN_CAP {
+            // A run as long as this consumer's batch cap: it is a batch or more behind the
+            // cursor (and its upstreams let it read that far), and its reads would wait for
+            // the run's lines one after another, each from another core's cache. Asked for
+            // together, they come together (a batch producer's events read one at a time ran
+            // about twice as fast). A consumer that keeps up does not ask: faster still, it
+            // would catch up with the producer and read lines the producer is still
+            // writing. Nor does an optional consumer, which may be reading slots the
+            // producer rewrites for a later lap (docs/PERFORMANCE.md, "A run's lines asked
+            // for at once").
             events.prefetch_run(start, n);
         }
         if self.sized {
