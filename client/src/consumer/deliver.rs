@@ -6,7 +6,8 @@ use super::*;
 
 /// The smallest batch cap at which a fixed-size ring's consumer asks for a run's lines at
 /// once when its run reaches the cap (`poll_fixed`): a small cap is reached without being
-/// far behind (at a cap of 8, by eight events published between two looks).
+/// far behind (at a cap of 8, by eight events published between two looks). For events of
+/// 8 bytes `Events::prefetch_run`'s own minimum of 1 KiB already asks for 128.
 const PREFETCH_MIN_CAP: u64 = 64;
 
 impl Consumer {
