@@ -409,22 +409,35 @@ impl SlotArray {
     }
 }
 
+/// Ask the CPU to bring the line holding `p` into this core's cache, and go on without
+/// waiting for it: a hint, which changes nothing but timing (and is nothing on a CPU the
+/// hint is not written for).
+#[inline(always)]
+fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetcht0` reads nothing architecturally and cannot fault, whatever the
+    // address (the callers' are inside the mapping anyway); it needs SSE, which every
+    // x86_64 CPU has.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// The fewest bytes of a run [`Events::prefetch_run`] asks for (16 lines): a shorter run's
 /// reads wait on few lines.
-#[cfg(any(target_arch = "x86_64", test))]
 const PREFETCH_MIN: usize = 1024;
 
 /// The most bytes of a run [`Events::prefetch_run`] asks for (256 lines, a third of the
 /// 48 KiB L1 data cache of the Intel Xeon host the project measures on): lines asked for
 /// past what the cache holds would push out those asked for first before they are read.
-#[cfg(any(target_arch = "x86_64", test))]
 const PREFETCH_MAX: usize = 16 * 1024;
 
 /// The offsets of the 64-byte lines of an array of `total` bytes (its first byte at the
 /// start of a line) that lie wholly inside the first [`PREFETCH_MAX`] of the `len` bytes
 /// from offset `first` (below `total`), which wrap at the array's end to its start; none if
 /// `len` is below [`PREFETCH_MIN`]: what [`Events::prefetch_run`] asks for.
-#[cfg(any(target_arch = "x86_64", test))]
 fn whole_lines(first: usize, len: usize, total: usize) -> impl Iterator<Item = usize> {
     let len = if len < PREFETCH_MIN {
         0
@@ -718,25 +731,15 @@ impl<'a> Events<'a> {
     /// unused tail included.
     #[inline(always)]
     pub(crate) fn prefetch_run(&self, seq: u64, count: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let a = &self.array;
-            let total = (a.mask as usize + 1) * a.size;
-            let first = (seq & a.mask) as usize * a.size;
-            let len = usize::try_from(count).map_or(total, |c| c.saturating_mul(a.size));
-            for offset in whole_lines(first, len, total) {
-                // SAFETY: `offset` is below `total`, so the address lies inside the event
-                // array; `prefetcht0` reads nothing architecturally and cannot fault; it
-                // needs SSE, which every x86_64 CPU has.
-                unsafe {
-                    std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                        a.first.add(offset).cast(),
-                    )
-                };
-            }
+        let a = &self.array;
+        let total = (a.mask as usize + 1) * a.size;
+        let first = (seq & a.mask) as usize * a.size;
+        // `usize` is 64 bits (the crate builds for 64-bit targets only).
+        for offset in whole_lines(first, (count as usize).saturating_mul(a.size), total) {
+            // `wrapping_add`: an address only, never dereferenced (`offset` is below `total`,
+            // inside the event array, anyway).
+            prefetch_line(a.first.wrapping_add(offset));
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (seq, count);
     }
 
     /// Copy the `count` events from `seq` (not past the end of the slot array) into `dst`
@@ -893,15 +896,7 @@ impl<'a> Slot<'a> {
     /// nothing on a CPU the hint is not written for).
     #[inline(always)]
     pub(crate) fn prefetch(&self) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: `prefetcht0` reads nothing architecturally and cannot fault, whatever the
-        // address (this one is inside the mapping anyway); it needs SSE, which every
-        // x86_64 CPU has.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                self.header.stamp.as_ptr().cast(),
-            )
-        };
+        prefetch_line(self.header.stamp.as_ptr().cast());
     }
 
     /// Write `bytes` into the payload.
