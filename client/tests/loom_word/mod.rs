@@ -64,9 +64,15 @@ impl Word for W {
 
 /// Run `f` under loom with the preemption bound (2, or `LOOM_MAX_PREEMPTIONS`).
 pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    model_bound(2, f);
+}
+
+/// Run `f` under loom with the preemption bound `bound` (or `LOOM_MAX_PREEMPTIONS`), for a
+/// model whose failure needs more preemptions than the default allows.
+pub fn model_bound<F: Fn() + Sync + Send + 'static>(bound: usize, f: F) {
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
+        b.preemption_bound = Some(bound);
     }
     b.check(f);
 }

@@ -1,0 +1,393 @@
+//! Loom models of a single-producer fixed-size ring whose claim is its publish: a design
+//! for the per-event path without the claim store, checked here before any code of the
+//! client changes (docs/PERFORMANCE.md, "The per-event claim store, measured out").
+//!
+//! Today a fixed-size ring's producer makes three stores per event: its claim (its
+//! position, before the payload), the payload, and the cursor. In this design the cursor
+//! is the claim word of the sequence line: the producer writes the payload first, then
+//! makes the line's single-producer claim ((p1) to (p5) of `line`, unchanged) on the
+//! cursor, so that the claim's one store both claims and publishes. Stop and start run the
+//! line's transitions, unchanged, on the cursor: the stop records the cursor it reads
+//! after its heavy fence, and the start takes back a refused event's cursor store ((t3)).
+//!
+//! What changes is for readers: a refused event's store is in the cursor until the start
+//! takes it back, and an event whose (p4) has not decided yet may still be refused by a
+//! stop. A consumer therefore reads the lifecycle word before and after the cursor, with
+//! a fence between the cursor and the second read:
+//!
+//! ```text
+//! producer, event s                        consumer                  stopper, then starter
+//! payload of s            (plain)          l1 = life       (Acquire) (s1) Stopping
+//! fence(Release)                           c = cursor      (Acquire) (s2) heavy fence
+//! (p1) life Running?                       fence                     (s3) stop_seq = cursor
+//! (p2) cursor = s + 1     (Relaxed)        l2 = life       (Acquire) (s4) Stopped
+//! (p3) light fence                         l1 != l2: look again      (t1) Starting
+//! (p4) life as (p1)? accepted              Running: up to c          (t2) heavy fence
+//! (p5) else settled closed: the record     settled closed: up to     (t3) cursor > stop_seq?
+//!      decides; Running again: accepted       min(c, stop_seq)            take it back
+//!      iff the cursor still holds s + 1    Stopping: look again      (t4) Running
+//! ```
+//!
+//! If `l2` is the Running word `l1` was, a stop's (s3) reads `c` or later: with a SeqCst
+//! fence on both sides, a stopper whose (s3) read a cursor before `c` while this consumer
+//! read `c` and then the word before (s1) would put each fence before the other in their
+//! total order (C++20's rule for SeqCst fences and coherence order). So everything below `c`
+//! is accepted. A word that changed between the reads says nothing about `c`. While the
+//! line is settled closed, the cursor may hold an event the stop refused: the stop sequence
+//! bounds what is delivered. And a consumer whose `l1` is a Running word that followed a
+//! start read `c` after the start's take-back.
+//!
+//! The models use a SeqCst fence for the consumer's fence. The design's light form (a
+//! compiler fence, the stopper's membarrier supplying the rest, as for the producer) needs
+//! the consumer's process registered for the membarrier before its first look. Also still
+//! to design and model before any client code: the position an attaching consumer and a
+//! gate scan read (the cursor may hold an event a stop in progress will refuse); a write
+//! horizon for the optional readers' copy check (a write now comes before its claim, so the
+//! claim no longer says a slot is being written); claim guards (their claim would be their
+//! commit); a dead producer's repair (nothing is claimed without being published any
+//! more); and consumers while the line is stopping, which deliver nothing until the stop
+//! settles (today's read the cursor without looking), parked ones needing a wake then.
+//!
+//! The controls each drop one step of the consumer's reads and are expected to fail. The
+//! stop-and-start model runs with a preemption bound of 3 (unless `LOOM_MAX_PREEMPTIONS`
+//! says otherwise): a consumer that reads the lifecycle word only after the cursor fails
+//! only there (it must read the cursor between the producer's refused store and the
+//! start's take-back, and the word after the start). Each model also checks that some
+//! interleaving refuses an event after its cursor store, the case the consumer's reads are
+//! for.
+
+mod loom_env;
+mod loom_word;
+
+use std::sync::atomic::AtomicBool;
+
+use loom::sync::atomic::{fence, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+use loom_env::env;
+use loom_word::{model, model_bound, W};
+
+use shmring::line::{self, Fast, Line, NoLone, Refused, SeenRunning, Word};
+use shmring_layout::{lifecycle, RingState};
+
+/// Slots in the model ring: more than its events, so that no write wraps.
+const CAP: usize = 4;
+
+/// The words of the model ring.
+struct Ring {
+    /// The cursor, which is also the single producer's claim word.
+    cursor: W,
+    /// The lifecycle word.
+    life: W,
+    /// The stop sequence.
+    stop_seq: W,
+    /// A slot's payload: the sequence and which attempt wrote it.
+    slots: [[W; 2]; CAP],
+}
+
+/// How a publish ended, beside its result: what the witnesses look for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Path {
+    /// Decided by (p1) or (p4) alone.
+    Direct,
+    /// Stored, then decided by (p5).
+    Decided,
+}
+
+impl Ring {
+    fn new() -> Self {
+        Ring {
+            cursor: W::new(0),
+            life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
+            stop_seq: W::new(0),
+            slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
+        }
+    }
+
+    /// The sequence line, its claim word the cursor.
+    fn line(&self) -> Line<'_, W> {
+        Line {
+            claim: &self.cursor,
+            lifecycle: &self.life,
+            stop_seq: &self.stop_seq,
+            single: true,
+            max_claim: 1,
+            lone: &NoLone,
+        }
+    }
+
+    /// The producer (process 1): write `seq`'s payload, marked with `attempt`, then claim
+    /// it on the cursor (`Line::claim_single`, in its two halves so that the path shows),
+    /// which publishes it if the claim is accepted.
+    fn publish(
+        &self,
+        seq: u64,
+        attempt: u64,
+        seen: &mut SeenRunning,
+    ) -> (Result<(), Refused>, Path) {
+        let [a, b] = &self.slots[seq as usize % CAP];
+        // Relaxed, both: published by the claim's store below, after the Release fence.
+        a.store(seq, Ordering::Relaxed);
+        b.store(attempt, Ordering::Relaxed);
+        // Release fence: pairs with a consumer's Acquire load of the cursor that reads the
+        // claim's Relaxed store ((p2)), which then sees the payload.
+        fence(Ordering::Release);
+        // The light fence is a SeqCst fence here, as in the line's models.
+        let fast = line::claim_single_fast(&self.cursor, &self.life, seen, seq, 1, || {
+            fence(Ordering::SeqCst)
+        });
+        let path = if fast == Fast::Decide {
+            Path::Decided
+        } else {
+            Path::Direct
+        };
+        (
+            self.line().finish_claim_single(&env(1, true), fast, seq, 1),
+            path,
+        )
+    }
+
+    /// Wait until the line runs again (the producer, after a refusal: as a caller that
+    /// retries on `Closed`).
+    fn wait_running(&self) {
+        // Acquire: pairs with the start's Release CAS to Running ((t4)), so the retry
+        // follows the start's take-back.
+        while lifecycle::state(self.life.load(Ordering::Acquire)) != RingState::Running as u32 {
+            thread::yield_now();
+        }
+    }
+}
+
+/// Which of the consumer's reads a model runs (the controls leave one out).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// The lifecycle word before and after the cursor, a fence before the second.
+    Both,
+    /// Control: no lifecycle word after the cursor (the cursor trusted while `l1` runs).
+    NoAfter,
+    /// Control: no lifecycle word before the cursor.
+    NoBefore,
+    /// Control: both words, no fence between the cursor and the second.
+    NoFence,
+}
+
+/// How far a consumer may deliver now (`None`: look again later), as the module comment
+/// says.
+fn bound(ring: &Ring, reads: Reads) -> Option<u64> {
+    // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
+    // start's Running, the cursor load below follows the start's take-back ((t3)).
+    let l1 = (reads != Reads::NoBefore).then(|| ring.life.load(Ordering::Acquire));
+    // Acquire: pairs with the producer's Release fence before its claim's store (or with
+    // the take-back's CAS, a read-modify-write in the same word's order).
+    let c = ring.cursor.load(Ordering::Acquire);
+    if reads == Reads::NoAfter {
+        let l1 = l1.expect("read");
+        return (lifecycle::state(l1) == RingState::Running as u32).then_some(c);
+    }
+    if reads != Reads::NoFence {
+        // SeqCst fence: pairs with the stopper's heavy fence ((s2)) and the starter's
+        // ((t2)): if the word below is still the Running word before a stop's (s1), that
+        // stop's (s3) reads `c` or later (the module comment), so every event below `c`
+        // is accepted.
+        fence(Ordering::SeqCst);
+    }
+    // Acquire: as `l1`; a settled word comes with its stop sequence.
+    let l2 = ring.life.load(Ordering::Acquire);
+    if l1.is_some_and(|l1| l1 != l2) {
+        return None;
+    }
+    match RingState::from_u32(lifecycle::state(l2)) {
+        Some(RingState::Running) => Some(c),
+        // Closing, or no state of a single-producer line: look again later.
+        Some(RingState::Stopping | RingState::Sharing) | None => None,
+        // Settled closed (as `line::closed_at`): the stop sequence bounds the cursor.
+        // Relaxed: ordered by the Acquire load of the settled word.
+        Some(_) => Some(c.min(ring.stop_seq.load(Ordering::Relaxed))),
+    }
+}
+
+/// A consumer's poll: deliver `next..bound`, each event as its payload `(seq, attempt)`.
+fn poll(ring: &Ring, reads: Reads, next: &mut u64, got: &mut Vec<(u64, u64)>) {
+    let Some(end) = bound(ring, reads) else {
+        return;
+    };
+    while *next < end {
+        let [a, b] = &ring.slots[*next as usize % CAP];
+        // Relaxed: ordered by the Acquire cursor load.
+        got.push((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
+        *next += 1;
+    }
+}
+
+/// Whether a model's interleavings reached a path (set from inside, read after `check`).
+fn witness() -> std::sync::Arc<AtomicBool> {
+    std::sync::Arc::new(AtomicBool::new(false))
+}
+
+/// Event 0 published by a producer that retries on `Closed`, while another process stops
+/// and starts the ring and a consumer polls, then polls again when everyone is done.
+/// The consumer delivers exactly the accepted attempt: never one a stop refused, never a
+/// sequence twice, nothing lost. Some interleaving refuses attempt 1 after its store, and
+/// some accepts an attempt in (p5) after a start.
+fn a_stop_and_start_during_a_publish(reads: Reads) {
+    let (refused, after_start) = (witness(), witness());
+    let (refused_seen, after_start_seen) = (refused.clone(), after_start.clone());
+    model_bound(3, move || {
+        let ring = Arc::new(Ring::new());
+        let producer = {
+            let ring = ring.clone();
+            let (refused, after_start) = (refused.clone(), after_start.clone());
+            thread::spawn(move || {
+                let mut seen = SeenRunning::default();
+                let accepted = match ring.publish(0, 1, &mut seen) {
+                    (Ok(()), path) => (1, path),
+                    (Err(Refused::Closed), path) => {
+                        if path == Path::Decided {
+                            refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        ring.wait_running();
+                        let (r, path) = ring.publish(0, 2, &mut seen);
+                        r.expect("the retry, after the start");
+                        (2, path)
+                    }
+                    (Err(Refused::Deleted), _) => unreachable!("nobody removes the ring"),
+                };
+                // Acquire: the model's own look after its publish; a Running word after a
+                // stop comes with that stop's record. Accepted by (p5) where the stop had
+                // recorded 0: accepted because the line ran again and the cursor held it.
+                let now = ring.life.load(Ordering::Acquire);
+                let restarted = lifecycle::generation(now) > 0
+                    && lifecycle::state(now) == RingState::Running as u32;
+                // Relaxed: ordered by the Acquire load above.
+                if accepted.1 == Path::Decided
+                    && restarted
+                    && ring.stop_seq.load(Ordering::Relaxed) == 0
+                {
+                    after_start.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                accepted.0
+            })
+        };
+        let lifecycle = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let e = env(2, true);
+                ring.line().close(&e, RingState::Stopped).expect("stop");
+                ring.line().reopen(&e).expect("start");
+            })
+        };
+        let (mut next, mut got) = (0, Vec::new());
+        poll(&ring, reads, &mut next, &mut got);
+        let accepted = producer.join().unwrap();
+        lifecycle.join().unwrap();
+        poll(&ring, reads, &mut next, &mut got);
+        assert_eq!(
+            got,
+            vec![(0, accepted)],
+            "delivered {got:?}, where attempt {accepted} of event 0 was accepted"
+        );
+    });
+    let seen = |w: &AtomicBool| w.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        seen(&refused_seen),
+        "no interleaving refused attempt 1 after its store"
+    );
+    assert!(
+        seen(&after_start_seen),
+        "no interleaving accepted an attempt in (p5) after a start"
+    );
+}
+
+#[test]
+fn a_consumer_delivers_exactly_the_accepted_attempt_across_a_stop_and_start() {
+    a_stop_and_start_during_a_publish(Reads::Both);
+}
+
+#[test]
+#[should_panic(expected = "was accepted")]
+fn control_a_consumer_that_trusts_the_cursor_while_the_word_it_read_first_runs() {
+    a_stop_and_start_during_a_publish(Reads::NoAfter);
+}
+
+#[test]
+#[should_panic(expected = "was accepted")]
+fn control_a_consumer_that_reads_the_lifecycle_only_after_the_cursor() {
+    a_stop_and_start_during_a_publish(Reads::NoBefore);
+}
+
+#[test]
+#[should_panic(expected = "was accepted")]
+fn control_a_consumer_without_its_fence() {
+    a_stop_and_start_during_a_publish(Reads::NoFence);
+}
+
+/// Events 0 and 1 by a producer that stops at the first refusal; a stop (and no start)
+/// meanwhile. A consumer that polls during the stop delivers only accepted events, and,
+/// once the stop is settled, every one of them (the drain's promise: everything below the
+/// stop sequence is published). Some interleaving refuses an event after its store.
+fn a_stop_during_two_publishes(reads: Reads) {
+    let refused = witness();
+    let refused_seen = refused.clone();
+    model(move || {
+        let ring = Arc::new(Ring::new());
+        let producer = {
+            let ring = ring.clone();
+            let refused = refused.clone();
+            thread::spawn(move || {
+                let mut seen = SeenRunning::default();
+                let mut accepted = 0;
+                for s in 0..2u64 {
+                    match ring.publish(s, 1, &mut seen) {
+                        (Ok(()), _) => accepted += 1,
+                        (Err(_), path) => {
+                            if path == Path::Decided {
+                                refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            break;
+                        }
+                    }
+                }
+                accepted
+            })
+        };
+        let stopper = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                ring.line()
+                    .close(&env(2, true), RingState::Stopped)
+                    .expect("stop")
+                    .0
+            })
+        };
+        let (mut next, mut got) = (0, Vec::new());
+        poll(&ring, reads, &mut next, &mut got);
+        let accepted = producer.join().unwrap();
+        let stop = stopper.join().unwrap();
+        assert_eq!(
+            stop, accepted,
+            "the stop sequence is the accepted events' end"
+        );
+        poll(&ring, reads, &mut next, &mut got);
+        let want: Vec<(u64, u64)> = (0..accepted).map(|s| (s, 1)).collect();
+        assert_eq!(
+            got, want,
+            "delivered {got:?}, where {accepted} events were accepted"
+        );
+    });
+    assert!(
+        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving refused an event after its store"
+    );
+}
+
+#[test]
+fn a_stop_delivers_every_accepted_event_and_no_refused_one() {
+    a_stop_during_two_publishes(Reads::Both);
+}
+
+#[test]
+#[should_panic(expected = "events were accepted")]
+fn control_a_stopped_consumer_that_trusts_the_cursor() {
+    a_stop_during_two_publishes(Reads::NoAfter);
+}
