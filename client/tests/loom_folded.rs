@@ -25,7 +25,8 @@
 //! (p4) life as (p1)? accepted              Running: up to c          (t2) heavy fence
 //! (p5) else settled closed: the record     settled closed: up to     (t3) cursor > stop_seq?
 //!      decides; Running again: accepted       min(c, stop_seq)            take it back
-//!      iff the cursor still holds s + 1    Stopping: look again      (t4) Running
+//!      iff the cursor still holds s + 1    Stopping, other words:    (t4) Running
+//!                                            look again
 //! ```
 //!
 //! If `l2` is the Running word `l1` was, a stop's (s3) reads `c` or later: with a SeqCst
@@ -37,24 +38,33 @@
 //! bounds what is delivered. And a consumer whose `l1` is a Running word that followed a
 //! start read `c` after the start's take-back.
 //!
+//! An optional reader copies a slot that a later lap may be writing, and checks its copy
+//! against the claim word afterwards (`fixed::copy_held`). A write now comes before its
+//! claim, so the claim word becomes a write horizon: the producer raises it, a few
+//! sequences ahead (`AHEAD`), before it writes past it, and the copy check reads it. Today's
+//! check also trusts a line settled closed at or below the copied sequence's next lap (a
+//! refused claim wrote nothing); in this design a refused event was written, and the
+//! horizon alone decides. The last model runs that against a stop, a start and a stop.
+//!
 //! The models use a SeqCst fence for the consumer's fence. The design's light form (a
 //! compiler fence, the stopper's membarrier supplying the rest, as for the producer) needs
 //! the consumer's process registered for the membarrier before its first look. Also still
 //! to design and model before any client code: the position an attaching consumer and a
-//! gate scan read (the cursor may hold an event a stop in progress will refuse); a write
-//! horizon for the optional readers' copy check (a write now comes before its claim, so the
-//! claim no longer says a slot is being written); claim guards (their claim would be their
-//! commit); a dead producer's repair (nothing is claimed without being published any
-//! more); and consumers while the line is stopping, which deliver nothing until the stop
-//! settles (today's read the cursor without looking), parked ones needing a wake then.
+//! gate scan read (the cursor may hold an event a stop in progress will refuse); claim
+//! guards (their claim would be their commit); a dead producer's repair (nothing is claimed
+//! without being published any more); and consumers while the line is stopping, which
+//! deliver nothing until the stop settles (today's read the cursor without looking),
+//! parked ones needing a wake then.
 //!
 //! The controls each drop one step of the consumer's reads and are expected to fail. The
 //! stop-and-start model runs with a preemption bound of 3 (unless `LOOM_MAX_PREEMPTIONS`
-//! says otherwise): a consumer that reads the lifecycle word only after the cursor fails
-//! only there (it must read the cursor between the producer's refused store and the
-//! start's take-back, and the word after the start). Each model also checks that some
-//! interleaving refuses an event after its cursor store, the case the consumer's reads are
-//! for.
+//! says otherwise): loom found the failure of a consumer that reads the lifecycle word only
+//! after the cursor with that bound and not with 2 (the consumer reads a refused event's
+//! cursor store that the start's take-back follows in the word's order, and the word after
+//! the start). A SeqCst fence in loom joins one clock in execution order, stronger than
+//! C++20's, so the argument above, not the model alone, carries the consumer's fence. Each
+//! model also checks that some interleaving refuses an event after its cursor store, the
+//! case the consumer's reads are for.
 
 mod loom_env;
 mod loom_word;
@@ -68,6 +78,7 @@ use loom::thread;
 use loom_env::env;
 use loom_word::{model, model_bound, W};
 
+use shmring::fixed;
 use shmring::line::{self, Fast, Line, NoLone, Refused, SeenRunning, Word};
 use shmring_layout::{lifecycle, RingState};
 
@@ -133,7 +144,8 @@ impl Ring {
         // Release fence: pairs with a consumer's Acquire load of the cursor that reads the
         // claim's Relaxed store ((p2)), which then sees the payload.
         fence(Ordering::Release);
-        // The light fence is a SeqCst fence here, as in the line's models.
+        // The light fence ((p3)) is a SeqCst fence here, as in the line's models: it pairs
+        // with the stopper's heavy fence ((s2)) and the starter's ((t2)).
         let fast = line::claim_single_fast(&self.cursor, &self.life, seen, seq, 1, || {
             fence(Ordering::SeqCst)
         });
@@ -164,7 +176,7 @@ impl Ring {
 enum Reads {
     /// The lifecycle word before and after the cursor, a fence before the second.
     Both,
-    /// Control: no lifecycle word after the cursor (the cursor trusted while `l1` runs).
+    /// Control: no lifecycle word after the cursor (`l1` alone decides, as `l2` would).
     NoAfter,
     /// Control: no lifecycle word before the cursor.
     NoBefore,
@@ -178,22 +190,23 @@ fn bound(ring: &Ring, reads: Reads) -> Option<u64> {
     // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
     // start's Running, the cursor load below follows the start's take-back ((t3)).
     let l1 = (reads != Reads::NoBefore).then(|| ring.life.load(Ordering::Acquire));
-    // Acquire: pairs with the producer's Release fence before its claim's store (or with
-    // the take-back's CAS, a read-modify-write in the same word's order).
+    // Acquire: pairs with the producer's Release fence before its claim's store, or with
+    // the start's take-back CAS ((t3), SeqCst).
     let c = ring.cursor.load(Ordering::Acquire);
-    if reads == Reads::NoAfter {
-        let l1 = l1.expect("read");
-        return (lifecycle::state(l1) == RingState::Running as u32).then_some(c);
-    }
-    if reads != Reads::NoFence {
-        // SeqCst fence: pairs with the stopper's heavy fence ((s2)) and the starter's
-        // ((t2)): if the word below is still the Running word before a stop's (s1), that
-        // stop's (s3) reads `c` or later (the module comment), so every event below `c`
-        // is accepted.
-        fence(Ordering::SeqCst);
-    }
-    // Acquire: as `l1`; a settled word comes with its stop sequence.
-    let l2 = ring.life.load(Ordering::Acquire);
+    let l2 = if reads == Reads::NoAfter {
+        // The control: `l1` decides alone.
+        l1.expect("read")
+    } else {
+        if reads != Reads::NoFence {
+            // SeqCst fence: pairs with the stopper's heavy fence ((s2)): if the word below
+            // is still the Running word before a stop's (s1), that stop's (s3) reads `c`
+            // or later (the module comment), so every event below `c` is accepted. (A
+            // start's take-back is ordered before `c` by `l1`'s Acquire.)
+            fence(Ordering::SeqCst);
+        }
+        // Acquire: as `l1`; a settled word comes with its stop sequence.
+        ring.life.load(Ordering::Acquire)
+    };
     if l1.is_some_and(|l1| l1 != l2) {
         return None;
     }
@@ -229,7 +242,8 @@ fn witness() -> std::sync::Arc<AtomicBool> {
 /// and starts the ring and a consumer polls, then polls again when everyone is done.
 /// The consumer delivers exactly the accepted attempt: never one a stop refused, never a
 /// sequence twice, nothing lost. Some interleaving refuses attempt 1 after its store, and
-/// some accepts an attempt in (p5) after a start.
+/// some accepts it in (p5) after a start, the stop having read the cursor before its
+/// store.
 fn a_stop_and_start_during_a_publish(reads: Reads) {
     let (refused, after_start) = (witness(), witness());
     let (refused_seen, after_start_seen) = (refused.clone(), after_start.clone());
@@ -253,9 +267,11 @@ fn a_stop_and_start_during_a_publish(reads: Reads) {
                     }
                     (Err(Refused::Deleted), _) => unreachable!("nobody removes the ring"),
                 };
-                // Acquire: the model's own look after its publish; a Running word after a
-                // stop comes with that stop's record. Accepted by (p5) where the stop had
-                // recorded 0: accepted because the line ran again and the cursor held it.
+                // Acquire: the model's own look after its publish, pairing with the start's
+                // Release CAS to Running ((t4)), which follows the stop's record ((s4)).
+                // Accepted by (p5) where the stop had recorded 0: the stop read the cursor
+                // before the claim's store, and (p5) found the line running again with
+                // the cursor still holding it.
                 let now = ring.life.load(Ordering::Acquire);
                 let restarted = lifecycle::generation(now) > 0
                     && lifecycle::state(now) == RingState::Running as u32;
@@ -295,7 +311,7 @@ fn a_stop_and_start_during_a_publish(reads: Reads) {
     );
     assert!(
         seen(&after_start_seen),
-        "no interleaving accepted an attempt in (p5) after a start"
+        "no interleaving accepted attempt 1 in (p5) after a start"
     );
 }
 
@@ -390,4 +406,170 @@ fn a_stop_delivers_every_accepted_event_and_no_refused_one() {
 #[should_panic(expected = "events were accepted")]
 fn control_a_stopped_consumer_that_trusts_the_cursor() {
     a_stop_during_two_publishes(Reads::NoAfter);
+}
+
+/// The model ring of the optional readers' copy check in this design: the claim word
+/// (`Words::claim`) is a write horizon, which the producer raises before it writes past it
+/// (`AHEAD` sequences at a time), so that a copy that saw a byte of a later lap's write
+/// sees the horizon past the copied sequence's lap (the seqlock of `fixed`, on the horizon
+/// instead of a per-event claim). The cursor is the line's claim word, as above.
+struct Lapped {
+    /// The cursor, which is also the single producer's claim word.
+    cursor: W,
+    /// The write horizon: no sequence at or past it has been written.
+    horizon: W,
+    tomb_end: W,
+    life: W,
+    stop_seq: W,
+    /// One tomb word per slot (none is ever written here).
+    tombs: [W; 2],
+    /// A slot's payload: two words, so that a torn copy shows.
+    slots: [[W; 2]; 2],
+}
+
+/// Sequences the producer's horizon runs ahead of the write that raises it.
+const AHEAD: u64 = 2;
+
+impl fixed::Words for Lapped {
+    type W = W;
+    fn claim(&self) -> &W {
+        &self.horizon
+    }
+    fn cursor(&self) -> &W {
+        &self.cursor
+    }
+    fn tomb_end(&self) -> &W {
+        &self.tomb_end
+    }
+    fn tomb(&self, seq: u64) -> &W {
+        &self.tombs[seq as usize % 2]
+    }
+    fn lifecycle(&self) -> &W {
+        &self.life
+    }
+    fn stop_seq(&self) -> &W {
+        &self.stop_seq
+    }
+    fn capacity(&self) -> u64 {
+        2
+    }
+    fn fence(&self, order: Ordering) {
+        fence(order)
+    }
+}
+
+impl Lapped {
+    fn new() -> Self {
+        Lapped {
+            cursor: W::new(0),
+            horizon: W::new(0),
+            tomb_end: W::new(0),
+            life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
+            stop_seq: W::new(0),
+            tombs: std::array::from_fn(|_| W::new(u64::MAX)),
+            slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
+        }
+    }
+
+    fn line(&self) -> Line<'_, W> {
+        Line {
+            claim: &self.cursor,
+            lifecycle: &self.life,
+            stop_seq: &self.stop_seq,
+            single: true,
+            max_claim: 1,
+            lone: &NoLone,
+        }
+    }
+
+    /// The producer (process 1): raise the horizon if `seq` reached it, write `seq`'s
+    /// payload, then claim it on the cursor. `horizon`: the producer's own copy.
+    fn publish(&self, seq: u64, horizon: &mut u64, seen: &mut SeenRunning) -> Result<(), Refused> {
+        if seq >= *horizon {
+            *horizon = seq + AHEAD;
+            // Relaxed: published to copying readers by `begin_write`'s Release fence.
+            self.horizon.store(*horizon, Ordering::Relaxed);
+        }
+        // Release fence: pairs with a copying reader's Acquire fence (`held_by_horizon`):
+        // a copy that saw a byte written below sees the horizon stored above.
+        fixed::begin_write(self);
+        for w in &self.slots[seq as usize % 2] {
+            // Relaxed: published by the claim's store below, after the Release fence.
+            w.store(seq, Ordering::Relaxed);
+        }
+        // Release fence: pairs with a consumer's Acquire load of the cursor.
+        fence(Ordering::Release);
+        self.line()
+            .claim_single(&env(1, true), seen, seq, 1, || fence(Ordering::SeqCst))
+    }
+}
+
+/// The copy check of this design: the horizon alone, with no bound from a closed line (a
+/// write a stop refuses comes before the refusal now).
+fn held_by_horizon(r: &Lapped, seq: u64) -> bool {
+    // Acquire fence: pairs with the producer's Release fence in `begin_write`.
+    fence(Ordering::Acquire);
+    // Relaxed: ordered by the fence above.
+    r.horizon.load(Ordering::Relaxed) <= seq + 2
+}
+
+/// A ring of two slots, events 0 and 1 published. One thread stops it, starts it and stops
+/// it again; the producer publishes sequence 2 (into 0's slot) meanwhile, retrying once
+/// on `Closed`: its write comes before its claim, so a stop may refuse it after it wrote.
+/// A reader a whole ring behind copies 0; a copy it keeps is 0's. Some interleaving
+/// refuses 2 after its write.
+fn a_reader_a_ring_behind_a_write_a_stop_refuses(held: fn(&Lapped, u64) -> bool) {
+    let refused = witness();
+    let refused_seen = refused.clone();
+    model(move || {
+        let ring = Arc::new(Lapped::new());
+        let (mut horizon, mut seen) = (0, SeenRunning::default());
+        for s in 0..2 {
+            ring.publish(s, &mut horizon, &mut seen).expect("publish");
+        }
+        let lifecycle = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let e = env(2, true);
+                ring.line().close(&e, RingState::Stopped).expect("stop");
+                ring.line().reopen(&e).expect("start");
+                ring.line()
+                    .close(&e, RingState::Stopped)
+                    .expect("stop again");
+            })
+        };
+        let producer = {
+            let ring = ring.clone();
+            let refused = refused.clone();
+            thread::spawn(move || {
+                // Refused (the write done) or accepted: the slot of 0 holds 2's bytes.
+                if ring.publish(2, &mut horizon, &mut seen).is_err() {
+                    refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        };
+        let [a, b] = &ring.slots[0];
+        // Relaxed: a racy copy, checked below.
+        let copy = (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed));
+        if held(&ring, 0) {
+            assert_eq!(copy, (0, 0), "an optional copy of 0 kept another write");
+        }
+        lifecycle.join().unwrap();
+        producer.join().unwrap();
+    });
+    assert!(
+        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving refused 2 after its write"
+    );
+}
+
+#[test]
+fn an_optional_copy_checked_against_the_horizon_is_never_another_laps() {
+    a_reader_a_ring_behind_a_write_a_stop_refuses(held_by_horizon);
+}
+
+#[test]
+#[should_panic(expected = "kept another write")]
+fn control_todays_copy_check_trusts_a_closed_line_over_a_write_it_refused() {
+    a_reader_a_ring_behind_a_write_a_stop_refuses(fixed::copy_held);
 }
