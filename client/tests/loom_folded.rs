@@ -43,8 +43,19 @@
 //! claim, so the claim word becomes a write horizon: the producer raises it, a few
 //! sequences ahead (`AHEAD`), before it writes past it, and the copy check reads it. Today's
 //! check also trusts a line settled closed at or below the copied sequence's next lap (a
-//! refused claim wrote nothing); in this design a refused event was written, and the
-//! horizon alone decides. The last model runs that against a stop, a start and a stop.
+//! refused claim wrote nothing, and a write came after the producer acquired Running); in
+//! this design a write comes before both, and the horizon alone decides. The last model
+//! runs that against a stop, a start and a stop. What it leaves to design: the horizon's
+//! store once every `AHEAD` events, on the line copying readers read (fewer stores against
+//! more copies dropped: a reader within `AHEAD` of its lap drops them); a horizon never
+//! taken back, so after a stop a reader near the oldest end drops up to `AHEAD - 1` intact
+//! events (today a copy made while the ring stays closed is kept); the horizon kept within
+//! what the wrap gate passed, since other code reads the claim word as what may be written
+//! (a consumer's lap check, the error policy's, an attach's takeover of an entry); an
+//! attaching producer that loads it and never lowers it; an optional reader at the head,
+//! which reads the cursor and so needs the consumer's lifecycle reads too; and a look at the
+//! lifecycle word before the write, so that a publish on a closed ring does not overwrite
+//! the slot of the stop sequence.
 //!
 //! The models use a SeqCst fence for the consumer's fence. The design's light form (a
 //! compiler fence, the stopper's membarrier supplying the rest, as for the producer) needs
@@ -56,15 +67,17 @@
 //! deliver nothing until the stop settles (today's read the cursor without looking),
 //! parked ones needing a wake then.
 //!
-//! The controls each drop one step of the consumer's reads and are expected to fail. The
-//! stop-and-start model runs with a preemption bound of 3 (unless `LOOM_MAX_PREEMPTIONS`
+//! The controls of the first two models each drop one step of the consumer's reads; those
+//! of the last raise the horizon after the write or use today's copy check. All are
+//! expected to fail. The stop-and-start model runs with a preemption bound of 3 (unless `LOOM_MAX_PREEMPTIONS`
 //! says otherwise): loom found the failure of a consumer that reads the lifecycle word only
 //! after the cursor with that bound and not with 2 (the consumer reads a refused event's
 //! cursor store that the start's take-back follows in the word's order, and the word after
 //! the start). A SeqCst fence in loom joins one clock in execution order, stronger than
-//! C++20's, so the argument above, not the model alone, carries the consumer's fence. Each
-//! model also checks that some interleaving refuses an event after its cursor store, the
-//! case the consumer's reads are for.
+//! C++20's, so the argument above, not the model alone, carries the consumer's fence. The
+//! first two models also check that some interleaving refuses an event after its cursor
+//! store, the case the consumer's reads are for; the last, that some interleaving keeps a
+//! copy.
 
 mod loom_env;
 mod loom_word;
@@ -84,6 +97,23 @@ use shmring_layout::{lifecycle, RingState};
 
 /// Slots in the model ring: more than its events, so that no write wraps.
 const CAP: usize = 4;
+
+/// The sequence line of a single producer, its claim word the cursor.
+fn folded_line<'a>(cursor: &'a W, life: &'a W, stop_seq: &'a W) -> Line<'a, W> {
+    Line {
+        claim: cursor,
+        lifecycle: life,
+        stop_seq,
+        single: true,
+        max_claim: 1,
+        lone: &NoLone,
+    }
+}
+
+/// A new ring's lifecycle word: Running, generation 0.
+fn running() -> W {
+    W::new(lifecycle::pack(0, RingState::Running as u32, 0))
+}
 
 /// The words of the model ring.
 struct Ring {
@@ -110,7 +140,7 @@ impl Ring {
     fn new() -> Self {
         Ring {
             cursor: W::new(0),
-            life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
+            life: running(),
             stop_seq: W::new(0),
             slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
         }
@@ -118,14 +148,7 @@ impl Ring {
 
     /// The sequence line, its claim word the cursor.
     fn line(&self) -> Line<'_, W> {
-        Line {
-            claim: &self.cursor,
-            lifecycle: &self.life,
-            stop_seq: &self.stop_seq,
-            single: true,
-            max_claim: 1,
-            lone: &NoLone,
-        }
+        folded_line(&self.cursor, &self.life, &self.stop_seq)
     }
 
     /// The producer (process 1): write `seq`'s payload, marked with `attempt`, then claim
@@ -427,8 +450,19 @@ struct Lapped {
     slots: [[W; 2]; 2],
 }
 
-/// Sequences the producer's horizon runs ahead of the write that raises it.
+/// Sequences the producer's horizon runs ahead of the write that raises it (at most the
+/// capacity: a reader a whole ring behind the horizon drops its copy, so here, where it is
+/// the capacity, a reader keeps only the newest event's).
 const AHEAD: u64 = 2;
+
+/// When the producer raises the horizon.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Raise {
+    /// Before the write's Release fence.
+    BeforeWrite,
+    /// Control: after the write.
+    AfterWrite,
+}
 
 impl fixed::Words for Lapped {
     type W = W;
@@ -464,7 +498,7 @@ impl Lapped {
             cursor: W::new(0),
             horizon: W::new(0),
             tomb_end: W::new(0),
-            life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
+            life: running(),
             stop_seq: W::new(0),
             tombs: std::array::from_fn(|_| W::new(u64::MAX)),
             slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
@@ -472,23 +506,31 @@ impl Lapped {
     }
 
     fn line(&self) -> Line<'_, W> {
-        Line {
-            claim: &self.cursor,
-            lifecycle: &self.life,
-            stop_seq: &self.stop_seq,
-            single: true,
-            max_claim: 1,
-            lone: &NoLone,
-        }
+        folded_line(&self.cursor, &self.life, &self.stop_seq)
     }
 
     /// The producer (process 1): raise the horizon if `seq` reached it, write `seq`'s
-    /// payload, then claim it on the cursor. `horizon`: the producer's own copy.
-    fn publish(&self, seq: u64, horizon: &mut u64, seen: &mut SeenRunning) -> Result<(), Refused> {
-        if seq >= *horizon {
+    /// payload, then claim it on the cursor. `horizon`: the producer's own copy. `raise`:
+    /// when the horizon goes up (after the write: the control).
+    fn publish(
+        &self,
+        seq: u64,
+        horizon: &mut u64,
+        seen: &mut SeenRunning,
+        raise: Raise,
+    ) -> Result<(), Refused> {
+        let raised = (seq >= *horizon).then(|| {
             *horizon = seq + AHEAD;
-            // Relaxed: published to copying readers by `begin_write`'s Release fence.
-            self.horizon.store(*horizon, Ordering::Relaxed);
+            *horizon
+        });
+        let store_horizon = |h: Option<u64>| {
+            if let Some(h) = h {
+                // Relaxed: published to copying readers by `begin_write`'s Release fence.
+                self.horizon.store(h, Ordering::Relaxed);
+            }
+        };
+        if raise == Raise::BeforeWrite {
+            store_horizon(raised);
         }
         // Release fence: pairs with a copying reader's Acquire fence (`held_by_horizon`):
         // a copy that saw a byte written below sees the horizon stored above.
@@ -496,6 +538,9 @@ impl Lapped {
         for w in &self.slots[seq as usize % 2] {
             // Relaxed: published by the claim's store below, after the Release fence.
             w.store(seq, Ordering::Relaxed);
+        }
+        if raise == Raise::AfterWrite {
+            store_horizon(raised);
         }
         // Release fence: pairs with a consumer's Acquire load of the cursor.
         fence(Ordering::Release);
@@ -510,22 +555,23 @@ fn held_by_horizon(r: &Lapped, seq: u64) -> bool {
     // Acquire fence: pairs with the producer's Release fence in `begin_write`.
     fence(Ordering::Acquire);
     // Relaxed: ordered by the fence above.
-    r.horizon.load(Ordering::Relaxed) <= seq + 2
+    r.horizon.load(Ordering::Relaxed) <= seq + fixed::Words::capacity(r)
 }
 
 /// A ring of two slots, events 0 and 1 published. One thread stops it, starts it and stops
-/// it again; the producer publishes sequence 2 (into 0's slot) meanwhile, retrying once
-/// on `Closed`: its write comes before its claim, so a stop may refuse it after it wrote.
-/// A reader a whole ring behind copies 0; a copy it keeps is 0's. Some interleaving
-/// refuses 2 after its write.
-fn a_reader_a_ring_behind_a_write_a_stop_refuses(held: fn(&Lapped, u64) -> bool) {
-    let refused = witness();
-    let refused_seen = refused.clone();
+/// it again; the producer publishes sequence 2 (into 0's slot) once meanwhile: its write
+/// comes before its claim, so the write is there whether a stop refuses it or not. A
+/// reader a whole ring behind copies 0; a copy it keeps is 0's, and some interleaving
+/// keeps one.
+fn a_reader_a_ring_behind_a_concurrent_write(held: fn(&Lapped, u64) -> bool, raise: Raise) {
+    let kept = witness();
+    let kept_seen = kept.clone();
     model(move || {
         let ring = Arc::new(Lapped::new());
         let (mut horizon, mut seen) = (0, SeenRunning::default());
         for s in 0..2 {
-            ring.publish(s, &mut horizon, &mut seen).expect("publish");
+            ring.publish(s, &mut horizon, &mut seen, raise)
+                .expect("publish");
         }
         let lifecycle = {
             let ring = ring.clone();
@@ -540,12 +586,9 @@ fn a_reader_a_ring_behind_a_write_a_stop_refuses(held: fn(&Lapped, u64) -> bool)
         };
         let producer = {
             let ring = ring.clone();
-            let refused = refused.clone();
             thread::spawn(move || {
-                // Refused (the write done) or accepted: the slot of 0 holds 2's bytes.
-                if ring.publish(2, &mut horizon, &mut seen).is_err() {
-                    refused.store(true, std::sync::atomic::Ordering::Relaxed);
-                }
+                // Refused or accepted, the slot of 0 holds 2's bytes.
+                let _ = ring.publish(2, &mut horizon, &mut seen, raise);
             })
         };
         let [a, b] = &ring.slots[0];
@@ -553,23 +596,30 @@ fn a_reader_a_ring_behind_a_write_a_stop_refuses(held: fn(&Lapped, u64) -> bool)
         let copy = (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed));
         if held(&ring, 0) {
             assert_eq!(copy, (0, 0), "an optional copy of 0 kept another write");
+            kept.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         lifecycle.join().unwrap();
         producer.join().unwrap();
     });
     assert!(
-        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
-        "no interleaving refused 2 after its write"
+        kept_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving kept a copy of 0"
     );
 }
 
 #[test]
 fn an_optional_copy_checked_against_the_horizon_is_never_another_laps() {
-    a_reader_a_ring_behind_a_write_a_stop_refuses(held_by_horizon);
+    a_reader_a_ring_behind_a_concurrent_write(held_by_horizon, Raise::BeforeWrite);
 }
 
 #[test]
 #[should_panic(expected = "kept another write")]
-fn control_todays_copy_check_trusts_a_closed_line_over_a_write_it_refused() {
-    a_reader_a_ring_behind_a_write_a_stop_refuses(fixed::copy_held);
+fn control_a_horizon_raised_after_the_write() {
+    a_reader_a_ring_behind_a_concurrent_write(held_by_horizon, Raise::AfterWrite);
+}
+
+#[test]
+#[should_panic(expected = "kept another write")]
+fn control_todays_copy_check_trusts_a_closed_line_over_a_later_write() {
+    a_reader_a_ring_behind_a_concurrent_write(fixed::copy_held, Raise::BeforeWrite);
 }
