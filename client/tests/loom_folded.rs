@@ -95,36 +95,30 @@ use shmring::fixed;
 use shmring::line::{self, Fast, Line, NoLone, Refused, SeenRunning, Word};
 use shmring_layout::{lifecycle, RingState};
 
-/// Slots in the model ring: more than its events, so that no write wraps.
+/// Slots in the ring of the consumers' models: more than their events, so that no write
+/// wraps.
 const CAP: usize = 4;
 
-/// The sequence line of a single producer, its claim word the cursor.
-fn folded_line<'a>(cursor: &'a W, life: &'a W, stop_seq: &'a W) -> Line<'a, W> {
-    Line {
-        claim: cursor,
-        lifecycle: life,
-        stop_seq,
-        single: true,
-        max_claim: 1,
-        lone: &NoLone,
-    }
-}
-
-/// A new ring's lifecycle word: Running, generation 0.
-fn running() -> W {
-    W::new(lifecycle::pack(0, RingState::Running as u32, 0))
-}
-
-/// The words of the model ring.
-struct Ring {
+/// The words of a model ring of `N` slots. The claim word of `fixed::Words` is a write
+/// horizon, which the producer raises before it writes past it (`AHEAD` sequences at a
+/// time, in the models that have one), so that a copy that saw a byte of a later lap's
+/// write sees the horizon past the copied sequence's lap (the seqlock of `fixed`, on the
+/// horizon instead of a per-event claim). The cursor is the line's claim word.
+struct Ring<const N: usize> {
     /// The cursor, which is also the single producer's claim word.
     cursor: W,
+    /// The write horizon: no sequence at or past it has been written.
+    horizon: W,
+    tomb_end: W,
     /// The lifecycle word.
     life: W,
     /// The stop sequence.
     stop_seq: W,
-    /// A slot's payload: the sequence and which attempt wrote it.
-    slots: [[W; 2]; CAP],
+    /// One tomb word per slot (none is ever written here).
+    tombs: [W; N],
+    /// A slot's payload: the sequence and a mark (which attempt wrote it, or the sequence
+    /// again), two words so that a torn copy shows.
+    slots: [[W; 2]; N],
 }
 
 /// How a publish ended, beside its result: what the witnesses look for.
@@ -136,34 +130,117 @@ enum Path {
     Decided,
 }
 
-impl Ring {
+/// Sequences the producer's horizon runs ahead of the write that raises it (at most the
+/// capacity: a reader a whole ring behind the horizon drops its copy, so in a ring of two
+/// slots, where it is the capacity, a reader keeps only the newest event's).
+const AHEAD: u64 = 2;
+
+/// When the producer raises the horizon.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Raise {
+    /// Before the write's Release fence.
+    BeforeWrite,
+    /// Control: after the write.
+    AfterWrite,
+}
+
+impl<const N: usize> fixed::Words for Ring<N> {
+    type W = W;
+    fn claim(&self) -> &W {
+        &self.horizon
+    }
+    fn cursor(&self) -> &W {
+        &self.cursor
+    }
+    fn tomb_end(&self) -> &W {
+        &self.tomb_end
+    }
+    fn tomb(&self, seq: u64) -> &W {
+        &self.tombs[seq as usize % N]
+    }
+    fn lifecycle(&self) -> &W {
+        &self.life
+    }
+    fn stop_seq(&self) -> &W {
+        &self.stop_seq
+    }
+    fn capacity(&self) -> u64 {
+        N as u64
+    }
+    fn fence(&self, order: Ordering) {
+        fence(order)
+    }
+}
+
+impl<const N: usize> Ring<N> {
     fn new() -> Self {
         Ring {
             cursor: W::new(0),
-            life: running(),
+            horizon: W::new(0),
+            tomb_end: W::new(0),
+            life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
             stop_seq: W::new(0),
+            tombs: std::array::from_fn(|_| W::new(u64::MAX)),
             slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
         }
     }
 
     /// The sequence line, its claim word the cursor.
     fn line(&self) -> Line<'_, W> {
-        folded_line(&self.cursor, &self.life, &self.stop_seq)
+        Line {
+            claim: &self.cursor,
+            lifecycle: &self.life,
+            stop_seq: &self.stop_seq,
+            single: true,
+            max_claim: 1,
+            lone: &NoLone,
+        }
     }
 
-    /// The producer (process 1): write `seq`'s payload, marked with `attempt`, then claim
-    /// it on the cursor (`Line::claim_single`, in its two halves so that the path shows),
-    /// which publishes it if the claim is accepted.
+    /// The producer (process 1): with a write horizon (`Some`: the producer's own copy of
+    /// it, and when it goes up, after the write being the control), raise it if `seq`
+    /// reached it; write `seq`'s payload, marked `mark`; then claim it on the cursor
+    /// (`Line::claim_single`, in its two halves so that the path shows), which publishes it
+    /// if the claim is accepted.
     fn publish(
         &self,
         seq: u64,
-        attempt: u64,
+        mark: u64,
         seen: &mut SeenRunning,
+        horizon: Option<(&mut u64, Raise)>,
     ) -> (Result<(), Refused>, Path) {
-        let [a, b] = &self.slots[seq as usize % CAP];
+        let (raised, raise) = match horizon {
+            Some((h, raise)) => {
+                let raised = (seq >= *h).then(|| {
+                    *h = seq + AHEAD;
+                    *h
+                });
+                (raised, Some(raise))
+            }
+            None => (None, None),
+        };
+        let store_horizon = |h: Option<u64>| {
+            if let Some(h) = h {
+                // Relaxed: published to copying readers by `begin_write`'s Release fence.
+                self.horizon.store(h, Ordering::Relaxed);
+            }
+        };
+        if raise == Some(Raise::BeforeWrite) {
+            store_horizon(raised);
+        }
+        if raise.is_some() {
+            // Release fence: pairs with a copying reader's Acquire fence
+            // (`held_by_horizon`): a copy that saw a byte written below sees the horizon
+            // stored above. (Only the models with a horizon have copying readers.)
+            fixed::begin_write(self);
+        }
+        let [a, b] = &self.slots[seq as usize % N];
         // Relaxed, both: published by the claim's store below, after the Release fence.
         a.store(seq, Ordering::Relaxed);
-        b.store(attempt, Ordering::Relaxed);
+        b.store(mark, Ordering::Relaxed);
+        if raise == Some(Raise::AfterWrite) {
+            store_horizon(raised);
+        }
         // Release fence: pairs with a consumer's Acquire load of the cursor that reads the
         // claim's Relaxed store ((p2)), which then sees the payload.
         fence(Ordering::Release);
@@ -209,7 +286,7 @@ enum Reads {
 
 /// How far a consumer may deliver now (`None`: look again later), as the module comment
 /// says.
-fn bound(ring: &Ring, reads: Reads) -> Option<u64> {
+fn bound(ring: &Ring<CAP>, reads: Reads) -> Option<u64> {
     // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
     // start's Running, the cursor load below follows the start's take-back ((t3)).
     let l1 = (reads != Reads::NoBefore).then(|| ring.life.load(Ordering::Acquire));
@@ -244,7 +321,7 @@ fn bound(ring: &Ring, reads: Reads) -> Option<u64> {
 }
 
 /// A consumer's poll: deliver `next..bound`, each event as its payload `(seq, attempt)`.
-fn poll(ring: &Ring, reads: Reads, next: &mut u64, got: &mut Vec<(u64, u64)>) {
+fn poll(ring: &Ring<CAP>, reads: Reads, next: &mut u64, got: &mut Vec<(u64, u64)>) {
     let Some(end) = bound(ring, reads) else {
         return;
     };
@@ -271,20 +348,20 @@ fn a_stop_and_start_during_a_publish(reads: Reads) {
     let (refused, after_start) = (witness(), witness());
     let (refused_seen, after_start_seen) = (refused.clone(), after_start.clone());
     model_bound(3, move || {
-        let ring = Arc::new(Ring::new());
+        let ring = Arc::new(Ring::<CAP>::new());
         let producer = {
             let ring = ring.clone();
             let (refused, after_start) = (refused.clone(), after_start.clone());
             thread::spawn(move || {
                 let mut seen = SeenRunning::default();
-                let accepted = match ring.publish(0, 1, &mut seen) {
+                let accepted = match ring.publish(0, 1, &mut seen, None) {
                     (Ok(()), path) => (1, path),
                     (Err(Refused::Closed), path) => {
                         if path == Path::Decided {
                             refused.store(true, std::sync::atomic::Ordering::Relaxed);
                         }
                         ring.wait_running();
-                        let (r, path) = ring.publish(0, 2, &mut seen);
+                        let (r, path) = ring.publish(0, 2, &mut seen, None);
                         r.expect("the retry, after the start");
                         (2, path)
                     }
@@ -369,7 +446,7 @@ fn a_stop_during_two_publishes(reads: Reads) {
     let refused = witness();
     let refused_seen = refused.clone();
     model(move || {
-        let ring = Arc::new(Ring::new());
+        let ring = Arc::new(Ring::<CAP>::new());
         let producer = {
             let ring = ring.clone();
             let refused = refused.clone();
@@ -377,7 +454,7 @@ fn a_stop_during_two_publishes(reads: Reads) {
                 let mut seen = SeenRunning::default();
                 let mut accepted = 0;
                 for s in 0..2u64 {
-                    match ring.publish(s, 1, &mut seen) {
+                    match ring.publish(s, 1, &mut seen, None) {
                         (Ok(()), _) => accepted += 1,
                         (Err(_), path) => {
                             if path == Path::Decided {
@@ -431,127 +508,9 @@ fn control_a_stopped_consumer_that_trusts_the_cursor() {
     a_stop_during_two_publishes(Reads::NoAfter);
 }
 
-/// The model ring of the optional readers' copy check in this design: the claim word
-/// (`Words::claim`) is a write horizon, which the producer raises before it writes past it
-/// (`AHEAD` sequences at a time), so that a copy that saw a byte of a later lap's write
-/// sees the horizon past the copied sequence's lap (the seqlock of `fixed`, on the horizon
-/// instead of a per-event claim). The cursor is the line's claim word, as above.
-struct Lapped {
-    /// The cursor, which is also the single producer's claim word.
-    cursor: W,
-    /// The write horizon: no sequence at or past it has been written.
-    horizon: W,
-    tomb_end: W,
-    life: W,
-    stop_seq: W,
-    /// One tomb word per slot (none is ever written here).
-    tombs: [W; 2],
-    /// A slot's payload: two words, so that a torn copy shows.
-    slots: [[W; 2]; 2],
-}
-
-/// Sequences the producer's horizon runs ahead of the write that raises it (at most the
-/// capacity: a reader a whole ring behind the horizon drops its copy, so here, where it is
-/// the capacity, a reader keeps only the newest event's).
-const AHEAD: u64 = 2;
-
-/// When the producer raises the horizon.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Raise {
-    /// Before the write's Release fence.
-    BeforeWrite,
-    /// Control: after the write.
-    AfterWrite,
-}
-
-impl fixed::Words for Lapped {
-    type W = W;
-    fn claim(&self) -> &W {
-        &self.horizon
-    }
-    fn cursor(&self) -> &W {
-        &self.cursor
-    }
-    fn tomb_end(&self) -> &W {
-        &self.tomb_end
-    }
-    fn tomb(&self, seq: u64) -> &W {
-        &self.tombs[seq as usize % 2]
-    }
-    fn lifecycle(&self) -> &W {
-        &self.life
-    }
-    fn stop_seq(&self) -> &W {
-        &self.stop_seq
-    }
-    fn capacity(&self) -> u64 {
-        2
-    }
-    fn fence(&self, order: Ordering) {
-        fence(order)
-    }
-}
-
-impl Lapped {
-    fn new() -> Self {
-        Lapped {
-            cursor: W::new(0),
-            horizon: W::new(0),
-            tomb_end: W::new(0),
-            life: running(),
-            stop_seq: W::new(0),
-            tombs: std::array::from_fn(|_| W::new(u64::MAX)),
-            slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
-        }
-    }
-
-    fn line(&self) -> Line<'_, W> {
-        folded_line(&self.cursor, &self.life, &self.stop_seq)
-    }
-
-    /// The producer (process 1): raise the horizon if `seq` reached it, write `seq`'s
-    /// payload, then claim it on the cursor. `horizon`: the producer's own copy. `raise`:
-    /// when the horizon goes up (after the write: the control).
-    fn publish(
-        &self,
-        seq: u64,
-        horizon: &mut u64,
-        seen: &mut SeenRunning,
-        raise: Raise,
-    ) -> Result<(), Refused> {
-        let raised = (seq >= *horizon).then(|| {
-            *horizon = seq + AHEAD;
-            *horizon
-        });
-        let store_horizon = |h: Option<u64>| {
-            if let Some(h) = h {
-                // Relaxed: published to copying readers by `begin_write`'s Release fence.
-                self.horizon.store(h, Ordering::Relaxed);
-            }
-        };
-        if raise == Raise::BeforeWrite {
-            store_horizon(raised);
-        }
-        // Release fence: pairs with a copying reader's Acquire fence (`held_by_horizon`):
-        // a copy that saw a byte written below sees the horizon stored above.
-        fixed::begin_write(self);
-        for w in &self.slots[seq as usize % 2] {
-            // Relaxed: published by the claim's store below, after the Release fence.
-            w.store(seq, Ordering::Relaxed);
-        }
-        if raise == Raise::AfterWrite {
-            store_horizon(raised);
-        }
-        // Release fence: pairs with a consumer's Acquire load of the cursor.
-        fence(Ordering::Release);
-        self.line()
-            .claim_single(&env(1, true), seen, seq, 1, || fence(Ordering::SeqCst))
-    }
-}
-
 /// The copy check of this design: the horizon alone, with no bound from a closed line (a
 /// write a stop refuses comes before the refusal now).
-fn held_by_horizon(r: &Lapped, seq: u64) -> bool {
+fn held_by_horizon(r: &Ring<2>, seq: u64) -> bool {
     // Acquire fence: pairs with the producer's Release fence in `begin_write`.
     fence(Ordering::Acquire);
     // Relaxed: ordered by the fence above.
@@ -563,14 +522,15 @@ fn held_by_horizon(r: &Lapped, seq: u64) -> bool {
 /// comes before its claim, so the write is there whether a stop refuses it or not. A
 /// reader a whole ring behind copies 0; a copy it keeps is 0's, and some interleaving
 /// keeps one.
-fn a_reader_a_ring_behind_a_concurrent_write(held: fn(&Lapped, u64) -> bool, raise: Raise) {
+fn a_reader_a_ring_behind_a_concurrent_write(held: fn(&Ring<2>, u64) -> bool, raise: Raise) {
     let kept = witness();
     let kept_seen = kept.clone();
     model(move || {
-        let ring = Arc::new(Lapped::new());
+        let ring = Arc::new(Ring::<2>::new());
         let (mut horizon, mut seen) = (0, SeenRunning::default());
         for s in 0..2 {
-            ring.publish(s, &mut horizon, &mut seen, raise)
+            ring.publish(s, s, &mut seen, Some((&mut horizon, raise)))
+                .0
                 .expect("publish");
         }
         let lifecycle = {
@@ -588,7 +548,7 @@ fn a_reader_a_ring_behind_a_concurrent_write(held: fn(&Lapped, u64) -> bool, rai
             let ring = ring.clone();
             thread::spawn(move || {
                 // Refused or accepted, the slot of 0 holds 2's bytes.
-                let _ = ring.publish(2, &mut horizon, &mut seen, raise);
+                let _ = ring.publish(2, 2, &mut seen, Some((&mut horizon, raise)));
             })
         };
         let [a, b] = &ring.slots[0];
