@@ -59,18 +59,18 @@
 //!
 //! The models use a SeqCst fence for the consumer's fence. The design's light form (a
 //! compiler fence, the stopper's membarrier supplying the rest, as for the producer) needs
-//! the consumer's process registered for the membarrier before its first look. Also still
-//! to design and model before any client code: the position an attaching consumer and a
-//! gate scan read (the cursor may hold an event a stop in progress will refuse); claim
-//! guards (their claim would be their commit); a dead producer's repair (nothing is claimed
-//! without being published any more); and consumers while the line is stopping, which
-//! deliver nothing until the stop settles (today's read the cursor without looking),
-//! parked ones needing a wake then.
+//! the consumer's process registered for the membarrier before its first look. The
+//! position an attaching consumer and a gate scan read (the cursor may hold an event a stop
+//! in progress will refuse) is modelled in `loom_folded_attach.rs`. Still to design and
+//! model before any client code: claim guards (their claim would be their commit); a dead
+//! producer's repair (nothing is claimed without being published any more); and consumers
+//! while the line is stopping, which deliver nothing until the stop settles (today's read
+//! the cursor without looking), parked ones needing a wake then.
 //!
 //! The controls of the first two models each drop one step of the consumer's reads; those
 //! of the last raise the horizon after the write or use today's copy check. All are
-//! expected to fail. The stop-and-start model runs with a preemption bound of 3 (unless `LOOM_MAX_PREEMPTIONS`
-//! says otherwise): loom found the failure of a consumer that reads the lifecycle word only
+//! expected to fail. The stop-and-start model runs with a preemption bound of 3 (unless
+//! `LOOM_MAX_PREEMPTIONS` says otherwise): loom found the failure of a consumer that reads the lifecycle word only
 //! after the cursor with that bound and not with 2 (the consumer reads a refused event's
 //! cursor store that the start's take-back follows in the word's order, and the word after
 //! the start). A SeqCst fence in loom joins one clock in execution order, stronger than
@@ -80,6 +80,7 @@
 //! copy.
 
 mod loom_env;
+mod loom_folded_ring;
 mod loom_word;
 
 use std::sync::atomic::AtomicBool;
@@ -89,236 +90,16 @@ use loom::sync::Arc;
 use loom::thread;
 
 use loom_env::env;
-use loom_word::{model, model_bound, W};
+use loom_folded_ring::{bound, witness, Path, Raise, Reads, Ring};
+use loom_word::{model, model_bound};
 
 use shmring::fixed;
-use shmring::line::{self, Fast, Line, NoLone, Refused, SeenRunning, Word};
+use shmring::line::{Refused, SeenRunning, Word};
 use shmring_layout::{lifecycle, RingState};
 
 /// Slots in the ring of the consumers' models: more than their events, so that no write
 /// wraps.
 const CAP: usize = 4;
-
-/// The words of a model ring of `N` slots. The claim word of `fixed::Words` is a write
-/// horizon, which the producer raises before it writes past it (`AHEAD` sequences at a
-/// time, in the models that have one), so that a copy that saw a byte of a later lap's
-/// write sees the horizon past the copied sequence's lap (the seqlock of `fixed`, on the
-/// horizon instead of a per-event claim). The cursor is the line's claim word.
-struct Ring<const N: usize> {
-    /// The cursor, which is also the single producer's claim word.
-    cursor: W,
-    /// The write horizon: no sequence at or past it has been written.
-    horizon: W,
-    tomb_end: W,
-    /// The lifecycle word.
-    life: W,
-    /// The stop sequence.
-    stop_seq: W,
-    /// One tomb word per slot (none is ever written here).
-    tombs: [W; N],
-    /// A slot's payload: the sequence and a mark (which attempt wrote it, or the sequence
-    /// again), two words so that a torn copy shows.
-    slots: [[W; 2]; N],
-}
-
-/// How a publish ended, beside its result: what the witnesses look for.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Path {
-    /// Decided by (p1) or (p4) alone.
-    Direct,
-    /// Stored, then decided by (p5).
-    Decided,
-}
-
-/// Sequences the producer's horizon runs ahead of the write that raises it (at most the
-/// capacity: a reader a whole ring behind the horizon drops its copy, so in a ring of two
-/// slots, where it is the capacity, a reader keeps only the newest event's).
-const AHEAD: u64 = 2;
-
-/// When the producer raises the horizon.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Raise {
-    /// Before the write's Release fence.
-    BeforeWrite,
-    /// Control: after the write.
-    AfterWrite,
-}
-
-impl<const N: usize> fixed::Words for Ring<N> {
-    type W = W;
-    fn claim(&self) -> &W {
-        &self.horizon
-    }
-    fn cursor(&self) -> &W {
-        &self.cursor
-    }
-    fn tomb_end(&self) -> &W {
-        &self.tomb_end
-    }
-    fn tomb(&self, seq: u64) -> &W {
-        &self.tombs[seq as usize % N]
-    }
-    fn lifecycle(&self) -> &W {
-        &self.life
-    }
-    fn stop_seq(&self) -> &W {
-        &self.stop_seq
-    }
-    fn capacity(&self) -> u64 {
-        N as u64
-    }
-    fn fence(&self, order: Ordering) {
-        fence(order)
-    }
-}
-
-impl<const N: usize> Ring<N> {
-    fn new() -> Self {
-        Ring {
-            cursor: W::new(0),
-            horizon: W::new(0),
-            tomb_end: W::new(0),
-            life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
-            stop_seq: W::new(0),
-            tombs: std::array::from_fn(|_| W::new(u64::MAX)),
-            slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
-        }
-    }
-
-    /// The sequence line, its claim word the cursor.
-    fn line(&self) -> Line<'_, W> {
-        Line {
-            claim: &self.cursor,
-            lifecycle: &self.life,
-            stop_seq: &self.stop_seq,
-            single: true,
-            max_claim: 1,
-            lone: &NoLone,
-        }
-    }
-
-    /// The producer (process 1): with a write horizon (`Some`: the producer's own copy of
-    /// it, and when it goes up, after the write being the control), raise it if `seq`
-    /// reached it; write `seq`'s payload, marked `mark`; then claim it on the cursor
-    /// (`Line::claim_single`, in its two halves so that the path shows), which publishes it
-    /// if the claim is accepted.
-    fn publish(
-        &self,
-        seq: u64,
-        mark: u64,
-        seen: &mut SeenRunning,
-        horizon: Option<(&mut u64, Raise)>,
-    ) -> (Result<(), Refused>, Path) {
-        let (raised, raise) = match horizon {
-            Some((h, raise)) => {
-                let raised = (seq >= *h).then(|| {
-                    *h = seq + AHEAD;
-                    *h
-                });
-                (raised, Some(raise))
-            }
-            None => (None, None),
-        };
-        let store_horizon = |h: Option<u64>| {
-            if let Some(h) = h {
-                // Relaxed: published to copying readers by `begin_write`'s Release fence.
-                self.horizon.store(h, Ordering::Relaxed);
-            }
-        };
-        if raise == Some(Raise::BeforeWrite) {
-            store_horizon(raised);
-        }
-        if raise.is_some() {
-            // Release fence: pairs with a copying reader's Acquire fence
-            // (`held_by_horizon`): a copy that saw a byte written below sees the horizon
-            // stored above. (Only the models with a horizon have copying readers.)
-            fixed::begin_write(self);
-        }
-        let [a, b] = &self.slots[seq as usize % N];
-        // Relaxed, both: published by the claim's store below, after the Release fence.
-        a.store(seq, Ordering::Relaxed);
-        b.store(mark, Ordering::Relaxed);
-        if raise == Some(Raise::AfterWrite) {
-            store_horizon(raised);
-        }
-        // Release fence: pairs with a consumer's Acquire load of the cursor that reads the
-        // claim's Relaxed store ((p2)), which then sees the payload.
-        fence(Ordering::Release);
-        // The light fence ((p3)) is a SeqCst fence here, as in the line's models: it pairs
-        // with the stopper's heavy fence ((s2)) and the starter's ((t2)).
-        let fast = line::claim_single_fast(&self.cursor, &self.life, seen, seq, 1, || {
-            fence(Ordering::SeqCst)
-        });
-        let path = if fast == Fast::Decide {
-            Path::Decided
-        } else {
-            Path::Direct
-        };
-        (
-            self.line().finish_claim_single(&env(1, true), fast, seq, 1),
-            path,
-        )
-    }
-
-    /// Wait until the line runs again (the producer, after a refusal: as a caller that
-    /// retries on `Closed`).
-    fn wait_running(&self) {
-        // Acquire: pairs with the start's Release CAS to Running ((t4)), so the retry
-        // follows the start's take-back.
-        while lifecycle::state(self.life.load(Ordering::Acquire)) != RingState::Running as u32 {
-            thread::yield_now();
-        }
-    }
-}
-
-/// Which of the consumer's reads a model runs (the controls leave one out).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Reads {
-    /// The lifecycle word before and after the cursor, a fence before the second.
-    Both,
-    /// Control: no lifecycle word after the cursor (`l1` alone decides, as `l2` would).
-    NoAfter,
-    /// Control: no lifecycle word before the cursor.
-    NoBefore,
-    /// Control: both words, no fence between the cursor and the second.
-    NoFence,
-}
-
-/// How far a consumer may deliver now (`None`: look again later), as the module comment
-/// says.
-fn bound(ring: &Ring<CAP>, reads: Reads) -> Option<u64> {
-    // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
-    // start's Running, the cursor load below follows the start's take-back ((t3)).
-    let l1 = (reads != Reads::NoBefore).then(|| ring.life.load(Ordering::Acquire));
-    // Acquire: pairs with the producer's Release fence before its claim's store, or with
-    // the start's take-back CAS ((t3), SeqCst).
-    let c = ring.cursor.load(Ordering::Acquire);
-    let l2 = if reads == Reads::NoAfter {
-        // The control: `l1` decides alone.
-        l1.expect("read")
-    } else {
-        if reads != Reads::NoFence {
-            // SeqCst fence: pairs with the stopper's heavy fence ((s2)): if the word below
-            // is still the Running word before a stop's (s1), that stop's (s3) reads `c`
-            // or later (the module comment), so every event below `c` is accepted. (A
-            // start's take-back is ordered before `c` by `l1`'s Acquire.)
-            fence(Ordering::SeqCst);
-        }
-        // Acquire: as `l1`; a settled word comes with its stop sequence.
-        ring.life.load(Ordering::Acquire)
-    };
-    if l1.is_some_and(|l1| l1 != l2) {
-        return None;
-    }
-    match RingState::from_u32(lifecycle::state(l2)) {
-        Some(RingState::Running) => Some(c),
-        // Closing, or no state of a single-producer line: look again later.
-        Some(RingState::Stopping | RingState::Sharing) | None => None,
-        // Settled closed (as `line::closed_at`): the stop sequence bounds the cursor.
-        // Relaxed: ordered by the Acquire load of the settled word.
-        Some(_) => Some(c.min(ring.stop_seq.load(Ordering::Relaxed))),
-    }
-}
 
 /// A consumer's poll: deliver `next..bound`, each event as its payload `(seq, attempt)`.
 fn poll(ring: &Ring<CAP>, reads: Reads, next: &mut u64, got: &mut Vec<(u64, u64)>) {
@@ -331,11 +112,6 @@ fn poll(ring: &Ring<CAP>, reads: Reads, next: &mut u64, got: &mut Vec<(u64, u64)
         got.push((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
         *next += 1;
     }
-}
-
-/// Whether a model's interleavings reached a path (set from inside, read after `check`).
-fn witness() -> std::sync::Arc<AtomicBool> {
-    std::sync::Arc::new(AtomicBool::new(false))
 }
 
 /// Event 0 published by a producer that retries on `Closed`, while another process stops

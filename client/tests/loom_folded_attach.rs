@@ -1,0 +1,538 @@
+//! Loom models of a consumer attaching, and of the producer's gate scan, on a fixed-size
+//! ring whose claim is its publish (the design in `loom_folded.rs`'s module comment; the
+//! model ring in `loom_folded_ring`). Today's attach and scan (`loom_attach.rs`) read the
+//! line's position, which steps back over the slots of a claim not yet published; here
+//! nothing is claimed without being published, but the cursor may hold an event a stop
+//! refused (until the next start takes it back) or one a stop in progress may still refuse.
+//!
+//! The position, one definition for the attach and the consumer's polls
+//! (`loom_folded_ring::position`): the lifecycle word, the cursor, a fence, the lifecycle
+//! word again; the cursor if both reads are the same Running word, the lesser of the cursor
+//! and the stop sequence while the line is settled closed, and a look again while a stop or
+//! a start is in progress. The attach runs the shipping `graph::start_fresh` with it: the
+//! provisional position, the SeqCst CAS of the entry to ACTIVE, the position again.
+//!
+//! The producer's scan takes as its head the producer's own next sequence, not a word: the
+//! single producer scans only between its publishes, when every event below that sequence
+//! is accepted and published and nothing at or past it is (a refused event's sequence is
+//! its next one, which it publishes again once the line runs). Then the SeqCst fence and
+//! the shipping `gating::gate` over the entry, as `gating::scan` does.
+//!
+//! ```text
+//! consumer (attach)                        producer (scan, between publishes at s)
+//! provisional = position(); next = it      fence(SeqCst)
+//! CAS entry -> ACTIVE     (SeqCst)         head = s (its own next sequence)
+//! start = max(position(), provisional)     gate = min(head, next if the entry gates)
+//! next = start            (Release)
+//! ```
+//!
+//! Why a scan that misses the entry gates at or below the start: its entry load comes
+//! before the CAS in the SeqCst order, so its fence does too, and the consumer's cursor
+//! load after the CAS reads the store of `s` (made before the scan's fence) or a later one.
+//! A later value is an accepted event's end (at least `s`), or a refused one's, which the
+//! attach bounds by the stop sequence (at least `s`: the stop that refused it read the
+//! cursor at `s` or later) or reads again once the start took it back to that stop
+//! sequence. loom runs SeqCst accesses as Acquire and Release, so a SeqCst fence after the
+//! CAS stands in for its place in the SeqCst order (the locked CAS is such a fence on
+//! x86_64), as in `loom_attach.rs`; the shipping attach needs it, or a SeqCst cursor load.
+//!
+//! What the models check: the start is at or after every event published before the attach
+//! began and its provisional position, and at or before every event whose claim was stored
+//! after the attach returned; the consumer, reading from its start, finds every event
+//! intact and exactly the attempt that was accepted (never a refused attempt's bytes); an
+//! attach racing a stop starts at or before the stop sequence. The controls take the
+//! position from the cursor alone (an attach before a start takes a refused event back
+//! skips the next run's first event), from the cursor and the lifecycle word before it
+//! alone (an attach during a stop starts past the event the stop refuses), and a scan's
+//! head from the cursor (a scan while stopped gates past the stop sequence, above an attach
+//! after the start: issue 9's second bug, in this design).
+
+mod loom_env;
+mod loom_folded_ring;
+mod loom_word;
+
+use loom::sync::atomic::{fence, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+use loom_env::env;
+use loom_folded_ring::{bound, position, witness, Path, Reads, Ring};
+use loom_word::{model, model_bound, W};
+
+use shmring::gating::{self, Flags};
+use shmring::graph;
+use shmring::line::{Refused, SeenRunning, Word};
+use shmring_layout::{consumer_flags, consumer_state, lifecycle, owned_word, RingState};
+
+const CONSUMER: u32 = 1;
+
+/// An entry's `next` before any position is stored in it.
+const UNSET: u64 = u64::MAX;
+
+/// The attaching consumer's flags: required.
+struct Required;
+
+impl Flags for Required {
+    fn load(&self, _: Ordering) -> u32 {
+        consumer_flags::REQUIRED
+    }
+}
+
+/// How an attach reads the line's position.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// `loom_folded_ring::position`: both lifecycle reads.
+    Folded,
+    /// Control: the cursor alone (SeqCst).
+    Cursor,
+    /// Control: the lifecycle word before the cursor alone.
+    FirstLookOnly,
+}
+
+/// How the producer's scan takes its head.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Its own next sequence.
+    Next,
+    /// Control: the cursor word (SeqCst).
+    Cursor,
+}
+
+/// A ring of `N` slots with one consumer entry, CLAIMED by the attaching consumer, and the
+/// models' markers.
+struct Model<const N: usize> {
+    ring: Ring<N>,
+    /// The entry's word, position and the start of what it read.
+    word: W,
+    next: W,
+    first: W,
+    /// Marker: 1 once the attach has returned (stored after the start).
+    attached: W,
+    /// Marker: one past the last sequence published (stored after the publish).
+    published_to: W,
+}
+
+/// Where an attach started, and what its bounds are checked against.
+#[derive(Clone, Copy, Debug)]
+struct Attached {
+    /// `published_to` when the attach began: everything below was published before it.
+    before: u64,
+    /// The provisional position stored as `next` before the CAS to ACTIVE.
+    provisional: u64,
+    start: u64,
+}
+
+impl<const N: usize> Model<N> {
+    /// A running ring, the sequences below `published` published, each event's payload
+    /// `(seq, seq)`.
+    fn running(published: u64) -> Self {
+        let m = Model {
+            ring: Ring::new(),
+            word: W::new(owned_word::pack(1, consumer_state::CLAIMED, CONSUMER)),
+            next: W::new(UNSET),
+            first: W::new(UNSET),
+            attached: W::new(0),
+            published_to: W::new(published),
+        };
+        for s in 0..published {
+            let [a, b] = &m.ring.slots[s as usize % N];
+            a.store(s, Ordering::Relaxed);
+            b.store(s, Ordering::Relaxed);
+        }
+        m.ring.cursor.store(published, Ordering::Relaxed);
+        m
+    }
+
+    /// A ring stopped at 0 after a refused publish of 0: its bytes `(0, 1)` in the slot and
+    /// its cursor store (1) in the word, as the stop left them.
+    fn stopped_after_a_refusal() -> Self {
+        let m = Model::running(0);
+        let [a, b] = &m.ring.slots[0];
+        a.store(0, Ordering::Relaxed);
+        b.store(1, Ordering::Relaxed);
+        m.ring.cursor.store(1, Ordering::Relaxed);
+        m.ring.stop_seq.store(0, Ordering::Relaxed);
+        m.ring.life.store(
+            lifecycle::pack(2, RingState::Stopped as u32, 0),
+            Ordering::Relaxed,
+        );
+        m
+    }
+
+    /// The line's position as `how` reads it.
+    fn position(&self, how: Start) -> u64 {
+        match how {
+            Start::Folded => position(&self.ring),
+            // SeqCst: as today's `Line::position`.
+            Start::Cursor => self.ring.cursor.load(Ordering::SeqCst),
+            Start::FirstLookOnly => loop {
+                if let Some(p) = bound(&self.ring, Reads::NoAfter) {
+                    break p;
+                }
+                thread::yield_now();
+            },
+        }
+    }
+
+    /// `Consumer::fresh`'s attach: the shipping `graph::start_fresh` with the position read
+    /// as `how` reads it, a SeqCst fence after the CAS standing in for the CAS's place in
+    /// the SeqCst order (module comment).
+    fn attach(&self, how: Start) -> Attached {
+        // Acquire: pairs with the producer's Release store of the marker.
+        let before = self.published_to.load(Ordering::Acquire);
+        let mine = self.word.load(Ordering::Acquire);
+        let started = graph::start_fresh(
+            &self.next,
+            &self.first,
+            &self.word,
+            mine,
+            || self.position(how),
+            || fence(Ordering::SeqCst),
+        )
+        .expect("nobody else changes the entry");
+        // Release: pairs with the producer's Acquire load of the marker.
+        self.attached.store(1, Ordering::Release);
+        Attached {
+            before,
+            provisional: started.provisional,
+            start: started.start,
+        }
+    }
+
+    /// The producer's gate scan between publishes, its next sequence `s`: the SeqCst fence,
+    /// the head, the shipping `gating::gate` over the entry.
+    fn scan(&self, head: Head, s: u64) -> u64 {
+        fence(Ordering::SeqCst);
+        let head = match head {
+            Head::Next => s,
+            // SeqCst: as today's `gating::scan` reads the position.
+            Head::Cursor => self.ring.cursor.load(Ordering::SeqCst),
+        };
+        gating::gate(
+            head,
+            || std::iter::once((&self.word, &Required, &self.next)),
+            0,
+        )
+    }
+
+    /// The consumer reads `from..to` in place, as a poll does: the bound (the position's
+    /// reads), each event, then the commit of `next` (Release). Returns the payloads.
+    fn read(&self, from: u64, to: u64) -> Vec<(u64, u64)> {
+        let (mut next, mut got) = (from, Vec::new());
+        while next < to {
+            let Some(end) = bound(&self.ring, Reads::Both).filter(|&end| end > next) else {
+                thread::yield_now();
+                continue;
+            };
+            while next < end.min(to) {
+                let [a, b] = &self.ring.slots[next as usize % N];
+                // Relaxed: ordered by the Acquire cursor load in `bound`.
+                let event = (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed));
+                assert_eq!(
+                    event.0, next,
+                    "sequence {next} overwritten before the consumer read it"
+                );
+                got.push(event);
+                next += 1;
+                // Release: the commit; pairs with the scan's Acquire load of `next`.
+                self.next.store(next, Ordering::Release);
+            }
+        }
+        got
+    }
+}
+
+/// The single producer: its next sequence, its cached gate, and what the checks need.
+struct Producer {
+    seen: SeenRunning,
+    next: u64,
+    cached_gate: u64,
+    head: Head,
+    /// Sequences whose claim was stored after the producer saw the attach return.
+    after_attach: Vec<u64>,
+    /// The accepted events, `(seq, mark)`.
+    accepted: Vec<(u64, u64)>,
+    /// Whether a scan held the producer back, and whether a publish was refused after its
+    /// cursor store (the witnesses).
+    held_back: bool,
+    refused_after_store: bool,
+}
+
+impl Producer {
+    fn new(next: u64, head: Head) -> Self {
+        Producer {
+            seen: SeenRunning::default(),
+            next,
+            cached_gate: 0,
+            head,
+            after_attach: Vec::new(),
+            accepted: Vec::new(),
+            held_back: false,
+            refused_after_store: false,
+        }
+    }
+
+    /// One publish of the next sequence, its payload marked `mark`: the wait at the wrap
+    /// gate (the cached gate, else a scan), then the write and the claim on the cursor
+    /// (`Ring::publish`).
+    fn publish<const N: usize>(&mut self, m: &Model<N>, mark: u64) -> Result<u64, Refused> {
+        let s = self.next;
+        let need = (s + 1).saturating_sub(N as u64);
+        while self.cached_gate < need {
+            self.cached_gate = self.cached_gate.max(m.scan(self.head, s));
+            if self.cached_gate < need {
+                self.held_back = true;
+                thread::yield_now();
+            }
+        }
+        // Acquire: pairs with the attach's Release store of the marker; looked at before
+        // the write, so a claim stored after it follows the attach's return.
+        let after = m.attached.load(Ordering::Acquire) == 1;
+        let (result, path) = m.ring.publish(s, mark, &mut self.seen, None);
+        if result.is_err() && path == Path::Decided {
+            self.refused_after_store = true;
+        }
+        result?;
+        if after {
+            self.after_attach.push(s);
+        }
+        self.accepted.push((s, mark));
+        self.next = s + 1;
+        // Release: pairs with the attach's Acquire load of the marker.
+        m.published_to.store(s + 1, Ordering::Release);
+        Ok(s)
+    }
+}
+
+/// The start's bounds (see the module comment).
+fn check_start(a: Attached, after_attach: &[u64]) {
+    let start = a.start;
+    assert!(
+        a.before <= start,
+        "start {start} is before sequence {}, published before the attach began",
+        a.before - 1
+    );
+    assert!(
+        a.provisional <= start,
+        "start {start} is below the provisional position {} a scan may have gated at",
+        a.provisional
+    );
+    for &s in after_attach {
+        assert!(
+            s >= start,
+            "sequence {s}, claimed after the attach returned, is skipped: start {start}"
+        );
+    }
+}
+
+/// What the consumer read from its start is exactly the accepted events from there.
+fn check_read(a: Attached, got: &[(u64, u64)], accepted: &[(u64, u64)], to: u64) {
+    let want: Vec<(u64, u64)> = accepted
+        .iter()
+        .copied()
+        .filter(|&(s, _)| s >= a.start && s < to)
+        .collect();
+    assert_eq!(
+        got, want,
+        "read {got:?} from start {}, where {want:?} were accepted",
+        a.start
+    );
+}
+
+/// A consumer attaches to a running ring of two slots (sequence 0 published) and reads up
+/// to sequence 3 while the producer publishes 1, 2 and 3: 2 laps 0 and 3 laps 1, which
+/// needs the consumer past 1 (the scan saw its entry) or started after it. Some
+/// interleaving holds the producer back at the gate.
+fn attach_racing_publishes_that_lap_the_ring(how: Start) {
+    let held = witness();
+    let held_seen = held.clone();
+    model(move || {
+        let m = Arc::new(Model::<2>::running(1));
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::new(1, Head::Next);
+                for s in 1..4 {
+                    p.publish(&m, s).expect("the ring runs");
+                }
+                p
+            })
+        };
+        let a = m.attach(how);
+        let got = m.read(a.start, 4);
+        let p = producer.join().unwrap();
+        check_start(a, &p.after_attach);
+        if p.held_back {
+            held.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let mut accepted = vec![(0, 0)];
+        accepted.extend(p.accepted);
+        check_read(a, &got, &accepted, 4);
+    });
+    assert!(
+        held_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving held the producer back at the gate"
+    );
+}
+
+#[test]
+fn an_attach_racing_publishes_that_lap_the_ring_reads_every_event_intact() {
+    attach_racing_publishes_that_lap_the_ring(Start::Folded);
+}
+
+/// A consumer attaches to a running ring of two slots (0 and 1 published) while the
+/// producer publishes 2 (its scan for room, during the stop) and another process stops the
+/// ring: 2 is accepted (the
+/// stop read its cursor store) or refused (the stop read the cursor before it, and the
+/// store stays in the word). Then the ring starts again and the producer publishes the
+/// next run's first event, at the stop sequence. The attach starts at or before the stop
+/// sequence and reads exactly the accepted events from there. Some interleaving refuses 2
+/// after its cursor store.
+fn attach_racing_a_stop(how: Start) {
+    let refused = witness();
+    let refused_seen = refused.clone();
+    // Bound 3: the control's failure needs it (the attach reads Running, the stop closes,
+    // the producer stores and fences, the attach reads the store, the stop reads before it).
+    model_bound(3, move || {
+        let m = Arc::new(Model::<2>::running(2));
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::new(2, Head::Next);
+                let _ = p.publish(&m, 1);
+                p
+            })
+        };
+        let stopper = {
+            let m = m.clone();
+            thread::spawn(move || {
+                m.ring
+                    .line()
+                    .close(&env(2, true), RingState::Stopped)
+                    .expect("stop")
+                    .0
+            })
+        };
+        let a = m.attach(how);
+        let mut p = producer.join().unwrap();
+        if p.refused_after_store {
+            refused.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let stop = stopper.join().unwrap();
+        assert!(
+            a.start <= stop,
+            "an attach at {} starts past the stop at {stop}",
+            a.start
+        );
+        assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(stop), "started");
+        let first = p.publish(&m, 2).expect("the ring runs again");
+        assert_eq!(first, stop, "the next run starts at the stop sequence");
+        check_start(a, &p.after_attach);
+        let got = m.read(a.start, stop + 1);
+        let mut accepted = vec![(0, 0), (1, 1)];
+        accepted.extend(p.accepted);
+        check_read(a, &got, &accepted, stop + 1);
+    });
+    assert!(
+        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving refused 2 after its cursor store"
+    );
+}
+
+#[test]
+fn an_attach_racing_a_stop_starts_at_or_before_the_stop_sequence() {
+    attach_racing_a_stop(Start::Folded);
+}
+
+/// The lifecycle word before the cursor alone: an attach that reads Running, then the
+/// cursor store of an event the stop then refuses, starts one past the stop.
+#[test]
+#[should_panic(expected = "past the stop")]
+fn control_an_attach_without_the_second_look_starts_past_the_stop() {
+    attach_racing_a_stop(Start::FirstLookOnly);
+}
+
+/// A consumer attaches to a ring stopped after a refused publish of 0 (its bytes in the
+/// slot, its cursor store in the word) while another process starts the ring and the
+/// producer publishes 0 again. The attach starts at 0, or past it only if it read the line
+/// after the new publish; the consumer reads the new attempt, never the refused bytes. Some
+/// interleaving has the attach return before the new publish's claim (the start then read
+/// while the cursor held the refused store, or before the take-back).
+fn attach_racing_a_start_after_a_refusal(how: Start) {
+    let early = witness();
+    let early_seen = early.clone();
+    model(move || {
+        let m = Arc::new(Model::<4>::stopped_after_a_refusal());
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::new(0, Head::Next);
+                m.ring.wait_running();
+                p.publish(&m, 2).expect("the ring runs again");
+                p
+            })
+        };
+        let starter = {
+            let m = m.clone();
+            thread::spawn(move || m.ring.line().reopen(&env(2, true)))
+        };
+        let a = m.attach(how);
+        let p = producer.join().unwrap();
+        assert_eq!(starter.join().unwrap(), Ok(0), "started");
+        check_start(a, &p.after_attach);
+        if !p.after_attach.is_empty() {
+            early.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let got = m.read(a.start, 1);
+        check_read(a, &got, &p.accepted, 1);
+    });
+    assert!(
+        early_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving had the attach return before the new publish"
+    );
+}
+
+#[test]
+fn an_attach_racing_a_start_after_a_refusal_reads_the_next_run_from_its_first_event() {
+    attach_racing_a_start_after_a_refusal(Start::Folded);
+}
+
+/// The cursor alone: before the start takes the refused store back, the attach starts at
+/// 1, and the next run's first event, 0, is lost to it (issue 9's first bug, in this
+/// design).
+#[test]
+#[should_panic(expected = "is skipped")]
+fn control_an_attach_reading_the_cursor_alone_skips_the_next_runs_first_event() {
+    attach_racing_a_start_after_a_refusal(Start::Cursor);
+}
+
+/// A scan while the ring is stopped after a refused publish of 0 (the producer, its next
+/// sequence 0, waiting for room), then a start and an attach, one after another: the gate
+/// that scan computed must not be above the attach's start, or the producer, trusting it,
+/// may lap the start's slot.
+fn a_scan_while_stopped_then_an_attach(head: Head) {
+    model(move || {
+        let m = Model::<4>::stopped_after_a_refusal();
+        let gate = m.scan(head, 0);
+        assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(0), "started");
+        let a = m.attach(Start::Folded);
+        assert!(
+            gate <= a.start,
+            "a scan while stopped gated at {gate}, above the start {} of a later attach",
+            a.start
+        );
+    });
+}
+
+#[test]
+fn a_scan_while_stopped_gates_at_or_below_a_later_attach() {
+    a_scan_while_stopped_then_an_attach(Head::Next);
+}
+
+/// The cursor as the head: a refused store makes the gate one past the stop (issue 9's
+/// second bug, in this design).
+#[test]
+#[should_panic(expected = "above the start")]
+fn control_a_scan_whose_head_is_the_cursor_gates_above_a_later_attach() {
+    a_scan_while_stopped_then_an_attach(Head::Cursor);
+}

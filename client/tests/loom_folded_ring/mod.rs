@@ -1,0 +1,254 @@
+//! The model ring of the loom models of a fixed-size ring whose claim is its publish
+//! (`loom_folded.rs`, `loom_folded_attach.rs`; the design is in `loom_folded.rs`'s module
+//! comment): the words, the producer's publish (the payload, then the line's
+//! single-producer claim on the cursor) and the consumer's reads of the line.
+
+#![allow(dead_code)] // each model file uses a different part
+
+use loom::sync::atomic::{fence, Ordering};
+use loom::thread;
+
+use shmring::fixed;
+use shmring::line::{self, Fast, Line, NoLone, Refused, SeenRunning, Word};
+use shmring_layout::{lifecycle, RingState};
+
+use crate::loom_env::env;
+use crate::loom_word::W;
+
+/// The words of a model ring of `N` slots. The claim word of `fixed::Words` is a write
+/// horizon, which the producer raises before it writes past it (`AHEAD` sequences at a
+/// time, in the models that have one), so that a copy that saw a byte of a later lap's
+/// write sees the horizon past the copied sequence's lap (the seqlock of `fixed`, on the
+/// horizon instead of a per-event claim). The cursor is the line's claim word.
+pub struct Ring<const N: usize> {
+    /// The cursor, which is also the single producer's claim word.
+    pub cursor: W,
+    /// The write horizon: no sequence at or past it has been written.
+    pub horizon: W,
+    pub tomb_end: W,
+    /// The lifecycle word.
+    pub life: W,
+    /// The stop sequence.
+    pub stop_seq: W,
+    /// One tomb word per slot (none is ever written here).
+    pub tombs: [W; N],
+    /// A slot's payload: the sequence and a mark (which attempt wrote it, or the sequence
+    /// again), two words so that a torn copy shows.
+    pub slots: [[W; 2]; N],
+}
+
+/// How a publish ended, beside its result: what the witnesses look for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// Decided by (p1) or (p4) alone.
+    Direct,
+    /// Stored, then decided by (p5).
+    Decided,
+}
+
+/// Sequences the producer's horizon runs ahead of the write that raises it (at most the
+/// capacity: a reader a whole ring behind the horizon drops its copy, so in a ring of two
+/// slots, where it is the capacity, a reader keeps only the newest event's).
+pub const AHEAD: u64 = 2;
+
+/// When the producer raises the horizon.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Raise {
+    /// Before the write's Release fence.
+    BeforeWrite,
+    /// Control: after the write.
+    AfterWrite,
+}
+
+impl<const N: usize> fixed::Words for Ring<N> {
+    type W = W;
+    fn claim(&self) -> &W {
+        &self.horizon
+    }
+    fn cursor(&self) -> &W {
+        &self.cursor
+    }
+    fn tomb_end(&self) -> &W {
+        &self.tomb_end
+    }
+    fn tomb(&self, seq: u64) -> &W {
+        &self.tombs[seq as usize % N]
+    }
+    fn lifecycle(&self) -> &W {
+        &self.life
+    }
+    fn stop_seq(&self) -> &W {
+        &self.stop_seq
+    }
+    fn capacity(&self) -> u64 {
+        N as u64
+    }
+    fn fence(&self, order: Ordering) {
+        fence(order)
+    }
+}
+
+impl<const N: usize> Ring<N> {
+    pub fn new() -> Self {
+        Ring {
+            cursor: W::new(0),
+            horizon: W::new(0),
+            tomb_end: W::new(0),
+            life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
+            stop_seq: W::new(0),
+            tombs: std::array::from_fn(|_| W::new(u64::MAX)),
+            slots: std::array::from_fn(|_| [W::new(u64::MAX), W::new(u64::MAX)]),
+        }
+    }
+
+    /// The sequence line, its claim word the cursor.
+    pub fn line(&self) -> Line<'_, W> {
+        Line {
+            claim: &self.cursor,
+            lifecycle: &self.life,
+            stop_seq: &self.stop_seq,
+            single: true,
+            max_claim: 1,
+            lone: &NoLone,
+        }
+    }
+
+    /// The producer (process 1): with a write horizon (`Some`: the producer's own copy of
+    /// it, and when it goes up, after the write being the control), raise it if `seq`
+    /// reached it; write `seq`'s payload, marked `mark`; then claim it on the cursor
+    /// (`Line::claim_single`, in its two halves so that the path shows), which publishes it
+    /// if the claim is accepted.
+    pub fn publish(
+        &self,
+        seq: u64,
+        mark: u64,
+        seen: &mut SeenRunning,
+        horizon: Option<(&mut u64, Raise)>,
+    ) -> (Result<(), Refused>, Path) {
+        let (raised, raise) = match horizon {
+            Some((h, raise)) => {
+                let raised = (seq >= *h).then(|| {
+                    *h = seq + AHEAD;
+                    *h
+                });
+                (raised, Some(raise))
+            }
+            None => (None, None),
+        };
+        let store_horizon = |h: Option<u64>| {
+            if let Some(h) = h {
+                // Relaxed: published to copying readers by `begin_write`'s Release fence.
+                self.horizon.store(h, Ordering::Relaxed);
+            }
+        };
+        if raise == Some(Raise::BeforeWrite) {
+            store_horizon(raised);
+        }
+        if raise.is_some() {
+            // Release fence: pairs with a copying reader's Acquire fence
+            // (`held_by_horizon`): a copy that saw a byte written below sees the horizon
+            // stored above. (Only the models with a horizon have copying readers.)
+            fixed::begin_write(self);
+        }
+        let [a, b] = &self.slots[seq as usize % N];
+        // Relaxed, both: published by the claim's store below, after the Release fence.
+        a.store(seq, Ordering::Relaxed);
+        b.store(mark, Ordering::Relaxed);
+        if raise == Some(Raise::AfterWrite) {
+            store_horizon(raised);
+        }
+        // Release fence: pairs with a consumer's Acquire load of the cursor that reads the
+        // claim's Relaxed store ((p2)), which then sees the payload.
+        fence(Ordering::Release);
+        // The light fence ((p3)) is a SeqCst fence here, as in the line's models: it pairs
+        // with the stopper's heavy fence ((s2)) and the starter's ((t2)).
+        let fast = line::claim_single_fast(&self.cursor, &self.life, seen, seq, 1, || {
+            fence(Ordering::SeqCst)
+        });
+        let path = if fast == Fast::Decide {
+            Path::Decided
+        } else {
+            Path::Direct
+        };
+        (
+            self.line().finish_claim_single(&env(1, true), fast, seq, 1),
+            path,
+        )
+    }
+
+    /// Wait until the line runs again (the producer, after a refusal: as a caller that
+    /// retries on `Closed`).
+    pub fn wait_running(&self) {
+        // Acquire: pairs with the start's Release CAS to Running ((t4)), so the retry
+        // follows the start's take-back.
+        while lifecycle::state(self.life.load(Ordering::Acquire)) != RingState::Running as u32 {
+            thread::yield_now();
+        }
+    }
+}
+
+/// Which of the consumer's reads a model runs (the controls leave one out).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    /// The lifecycle word before and after the cursor, a fence before the second.
+    Both,
+    /// Control: no lifecycle word after the cursor (`l1` alone decides, as `l2` would).
+    NoAfter,
+    /// Control: no lifecycle word before the cursor.
+    NoBefore,
+    /// Control: both words, no fence between the cursor and the second.
+    NoFence,
+}
+
+/// How far a consumer may deliver now (`None`: look again later), as the module comment
+/// says.
+pub fn bound<const N: usize>(ring: &Ring<N>, reads: Reads) -> Option<u64> {
+    // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
+    // start's Running, the cursor load below follows the start's take-back ((t3)).
+    let l1 = (reads != Reads::NoBefore).then(|| ring.life.load(Ordering::Acquire));
+    // Acquire: pairs with the producer's Release fence before its claim's store, or with
+    // the start's take-back CAS ((t3), SeqCst).
+    let c = ring.cursor.load(Ordering::Acquire);
+    let l2 = if reads == Reads::NoAfter {
+        // The control: `l1` decides alone.
+        l1.expect("read")
+    } else {
+        if reads != Reads::NoFence {
+            // SeqCst fence: pairs with the stopper's heavy fence ((s2)): if the word below
+            // is still the Running word before a stop's (s1), that stop's (s3) reads `c`
+            // or later (the module comment), so every event below `c` is accepted. (A
+            // start's take-back is ordered before `c` by `l1`'s Acquire.)
+            fence(Ordering::SeqCst);
+        }
+        // Acquire: as `l1`; a settled word comes with its stop sequence.
+        ring.life.load(Ordering::Acquire)
+    };
+    if l1.is_some_and(|l1| l1 != l2) {
+        return None;
+    }
+    match RingState::from_u32(lifecycle::state(l2)) {
+        Some(RingState::Running) => Some(c),
+        // Closing, or no state of a single-producer line: look again later.
+        Some(RingState::Stopping | RingState::Sharing) | None => None,
+        // Settled closed (as `line::closed_at`): the stop sequence bounds the cursor.
+        // Relaxed: ordered by the Acquire load of the settled word.
+        Some(_) => Some(c.min(ring.stop_seq.load(Ordering::Relaxed))),
+    }
+}
+
+/// Whether a model's interleavings reached a path (set from inside, read after `check`).
+pub fn witness() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))
+}
+
+/// The line's position as a consumer reads it, the one definition the attach and the
+/// consumer's polls share: `bound` with both lifecycle reads, looked at again until it
+/// says (a stop or a start in progress decides nothing).
+pub fn position<const N: usize>(ring: &Ring<N>) -> u64 {
+    loop {
+        if let Some(p) = bound(ring, Reads::Both) {
+            return p;
+        }
+        thread::yield_now();
+    }
+}
