@@ -128,6 +128,7 @@
 //! fails without it); with that, part (b) is a second guard.
 
 mod loom_env;
+mod loom_seen;
 mod loom_word;
 
 use loom::sync::atomic::{fence, Ordering};
@@ -135,8 +136,8 @@ use loom::sync::Arc;
 use loom::thread;
 
 use loom_env::env;
+use loom_seen::{Seen, REQUIRED_PASS};
 use loom_word::{model, W};
-use std::cell::RefCell;
 
 use shmring::gating::{self, Flags};
 use shmring::graph;
@@ -156,58 +157,6 @@ struct Required;
 impl Flags for Required {
     fn load(&self, _: Ordering) -> u32 {
         consumer_flags::REQUIRED
-    }
-}
-
-/// A word as one scan sees it: remembers the values its SeqCst loads read, one per pass of
-/// `gating::gate` over the entries (worker groups, required, optional).
-struct Seen<'a> {
-    word: &'a W,
-    seqcst: RefCell<Vec<u64>>,
-}
-
-/// The pass of `gating::gate` over the required entries: its second SeqCst load of a word.
-const REQUIRED_PASS: usize = 1;
-
-impl<'a> Seen<'a> {
-    fn new(word: &'a W) -> Self {
-        Seen {
-            word,
-            seqcst: RefCell::new(Vec::new()),
-        }
-    }
-
-    /// Whether pass `pass` read the entry in a state that gates.
-    fn saw_gating(&self, pass: usize) -> bool {
-        self.seqcst
-            .borrow()
-            .get(pass)
-            .is_some_and(|&w| consumer_state::gates(owned_word::state(w)))
-    }
-}
-
-impl Word for Seen<'_> {
-    fn load(&self, order: Ordering) -> u64 {
-        let v = self.word.load(order);
-        if order == Ordering::SeqCst {
-            self.seqcst.borrow_mut().push(v);
-        }
-        v
-    }
-    fn store(&self, value: u64, order: Ordering) {
-        self.word.store(value, order)
-    }
-    fn compare_exchange(
-        &self,
-        current: u64,
-        new: u64,
-        ok: Ordering,
-        err: Ordering,
-    ) -> Result<u64, u64> {
-        self.word.compare_exchange(current, new, ok, err)
-    }
-    fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
-        self.word.fetch_add(value, order)
     }
 }
 

@@ -61,11 +61,13 @@
 //! compiler fence, the stopper's membarrier supplying the rest, as for the producer) needs
 //! the consumer's process registered for the membarrier before its first look. The
 //! position an attaching consumer and a gate scan read (the cursor may hold an event a stop
-//! in progress will refuse) is modelled in `loom_folded_attach.rs`. Still to design and
-//! model before any client code: claim guards (their claim would be their commit); a dead
-//! producer's repair (nothing is claimed without being published any more); and consumers
-//! while the line is stopping, which deliver nothing until the stop settles (today's read
-//! the cursor without looking), parked ones needing a wake then.
+//! in progress will refuse) is modelled in `loom_folded_attach.rs`, claim guards (a claim
+//! before the writes, recorded in `pending` beside the cursor) in `loom_folded_guard.rs`.
+//! Still to design and model before any client code: a dead producer's repair (of a
+//! guard's open claim, and of a refused store); the other attaches and scans (their list is
+//! in `loom_folded_attach.rs`); and consumers while the line is stopping, which deliver
+//! nothing until the stop settles (today's read the cursor without looking), parked ones
+//! needing a wake then.
 //!
 //! The controls of the first two models each drop one step of the consumer's reads; those
 //! of the last raise the horizon after the write or use today's copy check. All are

@@ -7,10 +7,13 @@
 //!
 //! The position, one definition for the attach and the consumer's polls
 //! (`loom_folded_ring::position`): the lifecycle word, the cursor, a fence, the lifecycle
-//! word again; the cursor if both reads are the same Running word, the lesser of the cursor
-//! and the stop sequence while the line is settled closed, and a look again while a stop or
-//! a start is in progress. The attach runs the shipping `graph::start_fresh` with it: the
-//! provisional position, the SeqCst CAS of the entry to ACTIVE, the position again.
+//! word again; the cursor if both reads are the same Running word; the lesser of the cursor
+//! and the stop sequence if both are the same closed word (Stopped, Draining, Deleted, or
+//! Starting, as `line::closed_at` reads it: until the start's (t3) the cursor may hold a
+//! refused store, after it at most the next run's first event, past the stop sequence); a
+//! look again while a stop is in progress or the two reads differ. The attach runs the
+//! shipping `graph::start_fresh` with it: the provisional position, the SeqCst CAS of the
+//! entry to ACTIVE, a SeqCst fence, the position again.
 //!
 //! The producer's scan takes as its head the producer's own next sequence, not a word: the
 //! single producer scans only between its publishes, when every event below that sequence
@@ -22,33 +25,60 @@
 //! consumer (attach)                        producer (scan, between publishes at s)
 //! provisional = position(); next = it      fence(SeqCst)
 //! CAS entry -> ACTIVE     (SeqCst)         head = s (its own next sequence)
-//! start = max(position(), provisional)     gate = min(head, next if the entry gates)
+//! fence(SeqCst)                            gate = min(head, next if the entry gates)
+//! start = max(position(), provisional)
 //! next = start            (Release)
 //! ```
 //!
-//! Why a scan that misses the entry gates at or below the start: its entry load comes
-//! before the CAS in the SeqCst order, so its fence does too, and the consumer's cursor
-//! load after the CAS reads the store of `s` (made before the scan's fence) or a later one.
-//! A later value is an accepted event's end (at least `s`), or a refused one's, which the
-//! attach bounds by the stop sequence (at least `s`: the stop that refused it read the
-//! cursor at `s` or later) or reads again once the start took it back to that stop
-//! sequence. loom runs SeqCst accesses as Acquire and Release, so a SeqCst fence after the
-//! CAS stands in for its place in the SeqCst order (the locked CAS is such a fence on
-//! x86_64), as in `loom_attach.rs`; the shipping attach needs it, or a SeqCst cursor load.
+//! Why a scan that misses the entry gates at or below the start. Its entry load reads a
+//! value before the CAS, so its fence precedes the consumer's fence after the CAS in the
+//! SeqCst order (C++20 [atomics.order]: were the consumer's fence first, the scan's load,
+//! after its own fence, would read the CAS or later). Some store of the cursor at `s`
+//! happens before the scan's fence: the producer's own claim store, or a start's take-back
+//! ((t3)) or a new producer's (a3), which the producer's Acquire read of Running ((t4))
+//! or its attach ordered before it. So the consumer's cursor load, after its fence, reads
+//! that store or a later one: an accepted event's end (at least `s`), or a refused one's,
+//! which the position bounds by the stop sequence (at least `s`: the stop that refused it
+//! read the cursor at `s` or later) or reads again once the start took it back there. The
+//! lifecycle word the consumer reads is no older than the Running word the producer read
+//! before its scan, by the same fence order; so when the producer's last event was accepted
+//! in (p5) after a start (the stop read the cursor before its store, and its next sequence
+//! is the stop sequence plus one), the consumer cannot read the stop's settled word and
+//! take the stop sequence, below the gate. The fence after the CAS is needed: the cursor
+//! load is Acquire, and the position's own fence comes after it (`start_fresh` in the
+//! client passes no fence today: the shipping attach of this design must, or load the
+//! cursor and both lifecycle words SeqCst). loom runs SeqCst accesses as Acquire and
+//! Release and a SeqCst fence as one joining clock, stronger than C++20's; the models
+//! check the interleavings, the argument above carries the orders.
 //!
 //! What the models check: the start is at or after every event published before the attach
 //! began and its provisional position, and at or before every event whose claim was stored
-//! after the attach returned; the consumer, reading from its start, finds every event
-//! intact and exactly the attempt that was accepted (never a refused attempt's bytes); an
-//! attach racing a stop starts at or before the stop sequence. The controls take the
-//! position from the cursor alone (an attach before a start takes a refused event back
-//! skips the next run's first event), from the cursor and the lifecycle word before it
-//! alone (an attach during a stop starts past the event the stop refuses), and a scan's
-//! head from the cursor (a scan while stopped gates past the stop sequence, above an attach
-//! after the start: issue 9's second bug, in this design).
+//! after the attach returned; a scan that did not see the entry gated at or below the
+//! start; the consumer, reading from its start (while the producer laps the ring in the
+//! first model, after the stop or the start in the others), finds every event intact and
+//! exactly the attempt that was accepted; an attach racing a stop starts at or before the
+//! stop sequence. (Consumers reading across a stop and a start are `loom_folded.rs`'s.) Witnesses: a scan that
+//! missed the entry gated above the provisional position (the case the argument is for),
+//! and some publish was refused after its cursor store. The controls: the position from
+//! the cursor alone (an attach before a start takes a refused event back starts past the
+//! next run's first event and skips it, as today's attach read the claim counter's raw
+//! bits); from the cursor and the lifecycle word before it alone (an attach during a stop
+//! starts past the event the stop refuses); no fence after the CAS; and a scan's head from
+//! the cursor (a scan while the ring is stopped after a refusal gates one past the stop
+//! sequence, and the producer laps a consumer that attaches at it after the start, as
+//! today's scan did with the raw bits).
+//!
+//! Not modelled here, and still to design for this ring: `Consumer::resume` (its own
+//! provisional position, CAS and start), `jump_to_head`, a new producer's attach
+//! (`Line::take_position`, (a1) to (a4)), and the scans a repair runs (`gating::scan` from a
+//! process with no producer, so no next sequence of its own: it needs the consumers'
+//! position instead). And the wait: `position` looks again for as long as a stop is in
+//! progress, where the shipping attach needs a takeover of a dead stopper (`Line::settle`)
+//! and a deadline, as the lifecycle calls have.
 
 mod loom_env;
 mod loom_folded_ring;
+mod loom_seen;
 mod loom_word;
 
 use loom::sync::atomic::{fence, Ordering};
@@ -57,6 +87,7 @@ use loom::thread;
 
 use loom_env::env;
 use loom_folded_ring::{bound, position, witness, Path, Reads, Ring};
+use loom_seen::{Seen, REQUIRED_PASS};
 use loom_word::{model, model_bound, W};
 
 use shmring::gating::{self, Flags};
@@ -83,6 +114,8 @@ impl Flags for Required {
 enum Start {
     /// `loom_folded_ring::position`: both lifecycle reads.
     Folded,
+    /// Control: as `Folded`, without the SeqCst fence after the CAS.
+    Unfenced,
     /// Control: the cursor alone (SeqCst).
     Cursor,
     /// Control: the lifecycle word before the cursor alone.
@@ -143,15 +176,16 @@ impl<const N: usize> Model<N> {
         m
     }
 
-    /// A ring stopped at 0 after a refused publish of 0: its bytes `(0, 1)` in the slot and
-    /// its cursor store (1) in the word, as the stop left them.
-    fn stopped_after_a_refusal() -> Self {
-        let m = Model::running(0);
-        let [a, b] = &m.ring.slots[0];
-        a.store(0, Ordering::Relaxed);
+    /// A ring whose sequences below `stop` are published, stopped at `stop` after a refused
+    /// publish of `stop`: its bytes `(stop, 1)` in the slot and its cursor store in the
+    /// word, as the stop left them.
+    fn stopped_after_a_refusal(stop: u64) -> Self {
+        let m = Model::running(stop);
+        let [a, b] = &m.ring.slots[stop as usize % N];
+        a.store(stop, Ordering::Relaxed);
         b.store(1, Ordering::Relaxed);
-        m.ring.cursor.store(1, Ordering::Relaxed);
-        m.ring.stop_seq.store(0, Ordering::Relaxed);
+        m.ring.cursor.store(stop + 1, Ordering::Relaxed);
+        m.ring.stop_seq.store(stop, Ordering::Relaxed);
         m.ring.life.store(
             lifecycle::pack(2, RingState::Stopped as u32, 0),
             Ordering::Relaxed,
@@ -162,7 +196,7 @@ impl<const N: usize> Model<N> {
     /// The line's position as `how` reads it.
     fn position(&self, how: Start) -> u64 {
         match how {
-            Start::Folded => position(&self.ring),
+            Start::Folded | Start::Unfenced => position(&self.ring),
             // SeqCst: as today's `Line::position`.
             Start::Cursor => self.ring.cursor.load(Ordering::SeqCst),
             Start::FirstLookOnly => loop {
@@ -175,8 +209,8 @@ impl<const N: usize> Model<N> {
     }
 
     /// `Consumer::fresh`'s attach: the shipping `graph::start_fresh` with the position read
-    /// as `how` reads it, a SeqCst fence after the CAS standing in for the CAS's place in
-    /// the SeqCst order (module comment).
+    /// as `how` reads it, and a SeqCst fence after the CAS (module comment; not in the
+    /// control).
     fn attach(&self, how: Start) -> Attached {
         // Acquire: pairs with the producer's Release store of the marker.
         let before = self.published_to.load(Ordering::Acquire);
@@ -187,7 +221,11 @@ impl<const N: usize> Model<N> {
             &self.word,
             mine,
             || self.position(how),
-            || fence(Ordering::SeqCst),
+            || {
+                if how != Start::Unfenced {
+                    fence(Ordering::SeqCst);
+                }
+            },
         )
         .expect("nobody else changes the entry");
         // Release: pairs with the producer's Acquire load of the marker.
@@ -201,18 +239,19 @@ impl<const N: usize> Model<N> {
 
     /// The producer's gate scan between publishes, its next sequence `s`: the SeqCst fence,
     /// the head, the shipping `gating::gate` over the entry.
-    fn scan(&self, head: Head, s: u64) -> u64 {
+    fn scan(&self, head: Head, s: u64) -> Scan {
         fence(Ordering::SeqCst);
         let head = match head {
             Head::Next => s,
             // SeqCst: as today's `gating::scan` reads the position.
             Head::Cursor => self.ring.cursor.load(Ordering::SeqCst),
         };
-        gating::gate(
-            head,
-            || std::iter::once((&self.word, &Required, &self.next)),
-            0,
-        )
+        let (word, next) = (Seen::new(&self.word), Seen::new(&self.next));
+        let gate = gating::gate(head, || std::iter::once((&word, &Required, &next)), 0);
+        Scan {
+            gate,
+            saw_entry: word.saw_gating(REQUIRED_PASS),
+        }
     }
 
     /// The consumer reads `from..to` in place, as a poll does: the bound (the position's
@@ -227,12 +266,8 @@ impl<const N: usize> Model<N> {
             while next < end.min(to) {
                 let [a, b] = &self.ring.slots[next as usize % N];
                 // Relaxed: ordered by the Acquire cursor load in `bound`.
-                let event = (a.load(Ordering::Relaxed), b.load(Ordering::Relaxed));
-                assert_eq!(
-                    event.0, next,
-                    "sequence {next} overwritten before the consumer read it"
-                );
-                got.push(event);
+                // A later lap's bytes show in `check_read`, after the other checks.
+                got.push((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
                 next += 1;
                 // Release: the commit; pairs with the scan's Acquire load of `next`.
                 self.next.store(next, Ordering::Release);
@@ -240,6 +275,13 @@ impl<const N: usize> Model<N> {
         }
         got
     }
+}
+
+/// A scan as the producer ran it: the gate, and whether its pass over the required entries
+/// saw the entry gating.
+struct Scan {
+    gate: u64,
+    saw_entry: bool,
 }
 
 /// The single producer: its next sequence, its cached gate, and what the checks need.
@@ -252,9 +294,9 @@ struct Producer {
     after_attach: Vec<u64>,
     /// The accepted events, `(seq, mark)`.
     accepted: Vec<(u64, u64)>,
-    /// Whether a scan held the producer back, and whether a publish was refused after its
-    /// cursor store (the witnesses).
-    held_back: bool,
+    /// The scans it ran.
+    scans: Vec<Scan>,
+    /// Whether a publish was refused after its cursor store (a witness).
     refused_after_store: bool,
 }
 
@@ -267,7 +309,7 @@ impl Producer {
             head,
             after_attach: Vec::new(),
             accepted: Vec::new(),
-            held_back: false,
+            scans: Vec::new(),
             refused_after_store: false,
         }
     }
@@ -279,9 +321,10 @@ impl Producer {
         let s = self.next;
         let need = (s + 1).saturating_sub(N as u64);
         while self.cached_gate < need {
-            self.cached_gate = self.cached_gate.max(m.scan(self.head, s));
+            let scan = m.scan(self.head, s);
+            self.cached_gate = self.cached_gate.max(scan.gate);
+            self.scans.push(scan);
             if self.cached_gate < need {
-                self.held_back = true;
                 thread::yield_now();
             }
         }
@@ -301,6 +344,20 @@ impl Producer {
         // Release: pairs with the attach's Acquire load of the marker.
         m.published_to.store(s + 1, Ordering::Release);
         Ok(s)
+    }
+
+    /// `publish`, again on `Closed` once the line runs (attempt 1, 2, ... as the mark). The
+    /// first attempt waits at the gate, and may scan, while the line is closed.
+    fn publish_retrying<const N: usize>(&mut self, m: &Model<N>) -> u64 {
+        let mut attempt = 1;
+        loop {
+            match self.publish(m, attempt) {
+                Ok(s) => return s,
+                Err(Refused::Closed) => m.ring.wait_running(),
+                Err(Refused::Deleted) => unreachable!("nobody removes the ring"),
+            }
+            attempt += 1;
+        }
     }
 }
 
@@ -325,6 +382,23 @@ fn check_start(a: Attached, after_attach: &[u64]) {
     }
 }
 
+/// Every scan that did not see the entry gated at or below the start (else the producer,
+/// trusting it, may lap the start's slot). Returns whether one of them gated above the
+/// provisional position (the case the module comment's argument is for).
+fn check_scans(a: Attached, scans: &[Scan]) -> bool {
+    let mut above_provisional = false;
+    for scan in scans.iter().filter(|s| !s.saw_entry) {
+        assert!(
+            scan.gate <= a.start,
+            "a scan that did not see the entry gated at {}, above the start {}",
+            scan.gate,
+            a.start
+        );
+        above_provisional |= scan.gate > a.provisional;
+    }
+    above_provisional
+}
+
 /// What the consumer read from its start is exactly the accepted events from there.
 fn check_read(a: Attached, got: &[(u64, u64)], accepted: &[(u64, u64)], to: u64) {
     let want: Vec<(u64, u64)> = accepted
@@ -342,10 +416,10 @@ fn check_read(a: Attached, got: &[(u64, u64)], accepted: &[(u64, u64)], to: u64)
 /// A consumer attaches to a running ring of two slots (sequence 0 published) and reads up
 /// to sequence 3 while the producer publishes 1, 2 and 3: 2 laps 0 and 3 laps 1, which
 /// needs the consumer past 1 (the scan saw its entry) or started after it. Some
-/// interleaving holds the producer back at the gate.
+/// interleaving has a scan miss the entry and gate above the provisional position.
 fn attach_racing_publishes_that_lap_the_ring(how: Start) {
-    let held = witness();
-    let held_seen = held.clone();
+    let above = witness();
+    let above_seen = above.clone();
     model(move || {
         let m = Arc::new(Model::<2>::running(1));
         let producer = {
@@ -362,16 +436,16 @@ fn attach_racing_publishes_that_lap_the_ring(how: Start) {
         let got = m.read(a.start, 4);
         let p = producer.join().unwrap();
         check_start(a, &p.after_attach);
-        if p.held_back {
-            held.store(true, std::sync::atomic::Ordering::Relaxed);
+        if check_scans(a, &p.scans) {
+            above.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let mut accepted = vec![(0, 0)];
         accepted.extend(p.accepted);
         check_read(a, &got, &accepted, 4);
     });
     assert!(
-        held_seen.load(std::sync::atomic::Ordering::Relaxed),
-        "no interleaving held the producer back at the gate"
+        above_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no scan missed the entry and gated above the provisional position"
     );
 }
 
@@ -380,11 +454,18 @@ fn an_attach_racing_publishes_that_lap_the_ring_reads_every_event_intact() {
     attach_racing_publishes_that_lap_the_ring(Start::Folded);
 }
 
+/// Without the fence after the CAS, the attach's cursor load may read a value older than
+/// the store a scan that missed the entry gated at.
+#[test]
+#[should_panic(expected = "above the start")]
+fn control_an_attach_without_the_fence_after_its_cas() {
+    attach_racing_publishes_that_lap_the_ring(Start::Unfenced);
+}
+
 /// A consumer attaches to a running ring of two slots (0 and 1 published) while the
-/// producer publishes 2 (its scan for room, during the stop) and another process stops the
-/// ring: 2 is accepted (the
-/// stop read its cursor store) or refused (the stop read the cursor before it, and the
-/// store stays in the word). Then the ring starts again and the producer publishes the
+/// producer publishes 2 and another process stops the ring: 2 is accepted (the stop read
+/// its cursor store) or refused (the stop read the cursor before it, and the store stays in
+/// the word). Then the ring starts again and the producer publishes the
 /// next run's first event, at the stop sequence. The attach starts at or before the stop
 /// sequence and reads exactly the accepted events from there. Some interleaving refuses 2
 /// after its cursor store.
@@ -462,7 +543,7 @@ fn attach_racing_a_start_after_a_refusal(how: Start) {
     let early = witness();
     let early_seen = early.clone();
     model(move || {
-        let m = Arc::new(Model::<4>::stopped_after_a_refusal());
+        let m = Arc::new(Model::<4>::stopped_after_a_refusal(0));
         let producer = {
             let m = m.clone();
             thread::spawn(move || {
@@ -498,41 +579,60 @@ fn an_attach_racing_a_start_after_a_refusal_reads_the_next_run_from_its_first_ev
 }
 
 /// The cursor alone: before the start takes the refused store back, the attach starts at
-/// 1, and the next run's first event, 0, is lost to it (issue 9's first bug, in this
-/// design).
+/// 1, and the next run's first event, 0, is lost to it (as today's attach lost the first
+/// events of the next run, reading the claim counter's raw bits).
 #[test]
 #[should_panic(expected = "is skipped")]
 fn control_an_attach_reading_the_cursor_alone_skips_the_next_runs_first_event() {
     attach_racing_a_start_after_a_refusal(Start::Cursor);
 }
 
-/// A scan while the ring is stopped after a refused publish of 0 (the producer, its next
-/// sequence 0, waiting for room), then a start and an attach, one after another: the gate
-/// that scan computed must not be above the attach's start, or the producer, trusting it,
-/// may lap the start's slot.
-fn a_scan_while_stopped_then_an_attach(head: Head) {
+/// A ring of two slots (0 and 1 published) stopped at 2 after a refused publish of 2 (its
+/// bytes in 0's slot, its cursor store in the word). The producer publishes 2 and 3, again
+/// on `Closed` once the ring runs (its first attempt waits at the gate, and scans, while
+/// the ring may still be stopped), while another process starts the ring and a consumer
+/// attaches; then the consumer reads to 3. A scan that missed the entry must not gate past
+/// its start (at 3 the producer would go on to write 4 into the start's slot unchecked).
+/// The consumer reads after the others are done: with its reads concurrent, the model
+/// exceeded loom's branch limit (not looked into further: the scans are checked without
+/// them, and the model of laps above reads concurrently).
+fn a_scan_while_stopped_racing_a_start_and_an_attach(head: Head) {
     model(move || {
-        let m = Model::<4>::stopped_after_a_refusal();
-        let gate = m.scan(head, 0);
-        assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(0), "started");
+        let m = Arc::new(Model::<2>::stopped_after_a_refusal(2));
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::new(2, head);
+                for _ in 2..4 {
+                    p.publish_retrying(&m);
+                }
+                p
+            })
+        };
+        let starter = {
+            let m = m.clone();
+            thread::spawn(move || m.ring.line().reopen(&env(2, true)))
+        };
         let a = m.attach(Start::Folded);
-        assert!(
-            gate <= a.start,
-            "a scan while stopped gated at {gate}, above the start {} of a later attach",
-            a.start
-        );
+        let p = producer.join().unwrap();
+        assert_eq!(starter.join().unwrap(), Ok(2), "started");
+        check_start(a, &p.after_attach);
+        check_scans(a, &p.scans);
+        let got = m.read(a.start, 4);
+        check_read(a, &got, &p.accepted, 4);
     });
 }
 
 #[test]
-fn a_scan_while_stopped_gates_at_or_below_a_later_attach() {
-    a_scan_while_stopped_then_an_attach(Head::Next);
+fn a_scan_while_stopped_gates_at_or_below_an_attach_after_the_start() {
+    a_scan_while_stopped_racing_a_start_and_an_attach(Head::Next);
 }
 
-/// The cursor as the head: a refused store makes the gate one past the stop (issue 9's
-/// second bug, in this design).
+/// The cursor as the head: a scan while the refused store is in the word gates one past
+/// the stop sequence, above the start of the consumer that attached at it (as today's
+/// scan raised the gate with the claim counter's raw bits).
 #[test]
 #[should_panic(expected = "above the start")]
 fn control_a_scan_whose_head_is_the_cursor_gates_above_a_later_attach() {
-    a_scan_while_stopped_then_an_attach(Head::Cursor);
+    a_scan_while_stopped_racing_a_start_and_an_attach(Head::Cursor);
 }

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)] // each model file uses a different part
 
-use loom::sync::atomic::{fence, Ordering};
+use loom::sync::atomic::{fence, AtomicU64, Ordering};
 use loom::thread;
 
 use shmring::fixed;
@@ -25,12 +25,18 @@ pub struct Ring<const N: usize> {
     pub cursor: W,
     /// The write horizon: no sequence at or past it has been written.
     pub horizon: W,
+    /// The first sequence of a claim guard's claim that is not committed yet (its claim is
+    /// in the cursor, its slots may be being written), or `NONE`: consumers deliver below
+    /// it. Only the producer writes it, and no thread loads it before writing it, so it
+    /// needs no shadow (`loom_word::W`).
+    pub pending: AtomicU64,
+    /// Every tombstone lies below this.
     pub tomb_end: W,
     /// The lifecycle word.
     pub life: W,
     /// The stop sequence.
     pub stop_seq: W,
-    /// One tomb word per slot (none is ever written here).
+    /// One tomb word per slot (a dropped claim guard's sequence, in its slot's word).
     pub tombs: [W; N],
     /// A slot's payload: the sequence and a mark (which attempt wrote it, or the sequence
     /// again), two words so that a torn copy shows.
@@ -50,6 +56,12 @@ pub enum Path {
 /// capacity: a reader a whole ring behind the horizon drops its copy, so in a ring of two
 /// slots, where it is the capacity, a reader keeps only the newest event's).
 pub const AHEAD: u64 = 2;
+
+/// `Ring::pending` while no claim guard's claim is open.
+pub const NONE: u64 = u64::MAX;
+
+/// A tombstone as a consumer delivers it: `(seq, TOMB)`.
+pub const TOMB: u64 = u64::MAX - 1;
 
 /// When the producer raises the horizon.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -93,6 +105,7 @@ impl<const N: usize> Ring<N> {
         Ring {
             cursor: W::new(0),
             horizon: W::new(0),
+            pending: AtomicU64::new(NONE),
             tomb_end: W::new(0),
             life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
             stop_seq: W::new(0),
@@ -160,9 +173,20 @@ impl<const N: usize> Ring<N> {
         // Release fence: pairs with a consumer's Acquire load of the cursor that reads the
         // claim's Relaxed store ((p2)), which then sees the payload.
         fence(Ordering::Release);
+        self.claim_on_cursor(seq, 1, seen)
+    }
+
+    /// The line's single-producer claim of `seq..seq + n` on the cursor (`Line::claim_single`,
+    /// in its two halves so that the path shows), after the caller's Release fence.
+    fn claim_on_cursor(
+        &self,
+        seq: u64,
+        n: u64,
+        seen: &mut SeenRunning,
+    ) -> (Result<(), Refused>, Path) {
         // The light fence ((p3)) is a SeqCst fence here, as in the line's models: it pairs
         // with the stopper's heavy fence ((s2)) and the starter's ((t2)).
-        let fast = line::claim_single_fast(&self.cursor, &self.life, seen, seq, 1, || {
+        let fast = line::claim_single_fast(&self.cursor, &self.life, seen, seq, n, || {
             fence(Ordering::SeqCst)
         });
         let path = if fast == Fast::Decide {
@@ -171,9 +195,63 @@ impl<const N: usize> Ring<N> {
             Path::Direct
         };
         (
-            self.line().finish_claim_single(&env(1, true), fast, seq, 1),
+            self.line().finish_claim_single(&env(1, true), fast, seq, n),
             path,
         )
+    }
+
+    /// A claim guard's claim of `seq..seq + n` (`Producer::claim` in this design): `seq`
+    /// recorded as pending, then the line's claim on the cursor, as a publish makes it, but
+    /// before the writes. A refused claim's record is taken back by the producer when
+    /// `reset` (the control leaves it): only consumers read it, as a bound below the cursor,
+    /// and while the refusing stop holds, the stop sequence bounds them at `seq` anyway.
+    pub fn claim_guard(
+        &self,
+        seq: u64,
+        n: u64,
+        seen: &mut SeenRunning,
+        reset: bool,
+    ) -> (Result<(), Refused>, Path) {
+        // Relaxed: published with the claim's cursor store by the Release fence below.
+        self.pending.store(seq, Ordering::Relaxed);
+        // Release fence: a consumer whose Acquire cursor load reads the claim's store sees
+        // `pending` at `seq` (or the Release store that ends the claim).
+        fence(Ordering::Release);
+        let (result, path) = self.claim_on_cursor(seq, n, seen);
+        if result.is_err() && reset {
+            // Relaxed: the next claim's Release fence (or cursor store's) publishes it; a
+            // consumer that reads it earlier is bounded by the stop sequence (module
+            // comment of `loom_folded_guard.rs`).
+            self.pending.store(NONE, Ordering::Relaxed);
+        }
+        (result, path)
+    }
+
+    /// A claim guard's commit: the payloads of its accepted claim `seq..seq + n`, marked
+    /// `mark`, then the claim ended (Release): its events are published.
+    pub fn commit_guard(&self, seq: u64, n: u64, mark: u64) {
+        for s in seq..seq + n {
+            let [a, b] = &self.slots[s as usize % N];
+            // Relaxed, both: published by the Release store below.
+            a.store(s, Ordering::Relaxed);
+            b.store(mark, Ordering::Relaxed);
+        }
+        // Release: pairs with a consumer's Acquire load of `pending` in `bound`.
+        self.pending.store(NONE, Ordering::Release);
+    }
+
+    /// A claim guard dropped without a commit: its accepted claim `seq..seq + n` published
+    /// as tombstones (`fixed::tombstone`'s words, then the claim ended instead of a cursor
+    /// store: the cursor holds the claim already).
+    pub fn drop_guard(&self, seq: u64, n: u64) {
+        for s in seq..seq + n {
+            // Relaxed: published by the Release store below.
+            self.tombs[s as usize % N].store(s, Ordering::Relaxed);
+        }
+        // Relaxed: published by the Release store below.
+        self.tomb_end.store(seq + n, Ordering::Relaxed);
+        // Release: pairs with a consumer's Acquire load of `pending` in `bound`.
+        self.pending.store(NONE, Ordering::Release);
     }
 
     /// Wait until the line runs again (the producer, after a refusal: as a caller that
@@ -198,6 +276,9 @@ pub enum Reads {
     NoBefore,
     /// Control: both words, no fence between the cursor and the second.
     NoFence,
+    /// Control: both words and the fence, the cursor trusted over an open claim guard
+    /// (`Ring::pending` not read).
+    NoPending,
 }
 
 /// How far a consumer may deliver now (`None`: look again later), as the module comment
@@ -209,6 +290,14 @@ pub fn bound<const N: usize>(ring: &Ring<N>, reads: Reads) -> Option<u64> {
     // Acquire: pairs with the producer's Release fence before its claim's store, or with
     // the start's take-back CAS ((t3), SeqCst).
     let c = ring.cursor.load(Ordering::Acquire);
+    // Acquire: pairs with the Release store that ends a claim guard's claim (its commit or
+    // its tombstones); a claim's `pending` was stored before the Release fence ahead of its
+    // cursor store, so a cursor that includes the claim comes with it (or a later value).
+    let c = if reads == Reads::NoPending {
+        c
+    } else {
+        c.min(ring.pending.load(Ordering::Acquire))
+    };
     let l2 = if reads == Reads::NoAfter {
         // The control: `l1` decides alone.
         l1.expect("read")
