@@ -57,15 +57,23 @@
 //! lifecycle word before the write, so that a publish on a closed ring does not overwrite
 //! the slot of the stop sequence.
 //!
-//! The models use a SeqCst fence for the consumer's fence. The design's light form (a
-//! compiler fence, the stopper's membarrier supplying the rest, as for the producer) needs
-//! the consumer's process registered for the membarrier before its first look. The
-//! position an attaching consumer and a gate scan read (the cursor may hold an event a stop
+//! The models use a SeqCst fence for the consumer's fence. The client needs none: loading
+//! the cursor and the second lifecycle word SeqCst (plain loads on x86-64, `ldar` on
+//! AArch64) gives the same guarantee in C++20. Were a stop's (s3) to read a cursor before
+//! `c` while the consumer read `c` and then the word before (s1): the consumer's two loads
+//! are in the SeqCst order S in program order; its second load is coherence-ordered before
+//! (s1), which happens before the stopper's heavy fence (a full barrier on the stopper's
+//! CPU, its SeqCst fence), so that load precedes the fence in S ([atomics.order] 4.2); the
+//! (s3) load after the fence is coherence-ordered before the consumer's cursor load, so the
+//! fence precedes that load in S (4.3): a cycle. loom runs SeqCst loads as Acquire, so the
+//! fence stands in for that order here (as it does after an attach's CAS in
+//! `loom_folded_attach.rs`, where the same SeqCst cursor load makes that fence needless
+//! too). No membarrier registration is needed on the consumer's side. The position an attaching consumer and a gate scan read (the cursor may hold an event a stop
 //! in progress will refuse) is modelled in `loom_folded_attach.rs`, claim guards (a claim
 //! before the writes, recorded in `pending` beside the cursor) in `loom_folded_guard.rs`.
-//! Still to design and model before any client code: a dead producer's repair (of a
-//! guard's open claim, and of a refused store); the other attaches and scans (their list is
-//! in `loom_folded_attach.rs`); and consumers while the line is stopping, which deliver
+//! A dead producer's repair is in `loom_folded_repair.rs`. Still to design and model before
+//! any client code: the other attaches and scans (their list is in
+//! `loom_folded_attach.rs`); and consumers while the line is stopping, which deliver
 //! nothing until the stop settles (today's read the cursor without looking), parked ones
 //! needing a wake then.
 //!

@@ -6,15 +6,16 @@
 //! and the stop's drain waits for the commit. So a guard's claim stays a claim, made before
 //! the writes. It is made on the cursor, the line's claim word, as a publish makes it
 //! ((p1) to (p5), the stop reading it, the start taking a refused one back), which would
-//! publish unwritten slots, were it not for one more word, `pending`, on the cursor's line,
-//! written only by the producer (and, once it is dead, by the repair of its claim):
+//! publish unwritten slots, were it not for one more word, `pending`, beside the cursor,
+//! written by the producer (and, once it is dead, by the repair of its claim:
+//! `loom_folded_repair.rs`):
 //!
 //! ```text
 //! guard, claim s..s+n                          consumer
-//! pending = s             (Relaxed)            l1 = life            (Acquire)
+//! pending = s             (Release)            l1 = life            (Acquire)
 //! fence(Release)                               c = cursor           (Acquire)
 //! (p1)-(p5) on the cursor: cursor = s + n      c = min(c, pending)  (Acquire)
-//! refused: pending = NONE (Relaxed), Closed    fence; l2 = life     (Acquire)
+//! refused: pending = NONE (Release), Closed    fence; l2 = life     (Acquire)
 //! accepted: the user writes s..s+n             as before: Running up to c, settled
 //! commit: pending = NONE  (Release)              closed up to min(c, stop_seq)
 //! drop: tombs[s..s+n], tomb_end, then          tomb_end             (Relaxed, after)
@@ -24,11 +25,16 @@
 //! A consumer whose cursor load reads the claim's store sees `pending` at `s` or the
 //! Release store that ended the claim (the Release fence before the claim's store), so it
 //! delivers nothing of the claim before its commit, and all of it after (a commit's
-//! payloads, a drop's tomb words, both before that Release store). The cursor keeps the
-//! line's meaning, so the stop, the start and the position need nothing new; consumers pay
-//! one load of a word on the line they read the cursor from. A publish of values known in
-//! advance (`publish`, `publish_batch`) writes first and claims last, and never touches
-//! `pending`.
+//! payloads, a drop's tomb words, both before that Release store). Every store of
+//! `pending` is Release: a consumer that reads the next guard's record (or a refused
+//! guard's take-back) beside an earlier guard's cursor store must see that guard's writes,
+//! and a Relaxed store after a Release one carries nothing (C++20 release sequences hold
+//! read-modify-writes only). The stop, the start and a new producer's attach read the
+//! cursor as before; a consumer's position (its polls, its attach) is the lesser of it and
+//! `pending`. Consumers pay one more load, of a word on the cursor's line (a layout change
+//! still to make); a guard pays three stores and a fence (the record, the claim, the end),
+//! where today it pays two (the claim, the cursor). A publish of values known in advance
+//! (`publish`, `publish_batch`) writes first and claims last, and never touches `pending`.
 //!
 //! A refused guard's record is taken back by the producer itself, unlike a refused claim's
 //! cursor store: only consumers read `pending`, as a bound, and no sequence is accepted by
@@ -36,10 +42,21 @@
 //! whatever `pending` says; a later event's Release fence (or a later guard's record)
 //! comes after the take-back in the producer's order.
 //!
-//! The controls: a consumer that does not read `pending` delivers a slot before the
-//! guard's commit wrote it; a producer that leaves a refused guard's record in place stalls
-//! consumers below its next publish, which does not touch `pending`. Witnesses: some
-//! interleaving refuses a guard's claim after its cursor store.
+//! The models: a guard across a stop and a start, retried on `Closed`, beside a consumer;
+//! a guard dropped (or refused, and then an event published with `publish` instead) across
+//! a stop and a start; two guards in a row, the first committed or dropped. The controls,
+//! each one step changed, all fail: a consumer that does not read `pending`, or reads it
+//! before the cursor; no fence after the record; a commit that ends the claim Relaxed
+//! (each delivers an unwritten slot); a refused record left in place (consumers stall
+//! below the next publish, which does not touch `pending`); a Relaxed record (the
+//! consumer reads the first guard's slot before its commit). Witnesses: some interleaving
+//! refuses a guard's claim after its cursor store.
+//!
+//! Not modelled: a guard of more than one sequence (`claim_batch`: the same words, `n`
+//! larger); copying (optional) readers, for which the guard raises the write horizon to
+//! at least `s + n` before its fence, and an optional reader at the head reads `pending`
+//! as a consumer does; a drain waiting for an open guard's commit; a guard leaked with
+//! `mem::forget` (the producer's next call drops it as tombstones, ending `pending` too).
 
 mod loom_env;
 mod loom_folded_ring;
@@ -50,7 +67,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use loom_env::env;
-use loom_folded_ring::{bound, witness, Path, Reads, Ring, TOMB};
+use loom_folded_ring::{bound, witness, Guard, Path, Reads, Ring, TOMB};
 use loom_word::model;
 
 use shmring::fixed;
@@ -85,7 +102,7 @@ fn poll(ring: &Ring<CAP>, reads: Reads, next: &mut u64, got: &mut Vec<(u64, u64)
 /// runs, then commits the attempt accepted, while another process stops and starts the
 /// ring and a consumer polls, then polls again when everyone is done. The consumer
 /// delivers exactly the committed attempt: never a slot before its commit, nothing lost.
-fn a_guard_across_a_stop_and_start(reads: Reads) {
+fn a_guard_across_a_stop_and_start(reads: Reads, how: Guard) {
     let refused = witness();
     let refused_seen = refused.clone();
     model(move || {
@@ -97,9 +114,9 @@ fn a_guard_across_a_stop_and_start(reads: Reads) {
                 let mut seen = SeenRunning::default();
                 let mut attempt = 1;
                 loop {
-                    match ring.claim_guard(0, 1, &mut seen, true) {
+                    match ring.claim_guard(0, 1, &mut seen, how) {
                         (Ok(()), _) => {
-                            ring.commit_guard(0, 1, attempt);
+                            ring.commit_guard(0, 1, attempt, how);
                             return attempt;
                         }
                         (Err(Refused::Closed), path) => {
@@ -141,21 +158,43 @@ fn a_guard_across_a_stop_and_start(reads: Reads) {
 
 #[test]
 fn a_consumer_delivers_a_guards_event_only_once_committed_across_a_stop_and_start() {
-    a_guard_across_a_stop_and_start(Reads::Both);
+    a_guard_across_a_stop_and_start(Reads::Both, Guard::Design);
 }
 
 #[test]
 #[should_panic(expected = "was committed")]
 fn control_a_consumer_that_does_not_read_pending_delivers_an_unwritten_slot() {
-    a_guard_across_a_stop_and_start(Reads::NoPending);
+    a_guard_across_a_stop_and_start(Reads::NoPending, Guard::Design);
 }
 
-/// A claim guard of event 0, dropped if its claim is accepted (a tombstone) and given up if
-/// refused, while another process stops the ring and a consumer polls; then the ring starts
-/// again and the producer publishes its next sequence with `publish` (which does not touch
-/// `pending`), and the consumer polls again. It delivers the tombstone and the event, or
-/// the event alone at 0. `reset`: whether the producer takes a refused guard's record back.
-fn a_dropped_guard_then_a_publish_across_a_stop(reset: bool) {
+/// `pending` read before the cursor: the record not yet, the claim's cursor store already.
+#[test]
+#[should_panic(expected = "was committed")]
+fn control_a_consumer_that_reads_pending_before_the_cursor_delivers_an_unwritten_slot() {
+    a_guard_across_a_stop_and_start(Reads::PendingFirst, Guard::Design);
+}
+
+/// No fence between the record and the claim: the cursor store seen, the record not.
+#[test]
+#[should_panic(expected = "was committed")]
+fn control_a_guard_without_the_fence_after_its_record() {
+    a_guard_across_a_stop_and_start(Reads::Both, Guard::NoFence);
+}
+
+/// The commit's end of the claim Relaxed: seen before the payload.
+#[test]
+#[should_panic(expected = "was committed")]
+fn control_a_commit_that_ends_the_claim_with_a_relaxed_store() {
+    a_guard_across_a_stop_and_start(Reads::Both, Guard::RelaxedEnd);
+}
+
+/// A claim guard of event 0, dropped if its claim is accepted (a tombstone), while another
+/// process stops and starts the ring; on `Closed` the producer waits for the ring to run
+/// and publishes 0 with `publish` instead (which does not touch `pending`), else it
+/// publishes 1 so (either again once the ring runs, if the stop refuses it). A consumer polls meanwhile and once everyone is done: it delivers the
+/// tombstone and 1, or 0 alone. The refused guard's record is taken back while the
+/// consumer may be polling.
+fn a_dropped_or_refused_guard_then_a_publish(how: Guard) {
     let refused = witness();
     let refused_seen = refused.clone();
     model(move || {
@@ -165,39 +204,37 @@ fn a_dropped_guard_then_a_publish_across_a_stop(reset: bool) {
             let refused = refused.clone();
             thread::spawn(move || {
                 let mut seen = SeenRunning::default();
-                let next = match ring.claim_guard(0, 1, &mut seen, reset) {
+                let next = match ring.claim_guard(0, 1, &mut seen, how) {
                     (Ok(()), _) => {
-                        ring.drop_guard(0, 1);
+                        ring.drop_guard(0, 1, how);
                         1
                     }
                     (Err(_), path) => {
                         if path == Path::Decided {
                             refused.store(true, std::sync::atomic::Ordering::Relaxed);
                         }
+                        ring.wait_running();
                         0
                     }
                 };
-                (next, seen)
+                while ring.publish(next, 1, &mut seen, None).0.is_err() {
+                    ring.wait_running();
+                }
+                next
             })
         };
-        let stopper = {
+        let lifecycle = {
             let ring = ring.clone();
             thread::spawn(move || {
-                ring.line()
-                    .close(&env(2, true), RingState::Stopped)
-                    .expect("stop")
-                    .0
+                let e = env(2, true);
+                ring.line().close(&e, RingState::Stopped).expect("stop");
+                ring.line().reopen(&e).expect("start");
             })
         };
         let (mut at, mut got) = (0, Vec::new());
         poll(&ring, Reads::Both, &mut at, &mut got);
-        let (next, mut seen) = producer.join().unwrap();
-        let stop = stopper.join().unwrap();
-        assert_eq!(stop, next, "the stop sequence is the accepted claims' end");
-        assert_eq!(ring.line().reopen(&env(2, true)), Ok(stop), "started");
-        ring.publish(next, 1, &mut seen, None)
-            .0
-            .expect("the ring runs again");
+        let next = producer.join().unwrap();
+        lifecycle.join().unwrap();
         poll(&ring, Reads::Both, &mut at, &mut got);
         let want = if next == 1 {
             vec![(0, TOMB), (1, 1)]
@@ -217,11 +254,67 @@ fn a_dropped_guard_then_a_publish_across_a_stop(reset: bool) {
 
 #[test]
 fn a_dropped_guard_is_a_tombstone_and_a_refused_one_leaves_nothing_behind() {
-    a_dropped_guard_then_a_publish_across_a_stop(true);
+    a_dropped_or_refused_guard_then_a_publish(Guard::Design);
 }
 
 #[test]
 #[should_panic(expected = "were published")]
 fn control_a_refused_guards_record_left_in_place_stalls_the_consumers() {
-    a_dropped_guard_then_a_publish_across_a_stop(false);
+    a_dropped_or_refused_guard_then_a_publish(Guard::NoReset);
+}
+
+/// Two guards in a row on a running ring, the first committed (or dropped, `drop_first`),
+/// the second committed, while a consumer polls, then polls again once the producer is
+/// done. The second guard's record must carry the first's end of claim to a consumer that
+/// reads the first's cursor store and the second's record.
+fn two_guards_in_a_row(drop_first: bool, how: Guard) {
+    model(move || {
+        let ring = Arc::new(Ring::<CAP>::new());
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let mut seen = SeenRunning::default();
+                ring.claim_guard(0, 1, &mut seen, how)
+                    .0
+                    .expect("the ring runs");
+                if drop_first {
+                    ring.drop_guard(0, 1, how);
+                } else {
+                    ring.commit_guard(0, 1, 1, how);
+                }
+                ring.claim_guard(1, 1, &mut seen, how)
+                    .0
+                    .expect("the ring runs");
+                ring.commit_guard(1, 1, 1, how);
+            })
+        };
+        let (mut at, mut got) = (0, Vec::new());
+        poll(&ring, Reads::Both, &mut at, &mut got);
+        producer.join().unwrap();
+        poll(&ring, Reads::Both, &mut at, &mut got);
+        let first = if drop_first { (0, TOMB) } else { (0, 1) };
+        assert_eq!(
+            got,
+            vec![first, (1, 1)],
+            "delivered {got:?}, where {first:?} and (1, 1) were published"
+        );
+    });
+}
+
+#[test]
+fn a_guard_after_a_committed_one_carries_its_commit() {
+    two_guards_in_a_row(false, Guard::Design);
+}
+
+#[test]
+fn a_guard_after_a_dropped_one_carries_its_tombstone() {
+    two_guards_in_a_row(true, Guard::Design);
+}
+
+/// The second record Relaxed: a consumer reads the first claim's cursor store and the
+/// second record, and the first event's payload from before its commit.
+#[test]
+#[should_panic(expected = "were published")]
+fn control_a_relaxed_record_does_not_carry_the_previous_commit() {
+    two_guards_in_a_row(false, Guard::RelaxedRecord);
 }

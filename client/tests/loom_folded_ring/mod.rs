@@ -5,7 +5,7 @@
 
 #![allow(dead_code)] // each model file uses a different part
 
-use loom::sync::atomic::{fence, AtomicU64, Ordering};
+use loom::sync::atomic::{fence, Ordering};
 use loom::thread;
 
 use shmring::fixed;
@@ -27,9 +27,8 @@ pub struct Ring<const N: usize> {
     pub horizon: W,
     /// The first sequence of a claim guard's claim that is not committed yet (its claim is
     /// in the cursor, its slots may be being written), or `NONE`: consumers deliver below
-    /// it. Only the producer writes it, and no thread loads it before writing it, so it
-    /// needs no shadow (`loom_word::W`).
-    pub pending: AtomicU64,
+    /// it. Written by the producer, and by the repair of a dead one (which loads it first).
+    pub pending: W,
     /// Every tombstone lies below this.
     pub tomb_end: W,
     /// The lifecycle word.
@@ -62,6 +61,32 @@ pub const NONE: u64 = u64::MAX;
 
 /// A tombstone as a consumer delivers it: `(seq, TOMB)`.
 pub const TOMB: u64 = u64::MAX - 1;
+
+/// How a claim guard's steps are made: as the design says, or a control with one changed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Guard {
+    /// Every store of `pending` Release, the fence between the record and the claim, a
+    /// refused claim's record taken back.
+    Design,
+    /// Control: the record a Relaxed store.
+    RelaxedRecord,
+    /// Control: no fence between the record and the claim's cursor store.
+    NoFence,
+    /// Control: the commit's (or drop's) end of the claim a Relaxed store.
+    RelaxedEnd,
+    /// Control (and a producer that dies before it): a refused claim's record left.
+    NoReset,
+}
+
+impl Guard {
+    /// The order of a store of `pending` (`end`: a commit's or drop's).
+    fn order(self, end: bool) -> Ordering {
+        match (self, end) {
+            (Guard::RelaxedRecord, false) | (Guard::RelaxedEnd, true) => Ordering::Relaxed,
+            _ => Ordering::Release,
+        }
+    }
+}
 
 /// When the producer raises the horizon.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,7 +130,7 @@ impl<const N: usize> Ring<N> {
         Ring {
             cursor: W::new(0),
             horizon: W::new(0),
-            pending: AtomicU64::new(NONE),
+            pending: W::new(NONE),
             tomb_end: W::new(0),
             life: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
             stop_seq: W::new(0),
@@ -202,34 +227,39 @@ impl<const N: usize> Ring<N> {
 
     /// A claim guard's claim of `seq..seq + n` (`Producer::claim` in this design): `seq`
     /// recorded as pending, then the line's claim on the cursor, as a publish makes it, but
-    /// before the writes. A refused claim's record is taken back by the producer when
-    /// `reset` (the control leaves it): only consumers read it, as a bound below the cursor,
-    /// and while the refusing stop holds, the stop sequence bounds them at `seq` anyway.
+    /// before the writes. A refused claim's record is taken back by the producer (not by
+    /// `Guard::NoReset`): only consumers read it, as a bound below the cursor, and while the
+    /// refusing stop holds, the stop sequence bounds them at `seq` anyway.
     pub fn claim_guard(
         &self,
         seq: u64,
         n: u64,
         seen: &mut SeenRunning,
-        reset: bool,
+        how: Guard,
     ) -> (Result<(), Refused>, Path) {
-        // Relaxed: published with the claim's cursor store by the Release fence below.
-        self.pending.store(seq, Ordering::Relaxed);
-        // Release fence: a consumer whose Acquire cursor load reads the claim's store sees
-        // `pending` at `seq` (or the Release store that ends the claim).
-        fence(Ordering::Release);
+        // Release: a consumer whose Acquire load of `pending` reads this record sees what
+        // came before it, the previous guard's writes and the store that ended its claim
+        // included (a later Relaxed store of the same thread would not carry that store's
+        // release: C++20 release sequences hold read-modify-writes only).
+        self.pending.store(seq, how.order(false));
+        if how != Guard::NoFence {
+            // Release fence: a consumer whose Acquire cursor load reads the claim's store
+            // sees `pending` at `seq` (or the Release store that ends the claim).
+            fence(Ordering::Release);
+        }
         let (result, path) = self.claim_on_cursor(seq, n, seen);
-        if result.is_err() && reset {
-            // Relaxed: the next claim's Release fence (or cursor store's) publishes it; a
-            // consumer that reads it earlier is bounded by the stop sequence (module
-            // comment of `loom_folded_guard.rs`).
-            self.pending.store(NONE, Ordering::Relaxed);
+        if result.is_err() && how != Guard::NoReset {
+            // Release, as the record: a consumer that reads `NONE` here and a cursor of an
+            // earlier guard's claim (bounded by the stop sequence, which holds it) sees that
+            // guard's writes.
+            self.pending.store(NONE, Ordering::Release);
         }
         (result, path)
     }
 
     /// A claim guard's commit: the payloads of its accepted claim `seq..seq + n`, marked
     /// `mark`, then the claim ended (Release): its events are published.
-    pub fn commit_guard(&self, seq: u64, n: u64, mark: u64) {
+    pub fn commit_guard(&self, seq: u64, n: u64, mark: u64, how: Guard) {
         for s in seq..seq + n {
             let [a, b] = &self.slots[s as usize % N];
             // Relaxed, both: published by the Release store below.
@@ -237,13 +267,13 @@ impl<const N: usize> Ring<N> {
             b.store(mark, Ordering::Relaxed);
         }
         // Release: pairs with a consumer's Acquire load of `pending` in `bound`.
-        self.pending.store(NONE, Ordering::Release);
+        self.pending.store(NONE, how.order(true));
     }
 
     /// A claim guard dropped without a commit: its accepted claim `seq..seq + n` published
     /// as tombstones (`fixed::tombstone`'s words, then the claim ended instead of a cursor
     /// store: the cursor holds the claim already).
-    pub fn drop_guard(&self, seq: u64, n: u64) {
+    pub fn drop_guard(&self, seq: u64, n: u64, how: Guard) {
         for s in seq..seq + n {
             // Relaxed: published by the Release store below.
             self.tombs[s as usize % N].store(s, Ordering::Relaxed);
@@ -251,7 +281,7 @@ impl<const N: usize> Ring<N> {
         // Relaxed: published by the Release store below.
         self.tomb_end.store(seq + n, Ordering::Relaxed);
         // Release: pairs with a consumer's Acquire load of `pending` in `bound`.
-        self.pending.store(NONE, Ordering::Release);
+        self.pending.store(NONE, how.order(true));
     }
 
     /// Wait until the line runs again (the producer, after a refusal: as a caller that
@@ -279,6 +309,8 @@ pub enum Reads {
     /// Control: both words and the fence, the cursor trusted over an open claim guard
     /// (`Ring::pending` not read).
     NoPending,
+    /// Control: `Ring::pending` read before the cursor.
+    PendingFirst,
 }
 
 /// How far a consumer may deliver now (`None`: look again later), as the module comment
@@ -287,16 +319,19 @@ pub fn bound<const N: usize>(ring: &Ring<N>, reads: Reads) -> Option<u64> {
     // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
     // start's Running, the cursor load below follows the start's take-back ((t3)).
     let l1 = (reads != Reads::NoBefore).then(|| ring.life.load(Ordering::Acquire));
+    // The control reads `pending` first. Acquire: as below.
+    let early = (reads == Reads::PendingFirst).then(|| ring.pending.load(Ordering::Acquire));
     // Acquire: pairs with the producer's Release fence before its claim's store, or with
     // the start's take-back CAS ((t3), SeqCst).
     let c = ring.cursor.load(Ordering::Acquire);
-    // Acquire: pairs with the Release store that ends a claim guard's claim (its commit or
-    // its tombstones); a claim's `pending` was stored before the Release fence ahead of its
-    // cursor store, so a cursor that includes the claim comes with it (or a later value).
-    let c = if reads == Reads::NoPending {
-        c
-    } else {
-        c.min(ring.pending.load(Ordering::Acquire))
+    // After the cursor. Acquire: pairs with the Release stores of `pending` (a record, and
+    // the store that ends a claim guard's claim: its commit, its tombstones); a claim's
+    // record was stored before the Release fence ahead of its cursor store, so a cursor
+    // that includes the claim comes with it (or a later value).
+    let c = match reads {
+        Reads::NoPending => c,
+        Reads::PendingFirst => c.min(early.expect("read")),
+        _ => c.min(ring.pending.load(Ordering::Acquire)),
     };
     let l2 = if reads == Reads::NoAfter {
         // The control: `l1` decides alone.

@@ -1,0 +1,416 @@
+//! Loom models of the repair of a dead single producer on a fixed-size ring whose claim is
+//! its publish (the design in `loom_folded.rs`'s module comment, claim guards in
+//! `loom_folded_guard.rs`; the model ring in `loom_folded_ring`). The repair is the
+//! model's own code (`repair` below): nothing in the client runs this design yet.
+//!
+//! What a dead producer can leave, and what the repair does with it:
+//!
+//! - a publish that died before its cursor store: a slot written, nothing claimed. Nothing
+//!   to repair; the next producer writes that sequence again.
+//! - a publish that died after its cursor store, its claim undecided: the store counts as
+//!   any store the line reads does. While the line runs the event is published (its
+//!   payload was written before the store); a stop that read the cursor before the store
+//!   refused it, and the start takes it back ((t3)), or the repair does while the line
+//!   stays closed, with the same CAS to the stop sequence.
+//! - a claim guard's open claim: `pending` at its first sequence, its claim in the cursor,
+//!   its slots perhaps half written. Accepted (the line runs, or its stop read it), the
+//!   sequences from `pending` up to the cursor (the stop sequence while closed) become
+//!   tombstones, published by the Release store that ends `pending`, as a dropped guard's.
+//!   Refused, it wrote nothing that counts: the record is ended with no tombstones (left in
+//!   place it would hold consumers below it in the next run: a refused guard's producer ends
+//!   it itself, a dead one cannot), and the cursor taken back as above.
+//!
+//! ```text
+//! repair (the caller holds the dead producer's entry, so no producer attaches meanwhile)
+//! life                 (Acquire) Running: open; Stopped | Draining | Deleted: closed;
+//!                                Stopping | Starting: try later (the stop or start decides)
+//! pend = pending       (Acquire) the dead producer's stores reach the repairer through its
+//! c = cursor           (Acquire)   death; a start's take-back through the Running read
+//! end = c, or min(c, stop_seq) while closed
+//! pend < end: fence(Release); tombs[pend..end]; tomb_end = end
+//! pend set: pending = NONE (Release): publishes the tombstones
+//! c > end: CAS cursor c -> end (SeqCst, as (t3): a start writes the same value)
+//! ```
+//!
+//! The models: a guard's claim racing a stop, its producer dying after half a write (the
+//! claim accepted) or before it takes a refused record back, repaired once it is dead; the
+//! repair of a refused guard racing the start that takes its cursor store back; a publish
+//! dying after its cursor store while a stop runs. Each then starts the ring (if stopped),
+//! has the next producer take the position (`Line::take_position`, no look-back: nothing
+//! is claimed without being published here) and publish one event, and checks with a
+//! consumer that polls during the repair and after: a sequence is an event or a
+//! tombstone, never both and never a half-written slot; the next producer takes where the
+//! repair left the line (no sequence reused, none skipped); nothing stalls consumers.
+//!
+//! Controls, each one step changed: the record left in place (consumers stall below the
+//! next producer's event); the stop sequence ignored while closed (a refused guard's
+//! claim tombstoned, the next producer reusing its sequence); the cursor read before the
+//! lifecycle word (a claim the start took back tombstoned as the next run's).
+
+mod loom_env;
+mod loom_folded_ring;
+mod loom_word;
+
+use loom::sync::atomic::{fence, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+use loom_env::env;
+use loom_folded_ring::{bound, witness, Guard, Reads, Ring, NONE, TOMB};
+use loom_word::model;
+
+use shmring::fixed;
+use shmring::line::{SeenRunning, Word};
+use shmring_layout::{lifecycle, RingState};
+
+/// Slots in the models' ring: more than their events, so that no write wraps (the wrap
+/// gate is the same as today's repair's, not modelled again).
+const CAP: usize = 4;
+
+/// The repair a model runs: the design's, or a control with one step changed.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Step {
+    /// `repair` as the module comment says.
+    Design,
+    /// Control: the record of an open guard left in place.
+    NoReset,
+    /// Control: the raw cursor as the end while closed (the stop sequence ignored).
+    RawCursor,
+    /// Control: the cursor read before the lifecycle word.
+    CursorFirst,
+}
+
+/// One try of the repair. `None`: a stop or a start is in progress, try later. `Some(n)`:
+/// done, `n` sequences tombstoned.
+fn repair(ring: &Ring<CAP>, step: Step) -> Option<u64> {
+    // The control reads the cursor first. Acquire: as below.
+    let early = (step == Step::CursorFirst).then(|| ring.cursor.load(Ordering::Acquire));
+    // Acquire (`Line::life`): pairs with the Release CAS that settled the state, so a
+    // closed state comes with its stop sequence, a Running that a start published with the
+    // start's take-back ((t3)).
+    let closed = match ring.line().life().state {
+        Some(RingState::Running) => false,
+        Some(RingState::Stopped | RingState::Draining | RingState::Deleted) => true,
+        _ => return None,
+    };
+    // Acquire: the dead producer's stores reach the repairer through its death (the join);
+    // only it (and this repair) writes `pending`.
+    let pend = ring.pending.load(Ordering::Acquire);
+    // Acquire: after the lifecycle word, so a take-back the Running word published is seen.
+    let c = early.unwrap_or_else(|| ring.cursor.load(Ordering::Acquire));
+    let end = if closed && step != Step::RawCursor {
+        // Relaxed: ordered by the Acquire load of the settled word.
+        c.min(ring.stop_seq.load(Ordering::Relaxed))
+    } else {
+        c
+    };
+    let from = pend.min(end);
+    if from < end {
+        // Release fence, as `fixed::tombstone`'s: for copying readers of the tomb words.
+        fence(Ordering::Release);
+        for s in from..end {
+            // Relaxed: published by the Release store of `pending` below.
+            ring.tombs[s as usize % CAP].store(s, Ordering::Relaxed);
+        }
+        // Relaxed: published by the Release store of `pending` below.
+        ring.tomb_end.store(end, Ordering::Relaxed);
+    }
+    if pend != NONE && step != Step::NoReset {
+        // Release: pairs with a consumer's Acquire load of `pending`; ends the guard's
+        // claim, its tombstones published.
+        ring.pending.store(NONE, Ordering::Release);
+    }
+    if c > end {
+        // A refused store, taken back to the stop sequence (a start's (t3) writes the same
+        // value; no producer writes the word meanwhile). SeqCst: as (t3). Relaxed on
+        // failure: the value is not used.
+        let _ = ring
+            .cursor
+            .compare_exchange(c, end, Ordering::SeqCst, Ordering::Relaxed);
+    }
+    Some(end - from)
+}
+
+/// The repair, tried until it is done (a broker's later sweep, here at once).
+fn repair_until_done(ring: &Ring<CAP>, step: Step) -> u64 {
+    loop {
+        match repair(ring, step) {
+            Some(tombstoned) => return tombstoned,
+            None => thread::yield_now(),
+        }
+    }
+}
+
+/// A consumer's poll from `next`: an event as `(seq, mark)`, a tombstone as `(seq, TOMB)`.
+fn poll(ring: &Ring<CAP>, next: &mut u64, got: &mut Vec<(u64, u64)>) {
+    let Some(end) = bound(ring, Reads::Both) else {
+        return;
+    };
+    // Relaxed: ordered by the Acquire loads in `bound`.
+    let tomb_end = ring.tomb_end.load(Ordering::Relaxed);
+    while *next < end {
+        let s = *next;
+        if fixed::is_tombstone(ring, s, tomb_end) {
+            got.push((s, TOMB));
+        } else {
+            let [a, b] = &ring.slots[s as usize % CAP];
+            // Relaxed: ordered by the Acquire loads in `bound`.
+            got.push((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
+        }
+        *next += 1;
+    }
+}
+
+/// The ring started if it is stopped, the next producer (process 3) takes the position
+/// and publishes one event there, marked 9; returns the position.
+fn next_producer_publishes(ring: &Ring<CAP>) -> u64 {
+    if ring.line().life().state != Some(RingState::Running) {
+        ring.line().reopen(&env(2, true)).expect("start");
+    }
+    let p = ring
+        .line()
+        .take_position(&env(3, true), |_| true, || fence(Ordering::SeqCst))
+        .expect("take the position");
+    ring.publish(p, 9, &mut SeenRunning::default(), None)
+        .0
+        .expect("the next producer's publish");
+    p
+}
+
+/// A ring with event 0 published (mark 0).
+fn one_published() -> Arc<Ring<CAP>> {
+    let ring = Ring::<CAP>::new();
+    let [a, b] = &ring.slots[0];
+    a.store(0, Ordering::Relaxed);
+    b.store(0, Ordering::Relaxed);
+    ring.cursor.store(1, Ordering::Relaxed);
+    Arc::new(ring)
+}
+
+/// Event 0 published. The producer opens a guard of 1 while another process stops the
+/// ring; accepted, it writes half of 1's payload and dies; refused, it dies before it takes
+/// its record back. The repair runs once it is dead (while the stop may still be closing);
+/// a consumer polls meanwhile. Then the ring starts, the next producer publishes at the
+/// position, and the consumer polls again: 0, then 1 as a tombstone iff the stop accepted
+/// the guard, then the next producer's event at the stop sequence. Some interleaving
+/// accepts the guard and some refuses it.
+fn a_dead_guard_repaired_racing_a_stop(step: Step) {
+    let (accepted_once, refused_once) = (witness(), witness());
+    let (accepted_seen, refused_seen) = (accepted_once.clone(), refused_once.clone());
+    model(move || {
+        let ring = one_published();
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                // `reset` false: a refused guard's producer dies before it takes its
+                // record back.
+                let accepted = ring
+                    .claim_guard(1, 1, &mut SeenRunning::default(), Guard::NoReset)
+                    .0
+                    .is_ok();
+                if accepted {
+                    // Relaxed: one payload word, never published as an event.
+                    ring.slots[1][0].store(1, Ordering::Relaxed);
+                }
+                accepted
+            })
+        };
+        let stopper = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                ring.line()
+                    .close(&env(2, true), RingState::Stopped)
+                    .expect("stop")
+                    .0
+            })
+        };
+        let repairer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let accepted = producer.join().unwrap();
+                (accepted, repair_until_done(&ring, step))
+            })
+        };
+        let (mut next, mut got) = (0, Vec::new());
+        poll(&ring, &mut next, &mut got);
+        let stop = stopper.join().unwrap();
+        let (accepted, tombstoned) = repairer.join().unwrap();
+        assert_eq!(stop, if accepted { 2 } else { 1 }, "the stop's record");
+        if accepted {
+            &accepted_once
+        } else {
+            &refused_once
+        }
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+        let p = next_producer_publishes(&ring);
+        assert_eq!(
+            p, stop,
+            "the next producer takes {p}, the stop was at {stop}"
+        );
+        poll(&ring, &mut next, &mut got);
+        let mut want = vec![(0, 0)];
+        if accepted {
+            want.push((1, TOMB));
+        }
+        want.push((stop, 9));
+        assert_eq!(
+            got, want,
+            "delivered {got:?} where {want:?} were published ({tombstoned} tombstoned)"
+        );
+    });
+    for (seen, what) in [(accepted_seen, "accepted"), (refused_seen, "refused")] {
+        assert!(
+            seen.load(std::sync::atomic::Ordering::Relaxed),
+            "no interleaving {what} the guard"
+        );
+    }
+}
+
+#[test]
+fn a_dead_guard_repaired_racing_a_stop_is_a_tombstone_iff_accepted() {
+    a_dead_guard_repaired_racing_a_stop(Step::Design);
+}
+
+/// The record left in place: after a refused guard, consumers stall at 1, below the next
+/// producer's event.
+#[test]
+#[should_panic(expected = "were published")]
+fn control_a_repair_that_leaves_a_dead_guards_record_stalls_the_consumers() {
+    a_dead_guard_repaired_racing_a_stop(Step::NoReset);
+}
+
+/// The stop sequence ignored: a refused guard's claim is tombstoned, and the next producer
+/// publishes at its sequence too.
+#[test]
+#[should_panic(expected = "were published")]
+fn control_a_repair_that_ignores_the_stop_sequence_tombstones_a_refused_guard() {
+    a_dead_guard_repaired_racing_a_stop(Step::RawCursor);
+}
+
+/// A ring of four slots stopped at 1 (0 published) whose dead producer's guard of 1 the
+/// stop refused: its record (1) in `pending`, its claim (2) in the cursor. The repair races
+/// the start, which takes the cursor store back itself; the next producer publishes once
+/// both are done, while a consumer polls. Nothing is tombstoned; the consumer gets 0 and
+/// the next producer's event at 1.
+fn a_refused_guard_repaired_racing_a_start(step: Step) {
+    model(move || {
+        let ring = one_published();
+        ring.pending.store(1, Ordering::Relaxed);
+        ring.cursor.store(2, Ordering::Relaxed);
+        ring.stop_seq.store(1, Ordering::Relaxed);
+        ring.life.store(
+            lifecycle::pack(2, RingState::Stopped as u32, 0),
+            Ordering::Relaxed,
+        );
+        let repairer = {
+            let ring = ring.clone();
+            thread::spawn(move || repair_until_done(&ring, step))
+        };
+        let starter = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().reopen(&env(2, true)).expect("start"))
+        };
+        let (mut next, mut got) = (0, Vec::new());
+        poll(&ring, &mut next, &mut got);
+        let tombstoned = repairer.join().unwrap();
+        assert_eq!(starter.join().unwrap(), 1, "reopened at the stop sequence");
+        let p = next_producer_publishes(&ring);
+        poll(&ring, &mut next, &mut got);
+        assert_eq!(
+            got,
+            vec![(0, 0), (1, 9)],
+            "delivered {got:?} where 0 and the next producer's 1 were published ({tombstoned} \
+             tombstoned, the next producer at {p})"
+        );
+    });
+}
+
+#[test]
+fn a_refused_guard_repaired_racing_the_start_that_takes_it_back() {
+    a_refused_guard_repaired_racing_a_start(Step::Design);
+}
+
+/// The cursor read first: the repair reads the refused store (2), the start takes it back
+/// and runs, the repair reads Running and tombstones 1, the next run's first sequence.
+#[test]
+#[should_panic(expected = "were published")]
+fn control_a_repair_that_reads_the_cursor_first_tombstones_the_next_runs_first_event() {
+    a_refused_guard_repaired_racing_a_start(Step::CursorFirst);
+}
+
+/// Event 0 published. The producer publishes 1 (its payload, then its claim on the cursor)
+/// while another process stops the ring, and dies right after its cursor store, before
+/// (p4) or (p5) decides. The repair runs once it is dead; a consumer polls meanwhile. The
+/// event is delivered iff the stop read the store (its record is 2); then the ring starts
+/// and the next producer publishes at the stop sequence. Some interleaving has the stop
+/// refuse the store (read the cursor before it).
+fn a_publish_dying_after_its_store_repaired_racing_a_stop(step: Step) {
+    let refused = witness();
+    let refused_seen = refused.clone();
+    model(move || {
+        let ring = one_published();
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let [a, b] = &ring.slots[1];
+                // Relaxed, both: published by the claim's store, after the Release fence.
+                a.store(1, Ordering::Relaxed);
+                b.store(1, Ordering::Relaxed);
+                fence(Ordering::Release);
+                // (p1) and (p2): Running, then the cursor store; the process dies there.
+                let running = ring.life.load(Ordering::Acquire);
+                let stored = lifecycle::state(running) == RingState::Running as u32;
+                if stored {
+                    // Relaxed: (p2), as `line::claim_single_fast`'s.
+                    ring.cursor.store(2, Ordering::Relaxed);
+                }
+                stored
+            })
+        };
+        let stopper = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                ring.line()
+                    .close(&env(2, true), RingState::Stopped)
+                    .expect("stop")
+                    .0
+            })
+        };
+        let repairer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let stored = producer.join().unwrap();
+                (stored, repair_until_done(&ring, step))
+            })
+        };
+        let (mut next, mut got) = (0, Vec::new());
+        poll(&ring, &mut next, &mut got);
+        let stop = stopper.join().unwrap();
+        let (stored, tombstoned) = repairer.join().unwrap();
+        assert_eq!(tombstoned, 0, "a publish's store was tombstoned");
+        if stored && stop == 1 {
+            refused.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        let p = next_producer_publishes(&ring);
+        assert_eq!(
+            p, stop,
+            "the next producer takes {p}, the stop was at {stop}"
+        );
+        poll(&ring, &mut next, &mut got);
+        let mut want = vec![(0, 0)];
+        if stop == 2 {
+            want.push((1, 1));
+        }
+        want.push((stop, 9));
+        assert_eq!(got, want, "delivered {got:?} where {want:?} were published");
+    });
+    assert!(
+        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving refused the store"
+    );
+}
+
+#[test]
+fn a_publish_dying_after_its_store_is_delivered_iff_the_stop_read_it() {
+    a_publish_dying_after_its_store_repaired_racing_a_stop(Step::Design);
+}
