@@ -61,6 +61,7 @@
 //!
 //! ```text
 //! repair of a dead producer's claim (the caller holds its entry, REPAIRING)
+//! fence(SeqCst)                    orders the dead producer's claim store before a stop
 //! life = lifecycle       (Acquire) Running: open; Stopped | Draining | Deleted: closed;
 //!                                  Stopping | Starting: try later (the stop or start decides)
 //! claim                  (Acquire) after life: a Running set by a start comes after (t3)
@@ -213,6 +214,15 @@ pub fn repair_dead<R: Words>(r: &R, gate_passed: impl FnOnce(u64) -> bool) -> Re
         max_claim: r.capacity() / 2,
         lone: &crate::line::NoLone,
     };
+    // SeqCst fence: pairs with a stopper's heavy fence ((s2) in `line`). The dead producer
+    // may have died between its claim's store ((p2)) and its own fence ((p3)), so nothing of
+    // its own orders that store before a concurrent stop's read of the position ((s3)). Its
+    // death happens before this fence (the caller saw it); so either this fence comes first
+    // in the fences' order and the stop reads the claim (and accepts it), or the stop's does
+    // and the lifecycle load below reads Stopping (or later) and waits for the record. The
+    // claim read below while Running is then one every later stop reads too.
+    // (`loom_repair_fixed`'s producer that dies before its fence needs it.)
+    r.fence(Ordering::SeqCst);
     // Acquire (`life`): pairs with the Release CAS that settled the state, so a closed state
     // comes with its stop sequence, and a Running that a start left with the start's
     // take-back of a refused claim ((t3) in `line`).

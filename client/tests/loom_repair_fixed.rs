@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! dead producer (its last claim of s)     repair (fixed::repair_dead)
+//!                                         fence(SeqCst)
 //! (p1)..(p4) claim = s + 1                life: Running open; Stopped | Draining | Deleted
 //! accepted: begin_write, one payload word       closed; Stopping | Starting: try later
 //! dies (its thread ends; the repairer     claim, cursor; end = claim, min(claim, stop_seq)
@@ -40,8 +41,11 @@
 //! lifecycle word (a start between them: a refused claim tombstoned while the next producer
 //! takes its sequence); the stop sequence ignored while closed (a refused claim tombstoned
 //! past the stop); a stop in progress taken for Running (the same, before the stop
-//! records); tomb words written without the tombstone's Release fence (a reader a ring
-//! behind keeps a stale slot); a takeover that frees a dead repairer's entry without
+//! records); the repair without its first fence, against a producer that died between its
+//! claim's store and its own fence (the repair tombstones the claim, the stop refuses it:
+//! no store of the dead producer's is ordered before the stopper's fence but through the
+//! repair's); tomb words written with no fence before them (a reader a ring behind keeps a
+//! stale slot); a takeover that frees a dead repairer's entry without
 //! repairing (a hole below the stop). What the repair's CAS of the claim guards cannot fail
 //! here: the models' premise (the REPAIRING entry holds every producer off) leaves a start's
 //! take-back the only other writer, and it writes the same value, so a plain store in its
@@ -79,8 +83,11 @@ enum Step {
     RawClaimWhileClosed,
     /// Control: a stop in progress (Stopping) taken for Running, instead of trying later.
     StoppingAsRunning,
-    /// Control: tomb words written without the tombstone's Release fence.
+    /// Control: tomb words written without a fence before them (neither the repair's SeqCst
+    /// fence, which is also a Release fence, nor the tombstone's Release fence).
     TombWithoutFence,
+    /// Control: no SeqCst fence before the lifecycle word.
+    NoFence,
 }
 
 /// One repair attempt, `step` choosing the shipping code or a control.
@@ -93,6 +100,10 @@ fn repair_once<R: Words>(r: &R, step: Step, gate_passed: impl FnOnce(u64) -> boo
 
 /// Control: `fixed::repair_dead` with the one step `step` names changed.
 fn control_repair<R: Words>(r: &R, step: Step, gate_passed: impl FnOnce(u64) -> bool) -> Repaired {
+    if step != Step::NoFence && step != Step::TombWithoutFence {
+        // SeqCst fence: as the shipping repair's first step.
+        r.fence(Ordering::SeqCst);
+    }
     // Acquire, as the shipping load, but before the lifecycle word.
     let early = (step == Step::ClaimFirst).then(|| r.claim().load(Ordering::Acquire));
     // Acquire: as `Line::life`.
@@ -184,6 +195,20 @@ fn claim_and_die<const CAP: usize>(ring: &Ring<CAP>, seq: u64) -> Fast {
         ring.slot(seq)[0].store(seq, Ordering::Relaxed);
     }
     fast
+}
+
+/// The single producer's last claim, of `seq`, racing the model's stop: (p1) and (p2) alone
+/// (Running, then its position stored), and the process dies before its light fence, the
+/// claim undecided.
+fn store_claim_and_die<const CAP: usize>(ring: &Ring<CAP>, seq: u64) -> Fast {
+    // (p1) Acquire: as `line::claim_single_fast`'s.
+    let running = ring.life.load(Ordering::Acquire);
+    if lifecycle::state(running) == RingState::Running as u32 {
+        // (p2) Relaxed: as `line::claim_single_fast`'s.
+        ring.claim.store(seq + 1, Ordering::Relaxed);
+        return Fast::Decide;
+    }
+    Fast::NotRunning
 }
 
 /// The cursor (Acquire, as `fixed::published`'s load).
@@ -323,13 +348,13 @@ fn control_a_repair_that_reads_the_claim_first_tombstones_a_claim_a_start_took_b
 /// the stop may still be closing). The stop records 1 (refused) or 2 (accepted); the repair
 /// leaves the cursor exactly there, 1 a tombstone iff accepted; a start reopens there and
 /// the next producer takes it.
-fn a_dead_claim_repaired_racing_a_stop(step: Step) {
+fn a_dead_claim_repaired_racing_a_stop(step: Step, dies: fn(&Ring<2>, u64) -> Fast) {
     model(move || {
         let ring = Arc::new(Ring::<2>::new());
         ring.publish(0, false);
         let producer = {
             let ring = ring.clone();
-            thread::spawn(move || claim_and_die(&ring, 1))
+            thread::spawn(move || dies(&ring, 1))
         };
         let repairer = {
             let ring = ring.clone();
@@ -380,14 +405,14 @@ fn a_dead_claim_repaired_racing_a_stop(step: Step) {
 
 #[test]
 fn a_dead_claim_repaired_racing_a_stop_ends_at_the_stop() {
-    a_dead_claim_repaired_racing_a_stop(Step::Shipping);
+    a_dead_claim_repaired_racing_a_stop(Step::Shipping, claim_and_die);
 }
 
 /// The stop sequence ignored while closed: a claim the stop refused is tombstoned past it.
 #[test]
 #[should_panic(expected = "the repair published past the stop")]
 fn control_a_repair_that_ignores_the_stop_sequence_tombstones_a_refused_claim() {
-    a_dead_claim_repaired_racing_a_stop(Step::RawClaimWhileClosed);
+    a_dead_claim_repaired_racing_a_stop(Step::RawClaimWhileClosed, claim_and_die);
 }
 
 /// A stop in progress taken for Running: the repair tombstones the claim whose fate the stop
@@ -395,7 +420,25 @@ fn control_a_repair_that_ignores_the_stop_sequence_tombstones_a_refused_claim() 
 #[test]
 #[should_panic(expected = "the repair published past the stop")]
 fn control_a_repair_during_a_stop_tombstones_a_claim_the_stop_refuses() {
-    a_dead_claim_repaired_racing_a_stop(Step::StoppingAsRunning);
+    a_dead_claim_repaired_racing_a_stop(Step::StoppingAsRunning, claim_and_die);
+}
+
+/// A producer that dies between its claim's store and its light fence: nothing of its own
+/// orders the store before the stopper's fence, so the repair's SeqCst fence (after it saw
+/// the death) must: either it comes first in the fences' order, and the stop reads the
+/// claim (accepting it, as the repair's tombstone says), or the stop's does, and the repair
+/// reads Stopping and waits for the record.
+#[test]
+fn a_claim_whose_producer_died_before_its_fence_repaired_racing_a_stop() {
+    a_dead_claim_repaired_racing_a_stop(Step::Shipping, store_claim_and_die);
+}
+
+/// Without the repair's fence: it reads Running and the claim, and tombstones it, while the
+/// stop reads the position before the claim and records 1.
+#[test]
+#[should_panic(expected = "the repair published past the stop")]
+fn control_a_repair_without_its_fence_tombstones_a_claim_the_stop_refuses() {
+    a_dead_claim_repaired_racing_a_stop(Step::NoFence, store_claim_and_die);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -453,9 +496,12 @@ fn a_dead_claim_repaired_racing_a_required_and_an_optional_reader() {
     a_dead_claim_repaired_racing_readers(Step::Shipping);
 }
 
-/// Tomb words without the tombstone's Release fence: a reader a ring behind that reads the
-/// repair's tomb word of 1 in 0's slot (so 0, a tombstone, no longer looks like one) may read
-/// the claim from before the dead producer's, and keep the slot's stale bytes as event 0.
+/// Tomb words without a fence before them: a reader a ring behind that reads the repair's
+/// tomb word of 1 in 0's slot (so 0, a tombstone, no longer looks like one) may read the
+/// claim from before the dead producer's, and keep the slot's stale bytes as event 0. (The
+/// repair's first fence, SeqCst, also orders the claim before the tomb words; the
+/// tombstone's own Release fence does it where `fixed::tombstone` runs without one, for a
+/// dropped claim guard.)
 #[test]
 #[should_panic(expected = "kept another write")]
 fn control_tomb_words_without_the_fence_hand_a_reader_a_ring_behind_a_stale_slot() {
