@@ -29,8 +29,11 @@
 //!                                            look again
 //! ```
 //!
+//! (The models' consumer; the client's loads `c` and `l2` SeqCst and has no fence: below.)
+//!
 //! If `l2` is the Running word `l1` was, a stop's (s3) reads `c` or later: with a SeqCst
-//! fence on both sides, a stopper whose (s3) read a cursor before `c` while this consumer
+//! fence on both sides, a stopper whose (s3) read a store earlier in the cursor's
+//! modification order than `c` (its values recur) while this consumer
 //! read `c` and then the word before (s1) would put each fence before the other in their
 //! total order (C++20's rule for SeqCst fences and coherence order). So everything below `c`
 //! is accepted. A word that changed between the reads says nothing about `c`. While the
@@ -57,6 +60,16 @@
 //! lifecycle word before the write, so that a publish on a closed ring does not overwrite
 //! the slot of the stop sequence.
 //!
+//! On paper since (not modelled): the horizon raised, when the producer's next sequence
+//! `s` reaches it, to `min(s + AHEAD, gate + capacity)` with the producer's cached gate, so
+//! it never names a slot the wrap gate has not passed and a gating consumer's lap check
+//! reads it as it reads today's claim (a producer held at the gate raises it once per scan
+//! that moves the gate, a free-running one once per `AHEAD` events); an attaching producer
+//! raises it from where it finds it; and the look at the lifecycle word before the write is
+//! (p1) itself, moved before the payload ((p1), the write, then (p2) to (p5): a refusal at
+//! (p1) writes nothing, and the window between (p1) and (p4) only grows, which the
+//! handshake does not mind since (p4) compares the whole word with (p1)'s).
+//!
 //! The models use a SeqCst fence for the consumer's fence. The client needs none: loading
 //! the cursor and the second lifecycle word SeqCst (plain loads on x86-64, `ldar` on
 //! AArch64) gives the same guarantee in C++20. Were a stop's (s3) to read a cursor before
@@ -68,26 +81,28 @@
 //! fence precedes that load in S (4.3): a cycle. loom runs SeqCst loads as Acquire, so the
 //! fence stands in for that order here (as it does after an attach's CAS in
 //! `loom_folded_attach.rs`, where the same SeqCst cursor load makes that fence needless
-//! too). No membarrier registration is needed on the consumer's side. The position an attaching consumer and a gate scan read (the cursor may hold an event a stop
-//! in progress will refuse) is modelled in `loom_folded_attach.rs`, claim guards (a claim
-//! before the writes, recorded in `pending` beside the cursor) in `loom_folded_guard.rs`.
-//! A dead producer's repair is in `loom_folded_repair.rs`. Still to design and model before
-//! any client code: the other attaches and scans (their list is in
-//! `loom_folded_attach.rs`); and consumers while the line is stopping, which deliver
-//! nothing until the stop settles (today's read the cursor without looking), parked ones
-//! needing a wake then.
+//! too). No membarrier registration is needed on the consumer's side. The position an
+//! attaching consumer and a gate scan read (the cursor may hold an event a stop in progress
+//! will refuse) is modelled in `loom_folded_attach.rs`, claim guards (a claim before the
+//! writes, recorded in `pending` beside the cursor) in `loom_folded_guard.rs`. A dead
+//! producer's repair is in `loom_folded_repair.rs`. Still to design and model before any
+//! client code: the other attaches and scans (their list is in `loom_folded_attach.rs`);
+//! and the write horizon's points above. Consumers while the line is stopping deliver
+//! nothing until the stop settles (today's read the cursor without looking); a parked one
+//! is woken by the stop's wake once it settles, as today (ARCHITECTURE.md, "The store can
+//! be the publish"; on paper, not modelled).
 //!
 //! The controls of the first two models each drop one step of the consumer's reads; those
 //! of the last raise the horizon after the write or use today's copy check. All are
 //! expected to fail. The stop-and-start model runs with a preemption bound of 3 (unless
-//! `LOOM_MAX_PREEMPTIONS` says otherwise): loom found the failure of a consumer that reads the lifecycle word only
-//! after the cursor with that bound and not with 2 (the consumer reads a refused event's
-//! cursor store that the start's take-back follows in the word's order, and the word after
-//! the start). A SeqCst fence in loom joins one clock in execution order, stronger than
-//! C++20's, so the argument above, not the model alone, carries the consumer's fence. The
-//! first two models also check that some interleaving refuses an event after its cursor
-//! store, the case the consumer's reads are for; the last, that some interleaving keeps a
-//! copy.
+//! `LOOM_MAX_PREEMPTIONS` says otherwise): loom found the failure of a consumer that reads
+//! the lifecycle word only after the cursor with that bound and not with 2 (the consumer
+//! reads a refused event's cursor store that the start's take-back follows in the word's
+//! order, and the word after the start). A SeqCst fence in loom joins one clock in
+//! execution order, stronger than C++20's, so the argument above, not the model alone,
+//! carries the consumer's fence. The first two models also check that some interleaving
+//! refuses an event after its cursor store, the case the consumer's reads are for; the
+//! last, that some interleaving keeps a copy.
 
 mod loom_env;
 mod loom_folded_ring;

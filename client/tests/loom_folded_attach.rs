@@ -54,21 +54,21 @@
 //! models check the interleavings, the argument above carries the orders.
 //!
 //! What the models check: the start is at or after every event published before the attach
-//! began, and at or before every event whose claim was stored
-//! after the attach returned; a scan that did not see the entry gated at or below the
-//! start; the consumer, reading from its start (while the producer laps the ring in the
-//! first model, after the stop or the start in the others), finds every event intact and
-//! exactly the attempt that was accepted; an attach racing a stop starts at or before the
-//! stop sequence. (Consumers reading across a stop and a start are `loom_folded.rs`'s.)
-//! Witnesses: a scan that missed the entry gated above the provisional position (the case
-//! the argument is for), and some publish was refused after its cursor store. The controls: the position from
-//! the cursor alone (an attach before a start takes a refused event back starts past the
-//! next run's first event and skips it, as today's attach read the claim counter's raw
-//! bits); from the cursor and the lifecycle word before it alone (an attach during a stop
-//! starts past the event the stop refuses); no fence after the CAS; and a scan's head from
-//! the cursor (a scan while the ring is stopped after a refusal gates one past the stop
-//! sequence, above the start of a consumer that attaches at it after the start, and the
-//! producer would go on to lap it, as today's scan did with the raw bits).
+//! began, and at or before every event whose claim was stored after the attach returned; a
+//! scan that did not see the entry gated at or below the start; the consumer, reading from
+//! its start (while the producer laps the ring in the first model, after the stop or the
+//! start in the others), finds every event intact and exactly the attempt that was
+//! accepted; an attach racing a stop starts at or before the stop sequence. (Consumers
+//! reading across a stop and a start are `loom_folded.rs`'s.) Witnesses: a scan that missed
+//! the entry gated above the provisional position (the case the argument is for), and some
+//! publish was refused after its cursor store. The controls: the position from the cursor
+//! alone (an attach before a start takes a refused event back starts past the next run's
+//! first event and skips it, as today's attach read the claim counter's raw bits); from the
+//! cursor and the lifecycle word before it alone (an attach during a stop starts past the
+//! event the stop refuses); no fence after the CAS; and a scan's head from the cursor (a
+//! scan while the ring is stopped after a refusal gates one past the stop sequence, above
+//! the start of a consumer that attaches at it after the start, and the producer would go
+//! on to lap it, as today's scan did with the raw bits).
 //!
 //! With claim guards (`loom_folded_guard.rs`) the position is also bounded by `pending`,
 //! the first sequence of an open guard's claim. The argument carries over: the store that

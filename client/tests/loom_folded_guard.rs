@@ -22,19 +22,26 @@
 //!       pending = NONE    (Release)
 //! ```
 //!
+//! (The models' consumer; the client's loads the cursor, `pending` and `l2` SeqCst, with no
+//! fence: `loom_folded.rs`.)
+//!
 //! A consumer whose cursor load reads the claim's store sees `pending` at `s` or the
 //! Release store that ended the claim (the Release fence before the claim's store), so it
 //! delivers nothing of the claim before its commit, and all of it after (a commit's
-//! payloads, a drop's tomb words, both before that Release store). Every store of
-//! `pending` is Release: a consumer that reads the next guard's record (or a refused
-//! guard's take-back) beside an earlier guard's cursor store must see that guard's writes,
-//! and a Relaxed store after a Release one carries nothing (C++20 release sequences hold
-//! read-modify-writes only). The stop, the start and a new producer's attach read the
-//! cursor as before; a consumer's position (its polls, its attach) is the lesser of it and
-//! `pending`. Consumers pay one more load, of a word on the cursor's line (a layout change
-//! still to make); a guard pays three stores and a fence (the record, the claim, the end),
-//! where today it pays two (the claim, the cursor). A publish of values known in advance
-//! (`publish`, `publish_batch`) writes first and claims last, and never touches `pending`.
+//! payloads, a drop's tomb words, both before that Release store). Every store of `pending`
+//! is Release: a consumer that reads the next guard's record beside an earlier guard's
+//! cursor store must see that guard's writes, and a Relaxed store after a Release one
+//! carries nothing (C++20 release sequences hold read-modify-writes only); a refused
+//! guard's take-back, after the record's Release fence, would carry them Relaxed too, and
+//! is Release for uniformity. In the client, a consumer's load of `pending` is SeqCst as
+//! well (a plain load on x86-64): an attach's argument without a fence after its CAS
+//! (`loom_folded_attach.rs`) needs every word of the position in the SeqCst order. The
+//! stop, the start and a new producer's attach read the cursor as before; a consumer's
+//! position (its polls, its attach) is the lesser of it and `pending`. Consumers pay one
+//! more load, of a word on the cursor's line (a layout change still to make); a guard pays
+//! three stores and a fence (the record, the claim, the end), where today it pays two (the
+//! claim, the cursor). A publish of values known in advance (`publish`, `publish_batch`)
+//! writes first and claims last, and never touches `pending`.
 //!
 //! A refused guard's record is taken back by the producer itself, unlike a refused claim's
 //! cursor store: only consumers read `pending`, as a bound, and no sequence is accepted by
@@ -191,9 +198,9 @@ fn control_a_commit_that_ends_the_claim_with_a_relaxed_store() {
 /// A claim guard of event 0, dropped if its claim is accepted (a tombstone), while another
 /// process stops and starts the ring; on `Closed` the producer waits for the ring to run
 /// and publishes 0 with `publish` instead (which does not touch `pending`), else it
-/// publishes 1 so (either again once the ring runs, if the stop refuses it). A consumer polls meanwhile and once everyone is done: it delivers the
-/// tombstone and 1, or 0 alone. The refused guard's record is taken back while the
-/// consumer may be polling.
+/// publishes 1 so (either again once the ring runs, if the stop refuses it). A consumer
+/// polls meanwhile and once everyone is done: it delivers the tombstone and 1, or 0 alone.
+/// The refused guard's record is taken back while the consumer may be polling.
 fn a_dropped_or_refused_guard_then_a_publish(how: Guard) {
     let refused = witness();
     let refused_seen = refused.clone();

@@ -249,9 +249,9 @@ impl<const N: usize> Ring<N> {
         }
         let (result, path) = self.claim_on_cursor(seq, n, seen);
         if result.is_err() && how != Guard::NoReset {
-            // Release, as the record: a consumer that reads `NONE` here and a cursor of an
-            // earlier guard's claim (bounded by the stop sequence, which holds it) sees that
-            // guard's writes.
+            // Release, as every store of `pending` (here the record's Release fence above
+            // would carry even a Relaxed store: a consumer that reads `NONE` here beside an
+            // earlier guard's cursor store sees that guard's writes either way).
             self.pending.store(NONE, Ordering::Release);
         }
         (result, path)
