@@ -20,7 +20,7 @@
 use std::sync::atomic::Ordering;
 
 use shmring_layout::IN_FLIGHT_CLAIMING;
-use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state, RingState};
+use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state};
 
 use crate::table::{self, FirstSeen, Holder, Tombstone};
 use crate::{fence, fixed, gating, park, Ring};
@@ -406,15 +406,13 @@ impl Ring {
         let mut repair = Repair::default();
         let geo = self.seg.geometry();
         let line = self.seg.line();
-        if line.single
-            && matches!(
-                line.life().state,
-                Some(RingState::Stopping | RingState::Starting)
-            )
-        {
-            // A stop or start in progress decides whether the single producer's last claim
-            // is accepted or taken back (see `line`): a claim it takes back must not be
-            // marked repaired, since its sequences are handed out again. Try again later.
+        // A stop or start in progress decides whether the single producer's last claim is
+        // accepted or taken back (see `line`): a claim it takes back must not be marked
+        // repaired, since its sequences are handed out again. Try again later. The SeqCst
+        // fence first pairs with a stopper's heavy fence (see `single_hole_decided`).
+        if !table::producer::single_hole_decided(&line, || {
+            std::sync::atomic::fence(Ordering::SeqCst)
+        }) {
             repair.waiting += 1;
             return repair;
         }

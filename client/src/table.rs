@@ -76,6 +76,7 @@
 use std::sync::atomic::Ordering;
 
 use shmring_layout::stamp::{self, Lap, Stamp};
+use shmring_layout::RingState;
 use shmring_layout::{consumer_state as cs, owned_word, producer_state as ps};
 use shmring_layout::{IN_FLIGHT_CLAIMING, STAMP_EMPTY, STAMP_TOMBSTONE, STAMP_WRITING};
 
@@ -491,6 +492,29 @@ pub mod producer {
     #[inline]
     pub fn clear_claim<W: Word>(in_flight: &W) {
         in_flight.store(0, Ordering::Release);
+    }
+
+    /// Whether a repair of a single producer's hole may read the line's head now: `false`
+    /// while a stop or start is deciding the last claim's fate (a claim it takes back must
+    /// not be marked repaired: its sequences are handed out again; try again later).
+    /// `fence` is a SeqCst fence (loom's in the models), issued first: the dead producer may
+    /// have died between its claim's store ((p2) in `line`) and its own fence ((p3)), so
+    /// nothing of its own orders that store before a concurrent stop's read of the
+    /// position ((s3)). Its death happens before this fence (the caller saw it), so either
+    /// this fence precedes the stopper's heavy fence and the stop reads the claim (accepts
+    /// it, as the repair's mark says), or it follows, and the lifecycle load here reads
+    /// Stopping or later. `client/tests/loom_repair.rs` has the model that fails without it.
+    /// A multi-producer line decides nothing here: its claims are read-modify-writes of the
+    /// counter that the close's CAS orders.
+    pub fn single_hole_decided<W: Word>(line: &Line<'_, W>, fence: impl FnOnce()) -> bool {
+        if !line.single {
+            return true;
+        }
+        fence();
+        !matches!(
+            line.life().state,
+            Some(RingState::Stopping | RingState::Starting)
+        )
     }
 
     /// The decision of the repair of a hole nobody can name (a producer died between

@@ -41,12 +41,22 @@
 //!   shipping CAS the stale stamp makes the CAS fail instead, so the Release clear is what
 //!   keeps a repair that reads stamps with plain loads correct; the model shows both.
 
+//!
+//! A second model, of a single-producer ring: the producer dies between its claim's store
+//! and its light fence ((p2) and (p3) in `line`) while a stop runs, and the repair
+//! (`table::producer::single_hole_decided`, then `unattributed_hole`) marks the claim a
+//! hole exactly when the stop's record accepts it. Its control, without the SeqCst fence
+//! `single_hole_decided` issues first, marks a claim the stop refused (the repair read
+//! Running and the dead producer's position; the stop read the position before it).
+
+mod loom_env;
 mod loom_word;
 
-use loom::sync::atomic::{AtomicU32, Ordering};
+use loom::sync::atomic::{fence, AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
+use loom_env::env;
 use loom_word::{model, W};
 use shmring::line::{Line, Word};
 use shmring::table::{self, Tombstone};
@@ -100,6 +110,14 @@ impl Ring {
             single: false,
             max_claim: CAPACITY / 2,
             lone: &shmring::line::NoLone,
+        }
+    }
+
+    /// The same words as a single-producer line.
+    fn single_line(&self) -> Line<'_, W> {
+        Line {
+            single: true,
+            ..self.line()
         }
     }
 
@@ -305,4 +323,93 @@ fn control_a_relaxed_record_of_a_batch_can_hide_its_length_from_the_repair() {
         },
         2,
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// A single producer's hole, repaired racing a stop.
+
+/// A single-producer ring of stamped slots, 0 published. The producer claims 1 ((p1) and
+/// (p2): Running, then its position 2 stored) and dies before its light fence ((p3)), the
+/// claim undecided, while another process stops the ring. The repair (`repair_unattributed`
+/// on a single-producer line: `single_hole_decided`, then `unattributed_hole` over no other
+/// producer) runs once it is dead. The stop records 1 (the claim refused: the next run
+/// hands 1 out again, so it must not be marked) or 2 (accepted: 1 is a hole, marked).
+/// `fenced`: the shipping SeqCst fence in `single_hole_decided` (the control has none).
+fn a_single_producers_hole_repaired_racing_a_stop(fenced: bool) {
+    model(move || {
+        let ring = Arc::new(Ring {
+            claim: W::new(1),
+            lifecycle: W::new(lifecycle::pack(0, RingState::Running as u32, 0)),
+            stop_seq: W::new(0),
+            stamps: std::array::from_fn(|_| W::new(STAMP_EMPTY)),
+            flags: std::array::from_fn(|_| AtomicU32::new(0)),
+            in_flight: [W::new(0), W::new(0)],
+            in_flight_len: [W::new(0), W::new(0)],
+        });
+        ring.stamps[0].store(0, Ordering::Relaxed);
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                // (p1) Acquire and (p2) Relaxed, as `line::claim_single_fast`'s; the process
+                // dies before (p3).
+                let running = ring.lifecycle.load(Ordering::Acquire);
+                if lifecycle::state(running) == RingState::Running as u32 {
+                    ring.claim.store(2, Ordering::Relaxed);
+                }
+            })
+        };
+        let repairer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                producer.join().unwrap();
+                let line = ring.single_line();
+                while !table::producer::single_hole_decided(&line, || {
+                    if fenced {
+                        fence(Ordering::SeqCst);
+                    }
+                }) {
+                    thread::yield_now();
+                }
+                let mut marked = Vec::new();
+                let none: [(&W, &W); 0] = [];
+                assert!(table::producer::unattributed_hole(
+                    &line,
+                    none,
+                    |_| 0,
+                    |seq| {
+                        // The model's consumers are far ahead: the gate always allows.
+                        if table::tombstone(&ring.stamps[seq as usize], seq, CAPACITY, || true)
+                            == Tombstone::Written
+                        {
+                            marked.push(seq);
+                        }
+                    }
+                ));
+                marked
+            })
+        };
+        let (stop, _) = ring
+            .single_line()
+            .close(&env(2, true), RingState::Stopped)
+            .expect("stop");
+        let marked = repairer.join().unwrap();
+        let want: Vec<u64> = (1..stop).collect();
+        assert_eq!(
+            marked, want,
+            "the repair marked {marked:?} where the stop at {stop} leaves {want:?} a hole"
+        );
+    });
+}
+
+#[test]
+fn a_single_producers_hole_repaired_racing_a_stop_is_marked_iff_the_stop_accepted_it() {
+    a_single_producers_hole_repaired_racing_a_stop(true);
+}
+
+/// Without the fence: the repair reads Running and the dead producer's position, and marks
+/// 1, while the stop reads the position before the store and refuses the claim.
+#[test]
+#[should_panic(expected = "leaves")]
+fn control_a_single_producers_repair_without_its_fence_marks_a_refused_claim() {
+    a_single_producers_hole_repaired_racing_a_stop(false);
 }
