@@ -220,8 +220,11 @@ pub fn repair_dead<R: Words>(r: &R, gate_passed: impl FnOnce(u64) -> bool) -> Re
     // death happens before this fence (the caller saw it); so either this fence comes first
     // in the fences' order and the stop reads the claim (and accepts it), or the stop's does
     // and the lifecycle load below reads Stopping (or later) and waits for the record. The
-    // claim read below while Running is then one every later stop reads too.
-    // (`loom_repair_fixed`'s producer that dies before its fence needs it.)
+    // claim read below while Running is then one every later stop reads too. The same holds
+    // against a start's take-back ((t2), (t3)): one that missed the store (its fence first)
+    // is seen here as Starting or later, so the CAS below never takes back a claim a later
+    // stop has read. (`loom_repair_fixed`'s producer that dies before its fence needs it
+    // against a stop; against a start it is not modelled.)
     r.fence(Ordering::SeqCst);
     // Acquire (`life`): pairs with the Release CAS that settled the state, so a closed state
     // comes with its stop sequence, and a Running that a start left with the start's

@@ -472,7 +472,8 @@ impl Ring {
     /// For a sequence whose producer is gone, as the repairs call it: a live producer's
     /// claim marked this way loses its event (consumers pass it before the producer stamps
     /// it). A sequence nobody has claimed yet is never marked (`Wait`): its producer is
-    /// still to come.
+    /// still to come. On a single-producer ring, `Wait` too while a stop or start decides
+    /// the last claim's fate.
     pub fn tombstone(&self, seq: u64) -> Tombstone {
         if self.seg.is_fixed() {
             return if self.seg.reached(seq) {
@@ -481,7 +482,14 @@ impl Ring {
                 Tombstone::Wait
             };
         }
-        if seq >= self.seg.line().claimed() {
+        let line = self.seg.line();
+        // A single producer's last claim is decided only once no stop or start is deciding
+        // it, and its store is read only after the SeqCst fence that pairs with a stopper's
+        // (see `single_hole_decided`): a claim a stop refuses is never marked.
+        if !table::producer::single_hole_decided(&line, || {
+            std::sync::atomic::fence(Ordering::SeqCst)
+        }) || seq >= line.claimed()
+        {
             return Tombstone::Wait;
         }
         let slot = self.seg.slot(seq);

@@ -37,7 +37,8 @@
 //! after any of its writes, its REPAIRING word left, whose repair the next producer's
 //! attach takes over, racing a stop or a start.
 //!
-//! Controls, each one step changed, each required to fail: the claim read before the
+//! Controls, each one step changed (but the last of tomb words, which drops both fences
+//! before them), each required to fail: the claim read before the
 //! lifecycle word (a start between them: a refused claim tombstoned while the next producer
 //! takes its sequence); the stop sequence ignored while closed (a refused claim tombstoned
 //! past the stop); a stop in progress taken for Running (the same, before the stop
@@ -499,9 +500,10 @@ fn a_dead_claim_repaired_racing_a_required_and_an_optional_reader() {
 /// Tomb words without a fence before them: a reader a ring behind that reads the repair's
 /// tomb word of 1 in 0's slot (so 0, a tombstone, no longer looks like one) may read the
 /// claim from before the dead producer's, and keep the slot's stale bytes as event 0. (The
-/// repair's first fence, SeqCst, also orders the claim before the tomb words; the
-/// tombstone's own Release fence does it where `fixed::tombstone` runs without one, for a
-/// dropped claim guard.)
+/// repair's first fence, SeqCst, also orders the claim before the tomb words, so this
+/// control drops both; no model shows the tombstone's own Release fence needed any more: a
+/// dropped claim guard's tomb words follow `fixed::begin_write`'s fence as well. It stays,
+/// a second guard for a caller that did not fence.)
 #[test]
 #[should_panic(expected = "kept another write")]
 fn control_tomb_words_without_the_fence_hand_a_reader_a_ring_behind_a_stale_slot() {
