@@ -115,7 +115,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use loom_env::env;
-use loom_folded_ring::{bound, witness, Path, Raise, Reads, Ring};
+use loom_folded_ring::{bound, spawn_lifecycle, witness, Path, Raise, Reads, Ring};
 use loom_word::{model, model_bound};
 
 use shmring::fixed;
@@ -186,14 +186,7 @@ fn a_stop_and_start_during_a_publish(reads: Reads) {
                 accepted.0
             })
         };
-        let lifecycle = {
-            let ring = ring.clone();
-            thread::spawn(move || {
-                let e = env(2, true);
-                ring.line().close(&e, RingState::Stopped).expect("stop");
-                ring.line().reopen(&e).expect("start");
-            })
-        };
+        let lifecycle = spawn_lifecycle(&ring, true);
         let (mut next, mut got) = (0, Vec::new());
         poll(&ring, reads, &mut next, &mut got);
         let accepted = producer.join().unwrap();
@@ -268,15 +261,7 @@ fn a_stop_during_two_publishes(reads: Reads) {
                 accepted
             })
         };
-        let stopper = {
-            let ring = ring.clone();
-            thread::spawn(move || {
-                ring.line()
-                    .close(&env(2, true), RingState::Stopped)
-                    .expect("stop")
-                    .0
-            })
-        };
+        let stopper = spawn_lifecycle(&ring, false);
         let (mut next, mut got) = (0, Vec::new());
         poll(&ring, reads, &mut next, &mut got);
         let accepted = producer.join().unwrap();

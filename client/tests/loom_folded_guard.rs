@@ -49,7 +49,8 @@
 //! whatever `pending` says; a later event's Release fence (or a later guard's record)
 //! comes after the take-back in the producer's order.
 //!
-//! The models: a guard across a stop and a start, retried on `Closed`, beside a consumer;
+//! The models: a guard (of one sequence, and of two) across a stop and a start, retried on
+//! `Closed`, beside a consumer;
 //! a guard dropped (or refused, and then an event published with `publish` instead) across
 //! a stop and a start; two guards in a row, the first committed or dropped. The controls,
 //! each one step changed, all fail: a consumer that does not read `pending`, or reads it
@@ -59,8 +60,8 @@
 //! consumer reads the first guard's slot before its commit). Witnesses: some interleaving
 //! refuses a guard's claim after its cursor store.
 //!
-//! Not modelled: a guard of more than one sequence (`claim_batch`: the same words, `n`
-//! larger); copying (optional) readers, for which the guard raises the write horizon to
+//! A guard of two sequences (`claim_batch`) runs across a stop and a start too. Not
+//! modelled: copying (optional) readers, for which the guard raises the write horizon to
 //! at least `s + n` before its fence, and an optional reader at the head reads `pending`
 //! as a consumer does; a drain waiting for an open guard's commit; a guard leaked with
 //! `mem::forget` (the producer's next call drops it as tombstones, ending `pending` too).
@@ -69,47 +70,25 @@ mod loom_env;
 mod loom_folded_ring;
 mod loom_word;
 
-use loom::sync::atomic::Ordering;
 use loom::sync::Arc;
 use loom::thread;
 
-use loom_env::env;
-use loom_folded_ring::{bound, witness, Guard, Path, Reads, Ring, TOMB};
+use loom_folded_ring::{
+    assert_reached, poll_tombs, reached, spawn_lifecycle, witness, Guard, Path, Reads, Ring, TOMB,
+};
 use loom_word::model;
 
-use shmring::fixed;
-use shmring::line::{Refused, SeenRunning, Word};
-use shmring_layout::RingState;
+use shmring::line::{Refused, SeenRunning};
 
 /// Slots in the models' ring: more than their events, so that no write wraps.
 const CAP: usize = 4;
-
-/// A consumer's poll: deliver `next..bound`, a tombstone as `(seq, TOMB)`, an event as its
-/// payload `(seq, mark)`.
-fn poll(ring: &Ring<CAP>, reads: Reads, next: &mut u64, got: &mut Vec<(u64, u64)>) {
-    let Some(end) = bound(ring, reads) else {
-        return;
-    };
-    // Relaxed: ordered by the Acquire loads in `bound` (the cursor's and `pending`'s).
-    let tomb_end = ring.tomb_end.load(Ordering::Relaxed);
-    while *next < end {
-        let s = *next;
-        if fixed::is_tombstone(ring, s, tomb_end) {
-            got.push((s, TOMB));
-        } else {
-            let [a, b] = &ring.slots[s as usize % CAP];
-            // Relaxed: ordered by the Acquire loads in `bound`.
-            got.push((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
-        }
-        *next += 1;
-    }
-}
 
 /// A claim guard of event 0 by a producer that claims again on `Closed` once the ring
 /// runs, then commits the attempt accepted, while another process stops and starts the
 /// ring and a consumer polls, then polls again when everyone is done. The consumer
 /// delivers exactly the committed attempt: never a slot before its commit, nothing lost.
-fn a_guard_across_a_stop_and_start(reads: Reads, how: Guard) {
+/// `n`: the guard's sequences (2: `claim_batch`'s, its events 0 and 1).
+fn a_guard_across_a_stop_and_start(reads: Reads, how: Guard, n: u64) {
     let refused = witness();
     let refused_seen = refused.clone();
     model(move || {
@@ -121,14 +100,14 @@ fn a_guard_across_a_stop_and_start(reads: Reads, how: Guard) {
                 let mut seen = SeenRunning::default();
                 let mut attempt = 1;
                 loop {
-                    match ring.claim_guard(0, 1, &mut seen, how) {
+                    match ring.claim_guard(0, n, &mut seen, how) {
                         (Ok(()), _) => {
-                            ring.commit_guard(0, 1, attempt, how);
+                            ring.commit_guard(0, n, attempt, how);
                             return attempt;
                         }
                         (Err(Refused::Closed), path) => {
                             if path == Path::Decided {
-                                refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                                reached(&refused);
                             }
                             ring.wait_running();
                             attempt += 1;
@@ -138,61 +117,56 @@ fn a_guard_across_a_stop_and_start(reads: Reads, how: Guard) {
                 }
             })
         };
-        let lifecycle = {
-            let ring = ring.clone();
-            thread::spawn(move || {
-                let e = env(2, true);
-                ring.line().close(&e, RingState::Stopped).expect("stop");
-                ring.line().reopen(&e).expect("start");
-            })
-        };
+        let lifecycle = spawn_lifecycle(&ring, true);
         let (mut next, mut got) = (0, Vec::new());
-        poll(&ring, reads, &mut next, &mut got);
+        poll_tombs(&ring, reads, &mut next, &mut got);
         let committed = producer.join().unwrap();
         lifecycle.join().unwrap();
-        poll(&ring, reads, &mut next, &mut got);
+        poll_tombs(&ring, reads, &mut next, &mut got);
+        let want: Vec<(u64, u64)> = (0..n).map(|s| (s, committed)).collect();
         assert_eq!(
-            got,
-            vec![(0, committed)],
-            "delivered {got:?}, where attempt {committed} of event 0 was committed"
+            got, want,
+            "delivered {got:?}, where attempt {committed} of {want:?} was committed"
         );
     });
-    assert!(
-        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
-        "no interleaving refused a guard's claim after its store"
-    );
+    assert_reached(&refused_seen, "refused a guard's claim after its store");
 }
 
 #[test]
 fn a_consumer_delivers_a_guards_event_only_once_committed_across_a_stop_and_start() {
-    a_guard_across_a_stop_and_start(Reads::Both, Guard::Design);
+    a_guard_across_a_stop_and_start(Reads::Both, Guard::Design, 1);
+}
+
+#[test]
+fn a_consumer_delivers_a_batch_guards_events_only_once_committed_across_a_stop_and_start() {
+    a_guard_across_a_stop_and_start(Reads::Both, Guard::Design, 2);
 }
 
 #[test]
 #[should_panic(expected = "was committed")]
 fn control_a_consumer_that_does_not_read_pending_delivers_an_unwritten_slot() {
-    a_guard_across_a_stop_and_start(Reads::NoPending, Guard::Design);
+    a_guard_across_a_stop_and_start(Reads::NoPending, Guard::Design, 1);
 }
 
 /// `pending` read before the cursor: the record not yet, the claim's cursor store already.
 #[test]
 #[should_panic(expected = "was committed")]
 fn control_a_consumer_that_reads_pending_before_the_cursor_delivers_an_unwritten_slot() {
-    a_guard_across_a_stop_and_start(Reads::PendingFirst, Guard::Design);
+    a_guard_across_a_stop_and_start(Reads::PendingFirst, Guard::Design, 1);
 }
 
 /// No fence between the record and the claim: the cursor store seen, the record not.
 #[test]
 #[should_panic(expected = "was committed")]
 fn control_a_guard_without_the_fence_after_its_record() {
-    a_guard_across_a_stop_and_start(Reads::Both, Guard::NoFence);
+    a_guard_across_a_stop_and_start(Reads::Both, Guard::NoFence, 1);
 }
 
 /// The commit's end of the claim Relaxed: seen before the payload.
 #[test]
 #[should_panic(expected = "was committed")]
 fn control_a_commit_that_ends_the_claim_with_a_relaxed_store() {
-    a_guard_across_a_stop_and_start(Reads::Both, Guard::RelaxedEnd);
+    a_guard_across_a_stop_and_start(Reads::Both, Guard::RelaxedEnd, 1);
 }
 
 /// A claim guard of event 0, dropped if its claim is accepted (a tombstone), while another
@@ -218,7 +192,7 @@ fn a_dropped_or_refused_guard_then_a_publish(how: Guard) {
                     }
                     (Err(_), path) => {
                         if path == Path::Decided {
-                            refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                            reached(&refused);
                         }
                         ring.wait_running();
                         0
@@ -230,19 +204,12 @@ fn a_dropped_or_refused_guard_then_a_publish(how: Guard) {
                 next
             })
         };
-        let lifecycle = {
-            let ring = ring.clone();
-            thread::spawn(move || {
-                let e = env(2, true);
-                ring.line().close(&e, RingState::Stopped).expect("stop");
-                ring.line().reopen(&e).expect("start");
-            })
-        };
+        let lifecycle = spawn_lifecycle(&ring, true);
         let (mut at, mut got) = (0, Vec::new());
-        poll(&ring, Reads::Both, &mut at, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut at, &mut got);
         let next = producer.join().unwrap();
         lifecycle.join().unwrap();
-        poll(&ring, Reads::Both, &mut at, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut at, &mut got);
         let want = if next == 1 {
             vec![(0, TOMB), (1, 1)]
         } else {
@@ -253,10 +220,7 @@ fn a_dropped_or_refused_guard_then_a_publish(how: Guard) {
             "delivered {got:?}, where {want:?} were published"
         );
     });
-    assert!(
-        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
-        "no interleaving refused a guard's claim after its store"
-    );
+    assert_reached(&refused_seen, "refused a guard's claim after its store");
 }
 
 #[test]
@@ -296,9 +260,9 @@ fn two_guards_in_a_row(drop_first: bool, how: Guard) {
             })
         };
         let (mut at, mut got) = (0, Vec::new());
-        poll(&ring, Reads::Both, &mut at, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut at, &mut got);
         producer.join().unwrap();
-        poll(&ring, Reads::Both, &mut at, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut at, &mut got);
         let first = if drop_first { (0, TOMB) } else { (0, 1) };
         assert_eq!(
             got,

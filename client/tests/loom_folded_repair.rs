@@ -75,10 +75,12 @@ use loom::sync::Arc;
 use loom::thread;
 
 use loom_env::env;
-use loom_folded_ring::{bound, witness, Guard, Reads, Ring, NONE, TOMB};
+use loom_folded_ring::{
+    assert_reached, poll_tombs, reached, spawn_lifecycle, store_and_die, witness, Guard, Reads,
+    Ring, NONE, TOMB,
+};
 use loom_word::model;
 
-use shmring::fixed;
 use shmring::line::{SeenRunning, Word};
 use shmring_layout::{lifecycle, RingState};
 
@@ -169,26 +171,6 @@ fn repair_until_done(ring: &Ring<CAP>, step: Step) -> u64 {
     }
 }
 
-/// A consumer's poll from `next`: an event as `(seq, mark)`, a tombstone as `(seq, TOMB)`.
-fn poll(ring: &Ring<CAP>, next: &mut u64, got: &mut Vec<(u64, u64)>) {
-    let Some(end) = bound(ring, Reads::Both) else {
-        return;
-    };
-    // Relaxed: ordered by the Acquire loads in `bound`.
-    let tomb_end = ring.tomb_end.load(Ordering::Relaxed);
-    while *next < end {
-        let s = *next;
-        if fixed::is_tombstone(ring, s, tomb_end) {
-            got.push((s, TOMB));
-        } else {
-            let [a, b] = &ring.slots[s as usize % CAP];
-            // Relaxed: ordered by the Acquire loads in `bound`.
-            got.push((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
-        }
-        *next += 1;
-    }
-}
-
 /// The ring started if it is stopped, the next producer (process 3) takes the position
 /// and publishes one event there, marked 9; returns the position.
 fn next_producer_publishes(ring: &Ring<CAP>) -> u64 {
@@ -247,25 +229,12 @@ fn a_dead_guard_repaired_racing_a_stop(step: Step, dies: Dies) {
                     // Release, then the fence: as `Ring::claim_guard`'s record.
                     ring.pending.store(1, Ordering::Release);
                     fence(Ordering::Release);
-                    // (p1) Acquire and (p2) Relaxed, as `line::claim_single_fast`'s; the
-                    // process dies before its light fence ((p3)).
-                    let running = ring.life.load(Ordering::Acquire);
-                    if lifecycle::state(running) == RingState::Running as u32 {
-                        ring.cursor.store(2, Ordering::Relaxed);
-                    }
+                    store_and_die(&ring, 1);
                     None
                 }
             })
         };
-        let stopper = {
-            let ring = ring.clone();
-            thread::spawn(move || {
-                ring.line()
-                    .close(&env(2, true), RingState::Stopped)
-                    .expect("stop")
-                    .0
-            })
-        };
+        let stopper = spawn_lifecycle(&ring, false);
         let repairer = {
             let ring = ring.clone();
             thread::spawn(move || {
@@ -274,7 +243,7 @@ fn a_dead_guard_repaired_racing_a_stop(step: Step, dies: Dies) {
             })
         };
         let (mut next, mut got) = (0, Vec::new());
-        poll(&ring, &mut next, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
         let stop = stopper.join().unwrap();
         let (decided, tombstoned) = repairer.join().unwrap();
         // An undecided claim's fate is the stop's record.
@@ -291,7 +260,7 @@ fn a_dead_guard_repaired_racing_a_stop(step: Step, dies: Dies) {
             p, stop,
             "the next producer takes {p}, the stop was at {stop}"
         );
-        poll(&ring, &mut next, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
         let mut want = vec![(0, 0)];
         if accepted {
             want.push((1, TOMB));
@@ -302,12 +271,8 @@ fn a_dead_guard_repaired_racing_a_stop(step: Step, dies: Dies) {
             "delivered {got:?} where {want:?} were published ({tombstoned} tombstoned)"
         );
     });
-    for (seen, what) in [(accepted_seen, "accepted"), (refused_seen, "refused")] {
-        assert!(
-            seen.load(std::sync::atomic::Ordering::Relaxed),
-            "no interleaving {what} the guard"
-        );
-    }
+    assert_reached(&accepted_seen, "accepted the guard");
+    assert_reached(&refused_seen, "refused the guard");
 }
 
 /// Where the guard's producer dies.
@@ -380,11 +345,11 @@ fn a_refused_guard_repaired_racing_a_start(step: Step) {
             thread::spawn(move || ring.line().reopen(&env(2, true)).expect("start"))
         };
         let (mut next, mut got) = (0, Vec::new());
-        poll(&ring, &mut next, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
         let tombstoned = repairer.join().unwrap();
         starter.join().unwrap();
         let p = next_producer_publishes(&ring);
-        poll(&ring, &mut next, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
         assert_eq!(
             got,
             vec![(0, 0), (1, 9)],
@@ -426,25 +391,10 @@ fn a_publish_dying_after_its_store_repaired_racing_a_stop(step: Step) {
                 a.store(1, Ordering::Relaxed);
                 b.store(1, Ordering::Relaxed);
                 fence(Ordering::Release);
-                // (p1) and (p2): Running, then the cursor store; the process dies there.
-                let running = ring.life.load(Ordering::Acquire);
-                let stored = lifecycle::state(running) == RingState::Running as u32;
-                if stored {
-                    // Relaxed: (p2), as `line::claim_single_fast`'s.
-                    ring.cursor.store(2, Ordering::Relaxed);
-                }
-                stored
+                store_and_die(&ring, 1)
             })
         };
-        let stopper = {
-            let ring = ring.clone();
-            thread::spawn(move || {
-                ring.line()
-                    .close(&env(2, true), RingState::Stopped)
-                    .expect("stop")
-                    .0
-            })
-        };
+        let stopper = spawn_lifecycle(&ring, false);
         let repairer = {
             let ring = ring.clone();
             thread::spawn(move || {
@@ -453,18 +403,18 @@ fn a_publish_dying_after_its_store_repaired_racing_a_stop(step: Step) {
             })
         };
         let (mut next, mut got) = (0, Vec::new());
-        poll(&ring, &mut next, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
         let stop = stopper.join().unwrap();
         let (stored, _) = repairer.join().unwrap();
         if stored && stop == 1 {
-            refused.store(true, std::sync::atomic::Ordering::Relaxed);
+            reached(&refused);
         }
         let p = next_producer_publishes(&ring);
         assert_eq!(
             p, stop,
             "the next producer takes {p}, the stop was at {stop}"
         );
-        poll(&ring, &mut next, &mut got);
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
         let mut want = vec![(0, 0)];
         if stop == 2 {
             want.push((1, 1));
@@ -472,10 +422,7 @@ fn a_publish_dying_after_its_store_repaired_racing_a_stop(step: Step) {
         want.push((stop, 9));
         assert_eq!(got, want, "delivered {got:?} where {want:?} were published");
     });
-    assert!(
-        refused_seen.load(std::sync::atomic::Ordering::Relaxed),
-        "no interleaving refused the store"
-    );
+    assert_reached(&refused_seen, "refused the store");
 }
 
 #[test]

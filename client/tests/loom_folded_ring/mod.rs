@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each model file uses a different part
 
 use loom::sync::atomic::{fence, Ordering};
+use loom::sync::Arc;
 use loom::thread;
 
 use shmring::fixed;
@@ -146,7 +147,8 @@ impl<const N: usize> Ring<N> {
             lifecycle: &self.life,
             stop_seq: &self.stop_seq,
             single: true,
-            max_claim: 1,
+            // A claim guard of `claim_batch` takes up to half the ring, as the client's.
+            max_claim: (N as u64 / 2).max(1),
             lone: &NoLone,
         }
     }
@@ -363,6 +365,77 @@ pub fn bound<const N: usize>(ring: &Ring<N>, reads: Reads) -> Option<u64> {
 /// Whether a model's interleavings reached a path (set from inside, read after `check`).
 pub fn witness() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))
+}
+
+/// Mark a witness reached.
+pub fn reached(w: &std::sync::atomic::AtomicBool) {
+    w.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// After a model: some interleaving reached `w`, else the model proved nothing about
+/// `what`.
+pub fn assert_reached(w: &std::sync::atomic::AtomicBool, what: &str) {
+    assert!(
+        w.load(std::sync::atomic::Ordering::Relaxed),
+        "no interleaving {what}"
+    );
+}
+
+/// Another process (2) stops the ring, then starts it again if `start`. The thread returns
+/// the stop sequence.
+pub fn spawn_lifecycle<const N: usize>(
+    ring: &Arc<Ring<N>>,
+    start: bool,
+) -> thread::JoinHandle<u64> {
+    let ring = ring.clone();
+    thread::spawn(move || {
+        let e = env(2, true);
+        let (stop, _) = ring.line().close(&e, RingState::Stopped).expect("stop");
+        if start {
+            ring.line().reopen(&e).expect("start");
+        }
+        stop
+    })
+}
+
+/// A consumer's poll from `next` with tombstones (`fixed::is_tombstone`): an event as its
+/// payload `(seq, mark)`, a tombstone as `(seq, TOMB)`.
+pub fn poll_tombs<const N: usize>(
+    ring: &Ring<N>,
+    reads: Reads,
+    next: &mut u64,
+    got: &mut Vec<(u64, u64)>,
+) {
+    let Some(end) = bound(ring, reads) else {
+        return;
+    };
+    // Relaxed: ordered by the Acquire loads in `bound` (the cursor's and `pending`'s).
+    let tomb_end = ring.tomb_end.load(Ordering::Relaxed);
+    while *next < end {
+        let s = *next;
+        if fixed::is_tombstone(ring, s, tomb_end) {
+            got.push((s, TOMB));
+        } else {
+            let [a, b] = &ring.slots[s as usize % N];
+            // Relaxed: ordered by the Acquire loads in `bound`.
+            got.push((a.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
+        }
+        *next += 1;
+    }
+}
+
+/// A producer's claim of `seq` cut short: (p1) and (p2) (Running, then the cursor at
+/// `seq + 1`, as `line::claim_single_fast`'s), and the process dies before its light fence
+/// ((p3)), the claim undecided. Returns whether it stored.
+pub fn store_and_die<const N: usize>(ring: &Ring<N>, seq: u64) -> bool {
+    // (p1) Acquire: as `line::claim_single_fast`'s.
+    let running = ring.life.load(Ordering::Acquire);
+    let stored = lifecycle::state(running) == RingState::Running as u32;
+    if stored {
+        // (p2) Relaxed: as `line::claim_single_fast`'s.
+        ring.cursor.store(seq + 1, Ordering::Relaxed);
+    }
+    stored
 }
 
 /// The line's position as a consumer reads it, the one definition the attach and the
