@@ -77,9 +77,10 @@
 //! first sequence is the producer's next one). No model here has a guard open.
 //!
 //! Not modelled here, and still to design for this ring: `Consumer::resume` (its own
-//! provisional position, CAS and start), `jump_to_head`, a new producer's attach
-//! (`Line::take_position`, (a1) to (a4); `loom_folded_repair.rs` runs it after a repair,
-//! with no stop racing it), and the scans a repair runs (`gating::scan` from a process
+//! provisional position, CAS and start), `jump_to_head`, a new producer's attach racing a
+//! stop (`Line::take_position`, (a1) to (a4); `loom_folded_repair.rs` runs it after a
+//! repair, and racing the start that takes a refused store back), and the scans a repair
+//! runs (`gating::scan` from a process
 //! with no producer, so no next sequence of its own: it needs the consumers' position
 //! instead). And the wait: `position` looks again for as long as a stop is in
 //! progress, where the shipping attach needs a takeover of a dead stopper (`Line::settle`)

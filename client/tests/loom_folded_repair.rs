@@ -47,13 +47,18 @@
 //! is claimed without being published here) and publish one event, and checks with a
 //! consumer that polls during the repair and after: a sequence is an event or a
 //! tombstone, never both and never a half-written slot; the next producer takes where the
-//! repair left the line (no sequence reused, none skipped); nothing stalls consumers.
+//! repair left the line (no sequence reused, none skipped); nothing stalls consumers. A
+//! last model has the next producer attach (`Line::take_position` on the cursor) while a
+//! start takes a refused store back, with nothing to repair: it takes the stop sequence,
+//! and the consumer never gets the refused bytes.
 //!
 //! Controls, each one step changed: the record left in place (consumers stall below the
 //! next producer's event); the stop sequence ignored while closed (a refused guard's
 //! claim tombstoned, the next producer reusing its sequence); the cursor read before the
 //! lifecycle word (a claim the start took back tombstoned as the next run's); no first
-//! fence (a guard dead before its fence tombstoned while the stop refuses it).
+//! fence (a guard dead before its fence tombstoned while the stop refuses it); the next
+//! producer taking the raw cursor as its position (it skips the stop sequence, and the
+//! consumer gets the refused bytes there).
 //!
 //! Not checked here: the CAS that takes a refused store back (every model starts the ring
 //! before the next producer, and the start's (t3) takes it back too, so a repair without
@@ -428,4 +433,81 @@ fn a_publish_dying_after_its_store_repaired_racing_a_stop(step: Step) {
 #[test]
 fn a_publish_dying_after_its_store_is_delivered_iff_the_stop_read_it() {
     a_publish_dying_after_its_store_repaired_racing_a_stop(Step::Design);
+}
+
+/// How the next producer takes its position.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Take {
+    /// `Line::take_position` on the cursor ((a1) to (a4) in `line`), no look-back.
+    Shipping,
+    /// Control: the cursor word itself.
+    RawCursor,
+}
+
+/// A ring of four slots stopped at 1 (0 published) after its dead producer's publish of 1
+/// was refused: its bytes `(1, 1)` in the slot, its cursor store (2) in the word, and
+/// nothing to repair. Another process starts the ring while the next producer attaches
+/// (takes the position) and publishes one event (marked 9, again once the ring runs if
+/// refused), and a consumer polls meanwhile and once everyone is done. The next producer
+/// takes 1 and the consumer gets 0 and that event: never the refused bytes, no sequence
+/// skipped.
+fn a_producer_attaching_racing_the_start_after_a_refusal(take: Take) {
+    model(move || {
+        let ring = one_published();
+        let [a, b] = &ring.slots[1];
+        a.store(1, Ordering::Relaxed);
+        b.store(1, Ordering::Relaxed);
+        ring.cursor.store(2, Ordering::Relaxed);
+        ring.stop_seq.store(1, Ordering::Relaxed);
+        ring.life.store(
+            lifecycle::pack(2, RingState::Stopped as u32, 0),
+            Ordering::Relaxed,
+        );
+        let starter = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.line().reopen(&env(2, true)).expect("start"))
+        };
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let p = match take {
+                    Take::Shipping => ring
+                        .line()
+                        .take_position(&env(3, true), |_| true, || fence(Ordering::SeqCst))
+                        .expect("take the position"),
+                    // SeqCst: as `take_position`'s store.
+                    Take::RawCursor => ring.cursor.load(Ordering::SeqCst),
+                };
+                let mut seen = SeenRunning::default();
+                while ring.publish(p, 9, &mut seen, None).0.is_err() {
+                    ring.wait_running();
+                }
+                p
+            })
+        };
+        let (mut next, mut got) = (0, Vec::new());
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
+        starter.join().unwrap();
+        let p = producer.join().unwrap();
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
+        assert_eq!(
+            (p, got.as_slice()),
+            (1, [(0, 0), (1, 9)].as_slice()),
+            "the next producer took {p} and the consumer got {got:?}, where 0 and the next \
+             producer's 1 were published"
+        );
+    });
+}
+
+#[test]
+fn a_producer_attaching_racing_the_start_after_a_refusal_takes_the_stop_sequence() {
+    a_producer_attaching_racing_the_start_after_a_refusal(Take::Shipping);
+}
+
+/// The cursor itself: before the start takes the refused store back, the next producer
+/// takes 2, and the consumer gets the refused bytes of 1.
+#[test]
+#[should_panic(expected = "were published")]
+fn control_a_producer_taking_the_raw_cursor_skips_the_stop_sequence() {
+    a_producer_attaching_racing_the_start_after_a_refusal(Take::RawCursor);
 }
