@@ -96,10 +96,11 @@
 //! position before the claim's store (the stop read `s` too, the run reopens at `s`, and the
 //! claim's sequences are its first: accepted). The next claim's (p1) acquires Running, so
 //! its store follows (t3) and is never undone by it. A dead producer's refused claim is
-//! taken back the same way, if it died after its light fence (p3); one that died between
-//! its store and that fence ordered nothing before (t2), and (t3) may miss its store: the
-//! repair of its claim, which fences before it reads the line, decides it then (see
-//! `fixed::repair_dead`, `table::producer::single_hole_decided`).
+//! taken back the same way, if it died after its (p4): its read of the word before (t1)
+//! put its fence before (t2). One that died before (p4) may be missed by (t3); the repair
+//! of its claim, which fences before it reads the line, decides it then (as accepted, if
+//! the line runs with the claim in place, as (p5) would; see `fixed::repair_dead`,
+//! `table::producer::single_hole_decided`).
 //!
 //! Attaching, single producer: a new producer (its predecessor detached, or died and had its
 //! claims stamped or repaired first, so nobody else claims) takes the position as its next
@@ -1045,8 +1046,8 @@ impl<W: Word> Line<'_, W> {
             // refused (read `s` before its store): take it back here, while no stop can read
             // the position (closing needs Running). The producer never takes it back itself,
             // so no store of it can land in a later run. A dead producer's refused claim is
-            // taken back the same way (one that died before its light fence may be missed
-            // here: its repair decides it, see the module comment); a producer attaching
+            // taken back the same way (one that died before its (p4) may be missed here: its
+            // repair decides it, see the module comment); a producer attaching
             // meanwhile stores the stop sequence itself (the CAS then fails, and the loop
             // reads that).
             let mut pos = self.claim.load(Ordering::SeqCst);

@@ -30,7 +30,8 @@ use crate::{fence, fixed, gating, park, Ring};
 pub struct Repair {
     /// Sequences marked repaired.
     pub tombstoned: u64,
-    /// Sequences that could not be repaired yet (their slot still holds an unread event).
+    /// Sequences that could not be repaired yet (their slot still holds an unread event), or
+    /// 1 while a stop or start decides a single producer's last claim: try again later.
     pub waiting: u64,
 }
 

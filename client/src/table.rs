@@ -503,9 +503,11 @@ pub mod producer {
     /// position ((s3)). Its death happens before this fence (the caller saw it), so either
     /// this fence precedes the stopper's heavy fence and the stop reads the claim (accepts
     /// it, as the repair's mark says), or it follows, and the lifecycle load here reads
-    /// Stopping or later. `client/tests/loom_repair.rs` has the model that fails without it.
-    /// A multi-producer line decides nothing here: its claims are read-modify-writes of the
-    /// counter that the close's CAS orders.
+    /// Stopping or later. The same with a starter's heavy fence ((t2)) and its take-back.
+    /// `client/tests/loom_repair.rs` has the model that fails without it. A multi-producer
+    /// line decides nothing here: its claims through the counter are read-modify-writes the
+    /// close's CAS orders, and a lone producer's plain stores are ended first by the
+    /// repairs (`Ring::repair_dead_producer` ends them before it reads the head).
     pub fn single_hole_decided<W: Word>(line: &Line<'_, W>, fence: impl FnOnce()) -> bool {
         if !line.single {
             return true;
@@ -574,7 +576,8 @@ pub enum Tombstone {
     /// Nothing to do: `seq` is published or repaired, or a newer sequence took the slot.
     NotNeeded,
     /// Not now: the slot still holds an older event that a gating consumer has not read
-    /// (`gate_allows` said no), or an older sequence is still to be written into it.
+    /// (`gate_allows` said no), or an older sequence is still to be written into it, or (on a
+    /// single-producer ring, `Ring::tombstone`) a stop or start is deciding the last claim.
     Wait,
 }
 

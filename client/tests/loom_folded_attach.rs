@@ -35,11 +35,11 @@
 //! SeqCst order (C++20 [atomics.order]: were the consumer's fence first, the scan's load,
 //! after its own fence, would read the CAS or later). Some store of the cursor at `s`
 //! happens before the scan's fence: the producer's own claim store, or a start's take-back
-//! ((t3)) or a new producer's (a3), which the producer's Acquire read of Running ((t4))
-//! or its attach ordered before it. So the consumer's cursor load, after its fence, reads
-//! that store or a later one: an accepted event's end (at least `s`), or a refused one's,
-//! which the position bounds by the stop sequence (at least `s`: the stop that refused it
-//! read the cursor at `s` or later) or reads again once the start took it back there. The
+//! ((t3)) or a new producer's (a3), which the producer's Acquire read of Running ((t4)) or
+//! its attach ordered before it. So the consumer's cursor load, after its fence, reads that
+//! store or a later one: an accepted event's end (at least `s`), or a refused one's, which
+//! the position bounds by the stop sequence (at least `s`: the stop that refused it read
+//! the cursor at `s` or later) or reads again once the start took it back there. The
 //! lifecycle word the consumer reads is no older than the Running word the producer read
 //! before its scan, by the same fence order; so when the producer's last event was accepted
 //! in (p5) after a start (the stop read the cursor before its store, and its next sequence
@@ -49,9 +49,9 @@
 //! none: the design loads the cursor and the second lifecycle word SeqCst (for the
 //! consumer's own reason, `loom_folded.rs`), and then the CAS and those loads are in the
 //! SeqCst order in program order, which is all the argument above asks of the fence
-//! (`start_fresh` passes no fence today, and need not). loom runs SeqCst accesses as
-//! Acquire and Release and a SeqCst fence as one joining clock, stronger than C++20's; the
-//! models check the interleavings, the argument above carries the orders.
+//! (`Consumer::fresh` passes no fence to `start_fresh` today, and need not). loom runs
+//! SeqCst accesses as Acquire and Release and a SeqCst fence as one joining clock, stronger
+//! than C++20's; the models check the interleavings, the argument above carries the orders.
 //!
 //! What the models check: the start is at or after every event published before the attach
 //! began, and at or before every event whose claim was stored after the attach returned; a
@@ -60,8 +60,10 @@
 //! start in the others), finds every event intact and exactly the attempt that was
 //! accepted; an attach racing a stop starts at or before the stop sequence. (Consumers
 //! reading across a stop and a start are `loom_folded.rs`'s.) Witnesses: a scan that missed
-//! the entry gated above the provisional position (the case the argument is for), and some
-//! publish was refused after its cursor store. The controls: the position from the cursor
+//! the entry gated above the provisional position (the case the argument is for), some
+//! publish was refused after its cursor store, and an attach returned before a start's new
+//! publish (the scan-while-stopped model has none: its control's failure shows the scan
+//! before the take-back is reached). The controls: the position from the cursor
 //! alone (an attach before a start takes a refused event back starts past the next run's
 //! first event and skips it, as today's attach read the claim counter's raw bits); from the
 //! cursor and the lifecycle word before it alone (an attach during a stop starts past the

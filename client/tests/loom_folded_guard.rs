@@ -44,10 +44,10 @@
 //! writes first and claims last, and never touches `pending`.
 //!
 //! A refused guard's record is taken back by the producer itself, unlike a refused claim's
-//! cursor store: only consumers read `pending`, as a bound, and no sequence is accepted by
-//! what it holds. While the line stays closed the stop sequence bounds consumers at `s`
-//! whatever `pending` says; a later event's Release fence (or a later guard's record)
-//! comes after the take-back in the producer's order.
+//! cursor store: only consumers (and a dead producer's repair) read `pending`, as a bound,
+//! and no sequence is accepted by what it holds. While the line stays closed the stop
+//! sequence bounds consumers at `s` whatever `pending` says; a later event's Release fence
+//! (or a later guard's record) comes after the take-back in the producer's order.
 //!
 //! The models: a guard (of one sequence, and of two) across a stop and a start, retried on
 //! `Closed`, beside a consumer;

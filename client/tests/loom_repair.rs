@@ -1,4 +1,4 @@
-//! A loom model of the repair of an unattributed hole (`Ring::repair_unattributed` in
+//! Loom models of the repair of an unattributed hole (`Ring::repair_unattributed` in
 //! `client/src/repair.rs`) racing a live producer's claim: the shipping decision
 //! (`table::producer::unattributed_hole`), the shipping claim records
 //! (`table::producer::{announce_claim, record_claim, clear_claim}`), the shipping claim
@@ -24,7 +24,8 @@
 //! Property: every sequence the live producer publishes ends published, and the repair
 //! never reports it repaired (consumers could skip it).
 //!
-//! Passing cases: the shipping code, for a claim of one sequence and of two (a batch).
+//! Passing cases: the shipping code, for a claim of one sequence and of two (a batch), and
+//! the single-producer model below.
 //!
 //! Controls, each a small local variant of one step, each required to lose the claim:
 //! - `control_repair_producers_first`: the repair reads the producer table before the
@@ -40,7 +41,6 @@
 //!   guaranteed to see the stamp before it and overwrites a published event. With the
 //!   shipping CAS the stale stamp makes the CAS fail instead, so the Release clear is what
 //!   keeps a repair that reads stamps with plain loads correct; the model shows both.
-
 //!
 //! A second model, of a single-producer ring: the producer dies between its claim's store
 //! and its light fence ((p2) and (p3) in `line`) while a stop runs, and the repair

@@ -37,8 +37,8 @@
 //! after any of its writes, its REPAIRING word left, whose repair the next producer's
 //! attach takes over, racing a stop or a start.
 //!
-//! Controls, each one step changed (but the last of tomb words, which drops both fences
-//! before them), each required to fail: the claim read before the
+//! Controls, each one step changed (except the tomb-words control, which drops both
+//! fences before the tomb words), each required to fail: the claim read before the
 //! lifecycle word (a start between them: a refused claim tombstoned while the next producer
 //! takes its sequence); the stop sequence ignored while closed (a refused claim tombstoned
 //! past the stop); a stop in progress taken for Running (the same, before the stop
@@ -344,11 +344,12 @@ fn control_a_repair_that_reads_the_claim_first_tombstones_a_claim_a_start_took_b
 // ---------------------------------------------------------------------------------------
 // The repair on a running ring, racing a stop.
 
-/// A ring of two slots, 0 published. The producer claims 1 while the ring stops, writes one
-/// payload word of it if (p4) accepts it, and dies; the repair runs once it is gone (while
-/// the stop may still be closing). The stop records 1 (refused) or 2 (accepted); the repair
-/// leaves the cursor exactly there, 1 a tombstone iff accepted; a start reopens there and
-/// the next producer takes it.
+/// A ring of two slots, 0 published. The producer claims 1 while the ring stops and dies as
+/// `dies` says: after (p4) (`claim_and_die`: one payload word written if (p4) accepted the
+/// claim), or before its light fence (`store_claim_and_die`). The repair runs once it is
+/// gone (while the stop may still be closing). The stop records 1 (refused) or 2
+/// (accepted); the repair leaves the cursor exactly there, 1 a tombstone iff accepted; a
+/// start reopens there and the next producer takes it.
 fn a_dead_claim_repaired_racing_a_stop(step: Step, dies: fn(&Ring<2>, u64) -> Fast) {
     model(move || {
         let ring = Arc::new(Ring::<2>::new());

@@ -1,7 +1,8 @@
 //! The model ring of the loom models of a fixed-size ring whose claim is its publish
-//! (`loom_folded.rs`, `loom_folded_attach.rs`; the design is in `loom_folded.rs`'s module
-//! comment): the words, the producer's publish (the payload, then the line's
-//! single-producer claim on the cursor) and the consumer's reads of the line.
+//! (`loom_folded.rs`, `loom_folded_attach.rs`, `loom_folded_guard.rs`,
+//! `loom_folded_repair.rs`; the design is in `loom_folded.rs`'s module comment): the words,
+//! the producer's publish (the payload, then the line's single-producer claim on the
+//! cursor), claim guards, the consumer's reads of the line, and the models' helpers.
 
 #![allow(dead_code)] // each model file uses a different part
 
@@ -230,7 +231,8 @@ impl<const N: usize> Ring<N> {
     /// A claim guard's claim of `seq..seq + n` (`Producer::claim` in this design): `seq`
     /// recorded as pending, then the line's claim on the cursor, as a publish makes it, but
     /// before the writes. A refused claim's record is taken back by the producer (not by
-    /// `Guard::NoReset`): only consumers read it, as a bound below the cursor, and while the
+    /// `Guard::NoReset`): only consumers (and a dead producer's repair) read it, as a bound
+    /// below the cursor, and while the
     /// refusing stop holds, the stop sequence bounds them at `seq` anyway.
     pub fn claim_guard(
         &self,
@@ -315,7 +317,8 @@ pub enum Reads {
     PendingFirst,
 }
 
-/// How far a consumer may deliver now (`None`: look again later), as the module comment
+/// How far a consumer may deliver now (`None`: look again later), as `loom_folded.rs`'s
+/// module comment
 /// says.
 pub fn bound<const N: usize>(ring: &Ring<N>, reads: Reads) -> Option<u64> {
     // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
@@ -342,7 +345,8 @@ pub fn bound<const N: usize>(ring: &Ring<N>, reads: Reads) -> Option<u64> {
         if reads != Reads::NoFence {
             // SeqCst fence: pairs with the stopper's heavy fence ((s2)): if the word below
             // is still the Running word before a stop's (s1), that stop's (s3) reads `c`
-            // or later (the module comment), so every event below `c` is accepted. (A
+            // or later (`loom_folded.rs`'s module comment), so every event below `c` is
+            // accepted. (A
             // start's take-back is ordered before `c` by `l1`'s Acquire.)
             fence(Ordering::SeqCst);
         }
