@@ -456,8 +456,10 @@ impl Ring {
                 bound(head)
             }
         };
+        // `single_hole_decided` above decided the last claim: each mark needs no fence or
+        // lifecycle look of its own.
         let scanned = table::producer::unattributed_hole(&line, live, from, |seq| {
-            repair.count(self.tombstone(seq))
+            repair.count(self.mark_claimed(seq))
         });
         if !scanned {
             repair.waiting += 1;
@@ -483,14 +485,21 @@ impl Ring {
                 Tombstone::Wait
             };
         }
-        let line = self.seg.line();
         // A single producer's last claim is decided only once no stop or start is deciding
         // it, and its store is read only after the SeqCst fence that pairs with a stopper's
         // (see `single_hole_decided`): a claim a stop refuses is never marked.
-        if !table::producer::single_hole_decided(&line, || {
+        if !table::producer::single_hole_decided(&self.seg.line(), || {
             std::sync::atomic::fence(Ordering::SeqCst)
-        }) || seq >= line.claimed()
-        {
+        }) {
+            return Tombstone::Wait;
+        }
+        self.mark_claimed(seq)
+    }
+
+    /// [`Ring::tombstone`] on a ring of stamped slots whose last claim is decided (the
+    /// caller ran `single_hole_decided`): `Wait` for a sequence not claimed yet.
+    fn mark_claimed(&self, seq: u64) -> Tombstone {
+        if seq >= self.seg.line().claimed() {
             return Tombstone::Wait;
         }
         let slot = self.seg.slot(seq);
