@@ -70,6 +70,14 @@
 //! (p1) writes nothing, and the window between (p1) and (p4) only grows, which the
 //! handshake does not mind since (p4) compares the whole word with (p1)'s).
 //!
+//! Chosen since, from a measurement (docs/PERFORMANCE.md, "The folded publish, measured"):
+//! `AHEAD` unbounded, that is, no test of the horizon in the per-event path. The producer
+//! stores it where it refreshes its cached gate, to that gate plus the capacity, before any
+//! write under the new limit; a test per publish cost the per-event rows a twentieth
+//! whatever the distance. The property the last model checks holds as well (no write at or
+//! past the horizon, the horizon stored before the Release fence of the first write under
+//! it); a reader below the gate then drops its copies once a refresh passed it.
+//!
 //! The models use a SeqCst fence for the consumer's fence. The client needs none: loading
 //! the cursor and the second lifecycle word SeqCst (plain loads on x86-64, `ldar` on
 //! AArch64) gives the same guarantee in C++20. Were a stop's (s3) to read a cursor before
