@@ -71,12 +71,13 @@
 //! handshake does not mind since (p4) compares the whole word with (p1)'s).
 //!
 //! Chosen since, from a measurement (docs/PERFORMANCE.md, "The folded publish, measured"):
-//! `AHEAD` unbounded, that is, no test of the horizon in the per-event path. The producer
-//! stores it where it refreshes its cached gate, to that gate plus the capacity, before any
-//! write under the new limit; a test per publish cost the per-event rows a twentieth
-//! whatever the distance. The property the last model checks holds as well (no write at or
-//! past the horizon, the horizon stored before the Release fence of the first write under
-//! it); a reader below the gate then drops its copies once a refresh passed it.
+//! no test of the horizon in the per-event path. The producer stores it where it sets its
+//! common case's bound (the gate plus the capacity, but at most a quarter ring ahead), to
+//! that bound, before any write under it; a test per publish cost the per-event rows a
+//! twentieth whatever the distance, and the gate's full limit made an optional reader at a
+//! slack of 0 drop intact events. The property the last model checks holds as well (no
+//! write at or past the horizon, the horizon stored before the Release fence of the first
+//! write under it).
 //!
 //! The models use a SeqCst fence for the consumer's fence. The client needs none: loading
 //! the cursor and the second lifecycle word SeqCst (plain loads on x86-64, `ldar` on
