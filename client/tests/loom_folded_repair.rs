@@ -202,6 +202,17 @@ fn one_published() -> Arc<Ring<CAP>> {
     Arc::new(ring)
 }
 
+/// `ring` (event 0 published) stopped at 1 with a refused store of 2 left in the cursor, as
+/// a producer that died after a stop refused its claim of 1 leaves it.
+fn stopped_with_a_refused_store(ring: &Ring<CAP>) {
+    ring.cursor.store(2, Ordering::Relaxed);
+    ring.stop_seq.store(1, Ordering::Relaxed);
+    ring.life.store(
+        lifecycle::pack(2, RingState::Stopped as u32, 0),
+        Ordering::Relaxed,
+    );
+}
+
 /// Event 0 published. The producer opens a guard of 1 while another process stops the
 /// ring; accepted, it writes half of 1's payload and dies; refused, it dies before it takes
 /// its record back. The repair runs once it is dead (while the stop may still be closing);
@@ -335,12 +346,7 @@ fn a_refused_guard_repaired_racing_a_start(step: Step) {
     model(move || {
         let ring = one_published();
         ring.pending.store(1, Ordering::Relaxed);
-        ring.cursor.store(2, Ordering::Relaxed);
-        ring.stop_seq.store(1, Ordering::Relaxed);
-        ring.life.store(
-            lifecycle::pack(2, RingState::Stopped as u32, 0),
-            Ordering::Relaxed,
-        );
+        stopped_with_a_refused_store(&ring);
         let repairer = {
             let ring = ring.clone();
             thread::spawn(move || repair_until_done(&ring, step))
@@ -457,12 +463,7 @@ fn a_producer_attaching_racing_the_start_after_a_refusal(take: Take) {
         let [a, b] = &ring.slots[1];
         a.store(1, Ordering::Relaxed);
         b.store(1, Ordering::Relaxed);
-        ring.cursor.store(2, Ordering::Relaxed);
-        ring.stop_seq.store(1, Ordering::Relaxed);
-        ring.life.store(
-            lifecycle::pack(2, RingState::Stopped as u32, 0),
-            Ordering::Relaxed,
-        );
+        stopped_with_a_refused_store(&ring);
         let starter = {
             let ring = ring.clone();
             thread::spawn(move || ring.line().reopen(&env(2, true)).expect("start"))
