@@ -224,6 +224,13 @@ pub fn is_stalled(
 pub fn lag(ring: &Ring, head: u64, next: u64) -> u64 {
     let capacity = ring.capacity();
     let mut top = head.min(next.saturating_add(capacity));
+    if ring.seg.is_fixed() {
+        // One look at how far a consumer may read (`fixed::published`; nothing counted
+        // while the lifecycle word changes under the look), not one per sequence.
+        let events = ring.seg.events();
+        let end = crate::fixed::published(&events).map_or(next, |(end, _)| end);
+        return top.min(end).saturating_sub(next);
+    }
     // Claimed at the top and not published yet: at most a few in-flight claims.
     while top > next && !ring.is_published(top - 1) {
         top -= 1;

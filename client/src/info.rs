@@ -130,12 +130,13 @@ pub enum CorruptWord {
         /// The position found.
         position: u64,
     },
-    /// A fixed-size ring's cursor is past its claim (the producer stores its claim before
-    /// the cursor), or at or past `MAX_SEQUENCE`: consumers would read slots nobody wrote.
+    /// A fixed-size ring's cursor is past its write horizon (the producer raises the horizon
+    /// before it writes or claims past it), or at or past `MAX_SEQUENCE`: consumers would
+    /// read slots nobody wrote.
     Cursor {
-        /// The cursor found.
+        /// The cursor found (below a claim still being written).
         cursor: u64,
-        /// The claim read after it.
+        /// The write horizon read after it (the claim line's word).
         claim: u64,
     },
     /// A consumer entry's position (a worker group's: its work sequence) is at or past
@@ -204,7 +205,7 @@ impl std::fmt::Display for CorruptWord {
             }
             CorruptWord::Cursor { cursor, claim } => write!(
                 f,
-                "cursor {cursor:#x} is past the claim {claim:#x} or any sequence a ring reaches"
+                "cursor {cursor:#x} is past the write horizon {claim:#x} or any sequence a ring reaches"
             ),
             CorruptWord::ConsumerPosition { index, next } => write!(
                 f,
@@ -243,13 +244,15 @@ fn corrupt_words(
     }
     if seg.geometry().fixed {
         let events = seg.events();
-        let (cursor, _) = crate::fixed::published(&events);
-        // Relaxed: stored before the cursor read above (Acquire), and never below it since:
-        // a start takes a refused claim back to the stop sequence, which the cursor never
-        // passes, and a repair moves the cursor up to the claim.
-        let claim = crate::fixed::Words::claim(&events).load(Ordering::Relaxed);
-        if cursor > claim || cursor >= MAX_SEQUENCE {
-            found.push(CorruptWord::Cursor { cursor, claim });
+        let cursor = events.written();
+        // Relaxed: raised before any write under it (and before the Release store that
+        // ends a claim whose horizon follows its cursor store), never lowered.
+        let horizon = crate::fixed::Words::horizon(&events).load(Ordering::Relaxed);
+        if cursor > horizon || cursor >= MAX_SEQUENCE {
+            found.push(CorruptWord::Cursor {
+                cursor,
+                claim: horizon,
+            });
         }
     }
     for c in consumers {
@@ -447,8 +450,11 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         // less its tombstones and those repaired for it.
         let base = e.base.load(Ordering::Relaxed);
         let published = if geo.fixed && base != u64::MAX {
-            let (cursor, _) = crate::fixed::published(&seg.events());
-            cursor
+            // As consumers count it (a refused store not counted), or while a stop
+            // decides what it has.
+            let events = seg.events();
+            crate::fixed::published(&events)
+                .map_or_else(|| events.written(), |(end, _)| end)
                 .saturating_sub(base)
                 .saturating_sub(tombstoned.saturating_add(repaired))
                 .max(stored)

@@ -142,6 +142,11 @@ impl Consumer {
         // it goes to the head and gates again first, as a poll does, and what it asked for
         // may then lie below its position.
         self.regate_if_released().map_err(LeaseError::Entry)?;
+        if !self.entry_unchanged() {
+            // Still released (a stop in progress decides where it gates again): nothing to
+            // read in place this time.
+            return Ok(from);
+        }
         if from < self.next {
             return Err(LeaseError::BeforePosition {
                 seq: from,
@@ -159,7 +164,8 @@ impl Consumer {
             .min(upstream.saturating_sub(from));
         if self.seg.is_fixed() {
             // Acquire: as `is_done` below.
-            let (cursor, _) = fixed::published(&self.seg.events());
+            // Nothing while the lifecycle word changes under the look: no run this time.
+            let cursor = fixed::published(&self.seg.events()).map_or(from, |(c, _)| c);
             // As in `poll_once` (`cursor_ahead`): no producer publishes more than a ring past
             // a gating consumer, so such a cursor was written by another process, unless
             // this one was released meanwhile.
@@ -208,9 +214,9 @@ impl Consumer {
         }
         if n > 0 {
             // Acquire fence: pairs with a producer's Release fence before its payload writes
-            // (`begin_write`; a fixed-size ring's after its claim). Had the handler read a byte
-            // a producer wrote over these slots, that producer wrote it after it found this
-            // consumer released, and the look below finds the release.
+            // (`begin_write`; a fixed-size ring's after it raises its write horizon). Had the
+            // handler read a byte a producer wrote over these slots, that producer wrote it
+            // after it found this consumer released, and the look below finds the release.
             fence(Ordering::Acquire);
             if !self.entry_unchanged() && self.run_written_over(from, end) {
                 // Released while the handler read, and a producer wrote into the run since:
@@ -234,8 +240,8 @@ impl Consumer {
     /// gate no longer holds producers off the run). As an optional consumer's check after
     /// its copy (seqlock): a later lap's write into a slot announces itself before the
     /// producer's Release fence that precedes its payload bytes (a stamped slot's WRITING
-    /// stamp, a fixed-size ring's claim), so a handler that read one of those bytes makes
-    /// the announcement visible here.
+    /// stamp, a fixed-size ring's write horizon), so a handler that read one of those bytes
+    /// makes the announcement visible here.
     pub(crate) fn run_written_over(&self, from: u64, end: u64) -> bool {
         if self.seg.is_fixed() {
             // One producer claims in order: the run's first slot is the first a later lap
@@ -256,8 +262,9 @@ impl Consumer {
     fn holds_no_event(&self, seq: u64) -> bool {
         if self.seg.is_fixed() {
             let events = self.seg.events();
-            let (_, tomb_end) = fixed::published(&events);
-            return fixed::is_tombstone(&events, seq, tomb_end);
+            // The tombstone bound as published with the cursor (the caller saw `seq`
+            // published, so the lifecycle word says nothing more here).
+            return fixed::is_tombstone(&events, seq, events.tomb_end_now());
         }
         let header = &self.seg.slot(seq).header;
         // Relaxed: ordered by the caller's Acquire stamp load; the slot does not change

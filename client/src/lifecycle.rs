@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use shmring_layout::{consumer_state, owned_word, producer_state, RingState};
 
+use crate::fixed::Position as CursorView;
 use crate::line::{Env, Line, LineError, LoneSlot, LoneWords};
 use crate::segment::Segment;
 use crate::{park, process, table, Ring};
@@ -137,7 +138,12 @@ impl Segment {
         let lines = self.lines();
         let l = &lines.lifecycle.value;
         Line {
-            claim: &lines.claim.value,
+            // A ring published by a cursor claims on the cursor (see `fixed`).
+            claim: if self.is_fixed() {
+                &lines.cursor.cursor
+            } else {
+                &lines.claim.value
+            },
             lifecycle: &l.lifecycle,
             stop_seq: &l.stop_seq,
             single: self.geometry().producer_mode == shmring_layout::ProducerMode::Single,
@@ -176,8 +182,56 @@ impl Segment {
     /// be stamped: the producer moved past it since the claim word was read, and a
     /// look-back that stepped over it would start an attach below a position a gate scan
     /// may already have used (`client/tests/loom_attach.rs`).
+    ///
+    /// A ring published by a cursor has no unstamped slots to step back over: its position
+    /// is the cursor as a consumer reads it ([`Segment::cursor_view`]); while a stop is in
+    /// progress, a bound below it (the cursor before its last claim, which the stop may
+    /// refuse), so that a gate computed from it never lies past what the next run starts
+    /// at. Never waits. An attach takes [`Segment::start_position`] instead.
     pub(crate) fn position(&self) -> u64 {
+        if self.is_fixed() {
+            return match self.cursor_view() {
+                CursorView::Decided(p) => p,
+                CursorView::Closing { below, .. } => below,
+            };
+        }
         self.line().position(|s| self.reached(s))
+    }
+
+    /// Where a consumer that attaches (or gates again) starts: the position, which must not
+    /// lie below a head a gate scan used (a producer's cached gate would let it lap the
+    /// consumer there) nor past what the next run starts at. On a ring published by a
+    /// cursor, a stop in progress decides that, so this waits for it at most until
+    /// `deadline` (finishing a dead stopper's stop itself); `Err(pid)`: the stop of `pid`,
+    /// alive, is still in progress.
+    pub(crate) fn start_position(&self, deadline: Option<Instant>) -> Result<u64, u32> {
+        if !self.is_fixed() {
+            return Ok(self.position());
+        }
+        let mut round = 0u32;
+        loop {
+            match self.cursor_view() {
+                CursorView::Decided(p) => return Ok(p),
+                CursorView::Closing { owner, .. } => {
+                    // A dead stopper's stop is finished here (the next look decides); one
+                    // that cannot be (no barrier here, say) is waited for as a live one.
+                    let finished = !process::exists(owner)
+                        && self
+                            .line()
+                            .settle(&SegEnv::lifecycle_within(self, Duration::ZERO))
+                            .is_ok();
+                    if !finished && !SegEnv::waiting_until(self, deadline).pause(round) {
+                        return Err(owner);
+                    }
+                    round = round.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    /// A cursor-published ring's position (`fixed::position`).
+    fn cursor_view(&self) -> CursorView {
+        crate::fixed::position(&self.events())
     }
 }
 
@@ -202,6 +256,15 @@ impl<'a> SegEnv<'a> {
             seg,
             me: process::current().pid,
             deadline: Some(Instant::now() + wait),
+        }
+    }
+
+    /// For a wait for another owner until `deadline` (`None`: as long as it lives).
+    pub(crate) fn waiting_until(seg: &'a Segment, deadline: Option<Instant>) -> Self {
+        SegEnv {
+            seg,
+            me: process::current().pid,
+            deadline,
         }
     }
 
@@ -438,6 +501,11 @@ impl Ring {
             .fetch_add(1, Ordering::AcqRel)
             .wrapping_add(1);
         park::wake(&self.seg.lines().producer_wake.value);
+        if self.seg.is_fixed() {
+            // A consumer of a ring published by a cursor counts nothing while the start
+            // decides (`fixed::published`), and may have parked on that look.
+            park::wake_consumers(&self.seg);
+        }
         Ok(run)
     }
 
@@ -530,9 +598,11 @@ impl Ring {
     }
 
     /// The line's position: the next sequence a producer will claim, or, while the line is
-    /// closed, the sequence the next run starts at; on a single-producer ring, before the
-    /// slots of its last claim that are not stamped yet (a claim still to be decided, or
-    /// accepted by a stop and about to be stamped).
+    /// closed, the sequence the next run starts at; on a single-producer ring of stamped
+    /// slots, before the slots of its last claim that are not stamped yet (a claim still to
+    /// be decided, or accepted by a stop and about to be stamped); on a ring published by a
+    /// cursor, while a stop is in progress, the cursor before its last claim (which the stop
+    /// may refuse). Never waits.
     pub fn head(&self) -> u64 {
         self.seg.position()
     }

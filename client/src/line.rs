@@ -421,18 +421,43 @@ pub fn claim_single_fast<W: Word>(
     n: u64,
     light: impl Fn(),
 ) -> Fast {
+    let Some(running) = look_running(life, seen) else {
+        return Fast::NotRunning;
+    };
+    claim_after_look(claim, life, running, next, n, light)
+}
+
+/// (p1) of a single-producer claim: the lifecycle word if it is Running (`seen` updated),
+/// `None` if not (refused, nothing stored). A fixed-size ring's common case makes it before
+/// it writes its event, and the rest of the claim ([`claim_after_look`]) after.
+#[inline(always)]
+pub fn look_running<W: Word>(life: &W, seen: &mut SeenRunning) -> Option<u64> {
     // (p1) Acquire: pairs with the Release CAS that published Running, so a starter's
     // take-back of a refused claim (t3) happens before this claim's store (p2): the store
     // comes after it in the word's order and is never undone by it. (p4) decides.
     let running = life.load(Ordering::Acquire);
     if running != seen.0 {
         if lifecycle::state(running) != RingState::Running as u32 {
-            return Fast::NotRunning;
+            return None;
         }
         *seen = SeenRunning(running);
     }
+    Some(running)
+}
+
+/// (p2) to (p4) of a single-producer claim after (p1) read `running` ([`look_running`]).
+#[inline(always)]
+pub fn claim_after_look<W: Word>(
+    claim: &W,
+    life: &W,
+    running: u64,
+    next: u64,
+    n: u64,
+    light: impl Fn(),
+) -> Fast {
     // (p2) Relaxed: the fence pair orders it against the stopper's (s3); the gate scan has
-    // its own fence (see `gating`).
+    // its own fence (see `gating`). On a fixed-size ring it publishes too: the caller's
+    // Release fence before it orders the events (or the pending record) first.
     claim.store(next + n, Ordering::Relaxed);
     // (p3)
     light();
@@ -507,7 +532,8 @@ pub struct Life {
 }
 
 impl Life {
-    fn of(word: u64) -> Self {
+    /// The word decoded.
+    pub fn of(word: u64) -> Self {
         Life {
             word,
             state: RingState::from_u32(lifecycle::state(word)),

@@ -28,7 +28,9 @@ pub enum Recall {
     Pending,
     /// The slot already holds a later event: the sequence left the ring.
     Gone,
-    /// The sequence is at or beyond the head: nobody claimed it.
+    /// The sequence is at or beyond the head: nobody claimed it (or, while a stop is in
+    /// progress on a ring published by a cursor, it is the last claim's, which the stop may
+    /// still refuse: see [`Ring::head`]).
     NotClaimed,
 }
 
@@ -81,7 +83,10 @@ impl Ring {
     /// after the copy (see `fixed`).
     fn recall_fixed(&self, seq: u64, buf: &mut Vec<u8>) -> Recall {
         let events = self.seg.events();
-        let (cursor, tomb_end) = fixed::published(&events);
+        // Nothing counts as published while the lifecycle word changes under the look.
+        let Some((cursor, tomb_end)) = fixed::published(&events) else {
+            return Recall::Pending;
+        };
         if seq >= cursor {
             return Recall::Pending;
         }

@@ -377,7 +377,7 @@ impl Ring {
 
     /// A fixed-size ring whose single producer died: tombstone what it claimed and did not
     /// publish, or take a claim a stop refused back to the stop sequence
-    /// (`fixed::repair_dead`, whose loom models are `client/tests/loom_repair_fixed.rs`),
+    /// (`fixed::repair_dead`, whose loom models are `client/tests/loom_folded_repair.rs`),
     /// then wake the consumers if tombstones were published. The caller holds the dead
     /// producer's entry (REPAIRING), so no producer attaches meanwhile.
     fn repair_fixed(&self) -> Repair {

@@ -602,6 +602,10 @@ fn build(
     h.pid_ns
         .store(crate::process::pid_namespace(), Ordering::Relaxed);
     if geo.fixed {
+        seg.lines()
+            .cursor
+            .pending
+            .store(shmring_layout::PENDING_NONE, Ordering::Relaxed);
         let events = seg.events();
         for seq in 0..geo.capacity {
             fixed::Words::tomb(&events, seq).store(TOMB_NONE, Ordering::Relaxed);

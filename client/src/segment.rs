@@ -212,7 +212,7 @@ impl Segment {
     pub(crate) fn is_done(&self, seq: u64) -> bool {
         if self.geo.fixed {
             let ev = self.events();
-            seq < fixed::published(&ev).0 && !ev.lapped(seq)
+            ev.reached_by_cursor(seq) && !ev.lapped(seq)
         } else {
             // Acquire: pairs with the producer's Release stamp store.
             stamp::is_done(self.slot(seq).header.stamp.load(Ordering::Acquire), seq)
@@ -223,7 +223,7 @@ impl Segment {
     /// a tombstone, or overwritten by a later lap. Acquire, as `is_done`.
     pub(crate) fn reached(&self, seq: u64) -> bool {
         if self.geo.fixed {
-            seq < fixed::published(&self.events()).0
+            self.events().reached_by_cursor(seq)
         } else {
             // Acquire: pairs with the producer's Release stamp store.
             stamp::reached(self.slot(seq).header.stamp.load(Ordering::Acquire), seq)
@@ -518,30 +518,42 @@ impl<'a> Events<'a> {
         unsafe { a.first.add((seq & a.mask) as usize * a.size) }
     }
 
-    /// Whether the cursor is past `seq` (Acquire: pairs with the Release cursor store).
+    /// Whether what a reader may count as published now is past `seq` (`fixed::published`;
+    /// nothing while the lifecycle word changes under the look).
     #[inline(always)]
     pub(crate) fn reached_by_cursor(&self, seq: u64) -> bool {
-        seq < fixed::published(self).0
+        fixed::published(self).is_some_and(|(end, _)| seq < end)
+    }
+
+    /// The cursor, below a claim still being written (`pending`), whatever the lifecycle
+    /// word says: what the producers wrote and claimed, a refused store included. For
+    /// counts and the corrupt-word checks of `Ring::info`, never for delivering.
+    pub(crate) fn written(&self) -> u64 {
+        // Acquire, both: as in `fixed::published`.
+        let c = self.lines().cursor.cursor.load(Ordering::Acquire);
+        c.min(self.lines().cursor.pending.load(Ordering::Acquire))
+    }
+
+    /// The tombstone bound, for a reader that saw its sequence published already.
+    pub(crate) fn tomb_end_now(&self) -> u64 {
+        // Acquire: after the caller's look that saw the sequence published, so it covers
+        // every tombstone published with it.
+        self.lines().cursor.tomb_end.load(Ordering::Acquire)
     }
 
     /// Whether `seq`'s slot holds, or is being written with, a later lap's event: the
-    /// single producer's claim is past `seq + capacity` (Acquire). A claim that a stop
-    /// refused counts too (see [`Events::overwritten`]).
+    /// write horizon is past `seq + capacity` (see `fixed`).
     pub(crate) fn lapped(&self, seq: u64) -> bool {
-        // Acquire: the claim is stored before the payload it covers (see `fixed`).
-        self.line().value.load(Ordering::Acquire) > seq.saturating_add(self.array.mask + 1)
+        // Acquire: the horizon is raised before the writes it covers (see `fixed`).
+        let horizon = self.line().value.load(Ordering::Acquire);
+        fixed::overwritten(self, seq, horizon)
     }
 
-    /// [`Events::lapped`] without a claim that a stop refused (`fixed::overwritten`): for a
-    /// copying reader's look before its copy, which `fixed::copy_held` checks after it.
-    /// Alone it is not enough: the claim read here may be the next run's (its store is
-    /// Relaxed) while the lifecycle word read after it is still the stop's. (A required
-    /// consumer's look through `policy_first_fixed` uses it too: a consumer that gates is
-    /// never a ring behind the claim, so it reads as `lapped` would.)
+    /// [`Events::lapped`], for a copying reader's look before its copy, which
+    /// `fixed::copy_held` checks after it. (A required consumer's look through
+    /// `policy_first_fixed` uses it too.)
     pub(crate) fn overwritten(&self, seq: u64) -> bool {
-        // Acquire: as in `lapped`.
-        let claim = self.line().value.load(Ordering::Acquire);
-        fixed::overwritten(self, seq, claim)
+        self.lapped(seq)
     }
 
     /// Write `bytes` (exactly one event's size) as the event of `seq`.
@@ -819,8 +831,12 @@ unsafe fn copy_words_racy(p: *const u8, n: usize, dst: &mut Vec<u8>) {
 impl fixed::Words for Events<'_> {
     type W = AtomicU64;
     #[inline(always)]
-    fn claim(&self) -> &AtomicU64 {
+    fn horizon(&self) -> &AtomicU64 {
         &self.line().value
+    }
+    #[inline(always)]
+    fn pending(&self) -> &AtomicU64 {
+        &self.lines().cursor.pending
     }
     #[inline(always)]
     fn cursor(&self) -> &AtomicU64 {
@@ -851,6 +867,11 @@ impl fixed::Words for Events<'_> {
     #[inline(always)]
     fn fence(&self, order: Ordering) {
         std::sync::atomic::fence(order)
+    }
+    #[inline(always)]
+    fn reader_fence(&self) {
+        // None: the reader's cursor and second lifecycle loads are SeqCst (see
+        // `fixed::published`).
     }
 }
 

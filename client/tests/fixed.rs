@@ -231,12 +231,20 @@ fn a_tombstone_word_left_from_an_earlier_lap_does_not_hide_an_event() {
 /// A ring of 4 slots whose producer never waits for optional consumers, an optional
 /// consumer at 0, and the producer.
 fn optional_without_slack(ns: &Namespace) -> (Ring, shmring::Consumer, shmring::Producer) {
+    optional_without_slack_of(ns, 4)
+}
+
+/// As [`optional_without_slack`], a ring of `capacity` events.
+fn optional_without_slack_of(
+    ns: &Namespace,
+    capacity: u64,
+) -> (Ring, shmring::Consumer, shmring::Producer) {
     let ring = Ring::create(
         ns.name(),
         "r",
         &RingConfig {
             optional_slack: Some(0),
-            ..config(4)
+            ..config(capacity)
         },
     )
     .unwrap();
@@ -267,29 +275,62 @@ fn an_optional_consumer_that_is_lapped_counts_the_gap_and_never_a_torn_event() {
     assert_eq!(ring.recall(2, &mut buf), Recall::Gone);
 }
 
-/// A publish refused while the ring is stopped writes nothing and claims nothing: an optional
-/// consumer (and `recall`) a whole ring behind still reads every event the ring holds, none
-/// counted as overwritten. (A claim that races the stop and is refused stays in the claim
-/// word until the next start: `loom_fixed` `a_claim_refused_by_a_stop_overwrites_nothing_for_a_reader_a_ring_behind`.)
+/// A publish refused while the ring is stopped writes nothing: an optional consumer (and
+/// `recall`) three quarters of a ring behind still reads every event the ring holds, none
+/// counted as overwritten. Three quarters, not a whole ring: the producer raises its write
+/// horizon up to a quarter ring ahead of its position (see `fixed`), and a copy of an event
+/// a ring below the horizon is dropped, written over or not. (A publish that races the stop
+/// writes its event before the stop refuses it; its slot is a ring past the oldest event's,
+/// which `loom_folded` `an_optional_copy_checked_against_the_horizon_is_never_another_laps`
+/// drops.)
 #[test]
 fn a_publish_refused_while_stopped_overwrites_nothing_for_a_reader_a_ring_behind() {
     let ns = Namespace::concurrent("fixed-optional-stopped");
-    let (ring, mut c, mut p) = optional_without_slack(&ns);
-    for s in 0..4u64 {
+    let (ring, mut c, mut p) = optional_without_slack_of(&ns, 16);
+    for s in 0..12u64 {
         p.publish_value(&s).unwrap();
     }
-    assert_eq!(ring.stop(), Ok(4));
-    assert_eq!(p.publish_value(&9u64), Err(PublishError::Closed));
+    assert_eq!(ring.stop(), Ok(12));
+    assert_eq!(p.publish_value(&99u64), Err(PublishError::Closed));
     let mut buf = Vec::new();
     assert_eq!(ring.recall(0, &mut buf), Recall::Event);
     assert_eq!(value(&buf), 0);
-    assert_eq!(drain(&mut c), (0..4).map(|s| (s, s)).collect::<Vec<_>>());
+    assert_eq!(drain(&mut c), (0..12).map(|s| (s, s)).collect::<Vec<_>>());
     assert_eq!(c.stats().dropped_behind, 0);
     ring.start().unwrap();
-    // The next run overwrites sequence 0's slot: now it is gone.
-    assert_eq!(p.publish_value(&4u64), Ok(4));
+    // The next run goes on at 12 and overwrites sequence 0's slot at 16: now it is gone.
+    for s in 12..17u64 {
+        assert_eq!(p.publish_value(&s), Ok(s));
+    }
     assert_eq!(ring.recall(0, &mut buf), Recall::Gone);
-    assert_eq!(drain(&mut c), vec![(4, 4)]);
+    assert_eq!(drain(&mut c), (12..17).map(|s| (s, s)).collect::<Vec<_>>());
+}
+
+/// The price of the write horizon: an optional reader more than three quarters of a ring
+/// behind the producer may drop intact events (counted as dropped behind, never delivered
+/// torn); within three quarters it keeps every one.
+#[test]
+fn an_optional_reader_within_three_quarters_of_a_ring_keeps_every_event() {
+    let ns = Namespace::concurrent("fixed-optional-horizon");
+    let (_ring, mut c, mut p) = optional_without_slack_of(&ns, 16);
+    for s in 0..12u64 {
+        p.publish_value(&s).unwrap();
+    }
+    assert_eq!(drain(&mut c), (0..12).map(|s| (s, s)).collect::<Vec<_>>());
+    assert_eq!(c.stats().dropped_behind, 0);
+    // Sixteen more: the reader, at 12, is a whole ring behind the producer's position (28)
+    // and more than that behind its horizon; what it gets is intact and counted.
+    for s in 12..28u64 {
+        p.publish_value(&s).unwrap();
+    }
+    let got = drain(&mut c);
+    assert!(got.iter().all(|&(s, v)| s == v), "{got:?}");
+    assert_eq!(
+        got.len() as u64 + c.stats().dropped_behind,
+        16,
+        "every event delivered or counted: {got:?}"
+    );
+    assert_eq!(c.next_sequence(), 28);
 }
 
 #[test]

@@ -37,6 +37,13 @@ fn put64(path: &Path, off: u64, v: u64) {
     put(path, off, &v.to_ne_bytes());
 }
 
+fn get64(path: &Path, off: u64) -> u64 {
+    let mut b = [0u8; 8];
+    let f = OpenOptions::new().read(true).open(path).expect("open");
+    f.read_exact_at(&mut b, off).expect("read");
+    u64::from_ne_bytes(b)
+}
+
 fn put32(path: &Path, off: u64, v: u32) {
     put(path, off, &v.to_ne_bytes());
 }
@@ -341,26 +348,44 @@ fn fixed_ring(ns: &Namespace) -> (Ring, shmring::Consumer) {
     (ring, c)
 }
 
-/// A fixed-size ring's claim word taken below a live producer's start by another process:
-/// the producer's counters and its drop (which records them) read a damaged position as
-/// nothing published, never an overflow.
+/// A fixed-size ring's cursor (its producer's claim word) moved by another process past what
+/// the producer can have published: the producer refuses to publish (`CorruptPosition`)
+/// rather than skip sequences (its general path looks; a cursor moved back below the common
+/// case's bound is published at, unchecked, as a claim word moved back was before layout
+/// 13), and its counters and its drop (which records them) never overflow.
 #[test]
-fn a_claim_word_below_a_fixed_producer_s_start_is_no_overflow() {
-    let ns = Namespace::concurrent("fixed_low_claim");
-    let (ring, mut c) = fixed_ring(&ns);
-    {
-        let mut first = ring.producer().expect("first producer");
-        for _ in 0..3 {
-            first.publish(&[1; 8]).expect("publish");
+fn a_fixed_producer_s_cursor_moved_by_another_process_is_refused_not_reused() {
+    for moved in [1 << 40, u64::MAX - 1] {
+        let ns = Namespace::concurrent("fixed_moved_cursor");
+        let (ring, mut c) = fixed_ring(&ns);
+        {
+            let mut first = ring.producer().expect("first producer");
+            for _ in 0..3 {
+                first.publish(&[1; 8]).expect("publish");
+            }
         }
+        let _ = poll_quiet(&ring, &mut c, |_| {});
+        let mut p = ring.producer().expect("second producer, starting at 3");
+        assert_eq!(p.publish(&[2; 8]), Ok(3));
+        assert_eq!(p.publish(&[2; 8]), Ok(4));
+        assert_eq!(p.stats().published, 2);
+        put64(ring.path(), CURSOR, moved);
+        match p.publish(&[3; 8]) {
+            Err(e @ PublishError::CorruptPosition { .. }) => {
+                assert!(e.to_string().contains("corrupt"), "{e}")
+            }
+            other => panic!("cursor moved to {moved:#x}: {other:?}"),
+        }
+        assert!(p.stats().published <= 2, "cursor moved to {moved:#x}");
+        assert!(
+            matches!(
+                p.try_publish(&[3; 8]),
+                Err(TryPublishError::CorruptPosition { .. })
+            ),
+            "cursor moved to {moved:#x}"
+        );
+        drop(p);
     }
-    let _ = poll_quiet(&ring, &mut c, |_| {});
-    let mut p = ring.producer().expect("second producer, starting at 3");
-    assert_eq!(p.publish(&[2; 8]), Ok(3));
-    assert_eq!(p.stats().published, 1);
-    put64(ring.path(), SEQ_LINES_OFFSET as u64, 0);
-    assert_eq!(p.stats().published, 0);
-    drop(p);
 }
 
 /// Offset of the claim word.
@@ -795,7 +820,13 @@ fn a_single_producer_position_past_any_real_sequence_is_refused() {
                 ..hostile()
             };
             let ring = Ring::create(ns.name(), "r", &config).unwrap();
-            put64(ring.path(), SEQ_LINES_OFFSET as u64, word);
+            // A ring published by a cursor claims on its cursor.
+            let claim_word = if event_size.is_some() {
+                CURSOR
+            } else {
+                CLAIM_WORD
+            };
+            put64(ring.path(), claim_word, word);
             match ring.producer() {
                 Err(e @ AttachError::CorruptPosition { position }) => {
                     assert!(position >= shmring_layout::MAX_SEQUENCE, "{e}");
@@ -887,10 +918,11 @@ fn corrupt_state_words_give_errors_not_hangs() {
 /// A fixed-size ring's cursor overwritten by another process with a value more than a ring
 /// past a consumer's position. No producer can publish that far past a consumer (the wrap
 /// gate holds a required one's producers within the capacity, and an optional one further
-/// behind than that is lapped, which the claim says). So the slots between are not events:
-/// every poll form says so with `PollError::CorruptCursor`, delivers nothing and keeps the
-/// consumer where it is, where it delivered whatever the slots held before. Once the
-/// producer's next publish stores the cursor again, the consumer goes on from where it was.
+/// behind than that is lapped, which the write horizon says). So the slots between are not
+/// events: every poll form says so with `PollError::CorruptCursor`, delivers nothing and
+/// keeps the consumer where it is, where it delivered whatever the slots held before. Once
+/// the cursor is put back where the producer left it, the consumer goes on from where it
+/// was.
 #[test]
 fn a_fixed_ring_s_cursor_more_than_a_ring_ahead_delivers_nothing() {
     let ns = Namespace::concurrent("corrupt_cursor");
@@ -938,7 +970,8 @@ fn a_fixed_ring_s_cursor_more_than_a_ring_ahead_delivers_nothing() {
         );
         assert_eq!(got, [0u64; 0], "read ahead, cursor {damaged:#x}");
     }
-    // The producer stores the cursor from its own position again.
+    // The cursor put back where the producer left it: the producer goes on from there.
+    put64(ring.path(), CURSOR, 2);
     assert_eq!(p.publish(&[3; 8]), Ok(2));
     for c in [&mut required, &mut optional] {
         let mut got = Vec::new();
@@ -1034,26 +1067,30 @@ fn damaged_words_are_named_by_the_snapshot_and_make_a_ring_unhealthy() {
         }]
     );
 
-    // A fixed-size ring's cursor is never past its claim (the producer stores the claim
-    // first, and a start that takes a refused claim back takes it to the stop sequence).
+    // A fixed-size ring's cursor is never past its write horizon (the producer raises it
+    // before it writes past it, and a start that takes a refused claim back takes it to the
+    // stop sequence).
     let fixed = Ring::create(ns.name(), "f", &fixed_config(16)).unwrap();
     let mut p = fixed.producer().expect("producer");
     p.publish(&[1; 8]).expect("publish");
     p.publish(&[2; 8]).expect("publish");
     assert_eq!(fixed.info().corrupt, []);
-    put64(fixed.path(), CURSOR, 5);
+    let horizon = get64(fixed.path(), CLAIM_WORD);
+    assert!((2..=16).contains(&horizon), "horizon {horizon}");
+    put64(fixed.path(), CURSOR, 100);
     assert_eq!(
         fixed.info().corrupt,
         [CorruptWord::Cursor {
-            cursor: 5,
-            claim: 2
+            cursor: 100,
+            claim: horizon
         }]
     );
     assert!(!fixed
         .health(HealthThresholds::default())
         .check()
         .is_healthy());
-    // The producer's next publish stores the cursor from its own position again.
+    // The cursor put back where the producer left it: its next publish goes on from there.
+    put64(fixed.path(), CURSOR, 2);
     p.publish(&[3; 8]).expect("publish");
     assert_eq!(fixed.info().corrupt, []);
 }

@@ -754,3 +754,143 @@ fn a_stop_finished_by_a_refused_claim_wakes_the_consumers_parked_on_the_ring() {
         |&w| w,
     );
 }
+
+/// A ring of fixed-size events held in a stop by a live process that does not finish it (a
+/// stopped process, or a reused pid): consumers go on delivering what the stop cannot
+/// refuse (everything below its last event), status and the head answer at once, a publish
+/// is refused, and an attach gives up as `Busy` after the lifecycle wait instead of hanging.
+/// Once the stopper is dead, the next attach finishes its stop and starts at the stop
+/// sequence, and the run after it goes on there.
+#[test]
+fn a_fixed_ring_held_in_a_stop_by_a_live_process_answers_and_an_attach_gives_up() {
+    let ns = Namespace::concurrent("fixed_held_stop");
+    let config = RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        max_producers: 1,
+        ..cfg(16)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..5u64 {
+        assert_eq!(p.publish(&i.to_ne_bytes()), Ok(i));
+    }
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("600");
+    let mut owner = ns.spawn("a live stopper", sleep);
+    RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Stopping, owner.pid()));
+
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(
+        got,
+        [0, 1, 2, 3],
+        "below the event the stop may still refuse"
+    );
+    let info = ring.info();
+    assert!(info.head <= 5, "{info:?}");
+    assert!(ring.head() <= 5);
+    assert_eq!(p.publish(&9u64.to_ne_bytes()), Err(PublishError::Closed));
+    let began = Instant::now();
+    match ring.consumer(ConsumerOptions::anonymous()) {
+        Err(shmring::AttachError::Busy) => {}
+        other => panic!("attach during a held stop: {:?}", other.map(|_| ())),
+    }
+    assert!(began.elapsed() >= shmring::LIFECYCLE_WAIT, "gave up early");
+
+    owner.kill();
+    let mut late = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    assert_eq!(
+        ring.state(),
+        Some(RingState::Stopped),
+        "the dead stop finished"
+    );
+    assert_eq!(ring.head(), 5);
+    assert_eq!(late.next_sequence(), 5);
+    ring.start().unwrap();
+    assert_eq!(p.publish(&5u64.to_ne_bytes()), Ok(5));
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(got, [4, 5]);
+    got.clear();
+    late.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(got, [5]);
+}
+
+/// A required consumer the broker released, on a ring of fixed-size events held in a stop by
+/// a live process: its polls do not wait for the stop and do not spin on events they cannot
+/// take (it stays released, moved up to the bound below the head, and finds nothing
+/// pending), `read_ahead` reads nothing in place while it is released; once the stopper is
+/// dead, its next poll finishes the stop and gates it again at the stop sequence, every
+/// event skipped counted in `dropped_behind`.
+#[test]
+fn a_released_consumer_of_a_fixed_ring_held_in_a_stop_gates_again_after_it() {
+    let ns = Namespace::concurrent("fixed_released_stop");
+    let config = RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        max_producers: 1,
+        ..cfg(16)
+    };
+    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let mut c = ring
+        .consumer(
+            ConsumerOptions::durable("d").wait(shmring::WaitStrategy::TimeoutBlocking {
+                timeout: Duration::from_millis(20),
+            }),
+        )
+        .unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..3u64 {
+        assert_eq!(p.publish(&i.to_ne_bytes()), Ok(i));
+    }
+    let mut got = Vec::new();
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(got, [0, 1, 2]);
+    let info = ring.info().consumers[0].clone();
+    assert!(ring.release_consumer(info.index, info.word));
+    for i in 3..5u64 {
+        assert_eq!(p.publish(&i.to_ne_bytes()), Ok(i));
+    }
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("600");
+    let mut owner = ns.spawn("a live stopper", sleep);
+    RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Stopping, owner.pid()));
+
+    got.clear();
+    let began = Instant::now();
+    assert_eq!(c.poll_once(|ev| got.push(ev.sequence())), Ok(0));
+    assert_eq!(got, [0u64; 0]);
+    assert_eq!(c.next_sequence(), 4, "up to the bound below the head");
+    assert_eq!(c.stats().dropped_behind, 1);
+    assert_eq!(ring.info().consumers[0].state, "RELEASED");
+    // Nothing pending for it: a wait returns at its timeout, it does not spin on a look
+    // that says there is something to take.
+    assert_eq!(c.wait(), Ok(shmring::WaitOutcome::TimedOut));
+    assert_eq!(
+        c.read_ahead(4, 8, |_| {}),
+        Ok(4),
+        "nothing read in place while released"
+    );
+    assert!(
+        began.elapsed() < shmring::LIFECYCLE_WAIT,
+        "a poll waited for the stop"
+    );
+
+    owner.kill();
+    got.clear();
+    assert_eq!(c.poll_once(|ev| got.push(ev.sequence())), Ok(0));
+    assert_eq!(
+        ring.state(),
+        Some(RingState::Stopped),
+        "the dead stop finished"
+    );
+    assert_eq!(c.next_sequence(), 5, "gated again at the stop sequence");
+    assert_eq!(c.stats().dropped_behind, 2);
+    assert_eq!(ring.info().consumers[0].state, "ACTIVE");
+    ring.start().unwrap();
+    assert_eq!(p.publish(&5u64.to_ne_bytes()), Ok(5));
+    c.poll_once(|ev| got.push(ev.sequence())).unwrap();
+    assert_eq!(got, [5]);
+}

@@ -1,8 +1,10 @@
-//! Loom models of a single-producer fixed-size ring whose claim is its publish: a design
-//! for the per-event path without the claim store, checked here before any code of the
-//! client changes (docs/PERFORMANCE.md, "The per-event claim store, measured out").
+//! Loom models of a single-producer fixed-size ring whose claim is its publish: the
+//! per-event path without the claim store, modelled here before the client changed
+//! (docs/PERFORMANCE.md, "The per-event claim store, measured out") and built in layout 13;
+//! the consumer's reads are the client's `fixed::published`, its copy check
+//! `fixed::copy_held`, the line the client's `line`.
 //!
-//! Today a fixed-size ring's producer makes three stores per event: its claim (its
+//! Before layout 13 a fixed-size ring's producer made three stores per event: its claim (its
 //! position, before the payload), the payload, and the cursor. In this design the cursor
 //! is the claim word of the sequence line: the producer writes the payload first, then
 //! makes the line's single-producer claim ((p1) to (p5) of `line`, unchanged) on the
@@ -52,7 +54,7 @@
 //! store once every `AHEAD` events, on the line copying readers read (fewer stores against
 //! more copies dropped: a reader within `AHEAD` of its lap drops them); a horizon never
 //! taken back, so after a stop a reader near the oldest end drops up to `AHEAD - 1` intact
-//! events (today a copy made while the ring stays closed is kept); the horizon kept within
+//! events (before layout 13 a copy made while the ring stayed closed was kept); the horizon kept within
 //! what the wrap gate passed, since other code reads the claim word as what may be written
 //! (a consumer's lap check, the error policy's, an attach's takeover of an entry); an
 //! attaching producer that loads it and never lowers it; an optional reader at the head,
@@ -63,7 +65,7 @@
 //! On paper since (not modelled): the horizon raised, when the producer's next sequence
 //! `s` reaches it, to `min(s + AHEAD, gate + capacity)` with the producer's cached gate, so
 //! it never names a slot the wrap gate has not passed and a gating consumer's lap check
-//! reads it as it reads today's claim (a producer held at the gate raises it once per scan
+//! reads it as it read the claim before layout 13 (a producer held at the gate raises it once per scan
 //! that moves the gate, a free-running one once per `AHEAD` events); an attaching producer
 //! raises it from where it finds it; and the look at the lifecycle word before the write is
 //! (p1) itself, moved before the payload ((p1), the write, then (p2) to (p5): a refusal at
@@ -94,15 +96,15 @@
 //! attaching consumer and a gate scan read (the cursor may hold an event a stop in progress
 //! will refuse) is modelled in `loom_folded_attach.rs`, claim guards (a claim before the
 //! writes, recorded in `pending` beside the cursor) in `loom_folded_guard.rs`. A dead
-//! producer's repair is in `loom_folded_repair.rs`. Still to design and model before any
-//! client code: the other attaches and scans (their list is in `loom_folded_attach.rs`);
-//! and the write horizon's points above. Consumers while the line is stopping deliver
-//! nothing until the stop settles (today's read the cursor without looking); a parked one
-//! is woken by the stop's wake once it settles, as today (ARCHITECTURE.md, "The store can
-//! be the publish"; on paper, not modelled).
+//! producer's repair is in `loom_folded_repair.rs`. Not modelled (ARCHITECTURE.md, "The
+//! store is the publish", lists them): the other attaches and scans (their list is in
+//! `loom_folded_attach.rs`); and the write horizon's points above. While the line is
+//! stopping, consumers deliver below the last claim (the stop decides only that one: the
+//! models check it, since they run the client's read); a parked one is woken by the stop's
+//! wake once it settles (on paper, not modelled).
 //!
 //! The controls of the first two models each drop one step of the consumer's reads; those
-//! of the last raise the horizon after the write or use today's copy check. All are
+//! of the last raise the horizon after the write or use the copy check before layout 13. All are
 //! expected to fail. The stop-and-start model runs with a preemption bound of 3 (unless
 //! `LOOM_MAX_PREEMPTIONS` says otherwise): loom found the failure of a consumer that reads
 //! the lifecycle word only after the cursor with that bound and not with 2 (the consumer
@@ -128,7 +130,7 @@ use loom_folded_ring::{bound, spawn_lifecycle, witness, Path, Raise, Reads, Ring
 use loom_word::{model, model_bound};
 
 use shmring::fixed;
-use shmring::line::{Refused, SeenRunning, Word};
+use shmring::line::{self, Refused, SeenRunning, Word};
 use shmring_layout::{lifecycle, RingState};
 
 /// Slots in the ring of the consumers' models: more than their events, so that no write
@@ -303,13 +305,17 @@ fn control_a_stopped_consumer_that_trusts_the_cursor() {
     a_stop_during_two_publishes(Reads::NoAfter);
 }
 
-/// The copy check of this design: the horizon alone, with no bound from a closed line (a
-/// write a stop refuses comes before the refusal now).
-fn held_by_horizon(r: &Ring<2>, seq: u64) -> bool {
-    // Acquire fence: pairs with the producer's Release fence in `begin_write`.
+/// The copy check of the protocol before this design (layout 12): the horizon (then the
+/// claim) trusted less than a line settled closed at or below the copied sequence's next
+/// lap, as if a refused claim wrote nothing. In this design a write a stop refuses comes
+/// before the refusal.
+fn held_trusting_a_closed_line(r: &Ring<2>, seq: u64) -> bool {
+    // Acquire fence: pairs with the producer's Release fence before its write.
     fence(Ordering::Acquire);
+    let bound = seq + fixed::Words::capacity(r);
     // Relaxed: ordered by the fence above.
-    r.horizon.load(Ordering::Relaxed) <= seq + fixed::Words::capacity(r)
+    r.horizon.load(Ordering::Relaxed) <= bound
+        || line::closed_at(&r.life, &r.stop_seq).is_some_and(|stop| stop <= bound)
 }
 
 /// A ring of two slots, events 0 and 1 published. One thread stops it, starts it and stops
@@ -364,17 +370,17 @@ fn a_reader_a_ring_behind_a_concurrent_write(held: fn(&Ring<2>, u64) -> bool, ra
 
 #[test]
 fn an_optional_copy_checked_against_the_horizon_is_never_another_laps() {
-    a_reader_a_ring_behind_a_concurrent_write(held_by_horizon, Raise::BeforeWrite);
+    a_reader_a_ring_behind_a_concurrent_write(fixed::copy_held, Raise::BeforeWrite);
 }
 
 #[test]
 #[should_panic(expected = "kept another write")]
 fn control_a_horizon_raised_after_the_write() {
-    a_reader_a_ring_behind_a_concurrent_write(held_by_horizon, Raise::AfterWrite);
+    a_reader_a_ring_behind_a_concurrent_write(fixed::copy_held, Raise::AfterWrite);
 }
 
 #[test]
 #[should_panic(expected = "kept another write")]
-fn control_todays_copy_check_trusts_a_closed_line_over_a_later_write() {
-    a_reader_a_ring_behind_a_concurrent_write(fixed::copy_held, Raise::BeforeWrite);
+fn control_the_layout_12_copy_check_trusts_a_closed_line_over_a_later_write() {
+    a_reader_a_ring_behind_a_concurrent_write(held_trusting_a_closed_line, Raise::BeforeWrite);
 }

@@ -49,7 +49,7 @@
 //! none: the design loads the cursor and the second lifecycle word SeqCst (for the
 //! consumer's own reason, `loom_folded.rs`), and then the CAS and those loads are in the
 //! SeqCst order in program order, which is all the argument above asks of the fence
-//! (`Consumer::fresh` passes no fence to `start_fresh` today, and need not). loom runs
+//! (`Consumer::fresh` passes no fence to `start_fresh`, and need not). loom runs
 //! SeqCst accesses as Acquire and Release and a SeqCst fence as one joining clock, stronger
 //! than C++20's; the models check the interleavings, the argument above carries the orders.
 //!
@@ -65,12 +65,12 @@
 //! publish (the scan-while-stopped model has none: its control's failure shows the scan
 //! before the take-back is reached). The controls: the position from the cursor
 //! alone (an attach before a start takes a refused event back starts past the next run's
-//! first event and skips it, as today's attach read the claim counter's raw bits); from the
+//! first event and skips it, as an earlier attach read the claim counter's raw bits); from the
 //! cursor and the lifecycle word before it alone (an attach during a stop starts past the
 //! event the stop refuses); no fence after the CAS; and a scan's head from the cursor (a
 //! scan while the ring is stopped after a refusal gates one past the stop sequence, above
 //! the start of a consumer that attaches at it after the start, and the producer would go
-//! on to lap it, as today's scan did with the raw bits).
+//! on to lap it, as an earlier scan did with the raw bits).
 //!
 //! With claim guards (`loom_folded_guard.rs`) the position is also bounded by `pending`,
 //! the first sequence of an open guard's claim. The argument carries over: the store that
@@ -209,7 +209,7 @@ impl<const N: usize> Model<N> {
     fn position(&self, how: Start) -> u64 {
         match how {
             Start::Folded | Start::Unfenced => position(&self.ring),
-            // SeqCst: as today's `Line::position`.
+            // SeqCst: as `Line::position`.
             Start::Cursor => self.ring.cursor.load(Ordering::SeqCst),
             Start::FirstLookOnly => loop {
                 if let Some(p) = bound(&self.ring, Reads::NoAfter) {
@@ -255,7 +255,7 @@ impl<const N: usize> Model<N> {
         fence(Ordering::SeqCst);
         let head = match head {
             Head::Next => s,
-            // SeqCst: as today's `gating::scan` reads the position.
+            // SeqCst: as `gating::scan` reads the position.
             Head::Cursor => self.ring.cursor.load(Ordering::SeqCst),
         };
         let (word, next) = (Seen::new(&self.word), Seen::new(&self.next));
@@ -587,7 +587,7 @@ fn an_attach_racing_a_start_after_a_refusal_reads_the_next_run_from_its_first_ev
 }
 
 /// The cursor alone: before the start takes the refused store back, the attach starts at
-/// 1, and the next run's first event, 0, is lost to it (as today's attach lost the first
+/// 1, and the next run's first event, 0, is lost to it (as an earlier attach lost the first
 /// events of the next run, reading the claim counter's raw bits).
 #[test]
 #[should_panic(expected = "is skipped")]
@@ -637,7 +637,7 @@ fn a_scan_while_stopped_gates_at_or_below_an_attach_after_the_start() {
 }
 
 /// The cursor as the head: a scan while the refused store is in the word gates one past
-/// the stop sequence, above the start of the consumer that attached at it (as today's
+/// the stop sequence, above the start of the consumer that attached at it (as an earlier
 /// scan raised the gate with the claim counter's raw bits).
 #[test]
 #[should_panic(expected = "above the start")]

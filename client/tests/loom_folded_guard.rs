@@ -37,11 +37,11 @@
 //! well (a plain load on x86-64): an attach's argument without a fence after its CAS
 //! (`loom_folded_attach.rs`) needs every word of the position in the SeqCst order. The
 //! stop, the start and a new producer's attach read the cursor as before; a consumer's
-//! position (its polls, its attach) is the lesser of it and `pending`. Consumers pay one
-//! more load, of a word on the cursor's line (a layout change still to make); a guard pays
-//! three stores and a fence (the record, the claim, the end), where today it pays two (the
-//! claim, the cursor). A publish of values known in advance (`publish`, `publish_batch`)
-//! writes first and claims last, and never touches `pending`.
+//! position (its polls) is the lesser of it and `pending`. Consumers pay one more load, of a
+//! word on the cursor's line (layout 13 put it there); a guard pays three stores and a fence
+//! (the record, the claim, the end), where before it paid two (the claim, the cursor). A
+//! publish in its common case writes first and claims last, and never touches `pending`;
+//! the client's other claims (the try and timeout forms, batches) take a guard's steps.
 //!
 //! A refused guard's record is taken back by the producer itself, unlike a refused claim's
 //! cursor store: only consumers (and a dead producer's repair) read `pending`, as a bound,

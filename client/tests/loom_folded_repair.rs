@@ -1,7 +1,8 @@
 //! Loom models of the repair of a dead single producer on a fixed-size ring whose claim is
 //! its publish (the design in `loom_folded.rs`'s module comment, claim guards in
 //! `loom_folded_guard.rs`; the model ring in `loom_folded_ring`). The repair is the
-//! model's own code (`repair` below): nothing in the client runs this design yet.
+//! client's `fixed::repair_dead`; the controls are the model's variants of it (`repair`
+//! below, each with one step changed).
 //!
 //! What a dead producer can leave, and what the repair does with it:
 //!
@@ -35,8 +36,8 @@
 //!
 //! The first fence is the stopper's partner: a producer that died between its cursor store
 //! and its own fence ((p3)) ordered nothing of its own before the stop, and only its death,
-//! which the repairer saw before the fence, carries the store there (`fixed::repair_dead`
-//! had the same gap; `loom_repair_fixed.rs` has its model now).
+//! which the repairer saw before the fence, carries the store there (the fixed-size repair
+//! before layout 13 had the same gap, and fenced since).
 //!
 //! The models: a guard's claim racing a stop, its producer dying after half a write (the
 //! claim accepted), before it takes a refused record back, or right after its cursor store
@@ -60,16 +61,17 @@
 //! producer taking the raw cursor as its position (it skips the stop sequence, and the
 //! consumer gets the refused bytes there).
 //!
+//! The last models have a first repairer die part-way (after its first tomb word, before it
+//! ends the record, after it), and its takeover, racing a stop, repair the claim again: the
+//! same range, the same tomb words, `tomb_end` never lowered, the record ended once.
+//!
 //! Not checked here: the CAS that takes a refused store back (every model starts the ring
 //! before the next producer, and the start's (t3) takes it back too, so a repair without
-//! the CAS passes them, as in `loom_repair_fixed.rs`); the wrap gate before tombstones (the
-//! models' ring never wraps; a repair's scan needs the consumers' position as its head, see
-//! `loom_folded_attach.rs`); the write horizon raised over the tombstones for copying
-//! readers; a record below `end` by more than a claim's largest size (another process wrote
-//! it: the repair bounds the range as `fixed::repair_dead` does); and a repairer that dies
-//! part-way, whose takeover must compute the same range again (the same tomb words,
-//! `tomb_end` never lowered), end `pending` only after the tombstones, and keep the CAS
-//! conditional.
+//! the CAS passes them); the wrap gate before tombstones (the models' ring never wraps; a
+//! repair's scan reads a bound below the head, which only holds producers back); the write
+//! horizon raised over the tombstones for copying readers (the client raises it before the
+//! tomb words, no copying reader here); and a record below `end` by more than a claim's
+//! largest size (another process wrote it: `fixed::repair_dead` bounds the range).
 
 mod loom_env;
 mod loom_folded_ring;
@@ -111,6 +113,15 @@ enum Step {
 /// One try of the repair. `None`: a stop or a start is in progress, try later. `Some(n)`:
 /// done, `n` sequences tombstoned.
 fn repair(ring: &Ring<CAP>, step: Step) -> Option<u64> {
+    if step == Step::Design {
+        // The client's repair (the models' ring never wraps: the gate always passes).
+        return match shmring::fixed::repair_dead(ring, |_| true) {
+            shmring::fixed::Repaired::Done { tombstoned } => Some(tombstoned),
+            shmring::fixed::Repaired::Wait { .. } => None,
+        };
+    }
+    // The controls: the design's steps with one changed (the client's, as the module
+    // comment's table says, otherwise).
     if step != Step::NoFence {
         // SeqCst fence: pairs with a stopper's heavy fence ((s2)). The dead producer may have
         // died between its cursor store and its own fence ((p3)); its death happens before
@@ -511,4 +522,75 @@ fn a_producer_attaching_racing_the_start_after_a_refusal_takes_the_stop_sequence
 #[should_panic(expected = "were published")]
 fn control_a_producer_taking_the_raw_cursor_skips_the_stop_sequence() {
     a_producer_attaching_racing_the_start_after_a_refusal(Take::RawCursor);
+}
+
+/// How far a first repairer got before it died (its takeover then repairs the claim again).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum DiedAt {
+    /// After the horizon and the first tomb word.
+    FirstTomb,
+    /// After every tomb word and `tomb_end`, before it ended the record.
+    BeforeTheEnd,
+    /// After it ended the record (the repair done, its entry not yet freed).
+    AfterTheEnd,
+}
+
+/// Event 0 published; a dead producer's guard of 1 and 2 accepted while the ring ran (its
+/// record at 1, its claim of 3 in the cursor, half of 1's payload written). A first
+/// repairer died part-way (`died`); its takeover (the client's `fixed::repair_dead`, run
+/// to the end) races a stop, and a consumer polls meanwhile. Then the ring starts, the next
+/// producer publishes at the position, and the consumer polls again: event 0, 1 and 2 as
+/// tombstones, then the next producer's event at 3. The takeover computes the same range
+/// again: the same tomb words, `tomb_end` never lowered, the record ended once.
+fn a_repair_taken_over_after_its_repairer_died(died: DiedAt) {
+    model(move || {
+        let ring = one_published();
+        ring.horizon.store(3, Ordering::Relaxed);
+        ring.pending.store(1, Ordering::Relaxed);
+        ring.cursor.store(3, Ordering::Relaxed);
+        ring.slots[1][0].store(1, Ordering::Relaxed);
+        // The first repairer's steps, as `fixed::tombstone_pending` makes them, cut short.
+        shmring::fixed::cover(&*ring, 3);
+        // Relaxed: as `tombstone_pending`'s, published by the end of the record.
+        ring.tombs[1].store(1, Ordering::Relaxed);
+        if died != DiedAt::FirstTomb {
+            ring.tombs[2].store(2, Ordering::Relaxed);
+            ring.tomb_end.store(3, Ordering::Relaxed);
+        }
+        if died == DiedAt::AfterTheEnd {
+            shmring::fixed::end_pending(&*ring);
+        }
+        let stopper = spawn_lifecycle(&ring, false);
+        let takeover = {
+            let ring = ring.clone();
+            thread::spawn(move || repair_until_done(&ring, Step::Design))
+        };
+        let (mut next, mut got) = (0, Vec::new());
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
+        let stop = stopper.join().unwrap();
+        let tombstoned = takeover.join().unwrap();
+        assert_eq!(stop, 3, "the stop's record: the guard was accepted");
+        let p = next_producer_publishes(&ring);
+        poll_tombs(&ring, Reads::Both, &mut next, &mut got);
+        assert_eq!(
+            got,
+            vec![(0, 0), (1, TOMB), (2, TOMB), (3, 9)],
+            "delivered {got:?} ({tombstoned} tombstoned by the takeover, the next producer at {p})"
+        );
+    });
+}
+
+#[test]
+fn a_repair_taken_over_after_its_first_tomb_word_tombstones_the_same_range() {
+    a_repair_taken_over_after_its_repairer_died(DiedAt::FirstTomb);
+}
+
+#[test]
+fn a_repair_taken_over_before_it_ended_the_record_tombstones_the_same_range() {
+    a_repair_taken_over_after_its_repairer_died(DiedAt::BeforeTheEnd);
+}
+
+#[test]
+fn a_repair_taken_over_after_it_ended_the_record_does_nothing_more() {
+    a_repair_taken_over_after_its_repairer_died(DiedAt::AfterTheEnd);
 }

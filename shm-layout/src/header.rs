@@ -333,7 +333,11 @@ pub struct ClaimLine {
     /// The claim. Multi-producer: the claim counter, next sequence to hand out, taken with
     /// `fetch_add`, with [`crate::CLAIM_CLOSED`] in bit 63. Single producer: the producer's
     /// own position (next sequence), written only by it with plain stores (before it writes
-    /// the events); the line is closed by the lifecycle word alone.
+    /// the events); the line is closed by the lifecycle word alone. A ring published by a
+    /// cursor (fixed-size or sized events, since layout 13): the write horizon instead, no
+    /// sequence at or past it written and the cursor never past it, raised by the producer
+    /// before it writes or claims past it and never lowered; the producer's claims are made
+    /// on [`CursorLine::cursor`].
     pub value: AtomicU64,
 }
 
@@ -347,14 +351,27 @@ pub struct ClaimLine {
 #[repr(C, align(128))]
 #[derive(Debug, Default)]
 pub struct CursorLine {
-    /// A fixed-size ring's published cursor: every sequence below it holds its event or is
-    /// a tombstone. Stored (Release) by the single producer after its events, or by a repair
-    /// of a dead producer's claim; 0 and unused on a ring of stamped slots.
+    /// A fixed-size ring's cursor, which is also its claim word (since layout 13): the
+    /// single producer's position, stored by its claim, after the event in the common case
+    /// (the claim is the publish) and before the events otherwise (then `pending` says
+    /// from where they are still being written). Every sequence below it, and below
+    /// `pending`, that the lifecycle word lets a reader count holds its event or is a
+    /// tombstone (the client's `fixed` module); 0 and unused on a ring of stamped slots.
     pub cursor: AtomicU64,
     /// A fixed-size ring's tombstone bound: every tombstone lies below it (see
-    /// `Geometry::tombs_offset`). Stored before the cursor that publishes the tombstones.
+    /// `Geometry::tombs_offset`). Stored before the `pending` store that publishes the
+    /// tombstones.
     pub tomb_end: AtomicU64,
+    /// A fixed-size ring's first sequence claimed and not yet written ([`PENDING_NONE`]:
+    /// none): stored by the single producer before a claim whose events it writes after
+    /// claiming, and set back to [`PENDING_NONE`] (Release) once they are written or
+    /// tombstoned.
+    pub pending: AtomicU64,
 }
+
+/// [`CursorLine::pending`] when no claim is being written: every sequence below the cursor
+/// is written.
+pub const PENDING_NONE: u64 = u64::MAX;
 
 /// Offset of [`SequenceLines`] in the segment.
 pub const SEQ_LINES_OFFSET: usize = HEADER_SIZE;
@@ -369,6 +386,7 @@ const _: () = assert!(size_of::<CursorLine>() == LINE);
 const _: () = assert!(offset_of!(SequenceLines, cursor) == LINE);
 const _: () = assert!(offset_of!(CursorLine, cursor) == 0);
 const _: () = assert!(offset_of!(CursorLine, tomb_end) == 8);
+const _: () = assert!(offset_of!(CursorLine, pending) == 16);
 const _: () = assert!(offset_of!(SequenceLines, gating) == 2 * LINE);
 const _: () = assert!(offset_of!(SequenceLines, consumer_wake) == 3 * LINE);
 const _: () = assert!(offset_of!(SequenceLines, producer_wake) == 4 * LINE);

@@ -37,7 +37,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 12;
+pub const LAYOUT_VERSION: u32 = 13;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -298,6 +298,8 @@ pub const FINGERPRINT: u64 = fnv1a(&[
     core::mem::offset_of!(SequenceLines, cursor) as u64,
     core::mem::offset_of!(CursorLine, cursor) as u64,
     core::mem::offset_of!(CursorLine, tomb_end) as u64,
+    core::mem::offset_of!(CursorLine, pending) as u64,
+    PENDING_NONE,
     core::mem::offset_of!(ProducerEntry, base) as u64,
     SLOT_FORMAT_FIXED as u64,
     SLOT_FORMAT_SIZED as u64,

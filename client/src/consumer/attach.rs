@@ -106,8 +106,13 @@ impl Consumer {
         crate::lifecycle::attachable(&seg)?;
         // A position no ring reaches (another process overwrote the claim word or the stop
         // sequence): refused before an entry is taken, as a producer's attach refuses it,
-        // where the consumer would start there and count past the largest sequence.
-        let head = seg.position();
+        // where the consumer would start there and count past the largest sequence. On a
+        // ring published by a cursor, a stop in progress decides the position: waited for
+        // here, before an entry is taken, at most as long as a lifecycle call waits.
+        let deadline = Instant::now() + crate::lifecycle::LIFECYCLE_WAIT;
+        let head = seg
+            .start_position(Some(deadline))
+            .map_err(|_| AttachError::Busy)?;
         if head >= MAX_SEQUENCE {
             return Err(AttachError::CorruptPosition { position: head });
         }
@@ -170,14 +175,14 @@ impl Consumer {
         let mut dropped = 0;
         let (entry, next, word, previous, fresh) = loop {
             let found = match &words {
-                Some(w) => match Self::resume(&seg, w, flags, &opts, &record)? {
+                Some(w) => match Self::resume(&seg, w, flags, &opts, &record, deadline)? {
                     Some((f, lost)) => {
                         dropped = lost;
                         f
                     }
-                    None => Self::fresh(&seg, Some(w), flags, &opts, &record, None)?,
+                    None => Self::fresh(&seg, Some(w), flags, &opts, &record, None, deadline)?,
                 },
-                None => Self::fresh(&seg, None, flags, &opts, &record, None)?,
+                None => Self::fresh(&seg, None, flags, &opts, &record, None, deadline)?,
             };
             match found {
                 Found::Attached {
@@ -333,13 +338,16 @@ impl Consumer {
     }
 
     /// Take over the durable entry named `words`, if there is one. Returns the outcome and
-    /// the events lost while it did not gate as a required consumer.
+    /// the events lost while it did not gate as a required consumer. A stop in progress on
+    /// a ring published by a cursor is waited for until `deadline` (`AttachError::Busy`
+    /// after it, the entry given up as the broker releases one).
     fn resume(
         seg: &Segment,
         words: &[u64; NAME_LEN / 8],
         flags: u32,
         opts: &ConsumerOptions,
         record: &[u32; MAX_UPSTREAM],
+        deadline: Instant,
     ) -> Result<Option<(Found, u64)>, AttachError> {
         let name = opts.name.as_deref();
         let geo = seg.geometry();
@@ -378,7 +386,11 @@ impl Consumer {
             let old_flags = e.hot.flags.load(Ordering::Acquire);
             // Acquire: pairs with the last holder's Release commit.
             let old_next = e.hot.next.load(Ordering::Acquire);
-            let head = seg.position();
+            // Before the entry is taken: a stop in progress decides the head (as in
+            // `attach`).
+            let head = seg
+                .start_position(Some(deadline))
+                .map_err(|_| AttachError::Busy)?;
             // A position whose slot already holds a later sequence was overwritten: whatever
             // the entry says, it did not hold producers there. (A holder that died between
             // publishing ACTIVE and storing its start left STARTING, see `fresh`, which
@@ -402,11 +414,19 @@ impl Consumer {
             // A provisional position read just before the CAS to ACTIVE, as a fresh attach
             // stores (see `fresh`). Release: a dependent consumer that reads it then reads
             // this holder's word (see `consumer/barrier.rs`).
-            let provisional = (!keep).then(|| {
-                let p = seg.position();
+            // A stop begun since the look above and not done by the deadline: the position is
+            // not known. Nothing of the entry changed yet: given up as the broker releases
+            // one (not gating; the next attach resumes at the head and counts the gap).
+            let provisional = if keep {
+                None
+            } else {
+                let Ok(p) = seg.start_position(Some(deadline)) else {
+                    Self::give_up_late(seg, e, mine);
+                    return Err(AttachError::Busy);
+                };
                 graph::jump(&e.hot.first, &e.hot.next, p);
-                p
-            });
+                Some(p)
+            };
             Self::fill_cold(e, opts);
             // Relaxed: this process holds the entry; the last holder's record was published
             // by its last CAS, which the take-over CAS read.
@@ -446,7 +466,21 @@ impl Consumer {
             }
             // Read after the SeqCst ACTIVE CAS: the attach protocol (see `gating`); never
             // below the provisional position, which a scan may have gated at (see `fresh`).
-            let head = seg.position().max(provisional.unwrap_or(0));
+            // A stop begun since the provisional look and not done by the deadline: given up
+            // as above, its record put back and the gap to the provisional position counted
+            // in the entry (the next attach counts from there).
+            let Ok(head) = seg.start_position(Some(deadline)) else {
+                graph::record(seg, i, &previous);
+                let lost = provisional.unwrap_or(old_next).saturating_sub(old_next);
+                // Relaxed: published by the SeqCst give-up CAS.
+                e.cold
+                    .counters
+                    .dropped_behind
+                    .fetch_add(lost, Ordering::Relaxed);
+                Self::give_up_late(seg, e, word);
+                return Err(AttachError::Busy);
+            };
+            let head = head.max(provisional.unwrap_or(0));
             let lost = head.saturating_sub(old_next);
             // Release (in `jump`): pairs with the producers' Acquire scan.
             graph::jump(&e.hot.first, &e.hot.next, head);
@@ -468,8 +502,24 @@ impl Consumer {
         Ok(None)
     }
 
+    /// An entry this attach took (its word `mine`, or the broker's release of it) given up
+    /// because a stop in progress did not decide the position in time: RELEASED, as the
+    /// broker releases an entry (not gating; the next attach resumes at the head).
+    fn give_up_late(seg: &Segment, e: &ConsumerEntry, mine: u64) {
+        let released = table::consumer::released(mine);
+        let given = [mine, released]
+            .into_iter()
+            .any(|w| table::consumer::give_up(&e.hot.word, w, consumer_state::RELEASED).is_ok());
+        if given {
+            park::entry_changed(seg, e, consumer_state::RELEASED, fence::registered());
+        }
+    }
+
     /// Attach to a free entry, starting at the head; a member of the group at index `group`
-    /// starts at the group's work sequence instead (it claims there or later).
+    /// starts at the group's work sequence instead (it claims there or later). A stop in
+    /// progress on a ring published by a cursor is waited for until `deadline`
+    /// (`AttachError::Busy` after it, the entry freed).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn fresh(
         seg: &Segment,
         words: Option<&[u64; NAME_LEN / 8]>,
@@ -477,13 +527,32 @@ impl Consumer {
         opts: &ConsumerOptions,
         record: &[u32; MAX_UPSTREAM],
         group: Option<u32>,
+        deadline: Instant,
     ) -> Result<Found, AttachError> {
         let group_entry = group.and_then(|g| seg.consumer(g));
         // Where it starts: the head, or the group's work sequence, which only grows, so the
         // provisional start and the start read below keep the entry's `next` monotonic.
         // Acquire: pairs with the members' SeqCst claim CAS.
-        let start_at =
-            || group_entry.map_or_else(|| seg.position(), |g| g.hot.next.load(Ordering::Acquire));
+        // A stop begun since `attach` looked and not done within the wait: the position is
+        // not known, and the attach gives the entry up below (`late`).
+        let late = std::cell::Cell::new(false);
+        let start_at = || {
+            group_entry.map_or_else(
+                || {
+                    // Once late, no second wait: the entry is freed below.
+                    let waited = if late.get() {
+                        Err(0)
+                    } else {
+                        seg.start_position(Some(deadline))
+                    };
+                    waited.unwrap_or_else(|_| {
+                        late.set(true);
+                        seg.position()
+                    })
+                },
+                |g| g.hot.next.load(Ordering::Acquire),
+            )
+        };
         let geo = seg.geometry();
         let me = process::current().pid;
         let mut taken = None;
@@ -556,6 +625,20 @@ impl Consumer {
             // Freed under this process, which cannot happen while it runs: look again.
             return Ok(Found::Retry);
         };
+        if late.get() {
+            // Freed again: its position is a bound, not the head (from this word, or the
+            // broker's release of it).
+            if table::consumer::free(&e.hot.word, word, consumer_state::FREE)
+                || table::consumer::free(
+                    &e.hot.word,
+                    table::consumer::released(word),
+                    consumer_state::FREE,
+                )
+            {
+                park::entry_changed(seg, e, consumer_state::FREE, fence::registered());
+            }
+            return Err(AttachError::Busy);
+        }
         started(e);
 
         if let Some(w) = words {

@@ -194,7 +194,9 @@ impl Consumer {
         E: std::fmt::Display,
     {
         let events = self.seg.events();
-        let (cursor, tomb_end) = fixed::published(&events);
+        // Nothing while the lifecycle word changes under the look (`fixed::published`): as no
+        // event yet.
+        let (cursor, tomb_end) = fixed::published(&events).unwrap_or((start, 0));
         if !self.required && events.overwritten(start) {
             // The ring no longer holds `start`: skip to the head and count the gap.
             return self.idle_checks(true);
@@ -336,9 +338,9 @@ impl Consumer {
     #[inline(always)]
     pub(super) fn torn_while_reading(&mut self, from: u64, to: u64) -> Option<PollError> {
         // Acquire fence: pairs with a producer's Release fence before its payload writes
-        // (`begin_write`; a fixed-size ring's after its claim). Had the handler read a byte
-        // a producer wrote over these slots, that producer wrote it after it found this
-        // consumer released, and the load below finds the release.
+        // (`begin_write`; a fixed-size ring's after it raises its write horizon). Had the
+        // handler read a byte a producer wrote over these slots, that producer wrote it
+        // after it found this consumer released, and the load below finds the release.
         fence(Ordering::Acquire);
         // Relaxed: ordered by the fence above.
         if from >= to || self.entry().hot.word.load(Ordering::Relaxed) == self.word {
@@ -379,7 +381,14 @@ impl Consumer {
         let released = table::consumer::released(self.word);
         let mut gated_again = false;
         // Acquire: pairs with the broker's SeqCst release CAS.
-        if self.entry().hot.word.load(Ordering::Acquire) == released {
+        // A stop in progress on a ring published by a cursor decides where it would gate
+        // again (`Segment::start_position`); a poll does not wait for it: the consumer stays
+        // released this time, moves up to the bound below the head (what it skips it would
+        // skip when it gates again, at the head), and gates again at a later poll, after the
+        // stop's wake.
+        if self.entry().hot.word.load(Ordering::Acquire) == released
+            && self.seg.start_position(Some(Instant::now())).is_ok()
+        {
             corrupt(self.seg.position())?;
             // Gate again, by the attach protocol: SeqCst CAS, then read the head.
             if let Ok(word) =
@@ -392,7 +401,24 @@ impl Consumer {
                 fence(Ordering::SeqCst);
             }
         }
-        let head = self.seg.position();
+        // Where it starts again: as an attach, gated again (a stop in progress decides it: a
+        // stop begun since the look above releases it again, as below); not gated, any
+        // bound below the head will do (`Segment::position`: a lapped consumer that jumps
+        // less far looks again).
+        let head = if gated_again {
+            match self.seg.start_position(Some(Instant::now())) {
+                Ok(head) => head,
+                Err(_) => {
+                    // A stop begun since the look above: released again (as the broker
+                    // releases), woken as below, and on to the bound below the head.
+                    table::consumer::release(&self.entry().hot.word, self.word);
+                    self.wake_both();
+                    self.seg.position()
+                }
+            }
+        } else {
+            self.seg.position()
+        };
         if let Err(e) = corrupt(head) {
             if gated_again {
                 // Overwritten between the look above and this read: released again, as the
@@ -974,7 +1000,7 @@ impl Source for FixedSrc<'_> {
 }
 
 impl FixedSrc<'_> {
-    /// `copy` (a copy of `seq`, saying whether a length in it was clamped), then the claim
+    /// `copy` (a copy of `seq`, saying whether a length in it was clamped), then the horizon
     /// check of the copy (see `fixed::copy_held`). A tombstone's slot holds an earlier
     /// event, whose length is not counted, as in place.
     #[inline(always)]

@@ -82,9 +82,15 @@ pub(super) fn attach(
                     consumer_flags::REQUIRED | consumer_flags::DURABLE | consumer_flags::GROUP;
                 // The group's upstreams are recorded in its entry, before its ACTIVE CAS, as
                 // a dependent consumer's are in its own (see `graph`).
-                if let attach::Found::Attached { index, word, .. } =
-                    Consumer::fresh(seg, Some(&words), flags, opts, &record, None)?
-                {
+                if let attach::Found::Attached { index, word, .. } = Consumer::fresh(
+                    seg,
+                    Some(&words),
+                    flags,
+                    opts,
+                    &record,
+                    None,
+                    attach_deadline(),
+                )? {
                     let e = seg
                         .consumer(index)
                         .unwrap_or_else(|| unreachable!("index from the table scan"));
@@ -120,8 +126,15 @@ pub(super) fn attach(
         }
         if let attach::Found::Attached {
             index, next, word, ..
-        } = Consumer::fresh(seg, None, flags, opts, &[0; MAX_UPSTREAM], Some(group))?
-        {
+        } = Consumer::fresh(
+            seg,
+            None,
+            flags,
+            opts,
+            &[0; MAX_UPSTREAM],
+            Some(group),
+            attach_deadline(),
+        )? {
             return Ok((Member::new(group), index, next, word));
         }
         std::thread::yield_now();
@@ -1102,4 +1115,10 @@ fn published_run(seg: &Segment, w: u64, cap: u64) -> u64 {
                 == w.wrapping_add(i)
         })
         .count() as u64
+}
+
+/// A member's attach waits for a stop in progress as a consumer's does (worker groups run
+/// on rings of stamped slots, whose position a stop never leaves undecided).
+fn attach_deadline() -> std::time::Instant {
+    std::time::Instant::now() + crate::lifecycle::LIFECYCLE_WAIT
 }

@@ -676,6 +676,7 @@ mod tests {
                 &ConsumerOptions::durable("x"),
                 &[0; shmring_layout::MAX_UPSTREAM],
                 None,
+                std::time::Instant::now() + crate::lifecycle::LIFECYCLE_WAIT,
             )
         });
         assert!(

@@ -708,7 +708,9 @@ impl Consumer {
     fn policy_first_fixed(&mut self, at: u64) -> Option<Result<usize, PollError>> {
         let seg = Arc::clone(self.seg.arc());
         let events = seg.events();
-        let (cursor, tomb_end) = fixed::published(&events);
+        // Nothing while the lifecycle word changes under the look: the usual poll looks
+        // again.
+        let (cursor, tomb_end) = fixed::published(&events)?;
         if at >= cursor || fixed::is_tombstone(&events, at, tomb_end) || events.overwritten(at) {
             // Not published yet, a tombstone, or lapped: the usual poll deals with it.
             return None;

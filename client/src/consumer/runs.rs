@@ -71,7 +71,9 @@ impl Consumer {
             .batch_cap
             .min(self.upstream_limit()?.saturating_sub(start));
         let events = self.seg.events();
-        let (cursor, tomb_end) = fixed::published(&events);
+        // Nothing while the lifecycle word changes under the look (`fixed::published`): as no
+        // event yet.
+        let (cursor, tomb_end) = fixed::published(&events).unwrap_or((start, 0));
         if !self.required && events.overwritten(start) {
             return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
         }

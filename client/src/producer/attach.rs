@@ -184,11 +184,15 @@ impl Producer {
     /// Single producer: start at the line's position and make it the claim word
     /// (`line::Line::take_position`, which waits out a stop in progress and takes the
     /// position again if one began meanwhile).
+    ///
+    /// On a ring published by a cursor nothing is claimed unpublished once the predecessor
+    /// is gone (its open claim was repaired first): no slot to step back over.
     fn take_position(seg: &Segment) -> Result<u64, AttachError> {
+        let fixed = seg.is_fixed();
         seg.line()
             .take_position(
                 &SegEnv::lifecycle(seg),
-                |s| seg.reached(s),
+                |s| fixed || seg.reached(s),
                 || fence(Ordering::SeqCst),
             )
             .map_err(|err| match err {

@@ -8,7 +8,7 @@ impl Producer {
     fn finish_claim(&mut self, seq: u64, len: usize, flags: u32) {
         if self.fixed {
             if self.sized && flags == 0 {
-                // This producer holds the claim (past the wrap gate); published by the cursor.
+                // This producer holds the claim (past the wrap gate); published when it ends.
                 self.seg.events().set_len(seq, len);
             }
             // A fixed-size ring's event is the whole slot: no length to store.
@@ -30,10 +30,10 @@ impl Producer {
         if self.fixed {
             let events = self.seg.events();
             if flags == 0 {
-                fixed::publish(&events, first + n);
+                fixed::end_pending(&events);
             } else {
                 // This producer holds the claim and passed the wrap gate for it.
-                fixed::tombstone(&events, first, first + n);
+                fixed::tombstone_pending(&events, first, first + n);
             }
             self.notify();
             if flags != 0 {
@@ -69,11 +69,11 @@ impl Producer {
     }
 
     /// Before the first write into a claim of `first..first + n`: the WRITING stamps of a
-    /// stamped ring (their lengths 0 until set), a fixed-size ring's Release fence.
+    /// stamped ring (their lengths 0 until set); a fixed-size ring's claim raised the write
+    /// horizon over it already (`claim_single`).
     fn begin_claim(&self, first: u64, n: u64, lens: bool) {
         if self.fixed {
             let events = self.seg.events();
-            fixed::begin_write(&events);
             for seq in first..first + n {
                 // SAFETY: this producer holds the claim and passed the wrap gate for it.
                 // Zeroed: an event committed without a write never carries another one's
@@ -325,7 +325,7 @@ impl ClaimBatch<'_> {
         self.producer.check_claim_len(len)?;
         if self.producer.fixed {
             if self.producer.sized {
-                // This batch holds the claim (past the wrap gate); published by the cursor.
+                // This batch holds the claim (past the wrap gate); published when the claim ends.
                 self.producer.seg.events().set_len(seq, len);
             }
             return Ok(());

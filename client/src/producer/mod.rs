@@ -206,18 +206,18 @@ impl Producer {
     /// A single producer's position: the next sequence it claims.
     ///
     /// A fixed-size ring's common-case publish (`publish_fixed`) does not store it to the
-    /// handle: its claim store (`line`'s (p2)) already wrote it to the claim word, and a
-    /// loop of publishes would otherwise pay a fourth store per event, behind the claim
-    /// line's. While that case is armed (`fast_end` set, only right after an accepted
-    /// claim, when the claim word is `next`), every accepted claim keeps the two equal, and
-    /// nobody else writes the claim word: a start takes back only a refused claim ((t3)),
-    /// and a refusal or an undecided claim disarms the case first (`publish_fixed_at`); an
-    /// attach or a repair writes it only for a producer that is gone.
+    /// handle: its claim store (`line`'s (p2)) already wrote it to the cursor, and a loop
+    /// of publishes would otherwise pay a second store per event. While that case is armed
+    /// (`fast_end` set, only right after an accepted claim, when the cursor is `next`),
+    /// every accepted claim keeps the two equal, and nobody else writes the cursor: a start
+    /// takes back only a refused claim ((t3)), and a refusal or an undecided claim disarms
+    /// the case first (`publish_fixed_at`); an attach or a repair writes it only for a
+    /// producer that is gone.
     #[inline(always)]
     fn position(&self) -> u64 {
         if self.fast_end != 0 {
             // Relaxed: this producer's own last store to the word (see above).
-            self.seg.lines().claim.value.load(Ordering::Relaxed)
+            self.seg.lines().cursor.cursor.load(Ordering::Relaxed)
         } else {
             self.next
         }
@@ -234,34 +234,33 @@ impl Producer {
         }
     }
 
-    /// [`Producer::position`], unless it reads past any sequence: then the cursor's (see
-    /// `position_from_cursor`).
+    /// [`Producer::position`], checked while the common case is armed: the cursor then lies
+    /// between where the case was armed (`next`) and its bound (`fast_end`), since only
+    /// this producer's accepted publishes move it. Anything else was written by another
+    /// process: the producer keeps `MAX_SEQUENCE` as its position, and every later claim is
+    /// refused as `CorruptPosition` (the segment is beyond repair: no sequence it would
+    /// publish at is known to be unused).
     fn sound_position(&self) -> u64 {
         let p = self.position();
-        if p < MAX_SEQUENCE {
+        if self.fast_end == 0 || (self.next..=self.fast_end).contains(&p) {
             p
         } else {
-            self.position_from_cursor(p)
+            self.moved_cursor(p)
         }
     }
 
-    /// The claim word, which holds this producer's position while the common case is
-    /// armed, says `word`, a position no ring reaches: another process overwrote it. The
-    /// cursor holds the same position (every accepted publish of the armed case stores it
-    /// last), so the producer goes on from there. If the cursor was overwritten too, it goes
-    /// on from the largest sequence, which keeps its counting from overflowing: the segment
-    /// is beyond repair then (no consumer attaches at such a position), and what it
-    /// publishes there may repeat sequences.
+    /// The cursor, which holds this producer's position while the common case is armed,
+    /// says `word`, outside what this producer can have published: another process wrote
+    /// it (see `sound_position`).
     #[cold]
-    fn position_from_cursor(&self, word: u64) -> u64 {
-        let cursor = fixed::published(&self.seg.events()).0.min(MAX_SEQUENCE);
+    fn moved_cursor(&self, word: u64) -> u64 {
         tracing::warn!(
             ring = self.seg.name(),
-            claim_word = word,
-            cursor,
-            "the ring's claim word was overwritten past any sequence; this producer goes on from its cursor"
+            cursor = word,
+            armed_at = self.next,
+            "the ring's cursor was moved by another process; this producer refuses to publish"
         );
-        cursor
+        MAX_SEQUENCE
     }
 
     /// Events published by this handle (tombstones excluded).
@@ -269,10 +268,12 @@ impl Producer {
         if self.fixed {
             // An open claim guard's sequences are not published yet.
             let open = self.open_claim.map_or(0, |(_, n)| n);
-            // A claim word overwritten past any sequence is no count: the cursor holds the
-            // position then. Saturating: a damaged segment's claim word can also hold a
-            // position below this handle's start.
-            self.sound_position()
+            let position = self.sound_position();
+            if position >= MAX_SEQUENCE {
+                // The cursor was moved by another process (`sound_position`): no count.
+                return 0;
+            }
+            position
                 .saturating_sub(self.base)
                 .saturating_sub(self.tombstoned)
                 .saturating_sub(open)

@@ -62,14 +62,30 @@ impl Producer {
     /// Single producer: claim `n` sequences at `self.next` (see `line`). The fast path
     /// reads and writes the two words only; the `Line` and its environment are built on the
     /// cold path, so that a publish does not store them on its stack every time.
+    ///
+    /// On a fixed-size ring the claim word is the cursor, and the claim's events are written
+    /// after it: the claim records its first sequence as pending first (consumers deliver
+    /// below it until the caller's `end_pending`), and once accepted raises the write
+    /// horizon over it (see `fixed`).
     #[inline(always)]
     fn claim_single(&mut self, n: u64) -> Result<u64, Refused> {
         let seq = self.next;
         let registered = self.registered;
         let seg = &*self.seg;
         let lines = seg.lines();
+        let word = if self.fixed {
+            let events = seg.events();
+            fixed::record_pending(&events, seq);
+            // Before the claim's store, whatever the claim comes to: the wrap gate passed
+            // it, and the cursor then never lies past the horizon, a refused store included
+            // (`Ring::info` reads a cursor past it as corrupt).
+            fixed::cover(&events, seq + n);
+            &lines.cursor.cursor
+        } else {
+            &lines.claim.value
+        };
         let fast = line::claim_single_fast(
-            &lines.claim.value,
+            word,
             &lines.lifecycle.value.lifecycle,
             &mut self.seen,
             seq,
@@ -77,7 +93,13 @@ impl Producer {
             || Self::light_fence(registered, seg),
         );
         if fast != Fast::Accepted {
-            self.finish_claim_single(fast, seq, n)?;
+            if let Err(r) = self.finish_claim_single(fast, seq, n) {
+                if self.fixed {
+                    // Refused: nothing of it is written, and nothing is pending.
+                    fixed::end_pending(&self.seg.events());
+                }
+                return Err(r);
+            }
         }
         self.next = seq + n;
         Ok(seq)
@@ -109,12 +131,16 @@ impl Producer {
     pub(super) fn claim_blocking(&mut self, n: u64) -> Result<u64, PublishError> {
         self.before_claim();
         if self.single {
+            if self.next >= MAX_SEQUENCE {
+                // A cursor another process moved (`sound_position`): nothing claimed.
+                return Err(self.corrupt_claim(self.next));
+            }
             // The claim's sequences are `next..next + n`.
             let last = self.next + n - 1;
-            // A fixed-size ring's claim is what copying readers check their copies against
-            // (see `fixed`): it says a slot may be being overwritten, so it is stored only
-            // once the wrap gate passed the claim, never while the producer waits for room.
-            // A stamped ring's producer claims first and waits after.
+            // A fixed-size ring's claim raises the write horizon, which copying readers check
+            // their copies against (see `fixed`): it says a slot may be being overwritten, so
+            // the claim is made only once the wrap gate passed it, never while the producer
+            // waits for room. A stamped ring's producer claims first and waits after.
             if self.fixed && !self.has_room(last) {
                 self.room_before_claim(last)?;
             }
@@ -438,6 +464,12 @@ impl Producer {
             self.try_lone();
         }
         if self.single {
+            if self.next >= MAX_SEQUENCE {
+                // A cursor another process moved (`sound_position`): nothing claimed.
+                let position = self.next;
+                self.refuse();
+                return Err(TryPublishError::CorruptPosition { position });
+            }
             if !self.has_room(self.next + n - 1) {
                 return Err(if self.seg.line().is_closed() {
                     self.closed_error()
@@ -793,12 +825,20 @@ impl Producer {
         Self::stamp(&slot, seq);
     }
 
-    /// A fixed-size ring: write the event of `seq` (the claim's only sequence) and publish
-    /// it with the cursor (see `fixed`).
+    /// A fixed-size ring: write the event of `seq` (the claim's only sequence), claimed by
+    /// any claim but the common case's, and publish it by ending the claim's pending record
+    /// (see `fixed`).
     #[inline(always)]
     fn write_fixed(&self, seq: u64, bytes: &[u8]) {
         let events = self.seg.events();
-        fixed::begin_write(&events);
+        self.write_fixed_event(&events, seq, bytes);
+        fixed::end_pending(&events);
+    }
+
+    /// The bytes of a fixed-size ring's event of `seq`, which this producer claimed or (the
+    /// common case) is about to claim under its horizon.
+    #[inline(always)]
+    fn write_fixed_event(&self, events: &crate::segment::Events<'_>, seq: u64, bytes: &[u8]) {
         // A test per event rather than a second copy of the path for sized rings: with two
         // copies inlined, `ipc-bench`'s publish loops kept their values on the stack, and a
         // `Publisher` on a fixed-size ring fell from 1.12x to 0.84x the floor ring in turn
@@ -808,11 +848,13 @@ impl Producer {
             // SAFETY: as below; the length was checked against the largest event.
             unsafe { events.write_sized(seq, bytes) };
         } else {
-            // SAFETY: this producer holds `seq`'s claim and passed the wrap gate for it; the
-            // length was checked against the event size.
+            // SAFETY: this producer is the ring's single producer and `seq` its next
+            // sequence: it holds `seq`'s claim, or (the common case) claims it right after
+            // this write, and the wrap gate passed `seq` either way (a claim waits for room;
+            // the common case runs below `fast_end`, within the cached gate); the length was
+            // checked against the event size.
             unsafe { events.write(seq, bytes) };
         }
-        fixed::publish(&events, seq + 1);
     }
 
     /// Write and publish one whole event of `seq`, in the ring's format, and count it.
@@ -872,14 +914,15 @@ impl Producer {
         }
     }
 
-    /// A fixed-size ring's publish: the wrap gate, the claim, the event, the cursor, the
-    /// wake check; no per-event counter (see `fixed` and ARCHITECTURE.md, "Fixed-size
-    /// rings: the publish in the fewest instructions").
+    /// A fixed-size ring's publish: the wrap gate, the event, the claim on the cursor that
+    /// publishes it, the wake check; no per-event counter (see `fixed` and ARCHITECTURE.md,
+    /// "The store is the publish").
     ///
     /// The common case (room under the cached gate, this process registered for
     /// membarrier, no leaked claim guard: `fast_end`; and the ring's fence mode membarrier,
-    /// read once for both fences) is the claim of `line` with compiler-only fences, each
-    /// shared word read once; anything else claims the general way. Each way writes the
+    /// read once for both fences) writes the event between (p1) and (p2) of `line`'s claim,
+    /// with compiler-only fences, each shared word read once; anything else claims the
+    /// general way (a pending record, the claim, the event, the record ended). Each way writes the
     /// event itself: no out-of-line call receives `bytes`, so a caller's event built in a
     /// register (`&x.to_ne_bytes()`) stays there instead of being stored on the stack for
     /// such a call and read back.
@@ -889,14 +932,13 @@ impl Producer {
         if bytes.len() != self.max_payload && !(self.sized && bytes.len() < self.max_payload) {
             return Err(self.bad_len(bytes.len()).into());
         }
-        // The claim word is the position while the common case is armed: the claim below
+        // The cursor is the position while the common case is armed: the claim below
         // stores the next position there, and the handle keeps none (see `position`).
         // Read whether or not it is armed: disarmed, `fast_end` is 0 and no value passes
         // the bound, and the general path takes the handle's.
         // Relaxed: this producer's own last store to the word, while it is armed.
-        let seq = self.seg.lines().claim.value.load(Ordering::Relaxed);
-        if self.fixed_common_case(seq, bytes.len()) {
-            self.publish_fixed_at::<WAKE>(seq, bytes)?;
+        let seq = self.seg.lines().cursor.cursor.load(Ordering::Relaxed);
+        if self.fixed_common_case(seq, bytes.len()) && self.publish_fixed_at::<WAKE>(seq, bytes)? {
             return Ok(seq);
         }
         self.publish_fixed_general::<WAKE>(bytes)
@@ -916,11 +958,15 @@ impl Producer {
     }
 
     /// The common case of [`Producer::publish_fixed`] at `seq`, the position (below
-    /// `fast_end`, the ring's fence mode membarrier, `bytes` of the event size): the claim,
-    /// the event, the cursor, the wake check. Accepted at once, the claim word is the
-    /// handle's position after it (the common case stays armed, see `position`), and a
-    /// [`Publisher`] advances its own copy; otherwise this disarms the common case and
-    /// leaves the handle's `next` at `seq` (refused) or `seq + 1` (accepted).
+    /// `fast_end`, the ring's fence mode membarrier, `bytes` of the event size): (p1), the
+    /// event, then the rest of the claim on the cursor, whose store publishes it, and the
+    /// wake check (see `fixed`). `Ok(true)`: published. `Ok(false)`: (p1) found the line
+    /// not running, nothing written or stored; the common case is disarmed and the caller
+    /// takes the general path (which refuses, or finishes a dead owner's transition).
+    /// Accepted at once, the cursor is the handle's position after it (the common case
+    /// stays armed, see `position`), and a [`Publisher`] advances its own copy; otherwise
+    /// this disarms the common case and leaves the handle's `next` at `seq` (refused) or
+    /// `seq + 1` (accepted).
     ///
     /// `self.next` is not read here: a publisher's position runs ahead of it.
     #[inline(always)]
@@ -928,21 +974,27 @@ impl Producer {
         &mut self,
         seq: u64,
         bytes: &[u8],
-    ) -> Result<(), PublishError> {
+    ) -> Result<bool, PublishError> {
         debug_assert!(self.fixed && seq < self.fast_end && bytes.len() <= self.max_payload);
         debug_assert!(self.sized || bytes.len() == self.max_payload);
         let lines = self.seg.lines();
-        let fast = line::claim_single_fast(
-            &lines.claim.value,
-            &lines.lifecycle.value.lifecycle,
-            &mut self.seen,
-            seq,
-            1,
-            || fence::light(true),
-        );
+        let life = &lines.lifecycle.value.lifecycle;
+        // (p1) before the write: a publish on a closed line writes nothing (its slot may be
+        // the stop sequence's, which the next run writes).
+        let Some(running) = line::look_running(life, &mut self.seen) else {
+            self.next = seq;
+            self.fast_end = 0;
+            return Ok(false);
+        };
+        let events = self.seg.events();
+        self.write_fixed_event(&events, seq, bytes);
+        fixed::before_claim(&events);
+        let fast = line::claim_after_look(&lines.cursor.cursor, life, running, seq, 1, || {
+            fence::light(true)
+        });
         if fast != Fast::Accepted {
             // Disarm the common case before the claim is decided: a refused claim leaves the
-            // claim word past the position until a start takes it back ((t3)), so the handle
+            // cursor past the position until a start takes it back ((t3)), so the handle
             // holds the position from here, also if what follows unwinds. The general path
             // arms the case again at the next publish.
             self.next = seq;
@@ -953,14 +1005,18 @@ impl Producer {
             // (p5) read the lifecycle word (Acquire) a stopper may have published with a
             // raised fence mode: the wake check reads the mode after that, as it would have
             // without the first reading.
-            let light = park::light(self.seg.header(), true);
-            self.write_fixed_and_wake::<WAKE>(seq, bytes, light);
-            return Ok(());
+            if WAKE {
+                let light = park::light(self.seg.header(), true);
+                park::notify_light(&self.seg.lines().consumer_wake.value, light);
+            }
+            return Ok(true);
         }
         // The fence mode as read by the caller, a constant here: the wake check's fence is
         // compiler-only with no test of the mode.
-        self.write_fixed_and_wake::<WAKE>(seq, bytes, true);
-        Ok(())
+        if WAKE {
+            park::notify_light(&lines.consumer_wake.value, true);
+        }
+        Ok(true)
     }
 
     /// A fixed-size publish outside its common case: the general claim (out of line), then
@@ -974,8 +1030,9 @@ impl Producer {
         Ok(self.write_fixed_and_wake::<WAKE>(seq, bytes, light))
     }
 
-    /// A fixed-size publish after its claim: the event, the cursor and (`WAKE`) the
-    /// parked-consumer check with the fence mode `light` read for the claim.
+    /// A fixed-size publish after its general claim: the event, the claim's pending record
+    /// ended (which publishes it) and (`WAKE`) the parked-consumer check with the fence mode
+    /// `light` read for the claim.
     #[inline(always)]
     fn write_fixed_and_wake<const WAKE: bool>(&self, seq: u64, bytes: &[u8], light: bool) -> u64 {
         self.write_fixed(seq, bytes);
@@ -993,12 +1050,32 @@ impl Producer {
     #[inline(never)]
     fn claim_fixed_general(&mut self) -> Result<(u64, bool), PublishError> {
         let seq = self.claim_blocking(1)?;
-        self.fast_end = if self.registered && self.open_claim.is_none() {
-            self.cached_gate.saturating_add(self.capacity)
-        } else {
-            0
-        };
+        self.arm_fixed(seq + 1);
         Ok((seq, park::light(self.seg.header(), self.registered)))
+    }
+
+    /// Arm the fixed-size common case from `next` (this producer's position after an
+    /// accepted claim of the general path), if it may: up to the cached gate's limit, but at
+    /// most a quarter ring ahead, and the write horizon raised to that bound before any
+    /// write under it (see `fixed`: the horizon is what a copying reader checks, and a
+    /// reader more than a ring behind it drops its copy, so the quarter ring is what an
+    /// optional reader may fall behind by before it drops intact events).
+    #[inline]
+    fn arm_fixed(&mut self, next: u64) {
+        if !self.registered || self.open_claim.is_some() {
+            self.fast_end = 0;
+            return;
+        }
+        let end = self
+            .cached_gate
+            .saturating_add(self.capacity)
+            .min(next.saturating_add((self.capacity / 4).max(1)));
+        if end <= next {
+            self.fast_end = 0;
+            return;
+        }
+        fixed::cover(&self.seg.events(), end);
+        self.fast_end = end;
     }
 
     /// A single-producer claim refused: counted, and the error.
@@ -1146,9 +1223,7 @@ impl Producer {
     ) {
         if self.fixed {
             let ring = self.seg.events();
-            fixed::begin_write(&ring);
-            let mut seq = first;
-            for e in events {
+            for (seq, e) in (first..).zip(events) {
                 if self.sized {
                     // SAFETY: this producer holds the batch's claim and passed the wrap gate
                     // for its last sequence; a length past the largest event (the caller's
@@ -1161,9 +1236,8 @@ impl Producer {
                 } else {
                     Self::write_resized(&ring, seq, e, self.max_payload);
                 }
-                seq += 1;
             }
-            fixed::publish(&ring, seq);
+            fixed::end_pending(&ring);
             self.open_claim = None;
             self.notify();
             return;

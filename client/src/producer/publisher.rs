@@ -126,8 +126,7 @@ impl Publisher<'_> {
         }
         // The common case of `Producer::publish_fixed`, with the position from this value
         // (`HANDED` never passes the bound).
-        if p.fixed_common_case(seq, bytes.len()) {
-            p.publish_fixed_at::<true>(seq, bytes)?;
+        if p.fixed_common_case(seq, bytes.len()) && p.publish_fixed_at::<true>(seq, bytes)? {
             self.next = seq + 1;
             return Ok(seq);
         }
@@ -188,7 +187,7 @@ fn through_handle(p: &mut Producer, next: u64, bytes: &[u8]) -> (Result<u64, Pub
     }
     let r = p.publish(bytes);
     // `position`, not `next`: the handle's publish may have taken its common case, which
-    // keeps the position in the claim word.
+    // keeps the position in the cursor.
     (r, p.position())
 }
 

@@ -101,11 +101,19 @@ pub enum Raise {
 
 impl<const N: usize> fixed::Words for Ring<N> {
     type W = W;
-    fn claim(&self) -> &W {
+    fn horizon(&self) -> &W {
         &self.horizon
     }
     fn cursor(&self) -> &W {
         &self.cursor
+    }
+    fn pending(&self) -> &W {
+        &self.pending
+    }
+    fn reader_fence(&self) {
+        // The client's reader fence (`fixed::published`) stands for a SeqCst fence, the
+        // stopper's heavy fence's partner.
+        fence(Ordering::SeqCst)
     }
     fn tomb_end(&self) -> &W {
         &self.tomb_end
@@ -189,7 +197,7 @@ impl<const N: usize> Ring<N> {
             // Release fence: pairs with a copying reader's Acquire fence
             // (`held_by_horizon`): a copy that saw a byte written below sees the horizon
             // stored above. (Only the models with a horizon have copying readers.)
-            fixed::begin_write(self);
+            fence(Ordering::Release);
         }
         let [a, b] = &self.slots[seq as usize % N];
         // Relaxed, both: published by the claim's store below, after the Release fence.
@@ -241,22 +249,21 @@ impl<const N: usize> Ring<N> {
         seen: &mut SeenRunning,
         how: Guard,
     ) -> (Result<(), Refused>, Path) {
-        // Release: a consumer whose Acquire load of `pending` reads this record sees what
-        // came before it, the previous guard's writes and the store that ended its claim
-        // included (a later Relaxed store of the same thread would not carry that store's
-        // release: C++20 release sequences hold read-modify-writes only).
-        self.pending.store(seq, how.order(false));
-        if how != Guard::NoFence {
-            // Release fence: a consumer whose Acquire cursor load reads the claim's store
-            // sees `pending` at `seq` (or the Release store that ends the claim).
-            fence(Ordering::Release);
+        if how == Guard::Design || how == Guard::NoReset || how == Guard::RelaxedEnd {
+            // The client's record (`fixed::record_pending`): a Release store, then a Release
+            // fence before the claim's cursor store.
+            fixed::record_pending(self, seq);
+        } else {
+            // A control's record: a Relaxed store, or no fence after it.
+            self.pending.store(seq, how.order(false));
+            if how != Guard::NoFence {
+                fence(Ordering::Release);
+            }
         }
         let (result, path) = self.claim_on_cursor(seq, n, seen);
         if result.is_err() && how != Guard::NoReset {
-            // Release, as every store of `pending` (here the record's Release fence above
-            // would carry even a Relaxed store: a consumer that reads `NONE` here beside an
-            // earlier guard's cursor store sees that guard's writes either way).
-            self.pending.store(NONE, Ordering::Release);
+            // The client's refusal (`Producer::claim_single`): the record ended.
+            fixed::end_pending(self);
         }
         (result, path)
     }
@@ -270,14 +277,24 @@ impl<const N: usize> Ring<N> {
             a.store(s, Ordering::Relaxed);
             b.store(mark, Ordering::Relaxed);
         }
-        // Release: pairs with a consumer's Acquire load of `pending` in `bound`.
-        self.pending.store(NONE, how.order(true));
+        if how == Guard::RelaxedEnd {
+            // The control: a Relaxed end.
+            self.pending.store(NONE, Ordering::Relaxed);
+        } else {
+            // The client's end (`fixed::end_pending`, Release).
+            fixed::end_pending(self);
+        }
     }
 
     /// A claim guard dropped without a commit: its accepted claim `seq..seq + n` published
     /// as tombstones (`fixed::tombstone`'s words, then the claim ended instead of a cursor
     /// store: the cursor holds the claim already).
     pub fn drop_guard(&self, seq: u64, n: u64, how: Guard) {
+        if how != Guard::RelaxedEnd {
+            // The client's (`fixed::tombstone_pending`).
+            fixed::tombstone_pending(self, seq, seq + n);
+            return;
+        }
         for s in seq..seq + n {
             // Relaxed: published by the Release store below.
             self.tombs[s as usize % N].store(s, Ordering::Relaxed);
@@ -321,6 +338,10 @@ pub enum Reads {
 /// module comment
 /// says.
 pub fn bound<const N: usize>(ring: &Ring<N>, reads: Reads) -> Option<u64> {
+    if reads == Reads::Both {
+        // The design is the client's own read (`fixed::published`).
+        return fixed::published(ring).map(|(end, _)| end);
+    }
     // Acquire: pairs with the Release CAS that published the word ((s4), (t4)); after a
     // start's Running, the cursor load below follows the start's take-back ((t3)).
     let l1 = (reads != Reads::NoBefore).then(|| ring.life.load(Ordering::Acquire));
@@ -442,12 +463,12 @@ pub fn store_and_die<const N: usize>(ring: &Ring<N>, seq: u64) -> bool {
     stored
 }
 
-/// The line's position as a consumer reads it, the one definition the attach and the
-/// consumer's polls share: `bound` with both lifecycle reads, looked at again until it
-/// says (a stop or a start in progress decides nothing).
+/// The line's position as an attaching consumer takes it: the client's
+/// (`fixed::position`, as `Segment::start_position` takes it), looked at again until a stop
+/// in progress decided it.
 pub fn position<const N: usize>(ring: &Ring<N>) -> u64 {
     loop {
-        if let Some(p) = bound(ring, Reads::Both) {
+        if let fixed::Position::Decided(p) = fixed::position(ring) {
             return p;
         }
         thread::yield_now();
