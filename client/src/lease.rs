@@ -231,6 +231,7 @@ impl Consumer {
                 });
             }
         }
+        self.read_to = self.read_to.max(end);
         Ok(end)
     }
 
@@ -327,8 +328,9 @@ impl Consumer {
         for s in self.next..seq {
             // Acquire: pairs with the producer's Release stamp (or cursor) store, so the flags
             // read next belong to this sequence's event. A stamp other than `s` (below the
-            // head or not) means the run is not published up to `seq`.
-            if s >= head || !self.seg.is_done(s) {
+            // head or not) means the run is not published up to `seq`. Below `read_to` it
+            // was seen published when it was read (this consumer gates: it is still there).
+            if s >= self.read_to && (s >= head || !self.seg.is_done(s)) {
                 return Err(LeaseError::NotPublished {
                     seq,
                     unpublished: s,

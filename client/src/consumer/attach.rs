@@ -104,6 +104,12 @@ pub(super) enum Found {
 impl Consumer {
     fn attach(seg: Arc<Segment>, opts: ConsumerOptions) -> Result<Self, AttachError> {
         crate::lifecycle::attachable(&seg)?;
+        if opts.group.is_some() && seg.is_fixed() {
+            // Refused at once, before any wait for a stop in progress.
+            return Err(AttachError::FixedSizeRing {
+                what: "worker group member",
+            });
+        }
         // A position no ring reaches (another process overwrote the claim word or the stop
         // sequence): refused before an entry is taken, as a producer's attach refuses it,
         // where the consumer would start there and count past the largest sequence. On a
@@ -292,6 +298,7 @@ impl Consumer {
             suspect: None,
             exhausted: false,
             careful: 0,
+            read_to: 0,
             retry_at: None,
             dead_letter: None,
             flush: opts.flush_within.map(Flush::new),

@@ -336,6 +336,10 @@ pub struct Consumer {
     /// The entry's word as this handle holds it (see `table`).
     word: u64,
     pub(crate) next: u64,
+    /// `read_ahead` handed out every sequence below this, each seen published: a commit
+    /// up to it needs no second look (on a ring published by a cursor, a stop in progress
+    /// leaves the last claim undecided for a look, not for an event already read).
+    pub(crate) read_to: u64,
     pub(crate) required: bool,
     /// A fixed-size ring (see `fixed`): events read up to the cursor.
     fixed: bool,
