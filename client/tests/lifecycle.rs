@@ -755,6 +755,26 @@ fn a_stop_finished_by_a_refused_claim_wakes_the_consumers_parked_on_the_ring() {
     );
 }
 
+/// A single-producer ring of 16 fixed-size 8-byte events.
+fn fixed_cfg() -> RingConfig {
+    RingConfig {
+        event_size: Some(8),
+        producer_mode: ProducerMode::Single,
+        max_producers: 1,
+        ..cfg(16)
+    }
+}
+
+/// `ring` held in a stop by a live process that does not finish it (a `sleep` named as the
+/// owner of a Stopping word): the caller kills it to end the stop's wait.
+fn held_in_a_stop(ns: &Namespace, ring: &Ring) -> shmring_testkit::Child {
+    let mut sleep = std::process::Command::new("sleep");
+    sleep.arg("600");
+    let owner = ns.spawn("a live stopper", sleep);
+    RawSegment::open(ring).set_lifecycle_word(life_word(RingState::Stopping, owner.pid()));
+    owner
+}
+
 /// A ring of fixed-size events held in a stop by a live process that does not finish it (a
 /// stopped process, or a reused pid): consumers go on delivering what the stop cannot
 /// refuse (everything below its last event), status and the head answer at once, a publish
@@ -764,22 +784,13 @@ fn a_stop_finished_by_a_refused_claim_wakes_the_consumers_parked_on_the_ring() {
 #[test]
 fn a_fixed_ring_held_in_a_stop_by_a_live_process_answers_and_an_attach_gives_up() {
     let ns = Namespace::concurrent("fixed_held_stop");
-    let config = RingConfig {
-        event_size: Some(8),
-        producer_mode: ProducerMode::Single,
-        max_producers: 1,
-        ..cfg(16)
-    };
-    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let ring = Ring::create(ns.name(), "r", &fixed_cfg()).unwrap();
     let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
     let mut p = ring.producer().unwrap();
     for i in 0..5u64 {
         assert_eq!(p.publish(&i.to_ne_bytes()), Ok(i));
     }
-    let mut sleep = std::process::Command::new("sleep");
-    sleep.arg("600");
-    let mut owner = ns.spawn("a live stopper", sleep);
-    RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Stopping, owner.pid()));
+    let mut owner = held_in_a_stop(&ns, &ring);
 
     let mut got = Vec::new();
     c.poll_once(|ev| got.push(ev.sequence())).unwrap();
@@ -827,13 +838,7 @@ fn a_fixed_ring_held_in_a_stop_by_a_live_process_answers_and_an_attach_gives_up(
 #[test]
 fn a_released_consumer_of_a_fixed_ring_held_in_a_stop_gates_again_after_it() {
     let ns = Namespace::concurrent("fixed_released_stop");
-    let config = RingConfig {
-        event_size: Some(8),
-        producer_mode: ProducerMode::Single,
-        max_producers: 1,
-        ..cfg(16)
-    };
-    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let ring = Ring::create(ns.name(), "r", &fixed_cfg()).unwrap();
     let mut c = ring
         .consumer(
             ConsumerOptions::durable("d").wait(shmring::WaitStrategy::TimeoutBlocking {
@@ -853,10 +858,7 @@ fn a_released_consumer_of_a_fixed_ring_held_in_a_stop_gates_again_after_it() {
     for i in 3..5u64 {
         assert_eq!(p.publish(&i.to_ne_bytes()), Ok(i));
     }
-    let mut sleep = std::process::Command::new("sleep");
-    sleep.arg("600");
-    let mut owner = ns.spawn("a live stopper", sleep);
-    RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Stopping, owner.pid()));
+    let mut owner = held_in_a_stop(&ns, &ring);
 
     got.clear();
     let began = Instant::now();
@@ -901,13 +903,7 @@ fn a_released_consumer_of_a_fixed_ring_held_in_a_stop_gates_again_after_it() {
 #[test]
 fn a_commit_of_events_read_ahead_goes_through_while_a_stop_is_in_progress() {
     let ns = Namespace::concurrent("fixed_commit_stop");
-    let config = RingConfig {
-        event_size: Some(8),
-        producer_mode: ProducerMode::Single,
-        max_producers: 1,
-        ..cfg(16)
-    };
-    let ring = Ring::create(ns.name(), "r", &config).unwrap();
+    let ring = Ring::create(ns.name(), "r", &fixed_cfg()).unwrap();
     let mut c = ring.consumer(ConsumerOptions::durable("d")).unwrap();
     let mut p = ring.producer().unwrap();
     for i in 0..5u64 {
@@ -916,10 +912,7 @@ fn a_commit_of_events_read_ahead_goes_through_while_a_stop_is_in_progress() {
     let mut read = Vec::new();
     assert_eq!(c.read_ahead(0, 8, |ev| read.push(ev.sequence())), Ok(5));
     assert_eq!(read, [0, 1, 2, 3, 4]);
-    let mut sleep = std::process::Command::new("sleep");
-    sleep.arg("600");
-    let mut owner = ns.spawn("a live stopper", sleep);
-    RawSegment::open(&ring).set_lifecycle_word(life_word(RingState::Stopping, owner.pid()));
+    let mut owner = held_in_a_stop(&ns, &ring);
     assert_eq!(c.commit_to(5), Ok(()));
     assert_eq!(c.next_sequence(), 5);
     owner.kill();
