@@ -80,7 +80,7 @@ use std::sync::atomic::Ordering;
 
 use shmring_layout::{lifecycle, RingState, PENDING_NONE};
 
-use crate::line::{Life, Line, Word};
+use crate::line::{Env, Life, Line, NoWait, Word};
 
 /// The words of a fixed-size ring the protocol reads and writes.
 pub trait Words {
@@ -301,6 +301,29 @@ pub fn position<R: Words>(r: &R) -> Position {
     Position::Closing {
         below: c.saturating_sub(1).min(p).min(stop),
         owner: Life::of(life.load(Ordering::Acquire)).owner,
+    }
+}
+
+/// Where a consumer that attaches (or gates again) starts on these rings: [`position`],
+/// looked at again while a stop is in progress. A dead stopper's stop is finished here (the
+/// line's takeover, `Line::settle`, which never waits itself); a live one (or a dead one's
+/// that cannot be finished from here: no barrier) is waited for as `env.pause` allows.
+/// `Err(pid)`: the stop of `pid` still decides the position when `env.pause` gave up.
+/// `Segment::start_position` runs it, and the loom models in `client/tests/loom_folded*.rs`.
+pub fn start_position<R: Words, E: Env>(r: &R, env: &E) -> Result<u64, u32> {
+    let mut round = 0u32;
+    loop {
+        match position(r) {
+            Position::Decided(p) => return Ok(p),
+            Position::Closing { owner, .. } => {
+                // The next look decides once the stop is finished.
+                let finished = !env.alive(owner) && r.line().settle(&NoWait(env)).is_ok();
+                if !finished && !env.pause(round) {
+                    return Err(owner);
+                }
+                round = round.saturating_add(1);
+            }
+        }
     }
 }
 

@@ -162,6 +162,54 @@ pub fn start_fresh<W: Word>(
     })
 }
 
+/// How [`gate_again`] left a released entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Regated {
+    /// Gating again (its word `word`), from `head`, which the caller stores ([`jump`]).
+    Gated {
+        /// The entry's word after the CAS to ACTIVE.
+        word: u64,
+        /// Where it starts again: the position read after the CAS.
+        head: u64,
+    },
+    /// Gated, then released again (from `word`, as the broker releases): the position was
+    /// not decided after the CAS.
+    ReleasedAgain {
+        /// The word the CAS to ACTIVE made (the holder's word from now on).
+        word: u64,
+    },
+    /// The word is no longer the release of the holder's: nothing changed.
+    Moved,
+}
+
+/// A released consumer's holder gates again (`Consumer::jump_to_head`, run by the loom
+/// models in `client/tests/loom_folded_attach.rs` too), after a look found the position
+/// decided: the SeqCst CAS of its entry from `released` to ACTIVE (its `next` still the
+/// old position, which only holds producers back further), `after_cas` (the caller's
+/// SeqCst fence, (2) in `consumer/barrier.rs`), then `start`, the position read after the
+/// CAS by the attach protocol (see `gating`): a scan that missed the ACTIVE entry used a
+/// head at or below it. A stop begun since the caller's look, not decided when `start`
+/// looks (`Err`): the entry is released again as the broker releases it (SeqCst CAS); the
+/// holder looks again later.
+pub fn gate_again<W: Word>(
+    word: &W,
+    released: u64,
+    start: impl FnOnce() -> Result<u64, u32>,
+    after_cas: impl FnOnce(),
+) -> Regated {
+    let Ok(mine) = crate::table::consumer::set(word, released, consumer_state::ACTIVE) else {
+        return Regated::Moved;
+    };
+    after_cas();
+    match start() {
+        Ok(head) => Regated::Gated { word: mine, head },
+        Err(_) => {
+            crate::table::consumer::release(word, mine);
+            Regated::ReleasedAgain { word: mine }
+        }
+    }
+}
+
 /// The consumer table as the dependency graph sees it. Implemented for the segment; the
 /// loom model implements it on loom's atomics.
 pub trait Graph {

@@ -208,25 +208,7 @@ impl Segment {
         if !self.is_fixed() {
             return Ok(self.position());
         }
-        let mut round = 0u32;
-        loop {
-            match self.cursor_view() {
-                CursorView::Decided(p) => return Ok(p),
-                CursorView::Closing { owner, .. } => {
-                    // A dead stopper's stop is finished here (the next look decides); one
-                    // that cannot be (no barrier here, say) is waited for as a live one.
-                    let finished = !process::exists(owner)
-                        && self
-                            .line()
-                            .settle(&SegEnv::lifecycle_within(self, Duration::ZERO))
-                            .is_ok();
-                    if !finished && !SegEnv::waiting_until(self, deadline).pause(round) {
-                        return Err(owner);
-                    }
-                    round = round.saturating_add(1);
-                }
-            }
-        }
+        crate::fixed::start_position(&self.events(), &SegEnv::waiting_until(self, deadline))
     }
 
     /// A cursor-published ring's position (`fixed::position`).

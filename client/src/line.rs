@@ -282,7 +282,7 @@ pub trait Env {
 
 /// An [`Env`] that never waits: `pause` gives up at once (a settle then returns `Busy`
 /// where it would wait for a live owner).
-struct NoWait<'e, E>(&'e E);
+pub(crate) struct NoWait<'e, E>(pub(crate) &'e E);
 
 impl<E: Env> Env for NoWait<'_, E> {
     fn me(&self) -> u32 {

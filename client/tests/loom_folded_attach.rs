@@ -78,15 +78,30 @@
 //! fence, so the attach reads it or a later one, and a record is at least `s` (the guard's
 //! first sequence is the producer's next one). No model here has a guard open.
 //!
+//! The wait for a stop: every attach here takes its start through the client's
+//! `fixed::start_position` (`Segment::start_position`), which looks again while a stop is
+//! in progress and finishes a dead stopper's stop (`Line::settle`). One model has the
+//! stopper die right after its CAS to Stopping, racing the producer's claim (whose (p5)
+//! may take the same stop over) and the attach: the stop is finished once and the attach
+//! starts at its position. Its control starts at the stop's bound below the position (what
+//! a poll reads, `Segment::position`), below an event published before the attach began.
+//!
+//! A consumer the broker released gating again (`Consumer::jump_to_head`): after a look that
+//! finds the position decided (a poll's look, which does not wait), the client's
+//! `graph::gate_again`: the SeqCst CAS back to ACTIVE, a SeqCst fence, the head read after
+//! it, by the argument above (a scan that missed the ACTIVE word used a head the consumer's
+//! read after its CAS reaches); when a stop begun since leaves that head undecided, the
+//! entry is released again and the consumer looks again at a later poll. The model races a
+//! stop and two publishes, the second of which needs a scan; its control gates again at the
+//! stop's bound below the head, and a scan that missed the entry gates above it. (A
+//! `gate_again` that reads the head before its CAS fails the model the same way.)
+//!
 //! Not modelled here, and still to design for this ring: `Consumer::resume` (its own
-//! provisional position, CAS and start), `jump_to_head`, a new producer's attach racing a
-//! stop (`Line::take_position`, (a1) to (a4); `loom_folded_repair.rs` runs it after a
-//! repair, and racing the start that takes a refused store back), and the scans a repair
-//! runs (`gating::scan` from a process
-//! with no producer, so no next sequence of its own: it needs the consumers' position
-//! instead). And the wait: `position` looks again for as long as a stop is in
-//! progress, where the shipping attach needs a takeover of a dead stopper (`Line::settle`)
-//! and a deadline, as the lifecycle calls have.
+//! provisional position, CAS and start), the deadlines (a model attach waits as long as it
+//! takes), a new producer's attach racing a stop (`Line::take_position`, (a1) to (a4);
+//! `loom_folded_repair.rs` runs it after a repair, and racing the start that takes a
+//! refused store back), and the scans a repair runs (`gating::scan` from a process with no
+//! producer, so no next sequence of its own: it needs the consumers' position instead).
 
 mod loom_env;
 mod loom_folded_ring;
@@ -97,14 +112,18 @@ use loom::sync::atomic::{fence, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use loom_env::env;
-use loom_folded_ring::{bound, position, witness, Path, Reads, Ring};
+use loom_env::{env, ModelEnv, DEAD};
+use loom_folded_ring::{
+    assert_reached, bound, reached, start_position, witness, Path, Reads, Ring,
+};
 use loom_seen::{Seen, REQUIRED_PASS};
 use loom_word::{model, model_bound, W};
 
+use shmring::fixed;
 use shmring::gating::{self, Flags};
 use shmring::graph;
-use shmring::line::{Refused, SeenRunning, Word};
+use shmring::line::{Env, Refused, SeenRunning, Word};
+use shmring::table;
 use shmring_layout::{consumer_flags, consumer_state, lifecycle, owned_word, RingState};
 
 const CONSUMER: u32 = 1;
@@ -132,6 +151,9 @@ enum Start {
     Cursor,
     /// Control: the lifecycle word before the cursor alone.
     FirstLookOnly,
+    /// Control: a stop in progress taken at its bound below the position (what a poll
+    /// reads, `Segment::position`), not waited for.
+    Bound,
 }
 
 /// How the producer's scan takes its head.
@@ -205,10 +227,14 @@ impl<const N: usize> Model<N> {
         m
     }
 
-    /// The line's position as `how` reads it.
-    fn position(&self, how: Start) -> u64 {
+    /// The line's position as `how` reads it (the attaching process's surroundings `env`).
+    fn position(&self, how: Start, env: &impl Env) -> u64 {
         match how {
-            Start::Folded | Start::Unfenced => position(&self.ring),
+            Start::Folded | Start::Unfenced => start_position(&self.ring, env),
+            Start::Bound => match fixed::position(&self.ring) {
+                fixed::Position::Decided(p) => p,
+                fixed::Position::Closing { below, .. } => below,
+            },
             // SeqCst: as `Line::position`.
             Start::Cursor => self.ring.cursor.load(Ordering::SeqCst),
             Start::FirstLookOnly => loop {
@@ -224,6 +250,11 @@ impl<const N: usize> Model<N> {
     /// as `how` reads it, and a SeqCst fence after the CAS (module comment; not in the
     /// control).
     fn attach(&self, how: Start) -> Attached {
+        self.attach_in(how, &env(4, true))
+    }
+
+    /// [`Model::attach`] in the surroundings `env`.
+    fn attach_in(&self, how: Start, env: &impl Env) -> Attached {
         // Acquire: pairs with the producer's Release store of the marker.
         let before = self.published_to.load(Ordering::Acquire);
         let mine = self.word.load(Ordering::Acquire);
@@ -232,7 +263,7 @@ impl<const N: usize> Model<N> {
             &self.first,
             &self.word,
             mine,
-            || self.position(how),
+            || self.position(how, env),
             || {
                 if how != Start::Unfenced {
                     fence(Ordering::SeqCst);
@@ -330,9 +361,29 @@ impl Producer {
     /// gate (the cached gate, else a scan), then the write and the claim on the cursor
     /// (`Ring::publish`).
     fn publish<const N: usize>(&mut self, m: &Model<N>, mark: u64) -> Result<u64, Refused> {
+        self.wait_gate(m, usize::MAX);
+        self.claim(m, mark)
+    }
+
+    /// `publish`, if the wrap gate passes within `scans` scans.
+    fn try_publish<const N: usize>(
+        &mut self,
+        m: &Model<N>,
+        mark: u64,
+        scans: usize,
+    ) -> Option<Result<u64, Refused>> {
+        self.wait_gate(m, scans).then(|| self.claim(m, mark))
+    }
+
+    /// The wait at the wrap gate for the next sequence: the cached gate, else a scan, at
+    /// most `scans` of them. Returns whether the gate passed.
+    fn wait_gate<const N: usize>(&mut self, m: &Model<N>, scans: usize) -> bool {
         let s = self.next;
         let need = (s + 1).saturating_sub(N as u64);
-        while self.cached_gate < need {
+        for _ in 0..scans {
+            if self.cached_gate >= need {
+                break;
+            }
             let scan = m.scan(self.head, s);
             self.cached_gate = self.cached_gate.max(scan.gate);
             self.scans.push(scan);
@@ -340,6 +391,13 @@ impl Producer {
                 thread::yield_now();
             }
         }
+        self.cached_gate >= need
+    }
+
+    /// The write and the claim on the cursor (`Ring::publish`) of the next sequence, once
+    /// the wrap gate passed it.
+    fn claim<const N: usize>(&mut self, m: &Model<N>, mark: u64) -> Result<u64, Refused> {
+        let s = self.next;
         // Acquire: pairs with the attach's Release store of the marker; looked at before
         // the write, so a claim stored after it follows the attach's return.
         let after = m.attached.load(Ordering::Acquire) == 1;
@@ -643,4 +701,297 @@ fn a_scan_while_stopped_gates_at_or_below_an_attach_after_the_start() {
 #[should_panic(expected = "above the start")]
 fn control_a_scan_whose_head_is_the_cursor_gates_above_a_later_attach() {
     a_scan_while_stopped_racing_a_start_and_an_attach(Head::Cursor);
+}
+
+/// An attaching process (4) that marks `finished` when it finishes a dead owner's
+/// transition (`Env::finished_for_the_dead`).
+struct Finishing {
+    env: ModelEnv,
+    finished: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Env for Finishing {
+    fn me(&self) -> u32 {
+        self.env.me()
+    }
+    fn alive(&self, pid: u32) -> bool {
+        self.env.alive(pid)
+    }
+    fn heavy_fence(&self) {
+        self.env.heavy_fence();
+    }
+    fn has_barrier(&self) -> bool {
+        self.env.has_barrier()
+    }
+    fn pause(&self, round: u32) -> bool {
+        self.env.pause(round)
+    }
+    fn finished_for_the_dead(&self) {
+        reached(&self.finished);
+    }
+}
+
+/// A stopper takes the lifecycle word (its (s1), Stopping) and dies before anything else:
+/// the word names a dead pid.
+fn stop_and_die<const N: usize>(ring: &Ring<N>) {
+    // SeqCst: any value will do, the CAS decides (nothing else changes the word from
+    // Running here).
+    let w = ring.life.load(Ordering::SeqCst);
+    let dead = lifecycle::next(w, RingState::Stopping as u32, DEAD);
+    ring.life
+        .compare_exchange(w, dead, Ordering::AcqRel, Ordering::Acquire)
+        .expect("the dead stopper's CAS");
+}
+
+/// A consumer attaches to a running ring of two slots (0 and 1 published) while the
+/// producer publishes 2 and a stopper takes the lifecycle word and dies. The stop is
+/// finished by whoever meets it first: the producer's claim (its (p5) takes a dead
+/// stopper's stop over), the attach (`fixed::start_position`), or, when neither did,
+/// another process's settle after both. Then the ring starts again and the producer
+/// publishes the next run's first event. The attach starts at or after every event
+/// published before it began, at or before the stop sequence, and reads exactly the
+/// accepted events from there. Some interleaving has the attach finish the dead stop.
+fn attach_meeting_a_dead_stop(how: Start) {
+    let finished = witness();
+    let finished_seen = finished.clone();
+    model(move || {
+        let m = Arc::new(Model::<2>::running(2));
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::new(2, Head::Next);
+                let _ = p.publish(&m, 1);
+                p
+            })
+        };
+        let dier = {
+            let m = m.clone();
+            thread::spawn(move || stop_and_die(&m.ring))
+        };
+        let attaching = Finishing {
+            env: env(4, true),
+            finished: finished.clone(),
+        };
+        let a = m.attach_in(how, &attaching);
+        // Before anything runs again: an event published before the attach began is not
+        // the consumer's (the control would read it, and start below a scan's gate).
+        assert!(
+            a.before <= a.start,
+            "start {} is before sequence {}, published before the attach began",
+            a.start,
+            a.before - 1
+        );
+        let mut p = producer.join().unwrap();
+        dier.join().unwrap();
+        // The stop as it was finished (by another process if nobody met it).
+        let settled = m.ring.line().settle(&env(2, true)).expect("settled");
+        assert_eq!(settled.state, Some(RingState::Stopped));
+        let stop = m.ring.line().closed_at().expect("stopped");
+        assert!(
+            a.start <= stop,
+            "an attach at {} starts past the stop at {stop}",
+            a.start
+        );
+        assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(stop), "started");
+        let first = p.publish(&m, 2).expect("the ring runs again");
+        assert_eq!(first, stop, "the next run starts at the stop sequence");
+        check_start(a, &p.after_attach);
+        let got = m.read(a.start, stop + 1);
+        let mut accepted = vec![(0, 0), (1, 1)];
+        accepted.extend(p.accepted);
+        check_read(a, &got, &accepted, stop + 1);
+    });
+    assert_reached(&finished_seen, "had the attach finish the dead stop");
+}
+
+#[test]
+fn an_attach_meeting_a_dead_stoppers_stop_finishes_it_and_starts_at_its_position() {
+    attach_meeting_a_dead_stop(Start::Folded);
+}
+
+/// The stop's bound below the position taken as the start (not waited for, as a poll
+/// takes it): an attach that meets the dead stop after 2 was accepted starts at 2, an event
+/// published before it began (and below the gate the producer's scan may have used).
+#[test]
+#[should_panic(expected = "published before the attach began")]
+fn control_an_attach_taking_a_stops_bound_starts_below_the_position() {
+    attach_meeting_a_dead_stop(Start::Bound);
+}
+
+/// The consumer's process (4) in a poll: its waits give up at once (a poll's deadline is
+/// now), as `Consumer::jump_to_head` takes `Segment::start_position`.
+struct Polling(ModelEnv);
+
+impl Env for Polling {
+    fn me(&self) -> u32 {
+        self.0.me()
+    }
+    fn alive(&self, pid: u32) -> bool {
+        self.0.alive(pid)
+    }
+    fn heavy_fence(&self) {
+        self.0.heavy_fence();
+    }
+    fn has_barrier(&self) -> bool {
+        self.0.has_barrier()
+    }
+    fn pause(&self, _round: u32) -> bool {
+        false
+    }
+}
+
+/// How a released consumer gates again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Regate {
+    /// As `Consumer::jump_to_head`: only once a look found the position decided, the
+    /// position after the CAS decided too (else released again).
+    Decided,
+    /// Control: whatever the position's bound says, a stop in progress or not (a poll's
+    /// `Segment::position`).
+    Bound,
+}
+
+impl<const N: usize> Model<N> {
+    /// The consumer's entry, released by the broker while its holder (process 4) read at
+    /// `next`; its holder's word is returned.
+    fn release_entry(&self, next: u64) -> u64 {
+        let held = owned_word::pack(2, consumer_state::ACTIVE, 4);
+        self.word
+            .store(table::consumer::released(held), Ordering::Relaxed);
+        self.next.store(next, Ordering::Relaxed);
+        self.first.store(next, Ordering::Relaxed);
+        held
+    }
+
+    /// The bound below the head a consumer that does not gate moves up to
+    /// (`Segment::position`).
+    fn below(&self) -> u64 {
+        match fixed::position(&self.ring) {
+            fixed::Position::Decided(p) => p,
+            fixed::Position::Closing { below, .. } => below,
+        }
+    }
+
+    /// `Consumer::jump_to_head` polled until the consumer gates again, its holder's word
+    /// `held`: a look that does not wait (`fixed::start_position`, giving up at once);
+    /// decided, the shipping `graph::gate_again` (the look after the CAS as `how` says);
+    /// not gated, up to the bound below the head, and again at a later poll. Marks
+    /// `again` when an entry gated is released again.
+    fn regate(&self, held: u64, how: Regate, again: &std::sync::atomic::AtomicBool) -> Attached {
+        // Relaxed: this thread's own store. Gating again anywhere from its own position
+        // on (not yet read) is sound: the bound below is that position, not what was
+        // published before.
+        let provisional = self.next.load(Ordering::Relaxed);
+        let before = provisional;
+        let polling = Polling(env(4, true));
+        let mut word = held;
+        loop {
+            let decided = fixed::start_position(&self.ring, &polling).is_ok();
+            if decided || how == Regate::Bound {
+                let start = || match how {
+                    Regate::Decided => fixed::start_position(&self.ring, &polling),
+                    Regate::Bound => Ok(self.below()),
+                };
+                match graph::gate_again(&self.word, table::consumer::released(word), start, || {
+                    fence(Ordering::SeqCst)
+                }) {
+                    graph::Regated::Gated { head, .. } => {
+                        // Relaxed: this thread's own store.
+                        if head > self.next.load(Ordering::Relaxed) {
+                            graph::jump(&self.first, &self.next, head);
+                        }
+                        // Release: pairs with the producer's Acquire load of the marker.
+                        self.attached.store(1, Ordering::Release);
+                        return Attached {
+                            before,
+                            provisional,
+                            start: head,
+                        };
+                    }
+                    graph::Regated::ReleasedAgain { word: w } => {
+                        reached(again);
+                        word = w;
+                    }
+                    graph::Regated::Moved => unreachable!("nobody else changes the entry"),
+                }
+            }
+            let below = self.below();
+            // Relaxed: this thread's own store.
+            if below > self.next.load(Ordering::Relaxed) {
+                graph::jump(&self.first, &self.next, below);
+            }
+            thread::yield_now();
+        }
+    }
+}
+
+/// A consumer released by the broker at 1 gates again on a running ring of two slots (0
+/// and 1 published) while the producer publishes 2 and 3 (once each, its cached gate at 1
+/// from a scan before the release: 3 needs a scan) and another process stops the ring.
+/// Then the ring starts again and the producer publishes what the stop refused. A scan
+/// that missed the entry gated at or below where it gates again, which is at or before
+/// every event claimed after it (and at or after its own position: it had read nothing
+/// there); the consumer reads exactly the accepted events from there. Some interleaving
+/// has the consumer gate, then find a stop undecided and release itself again.
+fn regate_racing_a_stop(how: Regate) {
+    let again = witness();
+    let again_seen = again.clone();
+    model(move || {
+        let m = Arc::new(Model::<2>::running(2));
+        let held = m.release_entry(1);
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::new(2, Head::Next);
+                p.cached_gate = 1;
+                // 3 waits for the consumer at most one scan: gated at 1, it reads only
+                // after this thread is done.
+                if p.publish(&m, 1).is_ok() {
+                    let _ = p.try_publish(&m, 1, 1);
+                }
+                p
+            })
+        };
+        let stopper = {
+            let m = m.clone();
+            thread::spawn(move || {
+                m.ring
+                    .line()
+                    .close(&env(2, true), RingState::Stopped)
+                    .expect("stop")
+                    .0
+            })
+        };
+        let a = m.regate(held, how, &again);
+        let mut p = producer.join().unwrap();
+        let stop = stopper.join().unwrap();
+        check_scans(a, &p.scans);
+        assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(stop), "started");
+        // What was accepted so far, then the rest (the consumer's reads let the producer
+        // past it).
+        let mut got = m.read(a.start, p.next);
+        while p.next < 4 {
+            p.publish(&m, 2).expect("the ring runs again");
+        }
+        check_start(a, &p.after_attach);
+        got.extend(m.read(a.start.max(stop), 4));
+        let mut accepted = vec![(0, 0), (1, 1)];
+        accepted.extend(p.accepted);
+        check_read(a, &got, &accepted, 4);
+    });
+    assert_reached(&again_seen, "released a consumer again after it gated");
+}
+
+#[test]
+fn a_released_consumer_gating_again_racing_a_stop_starts_past_every_scan_that_missed_it() {
+    regate_racing_a_stop(Regate::Decided);
+}
+
+/// Gating again at the bound below the head while a stop is in progress: after 2 was
+/// accepted and a scan that missed the entry gated at 3, the consumer gates at 2, the
+/// cursor before the claim the stop decides.
+#[test]
+#[should_panic(expected = "above the start")]
+fn control_a_released_consumer_gating_again_at_a_stops_bound() {
+    regate_racing_a_stop(Regate::Bound);
 }

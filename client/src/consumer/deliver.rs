@@ -379,7 +379,7 @@ impl Consumer {
     /// place slots that producers were not held back from while it was released.
     pub(super) fn jump_to_head(&mut self) -> Result<(), PollError> {
         let released = table::consumer::released(self.word);
-        let mut gated_again = false;
+        let mut gated_again = None;
         // Acquire: pairs with the broker's SeqCst release CAS.
         // A stop in progress on a ring published by a cursor decides where it would gate
         // again (`Segment::start_position`); a poll does not wait for it: the consumer stays
@@ -390,35 +390,34 @@ impl Consumer {
             && self.seg.start_position(Some(Instant::now())).is_ok()
         {
             corrupt(self.seg.position())?;
-            // Gate again, by the attach protocol: SeqCst CAS, then read the head.
-            if let Ok(word) =
-                table::consumer::set(&self.entry().hot.word, released, consumer_state::ACTIVE)
-            {
-                self.word = word;
-                gated_again = true;
-                // SeqCst fence: (2) in `consumer/barrier.rs`, between gating again and reading
-                // the head, ordered against the fence of a downstream that let this consumer go.
-                fence(Ordering::SeqCst);
+            // Gate again, by the attach protocol (`graph::gate_again`): SeqCst CAS, fence,
+            // then the head, which a stop begun since the look above may leave undecided:
+            // released again then (as the broker releases), woken as below.
+            let seg = &self.seg;
+            match crate::graph::gate_again(
+                &self.entry().hot.word,
+                released,
+                || seg.start_position(Some(Instant::now())),
+                // SeqCst fence: (2) in `consumer/barrier.rs`, between gating again and
+                // reading the head, ordered against the fence of a downstream that let
+                // this consumer go.
+                || fence(Ordering::SeqCst),
+            ) {
+                crate::graph::Regated::Gated { word, head } => {
+                    self.word = word;
+                    gated_again = Some(head);
+                }
+                crate::graph::Regated::ReleasedAgain { word } => {
+                    self.word = word;
+                    self.wake_both();
+                }
+                crate::graph::Regated::Moved => {}
             }
         }
-        // Where it starts again: as an attach, gated again (a stop in progress decides it: a
-        // stop begun since the look above releases it again, as below); not gated, any
-        // bound below the head will do (`Segment::position`: a lapped consumer that jumps
-        // less far looks again).
-        let head = if gated_again {
-            match self.seg.start_position(Some(Instant::now())) {
-                Ok(head) => head,
-                Err(_) => {
-                    // A stop begun since the look above: released again (as the broker
-                    // releases), woken as below, and on to the bound below the head.
-                    table::consumer::release(&self.entry().hot.word, self.word);
-                    self.wake_both();
-                    self.seg.position()
-                }
-            }
-        } else {
-            self.seg.position()
-        };
+        // Not gated: any bound below the head will do (`Segment::position`: a lapped
+        // consumer that jumps less far looks again).
+        let head = gated_again.unwrap_or_else(|| self.seg.position());
+        let gated_again = gated_again.is_some();
         if let Err(e) = corrupt(head) {
             if gated_again {
                 // Overwritten between the look above and this read: released again, as the

@@ -463,14 +463,14 @@ pub fn store_and_die<const N: usize>(ring: &Ring<N>, seq: u64) -> bool {
     stored
 }
 
-/// The line's position as an attaching consumer takes it: the client's
-/// (`fixed::position`, as `Segment::start_position` takes it), looked at again until a stop
-/// in progress decided it.
+/// The line's position as an attaching consumer (process 4) takes it: the client's
+/// `fixed::start_position` (`Segment::start_position`), which looks again until a stop in
+/// progress decided it and finishes a dead stopper's stop.
 pub fn position<const N: usize>(ring: &Ring<N>) -> u64 {
-    loop {
-        if let fixed::Position::Decided(p) = fixed::position(ring) {
-            return p;
-        }
-        thread::yield_now();
-    }
+    start_position(ring, &env(4, true))
+}
+
+/// [`position`] in the surroundings `env` (a model env never gives up waiting).
+pub fn start_position<const N: usize>(ring: &Ring<N>, env: &impl line::Env) -> u64 {
+    fixed::start_position(ring, env).expect("a model env waits as long as it takes")
 }
