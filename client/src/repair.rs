@@ -476,7 +476,8 @@ impl Ring {
     /// claim marked this way loses its event (consumers pass it before the producer stamps
     /// it). A sequence nobody has claimed yet is never marked (`Wait`): its producer is
     /// still to come. On a single-producer ring, `Wait` too while a stop or start decides
-    /// the last claim's fate.
+    /// the last claim's fate, and on a multi-producer ring whose counter names a lone
+    /// producer while a stop, a start or a sharing decides that producer's last claim.
     pub fn tombstone(&self, seq: u64) -> Tombstone {
         if self.seg.is_fixed() {
             return if self.seg.reached(seq) {

@@ -505,17 +505,20 @@ pub mod producer {
     /// it, as the repair's mark says), or it follows, and the lifecycle load here reads
     /// Stopping or later. The same with a starter's heavy fence ((t2)) and its take-back.
     /// `client/tests/loom_repair.rs` has the model that fails without it. A multi-producer
-    /// line decides nothing here: its claims through the counter are read-modify-writes the
-    /// close's CAS orders, and a lone producer's plain stores are ended first by the
-    /// repairs (`Ring::repair_dead_producer` ends them before it reads the head).
+    /// line's claims through the counter are read-modify-writes the close's CAS orders:
+    /// decided. One whose counter names a lone producer is decided as a single producer's
+    /// line, a sharing (which ends the lone claims, reading the lone position after its
+    /// heavy fence) deciding too: the dead producer was the lone one, or its lone claims
+    /// were ended before the counter was read here (a producer that takes the line alone
+    /// since claims past them).
     pub fn single_hole_decided<W: Word>(line: &Line<'_, W>, fence: impl FnOnce()) -> bool {
-        if !line.single {
+        if !line.single && line.claimed_unless_lone().is_some() {
             return true;
         }
         fence();
         !matches!(
             line.life().state,
-            Some(RingState::Stopping | RingState::Starting)
+            Some(RingState::Stopping | RingState::Starting | RingState::Sharing)
         )
     }
 

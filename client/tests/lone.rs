@@ -397,3 +397,45 @@ fn a_repair_ends_the_lone_claims_before_it_looks_for_holes() {
     assert_eq!(poll_all(&mut c), [0, 1, 2, 4]);
     assert_eq!(c.stats().skipped, 1);
 }
+
+/// `Ring::tombstone` (a caller's repair of a hole) marks nothing a lone producer has
+/// claimed while a sharing decides its last claim (as while a stop does): refused, its
+/// sequences are handed out again from the counter, where a tombstone left in the slot
+/// would be delivered in place of the next event. Here the lone position says one claim
+/// more than was published (a claim stored, not decided yet) and a sharing's owner died
+/// part-way: `Wait` until a second producer's claim finishes the sharing (which accepts
+/// that claim: it reads the lone position), then the hole is marked, and consumers skip it.
+#[test]
+fn a_tombstone_waits_while_a_sharing_decides_a_lone_producers_claim() {
+    use shmring::Tombstone;
+    use shmring_layout::{lifecycle, RingState};
+    let ns = Namespace::new("lone_tombstone");
+    let ring = multi(&ns, 16);
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for s in 0..3 {
+        assert_eq!(p.publish(b"e"), Ok(s));
+    }
+    assert_eq!(lone(&ring), Some(0));
+    let raw = RawSegment::open(&ring);
+    raw.set_producer_lone(0, 4);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = raw.lifecycle_word();
+    raw.set_lifecycle_word(lifecycle::next(word, RingState::Sharing as u32, dead));
+    assert_eq!(
+        ring.tombstone(3),
+        Tombstone::Wait,
+        "a lone claim a sharing still decides"
+    );
+    let mut second = ring.producer().unwrap();
+    assert_eq!(second.publish(b"s"), Ok(4), "the counter takes over at 4");
+    assert_eq!(lone(&ring), None);
+    assert_eq!(
+        ring.tombstone(3),
+        Tombstone::Written,
+        "accepted, never filled"
+    );
+    assert_eq!(p.publish(b"e"), Ok(5));
+    assert_eq!(poll_all(&mut c), [0, 1, 2, 4, 5]);
+    assert_eq!(c.stats().skipped, 1);
+}
