@@ -16,6 +16,13 @@
 //! fences here. The control model removes them and requires loom to find a sequence handed
 //! out twice.
 //!
+//! One more model checks a repair's decision on a lone line (`Ring::tombstone`:
+//! `table::producer::single_hole_decided`, then `claimed()`): a lone producer that died
+//! between its claim's store and its light fence, while a stop ends the lone claims, has
+//! its claim marked a hole exactly when the stop accepted it. Its control decides every
+//! multi-producer line at once, as the client did before, and marks a claim the stop
+//! refused.
+//!
 //! Preemption bound 2 by default (`LOOM_MAX_PREEMPTIONS` overrides it).
 
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -31,8 +38,11 @@ use shmring::line::{
     claim_lone_fast, Fast, Line, LineError, LoneClaim, LoneSlot, LoneWords, Refused, SeenRunning,
     Word,
 };
+use shmring::table::{self, Tombstone};
 use shmring::RingState;
-use shmring_layout::{claim_lone, claim_lone_index, lifecycle, LONE_OPEN, MAX_SEQUENCE};
+use shmring_layout::{
+    claim_lone, claim_lone_index, lifecycle, LONE_OPEN, MAX_SEQUENCE, STAMP_EMPTY,
+};
 
 /// Slots in the model's ring: more than the claims any interleaving makes.
 const SLOTS: usize = 8;
@@ -513,4 +523,76 @@ fn dead_sharer(recorded: Option<u64>) {
         let settled = ring.line().settle(&env(3, true)).expect("settle");
         assert_eq!(settled.state, Some(RingState::Running));
     });
+}
+
+/// `Ring::tombstone`'s decision on a lone line: the lone producer claims 0 ((p1) and (p2) of
+/// `claim_lone_fast`: its position 1 stored) and dies before its light fence ((p3)), the
+/// claim undecided, while another process stops the ring, which ends the lone claims where
+/// it reads the position after its heavy fence. Once the producer is dead, a repairer runs
+/// `table::producer::single_hole_decided` (again while it says no), then marks 0 if it is
+/// below `claimed()` (`table::tombstone`). The stop records 1 (the claim accepted: 0 is a
+/// hole, marked) or 0 (refused: the next run hands 0 out again, so it must not be marked).
+/// `shipping`: today's decision (the control: the decision before lone lines were decided
+/// there, every multi-producer line at once).
+fn a_lone_producers_hole_marked_racing_a_stop(shipping: bool) {
+    model(move || {
+        let ring = Ring::lone();
+        let stamp = Arc::new(W::new(STAMP_EMPTY));
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let slot = ring.lone(LONE).expect("entry");
+                // (p1) Acquire and the end Relaxed, (p2) Relaxed, as `claim_lone_fast`'s;
+                // the process dies before (p3).
+                if ring.life.load(Ordering::Acquire) == running()
+                    && slot.end.load(Ordering::Relaxed) == LONE_OPEN
+                {
+                    slot.position.store(1, Ordering::Relaxed);
+                }
+                ring.entries[LONE as usize]
+                    .gone
+                    .store(true, Ordering::SeqCst);
+            })
+        };
+        let repairer = {
+            let ring = ring.clone();
+            let stamp = stamp.clone();
+            thread::spawn(move || {
+                producer.join().unwrap();
+                let line = ring.line();
+                while shipping
+                    && !table::producer::single_hole_decided(&line, || fence(Ordering::SeqCst))
+                {
+                    thread::yield_now();
+                }
+                // The model's consumers are far ahead: the gate always allows.
+                0 < line.claimed()
+                    && table::tombstone(&*stamp, 0, SLOTS as u64, || true) == Tombstone::Written
+            })
+        };
+        let (stop, _) = ring
+            .line()
+            .close(&env(2, true), RingState::Stopped)
+            .expect("stop");
+        let marked = repairer.join().unwrap();
+        assert_eq!(
+            marked,
+            stop == 1,
+            "the repair marked 0: {marked}, where the stop is at {stop}"
+        );
+    });
+}
+
+#[test]
+fn a_lone_producers_hole_repaired_racing_a_stop_is_marked_iff_the_stop_accepted_it() {
+    a_lone_producers_hole_marked_racing_a_stop(true);
+}
+
+/// Every multi-producer line decided at once (as before lone lines were decided like a
+/// single producer's): the repairer reads the dead producer's lone position and marks 0,
+/// while the stop read the position before the store and refused the claim.
+#[test]
+#[should_panic(expected = "where the stop is at 0")]
+fn control_a_lone_producers_repair_deciding_at_once_marks_a_refused_claim() {
+    a_lone_producers_hole_marked_racing_a_stop(false);
 }
