@@ -202,8 +202,9 @@ impl Segment {
     /// lie below a head a gate scan used (a producer's cached gate would let it lap the
     /// consumer there) nor past what the next run starts at. On a ring published by a
     /// cursor, a stop in progress decides that, so this waits for it at most until
-    /// `deadline` (finishing a dead stopper's stop itself); `Err(pid)`: the stop of `pid`,
-    /// alive, is still in progress.
+    /// `deadline` (finishing a dead stopper's stop itself); `Err(pid)`: the stop of `pid` is
+    /// still in progress (alive, or dead with a stop this process cannot finish: no
+    /// barrier).
     pub(crate) fn start_position(&self, deadline: Option<Instant>) -> Result<u64, u32> {
         if !self.is_fixed() {
             return Ok(self.position());

@@ -478,6 +478,8 @@ impl Ring {
     /// still to come. On a single-producer ring, `Wait` too while a stop or start decides
     /// the last claim's fate, and on a multi-producer ring whose counter names a lone
     /// producer while a stop, a start or a sharing decides that producer's last claim.
+    /// `seq` must be a claim of a producer that is gone (or not claimed at all): a live
+    /// producer may claim `seq` while this looks, and its claim be marked.
     pub fn tombstone(&self, seq: u64) -> Tombstone {
         if self.seg.is_fixed() {
             return if self.seg.reached(seq) {
@@ -486,23 +488,31 @@ impl Ring {
                 Tombstone::Wait
             };
         }
-        // A single producer's last claim is decided only once no stop or start is deciding
-        // it, and its store is read only after the SeqCst fence that pairs with a stopper's
-        // (see `single_hole_decided`): a claim a stop refuses is never marked.
-        if !table::producer::single_hole_decided(&self.seg.line(), || {
+        // A single or lone producer's last claim is decided only once no stop, start or
+        // sharing is deciding it, and its store is read only after the SeqCst fence that
+        // pairs with a stopper's (see `decided_claimed`): a claim a stop refuses is never
+        // marked.
+        match table::producer::decided_claimed(&self.seg.line(), || {
             std::sync::atomic::fence(Ordering::SeqCst)
         }) {
-            return Tombstone::Wait;
+            Some(claimed) if seq < claimed => self.mark(seq),
+            _ => Tombstone::Wait,
         }
-        self.mark_claimed(seq)
     }
 
     /// [`Ring::tombstone`] on a ring of stamped slots whose last claim is decided (the
-    /// caller ran `single_hole_decided`): `Wait` for a sequence not claimed yet.
+    /// caller ran `single_hole_decided` and ended any lone claims): `Wait` for a sequence
+    /// not claimed yet.
     fn mark_claimed(&self, seq: u64) -> Tombstone {
         if seq >= self.seg.line().claimed() {
             return Tombstone::Wait;
         }
+        self.mark(seq)
+    }
+
+    /// Mark the claimed `seq` repaired once its slot's previous event was read
+    /// (`table::tombstone`), and wake the consumers if it was.
+    fn mark(&self, seq: u64) -> Tombstone {
         let slot = self.seg.slot(seq);
         let need = (seq + 1).saturating_sub(self.capacity());
         let done = table::tombstone(&slot.header.stamp, seq, self.capacity(), || {

@@ -505,21 +505,47 @@ pub mod producer {
     /// it, as the repair's mark says), or it follows, and the lifecycle load here reads
     /// Stopping or later. The same with a starter's heavy fence ((t2)) and its take-back.
     /// `client/tests/loom_repair.rs` has the model that fails without it. A multi-producer
-    /// line's claims through the counter are read-modify-writes the close's CAS orders:
-    /// decided. One whose counter names a lone producer is decided as a single producer's
-    /// line, a sharing (which ends the lone claims, reading the lone position after its
-    /// heavy fence) deciding too: the dead producer was the lone one, or its lone claims
-    /// were ended before the counter was read here (a producer that takes the line alone
-    /// since claims past them).
+    /// line decides nothing here: its claims through the counter are read-modify-writes the
+    /// close's CAS orders, and a lone producer's plain stores are ended first by the
+    /// repairs (`Ring::repair_dead_producer` ends them before it reads the head);
+    /// `Ring::tombstone`, which ends nothing, takes [`decided_claimed`].
     pub fn single_hole_decided<W: Word>(line: &Line<'_, W>, fence: impl FnOnce()) -> bool {
-        if !line.single && line.claimed_unless_lone().is_some() {
+        if !line.single {
             return true;
         }
         fence();
         !matches!(
             line.life().state,
-            Some(RingState::Stopping | RingState::Starting | RingState::Sharing)
+            Some(RingState::Stopping | RingState::Starting)
         )
+    }
+
+    /// Every sequence claimed so far whose claim no stop, start or sharing may still
+    /// refuse, for a repair that marks a dead producer's claim without ending anything
+    /// (`Ring::tombstone`); `None`: one of them is deciding the last claim (try again
+    /// later). A multi-producer counter's claims are read-modify-writes the close's CAS
+    /// orders: the counter as read, in one load (a counter read twice may name a lone
+    /// producer the second time, whose last claim is not decided). A single or lone
+    /// producer's last claim is a plain store: as [`single_hole_decided`] (`fence` first,
+    /// the same argument, a sharing deciding a lone claim as a stop does), then the
+    /// position with that claim ([`Line::claimed`]). The dead producer's claim was made
+    /// before the call (the caller saw it dead); a live producer's claim read here may
+    /// still be refused, and the caller must not name one (see `Ring::tombstone`).
+    /// `client/tests/loom_lone.rs` runs it on a lone line.
+    pub fn decided_claimed<W: Word>(line: &Line<'_, W>, fence: impl FnOnce()) -> Option<u64> {
+        if !line.single {
+            if let Some(head) = line.claimed_unless_lone() {
+                return Some(head);
+            }
+        }
+        fence();
+        if matches!(
+            line.life().state,
+            Some(RingState::Stopping | RingState::Starting | RingState::Sharing)
+        ) {
+            return None;
+        }
+        Some(line.claimed())
     }
 
     /// The decision of the repair of a hole nobody can name (a producer died between
@@ -579,8 +605,9 @@ pub enum Tombstone {
     /// Nothing to do: `seq` is published or repaired, or a newer sequence took the slot.
     NotNeeded,
     /// Not now: the slot still holds an older event that a gating consumer has not read
-    /// (`gate_allows` said no), or an older sequence is still to be written into it, or (on a
-    /// single-producer ring, `Ring::tombstone`) a stop or start is deciding the last claim.
+    /// (`gate_allows` said no), or an older sequence is still to be written into it, or
+    /// (`Ring::tombstone`) a stop, a start or a sharing is deciding a single or lone
+    /// producer's last claim.
     Wait,
 }
 

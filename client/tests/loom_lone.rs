@@ -17,7 +17,7 @@
 //! out twice.
 //!
 //! One more model checks a repair's decision on a lone line (`Ring::tombstone`:
-//! `table::producer::single_hole_decided`, then `claimed()`): a lone producer that died
+//! `table::producer::decided_claimed`): a lone producer that died
 //! between its claim's store and its light fence, while a stop ends the lone claims, has
 //! its claim marked a hole exactly when the stop accepted it. Its control decides every
 //! multi-producer line at once, as the client did before, and marks a claim the stop
@@ -529,11 +529,11 @@ fn dead_sharer(recorded: Option<u64>) {
 /// `claim_lone_fast`: its position 1 stored) and dies before its light fence ((p3)), the
 /// claim undecided, while another process stops the ring, which ends the lone claims where
 /// it reads the position after its heavy fence. Once the producer is dead, a repairer runs
-/// `table::producer::single_hole_decided` (again while it says no), then marks 0 if it is
-/// below `claimed()` (`table::tombstone`). The stop records 1 (the claim accepted: 0 is a
+/// `table::producer::decided_claimed` (again while it says no), then marks 0 if it is
+/// below what that says is claimed (`table::tombstone`). The stop records 1 (the claim accepted: 0 is a
 /// hole, marked) or 0 (refused: the next run hands 0 out again, so it must not be marked).
-/// `shipping`: today's decision (the control: the decision before lone lines were decided
-/// there, every multi-producer line at once).
+/// `shipping`: the client's decision (the control: `Line::claimed` at once, as
+/// `Ring::tombstone` read it before lone lines were decided).
 fn a_lone_producers_hole_marked_racing_a_stop(shipping: bool) {
     model(move || {
         let ring = Ring::lone();
@@ -560,13 +560,17 @@ fn a_lone_producers_hole_marked_racing_a_stop(shipping: bool) {
             thread::spawn(move || {
                 producer.join().unwrap();
                 let line = ring.line();
-                while shipping
-                    && !table::producer::single_hole_decided(&line, || fence(Ordering::SeqCst))
-                {
-                    thread::yield_now();
-                }
+                let claimed = loop {
+                    if !shipping {
+                        break line.claimed();
+                    }
+                    match table::producer::decided_claimed(&line, || fence(Ordering::SeqCst)) {
+                        Some(claimed) => break claimed,
+                        None => thread::yield_now(),
+                    }
+                };
                 // The model's consumers are far ahead: the gate always allows.
-                0 < line.claimed()
+                0 < claimed
                     && table::tombstone(&*stamp, 0, SLOTS as u64, || true) == Tombstone::Written
             })
         };
@@ -588,8 +592,8 @@ fn a_lone_producers_hole_repaired_racing_a_stop_is_marked_iff_the_stop_accepted_
     a_lone_producers_hole_marked_racing_a_stop(true);
 }
 
-/// Every multi-producer line decided at once (as before lone lines were decided like a
-/// single producer's): the repairer reads the dead producer's lone position and marks 0,
+/// `Line::claimed` at once (as before lone lines were decided like a single producer's):
+/// the repairer reads the dead producer's lone position and marks 0,
 /// while the stop read the position before the store and refused the claim.
 #[test]
 #[should_panic(expected = "where the stop is at 0")]

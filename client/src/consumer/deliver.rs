@@ -380,6 +380,7 @@ impl Consumer {
     pub(super) fn jump_to_head(&mut self) -> Result<(), PollError> {
         let released = table::consumer::released(self.word);
         let mut gated_again = None;
+        let mut released_again = false;
         // Acquire: pairs with the broker's SeqCst release CAS.
         // A stop in progress on a ring published by a cursor decides where it would gate
         // again (`Segment::start_position`); a poll does not wait for it: the consumer stays
@@ -409,6 +410,7 @@ impl Consumer {
                 }
                 crate::graph::Regated::ReleasedAgain { word } => {
                     self.word = word;
+                    released_again = true;
                     self.wake_both();
                 }
                 crate::graph::Regated::Moved => {}
@@ -425,12 +427,14 @@ impl Consumer {
                 // downstreams that may now pass it, and a producer that found it gating at
                 // its old position in between. The next poll finds it released.
                 table::consumer::release(&self.entry().hot.word, self.word);
+                self.wake_both();
+            }
+            if gated_again || released_again {
                 tracing::warn!(
                     ring = self.seg.name(),
                     consumer = self.seg.index(),
                     "the ring's position is past any sequence; this consumer stays released"
                 );
-                self.wake_both();
             }
             return Err(e);
         }
