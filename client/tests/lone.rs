@@ -364,6 +364,24 @@ fn a_single_producer_ring_whose_word_says_sharing_can_be_removed() {
     assert_eq!(p.publish(b"e"), Err(PublishError::Deleted));
 }
 
+/// A multi-producer ring of 16 slots with an anonymous consumer, whose only producer (lone,
+/// returned) published 0, 1 and 2, and whose lone position says one claim more (a claim of
+/// 3 stored and not decided yet); the raw segment that wrote it.
+fn lone_with_a_stored_claim(
+    ns: &Namespace,
+) -> (Ring, shmring::Consumer, shmring::Producer, RawSegment) {
+    let ring = multi(ns, 16);
+    let c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for s in 0..3 {
+        assert_eq!(p.publish(b"e"), Ok(s));
+    }
+    assert_eq!(lone(&ring), Some(0));
+    let raw = RawSegment::open(&ring);
+    raw.set_producer_lone(0, 4);
+    (ring, c, p, raw)
+}
+
 /// A repair's search for a hole nobody can name (a producer that died announcing its
 /// claim) ends the lone claims first and reads the head from the counter: a lone position
 /// may hold a last claim that a sharing refuses, whose sequences the counter hands out
@@ -373,17 +391,8 @@ fn a_single_producer_ring_whose_word_says_sharing_can_be_removed() {
 #[test]
 fn a_repair_ends_the_lone_claims_before_it_looks_for_holes() {
     use shmring_layout::IN_FLIGHT_CLAIMING;
-    use shmring_testkit::raw::RawSegment;
     let ns = Namespace::new("lone_repair");
-    let ring = multi(&ns, 16);
-    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
-    let mut p = ring.producer().unwrap();
-    for s in 0..3 {
-        assert_eq!(p.publish(b"e"), Ok(s));
-    }
-    assert_eq!(lone(&ring), Some(0));
-    let raw = RawSegment::open(&ring);
-    raw.set_producer_lone(0, 4);
+    let (ring, mut c, mut p, raw) = lone_with_a_stored_claim(&ns);
     let (pid, start) = shmring_testkit::fault::dead_process();
     let word = raw.fabricate_dead_producer(1, pid, start, IN_FLIGHT_CLAIMING, 1);
     let repair = ring.repair_dead_producer(1, word);
@@ -410,15 +419,7 @@ fn a_tombstone_waits_while_a_sharing_decides_a_lone_producers_claim() {
     use shmring::Tombstone;
     use shmring_layout::{lifecycle, RingState};
     let ns = Namespace::new("lone_tombstone");
-    let ring = multi(&ns, 16);
-    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
-    let mut p = ring.producer().unwrap();
-    for s in 0..3 {
-        assert_eq!(p.publish(b"e"), Ok(s));
-    }
-    assert_eq!(lone(&ring), Some(0));
-    let raw = RawSegment::open(&ring);
-    raw.set_producer_lone(0, 4);
+    let (ring, mut c, mut p, raw) = lone_with_a_stored_claim(&ns);
     let (dead, _) = shmring_testkit::fault::dead_process();
     let word = raw.lifecycle_word();
     raw.set_lifecycle_word(lifecycle::next(word, RingState::Sharing as u32, dead));

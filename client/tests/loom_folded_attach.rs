@@ -562,29 +562,37 @@ fn attach_racing_a_stop(how: Start) {
             })
         };
         let a = m.attach(how);
-        let mut p = producer.join().unwrap();
+        let p = producer.join().unwrap();
         if p.refused_after_store {
             refused.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let stop = stopper.join().unwrap();
-        assert!(
-            a.start <= stop,
-            "an attach at {} starts past the stop at {stop}",
-            a.start
-        );
-        assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(stop), "started");
-        let first = p.publish(&m, 2).expect("the ring runs again");
-        assert_eq!(first, stop, "the next run starts at the stop sequence");
-        check_start(a, &p.after_attach);
-        let got = m.read(a.start, stop + 1);
-        let mut accepted = vec![(0, 0), (1, 1)];
-        accepted.extend(p.accepted);
-        check_read(a, &got, &accepted, stop + 1);
+        start_and_read_past(&m, a, p, stop);
     });
     assert!(
         refused_seen.load(std::sync::atomic::Ordering::Relaxed),
         "no interleaving refused 2 after its cursor store"
     );
+}
+
+/// After a model whose ring (0 and 1 published, `p` publishing 2) was stopped at `stop`:
+/// the attach at `a` starts at or before the stop sequence; the ring starts again and the
+/// producer publishes the next run's first event there; the consumer reads exactly the
+/// accepted events from its start.
+fn start_and_read_past(m: &Model<2>, a: Attached, mut p: Producer, stop: u64) {
+    assert!(
+        a.start <= stop,
+        "an attach at {} starts past the stop at {stop}",
+        a.start
+    );
+    assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(stop), "started");
+    let first = p.publish(m, 2).expect("the ring runs again");
+    assert_eq!(first, stop, "the next run starts at the stop sequence");
+    check_start(a, &p.after_attach);
+    let got = m.read(a.start, stop + 1);
+    let mut accepted = vec![(0, 0), (1, 1)];
+    accepted.extend(p.accepted);
+    check_read(a, &got, &accepted, stop + 1);
 }
 
 #[test]
@@ -704,14 +712,35 @@ fn control_a_scan_whose_head_is_the_cursor_gates_above_a_later_attach() {
     a_scan_while_stopped_racing_a_start_and_an_attach(Head::Cursor);
 }
 
-/// An attaching process (4) that marks `finished` when it finishes a dead owner's
-/// transition (`Env::finished_for_the_dead`).
-struct Finishing {
+/// The consumer's process (4): in an attach, its waits last as long as it takes; in a poll
+/// (`polling`), they give up at once (a poll's deadline is now, as `Consumer::jump_to_head`
+/// takes `Segment::start_position`). Marks `finished`, if any, when it finishes a dead
+/// owner's transition (`Env::finished_for_the_dead`).
+struct Consumer4 {
     env: ModelEnv,
-    finished: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    polling: bool,
+    finished: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
-impl Env for Finishing {
+impl Consumer4 {
+    fn attaching(finished: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        Consumer4 {
+            env: env(4, true),
+            polling: false,
+            finished: Some(finished),
+        }
+    }
+
+    fn polling() -> Self {
+        Consumer4 {
+            env: env(4, true),
+            polling: true,
+            finished: None,
+        }
+    }
+}
+
+impl Env for Consumer4 {
     fn me(&self) -> u32 {
         self.env.me()
     }
@@ -725,10 +754,12 @@ impl Env for Finishing {
         self.env.has_barrier()
     }
     fn pause(&self, round: u32) -> bool {
-        self.env.pause(round)
+        !self.polling && self.env.pause(round)
     }
     fn finished_for_the_dead(&self) {
-        reached(&self.finished);
+        if let Some(f) = &self.finished {
+            reached(f);
+        }
     }
 }
 
@@ -769,11 +800,7 @@ fn attach_meeting_a_dead_stop(how: Start) {
             let m = m.clone();
             thread::spawn(move || stop_and_die(&m.ring))
         };
-        let attaching = Finishing {
-            env: env(4, true),
-            finished: finished.clone(),
-        };
-        let a = m.attach_in(how, &attaching);
+        let a = m.attach_in(how, &Consumer4::attaching(finished.clone()));
         // Before anything runs again: an event published before the attach began is not
         // the consumer's (the control would read it, and start below a scan's gate).
         assert!(
@@ -782,25 +809,13 @@ fn attach_meeting_a_dead_stop(how: Start) {
             a.start,
             a.before - 1
         );
-        let mut p = producer.join().unwrap();
+        let p = producer.join().unwrap();
         dier.join().unwrap();
         // The stop as it was finished (by another process if nobody met it).
         let settled = m.ring.line().settle(&env(2, true)).expect("settled");
         assert_eq!(settled.state, Some(RingState::Stopped));
         let stop = m.ring.line().closed_at().expect("stopped");
-        assert!(
-            a.start <= stop,
-            "an attach at {} starts past the stop at {stop}",
-            a.start
-        );
-        assert_eq!(m.ring.line().reopen(&env(2, true)), Ok(stop), "started");
-        let first = p.publish(&m, 2).expect("the ring runs again");
-        assert_eq!(first, stop, "the next run starts at the stop sequence");
-        check_start(a, &p.after_attach);
-        let got = m.read(a.start, stop + 1);
-        let mut accepted = vec![(0, 0), (1, 1)];
-        accepted.extend(p.accepted);
-        check_read(a, &got, &accepted, stop + 1);
+        start_and_read_past(&m, a, p, stop);
     });
     assert_reached(&finished_seen, "had the attach finish the dead stop");
 }
@@ -817,28 +832,6 @@ fn an_attach_meeting_a_dead_stoppers_stop_finishes_it_and_starts_at_its_position
 #[should_panic(expected = "published before the attach began")]
 fn control_an_attach_taking_a_stops_bound_starts_below_the_position() {
     attach_meeting_a_dead_stop(Start::Bound);
-}
-
-/// The consumer's process (4) in a poll: its waits give up at once (a poll's deadline is
-/// now), as `Consumer::jump_to_head` takes `Segment::start_position`.
-struct Polling(ModelEnv);
-
-impl Env for Polling {
-    fn me(&self) -> u32 {
-        self.0.me()
-    }
-    fn alive(&self, pid: u32) -> bool {
-        self.0.alive(pid)
-    }
-    fn heavy_fence(&self) {
-        self.0.heavy_fence();
-    }
-    fn has_barrier(&self) -> bool {
-        self.0.has_barrier()
-    }
-    fn pause(&self, _round: u32) -> bool {
-        false
-    }
 }
 
 /// How a released consumer gates again.
@@ -883,7 +876,7 @@ impl<const N: usize> Model<N> {
         let before = self.published_to.load(Ordering::Acquire);
         // Relaxed: this thread's own store.
         let provisional = self.next.load(Ordering::Relaxed);
-        let polling = Polling(env(4, true));
+        let polling = Consumer4::polling();
         let mut word = held;
         loop {
             let decided = fixed::start_position(&self.ring, &polling).is_ok();
