@@ -202,13 +202,24 @@ pub(crate) fn witness_scan(seg: &Segment, prev: u64, hint: u32, enough: u64) -> 
 }
 
 /// The gate, from the shared cache if it already allows `need`, else by a scan whose result
-/// raises the shared cache.
+/// raises the shared cache. No scan's gate lies past the line's position (a gate is at most
+/// the head it was scanned with, and the position never goes below a head a scan used), so
+/// a cache past everything claimed was written by another process: it is not trusted, the
+/// gate is scanned, and the cache taken back to it.
 pub(crate) fn refresh(seg: &Segment, need: u64) -> u64 {
     let shared = &seg.lines().gating.value;
     // Acquire: pairs with the AcqRel fetch_max below (another producer's scan result).
     let cached = shared.load(Ordering::Acquire);
     if cached >= need {
-        return cached;
+        if cached <= seg.line().claimed() {
+            return cached;
+        }
+        let gate = scan(seg);
+        // AcqRel: as the fetch_max below; from the value read only (a producer's scan
+        // since raised it legitimately, or another write moved it: looked at next time).
+        // Relaxed on failure: the value is not used.
+        let _ = shared.compare_exchange(cached, gate, Ordering::AcqRel, Ordering::Relaxed);
+        return gate;
     }
     let gate = scan(seg);
     // AcqRel: publishes this scan to the other producers and orders it after theirs.

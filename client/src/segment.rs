@@ -536,24 +536,23 @@ impl<'a> Events<'a> {
 
     /// The tombstone bound, for a reader that saw its sequence published already.
     pub(crate) fn tomb_end_now(&self) -> u64 {
-        // Acquire: after the caller's look that saw the sequence published, so it covers
-        // every tombstone published with it.
+        // Acquire, with no store to pair with (`tomb_end` is stored Relaxed and published
+        // by the Release store of `pending` that ends its claim): what covers the
+        // tombstones published with the caller's sequence is the caller's earlier Acquire
+        // look that saw it published, which this load follows.
         self.lines().cursor.tomb_end.load(Ordering::Acquire)
     }
 
     /// Whether `seq`'s slot holds, or is being written with, a later lap's event: the
-    /// write horizon is past `seq + capacity` (see `fixed`).
+    /// write horizon is past `seq + capacity` (see `fixed`). A look: a copying reader's
+    /// before its copy is decided again by `fixed::copy_held` after it; an attach's only
+    /// says whether an old position still has its slot (gating holds producers from then
+    /// on).
     pub(crate) fn lapped(&self, seq: u64) -> bool {
-        // Acquire: the horizon is raised before the writes it covers (see `fixed`).
+        // Acquire, with no store to pair with: the horizon is stored Relaxed, its Release
+        // fence after the store (`fixed::cover`), for `fixed::copy_held`'s Acquire fence.
         let horizon = self.line().value.load(Ordering::Acquire);
         fixed::overwritten(self, seq, horizon)
-    }
-
-    /// [`Events::lapped`], for a copying reader's look before its copy, which
-    /// `fixed::copy_held` checks after it. (A required consumer's look through
-    /// `policy_first_fixed` uses it too.)
-    pub(crate) fn overwritten(&self, seq: u64) -> bool {
-        self.lapped(seq)
     }
 
     /// Write `bytes` (exactly one event's size) as the event of `seq`.

@@ -1094,3 +1094,62 @@ fn damaged_words_are_named_by_the_snapshot_and_make_a_ring_unhealthy() {
     p.publish(&[3; 8]).expect("publish");
     assert_eq!(fixed.info().corrupt, []);
 }
+
+/// Offset of the producers' shared gate (a lower bound of every gating consumer's next).
+const SHARED_GATE: u64 = (SEQ_LINES_OFFSET
+    + offset_of!(SequenceLines, gating)
+    + offset_of!(shmring_layout::Padded<std::sync::atomic::AtomicU64>, value))
+    as u64;
+
+/// The producers' shared gate written far past the ring by another process: no gate a scan
+/// finds lies past the line's position, so producers do not trust one that does. A durable
+/// required consumer that read nothing keeps every event: the producer that filled the ring
+/// finds it full still, and so does one attaching after it (which takes the shared gate as
+/// its first); the consumer reads all of them intact. On stamped slots (multi-producer), on a
+/// fixed-size ring and on a ring of sized events.
+#[test]
+fn a_shared_gate_moved_past_the_position_is_not_trusted() {
+    let kinds = [
+        ("stamped", hostile()),
+        ("fixed", fixed_config(8)),
+        (
+            "sized",
+            RingConfig {
+                max_event_size: Some(8),
+                producer_mode: ProducerMode::Single,
+                ..hostile()
+            },
+        ),
+    ];
+    for (kind, cfg) in kinds {
+        let ns = Namespace::concurrent("moved_shared_gate");
+        let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
+        let mut c = ring
+            .consumer(ConsumerOptions::durable("d"))
+            .expect("consumer");
+        let mut p = ring.producer().expect("producer");
+        for v in 0..8u64 {
+            assert_eq!(p.try_publish(&v.to_le_bytes()), Ok(v), "{kind}");
+        }
+        assert_eq!(p.try_publish(&[9; 8]), Err(TryPublishError::Full), "{kind}");
+        put64(ring.path(), SHARED_GATE, 1 << 61);
+        assert_eq!(
+            p.try_publish(&[9; 8]),
+            Err(TryPublishError::Full),
+            "{kind}: the producer trusted the moved gate"
+        );
+        drop(p);
+        let mut q = ring
+            .producer()
+            .expect("a producer attaching after the write");
+        assert_eq!(
+            q.try_publish(&[9; 8]),
+            Err(TryPublishError::Full),
+            "{kind}: a new producer trusted the moved gate"
+        );
+        let mut got = Vec::new();
+        while poll_quiet(&ring, &mut c, |ev| got.extend(ev.read::<u64>())).expect("poll") > 0 {}
+        assert_eq!(got, (0..8).collect::<Vec<_>>(), "{kind}");
+        assert_eq!(q.try_publish(&[9; 8]), Ok(8), "{kind}: room once it read");
+    }
+}

@@ -402,7 +402,8 @@ impl Consumer {
             // the entry says, it did not hold producers there. (A holder that died between
             // publishing ACTIVE and storing its start left STARTING, see `fresh`, which
             // `gated_required` refuses whatever the slot holds.)
-            // Acquire: pairs with the producers' Release stamp store.
+            // Acquire (in `Segment::lapped`): on stamped slots, pairs with the producers'
+            // Release stamp store; on a fixed-size ring, a look at the write horizon.
             let lapped = old_next <= head && seg.lapped(old_next);
             let gated =
                 table::consumer::gated_required(state, old_flags, old_next, head) && !lapped;

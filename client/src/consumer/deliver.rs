@@ -197,7 +197,7 @@ impl Consumer {
         // Nothing while the lifecycle word changes under the look (`fixed::published`): as no
         // event yet.
         let (cursor, tomb_end) = fixed::published(&events).unwrap_or((start, 0));
-        if !self.required && events.overwritten(start) {
+        if !self.required && events.lapped(start) {
             // The ring no longer holds `start`: skip to the head and count the gap.
             return self.idle_checks(true);
         }

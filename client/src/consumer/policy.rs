@@ -711,7 +711,7 @@ impl Consumer {
         // Nothing while the lifecycle word changes under the look: the usual poll looks
         // again.
         let (cursor, tomb_end) = fixed::published(&events)?;
-        if at >= cursor || fixed::is_tombstone(&events, at, tomb_end) || events.overwritten(at) {
+        if at >= cursor || fixed::is_tombstone(&events, at, tomb_end) || events.lapped(at) {
             // Not published yet, a tombstone, or lapped: the usual poll deals with it.
             return None;
         }

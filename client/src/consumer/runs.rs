@@ -74,7 +74,7 @@ impl Consumer {
         // Nothing while the lifecycle word changes under the look (`fixed::published`): as no
         // event yet.
         let (cursor, tomb_end) = fixed::published(&events).unwrap_or((start, 0));
-        if !self.required && events.overwritten(start) {
+        if !self.required && events.lapped(start) {
             return self.poll_once(|ev| handler(ev.sequence(), ev.bytes()));
         }
         if cursor.saturating_sub(start) > fixed::Words::capacity(&events) {

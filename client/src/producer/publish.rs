@@ -1119,7 +1119,10 @@ impl Producer {
         Ok(seq)
     }
 
-    /// Publish one event if there is room now; never waits. A refusal spends no sequence.
+    /// Publish one event if there is room now; never waits for room. A refusal spends no
+    /// sequence. (A claim a stop in progress must decide, its store already made, is
+    /// waited for as long as the stopper lives, as every publish waits: only the stop's
+    /// record says whether the event is delivered.)
     pub fn try_publish(&mut self, bytes: &[u8]) -> Result<u64, TryPublishError> {
         self.check_len(bytes.len())?;
         match self.claim_if_room(1, Instant::now()) {
