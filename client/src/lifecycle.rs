@@ -18,7 +18,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use shmring_layout::{consumer_state, owned_word, producer_state, RingState};
+use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state, RingState};
 
 use crate::fixed::Position as CursorView;
 use crate::line::{Env, Line, LineError, LoneSlot, LoneWords};
@@ -74,6 +74,17 @@ pub enum LifecycleError {
         stop_seq: u64,
         /// (consumer index, name, next) of every consumer still short of it.
         behind: Vec<(u32, String, u64)>,
+    },
+    /// Every gating consumer reached the stop sequence, but another request (a start, a
+    /// stop, a remove, in this process or another) changed the ring's state before this
+    /// drain ended it: the ring is in `state`, not left Stopped by this drain, and what
+    /// was published since is not drained.
+    #[error("the consumers reached sequence {stop_seq}, but another request changed the ring to {state} before the drain ended: it was not left stopped by this drain")]
+    DrainInterrupted {
+        /// The stop sequence the consumers reached.
+        stop_seq: u64,
+        /// The ring's state when the drain ended.
+        state: String,
     },
     /// Drain did not finish in time.
     #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}{}", .behind.len(), describe_behind(.behind), describe_never_attached(.ring, .never_attached))]
@@ -407,8 +418,26 @@ impl Ring {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
         };
-        // Only the Draining word this drain left: a start or another request since wins.
-        self.seg.line().finish_drain(word);
+        // Only the Draining word this drain left: a start or another request since wins,
+        // and a drain that reached its stop sequence says that it did not end the ring
+        // (unless another request left it closed at the same stop sequence for good: Stopped,
+        // say a broker ending a drain it adopted, `stop_if_draining`, or Deleted).
+        let line = self.seg.line();
+        let ended = line.finish_drain(word)
+            || (matches!(
+                line.life().state,
+                Some(RingState::Stopped | RingState::Deleted)
+            ) && line.closed_at() == Some(stop));
+        let result = match result {
+            Ok(stop_seq) if !ended => Err(LifecycleError::DrainInterrupted {
+                stop_seq,
+                state: line
+                    .life()
+                    .state
+                    .map_or_else(|| "a corrupt state".to_owned(), |s| format!("{s:?}")),
+            }),
+            other => other,
+        };
         if self.seg.zeroed() {
             // A truncation met after the last look (by the deletion or liveness checks, or
             // another thread): what the result was made of may be zeros.
@@ -435,18 +464,36 @@ impl Ring {
         line.finish_drain(life.word).then_some(stop)
     }
 
-    /// Gating consumers whose position is below `stop`.
+    /// Gating consumers whose position is below `stop`, by entry index. Worker groups'
+    /// entries are read first, then the others, as a gate scan and a group's barrier read
+    /// them (`group::finished`): a member that claimed below the stop sequence before the
+    /// work sequence read here (a claim is a read-modify-write of it, which the Acquire
+    /// load synchronises with) is seen in the second pass at or below its claim. Read in
+    /// index order, a member attaching in an entry below its group's could be passed over
+    /// before its claim and its group read after it, past the claim: the drain would end
+    /// while the member still handles those events.
     fn behind(&self, stop: u64) -> Vec<(u32, String, u64)> {
         let geo = self.seg.geometry();
-        (0..geo.max_consumers)
-            .filter_map(|i| {
+        let pass = |groups: bool| {
+            (0..geo.max_consumers).filter_map(move |i| {
                 let e = self.seg.consumer(i)?;
                 let state = e.hot.state(Ordering::Acquire);
+                // Relaxed: published by the CAS that set the state read above.
+                let group = e.hot.flags.load(Ordering::Relaxed) & consumer_flags::GROUP != 0;
+                if group != groups {
+                    return None;
+                }
+                // Acquire: pairs with the consumer's Release commit (a group's: with its
+                // members' claim CAS, see above).
                 let next = e.hot.next.load(Ordering::Acquire);
                 (consumer_state::gates(state) && next < stop)
                     .then(|| (i, crate::consumer::entry_name(e), next))
             })
-            .collect()
+        };
+        let mut behind: Vec<_> = pass(true).collect();
+        behind.extend(pass(false));
+        behind.sort_unstable_by_key(|&(i, ..)| i);
+        behind
     }
 
     /// Whether consumer entry `i` is held (ACTIVE, or being resumed) by a process that

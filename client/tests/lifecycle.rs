@@ -165,6 +165,41 @@ fn a_drain_ends_when_the_ring_is_removed() {
     }
 }
 
+/// A drain whose ring another request starts while it waits: its consumer reaches the stop
+/// sequence, but the ring runs again with new events, so the drain does not answer that it
+/// stopped and drained the ring (it did neither): `DrainInterrupted`, naming the state.
+#[test]
+fn a_drain_whose_ring_is_started_under_it_says_so() {
+    let ns = Namespace::concurrent("drain_started");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
+    p.publish(&[0]).unwrap();
+    let mut looks = 0;
+    let out = ring.drain_while(Duration::from_secs(20), || {
+        looks += 1;
+        if looks == 1 {
+            // Another request's start, between two of the drain's looks, and a new event.
+            ring.start().expect("start");
+            assert_eq!(p.publish(&[1]), Ok(1));
+            // The consumer reaches the stop sequence (and past it).
+            while c.poll_once(|_| {}).expect("poll") > 0 {}
+        }
+        true
+    });
+    match out {
+        Err(e @ LifecycleError::DrainInterrupted { stop_seq: 1, .. }) => {
+            assert!(e.to_string().contains("Running"), "{e}");
+        }
+        other => panic!("expected DrainInterrupted at 1, got {other:?}"),
+    }
+    assert_eq!(
+        ring.state(),
+        Some(RingState::Running),
+        "left as the start left it"
+    );
+}
+
 /// `stop_if_draining` ends a drain with one CAS on the Draining word it reads: a running,
 /// stopped or restarted ring is left as it is, and a drain still waiting for its consumer
 /// ends as it would have once that consumer has everything.

@@ -3,11 +3,12 @@
 //!
 //! Each operation's outcome must be one the ring's lifecycle allows: a stop returns the stop
 //! sequence (never below one returned before: the line only moves forward), a start returns
-//! a run number or says the ring is already running, a drain stops and either drains or
-//! times out naming the consumers behind. Anything else (a corrupt state, a deleted ring, a
+//! a run number or says the ring is already running, a drain stops and either drains,
+//! times out naming the consumers behind, or says another request changed the ring under
+//! it. Anything else (a corrupt state, a deleted ring, a
 //! busy owner that never finishes) is a violation. Leaves the ring running at the end, and
 //! prints `done stops=.. starts=.. drains=.. already_running=.. drain_timeouts=..
-//! max_stop=..`.
+//! drains_interrupted=.. max_stop=..`.
 
 use anyhow::bail;
 use shmring::LifecycleError;
@@ -36,8 +37,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         rng ^= rng << 17;
         rng
     };
-    let (mut stops, mut starts, mut drains, mut already, mut timeouts) =
-        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut stops, mut starts, mut drains, mut already, mut timeouts, mut interrupted) =
+        (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
     let mut max_stop = 0u64;
     for round in 0..a.rounds {
         let stopped_at = match next() % 3 {
@@ -58,6 +59,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 match ring.drain(std::time::Duration::from_millis(5)) {
                     Err(LifecycleError::DrainTimeout { stop_seq, .. }) => {
                         timeouts += 1;
+                        Some(Ok(stop_seq))
+                    }
+                    // The other process started (or stopped) the ring while this drain
+                    // waited: its stop sequence still counts.
+                    Err(LifecycleError::DrainInterrupted { stop_seq, .. }) => {
+                        interrupted += 1;
                         Some(Ok(stop_seq))
                     }
                     other => Some(other),
@@ -87,7 +94,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     println!(
         "done stops={stops} starts={starts} drains={drains} already_running={already} \
-         drain_timeouts={timeouts} max_stop={max_stop}"
+         drain_timeouts={timeouts} drains_interrupted={interrupted} max_stop={max_stop}"
     );
     Ok(())
 }
