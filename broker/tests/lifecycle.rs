@@ -376,3 +376,41 @@ fn a_delete_waiting_for_a_live_stop_leaves_the_broker_answering() {
     assert!(r.is_deleted());
     assert!(!ns.dir().join("r.ring").exists());
 }
+
+/// A request queued behind a drain acts, once its turn comes, on the ring that holds the
+/// name then: here another ring's file renamed over the ring's meanwhile (as a remove and
+/// a create would leave the name), which the queued stop stops. Before, it stopped the
+/// file it had looked up when it arrived, no longer the ring "r", and said it had
+/// stopped "r" while the ring under the name kept running.
+#[test]
+fn a_request_queued_behind_a_drain_acts_on_the_ring_under_the_name_once_its_turn_comes() {
+    let ns = Namespace::new("queued_renamed");
+    let (broker, old) = held_ring(&ns, "away");
+    let mut drain = draining(&ns, "600s");
+    let stop = common::fault::cli_spawn(&ns, &["stop", "r"]);
+    assert!(
+        broker.expect_stderr_within("waits for another one on the ring", common::WAIT),
+        "the stop waits for the drain:\n{}",
+        broker.stderr_so_far()
+    );
+    // Another ring of the namespace, its file then renamed over "r"'s.
+    let new = Ring::create(
+        ns.name(),
+        "other",
+        &shmring::RingConfig {
+            capacity: 64,
+            ..shmring::RingConfig::default()
+        },
+    )
+    .expect("create");
+    std::fs::rename(new.path(), old.path()).expect("rename over the ring's file");
+    // The drain's requester goes away: the broker ends the drain, and the stop's turn comes.
+    drain.kill();
+    let (ok, out) = common::fault::cli_finish(stop);
+    assert!(ok, "{out}");
+    assert_eq!(
+        new.state(),
+        Some(shmring::RingState::Stopped),
+        "the ring under the name is stopped: {out}"
+    );
+}

@@ -45,6 +45,14 @@ pub fn execute(
 
 /// The reply to a request whose deadline passed while another lifecycle request held ring
 /// `name`.
+/// Logged when a lifecycle request has to wait for another on the same ring.
+fn waits_for_a_turn(name: &str) {
+    info!(
+        ring = name,
+        "a lifecycle request waits for another one on the ring to finish (a drain waits for its consumers)"
+    );
+}
+
 fn held_past(name: &str) -> Reply {
     Reply::error(format!(
         "not carried out: another lifecycle request on ring {name:?} (a drain waits for its consumers) held it past this request's deadline; nothing was changed, try again once it is done"
@@ -192,20 +200,31 @@ fn with_ring<F>(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>, 
 where
     F: FnOnce(&Ring) -> Result<Reply, shmring::LifecycleError>,
 {
-    let (ring, serial) = {
+    let serial = {
         let mut b = lock(shared);
         b.rescan(true);
         match b.rings.get(name) {
-            Some(t) => (t.ring.clone(), t.lifecycle.clone()),
+            Some(t) => t.lifecycle.clone(),
             None => return unknown(&b, name),
         }
     };
-    let Some(_one_at_a_time) = serial.turn(deadline) else {
+    let Some(_one_at_a_time) = serial.turn(deadline, || waits_for_a_turn(name)) else {
         return held_past(name);
     };
     if let Some(late) = too_late(deadline) {
         return late;
     }
+    // The ring under the name once the turn came, which can be after a whole drain: a
+    // file removed and created again, or renamed over it, meanwhile is the ring the
+    // request names (the turn is the name's, see `registry`), not the file it replaced.
+    let ring = {
+        let mut b = lock(shared);
+        b.rescan(true);
+        match b.rings.get(name) {
+            Some(t) => t.ring.clone(),
+            None => return unknown(&b, name),
+        }
+    };
     // Again after the wait for the turn, which can be as long as a drain.
     if let Some(e) = truncated(&ring) {
         return Reply::error(format!("ring {name:?}: {e}"));
@@ -253,7 +272,7 @@ fn delete(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>) -> Rep
         }
     };
     // After any lifecycle request in progress on the ring (a drain), not during it.
-    let Some(_one_at_a_time) = serial.turn(deadline) else {
+    let Some(_one_at_a_time) = serial.turn(deadline, || waits_for_a_turn(name)) else {
         return held_past(name);
     };
     let namespace = {

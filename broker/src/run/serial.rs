@@ -22,10 +22,13 @@ impl Serial {
         self.busy.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Wait for the turn until `deadline` (for ever without one); `None`: the deadline
-    /// passed while another request held it.
-    pub fn turn(&self, deadline: Option<Deadline>) -> Option<Turn<'_>> {
+    /// Wait for the turn until `deadline` (for ever without one), calling `waiting` first if
+    /// another request holds it; `None`: the deadline passed while another request held it.
+    pub fn turn(&self, deadline: Option<Deadline>, waiting: impl FnOnce()) -> Option<Turn<'_>> {
         let mut busy = self.busy();
+        if *busy {
+            waiting();
+        }
         while *busy {
             busy = match deadline {
                 None => self.free.wait(busy).unwrap_or_else(PoisonError::into_inner),
@@ -58,16 +61,22 @@ mod tests {
     #[test]
     fn a_turn_held_elsewhere_is_refused_by_the_deadline_and_given_once_free() {
         let serial = Serial::default();
-        let held = serial.turn(None).expect("a free turn");
+        let held = serial.turn(None, || panic!("free")).expect("a free turn");
+        let mut waited = false;
         assert!(serial
-            .turn(Some(Deadline::after(Duration::from_millis(20))))
+            .turn(Some(Deadline::after(Duration::from_millis(20))), || {
+                waited = true
+            })
             .is_none());
+        assert!(waited, "told that it waits");
         drop(held);
-        let again = serial.turn(Some(Deadline::after(Duration::from_millis(20))));
+        let again = serial.turn(Some(Deadline::after(Duration::from_millis(20))), || {
+            panic!("free again")
+        });
         assert!(again.is_some(), "free again once dropped");
         std::thread::scope(|s| {
             // Handed over to a waiter without a deadline when the holder drops it.
-            let waiter = s.spawn(|| serial.turn(None).is_some());
+            let waiter = s.spawn(|| serial.turn(None, || {}).is_some());
             drop(again);
             assert!(waiter.join().expect("the waiter"));
         });
