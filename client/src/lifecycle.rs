@@ -420,13 +420,14 @@ impl Ring {
         };
         // Only the Draining word this drain left: a start or another request since wins,
         // and a drain that reached its stop sequence says that it did not end the ring
-        // (unless another request left it closed at the same stop sequence for good: Stopped,
-        // say a broker ending a drain it adopted, `stop_if_draining`, or Deleted).
+        // (unless another request left it closed at the same stop sequence: Stopped, say a
+        // broker ending a drain it adopted, `stop_if_draining`; Draining, another drain,
+        // which ends it; or Deleted).
         let line = self.seg.line();
         let ended = line.finish_drain(word)
             || (matches!(
                 line.life().state,
-                Some(RingState::Stopped | RingState::Deleted)
+                Some(RingState::Stopped | RingState::Draining | RingState::Deleted)
             ) && line.closed_at() == Some(stop));
         let result = match result {
             Ok(stop_seq) if !ended => Err(LifecycleError::DrainInterrupted {

@@ -200,6 +200,45 @@ fn a_drain_whose_ring_is_started_under_it_says_so() {
     );
 }
 
+/// Two drains of one ring with a stop between them (library calls; the broker runs one at a
+/// time): the second drain makes its own Draining word at the same stop sequence, and the
+/// first, which finds that word when its consumer has everything, answers `Ok` as the
+/// second does (whichever ends the ring, the ring is drained and left Stopped).
+#[test]
+fn two_drains_with_a_stop_between_both_answer_ok() {
+    let ns = Namespace::concurrent("two_drains");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let mut c = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
+    for i in 0..3u8 {
+        p.publish(&[i]).unwrap();
+    }
+    let first = {
+        let ring = ring.clone();
+        thread::spawn(move || ring.drain(Duration::from_secs(20)))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ring.state() != Some(RingState::Draining) {
+        assert!(Instant::now() < deadline, "the first drain never began");
+        thread::yield_now();
+    }
+    assert_eq!(ring.stop(), Ok(3), "a stop of the draining ring");
+    let mut first = Some(first);
+    let mut first_result = None;
+    let second = ring.drain_while(Duration::from_secs(20), || {
+        // The second drain's word is in place: the consumer catches up, and the first
+        // drain ends while the second still waits.
+        if let Some(first) = first.take() {
+            while c.poll_once(|_| {}).expect("poll") > 0 {}
+            first_result = Some(first.join().unwrap());
+        }
+        true
+    });
+    assert_eq!(first_result, Some(Ok(3)), "the first drain");
+    assert_eq!(second, Ok(3), "the second drain");
+    assert_eq!(ring.state(), Some(RingState::Stopped));
+}
+
 /// `stop_if_draining` ends a drain with one CAS on the Draining word it reads: a running,
 /// stopped or restarted ring is left as it is, and a drain still waiting for its consumer
 /// ends as it would have once that consumer has everything.
