@@ -194,19 +194,30 @@ pub fn truncated(ring: &Ring) -> Option<shmring::OpenError> {
     }
 }
 
+/// What `take` takes from ring `name` as the broker tracks it after a rescan, under the
+/// broker's lock; the reply for a ring it does not know otherwise.
+fn tracked<T>(
+    shared: &Mutex<Broker>,
+    name: &str,
+    take: impl FnOnce(&super::registry::Tracked) -> T,
+) -> Result<T, Reply> {
+    let mut b = lock(shared);
+    b.rescan(true);
+    match b.rings.get(name) {
+        Some(t) => Ok(take(t)),
+        None => Err(unknown(&b, name)),
+    }
+}
+
 /// Run `op` on a clone of ring `name`, outside the broker's lock and inside the ring's
 /// lifecycle lock, unless `deadline` has passed (also while it waited for that lock).
 fn with_ring<F>(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>, op: F) -> Reply
 where
     F: FnOnce(&Ring) -> Result<Reply, shmring::LifecycleError>,
 {
-    let serial = {
-        let mut b = lock(shared);
-        b.rescan(true);
-        match b.rings.get(name) {
-            Some(t) => t.lifecycle.clone(),
-            None => return unknown(&b, name),
-        }
+    let serial = match tracked(shared, name, |t| t.lifecycle.clone()) {
+        Ok(serial) => serial,
+        Err(reply) => return reply,
     };
     let Some(_one_at_a_time) = serial.turn(deadline, || waits_for_a_turn(name)) else {
         return held_past(name);
@@ -217,13 +228,9 @@ where
     // The ring under the name once the turn came, which can be after a whole drain: a
     // file removed and created again, or renamed over it, meanwhile is the ring the
     // request names (the turn is the name's, see `registry`), not the file it replaced.
-    let ring = {
-        let mut b = lock(shared);
-        b.rescan(true);
-        match b.rings.get(name) {
-            Some(t) => t.ring.clone(),
-            None => return unknown(&b, name),
-        }
+    let ring = match tracked(shared, name, |t| t.ring.clone()) {
+        Ok(ring) => ring,
+        Err(reply) => return reply,
     };
     // Again after the wait for the turn, which can be as long as a drain.
     if let Some(e) = truncated(&ring) {
@@ -263,13 +270,9 @@ fn create(b: &mut Broker, name: &str, capacity: Option<u64>, slot_size: Option<u
 }
 
 fn delete(shared: &Mutex<Broker>, name: &str, deadline: Option<Deadline>) -> Reply {
-    let serial = {
-        let mut b = lock(shared);
-        b.rescan(true);
-        match b.rings.get(name) {
-            Some(t) => t.lifecycle.clone(),
-            None => return unknown(&b, name),
-        }
+    let serial = match tracked(shared, name, |t| t.lifecycle.clone()) {
+        Ok(serial) => serial,
+        Err(reply) => return reply,
     };
     // After any lifecycle request in progress on the ring (a drain), not during it.
     let Some(_one_at_a_time) = serial.turn(deadline, || waits_for_a_turn(name)) else {
