@@ -584,24 +584,25 @@ impl Ring {
     }
 
     /// Finish a stop, start or sharing whose owner died half-way (a half-done stop ends
-    /// Stopped, a half-done start or sharing Running). One whose owner lives is left to
-    /// it. Returns the state, and whether a dead owner's change was finished. One load when
-    /// nothing is in progress.
+    /// Stopped, a half-done start or sharing Running). One whose owner lives (or a live
+    /// process that took a dead owner's word over first) is left to it: this never waits.
+    /// Returns the state, and whether this process finished a dead owner's change. One
+    /// load when nothing is in progress.
     pub fn finish_interrupted(&self) -> Result<(RingState, bool), LifecycleError> {
         let line = self.seg.line();
-        let env = SegEnv::lifecycle(&self.seg);
         let before = line.life();
         let state = before
             .state
             .ok_or(LifecycleError::CorruptState(before.word))?;
-        if !state.is_transitional() || crate::line::Env::alive(&env, before.owner) {
+        if !state.is_transitional() {
             return Ok((state, false));
         }
-        let settled = line.settle(&env)?;
-        let state = settled
+        // `finish_dead` never waits, so the deadline is never read.
+        let (after, finished) =
+            line.finish_dead(&SegEnv::lifecycle_within(&self.seg, Duration::ZERO))?;
+        let state = after
             .state
-            .ok_or(LifecycleError::CorruptState(settled.word))?;
-        let finished = before.state.is_some_and(RingState::is_transitional);
+            .ok_or(LifecycleError::CorruptState(after.word))?;
         if finished {
             tracing::warn!(
                 ring = self.name(),
@@ -610,8 +611,10 @@ impl Ring {
                 now = ?state,
                 "finished a lifecycle change whose owner died"
             );
-            // Whoever finished it woke the ring (`Env::finished_for_the_dead`), unless it
-            // died between its publish and its wakes: a spare wake costs a futex call.
+        } else if !state.is_transitional() {
+            // Another process finished it, and woke the ring (`Env::finished_for_the_dead`)
+            // unless it died between its publish and its wakes: a spare wake costs a futex
+            // call.
             park::wake_consumers(&self.seg);
             park::wake(&self.seg.lines().producer_wake.value);
         }

@@ -208,6 +208,7 @@
 //! attached to the ring (the ring's fence mode is no longer membarrier), and takes the line
 //! only while every process of the ring has `membarrier`.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use shmring_layout::{
@@ -302,6 +303,35 @@ impl<E: Env> Env for NoWait<'_, E> {
     }
     fn finished_for_the_dead(&self) {
         self.0.finished_for_the_dead();
+    }
+}
+
+/// An [`Env`] that never waits and records whether this process finished a dead owner's
+/// change (`Line::finish_dead`).
+struct Finishing<'e, E> {
+    env: &'e E,
+    finished: Cell<bool>,
+}
+
+impl<E: Env> Env for Finishing<'_, E> {
+    fn me(&self) -> u32 {
+        self.env.me()
+    }
+    fn alive(&self, pid: u32) -> bool {
+        self.env.alive(pid)
+    }
+    fn heavy_fence(&self) {
+        self.env.heavy_fence();
+    }
+    fn has_barrier(&self) -> bool {
+        self.env.has_barrier()
+    }
+    fn pause(&self, _round: u32) -> bool {
+        false
+    }
+    fn finished_for_the_dead(&self) {
+        self.finished.set(true);
+        self.env.finished_for_the_dead();
     }
 }
 
@@ -840,6 +870,23 @@ impl<W: Word> Line<'_, W> {
                     }
                 }
             }
+        }
+    }
+
+    /// Finish a stop, start or sharing whose owner died (as `settle` does), never waiting
+    /// for a live owner: one that lives, or that took the word over from the dead one
+    /// first, is left to it. Returns the word after, and whether this process finished a
+    /// dead owner's change.
+    pub fn finish_dead(&self, env: &impl Env) -> Result<(Life, bool), LineError> {
+        let mine = Finishing {
+            env,
+            finished: Cell::new(false),
+        };
+        match self.settle(&mine) {
+            Ok(life) => Ok((life, mine.finished.get())),
+            // A live owner (`Finishing` never waits): whatever it left is the answer.
+            Err(LineError::Busy(_)) => Ok((self.life(), mine.finished.get())),
+            Err(e) => Err(e),
         }
     }
 
@@ -1500,5 +1547,131 @@ impl<W: Word> Line<'_, W> {
         } else {
             LoneClaim::Shared
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid that is not running.
+    const DEAD: u32 = 99;
+    /// A live process other than this one.
+    const OTHER: u32 = 7;
+
+    /// Process 1, which counts its pauses and gives up after a few. `race`: on its first
+    /// look at the dead owner, another live process takes the word over first (between
+    /// that look and this process's CAS).
+    struct Racing<'a> {
+        word: &'a AtomicU64,
+        race: bool,
+        raced: Cell<bool>,
+        pauses: Cell<u32>,
+        finished: Cell<u32>,
+    }
+
+    impl Env for Racing<'_> {
+        fn me(&self) -> u32 {
+            1
+        }
+        fn alive(&self, pid: u32) -> bool {
+            if pid == DEAD && self.race && !self.raced.replace(true) {
+                let seen = Life::of(self.word.load(Ordering::SeqCst));
+                let state = seen.state.expect("a transitional word") as u32;
+                let taken = lifecycle::next(seen.word, state, OTHER);
+                assert!(self
+                    .word
+                    .compare_exchange(seen.word, taken, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok());
+            }
+            pid != 0 && pid != DEAD
+        }
+        fn heavy_fence(&self) {}
+        fn has_barrier(&self) -> bool {
+            true
+        }
+        fn pause(&self, round: u32) -> bool {
+            self.pauses.set(self.pauses.get() + 1);
+            round < 3
+        }
+        fn finished_for_the_dead(&self) {
+            self.finished.set(self.finished.get() + 1);
+        }
+    }
+
+    struct Words {
+        claim: AtomicU64,
+        life: AtomicU64,
+        stop_seq: AtomicU64,
+    }
+
+    impl Words {
+        fn stopping(owner: u32) -> Self {
+            Words {
+                claim: AtomicU64::new(5),
+                life: AtomicU64::new(lifecycle::pack(3, RingState::Stopping as u32, owner)),
+                stop_seq: AtomicU64::new(0),
+            }
+        }
+
+        fn line(&self) -> Line<'_, AtomicU64> {
+            Line {
+                claim: &self.claim,
+                lifecycle: &self.life,
+                stop_seq: &self.stop_seq,
+                single: false,
+                max_claim: 4,
+                lone: &NoLone,
+            }
+        }
+
+        fn env(&self, race: bool) -> Racing<'_> {
+            Racing {
+                word: &self.life,
+                race,
+                raced: Cell::new(false),
+                pauses: Cell::new(0),
+                finished: Cell::new(0),
+            }
+        }
+    }
+
+    #[test]
+    fn finish_dead_finishes_a_dead_stoppers_stop_and_says_so() {
+        let w = Words::stopping(DEAD);
+        let env = w.env(false);
+        let (life, finished) = w.line().finish_dead(&env).expect("finished");
+        assert_eq!(life.state, Some(RingState::Stopped));
+        assert!(finished);
+        assert_eq!(env.finished.get(), 1);
+        assert_eq!(w.stop_seq.load(Ordering::SeqCst), 5);
+    }
+
+    #[test]
+    fn finish_dead_leaves_a_settled_word_alone() {
+        let w = Words::stopping(DEAD);
+        w.life.store(
+            lifecycle::pack(4, RingState::Running as u32, 0),
+            Ordering::SeqCst,
+        );
+        let env = w.env(false);
+        let (life, finished) = w.line().finish_dead(&env).expect("settled");
+        assert_eq!(life.state, Some(RingState::Running));
+        assert!(!finished);
+        assert_eq!(env.pauses.get(), 0);
+    }
+
+    /// A sweep saw a dead owner, but a live process took the word over before the sweep's
+    /// CAS: the sweep neither waits for that process nor says it finished anything.
+    #[test]
+    fn finish_dead_neither_waits_for_nor_claims_a_live_processs_takeover() {
+        let w = Words::stopping(DEAD);
+        let env = w.env(true);
+        let (life, finished) = w.line().finish_dead(&env).expect("left to the live owner");
+        assert_eq!(life.state, Some(RingState::Stopping));
+        assert_eq!(life.owner, OTHER);
+        assert!(!finished);
+        assert_eq!(env.finished.get(), 0);
+        assert_eq!(env.pauses.get(), 0, "waited for a live owner");
     }
 }
