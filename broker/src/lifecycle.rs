@@ -13,17 +13,28 @@ use crate::protocol::{Reply, Request};
 /// How long a request may wait for the broker to begin it (another request on the same
 /// ring, a sweep).
 const START_WITHIN: Duration = Duration::from_secs(10);
-/// How long the work of a quick request may take once begun.
+/// How long the work of a quick request may take once begun, besides its wait for another
+/// process's stop or start of the ring.
 const QUICK_WORK: Duration = Duration::from_secs(5);
+
+/// How long the CLI waits, past the deadline, for the reply to `req`: the broker may have
+/// begun it just before the deadline, and every lifecycle call it makes waits for another
+/// process's stop or start of the ring up to `LIFECYCLE_WAIT` before it answers that the
+/// ring is busy (and a drain then waits for its consumers up to its timeout). The reply
+/// that names that process comes within this.
+fn work(req: &Request) -> Duration {
+    let work = shmring::LIFECYCLE_WAIT + QUICK_WORK;
+    match req {
+        Request::Drain { timeout_ms, .. } => {
+            work + timeout_ms.map_or(crate::run::DRAIN_TIMEOUT, Duration::from_millis)
+        }
+        _ => work,
+    }
+}
 
 /// Send `req` and print the outcome.
 pub fn run(namespace: &str, req: Request) -> anyhow::Result<ExitCode> {
-    let work = match &req {
-        Request::Drain { timeout_ms, .. } => {
-            Duration::from_millis(timeout_ms.unwrap_or(10_000)) + QUICK_WORK
-        }
-        _ => QUICK_WORK,
-    };
+    let work = work(&req);
     let wait = Wait {
         start_within: START_WITHIN,
         work,

@@ -414,3 +414,48 @@ fn a_request_queued_behind_a_drain_acts_on_the_ring_under_the_name_once_its_turn
         "the ring under the name is stopped: {out}"
     );
 }
+
+/// A request that waits for its turn and then for a live process's stop of the ring gets
+/// the broker's answer: the CLI waits as long as the broker may take (the turn, then the
+/// lifecycle wait, then the work). Before, the CLI gave up 15 s after sending while the
+/// broker could take 10 s for the turn and 10 s more for the live stopper, and the user
+/// read "no reply" where the broker said which process held the ring.
+#[test]
+fn a_request_that_waits_for_its_turn_and_a_live_stopper_gets_the_brokers_answer() {
+    use std::process::Command;
+
+    let ns = Namespace::new("outwait");
+    let (broker, r) = held_ring(&ns, "away");
+    // The drain holds the ring's turn for 7 s.
+    let drain = draining(&ns, "7s");
+    let stop = common::fault::cli_spawn(&ns, &["stop", "r"]);
+    assert!(
+        broker.expect_stderr_within("waits for another one on the ring", common::WAIT),
+        "the stop waits for the drain:\n{}",
+        broker.stderr_so_far()
+    );
+    // A live process that owns a stop of the ring and never finishes it: once its turn
+    // comes, the queued stop waits the lifecycle wait for it.
+    let mut owner = ns.spawn("stop owner", {
+        let mut c = Command::new("sleep");
+        c.arg("600");
+        c
+    });
+    shmring_testkit::raw::RawSegment::open(&r).set_lifecycle_word(shmring_layout::lifecycle::pack(
+        9,
+        shmring::RingState::Stopping as u32,
+        owner.pid(),
+    ));
+    let (drained, text) = common::fault::cli_finish(drain);
+    assert!(!drained, "the drain times out: {text}");
+    let (ok, out) = common::fault::cli_finish(stop);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "process {} is changing the ring's lifecycle",
+            owner.pid()
+        )),
+        "the broker's answer names the stopper: {out}"
+    );
+    owner.kill();
+}

@@ -20,6 +20,7 @@ mod health;
 mod lock;
 mod metrics;
 mod ops;
+pub(crate) use ops::DRAIN_TIMEOUT;
 mod policy;
 mod registry;
 mod reload;
