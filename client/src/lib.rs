@@ -101,7 +101,7 @@ pub use health::{
 };
 pub use info::{ConsumerInfo, CorruptWord, ProducerInfo, RingInfo};
 pub use lease::LeaseError;
-pub use lifecycle::{LifecycleError, LIFECYCLE_WAIT};
+pub use lifecycle::{LifecycleError, Unmoved, LIFECYCLE_WAIT};
 pub use park::PARK_NET;
 pub use producer::{Claim, ClaimBatch, Producer, ProducerStats, Publisher};
 pub use recall::Recall;

@@ -87,7 +87,7 @@ pub enum LifecycleError {
         state: String,
     },
     /// Drain did not finish in time.
-    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}{}", .behind.len(), describe_behind(.behind), describe_never_attached(.ring, .never_attached))]
+    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}{}{}", .behind.len(), describe_behind(.behind), describe_never_attached(.ring, .unmoved), describe_unmoved(.ring, .behind, .unmoved))]
     DrainTimeout {
         /// The stop sequence.
         stop_seq: u64,
@@ -95,14 +95,90 @@ pub enum LifecycleError {
         behind: Vec<(u32, String, u64)>,
         /// The ring's name.
         ring: String,
-        /// Names of those that are declared consumers (`RingConfig::declared`) no process
-        /// ever attached to: they hold their events for a first attach that never came.
-        never_attached: Vec<String>,
+        /// (consumer index, name, why) of those that no running process moves, as the
+        /// drain last saw them.
+        unmoved: Vec<(u32, String, Unmoved)>,
     },
 }
 
-fn describe_never_attached(ring: &str, names: &[String]) -> String {
-    match names {
+/// Why no running process moves a consumer a drain waited for
+/// ([`LifecycleError::DrainTimeout`]). Each keeps its position: it moves once a process
+/// attaches under its name again, or `broker release` lets the ring go on without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmoved {
+    /// A declared consumer (`RingConfig::declared`) no process ever attached to: it holds
+    /// its events for a first attach that never came.
+    NeverAttached,
+    /// Its handler failed at the event it is at (`ErrorPolicy::Stop`, or `Retry` out of
+    /// attempts): its handle returns `PollError::Failed` from then on.
+    Failed,
+    /// A durable consumer that detached, whose events wait for it.
+    Detached,
+    /// Attached by a process that is gone: a broker applies its policy once a sweep sees
+    /// it.
+    ProcessGone,
+}
+
+fn describe_unmoved(
+    ring: &str,
+    behind: &[(u32, String, u64)],
+    unmoved: &[(u32, String, Unmoved)],
+) -> String {
+    let name = |name: &str| {
+        if name.is_empty() {
+            "<anonymous>".to_owned()
+        } else {
+            format!("{name:?}")
+        }
+    };
+    let unmoved: Vec<_> = unmoved
+        .iter()
+        .filter(|(.., why)| *why != Unmoved::NeverAttached)
+        .collect();
+    let each = unmoved
+        .iter()
+        .map(|(i, n, why)| {
+            let why = match why {
+                Unmoved::Failed => {
+                    let at = behind.iter().find(|(b, ..)| b == i).map(|&(.., next)| next);
+                    match at {
+                        Some(at) => format!("FAILED at sequence {at}, where its handler failed"),
+                        None => "FAILED".to_owned(),
+                    }
+                }
+                Unmoved::Detached => "DETACHED".to_owned(),
+                Unmoved::ProcessGone => "its process is gone".to_owned(),
+                Unmoved::NeverAttached => "never attached".to_owned(),
+            };
+            format!("#{i} {} ({why})", name(n))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    match unmoved.as_slice() {
+        [] => String::new(),
+        [(_, n, _)] if !n.is_empty() => format!(
+            "; no running process moves {each}: restart its consumer (it resumes where it stopped), or let the ring go on without it: `broker release {ring} {n}`"
+        ),
+        _ => {
+            let anonymous = if unmoved.iter().any(|(_, n, _)| n.is_empty()) {
+                " (an anonymous one's entry is freed once its handle is dropped)"
+            } else {
+                ""
+            };
+            format!(
+                "; no running process moves {each}: restart each consumer (it resumes where it stopped), or let the ring go on without one: `broker release {ring} NAME`{anonymous}"
+            )
+        }
+    }
+}
+
+fn describe_never_attached(ring: &str, unmoved: &[(u32, String, Unmoved)]) -> String {
+    let names: Vec<&String> = unmoved
+        .iter()
+        .filter(|(.., why)| *why == Unmoved::NeverAttached)
+        .map(|(_, name, _)| name)
+        .collect();
+    match names.as_slice() {
         [] => String::new(),
         [name] => format!(
             "; declared consumer {name:?} never attached, so the events it holds wait for it: start it, or remove it from the ring's declared consumers and unsubscribe it (`broker unsubscribe {ring} {name}`)"
@@ -403,16 +479,15 @@ impl Ring {
                 });
             }
             if Instant::now() >= deadline {
-                let never_attached = behind
+                let unmoved = behind
                     .iter()
-                    .filter(|(i, _, _)| self.declared_never_attached(*i))
-                    .map(|(_, name, _)| name.clone())
+                    .filter_map(|(i, name, _)| Some((*i, name.clone(), self.unmoved(*i)?)))
                     .collect();
                 break Err(LifecycleError::DrainTimeout {
                     stop_seq: stop,
                     behind,
                     ring: self.name().to_owned(),
-                    never_attached,
+                    unmoved,
                 });
             }
             std::thread::sleep(pause);
@@ -508,6 +583,31 @@ impl Ring {
                 consumer_state::ACTIVE | consumer_state::RESUMING
             ) && process::exists(owned_word::owner(word))
         })
+    }
+
+    /// Why no running process moves consumer entry `i`, if none does. A worker group's
+    /// entry is never named: its members move it, and each is judged by its own entry.
+    fn unmoved(&self, i: u32) -> Option<Unmoved> {
+        let e = self.seg.consumer(i)?;
+        // Relaxed: display only, as in `declared_never_attached`.
+        if e.hot.flags.load(Ordering::Relaxed) & consumer_flags::GROUP != 0 {
+            return None;
+        }
+        if self.declared_never_attached(i) {
+            return Some(Unmoved::NeverAttached);
+        }
+        // Acquire: pairs with the holder's SeqCst CAS of its word.
+        let word = e.hot.word.load(Ordering::Acquire);
+        match owned_word::state(word) {
+            consumer_state::FAILED => Some(Unmoved::Failed),
+            consumer_state::DETACHED => Some(Unmoved::Detached),
+            consumer_state::ACTIVE | consumer_state::RESUMING
+                if !process::exists(owned_word::owner(word)) =>
+            {
+                Some(Unmoved::ProcessGone)
+            }
+            _ => None,
+        }
     }
 
     /// Whether consumer entry `i` is a declared consumer (`RingConfig::declared`) that no

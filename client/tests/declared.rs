@@ -89,12 +89,13 @@ fn drain_names_a_declared_consumer_that_never_attached() {
     let err = ring.drain(Duration::from_millis(20)).unwrap_err();
     match &err {
         LifecycleError::DrainTimeout {
-            stop_seq,
-            never_attached,
-            ..
+            stop_seq, unmoved, ..
         } => {
             assert_eq!(*stop_seq, 1);
-            assert_eq!(never_attached, &vec!["writer".to_owned()]);
+            assert_eq!(
+                unmoved,
+                &vec![(0, "writer".to_owned(), shmring::Unmoved::NeverAttached)]
+            );
         }
         other => panic!("expected a drain timeout, got {other:?}"),
     }

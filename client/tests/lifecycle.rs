@@ -91,6 +91,70 @@ fn drain_waits_for_consumers_and_reports_who_is_behind() {
     assert_eq!(drainer.join().unwrap(), Ok(6));
 }
 
+/// A drain that times out says which of the consumers it waited for no running process
+/// moves (FAILED at an event, DETACHED, attached by a process that is gone) and what lets
+/// it end: a restart of each, or `broker release`. A consumer a live process holds is named
+/// with its position only. Before, all four read alike ("#i name at next").
+#[test]
+fn a_drain_timeout_says_which_consumers_no_process_moves() {
+    use shmring::Unmoved;
+    use shmring_layout::{consumer_flags, consumer_state, owned_word};
+
+    let ns = Namespace::concurrent("drain_why");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut p = ring.producer().unwrap();
+    let _slow = ring.consumer(ConsumerOptions::durable("slow")).unwrap();
+    let mut failed = ring.consumer(ConsumerOptions::durable("failed")).unwrap();
+    drop(ring.consumer(ConsumerOptions::durable("gone")).unwrap());
+    for i in 0..4u8 {
+        p.publish(&[i]).unwrap();
+    }
+    let r = failed.poll_once_fallible(|ev| {
+        if ev.sequence() == 1 {
+            Err("bad event")
+        } else {
+            Ok(())
+        }
+    });
+    assert!(r.is_err(), "{r:?}");
+    // Entry 3: attached by a process that died (its pid reaped).
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    RawSegment::open(&ring).fabricate_consumer(
+        3,
+        owned_word::pack(1, consumer_state::ACTIVE, dead),
+        consumer_flags::REQUIRED | consumer_flags::DURABLE,
+        "crashed",
+        0,
+    );
+    let err = ring.drain(Duration::from_millis(20)).unwrap_err();
+    match &err {
+        LifecycleError::DrainTimeout {
+            behind, unmoved, ..
+        } => {
+            assert_eq!(behind.len(), 4, "{behind:?}");
+            assert_eq!(
+                unmoved,
+                &vec![
+                    (1, "failed".to_owned(), Unmoved::Failed),
+                    (2, "gone".to_owned(), Unmoved::Detached),
+                    (3, "crashed".to_owned(), Unmoved::ProcessGone),
+                ]
+            );
+        }
+        other => panic!("expected a drain timeout, got {other:?}"),
+    }
+    let msg = err.to_string();
+    for said in [
+        "\"failed\" (FAILED at sequence 1",
+        "\"gone\" (DETACHED",
+        "\"crashed\" (its process is gone",
+        "broker release r NAME",
+    ] {
+        assert!(msg.contains(said), "{said:?} in {msg}");
+    }
+    assert!(!msg.contains("\"slow\" ("), "a live consumer: {msg}");
+}
+
 /// `drain_while` asks between looks whether to keep waiting: told no, it ends with
 /// `DrainAbandoned` (who is behind) long before its timeout and leaves the ring Stopped;
 /// a drain whose consumers are already there answers without asking.
