@@ -20,7 +20,8 @@ const QUICK_WORK: Duration = Duration::from_secs(5);
 /// How long the CLI waits, past the deadline, for the reply to `req`: the broker may have
 /// begun it just before the deadline, and every lifecycle call it makes waits for another
 /// process's stop or start of the ring up to `LIFECYCLE_WAIT` before it answers that the
-/// ring is busy (and a drain then waits for its consumers up to its timeout). The reply
+/// ring is busy (a drain then waits for its consumers up to its timeout; a delete may wait
+/// twice, before it sets the file aside and again to mark the ring deleted). The reply
 /// that names that process comes within this.
 fn work(req: &Request) -> Duration {
     let work = shmring::LIFECYCLE_WAIT + QUICK_WORK;
@@ -28,6 +29,7 @@ fn work(req: &Request) -> Duration {
         Request::Drain { timeout_ms, .. } => {
             work + timeout_ms.map_or(crate::run::DRAIN_TIMEOUT, Duration::from_millis)
         }
+        Request::Delete { .. } => work + shmring::LIFECYCLE_WAIT,
         _ => work,
     }
 }
