@@ -157,11 +157,13 @@ fn describe_unmoved(
     match unmoved.as_slice() {
         [] => String::new(),
         [(_, n, _)] if !n.is_empty() => format!(
-            "; no running process moves {each}: restart its consumer (it resumes where it stopped), or let the ring go on without it: `broker release {ring} {n}`"
+            "; no running process moves {each}: restart its consumer (it resumes where it stopped), or let the ring go on without it: `broker release {} {}`",
+            shell_word(ring),
+            shell_word(n)
         ),
         _ => {
             let anonymous = if unmoved.iter().any(|(_, n, _)| n.is_empty()) {
-                " (an anonymous one's entry is freed once its handle is dropped)"
+                " (an anonymous one's entry is freed when its handle is dropped, or by a broker's sweep once its process is gone)"
             } else {
                 ""
             };
@@ -169,6 +171,20 @@ fn describe_unmoved(
                 "; no running process moves {each}: restart each consumer (it resumes where it stopped), or let the ring go on without one: `broker release {ring} NAME`{anonymous}"
             )
         }
+    }
+}
+
+/// `word` as one word of a shell command line: as it is when it holds nothing a shell
+/// reads specially, else in single quotes.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@+=,".contains(c))
+    {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -181,7 +197,9 @@ fn describe_never_attached(ring: &str, unmoved: &[(u32, String, Unmoved)]) -> St
     match names.as_slice() {
         [] => String::new(),
         [name] => format!(
-            "; declared consumer {name:?} never attached, so the events it holds wait for it: start it, or remove it from the ring's declared consumers and unsubscribe it (`broker unsubscribe {ring} {name}`)"
+            "; declared consumer {name:?} never attached, so the events it holds wait for it: start it, or remove it from the ring's declared consumers and unsubscribe it (`broker unsubscribe {} {}`)",
+            shell_word(ring),
+            shell_word(name)
         ),
         _ => format!(
             "; declared consumers {} never attached, so the events they hold wait for them: start them, or remove them from the ring's declared consumers and unsubscribe each (`broker unsubscribe {ring} NAME`)",
@@ -601,9 +619,9 @@ impl Ring {
         match owned_word::state(word) {
             consumer_state::FAILED => Some(Unmoved::Failed),
             consumer_state::DETACHED => Some(Unmoved::Detached),
-            consumer_state::ACTIVE | consumer_state::RESUMING
-                if !process::exists(owned_word::owner(word)) =>
-            {
+            // (A RESUMING entry whose taker died is a sweep's to finish: not named, and
+            // `broker release` refuses it meanwhile.)
+            consumer_state::ACTIVE if !process::exists(owned_word::owner(word)) => {
                 Some(Unmoved::ProcessGone)
             }
             _ => None,

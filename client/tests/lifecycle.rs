@@ -155,6 +155,28 @@ fn a_drain_timeout_says_which_consumers_no_process_moves() {
     assert!(!msg.contains("\"slow\" ("), "a live consumer: {msg}");
 }
 
+/// The command a drain timeout suggests for one consumer no process moves works when pasted
+/// into a shell, whatever its name holds.
+#[test]
+fn a_drain_timeout_quotes_the_name_in_the_command_it_suggests() {
+    let ns = Namespace::concurrent("drain_quote");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    ring.producer().unwrap().publish(&[1]).unwrap();
+    drop(
+        ring.consumer(ConsumerOptions::durable("audit log's"))
+            .unwrap(),
+    );
+    ring.producer().unwrap().publish(&[2]).unwrap();
+    let msg = ring
+        .drain(Duration::from_millis(20))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("(DETACHED)") && msg.contains(r"`broker release r 'audit log'\''s'`"),
+        "{msg}"
+    );
+}
+
 /// `drain_while` asks between looks whether to keep waiting: told no, it ends with
 /// `DrainAbandoned` (who is behind) long before its timeout and leaves the ring Stopped;
 /// a drain whose consumers are already there answers without asking.
