@@ -703,9 +703,10 @@ impl Ring {
 
     /// Finish a stop, start or sharing whose owner died half-way (a half-done stop ends
     /// Stopped, a half-done start or sharing Running). One whose owner lives (or a live
-    /// process that took a dead owner's word over first) is left to it: this never waits.
-    /// Returns the state, and whether this process finished a dead owner's change. One
-    /// load when nothing is in progress.
+    /// process that took a dead owner's word over first) is left to it: this never waits
+    /// for one (finishing a dead stopper's stop on a multi-producer ring waits, as a stop
+    /// does, for a live lone producer to end its claims). Returns the state, and whether
+    /// this process finished a dead owner's change. One load when nothing is in progress.
     pub fn finish_interrupted(&self) -> Result<(RingState, bool), LifecycleError> {
         let line = self.seg.line();
         let before = line.life();
@@ -715,9 +716,9 @@ impl Ring {
         if !state.is_transitional() {
             return Ok((state, false));
         }
-        // `finish_dead` never waits, so the deadline is never read.
-        let (after, finished) =
-            line.finish_dead(&SegEnv::lifecycle_within(&self.seg, Duration::ZERO))?;
+        // Never waits for a live owner; finishing a dead one's stop may wait the lifecycle
+        // wait for a live lone producer to end its claims, as any stop does.
+        let (after, finished) = line.finish_dead(&SegEnv::lifecycle(&self.seg))?;
         let state = after
             .state
             .ok_or(LifecycleError::CorruptState(after.word))?;

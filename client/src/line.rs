@@ -208,7 +208,6 @@
 //! attached to the ring (the ring's fence mode is no longer membarrier), and takes the line
 //! only while every process of the ring has `membarrier`.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use shmring_layout::{
@@ -303,35 +302,6 @@ impl<E: Env> Env for NoWait<'_, E> {
     }
     fn finished_for_the_dead(&self) {
         self.0.finished_for_the_dead();
-    }
-}
-
-/// An [`Env`] that never waits and records whether this process finished a dead owner's
-/// change (`Line::finish_dead`).
-struct Finishing<'e, E> {
-    env: &'e E,
-    finished: Cell<bool>,
-}
-
-impl<E: Env> Env for Finishing<'_, E> {
-    fn me(&self) -> u32 {
-        self.env.me()
-    }
-    fn alive(&self, pid: u32) -> bool {
-        self.env.alive(pid)
-    }
-    fn heavy_fence(&self) {
-        self.env.heavy_fence();
-    }
-    fn has_barrier(&self) -> bool {
-        self.env.has_barrier()
-    }
-    fn pause(&self, _round: u32) -> bool {
-        false
-    }
-    fn finished_for_the_dead(&self) {
-        self.finished.set(true);
-        self.env.finished_for_the_dead();
     }
 }
 
@@ -826,12 +796,28 @@ impl<W: Word> Line<'_, W> {
     /// over and finished (a half-done stop ends Stopped, a half-done start Running).
     /// Returns the settled word.
     pub fn settle(&self, env: &impl Env) -> Result<Life, LineError> {
+        self.settle_or_leave(env, true).map(|(life, _)| life)
+    }
+
+    /// Finish a stop, start or sharing whose owner died (as `settle` does), never waiting
+    /// for a live owner: one that lives, or that took the word over from the dead one
+    /// first, is left to it. Finishing a dead owner's work waits as `env` lets it (a
+    /// multi-producer stop ends a live lone producer's claims). Returns the word after,
+    /// and whether this process finished a dead owner's change.
+    pub fn finish_dead(&self, env: &impl Env) -> Result<(Life, bool), LineError> {
+        self.settle_or_leave(env, false)
+    }
+
+    /// `settle` (`wait`) or `finish_dead` (not `wait`: a live owner's word is returned as
+    /// it is).
+    fn settle_or_leave(&self, env: &impl Env, wait: bool) -> Result<(Life, bool), LineError> {
         let mut round = 0;
+        let mut finished = false;
         loop {
             let life = self.life();
             match life.state {
                 None => return Err(LineError::Corrupt(life.word)),
-                Some(s) if !s.is_transitional() => return Ok(life),
+                Some(s) if !s.is_transitional() => return Ok((life, finished)),
                 // A single-producer line has no lone claims to share: another process wrote
                 // this word.
                 Some(RingState::Sharing) if self.single => {
@@ -839,6 +825,9 @@ impl<W: Word> Line<'_, W> {
                 }
                 Some(s) => {
                     if env.alive(life.owner) {
+                        if !wait {
+                            return Ok((life, finished));
+                        }
                         if !env.pause(round) {
                             return Err(LineError::Busy(life.owner));
                         }
@@ -866,27 +855,11 @@ impl<W: Word> Line<'_, W> {
                                 self.finish_start(env, &owned)?;
                             }
                         }
+                        finished = true;
                         env.finished_for_the_dead();
                     }
                 }
             }
-        }
-    }
-
-    /// Finish a stop, start or sharing whose owner died (as `settle` does), never waiting
-    /// for a live owner: one that lives, or that took the word over from the dead one
-    /// first, is left to it. Returns the word after, and whether this process finished a
-    /// dead owner's change.
-    pub fn finish_dead(&self, env: &impl Env) -> Result<(Life, bool), LineError> {
-        let mine = Finishing {
-            env,
-            finished: Cell::new(false),
-        };
-        match self.settle(&mine) {
-            Ok(life) => Ok((life, mine.finished.get())),
-            // A live owner (`Finishing` never waits): whatever it left is the answer.
-            Err(LineError::Busy(_)) => Ok((self.life(), mine.finished.get())),
-            Err(e) => Err(e),
         }
     }
 
@@ -1553,6 +1526,7 @@ impl<W: Word> Line<'_, W> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
 
     /// A pid that is not running.
     const DEAD: u32 = 99;
