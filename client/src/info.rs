@@ -512,7 +512,7 @@ pub(crate) fn snapshot(seg: &Segment) -> RingInfo {
         producer_wakes: lines.producer_wake.value.word.load(Ordering::Relaxed),
         fence_mode: shmring_layout::FenceMode::from_u32(h.fence_mode.load(Ordering::Relaxed)),
         state: life.state,
-        run: h.run.load(Ordering::Relaxed),
+        run: shmring_layout::run_number(h.run.load(Ordering::Relaxed)),
         head,
         closed: seg.line().is_closed(),
         consumers,

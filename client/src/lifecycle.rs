@@ -389,6 +389,14 @@ impl Env for SegEnv<'_> {
         park::wake(&self.seg.lines().producer_wake.value);
     }
 
+    fn count_start(&self) {
+        crate::line::count_start(&self.seg.header().run);
+    }
+
+    fn arm_start_count(&self) {
+        crate::line::arm_start_count(&self.seg.header().run);
+    }
+
     fn has_barrier(&self) -> bool {
         // With membarrier, the stopper supplies the producer's barrier: issuing it needs no
         // registration here, and a producer whose process has not registered yet fences
@@ -640,15 +648,11 @@ impl Ring {
     }
 
     /// Reopen a stopped ring: the run counter goes up by one and publishing continues at
-    /// the stop sequence. Returns the new run number.
+    /// the stop sequence. Returns the new run number (as read once started: a stop and a
+    /// start by others since count on).
     pub fn start(&self) -> Result<u64, LifecycleError> {
         self.seg.line().reopen(&SegEnv::lifecycle(&self.seg))?;
-        let run = self
-            .seg
-            .header()
-            .run
-            .fetch_add(1, Ordering::AcqRel)
-            .wrapping_add(1);
+        let run = self.run_number();
         park::wake(&self.seg.lines().producer_wake.value);
         if self.seg.is_fixed() {
             // A consumer of a ring published by a cursor counts nothing while the start
@@ -740,9 +744,11 @@ impl Ring {
         Ok((state, finished))
     }
 
-    /// The run counter (1 for the first run, +1 per start).
+    /// The run counter (1 for the first run, +1 per start, counted once however many
+    /// processes finished it).
     pub fn run_number(&self) -> u64 {
-        self.seg.header().run.load(Ordering::Relaxed)
+        // Relaxed: a display value, published with the lifecycle word that ended the start.
+        shmring_layout::run_number(self.seg.header().run.load(Ordering::Relaxed))
     }
 
     /// The lifecycle state (`None` if the word is corrupt).

@@ -211,7 +211,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use shmring_layout::{
-    claim_lone, claim_lone_index, lifecycle, RingState, CLAIM_CLOSED, LONE_OPEN, MAX_SEQUENCE,
+    claim_lone, claim_lone_index, lifecycle, run_number, RingState, CLAIM_CLOSED, LONE_OPEN,
+    MAX_SEQUENCE, RUN_COUNTED,
 };
 
 /// A 64-bit atomic word of the line. Implemented for the segment's `AtomicU64`; the loom
@@ -278,6 +279,57 @@ pub trait Env {
     /// Stopped or Running): whoever waits on the ring looks again (a consumer parked until
     /// the line closes, a producer parked for room). Nothing by default.
     fn finished_for_the_dead(&self) {}
+    /// The owner of `Starting` (the starter, or a process finishing a dead starter's start),
+    /// before it publishes Running: the ring's run word counts the start ([`count_start`]).
+    fn count_start(&self);
+    /// The owner of `Stopping` (the stopper, or a process finishing a dead stopper's stop),
+    /// once it closed the line, before it publishes the closed state: the next start is
+    /// counted ([`arm_start_count`]).
+    fn arm_start_count(&self);
+}
+
+/// Count a start in the run word (`shmring_layout::RUN_COUNTED`), once: its owner may be a
+/// process that took a dead starter's word over, after that starter counted it. Returns the
+/// run number. The run word changes only while the lifecycle word is owned (here, while
+/// Starting; in `arm_start_count`, while Stopping), and every owner of one start writes the
+/// same value (one more than the stop left, marked), so a dead owner's count and its
+/// finisher's never add up.
+pub fn count_start<W: Word>(run: &W) -> u64 {
+    // Relaxed, here and in the CAS. What the last stop left happens before this load, by
+    // the lifecycle word's chain of CASes (each an RMW, so in the release sequence of the
+    // closed word's Release CAS, acquired by the Starting CAS): its owner wrote the clear,
+    // or found the word clear by a load that read a dead stopper's clear (read-read
+    // coherence carries that). So this load reads the clear or a later value, and a mark
+    // read here is this start's, counted by a dead owner. A stale clear read here fails the
+    // CAS, which then reads the count.
+    let mut r = run.load(Ordering::Relaxed);
+    loop {
+        if r & RUN_COUNTED != 0 {
+            return run_number(r);
+        }
+        let counted = (r + 1) | RUN_COUNTED;
+        match run.compare_exchange(r, counted, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return run_number(counted),
+            Err(now) => r = now,
+        }
+    }
+}
+
+/// Clear the run word's mark (`shmring_layout::RUN_COUNTED`), so that the next start is
+/// counted. By the owner of a stop, before it closes the line.
+pub fn arm_start_count<W: Word>(run: &W) {
+    // Relaxed. The last start's count happens before this load, as in `count_start`: the
+    // start's owner wrote it, or read it (a dead starter's) before its Release CAS to
+    // Running, which this stop's CAS acquired through the chain of CASes; read-read
+    // coherence then keeps this load from reading the clear before it. The clear is
+    // published by the closed word this stop leaves, which the next start's CAS acquires.
+    let mut r = run.load(Ordering::Relaxed);
+    while r & RUN_COUNTED != 0 {
+        match run.compare_exchange(r, run_number(r), Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => break,
+            Err(now) => r = now,
+        }
+    }
 }
 
 /// An [`Env`] that never waits: `pause` gives up at once (a settle then returns `Busy`
@@ -302,6 +354,12 @@ impl<E: Env> Env for NoWait<'_, E> {
     }
     fn finished_for_the_dead(&self) {
         self.0.finished_for_the_dead();
+    }
+    fn count_start(&self) {
+        self.0.count_start();
+    }
+    fn arm_start_count(&self) {
+        self.0.arm_start_count();
     }
 }
 
@@ -978,14 +1036,18 @@ impl<W: Word> Line<'_, W> {
         owned: &Life,
         force: bool,
     ) -> Result<u64, LineError> {
-        match self.close_owned(env) {
-            Err(LineError::CorruptCounter(_)) if force => Ok(self.close_corrupt_counter()),
-            Ok(stop) => Ok(stop),
+        let closed = match self.close_owned(env) {
+            Err(LineError::CorruptCounter(_)) if force => self.close_corrupt_counter(),
+            Ok(stop) => stop,
             Err(e) => {
                 self.publish_owned(owned, RingState::Running)?;
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        // The line is closed: the next start is counted. (A stop that went back to Running
+        // leaves the run's count as it was.)
+        env.arm_start_count();
+        Ok(closed)
     }
 
     /// The owner of `Stopping`, for a remove, closes a counter that names a lone producer
@@ -1076,6 +1138,7 @@ impl<W: Word> Line<'_, W> {
     /// As the owner of `Starting`: reopen the line and publish Running.
     fn finish_start(&self, env: &impl Env, owned: &Life) -> Result<u64, LineError> {
         let stop = self.reopen_owned(env);
+        env.count_start();
         self.publish_owned(owned, RingState::Running)?;
         Ok(stop)
     }
@@ -1571,6 +1634,8 @@ mod tests {
         fn finished_for_the_dead(&self) {
             self.finished.set(self.finished.get() + 1);
         }
+        fn count_start(&self) {}
+        fn arm_start_count(&self) {}
     }
 
     struct Words {

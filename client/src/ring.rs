@@ -598,7 +598,9 @@ fn build(
     );
     h.fence_mode
         .store(FenceMode::Unset as u32, Ordering::Relaxed);
-    h.run.store(1, Ordering::Relaxed);
+    // The first run, counted (a stop clears the mark for the next start's count).
+    h.run
+        .store(1 | shmring_layout::RUN_COUNTED, Ordering::Relaxed);
     h.pid_ns
         .store(crate::process::pid_namespace(), Ordering::Relaxed);
     if geo.fixed {

@@ -91,6 +91,37 @@ fn drain_waits_for_consumers_and_reports_who_is_behind() {
     assert_eq!(drainer.join().unwrap(), Ok(6));
 }
 
+/// A start whose starter died is counted by the process that finishes it: status, the
+/// metrics and the bridge's event headers read the run number. Before, only
+/// `Ring::start`'s own caller counted, after its reopen, so a start finished by a sweep,
+/// another start or a producer's claim left the run number where it was. A stop and a
+/// start after it count on from there.
+#[test]
+fn a_dead_starters_start_finished_by_another_process_is_counted() {
+    use shmring_layout::lifecycle;
+
+    let ns = Namespace::concurrent("dead_start");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    assert_eq!(ring.run_number(), 1);
+    assert_eq!(ring.stop(), Ok(0));
+    let raw = RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    raw.set_lifecycle_word(lifecycle::next(
+        raw.lifecycle_word(),
+        RingState::Starting as u32,
+        dead,
+    ));
+    assert_eq!(ring.finish_interrupted(), Ok((RingState::Running, true)));
+    assert_eq!(ring.run_number(), 2);
+    assert_eq!(ring.info().run, 2);
+    // A start that meets the finished one: already running, nothing counted.
+    assert_eq!(ring.start(), Err(LifecycleError::AlreadyRunning));
+    assert_eq!(ring.run_number(), 2);
+    assert_eq!(ring.stop(), Ok(0));
+    assert_eq!(ring.start(), Ok(3));
+    assert_eq!(ring.info().run, 3);
+}
+
 /// A drain that times out says which of the consumers it waited for no running process
 /// moves (FAILED at an event, DETACHED, attached by a process that is gone) and what lets
 /// it end: a restart of each, or `broker release`. A consumer a live process holds is named

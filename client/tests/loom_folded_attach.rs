@@ -761,6 +761,12 @@ impl Env for Consumer4 {
             reached(f);
         }
     }
+    fn count_start(&self) {
+        self.env.count_start();
+    }
+    fn arm_start_count(&self) {
+        self.env.arm_start_count();
+    }
 }
 
 /// A stopper takes the lifecycle word (its (s1), Stopping) and dies before anything else:

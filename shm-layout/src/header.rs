@@ -53,7 +53,8 @@ pub struct Header {
     pub fence_mode: AtomicU32,
     /// Pid of the broker that last adopted the segment (0: none).
     pub broker_pid: AtomicU32,
-    /// Incremented on every start of the ring (the first run is 1).
+    /// The run number (the first run is 1, each start adds one) with [`crate::RUN_COUNTED`]:
+    /// read it with [`crate::run_number`].
     pub run: AtomicU64,
     /// Incremented by every broker that adopts the segment.
     pub broker_epoch: AtomicU64,

@@ -37,7 +37,7 @@ pub use validate::*;
 pub const LINE: usize = 128;
 
 /// Layout version. Bump it on any change to a type in this crate.
-pub const LAYOUT_VERSION: u32 = 13;
+pub const LAYOUT_VERSION: u32 = 14;
 
 /// "SHMRING\0" read as a little-endian u64; 0 means "not yet initialised".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
@@ -138,6 +138,18 @@ pub mod stamp {
     pub const fn reached(stamp: u64, seq: u64) -> bool {
         !matches!(read(stamp, seq), Stamp::Pending)
     }
+}
+
+/// Bit 63 of the run word ([`Header::run`]): the start of the current run has been counted.
+/// The owner of a start (the starter, or whoever finishes a dead starter's start) adds one
+/// to the run number and sets it in one step, unless it is set: a start is counted once,
+/// however many processes finish it. The owner of a stop clears it before it closes the
+/// line, so the next start is counted.
+pub const RUN_COUNTED: u64 = 1 << 63;
+
+/// The run number a run word holds (without [`RUN_COUNTED`]).
+pub const fn run_number(word: u64) -> u64 {
+    word & !RUN_COUNTED
 }
 
 /// Bit 63 of the claim counter: set when the ring is stopped. A claim that reads it set is

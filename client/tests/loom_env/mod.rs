@@ -39,6 +39,9 @@ impl Env for ModelEnv {
         thread::yield_now();
         true
     }
+    // The run word is modelled in `loom_run_count.rs` only.
+    fn count_start(&self) {}
+    fn arm_start_count(&self) {}
 }
 
 /// Process `me` (`fenced`: with its heavy fence).
