@@ -157,9 +157,8 @@ fn describe_unmoved(
     match unmoved.as_slice() {
         [] => String::new(),
         [(_, n, _)] if !n.is_empty() => format!(
-            "; no running process moves {each}: restart its consumer (it resumes where it stopped), or let the ring go on without it: `broker release {} {}`",
-            shell_word(ring),
-            shell_word(n)
+            "; no running process moves {each}: restart its consumer (it resumes where it stopped), or let the ring go on without it: `{}`",
+            broker_command("release", &[ring, n])
         ),
         _ => {
             let anonymous = if unmoved.iter().any(|(_, n, _)| n.is_empty()) {
@@ -168,10 +167,26 @@ fn describe_unmoved(
                 ""
             };
             format!(
-                "; no running process moves {each}: restart each consumer (it resumes where it stopped), or let the ring go on without one: `broker release {ring} NAME`{anonymous}"
+                "; no running process moves {each}: restart each consumer (it resumes where it stopped), or let the ring go on without one: `{}`{anonymous}",
+                broker_command("release", &[ring, "NAME"])
             )
         }
     }
+}
+
+/// `broker SUBCOMMAND ARGS...` as a shell command line that passes each of `args` as it is:
+/// each quoted where a shell would read it otherwise, after `--` when one begins with `-`
+/// (which the CLI would take for an option).
+fn broker_command(subcommand: &str, args: &[&str]) -> String {
+    let mut line = format!("broker {subcommand}");
+    if args.iter().any(|a| a.starts_with('-')) {
+        line.push_str(" --");
+    }
+    for a in args {
+        line.push(' ');
+        line.push_str(&shell_word(a));
+    }
+    line
 }
 
 /// `word` as one word of a shell command line: as it is when it holds nothing a shell
@@ -197,17 +212,17 @@ fn describe_never_attached(ring: &str, unmoved: &[(u32, String, Unmoved)]) -> St
     match names.as_slice() {
         [] => String::new(),
         [name] => format!(
-            "; declared consumer {name:?} never attached, so the events it holds wait for it: start it, or remove it from the ring's declared consumers and unsubscribe it (`broker unsubscribe {} {}`)",
-            shell_word(ring),
-            shell_word(name)
+            "; declared consumer {name:?} never attached, so the events it holds wait for it: start it, or remove it from the ring's declared consumers and unsubscribe it (`{}`)",
+            broker_command("unsubscribe", &[ring, name])
         ),
         _ => format!(
-            "; declared consumers {} never attached, so the events they hold wait for them: start them, or remove them from the ring's declared consumers and unsubscribe each (`broker unsubscribe {ring} NAME`)",
+            "; declared consumers {} never attached, so the events they hold wait for them: start them, or remove them from the ring's declared consumers and unsubscribe each (`{}`)",
             names
                 .iter()
                 .map(|n| format!("{n:?}"))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            broker_command("unsubscribe", &[ring, "NAME"])
         ),
     }
 }
@@ -708,8 +723,8 @@ impl Ring {
     /// Finish a stop, start or sharing whose owner died half-way (a half-done stop ends
     /// Stopped, a half-done start or sharing Running). One whose owner lives (or a live
     /// process that took a dead owner's word over first) is left to it: this never waits
-    /// for one (finishing a dead stopper's stop on a multi-producer ring waits, as a stop
-    /// does, for a live lone producer to end its claims). Returns the state, and whether
+    /// for one (finishing a dead stopper's stop or sharing on a multi-producer ring waits,
+    /// as a stop does, for a live lone producer to end its claims). Returns the state, and whether
     /// this process finished a dead owner's change. One load when nothing is in progress.
     pub fn finish_interrupted(&self) -> Result<(RingState, bool), LifecycleError> {
         let line = self.seg.line();
@@ -720,8 +735,8 @@ impl Ring {
         if !state.is_transitional() {
             return Ok((state, false));
         }
-        // Never waits for a live owner; finishing a dead one's stop may wait the lifecycle
-        // wait for a live lone producer to end its claims, as any stop does.
+        // Never waits for a live owner; finishing a dead one's stop or sharing may wait the
+        // lifecycle wait for a live lone producer to end its claims, as any stop does.
         let (after, finished) = line.finish_dead(&SegEnv::lifecycle(&self.seg))?;
         let state = after
             .state

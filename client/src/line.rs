@@ -280,7 +280,7 @@ pub trait Env {
     /// the line closes, a producer parked for room). Nothing by default.
     fn finished_for_the_dead(&self) {}
     /// The owner of `Starting` (the starter, or a process finishing a dead starter's start),
-    /// before it publishes Running: the ring's run word counts the start ([`count_start`]).
+    /// before it reopens the line: the ring's run word counts the start ([`count_start`]).
     fn count_start(&self);
     /// The owner of `Stopping` (the stopper, or a process finishing a dead stopper's stop),
     /// once it closed the line, before it publishes the closed state: the next start is
@@ -316,7 +316,8 @@ pub fn count_start<W: Word>(run: &W) -> u64 {
 }
 
 /// Clear the run word's mark (`shmring_layout::RUN_COUNTED`), so that the next start is
-/// counted. By the owner of a stop, before it closes the line.
+/// counted. By the owner of a stop, once it closed the line, before it publishes the closed
+/// state.
 pub fn arm_start_count<W: Word>(run: &W) {
     // Relaxed. The last start's count happens before this load, as in `count_start`: the
     // start's owner wrote it, or read it (a dead starter's) before its Release CAS to
@@ -1137,8 +1138,11 @@ impl<W: Word> Line<'_, W> {
 
     /// As the owner of `Starting`: reopen the line and publish Running.
     fn finish_start(&self, env: &impl Env, owned: &Life) -> Result<u64, LineError> {
-        let stop = self.reopen_owned(env);
+        // Counted before the line reopens: a multi-producer line takes claims from then
+        // on, and a starter that died after it would leave the new run's events under the
+        // old run number until someone finished its start.
         env.count_start();
+        let stop = self.reopen_owned(env);
         self.publish_owned(owned, RingState::Running)?;
         Ok(stop)
     }

@@ -871,8 +871,9 @@ fn resumed_counters_at_their_limit_do_not_panic() {
     assert_eq!(c.poll_once(|_| {}), Ok(1));
 }
 
-/// The run counter and the broker epoch are not checksummed; at `u64::MAX` the `+ 1` after
-/// their `fetch_add` overflows in `Ring::start` and `Ring::adopt`.
+/// The run counter and the broker epoch are not checksummed; at `u64::MAX` neither the run
+/// word's count (`line::count_start`, `+ 1` on the number without its mark: it wraps to 0)
+/// nor the `+ 1` after the epoch's `fetch_add` in `Ring::adopt` may overflow.
 #[test]
 fn run_and_epoch_at_their_limit_do_not_panic() {
     let ns = Namespace::concurrent("run_epoch");
@@ -881,7 +882,7 @@ fn run_and_epoch_at_their_limit_do_not_panic() {
     put64(&path, offset_of!(Header, run) as u64, u64::MAX);
     put64(&path, offset_of!(Header, broker_epoch) as u64, u64::MAX);
     ring.stop().unwrap();
-    let _ = ring.start();
+    assert_eq!(ring.start(), Ok(0));
     let _ = ring.adopt(1);
 }
 

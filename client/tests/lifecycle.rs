@@ -206,6 +206,17 @@ fn a_drain_timeout_quotes_the_name_in_the_command_it_suggests() {
         msg.contains("(DETACHED)") && msg.contains(r"`broker release r 'audit log'\''s'`"),
         "{msg}"
     );
+
+    // A name the CLI would take for an option comes after `--`.
+    let ring = Ring::create(ns.name(), "s", &cfg(16)).unwrap();
+    ring.producer().unwrap().publish(&[1]).unwrap();
+    drop(ring.consumer(ConsumerOptions::durable("-v")).unwrap());
+    ring.producer().unwrap().publish(&[2]).unwrap();
+    let msg = ring
+        .drain(Duration::from_millis(20))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("`broker release -- s -v`"), "{msg}");
 }
 
 /// `drain_while` asks between looks whether to keep waiting: told no, it ends with

@@ -1,8 +1,8 @@
 //! Loom models of the run counter (`Header::run`, `line::count_start`,
 //! `line::arm_start_count`): the run number goes up by exactly one per start, whoever
-//! finishes the start. The owner of a start counts it before it publishes Running, unless
-//! the word's mark says it is counted; the owner of a stop clears the mark before it closes
-//! the line. A starter that dies after its count leaves the mark for the process that
+//! finishes the start. The owner of a start counts it before it reopens the line, unless
+//! the word's mark says it is counted; the owner of a stop clears the mark once the line is
+//! closed, before it publishes the closed state. A starter that dies after its count leaves the mark for the process that
 //! finishes its start; one that dies before it leaves the count to that process. One model
 //! lets a starter already seen dead still count, racing the process that finishes its
 //! start: both write the same value.
@@ -231,11 +231,22 @@ fn control_a_plain_add_counts_a_dying_starters_start_twice() {
     a_dying_starter(Counting::Add);
 }
 
-/// A stopper died owning Stopping, before or after it cleared the mark. One process stops
-/// (taking the dead stop over, or finding it finished) and starts; another starts (its
-/// settle may finish the dead stop first). Every start that returned Ok is counted once:
-/// the run number is 2 plus the starts.
-fn a_dead_stoppers_stop(armed: bool, counting: Counting) {
+/// How far a stopper got before it died owning Stopping.
+#[derive(Clone, Copy)]
+enum DiedAfter {
+    /// Its CAS to Stopping.
+    Taking,
+    /// Closing the counter (its stop recorded), before clearing the mark.
+    Closing,
+    /// Closing the counter and clearing the mark, before publishing Stopped.
+    Clearing,
+}
+
+/// A stopper died owning Stopping (`died`). One process stops (taking the dead stop over,
+/// whose close finds the counter closed when the dead one closed it, or finding it
+/// finished) and starts; another starts (its settle may finish the dead stop first). Every
+/// start that returned Ok is counted once: the run number is 2 plus the starts.
+fn a_dead_stoppers_stop(died: DiedAfter, counting: Counting) {
     model(move || {
         let ring = Arc::new(Ring::running(2));
         let w = ring.life.load(Ordering::SeqCst);
@@ -243,7 +254,15 @@ fn a_dead_stoppers_stop(armed: bool, counting: Counting) {
         ring.life
             .compare_exchange(w, dead, Ordering::AcqRel, Ordering::Acquire)
             .expect("the dead stopper's CAS");
-        if armed {
+        if matches!(died, DiedAfter::Closing | DiedAfter::Clearing) {
+            // Its close (`close_owned` on a multi-producer line): the stop recorded, then
+            // the counter closed at it.
+            ring.stop_seq.store(0, Ordering::SeqCst);
+            ring.claim
+                .compare_exchange(0, CLAIM_CLOSED, Ordering::SeqCst, Ordering::SeqCst)
+                .expect("the dead stopper's close");
+        }
+        if matches!(died, DiedAfter::Clearing) {
             env(&ring, DEAD, counting).arm_start_count();
         }
         let other = {
@@ -265,17 +284,22 @@ fn a_dead_stoppers_stop(armed: bool, counting: Counting) {
 
 #[test]
 fn every_start_around_a_dead_stoppers_stop_is_counted_once() {
-    a_dead_stoppers_stop(false, Counting::Shipped);
+    a_dead_stoppers_stop(DiedAfter::Taking, Counting::Shipped);
+}
+
+#[test]
+fn every_start_after_a_dead_stoppers_close_is_counted_once() {
+    a_dead_stoppers_stop(DiedAfter::Closing, Counting::Shipped);
 }
 
 #[test]
 fn every_start_after_a_dead_stopper_cleared_the_mark_is_counted_once() {
-    a_dead_stoppers_stop(true, Counting::Shipped);
+    a_dead_stoppers_stop(DiedAfter::Clearing, Counting::Shipped);
 }
 
 /// Control: a stop that leaves the mark set makes the next start go uncounted.
 #[test]
 #[should_panic(expected = "counted once")]
 fn control_a_stop_that_never_clears_the_mark_loses_the_next_start() {
-    a_dead_stoppers_stop(false, Counting::NeverArmed);
+    a_dead_stoppers_stop(DiedAfter::Closing, Counting::NeverArmed);
 }

@@ -142,9 +142,10 @@ pub mod stamp {
 
 /// Bit 63 of the run word ([`Header::run`]): the start of the current run has been counted.
 /// The owner of a start (the starter, or whoever finishes a dead starter's start) adds one
-/// to the run number and sets it in one step, unless it is set: a start is counted once,
-/// however many processes finish it. The owner of a stop clears it before it closes the
-/// line, so the next start is counted.
+/// to the run number and sets it in one step before it reopens the line, unless it is set:
+/// a start is counted once, however many processes finish it. The owner of a stop clears it
+/// once it closed the line, before it publishes the closed state, so the next start is
+/// counted.
 pub const RUN_COUNTED: u64 = 1 << 63;
 
 /// The run number a run word holds (without [`RUN_COUNTED`]).
