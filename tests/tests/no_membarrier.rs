@@ -11,7 +11,8 @@
 //! again. A stop from such a process is
 //! refused with `NoBarrier` and leaves the ring running, also when it takes over a dead
 //! stopper's half-done stop; a lone producer that claims while it waits there lets the
-//! stop finish. A lone producer that dies while such a process waits is noticed: its claims
+//! stop finish, and a broker's sweep (`Ring::finish_interrupted`) finishing that stop waits
+//! the same way. A lone producer that dies while such a process waits is noticed: its claims
 //! end where its position says and the waiter's event lands after its dead claim.
 
 use std::time::Instant;
@@ -272,6 +273,52 @@ fn a_lone_producer_that_claims_lets_a_waiting_stop_without_membarrier_finish() {
     let got = drain(&mut c);
     assert_eq!(got.len() as u64, accepted, "{got:?}");
     assert_eq!(p.publish(b"x"), Err(shmring::PublishError::Closed));
+    other.send_line("exit");
+    other.wait_ok();
+}
+
+/// A broker's sweep (`Ring::finish_interrupted`) from a process without membarrier, over a
+/// dead stopper's half-done stop beside an idle lone producer: it never waits for a live
+/// owner of the lifecycle word, but it takes the dead stopper's word over and waits, as
+/// the stop itself would, for the lone producer to end its claims. The lone producer
+/// claims meanwhile, and the sweep finishes the stop and says it did. (A sweep that gave
+/// up at once put the ring back to Running, the stop lost.)
+#[test]
+fn a_sweep_without_membarrier_finishing_a_dead_stop_waits_for_the_lone_producer() {
+    let ns = Namespace::new("nomb_sweep");
+    let Beside {
+        ring,
+        mut c,
+        mut p,
+        mut other,
+        ..
+    } = beside_an_idle_lone_producer(&ns);
+    let raw = RawSegment::open(&ring);
+    let (dead, _) = shmring_testkit::fault::dead_process();
+    let word = raw.lifecycle_word();
+    raw.set_lifecycle_word(lifecycle::pack(
+        lifecycle::generation(word) + 1,
+        RingState::Stopping as u32,
+        dead,
+    ));
+    other.send_line("finish");
+    eventually("the sweep takes the dead stopper's word over", || {
+        let word = raw.lifecycle_word();
+        lifecycle::state(word) == RingState::Stopping as u32
+            && lifecycle::owner(word) == other.pid()
+    });
+    let accepted = match p.publish(b"b") {
+        Ok(seq) => {
+            assert_eq!(seq, 1);
+            2
+        }
+        Err(shmring::PublishError::Closed) => 1,
+        Err(e) => panic!("the lone producer's claim: {e}"),
+    };
+    assert_eq!(other.expect_line("finish "), "finish ok=Stopped,true");
+    assert_eq!(ring.info().state, Some(RingState::Stopped));
+    assert_eq!(raw.stop_seq(), accepted);
+    assert_eq!(drain(&mut c).len() as u64, accepted);
     other.send_line("exit");
     other.wait_ok();
 }

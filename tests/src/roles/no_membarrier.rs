@@ -13,6 +13,9 @@
 //! - `publish TEXT`: `Producer::publish`, which may wait without bound (the parent's
 //!   deadline and this process's watchdog bound it): `publish ok=SEQ` or `publish err=KIND`;
 //! - `stop`: `Ring::stop`: `stop ok=SEQ` or `stop err=KIND`;
+//! - `finish`: `Ring::finish_interrupted`, as a broker's sweep calls it:
+//!   `finish ok=STATE,FINISHED` (`Stopped,true`: it finished a dead owner's stop) or
+//!   `finish err=KIND`;
 //! - `exit` (or the end of stdin): the producer detaches and the process exits.
 //!
 //! KIND is the error's variant in kebab case (`full`, `timeout`, `no-barrier`, ...).
@@ -59,6 +62,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             "publish" => outcome(producer.publish(rest.as_bytes()), publish_kind),
             "stop" => outcome(ring.stop(), lifecycle_kind),
+            "finish" => match ring.finish_interrupted() {
+                Ok((state, finished)) => format!("ok={state:?},{finished}"),
+                Err(e) => format!("err={}", lifecycle_kind(&e)),
+            },
             "exit" => break,
             other => bail!("unknown command {other:?}"),
         };
