@@ -44,9 +44,11 @@ pub enum LifecycleError {
         /// The pid named in the lifecycle word.
         pid: u32,
     },
-    /// This process cannot stop or start a single-producer ring: the kernel (or a seccomp
-    /// filter) refuses it `membarrier`, which the producer's publish path relies on.
-    #[error("this process cannot stop or start a single-producer ring whose producer runs in another process: membarrier is not available to it (allow the membarrier system call, or stop and start the ring from the broker)")]
+    /// This process cannot stop or start the ring: the kernel (or a seccomp filter) refuses
+    /// it `membarrier`, which the publish path of a producer in another process relies on
+    /// (a single-producer ring's producer, or a multi-producer ring's producer claiming
+    /// alone that did not end its claims within the lifecycle wait).
+    #[error("this process cannot stop or start the ring: membarrier is not available to it, and a producer in another process publishes relying on it (the producer of a single-producer ring, or a producer claiming alone on a multi-producer ring that did not claim again within the lifecycle wait); allow the membarrier system call, or stop and start the ring from a process that has it (the broker)")]
     NoBarrier,
     /// The ring's file was truncated during the request, and the truncation guard
     /// (`install_truncation_guard`, feature `truncation-guard`) replaced its mapping with

@@ -1119,3 +1119,16 @@ fn a_commit_of_events_read_ahead_goes_through_while_a_stop_is_in_progress() {
     assert_eq!(c.next_sequence(), 5);
     owner.kill();
 }
+
+/// `NoBarrier` comes from a single-producer ring and from a multi-producer ring whose lone
+/// producer did not end its claims in time (`tests/tests/no_membarrier.rs`, where a broker's
+/// sweep without membarrier gets it too): its message names both, not only the first.
+#[test]
+fn the_no_barrier_error_names_both_rings_it_comes_from() {
+    let msg = LifecycleError::NoBarrier.to_string();
+    assert!(
+        msg.contains("single-producer ring")
+            && msg.contains("claiming alone on a multi-producer ring"),
+        "{msg}"
+    );
+}
