@@ -485,8 +485,14 @@ impl Importer<'_> {
                     if !told {
                         told = true;
                         warn!(
-                            "ring {:?} is stopped: waiting for it to start (`broker start {}`)",
-                            self.ring_name, self.ring_name
+                            "ring {:?} is stopped: waiting for it to start (`{}`)",
+                            self.ring_name,
+                            shmring::names::broker_command(
+                                self.ring.namespace(),
+                                "start",
+                                &[self.ring_name],
+                                &[]
+                            )
                         );
                     }
                     // Looks at the ring's state, not refused publishes (each one counted).

@@ -22,7 +22,7 @@ pub enum ClientError {
         known: Vec<String>,
     },
     /// Nobody listens on the socket.
-    #[error("no broker is running for namespace {namespace:?} (nothing listens on {path}): start one with `broker run --namespace {namespace}`")]
+    #[error("no broker is running for namespace {namespace:?} (nothing listens on {path}): start one with `broker run --namespace={namespace}`")]
     NotRunning {
         /// The namespace.
         namespace: String,

@@ -60,7 +60,7 @@ pub fn render(r: &StatusReport, width: Option<usize>) -> String {
     }
     for ring in &r.rings {
         out.push('\n');
-        out.push_str(&ring_block(ring, b.running, width));
+        out.push_str(&ring_block(&r.namespace, ring, b.running, width));
     }
     for u in &r.unreadable {
         let _ = writeln!(out, "\nUNREADABLE {}: {}", u.path, u.error);
@@ -127,22 +127,11 @@ fn consumer_name(name: &str, index: u32) -> String {
 }
 
 /// A name another process chose (a consumer's: any bytes but NUL), its control and
-/// invisible formatting characters escaped (`\n`, `\u{1b}`, `\u{202e}`): printed as it
-/// is, a line break could forge a row, an escape sequence rewrite the operator's terminal
-/// and a direction override reorder what a row shows.
+/// invisible formatting characters (`shmring::names::hidden`) escaped (`\n`, `\u{1b}`,
+/// `\u{202e}`): printed as it is, a line break could forge a row, an escape sequence
+/// rewrite the operator's terminal and a direction override reorder what a row shows.
 fn shown(name: &str) -> String {
-    fn hidden(c: char) -> bool {
-        c.is_control()
-            || matches!(
-                c,
-                '\u{061c}'
-                    | '\u{200b}'..='\u{200f}'
-                    | '\u{202a}'..='\u{202e}'
-                    | '\u{2060}'..='\u{2064}'
-                    | '\u{2066}'..='\u{2069}'
-                    | '\u{feff}'
-            )
-    }
+    use shmring::names::hidden;
     if name.chars().any(hidden) {
         name.chars()
             .map(|c| {
@@ -198,7 +187,7 @@ fn on_error(x: &crate::report::ConsumerReport) -> String {
     }
 }
 
-fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
+fn ring_block(namespace: &str, ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     let mut out = String::new();
     let slowest = ring.slowest.as_ref().map_or("none".to_owned(), |s| {
         format!("{} (lag {})", consumer_name(&s.name, s.index), s.lag)
@@ -240,9 +229,9 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
             .any(|c| c.index == b.index && c.awaits_first_attach());
         let _ = writeln!(
             out,
-            "  producers wait for {0} and it cannot move: {2}, or `broker release {1} {0}` to let them go on without it",
+            "  producers wait for {0} and it cannot move: {2}, or `{1}` to let them go on without it",
             consumer_name(&b.name, b.index),
-            ring.name,
+            shmring::names::broker_command(namespace, "release", &[&ring.name, &b.name], &[]),
             if first { "start it (a declared consumer that never attached)" } else { "restart it" }
         );
     }
@@ -354,9 +343,9 @@ fn ring_block(ring: &RingReport, swept: bool, width: Option<usize>) -> String {
     for x in ring.consumers.iter().filter(|x| x.awaits_first_attach()) {
         let _ = writeln!(
             out,
-            "  {0} is DECLARED and has not attached yet: what is published waits for its first attach (start it, or remove it from declared_consumers and `broker unsubscribe {1} {0}`)",
+            "  {0} is DECLARED and has not attached yet: what is published waits for its first attach (start it, or remove it from declared_consumers and `{1}`)",
             consumer_name(&x.name, x.index),
-            ring.name
+            shmring::names::broker_command(namespace, "unsubscribe", &[&ring.name, &x.name], &[])
         );
     }
     groups(&mut out, ring);
@@ -590,7 +579,8 @@ mod tests {
             text.contains("BLOCKED by a-rather-long-consumer-name (DECLARED)")
                 && text.contains("start it (a declared consumer that never attached)")
                 && text.contains("is DECLARED and has not attached yet")
-                && text.contains("`broker unsubscribe r a-rather-long-consumer-name`"),
+                && text
+                    .contains("`broker unsubscribe --namespace=n r a-rather-long-consumer-name`"),
             "{text}"
         );
         let row = text

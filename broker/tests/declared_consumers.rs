@@ -125,7 +125,10 @@ fn a_drain_waiting_for_a_declared_consumer_that_never_attached_names_it() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
         said.contains("declared consumer \"writer\" never attached")
-            && said.contains("`broker unsubscribe r writer`"),
+            && said.contains(&format!(
+                "`broker unsubscribe --namespace={} r writer`",
+                ns.name()
+            )),
         "{said}"
     );
 

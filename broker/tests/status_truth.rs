@@ -67,7 +67,10 @@ fn a_full_ring_behind_a_detached_consumer_is_blocked_until_released() {
     );
     let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
     assert!(text.contains("BLOCKED by away (DETACHED)"), "{text}");
-    assert!(text.contains("broker release r away"), "{text}");
+    assert!(
+        text.contains(&format!("broker release --namespace={} r away", ns.name())),
+        "{text}"
+    );
 
     assert_eq!(ns.cli(&["release", "r", "away"]).status.code(), Some(0));
     ns.wait_status("healthy after the release", |v, code| {

@@ -22,6 +22,7 @@ use shmring_layout::{consumer_flags, consumer_state, owned_word, producer_state,
 
 use crate::fixed::Position as CursorView;
 use crate::line::{Env, Line, LineError, LoneSlot, LoneWords};
+use crate::names::broker_command;
 use crate::segment::Segment;
 use crate::{park, process, table, Ring};
 
@@ -44,11 +45,12 @@ pub enum LifecycleError {
         /// The pid named in the lifecycle word.
         pid: u32,
     },
-    /// This process cannot stop or start the ring: the kernel (or a seccomp filter) refuses
-    /// it `membarrier`, which the publish path of a producer in another process relies on
-    /// (a single-producer ring's producer, or a multi-producer ring's producer claiming
-    /// alone that did not end its claims within the lifecycle wait).
-    #[error("this process cannot stop or start the ring: membarrier is not available to it, and a producer in another process publishes relying on it (the producer of a single-producer ring, or a producer claiming alone on a multi-producer ring that did not claim again within the lifecycle wait); allow the membarrier system call, or stop and start the ring from a process that has it (the broker)")]
+    /// This process cannot stop, start, drain or remove the ring: the kernel (or a seccomp
+    /// filter) refuses it `membarrier`, which the publish path of a producer in another
+    /// process relies on (a single-producer ring's producer, or a multi-producer ring's
+    /// producer claiming alone: refused at once, or, finishing a dead process's stop, once
+    /// that producer did not claim again within the lifecycle wait).
+    #[error("this process cannot stop, start, drain or remove the ring: membarrier is not available to it, and a producer in another process publishes relying on it (the producer of a single-producer ring, or a producer claiming alone on a multi-producer ring, which ends its lone claims at its next claim); allow the membarrier system call, or change the ring's lifecycle from a process that has it")]
     NoBarrier,
     /// The ring's file was truncated during the request, and the truncation guard
     /// (`install_truncation_guard`, feature `truncation-guard`) replaced its mapping with
@@ -89,12 +91,15 @@ pub enum LifecycleError {
         state: String,
     },
     /// Drain did not finish in time.
-    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}{}{}", .behind.len(), describe_behind(.behind), describe_never_attached(.ring, .unmoved), describe_unmoved(.ring, .behind, .unmoved))]
+    #[error("drain timed out: {} consumer(s) short of sequence {stop_seq}: {}{}{}", .behind.len(), describe_behind(.behind), describe_never_attached(.namespace, .ring, .unmoved), describe_unmoved(.namespace, .ring, .behind, .unmoved))]
     DrainTimeout {
         /// The stop sequence.
         stop_seq: u64,
         /// (consumer index, name, next) of every consumer still short of it.
         behind: Vec<(u32, String, u64)>,
+        /// The ring's namespace (boxed: this error travels inside `OpenError`, which stays
+        /// small).
+        namespace: Box<str>,
         /// The ring's name.
         ring: String,
         /// (consumer index, name, why) of those that no running process moves, as the
@@ -122,6 +127,7 @@ pub enum Unmoved {
 }
 
 fn describe_unmoved(
+    namespace: &str,
     ring: &str,
     behind: &[(u32, String, u64)],
     unmoved: &[(u32, String, Unmoved)],
@@ -160,7 +166,7 @@ fn describe_unmoved(
         [] => String::new(),
         [(_, n, _)] if !n.is_empty() => format!(
             "; no running process moves {each}: restart its consumer (it resumes where it stopped), or let the ring go on without it: `{}`",
-            broker_command("release", &[ring, n])
+            broker_command(namespace, "release", &[ring, n], &[])
         ),
         _ => {
             let anonymous = if unmoved.iter().any(|(_, n, _)| n.is_empty()) {
@@ -170,42 +176,22 @@ fn describe_unmoved(
             };
             format!(
                 "; no running process moves {each}: restart each consumer (it resumes where it stopped), or let the ring go on without one: `{}`{anonymous}",
-                broker_command("release", &[ring, "NAME"])
+                broker_command(
+                    namespace,
+                    "release",
+                    &[ring, "NAME"],
+                    &unmoved.iter().map(|(_, n, _)| n.as_str()).collect::<Vec<_>>()
+                )
             )
         }
     }
 }
 
-/// `broker SUBCOMMAND ARGS...` as a shell command line that passes each of `args` as it is:
-/// each quoted where a shell would read it otherwise, after `--` when one begins with `-`
-/// (which the CLI would take for an option).
-fn broker_command(subcommand: &str, args: &[&str]) -> String {
-    let mut line = format!("broker {subcommand}");
-    if args.iter().any(|a| a.starts_with('-')) {
-        line.push_str(" --");
-    }
-    for a in args {
-        line.push(' ');
-        line.push_str(&shell_word(a));
-    }
-    line
-}
-
-/// `word` as one word of a shell command line: as it is when it holds nothing a shell
-/// reads specially, else in single quotes.
-fn shell_word(word: &str) -> String {
-    if !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@+=,".contains(c))
-    {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
-}
-
-fn describe_never_attached(ring: &str, unmoved: &[(u32, String, Unmoved)]) -> String {
+fn describe_never_attached(
+    namespace: &str,
+    ring: &str,
+    unmoved: &[(u32, String, Unmoved)],
+) -> String {
     let names: Vec<&String> = unmoved
         .iter()
         .filter(|(.., why)| *why == Unmoved::NeverAttached)
@@ -215,7 +201,7 @@ fn describe_never_attached(ring: &str, unmoved: &[(u32, String, Unmoved)]) -> St
         [] => String::new(),
         [name] => format!(
             "; declared consumer {name:?} never attached, so the events it holds wait for it: start it, or remove it from the ring's declared consumers and unsubscribe it (`{}`)",
-            broker_command("unsubscribe", &[ring, name])
+            broker_command(namespace, "unsubscribe", &[ring, name], &[])
         ),
         _ => format!(
             "; declared consumers {} never attached, so the events they hold wait for them: start them, or remove them from the ring's declared consumers and unsubscribe each (`{}`)",
@@ -224,7 +210,12 @@ fn describe_never_attached(ring: &str, unmoved: &[(u32, String, Unmoved)]) -> St
                 .map(|n| format!("{n:?}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            broker_command("unsubscribe", &[ring, "NAME"])
+            broker_command(
+                namespace,
+                "unsubscribe",
+                &[ring, "NAME"],
+                &names.iter().map(|n| n.as_str()).collect::<Vec<_>>()
+            )
         ),
     }
 }
@@ -529,6 +520,7 @@ impl Ring {
                 break Err(LifecycleError::DrainTimeout {
                     stop_seq: stop,
                     behind,
+                    namespace: self.namespace().into(),
                     ring: self.name().to_owned(),
                     unmoved,
                 });
@@ -725,9 +717,11 @@ impl Ring {
     /// Finish a stop, start or sharing whose owner died half-way (a half-done stop ends
     /// Stopped, a half-done start or sharing Running). One whose owner lives (or a live
     /// process that took a dead owner's word over first) is left to it: this never waits
-    /// for one (finishing a dead stopper's stop or sharing on a multi-producer ring waits,
-    /// as a stop does, for a live lone producer to end its claims). Returns the state, and whether
-    /// this process finished a dead owner's change. One load when nothing is in progress.
+    /// for one. Finishing a dead stopper's stop or a dead sharing on a multi-producer ring
+    /// waits up to the lifecycle wait, as a stop that takes a dead one over does, for a live
+    /// lone producer to end its claims (`NoBarrier` after it, from a process without
+    /// membarrier). Returns the state, and whether this process finished a dead owner's
+    /// change. One load when nothing is in progress.
     pub fn finish_interrupted(&self) -> Result<(RingState, bool), LifecycleError> {
         let line = self.seg.line();
         let before = line.life();
@@ -738,7 +732,7 @@ impl Ring {
             return Ok((state, false));
         }
         // Never waits for a live owner; finishing a dead one's stop or sharing may wait the
-        // lifecycle wait for a live lone producer to end its claims, as any stop does.
+        // lifecycle wait for a live lone producer to end its claims.
         let (after, finished) = line.finish_dead(&SegEnv::lifecycle(&self.seg))?;
         let state = after
             .state

@@ -239,9 +239,111 @@ pub fn rings_in(dir: &Path) -> std::io::Result<Vec<String>> {
         .collect())
 }
 
+/// A `broker` command line for a message to suggest, one a user can paste into a shell:
+/// `broker SUBCOMMAND`, `--namespace=NAMESPACE` unless `namespace` is `default`, then
+/// `args`, each quoted where a shell would read it otherwise, after `--` when one of them,
+/// or of the names a placeholder among them stands for (`stands_for`), begins with `-`
+/// (which the CLI would take for an option).
+pub fn broker_command(
+    namespace: &str,
+    subcommand: &str,
+    args: &[&str],
+    stands_for: &[&str],
+) -> String {
+    let mut line = format!("broker {subcommand}");
+    if namespace != "default" {
+        line.push(' ');
+        line.push_str(&shell_word(&format!("--namespace={namespace}")));
+    }
+    if args.iter().chain(stands_for).any(|a| a.starts_with('-')) {
+        line.push_str(" --");
+    }
+    for a in args {
+        line.push(' ');
+        line.push_str(&shell_word(a));
+    }
+    line
+}
+
+/// `word` as one word of a shell command line: as it is when it holds nothing a shell
+/// reads specially, else in single quotes; one holding a [`hidden`] character in ANSI-C
+/// quotes (`$'...'`, bash, zsh, ksh and POSIX.1-2024), that character escaped, so that the
+/// suggestion never writes a control character to the user's terminal.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@+=,".contains(c))
+    {
+        word.to_owned()
+    } else if word.chars().any(hidden) {
+        let mut quoted = String::from("$'");
+        for c in word.chars() {
+            match c {
+                '\\' | '\'' => {
+                    quoted.push('\\');
+                    quoted.push(c);
+                }
+                c if hidden(c) && (c as u32) < 0x80 => {
+                    quoted.push_str(&format!("\\x{:02x}", c as u32))
+                }
+                c if hidden(c) => quoted.push_str(&format!("\\u{:04x}", c as u32)),
+                c => quoted.push(c),
+            }
+        }
+        quoted.push('\'');
+        quoted
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// Whether `c` is a control or invisible formatting character: printed as it is, a line
+/// break could forge a line of output, an escape sequence rewrite the user's terminal and
+/// a direction override reorder what a line shows. Names other processes chose (a
+/// consumer's: any bytes but NUL) are shown with these escaped.
+pub fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a suggested command becomes for names a shell or the CLI would misread.
+    #[test]
+    fn a_suggested_broker_command_survives_a_shell_and_the_cli() {
+        assert_eq!(
+            broker_command("default", "start", &["r"], &[]),
+            "broker start r"
+        );
+        assert_eq!(
+            broker_command("lab", "release", &["r", "audit log's"], &[]),
+            r"broker release --namespace=lab r 'audit log'\''s'"
+        );
+        assert_eq!(
+            broker_command("default", "release", &["r", "-v"], &[]),
+            "broker release -- r -v"
+        );
+        assert_eq!(
+            broker_command("-n", "release", &["r", "NAME"], &["w", "-v"]),
+            "broker release --namespace=-n -- r NAME"
+        );
+        assert_eq!(broker_command("default", "x", &[""], &[]), "broker x ''");
+        assert_eq!(
+            broker_command("default", "release", &["r", "a\u{1b}[2J\n'\\\u{202e}"], &[]),
+            r"broker release r $'a\x1b[2J\x0a\'\\\u202e'"
+        );
+    }
 
     /// Without the environment variables, rings live in `/dev/shm/shmring.default/` (the
     /// README's opening).

@@ -101,7 +101,11 @@ fn drain_names_a_declared_consumer_that_never_attached() {
     }
     let msg = err.to_string();
     assert!(
-        msg.contains("\"writer\" never attached") && msg.contains("broker unsubscribe r writer"),
+        msg.contains("\"writer\" never attached")
+            && msg.contains(&format!(
+                "broker unsubscribe --namespace={} r writer",
+                ns.name()
+            )),
         "{msg}"
     );
 

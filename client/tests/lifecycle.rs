@@ -179,7 +179,7 @@ fn a_drain_timeout_says_which_consumers_no_process_moves() {
         "\"failed\" (FAILED at sequence 1",
         "\"gone\" (DETACHED",
         "\"crashed\" (its process is gone",
-        "broker release r NAME",
+        &format!("`broker release --namespace={} r NAME`", ns.name()),
     ] {
         assert!(msg.contains(said), "{said:?} in {msg}");
     }
@@ -203,7 +203,11 @@ fn a_drain_timeout_quotes_the_name_in_the_command_it_suggests() {
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("(DETACHED)") && msg.contains(r"`broker release r 'audit log'\''s'`"),
+        msg.contains("(DETACHED)")
+            && msg.contains(&format!(
+                r"`broker release --namespace={} r 'audit log'\''s'`",
+                ns.name()
+            )),
         "{msg}"
     );
 
@@ -216,7 +220,28 @@ fn a_drain_timeout_quotes_the_name_in_the_command_it_suggests() {
         .drain(Duration::from_millis(20))
         .unwrap_err()
         .to_string();
-    assert!(msg.contains("`broker release -- s -v`"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "`broker release --namespace={} -- s -v`",
+            ns.name()
+        )),
+        "{msg}"
+    );
+    // And where a placeholder stands for such a name.
+    drop(ring.consumer(ConsumerOptions::durable("w")).unwrap());
+    ring.start().unwrap();
+    ring.producer().unwrap().publish(&[3]).unwrap();
+    let msg = ring
+        .drain(Duration::from_millis(20))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains(&format!(
+            "`broker release --namespace={} -- s NAME`",
+            ns.name()
+        )),
+        "{msg}"
+    );
 }
 
 /// `drain_while` asks between looks whether to keep waiting: told no, it ends with

@@ -165,8 +165,9 @@ fn unsubscribe_found(
     };
     if attached {
         return Reply::error(format!(
-            "ring {name:?}: consumer {consumer:?} is attached by live process {}: stop that process first (or `broker release {name} {consumer}` to stop it gating)",
-            c.pid
+            "ring {name:?}: consumer {consumer:?} is attached by live process {}: stop that process first (or `{}` to stop it gating)",
+            c.pid,
+            shmring::names::broker_command(ring.namespace(), "release", &[name, consumer], &[])
         ));
     }
     if let Some(late) = too_late(deadline) {

@@ -160,9 +160,14 @@ pub fn unknown(b: &Broker, ring: &str) -> Reply {
     }
     let known: Vec<&str> = b.rings.keys().map(String::as_str).collect();
     Reply::error(format!(
-        "no ring named {ring:?} in namespace {:?} (rings: {}): create it with `broker create {ring}`",
+        "no ring named {ring:?} in namespace {:?} (rings: {}): create it with `{}`",
         b.namespace,
-        if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+        if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        },
+        shmring::names::broker_command(&b.namespace, "create", &[ring], &[])
     ))
 }
 

@@ -436,7 +436,8 @@ fn finish_adopted(name: &str, ring: &Ring) {
     finish_half_done(name, ring);
     if let Some(stop) = ring.stop_if_draining() {
         warn!(ring = %name, stop,
-            "found the ring DRAINING with no drain of this broker behind it: left STOPPED at sequence {stop}; `broker start {name}` reopens it");
+            "found the ring DRAINING with no drain of this broker behind it: left STOPPED at sequence {stop}; `{}` reopens it",
+            shmring::names::broker_command(ring.namespace(), "start", &[name], &[]));
     }
 }
 
