@@ -63,7 +63,8 @@ pub fn render(r: &StatusReport, width: Option<usize>) -> String {
         out.push_str(&ring_block(&r.namespace, ring, b.running, width));
     }
     for u in &r.unreadable {
-        let _ = writeln!(out, "\nUNREADABLE {}: {}", u.path, u.error);
+        // Both name a file anyone who can write the namespace's directory may have named.
+        let _ = writeln!(out, "\nUNREADABLE {}: {}", shown(&u.path), shown(&u.error));
     }
     let verdict = match (r.healthy, b.running) {
         (true, true) => "all healthy",
@@ -127,24 +128,11 @@ fn consumer_name(name: &str, index: u32) -> String {
 }
 
 /// A name another process chose (a consumer's: any bytes but NUL), its control and
-/// invisible formatting characters (`shmring::names::hidden`) escaped (`\n`, `\u{1b}`,
-/// `\u{202e}`): printed as it is, a line break could forge a row, an escape sequence
-/// rewrite the operator's terminal and a direction override reorder what a row shows.
+/// invisible formatting characters escaped (`shmring::names::shown`): printed as it is, a
+/// line break could forge a row, an escape sequence rewrite the operator's terminal and a
+/// direction override reorder what a row shows.
 fn shown(name: &str) -> String {
-    use shmring::names::hidden;
-    if name.chars().any(hidden) {
-        name.chars()
-            .map(|c| {
-                if hidden(c) {
-                    c.escape_default().to_string()
-                } else {
-                    c.to_string()
-                }
-            })
-            .collect()
-    } else {
-        name.to_owned()
-    }
+    shmring::names::shown(name)
 }
 
 fn table(header: &[&str], width: Option<usize>) -> Table {
@@ -227,19 +215,33 @@ fn ring_block(namespace: &str, ring: &RingReport, swept: bool, width: Option<usi
             .consumers
             .iter()
             .any(|c| c.index == b.index && c.awaits_first_attach());
-        let _ = writeln!(
-            out,
-            "  producers wait for {0} and it cannot move: {2}, or `{1}` to let them go on without it",
-            consumer_name(&b.name, b.index),
-            shmring::names::broker_command(namespace, "release", &[&ring.name, &b.name], &[]),
-            if first { "start it (a declared consumer that never attached)" } else { "restart it" }
-        );
+        let what = if first {
+            "start it (a declared consumer that never attached)"
+        } else {
+            "restart it"
+        };
+        if b.name.is_empty() {
+            // Released by name only: an anonymous one's entry goes with its process.
+            let _ = writeln!(
+                out,
+                "  producers wait for {} and it cannot move: {what} (an anonymous consumer's entry is freed once its process is gone)",
+                consumer_name(&b.name, b.index),
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  producers wait for {} and it cannot move: {what}, or `{}` to let them go on without it",
+                consumer_name(&b.name, b.index),
+                shmring::names::broker_command(namespace, "release", &[&ring.name, &b.name], &[]),
+            );
+        }
     }
     for w in &ring.corrupt {
         let _ = writeln!(
             out,
-            "  CORRUPT: {}; stop every process attached to it, `broker delete {}` and create it again",
-            w.message, ring.name
+            "  CORRUPT: {}; stop every process attached to it, `{}` and create it again",
+            w.message,
+            shmring::names::broker_command(namespace, "delete", &[&ring.name], &[])
         );
     }
     if swept {
@@ -564,6 +566,35 @@ mod tests {
         let text = render(&r, None);
         assert!(!text.contains('\u{202e}'), "{text}");
         assert!(text.contains(r"evil\u{202e}gnp.exe"), "{text}");
+        // A file anyone who can write the namespace's directory named.
+        r.unreadable = vec![crate::report::Unreadable {
+            path: "/dev/shm/shmring.n/x\u{1b}[2J.ring".into(),
+            error: "not a ring: x\u{1b}[2J".into(),
+        }];
+        let text = render(&r, None);
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(
+            text.contains(r"UNREADABLE /dev/shm/shmring.n/x\u{1b}[2J.ring"),
+            "{text}"
+        );
+    }
+
+    /// A ring blocked by an anonymous consumer is not told to release it by name (the
+    /// broker releases by name only): restarting its process is the way.
+    #[test]
+    fn a_ring_blocked_by_an_anonymous_consumer_is_not_told_to_release_it_by_name() {
+        let mut r = report();
+        let ring = &mut r.rings[0];
+        ring.consumers[0].name = String::new();
+        if let Some(b) = ring.blocked_by.as_mut() {
+            b.name = String::new();
+        }
+        let text = render(&r, None);
+        assert!(
+            text.contains("producers wait for #0 and it cannot move"),
+            "{text}"
+        );
+        assert!(!text.contains("broker release"), "{text}");
     }
 
     /// A declared consumer that never attached reads DECLARED, with no pid, and the text

@@ -214,6 +214,21 @@ fn held_ring(ns: &Namespace, name: &str) -> (Child, Ring) {
     (broker, r)
 }
 
+/// A live process (a `sleep`) made the owner of a stop of `r` that it never finishes.
+fn a_live_stopper(ns: &Namespace, r: &Ring) -> Child {
+    let owner = ns.spawn("stop owner", {
+        let mut c = std::process::Command::new("sleep");
+        c.arg("600");
+        c
+    });
+    shmring_testkit::raw::RawSegment::open(r).set_lifecycle_word(shmring_layout::lifecycle::pack(
+        9,
+        shmring::RingState::Stopping as u32,
+        owner.pid(),
+    ));
+    owner
+}
+
 /// `broker drain r --timeout TIMEOUT`, once the ring is draining.
 fn draining(ns: &Namespace, timeout: &str) -> Child {
     let drain = common::fault::cli_spawn(ns, &["drain", "r", "--timeout", timeout]);
@@ -340,17 +355,7 @@ fn a_delete_waiting_for_a_live_stop_leaves_the_broker_answering() {
     let broker = ns.spawn("broker", cmd);
     assert!(broker.expect_stderr_within("broker ready", common::WAIT));
     let r = Ring::open(ns.name(), "r").expect("open");
-    // A live process that owns a stop of the ring and never finishes it.
-    let mut owner = ns.spawn("stop owner", {
-        let mut c = Command::new("sleep");
-        c.arg("600");
-        c
-    });
-    shmring_testkit::raw::RawSegment::open(&r).set_lifecycle_word(shmring_layout::lifecycle::pack(
-        9,
-        shmring::RingState::Stopping as u32,
-        owner.pid(),
-    ));
+    let mut owner = a_live_stopper(&ns, &r);
 
     let mut delete = common::fault::cli_spawn(&ns, &["delete", "r"]);
     assert!(
@@ -422,8 +427,6 @@ fn a_request_queued_behind_a_drain_acts_on_the_ring_under_the_name_once_its_turn
 /// read "no reply" where the broker said which process held the ring.
 #[test]
 fn a_request_that_waits_for_its_turn_and_a_live_stopper_gets_the_brokers_answer() {
-    use std::process::Command;
-
     let ns = Namespace::new("outwait");
     let (broker, r) = held_ring(&ns, "away");
     // The drain holds the ring's turn for 7 s.
@@ -434,18 +437,8 @@ fn a_request_that_waits_for_its_turn_and_a_live_stopper_gets_the_brokers_answer(
         "the stop waits for the drain:\n{}",
         broker.stderr_so_far()
     );
-    // A live process that owns a stop of the ring and never finishes it: once its turn
-    // comes, the queued stop waits the lifecycle wait for it.
-    let mut owner = ns.spawn("stop owner", {
-        let mut c = Command::new("sleep");
-        c.arg("600");
-        c
-    });
-    shmring_testkit::raw::RawSegment::open(&r).set_lifecycle_word(shmring_layout::lifecycle::pack(
-        9,
-        shmring::RingState::Stopping as u32,
-        owner.pid(),
-    ));
+    // Once its turn comes, the queued stop waits the lifecycle wait for this one.
+    let mut owner = a_live_stopper(&ns, &r);
     let (drained, text) = common::fault::cli_finish(drain);
     assert!(!drained, "the drain times out: {text}");
     let (ok, out) = common::fault::cli_finish(stop);

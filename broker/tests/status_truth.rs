@@ -204,7 +204,10 @@ fn a_damaged_position_makes_the_ring_unhealthy_and_says_what_to_do() {
     let text = String::from_utf8_lossy(&ns.cli(&["status"]).stdout).into_owned();
     assert!(text.contains("CORRUPT: position"), "{text}");
     assert!(
-        text.contains("`broker delete r` and create it again"),
+        text.contains(&format!(
+            "`broker delete --namespace={} r` and create it again",
+            ns.name()
+        )),
         "{text}"
     );
     assert!(

@@ -237,7 +237,11 @@ fn describe_behind(behind: &[(u32, String, u64)]) -> String {
     behind
         .iter()
         .map(|(i, name, next)| {
-            let name = if name.is_empty() { "<anonymous>" } else { name };
+            let name = if name.is_empty() {
+                "<anonymous>".to_owned()
+            } else {
+                crate::names::shown(name)
+            };
             format!("#{i} {name} at {next}")
         })
         .collect::<Vec<_>>()

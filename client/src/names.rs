@@ -240,21 +240,20 @@ pub fn rings_in(dir: &Path) -> std::io::Result<Vec<String>> {
 }
 
 /// A `broker` command line for a message to suggest, one a user can paste into a shell:
-/// `broker SUBCOMMAND`, `--namespace=NAMESPACE` unless `namespace` is `default`, then
-/// `args`, each quoted where a shell would read it otherwise, after `--` when one of them,
-/// or of the names a placeholder among them stands for (`stands_for`), begins with `-`
-/// (which the CLI would take for an option).
+/// `broker SUBCOMMAND --namespace=NAMESPACE` (always: the CLI's own default may come from
+/// `$SHMRING_NAMESPACE`), then `args`, each quoted where a shell would read it otherwise,
+/// after `--` when one of them, or of the names a placeholder among them stands for
+/// (`stands_for`), begins with `-` (which the CLI would take for an option).
 pub fn broker_command(
     namespace: &str,
     subcommand: &str,
     args: &[&str],
     stands_for: &[&str],
 ) -> String {
-    let mut line = format!("broker {subcommand}");
-    if namespace != "default" {
-        line.push(' ');
-        line.push_str(&shell_word(&format!("--namespace={namespace}")));
-    }
+    let mut line = format!(
+        "broker {subcommand} {}",
+        shell_word(&format!("--namespace={namespace}"))
+    );
     if args.iter().chain(stands_for).any(|a| a.starts_with('-')) {
         line.push_str(" --");
     }
@@ -266,29 +265,24 @@ pub fn broker_command(
 }
 
 /// `word` as one word of a shell command line: as it is when it holds nothing a shell
-/// reads specially, else in single quotes; one holding a [`hidden`] character in ANSI-C
-/// quotes (`$'...'`, bash, zsh, ksh and POSIX.1-2024), that character escaped, so that the
-/// suggestion never writes a control character to the user's terminal.
+/// reads specially; else in single quotes; one holding a [`hidden`] character in ANSI-C
+/// quotes (`$'...'`: bash, zsh, ksh, POSIX.1-2024), where that character, `'`, `\` and `!`
+/// are written as the octal escapes of their UTF-8 bytes (in any locale, and never a
+/// control character printed to the user's terminal).
 fn shell_word(word: &str) -> String {
-    if !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@+=,".contains(c))
-    {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_.:/@+=,".contains(c);
+    if !word.is_empty() && !word.starts_with('=') && word.chars().all(plain) {
         word.to_owned()
     } else if word.chars().any(hidden) {
         let mut quoted = String::from("$'");
         for c in word.chars() {
-            match c {
-                '\\' | '\'' => {
-                    quoted.push('\\');
-                    quoted.push(c);
+            if hidden(c) || matches!(c, '\'' | '\\' | '!') {
+                let mut bytes = [0; 4];
+                for b in c.encode_utf8(&mut bytes).bytes() {
+                    quoted.push_str(&format!("\\{b:03o}"));
                 }
-                c if hidden(c) && (c as u32) < 0x80 => {
-                    quoted.push_str(&format!("\\x{:02x}", c as u32))
-                }
-                c if hidden(c) => quoted.push_str(&format!("\\u{:04x}", c as u32)),
-                c => quoted.push(c),
+            } else {
+                quoted.push(c);
             }
         }
         quoted.push('\'');
@@ -301,7 +295,7 @@ fn shell_word(word: &str) -> String {
 /// Whether `c` is a control or invisible formatting character: printed as it is, a line
 /// break could forge a line of output, an escape sequence rewrite the user's terminal and
 /// a direction override reorder what a line shows. Names other processes chose (a
-/// consumer's: any bytes but NUL) are shown with these escaped.
+/// consumer's: any bytes but NUL) are printed through [`shown`].
 pub fn hidden(c: char) -> bool {
     c.is_control()
         || matches!(
@@ -315,6 +309,24 @@ pub fn hidden(c: char) -> bool {
         )
 }
 
+/// `name` with its [`hidden`] characters escaped (`\n`, `\u{1b}`, `\u{202e}`): how a name
+/// another process chose is printed.
+pub fn shown(name: &str) -> String {
+    if name.chars().any(hidden) {
+        name.chars()
+            .map(|c| {
+                if hidden(c) {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    } else {
+        name.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,25 +336,71 @@ mod tests {
     fn a_suggested_broker_command_survives_a_shell_and_the_cli() {
         assert_eq!(
             broker_command("default", "start", &["r"], &[]),
-            "broker start r"
+            "broker start --namespace=default r"
         );
         assert_eq!(
             broker_command("lab", "release", &["r", "audit log's"], &[]),
             r"broker release --namespace=lab r 'audit log'\''s'"
         );
         assert_eq!(
-            broker_command("default", "release", &["r", "-v"], &[]),
-            "broker release -- r -v"
+            broker_command("d", "release", &["r", "-v"], &[]),
+            "broker release --namespace=d -- r -v"
         );
         assert_eq!(
             broker_command("-n", "release", &["r", "NAME"], &["w", "-v"]),
             "broker release --namespace=-n -- r NAME"
         );
-        assert_eq!(broker_command("default", "x", &[""], &[]), "broker x ''");
         assert_eq!(
-            broker_command("default", "release", &["r", "a\u{1b}[2J\n'\\\u{202e}"], &[]),
-            r"broker release r $'a\x1b[2J\x0a\'\\\u202e'"
+            broker_command("d", "release", &["r", "a\u{1b}[2J\n'\\!\u{202e}"], &[]),
+            r"broker release --namespace=d r $'a\033[2J\012\047\134\041\342\200\256'"
         );
+    }
+
+    /// Every word `shell_word` writes, read back by bash (in the C locale, where `$'\u...'`
+    /// would not be decoded), is the word itself.
+    #[test]
+    fn a_shell_reads_back_every_quoted_word_as_it_was() {
+        let words = [
+            "",
+            "plain",
+            "a b",
+            "it's",
+            "-v",
+            "=ls",
+            "~x",
+            "a\\b",
+            "$HOME",
+            "!x'y",
+            "évian 🚀",
+            "x\u{1b}[2J\nring",
+            "\u{202e}abc",
+            "\u{85}ab",
+            "\u{1b}1",
+            "tab\there",
+            "\u{7f}",
+        ];
+        for word in words {
+            let out = std::process::Command::new("bash")
+                .env("LC_ALL", "C")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_word(word)))
+                .output()
+                .expect("bash");
+            assert!(out.status.success(), "{word:?}: {out:?}");
+            assert_eq!(
+                out.stdout,
+                word.as_bytes(),
+                "{word:?} written as {}",
+                shell_word(word)
+            );
+        }
+    }
+
+    #[test]
+    fn shown_escapes_what_would_reach_a_terminal_raw() {
+        assert_eq!(shown("ok name"), "ok name");
+        assert_eq!(shown("x\u{1b}[2J\n"), r"x\u{1b}[2J\n");
+        assert_eq!(shown("evil\u{202e}gnp"), r"evil\u{202e}gnp");
     }
 
     /// Without the environment variables, rings live in `/dev/shm/shmring.default/` (the

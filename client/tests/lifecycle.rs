@@ -191,57 +191,31 @@ fn a_drain_timeout_says_which_consumers_no_process_moves() {
 #[test]
 fn a_drain_timeout_quotes_the_name_in_the_command_it_suggests() {
     let ns = Namespace::concurrent("drain_quote");
+    // A drain of `ring` that times out, after `name` attached and detached between two
+    // publishes: the message.
+    let timed_out = |ring: &Ring, name: &str| {
+        ring.producer().unwrap().publish(&[1]).unwrap();
+        drop(ring.consumer(ConsumerOptions::durable(name)).unwrap());
+        ring.producer().unwrap().publish(&[2]).unwrap();
+        ring.drain(Duration::from_millis(20))
+            .unwrap_err()
+            .to_string()
+    };
+    let said = |msg: &str, command: &str| {
+        let command = format!("`broker release --namespace={} {command}`", ns.name());
+        assert!(msg.contains(&command), "{command} in {msg}");
+    };
     let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
-    ring.producer().unwrap().publish(&[1]).unwrap();
-    drop(
-        ring.consumer(ConsumerOptions::durable("audit log's"))
-            .unwrap(),
-    );
-    ring.producer().unwrap().publish(&[2]).unwrap();
-    let msg = ring
-        .drain(Duration::from_millis(20))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        msg.contains("(DETACHED)")
-            && msg.contains(&format!(
-                r"`broker release --namespace={} r 'audit log'\''s'`",
-                ns.name()
-            )),
-        "{msg}"
-    );
+    let msg = timed_out(&ring, "audit log's");
+    assert!(msg.contains("(DETACHED)"), "{msg}");
+    said(&msg, r"r 'audit log'\''s'");
 
     // A name the CLI would take for an option comes after `--`.
     let ring = Ring::create(ns.name(), "s", &cfg(16)).unwrap();
-    ring.producer().unwrap().publish(&[1]).unwrap();
-    drop(ring.consumer(ConsumerOptions::durable("-v")).unwrap());
-    ring.producer().unwrap().publish(&[2]).unwrap();
-    let msg = ring
-        .drain(Duration::from_millis(20))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        msg.contains(&format!(
-            "`broker release --namespace={} -- s -v`",
-            ns.name()
-        )),
-        "{msg}"
-    );
+    said(&timed_out(&ring, "-v"), "-- s -v");
     // And where a placeholder stands for such a name.
-    drop(ring.consumer(ConsumerOptions::durable("w")).unwrap());
     ring.start().unwrap();
-    ring.producer().unwrap().publish(&[3]).unwrap();
-    let msg = ring
-        .drain(Duration::from_millis(20))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        msg.contains(&format!(
-            "`broker release --namespace={} -- s NAME`",
-            ns.name()
-        )),
-        "{msg}"
-    );
+    said(&timed_out(&ring, "w"), "-- s NAME");
 }
 
 /// `drain_while` asks between looks whether to keep waiting: told no, it ends with

@@ -94,9 +94,9 @@ fn beside_an_idle_lone_producer(ns: &Namespace) -> Beside {
 }
 
 /// Leave the lifecycle word as a stopper that died right after it took it leaves it
-/// (Stopping, its pid, nothing closed), tell `other` to stop the ring, and wait until it
-/// has taken the word over.
-fn stop_over_a_dead_stopper(raw: &RawSegment, other: &mut Child) {
+/// (Stopping, its pid, nothing closed), send `other` `command` (`stop`, or a sweep's
+/// `finish`), and wait until it has taken the word over.
+fn over_a_dead_stopper(raw: &RawSegment, other: &mut Child, command: &str) {
     let (dead, _) = shmring_testkit::fault::dead_process();
     let word = raw.lifecycle_word();
     raw.set_lifecycle_word(lifecycle::pack(
@@ -104,12 +104,26 @@ fn stop_over_a_dead_stopper(raw: &RawSegment, other: &mut Child) {
         RingState::Stopping as u32,
         dead,
     ));
-    other.send_line("stop");
-    eventually("the stop takes the dead stopper's word over", || {
+    other.send_line(command);
+    eventually("the dead stopper's word taken over", || {
         let word = raw.lifecycle_word();
         lifecycle::state(word) == RingState::Stopping as u32
             && lifecycle::owner(word) == other.pid()
     });
+}
+
+/// The lone producer `p` (which published `a` at 0) publishes `b` while another process's
+/// stop waits for it: accepted at 1 or refused, as the stop decides. How many events the
+/// ring holds at its stop.
+fn lone_claims_b(p: &mut Producer) -> u64 {
+    match p.publish(b"b") {
+        Ok(seq) => {
+            assert_eq!(seq, 1);
+            2
+        }
+        Err(shmring::PublishError::Closed) => 1,
+        Err(e) => panic!("the lone producer's claim: {e}"),
+    }
 }
 
 /// A producer alone on a multi-producer ring publishes once and stays idle; a process
@@ -209,7 +223,7 @@ fn a_stop_without_membarrier_over_a_dead_stopper_and_an_idle_lone_producer_leave
     );
 
     let asked = Instant::now();
-    stop_over_a_dead_stopper(&raw, &mut other);
+    over_a_dead_stopper(&raw, &mut other, "stop");
     let answer = other
         .expect_within("stop ", LIFECYCLE_WAIT * 3)
         .unwrap_or_else(|| other.fail("the stop did not give up"));
@@ -259,15 +273,8 @@ fn a_lone_producer_that_claims_lets_a_waiting_stop_without_membarrier_finish() {
         mut other,
         ..
     } = beside_an_idle_lone_producer(&ns);
-    stop_over_a_dead_stopper(&RawSegment::open(&ring), &mut other);
-    let accepted = match p.publish(b"b") {
-        Ok(seq) => {
-            assert_eq!(seq, 1);
-            2
-        }
-        Err(shmring::PublishError::Closed) => 1,
-        Err(e) => panic!("the lone producer's claim: {e}"),
-    };
+    over_a_dead_stopper(&RawSegment::open(&ring), &mut other, "stop");
+    let accepted = lone_claims_b(&mut p);
     assert_eq!(other.expect_line("stop "), format!("stop ok={accepted}"));
     assert_eq!(ring.info().state, Some(RingState::Stopped));
     let got = drain(&mut c);
@@ -290,31 +297,13 @@ fn a_sweep_without_membarrier_finishing_a_dead_stop_waits_for_the_lone_producer(
         ring,
         mut c,
         mut p,
+        lone: me,
         mut other,
-        ..
     } = beside_an_idle_lone_producer(&ns);
     let raw = RawSegment::open(&ring);
-    let (dead, _) = shmring_testkit::fault::dead_process();
-    let word = raw.lifecycle_word();
-    raw.set_lifecycle_word(lifecycle::pack(
-        lifecycle::generation(word) + 1,
-        RingState::Stopping as u32,
-        dead,
-    ));
-    other.send_line("finish");
-    eventually("the sweep takes the dead stopper's word over", || {
-        let word = raw.lifecycle_word();
-        lifecycle::state(word) == RingState::Stopping as u32
-            && lifecycle::owner(word) == other.pid()
-    });
-    let accepted = match p.publish(b"b") {
-        Ok(seq) => {
-            assert_eq!(seq, 1);
-            2
-        }
-        Err(shmring::PublishError::Closed) => 1,
-        Err(e) => panic!("the lone producer's claim: {e}"),
-    };
+    assert_eq!(lone(&ring), Some(me), "the lone producer claims alone");
+    over_a_dead_stopper(&raw, &mut other, "finish");
+    let accepted = lone_claims_b(&mut p);
     assert_eq!(other.expect_line("finish "), "finish ok=Stopped,true");
     assert_eq!(ring.info().state, Some(RingState::Stopped));
     assert_eq!(raw.stop_seq(), accepted);
