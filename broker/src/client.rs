@@ -87,6 +87,8 @@ fn describe_known(known: &[String]) -> String {
         "no namespace exists on this machine yet: `broker run --namespace NAME` makes one"
             .to_owned()
     } else {
+        // Quoted and escaped: anyone may make a directory in the shared-memory root.
+        let known: Vec<String> = known.iter().map(|k| format!("{k:?}")).collect();
         format!("namespaces here: {}", known.join(", "))
     }
 }

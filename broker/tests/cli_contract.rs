@@ -225,8 +225,9 @@ fn release_and_unsubscribe_a_durable_consumer_by_name() {
     assert!(stderr(&out).contains("live process"), "{}", stderr(&out));
     let out = ns.cli(&["release", "default", "nobody"]);
     assert_eq!(code(&out), 1);
+    // The durable consumers there, each quoted (names other processes chose).
     assert!(
-        stderr(&out).contains("no durable consumer named"),
+        stderr(&out).contains("no durable consumer named") && stderr(&out).contains("\"gone\""),
         "{}",
         stderr(&out)
     );

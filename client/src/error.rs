@@ -306,7 +306,7 @@ pub enum AttachError {
     },
     /// The dependencies would form a cycle: each consumer in `names` reads behind the next,
     /// and the last is the first again.
-    #[error("consumer dependencies would form a cycle ({}): remove one of these `after` names", names.join(" -> "))]
+    #[error("consumer dependencies would form a cycle ({}): remove one of these `after` names", names.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(" -> "))]
     Cycle {
         /// The consumers of the cycle, each reading behind the next; the first and the last
         /// are this consumer.

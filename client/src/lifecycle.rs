@@ -164,7 +164,11 @@ fn describe_unmoved(
         .join(", ");
     match unmoved.as_slice() {
         [] => String::new(),
-        [(_, n, _)] if !n.is_empty() => format!(
+        // Anonymous ones only: released by name only, each goes with its handle.
+        named if named.iter().all(|(_, n, _)| n.is_empty()) => format!(
+            "; no running process moves {each}: restart its process (an anonymous consumer's entry is freed when its handle is dropped, or by a broker's sweep once its process is gone)"
+        ),
+        [(_, n, _)] => format!(
             "; no running process moves {each}: restart its consumer (it resumes where it stopped), or let the ring go on without it: `{}`",
             broker_command(namespace, "release", &[ring, n], &[])
         ),
@@ -237,10 +241,11 @@ fn describe_behind(behind: &[(u32, String, u64)]) -> String {
     behind
         .iter()
         .map(|(i, name, next)| {
+            // Quoted and escaped: names other processes chose.
             let name = if name.is_empty() {
                 "<anonymous>".to_owned()
             } else {
-                crate::names::shown(name)
+                format!("{name:?}")
             };
             format!("#{i} {name} at {next}")
         })

@@ -218,6 +218,31 @@ fn a_drain_timeout_quotes_the_name_in_the_command_it_suggests() {
     said(&timed_out(&ring, "w"), "-- s NAME");
 }
 
+/// A drain that times out on one anonymous FAILED consumer says to restart its process,
+/// not to `broker release` it (which takes a name), and quotes the names it lists.
+#[test]
+fn a_drain_timeout_on_an_anonymous_consumer_suggests_no_release() {
+    let ns = Namespace::concurrent("drain_anon");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut anonymous = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let _live = ring
+        .consumer(ConsumerOptions::durable("a\u{1b}[2J"))
+        .unwrap();
+    ring.producer().unwrap().publish(&[1]).unwrap();
+    assert!(anonymous.poll_once_fallible(|_| Err("bad event")).is_err());
+    let msg = ring
+        .drain(Duration::from_millis(20))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("#0 <anonymous> (FAILED at sequence 0") && msg.contains("restart its process"),
+        "{msg}"
+    );
+    assert!(!msg.contains("broker release"), "{msg}");
+    assert!(msg.contains(r#"#1 "a\u{1b}[2J" at 0"#), "{msg}");
+    assert!(!msg.contains('\u{1b}'), "{msg}");
+}
+
 /// `drain_while` asks between looks whether to keep waiting: told no, it ends with
 /// `DrainAbandoned` (who is behind) long before its timeout and leaves the ring Stopped;
 /// a drain whose consumers are already there answers without asking.

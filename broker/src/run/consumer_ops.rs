@@ -36,11 +36,12 @@ fn find(shared: &Mutex<Broker>, name: &str, consumer: &str) -> Result<(Ring, Con
     {
         Some(c) => Ok((ring, c.clone())),
         None => {
-            let names: Vec<&str> = info
+            let names: Vec<String> = info
                 .consumers
                 .iter()
                 .filter(|c| c.durable)
-                .map(|c| c.name.as_str())
+                // Quoted and escaped: names other processes chose, printed to a terminal.
+                .map(|c| format!("{:?}", c.name))
                 .collect();
             Err(Reply::error(format!(
                 "ring {name:?} has no durable consumer named {consumer:?} (durable consumers: {})",
