@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use comfy_table::{presets, Cell, CellAlignment, ContentArrangement, Table};
 
+// Names another process chose (a consumer's: any bytes but NUL) are printed through `shown`:
+// raw, a line break could forge a row, an escape sequence rewrite the operator's terminal
+// and a direction override reorder what a row shows.
+use shmring::names::shown;
+
 use crate::human::format_duration;
 use crate::report::{RingReport, StatusReport};
 
@@ -125,14 +130,6 @@ fn consumer_name(name: &str, index: u32) -> String {
     } else {
         shown(name)
     }
-}
-
-/// A name another process chose (a consumer's: any bytes but NUL), its control and
-/// invisible formatting characters escaped (`shmring::names::shown`): printed as it is, a
-/// line break could forge a row, an escape sequence rewrite the operator's terminal and a
-/// direction override reorder what a row shows.
-fn shown(name: &str) -> String {
-    shmring::names::shown(name)
 }
 
 fn table(header: &[&str], width: Option<usize>) -> Table {

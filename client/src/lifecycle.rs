@@ -132,13 +132,6 @@ fn describe_unmoved(
     behind: &[(u32, String, u64)],
     unmoved: &[(u32, String, Unmoved)],
 ) -> String {
-    let name = |name: &str| {
-        if name.is_empty() {
-            "<anonymous>".to_owned()
-        } else {
-            format!("{name:?}")
-        }
-    };
     let unmoved: Vec<_> = unmoved
         .iter()
         .filter(|(.., why)| *why != Unmoved::NeverAttached)
@@ -158,7 +151,7 @@ fn describe_unmoved(
                 Unmoved::ProcessGone => "its process is gone".to_owned(),
                 Unmoved::NeverAttached => "never attached".to_owned(),
             };
-            format!("#{i} {} ({why})", name(n))
+            format!("#{i} {} ({why})", listed(n))
         })
         .collect::<Vec<_>>()
         .join(", ");
@@ -237,18 +230,20 @@ impl From<LineError> for LifecycleError {
     }
 }
 
+/// A consumer's name as a message lists it: quoted and escaped (names other processes
+/// chose), `<anonymous>` for none.
+fn listed(name: &str) -> String {
+    if name.is_empty() {
+        "<anonymous>".to_owned()
+    } else {
+        format!("{name:?}")
+    }
+}
+
 fn describe_behind(behind: &[(u32, String, u64)]) -> String {
     behind
         .iter()
-        .map(|(i, name, next)| {
-            // Quoted and escaped: names other processes chose.
-            let name = if name.is_empty() {
-                "<anonymous>".to_owned()
-            } else {
-                format!("{name:?}")
-            };
-            format!("#{i} {name} at {next}")
-        })
+        .map(|(i, name, next)| format!("#{i} {} at {next}", listed(name)))
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -289,12 +289,11 @@ pub trait Env {
 }
 
 /// Count a start in the run word (`shmring_layout::RUN_COUNTED`), once: its owner may be a
-/// process that took a dead starter's word over, after that starter counted it. Returns the
-/// run number. The run word changes only while the lifecycle word is owned (here, while
+/// process that took a dead starter's word over, after that starter counted it. The run word changes only while the lifecycle word is owned (here, while
 /// Starting; in `arm_start_count`, while Stopping), and every owner of one start writes the
 /// same value (one more than the stop left, marked), so a dead owner's count and its
 /// finisher's never add up.
-pub fn count_start<W: Word>(run: &W) -> u64 {
+pub fn count_start<W: Word>(run: &W) {
     // Relaxed, here and in the CAS. What the last stop left happens before this load, by
     // the lifecycle word's chain of CASes (each an RMW, so in the release sequence of the
     // closed word's Release CAS, acquired by the Starting CAS): its owner wrote the clear,
@@ -305,11 +304,11 @@ pub fn count_start<W: Word>(run: &W) -> u64 {
     let mut r = run.load(Ordering::Relaxed);
     loop {
         if r & RUN_COUNTED != 0 {
-            return run_number(r);
+            return;
         }
         let counted = (r + 1) | RUN_COUNTED;
         match run.compare_exchange(r, counted, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return run_number(counted),
+            Ok(_) => return,
             Err(now) => r = now,
         }
     }
