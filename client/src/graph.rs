@@ -120,17 +120,32 @@ pub struct Started {
     /// The provisional position stored before that CAS.
     pub provisional: u64,
     /// Where the new holder starts: the position read after the CAS, never below the
-    /// provisional one.
+    /// provisional one; the provisional one where that read was not decided.
     pub start: u64,
+    /// Whether the position read after the CAS was decided (`false`: a stop in progress
+    /// did not finish in time, and `start` is the provisional position, where the entry
+    /// gates; the caller gives the entry up).
+    pub decided: bool,
 }
 
-/// A fresh attach's start, on an entry the caller holds as `mine` (`Consumer::fresh`, run
+/// Why [`start_fresh`] did not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unstarted {
+    /// The position read before the CAS was not decided (a stop in progress did not
+    /// finish in time): nothing of the entry changed.
+    Undecided,
+    /// The word changed under the holder (to this value).
+    Moved(u64),
+}
+
+/// A fresh attach's start, on an entry the caller holds as `mine` (`Consumer::fresh`, and
+/// `Consumer::resume` through [`resume`] where it does not keep the entry's position; run
 /// by the loom models in `client/tests/loom_attach.rs` too): the provisional position
-/// ([`jump`]), the SeqCst CAS to ACTIVE, then the position read again and stored as
-/// `next` (with `first`), never below the provisional one. `position` reads the line's position
-/// (or the group's work sequence); `after_cas` runs right after the CAS (nothing in shipping
-/// code; the models' stand-in for the total order of SeqCst operations). `Err`: the word
-/// changed under the holder.
+/// ([`jump`]), `before_cas` (the holder's other fields), the SeqCst CAS to ACTIVE, then the
+/// position read again and stored as `next` (with `first`), never below the provisional
+/// one. `position` reads the line's position (or the group's work sequence); `None`: not
+/// decided (a stop in progress did not finish in time). `after_cas` runs right after the
+/// CAS (the models' stand-in for the total order of SeqCst operations; a resume's wakes).
 ///
 /// A scan that sees the entry ACTIVE gates at or before the provisional position, read
 /// just before the CAS; the start is read later. The position does not go down between the
@@ -142,16 +157,24 @@ pub fn start_fresh<W: Word>(
     first: &W,
     word: &W,
     mine: u64,
-    position: impl Fn() -> u64,
+    position: impl Fn() -> Option<u64>,
+    before_cas: impl FnOnce(),
     after_cas: impl FnOnce(),
-) -> Result<Started, u64> {
-    let provisional = position();
+) -> Result<Started, Unstarted> {
+    let Some(provisional) = position() else {
+        return Err(Unstarted::Undecided);
+    };
     jump(first, next, provisional);
+    before_cas();
     // SeqCst CAS, then SeqCst load of the line's position: the attach protocol (see
     // `gating`). Every field stored before is published by this CAS.
-    let word = crate::table::consumer::set(word, mine, consumer_state::ACTIVE)?;
+    let word = crate::table::consumer::set(word, mine, consumer_state::ACTIVE)
+        .map_err(Unstarted::Moved)?;
     after_cas();
-    let start = position().max(provisional);
+    let (start, decided) = match position() {
+        Some(p) => (p.max(provisional), true),
+        None => (provisional, false),
+    };
     // Release (in `jump`): pairs with the producers' Acquire scan; moving forward only
     // loosens the gate.
     jump(first, next, start);
@@ -159,7 +182,102 @@ pub fn start_fresh<W: Word>(
         word,
         provisional,
         start,
+        decided,
     })
+}
+
+/// What a resume saw of a durable entry before taking it over (`Consumer::resume`): its
+/// word, then its flags and position, and the line's position with whether the entry's
+/// slot there was overwritten.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Look {
+    /// The entry's word.
+    pub seen: u64,
+    /// Its flags, read after the word.
+    pub flags: u32,
+    /// Its position, read after the word.
+    pub next: u64,
+    /// The line's position.
+    pub head: u64,
+    /// Whether the slot of `next` holds a later sequence.
+    pub lapped: bool,
+}
+
+/// How [`resume`] took an entry over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resumed {
+    /// At its position, which it gated at throughout (its word after the CAS to ACTIVE).
+    Kept {
+        /// The entry's word after the CAS to ACTIVE.
+        word: u64,
+    },
+    /// At a new start ([`start_fresh`]).
+    Started(Started),
+}
+
+/// Why [`resume`] did not take an entry over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unresumed {
+    /// The entry changed since the look: nothing done; look again.
+    Changed,
+    /// Taken over (its word `mine`), but the position for a new start was not decided (a
+    /// stop in progress did not finish in time): nothing else of the entry changed.
+    Undecided {
+        /// The word the take-over made.
+        mine: u64,
+    },
+    /// The word changed under this process after the take-over (to this value).
+    Moved(u64),
+}
+
+/// A resume of the durable entry `look` saw (`Consumer::resume`, run by the loom models in
+/// `client/tests/loom_attach.rs` too), by process `me`, as a `required` consumer or not.
+/// The take-over CAS (SeqCst) keeps the entry gating (RESUMING) where it gated as a
+/// required consumer at a position not overwritten, else stops its gating (REATTACHING);
+/// then `fence` (the caller's SeqCst fence, (2) in `consumer/barrier.rs`). A required
+/// consumer keeps its position only where the entry gated there: what was published
+/// meanwhile is otherwise not protected, and it starts afresh at the line's position
+/// ([`start_fresh`]); an optional one keeps any position not past the head (it checks
+/// every slot it reads for a lap). `before_cas(kept)` writes the holder's other fields
+/// before the CAS to ACTIVE, `after_cas` runs right after it.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn resume<W: Word>(
+    next: &W,
+    first: &W,
+    word: &W,
+    me: u32,
+    look: &Look,
+    required: bool,
+    position: impl Fn() -> Option<u64>,
+    fence: impl FnOnce(),
+    before_cas: impl FnOnce(bool),
+    after_cas: impl FnOnce(),
+) -> Result<Resumed, Unresumed> {
+    use crate::table::consumer::{gated_required, keeps_position, set, take_over};
+    let state = owned_word::state(look.seen);
+    let gated = gated_required(state, look.flags, look.next, look.head) && !look.lapped;
+    let mine = take_over(word, look.seen, me, gated).ok_or(Unresumed::Changed)?;
+    fence();
+    if keeps_position(required, gated, look.next, look.head) {
+        before_cas(true);
+        let word = set(word, mine, consumer_state::ACTIVE).map_err(Unresumed::Moved)?;
+        after_cas();
+        return Ok(Resumed::Kept { word });
+    }
+    match start_fresh(
+        next,
+        first,
+        word,
+        mine,
+        position,
+        || before_cas(false),
+        after_cas,
+    ) {
+        Ok(started) => Ok(Resumed::Started(started)),
+        Err(Unstarted::Undecided) => Err(Unresumed::Undecided { mine }),
+        Err(Unstarted::Moved(w)) => Err(Unresumed::Moved(w)),
+    }
 }
 
 /// How [`gate_again`] left a released entry.

@@ -286,6 +286,19 @@ pub mod consumer {
             && next <= head
     }
 
+    /// Whether a takeover keeps the entry's position `next` (the head is `head`): a
+    /// required consumer only where the entry gated as one (`gated`, from
+    /// [`gated_required`] and a slot not lapped): what was published meanwhile is otherwise
+    /// not protected. An optional consumer keeps any position not past the head: it checks
+    /// every slot it reads for a lap.
+    pub fn keeps_position(required: bool, gated: bool, next: u64, head: u64) -> bool {
+        if required {
+            gated
+        } else {
+            next <= head
+        }
+    }
+
     /// The holder's own change of state, from the word it holds. SeqCst: every consumer
     /// state change may start or stop gating (see `gating`). `Err`: the entry no longer
     /// holds `mine` (the broker released it: see [`released`]; or it was lost).

@@ -104,7 +104,8 @@
 //! that holds a later lap (a lapped slot is a published sequence, never a claim still to be
 //! stamped): `Segment::position` passes `reached` (`stamp::reached`; a fixed-size ring's
 //! `seq < cursor`) where it passed `is_done`; (b) the attach starts at least at its
-//! provisional position (`Consumer::fresh` and `resume`: `start.max(provisional)`). The
+//! provisional position (`graph::start_fresh`, which `Consumer::fresh` and `resume` run:
+//! `start.max(provisional)`). The
 //! controls `control_an_attach_whose_look_back_steps_over_a_lap_starts_below_its_gate` (the
 //! attach as it was) and `control_an_attach_below_its_provisional_position_across_a_start`
 //! ((a) alone) fail. (b) alone passes these models, but not a ring of four slots where a
@@ -126,6 +127,20 @@
 //! position now steps back from the stop sequence too while the line is closed, so it never
 //! goes down across a start (`control_a_scan_at_the_stop_sequence_gates_above_a_later_attach`
 //! fails without it); with that, part (b) is a second guard.
+//!
+//! ## Resuming a durable entry
+//!
+//! `Consumer::resume` takes over a required entry whose holder died (or detached, or the
+//! broker released it) while the producer publishes on the two slots. It runs the shipping
+//! steps: the look at the entry and the line (`gated`: `table::consumer::gated_required`
+//! and a slot not lapped), the take-over CAS (`table::consumer::take_over`: RESUMING, still
+//! gating, where the entry gated; REATTACHING where it did not), the SeqCst fence, then the
+//! kept position (`table::consumer::keeps_position`, the CAS to ACTIVE) or a fresh attach's
+//! start (`graph::start_fresh`, the same function `Consumer::fresh` runs). A kept position
+//! is read intact from the start (the entry gated there throughout); a new start meets the
+//! bounds of a fresh attach. The controls fail: a take-over that stops gating for a moment
+//! (a scan in that moment lets the producer lap the kept position) and a released entry
+//! that keeps its position.
 
 mod loom_env;
 mod loom_seen;
@@ -207,7 +222,8 @@ impl Ring {
                 &self.first,
                 &self.word,
                 mine,
-                || self.line().position(|_| true),
+                || Some(self.line().position(|_| true)),
+                || (),
                 || (),
             )
             .expect("nobody else changes the entry")
@@ -477,7 +493,8 @@ impl Sp {
                 &self.first,
                 &self.word,
                 mine,
-                || self.position(how.position),
+                || Some(self.position(how.position)),
+                || (),
                 after_cas,
             )
             .expect("nobody else changes the entry");
@@ -927,5 +944,248 @@ fn control_an_attach_reading_the_claim_word_starts_past_the_stop() {
             ..SHIPPING
         },
         Left::Refused,
+    );
+}
+
+// Resuming a durable entry (`Consumer::resume`): a process takes over a required entry a
+// dead holder left, while the producer publishes. The resume runs the shipping steps in
+// their order: the look at the entry (its word, then its position), the line's position
+// and the slot's stamp (`gated`: `table::consumer::gated_required` and not lapped), the
+// take-over CAS (`table::consumer::take_over`: RESUMING, still gating, where it gated),
+// the SeqCst fence, then either the kept position (`table::consumer::keeps_position`;
+// the CAS to ACTIVE) or a fresh attach's start (`graph::start_fresh`).
+
+/// The dead holder of the entry a resume takes over.
+const DEAD_HOLDER: u32 = 7;
+
+/// How a resume model's take-over is made.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// The shipping steps.
+    Shipping,
+    /// Control: the take-over CAS stops gating (REATTACHING) even where the entry gated,
+    /// and the position is still kept.
+    TakeOverNotGating,
+    /// Control: a required consumer keeps its position whether or not its entry gated.
+    KeepAlways,
+    /// Control: an entry in a gating state is taken for gating at its position even where
+    /// its slot holds a later sequence.
+    IgnoreLapped,
+}
+
+/// Where a resume started, and what the checks need.
+#[derive(Clone, Copy)]
+struct Resumed {
+    /// Whether it was kept.
+    kept: bool,
+    /// The bounds of a new start (`provisional` and `start` equal to `old_next` if kept).
+    attached: Attached,
+}
+
+impl Sp {
+    /// A running single-producer ring with the sequences in `published` published (at
+    /// most one lap, the last of them its last claim), its consumer entry held by a dead
+    /// process in `state`, at `next`.
+    fn held(state: u32, next: u64, published: std::ops::Range<u64>) -> Self {
+        let ring = Sp::new(running(), published.end, published);
+        ring.word
+            .store(owned_word::pack(1, state, DEAD_HOLDER), Ordering::Relaxed);
+        ring.next.store(next, Ordering::Relaxed);
+        ring.first.store(next, Ordering::Relaxed);
+        ring
+    }
+
+    /// `Consumer::resume` of the entry (required, its holder dead), as `how` makes it: the
+    /// look (`resume`'s loads, in its order), then the shipping `graph::resume`, whose
+    /// take-over and keep decisions the controls replace.
+    fn resume(&self, how: Resume) -> Resumed {
+        // Acquire: pairs with the producer's Release store after its stamp.
+        let before = self.stamped_to.load(Ordering::Acquire);
+        // Acquire: as `resume`'s look at the word.
+        let seen = self.word.load(Ordering::Acquire);
+        // Acquire: pairs with the last holder's Release commit.
+        let old_next = self.next.load(Ordering::Acquire);
+        let head = self.position(Position::Shipping);
+        let look = graph::Look {
+            seen,
+            flags: consumer_flags::REQUIRED,
+            next: old_next,
+            head,
+            lapped: old_next <= head && self.stamp(old_next) == stamp::Stamp::Lapped,
+        };
+        let position = || Some(self.position(Position::Shipping));
+        // The total order stand-in after the CAS to ACTIVE, as in `attach`.
+        let after_cas = || fence(Ordering::SeqCst);
+        let (kept, provisional, start) = match how {
+            Resume::Shipping => {
+                match graph::resume(
+                    &self.next,
+                    &self.first,
+                    &self.word,
+                    CONSUMER,
+                    &look,
+                    true,
+                    position,
+                    || fence(Ordering::SeqCst),
+                    |_| (),
+                    after_cas,
+                )
+                .expect("nobody else changes the entry and the ring runs")
+                {
+                    graph::Resumed::Kept { .. } => (true, old_next, old_next),
+                    graph::Resumed::Started(s) => (false, s.provisional, s.start),
+                }
+            }
+            Resume::TakeOverNotGating | Resume::KeepAlways | Resume::IgnoreLapped => {
+                // The controls: `graph::resume`'s steps written out, one of them changed.
+                let gated = table::consumer::gated_required(
+                    owned_word::state(seen),
+                    look.flags,
+                    old_next,
+                    head,
+                ) && (!look.lapped || how == Resume::IgnoreLapped);
+                let mine = table::consumer::take_over(
+                    &self.word,
+                    seen,
+                    CONSUMER,
+                    gated && how != Resume::TakeOverNotGating,
+                )
+                .expect("nobody else takes the entry");
+                fence(Ordering::SeqCst);
+                let kept = how == Resume::KeepAlways
+                    || table::consumer::keeps_position(true, gated, old_next, head);
+                assert!(kept, "the controls keep the position");
+                table::consumer::set(&self.word, mine, consumer_state::ACTIVE)
+                    .expect("nobody else changes the entry");
+                after_cas();
+                (true, old_next, old_next)
+            }
+        };
+        // Release: pairs with the producer's Acquire load of the marker.
+        self.attached.store(1, Ordering::Release);
+        Resumed {
+            kept,
+            attached: Attached {
+                before,
+                provisional,
+                start,
+            },
+        }
+    }
+}
+
+/// A process resumes the required entry a dead holder left in `state` at `old_next`, on a
+/// ring whose sequences in `published` are published, and reads up to the third event
+/// the producer publishes meanwhile on the two slots (each laps the one two before it).
+/// An entry that gated (a dead holder's ACTIVE or DETACHED word) at a position not
+/// overwritten keeps its position (`kept`) and holds the producer there throughout, so
+/// every event from it is read intact. One the broker released (RELEASED: not gating, the
+/// producer may have lapped its position), or whose position's slot holds a later
+/// sequence (a released holder that detached after the producer lapped it), starts as a
+/// fresh attach starts, at or after what was published before the resume began, and is
+/// never lapped from there.
+fn sp_resume_racing_claims(
+    state: u32,
+    old_next: u64,
+    published: std::ops::Range<u64>,
+    how: Resume,
+    kept: bool,
+) {
+    model(move || {
+        let from = published.end;
+        let ring = Arc::new(Sp::held(state, old_next, published.clone()));
+        let producer = {
+            let ring = ring.clone();
+            thread::spawn(move || {
+                let mut p = SpProducer::new(from, After::Stamp);
+                for _ in 0..3 {
+                    p.publish(&ring).expect("the ring runs");
+                }
+                p
+            })
+        };
+        let r = ring.resume(how);
+        assert_eq!(r.kept, kept, "kept the position or not");
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ring.read(r.attached.start, from + 3)
+        }));
+        if let Err(lap) = read {
+            // The entry stops holding the producer (it gated where the read failed), so that
+            // the producer finishes inside the model before the failure is reported.
+            ring.next.store(u64::MAX, Ordering::Release);
+            let _ = producer.join();
+            std::panic::resume_unwind(lap);
+        }
+        let p = producer.join().unwrap();
+        if !r.kept {
+            check_start(r.attached, &p.after_attach);
+        }
+        for scan in p.scans.iter().filter(|s| !s.saw_entry) {
+            assert!(
+                scan.gate <= r.attached.start,
+                "first slot overwritten: a scan that did not see the entry computed gate {}, \
+                 allowing sequence {} = start {} + capacity {SP_CAPACITY}",
+                scan.gate,
+                scan.gate + SP_CAPACITY - 1,
+                r.attached.start
+            );
+        }
+    });
+}
+
+#[test]
+fn single_producer_resume_of_a_detached_entry_keeps_its_position_racing_claims() {
+    sp_resume_racing_claims(consumer_state::DETACHED, 0, 0..1, Resume::Shipping, true);
+}
+
+#[test]
+fn single_producer_resume_of_a_dead_active_entry_keeps_its_position_racing_claims() {
+    sp_resume_racing_claims(consumer_state::ACTIVE, 0, 0..1, Resume::Shipping, true);
+}
+
+#[test]
+fn single_producer_resume_of_a_released_entry_starts_afresh_racing_claims() {
+    sp_resume_racing_claims(consumer_state::RELEASED, 0, 0..1, Resume::Shipping, false);
+}
+
+/// A DETACHED entry at 0 whose slot holds 2: its holder was released, lapped, and then
+/// detached. It gates at 0, which the producer respects from now on, but 0 is gone.
+#[test]
+fn single_producer_resume_of_an_entry_lapped_before_it_detached_starts_afresh() {
+    sp_resume_racing_claims(consumer_state::DETACHED, 0, 1..3, Resume::Shipping, false);
+}
+
+/// A take-over that stops gating for a moment: a scan in that moment lets the producer
+/// lap the position the resume keeps.
+#[test]
+#[should_panic(expected = "overwritten")]
+fn control_a_take_over_that_stops_gating_is_lapped_at_its_kept_position() {
+    sp_resume_racing_claims(
+        consumer_state::DETACHED,
+        0,
+        0..1,
+        Resume::TakeOverNotGating,
+        true,
+    );
+}
+
+/// A released entry that keeps its position: the producer lapped it, or laps it before the
+/// resume's CAS to ACTIVE.
+#[test]
+#[should_panic(expected = "overwritten")]
+fn control_a_released_entry_that_keeps_its_position_is_lapped() {
+    sp_resume_racing_claims(consumer_state::RELEASED, 0, 0..1, Resume::KeepAlways, true);
+}
+
+/// Without the look at the slot, the lapped DETACHED entry keeps a position already gone.
+#[test]
+#[should_panic(expected = "overwritten before the consumer read it")]
+fn control_a_resume_that_does_not_look_at_the_slot_keeps_a_lapped_position() {
+    sp_resume_racing_claims(
+        consumer_state::DETACHED,
+        0,
+        1..3,
+        Resume::IgnoreLapped,
+        true,
     );
 }

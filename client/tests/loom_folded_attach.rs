@@ -264,7 +264,8 @@ impl<const N: usize> Model<N> {
             &self.first,
             &self.word,
             mine,
-            || self.position(how, env),
+            || Some(self.position(how, env)),
+            || (),
             || {
                 if how != Start::Unfenced {
                     fence(Ordering::SeqCst);

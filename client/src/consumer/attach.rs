@@ -404,95 +404,95 @@ impl Consumer {
             // `gated_required` refuses whatever the slot holds.)
             // Acquire (in `Segment::lapped`): on stamped slots, pairs with the producers'
             // Release stamp store; on a fixed-size ring, a look at the write horizon.
-            let lapped = old_next <= head && seg.lapped(old_next);
-            let gated =
-                table::consumer::gated_required(state, old_flags, old_next, head) && !lapped;
-            let Some(mine) = table::consumer::take_over(&e.hot.word, seen, me, gated) else {
-                return Ok(Some((Found::Retry, 0)));
+            let look = graph::Look {
+                seen,
+                flags: old_flags,
+                next: old_next,
+                head,
+                lapped: old_next <= head && seg.lapped(old_next),
             };
-            // SeqCst fence: as (2) in `consumer/barrier.rs`, between the take-over (which a
-            // downstream that let a released entry go looks at again) and reading the head.
-            fence(Ordering::SeqCst);
-            // A required consumer keeps its position only if it gated there as one: what was
-            // published meanwhile is otherwise not protected, so it starts at the head (read
-            // after its ACTIVE CAS, as a fresh attach does) and counts the gap. An optional
-            // one keeps any sane position: it checks every slot's stamp.
             let required = flags & consumer_flags::REQUIRED != 0;
-            let keep = if required { gated } else { old_next <= head };
-            // A provisional position read just before the CAS to ACTIVE, as a fresh attach
-            // stores (see `fresh`). Release: a dependent consumer that reads it then reads
-            // this holder's word (see `consumer/barrier.rs`).
-            // A stop begun since the look above and not done by the deadline: the position is
-            // not known. Nothing of the entry changed yet: given up as the broker releases
-            // one (not gating; the next attach resumes at the head and counts the gap).
-            let provisional = if keep {
-                None
-            } else {
-                let Ok(p) = seg.start_position(Some(deadline)) else {
+            let mut previous = [0; MAX_UPSTREAM];
+            // The holder's fields, before the CAS to ACTIVE that publishes them.
+            let fill = |kept: bool| {
+                Self::fill_cold(e, opts);
+                // Relaxed: this process holds the entry; the last holder's record was
+                // published by its last CAS, which the take-over CAS read.
+                previous = graph::recorded(seg, i, Ordering::Relaxed);
+                graph::record(seg, i, record);
+                // A declared consumer stays declared whoever takes it over. A new start is
+                // flagged STARTING until it is stored (see `fresh`). Relaxed: published by
+                // the SeqCst CAS to ACTIVE.
+                let starting = if kept { 0 } else { consumer_flags::STARTING };
+                e.hot.flags.store(
+                    flags | (old_flags & consumer_flags::DECLARED) | starting,
+                    Ordering::Relaxed,
+                );
+            };
+            let wake = || {
+                if state == consumer_state::ACTIVE {
+                    // Its holder died while ACTIVE (an ACTIVE word whose holder lives is
+                    // held), maybe between a commit and its wake: producers parked for the
+                    // room it freed, and consumers parked behind it, look again, as at the
+                    // broker's first sweep that sees a death (this resume may come before
+                    // any). A holder that detached or failed made its own wakes.
+                    park::wake(&seg.lines().producer_wake.value);
+                    park::wake_consumers(seg);
+                    park::wake_behind(seg, e);
+                }
+            };
+            // The take-over, then the kept position or a fresh attach's start
+            // (`graph::resume`, which the loom models in `client/tests/loom_attach.rs` run
+            // too). A stop begun since the look above and not done by the deadline leaves
+            // the position of a new start unknown: the entry is given up.
+            let resumed = graph::resume(
+                &e.hot.next,
+                &e.hot.first,
+                &e.hot.word,
+                me,
+                &look,
+                required,
+                || seg.start_position(Some(deadline)).ok(),
+                // SeqCst fence: as (2) in `consumer/barrier.rs`, between the take-over
+                // (which a downstream that let a released entry go looks at again) and
+                // reading the head.
+                || fence(Ordering::SeqCst),
+                fill,
+                wake,
+            );
+            let (word, start) = match resumed {
+                // Freed under this process after the take-over, which cannot happen while
+                // it runs: look again.
+                Err(graph::Unresumed::Changed | graph::Unresumed::Moved(_)) => {
+                    return Ok(Some((Found::Retry, 0)))
+                }
+                Err(graph::Unresumed::Undecided { mine }) => {
+                    // Nothing of the entry changed but its word: given up as the broker
+                    // releases one (not gating).
                     Self::give_up_late(seg, e, mine);
                     return Err(AttachError::Busy);
-                };
-                graph::jump(&e.hot.first, &e.hot.next, p);
-                Some(p)
+                }
+                Ok(graph::Resumed::Kept { word }) => (word, old_next),
+                Ok(graph::Resumed::Started(s)) if !s.decided => {
+                    // ACTIVE at the provisional position, where it gates: given up as the
+                    // broker releases one, its record and flags put back and the gap to
+                    // where the entry now is counted in the entry (the next attach counts
+                    // from there). Relaxed: published by the SeqCst give-up CAS.
+                    graph::record(seg, i, &previous);
+                    e.hot.flags.store(old_flags, Ordering::Relaxed);
+                    e.cold
+                        .counters
+                        .dropped_behind
+                        .fetch_add(s.start.saturating_sub(old_next), Ordering::Relaxed);
+                    Self::give_up_late(seg, e, s.word);
+                    return Err(AttachError::Busy);
+                }
+                Ok(graph::Resumed::Started(s)) => {
+                    started(e);
+                    (s.word, s.start)
+                }
             };
-            Self::fill_cold(e, opts);
-            // Relaxed: this process holds the entry; the last holder's record was published
-            // by its last CAS, which the take-over CAS read.
-            let previous = graph::recorded(seg, i, Ordering::Relaxed);
-            graph::record(seg, i, record);
-            // A declared consumer stays declared whoever takes it over. A provisional
-            // position is flagged STARTING until the start is stored (see `fresh`). Relaxed:
-            // published by the SeqCst CAS to ACTIVE below.
-            let starting = if keep { 0 } else { consumer_flags::STARTING };
-            e.hot.flags.store(
-                flags | (old_flags & consumer_flags::DECLARED) | starting,
-                Ordering::Relaxed,
-            );
-            let Ok(word) = table::consumer::set(&e.hot.word, mine, consumer_state::ACTIVE) else {
-                // Freed under this process, which cannot happen while it runs: look again.
-                return Ok(Some((Found::Retry, 0)));
-            };
-            if state == consumer_state::ACTIVE {
-                // Its holder died while ACTIVE (an ACTIVE word whose holder lives is held),
-                // maybe between a commit and its wake: producers parked for the room it freed,
-                // and consumers parked behind it, look again, as at the broker's first sweep
-                // that sees a death (this resume may come before any). A holder that detached
-                // or failed made its own wakes.
-                park::wake(&seg.lines().producer_wake.value);
-                park::wake_consumers(seg);
-                park::wake_behind(seg, e);
-            }
-            if keep {
-                let found = Found::Attached {
-                    index: i,
-                    next: old_next,
-                    word,
-                    previous,
-                    fresh: false,
-                };
-                return Ok(Some((found, 0)));
-            }
-            // Read after the SeqCst ACTIVE CAS: the attach protocol (see `gating`); never
-            // below the provisional position, which a scan may have gated at (see `fresh`).
-            // A stop begun since the provisional look and not done by the deadline: given up
-            // as above, its record put back and the gap to the provisional position counted
-            // in the entry (the next attach counts from there).
-            let Ok(head) = seg.start_position(Some(deadline)) else {
-                graph::record(seg, i, &previous);
-                let lost = provisional.unwrap_or(old_next).saturating_sub(old_next);
-                // Relaxed: published by the SeqCst give-up CAS.
-                e.cold
-                    .counters
-                    .dropped_behind
-                    .fetch_add(lost, Ordering::Relaxed);
-                Self::give_up_late(seg, e, word);
-                return Err(AttachError::Busy);
-            };
-            let head = head.max(provisional.unwrap_or(0));
-            let lost = head.saturating_sub(old_next);
-            // Release (in `jump`): pairs with the producers' Acquire scan.
-            graph::jump(&e.hot.first, &e.hot.next, head);
-            started(e);
+            let lost = start.saturating_sub(old_next);
             if lost > 0 {
                 // Moved ahead as a commit moves it: the consumers that run after this one may
                 // deliver up to here, and those parked are woken, as a commit wakes them.
@@ -500,7 +500,7 @@ impl Consumer {
             }
             let found = Found::Attached {
                 index: i,
-                next: head,
+                next: start,
                 word,
                 previous,
                 fresh: false,
@@ -512,7 +512,8 @@ impl Consumer {
 
     /// An entry this attach took (its word `mine`, or the broker's release of it) given up
     /// because a stop in progress did not decide the position in time: RELEASED, as the
-    /// broker releases an entry (not gating; the next attach resumes at the head).
+    /// broker releases an entry (not gating; the next required attach starts at the head,
+    /// an optional one keeps the position).
     fn give_up_late(seg: &Segment, e: &ConsumerEntry, mine: u64) {
         let released = table::consumer::released(mine);
         let given = [mine, released]
@@ -541,24 +542,12 @@ impl Consumer {
         // Where it starts: the head, or the group's work sequence, which only grows, so the
         // provisional start and the start read below keep the entry's `next` monotonic.
         // Acquire: pairs with the members' SeqCst claim CAS.
-        // A stop begun since `attach` looked and not done within the wait: the position is
-        // not known, and the attach gives the entry up below (`late`).
-        let late = std::cell::Cell::new(false);
+        // `None`: a stop begun since `attach` looked and not done within the wait; the
+        // position is not known, and the attach gives the entry up below.
         let start_at = || {
             group_entry.map_or_else(
-                || {
-                    // Once late, no second wait: the entry is freed below.
-                    let waited = if late.get() {
-                        Err(0)
-                    } else {
-                        seg.start_position(Some(deadline))
-                    };
-                    waited.unwrap_or_else(|_| {
-                        late.set(true);
-                        seg.position()
-                    })
-                },
-                |g| g.hot.next.load(Ordering::Acquire),
+                || seg.start_position(Some(deadline)).ok(),
+                |g| Some(g.hot.next.load(Ordering::Acquire)),
             )
         };
         let geo = seg.geometry();
@@ -622,31 +611,39 @@ impl Consumer {
         // start. The provisional store is Release (not published by the CAS alone): a
         // dependent consumer that reads it then reads this holder's word, never the previous
         // one's (see `consumer/barrier.rs`). Every field above is published by the CAS.
-        let Ok(graph::Started { word, start, .. }) = graph::start_fresh(
+        let begun = graph::start_fresh(
             &e.hot.next,
             &e.hot.first,
             &e.hot.word,
             mine,
             start_at,
             || (),
-        ) else {
-            // Freed under this process, which cannot happen while it runs: look again.
-            return Ok(Found::Retry);
-        };
-        if late.get() {
-            // Freed again: its position is a bound, not the head (from this word, or the
-            // broker's release of it).
-            if table::consumer::free(&e.hot.word, word, consumer_state::FREE)
-                || table::consumer::free(
-                    &e.hot.word,
-                    table::consumer::released(word),
-                    consumer_state::FREE,
-                )
-            {
-                park::entry_changed(seg, e, consumer_state::FREE, fence::registered());
+            || (),
+        );
+        let (word, start) = match begun {
+            Ok(s) if s.decided => (s.word, s.start),
+            Ok(graph::Started { word, .. }) => {
+                // Not decided after the CAS: freed again, from this word or the broker's
+                // release of it.
+                if table::consumer::free(&e.hot.word, word, consumer_state::FREE)
+                    || table::consumer::free(
+                        &e.hot.word,
+                        table::consumer::released(word),
+                        consumer_state::FREE,
+                    )
+                {
+                    park::entry_changed(seg, e, consumer_state::FREE, fence::registered());
+                }
+                return Err(AttachError::Busy);
             }
-            return Err(AttachError::Busy);
-        }
+            Err(graph::Unstarted::Undecided) => {
+                // Never ACTIVE: freed from the CLAIMED word.
+                let _ = table::consumer::free(&e.hot.word, mine, consumer_state::FREE);
+                return Err(AttachError::Busy);
+            }
+            // Freed under this process, which cannot happen while it runs: look again.
+            Err(graph::Unstarted::Moved(_)) => return Ok(Found::Retry),
+        };
         started(e);
 
         if let Some(w) = words {
