@@ -514,3 +514,71 @@ fn brokers_restarted_faster_than_the_unblock_timeout_still_repair_the_hole() {
         made.elapsed()
     );
 }
+
+/// A live process repairing a dead producer's claim (the entry REPAIRING by it, as a
+/// producer attaching over its dead predecessor, or the bridge, leaves it while it works)
+/// holds the hole. A sweep past the unblock timeout that cannot repair it must keep the
+/// clock at its first sighting: cleared, the next sweep would start it again, and once the
+/// repairer gave up or died the hole would wait one more timeout.
+#[test]
+fn a_hole_under_a_live_processs_repair_keeps_the_unblock_clock() {
+    use shmring_layout::{owned_word, producer_state};
+    use shmring_testkit::fault::{dead_process, Sleeper};
+    use shmring_testkit::raw::RawSegment;
+
+    let ns = Namespace::new("live_repair");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"1s\"\n",
+    ));
+    let timeout_ns = 1_000_000_000;
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let raw = RawSegment::open(&handle);
+    let mut consumer = handle
+        .consumer(ConsumerOptions::durable("reader"))
+        .expect("consumer");
+    let mut producer = handle.producer().expect("producer");
+    for v in 0..3u64 {
+        producer.publish(&v.to_le_bytes()).expect("publish");
+    }
+    drop(producer);
+    // Sequence 3, claimed by a producer that died; its entry taken for repair by a live
+    // process (whose start time the entry does not hold yet).
+    let repairer = Sleeper::spawn();
+    let (pid, start) = dead_process();
+    raw.set_claim_word(4);
+    let dead = raw.fabricate_dead_producer(1, pid, start, 3 + 1, 1);
+    raw.set_producer_word(
+        1,
+        owned_word::next(dead, producer_state::REPAIRING, repairer.pid()),
+    );
+    let first = common::wait_until("the broker to note the hole", || {
+        let seen = handle.hole_seen_ns();
+        (seen != 0).then_some(seen)
+    });
+    common::wait_until("twice the unblock timeout since the hole was seen", || {
+        (shmring::boottime_ns() > first + 2 * timeout_ns).then_some(())
+    });
+    let now = ns.wait_status("a sweep", |v, _| Some(num(&v["broker"], "sweeps")));
+    ns.wait_status("three more sweeps", |v, _| {
+        (num(&v["broker"], "sweeps") >= now + 3).then_some(())
+    });
+    assert_eq!(
+        handle.hole_seen_ns(),
+        first,
+        "the unblock clock was cleared or restarted while a live process held the hole"
+    );
+    while consumer.poll_once(|_| {}).expect("poll") > 0 {}
+    assert_eq!(
+        (consumer.next_sequence(), consumer.stats().skipped),
+        (3, 0),
+        "the hole is repaired only by its repairer while it lives"
+    );
+
+    // The repairer dies without finishing: the broker repairs the hole.
+    drop(repairer);
+    common::wait_until("the consumer past the hole", || {
+        while consumer.poll_once(|_| {}).expect("poll") > 0 {}
+        (consumer.next_sequence() == 4).then_some(())
+    });
+    assert_eq!(consumer.stats().skipped, 1, "the hole, tombstoned");
+}

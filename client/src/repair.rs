@@ -33,6 +33,10 @@ pub struct Repair {
     /// Sequences that could not be repaired yet (their slot still holds an unread event), or
     /// 1 while a stop or start decides a single producer's last claim: try again later.
     pub waiting: u64,
+    /// The entry is held by a live process (one attaching to it or repairing it, whose
+    /// start time the entry does not hold yet): nothing was repaired, and what it holds is
+    /// that process's to repair or give back.
+    pub held: bool,
 }
 
 impl Repair {
@@ -298,8 +302,13 @@ impl Ring {
             return repair;
         };
         let start_time = e.start_time.load(Ordering::Relaxed);
-        if table::producer::holder_seen(&table::Os, seen, start_time, first) != Holder::Open {
-            return repair;
+        match table::producer::holder_seen(&table::Os, seen, start_time, first) {
+            Holder::Open => {}
+            Holder::Held(_) => {
+                repair.held = true;
+                return repair;
+            }
+            Holder::Free => return repair,
         }
         let me = crate::process::current().pid;
         let Some(mine) = table::producer::begin_repair(&e.word, seen, me) else {
@@ -389,12 +398,12 @@ impl Ring {
                 }
                 Repair {
                     tombstoned,
-                    waiting: 0,
+                    ..Repair::default()
                 }
             }
             fixed::Repaired::Wait { waiting } => Repair {
-                tombstoned: 0,
                 waiting,
+                ..Repair::default()
             },
         }
     }

@@ -87,7 +87,8 @@ fn case(ns: &Namespace, ring_name: &str, before: u64, n: u64, written: u64) {
         repair,
         Repair {
             tombstoned: n,
-            waiting: 0
+            waiting: 0,
+            held: false,
         },
         "{what}: the repair tombstones exactly the batch"
     );

@@ -83,7 +83,8 @@ fn case(ns: &Namespace, ring_name: &str, sized: bool, (before, n, written): (u64
         repair,
         Repair {
             tombstoned: n,
-            waiting: 0
+            waiting: 0,
+            held: false,
         },
         "{what}: the repair tombstones exactly the batch"
     );

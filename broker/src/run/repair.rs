@@ -59,8 +59,9 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
             }
         }
         let r = t.ring.repair_dead_producer_seen(p.index, first);
-        // Not repaired yet: a slot still unread, or a zombie (alive until it is reaped).
-        if holds && (r.waiting > 0 || shmring::process::is_alive(p.pid, p.start_time)) {
+        // Not repaired yet: a slot still unread, a live process repairing the entry (or
+        // attaching to it), or a zombie (alive until it is reaped).
+        if holds && (r.waiting > 0 || r.held || shmring::process::is_alive(p.pid, p.start_time)) {
             holes_left = true;
         }
         rec.repaired += r.tombstoned;

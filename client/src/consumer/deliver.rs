@@ -413,7 +413,12 @@ impl Consumer {
                     released_again = true;
                     self.wake_both();
                 }
-                crate::graph::Regated::Moved => {}
+                // Not released any more and not gated again by this process: another
+                // process took or freed the entry (a damaged segment, or one written by
+                // hand). Nothing of it is this handle's to write now.
+                crate::graph::Regated::Moved => {
+                    self.released_now()?;
+                }
             }
         }
         // Not gated: any bound below the head will do (`Segment::position`: a lapped
