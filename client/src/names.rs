@@ -292,10 +292,13 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-/// Whether `c` is a control or invisible formatting character: printed as it is, a line
-/// break could forge a line of output, an escape sequence rewrite the user's terminal and
-/// a direction override reorder what a line shows. Names other processes chose (a
-/// consumer's: any bytes but NUL) are printed through [`shown`].
+/// Whether `c` is a control, invisible formatting or otherwise unprintable character:
+/// printed as it is, a line break could forge a line of output, an escape sequence rewrite
+/// the user's terminal and a direction override reorder what a line shows. Every
+/// character that Rust's `{:?}` escapes as unprintable counts (separators, format
+/// characters, unassigned and private-use code points), and the bidirectional and
+/// zero-width controls by name. Names other processes chose (a consumer's: any bytes but
+/// NUL) are printed through [`shown`].
 pub fn hidden(c: char) -> bool {
     c.is_control()
         || matches!(
@@ -307,6 +310,20 @@ pub fn hidden(c: char) -> bool {
                 | '\u{2066}'..='\u{2069}'
                 | '\u{feff}'
         )
+        || unprintable(c)
+}
+
+/// Whether `{:?}` escapes `c` for being unprintable: `str::escape_debug` escapes a
+/// character after the first only for that (or for being a quote or a backslash, which
+/// are printable).
+fn unprintable(c: char) -> bool {
+    if matches!(c, '\'' | '"' | '\\') || c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    let mut buf = [0u8; 5];
+    buf[0] = b'a';
+    let len = 1 + c.encode_utf8(&mut buf[1..]).len();
+    std::str::from_utf8(&buf[..len]).map_or(true, |s| s.escape_debug().nth(1) == Some('\\'))
 }
 
 /// `name` with its [`hidden`] characters escaped (`\n`, `\u{1b}`, `\u{202e}`): how a name
@@ -401,6 +418,41 @@ mod tests {
         assert_eq!(shown("ok name"), "ok name");
         assert_eq!(shown("x\u{1b}[2J\n"), r"x\u{1b}[2J\n");
         assert_eq!(shown("evil\u{202e}gnp"), r"evil\u{202e}gnp");
+    }
+
+    /// Every character Rust's `{:?}` escapes as unprintable is hidden too: line and
+    /// paragraph separators (a line break to some terminals and log viewers), the soft
+    /// hyphen, tag characters; and printable ones, letters with accents and other
+    /// scripts, are shown as they are.
+    #[test]
+    fn hidden_covers_what_debug_formatting_escapes() {
+        for c in [
+            '\u{2028}',
+            '\u{2029}',
+            '\u{00ad}',
+            '\u{e0001}',
+            '\u{e0041}',
+            '\u{180e}',
+            '\u{fff9}',
+            '\u{1d173}',
+            '\u{e000}',
+            '\u{fffe}',
+        ] {
+            assert!(hidden(c), "{:?} shown raw", c);
+            assert_eq!(
+                shown(&format!("a{c}b")),
+                format!("a{}b", c.escape_default())
+            );
+        }
+        for name in [
+            "caf\u{e9}",
+            "ca\u{301}fe",
+            "\u{65e5}\u{672c}",
+            "\u{3164}x",
+            "a'b\"c\\d",
+        ] {
+            assert_eq!(shown(name), name, "{name:?}");
+        }
     }
 
     /// Without the environment variables, rings live in `/dev/shm/shmring.default/` (the

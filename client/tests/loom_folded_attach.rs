@@ -97,8 +97,11 @@
 //! scan that missed the entry used). (A `gate_again` that reads the head before its CAS
 //! fails the model the same way.)
 //!
-//! Not modelled here, and still to design for this ring: `Consumer::resume` (its own
-//! provisional position, CAS and start), the deadlines (a model attach waits as long as it
+//! Not modelled here, and still to design for this ring: `Consumer::resume`'s take-over
+//! (`graph::resume`: a new start is the `graph::start_fresh` modelled here; the take-over,
+//! the kept position and the look at the slot are modelled on stamped slots in
+//! `loom_attach.rs`, not with this ring's write horizon, which `Segment::lapped` reads
+//! here), the deadlines (a model attach waits as long as it
 //! takes), a new producer's attach racing a stop (`Line::take_position`, (a1) to (a4);
 //! `loom_folded_repair.rs` runs it after a repair, and racing the start that takes a
 //! refused store back), and the scans a repair runs (`gating::scan` from a process with no
