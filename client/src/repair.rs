@@ -305,7 +305,11 @@ impl Ring {
         match table::producer::holder_seen(&table::Os, seen, start_time, first) {
             Holder::Open => {}
             Holder::Held(_) => {
-                repair.held = true;
+                // A word in no state the code writes is damage, not a holder at work.
+                repair.held = matches!(
+                    owned_word::state(seen),
+                    producer_state::ATTACHING | producer_state::REPAIRING | producer_state::ACTIVE
+                );
                 return repair;
             }
             Holder::Free => return repair,

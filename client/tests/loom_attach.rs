@@ -139,8 +139,8 @@
 //! start (`graph::start_fresh`, the same function `Consumer::fresh` runs). A kept position
 //! is read intact from the start (the entry gated there throughout); a new start meets the
 //! bounds of a fresh attach. The controls fail: a take-over that stops gating for a moment
-//! (a scan in that moment lets the producer lap the kept position) and a released entry
-//! that keeps its position.
+//! (a scan in that moment lets the producer lap the kept position), a released entry that
+//! keeps its position, and a resume that does not look at the slot of a lapped entry.
 
 mod loom_env;
 mod loom_seen;

@@ -81,6 +81,9 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
             if r.waiting > 0 {
                 info!(ring, index = p.index, pid = p.pid,
                     "claim of dead producer pid {} waits for a consumer to free its slot; retrying every sweep", p.pid);
+            } else if r.held {
+                info!(ring, index = p.index, pid = p.pid,
+                    "claim of a dead producer is held by live pid {} (attaching or repairing); it is repaired once that process gives it back or dies", p.pid);
             } else if shmring::process::is_alive(p.pid, p.start_time) {
                 warn!(ring, index = p.index, pid = p.pid,
                     "producer pid {} has exited but is not reaped yet (a zombie): its claim is repaired once its parent reaps it", p.pid);

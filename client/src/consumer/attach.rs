@@ -461,11 +461,12 @@ impl Consumer {
                 wake,
             );
             let (word, start) = match resumed {
+                // Another process changed the entry since the look (its take-over CAS lost):
+                // look again.
+                Err(graph::Unresumed::Changed) => return Ok(Some((Found::Retry, 0))),
                 // Freed under this process after the take-over, which cannot happen while
                 // it runs: look again.
-                Err(graph::Unresumed::Changed | graph::Unresumed::Moved(_)) => {
-                    return Ok(Some((Found::Retry, 0)))
-                }
+                Err(graph::Unresumed::Moved(_)) => return Ok(Some((Found::Retry, 0))),
                 Err(graph::Unresumed::Undecided { mine }) => {
                     // Nothing of the entry changed but its word: given up as the broker
                     // releases one (not gating).
@@ -477,9 +478,14 @@ impl Consumer {
                     // ACTIVE at the provisional position, where it gates: given up as the
                     // broker releases one, its record and flags put back and the gap to
                     // where the entry now is counted in the entry (the next attach counts
-                    // from there). Relaxed: published by the SeqCst give-up CAS.
+                    // from there). STARTING stays: the position was read before the entry
+                    // gated, and a death before the give-up must not leave it looking like
+                    // one producers respected (`gated_required`). Relaxed: published by the
+                    // SeqCst give-up CAS.
                     graph::record(seg, i, &previous);
-                    e.hot.flags.store(old_flags, Ordering::Relaxed);
+                    e.hot
+                        .flags
+                        .store(old_flags | consumer_flags::STARTING, Ordering::Relaxed);
                     e.cold
                         .counters
                         .dropped_behind
