@@ -30,16 +30,29 @@ use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use shmring::{Consumer, ConsumerOptions, PollError, Producer, Ring, RingConfig};
 use shmring_layout::{
-    ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot, Geometry, Header, LifecycleLine,
-    ProducerEntry, SequenceLines, SlotHeader, WakeLine, CLAIM_CLOSED, IN_FLIGHT_CLAIMING, LINE, SLOT_HEADER_SIZE,
-    STAMP_WRITING,
+    ConsumerCold, ConsumerCounters, ConsumerEntry, ConsumerHot, CursorLine, Geometry, Header,
+    LifecycleLine, ProducerEntry, SequenceLines, SlotHeader, WakeLine, CLAIM_CLOSED,
+    IN_FLIGHT_CLAIMING, LINE, SLOT_HEADER_SIZE, STAMP_WRITING,
 };
 
 const MAX_OPS: usize = 48;
 
+/// The ring's event format: stamped slots, or a ring published by a cursor.
+#[derive(Arbitrary, Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Stamped,
+    /// Fixed-size 8-byte events.
+    Fixed,
+    /// Sized events of at most 24 bytes.
+    Sized,
+}
+
 #[derive(Arbitrary, Debug, Clone, Copy)]
 enum Field {
     Claim,
+    Cursor,
+    TombEnd,
+    Pending,
     Gating,
     ConsumerWaiters,
     ConsumerWord,
@@ -146,13 +159,39 @@ fn sweep_stale() {
     }
 }
 
-fn config() -> RingConfig {
-    RingConfig {
+fn config(format: Format) -> RingConfig {
+    let stamped = RingConfig {
         capacity: 8,
         slot_size: 64,
         max_consumers: 3,
         max_producers: 2,
         ..RingConfig::default()
+    };
+    let cursor = RingConfig {
+        producer_mode: shmring::ProducerMode::Single,
+        max_producers: 1,
+        ..stamped.clone()
+    };
+    match format {
+        Format::Stamped => stamped,
+        Format::Fixed => RingConfig {
+            event_size: Some(8),
+            ..cursor
+        },
+        Format::Sized => RingConfig {
+            max_event_size: Some(24),
+            ..cursor
+        },
+    }
+}
+
+/// A publish's length from the fuzzer's byte: any length up to 63, or (every other byte)
+/// the size a fixed-size ring takes.
+fn payload_len(format: Format, len: u8) -> usize {
+    if format == Format::Fixed && len % 2 == 0 {
+        8
+    } else {
+        usize::from(len) % 64
     }
 }
 
@@ -175,6 +214,18 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
         |i: u8, field: usize| consumer(i) + offset_of!(ConsumerEntry, cold) as u64 + field as u64;
     match f {
         Field::Claim => (line(offset_of!(SequenceLines, claim)), 8),
+        Field::Cursor => (
+            line(offset_of!(SequenceLines, cursor) + offset_of!(CursorLine, cursor)),
+            8,
+        ),
+        Field::TombEnd => (
+            line(offset_of!(SequenceLines, cursor) + offset_of!(CursorLine, tomb_end)),
+            8,
+        ),
+        Field::Pending => (
+            line(offset_of!(SequenceLines, cursor) + offset_of!(CursorLine, pending)),
+            8,
+        ),
         Field::Gating => (line(offset_of!(SequenceLines, gating)), 8),
         Field::ConsumerWaiters => (
             line(offset_of!(SequenceLines, consumer_wake) + offset_of!(WakeLine, waiters)),
@@ -223,11 +274,17 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
         ),
         Field::ConsumerParked(i) => (cold(i, offset_of!(ConsumerCold, parked)), 4),
         Field::ConsumerDownstreamWaiters(i) => (
-            hot(i, offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, waiters)),
+            hot(
+                i,
+                offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, waiters),
+            ),
             8,
         ),
         Field::ConsumerDownstreamWord(i) => (
-            hot(i, offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, word)),
+            hot(
+                i,
+                offset_of!(ConsumerHot, downstream) + offset_of!(WakeLine, word),
+            ),
             4,
         ),
         Field::ProducerState(i) => (producer(i) + offset_of!(ProducerEntry, word) as u64, 8),
@@ -245,6 +302,17 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
         ),
         Field::ProducerCounter(i, c) => (
             producer(i) + offset_of!(ProducerEntry, published) as u64 + 8 * u64::from(c % 5),
+            8,
+        ),
+        // A ring published by a cursor has no slot header: its slots (and their tomb
+        // words, after them) are payload words.
+        Field::SlotStamp(i) | Field::SlotLen(i) | Field::SlotFlags(i) if g.fixed || g.sized => (
+            g.slots_offset + (8 * u64::from(i)) % (g.total_size - g.slots_offset),
+            8,
+        ),
+        Field::SlotPayload(i, w) if g.fixed || g.sized => (
+            g.slots_offset
+                + (8 * (u64::from(i) * 256 + u64::from(w))) % (g.total_size - g.slots_offset),
             8,
         ),
         Field::SlotStamp(i) => (slot(i) + offset_of!(SlotHeader, stamp) as u64, 8),
@@ -336,16 +404,18 @@ fn check_info(ring: &Ring) {
     assert!(info.producers.iter().all(|p| p.index < g.max_producers));
 }
 
-fn run(ops: &[Op]) {
+fn run(format: Format, ops: &[Op]) {
     let ns = namespace();
     let _ = Ring::remove(&ns, "r");
-    let ring = Ring::create(&ns, "r", &config()).expect("create the fuzzing ring");
+    let ring = Ring::create(&ns, "r", &config(format)).expect("create the fuzzing ring");
     let file = OpenOptions::new()
         .write(true)
         .open(ring.path())
         .expect("open the segment");
     let max_payload = ring.max_payload();
-    let mut consumers: Vec<Consumer> = Vec::new();
+    // Each consumer, and whether a poll of it returned an error after which the handle
+    // delivers nothing more (`PollError::Failed` from then on).
+    let mut consumers: Vec<(Consumer, bool)> = Vec::new();
     let mut producers: Vec<Producer> = Vec::new();
     // A producer and a durable consumer that saw some traffic: the tables start populated.
     if let (Ok(mut p), Ok(c)) = (ring.producer(), ring.consumer(options(Kind::Durable(0)))) {
@@ -353,7 +423,7 @@ fn run(ops: &[Op]) {
             let _ = p.try_publish(&i.to_le_bytes());
         }
         producers.push(p);
-        consumers.push(c);
+        consumers.push((c, false));
     }
     for &op in ops.iter().take(MAX_OPS) {
         match op {
@@ -361,7 +431,7 @@ fn run(ops: &[Op]) {
             Op::AttachConsumer(k) => {
                 if consumers.len() < 4 {
                     if let Ok(c) = ring.consumer(options(k)) {
-                        consumers.push(c);
+                        consumers.push((c, false));
                     }
                 }
             }
@@ -374,25 +444,30 @@ fn run(ops: &[Op]) {
             Op::Unsubscribe(i) => {
                 if !consumers.is_empty() {
                     let n = consumers.len();
-                    consumers.swap_remove(usize::from(i) % n).unsubscribe();
+                    consumers.swap_remove(usize::from(i) % n).0.unsubscribe();
                 }
             }
             Op::Poll(i) => {
-                if let Some(c) = pick(&mut consumers, i) {
+                if let Some((c, ended)) = pick(&mut consumers, i) {
                     let mut longest = 0;
                     let r = c.poll_once(|ev| longest = longest.max(ev.bytes().len()));
+                    // `Failed` only after an error that ended the handle: its entry taken
+                    // (hostile writes do that) or a handler failure (a hostile poison
+                    // record can report one); a handler that cannot panic never panics.
                     assert!(
-                        !matches!(
-                            r,
-                            Err(PollError::HandlerPanicked { .. } | PollError::Failed)
-                        ),
+                        !matches!(r, Err(PollError::HandlerPanicked { .. }))
+                            && (*ended || !matches!(r, Err(PollError::Failed))),
                         "poll_once with a handler that cannot panic: {r:?}"
+                    );
+                    *ended |= matches!(
+                        r,
+                        Err(PollError::EntryLost | PollError::HandlerFailed { .. })
                     );
                     assert!(longest <= max_payload, "delivered {longest} bytes");
                 }
             }
             Op::HasPending(i) => {
-                if let Some(c) = pick(&mut consumers, i) {
+                if let Some((c, _)) = pick(&mut consumers, i) {
                     let _ = c.has_pending();
                     let _ = c.stats();
                 }
@@ -412,13 +487,13 @@ fn run(ops: &[Op]) {
             }
             Op::TryPublish(i, len) => {
                 if let Some(p) = pick(&mut producers, i) {
-                    let _ = p.try_publish(&vec![len; usize::from(len) % 64]);
+                    let _ = p.try_publish(&vec![len; payload_len(format, len)]);
                 }
             }
             Op::PublishTimeout(i, len) => {
                 if let Some(p) = pick(&mut producers, i) {
                     let _ = p.publish_timeout(
-                        &vec![len; usize::from(len) % 64],
+                        &vec![len; payload_len(format, len)],
                         Duration::from_micros(50),
                     );
                 }
@@ -472,8 +547,8 @@ fn run(ops: &[Op]) {
     let _ = Ring::remove(&ns, "r");
 }
 
-fuzz_target!(|ops: Vec<Op>| {
+fuzz_target!(|input: (Format, Vec<Op>)| {
     static SWEEP: Once = Once::new();
     SWEEP.call_once(sweep_stale);
-    run(&ops);
+    run(input.0, &input.1);
 });
