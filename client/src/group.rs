@@ -25,7 +25,13 @@
 //! decreases (a member claims only at or after the end of its previous claim, and starts at
 //! or below the work sequence), so any value a scan reads of an attached member is at most
 //! the start of its current claim. (A member attaching while the scan runs is covered by
-//! the scan reading the work sequence first: see [`finished`].) The order matters when the
+//! the scan reading the work sequence first: see [`finished`].) One exception: a member
+//! that carries on with an entry whose dead holder named a claim it never won (it died
+//! between b and c) delivers that whole range, then claims from the work sequence, which
+//! the winner of that CAS may have left below the range's end. Its `next` goes back to the
+//! work sequence, which every scan reads before the entries, so no gate moves past it; the
+//! events between the two it delivers twice (at least once, as for any claim a member
+//! died in). The order matters when the
 //! member dies: its entry must name every sequence it may have taken. With b before c, a
 //! member that dies between them names a claim it never won: that range is delivered twice
 //! at most (by the recovering member, counted in `redelivered`, and by whoever claims it
