@@ -206,7 +206,8 @@ pub struct Look {
 /// How [`resume`] took an entry over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resumed {
-    /// At its position, which it gated at throughout (its word after the CAS to ACTIVE).
+    /// At its position: a required consumer's, which it gated at throughout; an optional
+    /// one's, any position not past the head.
     Kept {
         /// The entry's word after the CAS to ACTIVE.
         word: u64,

@@ -317,7 +317,8 @@ pub fn hidden(c: char) -> bool {
 /// character after the first only for that (or for being a quote or a backslash, which
 /// are printable).
 fn unprintable(c: char) -> bool {
-    if matches!(c, '\'' | '"' | '\\') || c.is_ascii() {
+    if c.is_ascii() {
+        // Quotes and the backslash, escaped by `escape_debug`, are printable.
         return c.is_ascii_control();
     }
     let mut buf = [0u8; 5];
@@ -395,6 +396,9 @@ mod tests {
             "\u{1b}1",
             "tab\there",
             "\u{7f}",
+            "\u{2028}x",
+            "a\u{a0}b",
+            "\u{e0041}\u{ad}",
         ];
         for word in words {
             let out = std::process::Command::new("bash")

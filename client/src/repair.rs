@@ -33,9 +33,9 @@ pub struct Repair {
     /// Sequences that could not be repaired yet (their slot still holds an unread event), or
     /// 1 while a stop or start decides a single producer's last claim: try again later.
     pub waiting: u64,
-    /// The entry is held by a live process (one attaching to it or repairing it, whose
-    /// start time the entry does not hold yet): nothing was repaired, and what it holds is
-    /// that process's to repair or give back.
+    /// The entry is held by a process that is not gone (attaching to it, repairing it, or
+    /// its producer, not reaped yet): nothing was repaired, and what it holds is that
+    /// process's to publish, repair or give back.
     pub held: bool,
 }
 

@@ -105,8 +105,8 @@
 //! stamped): `Segment::position` passes `reached` (`stamp::reached`; a fixed-size ring's
 //! `seq < cursor`) where it passed `is_done`; (b) the attach starts at least at its
 //! provisional position (`graph::start_fresh`, which `Consumer::fresh` and `resume` run:
-//! `start.max(provisional)`). The
-//! controls `control_an_attach_whose_look_back_steps_over_a_lap_starts_below_its_gate` (the
+//! `start.max(provisional)`). The controls
+//! `control_an_attach_whose_look_back_steps_over_a_lap_starts_below_its_gate` (the
 //! attach as it was) and `control_an_attach_below_its_provisional_position_across_a_start`
 //! ((a) alone) fail. (b) alone passes these models, but not a ring of four slots where a
 //! scan that did not see the entry yet gated at 4 (the provisional position was 3, read

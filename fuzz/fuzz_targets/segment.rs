@@ -1,8 +1,10 @@
 //! Hostile bytes in a live segment, interleaved with bounded client operations.
 //!
-//! Each input is a list of operations on one fresh ring (capacity 8, 3 consumer and 2
-//! producer entries): writes of chosen values into chosen fields of the sequence lines, the
-//! tables, the slots and the non-checksummed header words (the way another process with
+//! Each input names a ring format and lists operations on one fresh ring of it (capacity 8,
+//! 3 consumer entries; stamped slots with 2 producer entries, or fixed-size 8-byte or sized
+//! events of up to 24 bytes with one producer): writes of chosen values into chosen fields
+//! of the sequence lines (a cursor ring's cursor, tomb bound and `pending` word included),
+//! the tables, the slots and the non-checksummed header words (the way another process with
 //! write access could scribble over them), and the client calls a process or the broker
 //! makes that cannot wait forever by design: attach and detach, `try_publish`,
 //! `publish_timeout`, `poll_once`, `has_pending`, `stop`, `start`, `drain` with a zero
@@ -14,8 +16,9 @@
 //! The property: every call returns (libFuzzer's `-timeout` catches a hang), nothing
 //! panics (`poll_once` catches the handler's own panics and only those, so handler checks
 //! are made outside it, and a `HandlerPanicked` from this handler, which cannot panic, is
-//! a crash), no event longer than the slot's payload is delivered, and `info()` only names entries that
-//! exist. Built without `-a`, overflow checks are off as in a release build; with
+//! a crash), a poll returns `Failed` only after an error that ended its handle
+//! (`EntryLost`, `HandlerFailed`), no event longer than the slot's payload is delivered,
+//! and `info()` only names entries that exist. Built without `-a`, overflow checks are off as in a release build; with
 //! `cargo fuzz run -a` they are on and an arithmetic overflow on a hostile value is a crash.
 
 #![no_main]
@@ -306,11 +309,11 @@ fn locate(g: &Geometry, f: Field) -> (u64, usize) {
         ),
         // A ring published by a cursor has no slot header: its slots (and their tomb
         // words, after them) are payload words.
-        Field::SlotStamp(i) | Field::SlotLen(i) | Field::SlotFlags(i) if g.fixed || g.sized => (
+        Field::SlotStamp(i) | Field::SlotLen(i) | Field::SlotFlags(i) if g.fixed => (
             g.slots_offset + (8 * u64::from(i)) % (g.total_size - g.slots_offset),
             8,
         ),
-        Field::SlotPayload(i, w) if g.fixed || g.sized => (
+        Field::SlotPayload(i, w) if g.fixed => (
             g.slots_offset
                 + (8 * (u64::from(i) * 256 + u64::from(w))) % (g.total_size - g.slots_offset),
             8,

@@ -49,7 +49,9 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
         }
         // A claim whose sequence is not recorded yet (`claiming`) waits out the timeout
         // too: its repair searches for the hole, which is only safe once every live
-        // producer has long since recorded its own claim.
+        // producer has long since recorded its own claim. The clock is the ring's, from
+        // its first hole: a hole found while an earlier one is left (unread, or held by a
+        // process at work on it) waits out only what is left of the timeout.
         let holds = p.in_flight.is_some() || p.claiming;
         if holds {
             seen = t.ring.note_hole(boot_now);
@@ -83,7 +85,7 @@ pub fn repair_producers(ring: &str, t: &mut Tracked, info: &RingInfo, watches: &
                     "claim of dead producer pid {} waits for a consumer to free its slot; retrying every sweep", p.pid);
             } else if r.held {
                 info!(ring, index = p.index, pid = p.pid,
-                    "claim of a dead producer is held by live pid {} (attaching or repairing); it is repaired once that process gives it back or dies", p.pid);
+                    "claim of a dead producer is held by pid {} (attaching, repairing, or not reaped yet); it is repaired once that process gives it back or is gone", p.pid);
             } else if shmring::process::is_alive(p.pid, p.start_time) {
                 warn!(ring, index = p.index, pid = p.pid,
                     "producer pid {} has exited but is not reaped yet (a zombie): its claim is repaired once its parent reaps it", p.pid);

@@ -1063,9 +1063,10 @@ impl Source for SizedSrc<'_> {
 }
 
 /// After a run that was lapped: a failed jump to the head is the poll's error only when the
-/// run delivered nothing.
+/// run delivered nothing, or when the entry is no longer this handle's (`EntryLost`: the
+/// handle is failed, and a later call's `Failed` would not say why).
 pub(super) fn on_nothing(delivered: u64, e: PollError) -> Result<(), PollError> {
-    if delivered == 0 {
+    if delivered == 0 || e == PollError::EntryLost {
         Err(e)
     } else {
         Ok(())
@@ -1078,5 +1079,27 @@ fn corrupt(position: u64) -> Result<(), PollError> {
         Err(PollError::CorruptPosition { position })
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lapped run that delivered events keeps its count when the jump to the head fails,
+    /// except when the entry was lost: then the poll says so, once.
+    #[test]
+    fn a_lost_entry_is_the_polls_error_even_after_events() {
+        let corrupt = PollError::CorruptPosition { position: u64::MAX };
+        assert_eq!(on_nothing(0, corrupt.clone()), Err(corrupt.clone()));
+        assert_eq!(on_nothing(3, corrupt), Ok(()));
+        assert_eq!(
+            on_nothing(0, PollError::EntryLost),
+            Err(PollError::EntryLost)
+        );
+        assert_eq!(
+            on_nothing(3, PollError::EntryLost),
+            Err(PollError::EntryLost)
+        );
     }
 }
