@@ -409,7 +409,7 @@ fn check_info(ring: &Ring) {
 
 fn run(format: Format, ops: &[Op]) {
     let ns = namespace();
-    let _ = Ring::remove(&ns, "r");
+    clear(&ns);
     let ring = Ring::create(&ns, "r", &config(format)).expect("create the fuzzing ring");
     let file = OpenOptions::new()
         .write(true)
@@ -547,7 +547,19 @@ fn run(format: Format, ops: &[Op]) {
     check_info(&ring);
     drop(consumers);
     drop(producers);
-    let _ = Ring::remove(&ns, "r");
+    clear(&ns);
+}
+
+/// Remove the ring `r` of namespace `ns`, and its file if the remove is refused: an input
+/// may leave a lifecycle word naming a live process (pid 1, this one, any pid it wrote) as
+/// the owner of a change in progress, which `Ring::remove` waits for and then refuses
+/// (`Busy`), as it must; the next input needs a fresh ring all the same.
+fn clear(ns: &str) {
+    if Ring::remove(ns, "r").is_err() {
+        if let Ok(dir) = shmring::names::namespace_dir(ns) {
+            let _ = std::fs::remove_file(dir.join("r.ring"));
+        }
+    }
 }
 
 fuzz_target!(|input: (Format, Vec<Op>)| {
