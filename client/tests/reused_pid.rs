@@ -148,12 +148,17 @@ mod as_root {
         let first = [0, 1, 2].map(|i| consumer_seen(&ring, i));
         let first_p = [2, 3].map(|i| producer_seen(&ring, i));
 
-        // The taker runs: held, whether or not the caller saw the word before.
+        // The taker runs: held, whether or not the caller saw the word before; the repair
+        // says so (`Repair::held`) and changes nothing.
+        let held = Repair {
+            held: true,
+            ..Repair::default()
+        };
         for (i, f) in (0..).zip(first) {
             assert!(!ring.free_consumer_seen(i, f), "consumer {i}");
         }
         for (i, f) in [2, 3].into_iter().zip(first_p) {
-            assert_eq!(ring.repair_dead_producer_seen(i, f), Repair::default());
+            assert_eq!(ring.repair_dead_producer_seen(i, f), held);
         }
         assert_eq!(producer_word(&ring, 2), Some(attaching));
         assert_eq!(producer_word(&ring, 3), Some(repairing));
@@ -166,12 +171,12 @@ mod as_root {
         // cannot tell a reused pid must do.
         assert!(!ring.free_consumer(0, claimed));
         assert!(!ring.free_consumer(1, resuming));
-        assert_eq!(ring.repair_dead_producer(2, attaching), Repair::default());
+        assert_eq!(ring.repair_dead_producer(2, attaching), held);
         // Nor does a sighting after the reuser started tell it from the taker.
         assert!(!ring.free_consumer_seen(0, consumer_seen(&ring, 0)));
         assert!(!ring.free_consumer_seen(2, consumer_seen(&ring, 2)));
         let late = producer_seen(&ring, 3);
-        assert_eq!(ring.repair_dead_producer_seen(3, late), Repair::default());
+        assert_eq!(ring.repair_dead_producer_seen(3, late), held);
         assert_eq!(raw.consumer_word(0), claimed);
 
         // The first sighting: the process under that pid started after it, so it is not
