@@ -4,12 +4,26 @@
 mod common;
 
 use common::{num, ring, BrokerNs, Namespace};
-use shmring::{ConsumerOptions, Ring};
+use shmring::{Consumer, ConsumerOptions, Producer, Ring};
 
 #[test]
 #[ignore = "the child-process role: run by the other tests of this file"]
 fn role() {
     common::roles::run_if_child();
+}
+
+/// Ring `r` of the broker's namespace, its durable consumer "reader", and a producer that
+/// published the events `0..published` (little-endian u64s).
+fn reader_and_producer(ns: &Namespace, published: u64) -> (Ring, Consumer, Producer) {
+    let handle = Ring::open(ns.name(), "r").expect("open");
+    let consumer = handle
+        .consumer(ConsumerOptions::durable("reader"))
+        .expect("consumer");
+    let mut producer = handle.producer().expect("producer");
+    for v in 0..published {
+        producer.publish(&v.to_le_bytes()).expect("publish");
+    }
+    (handle, consumer, producer)
 }
 
 #[test]
@@ -18,14 +32,7 @@ fn a_producer_killed_holding_a_claim_is_repaired_after_the_timeout() {
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\nunblock_timeout = \"200ms\"\n",
     ));
-    let ring_handle = Ring::open(ns.name(), "r").expect("open");
-    let mut consumer = ring_handle
-        .consumer(ConsumerOptions::durable("reader"))
-        .expect("consumer");
-    let mut producer = ring_handle.producer().expect("producer");
-    for v in 0..5u64 {
-        producer.publish(&v.to_le_bytes()).expect("publish");
-    }
+    let (_ring, mut consumer, mut producer) = reader_and_producer(&ns, 5);
     let mut claimer = ns.role("claimer", &[("ROLE_RING", "r".to_owned())]);
     assert_eq!(claimer.expect("@claimed"), "5");
     for v in 5..10u64 {
@@ -82,14 +89,7 @@ fn a_dead_producer_shows_not_alive_with_its_claim_in_flight_until_the_repair() {
     let _broker = ns.broker(Some(
         "[rings.r]\ncapacity = 64\nstall_threshold = \"100ms\"\nunblock_timeout = \"1s\"\n",
     ));
-    let handle = Ring::open(ns.name(), "r").expect("open");
-    let mut consumer = handle
-        .consumer(ConsumerOptions::durable("reader"))
-        .expect("consumer");
-    let mut producer = handle.producer().expect("producer");
-    for v in 0..3u64 {
-        producer.publish(&v.to_le_bytes()).expect("publish");
-    }
+    let (_ring, mut consumer, _producer) = reader_and_producer(&ns, 3);
     let mut claimer = ns.role("claimer", &[("ROLE_RING", "r".to_owned())]);
     assert_eq!(claimer.expect("@claimed"), "3");
     let pid = u64::from(claimer.pid());
@@ -378,15 +378,8 @@ fn a_consumer_waiting_at_a_hole_stays_healthy_while_the_ring_fills_behind_it() {
     let _broker = ns.broker(Some(&format!(
         "[rings.r]\ncapacity = {capacity}\nstall_threshold = \"20ms\"\nunblock_timeout = \"3600s\"\n"
     )));
-    let handle = Ring::open(ns.name(), "r").expect("open");
+    let (handle, mut consumer, mut producer) = reader_and_producer(&ns, 3);
     let raw = shmring_testkit::raw::RawSegment::open(&handle);
-    let mut consumer = handle
-        .consumer(ConsumerOptions::durable("reader"))
-        .expect("consumer");
-    let mut producer = handle.producer().expect("producer");
-    for v in 0..3u64 {
-        producer.publish(&v.to_le_bytes()).expect("publish");
-    }
     assert_eq!(consumer.poll_once(|_| {}).expect("poll"), 3);
     // A stop and a start end the producer's lone claims (ARCHITECTURE.md, "Lone claims"):
     // its claims read the counter from here, as the fabricated claim words below need.
@@ -439,14 +432,7 @@ fn brokers_restarted_faster_than_the_unblock_timeout_still_repair_the_hole() {
     let unblock = std::time::Duration::from_secs(3);
     let config = "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"3s\"\n";
     let mut broker = ns.broker(Some(config));
-    let handle = Ring::open(ns.name(), "r").expect("open");
-    let mut consumer = handle
-        .consumer(ConsumerOptions::durable("reader"))
-        .expect("consumer");
-    let mut producer = handle.producer().expect("producer");
-    for v in 0..3u64 {
-        producer.publish(&v.to_le_bytes()).expect("publish");
-    }
+    let (handle, mut consumer, mut producer) = reader_and_producer(&ns, 3);
     let mut claimer = ns.role("claimer", &[("ROLE_RING", "r".to_owned())]);
     assert_eq!(claimer.expect("@claimed"), "3");
     // No broker can see the hole before this instant.
@@ -531,15 +517,8 @@ fn a_hole_under_a_live_processs_repair_keeps_the_unblock_clock() {
         "[rings.r]\ncapacity = 64\nstall_threshold = \"20ms\"\nunblock_timeout = \"1s\"\n",
     ));
     let timeout_ns = 1_000_000_000;
-    let handle = Ring::open(ns.name(), "r").expect("open");
+    let (handle, mut consumer, producer) = reader_and_producer(&ns, 3);
     let raw = RawSegment::open(&handle);
-    let mut consumer = handle
-        .consumer(ConsumerOptions::durable("reader"))
-        .expect("consumer");
-    let mut producer = handle.producer().expect("producer");
-    for v in 0..3u64 {
-        producer.publish(&v.to_le_bytes()).expect("publish");
-    }
     drop(producer);
     // Sequence 3, claimed by a producer that died; its entry taken for repair by a live
     // process (whose start time the entry does not hold yet).

@@ -553,12 +553,16 @@ fn run(format: Format, ops: &[Op]) {
 /// Remove the ring `r` of namespace `ns`, and its file if the remove is refused: an input
 /// may leave a lifecycle word naming a live process (pid 1, this one, any pid it wrote) as
 /// the owner of a change in progress, which `Ring::remove` waits for and then refuses
-/// (`Busy`), as it must; the next input needs a fresh ring all the same.
+/// (`Busy`), as it must; the next input needs a fresh ring all the same. Then the
+/// namespace directory, so that a run that ends (libFuzzer exits without unwinding) leaves
+/// nothing in the shared-memory root; the next input's create makes it again.
 fn clear(ns: &str) {
-    if Ring::remove(ns, "r").is_err() {
-        if let Ok(dir) = shmring::names::namespace_dir(ns) {
+    let removed = Ring::remove(ns, "r");
+    if let Ok(dir) = shmring::names::namespace_dir(ns) {
+        if removed.is_err() {
             let _ = std::fs::remove_file(dir.join("r.ring"));
         }
+        let _ = std::fs::remove_dir(dir);
     }
 }
 
