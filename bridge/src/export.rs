@@ -246,7 +246,7 @@ pub fn run(args: &ExportArgs, stop: &AtomicBool) -> Result<ExportStats> {
     })?;
     let source = source_id(&namespace, &args.ring, ring.created_unix_ns());
     let start = consumer.next_sequence();
-    info!(ring = %args.ring, %namespace, consumer = %name, source = format_args!("{source:016x}"), start, mode = ?args.mode, "exporter attached");
+    info!(ring = %args.ring, %namespace, consumer = ?name, source = format_args!("{source:016x}"), start, mode = ?args.mode, "exporter attached");
 
     let shared = Arc::new(Shared {
         source,

@@ -438,3 +438,30 @@ fn a_handler_panic_in_an_anonymous_consumer_is_failed_then_freed() {
     let h = &ring(&v, "r").expect("r")["health"];
     assert_eq!(num(h, "freed"), 1, "{v:#}");
 }
+
+/// A consumer's name is chosen by whichever process attached it (any bytes but NUL): the
+/// broker's log gives it escaped, in its fields as in its messages, so a line break in the
+/// name cannot forge a log line of its own. Before, the `consumer` field was written raw.
+#[test]
+fn a_line_break_in_a_consumer_name_does_not_forge_a_broker_log_line() {
+    let ns = Namespace::new("forged");
+    let broker = ns.broker(Some(&config("alert")));
+    let name = "victim\nFORGED shmring_broker: ring r deleted";
+    let mut victim = ns.role(
+        "consumer",
+        &env(&[("ROLE_NAME", name), ("ROLE_PAUSED", "1")]),
+    );
+    victim.expect("@ready");
+    victim.kill();
+    assert!(
+        broker.expect_stderr_within("policy alert", common::WAIT),
+        "no death logged: {}",
+        broker.stderr_so_far()
+    );
+    let log = broker.stderr_so_far();
+    assert!(
+        !log.lines().any(|l| l.starts_with("FORGED")),
+        "a name wrote a log line of its own:\n{log}"
+    );
+    assert!(log.contains(r"victim\nFORGED"), "{log}");
+}

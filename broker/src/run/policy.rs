@@ -70,12 +70,12 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
     match edge {
         Edge::Stalled => {
             t.counters.stalls += 1;
-            warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next,
+            warn!(ring, consumer = ?c.name, index = c.index, pid = c.pid, sequence = c.next,
                 "STALLED: {} has pending events and has not moved for {threshold:?}", who(c));
         }
         Edge::Recovered => {
             t.counters.recoveries += 1;
-            info!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next,
+            info!(ring, consumer = ?c.name, index = c.index, pid = c.pid, sequence = c.next,
                 "HEALTHY: {} moves again", who(c));
         }
         Edge::Orphaned => {
@@ -117,7 +117,7 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
             // entry is never released (`release_if_starting` says no), and its policy applies.
             if edge == Edge::Died && c.starting && t.ring.release_if_starting(c.index, c.word) {
                 t.counters.releases += 1;
-                warn!(ring, consumer = %c.name, index = c.index, pid = c.pid,
+                warn!(ring, consumer = ?c.name, index = c.index, pid = c.pid,
                     "DEAD: {} ({why}) inside its attach, before it had a start: released; a restart starts at the head", who(c));
                 return;
             }
@@ -145,7 +145,7 @@ pub fn release_again(ring: &str, t: &mut Tracked, c: &ConsumerInfo, state: Consu
         && t.ring.release_consumer(c.index, c.word)
     {
         t.counters.releases += 1;
-        info!(ring, consumer = %c.name, index = c.index, pid = c.pid,
+        info!(ring, consumer = ?c.name, index = c.index, pid = c.pid,
             "released {} again: its entry was gating again", who(c));
     }
 }
@@ -154,7 +154,7 @@ fn apply_policy(ring: &str, t: &mut Tracked, c: &ConsumerInfo, why: &str) {
     let policy = t.spec.policy_for(&c.name);
     match policy {
         Policy::Alert => {
-            warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next,
+            warn!(ring, consumer = ?c.name, index = c.index, pid = c.pid, sequence = c.next,
                 "DEAD: {} ({why}); policy alert: it keeps gating, its events wait for its restart", who(c));
         }
         Policy::Release => {
@@ -162,13 +162,13 @@ fn apply_policy(ring: &str, t: &mut Tracked, c: &ConsumerInfo, why: &str) {
             if released {
                 t.counters.releases += 1;
             }
-            warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, sequence = c.next, released,
+            warn!(ring, consumer = ?c.name, index = c.index, pid = c.pid, sequence = c.next, released,
                 "DEAD: {} ({why}); policy release: it no longer gates producers and resumes at the head on re-attach", who(c));
         }
         Policy::StopRing => match t.ring.stop() {
             Ok(stop) => {
                 t.counters.policy_stops += 1;
-                warn!(ring, consumer = %c.name, index = c.index, pid = c.pid, stop_sequence = stop,
+                warn!(ring, consumer = ?c.name, index = c.index, pid = c.pid, stop_sequence = stop,
                     "DEAD: {} ({why}); policy stop-ring: ring stopped at sequence {stop}", who(c));
             }
             Err(e) => warn!(

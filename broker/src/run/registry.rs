@@ -451,7 +451,7 @@ fn warn_undeclared(name: &str, ring: &Ring, spec: &RingSpec) {
     let info = ring.info();
     for c in &spec.declared_consumers {
         if !info.consumers.iter().any(|e| e.durable && e.name == *c) {
-            warn!(ring = %name, consumer = %c,
+            warn!(ring = %name, consumer = ?c,
                 "declared consumer {c:?} is not in the existing ring: declarations apply when a ring is created, so it gates only from its first attach; to have it gate from the start, recreate the ring");
         }
     }
