@@ -360,6 +360,19 @@ pub fn copy_held<R: Words>(r: &R, seq: u64) -> bool {
     !overwritten(r, seq, r.horizon().load(Ordering::Relaxed))
 }
 
+/// Whether `seq`'s slot holds, or is being written with, a later lap's event: a look at the
+/// write horizon (`Segment::lapped` on these rings; an attach or a resume asks whether an
+/// old position still has its slot, and gating holds producers from then on). While an
+/// entry gates at `seq`, the producer's horizon stays at or below `seq + capacity`: it is
+/// raised only to what the wrap gate passed (`Producer::arm_fixed`, and before any other
+/// claim once the gate passed it).
+#[inline]
+pub fn lapped<R: Words>(r: &R, seq: u64) -> bool {
+    // Acquire, with no store to pair with: the horizon is stored Relaxed, its Release fence
+    // after the store (`cover`), for `copy_held`'s Acquire fence.
+    overwritten(r, seq, r.horizon().load(Ordering::Acquire))
+}
+
 /// Whether a later lap's write may have reached `seq`'s slot, given a horizon read before
 /// this call: the horizon is past `seq + capacity`.
 #[inline]

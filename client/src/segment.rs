@@ -549,10 +549,7 @@ impl<'a> Events<'a> {
     /// says whether an old position still has its slot (gating holds producers from then
     /// on).
     pub(crate) fn lapped(&self, seq: u64) -> bool {
-        // Acquire, with no store to pair with: the horizon is stored Relaxed, its Release
-        // fence after the store (`fixed::cover`), for `fixed::copy_held`'s Acquire fence.
-        let horizon = self.line().value.load(Ordering::Acquire);
-        fixed::overwritten(self, seq, horizon)
+        fixed::lapped(self, seq)
     }
 
     /// Write `bytes` (exactly one event's size) as the event of `seq`.

@@ -97,11 +97,19 @@
 //! scan that missed the entry used). (A `gate_again` that reads the head before its CAS
 //! fails the model the same way.)
 //!
-//! Not modelled here, and still to design for this ring: `Consumer::resume`'s take-over
-//! (`graph::resume`: a new start is the `graph::start_fresh` modelled here; the take-over,
-//! the kept position and the look at the slot are modelled on stamped slots in
-//! `loom_attach.rs`, not with this ring's write horizon, which `Segment::lapped` reads
-//! here), the deadlines (a model attach waits as long as it
+//! `Consumer::resume` (the models at the end): the shipping `graph::resume` against a
+//! producer that raises its write horizon before each claim as the client does (never past
+//! what the wrap gate passed), with the look at the old position's slot through
+//! `fixed::lapped` (`Segment::lapped` on this ring). A dead holder's ACTIVE or DETACHED
+//! entry keeps its position; a RELEASED one, and a DETACHED one whose slot a later lap
+//! overwrote, start afresh. The controls: a horizon raised past the gate (a gating entry
+//! looks lapped and starts afresh past events it holds) and a resume that does not look at
+//! the horizon (it keeps a lapped position). Checked by hand, not kept: counting a horizon
+//! of exactly the position plus the capacity as lapped (`>=` in `fixed::overwritten`)
+//! fails both keeping models, so some interleaving's look reads the horizon at that bound.
+//! The resumes here take the flags always REQUIRED and never meet a stop.
+//!
+//! Not modelled here: the deadlines (a model attach waits as long as it
 //! takes), a new producer's attach racing a stop (`Line::take_position`, (a1) to (a4);
 //! `loom_folded_repair.rs` runs it after a repair, and racing the start that takes a
 //! refused store back), and the scans a repair runs (`gating::scan` from a process with no
@@ -118,7 +126,7 @@ use loom::thread;
 
 use loom_env::{env, ModelEnv, DEAD};
 use loom_folded_ring::{
-    assert_reached, bound, reached, start_position, witness, Path, Reads, Ring,
+    assert_reached, bound, reached, start_position, witness, Path, Reads, Ring, AHEAD,
 };
 use loom_seen::{Seen, REQUIRED_PASS};
 use loom_word::{model, model_bound, W};
@@ -346,6 +354,19 @@ struct Producer {
     scans: Vec<Scan>,
     /// Whether a publish was refused after its cursor store (a witness).
     refused_after_store: bool,
+    /// How it raises the write horizon before each claim (`None`: the models without
+    /// copying readers or resumes, which never read it).
+    arm: Option<Arm>,
+}
+
+/// How the producer raises the write horizon before a claim of `s`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arm {
+    /// As the client (`Producer::arm_fixed`, and before any other claim): to `AHEAD` past
+    /// `s`, never past what the wrap gate passed (the cached gate plus the capacity).
+    Gated,
+    /// Control: to `AHEAD` past `s`, whatever the gate.
+    Ungated,
 }
 
 impl Producer {
@@ -359,6 +380,15 @@ impl Producer {
             accepted: Vec::new(),
             scans: Vec::new(),
             refused_after_store: false,
+            arm: None,
+        }
+    }
+
+    /// A producer that raises the write horizon as `arm` says before each claim.
+    fn arming(next: u64, arm: Arm) -> Self {
+        Producer {
+            arm: Some(arm),
+            ..Producer::new(next, Head::Next)
         }
     }
 
@@ -406,6 +436,16 @@ impl Producer {
         // Acquire: pairs with the attach's Release store of the marker; looked at before
         // the write, so a claim stored after it follows the attach's return.
         let after = m.attached.load(Ordering::Acquire) == 1;
+        if let Some(arm) = self.arm {
+            let ahead = s + AHEAD;
+            let end = match arm {
+                Arm::Gated => ahead.min(self.cached_gate + N as u64),
+                Arm::Ungated => ahead,
+            };
+            // The client's raise, before the write under it: the horizon, then the
+            // seqlock's Release fence.
+            fixed::cover(&m.ring, end);
+        }
         let (result, path) = m.ring.publish(s, mark, &mut self.seen, None);
         if result.is_err() && path == Path::Decided {
             self.refused_after_store = true;
@@ -1013,4 +1053,218 @@ fn a_released_consumer_gating_again_racing_a_stop_starts_past_every_scan_that_mi
 #[should_panic(expected = "below the head")]
 fn control_a_released_consumer_gating_again_at_a_stops_bound() {
     regate_racing_a_stop(Regate::Bound);
+}
+
+// Resuming a durable entry (`Consumer::resume`) on this ring: a process takes over a
+// required entry a dead holder left, while the producer publishes, raising its write horizon
+// before each claim as the client does. The resume runs the shipping steps in their order:
+// the look at the entry (its word, then its position), the line's position
+// (`fixed::start_position`) and the look at the old position's slot (`fixed::lapped`,
+// `Segment::lapped` on this ring: the write horizon past the position plus the capacity),
+// then the shipping `graph::resume` (the take-over CAS, the SeqCst fence, the kept position
+// or a fresh attach's start, the SeqCst fence after its CAS as in `Model::attach`).
+//
+// Why a gating entry is never taken for lapped: the horizon says which sequences may have
+// been written, and the producer raises it only to what the wrap gate passed, which an
+// entry gating at `next` bounds by `next + capacity`; the look then reads at most that, which
+// `fixed::overwritten` does not count as lapped. A horizon raised past the gate (the
+// control) makes a resume of a gating entry start afresh past events it still holds.
+
+/// The dead holder of the entry a resume takes over.
+const DEAD_HOLDER: u32 = 7;
+
+/// How a resume looks at its old position's slot.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotLook {
+    /// `fixed::lapped`, as `Consumer::resume`.
+    Horizon,
+    /// Control: the slot not looked at (never lapped).
+    Ignored,
+}
+
+impl<const N: usize> Model<N> {
+    /// A running ring with the sequences below `published` published (a lapped slot holds
+    /// the later lap's `(seq, seq)`), the write horizon at `horizon`, and its consumer entry
+    /// held by a dead process in `state` at `next`.
+    fn held(state: u32, next: u64, published: u64, horizon: u64) -> Self {
+        let m = Model::running(published);
+        m.ring.horizon.store(horizon, Ordering::Relaxed);
+        m.word
+            .store(owned_word::pack(1, state, DEAD_HOLDER), Ordering::Relaxed);
+        m.next.store(next, Ordering::Relaxed);
+        m.first.store(next, Ordering::Relaxed);
+        m
+    }
+
+    /// `Consumer::resume` of the entry (required, its holder dead): the look, then the
+    /// shipping `graph::resume`. Returns whether it kept the position, and where it started.
+    fn resume(&self, slot: SlotLook) -> (bool, Attached) {
+        // Acquire: pairs with the producer's Release store of the marker.
+        let before = self.published_to.load(Ordering::Acquire);
+        // Acquire: as `resume`'s look at the word.
+        let seen = self.word.load(Ordering::Acquire);
+        // Acquire: pairs with the last holder's Release commit.
+        let old_next = self.next.load(Ordering::Acquire);
+        let env = env(4, true);
+        let head = start_position(&self.ring, &env);
+        let look = graph::Look {
+            seen,
+            flags: consumer_flags::REQUIRED,
+            next: old_next,
+            head,
+            lapped: slot == SlotLook::Horizon
+                && old_next <= head
+                && fixed::lapped(&self.ring, old_next),
+        };
+        let resumed = graph::resume(
+            &self.next,
+            &self.first,
+            &self.word,
+            CONSUMER,
+            &look,
+            true,
+            || Some(start_position(&self.ring, &env)),
+            || fence(Ordering::SeqCst),
+            |_| (),
+            // The fence after the CAS to ACTIVE, as in `Model::attach`.
+            || fence(Ordering::SeqCst),
+        )
+        .expect("nobody else changes the entry and the ring runs");
+        let (kept, provisional, start) = match resumed {
+            graph::Resumed::Kept { .. } => (true, old_next, old_next),
+            graph::Resumed::Started(s) => (false, s.provisional, s.start),
+        };
+        // Release: pairs with the producer's Acquire load of the marker.
+        self.attached.store(1, Ordering::Release);
+        (
+            kept,
+            Attached {
+                before,
+                provisional,
+                start,
+            },
+        )
+    }
+}
+
+/// A process resumes the required entry a dead holder left in `state` at 0, on a ring of
+/// two slots whose sequences below `published` are published (the horizon at `horizon`),
+/// and reads up to the third event the producer publishes meanwhile (raising its horizon
+/// as `arm` says). A gating entry (a dead holder's ACTIVE or DETACHED word) whose slot was
+/// not overwritten keeps its position and reads every event from it intact; a RELEASED one,
+/// or one whose slot a later lap overwrote, starts as a fresh attach starts. Every scan that
+/// missed the entry gated at or below the start.
+fn resume_racing_publishes(
+    state: u32,
+    published: u64,
+    horizon: u64,
+    arm: Arm,
+    slot: SlotLook,
+    kept: bool,
+) {
+    model(move || {
+        let m = Arc::new(Model::<2>::held(state, 0, published, horizon));
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::arming(published, arm);
+                for s in published..published + 3 {
+                    p.publish(&m, s).expect("the ring runs");
+                }
+                p
+            })
+        };
+        let (was_kept, a) = m.resume(slot);
+        assert_eq!(was_kept, kept, "kept the position or not, from {a:?}");
+        let to = published + 3;
+        let got = m.read(a.start, to);
+        let p = producer.join().unwrap();
+        if !kept {
+            check_start(a, &p.after_attach);
+        }
+        check_scans(a, &p.scans);
+        let mut accepted: Vec<(u64, u64)> = (0..published).map(|s| (s, s)).collect();
+        accepted.extend(p.accepted);
+        check_read(a, &got, &accepted, to);
+    });
+}
+
+#[test]
+fn a_resume_of_a_detached_entry_keeps_its_position_while_the_producer_raises_its_horizon() {
+    resume_racing_publishes(
+        consumer_state::DETACHED,
+        1,
+        1,
+        Arm::Gated,
+        SlotLook::Horizon,
+        true,
+    );
+}
+
+#[test]
+fn a_resume_of_a_dead_active_entry_keeps_its_position_while_the_producer_raises_its_horizon() {
+    resume_racing_publishes(
+        consumer_state::ACTIVE,
+        1,
+        1,
+        Arm::Gated,
+        SlotLook::Horizon,
+        true,
+    );
+}
+
+#[test]
+fn a_resume_of_a_released_entry_starts_afresh_on_a_fixed_size_ring() {
+    resume_racing_publishes(
+        consumer_state::RELEASED,
+        1,
+        1,
+        Arm::Gated,
+        SlotLook::Horizon,
+        false,
+    );
+}
+
+/// A DETACHED entry at 0 whose slot holds 2 (its holder was released, lapped, then
+/// detached), the horizon at 3 from the write of 2: it starts afresh.
+#[test]
+fn a_resume_of_an_entry_lapped_before_it_detached_starts_afresh_on_a_fixed_size_ring() {
+    resume_racing_publishes(
+        consumer_state::DETACHED,
+        3,
+        3,
+        Arm::Gated,
+        SlotLook::Horizon,
+        false,
+    );
+}
+
+/// A horizon raised past what the gate passed: the resume of a gating entry takes its
+/// position for lapped and starts afresh past an event it still holds.
+#[test]
+#[should_panic(expected = "kept the position or not")]
+fn control_a_horizon_raised_past_the_gate_makes_a_gating_entry_look_lapped() {
+    resume_racing_publishes(
+        consumer_state::DETACHED,
+        1,
+        1,
+        Arm::Ungated,
+        SlotLook::Horizon,
+        true,
+    );
+}
+
+/// Without the look at the horizon, the lapped DETACHED entry keeps a position whose slot
+/// holds a later sequence.
+#[test]
+#[should_panic(expected = "were accepted")]
+fn control_a_resume_that_does_not_look_at_the_horizon_keeps_a_lapped_position() {
+    resume_racing_publishes(
+        consumer_state::DETACHED,
+        3,
+        3,
+        Arm::Gated,
+        SlotLook::Ignored,
+        true,
+    );
 }
