@@ -25,7 +25,12 @@
 //!
 //! **Batches.** A batch is what the exporter finds published past its cursor when it
 //! looks: the contiguous run up to the ring's head (its end-of-batch edge), cut at
-//! `--batch-events`. It never waits to fill a batch, so no time limit is needed: an idle
+//! `--batch-events` events and at `--batch-bytes` bytes (a batch always carries at least
+//! one event). The byte cut keeps a message under the receiving Zenoh's
+//! `transport/link/rx/max_message_size`, which drops a larger one without telling either
+//! side: in reliable mode that message would be asked for and sent again the same, for ever.
+//! In drop mode, where the consumer's poll commits what it hands over, the cut is made by
+//! counting every event at the ring's largest payload. It never waits to fill a batch, so no time limit is needed: an idle
 //! ring sends single events at once, a busy one sends long runs (the bench measured 100 to
 //! 250 events per message under load).
 //!
@@ -46,7 +51,7 @@ use zenoh::Wait;
 
 use crate::header::source_id;
 use crate::link::{Keys, LinkArgs};
-use crate::wire::{Ack, BatchHeader, BatchWriter, Mode};
+use crate::wire::{Ack, BatchHeader, BatchWriter, Mode, BATCH_HEADER, EVENT_HEADER};
 
 /// `shmring-bridge export`.
 #[derive(Debug, Clone, clap::Args)]
@@ -69,6 +74,11 @@ pub struct ExportArgs {
     /// Most events in one Zenoh message.
     #[arg(long, default_value_t = 256)]
     pub batch_events: usize,
+    /// Most bytes in one Zenoh message, its header included; an event larger than that goes
+    /// alone. Keep it below the importer's Zenoh `transport/link/rx/max_message_size` (1 GiB
+    /// by default), which drops a larger message without an error.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub batch_bytes: usize,
     /// Send again from the confirmed position after this long without a confirmation (ms).
     #[arg(long, default_value_t = 1000)]
     pub ack_timeout_ms: u64,
@@ -215,6 +225,14 @@ impl Shared {
         self.sender.unpark();
     }
 
+    /// When the last ack of this source arrived (`None`: none yet).
+    fn last_ack(&self) -> Option<Instant> {
+        match self.last_ack_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => self.epoch.checked_add(Duration::from_millis(ms)),
+        }
+    }
+
     fn link_up(&self, within: Duration) -> bool {
         let last = self.last_ack_ms.load(Ordering::Relaxed);
         last != 0 && self.now_ms().saturating_sub(last) <= within.as_millis() as u64
@@ -238,7 +256,17 @@ pub fn run(args: &ExportArgs, stop: &AtomicBool) -> Result<ExportStats> {
         Mode::Reliable => ConsumerOptions::durable(name.clone()),
         Mode::Drop => ConsumerOptions::durable(name.clone()).optional(),
     }
-    .batch_cap(args.batch_events.max(1));
+    .batch_cap(match args.mode {
+        Mode::Reliable => args.batch_events.max(1),
+        // A poll commits what it hands over, so it is cut before: at the number of the
+        // ring's largest events that fit `--batch-bytes`.
+        Mode::Drop => args
+            .batch_events
+            .min(
+                args.batch_bytes.saturating_sub(BATCH_HEADER) / (ring.max_payload() + EVENT_HEADER),
+            )
+            .max(1),
+    });
     let consumer = ring.consumer(opts).with_context(|| {
         format!(
             "attaching the exporter's consumer {name:?} (another exporter on this key? use --name)"
@@ -336,6 +364,14 @@ impl Exporter<'_> {
                         committed_seen = committed;
                         self.last_progress = Instant::now();
                     }
+                    // Any ack of this source restarts the timeout, whatever it confirms: an
+                    // importer that waits for room in its ring, or for its ring to start,
+                    // acknowledges what it has every heartbeat and holds the rest of the
+                    // window, which sending again would only queue up before it. What it
+                    // lost is asked for (the next batch or heartbeat starts past it).
+                    if let Some(at) = self.shared.last_ack() {
+                        self.last_progress = self.last_progress.max(at);
+                    }
                     self.reliable_step(committed, ack_timeout)?
                 }
                 Mode::Drop => self.drop_step()?,
@@ -390,12 +426,23 @@ impl Exporter<'_> {
         }
         self.writer.begin();
         let writer = &mut self.writer;
+        let budget = self.args.batch_bytes;
         let mut bytes = 0u64;
+        // The first event that did not fit the byte budget: the batch ends before it.
+        let mut cut: Option<u64> = None;
         let mut committed = committed;
         let end = {
             let mut c = self.shared.lock();
             let read = c.read_ahead(self.cursor, self.args.batch_events.max(1), |ev| {
-                bytes += ev.bytes().len() as u64;
+                if cut.is_some() {
+                    return;
+                }
+                let len = ev.bytes().len();
+                if !writer.is_empty() && writer.len() + EVENT_HEADER + len > budget {
+                    cut = Some(ev.sequence());
+                    return;
+                }
+                bytes += len as u64;
                 writer.push(ev.sequence(), ev.bytes());
             });
             // A read ahead moves the position only when the source ring's broker released
@@ -415,7 +462,7 @@ impl Exporter<'_> {
                 committed = committed.max(next);
             }
             match read {
-                Ok(end) => end,
+                Ok(end) => cut.unwrap_or(end),
                 // The ack callback committed past the cursor in between, or the jump above:
                 // start there.
                 Err(LeaseError::BeforePosition { next, .. }) => {
@@ -427,6 +474,11 @@ impl Exporter<'_> {
         };
         if end == self.cursor {
             return Ok(false);
+        }
+        if self.cursor <= committed {
+            // Nothing was outstanding: the timeout counts from this batch, not from the
+            // last time the confirmed position moved (an idle time ago).
+            self.last_progress = Instant::now();
         }
         self.send_batch(self.cursor, end, committed, bytes)?;
         self.cursor = end;

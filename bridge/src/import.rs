@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use shmring::{Producer, PublishError, Recall, Ring};
+use shmring::{Producer, Recall, Ring, TryPublishError};
 use tracing::{info, warn};
 use zenoh::handlers::FifoChannel;
 use zenoh::qos::CongestionControl;
@@ -212,6 +212,10 @@ pub fn run(args: &ImportArgs, stop: &AtomicBool) -> Result<ImportStats> {
         },
         last_msg: None,
         was_up: false,
+        heartbeat: Duration::from_millis(args.heartbeat_ms.max(1)),
+        last_ack: Instant::now(),
+        last_stats: Instant::now(),
+        publishing: None,
     };
     let result = im.run_loop(&subscriber);
     let stats = im.snapshot();
@@ -262,11 +266,12 @@ fn recall_sources(ring: &Ring) -> Vec<(u64, u64)> {
     found
 }
 
-/// The importer was told to stop while it waited for its stopped ring to start: it ends
-/// as at any other stop, with the batch it was publishing not acknowledged (the exporter
-/// sends it again to the next importer, which keeps only what its ring does not hold).
+/// The importer was told to stop while it waited for its stopped ring to start, or for
+/// room in its full ring: it ends as at any other stop, with the rest of the batch it was
+/// publishing not acknowledged (the exporter sends it again to the next importer, which
+/// keeps only what its ring does not hold).
 #[derive(Debug, thiserror::Error)]
-#[error("told to stop while waiting for the ring to start")]
+#[error("told to stop while waiting for the ring to start or to have room")]
 struct Interrupted;
 
 /// How often a publish refused by a stopped ring looks again whether the ring started.
@@ -288,6 +293,13 @@ struct Importer<'a> {
     stats: ImportStats,
     last_msg: Option<Instant>,
     was_up: bool,
+    heartbeat: Duration,
+    last_ack: Instant,
+    last_stats: Instant,
+    /// The source and sequence of the event being published (`None` between batches):
+    /// below it that source's events are in the ring, whatever `sources` says (it moved
+    /// the source on when it planned the batch).
+    publishing: Option<(u64, u64)>,
 }
 
 impl Importer<'_> {
@@ -295,12 +307,9 @@ impl Importer<'_> {
         &mut self,
         sub: &zenoh::pubsub::Subscriber<zenoh::handlers::FifoChannelHandler<zenoh::sample::Sample>>,
     ) -> Result<()> {
-        let heartbeat = Duration::from_millis(self.args.heartbeat_ms.max(1));
-        let mut last_ack = Instant::now();
-        let mut last_stats = Instant::now();
         // Relaxed: a flag; the signal handler's store needs no other memory.
         while !self.stop.load(Ordering::Relaxed) {
-            match sub.recv_timeout(heartbeat) {
+            match sub.recv_timeout(self.heartbeat) {
                 Ok(Some(sample)) => {
                     self.last_msg = Some(Instant::now());
                     let bytes = sample.payload().to_bytes();
@@ -312,32 +321,52 @@ impl Importer<'_> {
                 Ok(None) => {}
                 Err(e) => bail!("the zenoh subscriber closed: {e}"),
             }
-            if last_ack.elapsed() >= heartbeat {
-                last_ack = Instant::now();
-                let quiet = Duration::from_millis(self.args.ack_quiet_ms);
-                let lately: Vec<(u64, u64)> = match self.clock.now().checked_sub(quiet) {
-                    Some(since) => self.sources.heard_since(since).collect(),
-                    // The clock started less than `quiet` ago: every source was heard lately
-                    // or not at all.
-                    None => self.sources.heard_ever().collect(),
-                };
-                for (source, next) in lately {
-                    self.ack(source, next, false)?;
+            self.tick(true)?;
+        }
+        Ok(())
+    }
+
+    /// The periodic work, each part when it is due: the heartbeat's acks (every source heard
+    /// lately, at what its ring holds), the link's state (`listening`: not while the importer
+    /// waits to publish, when messages wait in the subscriber's queue unheard), and the
+    /// counters line. The acks go out while the importer waits for room or for its ring to
+    /// start too, so that its exporters hold the rest of their window instead of sending it
+    /// again at every timeout.
+    fn tick(&mut self, listening: bool) -> Result<()> {
+        if self.last_ack.elapsed() >= self.heartbeat {
+            self.last_ack = Instant::now();
+            let quiet = Duration::from_millis(self.args.ack_quiet_ms);
+            let mut lately: Vec<(u64, u64)> = match self.clock.now().checked_sub(quiet) {
+                Some(since) => self.sources.heard_since(since).collect(),
+                // The clock started less than `quiet` ago: every source was heard lately
+                // or not at all.
+                None => self.sources.heard_ever().collect(),
+            };
+            if let Some((source, seq)) = self.publishing {
+                for (s, next) in &mut lately {
+                    if *s == source {
+                        *next = seq;
+                    }
                 }
-                self.link_check(heartbeat);
             }
-            let every = self.args.stats_ms;
-            if every > 0 && last_stats.elapsed() >= Duration::from_millis(every) {
-                last_stats = Instant::now();
-                let s = self.snapshot();
-                info!(
-                    published = s.published,
-                    duplicates = s.duplicates,
-                    dropped = s.dropped,
-                    "importer counters"
-                );
-                print_stats(&s);
+            for (source, next) in lately {
+                self.ack(source, next, false)?;
             }
+            if listening {
+                self.link_check(self.heartbeat);
+            }
+        }
+        let every = self.args.stats_ms;
+        if every > 0 && self.last_stats.elapsed() >= Duration::from_millis(every) {
+            self.last_stats = Instant::now();
+            let s = self.snapshot();
+            info!(
+                published = s.published,
+                duplicates = s.duplicates,
+                dropped = s.dropped,
+                "importer counters"
+            );
+            print_stats(&s);
         }
         Ok(())
     }
@@ -468,9 +497,20 @@ impl Importer<'_> {
         self.scratch.clear();
         self.scratch.extend_from_slice(&header.encode());
         self.scratch.extend_from_slice(payload);
+        self.publishing = Some((header.source, header.seq));
+        let published = self.publish_waiting();
+        self.publishing = None;
+        published
+    }
+
+    /// Publish `scratch`, waiting for room and for a stopped ring to start, and meanwhile
+    /// acknowledging what the ring holds every heartbeat and stopping when told to.
+    fn publish_waiting(&mut self) -> Result<()> {
         let mut told = false;
         loop {
-            match self.producer.publish(&self.scratch) {
+            // A timeout spends no sequence and counts a refused publish in the producer's
+            // counters: one per heartbeat while the ring is full.
+            match self.producer.publish_timeout(&self.scratch, self.heartbeat) {
                 Ok(_) => {
                     self.stats.published += 1;
                     if told {
@@ -478,10 +518,17 @@ impl Importer<'_> {
                     }
                     return Ok(());
                 }
+                Err(TryPublishError::Timeout | TryPublishError::Full) => {
+                    // Relaxed: a flag; the signal handler's store needs no other memory.
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Err(Interrupted.into());
+                    }
+                    self.tick(false)?;
+                }
                 // Stopped (`broker stop` or `drain`): nothing of the batch is acknowledged
                 // until it is all in the ring, so the importer waits for the start, as it
                 // waits for room while the ring is full, and publishes the refused event then.
-                Err(PublishError::Closed) => {
+                Err(TryPublishError::Closed) => {
                     if !told {
                         told = true;
                         warn!(
@@ -501,6 +548,7 @@ impl Importer<'_> {
                         if self.stop.load(Ordering::Relaxed) {
                             return Err(Interrupted.into());
                         }
+                        self.tick(false)?;
                         std::thread::sleep(STOPPED_LOOK);
                     }
                 }

@@ -119,6 +119,16 @@ impl BatchWriter {
         self.count
     }
 
+    /// The message's length so far, its header included: what `finish` hands over.
+    pub fn len(&self) -> usize {
+        self.buf.len().max(BATCH_HEADER)
+    }
+
+    /// Whether no event was appended since `begin`.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
     /// Write the header and hand the finished message over (the next `begin` starts a new
     /// buffer, so the message can be given to the transport without a copy).
     pub fn finish(&mut self, h: &BatchHeader) -> Vec<u8> {
