@@ -351,6 +351,16 @@ pub mod consumer {
         advance(word, mine, to, owner, Ordering::SeqCst)
     }
 
+    /// The holder of a worker group's member entry gives it up holding a claim that a
+    /// handler may have seen (taken over from a member that died or failed, and not all
+    /// delivered since): DETACHED with no holder named, as the broker gives back the entry of
+    /// a member that died taking one over. A DETACHED entry naming its last holder says
+    /// that member left, so no handler saw its claim; the member that takes this one counts
+    /// what it delivers of the claim as redelivered. SeqCst, as [`give_up`].
+    pub fn give_up_handled<W: Word>(word: &W, mine: u64) -> Result<u64, u64> {
+        advance(word, mine, cs::DETACHED, 0, Ordering::SeqCst)
+    }
+
     /// A reader's look at an entry's word and at what its holder writes beside it (start
     /// time, attach count, counters): `read` runs between two loads of the word, with
     /// `acquire` (an Acquire fence) before the second, and is run again while the word

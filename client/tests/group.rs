@@ -1558,3 +1558,98 @@ fn an_undeclared_group_starts_at_the_head_when_its_first_member_joins() {
     }
     assert_eq!(got, [5, 6, 7]);
 }
+
+/// Poll `c` until it has delivered `n` events (bounded); their values.
+fn delivered_by(c: &mut Consumer, n: usize) -> Vec<u64> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while got.len() < n {
+        assert!(Instant::now() < deadline, "stopped at {got:?}");
+        c.poll_once(|ev| got.push(value(&ev))).unwrap();
+        if got.len() < n {
+            c.wait().unwrap();
+        }
+    }
+    got
+}
+
+/// A failed member's claim passed on by a member that took it and left before delivering
+/// it: the member after that counts the event it is handed again as redelivered. Before, the
+/// leaving member gave the entry back as a member that left does (naming itself), which
+/// says no handler saw the claim, and the count was lost.
+#[test]
+fn a_failed_members_claim_passed_on_by_a_member_that_left_is_counted_as_redelivered() {
+    let ns = Namespace::concurrent("group_failed_passed_on");
+    let ring = ring_with(&ns, 16, 6);
+    let mut a = ring.consumer(worker()).unwrap();
+    publish_range(&ring, 0..1);
+    assert_eq!(
+        a.poll_once(|_| panic!("the handler fails")),
+        Err(PollError::HandlerPanicked { sequence: 0 })
+    );
+    let index = a.index();
+    drop(a);
+    let b = ring.consumer(worker()).unwrap();
+    assert_eq!(b.index(), index, "b carries on a's failed claim");
+    drop(b);
+    let mut c = ring.consumer(worker()).unwrap();
+    assert_eq!(c.index(), index, "c carries on the claim b gave back");
+    assert_eq!(delivered_by(&mut c, 1), vec![0]);
+    assert_eq!(c.stats().redelivered, 1, "a's handler had event 0");
+}
+
+/// Member `a` of a ring of four published events "dies" holding its claim of all four (its
+/// handle is never dropped, and its entry names a process that is gone); `b`, which joined
+/// before, adopts the claim on its look before parking. Returns the ring, `b` and a's entry.
+fn a_dead_members_claim_adopted(ns: &Namespace) -> (Ring, Consumer, u32) {
+    use shmring_layout::{consumer_state, owned_word};
+    /// Above any pid_max: no process has it.
+    const GONE: u32 = 0x3fff_fff0;
+    let ring = declared_group_ring(ns);
+    publish_range(&ring, 0..4);
+    let a = ring.consumer(worker().batch_cap(4)).unwrap();
+    let mut b = ring.consumer(worker().batch_cap(4)).unwrap();
+    let index = a.index();
+    std::mem::forget(a);
+    let word = entry_u64(&ring, index, entry_field::WORD, None);
+    let dead = owned_word::next(word, consumer_state::ACTIVE, GONE);
+    entry_u64(&ring, index, entry_field::WORD, Some(dead));
+    let _ = b.wait().unwrap();
+    let held = ring
+        .info()
+        .consumers
+        .into_iter()
+        .find(|e| e.index == index)
+        .expect("a's entry");
+    // Status shows an entry taken over (RESUMING) as ATTACHING.
+    assert_eq!(
+        (held.state, held.pid),
+        ("ATTACHING", std::process::id()),
+        "b adopted a's claim: {held:?}"
+    );
+    (ring, b, index)
+}
+
+/// Delivered by the member that adopted it, a dead member's claim counts every event as
+/// redelivered (the control of the test below).
+#[test]
+fn a_dead_members_claim_delivered_by_its_adopter_is_counted_as_redelivered() {
+    let ns = Namespace::concurrent("group_dead_adopted");
+    let (_ring, mut b, _) = a_dead_members_claim_adopted(&ns);
+    assert_eq!(delivered_by(&mut b, 4), vec![0, 1, 2, 3]);
+    assert_eq!(b.stats().redelivered, 4);
+}
+
+/// Given back undelivered by the member that adopted it, a dead member's claim still counts
+/// every event as redelivered at the member that delivers it. Before, it was given back as
+/// a leaving member's claim (naming the adopter), which says no handler saw it.
+#[test]
+fn a_dead_members_claim_given_back_by_its_adopter_is_still_counted_as_redelivered() {
+    let ns = Namespace::concurrent("group_dead_given_back");
+    let (ring, b, index) = a_dead_members_claim_adopted(&ns);
+    drop(b);
+    let mut c = ring.consumer(worker().batch_cap(4)).unwrap();
+    assert_eq!(c.index(), index, "c carries on the claim given back");
+    assert_eq!(delivered_by(&mut c, 4), vec![0, 1, 2, 3]);
+    assert_eq!(c.stats().redelivered, 4);
+}

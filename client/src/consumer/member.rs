@@ -268,7 +268,8 @@ fn find_left_claim(
         let (at, end) = group::claim_range(&e.hot.next, &e.cold.claim_end);
         // A member that leaves keeps its pid in the DETACHED word (`give_up`); DETACHED
         // with no owner is the broker's giving back of an entry whose adopter died
-        // (`Ring::detach_member_entry_seen`): a death, as RESUMING is.
+        // (`Ring::detach_member_entry_seen`): a death, as RESUMING is; or a member's giving
+        // back of a claim it carried on from one that died or failed (`give_up_handled`).
         let given_back =
             owned_word::state(seen) == consumer_state::DETACHED && owned_word::owner(seen) == 0;
         let died_holding = given_back
@@ -1025,7 +1026,18 @@ impl Consumer {
         } else {
             consumer_state::FREE
         };
-        if let Ok(word) = table::consumer::give_up(&self.entry().hot.word, self.word, to) {
+        // A claim carried on from a member that died or failed, not all delivered: the
+        // next member counts the rest as redelivered too.
+        let handled = self
+            .member
+            .as_ref()
+            .is_some_and(|m| self.next < m.redeliver_until);
+        let given = if to == consumer_state::DETACHED && handled {
+            table::consumer::give_up_handled(&self.entry().hot.word, self.word)
+        } else {
+            table::consumer::give_up(&self.entry().hot.word, self.word, to)
+        };
+        if let Ok(word) = given {
             self.word = word;
             self.wake_after_left_claim();
             if to == consumer_state::FREE {
@@ -1088,7 +1100,14 @@ impl Consumer {
                 } else {
                     consumer_state::FREE
                 };
-                if table::consumer::give_up(&e.hot.word, a.word, to).is_ok() {
+                // The rest of a dead or failed member's claim goes back as one a handler may
+                // have seen, so that the next member counts it as redelivered too.
+                let given = if to == consumer_state::DETACHED && a.redelivery {
+                    table::consumer::give_up_handled(&e.hot.word, a.word)
+                } else {
+                    table::consumer::give_up(&e.hot.word, a.word, to)
+                };
+                if given.is_ok() {
                     gave_back = true;
                     freed |= to == consumer_state::FREE;
                 }
