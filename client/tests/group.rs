@@ -1653,3 +1653,29 @@ fn a_dead_members_claim_given_back_by_its_adopter_is_still_counted_as_redelivere
     assert_eq!(delivered_by(&mut c, 4), vec![0, 1, 2, 3]);
     assert_eq!(c.stats().redelivered, 4);
 }
+
+/// An adopted claim whose slot holds a later lap (written from outside: the claim's entry
+/// gates there, so no producer laps it) is passed over as a member's own claim passes such a
+/// slot: counted in `dropped_behind`, and the rest of the claim delivered. Before, the
+/// adopter stopped at the slot for ever, its `wait` returning at once (a busy loop), and the
+/// entry held producers there.
+#[test]
+fn an_adopted_claim_with_a_lapped_slot_is_passed_over_and_counted() {
+    use std::os::unix::fs::FileExt;
+    let ns = Namespace::concurrent("group_adopted_lapped");
+    let (ring, mut b, index) = a_dead_members_claim_adopted(&ns);
+    // The slot of sequence 0 says sequence 16, a lap later (`SlotHeader::stamp` leads it).
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ring.path())
+        .expect("open segment");
+    f.write_all_at(&16u64.to_ne_bytes(), ring.geometry().slot_offset(0))
+        .expect("write the stamp");
+    assert_eq!(delivered_by(&mut b, 3), vec![1, 2, 3]);
+    assert_eq!(b.stats().dropped_behind, 1);
+    assert!(
+        ring.info().consumers.iter().all(|c| c.index != index),
+        "the claim's entry is freed once it is delivered: {:?}",
+        ring.info().consumers
+    );
+}

@@ -813,6 +813,9 @@ impl Consumer {
         let cold = &e.cold;
         let max = self.max_payload;
         let (mut delivered, mut skipped, mut clamped) = (0u64, 0u64, 0u64);
+        // Slots a later lap wrote: the table was written from outside (the adopted entry
+        // gates at its claim), skipped and counted as `poll_member` does.
+        let mut lapped = 0u64;
         let (mut dead_lettered, mut failed_attempt) = (false, false);
         let mut outcome = Ok(());
         // The claim up to what the upstreams have finished (see `poll_member`) and this
@@ -841,7 +844,7 @@ impl Consumer {
                 if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE == 0 {
                     last_event = scanned;
                 }
-            } else if stamp::read(st, scanned) != Stamp::Repaired {
+            } else if !matches!(stamp::read(st, scanned), Stamp::Repaired | Stamp::Lapped) {
                 break;
             }
             scanned += 1;
@@ -850,18 +853,19 @@ impl Consumer {
             return Ok(0);
         }
         let end = scanned;
-        while a.at < end && delivered + skipped < self.batch_cap {
+        while a.at < end && delivered + skipped + lapped < self.batch_cap {
             let seq = a.at;
             let slot = seg.slot(seq);
             // Acquire: SYNC POINT with the producer's Release stamp store.
             let st = slot.header.stamp.load(Ordering::Acquire);
             if st != seq {
-                if stamp::read(st, seq) == Stamp::Repaired {
-                    skipped += 1;
-                    a.at += 1;
-                    continue;
+                match stamp::read(st, seq) {
+                    Stamp::Repaired => skipped += 1,
+                    Stamp::Lapped => lapped += 1,
+                    Stamp::Published | Stamp::Pending => break,
                 }
-                break;
+                a.at += 1;
+                continue;
             }
             // Relaxed: ordered by the Acquire stamp load above.
             if slot.header.flags.load(Ordering::Relaxed) & SLOT_FLAG_TOMBSTONE != 0 {
@@ -956,7 +960,7 @@ impl Consumer {
             a.poison = None;
             a.suspect = None;
         }
-        if delivered + skipped > 0 || dead_lettered || outcome.is_err() {
+        if delivered + skipped + lapped > 0 || dead_lettered || outcome.is_err() {
             // Registered before the store, as in `commit`: never between the store and the
             // wakes below.
             let registered = fence::light_allowed(&mut self.registered);
@@ -973,6 +977,7 @@ impl Consumer {
             let s = &mut self.stats;
             s.delivered = s.delivered.wrapping_add(delivered);
             s.skipped = s.skipped.wrapping_add(skipped);
+            s.dropped_behind = s.dropped_behind.wrapping_add(lapped);
             s.clamped = s.clamped.wrapping_add(clamped);
             s.batches = s.batches.wrapping_add(u64::from(delivered > 0));
             if a.redelivery {
