@@ -465,3 +465,53 @@ fn a_line_break_in_a_consumer_name_does_not_forge_a_broker_log_line() {
     );
     assert!(log.contains(r"victim\nFORGED"), "{log}");
 }
+
+/// A worker group's creator killed between making the group's entry ACTIVE and leaving it
+/// DETACHED, the moment in which it stores the group's work sequence: the group's entry
+/// says a process that is gone holds it. That entry is no consumer a dead-consumer policy
+/// acts on (the next member to join finishes the creation, and no process ever holds it
+/// otherwise), so a ring whose policy is stop-ring keeps running. Before, the broker
+/// stopped it.
+#[test]
+fn a_group_creator_dead_mid_creation_does_not_trigger_the_dead_consumer_policy() {
+    use shmring_layout::{consumer_state, owned_word, ConsumerEntry, ConsumerHot};
+    use std::os::unix::fs::FileExt;
+    /// Above any pid_max: no process has it.
+    const GONE: u32 = 0x3fff_fff0;
+    let ns = Namespace::new("group_creator");
+    let _broker = ns.broker(Some(
+        "[rings.r]\ncapacity = 64\nstall_threshold = \"2s\"\ndead_policy = \"stop-ring\"\n",
+    ));
+    let handle = shmring::Ring::open(ns.name(), "r").expect("open");
+    let member = handle
+        .consumer(shmring::ConsumerOptions::worker("w"))
+        .expect("a member, which makes the group");
+    let group = handle
+        .info()
+        .consumers
+        .into_iter()
+        .find(|c| c.is_group)
+        .expect("the group's entry");
+    assert_eq!(group.state, "DETACHED");
+    let offset = handle
+        .geometry()
+        .consumer_offset(group.index)
+        .expect("entry")
+        + (std::mem::offset_of!(ConsumerEntry, hot) + std::mem::offset_of!(ConsumerHot, word))
+            as u64;
+    let creating = owned_word::next(group.word, consumer_state::ACTIVE, GONE);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(handle.path())
+        .expect("open the segment")
+        .write_all_at(&creating.to_ne_bytes(), offset)
+        .expect("write the group's word");
+    common::two_sweeps(&handle);
+    common::two_sweeps(&handle);
+    assert_eq!(handle.state(), Some(shmring::RingState::Running));
+    let (v, _) = ns.status();
+    let r = ring(&v, "r").expect("r");
+    assert_eq!(r["state"], "RUNNING", "{v:#}");
+    assert_eq!(num(&r["health"], "policy_stops"), 0, "{v:#}");
+    drop(member);
+}

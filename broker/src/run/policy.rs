@@ -28,6 +28,17 @@ pub fn on_edge(ring: &str, t: &mut Tracked, c: &ConsumerInfo, edge: Edge) {
         t.ring.wake_consumers();
         t.ring.wake_consumers_behind(c.index);
     }
+    if c.is_group && matches!(edge, Edge::Died | Edge::Failed) {
+        // A group's own entry has a holder only while its creator makes it (ACTIVE, storing
+        // the work sequence, then DETACHED with no holder): a creator that died in between
+        // left it to the next member that joins, which finishes or redoes the creation
+        // (`find_group`). No dead-consumer policy applies to it, as to a member's entry:
+        // releasing it is refused, and stopping the ring would stop it for a creation.
+        t.counters.deaths += 1;
+        info!(ring, index = c.index, pid = c.pid,
+            "worker group {:?}: its creator (pid {}) died while making it; the next member to join finishes it", c.name, c.pid);
+        return;
+    }
     if c.group.is_some()
         && consumer_state::gates(c.state_code)
         && matches!(edge, Edge::Orphaned | Edge::Died | Edge::Failed)
