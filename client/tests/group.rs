@@ -1679,3 +1679,27 @@ fn an_adopted_claim_with_a_lapped_slot_is_passed_over_and_counted() {
         ring.info().consumers
     );
 }
+
+/// A member whose handler failed at the first event of its claim of four, and which leaves
+/// with the retry still to make: the member that takes the claim over counts that event,
+/// and only that one, as redelivered (a handler had it, and its poison record says so).
+/// Before, none was counted.
+#[test]
+fn a_claim_left_with_a_retry_to_make_counts_the_event_as_redelivered() {
+    let ns = Namespace::concurrent("group_retry_left");
+    let ring = declared_group_ring(&ns);
+    publish_range(&ring, 0..4);
+    let mut a = ring
+        .consumer(worker().batch_cap(4).on_error(shmring::ErrorPolicy::Retry {
+            attempts: 3,
+            backoff: Duration::from_secs(3600),
+        }))
+        .unwrap();
+    let index = a.index();
+    assert_eq!(a.poll_once_fallible(|_| Err::<(), _>("fails once")), Ok(0));
+    drop(a);
+    let mut c = ring.consumer(worker()).unwrap();
+    assert_eq!(c.index(), index, "c carries on a's claim");
+    assert_eq!(delivered_by(&mut c, 4), vec![0, 1, 2, 3]);
+    assert_eq!(c.stats().redelivered, 1);
+}

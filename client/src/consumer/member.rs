@@ -41,6 +41,10 @@ struct Adopted {
     /// adopted claim is marked under way in the entry's poison record before it is handed
     /// over (its holder may have died in any of them), as in a durable consumer's window.
     redelivery: bool,
+    /// In a claim without `redelivery`: its first event, if the entry's poison record names
+    /// it (a member had it and failed at it, and left before its retry): counted as
+    /// redelivered when it is handed over again.
+    handled: Option<u64>,
     /// The event the entry's poison record names, and this handle's mark of the attempt at
     /// it under way (see `policy`): the error policy counts on from the holders before.
     poison: Option<u64>,
@@ -119,7 +123,13 @@ pub(super) fn attach(
         if let Some((a, word)) = take_left_entry(seg, group, opts) {
             let m = Member {
                 claim_end: a.end,
-                redeliver_until: if a.redelivery { a.end } else { 0 },
+                // A claim left by a member counts none of its events as redelivered, but the
+                // one its poison record names, which a handler had.
+                redeliver_until: if a.redelivery {
+                    a.end
+                } else {
+                    a.handled.map_or(0, |k| k + 1)
+                },
                 ..Member::new(group)
             };
             return Ok((m, a.index, a.at, word));
@@ -299,6 +309,7 @@ fn find_left_claim(
             // Every holder but a member that left (whose claim no handler saw) may have
             // handled some of it.
             redelivery: given_back || owned_word::state(seen) != consumer_state::DETACHED,
+            handled: poison.filter(|&k| k == at),
             poison,
             suspect: None,
         });
@@ -816,6 +827,9 @@ impl Consumer {
         // Slots a later lap wrote: the table was written from outside (the adopted entry
         // gates at its claim), skipped and counted as `poll_member` does.
         let mut lapped = 0u64;
+        // Events handed over again: the claim's holder died or failed, or its first event
+        // had a failed attempt (`Adopted::handled`).
+        let mut handled_again = 0u64;
         let (mut dead_lettered, mut failed_attempt) = (false, false);
         let mut outcome = Ok(());
         // The claim up to what the upstreams have finished (see `poll_member`) and this
@@ -944,6 +958,7 @@ impl Consumer {
                 break;
             }
             delivered += 1;
+            handled_again += u64::from(a.redelivery || a.handled == Some(seq));
             a.at += 1;
             if last || cut {
                 if let Some(f) = self.flush.as_mut() {
@@ -980,9 +995,7 @@ impl Consumer {
             s.dropped_behind = s.dropped_behind.wrapping_add(lapped);
             s.clamped = s.clamped.wrapping_add(clamped);
             s.batches = s.batches.wrapping_add(u64::from(delivered > 0));
-            if a.redelivery {
-                s.redelivered = s.redelivered.wrapping_add(delivered);
-            }
+            s.redelivered = s.redelivered.wrapping_add(handled_again);
             if outcome.is_err() {
                 self.failed = true;
             }
@@ -1032,11 +1045,12 @@ impl Consumer {
             consumer_state::FREE
         };
         // A claim carried on from a member that died or failed, not all delivered: the
-        // next member counts the rest as redelivered too.
+        // next member counts the rest as redelivered too. (One whose next event had a
+        // failed attempt tells the next member by its poison record.)
         let handled = self
             .member
             .as_ref()
-            .is_some_and(|m| self.next < m.redeliver_until);
+            .is_some_and(|m| self.next < m.redeliver_until && m.redeliver_until >= claim_end);
         let given = if to == consumer_state::DETACHED && handled {
             table::consumer::give_up_handled(&self.entry().hot.word, self.word)
         } else {
@@ -1106,7 +1120,8 @@ impl Consumer {
                     consumer_state::FREE
                 };
                 // The rest of a dead or failed member's claim goes back as one a handler may
-                // have seen, so that the next member counts it as redelivered too.
+                // have seen, so that the next member counts it as redelivered too. (One whose
+                // next event had a failed attempt tells the next member by its poison record.)
                 let given = if to == consumer_state::DETACHED && a.redelivery {
                     table::consumer::give_up_handled(&e.hot.word, a.word)
                 } else {
