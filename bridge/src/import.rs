@@ -127,7 +127,10 @@ pub struct ImportStats {
 /// source for the first new one it hears when its ring has room again.
 struct Clock {
     start: Instant,
+    /// The time spent publishing, publishes in progress excluded.
     stalled: Duration,
+    /// When the publishing in progress began (`None`: none).
+    publishing_since: Option<Instant>,
 }
 
 impl Clock {
@@ -135,17 +138,35 @@ impl Clock {
         Self {
             start: Instant::now(),
             stalled: Duration::ZERO,
+            publishing_since: None,
         }
     }
 
-    /// Now, by this clock: never ahead of the wall clock, never going back.
+    /// Now, by this clock: never ahead of the wall clock, never going back, and standing
+    /// still while the importer publishes (the acknowledgements it sends while it waits
+    /// for room go to the sources heard before the wait began).
     fn now(&self) -> Instant {
-        self.start + self.start.elapsed().saturating_sub(self.stalled)
+        let publishing = self
+            .publishing_since
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        self.start
+            + self
+                .start
+                .elapsed()
+                .saturating_sub(self.stalled.saturating_add(publishing))
     }
 
-    /// The importer spent `d` publishing (waiting for room while its ring was full).
-    fn stalled(&mut self, d: Duration) {
-        self.stalled = self.stalled.saturating_add(d);
+    /// The importer begins publishing a batch (it may wait for room while its ring is full).
+    fn publishing(&mut self) {
+        self.publishing_since = Some(Instant::now());
+    }
+
+    /// The batch is published (or given up): the time it took is not the sources' quiet
+    /// time.
+    fn published(&mut self) {
+        if let Some(t) = self.publishing_since.take() {
+            self.stalled = self.stalled.saturating_add(t.elapsed());
+        }
     }
 }
 
@@ -470,9 +491,9 @@ impl Importer<'_> {
             // Publishing waits for room while the ring is full, and no source is heard
             // meanwhile (their messages wait in the subscriber's queue): that time is not
             // their quiet time. One look at the clock per batch, not per event.
-            let started = Instant::now();
+            self.clock.publishing();
             let published = self.publish_from(&batch, from);
-            self.clock.stalled(started.elapsed());
+            self.clock.published();
             published?;
         }
         if let Some(next) = plan.ack {

@@ -152,6 +152,48 @@ fn an_importer_blocked_on_a_full_ring_holds_the_exporter_and_stops_on_sigterm() 
     drop(im);
 }
 
+/// An importer blocked on its full ring for longer than `--ack-quiet-ms` still acknowledges
+/// the sources it heard before the block: the time it waits is not their quiet time. Before,
+/// its quiet clock ran on while it waited, its acknowledgements stopped once the period was
+/// over, and the exporter sent its window again at every timeout.
+#[test]
+fn an_importer_blocked_past_its_quiet_period_still_holds_the_exporter() {
+    let a = Namespace::new("bridge_quiet");
+    let b = a.sibling("b");
+    const ROOM: u64 = 64;
+    let (src, dst) = rings(&a, &b, (1024, ROOM), 64);
+    let _reader = dst
+        .consumer(ConsumerOptions::durable("reader"))
+        .expect("the reader on B");
+    let key = format!("shmring/quiet/{}", a.name());
+    let port = common::free_port();
+    let mut ex = attached_exporter(&a, &src, &key, port, &[]);
+    let _im = importer_with(
+        "importer",
+        &b,
+        "dst",
+        &key,
+        port,
+        &["--ack-quiet-ms", "400"],
+    );
+    let mut p = src.producer().expect("producer on A");
+    for i in 0..1000 {
+        p.publish(&payload(i)).expect("publish");
+    }
+    shmring_testkit::wait_until("B's ring full", || (dst.info().head >= ROOM).then_some(()));
+    let (before, _) = replays(&mut ex);
+    // Six timeouts, past the quiet period: the wait is for time to pass.
+    let blocked = Instant::now();
+    while blocked.elapsed() < ACK_TIMEOUT * 6 {
+        std::thread::sleep(ACK_TIMEOUT / 4);
+    }
+    let (after, v) = replays(&mut ex);
+    assert_eq!(
+        after, before,
+        "replays while the importer waited for room: {v}"
+    );
+}
+
 /// Large events go in messages the receiving side's Zenoh accepts: a batch is cut by bytes
 /// (`--batch-bytes`, 1 MiB by default) as well as by events. Zenoh drops a message larger
 /// than its `transport/link/rx/max_message_size` without telling either side. Before, a
