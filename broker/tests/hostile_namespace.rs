@@ -515,6 +515,38 @@ mod as_root {
         p
     }
 
+    /// A broker of another user runs in a namespace directory root owns (where a broker may
+    /// run as any user): its lock file is that user's, and held. A broker started as root
+    /// there is refused like any second broker, and leaves that lock file as it is. Before,
+    /// it removed a lock file of another user without looking whether it was held, took the
+    /// namespace, and the two brokers swept the same rings.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_held_lock_file_of_another_user_refuses_a_root_broker() {
+        need_root();
+        let ns = Namespace::new("lockother");
+        std::fs::create_dir(ns.dir()).expect("the namespace directory");
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        let lock = ns.dir().join("broker.lock");
+        std::fs::write(&lock, "pid=1 epoch=7\n").expect("write broker.lock");
+        std::os::unix::fs::chown(&lock, Some(NOBODY), Some(NOBODY)).expect("chown");
+        // The other user's broker, as far as the lock goes: this process holds it.
+        let held = std::fs::File::open(&lock).expect("open broker.lock");
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .expect("flock");
+        let inode = std::fs::metadata(&lock).expect("stat").ino();
+        let (code, log) = second_broker(&ns);
+        assert_eq!(code, Some(1), "a root broker ran beside the other: {log}");
+        assert!(log.contains("another broker already runs"), "{log}");
+        let now = std::fs::metadata(&lock).expect("the lock file is still there");
+        assert_eq!((now.ino(), now.uid()), (inode, NOBODY), "{log}");
+        assert_eq!(
+            std::fs::read_to_string(&lock).expect("read"),
+            "pid=1 epoch=7\n"
+        );
+        drop(held);
+    }
+
     fn group_broker(ns: &Namespace) -> Child {
         ns.broker(Some(&format!("[broker]\ngroup = {NOBODY}\n{SMALL}")))
     }

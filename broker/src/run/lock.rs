@@ -126,9 +126,11 @@ fn check_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Open (creating it if needed) the lock file: never through a symbolic link, a regular
-/// file, owned by this user. A file of another user is removed and made again: the
-/// broker's user owns its lock.
-fn open_lock(path: &Path) -> Result<File, LockError> {
+/// file, owned by this user. A file of another user is removed and made again (the
+/// broker's user owns its lock), unless it is held: then another broker runs
+/// ([`LockError::Held`]). It stays locked by this process until it is removed, so no broker
+/// takes it in between.
+fn open_lock(namespace: &str, path: &Path) -> Result<File, LockError> {
     let io = |source: rustix::io::Errno| LockError::Io {
         path: path.to_owned(),
         source: source.into(),
@@ -159,8 +161,10 @@ fn open_lock(path: &Path) -> Result<File, LockError> {
             rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(io)?;
             return Ok(File::from(fd));
         }
+        let other = File::from(fd);
+        try_flock(namespace, path, other)?;
         warn!(path = %path.display(), owner = st.st_uid,
-            "the lock file belongs to another user; removing it and making the broker's own");
+            "the lock file belongs to another user and nobody holds it; removing it and making the broker's own");
         rustix::fs::unlink(path).map_err(io)?;
     }
     Err(unsafe_name(
@@ -205,7 +209,12 @@ pub fn acquire(namespace: &str, dir: &Path) -> Result<NamespaceLock, LockError> 
 
 /// Open the lock file and take its `flock`.
 fn lock_file(namespace: &str, path: &Path) -> Result<File, LockError> {
-    let mut file = open_lock(path)?;
+    let file = open_lock(namespace, path)?;
+    try_flock(namespace, path, file)
+}
+
+/// Take the `flock` of the open lock file `file` (at `path`), or say who holds it.
+fn try_flock(namespace: &str, path: &Path, mut file: File) -> Result<File, LockError> {
     match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => Ok(file),
         Err(rustix::io::Errno::WOULDBLOCK) => {
