@@ -372,3 +372,53 @@ mod as_root {
         assert_eq!(ring(&v, "default").expect("default")["state"], "STOPPED");
     }
 }
+
+/// A `create` builds its ring (every page of the file allocated and mapped) outside the
+/// broker's state lock: a request on another connection while a large ring is being built
+/// is answered before the build ends. Before, the build held the lock, so `status`, `ping`,
+/// the sweeps and the metrics waited for it (seconds for a ring of gigabytes, past the
+/// CLI's status timeout).
+#[test]
+fn a_ping_during_a_large_create_is_answered_before_the_create() {
+    let ns = Namespace::new("bigcreate");
+    let broker = ns.broker(None);
+    // The ring is built in a file without a name (`O_TMPFILE`) in the namespace directory,
+    // which the broker holds open from the build's start.
+    // (Each ring's file shows so once linked in too: the build shows as one more.)
+    let unnamed = || {
+        std::fs::read_dir(format!("/proc/{}/fd", broker.pid()))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter(|target| {
+                target.starts_with(ns.dir()) && target.to_string_lossy().ends_with("(deleted)")
+            })
+            .count()
+    };
+    let before = unnamed();
+    let mut create = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+    create
+        .set_read_timeout(Some(common::WAIT))
+        .expect("timeout");
+    // 4 Mi slots of 128 bytes: 512 MiB to allocate and map.
+    create
+        .write_all(b"{\"op\":\"create\",\"ring\":\"big\",\"capacity\":4194304,\"slot_size\":128}\n")
+        .expect("send the create");
+    shmring_testkit::eventually("the build of the ring to begin", || unnamed() > before);
+    let pong = exchange(&ns, b"{\"op\":\"ping\"}\n");
+    assert_eq!(pong["reply"], "pong", "{pong}");
+    // The build ends by linking the file in at the ring's name.
+    assert!(
+        !ns.dir().join("big.ring").exists(),
+        "the ping was answered only once the build was over"
+    );
+    let mut line = String::new();
+    BufReader::new(&create)
+        .read_line(&mut line)
+        .expect("the create's reply");
+    let v: Value = serde_json::from_str(&line).expect("JSON");
+    assert_eq!(v["reply"], "done", "{v}");
+    let (status, _) = ns.status();
+    assert!(ring(&status, "big").is_some(), "{status:#}");
+}

@@ -1,6 +1,7 @@
 //! Executing control requests against the broker's state. One mutex orders them with the
 //! sweeps; lifecycle requests run outside it (a drain is long) but hold their ring's own
-//! lifecycle lock from start to end, so requests on one ring run one at a time.
+//! lifecycle lock from start to end, so requests on one ring run one at a time. A create
+//! builds its ring outside it too, and takes it only to track the ring.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -89,10 +90,7 @@ fn dispatch(
             ring,
             capacity,
             slot_size,
-        } => {
-            let mut b = lock(shared);
-            too_late(deadline).unwrap_or_else(|| create(&mut b, &ring, capacity, slot_size))
-        }
+        } => too_late(deadline).unwrap_or_else(|| create(shared, &ring, capacity, slot_size)),
         Request::Stop { ring } => with_ring(shared, &ring, deadline, |r| {
             r.stop().map(|seq| Reply::Done {
                 message: format!("ring {ring:?} stopped at sequence {seq}: publishes are refused, consumers finish what was published"),
@@ -249,18 +247,38 @@ where
     reply
 }
 
-fn create(b: &mut Broker, name: &str, capacity: Option<u64>, slot_size: Option<u32>) -> Reply {
-    let mut spec = b.spec_for(name);
-    spec.capacity = capacity.unwrap_or(spec.capacity);
-    spec.slot_size = slot_size.unwrap_or(spec.slot_size);
-    let config = match spec.ring_config(b.gid) {
-        Ok(c) => c,
-        Err(e) => return Reply::error(e.to_string()),
+/// Create ring `name`. The build (every page of the file allocated and mapped: seconds for
+/// a ring of gigabytes) runs outside the broker's lock, so that sweeps, status, metrics and
+/// other requests go on meanwhile; a second create of the name is refused by the file
+/// system (`AlreadyExists`).
+fn create(
+    shared: &Mutex<Broker>,
+    name: &str,
+    capacity: Option<u64>,
+    slot_size: Option<u32>,
+) -> Reply {
+    let (namespace, spec, config) = {
+        let b = lock(shared);
+        let mut spec = b.spec_for(name);
+        spec.capacity = capacity.unwrap_or(spec.capacity);
+        spec.slot_size = slot_size.unwrap_or(spec.slot_size);
+        match spec.ring_config(b.gid) {
+            Ok(config) => (b.namespace.clone(), spec, config),
+            Err(e) => return Reply::error(e.to_string()),
+        }
     };
-    match Ring::create(&b.namespace, name, &config) {
+    match Ring::create(&namespace, name, &config) {
         Ok(ring) => {
             let g = *ring.geometry();
-            b.track(name.to_owned(), ring, spec);
+            let mut b = lock(shared);
+            // Unless a rescan took the new file up meanwhile: adopted once.
+            let taken_up = b
+                .rings
+                .get(name)
+                .is_some_and(|t| matches!(t.ring.is_at_path(), Ok(true)));
+            if !taken_up {
+                b.track(name.to_owned(), ring, spec);
+            }
             Reply::Done {
                 message: format!(
                     "ring {name:?} created: capacity {}, slot size {}",
