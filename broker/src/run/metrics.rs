@@ -16,13 +16,19 @@
 //! that sends nothing), `Connection: close`; the report is copied under the broker's lock
 //! and encoded outside it, so a slow scraper never delays a sweep, nor another scrape
 //! unless `MAX_CONNECTIONS` slow ones are connected at once.
+//!
+//! A scrape waits at most `STATE_WAIT` for the broker's lock. A broker whose lock is held
+//! longer (a sweep or a reload stuck, or slow: a configured ring of gigabytes being built)
+//! is answered from the last report a scrape made, its sweep age counted on to now, so
+//! that `shmring_broker_last_sweep_age_seconds` keeps growing and the stuck-broker alert
+//! fires inside Prometheus's scrape timeout; with no report made yet, 503.
 
 use std::borrow::Cow;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -47,6 +53,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const BUSY_WRITE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Connections served at once.
 const MAX_CONNECTIONS: usize = 8;
+/// How long a scrape waits for the broker's lock before it answers from the last report.
+const STATE_WAIT: Duration = Duration::from_secs(2);
 /// Content type of the OpenMetrics text format.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -481,6 +489,7 @@ fn producer_metrics(s: &mut Scrape, rings: &[RingReport]) {
 /// Serve `GET /metrics` until the process exits.
 pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
     let active = Arc::new(AtomicUsize::new(0));
+    let last: Arc<LastReport> = Arc::default();
     for stream in listener.incoming() {
         let stream = match stream {
             Ok(s) => s,
@@ -506,6 +515,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
             continue;
         }
         let shared = shared.clone();
+        let last = last.clone();
         // Its slot is given back when the thread ends, by returning or by unwinding, or
         // when the thread cannot be started (the closure is dropped unrun).
         let slot = Slot(active.clone());
@@ -513,7 +523,7 @@ pub fn serve(listener: TcpListener, shared: Arc<Mutex<Broker>>) {
             .name("metrics".into())
             .spawn(move || {
                 let _slot = slot;
-                if let Err(e) = answer(stream, &shared) {
+                if let Err(e) = answer(stream, &shared, &last) {
                     debug!("metrics connection: {e}");
                 }
             });
@@ -533,7 +543,47 @@ impl Drop for Slot {
     }
 }
 
-fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
+/// The last report a scrape made, and when.
+type LastReport = Mutex<Option<(StatusReport, Instant)>>;
+
+/// The report to encode: made by `make` under the lock of `shared` if it is free within
+/// `wait` (and kept in `last`), else the last one made, aged to now (its sweep age and
+/// uptime counted on); `None` if neither.
+fn report_within<T>(
+    shared: &Mutex<T>,
+    wait: Duration,
+    last: &LastReport,
+    make: impl FnOnce(&mut T) -> Option<StatusReport>,
+) -> Option<StatusReport> {
+    let deadline = Instant::now() + wait;
+    let mut state = loop {
+        match shared.try_lock() {
+            Ok(state) => break state,
+            // A panic elsewhere does not make the state unusable (as `ops::lock`).
+            Err(TryLockError::Poisoned(e)) => break e.into_inner(),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                // A poll of a lock held elsewhere, for at most `wait`.
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => {
+                let kept = last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                return kept.map(|(mut report, at)| {
+                    let aged = at.elapsed().as_millis() as u64;
+                    let b = &mut report.broker;
+                    b.last_sweep_ms = b.last_sweep_ms.map(|ms| ms.saturating_add(aged));
+                    b.uptime_ms = b.uptime_ms.map(|ms| ms.saturating_add(aged));
+                    report
+                });
+            }
+        }
+    };
+    let report = make(&mut state)?;
+    drop(state);
+    *last.lock().unwrap_or_else(|e| e.into_inner()) = Some((report.clone(), Instant::now()));
+    Some(report)
+}
+
+fn answer(stream: TcpStream, shared: &Mutex<Broker>, last: &LastReport) -> std::io::Result<()> {
     let until = Until::within(&stream, READ_TIMEOUT);
     let mut reader = BufReader::new(until.take(MAX_HEAD));
     let mut first = String::new();
@@ -548,19 +598,20 @@ fn answer(stream: TcpStream, shared: &Mutex<Broker>) -> std::io::Result<()> {
     let path = path.split('?').next().unwrap_or("");
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => {
-            let report = match ops::status(&mut ops::lock(shared), None) {
-                Reply::Status(r) => *r,
-                _ => {
-                    return respond(
-                        &stream,
-                        WRITE_TIMEOUT,
-                        "500 Internal Server Error",
-                        "text/plain",
-                        "no report\n",
-                    )
-                }
-            };
-            ("200 OK", CONTENT_TYPE, encode(&report))
+            let made = report_within(shared, STATE_WAIT, last, |b| match ops::status(b, None) {
+                Reply::Status(r) => Some(*r),
+                _ => None,
+            });
+            match made {
+                Some(report) => ("200 OK", CONTENT_TYPE, encode(&report)),
+                None => (
+                    "503 Service Unavailable",
+                    "text/plain",
+                    format!(
+                        "the broker's state has been busy for {STATE_WAIT:?} and no report was made before\n"
+                    ),
+                ),
+            }
         }
         ("GET", _) => (
             "404 Not Found",
@@ -632,6 +683,30 @@ mod stage_lag_tests {
                 "producers": []}]
         }))
         .expect("a report")
+    }
+
+    /// A scrape while the broker's state is held (a sweep stuck) answers within its wait,
+    /// from the last report made, its sweep age counted on; with none made yet, nothing.
+    #[test]
+    fn a_scrape_while_the_state_is_held_answers_from_the_last_report_aged() {
+        let state = Mutex::new(());
+        let wait = Duration::from_millis(20);
+        let last = LastReport::default();
+        let made = report_within(&state, wait, &last, |_| Some(report(vec![])));
+        assert_eq!(made.expect("made").broker.last_sweep_ms, Some(1));
+        let held = state.lock().expect("the state");
+        let aged = report_within(&state, wait, &last, |_| panic!("made while held"))
+            .expect("the last report");
+        // It waited `wait` for the lock, after the report was made.
+        assert!(aged.broker.last_sweep_ms >= Some(21), "{:?}", aged.broker);
+        assert!(aged.broker.uptime_ms >= Some(30), "{:?}", aged.broker);
+        assert_eq!(aged.rings, report(vec![]).rings);
+        let none_yet = LastReport::default();
+        assert_eq!(
+            report_within(&state, wait, &none_yet, |_| panic!("made while held")),
+            None
+        );
+        drop(held);
     }
 
     #[test]
