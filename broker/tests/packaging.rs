@@ -67,6 +67,8 @@ fn the_unit_file_passes_systemd_analyze_verify() {
     assert!(version.status.success());
     let unit = include_str!("../../dist/shmring-broker@.service");
     assert!(unit.contains("Type=notify") && unit.contains("ExecReload="));
+    // Restarted for as long as it takes: never failed for good by the start limit.
+    assert!(unit.contains("\nRestart=always\n") && unit.contains("\nStartLimitIntervalSec=0\n"));
     // Verified as installed, with ExecStart pointing at the binary just built.
     let ns = Namespace::concurrent("unit");
     let file = ns.scratch().join("shmring-broker@verify.service");
