@@ -36,6 +36,10 @@ pub const SOCKET_NAME: &str = "broker.sock";
 /// `flock` on it for as long as it runs.
 pub const LOCK_NAME: &str = "broker.lock";
 
+/// The error a broker serving as many control connections as it may answers a new one
+/// with (`status` then reads the segments itself, as when no broker is reachable).
+pub const BUSY: &str = "broker busy: too many control connections, try again";
+
 /// A request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]

@@ -33,8 +33,16 @@ pub fn fetch(namespace: &str, ring: Option<&str>) -> anyhow::Result<(StatusRepor
     let req = Request::Status {
         ring: ring.map(str::to_owned),
     };
+    let offline = |why: String| {
+        let mut report = crate::offline::report(namespace, ring);
+        report.broker.unreachable = Some(why);
+        Ok((report, true))
+    };
     match client::request(namespace, &req, Duration::from_secs(5)) {
         Ok(Reply::Status(report)) => Ok((*report, false)),
+        // Not an answer about the rings: what they hold is read from the segments, and the
+        // exit status says the broker was not reachable (not that something is unhealthy).
+        Ok(Reply::Error { message }) if message == crate::protocol::BUSY => offline(message),
         Ok(Reply::Error { message }) => anyhow::bail!("{message}"),
         Ok(other) => anyhow::bail!("unexpected reply from the broker: {other:?}"),
         Err(
@@ -42,11 +50,7 @@ pub fn fetch(namespace: &str, ring: Option<&str>) -> anyhow::Result<(StatusRepor
             | ClientError::Io { .. }
             | ClientError::PermissionDenied { .. }
             | ClientError::NotTheBroker { .. }),
-        ) => {
-            let mut report = crate::offline::report(namespace, ring);
-            report.broker.unreachable = Some(e.to_string());
-            Ok((report, true))
-        }
+        ) => offline(e.to_string()),
         Err(e) => Err(e.into()),
     }
 }

@@ -422,3 +422,31 @@ fn a_ping_during_a_large_create_is_answered_before_the_create() {
     let (status, _) = ns.status();
     assert!(ring(&status, "big").is_some(), "{status:#}");
 }
+
+/// `broker status` while the broker serves as many control connections as it may: the
+/// report is read from the segments and the exit status is 2, not reachable, as for a
+/// broker that is down. Before, the refusal was an error, exit status 1, which scripts
+/// read as "something is unhealthy".
+#[test]
+fn status_while_the_broker_is_busy_reads_the_segments_and_says_unreachable() {
+    let ns = Namespace::new("ctl_busy");
+    let _broker = ns.broker(None);
+    // As many as the broker serves at once (`MAX_CONNECTIONS`), each holding its slot with
+    // half a request (until the broker's read deadline cuts it off).
+    let held: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+            s.write_all(b"{").expect("the first byte");
+            s
+        })
+        .collect();
+    let v = exchange(&ns, b"{\"op\":\"ping\"}\n");
+    assert!(error_of(&v).contains("busy"), "not busy: {v}");
+    let out = ns.cli(&["status", "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(out.status.code(), Some(2), "{report:#}");
+    let why = report["broker"]["unreachable"].as_str().expect("why");
+    assert!(why.contains("busy"), "{why}");
+    assert!(ring(&report, "default").is_some(), "{report:#}");
+    drop(held);
+}

@@ -183,11 +183,7 @@ pub fn serve(listener: UnixListener, shared: Arc<Mutex<Broker>>, access: Access)
         };
         if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::AcqRel);
-            let _ = reply(
-                &stream,
-                &Reply::error("broker busy: too many control connections, try again"),
-                BRIEF,
-            );
+            let _ = reply(&stream, &Reply::error(crate::protocol::BUSY), BRIEF);
             continue;
         }
         let shared = shared.clone();
