@@ -547,6 +547,48 @@ mod as_root {
         drop(held);
     }
 
+    /// A broker of uid 65534 in a namespace directory root owns: root removes its lock file
+    /// and puts a file of its own there, held. The broker cannot open that file, and some
+    /// process holds it: another broker runs, so this one exits. Before, it could not lock
+    /// the name, said so and carried on, and two brokers swept the same rings.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn a_held_lock_file_this_broker_cannot_open_makes_it_exit() {
+        need_root();
+        let ns = Namespace::new("lockroot");
+        std::fs::create_dir(ns.dir()).expect("the namespace directory");
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+        let exe = role::ExeForNobody::of(Path::new(common::BIN));
+        let mut cmd = Command::new(&exe.exe);
+        cmd.args(["run", "--namespace", ns.name()]).current_dir("/");
+        common::run_as(&mut cmd, NOBODY, NOBODY, &[]);
+        let mut broker = ns.spawn("broker of uid 65534", cmd);
+        assert!(
+            broker.expect_stderr_within("broker ready", WAIT),
+            "{}",
+            broker.stderr_so_far()
+        );
+        let lock = ns.dir().join("broker.lock");
+        assert_eq!(std::fs::metadata(&lock).expect("its lock").uid(), NOBODY);
+        std::fs::remove_file(&lock).expect("rm broker.lock");
+        let held = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+            .expect("root's broker.lock");
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+            .expect("flock");
+        let status = broker.wait_status();
+        assert_eq!(status.code(), Some(1), "{}", broker.stderr_so_far());
+        assert!(
+            broker.stderr_has("lock was taken away"),
+            "{}",
+            broker.stderr_so_far()
+        );
+        drop(held);
+    }
+
     fn group_broker(ns: &Namespace) -> Child {
         ns.broker(Some(&format!("[broker]\ngroup = {NOBODY}\n{SMALL}")))
     }

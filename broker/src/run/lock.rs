@@ -129,7 +129,8 @@ fn check_dir(dir: &Path) -> std::io::Result<()> {
 /// file, owned by this user. A file of another user is removed and made again (the
 /// broker's user owns its lock), unless it is held: then another broker runs
 /// ([`LockError::Held`]). It stays locked by this process until it is removed, so no broker
-/// takes it in between.
+/// takes it in between (one that opened it before and locks it after holds a removed file,
+/// which [`lock_file`] sees).
 fn open_lock(namespace: &str, path: &Path) -> Result<File, LockError> {
     let io = |source: rustix::io::Errno| LockError::Io {
         path: path.to_owned(),
@@ -161,11 +162,12 @@ fn open_lock(namespace: &str, path: &Path) -> Result<File, LockError> {
             rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(io)?;
             return Ok(File::from(fd));
         }
-        let other = File::from(fd);
-        try_flock(namespace, path, other)?;
+        let held = try_flock(namespace, path, File::from(fd))?;
         warn!(path = %path.display(), owner = st.st_uid,
             "the lock file belongs to another user and nobody holds it; removing it and making the broker's own");
         rustix::fs::unlink(path).map_err(io)?;
+        // Unlocked only once it is gone from the name.
+        drop(held);
     }
     Err(unsafe_name(
         "another user made it again as soon as it was removed".into(),
@@ -207,10 +209,47 @@ pub fn acquire(namespace: &str, dir: &Path) -> Result<NamespaceLock, LockError> 
     })
 }
 
-/// Open the lock file and take its `flock`.
+/// Open the lock file and take its `flock`, on the file that is at the name once locked:
+/// one removed or replaced between the open and the lock (by a broker that found it
+/// another user's and free) is no lock, and the name is opened again.
 fn lock_file(namespace: &str, path: &Path) -> Result<File, LockError> {
-    let file = open_lock(namespace, path)?;
-    try_flock(namespace, path, file)
+    for _ in 0..8 {
+        let file = try_flock(namespace, path, open_lock(namespace, path)?)?;
+        let locked = identity(&file).map_err(|source| LockError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        if rustix::fs::lstat(path).is_ok_and(|st| (st.st_dev, st.st_ino) == locked) {
+            return Ok(file);
+        }
+    }
+    Err(LockError::Unsafe {
+        path: path.to_owned(),
+        why: "the file at the name kept changing while the broker locked it".into(),
+    })
+}
+
+/// Whether some process holds an exclusive `flock` on the file at `path` (by
+/// `/proc/locks`; `None` when that cannot be read or nothing regular is at the name): for
+/// a lock file this broker cannot open (another user's), which another broker may hold.
+fn held_by_anyone(path: &Path) -> Option<bool> {
+    let st = rustix::fs::lstat(path).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return None;
+    }
+    // As the kernel prints a lock's file: major:minor (hex) of its device, then its inode.
+    let file = format!(
+        "{:02x}:{:02x}:{}",
+        rustix::fs::major(st.st_dev),
+        rustix::fs::minor(st.st_dev),
+        st.st_ino
+    );
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // `N: FLOCK ADVISORY WRITE PID FILE START END`; a waiter's line has `->` after `N:`.
+    Some(locks.lines().any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        f.len() >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5] == file
+    }))
 }
 
 /// Take the `flock` of the open lock file `file` (at `path`), or say who holds it.
@@ -262,6 +301,20 @@ impl NamespaceLock {
                 Ok(())
             }
             Err(e @ LockError::Held { .. }) => Err(e),
+            // A file this broker cannot open (another user's, made by root at the name),
+            // held by some process: another broker runs there.
+            Err(LockError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied
+                    && held_by_anyone(&self.path) == Some(true) =>
+            {
+                Err(LockError::Held {
+                    namespace: self.namespace.clone(),
+                    holder: format!(
+                        "{} is another user's file, held by another process",
+                        self.path.display()
+                    ),
+                })
+            }
             Err(e) => {
                 if !self.stuck {
                     self.stuck = true;
