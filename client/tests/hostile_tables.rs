@@ -1154,3 +1154,36 @@ fn a_shared_gate_moved_past_the_position_is_not_trusted() {
         assert_eq!(q.try_publish(&[9; 8]), Ok(8), "{kind}: room once it read");
     }
 }
+
+/// A slot's stamp overwritten by another process with an older lap's, on a slot whose
+/// previous lap this producer wrote in an earlier run of its claims: the try forms say the
+/// ring is full, and the timed form times out, instead of taking the claim and then waiting
+/// for ever to write it. Before, the look at the room counted the slot free from the
+/// earlier run, the write took it by its stamp, found it held, and waited for a late write
+/// that never comes (found by the `segment` fuzz target).
+#[test]
+fn a_slot_stamp_moved_back_by_another_process_is_full_for_the_try_forms() {
+    let ns = Namespace::concurrent("stamp_moved_back");
+    let ring = Ring::create(ns.name(), "r", &hostile()).unwrap();
+    let mut p = ring.producer().expect("producer");
+    for i in 0..6u64 {
+        assert_eq!(p.publish(&[1; 8]), Ok(i));
+    }
+    let mut other = ring.producer().expect("a second producer");
+    for i in 6..8u64 {
+        assert_eq!(other.publish(&[1; 8]), Ok(i));
+    }
+    // The slot of sequence 0 (and 8) says sequence 1: a lap older than 0's for that slot.
+    put64(ring.path(), ring.geometry().slot_offset(0), 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let tried = p.try_publish(&[2; 8]);
+        let timed = p.publish_timeout(&[2; 8], Duration::from_millis(50));
+        let _ = tx.send((tried, timed));
+    });
+    let (tried, timed) = rx
+        .recv_timeout(shmring_testkit::WAIT)
+        .expect("a try form waited for ever to write a claim it took");
+    assert_eq!(tried, Err(TryPublishError::Full));
+    assert_eq!(timed, Err(TryPublishError::Timeout));
+}

@@ -624,13 +624,21 @@ impl Producer {
         fence(Ordering::Release);
     }
 
-    /// Multi-producer ring: whether sequence `prev` is known written without a look at its
-    /// slot: it lies in this producer's own run of claims (each written before its next
-    /// claim; before a claim, the run may not reach the claim, so both ends count), or in
-    /// what a required consumer has read (`vouched`).
+    /// Multi-producer ring: whether sequence `prev`, the previous lap of a sequence of a
+    /// claim at `first`, is known written without a look at its slot, as
+    /// [`Producer::begin_write`] will know it once the claim is taken: it lies in this
+    /// producer's run as the claim leaves it (`extend_run`: the run goes on if the claim
+    /// follows it, else starts at the claim), or in what a required consumer has read
+    /// (`vouched`). An older run of this producer's counts no more: `begin_write` takes such
+    /// a slot by its stamp, which another process may have overwritten.
     #[inline(always)]
-    fn known_written(&self, prev: u64) -> bool {
-        self.run.contains(&prev) || self.vouched_covers(prev)
+    fn known_written(&self, prev: u64, first: u64) -> bool {
+        let run_start = if first == self.run.end {
+            self.run.start
+        } else {
+            first
+        };
+        prev >= run_start || self.vouched_covers(prev)
     }
 
     /// Whether `prev` lies in the range a required consumer's reads last vouched for.
@@ -676,9 +684,12 @@ impl Producer {
         }
         let step = (self.capacity / 16).max(1);
         match gating::witness_scan(&self.seg, prev, self.witness_hint.get(), step) {
-            Some((to, index)) => {
-                // Never past the head: an entry whose `next` another process overwrote with
-                // a larger value vouches no further than what has been claimed.
+            // Never past the head: an entry whose `next` another process overwrote with a
+            // larger value vouches no further than what has been claimed. A head that
+            // another process moved back below `prev` leaves nothing vouched for: said so,
+            // as when no witness is found (else the try forms' look at the room would count
+            // the slot free and the write then wait for it).
+            Some((to, index)) if to.min(self.seg.position()) > prev => {
                 let to = to.min(self.seg.position());
                 self.vouched.set((prev, to));
                 self.witness_hint.set(index);
@@ -693,7 +704,7 @@ impl Producer {
                 });
                 true
             }
-            None => {
+            _ => {
                 self.witness_retry.set(seq.saturating_add(step));
                 false
             }
@@ -759,12 +770,15 @@ impl Producer {
 
     /// Whether no slot of `first..first + n` is held for its previous lap (always, on a
     /// single-producer ring): the try forms' room includes it, so that they never take a
-    /// claim they would have to wait to write.
+    /// claim they would have to wait to write. What it counts free without a look at the
+    /// slot is what `begin_write` will write without one (`known_written`); a look at a
+    /// slot another process overwrote (a stamp of an older lap) finds it held, and the try
+    /// forms say full.
     fn laps_free(&self, first: u64, n: u64) -> bool {
         self.single
             || (first..first + n).all(|seq| {
                 seq >= self.capacity
-                    && (self.known_written(seq - self.capacity)
+                    && (self.known_written(seq - self.capacity, first)
                         || self.vouched_for(seq - self.capacity, seq))
                     || table::slot_lap(&self.seg.slot(seq).header.stamp, seq, self.capacity)
                         != Lap::Held
