@@ -578,8 +578,15 @@ fn report_within<T>(
         }
     };
     let report = make(&mut state)?;
+    // Under the broker's lock: reports made by two scrapes are ordered as their times are,
+    // and only a newer one replaces the kept one (else a counter could be served lower
+    // than it was, which Prometheus reads as a reset).
+    let made = Instant::now();
     drop(state);
-    *last.lock().unwrap_or_else(|e| e.into_inner()) = Some((report.clone(), Instant::now()));
+    let mut kept = last.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.as_ref().is_none_or(|(_, at)| *at <= made) {
+        *kept = Some((report.clone(), made));
+    }
     Some(report)
 }
 
