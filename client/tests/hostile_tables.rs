@@ -1187,3 +1187,55 @@ fn a_slot_stamp_moved_back_by_another_process_is_full_for_the_try_forms() {
     assert_eq!(tried, Err(TryPublishError::Full));
     assert_eq!(timed, Err(TryPublishError::Timeout));
 }
+
+/// A batch try whose first slot is vouched for by the range a required consumer's reads
+/// gave an earlier write, and whose second slot gets a short range during the try's look at
+/// the room (a sixteenth of a ring or less), the first slot's stamp moved back by another
+/// process: the batch is refused as full or written, never taken and then waited on for
+/// ever. Before, the look replaced the range with the second one, the write of the first
+/// slot no longer found it covered, could not look for a witness again yet, and took the
+/// slot by its stamp: held. (Found by review.)
+#[test]
+fn a_batch_try_keeps_the_range_its_look_counted_on() {
+    let ns = Namespace::concurrent("vouch_replaced");
+    let cfg = RingConfig {
+        capacity: 64,
+        slot_size: 64,
+        max_consumers: 3,
+        max_producers: 2,
+        ..RingConfig::default()
+    };
+    let ring = Ring::create(ns.name(), "r", &cfg).unwrap();
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().batch_cap(1))
+        .expect("consumer");
+    let mut p = ring.producer().expect("producer");
+    let mut q = ring.producer().expect("a second producer");
+    for i in 0..64u64 {
+        assert_eq!(q.publish(&[1; 8]), Ok(i));
+    }
+    for _ in 0..20 {
+        assert_eq!(poll_quiet(&ring, &mut c, |_| ()), Ok(1));
+    }
+    // p's write of 64 (previous lap 0) finds the consumer's reads: 0..20 vouched for.
+    assert_eq!(p.publish(&[1; 8]), Ok(64));
+    for i in 65..83u64 {
+        assert_eq!(q.publish(&[1; 8]), Ok(i));
+    }
+    for _ in 0..2 {
+        assert_eq!(poll_quiet(&ring, &mut c, |_| ()), Ok(1));
+    }
+    // The slot of 83 (previous lap 19) says sequence 1.
+    put64(ring.path(), ring.geometry().slot_offset(83), 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(p.try_publish_batch(&[[2u8; 8], [2u8; 8]]));
+    });
+    let tried = rx
+        .recv_timeout(shmring_testkit::WAIT)
+        .expect("try_publish_batch waited for ever to write a claim it took");
+    assert!(
+        matches!(tried, Err(TryPublishError::Full) | Ok(83)),
+        "{tried:?}"
+    );
+}

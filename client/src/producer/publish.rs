@@ -683,15 +683,26 @@ impl Producer {
             return false;
         }
         let step = (self.capacity / 16).max(1);
+        // One look at the head (a SeqCst load of the shared claim line).
+        let head = self.seg.position();
         match gating::witness_scan(&self.seg, prev, self.witness_hint.get(), step) {
             // Never past the head: an entry whose `next` another process overwrote with a
             // larger value vouches no further than what has been claimed. A head that
             // another process moved back below `prev` leaves nothing vouched for: said so,
             // as when no witness is found (else the try forms' look at the room would count
             // the slot free and the write then wait for it).
-            Some((to, index)) if to.min(self.seg.position()) > prev => {
-                let to = to.min(self.seg.position());
-                self.vouched.set((prev, to));
+            Some((to, index)) if to.min(head) > prev => {
+                let to = to.min(head);
+                // A range that goes on from the one held (a batch's look at its slots one
+                // after the other) extends it: both are reads some required consumer made,
+                // and a sequence once written stays written for its lap. So what a look
+                // counted on for an earlier slot stays covered when the write comes.
+                let (held_from, held_to) = self.vouched.get();
+                self.vouched.set(if prev >= held_from && prev <= held_to {
+                    (held_from, to.max(held_to))
+                } else {
+                    (prev, to)
+                });
                 self.witness_hint.set(index);
                 // A witness only just past `prev` (a full ring, its consumer one step ahead)
                 // would be looked for again at nearly every publish, each look pulling the
