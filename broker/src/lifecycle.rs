@@ -46,6 +46,12 @@ pub fn run(namespace: &str, req: Request) -> anyhow::Result<ExitCode> {
             let _ = exit::outln(&message);
             Ok(ExitCode::from(exit::OK))
         }
+        // Refused before it was looked at, for the broker's connections: nothing was done,
+        // and no broker could take the request (exit status 2, as for a broker down).
+        Ok(Reply::Error { message }) if message == crate::protocol::BUSY => {
+            exit::err(&format!("error: {message}"));
+            Ok(ExitCode::from(exit::UNREACHABLE))
+        }
         Ok(Reply::Error { message }) => {
             exit::err(&format!("error: {message}"));
             Ok(ExitCode::from(exit::FAILED))

@@ -49,6 +49,8 @@ pub fn render(r: &StatusReport, width: Option<usize>) -> String {
             .unwrap_or("no answer on its socket");
         let what = if why.contains("permission denied") {
             "BROKER NOT REACHABLE"
+        } else if why == crate::protocol::BUSY {
+            "BROKER BUSY"
         } else {
             "BROKER DOWN"
         };

@@ -448,5 +448,24 @@ fn status_while_the_broker_is_busy_reads_the_segments_and_says_unreachable() {
     let why = report["broker"]["unreachable"].as_str().expect("why");
     assert!(why.contains("busy"), "{why}");
     assert!(ring(&report, "default").is_some(), "{report:#}");
+    let out = ns.cli(&["status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("BROKER BUSY"), "{text}");
+    // A lifecycle request refused for the same reason: nothing done, exit status 2.
+    let out = ns.cli(&["stop", "default"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(held);
+    assert_eq!(
+        shmring::Ring::open(ns.name(), "default")
+            .expect("open")
+            .state(),
+        Some(shmring::RingState::Running),
+        "the refused stop stopped the ring"
+    );
 }

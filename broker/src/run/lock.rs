@@ -163,6 +163,13 @@ fn open_lock(namespace: &str, path: &Path) -> Result<File, LockError> {
             return Ok(File::from(fd));
         }
         let held = try_flock(namespace, path, File::from(fd))?;
+        // Removed by name, so only while the name still holds the file locked here: another
+        // broker that removed it meanwhile may have put its own, live, lock file there.
+        if !rustix::fs::lstat(path)
+            .is_ok_and(|now| (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino))
+        {
+            continue;
+        }
         warn!(path = %path.display(), owner = st.st_uid,
             "the lock file belongs to another user and nobody holds it; removing it and making the broker's own");
         rustix::fs::unlink(path).map_err(io)?;
