@@ -53,6 +53,9 @@ use crate::header::source_id;
 use crate::link::{Keys, LinkArgs};
 use crate::wire::{Ack, BatchHeader, BatchWriter, Mode, BATCH_HEADER, EVENT_HEADER};
 
+/// `--batch-bytes` by default: 1 MiB.
+pub const DEFAULT_BATCH_BYTES: usize = 1 << 20;
+
 /// `shmring-bridge export`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExportArgs {
@@ -77,7 +80,7 @@ pub struct ExportArgs {
     /// Most bytes in one Zenoh message, its header included; an event larger than that goes
     /// alone. Keep it below the importer's Zenoh `transport/link/rx/max_message_size` (1 GiB
     /// by default), which drops a larger message without an error.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value_t = DEFAULT_BATCH_BYTES)]
     pub batch_bytes: usize,
     /// Send again from the confirmed position after this long without a confirmation (ms).
     #[arg(long, default_value_t = 1000)]

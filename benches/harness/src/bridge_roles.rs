@@ -241,6 +241,7 @@ fn br_export(args: &Args) -> Result<()> {
         mode: Mode::Reliable,
         name: None,
         batch_events: 256,
+        batch_bytes: export::DEFAULT_BATCH_BYTES,
         ack_timeout_ms: 1000,
         heartbeat_ms: 100,
         stats_ms: 0,
