@@ -75,6 +75,7 @@ impl Producer {
             fast_end: 0,
             run: 0..0,
             vouched: std::cell::Cell::new((0, 0)),
+            laps_checked: std::cell::Cell::new((0, 0)),
             witness_retry: std::cell::Cell::new(0),
             witness_hint: std::cell::Cell::new(0),
             slot_takes: std::cell::Cell::new(0),

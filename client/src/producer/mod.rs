@@ -126,10 +126,17 @@ pub struct Producer {
     /// run takes its slot without looking at it (see [`Producer::begin_write`]).
     run: std::ops::Range<u64>,
     /// Multi-producer ring: `(from, to)`, sequences whose events a required consumer's
-    /// reads vouch for (`gating::witness`, looked up from `from`): a sequence of the range
-    /// is written, and a claim whose previous lap lies there takes its slot without looking
-    /// at it, as one in `run` does (see [`Producer::begin_write`]).
+    /// reads vouch for (`gating::witness`; the looks that go on from or overlap the range
+    /// held extend it): a sequence of the range is written, and a claim whose previous lap
+    /// lies there takes its slot without looking at it, as one in `run` does (see
+    /// [`Producer::begin_write`]).
     vouched: Cell<(u64, u64)>,
+    /// Multi-producer ring: `(from, to)`, the claim a bounded form (`try_publish`,
+    /// `publish_timeout` and their batch forms) took after finding every slot of it free of
+    /// its previous lap (`laps_free`). A slot of it that reads held at its write was written
+    /// over by another process (a free slot's stamp only moves on): the write goes over it
+    /// rather than wait, for ever, for a late write that never comes.
+    laps_checked: Cell<(u64, u64)>,
     /// Multi-producer ring: the sequence from which a claim outside `run` and `vouched`
     /// looks for a witness again (after a look that found none, or one that vouched for
     /// less than a sixteenth of the ring past its lap: not for a sixteenth of the ring).

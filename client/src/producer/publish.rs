@@ -494,6 +494,7 @@ impl Producer {
             if let Some(c) = self.claim_lone(n) {
                 self.mark_in_flight(c, n);
                 self.extend_run(c, n);
+                self.laps_checked.set((c, c + n));
                 return Ok(c);
             }
             self.clear_in_flight();
@@ -534,6 +535,7 @@ impl Producer {
             {
                 self.mark_in_flight(c, n);
                 self.extend_run(c, n);
+                self.laps_checked.set((c, c + n));
                 self.lone_retry = self.lone_retry.saturating_sub(1);
                 return Ok(c);
             }
@@ -698,11 +700,15 @@ impl Producer {
                 // and a sequence once written stays written for its lap. So what a look
                 // counted on for an earlier slot stays covered when the write comes.
                 let (held_from, held_to) = self.vouched.get();
-                self.vouched.set(if prev >= held_from && prev <= held_to {
-                    (held_from, to.max(held_to))
-                } else {
-                    (prev, to)
-                });
+                if prev <= held_to && to >= held_from {
+                    // Overlapping or adjacent: the union.
+                    self.vouched.set((prev.min(held_from), to.max(held_to)));
+                } else if to >= held_from {
+                    self.vouched.set((prev, to));
+                }
+                // Else (a look at an earlier slot, its range wholly below the one held)
+                // this look vouches for `prev`, and the range held stays for the later
+                // slots a look at the room may have counted on.
                 self.witness_hint.set(index);
                 // A witness only just past `prev` (a full ring, its consumer one step ahead)
                 // would be looked for again at nearly every publish, each look pulling the
@@ -732,7 +738,11 @@ impl Producer {
     #[cold]
     #[inline(never)]
     fn take_slot_slow(&self, slot: &Slot<'_>, seq: u64, mut lap: Lap) {
-        while lap == Lap::Held {
+        // A bounded form's claim whose slots were all found free before it was taken: a
+        // slot held now was written over by another process, and is written over again.
+        let (from, to) = self.laps_checked.get();
+        let checked = seq >= from && seq < to;
+        while lap == Lap::Held && !checked {
             if !self.wait_for_lap(slot, seq, None, false) {
                 break;
             }
