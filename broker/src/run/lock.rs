@@ -143,8 +143,9 @@ fn open_lock(namespace: &str, path: &Path) -> Result<File, LockError> {
     let me = rustix::process::geteuid().as_raw();
     let flags =
         OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    // Two tries: the second after removing a file of another user.
-    for _ in 0..2 {
+    // A few tries: the next after removing a file of another user, or after finding the name
+    // changed under the one locked here.
+    for _ in 0..4 {
         let fd = match rustix::fs::open(path, flags, Mode::from_raw_mode(0o600)) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::LOOP) => {
@@ -177,7 +178,7 @@ fn open_lock(namespace: &str, path: &Path) -> Result<File, LockError> {
         drop(held);
     }
     Err(unsafe_name(
-        "another user made it again as soon as it was removed".into(),
+        "the name kept holding a file of another user, made again or put there as soon as one was removed".into(),
     ))
 }
 
