@@ -431,28 +431,36 @@ fn a_ping_during_a_large_create_is_answered_before_the_create() {
 fn status_while_the_broker_is_busy_reads_the_segments_and_says_unreachable() {
     let ns = Namespace::new("ctl_busy");
     let _broker = ns.broker(None);
-    // As many as the broker serves at once (`MAX_CONNECTIONS`), each holding its slot with
-    // half a request (until the broker's read deadline cuts it off).
-    let held: Vec<UnixStream> = (0..16)
-        .map(|_| {
-            let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
-            s.write_all(b"{").expect("the first byte");
-            s
-        })
-        .collect();
-    let v = exchange(&ns, b"{\"op\":\"ping\"}\n");
-    assert!(error_of(&v).contains("busy"), "not busy: {v}");
+    // Connections holding the broker's slots (`MAX_CONNECTIONS`) with half a request each,
+    // until its read deadline (5 s) cuts them off: topped up before each request below,
+    // until a new connection is refused at once.
+    let mut held: Vec<UnixStream> = Vec::new();
+    let fill = |held: &mut Vec<UnixStream>| loop {
+        let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+        let _ = s.write_all(b"{");
+        s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .expect("timeout");
+        let mut line = String::new();
+        if BufReader::new(&s).read_line(&mut line).is_ok_and(|n| n > 0) {
+            assert!(line.contains("busy"), "{line}");
+            return;
+        }
+        held.push(s);
+    };
+    fill(&mut held);
     let out = ns.cli(&["status", "--json"]);
     let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
     assert_eq!(out.status.code(), Some(2), "{report:#}");
     let why = report["broker"]["unreachable"].as_str().expect("why");
     assert!(why.contains("busy"), "{why}");
     assert!(ring(&report, "default").is_some(), "{report:#}");
+    fill(&mut held);
     let out = ns.cli(&["status"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("BROKER BUSY"), "{text}");
     // A lifecycle request refused for the same reason: nothing done, exit status 2.
+    fill(&mut held);
     let out = ns.cli(&["stop", "default"]);
     assert_eq!(
         out.status.code(),
