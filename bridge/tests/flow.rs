@@ -92,6 +92,35 @@ fn replays(ex: &mut Child) -> (u64, Value) {
     (num(&v, "replays"), v)
 }
 
+/// Events published on A by [`replays_while_blocked`].
+const BLOCKED_EVENTS: u64 = 1000;
+
+/// Publish events `0..BLOCKED_EVENTS` on `src`, wait until `dst` (of `room` slots, its reader not
+/// reading) is full, then let `timeouts` of the exporter's ack timeouts pass with the
+/// importer waiting for room. Returns the exporter's replays before and after, and its last
+/// counters.
+fn replays_while_blocked(
+    ex: &mut Child,
+    src: &Ring,
+    dst: &Ring,
+    room: u64,
+    timeouts: u32,
+) -> (u64, u64, Value) {
+    let mut p = src.producer().expect("producer on A");
+    for i in 0..BLOCKED_EVENTS {
+        p.publish(&payload(i)).expect("publish");
+    }
+    shmring_testkit::wait_until("B's ring full", || (dst.info().head >= room).then_some(()));
+    let (before, _) = replays(ex);
+    // The wait is for time to pass.
+    let blocked = Instant::now();
+    while blocked.elapsed() < ACK_TIMEOUT * timeouts {
+        std::thread::sleep(ACK_TIMEOUT / 4);
+    }
+    let (after, v) = replays(ex);
+    (before, after, v)
+}
+
 /// An importer whose ring is full (its consumer does not read) keeps acknowledging what it
 /// has, so the exporter does not send its unconfirmed window again every timeout (each copy
 /// of it waited in the importer's queue, up to 1024 messages); and it stops on SIGTERM,
@@ -101,7 +130,7 @@ fn replays(ex: &mut Child) -> (u64, Value) {
 fn an_importer_blocked_on_a_full_ring_holds_the_exporter_and_stops_on_sigterm() {
     let a = Namespace::new("bridge_full");
     let b = a.sibling("b");
-    const N: u64 = 1000;
+    const N: u64 = BLOCKED_EVENTS;
     // B holds 64 slots: the importer waits to publish the 65th.
     const ROOM: u64 = 64;
     let (src, dst) = rings(&a, &b, (1024, ROOM), 64);
@@ -112,18 +141,8 @@ fn an_importer_blocked_on_a_full_ring_holds_the_exporter_and_stops_on_sigterm() 
     let port = common::free_port();
     let mut ex = attached_exporter(&a, &src, &key, port, &[]);
     let mut im = importer("importer", &b, "dst", &key, port);
-    let mut p = src.producer().expect("producer on A");
-    for i in 0..N {
-        p.publish(&payload(i)).expect("publish");
-    }
-    shmring_testkit::wait_until("B's ring full", || (dst.info().head >= ROOM).then_some(()));
-    let (before, _) = replays(&mut ex);
-    // Four timeouts with the importer blocked: the wait is for time to pass.
-    let blocked = Instant::now();
-    while blocked.elapsed() < ACK_TIMEOUT * 4 {
-        std::thread::sleep(ACK_TIMEOUT / 4);
-    }
-    let (after, v) = replays(&mut ex);
+    // Four timeouts with the importer blocked.
+    let (before, after, v) = replays_while_blocked(&mut ex, &src, &dst, ROOM, 4);
     assert_eq!(
         after, before,
         "replays while the importer waited for room: {v}"
@@ -176,18 +195,8 @@ fn an_importer_blocked_past_its_quiet_period_still_holds_the_exporter() {
         port,
         &["--ack-quiet-ms", "400"],
     );
-    let mut p = src.producer().expect("producer on A");
-    for i in 0..1000 {
-        p.publish(&payload(i)).expect("publish");
-    }
-    shmring_testkit::wait_until("B's ring full", || (dst.info().head >= ROOM).then_some(()));
-    let (before, _) = replays(&mut ex);
-    // Six timeouts, past the quiet period: the wait is for time to pass.
-    let blocked = Instant::now();
-    while blocked.elapsed() < ACK_TIMEOUT * 6 {
-        std::thread::sleep(ACK_TIMEOUT / 4);
-    }
-    let (after, v) = replays(&mut ex);
+    // Six timeouts, past the quiet period.
+    let (before, after, v) = replays_while_blocked(&mut ex, &src, &dst, ROOM, 6);
     assert_eq!(
         after, before,
         "replays while the importer waited for room: {v}"
