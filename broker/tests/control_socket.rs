@@ -431,21 +431,51 @@ fn a_ping_during_a_large_create_is_answered_before_the_create() {
 fn status_while_the_broker_is_busy_reads_the_segments_and_says_unreachable() {
     let ns = Namespace::new("ctl_busy");
     let _broker = ns.broker(None);
-    // Connections holding the broker's slots (`MAX_CONNECTIONS`) with half a request each,
-    // until its read deadline (5 s) cuts them off: topped up before each request below,
-    // until a new connection is refused at once.
-    let mut held: Vec<UnixStream> = Vec::new();
-    let fill = |held: &mut Vec<UnixStream>| loop {
+    // Every one of the broker's slots (`MAX_CONNECTIONS`, 16) held by a connection of
+    // this test with half a request, until the broker's read deadline (5 s) cuts it off:
+    // taken afresh before each request below. The broker accepts connections in order and
+    // answers one it has no slot for at once, so once a probe made after them is refused,
+    // each earlier one has its slot or its refusal to read.
+    let connect = || {
         let mut s = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
         let _ = s.write_all(b"{");
-        s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
-            .expect("timeout");
-        let mut line = String::new();
-        if BufReader::new(&s).read_line(&mut line).is_ok_and(|n| n > 0) {
-            assert!(line.contains("busy"), "{line}");
-            return;
+        s
+    };
+    let mut held: Vec<UnixStream> = Vec::new();
+    let fill = |held: &mut Vec<UnixStream>| {
+        use std::io::Read;
+        held.clear();
+        let deadline = std::time::Instant::now() + common::WAIT;
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "could not take every slot"
+            );
+            while held.len() < 16 {
+                held.push(connect());
+            }
+            let probe = connect();
+            probe
+                .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+                .expect("timeout");
+            let mut line = String::new();
+            let refused = BufReader::new(&probe)
+                .read_line(&mut line)
+                .is_ok_and(|n| n > 0);
+            if !refused {
+                // A slot was free (one dropped above not let go yet when the others came).
+                held.push(probe);
+            }
+            // A refused connection has the broker's reply (or its end) to read at once.
+            held.retain(|s| {
+                s.set_nonblocking(true).expect("nonblocking");
+                let mut byte = [0u8; 1];
+                matches!((&*s).read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            });
+            if refused && held.len() >= 16 {
+                return;
+            }
         }
-        held.push(s);
     };
     fill(&mut held);
     let out = ns.cli(&["status", "--json"]);
