@@ -215,7 +215,7 @@ fn exchange(
         || (owner == Some(0)
             && cred
                 .pid
-                .and_then(|pid| holds_lock(dir, pid))
+                .and_then(|pid| flock_held(&dir.join(crate::protocol::LOCK_NAME), Some(pid)))
                 .unwrap_or(true));
     if !broker {
         return Err(ClientError::NotTheBroker {
@@ -254,12 +254,13 @@ fn exchange(
     })
 }
 
-/// Whether process `pid` holds the lock of the namespace directory `dir` (an exclusive
-/// `flock` on its `broker.lock`, as a running broker does), by `/proc/locks`; `None` when
-/// that cannot be read. No lock file, or something else at its name: nobody holds it.
-fn holds_lock(dir: &std::path::Path, pid: i32) -> Option<bool> {
+/// Whether process `pid` (any process: `None`) holds an exclusive `flock` on the file at
+/// `path` (a namespace's `broker.lock`, as a running broker does), by `/proc/locks`; `None`
+/// when that cannot be read. No file, or something else than a regular file at the name:
+/// nobody holds it. Locks of processes outside this pid namespace are not listed.
+pub(crate) fn flock_held(path: &std::path::Path, pid: Option<i32>) -> Option<bool> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(lock) = dir.join(crate::protocol::LOCK_NAME).symlink_metadata() else {
+    let Ok(lock) = path.symlink_metadata() else {
         return Some(false);
     };
     if !lock.file_type().is_file() {
@@ -273,12 +274,16 @@ fn holds_lock(dir: &std::path::Path, pid: i32) -> Option<bool> {
         rustix::fs::minor(dev),
         lock.ino()
     );
-    let pid = pid.to_string();
+    let pid = pid.map(|p| p.to_string());
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     // `N: FLOCK ADVISORY WRITE PID FILE START END`; a waiter's line has `->` after `N:`.
     Some(locks.lines().any(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        f.len() >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[4] == pid && f[5] == file
+        f.len() >= 6
+            && f[1] == "FLOCK"
+            && f[3] == "WRITE"
+            && pid.as_deref().is_none_or(|p| f[4] == p)
+            && f[5] == file
     }))
 }
 

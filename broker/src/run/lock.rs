@@ -237,29 +237,6 @@ fn lock_file(namespace: &str, path: &Path) -> Result<File, LockError> {
     })
 }
 
-/// Whether some process holds an exclusive `flock` on the file at `path` (by
-/// `/proc/locks`; `None` when that cannot be read or nothing regular is at the name): for
-/// a lock file this broker cannot open (another user's), which another broker may hold.
-fn held_by_anyone(path: &Path) -> Option<bool> {
-    let st = rustix::fs::lstat(path).ok()?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return None;
-    }
-    // As the kernel prints a lock's file: major:minor (hex) of its device, then its inode.
-    let file = format!(
-        "{:02x}:{:02x}:{}",
-        rustix::fs::major(st.st_dev),
-        rustix::fs::minor(st.st_dev),
-        st.st_ino
-    );
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    // `N: FLOCK ADVISORY WRITE PID FILE START END`; a waiter's line has `->` after `N:`.
-    Some(locks.lines().any(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        f.len() >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[5] == file
-    }))
-}
-
 /// Take the `flock` of the open lock file `file` (at `path`), or say who holds it.
 fn try_flock(namespace: &str, path: &Path, mut file: File) -> Result<File, LockError> {
     match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
@@ -313,7 +290,7 @@ impl NamespaceLock {
             // held by some process: another broker runs there.
             Err(LockError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::PermissionDenied
-                    && held_by_anyone(&self.path) == Some(true) =>
+                    && crate::client::flock_held(&self.path, None) == Some(true) =>
             {
                 Err(LockError::Held {
                     namespace: self.namespace.clone(),

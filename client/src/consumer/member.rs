@@ -1051,12 +1051,7 @@ impl Consumer {
             .member
             .as_ref()
             .is_some_and(|m| self.next < m.redeliver_until && m.redeliver_until >= claim_end);
-        let given = if to == consumer_state::DETACHED && handled {
-            table::consumer::give_up_handled(&self.entry().hot.word, self.word)
-        } else {
-            table::consumer::give_up(&self.entry().hot.word, self.word, to)
-        };
-        if let Ok(word) = given {
+        if let Ok(word) = give_back(&self.entry().hot.word, self.word, to, handled) {
             self.word = word;
             self.wake_after_left_claim();
             if to == consumer_state::FREE {
@@ -1122,12 +1117,7 @@ impl Consumer {
                 // The rest of a dead or failed member's claim goes back as one a handler may
                 // have seen, so that the next member counts it as redelivered too. (One whose
                 // next event had a failed attempt tells the next member by its poison record.)
-                let given = if to == consumer_state::DETACHED && a.redelivery {
-                    table::consumer::give_up_handled(&e.hot.word, a.word)
-                } else {
-                    table::consumer::give_up(&e.hot.word, a.word, to)
-                };
-                if given.is_ok() {
+                if give_back(&e.hot.word, a.word, to, a.redelivery).is_ok() {
                     gave_back = true;
                     freed |= to == consumer_state::FREE;
                 }
@@ -1139,6 +1129,22 @@ impl Consumer {
         if freed {
             self.wake_producers();
         }
+    }
+}
+
+/// Give up a member entry held as `mine`, as `to` (FREE, or DETACHED holding a claim): one
+/// DETACHED holding a claim a handler may have seen (`handled`) names no holder
+/// (`table::consumer::give_up_handled`), else its last holder (`give_up`).
+fn give_back(
+    word: &std::sync::atomic::AtomicU64,
+    mine: u64,
+    to: u32,
+    handled: bool,
+) -> Result<u64, u64> {
+    if to == consumer_state::DETACHED && handled {
+        table::consumer::give_up_handled(word, mine)
+    } else {
+        table::consumer::give_up(word, mine, to)
     }
 }
 

@@ -703,7 +703,7 @@ impl Producer {
                 if prev <= held_to && to >= held_from {
                     // Overlapping or adjacent: the union.
                     self.vouched.set((prev.min(held_from), to.max(held_to)));
-                } else if to >= held_from {
+                } else if prev > held_to {
                     self.vouched.set((prev, to));
                 }
                 // Else (a look at an earlier slot, its range wholly below the one held)
