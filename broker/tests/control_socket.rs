@@ -382,20 +382,7 @@ mod as_root {
 fn a_ping_during_a_large_create_is_answered_before_the_create() {
     let ns = Namespace::new("bigcreate");
     let broker = ns.broker(None);
-    // The ring is built in a file without a name (`O_TMPFILE`) in the namespace directory,
-    // which the broker holds open from the build's start.
-    // (Each ring's file shows so once linked in too: the build shows as one more.)
-    let unnamed = || {
-        std::fs::read_dir(format!("/proc/{}/fd", broker.pid()))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-            .filter(|target| {
-                target.starts_with(ns.dir()) && target.to_string_lossy().ends_with("(deleted)")
-            })
-            .count()
-    };
+    let unnamed = || unnamed_files(&ns, &broker);
     let before = unnamed();
     let mut create = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
     create
@@ -421,6 +408,102 @@ fn a_ping_during_a_large_create_is_answered_before_the_create() {
     assert_eq!(v["reply"], "done", "{v}");
     let (status, _) = ns.status();
     assert!(ring(&status, "big").is_some(), "{status:#}");
+}
+
+/// The files without a name in the namespace directory that the broker holds open. A ring
+/// is built in such a file (`O_TMPFILE`), held from the build's start, then linked in at
+/// its name. (Each ring's file shows so once linked in too: a build shows as one more.)
+fn unnamed_files(ns: &Namespace, broker: &common::Child) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", broker.pid()))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| {
+            target.starts_with(ns.dir()) && target.to_string_lossy().ends_with("(deleted)")
+        })
+        .count()
+}
+
+/// A SIGHUP that adds a large ring to the config builds it outside the broker's state
+/// lock, as a create does: requests are answered and sweeps go on during the build. Before,
+/// the reload built the ring holding the lock (and in the sweep loop), so `status`, `ping`
+/// and the metrics waited for it, past the CLI's status timeout for a ring of gigabytes.
+#[test]
+fn a_ping_during_a_reload_that_builds_a_large_ring_is_answered_before_the_build() {
+    let ns = Namespace::new("bigreload");
+    let config = ns.config("[rings.small]\ncapacity = 64\n");
+    let mut broker = ns.broker_with(Some(&config), &[]);
+    let before = unnamed_files(&ns, &broker);
+    // 4 Mi slots of 128 bytes: 512 MiB to allocate and map.
+    std::fs::write(
+        &config,
+        "[rings.small]\ncapacity = 64\n[rings.big]\ncapacity = 4194304\nslot_size = 128\n",
+    )
+    .expect("rewrite the config");
+    broker.signal(rustix::process::Signal::HUP);
+    shmring_testkit::eventually("the build of the ring to begin", || {
+        unnamed_files(&ns, &broker) > before
+    });
+    let pong = exchange(&ns, b"{\"op\":\"ping\"}\n");
+    assert_eq!(pong["reply"], "pong", "{pong}");
+    assert!(
+        !ns.dir().join("big.ring").exists(),
+        "the ping was answered only once the build was over"
+    );
+    let big = ns.wait_status("the reloaded ring tracked", |v, _| {
+        ring(v, "big").map(|r| r["capacity"].clone())
+    });
+    assert_eq!(big, 4194304, "{big}");
+    assert!(broker.stderr_has("SIGHUP: config reloaded"));
+}
+
+/// A SIGHUP that configures a ring while a create request builds it: the ring runs on the
+/// reloaded settings, whichever of the two tracks it. Before, the create tracked it with
+/// the settings it read before its build, and the reload, finding it tracked, left them.
+#[test]
+fn a_ring_created_across_a_reload_takes_the_reloaded_settings() {
+    let ns = Namespace::new("createhup");
+    let config = ns.config("");
+    let mut broker = ns.broker_with(Some(&config), &[]);
+    let before = unnamed_files(&ns, &broker);
+    let mut create = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+    create
+        .set_read_timeout(Some(common::WAIT))
+        .expect("timeout");
+    // 4 Mi slots of 128 bytes: 512 MiB to allocate and map.
+    create
+        .write_all(b"{\"op\":\"create\",\"ring\":\"big\",\"capacity\":4194304,\"slot_size\":128}\n")
+        .expect("send the create");
+    shmring_testkit::eventually("the create's build to begin", || {
+        unnamed_files(&ns, &broker) > before
+    });
+    std::fs::write(
+        &config,
+        "[rings.big]\ncapacity = 4194304\nslot_size = 128\nstall_threshold = \"80ms\"\n",
+    )
+    .expect("rewrite the config");
+    broker.signal(rustix::process::Signal::HUP);
+    let mut line = String::new();
+    BufReader::new(&create)
+        .read_line(&mut line)
+        .expect("the create's reply");
+    let v: Value = serde_json::from_str(&line).expect("JSON");
+    // The reload builds the ring too, and the first build to be linked in at the name wins:
+    // the create is refused if it was the reload's.
+    assert!(
+        v["reply"] == "done"
+            || v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("already exists")),
+        "{v}"
+    );
+    common::wait_until("the reload over", || {
+        broker.stderr_has("SIGHUP: config reloaded").then_some(())
+    });
+    let (status, _) = ns.status();
+    let big = ring(&status, "big").expect("the ring");
+    assert_eq!(big["health"]["stall_threshold_ms"], 80, "{big:#}");
 }
 
 /// `broker status` while the broker serves as many control connections as it may: the

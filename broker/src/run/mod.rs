@@ -160,7 +160,7 @@ pub fn run(opts: RunOptions) -> anyhow::Result<()> {
     let signals = Signals {
         stop: sig_read,
         hup: hup_read,
-        config: config_path,
+        reloads: reload::Reloads::new(config_path),
     };
     sweep_loop(&shared, &epfd, &signals, &mut held)?;
     notify(&[sd_notify::NotifyState::Stopping]);
@@ -177,7 +177,7 @@ struct Signals {
     /// SIGHUP.
     hup: UnixStream,
     /// The config file to reload on SIGHUP.
-    config: Option<PathBuf>,
+    reloads: reload::Reloads,
 }
 
 /// Empty a non-blocking signal pipe.
@@ -190,7 +190,7 @@ fn drain_pipe(mut pipe: &UnixStream) {
 /// namespace lock is still this broker's. Returns on SIGTERM or SIGINT, and with an error
 /// when another broker took the lock (the socket is then that broker's, and stays).
 fn sweep_loop(
-    shared: &Mutex<Broker>,
+    shared: &Arc<Mutex<Broker>>,
     epfd: &OwnedFd,
     signals: &Signals,
     held: &mut lock::NamespaceLock,
@@ -217,24 +217,19 @@ fn sweep_loop(
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e).context("epoll_wait"),
         };
+        let tokens = || events[..n].iter().map(|ev| ev.data.u64());
+        if tokens().any(|t| t == SIGNAL_TOKEN) {
+            drain_pipe(&signals.stop);
+            return Ok(());
+        }
+        // Before the broker's lock is taken: a reload takes it (on this thread if no other
+        // can be started).
+        if tokens().any(|t| t == HUP_TOKEN) {
+            drain_pipe(&signals.hup);
+            signals.reloads.start(shared);
+        }
         let mut broker = ops::lock(shared);
-        for ev in &events[..n] {
-            let token = ev.data.u64();
-            if token == SIGNAL_TOKEN {
-                drain_pipe(&signals.stop);
-                return Ok(());
-            }
-            if token == HUP_TOKEN {
-                drain_pipe(&signals.hup);
-                let mut reloading = vec![sd_notify::NotifyState::Reloading];
-                if let Ok(now) = sd_notify::NotifyState::monotonic_usec_now() {
-                    reloading.push(now);
-                }
-                notify(&reloading);
-                reload::reload(&mut broker, signals.config.as_deref());
-                notify(&[sd_notify::NotifyState::Ready]);
-                continue;
-            }
+        for token in tokens().filter(|&t| t != HUP_TOKEN) {
             if let Some((pid, _)) = broker.watches.exited(token) {
                 info!(pid, "client process exited");
             } else {

@@ -257,13 +257,17 @@ fn create(
     capacity: Option<u64>,
     slot_size: Option<u32>,
 ) -> Reply {
-    let (namespace, spec, config) = {
-        let b = lock(shared);
+    // The ring's configured settings with the request's shape.
+    let spec_in = |b: &Broker| {
         let mut spec = b.spec_for(name);
         spec.capacity = capacity.unwrap_or(spec.capacity);
         spec.slot_size = slot_size.unwrap_or(spec.slot_size);
-        match spec.ring_config(b.gid) {
-            Ok(config) => (b.namespace.clone(), spec, config),
+        spec
+    };
+    let (namespace, config) = {
+        let b = lock(shared);
+        match spec_in(&b).ring_config(b.gid) {
+            Ok(config) => (b.namespace.clone(), config),
             Err(e) => return Reply::error(e.to_string()),
         }
     };
@@ -277,6 +281,9 @@ fn create(
                 .get(name)
                 .is_some_and(|t| matches!(t.ring.is_at_path(), Ok(true)));
             if !taken_up {
+                // The settings as they are now: a reload during the build changed them,
+                // and found nothing tracked at the name to change.
+                let spec = spec_in(&b);
                 b.track(name.to_owned(), ring, spec);
             }
             Reply::Done {

@@ -113,48 +113,51 @@ impl Broker {
     /// is reported and skipped; a ring whose shape differs from the config is adopted as it
     /// is; a file left marked deleted is removed and the ring created anew.
     pub fn open_configured(&mut self) {
-        let specs: Vec<(String, RingSpec)> = self
-            .config
-            .rings
-            .iter()
-            .filter(|(n, _)| !self.rings.contains_key(*n))
-            .map(|(n, s)| (n.clone(), s.clone()))
-            .collect();
-        for (name, spec) in specs {
+        for (name, spec) in self.configured_untracked() {
             // Twice at most: the second time after removing a file left marked deleted.
             for _ in 0..2 {
-                match self.open_or_create(&name, &spec) {
-                    Ok(ring) if ring.state() == Some(RingState::Deleted) => {
-                        if self.clear_deleted(&ring) {
-                            continue;
-                        }
-                    }
-                    Ok(ring) => {
-                        warn_undeclared(&name, &ring, &spec);
-                        self.track(name.clone(), ring, spec.clone())
-                    }
-                    Err(e) => {
-                        warn!(ring = %name, "configured ring left alone: {e}");
-                        if let Ok(path) = shmring::names::ring_path(&self.namespace, &name) {
-                            self.unreadable.insert(path, e);
-                        }
-                    }
+                let opened = open_or_create(&self.namespace, self.gid, &name, &spec);
+                if !self.take_up_configured(&name, &spec, opened) {
+                    break;
                 }
-                break;
             }
         }
     }
 
-    /// Open configured ring `name`, or create it from `spec`.
-    fn open_or_create(&self, name: &str, spec: &RingSpec) -> Result<Ring, String> {
-        let rc = spec.ring_config(self.gid).map_err(|e| e.to_string())?;
-        Ring::open_or_create(&self.namespace, name, &rc).or_else(|e| match e {
-            OpenError::ConfigMismatch { .. } => {
-                warn!(ring = %name, "{e}; adopting the ring as it is");
-                Ring::open(&self.namespace, name).map_err(|e| e.to_string())
+    /// The configured rings not tracked yet, with their settings.
+    pub fn configured_untracked(&self) -> Vec<(String, RingSpec)> {
+        self.config
+            .rings
+            .iter()
+            .filter(|(n, _)| !self.rings.contains_key(*n))
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect()
+    }
+
+    /// Track configured ring `name` as [`open_or_create`] opened or built it, or list why it
+    /// could not be. Returns whether to open it again: it was a file left marked deleted,
+    /// now removed.
+    pub fn take_up_configured(
+        &mut self,
+        name: &str,
+        spec: &RingSpec,
+        opened: Result<Ring, String>,
+    ) -> bool {
+        match opened {
+            Ok(ring) if ring.state() == Some(RingState::Deleted) => self.clear_deleted(&ring),
+            Ok(ring) => {
+                warn_undeclared(name, &ring, spec);
+                self.track(name.to_owned(), ring, spec.clone());
+                false
             }
-            e => Err(e.to_string()),
-        })
+            Err(e) => {
+                warn!(ring = %name, "configured ring left alone: {e}");
+                if let Ok(path) = shmring::names::ring_path(&self.namespace, name) {
+                    self.unreadable.insert(path, e);
+                }
+                false
+            }
+        }
     }
 
     /// A ring file found marked deleted (its remover died, or could mark it and not unlink
@@ -444,6 +447,25 @@ fn finish_adopted(name: &str, ring: &Ring) {
 /// Declarations apply when a ring is created: a configured declared consumer that an
 /// existing ring (adopted, or created by someone else) has no entry for is logged, never
 /// added to the live table. It gates from its first attach like any durable consumer.
+/// Open configured ring `name` in `namespace`, or create it from `spec`. Needs nothing of
+/// the broker's state: a reload runs it outside the broker's lock (building a ring
+/// allocates and maps every page of its file: seconds for one of gigabytes).
+pub fn open_or_create(
+    namespace: &str,
+    gid: Option<u32>,
+    name: &str,
+    spec: &RingSpec,
+) -> Result<Ring, String> {
+    let rc = spec.ring_config(gid).map_err(|e| e.to_string())?;
+    Ring::open_or_create(namespace, name, &rc).or_else(|e| match e {
+        OpenError::ConfigMismatch { .. } => {
+            warn!(ring = %name, "{e}; adopting the ring as it is");
+            Ring::open(namespace, name).map_err(|e| e.to_string())
+        }
+        e => Err(e.to_string()),
+    })
+}
+
 fn warn_undeclared(name: &str, ring: &Ring, spec: &RingSpec) {
     if spec.declared_consumers.is_empty() {
         return;
