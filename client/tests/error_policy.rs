@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shmring::{ConsumerOptions, ErrorPolicy, PollError, Ring};
+use shmring::{ConsumerOptions, ErrorPolicy, PollError, Ring, WaitOutcome, WaitStrategy};
 use shmring_testkit::Namespace;
 
 mod common;
@@ -316,6 +316,66 @@ fn a_poll_during_the_back_off_hands_nothing_over() {
     assert!(c.has_pending(), "the event still waits");
     assert_eq!(tries, 1, "no attempt during the back-off");
     assert_eq!(c.stats().retries, 1);
+}
+
+/// `wait` during a `Retry` back-off waits the back-off out: the event is pending, but no
+/// poll hands it over before the back-off ends, so `Ready` comes then (and a
+/// `TimeoutBlocking` timeout shorter than the back-off is a timeout). Before, `wait`
+/// answered `Ready` at once and a `wait` + `poll` loop spun on the core for the whole
+/// back-off.
+#[test]
+fn wait_during_the_back_off_waits_it_out() {
+    let ns = Namespace::concurrent("policy_backoff_wait");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let backoff = Duration::from_millis(300);
+    let mut c = ring
+        .consumer(
+            ConsumerOptions::anonymous()
+                .on_error(ErrorPolicy::Retry {
+                    attempts: 5,
+                    backoff,
+                })
+                .wait(WaitStrategy::TimeoutBlocking {
+                    timeout: Duration::from_millis(100),
+                }),
+        )
+        .unwrap();
+    publish(&ring, 0..1);
+    let mut fail_once = {
+        let mut failed = false;
+        move |_: shmring::Event<'_>| {
+            if failed {
+                Ok(())
+            } else {
+                failed = true;
+                Err("bad once")
+            }
+        }
+    };
+    let start = Instant::now();
+    assert_eq!(c.poll_once_fallible(&mut fail_once), Ok(0));
+    assert_eq!(c.wait(), Ok(WaitOutcome::TimedOut));
+    assert!(
+        start.elapsed() >= Duration::from_millis(100),
+        "timed out after {:?}",
+        start.elapsed()
+    );
+    let mut polls = 0;
+    loop {
+        polls += 1;
+        match c.wait() {
+            Ok(WaitOutcome::Ready) => break,
+            Ok(WaitOutcome::TimedOut) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        start.elapsed() >= backoff,
+        "ready after {:?}, within the back-off",
+        start.elapsed()
+    );
+    assert!(polls <= 4, "{polls} waits for a back-off of three timeouts");
+    assert_eq!(c.poll_once_fallible(&mut fail_once), Ok(1));
 }
 
 /// An optional consumer retrying an event it copied can be lapped meanwhile: it jumps to

@@ -369,6 +369,30 @@ fn a_parked_downstream_is_woken_by_its_upstreams_commit() {
     );
 }
 
+/// A downstream waiting behind an upstream that does not move learns that its ring was
+/// deleted: `wait` returns `Deleted`, as every other call of an attached client does.
+/// Before, it saw nothing to hand over and the ring not closed, and parked again for ever.
+#[test]
+fn a_waiting_downstream_held_by_its_upstream_learns_that_the_ring_was_deleted() {
+    let ns = Namespace::concurrent("deps-deleted");
+    let ring = graph_ring(&ns, 4);
+    let (_a, mut c) = upstream_and_blocking_downstream(&ring);
+    publish_range(&ring, 0..1);
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let outcome = c.wait();
+        let _ = tx.send(outcome);
+        c
+    });
+    until_parked(&ring);
+    Ring::remove(ns.name(), ring.name()).expect("remove the ring");
+    let outcome = rx
+        .recv_timeout(WATCHDOG)
+        .expect("watchdog: the downstream still waits on a deleted ring");
+    assert_eq!(outcome, Err(PollError::Deleted));
+    waiter.join().expect("the waiter");
+}
+
 #[test]
 fn a_downstream_held_by_its_upstream_is_not_stalled_its_upstream_is() {
     let ns = Namespace::concurrent("deps-health");

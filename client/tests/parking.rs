@@ -654,3 +654,28 @@ fn release(ring: &Ring, name: &str) {
     let e = e.expect("the consumer's entry");
     assert!(ring.release_consumer(e.index, e.word), "release {name}");
 }
+
+/// Each `wait` with `TimeoutBlocking` waits its whole timeout, whatever idle time came
+/// before it: a run that a `stop` predicate ended while the consumer was idle does not
+/// leave its idle time to shorten the next wait. Before, the next `wait` timed out early.
+#[test]
+fn a_wait_after_an_idle_run_waits_its_whole_timeout() {
+    let ns = Namespace::concurrent("park_stale_idle");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let timeout = Duration::from_secs(1);
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().wait(WaitStrategy::TimeoutBlocking { timeout }))
+        .unwrap();
+    let idle = Instant::now();
+    let exit = c
+        .run(|_| {}, || idle.elapsed() >= Duration::from_millis(200))
+        .unwrap();
+    assert_eq!(exit, RunExit::Stopped);
+    let start = Instant::now();
+    assert_eq!(c.wait(), Ok(WaitOutcome::TimedOut));
+    assert!(
+        start.elapsed() >= timeout,
+        "timed out after {:?}",
+        start.elapsed()
+    );
+}

@@ -53,6 +53,9 @@ impl Consumer {
         E: std::fmt::Display,
         S: FnMut() -> bool,
     {
+        // Idle time counts from this call: an earlier call that ended idle (stopped,
+        // closed, or with an error) leaves none behind.
+        self.idle_since = None;
         loop {
             if stop() {
                 return Ok(RunExit::Stopped);
@@ -169,22 +172,30 @@ impl Consumer {
     }
 
     /// Wait, with this consumer's strategy, until an event is waiting, the ring is closed
-    /// and drained, or (`TimeoutBlocking` only) the timeout passes.
+    /// and drained, or (`TimeoutBlocking` only) the timeout passes, counted from this call.
+    /// An event a `Retry` back-off holds back is waiting once the back-off ends (the wait
+    /// sleeps it out, in steps of at most the 50 ms net). A deleted ring is an error,
+    /// `PollError::Deleted`, whatever the consumer waits for.
     pub fn wait(&mut self) -> Result<WaitOutcome, PollError> {
+        // A `TimeoutBlocking` timeout counts from this call (see `run_fallible`).
+        self.idle_since = None;
         loop {
             // The idle step's looks first: a waiting event, a closed and drained ring or a
             // failure is answered at once, before a spin burst.
-            if let Some(outcome) = self.idle_step()? {
-                if outcome != WaitOutcome::Ready {
-                    return Ok(outcome);
-                }
+            match self.idle_step()? {
+                Some(WaitOutcome::Ready) => break,
+                Some(outcome) => return Ok(outcome),
+                None => {}
             }
-            if self.spin_for_next() || self.has_pending() {
-                self.idler.reset();
-                self.idle_since = None;
-                return Ok(WaitOutcome::Ready);
+            // During a `Retry` back-off the failed event is pending, but no poll hands it
+            // over: the idle step waits the back-off out.
+            if self.backing_off().is_none() && (self.spin_for_next() || self.has_pending()) {
+                break;
             }
         }
+        self.idler.reset();
+        self.idle_since = None;
+        Ok(WaitOutcome::Ready)
     }
 
     fn closed_and_drained(&self) -> bool {
@@ -212,13 +223,19 @@ impl Consumer {
         if self.failed {
             return Err(PollError::Failed);
         }
-        if self.has_pending() {
+        // Whatever else it waits for: a downstream held by an upstream that does not move
+        // sees neither an event nor a closed ring, and would wait on a deleted one for ever.
+        if is_deleted(&self.seg) {
+            return Err(PollError::Deleted);
+        }
+        let backing_off = self.backing_off();
+        if backing_off.is_some_and(|until| until <= Instant::now()) {
+            return Ok(Some(WaitOutcome::Ready));
+        }
+        if backing_off.is_none() && self.has_pending() {
             return Ok(Some(WaitOutcome::Ready));
         }
         if self.closed_and_drained() && !self.adopts_before_closing() {
-            if is_deleted(&self.seg) {
-                return Err(PollError::Deleted);
-            }
             return Ok(Some(WaitOutcome::Closed));
         }
         let timeout = match self.wait {
@@ -233,6 +250,13 @@ impl Consumer {
             }
             _ => None,
         };
+        if let Some(until) = backing_off {
+            // The failed event is handed over at `until` and not before: slept out (in
+            // steps of at most the net, so that a stop or a deletion is seen), not spun.
+            let left = until.saturating_duration_since(Instant::now());
+            std::thread::sleep(left.min(timeout.unwrap_or(PARK_NET)).min(PARK_NET));
+            return Ok(None);
+        }
         if !self.idler.next().pause() {
             self.park(timeout.map_or(PARK_NET, |t| t.min(PARK_NET)));
         }
