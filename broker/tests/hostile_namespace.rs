@@ -458,6 +458,60 @@ fn a_ring_left_marked_deleted_is_removed_not_adopted() {
     assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
 }
 
+/// File names in the namespace directory are chosen by anyone who may write it: one holding
+/// a line break followed by a made-up log line, or a terminal escape, whether a regular
+/// file (not a valid ring name) or a symbolic link, is listed as unreadable and logged with
+/// those characters escaped. No line of the broker's log is one the name wrote, and no
+/// escape reaches the log raw.
+#[test]
+fn names_in_the_namespace_cannot_forge_or_colour_the_brokers_log() {
+    const FORGED: &str = "2026-12-08T00:00:00.000000Z  INFO shmring_broker::run: broker ready";
+    let ns = Namespace::new("forgedlog");
+    let broker = ns.broker(Some(SMALL));
+    let target = ns.scratch().join("target");
+    std::fs::write(&target, b"").expect("write the link target");
+    let planted = [
+        (format!("x\n{FORGED} namespace=file.ring"), false),
+        (format!("y\n{FORGED} namespace=link.ring"), true),
+        ("esc\u{1b}[2Jfile.ring".to_owned(), false),
+        ("esc\u{1b}[2Jlink.ring".to_owned(), true),
+    ];
+    let paths: Vec<_> = planted
+        .iter()
+        .map(|(name, link)| {
+            let path = ns.dir().join(name);
+            if *link {
+                symlink(&target, &path).expect("symlink");
+            } else {
+                std::fs::write(&path, b"").expect("write");
+            }
+            path
+        })
+        .collect();
+    ns.wait_status("every planted name listed as unreadable", |v, _| {
+        paths
+            .iter()
+            .all(|p| unreadable(v, p).is_some())
+            .then_some(())
+    });
+    // Each name's tail ends the last line its log entry wrote, escaped or not.
+    common::wait_until("each planted name logged", || {
+        let log = broker.stderr_so_far();
+        let ending = |tail| log.lines().filter(|l| l.ends_with(tail)).count();
+        (ending("file.ring") >= 2 && ending("link.ring") >= 2).then_some(())
+    });
+    let log = broker.stderr_so_far();
+    assert!(
+        !log.lines().any(|l| l.starts_with(FORGED)),
+        "a name forged a log line:\n{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "an escape reached the log: {log:?}"
+    );
+    assert!(log.contains(r"\u{1b}[2J"), "{log}");
+}
+
 /// Tests that need root: a child runs as uid 65534 in the broker's group. A plain
 /// `cargo test` lists them as ignored, so a run without root says they were skipped rather
 /// than passing them; CI runs as root and runs them with

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use shmring::names::LeftoverKind;
+use shmring::names::{shown, LeftoverKind};
 use shmring::{Cleared, OpenError, Ring, RingState};
 use tracing::{error, info, warn};
 
@@ -168,7 +168,7 @@ impl Broker {
         let path = ring.path().to_owned();
         match ring.unlink_deleted() {
             Ok(_) => {
-                info!(path = %path.display(), "removed a ring file that was marked deleted but left behind");
+                info!(path = %shown_path(&path), "removed a ring file that was marked deleted but left behind");
                 self.unreadable.remove(&path);
                 true
             }
@@ -182,7 +182,7 @@ impl Broker {
             Err(e) => {
                 let why = format!("marked deleted and left behind, so not adopted; it cannot be removed by the broker ({e}): remove it by hand");
                 if !self.unreadable.contains_key(&path) {
-                    warn!(path = %path.display(), "{why}");
+                    warn!(path = %shown_path(&path), "{}", shown(&why));
                 }
                 self.unreadable.insert(path, why);
                 false
@@ -364,7 +364,7 @@ impl Broker {
                     };
                     info!(
                         ring = %leftover.ring,
-                        path = %leftover.path.display(),
+                        path = %shown_path(&leftover.path),
                         pid = leftover.pid,
                         "finished {what} of a dead process: unlinked its file"
                     );
@@ -389,13 +389,20 @@ impl Broker {
     }
 
     /// List `path` as unreadable, logging it the first time; a reason already given (a
-    /// CORRUPT ring's) is kept.
+    /// CORRUPT ring's) is kept. The path and the reason carry a name from the directory,
+    /// which anyone who may write it chose: the log escapes their control characters, so
+    /// a line break cannot start a log line of its own nor an escape reach a terminal.
     pub(super) fn left_alone(&mut self, path: PathBuf, why: String) {
         if let std::collections::btree_map::Entry::Vacant(slot) = self.unreadable.entry(path) {
-            warn!(path = %slot.key().display(), "segment left alone: {why}");
+            warn!(path = %shown_path(slot.key()), "segment left alone: {}", shown(&why));
             slot.insert(why);
         }
     }
+}
+
+/// `path` for the log, its [`hidden`](shmring::names::hidden) characters escaped.
+fn shown_path(path: &std::path::Path) -> String {
+    shown(&path.display().to_string())
 }
 
 /// What a directory entry that is not a regular file is, for the error.
