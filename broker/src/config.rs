@@ -24,6 +24,10 @@ pub const MAX_STALL_THRESHOLD: Duration = Duration::from_secs(24 * 3600);
 /// anyone chooses, and the status and metrics give it in milliseconds.
 pub const MAX_UNBLOCK_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// The largest config file the broker reads: a config with hundreds of rings is a few
+/// tens of kilobytes.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -35,6 +39,20 @@ pub enum ConfigError {
         /// Why.
         #[source]
         source: std::io::Error,
+    },
+    /// The path names something other than a regular file.
+    #[error("cannot read config {path}: it is {kind}, not a regular file: give the path of a config file")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is ("a FIFO", "a device", ...).
+        kind: &'static str,
+    },
+    /// The file is larger than any config.
+    #[error("cannot read config {path}: it is larger than {} bytes (1 MiB), which no config is: give the path of a config file", MAX_CONFIG_BYTES)]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
     },
     /// Not valid TOML, or fields of the wrong type.
     #[error("config {origin} is not valid: {message}")]
@@ -267,12 +285,43 @@ impl Config {
         Self::parse(DEFAULT_CONFIG, "embedded default")
     }
 
-    /// Read and check a config file.
+    /// Read and check a config file: a regular file of at most [`MAX_CONFIG_BYTES`].
+    /// Anything else is refused before a byte is read. The file is opened non-blocking, so
+    /// a FIFO at the path never waits for a writer, and read up to one byte past the cap,
+    /// so a file that grows after the check is refused too.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        use rustix::fs::{Mode, OFlags};
+        use std::io::Read;
+        let read_error = |source: std::io::Error| ConfigError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let file = std::fs::File::from(
+            rustix::fs::open(path, flags, Mode::empty()).map_err(|e| read_error(e.into()))?,
+        );
+        let meta = file.metadata().map_err(read_error)?;
+        if !meta.is_file() {
+            return Err(ConfigError::NotRegular {
+                path: path.to_owned(),
+                kind: crate::file_kind::kind_name(meta.file_type()),
+            });
+        }
+        let too_large = || ConfigError::TooLarge {
+            path: path.to_owned(),
+        };
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(too_large());
+        }
+        let mut bytes = Vec::new();
+        file.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(too_large());
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read_error(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         Self::parse(&text, &path.display().to_string())
     }
 

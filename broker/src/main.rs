@@ -13,6 +13,7 @@ mod client;
 mod config;
 mod demo;
 mod exit;
+mod file_kind;
 mod group;
 mod human;
 mod lifecycle;

@@ -79,6 +79,47 @@ fn usage_errors_exit_64_and_help_exits_0() {
     );
 }
 
+/// A config path naming a FIFO (which would block a read until a writer comes), a device,
+/// or a file larger than any config is refused at once, with exit 1 and an error that names
+/// the path and says what it is: by `config --check` and by `broker run --config`.
+#[test]
+fn a_config_that_is_not_a_small_regular_file_is_refused_promptly() {
+    let ns = Namespace::concurrent("configfifo");
+    let fifo = ns.scratch().join("broker.fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    let huge = ns.scratch().join("huge.toml");
+    std::fs::File::create(&huge)
+        .and_then(|f| f.set_len(64 << 20))
+        .expect("a sparse 64 MiB file");
+    let null = std::path::PathBuf::from("/dev/null");
+    for (path, says) in [
+        (&fifo, "not a regular file"),
+        (&null, "not a regular file"),
+        (&huge, "larger than"),
+    ] {
+        let path_text = path.to_str().expect("UTF-8 path");
+        for args in [
+            &["config", "--check", path_text][..],
+            &["run", "--config", path_text],
+        ] {
+            let out = ns.cli(args);
+            let err = stderr(&out);
+            assert_eq!(code(&out), 1, "{args:?}: {err}");
+            assert!(
+                err.contains(path_text) && err.contains(says),
+                "{args:?}: {err}"
+            );
+        }
+    }
+}
+
 /// Run the CLI with a stdout whose reader is already gone.
 fn with_closed_stdout(ns: &Namespace, args: &[&str]) -> Output {
     let (reader, writer) = std::io::pipe().expect("pipe");

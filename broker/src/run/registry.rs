@@ -300,7 +300,7 @@ impl Broker {
             let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
             let why = OpenError::NotRegular {
                 path: path.clone(),
-                kind: kind_name(kind),
+                kind: crate::file_kind::kind_name(kind),
             }
             .to_string();
             self.left_alone(path, why);
@@ -403,24 +403,6 @@ impl Broker {
 /// `path` for the log, its [`hidden`](shmring::names::hidden) characters escaped.
 fn shown_path(path: &std::path::Path) -> String {
     shown(&path.display().to_string())
-}
-
-/// What a directory entry that is not a regular file is, for the error.
-fn kind_name(t: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_symlink() {
-        "a symbolic link"
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "of an unknown type"
-    }
 }
 
 /// A ring whose last lifecycle operation did not finish: a stop or start whose owner died
