@@ -72,6 +72,12 @@ pub enum ConfigError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// Group 4294967295, `(gid_t)-1`, which `fchown` takes as "no change".
+    #[error("config {origin}: group 4294967295 is (gid_t)-1, which chown takes as \"leave the group as it is\", so no file would be given to it: use an existing group name or another gid")]
+    NoChangeGid {
+        /// File name or "embedded default".
+        origin: String,
+    },
     /// A group name that is not in /etc/group.
     #[error("config {origin}: group {name:?} is not in /etc/group: use an existing group name or a numeric gid")]
     UnknownGroup {
@@ -373,10 +379,15 @@ impl Config {
                     ),
                 ));
             }
-            if let Some(c) = spec.policies.keys().find(|c| c.is_empty() || c.len() > 48) {
+            // The rule of a consumer's name: one outside it never matches a consumer.
+            if let Some(c) = spec
+                .policies
+                .keys()
+                .find(|c| c.is_empty() || c.len() > 48 || c.contains('\0'))
+            {
                 return Err(invalid(
                     name,
-                    format!("consumer name {c:?} in policies must be 1 to 48 bytes"),
+                    format!("consumer name {c:?} in policies must be 1 to 48 bytes without NUL (no consumer's name holds NUL, so the policy would never apply)"),
                 ));
             }
         }

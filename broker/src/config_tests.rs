@@ -217,3 +217,36 @@ fn a_ring_that_names_nothing_gets_the_documented_defaults() {
         "the client's default slack applies"
     );
 }
+
+/// gid 4294967295 is `(gid_t)-1`, which `fchown` takes as "leave the group as it is": a
+/// broker or ring group of that number would give nothing to any group. It is refused when
+/// the config is read, as the broker's group and as a ring's; the gid below it is taken.
+#[test]
+fn the_gid_that_means_no_change_is_refused() {
+    for text in [
+        "[broker]\ngroup = 4294967295\n",
+        "[rings.x]\ncapacity = 64\ngroup = 4294967295\n",
+    ] {
+        let e = Config::parse(text, "broker.toml")
+            .expect_err(text)
+            .to_string();
+        assert!(
+            e.contains("4294967295") && e.contains("broker.toml"),
+            "{text:?}: {e}"
+        );
+    }
+    let c = Config::parse("[broker]\ngroup = 4294967294\n", "t").expect("gid 4294967294");
+    assert_eq!(c.broker_gid().expect("resolves"), Some(4_294_967_294));
+}
+
+/// A consumer name in `policies` holding NUL is refused with the ring named: no consumer's
+/// name holds NUL, so the policy would never apply.
+#[test]
+fn a_policy_for_a_name_with_nul_is_refused() {
+    let text =
+        "[rings.orders]\ncapacity = 64\n[rings.orders.policies]\n\"au\\u0000dit\" = \"release\"\n";
+    let e = Config::parse(text, "t")
+        .expect_err("NUL accepted")
+        .to_string();
+    assert!(e.contains("orders") && e.contains("NUL"), "{e}");
+}

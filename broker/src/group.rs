@@ -15,20 +15,28 @@ pub enum GroupSpec {
     Name(String),
 }
 
+/// The gid `(gid_t)-1`: `chown` and `fchown` take it as "leave the group as it is", so no
+/// file can be given to it.
+pub const NO_CHANGE_GID: u32 = u32::MAX;
+
 pub fn with_origin(e: ConfigError, origin: &str) -> ConfigError {
     match e {
         ConfigError::UnknownGroup { name, .. } => ConfigError::UnknownGroup {
             origin: origin.to_owned(),
             name,
         },
+        ConfigError::NoChangeGid { .. } => ConfigError::NoChangeGid {
+            origin: origin.to_owned(),
+        },
         other => other,
     }
 }
 
-/// A group name or gid to a gid (names from /etc/group).
+/// A group name or gid to a gid (names from /etc/group). [`NO_CHANGE_GID`] is refused,
+/// however it is given.
 pub fn resolve_group(g: &GroupSpec, origin: &str) -> Result<u32, ConfigError> {
-    match g {
-        GroupSpec::Id(id) => Ok(*id),
+    let gid = match g {
+        GroupSpec::Id(id) => *id,
         GroupSpec::Name(name) => {
             let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
             groups
@@ -43,7 +51,13 @@ pub fn resolve_group(g: &GroupSpec, origin: &str) -> Result<u32, ConfigError> {
                 .ok_or_else(|| ConfigError::UnknownGroup {
                     origin: origin.to_owned(),
                     name: name.clone(),
-                })
+                })?
         }
+    };
+    if gid == NO_CHANGE_GID {
+        return Err(ConfigError::NoChangeGid {
+            origin: origin.to_owned(),
+        });
     }
+    Ok(gid)
 }
