@@ -21,7 +21,8 @@
 //!   is either in the file or was dead-lettered, and removes the ring and the file.
 //!
 //! The ring lives in `$SHMRING_NAMESPACE` (or `default`) as `async-logger-<pid>`; the log file
-//! is `async-logger-<pid>.log` in the system's temporary directory.
+//! is `async-logger-<pid>.log` in the system's temporary directory, made afresh by the writer
+//! (a name already taken there, a symbolic link included, is refused).
 
 use std::error::Error;
 use std::fmt;
@@ -348,6 +349,27 @@ fn format_line(out: &mut impl Write, bytes: &[u8]) -> Result<(), FormatError> {
     .map_err(FormatError::Io)
 }
 
+/// Make the log file at `path` afresh, readable by this user only. A name that is taken
+/// is refused, a symbolic link included (`O_EXCL`, and `O_NOFOLLOW`): in a shared
+/// temporary directory another user can guess the path and plant a link there, to have the
+/// writer truncate and fill the file it points to.
+fn create_log(path: &Path) -> Result<File, Box<dyn Error>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|e| {
+            format!(
+                "cannot create the log file {}: {e}: the writer makes it afresh and never opens a name that exists (a file, or a symbolic link); remove it, or run again",
+                path.display()
+            )
+            .into()
+        })
+}
+
 fn writer(args: &[String]) -> Result<(), Box<dyn Error>> {
     let [namespace, ring_name, path] = args else {
         return Err("writer takes: <namespace> <ring> <file>".into());
@@ -368,7 +390,7 @@ fn writer(args: &[String]) -> Result<(), Box<dyn Error>> {
         );
     });
     let path = PathBuf::from(path);
-    let mut out = BufWriter::with_capacity(1 << 16, File::create(&path)?);
+    let mut out = BufWriter::with_capacity(1 << 16, create_log(&path)?);
     let (mut written, mut flushes) = (0u64, 0u64);
     let exit = consumer.run_fallible(
         |ev: Event<'_>| {

@@ -86,3 +86,43 @@ fn the_order_pipeline_delivers_every_order_through_every_stage() {
     assert!(out.iter().any(|l| l.starts_with("ok:")), "{out:#?}");
     assert!(ns.segments().is_empty(), "the example removed its rings");
 }
+
+/// The async logger's writer makes its log file afresh and never opens a name that is
+/// taken: a symbolic link planted at the path (in a shared temporary directory, by another
+/// user) makes it fail with an error that names the path, and the file the link points to
+/// is left as it was, not truncated. The ring is drained first, so a writer that did take
+/// the link would find the ring closed and exit.
+#[test]
+fn the_async_logger_writer_refuses_a_link_at_its_log_path() {
+    use std::os::unix::fs::symlink;
+    let ns = Namespace::new("ex_logger_link");
+    let ring = shmring::Ring::create(ns.name(), "log", &shmring::RingConfig::default())
+        .expect("create the ring");
+    ring.drain(std::time::Duration::ZERO).expect("drain");
+    let target = ns.scratch().join("precious");
+    std::fs::write(&target, "keep me\n").expect("write the target");
+    let link = ns.scratch().join("async-logger.log");
+    symlink(&target, &link).expect("plant the link");
+
+    let mut cmd = std::process::Command::new(example("async_logger"));
+    cmd.arg("writer").arg(ns.name()).arg("log").arg(&link);
+    let mut writer = ns.spawn("writer", cmd);
+    let status = writer.wait_status();
+    let err = writer.stderr();
+    assert!(!status.success(), "the writer took the link: {err}");
+    assert!(
+        err.contains(&link.display().to_string()) && err.contains("exists"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&target).expect("read the target"),
+        "keep me\n"
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("the link")
+            .file_type()
+            .is_symlink(),
+        "the link was replaced"
+    );
+}
