@@ -1,6 +1,7 @@
 //! What a file that is not a regular file is, in words, for the errors that refuse it: a
-//! name in the namespace directory (never followed, so a symbolic link is a link) and a
-//! config file (opened, so what it is, a FIFO or a device, is what `fstat` says).
+//! name in the namespace directory (never followed, so a symbolic link is a link), listed
+//! by the broker and by `broker status` without one alike, and a config file (opened, so
+//! what it is, a FIFO or a device, is what `fstat` says).
 
 use std::os::unix::fs::FileTypeExt;
 
@@ -20,5 +21,15 @@ pub fn kind_name(t: std::fs::FileType) -> &'static str {
         "a regular file"
     } else {
         "of an unknown type"
+    }
+}
+
+/// Why the entry at `path` in a namespace directory, of type `t` (its own type: a link is a
+/// link), is not opened as a ring: the reason the broker lists it under, and `broker
+/// status` without a broker too.
+pub fn not_regular(path: std::path::PathBuf, t: std::fs::FileType) -> shmring::OpenError {
+    shmring::OpenError::NotRegular {
+        path,
+        kind: kind_name(t),
     }
 }

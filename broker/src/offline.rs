@@ -2,22 +2,34 @@
 //! /proc (pid + start time); stalls cannot be told from one look, so none are reported.
 
 use shmring::process::is_alive;
-use shmring::Ring;
+use shmring::{OpenError, Ring};
 
 use crate::report::{BrokerReport, RingReport, StatusReport, Unreadable, SCHEMA};
 use crate::summary;
 
-/// A report built from the segment files of `namespace`, optionally of one ring.
-pub fn report(namespace: &str, only: Option<&str>) -> StatusReport {
+/// A report built from the segment files of `namespace`, optionally of ring `only` alone.
+/// Every `NAME.ring` entry of the directory is in it, as the broker lists them: a regular
+/// file with a ring's name is opened, and one that fails to open (its name no ring's, a
+/// wrong version, ...) is listed as unreadable with the reason; any other entry (a symbolic
+/// link, never followed; a FIFO; ...) is listed as unreadable without being opened. Ring
+/// `only` with nothing at its name is [`OpenError::NotFound`].
+pub fn report(namespace: &str, only: Option<&str>) -> Result<StatusReport, OpenError> {
     let mut rings = Vec::new();
     let mut unreadable = Vec::new();
     let mut broker_pid = None;
-    let names = shmring::names::namespace_dir(namespace)
-        .ok()
-        .and_then(|dir| shmring::names::rings_in(&dir).ok())
-        .unwrap_or_default();
-    for name in names.into_iter().filter(|n| only.is_none_or(|o| o == n)) {
-        match Ring::open(namespace, &name) {
+    let dir = shmring::names::namespace_dir(namespace)?;
+    let entries = shmring::names::ring_entries_in(&dir).unwrap_or_default();
+    for (name, kind) in entries
+        .into_iter()
+        .filter(|(n, _)| only.is_none_or(|o| o == n))
+    {
+        let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
+        let opened = if kind.is_file() {
+            Ring::open(namespace, &name)
+        } else {
+            Err(crate::file_kind::not_regular(path.clone(), kind))
+        };
+        match opened {
             Ok(ring) => {
                 if ring.broker_pid() != 0 {
                     broker_pid = Some(ring.broker_pid());
@@ -25,12 +37,17 @@ pub fn report(namespace: &str, only: Option<&str>) -> StatusReport {
                 rings.push(ring_report(&name, &ring));
             }
             Err(e) => unreadable.push(Unreadable {
-                path: shmring::names::ring_path(namespace, &name)
-                    .map(|p| p.display().to_string())
-                    .unwrap_or(name),
+                path: path.display().to_string(),
                 error: e.to_string(),
             }),
         }
+    }
+    if let Some(name) = only.filter(|_| rings.is_empty() && unreadable.is_empty()) {
+        return Err(OpenError::NotFound {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            path: dir.join(format!("{name}{}", shmring::names::RING_SUFFIX)),
+        });
     }
     let mut report = StatusReport {
         schema: SCHEMA,
@@ -52,7 +69,7 @@ pub fn report(namespace: &str, only: Option<&str>) -> StatusReport {
         healthy: false,
     };
     report.compute_healthy();
-    report
+    Ok(report)
 }
 
 fn ring_report(name: &str, ring: &Ring) -> RingReport {

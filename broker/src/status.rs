@@ -34,7 +34,7 @@ pub fn fetch(namespace: &str, ring: Option<&str>) -> anyhow::Result<(StatusRepor
         ring: ring.map(str::to_owned),
     };
     let offline = |why: String| {
-        let mut report = crate::offline::report(namespace, ring);
+        let mut report = crate::offline::report(namespace, ring)?;
         report.broker.unreachable = Some(why);
         Ok((report, true))
     };

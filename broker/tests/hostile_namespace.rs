@@ -458,6 +458,77 @@ fn a_ring_left_marked_deleted_is_removed_not_adopted() {
     assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(0), "{v:#}");
 }
 
+/// Without a broker, `status` reads the directory itself and reports what a broker does: a
+/// symbolic link and a FIFO at a ring's name, and a file whose name is no ring's, are
+/// listed as unreadable, with the broker's own reasons, and the report is unhealthy (exit
+/// 2: no broker). `status alias` reports the link; `status` of a name with nothing at it
+/// says the ring does not exist and exits 1, as it does with a broker.
+#[test]
+fn status_without_a_broker_lists_what_is_not_a_ring_as_the_broker_does() {
+    let ns = Namespace::new("offlinelinks");
+    let r = Ring::create(ns.name(), "r", &small()).expect("create");
+    let alias = ns.dir().join("alias.ring");
+    symlink(r.path(), &alias).expect("symlink");
+    let fifo = ns.dir().join("pipe.ring");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+    let misnamed = ns.dir().join("no good.ring");
+    std::fs::write(&misnamed, b"").expect("write");
+
+    let (offline, code) = ns.status();
+    assert_eq!(code, 2, "{offline:#}");
+    assert_eq!(offline["broker"]["running"], false);
+    assert_eq!(offline["healthy"], false, "{offline:#}");
+    assert!(ring(&offline, "r").is_some(), "{offline:#}");
+    for (path, says) in [
+        (&alias, "is a symbolic link"),
+        (&fifo, "is a FIFO"),
+        (&misnamed, "invalid ring name"),
+    ] {
+        let why = unreadable(&offline, path).unwrap_or_else(|| panic!("{offline:#}"));
+        assert!(why.contains(says), "{why}");
+    }
+
+    let out = ns.cli(&["status", "--json", "alias"]);
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(2), "{v:#}");
+    assert_eq!(v["healthy"], false, "{v:#}");
+    assert!(unreadable(&v, &alias).is_some(), "{v:#}");
+    assert_eq!(v["unreadable"].as_array().map(Vec::len), Some(1), "{v:#}");
+
+    let out = ns.cli(&["status", "nothing"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("\"nothing\" does not exist") && out.stdout.is_empty(),
+        "{err}"
+    );
+
+    // A broker lists the same entries with the same reasons.
+    let _broker = ns.broker(Some(SMALL));
+    let listed = |v: &Value| {
+        let mut all: Vec<String> = v["unreadable"]
+            .as_array()
+            .expect("unreadable")
+            .iter()
+            .map(Value::to_string)
+            .collect();
+        all.sort();
+        all
+    };
+    let online = ns.wait_status("the broker's unreadable entries", |v, _| {
+        (v["unreadable"].as_array()?.len() == 3).then(|| v.clone())
+    });
+    assert_eq!(listed(&online), listed(&offline));
+}
+
 /// File names in the namespace directory are chosen by anyone who may write it: one holding
 /// a line break followed by a made-up log line, or a terminal escape, whether a regular
 /// file (not a valid ring name) or a symbolic link, is listed as unreadable and logged with

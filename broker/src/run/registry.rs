@@ -298,11 +298,7 @@ impl Broker {
             }
             // The entry's own type (lstat), never what a link points to.
             let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
-            let why = OpenError::NotRegular {
-                path: path.clone(),
-                kind: crate::file_kind::kind_name(kind),
-            }
-            .to_string();
+            let why = crate::file_kind::not_regular(path.clone(), kind).to_string();
             self.left_alone(path, why);
         }
         let gone: Vec<String> = self
