@@ -379,11 +379,10 @@ impl Config {
                     ),
                 ));
             }
-            // The rule of a consumer's name: one outside it never matches a consumer.
             if let Some(c) = spec
                 .policies
                 .keys()
-                .find(|c| c.is_empty() || c.len() > 48 || c.contains('\0'))
+                .find(|c| crate::names::check_consumer_name(c).is_err())
             {
                 return Err(invalid(
                     name,

@@ -17,6 +17,7 @@ mod file_kind;
 mod group;
 mod human;
 mod lifecycle;
+mod names;
 mod offline;
 mod protocol;
 mod render;
@@ -87,11 +88,13 @@ enum Command {
             value_parser = human::parse_interval)]
         watch: Option<std::time::Duration>,
         /// Only this ring.
+        #[arg(value_parser = names::ring_arg)]
         ring: Option<String>,
     },
     /// Create a ring (configured shape, else the defaults).
     Create {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
         /// Slots (a power of two).
         #[arg(long)]
@@ -103,16 +106,19 @@ enum Command {
     /// Stop a ring: publishes are refused, what was published stays for consumers.
     Stop {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
     },
     /// Start a stopped ring again (run + 1); a running ring is left as it is.
     Start {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
     },
     /// Stop a ring and wait until every gating consumer consumed what was published.
     Drain {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
         /// How long to wait, e.g. "10s".
         #[arg(long, default_value = "10s", value_parser = human::parse_duration)]
@@ -121,14 +127,17 @@ enum Command {
     /// Delete a ring: attached clients get a Deleted error, the segment is unlinked.
     Delete {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
     },
     /// Stop a durable consumer from gating producers: they move on without it, and it
     /// resumes at the head (counting the gap as dropped) when it attaches again.
     Release {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
         /// Consumer name.
+        #[arg(value_parser = names::consumer_arg)]
         consumer: String,
     },
     /// Show everything in under a minute on a namespace of its own: a broker, a producer,
@@ -157,8 +166,10 @@ enum Command {
     /// its entry is freed and it gates nothing any more.
     Unsubscribe {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
         /// Consumer name.
+        #[arg(value_parser = names::consumer_arg)]
         consumer: String,
     },
 }
@@ -177,6 +188,7 @@ enum DemoRole {
     /// A paced producer.
     Producer {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
         /// Events a second.
         rate: u32,
@@ -184,8 +196,10 @@ enum DemoRole {
     /// A durable consumer.
     Consumer {
         /// Ring name.
+        #[arg(value_parser = names::ring_arg)]
         ring: String,
         /// Consumer name.
+        #[arg(value_parser = names::consumer_arg)]
         name: String,
         /// Wait strategy, by name (`WaitStrategy`'s `FromStr`): busy-spin, blocking, ...
         wait: shmring::WaitStrategy,

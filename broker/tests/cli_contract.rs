@@ -35,6 +35,30 @@ fn stdout(out: &Output) -> String {
 #[test]
 fn usage_errors_exit_64_and_help_exits_0() {
     let ns = Namespace::concurrent("usage");
+    let long_ring = "r".repeat(65);
+    let long_consumer = "c".repeat(49);
+    // Names no ring or consumer can have are bad values too, refused before any broker is
+    // asked: a ring name of 1 to 64 characters of [A-Za-z0-9_.-] not starting with '.', a
+    // consumer name of 1 to 48 bytes without NUL.
+    let bad_names: [&[&str]; 12] = [
+        &["create", "a/../b"],
+        &["create", &long_ring],
+        &["create", ".hidden"],
+        &["status", "a/b"],
+        &["stop", ""],
+        &["release", "a/../b", "x"],
+        &["release", "r", ""],
+        &["release", "r", &long_consumer],
+        &["unsubscribe", "r", ""],
+        &["demo-role", "producer", "a/b", "10"],
+        &["demo-role", "consumer", "r", "", "blocking"],
+        &["demo-role", "consumer", &long_ring, "c", "blocking"],
+    ];
+    for args in bad_names {
+        let out = ns.cli(args);
+        assert_eq!(code(&out), 64, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("name"), "{args:?}: {}", stderr(&out));
+    }
     for args in [
         &["bogus"][..],
         &["status", "--bogus"],

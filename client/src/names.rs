@@ -31,6 +31,18 @@ fn namespace_from(var: Option<String>) -> String {
     var.unwrap_or_else(|| "default".to_owned())
 }
 
+/// Check ring name `name`: 1 to 64 characters of `[A-Za-z0-9_.-]`, not starting with `.`
+/// (so a ring's file is always a plain, visible name in its namespace directory).
+/// [`OpenError::InvalidName`], which states the rule, otherwise.
+///
+/// ```
+/// assert!(shmring::names::check_ring_name("orders-1.v2_x").is_ok());
+/// assert!(shmring::names::check_ring_name("a/../b").is_err());
+/// ```
+pub fn check_ring_name(name: &str) -> Result<(), OpenError> {
+    check_name("ring", name)
+}
+
 pub(crate) fn check_name(what: &'static str, name: &str) -> Result<(), OpenError> {
     let ok = !name.is_empty()
         && name.len() <= 64
