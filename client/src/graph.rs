@@ -47,7 +47,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use shmring_layout::{consumer_state, owned_word, MAX_UPSTREAM};
+use shmring_layout::{consumer_flags, consumer_state, owned_word, MAX_UPSTREAM};
 
 use crate::line::Word;
 use crate::segment::Segment;
@@ -301,21 +301,62 @@ pub enum Regated {
     Moved,
 }
 
+/// An entry's flags word, as [`gate_again`] and [`started`] change it (the loom models
+/// implement it on loom's atomics).
+pub trait FlagsWord {
+    /// Atomic or, returning the previous value.
+    fn fetch_or(&self, value: u32, order: Ordering) -> u32;
+    /// Atomic and, returning the previous value.
+    fn fetch_and(&self, value: u32, order: Ordering) -> u32;
+}
+
+impl FlagsWord for AtomicU32 {
+    #[inline(always)]
+    fn fetch_or(&self, value: u32, order: Ordering) -> u32 {
+        AtomicU32::fetch_or(self, value, order)
+    }
+    #[inline(always)]
+    fn fetch_and(&self, value: u32, order: Ordering) -> u32 {
+        AtomicU32::fetch_and(self, value, order)
+    }
+}
+
+/// The holder of an entry flagged `STARTING` has stored its start (or, gating again, the
+/// head it jumped to): its `next` is a position producers respected since before it.
+pub fn started<F: FlagsWord + ?Sized>(flags: &F) {
+    // Release: after the start's Release store, so that whoever reads the flag cleared reads
+    // the start too (a process taking the entry over after this holder died).
+    flags.fetch_and(!consumer_flags::STARTING, Ordering::Release);
+}
+
 /// A released consumer's holder gates again (`Consumer::jump_to_head`, run by the loom
 /// models in `client/tests/loom_folded_attach.rs` too), after a look found the position
-/// decided: the SeqCst CAS of its entry from `released` to ACTIVE (its `next` still the
-/// old position, which only holds producers back further), `after_cas` (the caller's
-/// SeqCst fence, (2) in `consumer/barrier.rs`), then `start`, the position read after the
-/// CAS by the attach protocol (see `gating`): a scan that missed the ACTIVE entry used a
-/// head at or below it. A stop begun since the caller's look, not decided when `start`
-/// looks (`Err`): the entry is released again as the broker releases it (SeqCst CAS); the
-/// holder looks again later.
-pub fn gate_again<W: Word>(
+/// decided: it flags its entry `STARTING`, then the SeqCst CAS of the entry from `released`
+/// to ACTIVE (its `next` still the old position, which only holds producers back further),
+/// `after_cas` (the caller's SeqCst fence, (2) in `consumer/barrier.rs`), then `start`, the
+/// position read after the CAS by the attach protocol (see `gating`): a scan that missed
+/// the ACTIVE entry used a head at or below it. The caller stores that head ([`jump`]) and
+/// then clears the flag ([`started`]). A stop begun since the caller's look, not decided
+/// when `start` looks (`Err`): the entry is released again as the broker releases it
+/// (SeqCst CAS), its flag cleared; the holder looks again later.
+///
+/// The flag is what a holder that dies between the CAS and its store leaves behind: its
+/// `next` is the old position, which producers did not respect while it was released
+/// (a gate cached then lets them write up to a ring past it), so a takeover must not keep
+/// it, whatever its slot holds; flagged, the takeover starts at the head, as after an
+/// attach that died before storing its start (`table::consumer::gated_required`).
+pub fn gate_again<W: Word, F: FlagsWord + ?Sized>(
     word: &W,
+    flags: &F,
     released: u64,
     start: impl FnOnce() -> Result<u64, u32>,
     after_cas: impl FnOnce(),
 ) -> Regated {
+    // Relaxed: published by the SeqCst CAS to ACTIVE below, as a fresh attach's flags. A
+    // released entry's flags are its holder's, which runs: nobody else writes them (an entry
+    // is taken over or freed only once its holder is gone). The word moved (a damaged
+    // segment): the flag stays, which only makes a takeover start afresh.
+    flags.fetch_or(consumer_flags::STARTING, Ordering::Relaxed);
     let Ok(mine) = crate::table::consumer::set(word, released, consumer_state::ACTIVE) else {
         return Regated::Moved;
     };
@@ -324,6 +365,7 @@ pub fn gate_again<W: Word>(
         Ok(head) => Regated::Gated { word: mine, head },
         Err(_) => {
             crate::table::consumer::release(word, mine);
+            started(flags);
             Regated::ReleasedAgain { word: mine }
         }
     }

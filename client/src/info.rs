@@ -40,9 +40,9 @@ pub struct ConsumerInfo {
     /// Declared in the ring's configuration (`RingConfig::declared`): it has gated since
     /// the ring was created.
     pub declared: bool,
-    /// Its holder had not stored its start yet (`consumer_flags::STARTING`): attaching, or
-    /// dead inside its attach, when its position is one read before it gated and is not
-    /// kept for it.
+    /// Its holder had not stored its start yet (`consumer_flags::STARTING`): attaching or
+    /// gating again after a release, or dead inside either, when its position is one
+    /// producers did not respect and is not kept for it.
     pub starting: bool,
     /// Whether any process ever attached to this entry (from its attach count). A declared
     /// consumer that never attached holds its events for its first attach.

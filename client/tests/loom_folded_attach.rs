@@ -95,7 +95,12 @@
 //! stop and two publishes, the second of which needs a scan; its control gates again at the
 //! stop's bound, below the head (below an event published before it began, or a head a
 //! scan that missed the entry used). (A `gate_again` that reads the head before its CAS
-//! fails the model the same way.)
+//! fails the model the same way.) A holder that dies between `gate_again`'s CAS and its
+//! store of the head leaves its entry gating at the old position, flagged `STARTING`; the
+//! model at the end has a process resume it while the producer, its gate cached while the
+//! entry was released, writes past that position: the resume starts afresh and reads every
+//! event from its start intact. Its control, whose `gate_again` cannot flag the entry,
+//! keeps the old position.
 //!
 //! `Consumer::resume` (the models at the end): the shipping `graph::resume` against a
 //! producer that raises its write horizon before each claim as the client does (never past
@@ -146,6 +151,32 @@ const UNSET: u64 = u64::MAX;
 /// The attaching consumer's flags: required.
 struct Required;
 
+/// The entry's flags word, as `graph::gate_again` and `graph::started` change it and a
+/// resume reads it (the scans read `Required`: they do not look at `STARTING`).
+struct EntryFlags(loom::sync::atomic::AtomicU32);
+
+impl graph::FlagsWord for EntryFlags {
+    fn fetch_or(&self, value: u32, order: Ordering) -> u32 {
+        self.0.fetch_or(value, order)
+    }
+    fn fetch_and(&self, value: u32, order: Ordering) -> u32 {
+        self.0.fetch_and(value, order)
+    }
+}
+
+/// Control: a flags word that `graph::gate_again` cannot mark (the entry keeps its flags,
+/// as before the gate again flagged it `STARTING`).
+struct Unmarked;
+
+impl graph::FlagsWord for Unmarked {
+    fn fetch_or(&self, _: u32, _: Ordering) -> u32 {
+        consumer_flags::REQUIRED
+    }
+    fn fetch_and(&self, _: u32, _: Ordering) -> u32 {
+        consumer_flags::REQUIRED
+    }
+}
+
 impl Flags for Required {
     fn load(&self, _: Ordering) -> u32 {
         consumer_flags::REQUIRED
@@ -185,6 +216,8 @@ struct Model<const N: usize> {
     word: W,
     next: W,
     first: W,
+    /// The entry's flags (required).
+    flags: EntryFlags,
     /// Marker: 1 once the attach has returned (stored after the start).
     attached: W,
     /// Marker: one past the last sequence published (stored after the publish).
@@ -210,6 +243,7 @@ impl<const N: usize> Model<N> {
             word: W::new(owned_word::pack(1, consumer_state::CLAIMED, CONSUMER)),
             next: W::new(UNSET),
             first: W::new(UNSET),
+            flags: EntryFlags(loom::sync::atomic::AtomicU32::new(consumer_flags::REQUIRED)),
             attached: W::new(0),
             published_to: W::new(published),
         };
@@ -935,14 +969,19 @@ impl<const N: usize> Model<N> {
                     Regate::Decided => fixed::start_position(&self.ring, &polling),
                     Regate::Bound => Ok(self.below()),
                 };
-                match graph::gate_again(&self.word, table::consumer::released(word), start, || {
-                    fence(Ordering::SeqCst)
-                }) {
+                match graph::gate_again(
+                    &self.word,
+                    &self.flags,
+                    table::consumer::released(word),
+                    start,
+                    || fence(Ordering::SeqCst),
+                ) {
                     graph::Regated::Gated { head, .. } => {
                         // Relaxed: this thread's own store.
                         if head > self.next.load(Ordering::Relaxed) {
                             graph::jump(&self.first, &self.next, head);
                         }
+                        graph::started(&self.flags);
                         // Release: pairs with the producer's Acquire load of the marker.
                         self.attached.store(1, Ordering::Release);
                         return Attached {
@@ -1103,13 +1142,15 @@ impl<const N: usize> Model<N> {
         let before = self.published_to.load(Ordering::Acquire);
         // Acquire: as `resume`'s look at the word.
         let seen = self.word.load(Ordering::Acquire);
+        // Acquire: as `resume`'s look at the flags (pairs with `graph::started`).
+        let flags = self.flags.0.load(Ordering::Acquire);
         // Acquire: pairs with the last holder's Release commit.
         let old_next = self.next.load(Ordering::Acquire);
         let env = env(4, true);
         let head = start_position(&self.ring, &env);
         let look = graph::Look {
             seen,
-            flags: consumer_flags::REQUIRED,
+            flags,
             next: old_next,
             head,
             lapped: slot == SlotLook::Horizon
@@ -1267,4 +1308,95 @@ fn control_a_resume_that_does_not_look_at_the_horizon_keeps_a_lapped_position() 
         SlotLook::Ignored,
         true,
     );
+}
+
+// A released consumer's holder that dies as it gates again (`Consumer::jump_to_head`):
+// after `graph::gate_again`'s CAS to ACTIVE, before it stores the head. Its entry then
+// gates at the old position, which producers did not respect while it was released: a gate
+// cached from a scan then lets the producer write a ring past it without another scan, so
+// a takeover that kept the position would read slots being overwritten (a required
+// consumer on a fixed-size ring reads in place and does not look for laps). `gate_again`
+// flags the entry `STARTING` before its CAS, so the takeover starts afresh, as after an
+// attach that died before storing its start. Its control leaves the flags unmarked: some
+// interleaving's resume looks at the horizon before the producer raises it past the old
+// position's lap, and keeps it.
+
+/// How the dying holder's `graph::gate_again` marks the entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// The entry's flags word, as `Consumer::jump_to_head` passes it.
+    Starting,
+    /// Control: a flags word it cannot mark.
+    Unmarked,
+}
+
+impl<const N: usize> Model<N> {
+    /// The holder (its word `held`) gates again, as `Consumer::jump_to_head` after a look
+    /// that found the position decided, and dies before it stores the head.
+    fn regate_and_die(&self, held: u64, mark: Mark) {
+        let polling = Consumer4::polling();
+        let start = || fixed::start_position(&self.ring, &polling);
+        let released = table::consumer::released(held);
+        let after_cas = || fence(Ordering::SeqCst);
+        let regated = match mark {
+            Mark::Starting => {
+                graph::gate_again(&self.word, &self.flags, released, start, after_cas)
+            }
+            Mark::Unmarked => graph::gate_again(&self.word, &Unmarked, released, start, after_cas),
+        };
+        assert!(
+            matches!(regated, graph::Regated::Gated { .. }),
+            "the ring runs and nobody else changes the entry"
+        );
+    }
+}
+
+/// A consumer released at 0 on a ring of two slots (0 and 1 published, the horizon at 2);
+/// the producer, its gate cached at 2 from a scan while the entry was released, publishes
+/// 2 and 3 without another scan, raising its horizon as the client does. The holder gates
+/// again and dies before it stores the head; a process resumes the entry and reads up to 3.
+fn a_holder_dying_as_it_gates_again(mark: Mark) {
+    model(move || {
+        let m = Arc::new(Model::<2>::running(2));
+        m.ring.horizon.store(2, Ordering::Relaxed);
+        let held = m.release_entry(0);
+        let producer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut p = Producer::arming(2, Arm::Gated);
+                p.cached_gate = 2;
+                for s in 2..4 {
+                    p.publish(&m, s).expect("the ring runs");
+                }
+                p
+            })
+        };
+        m.regate_and_die(held, mark);
+        let (kept, a) = m.resume(SlotLook::Horizon);
+        let got = m.read(a.start, 4);
+        // The producer needs no scan: it ends whatever the consumer does.
+        let p = producer.join().unwrap();
+        assert!(
+            !kept,
+            "kept the old position {}, which producers did not respect while it was released \
+             (read {got:?})",
+            a.start
+        );
+        check_start(a, &p.after_attach);
+        check_scans(a, &p.scans);
+        let mut accepted = vec![(0, 0), (1, 1)];
+        accepted.extend(p.accepted);
+        check_read(a, &got, &accepted, 4);
+    });
+}
+
+#[test]
+fn a_holder_dying_as_it_gates_again_is_resumed_afresh() {
+    a_holder_dying_as_it_gates_again(Mark::Starting);
+}
+
+#[test]
+#[should_panic(expected = "kept the old position")]
+fn control_a_holder_dying_as_it_gates_again_unmarked_is_resumed_at_its_old_position() {
+    a_holder_dying_as_it_gates_again(Mark::Unmarked);
 }

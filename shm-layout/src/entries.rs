@@ -87,7 +87,9 @@ pub mod consumer_flags {
     /// once it has stored its start. Until then `next` is a position read before that
     /// compare-and-swap (it gates there, so that a scan that sees the entry ACTIVE never
     /// gates past the start), which producers may have run a lap past: an entry whose
-    /// holder died with this bit set is taken over at the head, not at `next`.
+    /// holder died with this bit set is taken over at the head, not at `next`. A released
+    /// consumer gating again sets it too, until it has stored the head (its `next` is the
+    /// position it was released at).
     pub const STARTING: u32 = 32;
 }
 

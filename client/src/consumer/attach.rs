@@ -70,13 +70,9 @@ pub(super) fn name_is(e: &ConsumerEntry, words: &[u64; NAME_LEN / 8]) -> bool {
 }
 
 /// The holder of entry `e` has stored its start: its `next` is a position producers
-/// respected since before it (see `consumer_flags::STARTING`).
-fn started(e: &ConsumerEntry) {
-    // Release: after the start's Release store, so that whoever reads the flag cleared reads
-    // the start too (a process taking the entry over after this holder died).
-    e.hot
-        .flags
-        .fetch_and(!consumer_flags::STARTING, Ordering::Release);
+/// respected since before it (see `consumer_flags::STARTING`, [`graph::started`]).
+pub(super) fn started(e: &ConsumerEntry) {
+    graph::started(&e.hot.flags);
 }
 
 impl Ring {

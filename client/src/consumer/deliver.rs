@@ -397,6 +397,7 @@ impl Consumer {
             let seg = &self.seg;
             match crate::graph::gate_again(
                 &self.entry().hot.word,
+                &self.entry().hot.flags,
                 released,
                 || seg.start_position(Some(Instant::now())),
                 // SeqCst fence: (2) in `consumer/barrier.rs`, between gating again and
@@ -432,6 +433,7 @@ impl Consumer {
                 // downstreams that may now pass it, and a producer that found it gating at
                 // its old position in between. The next poll finds it released.
                 table::consumer::release(&self.entry().hot.word, self.word);
+                attach::started(self.entry());
                 self.wake_both();
             }
             if gated_again || released_again {
@@ -463,6 +465,11 @@ impl Consumer {
                 registered,
             );
             park::notify_downstreams(&self.seg, self.entry(), self.group, registered);
+        }
+        if gated_again {
+            // After the head's store: a takeover from here keeps the position (see
+            // `graph::gate_again`).
+            attach::started(self.entry());
         }
         Ok(())
     }
