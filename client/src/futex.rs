@@ -3,8 +3,13 @@
 //! Never `FUTEX_PRIVATE_FLAG`: a private futex is keyed by the process's address space, so a
 //! wake from another process would never reach a waiter. Shared futexes are keyed by the
 //! mapped file and offset, which every process mapping the segment agrees on.
+//!
+//! `futex_waitv` (one sleep on many words, for `WakeSet`) needs Linux 5.16, and a seccomp
+//! profile may refuse it where the kernel has it. [`waitv`] tells a refusal apart from a
+//! wake-up and remembers, for the whole process, a refusal that the next call would meet
+//! again ([`waitv_available`]); the caller then waits another way.
 
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
@@ -50,8 +55,24 @@ pub(crate) fn wake_all(word: &AtomicU32) -> usize {
 /// Most words one `waitv` can wait on (the kernel's FUTEX_WAITV_MAX).
 pub(crate) const WAITV_MAX: usize = 128;
 
+/// Set once `futex_waitv` was refused in a way every later call would meet again.
+static WAITV_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `futex_waitv` may work in this process: false once [`waitv`] met a lasting
+/// refusal.
+pub(crate) fn waitv_available() -> bool {
+    // Relaxed: pairs with the Relaxed store in `waitv`; the flag publishes no other data,
+    // and a thread that reads it late only makes one more call that the kernel refuses.
+    !WAITV_REFUSED.load(Ordering::Relaxed)
+}
+
 /// Sleep while every `(word, expected)` holds, until `deadline` (monotonic clock).
-pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Woke {
+///
+/// `Err` with the errno when the kernel refused the call, which is no wake-up: `NOSYS` (a
+/// kernel before 5.16, or a seccomp filter), `PERM` (a seccomp filter), `INVAL` or `FAULT`
+/// (which a well-formed call on a live mapping never meets), or `NOMEM`. Every refusal but
+/// `NOMEM` is remembered for the process: [`waitv_available`] says false from then on.
+pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Result<Woke, Errno> {
     debug_assert!(!words.is_empty() && words.len() <= WAITV_MAX);
     let mut waits = [futex::Wait::new(); WAITV_MAX];
     for (w, (word, expected)) in waits.iter_mut().zip(words) {
@@ -74,7 +95,15 @@ pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Woke {
         Some(&abs),
         ClockId::Monotonic,
     ) {
-        Err(Errno::TIMEDOUT) => Woke::TimedOut,
-        _ => Woke::Woken,
+        // Ok: woken. AGAIN: a word moved before we slept. INTR: a signal. All mean "look".
+        Ok(_) | Err(Errno::AGAIN) | Err(Errno::INTR) => Ok(Woke::Woken),
+        Err(Errno::TIMEDOUT) => Ok(Woke::TimedOut),
+        // The kernel had no memory for this call's words: the next call may have it.
+        Err(e @ Errno::NOMEM) => Err(e),
+        Err(e) => {
+            // Relaxed: see `waitv_available`.
+            WAITV_REFUSED.store(true, Ordering::Relaxed);
+            Err(e)
+        }
     }
 }

@@ -8,17 +8,41 @@
 //! every ring's wake word (at most 128 rings, the kernel's limit; measured: 8 words ~5.7 µs
 //! wake, 128 words ~12 µs). Producers need nothing new: they already wake a ring's wake
 //! line whenever its waiter count is non-zero.
+//!
+//! `futex_waitv` needs Linux 5.16. Where the kernel lacks it or a seccomp filter refuses
+//! it, the sleep (e) falls back to a plain futex wait on the first ring's word, in slices
+//! of at most [`FALLBACK_SLICE`], looking at every ring's word after each slice (a set of
+//! one ring waits on its word to the end, with no slices). The raise, the fence and the
+//! last look are the same, so every ring's waker still moves its word and wakes: the first
+//! ring's wake reaches the sleeper at once, another ring's move is seen at the end of the
+//! slice. The first lasting refusal switches the whole process to the fallback
+//! (`futex::waitv_available`), so a refused call costs one system call per process.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::futex::{self, WAITV_MAX};
+use crate::futex::{self, Woke, WAITV_MAX};
 use crate::park::{self, Parked, WakeCounts, PARK_NET};
 use crate::segment::Segment;
 use crate::{fence, Consumer, Ring};
 
+/// Longest sleep of the fallback for a set of more than one ring, where `futex_waitv` is
+/// unavailable: what a publish into a ring other than the set's first may wait on top of
+/// the wake.
+const FALLBACK_SLICE: Duration = Duration::from_millis(1);
+
 /// A set of rings one thread waits on.
+///
+/// A park sleeps in one `futex_waitv` (Linux 5.16 or later) on every ring's wake word.
+/// Where that call is missing (a kernel before 5.16, such as Ubuntu 22.04's 5.15, RHEL 9's
+/// 5.14 or Debian 11's 5.10) or refused (a seccomp profile without it, as some container
+/// runtimes ship), the set falls back to a plain futex wait on the first ring it holds, in
+/// slices of at most 1 ms, and looks at the other rings' words after each slice: a publish
+/// into the first ring wakes it at once, one into another ring adds up to 1 ms, and the
+/// parked thread wakes about a thousand times a second to look (a set of one ring waits on
+/// its word without slices). Deadlines hold as with `futex_waitv`, and
+/// [`WakeSetStats::fallback_waits`] counts the fallback's waits that found nothing.
 #[derive(Default)]
 pub struct WakeSet {
     rings: Vec<Arc<Segment>>,
@@ -30,7 +54,8 @@ pub struct WakeSet {
 pub struct WakeSetStats {
     /// Parks that slept.
     pub parks: u64,
-    /// Returns from a sleep by a wake (or a word that moved before the sleep).
+    /// Returns from a sleep by a wake (or a word that moved before the sleep, or, in the
+    /// fallback without `futex_waitv`, one found moved at the end of a slice).
     pub wakeups: u64,
     /// Returns by a timeout after a waker had moved a word (its wake came too late or
     /// never arrived), or by a deadline shorter than the net with the predicate already
@@ -39,6 +64,10 @@ pub struct WakeSetStats {
     /// Returns by the timed net while the predicate was already true and no word moved:
     /// lost wake-ups.
     pub net_wakeups: u64,
+    /// Waits of the fallback (where `futex_waitv` is unavailable, see [`WakeSet`]) that
+    /// ended with no word moved: its 1 ms slices, and for a set of one ring its waits to
+    /// the net or the deadline. No wake-ups; zero where the kernel has `futex_waitv`.
+    pub fallback_waits: u64,
 }
 
 /// How a park on a [`WakeSet`] ended.
@@ -176,7 +205,7 @@ impl WakeSet {
         } else {
             self.stats.parks += 1;
             // (e)
-            let woke = futex::waitv(&words, until);
+            let woke = sleep(&words, until, &mut self.stats.fallback_waits);
             let moved = self
                 .rings
                 .iter()
@@ -207,5 +236,48 @@ impl WakeSet {
             Parked::TimedOut { .. } if pending => WakeReason::Woken,
             Parked::TimedOut { .. } => WakeReason::Deadline,
         }
+    }
+}
+
+/// The sleep (e): while every word holds its value, until `until`. One `futex_waitv`;
+/// where the kernel refuses it, the fallback, counting in `fallback_waits` its waits that
+/// ended with no word moved.
+fn sleep(words: &[(&AtomicU32, u32)], until: Instant, fallback_waits: &mut u64) -> Woke {
+    if futex::waitv_available() {
+        if let Ok(woke) = futex::waitv(words, until) {
+            return woke;
+        }
+        // Refused: no wake-up. This park falls back, and so does every later one if the
+        // refusal lasts.
+    }
+    sleep_in_slices(words, until, fallback_waits)
+}
+
+/// The fallback without `futex_waitv`: a futex wait on the first word, in slices of at
+/// most [`FALLBACK_SLICE`] when there are more, each followed by a look at every word.
+fn sleep_in_slices(words: &[(&AtomicU32, u32)], until: Instant, fallback_waits: &mut u64) -> Woke {
+    let (first, seen) = words[0];
+    let slice = if words.len() == 1 {
+        Duration::MAX
+    } else {
+        FALLBACK_SLICE
+    };
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Woke::TimedOut;
+        }
+        if futex::wait(first, seen, left.min(slice)) == Woke::Woken {
+            return Woke::Woken;
+        }
+        // Acquire: as (a), pairs with a waker's Release increment (4) of that word, so
+        // the caller's look after this park sees the publish that preceded it.
+        if words
+            .iter()
+            .any(|(word, seen)| word.load(Ordering::Acquire) != *seen)
+        {
+            return Woke::Woken;
+        }
+        *fallback_waits += 1;
     }
 }

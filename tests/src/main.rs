@@ -1,7 +1,7 @@
 //! `shmring-testkit`: the child processes of the multi-process integration tests.
 //!
 //! Each subcommand is one role (`produce`, `consume`, `attach-loop`, `claim-batch`,
-//! `ping-pong`, `wake-set`, `run-closed`, `lifecycle-storm`, `worker`, `main-exits`, `liveness`, `data-path`, `no-membarrier`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
+//! `ping-pong`, `wake-set`, `run-closed`, `lifecycle-storm`, `worker`, `main-exits`, `liveness`, `data-path`, `no-membarrier`, `no-waitv`), in its own module under `roles/`. A role reports on stdout, one line per fact, `word key=value ...`:
 //! `ready` once attached (the parent waits for it instead of sleeping), `done ...` with its
 //! counters at the end. A violation of an ordering or integrity rule is printed on stderr
 //! and exits with status 1; a panic exits with 101.
@@ -54,6 +54,8 @@ enum Role {
     DataPath(roles::data_path::Args),
     /// A producer in a process whose membarrier fails, run command by command from stdin.
     NoMembarrier(roles::no_membarrier::Args),
+    /// A thread parking on WakeSets in a process whose futex_waitv fails, run from stdin.
+    NoWaitv(roles::no_waitv::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -81,5 +83,6 @@ fn main() -> anyhow::Result<()> {
         Role::Liveness(a) => roles::liveness(a),
         Role::DataPath(a) => roles::data_path::run(a),
         Role::NoMembarrier(a) => roles::no_membarrier::run(a),
+        Role::NoWaitv(a) => roles::no_waitv::run(a),
     }
 }

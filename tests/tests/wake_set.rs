@@ -19,13 +19,20 @@
 //! net expires on an empty set; the thread then re-arms the wait, and that park's last
 //! look finds the event (a `Ready` return, no wake-up, nothing lost). Rare, since every
 //! publish but the first follows a fresh park, but possible on a loaded machine.
+//!
+//! Where `futex_waitv` is refused (a kernel before 5.16, or a seccomp profile without it),
+//! the set falls back to a plain futex wait (the `no-waitv` role runs under a filter that
+//! answers ENOSYS). There a park with nothing to wake it must still sleep to its deadline,
+//! counting no wake-up and using little CPU, and a publish into any ring of the set must
+//! still wake it. (Before the fallback, every such park returned at once as woken: the
+//! stepping thread spun on a core.)
 
 use std::time::Duration;
 
 use shmring::{Producer, Ring, RingConfig};
 use shmring_testkit::payload::{encode, Origin};
-use shmring_testkit::procfs::{blocked_in, cpu_over, SYS_FUTEX_WAITV};
-use shmring_testkit::report::{line, num};
+use shmring_testkit::procfs::{blocked_in, cpu_over, SYS_FUTEX, SYS_FUTEX_WAITV};
+use shmring_testkit::report::{field, line, num};
 use shmring_testkit::{eventually, testkit, Child, Namespace};
 
 const RINGS: usize = 64;
@@ -163,4 +170,106 @@ fn the_publish_order_covers_the_first_and_the_last_ring() {
         "{order:?}"
     );
     assert!(order.iter().all(|&i| i < RINGS));
+}
+
+/// Most CPU a `no-waitv` child parked on two rings may use in [`WINDOW`]: its fallback
+/// wakes every millisecond to look at the second ring (about 500 short futex waits), a
+/// thread that spins uses the whole window.
+const FALLBACK_PARKED_MAX: Duration = Duration::from_millis(100);
+
+/// Rings `r0` and `r1` in `ns`, and a `no-waitv` child (futex_waitv refused) holding the
+/// sets `one` and `two` over them, ready.
+fn without_waitv(ns: &Namespace) -> (Vec<Ring>, Child) {
+    let rings = ["r0", "r1"]
+        .iter()
+        .map(|name| Ring::create(ns.name(), name, &RingConfig::default()).expect("create ring"))
+        .collect();
+    let mut child = testkit!(ns, "sets without futex_waitv", "no-waitv --ns {ns}");
+    child.expect_line("ready");
+    (rings, child)
+}
+
+/// Where futex_waitv is refused, a park on a set of one ring and on a set of two, with
+/// nothing to wake it, sleeps until its deadline and counts no wake-up.
+#[test]
+fn without_futex_waitv_a_park_sleeps_to_its_deadline() {
+    let ns = Namespace::new("wake_set_no_waitv_idle");
+    let (_rings, mut child) = without_waitv(&ns);
+    for set in ["one", "two"] {
+        child.send_line(&format!("idle {set} 200"));
+        let answer = child.expect_line("idle ");
+        eprintln!("{answer}");
+        assert_eq!(field(&answer, "reason"), Some("Deadline"), "{answer}");
+        assert!(num(&answer, "elapsed_us") >= 190_000, "{answer}");
+        assert_eq!(num(&answer, "events"), 0, "{answer}");
+        assert!(num(&answer, "parks") >= 1, "{answer}");
+        for counter in ["wakeups", "late_wakeups", "net_wakeups"] {
+            assert_eq!(
+                num(&answer, counter),
+                0,
+                "no {counter} by a refused call: {answer}"
+            );
+        }
+        assert!(
+            num(&answer, "fallback_waits") >= 1,
+            "the park slept in the fallback: {answer}"
+        );
+    }
+    child.send_line("exit");
+    child.expect_line("done");
+    child.wait_ok();
+}
+
+/// Where futex_waitv is refused, a set parked on two rings stays idle (its CPU stays low),
+/// and a publish into its second ring, then into its first, wakes it, as one into the ring
+/// of a set of one does; the event is there when it looks.
+#[test]
+fn without_futex_waitv_a_publish_into_any_ring_of_the_set_wakes_it() {
+    let ns = Namespace::new("wake_set_no_waitv_wake");
+    let (rings, mut child) = without_waitv(&ns);
+    let mut producers: Vec<Producer> = rings
+        .iter()
+        .map(|r| r.producer().expect("attach producer"))
+        .collect();
+    let pid = child.pid();
+    for (k, (set, ring)) in [("two", 1), ("two", 0), ("one", 0)].into_iter().enumerate() {
+        child.send_line(&format!("wait {set} 20000"));
+        child.expect_line("parking");
+        eventually("the parked set to sleep in a futex wait", || {
+            if let Some(done) = child.try_lines().iter().find(|l| l.starts_with("wait ")) {
+                panic!("set {set} ended its park before any publish: {done}");
+            }
+            blocked_in(pid, pid) == Some(SYS_FUTEX)
+        });
+        if k == 0 {
+            let used = cpu_over(pid, WINDOW);
+            eprintln!("set of two without futex_waitv: {used:?} of CPU in {WINDOW:?} parked");
+            assert!(
+                used < FALLBACK_PARKED_MAX,
+                "a set parked on two rings without futex_waitv used {used:?} of CPU in {WINDOW:?}"
+            );
+        }
+        producers[ring].publish(b"wake").expect("publish");
+        let answer = child.expect_line("wait ");
+        eprintln!("{answer}");
+        // Woken; or, if the publish landed just as a net ended, found by the next park's
+        // last look (see the module comment).
+        let reason = field(&answer, "reason");
+        assert!(
+            matches!(reason, Some("Woken" | "Ready")),
+            "set {set}, publish into r{ring}: {answer}"
+        );
+        assert_eq!(num(&answer, "events"), 1, "{answer}");
+        assert_eq!(field(&answer, "from"), Some(["0", "1"][ring]), "{answer}");
+        assert_eq!(num(&answer, "net_wakeups"), 0, "{answer}");
+        if reason == Some("Woken") {
+            assert!(
+                num(&answer, "wakeups") + num(&answer, "late_wakeups") >= 1,
+                "{answer}"
+            );
+        }
+    }
+    child.send_line("exit");
+    child.expect_line("done");
+    child.wait_ok();
 }

@@ -7,6 +7,7 @@ pub mod consume;
 pub mod data_path;
 pub mod lifecycle_storm;
 pub mod no_membarrier;
+pub mod no_waitv;
 pub mod ping_pong;
 pub mod produce;
 pub mod run_closed;
