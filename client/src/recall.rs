@@ -24,9 +24,15 @@ pub enum Recall {
     Event,
     /// The sequence was published as a tombstone (a claim that was never filled).
     Tombstone,
-    /// The sequence is claimed but its event is not published (yet).
+    /// The sequence is claimed but its event is not published (yet); on a fixed-size ring
+    /// also when a stop or a start changed the ring's lifecycle word during the look (look
+    /// again).
     Pending,
-    /// The slot already holds a later event: the sequence left the ring.
+    /// The slot already holds a later event, or may: the sequence left the ring, or is
+    /// about to. On a fixed-size ring this is decided by the producers' write horizon,
+    /// which runs up to a quarter of the ring ahead of the last publish (a write under it
+    /// is not announced event by event), so an event in the oldest quarter of what the
+    /// ring holds may read as `Gone` while its slot still holds it.
     Gone,
     /// The sequence is at or beyond the head: nobody claimed it (or, while a stop is in
     /// progress on a ring published by a cursor, it is the last claim's, which the stop may
