@@ -4,8 +4,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use shmring::{
-    ConsumerOptions, LifecycleError, ProducerMode, PublishError, Ring, RingConfig, RingState,
-    RunExit, TryPublishError,
+    ConsumerOptions, LifecycleError, PollError, ProducerMode, PublishError, Ring, RingConfig,
+    RingState, RunExit, TryPublishError, WaitOutcome,
 };
 
 use shmring_testkit::raw::RawSegment;
@@ -1155,4 +1155,28 @@ fn the_no_barrier_error_names_both_rings_it_comes_from() {
             && msg.contains("claiming alone on a multi-producer ring"),
         "{msg}"
     );
+}
+
+/// A consumer's `wait` on a deleted ring hands over first what a poll still delivers, as
+/// `run` does, and says `Deleted` once nothing is left.
+#[test]
+fn wait_on_a_deleted_ring_is_ready_for_what_is_left_then_deleted() {
+    let ns = Namespace::concurrent("wait_deleted");
+    let ring = Ring::create(ns.name(), "r", &cfg(16)).unwrap();
+    let mut c = ring.consumer(ConsumerOptions::anonymous()).unwrap();
+    let mut p = ring.producer().unwrap();
+    for i in 0..3u8 {
+        p.publish(&[i]).unwrap();
+    }
+    Ring::remove(ns.name(), "r").unwrap();
+    assert_eq!(c.wait(), Ok(WaitOutcome::Ready));
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        match c.poll_once(|ev| got.push(ev.bytes()[0])) {
+            Ok(_) => {}
+            Err(e) => panic!("{e} after {got:?}"),
+        }
+    }
+    assert_eq!(got, vec![0, 1, 2]);
+    assert_eq!(c.wait(), Err(PollError::Deleted));
 }

@@ -175,7 +175,8 @@ impl Consumer {
     /// and drained, or (`TimeoutBlocking` only) the timeout passes, counted from this call.
     /// An event a `Retry` back-off holds back is waiting once the back-off ends (the wait
     /// sleeps it out, in steps of at most the 50 ms net). A deleted ring is an error,
-    /// `PollError::Deleted`, whatever the consumer waits for.
+    /// `PollError::Deleted`, once nothing is left that a poll would hand over, whatever
+    /// else the consumer waits for.
     pub fn wait(&mut self) -> Result<WaitOutcome, PollError> {
         // A `TimeoutBlocking` timeout counts from this call (see `run_fallible`).
         self.idle_since = None;
@@ -223,17 +224,21 @@ impl Consumer {
         if self.failed {
             return Err(PollError::Failed);
         }
-        // Whatever else it waits for: a downstream held by an upstream that does not move
-        // sees neither an event nor a closed ring, and would wait on a deleted one for ever.
-        if is_deleted(&self.seg) {
-            return Err(PollError::Deleted);
-        }
         let backing_off = self.backing_off();
         if backing_off.is_some_and(|until| until <= Instant::now()) {
             return Ok(Some(WaitOutcome::Ready));
         }
-        if backing_off.is_none() && self.has_pending() {
-            return Ok(Some(WaitOutcome::Ready));
+        if backing_off.is_none() {
+            if self.has_pending() {
+                return Ok(Some(WaitOutcome::Ready));
+            }
+            // Nothing a poll would hand over: a deleted ring ends the wait, whatever else it
+            // waits for (a downstream held by an upstream that does not move sees neither an
+            // event nor a closed ring, and would wait on a deleted one for ever). A worker
+            // group member first adopts the claims members left, as at a close.
+            if is_deleted(&self.seg) && !self.adopts_before_closing() {
+                return Err(PollError::Deleted);
+            }
         }
         if self.closed_and_drained() && !self.adopts_before_closing() {
             return Ok(Some(WaitOutcome::Closed));
