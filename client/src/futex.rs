@@ -70,8 +70,10 @@ pub(crate) fn waitv_available() -> bool {
 ///
 /// `Err` with the errno when the kernel refused the call, which is no wake-up: `NOSYS` (a
 /// kernel before 5.16, or a seccomp filter), `PERM` (a seccomp filter), `INVAL` or `FAULT`
-/// (which a well-formed call on a live mapping never meets), or `NOMEM`. Every refusal but
-/// `NOMEM` is remembered for the process: [`waitv_available`] says false from then on.
+/// (which a well-formed call on a live mapping never meets: a ring file truncated under
+/// its mapping, say), or `NOMEM`. `NOSYS` and `PERM`, which every later call would meet
+/// too, are remembered for the process: [`waitv_available`] says false from then on. The
+/// others concern this call's words: the caller waits another way this time only.
 pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Result<Woke, Errno> {
     debug_assert!(!words.is_empty() && words.len() <= WAITV_MAX);
     let mut waits = [futex::Wait::new(); WAITV_MAX];
@@ -98,12 +100,13 @@ pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Result<Wo
         // Ok: woken. AGAIN: a word moved before we slept. INTR: a signal. All mean "look".
         Ok(_) | Err(Errno::AGAIN) | Err(Errno::INTR) => Ok(Woke::Woken),
         Err(Errno::TIMEDOUT) => Ok(Woke::TimedOut),
-        // The kernel had no memory for this call's words: the next call may have it.
-        Err(e @ Errno::NOMEM) => Err(e),
-        Err(e) => {
+        Err(e @ (Errno::NOSYS | Errno::PERM)) => {
             // Relaxed: see `waitv_available`.
             WAITV_REFUSED.store(true, Ordering::Relaxed);
             Err(e)
         }
+        // This call's words or memory: the next call, on other words or with memory, may
+        // go through.
+        Err(e) => Err(e),
     }
 }
