@@ -12,24 +12,45 @@ use crate::summary;
 /// file with a ring's name is opened, and one that fails to open (its name no ring's, a
 /// wrong version, ...) is listed as unreadable with the reason; any other entry (a symbolic
 /// link, never followed; a FIFO; ...) is listed as unreadable without being opened. Ring
-/// `only` with nothing at its name is [`OpenError::NotFound`].
+/// `only` with nothing at its name is [`OpenError::NotFound`]. A directory this user may
+/// not list (outside its group) is listed as unreadable with the reason, and ring `only`
+/// is then opened by its name, which says why it cannot be (or that it does not exist).
 pub fn report(namespace: &str, only: Option<&str>) -> Result<StatusReport, OpenError> {
     let mut rings = Vec::new();
     let mut unreadable = Vec::new();
     let mut broker_pid = None;
     let dir = shmring::names::namespace_dir(namespace)?;
-    let entries = shmring::names::ring_entries_in(&dir).unwrap_or_default();
-    for (name, kind) in entries
-        .into_iter()
-        .filter(|(n, _)| only.is_none_or(|o| o == n))
+    let path_of = |name: &str| dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
+    let looked: Vec<(String, Result<Ring, OpenError>)> = match shmring::names::ring_entries_in(&dir)
     {
-        let path = dir.join(format!("{name}{}", shmring::names::RING_SUFFIX));
-        let opened = if kind.is_file() {
-            Ring::open(namespace, &name)
-        } else {
-            Err(crate::file_kind::not_regular(path.clone(), kind))
-        };
+        Ok(entries) => entries
+            .into_iter()
+            .filter(|(n, _)| only.is_none_or(|o| o == n))
+            .map(|(name, kind)| {
+                let opened = if kind.is_file() {
+                    Ring::open(namespace, &name)
+                } else {
+                    Err(crate::file_kind::not_regular(path_of(&name), kind))
+                };
+                (name, opened)
+            })
+            .collect(),
+        // No namespace directory: no rings.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            unreadable.push(Unreadable {
+                path: dir.display().to_string(),
+                error: format!("cannot list the namespace directory: {e}"),
+            });
+            only.map(|name| (name.to_owned(), Ring::open(namespace, name)))
+                .into_iter()
+                .collect()
+        }
+    };
+    for (name, opened) in looked {
+        let path = path_of(&name);
         match opened {
+            Err(e @ OpenError::NotFound { .. }) if only.is_some() => return Err(e),
             Ok(ring) => {
                 if ring.broker_pid() != 0 {
                     broker_pid = Some(ring.broker_pid());

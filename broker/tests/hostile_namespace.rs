@@ -625,6 +625,37 @@ mod as_root {
         assert_eq!(outside.broker_epoch(), 0, "never adopted");
     }
 
+    /// `broker status RING` without a broker, by a user who may not list the namespace
+    /// directory (nor go through it): the directory and the ring are listed as unreadable
+    /// with the reason, exit 2 (no broker), not "the ring does not exist". Before, the
+    /// failed listing read as an empty directory.
+    #[test]
+    #[ignore = "needs root: run as root with `cargo test -- --ignored as_root::` (CI does)"]
+    fn status_of_a_ring_in_a_directory_this_user_may_not_list_says_why() {
+        need_root();
+        let ns = Namespace::new("nolist");
+        let _ring = Ring::create(ns.name(), "r", &small()).expect("create");
+        std::fs::set_permissions(ns.dir(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        let copy = role::ExeForNobody::of(Path::new(common::BIN));
+        let out = shmring_testkit::output(
+            "status as nobody",
+            role::as_nobody(Command::new(&copy.exe).args([
+                "--namespace",
+                ns.name(),
+                "status",
+                "--json",
+                "r",
+            ])),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(!err.contains("does not exist"), "{err}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {err}"));
+        let listed = v["unreadable"].to_string();
+        assert!(listed.contains("ermission denied"), "{v:#}");
+        assert!(listed.contains("r.ring"), "{v:#}");
+    }
+
     /// This test binary, re-run as role `role` by uid 65534 whose primary group is 65534,
     /// the broker's group in these tests.
     fn member(role: &str, ns: &Namespace, env: &[(&str, String)]) -> Child {
