@@ -62,7 +62,8 @@ pub struct WakeSetStats {
     /// true. Zero on an idle machine; many, with `wakeups` zero, when wakes do not arrive.
     pub late_wakeups: u64,
     /// Returns by the timed net while the predicate was already true and no word moved:
-    /// lost wake-ups.
+    /// lost wake-ups, or a predicate that came true with no wake to send (a consumer's
+    /// `Retry` back-off ending: see `Consumer::has_pending`).
     pub net_wakeups: u64,
     /// Waits of the fallback (where `futex_waitv` is unavailable, see [`WakeSet`]) that
     /// ended with no word moved: its 1 ms slices, and for a set of one ring its waits to

@@ -5,7 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shmring::{ConsumerOptions, ErrorPolicy, PollError, Ring, WaitOutcome, WaitStrategy};
+use shmring::{
+    ConsumerOptions, ErrorPolicy, PollError, Ring, WaitOutcome, WaitStrategy, WakeReason, WakeSet,
+};
 use shmring_testkit::Namespace;
 
 mod common;
@@ -313,7 +315,10 @@ fn a_poll_during_the_back_off_hands_nothing_over() {
     };
     assert_eq!(c.poll_once_fallible(&mut fail_on_0), Ok(0));
     assert_eq!(c.poll_once_fallible(&mut fail_on_0), Ok(0));
-    assert!(c.has_pending(), "the event still waits");
+    assert!(
+        !c.has_pending(),
+        "nothing for a poll before the back-off ends"
+    );
     assert_eq!(tries, 1, "no attempt during the back-off");
     assert_eq!(c.stats().retries, 1);
 }
@@ -376,6 +381,57 @@ fn wait_during_the_back_off_waits_it_out() {
     );
     assert!(polls <= 4, "{polls} waits for a back-off of three timeouts");
     assert_eq!(c.poll_once_fallible(&mut fail_once), Ok(1));
+}
+
+/// A `WakeSet` whose predicate is `has_pending` sleeps through a `Retry` back-off: the
+/// failed event is not pending for a poll until the back-off ends (a poll before then
+/// hands nothing over), and the set's net looks again (every 50 ms at most). Before,
+/// `has_pending` said the event waited, the park returned at once, and a park + poll loop
+/// spun on a core for the whole back-off.
+#[test]
+fn a_wake_set_sleeps_through_a_back_off() {
+    let ns = Namespace::concurrent("policy_backoff_set");
+    let ring = Ring::create(ns.name(), "r", &small(16)).unwrap();
+    let backoff = Duration::from_millis(300);
+    let mut c = ring
+        .consumer(ConsumerOptions::anonymous().on_error(ErrorPolicy::Retry {
+            attempts: 5,
+            backoff,
+        }))
+        .unwrap();
+    publish(&ring, 0..1);
+    let mut fail_once = {
+        let mut failed = false;
+        move |_: shmring::Event<'_>| {
+            if failed {
+                Ok(())
+            } else {
+                failed = true;
+                Err("bad once")
+            }
+        }
+    };
+    let start = Instant::now();
+    assert_eq!(c.poll_once_fallible(&mut fail_once), Ok(0));
+    assert!(!c.has_pending(), "pending during the back-off");
+    let mut set = WakeSet::new();
+    set.add(&c).unwrap();
+    let mut parks = 0;
+    loop {
+        let woke = set.park_until(start + Duration::from_secs(10), || c.has_pending());
+        parks += 1;
+        // Found by the net once the back-off ended (`Woken`), or at a park's last look.
+        assert_ne!(woke, WakeReason::Deadline, "after {:?}", start.elapsed());
+        if c.poll_once_fallible(&mut fail_once) == Ok(1) {
+            break;
+        }
+        assert!(parks < 10, "{parks} parks within {:?}", start.elapsed());
+    }
+    assert!(
+        start.elapsed() >= backoff,
+        "delivered after {:?}, within the back-off",
+        start.elapsed()
+    );
 }
 
 /// An optional consumer retrying an event it copied can be lapped meanwhile: it jumps to

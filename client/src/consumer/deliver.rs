@@ -11,12 +11,18 @@ use super::*;
 const PREFETCH_MIN_CAP: u64 = 64;
 
 impl Consumer {
-    /// Whether an event (or a lap) is waiting: the last look before parking.
+    /// Whether an event (or a lap) is waiting for a poll: the last look before parking.
     ///
     /// A dependent consumer (see `ConsumerOptions::after`) has an event waiting only once
     /// its upstreams committed past it; an upstream whose entry changed reads as pending,
-    /// so that `poll_once` looks at it.
+    /// so that `poll_once` looks at it. During a `Retry` back-off nothing is waiting: a
+    /// poll hands nothing over before the back-off ends, when the failed event waits again
+    /// (a `WakeSet` over this consumer sleeps through the back-off and finds it at its
+    /// next look, within the 50 ms net).
     pub fn has_pending(&self) -> bool {
+        if self.retry_at.is_some_and(|until| Instant::now() < until) {
+            return false;
+        }
         self.pending(true)
     }
 
@@ -90,7 +96,8 @@ impl Consumer {
     /// `HandlerPanicked`), try again on a later poll (`Ok` with the events delivered
     /// before it), or skip it as a dead letter (`Ok`). The events before the failing one
     /// are committed either way. While a `Retry` back-off runs, a poll returns `Ok(0)` at
-    /// once (and `has_pending` still says the event waits): `run_fallible` sleeps it out.
+    /// once (and `has_pending` says nothing waits until it ends): `run_fallible` and `wait`
+    /// sleep it out.
     pub fn poll_once_fallible<F, E>(&mut self, handler: F) -> Result<usize, PollError>
     where
         F: FnMut(Event<'_>) -> Result<(), E>,
