@@ -22,9 +22,8 @@ use crate::config::Config;
 pub struct Reloads {
     /// The config file (`None`: running on the embedded default, nothing to reload).
     pub path: Option<PathBuf>,
-    /// Held for the whole of a reload: a SIGHUP during one is carried out after it, and
-    /// reads the file as it is then.
-    one_at_a_time: Arc<Mutex<()>>,
+    /// One reload at a time, and one more after it for any SIGHUP during it.
+    runs: OneAtATime,
 }
 
 impl Reloads {
@@ -32,26 +31,99 @@ impl Reloads {
     pub fn new(path: Option<PathBuf>) -> Self {
         Self {
             path,
-            one_at_a_time: Arc::default(),
+            runs: OneAtATime::default(),
         }
     }
 
     /// Reload on a thread of its own, so that the sweep loop goes on sweeping meanwhile
-    /// (on this one if a thread cannot be started).
+    /// (on this one if a thread cannot be started). A SIGHUP during a reload is carried
+    /// out once after it, however many arrive meanwhile: that reload reads the file as it
+    /// is then.
     pub fn start(&self, shared: &Arc<Mutex<Broker>>) {
-        let (shared, path, turn) = (
-            shared.clone(),
-            self.path.clone(),
-            self.one_at_a_time.clone(),
-        );
+        let (shared, path) = (shared.clone(), self.path.clone());
+        if !self.runs.request("reload", move || {
+            notify_around(|| reload(&shared, path.as_deref()))
+        }) {
+            info!("SIGHUP during a reload: the config is read again once it ends");
+        }
+    }
+}
+
+/// A job run on a thread of its own, one run at a time: a request during a run is
+/// carried out by one more run after it, however many requests come meanwhile, so that a
+/// burst of requests costs two runs, not one thread each.
+#[derive(Default, Clone)]
+pub struct OneAtATime {
+    state: Arc<Mutex<Runs>>,
+}
+
+#[derive(Default)]
+struct Runs {
+    /// A run is under way (or about to start).
+    running: bool,
+    /// A request came during the run: one more run follows it.
+    again: bool,
+}
+
+impl OneAtATime {
+    /// Run `job` on a thread named `name` (on this thread if none can be started), or, if
+    /// a run is under way, once more after it. Returns whether this request started a run.
+    pub fn request<F>(&self, name: &str, job: F) -> bool
+    where
+        F: Fn() + Clone + Send + 'static,
+    {
+        {
+            let mut runs = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            if runs.running {
+                runs.again = true;
+                return false;
+            }
+            runs.running = true;
+        }
+        let state = self.state.clone();
         let run = move || {
-            let _one_at_a_time = turn.lock().unwrap_or_else(|e| e.into_inner());
-            notify_around(|| reload(&shared, path.as_deref()));
+            // A job that panics ends the runs: the next request starts afresh.
+            let mut done = Done {
+                state: state.clone(),
+                ended: false,
+            };
+            loop {
+                job();
+                let mut runs = state.lock().unwrap_or_else(|e| e.into_inner());
+                if !std::mem::take(&mut runs.again) {
+                    runs.running = false;
+                    break;
+                }
+            }
+            done.ended = true;
         };
         let spare = run.clone();
-        if let Err(e) = std::thread::Builder::new().name("reload".into()).spawn(run) {
-            warn!("SIGHUP: no thread for the reload ({e}); reloading on the sweep loop's");
+        if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(run) {
+            warn!("no thread for the {name} ({e}); running it on this one");
             spare();
+        }
+        true
+    }
+
+    /// Whether no run is under way.
+    #[cfg(test)]
+    fn idle(&self) -> bool {
+        !self.state.lock().unwrap_or_else(|e| e.into_inner()).running
+    }
+}
+
+/// Ends the runs of a job that panicked: dropped while unwinding, before `ended` is set.
+struct Done {
+    state: Arc<Mutex<Runs>>,
+    ended: bool,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        if !self.ended {
+            let mut runs = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            runs.running = false;
+            runs.again = false;
         }
     }
 }
@@ -137,4 +209,71 @@ pub fn reload(shared: &Mutex<Broker>, path: Option<&Path>) {
         period = ?broker.period,
         "SIGHUP: config reloaded"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(30);
+
+    /// Requests during a run are carried out by one run after it, on the same thread:
+    /// five SIGHUPs during a reload cost two reloads and one thread, not six of each.
+    #[test]
+    fn requests_during_a_run_are_carried_out_once_after_it() {
+        let runs = OneAtATime::default();
+        let count = Arc::new(AtomicUsize::new(0));
+        let (started, starts) = mpsc::channel::<()>();
+        let (go, gate) = mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new(gate));
+        let job = {
+            let count = count.clone();
+            move || {
+                count.fetch_add(1, Ordering::SeqCst);
+                let _ = started.send(());
+                let _ = gate.lock().unwrap().recv_timeout(WAIT);
+            }
+        };
+        assert!(runs.request("job", job.clone()));
+        starts.recv_timeout(WAIT).expect("the first run");
+        for _ in 0..5 {
+            assert!(!runs.request("job", job.clone()), "a second run at once");
+        }
+        go.send(()).unwrap();
+        starts.recv_timeout(WAIT).expect("the run after it");
+        go.send(()).unwrap();
+        let deadline = Instant::now() + WAIT;
+        while !runs.idle() {
+            assert!(Instant::now() < deadline, "the runs never ended");
+            std::thread::yield_now();
+        }
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+        // Idle again: the next request starts a run.
+        assert!(runs.request("job", job));
+        starts
+            .recv_timeout(WAIT)
+            .expect("a run after the idle time");
+        go.send(()).unwrap();
+    }
+
+    /// A job that panics does not leave the runs taken for good.
+    #[test]
+    fn a_run_that_panics_lets_the_next_request_start_one() {
+        let runs = OneAtATime::default();
+        let (ended, ends) = mpsc::channel::<()>();
+        assert!(runs.request("job", || panic!("the job failed")));
+        let deadline = Instant::now() + WAIT;
+        while !runs.idle() {
+            assert!(Instant::now() < deadline, "the runs stay taken");
+            std::thread::yield_now();
+        }
+        assert!(runs.request("job", move || {
+            let _ = ended.send(());
+        }));
+        ends.recv_timeout(WAIT).expect("a run after the panic");
+    }
 }
