@@ -256,8 +256,10 @@ impl Consumer {
             _ => None,
         };
         if let Some(until) = backing_off {
-            // The failed event is handed over at `until` and not before: slept out (in
-            // steps of at most the net, so that a stop or a deletion is seen), not spun.
+            // The failed event is handed over at `until` and not before: slept out, not
+            // spun, in steps of at most the net and of the timeout left, each followed by
+            // the looks above. A deletion meanwhile does not end the wait: the event is
+            // still handed over after the back-off, as `run` hands it over.
             let left = until.saturating_duration_since(Instant::now());
             std::thread::sleep(left.min(timeout.unwrap_or(PARK_NET)).min(PARK_NET));
             return Ok(None);
