@@ -69,11 +69,12 @@ pub(crate) fn waitv_available() -> bool {
 /// Sleep while every `(word, expected)` holds, until `deadline` (monotonic clock).
 ///
 /// `Err` with the errno when the kernel refused the call, which is no wake-up: `NOSYS` (a
-/// kernel before 5.16, or a seccomp filter), `PERM` (a seccomp filter), `INVAL` or `FAULT`
-/// (which a well-formed call on a live mapping never meets: a ring file truncated under
-/// its mapping, say), or `NOMEM`. `NOSYS` and `PERM`, which every later call would meet
-/// too, are remembered for the process: [`waitv_available`] says false from then on. The
-/// others concern this call's words: the caller waits another way this time only.
+/// kernel before 5.16, or a seccomp filter), `PERM` or another errno a seccomp profile
+/// names, `INVAL`, `FAULT` (which a well-formed call on a live mapping never meets: a ring
+/// file truncated under its mapping, say), or `NOMEM`. A refusal every later call would
+/// meet too ([`lasting`]) is remembered for the process: [`waitv_available`] says false
+/// from then on. `FAULT` and `NOMEM` concern this call: the caller waits another way this
+/// time only.
 pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Result<Woke, Errno> {
     debug_assert!(!words.is_empty() && words.len() <= WAITV_MAX);
     let mut waits = [futex::Wait::new(); WAITV_MAX];
@@ -100,13 +101,39 @@ pub(crate) fn waitv(words: &[(&AtomicU32, u32)], deadline: Instant) -> Result<Wo
         // Ok: woken. AGAIN: a word moved before we slept. INTR: a signal. All mean "look".
         Ok(_) | Err(Errno::AGAIN) | Err(Errno::INTR) => Ok(Woke::Woken),
         Err(Errno::TIMEDOUT) => Ok(Woke::TimedOut),
-        Err(e @ (Errno::NOSYS | Errno::PERM)) => {
-            // Relaxed: see `waitv_available`.
-            WAITV_REFUSED.store(true, Ordering::Relaxed);
+        Err(e) => {
+            if lasting(e) {
+                // Relaxed: see `waitv_available`.
+                WAITV_REFUSED.store(true, Ordering::Relaxed);
+            }
             Err(e)
         }
-        // This call's words or memory: the next call, on other words or with memory, may
-        // go through.
-        Err(e) => Err(e),
+    }
+}
+
+/// Whether `futex_waitv`'s refusal `e` lasts: every later call of the process would meet
+/// it (no such call; a seccomp filter, which answers `PERM`, `NOSYS` or whatever errno
+/// its profile names; arguments this kernel does not take, `INVAL`). Not `FAULT` (a ring
+/// truncated under its mapping) and `NOMEM`, which concern this call's words or memory:
+/// the next call, on other words or with memory, may go through.
+fn lasting(e: Errno) -> bool {
+    !matches!(e, Errno::FAULT | Errno::NOMEM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_missing_or_forbidden_call_switches_the_process_to_the_fallback() {
+        // No such call, seccomp filters (whatever errno their profile names), and
+        // arguments this kernel does not take.
+        for e in [Errno::NOSYS, Errno::PERM, Errno::ACCESS, Errno::INVAL] {
+            assert!(lasting(e), "{e}");
+        }
+        // This call's words (a ring truncated under its mapping) or memory.
+        for e in [Errno::FAULT, Errno::NOMEM] {
+            assert!(!lasting(e), "{e}");
+        }
     }
 }
