@@ -110,14 +110,7 @@ fn usage_errors_exit_64_and_help_exits_0() {
 fn a_config_that_is_not_a_small_regular_file_is_refused_promptly() {
     let ns = Namespace::concurrent("configfifo");
     let fifo = ns.scratch().join("broker.fifo");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .expect("mkfifo");
+    common::mkfifo(&fifo);
     let huge = ns.scratch().join("huge.toml");
     std::fs::File::create(&huge)
         .and_then(|f| f.set_len(64 << 20))

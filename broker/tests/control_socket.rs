@@ -382,17 +382,7 @@ mod as_root {
 fn a_ping_during_a_large_create_is_answered_before_the_create() {
     let ns = Namespace::new("bigcreate");
     let broker = ns.broker(None);
-    let unnamed = || unnamed_files(&ns, &broker);
-    let before = unnamed();
-    let mut create = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
-    create
-        .set_read_timeout(Some(common::WAIT))
-        .expect("timeout");
-    // 4 Mi slots of 128 bytes: 512 MiB to allocate and map.
-    create
-        .write_all(b"{\"op\":\"create\",\"ring\":\"big\",\"capacity\":4194304,\"slot_size\":128}\n")
-        .expect("send the create");
-    shmring_testkit::eventually("the build of the ring to begin", || unnamed() > before);
+    let create = large_create(&ns, &broker);
     let pong = exchange(&ns, b"{\"op\":\"ping\"}\n");
     assert_eq!(pong["reply"], "pong", "{pong}");
     // The build ends by linking the file in at the ring's name.
@@ -423,6 +413,23 @@ fn unnamed_files(ns: &Namespace, broker: &common::Child) -> usize {
             target.starts_with(ns.dir()) && target.to_string_lossy().ends_with("(deleted)")
         })
         .count()
+}
+
+/// Ask for ring `big` of 512 MiB (4 Mi slots of 128 bytes) on a connection of its own,
+/// and wait until the broker has begun to build it; the connection, for the reply.
+fn large_create(ns: &Namespace, broker: &common::Child) -> UnixStream {
+    let before = unnamed_files(ns, broker);
+    let mut create = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
+    create
+        .set_read_timeout(Some(common::WAIT))
+        .expect("timeout");
+    create
+        .write_all(b"{\"op\":\"create\",\"ring\":\"big\",\"capacity\":4194304,\"slot_size\":128}\n")
+        .expect("send the create");
+    shmring_testkit::eventually("the build of the ring to begin", || {
+        unnamed_files(ns, broker) > before
+    });
+    create
 }
 
 /// A SIGHUP that adds a large ring to the config builds it outside the broker's state
@@ -466,18 +473,7 @@ fn a_ring_created_across_a_reload_takes_the_reloaded_settings() {
     let ns = Namespace::new("createhup");
     let config = ns.config("");
     let mut broker = ns.broker_with(Some(&config), &[]);
-    let before = unnamed_files(&ns, &broker);
-    let mut create = UnixStream::connect(ns.dir().join("broker.sock")).expect("connect");
-    create
-        .set_read_timeout(Some(common::WAIT))
-        .expect("timeout");
-    // 4 Mi slots of 128 bytes: 512 MiB to allocate and map.
-    create
-        .write_all(b"{\"op\":\"create\",\"ring\":\"big\",\"capacity\":4194304,\"slot_size\":128}\n")
-        .expect("send the create");
-    shmring_testkit::eventually("the create's build to begin", || {
-        unnamed_files(&ns, &broker) > before
-    });
+    let create = large_create(&ns, &broker);
     std::fs::write(
         &config,
         "[rings.big]\ncapacity = 4194304\nslot_size = 128\nstall_threshold = \"80ms\"\n",

@@ -470,14 +470,7 @@ fn status_without_a_broker_lists_what_is_not_a_ring_as_the_broker_does() {
     let alias = ns.dir().join("alias.ring");
     symlink(r.path(), &alias).expect("symlink");
     let fifo = ns.dir().join("pipe.ring");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .expect("mkfifo");
+    common::mkfifo(&fifo);
     let misnamed = ns.dir().join("no good.ring");
     std::fs::write(&misnamed, b"").expect("write");
 

@@ -323,6 +323,19 @@ fn a_poll_during_the_back_off_hands_nothing_over() {
     assert_eq!(c.stats().retries, 1);
 }
 
+/// A handler that fails at its first event and takes every later one.
+fn fail_once() -> impl FnMut(shmring::Event<'_>) -> Result<(), &'static str> {
+    let mut failed = false;
+    move |_| {
+        if failed {
+            Ok(())
+        } else {
+            failed = true;
+            Err("bad once")
+        }
+    }
+}
+
 /// `wait` during a `Retry` back-off waits the back-off out: the event is pending, but no
 /// poll hands it over before the back-off ends, so `Ready` comes then (and a
 /// `TimeoutBlocking` timeout shorter than the back-off is a timeout). Before, `wait`
@@ -346,17 +359,7 @@ fn wait_during_the_back_off_waits_it_out() {
         )
         .unwrap();
     publish(&ring, 0..1);
-    let mut fail_once = {
-        let mut failed = false;
-        move |_: shmring::Event<'_>| {
-            if failed {
-                Ok(())
-            } else {
-                failed = true;
-                Err("bad once")
-            }
-        }
-    };
+    let mut fail_once = fail_once();
     let start = Instant::now();
     assert_eq!(c.poll_once_fallible(&mut fail_once), Ok(0));
     assert_eq!(c.wait(), Ok(WaitOutcome::TimedOut));
@@ -400,17 +403,7 @@ fn a_wake_set_sleeps_through_a_back_off() {
         }))
         .unwrap();
     publish(&ring, 0..1);
-    let mut fail_once = {
-        let mut failed = false;
-        move |_: shmring::Event<'_>| {
-            if failed {
-                Ok(())
-            } else {
-                failed = true;
-                Err("bad once")
-            }
-        }
-    };
+    let mut fail_once = fail_once();
     let start = Instant::now();
     assert_eq!(c.poll_once_fallible(&mut fail_once), Ok(0));
     assert!(!c.has_pending(), "pending during the back-off");

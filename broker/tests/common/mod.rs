@@ -24,6 +24,18 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_shmring-broker");
 /// How often the status is polled (a watchdog poll, not a synchronisation sleep).
 const STATUS_POLL: Duration = Duration::from_millis(5);
 
+/// Make a FIFO (mode 0600) at `path`.
+pub fn mkfifo(path: &std::path::Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .expect("mkfifo");
+}
+
 /// The broker on a test's namespace: `ns.broker(None)`, `ns.cli(&["stop", "r"])`.
 pub trait BrokerNs {
     /// Write a config file for this namespace (in its scratch directory) and return its path.
