@@ -355,7 +355,10 @@ pub fn gate_again<W: Word, F: FlagsWord + ?Sized>(
     // Relaxed: published by the SeqCst CAS to ACTIVE below, as a fresh attach's flags. A
     // released entry's flags are its holder's, which runs: nobody else writes them (an entry
     // is taken over or freed only once its holder is gone). The word moved (a damaged
-    // segment): the flag stays, which only makes a takeover start afresh.
+    // segment, or a process that took this live holder for dead): the flag stays on the
+    // entry, now another holder's, and makes a takeover of it start at the head (the gap
+    // counted as dropped) instead of at its position, as for a holder that died attaching;
+    // clearing it could clear that holder's own flag, which is worse.
     flags.fetch_or(consumer_flags::STARTING, Ordering::Relaxed);
     let Ok(mine) = crate::table::consumer::set(word, released, consumer_state::ACTIVE) else {
         return Regated::Moved;
